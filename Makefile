@@ -1,0 +1,17 @@
+# avgbench: `make run` trains, `make test` runs the tests; both set up .venv first.
+PY := .venv/bin/python
+ARGS ?=
+
+.PHONY: setup run test bench
+
+setup:
+	bash scripts/setup.sh
+
+run: setup
+	$(PY) train.py $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q $(ARGS)
+
+bench: setup
+	$(PY) bench/run.py $(ARGS)
