@@ -1,0 +1,1 @@
+"""The training job every strategy runs: data, model, optimizer, loop, worker entry."""

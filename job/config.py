@@ -1,0 +1,60 @@
+"""Checks on the composed config, run before any process starts."""
+from pathlib import Path
+
+from job.data import DATASETS, check_data_config
+from job.errors import ConfigError
+from job.fault import check_fault_config
+from job.model import MODELS
+from job.optim import OPTIMIZERS
+from strategies import REGISTRY, get_strategy
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CHOICES = {"strategy": REGISTRY, "model": MODELS, "data": DATASETS, "optim": OPTIMIZERS}
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def check_overrides(args: list[str]) -> None:
+    """Reject an unknown option of a config group (e.g. strategy=foo) before Hydra starts."""
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    for arg in args:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if not sep or key not in groups or "(" in value:
+            continue
+        options = group_options(key)
+        for choice in value.split(","):
+            if choice and choice != "null" and choice not in options:
+                raise ConfigError(f"unknown {key} '{choice}' (choose from: {', '.join(options)})")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def validate(cfg) -> None:
+    for group, known in CHOICES.items():
+        name = cfg[group].name
+        _require(name in known, f"unknown {group} '{name}' (choose from: {', '.join(sorted(known))})")
+    for knob in ("peers", "peer_cpus", "batch_size", "max_steps"):
+        _require(int(cfg[knob]) >= 1, f"{knob} must be >= 1, got {cfg[knob]}")
+    _require(float(cfg.lr) > 0, f"lr must be > 0, got {cfg.lr}")
+    _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
+    _require(cfg.target.metric in ("test_accuracy", "test_loss"),
+             f"target.metric must be test_accuracy or test_loss, got {cfg.target.metric}")
+    _require(float(cfg.sampler.interval) > 0, f"sampler.interval must be > 0, got {cfg.sampler.interval}")
+    for name, value in cfg.timeouts.items():
+        _require(float(value) > 0, f"timeouts.{name} must be > 0, got {value}")
+    launch = cfg.launch
+    _require(launch.nnodes >= 1 and 0 <= launch.node_rank < launch.nnodes,
+             f"launch.node_rank must be in [0, {launch.nnodes}), got {launch.node_rank}")
+    _require(launch.nnodes == 1 or launch.master_port, "several hosts need a fixed launch.master_port")
+    check_data_config(cfg.data)
+    check_fault_config(cfg)
+    strategy = get_strategy(cfg.strategy.name)
+    strategy.validate(cfg)
+    _require(strategy.num_processes(cfg) % launch.nnodes == 0,
+             f"{strategy.num_processes(cfg)} processes do not split evenly over launch.nnodes={launch.nnodes}")
+    strategy.check_available(cfg)

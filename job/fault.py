@@ -1,0 +1,32 @@
+"""Fault injection at a chosen step of a chosen peer: SIGKILL, an exception, or a stall."""
+import os
+import signal
+import time
+
+from job.errors import ConfigError
+
+FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
+
+
+class InjectedFault(RuntimeError):
+    """Raised on purpose by fault.raise_peer."""
+
+
+def check_fault_config(cfg) -> None:
+    for kind in FAULT_KINDS:
+        rank = cfg.fault[kind]
+        if rank is not None and not 0 <= int(rank) < cfg.peers:
+            raise ConfigError(f"fault.{kind}={rank} is not a worker rank (0..{cfg.peers - 1})")
+    if int(cfg.fault.at_step) < 1:
+        raise ConfigError(f"fault.at_step must be >= 1, got {cfg.fault.at_step}")
+
+
+def inject(fault_cfg, rank: int, step: int) -> None:
+    if step != fault_cfg.at_step:
+        return
+    if fault_cfg.stall_peer == rank:
+        time.sleep(float(fault_cfg.stall_s))
+    if fault_cfg.raise_peer == rank:
+        raise InjectedFault(f"injected failure on rank {rank} at step {step} (fault.raise_peer)")
+    if fault_cfg.kill_peer == rank:
+        os.kill(os.getpid(), signal.SIGKILL)

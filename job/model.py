@@ -1,0 +1,45 @@
+"""Models, by config name."""
+from torch import nn
+
+from job.torchvision_guard import import_torchvision
+
+
+def resnet18(num_classes: int, channels: int) -> nn.Module:
+    """torchvision ResNet18 in its small-image form: 3x3 stride-1 stem, no max-pool."""
+    model = import_torchvision().models.resnet18(num_classes=num_classes)
+    model.conv1 = nn.Conv2d(channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
+
+
+def tiny(num_classes: int, channels: int) -> nn.Module:
+    """A 10k-parameter CNN (with BatchNorm, like ResNet) for tests."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 16, 3, padding=1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(32 * 16, num_classes),
+    )
+
+
+MODELS = {"resnet18": resnet18, "tiny": tiny}
+
+
+def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
+    return MODELS[cfg.model.name](num_classes, channels)
+
+
+def parameter_digest(model: nn.Module) -> str:
+    """SHA-256 of all parameters' bytes: equal digests mean bit-identical parameters."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for param in model.parameters():
+        digest.update(param.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()

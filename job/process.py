@@ -1,0 +1,88 @@
+"""Process hygiene shared by launchers and workers: signals, parent death, CPU pinning, tree kills."""
+import ctypes
+import os
+import signal
+import threading
+import time
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+RUN_ID_ENV = "AVGBENCH_RUN_ID"
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit (so `finally` blocks run) and keep Ctrl-C as KeyboardInterrupt."""
+
+    def _raise(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _raise)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def die_with_parent(grace_s: float) -> None:
+    """End this process and its children when the parent (launcher, mpirun, horovodrun) dies.
+
+    The kernel sends SIGTERM (prctl PDEATHSIG) for a clean exit; a watchdog thread
+    kills the tree after grace_s in case the main thread is blocked inside a collective.
+    """
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        time.sleep(grace_s)
+        me = psutil.Process()
+        for child in me.children(recursive=True):
+            child.kill()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="avgbench-parent-watch", daemon=True).start()
+
+
+def pin_cpus(local_rank: int, peer_cpus: int) -> list[int]:
+    """Pin this process to `peer_cpus` cores, wrapping around when the machine has fewer."""
+    available = sorted(os.sched_getaffinity(0))
+    cores = sorted({available[(local_rank * peer_cpus + i) % len(available)] for i in range(peer_cpus)})
+    os.sched_setaffinity(0, cores)
+    return cores
+
+
+def processes_of_run(run_id: str) -> list[psutil.Process]:
+    """Every live process carrying this run's id in its environment (peers and their daemons)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(RUN_ID_ENV) == run_id:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def kill_processes(procs: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM, wait up to grace_s, then SIGKILL what is left."""
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+def wait_until(predicate, timeout_s: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,47 @@
+"""Import torchvision even when its compiled ops do not match the installed torch.
+
+The registry's torchvision 0.28 wheel is a CUDA build; on a CPU torch its `_C.so`
+fails to load and `import torchvision` raises while registering fake kernels for
+ops that do not exist. Models, transforms and datasets do not need `_C`, so we
+skip those registrations (with one warning). With a matching build this does nothing.
+"""
+import importlib.util
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import torch
+
+_warned = False
+
+
+def compiled_ops_load() -> bool:
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None:
+        raise ImportError("torchvision is not installed: run `make setup`")
+    library = next(Path(spec.submodule_search_locations[0]).glob("_C*.so"), None)
+    if library is None:
+        return False
+    try:
+        torch.ops.load_library(str(library))
+    except (OSError, RuntimeError):
+        return False
+    return True
+
+
+def import_torchvision():
+    global _warned
+    if "torchvision" not in sys.modules and not compiled_ops_load():
+        if not _warned:
+            warnings.warn(
+                "torchvision's compiled ops do not load against this torch "
+                f"({torch.__version__}); models, transforms and datasets work, torchvision.ops do not",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            _warned = True
+        sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    import torchvision
+
+    return torchvision

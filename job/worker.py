@@ -1,0 +1,81 @@
+"""Entry point of one peer process: `python -m job.worker RUN_DIR`.
+
+Any launcher may start it (our local launcher, mpirun, horovodrun, a remote
+shell): it reads rank and rendezvous from the torchrun environment contract and
+the resolved config from RUN_DIR/.avgbench/config.yaml. On failure it writes its
+traceback to RUN_DIR/peer<rank>/error.txt for the launcher to report.
+"""
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from job.data import load_splits
+from job.loop import train
+from job.model import build_model, parameter_digest
+from job.optim import build_optimizer
+from job.process import die_with_parent, exit_on_sigterm, pin_cpus
+from metrics.sampler import ResourceSampler
+from metrics.steplog import StepLog
+from strategies import PeerContext, get_strategy
+
+CONFIG_PATH = Path(".avgbench") / "config.yaml"
+RUN_ID_PATH = Path(".avgbench") / "run_id"
+
+
+def run_peer(cfg, ctx: PeerContext) -> None:
+    peer_dir = ctx.peer_dir
+    cores = pin_cpus(ctx.local_rank, cfg.peer_cpus)
+    torch.set_num_threads(cfg.peer_cpus)
+    sampler = ResourceSampler(peer_dir / "resources.jsonl", cfg.sampler.interval) if cfg.sampler.enabled else None
+    if sampler:
+        sampler.start()
+    strategy = get_strategy(cfg.strategy.name)(cfg, ctx)
+    result = {"rank": ctx.rank, "cores": cores, "role": "worker" if strategy.is_worker() else "server"}
+    try:
+        if strategy.is_worker():
+            log = StepLog(peer_dir)
+            try:
+                torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
+                splits = load_splits(cfg)
+                model = build_model(cfg, splits.num_classes, splits.channels)
+                optimizer = build_optimizer(model.parameters(), cfg)
+                strategy.setup(model, optimizer)
+                result |= train(cfg, strategy, model, splits, log, ctx.rank)
+                result["param_sha256"] = parameter_digest(model)
+            finally:
+                log.close()
+        else:
+            strategy.serve()
+        result["strategy"] = strategy.summary()
+        (peer_dir / "result.json").write_text(json.dumps(result, indent=1))
+    finally:
+        strategy.close()
+        if sampler:
+            sampler.stop()
+
+
+def main(argv: list[str]) -> int:
+    exit_on_sigterm()
+    run_dir = Path(argv[0]).resolve()
+    ctx = PeerContext.from_env(run_dir)
+    ctx.peer_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cfg = OmegaConf.load(run_dir / CONFIG_PATH)
+        die_with_parent(float(cfg.timeouts.shutdown_s))
+        run_peer(cfg, ctx)
+    except BaseException as exc:
+        if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            (ctx.peer_dir / "error.txt").write_text(
+                f"rank {ctx.rank} failed at {time.strftime('%H:%M:%S')}:\n{traceback.format_exc()}"
+            )
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,10 @@
+"""Launcher registry: the name a strategy asks for -> launcher class."""
+from job.registry import resolve
+
+LAUNCHERS = {
+    "local": "launchers.local:LocalLauncher",
+}
+
+
+def get_launcher(name: str):
+    return resolve(LAUNCHERS[name])

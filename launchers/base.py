@@ -1,0 +1,142 @@
+"""Process launch, kept apart from averaging logic.
+
+A launcher starts the run's processes (ours, mpirun's or horovodrun's), then
+the shared monitor below watches them: live progress, the first failure ends the
+run (its rank and traceback reported), Ctrl-C stops everything, and at the end
+every process carrying the run's id is killed, daemons such as p2pd included.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from job.process import RUN_ID_ENV, kill_processes, processes_of_run
+from launchers.progress import Progress
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+WORKER_MODULE = "job.worker"
+
+
+@dataclass
+class Outcome:
+    status: str  # completed | failed | interrupted
+    exit_code: int
+    wall_s: float
+    failed_rank: int | None = None
+    error: str | None = None
+    lost_peers: list[int] = field(default_factory=list)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class Launcher(ABC):
+    """Starts processes; `run()` monitors them to the end."""
+
+    def __init__(self, cfg, run_dir: Path, nprocs: int, tolerate_peer_loss: bool = False):
+        self.cfg, self.run_dir, self.nprocs = cfg, run_dir, nprocs
+        self.tolerate_peer_loss = tolerate_peer_loss
+        self.run_id = uuid.uuid4().hex
+        self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
+
+    def base_env(self) -> dict:
+        env = dict(os.environ)
+        env[RUN_ID_ENV] = self.run_id
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        env["OMP_NUM_THREADS"] = str(self.cfg.peer_cpus)
+        return env
+
+    def worker_command(self) -> list[str]:
+        return [sys.executable, "-m", WORKER_MODULE, str(self.run_dir)]
+
+    def spawn(self, rank: int | None, command: list[str], env: dict, log_name: str) -> None:
+        log = open(self.run_dir / log_name, "ab")
+        self.procs[rank] = subprocess.Popen(
+            command, env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+
+    @abstractmethod
+    def start(self) -> None:
+        """Spawn the run's processes into self.procs."""
+
+    # --- monitoring ----------------------------------------------------------
+    def run(self) -> Outcome:
+        start = time.monotonic()
+        progress = Progress(self.run_dir, self.cfg)
+        outcome = None
+        try:
+            self.start()
+            while outcome is None:
+                time.sleep(0.2)
+                progress.update()
+                outcome = self._check(start)
+        except KeyboardInterrupt:
+            outcome = Outcome("interrupted", 130, time.monotonic() - start, error="interrupted (Ctrl-C)")
+        finally:
+            progress.close()
+            self.stop_all()
+        return outcome
+
+    def _check(self, start: float) -> Outcome | None:
+        codes = {rank: proc.poll() for rank, proc in self.procs.items()}
+        failed = [rank for rank, code in codes.items() if code not in (None, 0)]
+        lost = [rank for rank in failed if rank is not None]
+        if failed and not (self.tolerate_peer_loss and rank_only(failed) and len(lost) < len(codes)):
+            rank, message = self.first_failure(failed, codes)
+            return Outcome("failed", 1, time.monotonic() - start, failed_rank=rank, error=message, lost_peers=lost)
+        if all(code is not None for code in codes.values()):
+            return Outcome("completed", 0, time.monotonic() - start, lost_peers=lost)
+        return None
+
+    def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
+        """The root cause: the earliest traceback any peer wrote, else the first dead process."""
+        errors = sorted(self.run_dir.glob("peer*/error.txt"), key=lambda p: p.stat().st_mtime)
+        killed = [r for r in failed if r is not None and codes[r] < 0 and not (self.run_dir / f"peer{r}" / "error.txt").exists()]
+        if killed:  # a peer killed by a signal leaves no traceback; the others' errors follow from it
+            rank = killed[0]
+            return rank, f"peer rank {rank} was killed by {signal_name(codes[rank])} (no traceback)"
+        if errors:
+            rank = int(errors[0].parent.name.removeprefix("peer"))
+            return rank, errors[0].read_text()
+        rank = failed[0]
+        who = f"peer rank {rank}" if rank is not None else "the launcher process"
+        return rank, f"{who} exited with code {codes[rank]}; see {self.run_dir}/*.log"
+
+    def stop_all(self) -> None:
+        """Stop every process of this run: our children's trees, then anything else with the run's id."""
+        grace = float(self.cfg.timeouts.shutdown_s)
+        tree = []
+        for proc in self.procs.values():
+            try:
+                parent = psutil.Process(proc.pid)
+                tree += [parent, *parent.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        kill_processes(tree, grace)
+        kill_processes(processes_of_run(self.run_id), grace)
+        for proc in self.procs.values():
+            proc.wait()
+
+
+def rank_only(failed: list) -> bool:
+    return all(rank is not None for rank in failed)

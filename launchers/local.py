@@ -1,0 +1,24 @@
+"""Local launcher: one process per peer on this host, with the torchrun environment contract.
+
+Several hosts: run the same command on each with launch.nnodes, launch.node_rank,
+launch.master_addr and a fixed launch.master_port; ranks node_rank*nprocs_per_node+i
+start here.
+"""
+from launchers.base import Launcher, free_port
+
+
+class LocalLauncher(Launcher):
+    def start(self) -> None:
+        launch = self.cfg.launch
+        per_node = self.nprocs // launch.nnodes
+        port = launch.master_port or free_port(launch.master_addr)
+        for local_rank in range(per_node):
+            rank = launch.node_rank * per_node + local_rank
+            env = self.base_env() | {
+                "RANK": str(rank), "WORLD_SIZE": str(self.nprocs),
+                "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_node),
+                "GROUP_RANK": str(launch.node_rank),
+                "MASTER_ADDR": str(launch.master_addr), "MASTER_PORT": str(port),
+            }
+            (self.run_dir / f"peer{rank}").mkdir(parents=True, exist_ok=True)
+            self.spawn(rank, self.worker_command(), env, f"peer{rank}/output.log")

@@ -1,0 +1,1 @@
+"""Per-peer step log, resource sampler, run summary and comparison report."""

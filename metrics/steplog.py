@@ -1,0 +1,29 @@
+"""Per-peer training log: one JSON line per step (steps.jsonl) and per evaluation (eval.jsonl).
+
+Times are seconds. `wall_s` counts from the start of training on this peer;
+`train_s` is wall_s minus this peer's evaluation pauses.
+"""
+from pathlib import Path
+
+from metrics.jsonl import JsonlWriter
+
+STEP_FIELDS = (
+    "step", "wall_s", "train_s", "samples", "loss",
+    "data_s", "compute_s", "comm_s", "opt_s", "bytes_sent", "bytes_recv",
+)
+
+
+class StepLog:
+    def __init__(self, peer_dir: Path):
+        self.steps = JsonlWriter(peer_dir / "steps.jsonl")
+        self.evals = JsonlWriter(peer_dir / "eval.jsonl")
+
+    def step(self, **record) -> None:
+        self.steps.write(record)
+
+    def eval(self, **record) -> None:
+        self.evals.write(record)
+
+    def close(self) -> None:
+        self.steps.close()
+        self.evals.close()

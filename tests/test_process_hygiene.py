@@ -1,0 +1,48 @@
+"""A crashed or killed peer ends the run with its rank; Ctrl-C stops it; nothing is left running."""
+import json
+import os
+import signal
+
+import pytest
+
+from conftest import assert_no_leftovers, run_train, start_train, wait_for_steps
+from metrics.jsonl import read_jsonl
+
+THREE = ["strategy=allreduce", "peers=3", "max_steps=500", "fault.at_step=6"]
+
+
+def test_raising_peer_ends_run_with_rank_and_traceback(run_dir):
+    result = run_train(run_dir, *THREE, "fault.raise_peer=1")
+    assert result.returncode == 1
+    assert "rank 1" in result.stderr and "InjectedFault" in result.stderr and "Traceback" in result.stderr
+    assert_no_leftovers(run_dir)
+    for rank in range(3):  # metrics so far are kept
+        assert len(read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")) >= 5
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_rank"] == 1
+
+
+def test_killed_peer_is_named(run_dir):
+    result = run_train(run_dir, *THREE, "fault.kill_peer=2")
+    assert result.returncode == 1
+    assert "peer rank 2 was killed by SIGKILL" in result.stderr
+    assert_no_leftovers(run_dir)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, None)])
+def test_interrupt_stops_everything(run_dir, sig, code):
+    proc = start_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=100000")
+    wait_for_steps(run_dir, 0, 3)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0 if code is None else proc.returncode == code
+    assert_no_leftovers(run_dir)
+    assert read_jsonl(run_dir / "peer0" / "steps.jsonl")
+
+
+def test_killed_launcher_takes_its_peers_along(run_dir):
+    proc = start_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=100000")
+    wait_for_steps(run_dir, 1, 3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert_no_leftovers(run_dir, settle_s=15)
