@@ -6,6 +6,7 @@ the resolved config from RUN_DIR/.avgbench/config.yaml. On failure it writes its
 traceback to RUN_DIR/peer<rank>/error.txt for the launcher to report.
 """
 import json
+import os
 import sys
 import time
 import traceback
@@ -59,11 +60,22 @@ def run_peer(cfg, ctx: PeerContext) -> None:
             sampler.stop()
 
 
+def redirect_output(path: Path) -> None:
+    """This peer's stdout and stderr (and its children's, e.g. daemons) go to its own log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main(argv: list[str]) -> int:
     exit_on_sigterm()
     run_dir = Path(argv[0]).resolve()
     ctx = PeerContext.from_env(run_dir)
     ctx.peer_dir.mkdir(parents=True, exist_ok=True)
+    redirect_output(ctx.peer_dir / "output.log")
     try:
         cfg = OmegaConf.load(run_dir / CONFIG_PATH)
         die_with_parent(float(cfg.timeouts.shutdown_s))

@@ -68,6 +68,7 @@ class Launcher(ABC):
         return [sys.executable, "-m", WORKER_MODULE, str(self.run_dir)]
 
     def spawn(self, rank: int | None, command: list[str], env: dict, log_name: str) -> None:
+        """Start one process in its own session; peers redirect their own output to peer<RANK>/output.log."""
         log = open(self.run_dir / log_name, "ab")
         self.procs[rank] = subprocess.Popen(
             command, env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -120,7 +121,7 @@ class Launcher(ABC):
             return rank, errors[0].read_text()
         rank = failed[0]
         who = f"peer rank {rank}" if rank is not None else "the launcher process"
-        return rank, f"{who} exited with code {codes[rank]}; see {self.run_dir}/*.log"
+        return rank, f"{who} exited with code {codes[rank]}; see {self.run_dir}/launcher.log and peer*/output.log"
 
     def stop_all(self) -> None:
         """Stop every process of this run: our children's trees, then anything else with the run's id."""

@@ -20,5 +20,4 @@ class LocalLauncher(Launcher):
                 "GROUP_RANK": str(launch.node_rank),
                 "MASTER_ADDR": str(launch.master_addr), "MASTER_PORT": str(port),
             }
-            (self.run_dir / f"peer{rank}").mkdir(parents=True, exist_ok=True)
-            self.spawn(rank, self.worker_command(), env, f"peer{rank}/output.log")
+            self.spawn(rank, self.worker_command(), env, "launcher.log")

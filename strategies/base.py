@@ -28,13 +28,17 @@ class PeerContext:
 
     @classmethod
     def from_env(cls, run_dir: Path) -> "PeerContext":
-        env = os.environ
+        """torchrun's variables, else those of the launcher that started us (Open MPI, Horovod, PMI)."""
+
+        def first(names: tuple[str, ...], default: str) -> str:
+            return next((os.environ[n] for n in names if n in os.environ), default)
+
         return cls(
-            rank=int(env.get("RANK", 0)),
-            world_size=int(env.get("WORLD_SIZE", 1)),
-            local_rank=int(env.get("LOCAL_RANK", 0)),
-            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-            master_port=int(env.get("MASTER_PORT", 0)),
+            rank=int(first(("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"), "0")),
+            world_size=int(first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")),
+            local_rank=int(first(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK"), "0")),
+            master_addr=first(("MASTER_ADDR",), "127.0.0.1"),
+            master_port=int(first(("MASTER_PORT",), "0")),
             run_dir=run_dir,
         )
 
