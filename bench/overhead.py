@@ -1,0 +1,47 @@
+"""Framework overhead: strategy=single step time vs the minimal raw loop, same model, data, batch, threads, core.
+
+Both arms run as separate processes pinned to the same core, alternately, `repeats`
+times; each arm's figure is its median step time after `warmup` steps.
+ratio = raw median / framework median (= framework samples/s / raw samples/s; goal >= 0.97).
+"""
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from metrics.jsonl import read_jsonl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def raw_step_times(model: str, batch: int, steps: int) -> list[float]:
+    out = subprocess.run([sys.executable, "-m", "bench.raw_loop", model, str(batch), str(steps), "1", "0"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    return [float(line) for line in out.stdout.split()]
+
+
+def framework_step_times(model: str, batch: int, steps: int) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "train.py", f"hydra.run.dir={tmp}", f"model={model}",
+                        f"batch_size={batch}", f"max_steps={steps}", "eval_every=0", "progress=false",
+                        "peer_cpus=1"], cwd=ROOT, capture_output=True, text=True, check=True)
+        clock = [s["train_s"] for s in read_jsonl(Path(tmp) / "peer0" / "steps.jsonl")]
+    return [b - a for a, b in zip([0.0, *clock], clock)]
+
+
+def run(model: str = "resnet18", batch: int = 32, steps: int = 25, warmup: int = 5, repeats: int = 3) -> dict:
+    raw, framework = [], []
+    for _ in range(repeats):
+        raw.append(statistics.median(raw_step_times(model, batch, steps)[warmup:]))
+        framework.append(statistics.median(framework_step_times(model, batch, steps)[warmup:]))
+    ratio = statistics.median(r / f for r, f in zip(raw, framework))
+    return {
+        "name": "framework_overhead",
+        "ratio": ratio,
+        "goal": ">= 0.97",
+        "raw_step_s": raw,
+        "framework_step_s": framework,
+        "setup": f"model={model} batch={batch} steps={steps} warmup={warmup} repeats={repeats}, 1 thread, core 0",
+        "method": __doc__.strip(),
+    }

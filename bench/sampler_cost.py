@@ -1,0 +1,46 @@
+"""Sampler overhead: CPU time of the sampler thread at 2 Hz over a peer-like process tree.
+
+The tree is this process plus `children` idle child processes (a hivemind peer has
+about four: DHT, averagers, p2pd). The sampler thread's own CPU time (kernel per-thread
+counters, user + system) divided by wall time = share of one core; goal < 1 %.
+"""
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from metrics.sampler import ResourceSampler
+
+
+def thread_cpu_s(native_id: int) -> float:
+    thread = next(t for t in psutil.Process().threads() if t.id == native_id)
+    return thread.user_time + thread.system_time
+
+
+def run(seconds: float = 20.0, interval: float = 0.5, children: int = 4) -> dict:
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range(children)]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            sampler = ResourceSampler(Path(tmp) / "resources.jsonl", interval)
+            sampler.start()
+            start_cpu, start = thread_cpu_s(sampler.native_id), time.monotonic()
+            time.sleep(seconds)
+            used, wall = thread_cpu_s(sampler.native_id) - start_cpu, time.monotonic() - start
+            sampler.stop()
+    finally:
+        for kid in kids:
+            kid.kill()
+            kid.wait()
+    share = used / wall
+    return {
+        "name": "sampler_overhead",
+        "ratio": share,
+        "goal": "< 0.01 of one core",
+        "cpu_s": used,
+        "wall_s": wall,
+        "setup": f"interval={interval}s ({1 / interval:g} Hz), {children} child processes, {seconds:g} s",
+        "method": __doc__.strip(),
+    }
