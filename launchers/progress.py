@@ -1,6 +1,5 @@
-"""Live progress in the launcher: rank 0's step and loss, all peers' samples/s."""
+"""Live progress in the launcher (on a terminal): rank 0's step and loss, all peers' samples/s."""
 import sys
-import time
 
 from metrics.jsonl import JsonlTail
 
@@ -10,8 +9,7 @@ class Progress:
         self.enabled = bool(cfg.progress) and sys.stderr.isatty()
         self.tails = {}
         self.run_dir = run_dir
-        self.samples: dict[str, int] = {}
-        self.start = time.monotonic()
+        self.latest: dict[str, dict] = {}  # peer -> its last step record
         self.bar = None
         if self.enabled:
             from tqdm import tqdm
@@ -27,12 +25,12 @@ class Progress:
             records = tail.new_records()
             if not records:
                 continue
-            last = records[-1]
-            self.samples[path.parent.name] = last["samples"]
-            if path.parent.name == "peer0":
-                self.bar.n = last["step"]
-                rate = sum(self.samples.values()) / max(time.monotonic() - self.start, 1e-9)
-                self.bar.set_postfix(loss=f"{last['loss']:.3f}", samples_s=f"{rate:.0f}", refresh=False)
+            self.latest[path.parent.name] = records[-1]
+        if "peer0" in self.latest:
+            clock = max(r["train_s"] for r in self.latest.values())
+            rate = sum(r["samples"] for r in self.latest.values()) / max(clock, 1e-9)
+            self.bar.n = self.latest["peer0"]["step"]
+            self.bar.set_postfix(loss=f"{self.latest['peer0']['loss']:.3f}", samples_s=f"{rate:.0f}", refresh=False)
         self.bar.refresh()
 
     def close(self) -> None:
