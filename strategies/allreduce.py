@@ -34,7 +34,7 @@ class AllReduce(Strategy):
 
     @classmethod
     def launcher(cls, cfg) -> str:
-        return cfg.strategy.transport if cfg.strategy.transport == "mpi" else "local"
+        return "mpi" if cfg.transport == "mpi" else "local"
 
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)

@@ -15,9 +15,9 @@ TRANSPORTS = ("gloo", "mpi")
 
 
 def check_transport(cfg) -> None:
-    transport = cfg.strategy.get("transport", "gloo")
+    transport = cfg.transport
     if transport not in TRANSPORTS:
-        raise ConfigError(f"strategy.transport must be one of {', '.join(TRANSPORTS)}, got {transport}")
+        raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport}")
     if transport == "mpi":
         try:
             import mpi4py  # noqa: F401
@@ -118,8 +118,7 @@ class MpiTransport(Transport):
 
 
 def connect(cfg, ctx) -> Transport:
-    transport = cfg.strategy.get("transport", "gloo")
-    cls = MpiTransport if transport == "mpi" else GlooTransport
+    cls = MpiTransport if cfg.transport == "mpi" else GlooTransport
     return cls(ctx, float(cfg.timeouts.collective_s))
 
 
