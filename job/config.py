@@ -1,6 +1,8 @@
 """Checks on the composed config, run before any process starts."""
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from job.data import DATASETS, check_data_config
 from job.errors import ConfigError
 from job.fault import check_fault_config
@@ -9,6 +11,15 @@ from job.optim import OPTIMIZERS
 from strategies import REGISTRY, get_strategy
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+RESOLVERS = {  # arithmetic for experiment presets
+    "steps_for": lambda samples, batch, scale: max(1, round(samples * scale / batch)),
+    "per_peer": lambda total, peers: max(1, total // peers),
+    "times": lambda a, b: a * b,
+    "at_least": lambda value, floor: max(int(value), int(floor)),
+}
+for _name, _fn in RESOLVERS.items():
+    OmegaConf.register_new_resolver(_name, _fn, replace=True)
+
 CHOICES = {"strategy": REGISTRY, "model": MODELS, "data": DATASETS, "optim": OPTIMIZERS}
 
 
