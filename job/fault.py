@@ -1,4 +1,9 @@
-"""Fault injection at a chosen step of a chosen peer: SIGKILL, an exception, or a stall."""
+"""Fault injection at a chosen step of a chosen peer: SIGKILL, an exception, or a stall.
+
+Before acting, the peer writes peer<RANK>/fault.json (kind, step, unix time), so the
+summary can tell how long the run took to notice.
+"""
+import json
 import os
 import signal
 import time
@@ -21,9 +26,16 @@ def check_fault_config(cfg) -> None:
         raise ConfigError(f"fault.at_step must be >= 1, got {cfg.fault.at_step}")
 
 
-def inject(fault_cfg, rank: int, step: int) -> None:
-    if step != fault_cfg.at_step:
+def injected_faults(fault_cfg, rank: int) -> list[str]:
+    return [kind for kind in FAULT_KINDS if fault_cfg[kind] == rank]
+
+
+def inject(fault_cfg, rank: int, step: int, peer_dir) -> None:
+    kinds = injected_faults(fault_cfg, rank) if step == fault_cfg.at_step else []
+    if not kinds:
         return
+    record = {"rank": rank, "kinds": kinds, "step": step, "time": time.time()}
+    (peer_dir / "fault.json").write_text(json.dumps(record))
     if fault_cfg.stall_peer == rank:
         time.sleep(float(fault_cfg.stall_s))
     if fault_cfg.raise_peer == rank:

@@ -49,7 +49,7 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
     run_eval(0)
     step = 0
     for step in range(1, cfg.max_steps + 1):
-        inject(cfg.fault, rank, step)
+        inject(cfg.fault, rank, step, log.peer_dir)
         t0 = time.perf_counter()
         x, y = next(stream)
         t1 = time.perf_counter()

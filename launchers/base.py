@@ -33,6 +33,7 @@ class Outcome:
     failed_rank: int | None = None
     error: str | None = None
     lost_peers: list[int] = field(default_factory=list)
+    ended_at: float = field(default_factory=time.time)  # unix time the outcome was decided
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -15,6 +15,7 @@ STEP_FIELDS = (
 
 class StepLog:
     def __init__(self, peer_dir: Path):
+        self.peer_dir = peer_dir
         self.steps = JsonlWriter(peer_dir / "steps.jsonl")
         self.evals = JsonlWriter(peer_dir / "eval.jsonl")
 

@@ -22,6 +22,8 @@ METHODS = {
     "peak_rss_bytes": "max over samples of the RSS summed over the peer's process tree",
     "cpu_percent": "CPU time of the peer's process tree per sampler interval (100 = one core)",
     "network": "cumulative /proc/net/dev counters of the peer's network namespace, last minus first sample",
+    "fault": "run_ended_after_s: from the injected fault (the peer's clock just before acting) "
+             "to the launcher deciding the run's outcome",
 }
 
 
@@ -86,6 +88,9 @@ def build_summary(run_dir: Path, config: dict, outcome) -> dict:
     hit = next((e for e in evals if _reached(e, cfg.target)), None)
     final = evals[-1] if evals else {}
 
+    faults = sorted((json.loads(p.read_text()) for p in run_dir.glob("peer*/fault.json")), key=lambda f: f["time"])
+    fault = faults[0] | {"survived": outcome.status == "completed",
+                         "run_ended_after_s": outcome.ended_at - faults[0]["time"]} if faults else None
     sent = _mean(s["bytes_sent"] for s in all_steps)
     recv = _mean(s["bytes_recv"] for s in all_steps)
     return {
@@ -94,6 +99,7 @@ def build_summary(run_dir: Path, config: dict, outcome) -> dict:
         "error": outcome.error,
         "failed_rank": outcome.failed_rank,
         "lost_peers": outcome.lost_peers,
+        "fault": fault,
         "config": config,
         "data_is_synthetic": cfg.data.name == "synthetic",
         "network_scope": "per-peer namespace" if cfg.network.name != "loopback"

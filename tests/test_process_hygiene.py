@@ -20,6 +20,8 @@ def test_raising_peer_ends_run_with_rank_and_traceback(run_dir):
         assert len(read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")) >= 5
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["failed_rank"] == 1
+    assert summary["fault"]["kinds"] == ["raise_peer"] and not summary["fault"]["survived"]
+    assert 0 < summary["fault"]["run_ended_after_s"] < 60
 
 
 def test_killed_peer_is_named(run_dir):
