@@ -18,6 +18,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from metrics.report_data import Run, Section, flatten, load_runs
+from metrics.report_tables import error_headline, ranked, section_tables
 
 report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
 
@@ -93,7 +94,7 @@ def write_csv(sections: list[Section], path: Path) -> None:
         cpu = [p["mean_cpu_percent"] for p in peers if p.get("mean_cpu_percent") is not None]
         row["peak_rss_bytes_max_over_peers"] = max(rss) if rss else None
         row["mean_cpu_percent_mean_over_peers"] = sum(cpu) / len(cpu) if cpu else None
-        row["error"] = (s.get("error") or "").strip().splitlines()[0] if s.get("error") else None
+        row["error"] = error_headline(s.get("error"))
         row |= {f"config.{k}": v for k, v in flatten(run.config).items()}
         row |= {f"strategy_result.{k}": v for k, v in run.strategy_figures().items()}
         rows.append(row)
@@ -123,7 +124,7 @@ STYLE = """
 body { font-family: sans-serif; margin: 2em auto; max-width: 1400px; color: #222; line-height: 1.4; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; vertical-align: top; }
-th { background: #f0f0f0; } td.text { text-align: left; }
+th { background: #f0f0f0; text-align: center; } td.text { text-align: left; }
 .note { color: #555; font-size: 0.85em; max-width: 1100px; } .page-note { background: #fff7e0; padding: 0.5em 1em; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.85em; max-width: 1100px; }
@@ -158,7 +159,6 @@ def write_html(sections, tables, plots, page_notes, path: Path, sources: list[Pa
 def build_report(sources: list[Path], out_dir: Path) -> dict[str, Path]:
     """Write report.html, report.md and runs.csv into out_dir; returns their paths."""
     from metrics.report_plots import section_plots  # matplotlib only when a report is built
-    from metrics.report_tables import ranked, section_tables
 
     sections, incomplete = load_runs(sources)
     if not sections:

@@ -149,12 +149,11 @@ def group_runs(runs: list[Run]) -> list[Group]:
     result = list(groups.values())
     for group in result:
         group.runs.sort(key=lambda r: (str(r.config.get("seed")), str(r.path)))
-    label_groups(result)
     return result
 
 
 def label_groups(groups: list[Group]) -> None:
-    """Label: strategy(knobs) peers x cpus, plus every other config value that differs between groups."""
+    """Label: strategy(knobs) peers x cpus, plus every other config value that differs between the groups."""
     flats = [flatten(g.first.config) for g in groups]
     keys = sorted({k for f in flats for k in f})
     differing = [k for k in keys if not k.startswith(LABEL_EXCLUDED)
@@ -174,6 +173,8 @@ def sections_of(groups: list[Group]) -> list[Section]:
     for group in groups:
         data, model = group.first.dataset
         sections.setdefault((data, model), Section(data, model)).groups.append(group)
+    for section in sections.values():
+        label_groups(section.groups)
     return list(sections.values())
 
 

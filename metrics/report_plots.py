@@ -2,6 +2,7 @@
 import base64
 import io
 import statistics
+import textwrap
 from dataclasses import dataclass
 
 import matplotlib
@@ -96,23 +97,24 @@ def convergence_plot(section: Section) -> Plot:
             t, samples, mean, low, high = curve
             for col, x in enumerate((t, samples)):
                 ax = axes[row][col]
-                ax.plot(x, mean, color=group.color, label=group.label if row == col == 0 else None,
+                ax.plot(x, mean, color=group.color, label=textwrap.shorten(group.label, 90) if row == col == 0 else None,
                         marker="o" if kind == "accuracy" else None, markersize=3)
                 if len(group.runs) > 1:
                     ax.fill_between(x, low, high, color=group.color, alpha=0.2)
     for col, xlabel in enumerate(("training time (s, evaluation pauses excluded)",
                                   "samples trained by all workers")):
         axes[0][col].set_ylabel("test accuracy (%)")
-        axes[1][col].set_ylabel(f"training loss (rolling mean of {window} steps)")
+        axes[1][col].set_ylabel("training loss" + (f" (rolling mean of {window} steps)" if window > 1 else ""))
         for row in range(2):
             axes[row][col].set_xlabel(xlabel)
             axes[row][col].grid(alpha=0.3)
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)
     synthetic = " (synthetic data: no convergence meaning)" if section.synthetic else ""
+    smoothing = f", rolling mean over {window} steps" if window > 1 else ""
     return Plot(f"Convergence{synthetic}", to_png(fig),
                 "Test accuracy (%, on the whole held-out split, evaluated by every peer at the same steps; "
                 "shown: the lowest-rank worker) and training loss (cross-entropy of the lowest-rank worker's "
-                f"own minibatches, rolling mean over {window} steps) against training time (s, each worker's loop "
+                f"own minibatches{smoothing}) against training time (s, each worker's loop "
                 "time minus its evaluation pauses) and against samples trained by all workers (sum of each "
                 "worker's sample count at that step). Repeats: line = mean, band = min to max.")
 
@@ -120,8 +122,8 @@ def convergence_plot(section: Section) -> Plot:
 # Bars: one per configuration, error bars = standard deviation over repeats.
 
 def _bar_axes(groups: list[Group], width: float = 10):
-    fig, ax = plt.subplots(figsize=(width, 0.9 + 0.45 * len(groups)), layout="constrained")
-    ax.set_yticks(range(len(groups)), [g.label for g in groups], fontsize=8)
+    fig, ax = plt.subplots(figsize=(width, 1.9 + 0.4 * len(groups)), layout="constrained")
+    ax.set_yticks(range(len(groups)), [textwrap.fill(g.label, 40) for g in groups], fontsize=8)
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
     return fig, ax
@@ -213,7 +215,7 @@ def resources_plot(groups: list[Group]) -> Plot | None:
             row[1].plot(t, [r["rss_bytes"] / 2**20 for r in peer.resources], lw=1)
             if not host_wide or peer is run.reference:
                 row[2].plot(*_rate(peer.resources, ("net_tx_bytes", "lo_tx_bytes")), lw=1)
-        row[0].set_title(f"{group.label} seed={run.config.get('seed')}", loc="left", fontsize=8)
+        row[0].set_title(textwrap.shorten(f"{group.label} seed={run.config.get('seed')}", 150), loc="left", fontsize=8)
         row[0].set_ylabel("CPU (%)", fontsize=8)
         row[1].set_ylabel("RSS (MiB)", fontsize=8)
         row[2].set_ylabel("net tx (MiB/s)" + (" host-wide" if host_wide else ""), fontsize=8)

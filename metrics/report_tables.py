@@ -67,8 +67,11 @@ def stat(group: Group, figure, fmt=number) -> str:
     values = group.values(figure)
     if not values:
         return MISSING
-    text = fmt(values[0]) if len(values) == 1 else \
-        f"{fmt(statistics.fmean(values))} ± {fmt(statistics.stdev(values))}"
+    if len(values) == 1:
+        text = fmt(values[0])
+    else:
+        spread = statistics.stdev(values)
+        text = f"{fmt(statistics.fmean(values))} ± {number(spread, 2) if fmt is number else fmt(spread)}"
     if len(group.runs) > 1 and len(values) < len(group.runs):
         text += f" ({len(values)}/{len(group.runs)})"
     return text
@@ -145,7 +148,8 @@ def speed_table(groups: list[Group], all_groups: list[Group], synthetic: bool) -
                      stat(group, summary_figure("time_to_target_s")) if not synthetic else "n/a (synthetic)",
                      stat(group, summary_figure("steps_to_target"), lambda v: f"{v:.0f}")
                      if not synthetic else "n/a (synthetic)",
-                     stat(group, summary_figure("final_test_accuracy"), percent)])
+                     stat(group, summary_figure("final_test_accuracy"), percent)
+                     if not synthetic else "n/a (synthetic)"])
     return Table("Time, throughput and convergence",
                  ["rank", "configuration", "wall time (s)", "global throughput (samples/s)",
                   "speedup vs single (x)", "time-to-target (s)", "steps-to-target", "final test accuracy (%)"], rows,
@@ -209,6 +213,14 @@ def resources_table(groups: list[Group]) -> Table:
                  "counters' above: host-wide on loopback, i.e. shared by all peers and other traffic on the host).")
 
 
+def error_headline(error: str | None) -> str | None:
+    """First and last line of an error (for a traceback: who failed, and the exception)."""
+    lines = [line.strip() for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+
+
 def failure_counters(run: Run) -> dict:
     return {k: v for k, v in run.strategy_figures().items() if any(w in k.lower() for w in FAILURE_WORDS)}
 
@@ -218,14 +230,13 @@ def failures_table(groups: list[Group]) -> Table:
     for group in groups:
         for run in group.runs:
             summary = run.summary
-            error = (summary.get("error") or "").strip().splitlines()
             counters = ", ".join(f"{k}={number(v) if isinstance(v, float) else v}"
                                  for k, v in failure_counters(run).items())
             rows.append([group.label, str(run.config.get("seed")), summary.get("status", "?"),
                          str(summary.get("exit_code")),
                          MISSING if summary.get("failed_rank") is None else str(summary["failed_rank"]),
                          ", ".join(map(str, summary.get("lost_peers") or [])) or MISSING,
-                         counters or MISSING, error[0] if error else MISSING])
+                         counters or MISSING, error_headline(summary.get("error")) or MISSING])
     return Table("Failures", ["configuration", "seed", "status", "exit code", "failed rank", "lost peers",
                               "strategy failure counters", "error"], rows,
                  "From summary.json (status, error, failed rank, peers lost during the run) and the strategy's own "
