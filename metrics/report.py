@@ -27,7 +27,7 @@ class NoRuns(Exception):
     pass
 
 
-def notes(sections: list[Section], incomplete: list[Path]) -> list[str]:
+def notes(sections: list[Section], left_out: list[str]) -> list[str]:
     lines = []
     if len(sections) > 1:
         combos = "; ".join(f"{s.data} / {s.model}" for s in sections)
@@ -37,9 +37,8 @@ def notes(sections: list[Section], incomplete: list[Path]) -> list[str]:
     if any(s.synthetic for s in sections):
         lines.append("Runs on synthetic data (random tensors) measure throughput only: their accuracy and loss "
                      "have no convergence meaning. Their section is labelled [synthetic data].")
-    if incomplete:
-        lines.append("Runs without summary.json (the launcher itself was killed), not included: "
-                     + ", ".join(str(p) for p in incomplete))
+    if left_out:
+        lines.append("Left out of this report: " + "; ".join(left_out))
     lines.append("Units: seconds (s), bytes, MiB = 2^20 bytes, samples/s, % (CPU: 100 = one core). "
                  "Every figure's method is stated under its table or plot and in 'Methods' at the end.")
     return lines
@@ -160,13 +159,14 @@ def build_report(sources: list[Path], out_dir: Path) -> dict[str, Path]:
     """Write report.html, report.md and runs.csv into out_dir; returns their paths."""
     from metrics.report_plots import section_plots  # matplotlib only when a report is built
 
-    sections, incomplete = load_runs(sources)
+    sections, left_out = load_runs(sources)
     if not sections:
-        raise NoRuns(f"no runs (directories holding summary.json) under {', '.join(map(str, sources))}")
+        raise NoRuns(f"no runs (directories holding summary.json) under {', '.join(map(str, sources))}"
+                     + "".join(f"; left out: {why}" for why in left_out))
     all_groups = [g for s in sections for g in s.groups]
     tables = {id(s): section_tables(s, all_groups) for s in sections}
     plots = {id(s): section_plots(s, ranked(s)) for s in sections}
-    page_notes = notes(sections, incomplete)
+    page_notes = notes(sections, left_out)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"html": out_dir / "report.html", "md": out_dir / "report.md", "csv": out_dir / "runs.csv"}
     write_html(sections, tables, plots, page_notes, paths["html"], sources)

@@ -12,6 +12,7 @@ from pathlib import Path
 from metrics.jsonl import read_jsonl
 
 NOT_CONFIGURATION = ("seed", "progress")  # repeats of one configuration differ only in these
+REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
 LABEL_EXCLUDED = ("seed", "progress", "strategy.", "peers", "peer_cpus")  # already in the label or not a knob
 
 
@@ -63,10 +64,11 @@ class Run:
         return self.summary.get("peers") or []
 
     def strategy_figures(self) -> dict:
-        """peers[*].result.strategy merged: numbers as the mean over peers, other values as the distinct set."""
+        """peers[*].result.strategy flattened and merged: numbers as the mean over peers, other values as
+        the distinct set."""
         values: dict[str, list] = {}
         for peer in self.peer_summaries():
-            for key, value in ((peer.get("result") or {}).get("strategy") or {}).items():
+            for key, value in flatten((peer.get("result") or {}).get("strategy") or {}).items():
                 values.setdefault(key, []).append(value)
         merged = {}
         for key, vals in values.items():
@@ -89,6 +91,9 @@ def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
 
 def load_run(path: Path) -> Run:
     summary = json.loads((path / "summary.json").read_text())
+    missing = [k for k in REQUIRED_CONFIG if k not in flatten(summary.get("config") or {})]
+    if missing:
+        raise ValueError(f"its config lacks {', '.join(missing)}")
     peer_dirs = sorted(path.glob("peer*"), key=lambda p: int(p.name.removeprefix("peer")))
     peers = [PeerLogs(int(d.name.removeprefix("peer")), read_jsonl(d / "steps.jsonl"),
                       read_jsonl(d / "eval.jsonl"), read_jsonl(d / "resources.jsonl")) for d in peer_dirs]
@@ -199,9 +204,16 @@ def attach_speedups(groups: list[Group]) -> None:
                 run.speedup = throughput / statistics.fmean(baseline.values(completed_throughput))
 
 
-def load_runs(dirs: list[Path]) -> tuple[list[Section], list[Path]]:
-    """Sections of grouped runs under dirs (speedups attached), and run directories without a summary."""
+def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
+    """Sections of grouped runs under dirs (speedups attached), and the runs left out, with why."""
     paths, incomplete = find_runs(dirs)
-    groups = group_runs([load_run(p) for p in paths])
+    left_out = [f"{p} (no summary.json: the launcher itself was stopped)" for p in incomplete]
+    runs = []
+    for path in paths:
+        try:
+            runs.append(load_run(path))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            left_out.append(f"{path} (unreadable summary.json: {exc})")
+    groups = group_runs(runs)
     attach_speedups(groups)
-    return sections_of(groups), incomplete
+    return sections_of(groups), left_out

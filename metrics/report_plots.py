@@ -97,8 +97,9 @@ def convergence_plot(section: Section) -> Plot:
             t, samples, mean, low, high = curve
             for col, x in enumerate((t, samples)):
                 ax = axes[row][col]
-                ax.plot(x, mean, color=group.color, label=textwrap.shorten(group.label, 90) if row == col == 0 else None,
-                        marker="o" if kind == "accuracy" else None, markersize=3)
+                label = textwrap.shorten(group.label, 90) if row == col == 0 else None
+                ax.plot(x, mean, color=group.color, label=label, marker="o" if kind == "accuracy" else None,
+                        markersize=3)
                 if len(group.runs) > 1:
                     ax.fill_between(x, low, high, color=group.color, alpha=0.2)
     for col, xlabel in enumerate(("training time (s, evaluation pauses excluded)",

@@ -110,9 +110,9 @@ def rank_note(section: Section) -> str:
         return ("Ranked by global throughput (synthetic data: accuracy and time-to-target have no meaning); "
                 "failed runs last.")
     target = section.groups[0].first.summary.get("target") or {}
-    return (f"Ranked by time-to-target ({target.get('metric')} {'≥' if target.get('metric') == 'test_accuracy' else '≤'}"
-            f" {target.get('value')}; configurations reaching it in every repeat first, fastest first), then by "
-            "final test accuracy; failed runs last.")
+    relation = "≥" if target.get("metric") == "test_accuracy" else "≤"
+    return (f"Ranked by time-to-target ({target.get('metric')} {relation} {target.get('value')}; configurations "
+            "reaching it in every repeat first, fastest first), then by final test accuracy; failed runs last.")
 
 
 # The tables.
@@ -243,22 +243,21 @@ def failures_table(groups: list[Group]) -> Table:
                  "counters (peers[*].result.strategy fields naming failures, mean over peers). Full errors below.")
 
 
+def strategy_figure_cell(group: Group, key: str) -> str:
+    values = [r.strategy_figures().get(key) for r in group.runs]
+    if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return stat(group, lambda r: r.strategy_figures().get(key))
+    return ", ".join(sorted({str(v) for v in values if v is not None})) or MISSING
+
+
 def strategy_table(groups: list[Group]) -> Table | None:
-    figures = {g.label: [r.strategy_figures() for r in g.runs] for g in groups}
-    keys = sorted({k for runs in figures.values() for f in runs for k in f})
+    keys = sorted({k for g in groups for r in g.runs for k in r.strategy_figures()})
     if not keys:
         return None
-    rows = [[g.label] + [stat(g, lambda r, k=k: v if isinstance(v := r.strategy_figures().get(k), (int, float))
-                              else None) if _numeric(figures[g.label], k)
-                         else ", ".join(sorted({str(f[k]) for f in figures[g.label] if k in f})) or MISSING
-                         for k in keys] for g in groups]
+    rows = [[g.label] + [strategy_figure_cell(g, k) for k in keys] for g in groups]
     return Table("Strategy figures", ["configuration", *keys], rows,
-                 "The strategy's own end-of-run figures (peers[*].result.strategy), mean over peers; "
-                 "units as named by each field.")
-
-
-def _numeric(runs: list[dict], key: str) -> bool:
-    return any(isinstance(f.get(key), (int, float)) for f in runs)
+                 "The strategy's own end-of-run figures (peers[*].result.strategy, nested keys joined by '.'), "
+                 "mean over peers; units as named by each field.")
 
 
 def section_tables(section: Section, all_groups: list[Group]) -> list[Table]:

@@ -167,3 +167,28 @@ def test_failed_report_is_logged_and_counted(tmp_path, capsys, monkeypatch):
     report.ReportCallback().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
     assert "comparison report for" in capsys.readouterr().err
     assert report.report_errors and "no runs" in report.report_errors[0]
+
+
+def test_unreadable_summary_is_left_out_and_named(multirun, tmp_path):
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "summary.json").write_text('{"status": "fail')
+    result = run_cli(multirun[0], tmp_path / "torn", "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert f"Left out of this report: {tmp_path / 'torn'} (unreadable summary.json" in \
+        (tmp_path / "out" / "report.md").read_text()
+    alone = run_cli(tmp_path / "torn")
+    assert alone.returncode == 2 and "unreadable summary.json" in alone.stderr
+
+
+def test_strategy_summary_figures_of_any_strategy(multirun):
+    """Figures a strategy reports in result.json (peers[*].result.strategy) reach the tables, whatever their names."""
+    from metrics.report_tables import failures_table, strategy_table
+
+    run = load_run(next(p for p in sorted(multirun[0].iterdir()) if (p / "summary.json").exists()))
+    for rank, peer in enumerate(run.summary["peers"]):
+        peer["result"]["strategy"] = {"rounds": {"ok": 9 + rank, "failed": 1}, "group": "a"}
+    assert run.strategy_figures() == {"rounds.ok": 9.0, "rounds.failed": 1.0, "group": "a"}
+    group = group_runs([run])[0]
+    table = strategy_table([group])
+    assert table.columns[1:] == ["group", "rounds.failed", "rounds.ok"] and table.rows[0][1:] == ["a", "1", "9"]
+    assert "rounds.failed=1" in failures_table([group]).rows[0][6]
