@@ -13,7 +13,8 @@ from metrics.jsonl import read_jsonl
 
 NOT_CONFIGURATION = ("seed", "progress")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
-LABEL_EXCLUDED = ("seed", "progress", "strategy.", "peers", "peer_cpus")  # already in the label or not a knob
+LABEL_EXCLUDED = ("seed", "progress", "strategy.", "peers", "peer_cpus", "fault.")  # named otherwise, or no knob
+FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 
 
 @dataclass
@@ -169,8 +170,13 @@ def label_groups(groups: list[Group]) -> None:
         label = f"{run.strategy}({knobs})" if knobs else run.strategy
         label += f" {run.config['peers']}x{run.config['peer_cpus']}cpu"
         label += "".join(f" {k}={flat.get(k)}" for k in differing)
-        group.label = label
+        group.label = label + fault_label(run.config.get("fault") or {})
         group.color = f"C{index % 10}"
+
+
+def fault_label(fault: dict) -> str:
+    injected = [f"{kind}={fault[kind]}" for kind in FAULT_KINDS if fault.get(kind) is not None]
+    return f" fault:{','.join(injected)}@step{fault.get('at_step')}" if injected else ""
 
 
 def sections_of(groups: list[Group]) -> list[Section]:
@@ -184,11 +190,17 @@ def sections_of(groups: list[Group]) -> list[Section]:
 
 
 def baseline_for(run: Run, groups: list[Group]) -> Group | None:
-    """The single-process group on the same data and model with as many CPUs (same batch size preferred)."""
+    """The single-process group on the same data and model with as many CPUs, closest in the other knobs."""
     candidates = [g for g in groups if g.first.strategy == "single" and g.first.dataset == run.dataset
                   and g.first.total_cpus == run.total_cpus and g.values(completed_throughput)]
-    candidates.sort(key=lambda g: g.first.config["batch_size"] != run.config["batch_size"])
-    return candidates[0] if candidates else None
+    return min(candidates, key=lambda g: config_distance(g.first, run), default=None)
+
+
+def config_distance(a: Run, b: Run) -> int:
+    """How many knobs differ, besides strategy, peers and seed (the closest baseline is the fairest)."""
+    flat_a, flat_b = flatten(a.config), flatten(b.config)
+    return sum(flat_a.get(k) != flat_b.get(k) for k in flat_a.keys() | flat_b.keys()
+               if not k.startswith(("strategy.", "peers", "peer_cpus", *NOT_CONFIGURATION)))
 
 
 def completed_throughput(run: Run) -> float | None:

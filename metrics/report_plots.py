@@ -97,7 +97,7 @@ def convergence_plot(section: Section) -> Plot:
             t, samples, mean, low, high = curve
             for col, x in enumerate((t, samples)):
                 ax = axes[row][col]
-                label = textwrap.shorten(group.label, 90) if row == col == 0 else None
+                label = textwrap.fill(group.label, 70) if row == col == 0 else None
                 ax.plot(x, mean, color=group.color, label=label, marker="o" if kind == "accuracy" else None,
                         markersize=3)
                 if len(group.runs) > 1:
@@ -142,8 +142,8 @@ def throughput_plot(groups: list[Group]) -> Plot:
     stats = [_mean_sd(g, "throughput_samples_per_s") for g in groups]
     ax.barh(range(len(groups)), [m for m, _ in stats], xerr=[s for _, s in stats],
             color=[g.color for g in groups], capsize=3)
-    for i, (m, _) in enumerate(stats):
-        ax.annotate(f"{m:.0f}", (m, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    for i, (m, sd) in enumerate(stats):
+        ax.annotate(f"{m:.0f}", (m + sd, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("global throughput (samples/s)")
     return Plot("Throughput", to_png(fig),
                 "Global throughput in samples/s: all workers' trained samples / the longest worker's training "
