@@ -179,6 +179,8 @@ def bytes_plot(groups: list[Group]) -> Plot:
                 xerr=[s / 2**20 for _, s in stats], label=name, alpha=0.9 if name == "sent" else 0.5,
                 color=[g.color for g in groups], edgecolor="black", hatch="" if name == "sent" else "//")
     ax.set_xlim(left=0)
+    if not any(_mean_sd(g, k)[0] for g in groups for k in ("bytes_sent_per_step", "bytes_recv_per_step")):
+        ax.text(0.5, 0.5, "no payload exchanged (0 bytes)", transform=ax.transAxes, ha="center", color="gray")
     ax.set_xlabel("payload per worker per step (MiB)")
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)
     return Plot("Bytes per step", to_png(fig),
