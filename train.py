@@ -15,6 +15,7 @@ from job.config import check_overrides, validate
 from job.errors import BackendUnavailable, ConfigError
 from job.worker import CONFIG_PATH, RUN_ID_PATH
 from launchers import get_launcher
+from metrics.report import report_errors
 from metrics.summary import write_summary
 from strategies import get_strategy
 
@@ -87,6 +88,8 @@ def main() -> None:
     if failed_jobs:
         print(f"avgbench: {len(failed_jobs)} run(s) failed: {', '.join(failed_jobs)}", file=sys.stderr)
         sys.exit(1)
+    if report_errors:
+        sys.exit(1)  # the callback has printed why
 
 
 if __name__ == "__main__":

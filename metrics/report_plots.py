@@ -1,0 +1,243 @@
+"""The report's plots, as base64 PNG (matplotlib Agg) with a caption naming unit and method."""
+import base64
+import io
+import statistics
+import textwrap
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from metrics.report_data import Group, Run, Section  # noqa: E402
+from metrics.summary import PHASES  # noqa: E402
+
+MAX_RESOURCE_RUNS = 12  # rows of the per-worker small multiples
+PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2"}
+
+
+@dataclass
+class Plot:
+    title: str
+    png_base64: str
+    caption: str
+
+
+def to_png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+# Curves: one point per step (training loss) or per evaluation (test accuracy).
+
+def global_samples(run: Run) -> dict[int, int]:
+    """Step -> samples trained by all workers up to that step (each worker's own count at that step)."""
+    per_worker = [{s["step"]: s["samples"] for s in p.steps} for p in run.peers if p.steps]
+    steps = sorted({step for worker in per_worker for step in worker})
+    totals, last = {0: 0}, [0] * len(per_worker)
+    for step in steps:
+        for i, worker in enumerate(per_worker):
+            last[i] = worker.get(step, last[i])
+        totals[step] = sum(last)
+    return totals
+
+
+def rolling_mean(values: list[float], window: int) -> list[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def run_curve(run: Run, kind: str, window: int) -> dict[int, tuple[float, float, float]]:
+    """Step -> (training time s, global samples, value) of the reference worker."""
+    ref = run.reference
+    if ref is None:
+        return {}
+    samples = global_samples(run)
+    if kind == "loss":
+        records = ref.steps
+        values = rolling_mean([r["loss"] for r in records], window)
+    else:
+        records = ref.evals
+        values = [100 * r["test_accuracy"] for r in records]
+    return {r["step"]: (r["train_s"], samples.get(r["step"], r["samples"]), v) for r, v in zip(records, values)}
+
+
+def group_curve(group: Group, kind: str, window: int):
+    """Mean over repeats per step: x time, x samples, y mean, y min, y max."""
+    curves = [run_curve(r, kind, window) for r in group.runs]
+    steps = sorted({s for c in curves for s in c})
+    rows = []
+    for step in steps:
+        points = [c[step] for c in curves if step in c]
+        ys = [p[2] for p in points]
+        rows.append((statistics.fmean(p[0] for p in points), statistics.fmean(p[1] for p in points),
+                     statistics.fmean(ys), min(ys), max(ys)))
+    return list(zip(*rows)) if rows else None
+
+
+def loss_window(section: Section) -> int:
+    longest = max((len(r.reference.steps) for g in section.groups for r in g.runs if r.reference), default=1)
+    return max(1, longest // 25)
+
+
+def convergence_plot(section: Section) -> Plot:
+    window = loss_window(section)
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), layout="constrained")
+    for group in section.groups:
+        for row, kind in enumerate(("accuracy", "loss")):
+            curve = group_curve(group, kind, window)
+            if not curve:
+                continue
+            t, samples, mean, low, high = curve
+            for col, x in enumerate((t, samples)):
+                ax = axes[row][col]
+                label = textwrap.fill(group.label, 70) if row == col == 0 else None
+                ax.plot(x, mean, color=group.color, label=label, marker="o" if kind == "accuracy" else None,
+                        markersize=3)
+                if len(group.runs) > 1:
+                    ax.fill_between(x, low, high, color=group.color, alpha=0.2)
+    for col, xlabel in enumerate(("training time (s, evaluation pauses excluded)",
+                                  "samples trained by all workers")):
+        axes[0][col].set_ylabel("test accuracy (%)")
+        axes[1][col].set_ylabel("training loss" + (f" (rolling mean of {window} steps)" if window > 1 else ""))
+        for row in range(2):
+            axes[row][col].set_xlabel(xlabel)
+            axes[row][col].grid(alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=2, fontsize=8)
+    synthetic = " (synthetic data: no convergence meaning)" if section.synthetic else ""
+    smoothing = f", rolling mean over {window} steps" if window > 1 else ""
+    return Plot(f"Convergence{synthetic}", to_png(fig),
+                "Test accuracy (%, on the whole held-out split, evaluated by every peer at the same steps; "
+                "shown: the lowest-rank worker) and training loss (cross-entropy of the lowest-rank worker's "
+                f"own minibatches{smoothing}) against training time (s, each worker's loop "
+                "time minus its evaluation pauses) and against samples trained by all workers (sum of each "
+                "worker's sample count at that step). Repeats: line = mean, band = min to max.")
+
+
+# Bars: one per configuration, error bars = standard deviation over repeats.
+
+def _bar_axes(groups: list[Group], width: float = 10):
+    fig, ax = plt.subplots(figsize=(width, 1.9 + 0.4 * len(groups)), layout="constrained")
+    ax.set_yticks(range(len(groups)), [textwrap.fill(g.label, 40) for g in groups], fontsize=8)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    return fig, ax
+
+
+def _mean_sd(group: Group, key: str) -> tuple[float, float]:
+    values = group.values(lambda r: r.summary.get(key))
+    if not values:
+        return 0.0, 0.0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def throughput_plot(groups: list[Group]) -> Plot:
+    fig, ax = _bar_axes(groups)
+    stats = [_mean_sd(g, "throughput_samples_per_s") for g in groups]
+    ax.barh(range(len(groups)), [m for m, _ in stats], xerr=[s for _, s in stats],
+            color=[g.color for g in groups], capsize=3)
+    for i, (m, sd) in enumerate(stats):
+        ax.annotate(f"{m:.0f}", (m + sd, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_xlabel("global throughput (samples/s)")
+    return Plot("Throughput", to_png(fig),
+                "Global throughput in samples/s: all workers' trained samples / the longest worker's training "
+                "time (evaluation pauses excluded). Error bars: standard deviation over repeats.")
+
+
+def breakdown_plot(groups: list[Group]) -> Plot:
+    fig, ax = _bar_axes(groups)
+    left = [0.0] * len(groups)
+    for phase in PHASES:
+        shares = []
+        for group in groups:
+            values = group.values(lambda r: (r.summary.get("time_breakdown_share") or {}).get(phase))
+            shares.append(100 * statistics.fmean(values) if values else 0.0)
+        ax.barh(range(len(groups)), shares, left=left, color=PHASE_COLORS[phase],
+                label=phase.removesuffix("_s").replace("opt", "optimizer"))
+        left = [a + b for a, b in zip(left, shares)]
+    ax.set_xlabel("share of the mean step time (%)")
+    ax.set_xlim(0, 100)
+    fig.legend(loc="outside lower center", ncol=4, fontsize=8)
+    return Plot("Time breakdown (bottleneck view)", to_png(fig),
+                "Share (%) of the mean step time spent in each phase, mean per step over all workers, "
+                "perf_counter around each phase; comm includes waiting for other peers. Repeats: mean.")
+
+
+def bytes_plot(groups: list[Group]) -> Plot:
+    fig, ax = _bar_axes(groups)
+    height = 0.4
+    for offset, key, name in ((-height / 2, "bytes_sent_per_step", "sent"),
+                              (height / 2, "bytes_recv_per_step", "received")):
+        stats = [_mean_sd(g, key) for g in groups]
+        ax.barh([i + offset for i in range(len(groups))], [m / 2**20 for m, _ in stats], height,
+                xerr=[s / 2**20 for _, s in stats], label=name, alpha=0.9 if name == "sent" else 0.5,
+                color=[g.color for g in groups], edgecolor="black", hatch="" if name == "sent" else "//")
+    ax.set_xlim(left=0)
+    if not any(_mean_sd(g, k)[0] for g in groups for k in ("bytes_sent_per_step", "bytes_recv_per_step")):
+        ax.text(0.5, 0.5, "no payload exchanged (0 bytes)", transform=ax.transAxes, ha="center", color="gray")
+    ax.set_xlabel("payload per worker per step (MiB)")
+    fig.legend(loc="outside lower center", ncol=2, fontsize=8)
+    return Plot("Bytes per step", to_png(fig),
+                "Payload MiB (2^20 bytes) sent (solid) and received (hatched) per worker per step: exact accounting "
+                "of the tensors the strategy exchanged (for library collectives, the algorithm's payload; no "
+                "protocol headers), mean over workers and steps. Error bars: standard deviation over repeats.")
+
+
+# Per-worker resources over time: one row per run.
+
+def _rate(resources: list[dict], keys: tuple[str, ...]) -> tuple[list[float], list[float]]:
+    t, rate = [], []
+    for before, after in zip(resources, resources[1:]):
+        elapsed = after["t"] - before["t"]
+        if elapsed > 0:
+            t.append(after["t"])
+            rate.append(sum(after.get(k, 0) - before.get(k, 0) for k in keys) / elapsed / 2**20)
+    return t, rate
+
+
+def resources_plot(groups: list[Group]) -> Plot | None:
+    runs = [(g, r) for g in groups for r in g.runs if any(p.resources for p in r.peers)]
+    shown = runs[:MAX_RESOURCE_RUNS]
+    if not shown:
+        return None
+    fig, axes = plt.subplots(len(shown), 3, figsize=(13, 0.6 + 2.1 * len(shown)), layout="constrained",
+                             squeeze=False)
+    for (group, run), row in zip(shown, axes):
+        host_wide = "host-wide" in run.summary.get("network_scope", "")
+        for peer in run.peers:
+            if not peer.resources:
+                continue
+            t = [r["t"] for r in peer.resources]
+            row[0].plot(t, [r["cpu_percent"] for r in peer.resources], label=f"peer{peer.rank}", lw=1)
+            row[1].plot(t, [r["rss_bytes"] / 2**20 for r in peer.resources], lw=1)
+            if not host_wide or peer is run.reference:
+                row[2].plot(*_rate(peer.resources, ("net_tx_bytes", "lo_tx_bytes")), lw=1)
+        row[0].set_title(textwrap.shorten(f"{group.label} seed={run.config.get('seed')}", 150), loc="left", fontsize=8)
+        row[0].set_ylabel("CPU (%)", fontsize=8)
+        row[1].set_ylabel("RSS (MiB)", fontsize=8)
+        row[2].set_ylabel("net tx (MiB/s)" + (" host-wide" if host_wide else ""), fontsize=8)
+        row[0].legend(fontsize=6, ncol=4)
+        for ax in row:
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("time since the peer's sampler started (s)", fontsize=8)
+    omitted = f" Only the first {MAX_RESOURCE_RUNS} of {len(runs)} runs are shown." if len(runs) > len(shown) else ""
+    return Plot("Resources per worker over time", to_png(fig),
+                "Sampler every sampler.interval seconds, per peer (process tree summed): CPU % = CPU time per "
+                "interval (100 = one core); RSS in MiB; network transmit rate in MiB/s over all interfaces "
+                "including loopback, from /proc/net/dev of the peer's network namespace (host-wide with "
+                "network=loopback: shared by all peers and any other traffic on the host, so one line is shown)."
+                + omitted)
+
+
+def section_plots(section: Section, ranked_groups: list[Group]) -> list[Plot]:
+    plots = [convergence_plot(section), throughput_plot(ranked_groups), breakdown_plot(ranked_groups),
+             bytes_plot(ranked_groups), resources_plot(ranked_groups)]
+    return [p for p in plots if p is not None]

@@ -1,0 +1,269 @@
+"""The report's tables: one row per configuration (mean ± standard deviation over repeats), rendered
+to Markdown and HTML from the same cells."""
+import html
+import statistics
+from dataclasses import dataclass
+
+from metrics.report_data import Group, Run, Section, baseline_for
+from metrics.summary import PHASES
+
+MISSING = "–"
+FAILURE_WORDS = ("fail", "dead", "lost", "timeout", "timed_out", "error", "skip", "abort")
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+    def markdown(self) -> str:
+        def cell(text: str) -> str:
+            return str(text).replace("|", "\\|").replace("\n", " ")
+        lines = [f"### {self.title}", ""]
+        if self.note:
+            lines += [self.note, ""]
+        lines.append("| " + " | ".join(cell(c) for c in self.columns) + " |")
+        lines.append("|" + "---|" * len(self.columns))
+        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def html(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in self.rows)
+        note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
+        return (f"<h3>{html.escape(self.title)}</h3>{note}"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+def _td(cell: str) -> str:
+    """Numbers (also "1.2 ± 0.3", "–") align right, text left."""
+    text = str(cell)
+    align = " class=text" if any(c.isalpha() for c in text) else ""
+    return f"<td{align}>{html.escape(text)}</td>"
+
+
+# Number formatting: units are in the column headers.
+
+def number(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return MISSING
+    if value == 0:
+        return "0"
+    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
+
+
+def mib(value: float | None) -> str:
+    return MISSING if value is None else f"{value / 2**20:,.1f}"
+
+
+def percent(value: float | None) -> str:
+    return MISSING if value is None else f"{100 * value:.1f}"
+
+
+def stat(group: Group, figure, fmt=number) -> str:
+    """fmt(value) for one run; "mean ± sd" over repeats; "(k/n)" when some runs lack the figure."""
+    values = group.values(figure)
+    if not values:
+        return MISSING
+    if len(values) == 1:
+        text = fmt(values[0])
+    else:
+        spread = statistics.stdev(values)
+        text = f"{fmt(statistics.fmean(values))} ± {number(spread, 2) if fmt is number else fmt(spread)}"
+    if len(group.runs) > 1 and len(values) < len(group.runs):
+        text += f" ({len(values)}/{len(group.runs)})"
+    return text
+
+
+def summary_figure(key: str):
+    return lambda run: run.summary.get(key)
+
+
+def status_of(group: Group) -> str:
+    statuses = [r.summary.get("status", "?") for r in group.runs]
+    return ", ".join(f"{s} x{statuses.count(s)}" if len(statuses) > 1 else s for s in dict.fromkeys(statuses))
+
+
+# Ranking within a section.
+
+def rank_key(group: Group, synthetic: bool):
+    completed = any(r.completed for r in group.runs)
+    throughput = group.values(summary_figure("throughput_samples_per_s"))
+    mean_throughput = statistics.fmean(throughput) if throughput else 0.0
+    if synthetic:
+        return (not completed, -mean_throughput)
+    reach = group.values(summary_figure("time_to_target_s"))
+    accuracy = group.values(summary_figure("final_test_accuracy"))
+    all_reached = len(reach) == len(group.runs)
+    return (not completed, not all_reached, statistics.fmean(reach) if all_reached else 0.0,
+            -(statistics.fmean(accuracy) if accuracy else 0.0))
+
+
+def ranked(section: Section) -> list[Group]:
+    return sorted(section.groups, key=lambda g: rank_key(g, section.synthetic))
+
+
+def rank_note(section: Section) -> str:
+    if section.synthetic:
+        return ("Ranked by global throughput (synthetic data: accuracy and time-to-target have no meaning); "
+                "failed runs last.")
+    target = section.groups[0].first.summary.get("target") or {}
+    relation = "≥" if target.get("metric") == "test_accuracy" else "≤"
+    return (f"Ranked by time-to-target ({target.get('metric')} {relation} {target.get('value')}; configurations "
+            "reaching it in every repeat first, fastest first), then by final test accuracy; failed runs last.")
+
+
+# The tables.
+
+def configuration_table(groups: list[Group]) -> Table:
+    rows = []
+    for rank, group in enumerate(groups, 1):
+        run = group.first
+        config = run.config
+        rows.append([str(rank), group.label, run.strategy,
+                     ", ".join(f"{k}={v}" for k, v in run.knobs.items()) or MISSING,
+                     str(config["peers"]), str(config["peer_cpus"]), str(config["batch_size"]), str(config["lr"]),
+                     ", ".join(str(s) for s in group.seeds()), status_of(group)])
+    return Table("Configurations", ["rank", "configuration", "strategy", "strategy knobs", "peers", "CPUs/peer",
+                                    "batch/peer", "lr", "seeds", "status"], rows,
+                 "One row per configuration; repeats (same configuration, different seed) are combined: "
+                 "figures below are mean ± standard deviation over them.")
+
+
+def speedup_cell(group: Group, all_groups: list[Group]) -> str:
+    baseline = baseline_for(group.first, all_groups)
+    if baseline is None:
+        return f"no single baseline with {group.first.total_cpus} CPU(s)"
+    return f"{stat(group, lambda r: r.speedup)} (vs {baseline.label})"
+
+
+def speed_table(groups: list[Group], all_groups: list[Group], synthetic: bool) -> Table:
+    target = groups[0].first.summary.get("target") or {}
+    rows = []
+    for rank, group in enumerate(groups, 1):
+        rows.append([str(rank), group.label, stat(group, summary_figure("wall_s")),
+                     stat(group, summary_figure("throughput_samples_per_s")), speedup_cell(group, all_groups),
+                     stat(group, summary_figure("time_to_target_s")) if not synthetic else "n/a (synthetic)",
+                     stat(group, summary_figure("steps_to_target"), lambda v: f"{v:.0f}")
+                     if not synthetic else "n/a (synthetic)",
+                     stat(group, summary_figure("final_test_accuracy"), percent)
+                     if not synthetic else "n/a (synthetic)"])
+    return Table("Time, throughput and convergence",
+                 ["rank", "configuration", "wall time (s)", "global throughput (samples/s)",
+                  "speedup vs single (x)", "time-to-target (s)", "steps-to-target", "final test accuracy (%)"], rows,
+                 "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' trained "
+                 "samples / the longest worker's training time (evaluation pauses excluded). Speedup: throughput / "
+                 "that of the `single` run with the same total CPUs (peers x CPUs/peer) on the same data and model. "
+                 f"Target: {target.get('metric')} {target.get('value')}; time-to-target is training time of the "
+                 "lowest-rank worker at its first evaluation reaching it; '–' = not reached. "
+                 "'(k/n)': only k of n repeats have the figure.")
+
+
+def bytes_table(groups: list[Group]) -> Table:
+    rows = [[group.label,
+             stat(group, summary_figure("bytes_sent_per_step")), stat(group, summary_figure("bytes_recv_per_step")),
+             stat(group, summary_figure("bytes_sent_per_sample")), stat(group, summary_figure("bytes_recv_per_sample")),
+             group.first.summary.get("network_scope", MISSING)]
+            for group in groups]
+    return Table("Communication payload",
+                 ["configuration", "sent per worker per step (bytes)", "received per worker per step (bytes)",
+                  "sent per sample (bytes)", "received per sample (bytes)", "network counters"], rows,
+                 "Payload bytes from exact accounting of the tensors each strategy exchanged (for library "
+                 "collectives, the algorithm's payload; no protocol headers), mean over all workers and steps; "
+                 "per sample = per step / batch per peer.")
+
+
+def breakdown_table(groups: list[Group]) -> Table:
+    rows = []
+    for group in groups:
+        shares = [stat(group, lambda r, p=p: (r.summary.get("time_breakdown_share") or {}).get(p), percent)
+                  for p in PHASES]
+        step_ms = stat(group, lambda r: sum(v for v in (r.summary.get("time_breakdown_s") or {}).values() if v)
+                       or None, lambda v: number(1000 * v))
+        means = {p: statistics.fmean(v) if (v := group.values(
+            lambda r, p=p: (r.summary.get("time_breakdown_share") or {}).get(p))) else 0.0 for p in PHASES}
+        bottleneck = max(means, key=means.get).removesuffix("_s") if any(means.values()) else MISSING
+        rows.append([group.label, *shares, step_ms, bottleneck])
+    return Table("Time breakdown per step (the bottleneck view)",
+                 ["configuration", "data (%)", "compute (%)", "comm (%)", "optimizer (%)", "step time (ms)",
+                  "largest share"], rows,
+                 "Mean per step over all workers, perf_counter around each phase; comm includes waiting for "
+                 "other peers; optimizer = local optimizer update. Shares of the summed step time.")
+
+
+def resources_table(groups: list[Group]) -> Table:
+    rows = []
+    for group in groups:
+        for run in group.runs:
+            for peer in run.peer_summaries():
+                role = (peer.get("result") or {}).get("role", MISSING)
+                cores = (peer.get("result") or {}).get("cores")
+                rows.append([group.label, str(run.config.get("seed")), str(peer["rank"]), role,
+                             ",".join(map(str, cores)) if cores else MISSING, mib(peer.get("peak_rss_bytes")),
+                             number(peer.get("mean_cpu_percent")), mib(peer.get("net_tx_bytes")),
+                             mib(peer.get("lo_tx_bytes")), mib(peer.get("disk_read_bytes"))])
+    return Table("Resources per peer",
+                 ["configuration", "seed", "rank", "role", "cores", "peak RSS (MiB)", "mean CPU (%)",
+                  "net tx (MiB)", "loopback tx (MiB)", "disk read (MiB)"], rows,
+                 "Sampler every sampler.interval seconds over the peer's process tree: peak RSS = max of the summed "
+                 "RSS; CPU% = CPU time per interval (100 = one core). Network and disk: last minus first sample of "
+                 "cumulative counters; network counters are those of the peer's network namespace (see 'network "
+                 "counters' above: host-wide on loopback, i.e. shared by all peers and other traffic on the host).")
+
+
+def error_headline(error: str | None) -> str | None:
+    """First and last line of an error (for a traceback: who failed, and the exception)."""
+    lines = [line.strip() for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+
+
+def failure_counters(run: Run) -> dict:
+    return {k: v for k, v in run.strategy_figures().items() if any(w in k.lower() for w in FAILURE_WORDS)}
+
+
+def failures_table(groups: list[Group]) -> Table:
+    rows = []
+    for group in groups:
+        for run in group.runs:
+            summary = run.summary
+            counters = ", ".join(f"{k}={number(v) if isinstance(v, float) else v}"
+                                 for k, v in failure_counters(run).items())
+            rows.append([group.label, str(run.config.get("seed")), summary.get("status", "?"),
+                         str(summary.get("exit_code")),
+                         MISSING if summary.get("failed_rank") is None else str(summary["failed_rank"]),
+                         ", ".join(map(str, summary.get("lost_peers") or [])) or MISSING,
+                         counters or MISSING, error_headline(summary.get("error")) or MISSING])
+    return Table("Failures", ["configuration", "seed", "status", "exit code", "failed rank", "lost peers",
+                              "strategy failure counters", "error"], rows,
+                 "From summary.json (status, error, failed rank, peers lost during the run) and the strategy's own "
+                 "counters (peers[*].result.strategy fields naming failures, mean over peers). Full errors below.")
+
+
+def strategy_figure_cell(group: Group, key: str) -> str:
+    values = [r.strategy_figures().get(key) for r in group.runs]
+    if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return stat(group, lambda r: r.strategy_figures().get(key))
+    return ", ".join(sorted({str(v) for v in values if v is not None})) or MISSING
+
+
+def strategy_table(groups: list[Group]) -> Table | None:
+    keys = sorted({k for g in groups for r in g.runs for k in r.strategy_figures()})
+    if not keys:
+        return None
+    rows = [[g.label] + [strategy_figure_cell(g, k) for k in keys] for g in groups]
+    return Table("Strategy figures", ["configuration", *keys], rows,
+                 "The strategy's own end-of-run figures (peers[*].result.strategy, nested keys joined by '.'), "
+                 "mean over peers; units as named by each field.")
+
+
+def section_tables(section: Section, all_groups: list[Group]) -> list[Table]:
+    groups = ranked(section)
+    tables = [configuration_table(groups), speed_table(groups, all_groups, section.synthetic),
+              bytes_table(groups), breakdown_table(groups), resources_table(groups), failures_table(groups),
+              strategy_table(groups)]
+    tables[1].note = rank_note(section) + " " + tables[1].note
+    return [t for t in tables if t is not None]
