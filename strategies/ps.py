@@ -18,8 +18,11 @@ receives N·S_j + 12N and sends N·S_j + 8N per update round (S_j: its shard's b
 Before the first step each worker pulls the initial parameters once (not in a step).
 The workers' optimizer update happens on the servers, inside the workers' comm_s, so
 workers report opt_s = 0. BatchNorm buffers stay local to each worker (as allreduce).
-Servers end when every worker has sent its last push; a dead worker ends the run
-through the launcher, and a server waits at most timeouts.collective_s on its own.
+Servers end when every worker has sent its last push. A dead worker ends the run
+through the launcher at once; on its own a server waits at most ps.idle_timeout_s
+for the next push (longer than timeouts.collective_s, since every worker's
+evaluation pause is idle time for the server), and every other call at most
+timeouts.collective_s.
 """
 import statistics
 import time
@@ -73,9 +76,10 @@ class ServerStats:
 class ShardServer:
     """Holds one parameter shard and its optimizer; serves pushes until every worker sent its last."""
 
-    def __init__(self, transport: Transport, params: list[torch.Tensor], optimizer, workers: list[int], mode: str):
+    def __init__(self, transport: Transport, params: list[torch.Tensor], optimizer, workers: list[int], mode: str,
+                 idle_timeout_s: float | None = None):
         self.transport, self.params, self.optimizer = transport, params, optimizer
-        self.workers, self.mode = list(workers), mode
+        self.workers, self.mode, self.idle_timeout_s = list(workers), mode, idle_timeout_s
         self.version = 0
         self.stats = ServerStats()
 
@@ -88,7 +92,7 @@ class ShardServer:
         push = torch.empty(PUSH_HEADER + sum(p.numel() for p in self.params))
         while active:
             start = time.perf_counter()
-            worker = self.transport.recv_any(push, TAG_PUSH)
+            worker = self.transport.recv_any(push, TAG_PUSH, self.idle_timeout_s)
             self.stats.comm_s += time.perf_counter() - start
             self.stats.pushes += 1
             self.stats.bytes_recv += payload_bytes(push)
@@ -193,6 +197,8 @@ class ParameterServer(Strategy):
         check_transport(cfg)
         if int(cfg.strategy.servers) < 1:
             raise ConfigError(f"ps.servers must be >= 1, got {cfg.strategy.servers}")
+        if float(cfg.strategy.idle_timeout_s) <= 0:
+            raise ConfigError(f"ps.idle_timeout_s must be > 0, got {cfg.strategy.idle_timeout_s}")
         if cfg.strategy.mode not in MODES:
             raise ConfigError(f"ps.mode must be one of {', '.join(MODES)}, got {cfg.strategy.mode}")
 
@@ -217,8 +223,8 @@ class ParameterServer(Strategy):
         self.transport = connect(self.cfg, self.ctx)
         params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
         shard = shard_of(params, int(self.cfg.strategy.servers), self.ctx.rank - self.cfg.peers)
-        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg),
-                             list(range(self.cfg.peers)), self.cfg.strategy.mode)
+        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg), list(range(self.cfg.peers)),
+                             self.cfg.strategy.mode, float(self.cfg.strategy.idle_timeout_s))
         self.server_stats = server.run()
         self.server_stats_dict = self.server_stats.as_dict() | {
             "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}

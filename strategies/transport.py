@@ -63,8 +63,8 @@ class Transport(ABC):
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Pending: ...
 
     @abstractmethod
-    def recv_any(self, tensor: torch.Tensor, tag: int = 0) -> int:
-        """Receive one message from any peer; returns the sender's rank."""
+    def recv_any(self, tensor: torch.Tensor, tag: int = 0, timeout_s: float | None = None) -> int:
+        """Receive one message from any peer (deadline: timeout_s, else the transport's); returns its rank."""
 
     @abstractmethod
     def barrier(self) -> None: ...
@@ -113,9 +113,10 @@ class GlooTransport(Transport):
     def irecv(self, tensor, src, tag=0):
         return GlooPending(self.dist.irecv(tensor, src, tag=tag), self.timeout, f"recv {src}->{self.rank}")
 
-    def recv_any(self, tensor, tag=0):
+    def recv_any(self, tensor, tag=0, timeout_s=None):
         work = self.dist.irecv(tensor, src=None, tag=tag)
-        GlooPending(work, self.timeout, f"recv from any peer on rank {self.rank}").wait()
+        timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
+        GlooPending(work, timeout, f"recv from any peer on rank {self.rank}").wait()
         return work._source_rank()
 
     def barrier(self):
@@ -138,11 +139,12 @@ class MpiTransport(Transport):
             raise RuntimeError(f"MPI rank {self.rank}/{self.world_size} disagrees with RANK/WORLD_SIZE "
                                f"{ctx.rank}/{ctx.world_size}")
 
-    def _wait(self, request, what: str, status=None) -> None:
-        deadline = time.monotonic() + self.timeout_s
+    def _wait(self, request, what: str, status=None, timeout_s: float | None = None) -> None:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while not request.Test(status):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"MPI {what} on rank {self.rank} timed out after {self.timeout_s:.0f} s")
+                raise TimeoutError(f"MPI {what} on rank {self.rank} timed out after {timeout_s:.0f} s")
             time.sleep(0.0002)
 
     def allreduce_sum(self, tensor):
@@ -157,10 +159,10 @@ class MpiTransport(Transport):
     def irecv(self, tensor, src, tag=0):
         return MpiPending(self, self.comm.Irecv(tensor.numpy(), source=src, tag=tag), f"recv from {src}")
 
-    def recv_any(self, tensor, tag=0):
+    def recv_any(self, tensor, tag=0, timeout_s=None):
         status = self.MPI.Status()
         request = self.comm.Irecv(tensor.numpy(), source=self.MPI.ANY_SOURCE, tag=tag)
-        self._wait(request, "recv from any peer", status)
+        self._wait(request, "recv from any peer", status, timeout_s)
         return status.Get_source()
 
     def barrier(self):
