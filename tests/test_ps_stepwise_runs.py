@@ -112,3 +112,16 @@ def test_killed_worker_under_mpirun_is_named(run_dir):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["failed_rank"] == 2
     assert_no_leftovers(run_dir)
+
+
+@pytest.mark.timeout(200)
+def test_stepwise_every_two_steps_without_rotation(run_dir):
+    result = run_train(run_dir, "strategy=stepwise", "strategy.every=2", "strategy.average=grads",
+                       "strategy.rotate=false", "peers=2", "max_steps=6")
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        steps = read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")
+        local = [s for s in steps if s["step"] % 2]
+        assert all(s["bytes_sent"] == s["bytes_recv"] == 0 and s["averaged_over"] == 0 for s in local)
+        rounds = [s for s in steps if s["step"] % 2 == 0]
+        assert {s["averaged_over"] for s in rounds} == {rank + 1}  # no rotation: rank 1 always holds the full average

@@ -153,3 +153,28 @@ def test_sync_ps_equals_sgd_on_the_union_batch(tmp_path):
             torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
     for server in outputs[workers:]:
         assert server == {"updates": steps, "pushes": steps * workers}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["strategy=ps", "strategy.servers=0"], "ps.servers must be >= 1"),
+    (["strategy=ps", "strategy.mode=lazy"], "ps.mode must be one of"),
+    (["strategy=stepwise", "strategy.average=loss"], "stepwise.average must be one of"),
+    (["strategy=stepwise", "strategy.chunks=0"], "stepwise.chunks must be >= 1"),
+    (["strategy=stepwise", "strategy.transport=tcp"], "strategy.transport must be one of"),
+    (["strategy=ps", "strategy.transport=mpi", "launch.nnodes=2", "launch.master_port=2345"], "launch.hostfile"),
+])
+def test_bad_knobs_are_rejected_before_launch(overrides, message):
+    from job.config import validate
+    from job.errors import ConfigError
+    from test_config import compose_config
+
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_config(*overrides))
+
+
+def test_ps_counts_its_servers_as_processes():
+    from strategies.ps import ParameterServer
+    from test_config import compose_config
+
+    cfg = compose_config("strategy=ps", "peers=3", "strategy.servers=2")
+    assert ParameterServer.num_processes(cfg) == 5 and ParameterServer.launcher(cfg) == "local"
