@@ -9,6 +9,8 @@ from strategies.base import PeerContext, StepReport, Strategy
 REGISTRY = {
     "single": "strategies.single:Single",
     "allreduce": "strategies.allreduce:AllReduce",
+    "ps": "strategies.ps:ParameterServer",
+    "stepwise": "strategies.stepwise:Stepwise",
 }
 
 

@@ -2,7 +2,11 @@
 
 Every blocking call has a deadline (timeouts.collective_s): a dead or stuck peer
 raises TimeoutError naming the call, never a hang. Tensors are CPU, contiguous.
+Point-to-point calls take a tag; isend/irecv return a Pending whose wait() has the
+same deadline, so a strategy can pipeline chunks. recv_any takes a message from
+whichever peer sends first (parameter servers).
 """
+import shutil
 import time
 from abc import ABC, abstractmethod
 from datetime import timedelta
@@ -19,6 +23,12 @@ def check_transport(cfg) -> None:
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport}")
     if transport == "mpi":
+        if int(cfg.launch.nnodes) != 1:
+            raise ConfigError("transport=mpi: mpirun starts the ranks of every host; keep launch.nnodes=1 and "
+                              "list the hosts in launch.hostfile")
+        if shutil.which("mpirun") is None:
+            raise BackendUnavailable("transport=mpi needs Open MPI's mpirun on PATH; run `make setup` "
+                                     "(installs openmpi-bin)")
         try:
             import mpi4py  # noqa: F401
         except ImportError as exc:
@@ -26,6 +36,14 @@ def check_transport(cfg) -> None:
                 f"transport=mpi needs mpi4py with a real MPI ({exc}); run `make setup` "
                 "(installs Open MPI and mpi4py)"
             ) from exc
+
+
+class Pending(ABC):
+    """A nonblocking send or receive in flight."""
+
+    @abstractmethod
+    def wait(self) -> None:
+        """Block until done, at most the transport's deadline."""
 
 
 class Transport(ABC):
@@ -39,16 +57,37 @@ class Transport(ABC):
     def broadcast(self, tensor: torch.Tensor, src: int) -> None: ...
 
     @abstractmethod
-    def send(self, tensor: torch.Tensor, dst: int) -> None: ...
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Pending: ...
 
     @abstractmethod
-    def recv(self, tensor: torch.Tensor, src: int) -> None: ...
+    def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Pending: ...
+
+    @abstractmethod
+    def recv_any(self, tensor: torch.Tensor, tag: int = 0, timeout_s: float | None = None) -> int:
+        """Receive one message from any peer (deadline: timeout_s, else the transport's); returns its rank."""
 
     @abstractmethod
     def barrier(self) -> None: ...
 
+    def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
+        self.isend(tensor, dst, tag).wait()
+
+    def recv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> None:
+        self.irecv(tensor, src, tag).wait()
+
     def close(self) -> None:
         pass
+
+
+class GlooPending(Pending):
+    def __init__(self, work, timeout: timedelta, what: str):
+        self.work, self.timeout, self.what = work, timeout, what
+
+    def wait(self) -> None:
+        try:
+            self.work.wait(self.timeout)
+        except RuntimeError as exc:
+            raise RuntimeError(f"gloo {self.what} failed: {exc}") from exc
 
 
 class GlooTransport(Transport):
@@ -68,11 +107,17 @@ class GlooTransport(Transport):
     def broadcast(self, tensor, src):
         self.dist.broadcast(tensor, src, async_op=True).wait(self.timeout)
 
-    def send(self, tensor, dst):
-        self.dist.isend(tensor, dst).wait(self.timeout)
+    def isend(self, tensor, dst, tag=0):
+        return GlooPending(self.dist.isend(tensor, dst, tag=tag), self.timeout, f"send {self.rank}->{dst}")
 
-    def recv(self, tensor, src):
-        self.dist.irecv(tensor, src).wait(self.timeout)
+    def irecv(self, tensor, src, tag=0):
+        return GlooPending(self.dist.irecv(tensor, src, tag=tag), self.timeout, f"recv {src}->{self.rank}")
+
+    def recv_any(self, tensor, tag=0, timeout_s=None):
+        work = self.dist.irecv(tensor, src=None, tag=tag)
+        timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
+        GlooPending(work, timeout, f"recv from any peer on rank {self.rank}").wait()
+        return work._source_rank()
 
     def barrier(self):
         self.dist.barrier(async_op=True).wait(self.timeout)
@@ -94,11 +139,12 @@ class MpiTransport(Transport):
             raise RuntimeError(f"MPI rank {self.rank}/{self.world_size} disagrees with RANK/WORLD_SIZE "
                                f"{ctx.rank}/{ctx.world_size}")
 
-    def _wait(self, request, what: str) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while not request.Test():
+    def _wait(self, request, what: str, status=None, timeout_s: float | None = None) -> None:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while not request.Test(status):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"MPI {what} on rank {self.rank} timed out after {self.timeout_s:.0f} s")
+                raise TimeoutError(f"MPI {what} on rank {self.rank} timed out after {timeout_s:.0f} s")
             time.sleep(0.0002)
 
     def allreduce_sum(self, tensor):
@@ -107,14 +153,28 @@ class MpiTransport(Transport):
     def broadcast(self, tensor, src):
         self._wait(self.comm.Ibcast(tensor.numpy(), root=src), f"broadcast from {src}")
 
-    def send(self, tensor, dst):
-        self._wait(self.comm.Isend(tensor.numpy(), dest=dst), f"send to {dst}")
+    def isend(self, tensor, dst, tag=0):
+        return MpiPending(self, self.comm.Isend(tensor.numpy(), dest=dst, tag=tag), f"send to {dst}")
 
-    def recv(self, tensor, src):
-        self._wait(self.comm.Irecv(tensor.numpy(), source=src), f"recv from {src}")
+    def irecv(self, tensor, src, tag=0):
+        return MpiPending(self, self.comm.Irecv(tensor.numpy(), source=src, tag=tag), f"recv from {src}")
+
+    def recv_any(self, tensor, tag=0, timeout_s=None):
+        status = self.MPI.Status()
+        request = self.comm.Irecv(tensor.numpy(), source=self.MPI.ANY_SOURCE, tag=tag)
+        self._wait(request, "recv from any peer", status, timeout_s)
+        return status.Get_source()
 
     def barrier(self):
         self._wait(self.comm.Ibarrier(), "barrier")
+
+
+class MpiPending(Pending):
+    def __init__(self, transport: MpiTransport, request, what: str):
+        self.transport, self.request, self.what = transport, request, what
+
+    def wait(self) -> None:
+        self.transport._wait(self.request, self.what)
 
 
 def connect(cfg, ctx) -> Transport:

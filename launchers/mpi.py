@@ -1,0 +1,52 @@
+"""MPI launcher: one `mpirun` (Open MPI) starts every peer; the shared monitor watches it.
+
+Ranks read their identity from Open MPI's variables (OMPI_COMM_WORLD_RANK, ...).
+Local runs stay on loopback (`btl_tcp_if_include lo`, `oob_tcp_if_include lo`, shared
+memory between ranks). Several hosts: list them in an Open MPI hostfile and pass
+`launch.hostfile=PATH` (one mpirun starts the ranks of every host, so launch.nnodes
+stays 1; the project must be at the same path on every host). Ranks are not bound
+(`--bind-to none`): each peer pins its own CPUs (peer_cpus).
+
+mpirun reports a rank that died by a signal in its own output (launcher.log); a
+rank that raised leaves its traceback in peer<RANK>/error.txt as under any launcher.
+"""
+import os
+import re
+import shutil
+
+from job.process import RUN_ID_ENV
+from launchers.base import Launcher, signal_name
+
+EXPORTED = (RUN_ID_ENV, "PYTHONPATH", "OMP_NUM_THREADS", "PATH", "LD_LIBRARY_PATH")
+SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+
+
+class MpiLauncher(Launcher):
+    def command(self, env: dict) -> list[str]:
+        command = [shutil.which("mpirun") or "mpirun", "-np", str(self.nprocs),
+                   "--bind-to", "none", "--oversubscribe", "--tag-output"]
+        command += ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        hostfile = self.cfg.launch.get("hostfile")
+        if hostfile:
+            command += ["--hostfile", str(hostfile)]
+        else:  # this host only: keep MPI's own traffic on loopback
+            command += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+        for name in EXPORTED:
+            if name in env:
+                command += ["-x", name]
+        return command + self.worker_command()
+
+    def start(self) -> None:
+        env = self.base_env()
+        self.spawn(None, self.command(env), env, "launcher.log")
+
+    def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
+        """A rank killed by a signal, as mpirun reports it, else the base rules (earliest error.txt)."""
+        log = self.run_dir / "launcher.log"
+        match = SIGNALLED.search(log.read_text(errors="replace")) if log.exists() else None
+        if match:
+            rank, signum = int(match.group(1)), int(match.group(2))
+            if not (self.run_dir / f"peer{rank}" / "error.txt").exists():
+                return rank, f"peer rank {rank} was killed by {signal_name(-signum)} (no traceback; reported by mpirun)"
+        return super().first_failure(failed, codes)
+

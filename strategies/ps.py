@@ -1,0 +1,263 @@
+"""ps: parameter server. Dedicated server processes hold the parameters and the optimizer.
+
+Ranks 0..peers-1 are workers (data shards by worker rank); ranks peers..peers+servers-1
+are servers. The trainable parameters are split over the servers by a size-balanced
+partition (largest tensor first onto the lightest server). Each step a worker pushes
+its gradient shard to every server and pulls the fresh parameter shard back.
+
+- ps.mode=sync: a server waits for one gradient from every worker, averages them
+  weighted by samples (so N workers equal one SGD step on the union batch), runs the
+  optimizer, and answers every worker with the new parameters.
+- ps.mode=async: a server applies each gradient on arrival and answers its sender at
+  once; staleness = server updates since the sender's parameters were made.
+
+Messages are float32. Push: [samples, version, last] + gradient shard. Pull: [version,
+staleness] + parameter shard. Bytes per worker and step (S = trainable parameter bytes,
+k = servers): sent S + 12k, received S + 8k (payload, headers included). A server
+receives N·S_j + 12N and sends N·S_j + 8N per update round (S_j: its shard's bytes).
+Before the first step each worker pulls the initial parameters once (not in a step).
+The workers' optimizer update happens on the servers, inside the workers' comm_s, so
+workers report opt_s = 0. BatchNorm buffers stay local to each worker (as allreduce).
+Servers end when every worker has sent its last push. A dead worker ends the run
+through the launcher at once; on its own a server waits at most ps.idle_timeout_s
+for the next push (longer than timeouts.collective_s, since every worker's
+evaluation pause is idle time for the server), and every other call at most
+timeouts.collective_s.
+"""
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from job.errors import ConfigError
+from strategies.base import StepReport, Strategy
+from strategies.transport import Transport, check_transport, connect, flatten, payload_bytes, unflatten_into
+
+MODES = ("sync", "async")
+TAG_PUSH, TAG_PULL = 11, 12
+PUSH_HEADER, PULL_HEADER = 3, 2  # [samples, version, last], [version, staleness]
+
+
+def partition(sizes: list[int], bins: int) -> list[list[int]]:
+    """Indices of `sizes` split into `bins` groups of near-equal total (largest first, onto the lightest)."""
+    groups: list[list[int]] = [[] for _ in range(bins)]
+    loads = [0] * bins
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(index)
+        loads[lightest] += sizes[index]
+    return [sorted(g) for g in groups]
+
+
+def shard_of(params: list[torch.Tensor], servers: int, server_index: int) -> list[torch.Tensor]:
+    groups = partition([p.numel() for p in params], servers)
+    return [params[i] for i in groups[server_index]]
+
+
+@dataclass
+class ServerStats:
+    updates: int = 0
+    pushes: int = 0
+    bytes_sent: int = 0
+    bytes_recv: int = 0
+    comm_s: float = 0.0
+    opt_s: float = 0.0
+    staleness: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        figures = {k: v for k, v in self.__dict__.items() if k != "staleness"}
+        if self.staleness:
+            figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness),
+                        "staleness_histogram": {str(s): self.staleness.count(s) for s in sorted(set(self.staleness))}}
+        return figures
+
+
+class ShardServer:
+    """Holds one parameter shard and its optimizer; serves pushes until every worker sent its last."""
+
+    def __init__(self, transport: Transport, params: list[torch.Tensor], optimizer, workers: list[int], mode: str,
+                 idle_timeout_s: float | None = None):
+        self.transport, self.params, self.optimizer = transport, params, optimizer
+        self.workers, self.mode, self.idle_timeout_s = list(workers), mode, idle_timeout_s
+        self.version = 0
+        self.stats = ServerStats()
+
+    def run(self) -> ServerStats:
+        for worker in self.workers:  # initial parameters
+            self._reply(worker, staleness=0)
+        active = set(self.workers)
+        waiting: dict[int, tuple[float, torch.Tensor]] = {}  # sync: this round's pushes
+        finishing: set[int] = set()
+        push = torch.empty(PUSH_HEADER + sum(p.numel() for p in self.params))
+        while active:
+            start = time.perf_counter()
+            worker = self.transport.recv_any(push, TAG_PUSH, self.idle_timeout_s)
+            self.stats.comm_s += time.perf_counter() - start
+            self.stats.pushes += 1
+            self.stats.bytes_recv += payload_bytes(push)
+            samples, worker_version, last = push[:PUSH_HEADER].tolist()
+            if last:
+                finishing.add(worker)
+            if self.mode == "async":
+                staleness = self.version - int(worker_version)
+                self.stats.staleness.append(staleness)
+                self._update([(samples, push[PUSH_HEADER:])])
+                self._reply(worker, staleness)
+                done = {worker} & finishing
+            else:
+                waiting[worker] = (samples, push[PUSH_HEADER:].clone())
+                if len(waiting) < len(active):
+                    continue
+                self._update([waiting[w] for w in sorted(waiting)])
+                for w in sorted(waiting):
+                    self._reply(w, staleness=0)
+                done = set(waiting) & finishing
+                waiting.clear()
+            active -= done
+        return self.stats
+
+    def _update(self, pushes: list[tuple[float, torch.Tensor]]) -> None:
+        """One optimizer step on the samples-weighted mean of the pushed gradients."""
+        start = time.perf_counter()
+        total = sum(samples for samples, _ in pushes)
+        grad = sum(grad * (samples / total) for samples, grad in pushes) if len(pushes) > 1 else pushes[0][1]
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.empty_like(p)
+        unflatten_into(grad, [p.grad for p in self.params])
+        self.optimizer.step()
+        self.version += 1
+        self.stats.updates += 1
+        self.stats.opt_s += time.perf_counter() - start
+
+    def _reply(self, worker: int, staleness: int) -> None:
+        start = time.perf_counter()
+        header = torch.tensor([float(self.version), float(staleness)])
+        pull = torch.cat([header, flatten([p.detach() for p in self.params])])
+        self.transport.send(pull, worker, TAG_PULL)
+        self.stats.bytes_sent += payload_bytes(pull)
+        self.stats.comm_s += time.perf_counter() - start
+
+
+class ShardClient:
+    """A worker's side: push gradient shards to every server, pull parameter shards back."""
+
+    def __init__(self, transport: Transport, params: list[torch.Tensor], servers: list[int]):
+        self.transport, self.servers = transport, servers
+        groups = partition([p.numel() for p in params], len(servers))
+        self.shards = [[params[i] for i in g] for g in groups]
+        self.versions = [0] * len(servers)
+
+    def pull_initial(self) -> None:
+        self._pull_all()
+
+    def push_pull(self, samples: int, last: bool) -> tuple[int, int, int]:
+        """Returns (bytes sent, bytes received, largest staleness over the servers)."""
+        sends, sent = [], 0
+        for server, shard, version in zip(self.servers, self.shards, self.versions):
+            header = torch.tensor([float(samples), float(version), float(last)])
+            push = torch.cat([header, flatten([p.grad for p in shard])])
+            sends.append((self.transport.isend(push, server, TAG_PUSH), push))
+            sent += payload_bytes(push)
+        received, staleness = self._pull_all()
+        for pending, _ in sends:
+            pending.wait()
+        return sent, received, staleness
+
+    def _pull_all(self) -> tuple[int, int]:
+        pulls = [torch.empty(PULL_HEADER + sum(p.numel() for p in shard)) for shard in self.shards]
+        pending = [self.transport.irecv(pull, server, TAG_PULL) for pull, server in zip(pulls, self.servers)]
+        received, staleness = 0, 0
+        for i, (wait, pull, shard) in enumerate(zip(pending, pulls, self.shards)):
+            wait.wait()
+            self.versions[i] = int(pull[0])
+            staleness = max(staleness, int(pull[1]))
+            with torch.no_grad():
+                unflatten_into(pull[PULL_HEADER:], [p.data for p in shard])
+            received += payload_bytes(pull)
+        return received, staleness
+
+
+def build_server_model(cfg) -> torch.nn.Module:
+    """The same model (and initialisation) the workers build."""
+    from job.data import load_splits
+    from job.model import build_model
+
+    torch.manual_seed(cfg.seed)
+    splits = load_splits(cfg)
+    return build_model(cfg, splits.num_classes, splits.channels)
+
+
+class ParameterServer(Strategy):
+    name = "ps"
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        check_transport(cfg)
+        if int(cfg.strategy.servers) < 1:
+            raise ConfigError(f"ps.servers must be >= 1, got {cfg.strategy.servers}")
+        if float(cfg.strategy.idle_timeout_s) <= 0:
+            raise ConfigError(f"ps.idle_timeout_s must be > 0, got {cfg.strategy.idle_timeout_s}")
+        if cfg.strategy.mode not in MODES:
+            raise ConfigError(f"ps.mode must be one of {', '.join(MODES)}, got {cfg.strategy.mode}")
+
+    @classmethod
+    def num_processes(cls, cfg) -> int:
+        return cfg.peers + int(cfg.strategy.servers)
+
+    @classmethod
+    def launcher(cls, cfg) -> str:
+        return "mpi" if cfg.strategy.transport == "mpi" else "local"
+
+    def server_ranks(self) -> list[int]:
+        return list(range(self.cfg.peers, self.cfg.peers + int(self.cfg.strategy.servers)))
+
+    def is_worker(self) -> bool:
+        return self.ctx.rank < self.cfg.peers
+
+    # --- server -------------------------------------------------------------
+    def serve(self) -> None:
+        from job.optim import build_optimizer
+
+        self.transport = connect(self.cfg, self.ctx)
+        params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
+        shard = shard_of(params, int(self.cfg.strategy.servers), self.ctx.rank - self.cfg.peers)
+        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg), list(range(self.cfg.peers)),
+                             self.cfg.strategy.mode, float(self.cfg.strategy.idle_timeout_s))
+        self.server_stats = server.run()
+        self.server_stats_dict = self.server_stats.as_dict() | {
+            "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}
+
+    # --- worker -------------------------------------------------------------
+    def setup(self, model, optimizer) -> None:
+        super().setup(model, optimizer)
+        self.transport = connect(self.cfg, self.ctx)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.client = ShardClient(self.transport, self.params, self.server_ranks())
+        self.client.pull_initial()
+        self.steps = 0
+        self.staleness: list[int] = []
+
+    def step(self, samples: int) -> StepReport:
+        self.steps += 1
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        start = time.perf_counter()
+        sent, received, staleness = self.client.push_pull(samples, last=self.steps == self.cfg.max_steps)
+        self.staleness.append(staleness)
+        return StepReport(comm_s=time.perf_counter() - start, bytes_sent=sent, bytes_recv=received,
+                          extra={"staleness": staleness})
+
+    def summary(self) -> dict:
+        if not self.is_worker():
+            return {"role": "server", **getattr(self, "server_stats_dict", {})}
+        figures = {"role": "worker", "mode": self.cfg.strategy.mode, "servers": int(self.cfg.strategy.servers)}
+        if getattr(self, "staleness", None):
+            figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness)}
+        return figures
+
+    def close(self) -> None:
+        if hasattr(self, "transport"):
+            self.transport.close()

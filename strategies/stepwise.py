@@ -1,0 +1,160 @@
+"""stepwise: one-pass partial ring reduce.
+
+The workers form a ring, starting at a worker that rotates every round
+(stepwise.rotate). A running sum travels once along it: the worker at position k
+receives the sum of the k workers before it, adds its own tensor, forwards the new
+sum and continues with the average of the k+1 workers up to and including itself.
+There is no broadcast pass, so only the ring's last worker holds the full average;
+with rotation every worker is last once every N rounds. The vector travels in
+stepwise.chunks pieces, so a round takes about S/B·(1 + (N-1)/chunks) instead of
+(N-1)·S/B.
+
+stepwise.second_pass=true adds the classic broadcast pass: the last worker sends the
+full sum to the first, which forwards it along the chain; every worker ends with the
+full average (ring reduce + broadcast, the baseline).
+
+stepwise.average=params: a local optimizer step every step, then every
+stepwise.every steps the parameters are replaced by the partial average.
+stepwise.average=grads: every stepwise.every steps the gradients are replaced by the
+partial average before the optimizer step (local gradients on the other steps).
+
+Bytes per round (S = bytes of the averaged vector, N workers, payload only): one pass:
+a worker sends S unless it is last and receives S unless it is first, so (N-1)/N·S per
+worker on average and at most S. With second_pass each worker also receives S (except
+the last) and sends S (except the second to last): 2(N-1)/N·S on average. Steps
+without a round report 0 bytes. BatchNorm buffers stay local to each worker.
+"""
+import time
+from dataclasses import dataclass
+
+import torch
+
+from job.errors import ConfigError
+from strategies.allreduce import broadcast_initial_state
+from strategies.base import StepReport, Strategy
+from strategies.transport import Transport, check_transport, connect, flatten, payload_bytes, unflatten_into
+
+AVERAGES = ("params", "grads")
+TAG_REDUCE, TAG_BROADCAST = 21, 22
+
+
+@dataclass
+class RoundResult:
+    mean: torch.Tensor  # average over the first `count` workers of the ring
+    count: int
+    position: int
+    bytes_sent: int
+    bytes_recv: int
+
+
+def ring_order(world_size: int, round_index: int, rotate: bool) -> list[int]:
+    """The ring of one round: ranks in order, starting at a worker that rotates with the round."""
+    start = round_index % world_size if rotate else 0
+    return [(start + i) % world_size for i in range(world_size)]
+
+
+def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chunks: int = 1,
+               second_pass: bool = False) -> RoundResult:
+    """One pass of a running sum along `ring` (then a broadcast pass if second_pass).
+
+    Returns this worker's average over itself and the workers before it in the ring
+    (all of them with second_pass). `tensor` is not modified.
+    """
+    n, pos = len(ring), ring.index(transport.rank)
+    prev = ring[pos - 1] if pos > 0 else None
+    after = ring[pos + 1] if pos < n - 1 else None
+    own = tensor.reshape(-1)
+    total = torch.empty_like(own) if prev is not None else own.clone()
+    pieces = lambda t: torch.tensor_split(t, max(1, min(chunks, t.numel())))  # noqa: E731
+    sent = received = 0
+    sends = []
+    incoming = [transport.irecv(c, prev, TAG_REDUCE) for c in pieces(total)] if prev is not None else []
+    for i, (piece, own_piece) in enumerate(zip(pieces(total), pieces(own))):
+        if prev is not None:
+            incoming[i].wait()
+            piece += own_piece
+            received += payload_bytes(piece)
+        targets = [after] if after is not None else ([ring[0]] if second_pass and n > 1 else [])
+        for dst in targets:
+            sends.append(transport.isend(piece, dst, TAG_REDUCE if after is not None else TAG_BROADCAST))
+            sent += payload_bytes(piece)
+    count = pos + 1
+    if second_pass and after is not None:
+        source = ring[-1] if pos == 0 else prev
+        forward = ring[pos + 1] if pos < n - 2 else None
+        total = torch.empty_like(own)
+        incoming = [transport.irecv(c, source, TAG_BROADCAST) for c in pieces(total)]
+        for piece, pending in zip(pieces(total), incoming):
+            pending.wait()
+            received += payload_bytes(piece)
+            if forward is not None:
+                sends.append(transport.isend(piece, forward, TAG_BROADCAST))
+                sent += payload_bytes(piece)
+        count = n
+    for pending in sends:
+        pending.wait()
+    return RoundResult((total / count).view_as(tensor), count, pos, sent, received)
+
+
+class Stepwise(Strategy):
+    name = "stepwise"
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        check_transport(cfg)
+        knobs = cfg.strategy
+        if knobs.average not in AVERAGES:
+            raise ConfigError(f"stepwise.average must be one of {', '.join(AVERAGES)}, got {knobs.average}")
+        for knob in ("every", "chunks"):
+            if int(knobs[knob]) < 1:
+                raise ConfigError(f"stepwise.{knob} must be >= 1, got {knobs[knob]}")
+
+    @classmethod
+    def launcher(cls, cfg) -> str:
+        return "mpi" if cfg.strategy.transport == "mpi" else "local"
+
+    def setup(self, model, optimizer) -> None:
+        super().setup(model, optimizer)
+        self.transport = connect(self.cfg, self.ctx)
+        broadcast_initial_state(self.transport, model)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.steps = self.rounds = self.full_rounds = 0
+        self.round_s = 0.0
+
+    def step(self, samples: int) -> StepReport:
+        knobs = self.cfg.strategy
+        self.steps += 1
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        averaging = self.steps % int(knobs.every) == 0
+        report = StepReport(extra={"averaged_over": 0, "ring_position": None})
+        if averaging and knobs.average == "grads":
+            self._average([p.grad for p in self.params], report)
+        report.opt_s = self.timed_optimizer_step()
+        if averaging and knobs.average == "params":
+            self._average([p.data for p in self.params], report)
+        return report
+
+    def _average(self, tensors: list[torch.Tensor], report: StepReport) -> None:
+        knobs = self.cfg.strategy
+        start = time.perf_counter()
+        ring = ring_order(self.ctx.world_size, self.rounds, bool(knobs.rotate))
+        result = ring_round(self.transport, flatten(tensors), ring, int(knobs.chunks), bool(knobs.second_pass))
+        unflatten_into(result.mean, tensors)
+        report.comm_s = time.perf_counter() - start
+        report.bytes_sent, report.bytes_recv = result.bytes_sent, result.bytes_recv
+        report.extra = {"averaged_over": result.count, "ring_position": result.position}
+        self.rounds += 1
+        self.full_rounds += result.count == self.ctx.world_size
+        self.round_s += report.comm_s
+
+    def summary(self) -> dict:
+        if not hasattr(self, "rounds"):
+            return {}
+        return {"rounds": self.rounds, "rounds_with_full_average": self.full_rounds,
+                "mean_round_s": self.round_s / self.rounds if self.rounds else None}
+
+    def close(self) -> None:
+        if hasattr(self, "transport"):
+            self.transport.close()

@@ -1,0 +1,180 @@
+"""The stepwise ring round and the parameter server's exchange, run directly over real gloo processes."""
+import multiprocessing
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+from launchers.base import free_port
+from strategies.base import PeerContext
+from strategies.ps import ShardClient, ShardServer, partition, shard_of
+from strategies.stepwise import ring_order, ring_round
+from strategies.transport import GlooTransport
+
+
+def _member(fn, rank: int, world_size: int, port: int, out: Path, args: tuple) -> None:
+    try:
+        ctx = PeerContext(rank, world_size, rank, "127.0.0.1", port, out)
+        transport = GlooTransport(ctx, timeout_s=30)
+        try:
+            torch.save(fn(transport, *args), out / f"{rank}.pt")
+        finally:
+            transport.close()
+    except BaseException:
+        (out / f"{rank}.err").write_text(traceback.format_exc())
+        raise
+
+
+def run_group(fn, world_size: int, out: Path, *args) -> list:
+    """Run fn(transport, *args) in world_size processes over gloo on loopback; their results by rank."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    context = multiprocessing.get_context("fork")
+    procs = [context.Process(target=_member, args=(fn, r, world_size, port, out, args)) for r in range(world_size)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=90)
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    errors = [p.read_text() for p in sorted(out.glob("*.err"))]
+    assert not errors and all(p.exitcode == 0 for p in procs), errors
+    return [torch.load(out / f"{r}.pt", weights_only=False) for r in range(world_size)]
+
+
+def worker_tensor(rank: int) -> torch.Tensor:
+    return torch.randn(3, 37, generator=torch.Generator().manual_seed(100 + rank))
+
+
+def test_partition_is_size_balanced_and_complete():
+    sizes = [100, 10, 60, 50, 40, 7, 3]
+    groups = partition(sizes, 3)
+    assert sorted(i for g in groups for i in g) == list(range(len(sizes)))
+    assert groups == [[0], [1, 2, 5, 6], [3, 4]]  # largest first onto the lightest: 100 | 60+10+7+3 | 50+40
+    assert partition([5], 2) == [[0], []]
+
+
+def test_rotation_makes_every_worker_last_once_in_n_rounds():
+    for n in (1, 2, 4, 5):
+        rings = [ring_order(n, r, rotate=True) for r in range(n)]
+        assert all(sorted(ring) == list(range(n)) for ring in rings)
+        assert sorted(ring[-1] for ring in rings) == list(range(n))
+    assert {ring_order(4, r, rotate=False)[-1] for r in range(8)} == {3}  # without rotation: always rank 3
+
+
+def _rounds(transport, chunks: int) -> list:
+    n = transport.world_size
+    mine = worker_tensor(transport.rank)
+    results = []
+    for second_pass in (False, True):
+        for round_index in range(n):
+            ring = ring_order(n, round_index, rotate=True)
+            result = ring_round(transport, mine, ring, chunks=chunks, second_pass=second_pass)
+            results.append((second_pass, ring, result))
+    assert torch.equal(mine, worker_tensor(transport.rank))  # the input is left alone
+    return results
+
+
+@pytest.mark.timeout(120)
+def test_ring_round_gives_exact_prefix_means_and_full_mean_with_second_pass(tmp_path):
+    n, chunks = 4, 3
+    size = worker_tensor(0).numel() * 4
+    outputs = run_group(_rounds, n, tmp_path, chunks)
+    held_full = {rank: 0 for rank in range(n)}
+    for rank, results in enumerate(outputs):
+        for second_pass, ring, result in results:
+            position = ring.index(rank)
+            members = ring if second_pass else ring[:position + 1]
+            expected = torch.stack([worker_tensor(r) for r in members]).sum(0) / len(members)
+            assert result.position == position and result.count == len(members)
+            torch.testing.assert_close(result.mean, expected, rtol=1e-6, atol=1e-6)
+            if not second_pass:  # one pass: at most S each way
+                assert result.bytes_sent == (size if position < n - 1 else 0)
+                assert result.bytes_recv == (size if position > 0 else 0)
+                held_full[rank] += result.count == n
+            else:
+                assert result.bytes_recv == size * (2 if 0 < position < n - 1 else 1)
+    assert held_full == {rank: 1 for rank in range(n)}  # rotation: each worker once in n rounds
+    for round_index in range(2 * n):  # the same bytes as an all-reduce would need, on average
+        sent = sum(outputs[rank][round_index][2].bytes_sent for rank in range(n))
+        assert sent == (n - 1) * size * (2 if round_index >= n else 1)
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def _batch(step: int, worker: int, sizes=(3, 5, 8)) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * step + worker)
+    size = sizes[worker]
+    return torch.randn(size, 6, generator=gen), torch.randint(0, 3, (size,), generator=gen)
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-3)
+
+
+def _ps_member(transport, workers: int, servers: int, steps: int):
+    params = list(_model().parameters())
+    server_ranks = list(range(workers, workers + servers))
+    if transport.rank >= workers:
+        shard = shard_of(params, servers, transport.rank - workers)
+        stats = ShardServer(transport, shard, _sgd(shard), list(range(workers)), "sync").run()
+        return {"updates": stats.updates, "pushes": stats.pushes}
+    model = _model()
+    client = ShardClient(transport, list(model.parameters()), server_ranks)
+    client.pull_initial()
+    for step in range(steps):
+        model.zero_grad()
+        x, y = _batch(step, transport.rank)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        client.push_pull(len(y), last=step == steps - 1)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.timeout(120)
+def test_sync_ps_equals_sgd_on_the_union_batch(tmp_path):
+    workers, servers, steps = 3, 2, 4
+    outputs = run_group(_ps_member, workers + servers, tmp_path, workers, servers, steps)
+    reference = _model()
+    optimizer = _sgd(reference.parameters())
+    for step in range(steps):
+        batches = [_batch(step, w) for w in range(workers)]
+        x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(reference(x), y).backward()
+        optimizer.step()
+    for worker in range(workers):
+        for got, want in zip(outputs[worker], reference.parameters()):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+    for server in outputs[workers:]:
+        assert server == {"updates": steps, "pushes": steps * workers}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["strategy=ps", "strategy.servers=0"], "ps.servers must be >= 1"),
+    (["strategy=ps", "strategy.mode=lazy"], "ps.mode must be one of"),
+    (["strategy=stepwise", "strategy.average=loss"], "stepwise.average must be one of"),
+    (["strategy=stepwise", "strategy.chunks=0"], "stepwise.chunks must be >= 1"),
+    (["strategy=stepwise", "strategy.transport=tcp"], "strategy.transport must be one of"),
+    (["strategy=ps", "strategy.transport=mpi", "launch.nnodes=2", "launch.master_port=2345"], "launch.hostfile"),
+])
+def test_bad_knobs_are_rejected_before_launch(overrides, message):
+    from job.config import validate
+    from job.errors import ConfigError
+    from test_config import compose_config
+
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_config(*overrides))
+
+
+def test_ps_counts_its_servers_as_processes():
+    from strategies.ps import ParameterServer
+    from test_config import compose_config
+
+    cfg = compose_config("strategy=ps", "peers=3", "strategy.servers=2")
+    assert ParameterServer.num_processes(cfg) == 5 and ParameterServer.launcher(cfg) == "local"
