@@ -3,6 +3,7 @@ from job.registry import resolve
 
 LAUNCHERS = {
     "local": "launchers.local:LocalLauncher",
+    "horovod": "launchers.horovod:HorovodLauncher",
 }
 
 
