@@ -20,7 +20,7 @@ import signal
 import sys
 
 from launchers.base import Launcher, signal_name
-from strategies.ring import timeline_path
+from strategies.ring import host_list, timeline_path
 
 # Open MPI's tuned all-reduce pinned to its ring algorithm, so the payload is the ring's.
 OMPI_RING_ARGS = "--oversubscribe -mca coll_tuned_use_dynamic_rules 1 -mca coll_tuned_allreduce_algorithm 4"
@@ -36,7 +36,7 @@ def horovodrun_command(cfg, nprocs: int, run_dir, worker: list[str]) -> list[str
     collective_s = max(1, round(float(timeouts.collective_s)))
     command = [
         sys.executable, "-m", "horovod.runner.launch",
-        "-np", str(nprocs), "-H", ring.hosts or f"localhost:{nprocs}",
+        "-np", str(nprocs), "-H", host_list(ring.hosts) if ring.hosts else f"localhost:{nprocs}",
         f"--{ring.controller}", "--network-interface", ring.network_interface,
         "--fusion-threshold-mb", str(int(ring.fusion_threshold_mb)),
         "--cycle-time-ms", str(float(ring.cycle_time_ms)),

@@ -26,13 +26,18 @@ TIMELINE_NAME = "horovod_timeline.json"
 BUILD_HINT = "build it with `make setup` (runs scripts/build_horovod.sh: Horovod 0.28.1 with PyTorch, Gloo and MPI)"
 
 
-def parse_hosts(hosts: str) -> list[tuple[str, int]]:
+def host_list(hosts) -> str:
+    """ring.hosts as horovodrun's -H value: "a:2,b:2" (a list [a:2, b:2] is joined)."""
+    return hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
+
+
+def parse_hosts(hosts) -> list[tuple[str, int]]:
     """horovodrun's host list "a:2,b:2" -> [("a", 2), ("b", 2)]."""
     parsed = []
-    for item in hosts.split(","):
+    for item in host_list(hosts).split(","):
         name, sep, slots = item.strip().rpartition(":")
         if not sep or not name or not slots.isdigit() or int(slots) < 1:
-            raise ConfigError(f"ring.hosts must look like host1:slots,host2:slots, got {hosts!r}")
+            raise ConfigError(f"ring.hosts must look like host1:slots,host2:slots, got {host_list(hosts)!r}")
         parsed.append((name, int(slots)))
     return parsed
 
