@@ -8,13 +8,15 @@ rank; MPI: `mpirun -x` for each variable), so the base launcher's cleanup finds
 them all. horovodrun --mpi already passes `-bind-to none -map-by slot` and
 --allow-run-as-root; each rank pins itself (job.process.pin_cpus).
 
-Deadlines: Horovod's stall check shuts every rank down when one has not joined a
-collective within timeouts.collective_s, and gloo's own timeout is the same.
+Deadlines: each rank waits for its all-reduces at most timeouts.collective_s
+(strategies/ring.py); Horovod's stall check (same limit) and gloo's timeout
+(timeouts.startup_s, as it also bounds the rendezvous) back it up.
 
 Security: horovodrun --gloo serves its rendezvous over HTTP on all interfaces
 (a random port) for the length of the run; the ranks' traffic stays on
 ring.network_interface.
 """
+import os
 import re
 import signal
 import sys
@@ -24,6 +26,9 @@ from strategies.ring import host_list, timeline_path
 
 # Open MPI's tuned all-reduce pinned to its ring algorithm, so the payload is the ring's.
 OMPI_RING_ARGS = "--oversubscribe -mca coll_tuned_use_dynamic_rules 1 -mca coll_tuned_allreduce_algorithm 4"
+# -H localhost:N hides oversubscription from Open MPI; when the ranks need more cores than
+# this host has, ask for what Open MPI does by itself then: yield the core while polling.
+OMPI_YIELD_ARGS = "-mca mpi_yield_when_idle 1"
 
 # How horovodrun (gloo) and mpirun report the first rank that failed.
 GLOO_FAILURE = re.compile(r"first process to do so was:\s*Process name: (\d+)\s*Exit code: (\d+)")
@@ -41,14 +46,15 @@ def horovodrun_command(cfg, nprocs: int, run_dir, worker: list[str]) -> list[str
         "--fusion-threshold-mb", str(int(ring.fusion_threshold_mb)),
         "--cycle-time-ms", str(float(ring.cycle_time_ms)),
         "--start-timeout", str(max(1, round(float(timeouts.startup_s)))),
-        "--gloo-timeout-seconds", str(collective_s),
+        "--gloo-timeout-seconds", str(max(collective_s, round(float(timeouts.startup_s)))),
         "--stall-check-warning-time-seconds", str(max(1, collective_s // 4)),
         "--stall-check-shutdown-time-seconds", str(collective_s),
     ]
     if ring.timeline:
         command += ["--timeline-filename", timeline_path(cfg, run_dir)]
     if ring.controller == "mpi":
-        command += ["--mpi-args", OMPI_RING_ARGS]
+        oversubscribed = not ring.hosts and nprocs * cfg.peer_cpus > len(os.sched_getaffinity(0))
+        command += ["--mpi-args", OMPI_RING_ARGS + (" " + OMPI_YIELD_ARGS if oversubscribed else "")]
     return command + worker
 
 

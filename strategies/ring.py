@@ -126,7 +126,8 @@ class Ring(Strategy):
         if self.passes % self.passes_per_step:
             return StepReport()  # local accumulation: Horovod all-reduces after the k-th pass
         start = time.perf_counter()
-        self.optimizer.synchronize()  # waits for the all-reduces started during backward
+        self.wait_for_allreduces()
+        self.optimizer.synchronize()  # all done: only unpacks (and all-reduces unused parameters' zeros)
         comm_s = time.perf_counter() - start
         if self.passes_per_step > 1:
             for p in self.params:
@@ -136,6 +137,17 @@ class Ring(Strategy):
             self.optimizer.step()
         opt_s = time.perf_counter() - start
         return StepReport(comm_s=comm_s, opt_s=opt_s, bytes_sent=self.wire_bytes, bytes_recv=self.wire_bytes)
+
+    def wait_for_allreduces(self) -> None:
+        """Wait for the all-reduces that backward started, within timeouts.collective_s."""
+        timeout_s = float(self.cfg.timeouts.collective_s)
+        deadline = time.monotonic() + timeout_s
+        pending = [handle for handle, _ in self.optimizer._handles.values() if handle is not None]
+        while pending := [h for h in pending if not self.hvd.poll(h)]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Horovod all-reduce on rank {self.ctx.rank} not done after {timeout_s:.0f} s "
+                                   f"(timeouts.collective_s): a peer stalled or died")
+            time.sleep(0.0002)
 
     def summary(self) -> dict:
         ring = self.cfg.ring

@@ -116,3 +116,12 @@ def test_bad_ring_knobs(overrides, message):
 def test_ring_knobs_need_strategy_ring():
     result = cli("ring.controller=mpi")
     assert result.returncode == 2 and "ring" in result.stderr
+
+
+@pytest.mark.timeout(150)
+def test_stalled_rank_hits_the_collective_deadline(run_dir):
+    result = run_train(run_dir, *FEW, "peers=2", "max_steps=500", "fault.stall_peer=1", "fault.at_step=4",
+                       "fault.stall_s=600", "timeouts.collective_s=4")
+    assert result.returncode == 1
+    assert "Horovod all-reduce on rank 0 not done after 4 s" in result.stderr
+    assert_no_leftovers(run_dir)
