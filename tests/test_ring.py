@@ -47,7 +47,8 @@ def test_gloo_two_peers_identical_params_exact_bytes_and_timeline(run_dir):
     assert ring["controller"] == "gloo" and ring["gradient_bytes"] == fp32_bytes
     assert ring["timeline"] == str(run_dir.resolve() / "horovod_timeline.json")
     assert "ALLREDUCE" in (run_dir / "horovod_timeline.json").read_text()
-    assert [p["result"]["cores"] for p in summary["peers"]] == [[0], [1]] or os.cpu_count() < 2
+    cores = {tuple(p["result"]["cores"]) for p in summary["peers"]}  # our pinning, not MPI's binding
+    assert len(cores) == min(2, len(os.sched_getaffinity(0)))
     assert_no_leftovers(run_dir)
 
 
