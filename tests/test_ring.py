@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_no_leftovers, run_train
+from conftest import ROOT, assert_no_leftovers, leftover_processes, run_train, start_train, wait_for_steps
 from job.config import validate
 from job.errors import BackendUnavailable, ConfigError
 from job.model import tiny
@@ -78,10 +78,14 @@ def test_backward_passes_per_step_accumulates_locally(run_dir):
 @pytest.mark.parametrize("controller, peers", [("gloo", 3), ("mpi", 2)])
 def test_killed_rank_is_named_and_nothing_is_left(run_dir, controller, peers):
     killed = peers - 1
-    result = run_train(run_dir, *FEW, f"peers={peers}", f"ring.controller={controller}", "max_steps=500",
-                       f"fault.kill_peer={killed}", "fault.at_step=4")
-    assert result.returncode == 1
-    assert f"peer rank {killed} was killed by SIGKILL" in result.stderr
+    proc = start_train(run_dir, *FEW, f"peers={peers}", f"ring.controller={controller}", "max_steps=500",
+                       f"fault.kill_peer={killed}", "fault.at_step=20")
+    wait_for_steps(run_dir, 0, 1)
+    workers = [p for p in leftover_processes(run_dir) if p.cmdline()[1:3] == ["-m", "job.worker"]]
+    assert len(workers) == peers  # horovodrun handed the run's id to every rank: the final cleanup finds them
+    _, stderr = proc.communicate(timeout=150)
+    assert proc.returncode == 1
+    assert f"peer rank {killed} was killed by SIGKILL" in stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["failed_rank"] == killed
     assert_no_leftovers(run_dir)
