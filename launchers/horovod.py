@@ -9,8 +9,8 @@ them all. horovodrun --mpi already passes `-bind-to none -map-by slot` and
 --allow-run-as-root; each rank pins itself (job.process.pin_cpus).
 
 Deadlines: each rank waits for its all-reduces at most timeouts.collective_s
-(strategies/ring.py); Horovod's stall check (same limit) and gloo's timeout
-(timeouts.startup_s, as it also bounds the rendezvous) back it up.
+(strategies/ring.py); gloo's own timeout is the larger of that and
+timeouts.startup_s, as it also bounds the rendezvous.
 
 Security: horovodrun --gloo serves its rendezvous over HTTP on all interfaces
 (a random port) for the length of the run; the ranks' traffic stays on
@@ -38,7 +38,7 @@ MPI_EXIT = re.compile(r"first process to do so was:\s*Process name: \[\[\d+,\d+\
 
 def horovodrun_command(cfg, nprocs: int, run_dir, worker: list[str]) -> list[str]:
     ring, timeouts = cfg.ring, cfg.timeouts
-    collective_s = max(1, round(float(timeouts.collective_s)))
+    gloo_timeout_s = max(1, round(max(float(timeouts.collective_s), float(timeouts.startup_s))))
     command = [
         sys.executable, "-m", "horovod.runner.launch",
         "-np", str(nprocs), "-H", host_list(ring.hosts) if ring.hosts else f"localhost:{nprocs}",
@@ -46,9 +46,7 @@ def horovodrun_command(cfg, nprocs: int, run_dir, worker: list[str]) -> list[str
         "--fusion-threshold-mb", str(int(ring.fusion_threshold_mb)),
         "--cycle-time-ms", str(float(ring.cycle_time_ms)),
         "--start-timeout", str(max(1, round(float(timeouts.startup_s)))),
-        "--gloo-timeout-seconds", str(max(collective_s, round(float(timeouts.startup_s)))),
-        "--stall-check-warning-time-seconds", str(max(1, collective_s // 4)),
-        "--stall-check-shutdown-time-seconds", str(collective_s),
+        "--gloo-timeout-seconds", str(gloo_timeout_s),
     ]
     if ring.timeline:
         command += ["--timeline-filename", timeline_path(cfg, run_dir)]

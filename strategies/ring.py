@@ -98,10 +98,6 @@ class Ring(Strategy):
                                f"{self.ctx.rank}/{self.ctx.world_size}")
         self.hvd = hvd
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        if optimizer.state:
-            # A fresh optimizer has no state; Horovod would create it with a zero-gradient
-            # step, which (with weight decay) moves the parameters, so only real state is sent.
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         fp16 = self.cfg.ring.compression == "fp16"
         self.passes_per_step = int(self.cfg.ring.backward_passes_per_step)
         wrapped = hvd.DistributedOptimizer(
@@ -109,6 +105,11 @@ class Ring(Strategy):
             compression=hvd.Compression.fp16 if fp16 else hvd.Compression.none,
             backward_passes_per_step=self.passes_per_step,
         )
+        if optimizer.state:
+            # A fresh optimizer has no state; Horovod would create it with a zero-gradient
+            # step, which (with weight decay) moves the parameters, so only real state is sent.
+            wrapped.load_state_dict(optimizer.state_dict())
+            hvd.broadcast_optimizer_state(wrapped, root_rank=0)
         super().setup(model, wrapped)
         params = [p for p in model.parameters() if p.requires_grad]
         self.gradient_bytes = sum(p.numel() * (2 if fp16 and p.is_floating_point() else p.element_size())
@@ -142,6 +143,7 @@ class Ring(Strategy):
         """Wait for the all-reduces that backward started, within timeouts.collective_s."""
         timeout_s = float(self.cfg.timeouts.collective_s)
         deadline = time.monotonic() + timeout_s
+        # Horovod 0.28.1 keeps the in-flight all-reduces in _handles (parameter -> (handle, ctx)).
         pending = [handle for handle, _ in self.optimizer._handles.values() if handle is not None]
         while pending := [h for h in pending if not self.hvd.poll(h)]:
             if time.monotonic() > deadline:
