@@ -4,6 +4,7 @@ from job.registry import resolve
 LAUNCHERS = {
     "local": "launchers.local:LocalLauncher",
     "mpi": "launchers.mpi:MpiLauncher",
+    "horovod": "launchers.horovod:HorovodLauncher",
 }
 
 

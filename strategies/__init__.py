@@ -11,6 +11,7 @@ REGISTRY = {
     "allreduce": "strategies.allreduce:AllReduce",
     "ps": "strategies.ps:ParameterServer",
     "stepwise": "strategies.stepwise:Stepwise",
+    "ring": "strategies.ring:Ring",
 }
 
 
