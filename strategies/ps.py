@@ -225,8 +225,7 @@ class ParameterServer(Strategy):
         shard = shard_of(params, int(self.cfg.strategy.servers), self.ctx.rank - self.cfg.peers)
         server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg), list(range(self.cfg.peers)),
                              self.cfg.strategy.mode, float(self.cfg.strategy.idle_timeout_s))
-        self.server_stats = server.run()
-        self.server_stats_dict = self.server_stats.as_dict() | {
+        self.server_stats = server.run().as_dict() | {
             "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}
 
     # --- worker -------------------------------------------------------------
@@ -252,7 +251,7 @@ class ParameterServer(Strategy):
 
     def summary(self) -> dict:
         if not self.is_worker():
-            return {"role": "server", **getattr(self, "server_stats_dict", {})}
+            return {"role": "server", **getattr(self, "server_stats", {})}
         figures = {"role": "worker", "mode": self.cfg.strategy.mode, "servers": int(self.cfg.strategy.servers)}
         if getattr(self, "staleness", None):
             figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness)}

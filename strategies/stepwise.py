@@ -22,7 +22,8 @@ Bytes per round (S = bytes of the averaged vector, N workers, payload only): one
 a worker sends S unless it is last and receives S unless it is first, so (N-1)/N·S per
 worker on average and at most S. With second_pass each worker also receives S (except
 the last) and sends S (except the second to last): 2(N-1)/N·S on average. Steps
-without a round report 0 bytes. BatchNorm buffers stay local to each worker.
+without a round report 0 bytes. BatchNorm buffers and optimizer state (momentum) stay
+local to each worker.
 """
 import time
 from dataclasses import dataclass
@@ -65,7 +66,10 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
     after = ring[pos + 1] if pos < n - 1 else None
     own = tensor.reshape(-1)
     total = torch.empty_like(own) if prev is not None else own.clone()
-    pieces = lambda t: torch.tensor_split(t, max(1, min(chunks, t.numel())))  # noqa: E731
+
+    def pieces(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.tensor_split(t, max(1, min(chunks, t.numel())))
+
     sent = received = 0
     sends = []
     incoming = [transport.irecv(c, prev, TAG_REDUCE) for c in pieces(total)] if prev is not None else []
