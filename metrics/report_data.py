@@ -42,7 +42,7 @@ class Run:
 
     @property
     def knobs(self) -> dict:
-        return {k: v for k, v in self.config["strategy"].items() if k != "name"}
+        return self.summary.get("strategy_knobs", {})
 
     @property
     def total_cpus(self) -> int:

@@ -68,7 +68,7 @@ def peer_figures(peer_dir: Path) -> dict:
     return figures
 
 
-def build_summary(run_dir: Path, config: dict, outcome) -> dict:
+def build_summary(run_dir: Path, config: dict, outcome, strategy_knobs: dict | None = None) -> dict:
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.create(config)
@@ -101,6 +101,7 @@ def build_summary(run_dir: Path, config: dict, outcome) -> dict:
         "lost_peers": outcome.lost_peers,
         "fault": fault,
         "config": config,
+        "strategy_knobs": strategy_knobs or {},
         "data_is_synthetic": cfg.data.name == "synthetic",
         "network_scope": "per-peer namespace" if cfg.network.name != "loopback"
                          else "host-wide (shared by all peers, not attributable to one)",
@@ -123,7 +124,7 @@ def build_summary(run_dir: Path, config: dict, outcome) -> dict:
     }
 
 
-def write_summary(run_dir: Path, config: dict, outcome) -> dict:
-    summary = build_summary(run_dir, config, outcome)
+def write_summary(run_dir: Path, config: dict, outcome, strategy_knobs: dict | None = None) -> dict:
+    summary = build_summary(run_dir, config, outcome, strategy_knobs)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -27,6 +27,7 @@ def broadcast_initial_state(transport, model: torch.nn.Module, src: int = 0) -> 
 
 class AllReduce(Strategy):
     name = "allreduce"
+    uses_transport = True
 
     @classmethod
     def validate(cls, cfg) -> None:

@@ -67,8 +67,18 @@ class StepReport:
 
 class Strategy(ABC):
     name: ClassVar[str]
+    uses_transport: ClassVar[bool] = False  # runs over the top-level `transport` (gloo | mpi)
 
     # --- decided before any process starts -------------------------------
+    @classmethod
+    def knobs(cls, cfg) -> dict:
+        """This strategy's settings: its own `NAME:` block, plus the transport it runs over."""
+        from omegaconf import OmegaConf
+
+        block = cfg.get(cls.name)
+        knobs = OmegaConf.to_container(block, resolve=True) if block is not None else {}
+        return {"transport": cfg.transport, **knobs} if cls.uses_transport else knobs
+
     @classmethod
     def validate(cls, cfg) -> None:
         """Raise job.errors.ConfigError for bad knobs."""

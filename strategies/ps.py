@@ -191,27 +191,28 @@ def build_server_model(cfg) -> torch.nn.Module:
 
 class ParameterServer(Strategy):
     name = "ps"
+    uses_transport = True
 
     @classmethod
     def validate(cls, cfg) -> None:
         check_transport(cfg)
-        if int(cfg.strategy.servers) < 1:
-            raise ConfigError(f"ps.servers must be >= 1, got {cfg.strategy.servers}")
-        if float(cfg.strategy.idle_timeout_s) <= 0:
-            raise ConfigError(f"ps.idle_timeout_s must be > 0, got {cfg.strategy.idle_timeout_s}")
-        if cfg.strategy.mode not in MODES:
-            raise ConfigError(f"ps.mode must be one of {', '.join(MODES)}, got {cfg.strategy.mode}")
+        if int(cfg.ps.servers) < 1:
+            raise ConfigError(f"ps.servers must be >= 1, got {cfg.ps.servers}")
+        if float(cfg.ps.idle_timeout_s) <= 0:
+            raise ConfigError(f"ps.idle_timeout_s must be > 0, got {cfg.ps.idle_timeout_s}")
+        if cfg.ps.mode not in MODES:
+            raise ConfigError(f"ps.mode must be one of {', '.join(MODES)}, got {cfg.ps.mode}")
 
     @classmethod
     def num_processes(cls, cfg) -> int:
-        return cfg.peers + int(cfg.strategy.servers)
+        return cfg.peers + int(cfg.ps.servers)
 
     @classmethod
     def launcher(cls, cfg) -> str:
-        return "mpi" if cfg.strategy.transport == "mpi" else "local"
+        return "mpi" if cfg.transport == "mpi" else "local"
 
     def server_ranks(self) -> list[int]:
-        return list(range(self.cfg.peers, self.cfg.peers + int(self.cfg.strategy.servers)))
+        return list(range(self.cfg.peers, self.cfg.peers + int(self.cfg.ps.servers)))
 
     def is_worker(self) -> bool:
         return self.ctx.rank < self.cfg.peers
@@ -222,9 +223,9 @@ class ParameterServer(Strategy):
 
         self.transport = connect(self.cfg, self.ctx)
         params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
-        shard = shard_of(params, int(self.cfg.strategy.servers), self.ctx.rank - self.cfg.peers)
+        shard = shard_of(params, int(self.cfg.ps.servers), self.ctx.rank - self.cfg.peers)
         server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg), list(range(self.cfg.peers)),
-                             self.cfg.strategy.mode, float(self.cfg.strategy.idle_timeout_s))
+                             self.cfg.ps.mode, float(self.cfg.ps.idle_timeout_s))
         self.server_stats = server.run().as_dict() | {
             "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}
 
@@ -252,7 +253,7 @@ class ParameterServer(Strategy):
     def summary(self) -> dict:
         if not self.is_worker():
             return {"role": "server", **getattr(self, "server_stats", {})}
-        figures = {"role": "worker", "mode": self.cfg.strategy.mode, "servers": int(self.cfg.strategy.servers)}
+        figures = {"role": "worker", "mode": self.cfg.ps.mode, "servers": int(self.cfg.ps.servers)}
         if getattr(self, "staleness", None):
             figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness)}
         return figures

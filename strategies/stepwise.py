@@ -102,11 +102,12 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 
 class Stepwise(Strategy):
     name = "stepwise"
+    uses_transport = True
 
     @classmethod
     def validate(cls, cfg) -> None:
         check_transport(cfg)
-        knobs = cfg.strategy
+        knobs = cfg.stepwise
         if knobs.average not in AVERAGES:
             raise ConfigError(f"stepwise.average must be one of {', '.join(AVERAGES)}, got {knobs.average}")
         for knob in ("every", "chunks"):
@@ -115,7 +116,7 @@ class Stepwise(Strategy):
 
     @classmethod
     def launcher(cls, cfg) -> str:
-        return "mpi" if cfg.strategy.transport == "mpi" else "local"
+        return "mpi" if cfg.transport == "mpi" else "local"
 
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
@@ -126,7 +127,7 @@ class Stepwise(Strategy):
         self.round_s = 0.0
 
     def step(self, samples: int) -> StepReport:
-        knobs = self.cfg.strategy
+        knobs = self.cfg.stepwise
         self.steps += 1
         for p in self.params:
             if p.grad is None:
@@ -141,7 +142,7 @@ class Stepwise(Strategy):
         return report
 
     def _average(self, tensors: list[torch.Tensor], report: StepReport) -> None:
-        knobs = self.cfg.strategy
+        knobs = self.cfg.stepwise
         start = time.perf_counter()
         ring = ring_order(self.ctx.world_size, self.rounds, bool(knobs.rotate))
         result = ring_round(self.transport, flatten(tensors), ring, int(knobs.chunks), bool(knobs.second_pass))

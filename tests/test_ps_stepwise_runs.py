@@ -66,8 +66,8 @@ def test_bytes_per_step_match_theory(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_async_ps_with_two_servers_over_mpi(run_dir):
-    result = run_train(run_dir, "strategy=ps", "strategy.transport=mpi", "strategy.mode=async",
-                       "strategy.servers=2", "peers=2", "max_steps=12")
+    result = run_train(run_dir, "strategy=ps", "transport=mpi", "ps.mode=async",
+                       "ps.servers=2", "peers=2", "max_steps=12")
     assert result.returncode == 0, result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     servers = [p["result"]["strategy"] for p in summary["peers"] if p["result"]["role"] == "server"]
@@ -83,7 +83,7 @@ def test_async_ps_with_two_servers_over_mpi(run_dir):
 
 @pytest.mark.timeout(200)
 def test_stepwise_second_pass_over_mpi_leaves_peers_identical(run_dir):
-    result = run_train(run_dir, "strategy=stepwise", "strategy.transport=mpi", "strategy.second_pass=true",
+    result = run_train(run_dir, "strategy=stepwise", "transport=mpi", "stepwise.second_pass=true",
                        "peers=3", "max_steps=6")
     assert result.returncode == 0, result.stderr
     digests = {json.loads((run_dir / f"peer{r}" / "result.json").read_text())["param_sha256"] for r in range(3)}
@@ -105,7 +105,7 @@ def test_raising_worker_under_ps_ends_run_with_its_rank(run_dir):
 
 @pytest.mark.timeout(200)
 def test_killed_worker_under_mpirun_is_named(run_dir):
-    result = run_train(run_dir, "strategy=ps", "strategy.transport=mpi", "peers=3", "max_steps=500",
+    result = run_train(run_dir, "strategy=ps", "transport=mpi", "peers=3", "max_steps=500",
                        "fault.kill_peer=2", "fault.at_step=4")
     assert result.returncode == 1
     assert "peer rank 2 was killed by SIGKILL" in result.stderr
@@ -116,8 +116,8 @@ def test_killed_worker_under_mpirun_is_named(run_dir):
 
 @pytest.mark.timeout(200)
 def test_stepwise_every_two_steps_without_rotation(run_dir):
-    result = run_train(run_dir, "strategy=stepwise", "strategy.every=2", "strategy.average=grads",
-                       "strategy.rotate=false", "peers=2", "max_steps=6")
+    result = run_train(run_dir, "strategy=stepwise", "stepwise.every=2", "stepwise.average=grads",
+                       "stepwise.rotate=false", "peers=2", "max_steps=6")
     assert result.returncode == 0, result.stderr
     for rank in range(2):
         steps = read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")

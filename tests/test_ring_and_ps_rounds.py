@@ -156,12 +156,12 @@ def test_sync_ps_equals_sgd_on_the_union_batch(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["strategy=ps", "strategy.servers=0"], "ps.servers must be >= 1"),
-    (["strategy=ps", "strategy.mode=lazy"], "ps.mode must be one of"),
-    (["strategy=stepwise", "strategy.average=loss"], "stepwise.average must be one of"),
-    (["strategy=stepwise", "strategy.chunks=0"], "stepwise.chunks must be >= 1"),
-    (["strategy=stepwise", "strategy.transport=tcp"], "strategy.transport must be one of"),
-    (["strategy=ps", "strategy.transport=mpi", "launch.nnodes=2", "launch.master_port=2345"], "launch.hostfile"),
+    (["strategy=ps", "ps.servers=0"], "ps.servers must be >= 1"),
+    (["strategy=ps", "ps.mode=lazy"], "ps.mode must be one of"),
+    (["strategy=stepwise", "stepwise.average=loss"], "stepwise.average must be one of"),
+    (["strategy=stepwise", "stepwise.chunks=0"], "stepwise.chunks must be >= 1"),
+    (["strategy=stepwise", "transport=tcp"], "transport must be one of"),
+    (["strategy=ps", "transport=mpi", "launch.nnodes=2", "launch.master_port=2345"], "launch.hostfile"),
 ])
 def test_bad_knobs_are_rejected_before_launch(overrides, message):
     from job.config import validate
@@ -176,5 +176,5 @@ def test_ps_counts_its_servers_as_processes():
     from strategies.ps import ParameterServer
     from test_config import compose_config
 
-    cfg = compose_config("strategy=ps", "peers=3", "strategy.servers=2")
+    cfg = compose_config("strategy=ps", "peers=3", "ps.servers=2")
     assert ParameterServer.num_processes(cfg) == 5 and ParameterServer.launcher(cfg) == "local"
