@@ -16,6 +16,7 @@ from metrics import report
 from metrics.report_data import group_runs, load_run
 
 REPORT_FILES = ("report.html", "report.md", "runs.csv")
+pytestmark = pytest.mark.timeout(600)  # the first test also pays for the module's runs (4 + 2 short runs)
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +25,8 @@ def multirun(tmp_path_factory):
     sweep = tmp_path_factory.mktemp("multirun")
     result = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "-m", "strategy=single,allreduce", "peers=1", "seed=1,2",
-         "max_steps=8", "eval_every=4", f"hydra.sweep.dir={sweep}", *QUICK],
-        cwd=ROOT, capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL)
+         "max_steps=6", "eval_every=3", f"hydra.sweep.dir={sweep}", *QUICK],
+        cwd=ROOT, capture_output=True, text=True, timeout=500, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     return sweep, result
 
