@@ -9,6 +9,7 @@ from strategies.base import PeerContext, StepReport, Strategy
 REGISTRY = {
     "single": "strategies.single:Single",
     "allreduce": "strategies.allreduce:AllReduce",
+    "hivemind": "strategies.hivemind:Hivemind",
 }
 
 

@@ -121,6 +121,10 @@ class Strategy(ABC):
         """Stop before max_steps (e.g. on a shared epoch boundary)."""
         return False
 
+    def step_limit(self) -> int:
+        """Most steps the loop runs on this peer (strategies that stop on their own may allow more)."""
+        return self.cfg.max_steps
+
     def summary(self) -> dict:
         """Strategy-specific figures for summary.json."""
         return {}
