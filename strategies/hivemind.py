@@ -257,6 +257,10 @@ class Hivemind(Strategy):
         if self.opt.local_epoch < self.target_epoch:
             return False
         self.opt.state_averager.step(wait_for_delayed_updates=True)  # apply background averaging before we stop
+        if self.hm.use_local_updates:  # local steps since the last round (or a round skipped while one ran)
+            with contextlib.suppress(Exception):
+                self.opt.state_averager.step(averaging_round=True, delay_averaging=False,
+                                             averaging_opts=dict(timeout=float(self.hm.averaging_timeout)))
         self._record_epoch(self.opt.local_epoch, self.counters.snapshot())
         self._wait_for_all("done", float(self.hm.finish_timeout_s), fail=False)
         return True
