@@ -92,6 +92,10 @@ class Strategy(ABC):
         """Key into launchers.LAUNCHERS."""
         return "local"
 
+    @classmethod
+    def after_run(cls, cfg, run_dir: Path) -> None:
+        """In the launching process, once every process of the run has ended: remove leftovers."""
+
     # --- inside each process ---------------------------------------------
     def __init__(self, cfg, ctx: PeerContext):
         self.cfg, self.ctx = cfg, ctx

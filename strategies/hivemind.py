@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import psutil
+import torch
 
 from job.errors import BackendUnavailable, ConfigError
 from job.model import parameter_digest
@@ -249,7 +250,9 @@ class Hivemind(Strategy):
         self.swarm_seen = True
 
     def _record_epoch(self, epoch: int, counts: dict) -> None:
+        flat = torch.cat([p.detach().reshape(-1).double() for p in self.model.parameters()])
         self.epochs.write({"epoch": epoch, "time": time.time(), "param_sha256": parameter_digest(self.model),
+                           "param_sum": flat.sum().item(), "param_abs_sum": flat.abs().sum().item(),
                            "allreduce_bytes_sent": counts["allreduce_bytes_sent"],
                            "allreduce_bytes_recv": counts["allreduce_bytes_recv"]})
 
@@ -257,13 +260,25 @@ class Hivemind(Strategy):
         if self.opt.local_epoch < self.target_epoch:
             return False
         self.opt.state_averager.step(wait_for_delayed_updates=True)  # apply background averaging before we stop
-        if self.hm.use_local_updates:  # local steps since the last round (or a round skipped while one ran)
-            with contextlib.suppress(Exception):
-                self.opt.state_averager.step(averaging_round=True, delay_averaging=False,
-                                             averaging_opts=dict(timeout=float(self.hm.averaging_timeout)))
-        self._record_epoch(self.opt.local_epoch, self.counters.snapshot())
         self._wait_for_all("done", float(self.hm.finish_timeout_s), fail=False)
+        if self.hm.use_local_updates:  # average the local steps since the last round, all peers together
+            self._final_state_round()
+        self._record_epoch(self.opt.local_epoch, self.counters.snapshot())
         return True
+
+    def _final_state_round(self) -> None:
+        """One synchronous round that replaces (not delta-updates) the parameters with the swarm's average.
+
+        No local step runs any more, so the delta rule is not needed. Peers then agree up to
+        float rounding: each gets the parts it does not own as local + (average - local).
+        """
+        averager = self.opt.state_averager
+        averager.delta_rule_averaging = False
+        try:
+            averager.step(averaging_round=True, delay_averaging=False,
+                          averaging_opts=dict(timeout=float(self.hm.averaging_timeout)))
+        except Exception as exc:  # the run's result stands; the digests will show the peers differ
+            print(f"hivemind: final parameter averaging failed: {exc!r}", flush=True)
 
     def step_limit(self) -> int:
         """Safety cap if the swarm stalls: 4x the steps a lone peer needs to reach the target epoch."""
@@ -326,6 +341,10 @@ class Hivemind(Strategy):
         self.own_files = {"pids": [p.pid for p in tree], "sockets": sorted(sockets)}
         (self.ctx.peer_dir / "hivemind_files.json").write_text(json.dumps(self.own_files))
 
+    def _hivemind_children(self) -> list[psutil.Process]:
+        pids = getattr(self, "own_files", {"pids": []})["pids"]
+        return [c for c in psutil.Process().children(recursive=True) if _is_hivemind_child(c, pids)]
+
     def close(self) -> None:
         if hasattr(self, "_stop_heartbeat"):
             with contextlib.suppress(Exception):
@@ -339,27 +358,43 @@ class Hivemind(Strategy):
                 self.dht.shutdown()
         if hasattr(self, "epochs"):
             self.epochs.close()
-        psutil.wait_procs(psutil.Process().children(recursive=True), timeout=float(self.cfg.timeouts.shutdown_s))
+        psutil.wait_procs(self._hivemind_children(), timeout=float(self.cfg.timeouts.shutdown_s))
         remove_leftovers(self.ctx.peer_dir / "hivemind_files.json", ours=True)
-        if self.ctx.rank == 0:  # peers that were killed cannot clean up after themselves
-            for record in self.ctx.run_dir.glob("peer*/hivemind_files.json"):
-                remove_leftovers(record)
+
+    @classmethod
+    def after_run(cls, cfg, run_dir: Path) -> None:
+        """Every process of the run is gone: remove what the peers' processes left in /dev/shm and /tmp."""
+        for record in run_dir.glob("peer*/hivemind_files.json"):
+            remove_leftovers(record)
+
+
+def _is_hivemind_child(proc: psutil.Process, pids: list[int]) -> bool:
+    try:
+        return proc.pid in pids and proc.name() != "torch_shm_manager"  # that one ends with our process
+    except psutil.Error:
+        return False
 
 
 def remove_leftovers(record: Path, ours: bool = False) -> None:
-    """Delete the /dev/shm/torch_<pid>_* files and hivemind sockets of a peer (ours, or one whose processes are gone)."""
+    """Delete the hivemind sockets and /dev/shm/torch_<pid>_* files that a peer's processes left behind.
+
+    Shared-memory files are removed only once all the peer's processes are gone: a live
+    process may still map files its (ended) children created, and torch aborts if they
+    vanish. Our own sockets go right after hivemind is shut down.
+    """
     if not record.exists():
         return
     files = json.loads(record.read_text())
-    if not ours and any(_running(pid) for pid in files["pids"]):
-        return  # still running: not ours to clean yet
-    for pid in files["pids"]:
-        for leaked in Path("/dev/shm").glob(f"torch_{pid}_*"):
+    gone = not any(_running(pid) for pid in files["pids"])
+    if gone:
+        for pid in files["pids"]:
+            for leaked in Path("/dev/shm").glob(f"torch_{pid}_*"):
+                with contextlib.suppress(OSError):
+                    leaked.unlink()
+    if ours or gone:
+        for socket_path in files["sockets"]:
             with contextlib.suppress(OSError):
-                leaked.unlink()
-    for socket_path in files["sockets"]:
-        with contextlib.suppress(OSError):
-            Path(socket_path).unlink()
+                Path(socket_path).unlink()
 
 
 def _running(pid: int) -> bool:
