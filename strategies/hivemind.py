@@ -261,7 +261,7 @@ class Hivemind(Strategy):
             return False
         self.opt.state_averager.step(wait_for_delayed_updates=True)  # apply background averaging before we stop
         self._wait_for_all("done", float(self.hm.finish_timeout_s), fail=False)
-        if self.hm.use_local_updates:  # average the local steps since the last round, all peers together
+        if self.cfg.peers > 1:  # all peers together: local steps, or a round that failed, must not remain
             self._final_state_round()
         self._record_epoch(self.opt.local_epoch, self.counters.snapshot())
         return True
