@@ -46,6 +46,7 @@ def run(cfg) -> int:
     )
     (run_dir / RUN_ID_PATH).write_text(launcher.run_id)
     outcome = launcher.run()
+    strategy.after_run(cfg, run_dir)
     summary = write_summary(run_dir, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg))
     print_result(run_dir, summary, outcome)
     if outcome.exit_code:

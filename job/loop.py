@@ -27,7 +27,7 @@ def evaluate(model: nn.Module, dataset, batch_size: int = 256) -> tuple[float, f
 
 
 def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank: int) -> dict:
-    """Run max_steps steps (or until the strategy stops); log every step and evaluation."""
+    """Run the strategy's step limit (max_steps) or until it stops; log every step and evaluation."""
     sampler = ShardSampler(len(splits.train), rank, cfg.peers, cfg.seed)
     stream = batches(splits.train, sampler, cfg.batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
@@ -48,7 +48,8 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
     model.train()
     run_eval(0)
     step = 0
-    for step in range(1, cfg.max_steps + 1):
+    last_step = strategy.step_limit()
+    for step in range(1, last_step + 1):
         inject(cfg.fault, rank, step, log.peer_dir)
         t0 = time.perf_counter()
         x, y = next(stream)
@@ -64,7 +65,7 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
                  data_s=t1 - t0, compute_s=t2 - t1, comm_s=report.comm_s, opt_s=report.opt_s,
                  bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, **report.extra)
         stopping = strategy.should_stop(step)
-        if stopping or step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
+        if stopping or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
             run_eval(step)
         if stopping:
             break

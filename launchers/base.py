@@ -5,6 +5,7 @@ the shared monitor below watches them: live progress, the first failure ends the
 run (its rank and traceback reported), Ctrl-C stops everything, and at the end
 every process carrying the run's id is killed, daemons such as p2pd included.
 """
+import contextlib
 import os
 import signal
 import socket
@@ -57,6 +58,7 @@ class Launcher(ABC):
         self.tolerate_peer_loss = tolerate_peer_loss
         self.run_id = uuid.uuid4().hex
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
+        self.reaped: set[int] = set()  # lost peers whose sessions were killed
 
     def base_env(self) -> dict:
         env = dict(os.environ)
@@ -106,9 +108,17 @@ class Launcher(ABC):
         if failed and not (self.tolerate_peer_loss and rank_only(failed) and len(lost) < len(codes)):
             rank, message = self.first_failure(failed, codes)
             return Outcome("failed", 1, time.monotonic() - start, failed_rank=rank, error=message, lost_peers=lost)
+        for rank in set(lost) - self.reaped:  # the run goes on: end what the lost peer left running now
+            self.kill_session(rank)
+            self.reaped.add(rank)
         if all(code is not None for code in codes.values()):
             return Outcome("completed", 0, time.monotonic() - start, lost_peers=lost)
         return None
+
+    def kill_session(self, rank: int) -> None:
+        """SIGKILL the session a peer was started in (it and every process it left behind)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.procs[rank].pid, signal.SIGKILL)
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
         """The root cause: the earliest traceback any peer wrote, else the first dead process."""

@@ -12,6 +12,7 @@ REGISTRY = {
     "ps": "strategies.ps:ParameterServer",
     "stepwise": "strategies.stepwise:Stepwise",
     "ring": "strategies.ring:Ring",
+    "hivemind": "strategies.hivemind:Hivemind",
 }
 
 

@@ -102,6 +102,10 @@ class Strategy(ABC):
         """Key into launchers.LAUNCHERS."""
         return "local"
 
+    @classmethod
+    def after_run(cls, cfg, run_dir: Path) -> None:
+        """In the launching process, once every process of the run has ended: remove leftovers."""
+
     # --- inside each process ---------------------------------------------
     def __init__(self, cfg, ctx: PeerContext):
         self.cfg, self.ctx = cfg, ctx
@@ -130,6 +134,10 @@ class Strategy(ABC):
     def should_stop(self, step: int) -> bool:
         """Stop before max_steps (e.g. on a shared epoch boundary)."""
         return False
+
+    def step_limit(self) -> int:
+        """Most steps the loop runs on this peer (strategies that stop on their own may allow more)."""
+        return self.cfg.max_steps
 
     def summary(self) -> dict:
         """Strategy-specific figures for summary.json."""

@@ -1,0 +1,414 @@
+"""hivemind: decentralized averaging, each peer with its own DHT and hivemind.Optimizer.
+
+Rendezvous is the hivemind DHT: rank 0 starts first and writes its visible
+multiaddrs to RUN_DIR/.avgbench/hivemind_maddrs (one host), or peers join the
+multiaddrs given in hivemind.initial_peers (several hosts). Everyone listens on
+hivemind.host (loopback by default), with nat_port_map off.
+
+Run length: max_steps is per peer, as for every strategy, but hivemind advances
+in epochs of target_batch_size samples gathered by all peers together, so peers
+stop together on the shared epoch boundary
+    E = ceil(max_steps x peers x batch_size / target_batch_size),
+the epoch at which the swarm has trained as many samples as max_steps steps on
+every peer would. A peer may take more or fewer than max_steps local steps (faster
+peers contribute more; samples that arrive after an epoch closed are dropped); if
+the swarm stalls, a peer stops after 4x the steps a lone peer would need.
+
+BatchNorm: running statistics are averaged with the parameters on state-averaging
+epochs (passed as extra_tensors) when hivemind.average_bn_buffers is true, so every
+peer evaluates with swarm-wide statistics; the integer batch counter stays local.
+"""
+import contextlib
+import ctypes
+import functools
+import json
+import math
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+from job.errors import BackendUnavailable, ConfigError
+from job.model import parameter_digest
+from job.optim import build_optimizer
+from job.process import exit_on_sigterm, wait_until
+from metrics.jsonl import JsonlWriter
+from strategies.base import StepReport, Strategy
+
+MADDRS_FILE = Path(".avgbench") / "hivemind_maddrs"
+COMPRESSIONS = {
+    "none": "NoCompression", "fp16": "Float16Compression", "scaled_fp16": "ScaledFloat16Compression",
+    "uniform_8bit": "Uniform8BitQuantization", "quantile_8bit": "Quantile8BitQuantization",
+}
+HEARTBEAT_S = 2.0
+HEARTBEAT_TTL_S = 12.0
+PR_SET_PDEATHSIG = 1
+
+
+def target_epoch(cfg) -> int:
+    """The shared epoch boundary every peer stops at (see module docstring)."""
+    return max(1, math.ceil(cfg.max_steps * cfg.peers * cfg.batch_size / cfg.hivemind.target_batch_size))
+
+
+def compression(name: str):
+    import hivemind.compression
+
+    return getattr(hivemind.compression, COMPRESSIONS[name])()
+
+
+def _kill_with_parent() -> None:
+    """In a forked child (DHT, averagers): die when the peer process dies, even by SIGKILL."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def cloning_state_averager():
+    """TrainingStateAverager that hands late peers clones taken under the optimizer lock.
+
+    hivemind 1.1.12 returns the live tensors; pickling them for the download moves
+    their storage to shared memory while the optimizer thread writes them, which
+    crashed peers with use_local_updates=True.
+    """
+    from hivemind.optim.state_averager import TrainingStateAverager
+
+    class CloningStateAverager(TrainingStateAverager):
+        def get_current_state(self):
+            with self.lock_optimizer:
+                metadata, tensors, infos = super().get_current_state()
+                return metadata, [t.detach().clone() for t in tensors], infos
+
+    return CloningStateAverager
+
+
+class Hivemind(Strategy):
+    name = "hivemind"
+
+    # --- before launch -------------------------------------------------------
+    @classmethod
+    def validate(cls, cfg) -> None:
+        hm = cfg.hivemind
+
+        def require(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        require(hm.target_batch_size >= cfg.batch_size,
+                f"hivemind.target_batch_size={hm.target_batch_size} is smaller than batch_size={cfg.batch_size}")
+        require(hm.matchmaking_time > 0, f"hivemind.matchmaking_time must be > 0, got {hm.matchmaking_time}")
+        require(hm.averaging_timeout > hm.matchmaking_time,
+                "hivemind.averaging_timeout must exceed hivemind.matchmaking_time")
+        require(0 < hm.request_timeout < hm.matchmaking_time,
+                "hivemind.request_timeout must be > 0 and below hivemind.matchmaking_time (hivemind deadlocks otherwise)")
+        require(hm.average_state_every >= 1, f"hivemind.average_state_every must be >= 1, got {hm.average_state_every}")
+        for knob in ("grad_compression", "state_averaging_compression"):
+            require(hm[knob] in COMPRESSIONS,
+                    f"hivemind.{knob} must be one of {', '.join(COMPRESSIONS)}, got {hm[knob]}")
+        require(not hm.delay_grad_averaging or hm.delay_optimizer_step,
+                "hivemind.delay_grad_averaging needs hivemind.delay_optimizer_step=true")
+        require(not (hm.use_local_updates and (hm.delay_optimizer_step or hm.delay_grad_averaging)),
+                "hivemind.use_local_updates=true cannot delay the optimizer step or gradient averaging")
+        clients = set(hm.client_mode_peers)
+        require(clients <= set(range(cfg.peers)), f"hivemind.client_mode_peers {sorted(clients)} are not ranks "
+                                                  f"0..{cfg.peers - 1}")
+        require(len(clients) < cfg.peers, "hivemind needs at least one peer that is not in client mode")
+        require(0 not in clients or hm.initial_peers, "rank 0 bootstraps the DHT and cannot be a client "
+                                                      "(unless hivemind.initial_peers names a running peer)")
+        require(0 <= hm.port < 65536, f"hivemind.port must be in [0, 65535], got {hm.port}")
+        require(hm.port == 0 or cfg.peers // cfg.launch.nnodes == 1,
+                "a fixed hivemind.port needs one peer per host (launch.nnodes=peers)")
+
+    @classmethod
+    def check_available(cls, cfg) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("hivemind") is None:
+            raise BackendUnavailable("strategy=hivemind needs the hivemind package (pip install hivemind==1.1.12, "
+                                     "see constraints.txt; `make setup` installs it)")
+
+    @classmethod
+    def tolerates_peer_loss(cls, cfg) -> bool:
+        return True
+
+    # --- inside the peer -----------------------------------------------------
+    def setup(self, model, optimizer) -> None:
+        import hivemind
+        from strategies import hivemind_accounting
+
+        self.model, self.hm = model, self.cfg.hivemind
+        self.counters = hivemind_accounting.Counters()
+        hivemind_accounting.install(self.counters)
+        os.register_at_fork(after_in_child=_kill_with_parent)
+        self.client = self.ctx.rank in set(self.hm.client_mode_peers)
+        self.dht = self._start_dht(hivemind)
+        self.opt = self._make_optimizer(hivemind, model)
+        exit_on_sigterm()  # hivemind.Optimizer set SIGINT to ignored
+        self.optimizer = self.opt  # zero_grad() goes through hivemind's view of the parameters
+        self._record_own_files()
+        self.target_epoch = target_epoch(self.cfg)
+        self.epochs = JsonlWriter(self.ctx.peer_dir / "hivemind_epochs.jsonl")
+        self.last_counts = self.counters.snapshot()
+        self.last_epoch, self.swarm_seen = self.opt.local_epoch, False
+        self._stop_heartbeat = threading.Event()
+        threading.Thread(target=self._heartbeat, name="avgbench-hivemind-heartbeat", daemon=True).start()
+        self._wait_for_all("ready", float(self.cfg.timeouts.startup_s), fail=True)
+
+    def _start_dht(self, hivemind):
+        maddrs_file = self.ctx.run_dir / MADDRS_FILE
+        initial_peers = list(self.hm.initial_peers)
+        if not initial_peers and self.ctx.rank != 0:
+            initial_peers = self._wait_for_bootstrap(maddrs_file)
+        host_maddrs = [f"/ip4/{self.hm.host}/tcp/{self.hm.port}"]
+        try:
+            dht = hivemind.DHT(
+                start=True, host_maddrs=host_maddrs, initial_peers=initial_peers, client_mode=self.client,
+                nat_port_map=False, startup_timeout=float(self.cfg.timeouts.startup_s),
+            )
+        except Exception as exc:
+            raise RuntimeError(f"hivemind DHT of rank {self.ctx.rank} failed to start on {host_maddrs} "
+                               f"(initial peers {initial_peers}): {exc}") from exc
+        visible = [str(m) for m in dht.get_visible_maddrs()]
+        print(f"hivemind: rank {self.ctx.rank} visible at {visible}", flush=True)
+        if self.ctx.rank == 0 and not self.hm.initial_peers:
+            tmp = maddrs_file.with_suffix(".tmp")
+            tmp.write_text("\n".join(visible))
+            tmp.rename(maddrs_file)
+        return dht
+
+    def _wait_for_bootstrap(self, maddrs_file: Path) -> list[str]:
+        timeout = float(self.cfg.timeouts.startup_s)
+        if not wait_until(maddrs_file.exists, timeout, interval=0.1):
+            raise TimeoutError(f"no hivemind peer found: rank 0 did not publish its address ({maddrs_file}) "
+                               f"within timeouts.startup_s={timeout:.0f} s; see peer0/output.log")
+        return maddrs_file.read_text().split()
+
+    def _make_optimizer(self, hivemind, model):
+        from hivemind.optim import optimizer as hivemind_optimizer
+        from hivemind.optim.grad_averager import GradientAverager
+
+        hm, cfg = self.hm, self.cfg
+        params = [p for p in model.parameters() if p.requires_grad]
+        bn_buffers = [b for b in model.buffers() if b.is_floating_point()] if hm.average_bn_buffers else []
+        averager_opts = {"request_timeout": float(hm.request_timeout)}
+        grad_factory = None if hm.use_local_updates else functools.partial(GradientAverager, **averager_opts)
+        with _substituted(hivemind_optimizer, "TrainingStateAverager", cloning_state_averager()):
+            return hivemind.Optimizer(
+                dht=self.dht, run_id=hm.run_id, params=params,
+                optimizer=functools.partial(build_optimizer, cfg=cfg),
+                batch_size_per_step=cfg.batch_size, target_batch_size=hm.target_batch_size,
+                use_local_updates=hm.use_local_updates, matchmaking_time=float(hm.matchmaking_time),
+                averaging_timeout=float(hm.averaging_timeout), average_state_every=hm.average_state_every,
+                delay_optimizer_step=hm.delay_optimizer_step, delay_grad_averaging=hm.delay_grad_averaging,
+                delay_state_averaging=hm.delay_state_averaging,
+                grad_compression=compression(hm.grad_compression),
+                state_averaging_compression=compression(hm.state_averaging_compression),
+                grad_averager_factory=grad_factory, averager_opts=averager_opts,
+                extra_tensors=bn_buffers, client_mode=self.client, verbose=True,
+            )
+
+    # --- training ------------------------------------------------------------
+    def step(self, samples: int) -> StepReport:
+        start = time.perf_counter()
+        self.opt.step(batch_size=samples)
+        if not self.swarm_seen:
+            self._wait_for_swarm()
+        elapsed = time.perf_counter() - start
+        epoch = self.opt.local_epoch
+        counts = self.counters.snapshot()
+        delta = {k: counts[k] - self.last_counts[k] for k in counts}
+        averaged = epoch != self.last_epoch or delta["log_state_downloaded"] > 0
+        if epoch != self.last_epoch:
+            self._record_epoch(epoch, counts)
+        self.last_counts, self.last_epoch = counts, epoch
+        progress = self.opt.tracker.global_progress
+        return StepReport(
+            comm_s=elapsed if averaged else 0.0, opt_s=0.0 if averaged else elapsed,
+            bytes_sent=delta["allreduce_bytes_sent"], bytes_recv=delta["allreduce_bytes_recv"],
+            extra={
+                "hivemind_epoch": epoch,
+                "samples_accumulated": self.opt.local_progress.samples_accumulated,
+                "swarm_samples_accumulated": progress.samples_accumulated,
+                "swarm_peers": progress.num_peers,
+                "averaging_rounds_done": counts["allreduce_rounds_done"],
+                "averaging_rounds_failed": counts["allreduce_rounds_failed"] + counts["log_no_group"],
+                "averaging_s": counts["allreduce_ns"] / 1e9,
+            },
+        )
+
+    def _wait_for_swarm(self) -> None:
+        """After the first step: wait until hivemind's progress tracker counts every peer.
+
+        Peers publish progress only once they hold samples; a peer that went on before
+        seeing the others would run its first epochs alone, with local gradients.
+        """
+        timeout = float(self.cfg.timeouts.startup_s)
+        if not wait_until(lambda: self.opt.tracker.global_progress.num_peers >= self.cfg.peers, timeout, 0.1):
+            raise TimeoutError(f"hivemind's progress tracker saw {self.opt.tracker.global_progress.num_peers} of "
+                               f"{self.cfg.peers} peers after timeouts.startup_s={timeout:.0f} s")
+        self.swarm_seen = True
+
+    def _record_epoch(self, epoch: int, counts: dict) -> None:
+        flat = torch.cat([p.detach().reshape(-1).double() for p in self.model.parameters()])
+        self.epochs.write({"epoch": epoch, "time": time.time(), "param_sha256": parameter_digest(self.model),
+                           "param_sum": flat.sum().item(), "param_abs_sum": flat.abs().sum().item(),
+                           "allreduce_bytes_sent": counts["allreduce_bytes_sent"],
+                           "allreduce_bytes_recv": counts["allreduce_bytes_recv"]})
+
+    def should_stop(self, step: int) -> bool:
+        if self.opt.local_epoch < self.target_epoch:
+            return False
+        self.opt.state_averager.step(wait_for_delayed_updates=True)  # apply background averaging before we stop
+        self._wait_for_all("done", float(self.hm.finish_timeout_s), fail=False)
+        if self.cfg.peers > 1:  # all peers together: local steps, or a round that failed, must not remain
+            self._final_state_round()
+        self._record_epoch(self.opt.local_epoch, self.counters.snapshot())
+        return True
+
+    def _final_state_round(self) -> None:
+        """One synchronous round that replaces (not delta-updates) the parameters with the swarm's average.
+
+        No local step runs any more, so the delta rule is not needed. Peers then agree up to
+        float rounding: each gets the parts it does not own as local + (average - local).
+        """
+        averager = self.opt.state_averager
+        averager.delta_rule_averaging = False
+        try:
+            averager.step(averaging_round=True, delay_averaging=False,
+                          averaging_opts=dict(timeout=float(self.hm.averaging_timeout)))
+        except Exception as exc:  # the run's result stands; the digests will show the peers differ
+            print(f"hivemind: final parameter averaging failed: {exc!r}", flush=True)
+
+    def step_limit(self) -> int:
+        """Safety cap if the swarm stalls: 4x the steps a lone peer needs to reach the target epoch."""
+        return 4 * self.target_epoch * math.ceil(self.hm.target_batch_size / self.cfg.batch_size)
+
+    # --- peer coordination through the DHT -----------------------------------
+    def _key(self, what: str) -> str:
+        return f"{self.hm.run_id}_avgbench_{what}"
+
+    def _publish(self, what: str, ttl_s: float) -> None:
+        from hivemind.utils import get_dht_time
+
+        self.dht.store(self._key(what), subkey=self.ctx.rank, value=True, expiration_time=get_dht_time() + ttl_s)
+
+    def _ranks(self, what: str) -> set[int]:
+        found = self.dht.get(self._key(what), latest=True)
+        return set(found.value) if found is not None and isinstance(found.value, dict) else set()
+
+    def _heartbeat(self) -> None:
+        while not self._stop_heartbeat.is_set():
+            with contextlib.suppress(Exception):
+                self._publish("alive", HEARTBEAT_TTL_S)
+            self._stop_heartbeat.wait(HEARTBEAT_S)
+
+    def _wait_for_all(self, what: str, timeout_s: float, fail: bool) -> None:
+        """ready: all peers have started (fail after timeout). done: every peer still alive has finished."""
+        self._publish(what, ttl_s=3600)
+        everyone = set(range(self.cfg.peers))
+
+        def complete() -> bool:
+            return (everyone if what == "ready" else self._ranks("alive")) <= self._ranks(what)
+
+        if wait_until(complete, timeout_s, interval=0.5):
+            return
+        seen = sorted(self._ranks(what))
+        message = f"hivemind: after {timeout_s:.0f} s only ranks {seen} of {self.cfg.peers} are {what}"
+        if fail:
+            raise TimeoutError(message + " (no peers found: check peer*/output.log and hivemind.initial_peers)")
+        print(message + "; leaving anyway", flush=True)
+
+    # --- results and shutdown ------------------------------------------------
+    def summary(self) -> dict:
+        counts = self.counters.snapshot()
+        return {
+            "final_epoch": self.opt.local_epoch, "target_epoch": self.target_epoch, "client_mode": self.client,
+            "averaging_s": counts["allreduce_ns"] / 1e9,
+            **{k: v for k, v in counts.items() if k != "allreduce_ns"},
+            "bytes_method": "serialized tensor parts this peer's all-reduce sent and received (after compression), "
+                            "counted at hivemind's serialization points in all its processes",
+        }
+
+    def _record_own_files(self) -> None:
+        """Remember this peer's processes and hivemind sockets, to remove what they leave behind."""
+        tree = [psutil.Process(), *psutil.Process().children(recursive=True)]
+        sockets = set()
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                sockets |= {c.laddr for c in proc.net_connections(kind="unix")
+                            if isinstance(c.laddr, str) and Path(c.laddr).name.startswith("hivemind-")}
+        self.own_files = {"pids": [p.pid for p in tree], "sockets": sorted(sockets)}
+        (self.ctx.peer_dir / "hivemind_files.json").write_text(json.dumps(self.own_files))
+
+    def _hivemind_children(self) -> list[psutil.Process]:
+        pids = getattr(self, "own_files", {"pids": []})["pids"]
+        return [c for c in psutil.Process().children(recursive=True) if _is_hivemind_child(c, pids)]
+
+    def close(self) -> None:
+        if hasattr(self, "_stop_heartbeat"):
+            with contextlib.suppress(Exception):
+                self._publish("done", ttl_s=3600)  # also when stopped early: nobody waits for us
+            self._stop_heartbeat.set()
+        if hasattr(self, "opt"):
+            with contextlib.suppress(Exception):
+                self.opt.shutdown()
+        if hasattr(self, "dht"):
+            with contextlib.suppress(Exception):
+                self.dht.shutdown()
+        if hasattr(self, "epochs"):
+            self.epochs.close()
+        psutil.wait_procs(self._hivemind_children(), timeout=float(self.cfg.timeouts.shutdown_s))
+        remove_leftovers(self.ctx.peer_dir / "hivemind_files.json", ours=True)
+
+    @classmethod
+    def after_run(cls, cfg, run_dir: Path) -> None:
+        """Every process of the run is gone: remove what the peers' processes left in /dev/shm and /tmp."""
+        for record in run_dir.glob("peer*/hivemind_files.json"):
+            remove_leftovers(record)
+
+
+def _is_hivemind_child(proc: psutil.Process, pids: list[int]) -> bool:
+    try:
+        return proc.pid in pids and proc.name() != "torch_shm_manager"  # that one ends with our process
+    except psutil.Error:
+        return False
+
+
+def remove_leftovers(record: Path, ours: bool = False) -> None:
+    """Delete the hivemind sockets and /dev/shm/torch_<pid>_* files that a peer's processes left behind.
+
+    Shared-memory files are removed only once all the peer's processes are gone: a live
+    process may still map files its (ended) children created, and torch aborts if they
+    vanish. Our own sockets go right after hivemind is shut down.
+    """
+    if not record.exists():
+        return
+    files = json.loads(record.read_text())
+    gone = not any(_running(pid) for pid in files["pids"])
+    if gone:
+        for pid in files["pids"]:
+            for leaked in Path("/dev/shm").glob(f"torch_{pid}_*"):
+                with contextlib.suppress(OSError):
+                    leaked.unlink()
+    if ours or gone:
+        for socket_path in files["sockets"]:
+            with contextlib.suppress(OSError):
+                Path(socket_path).unlink()
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@contextlib.contextmanager
+def _substituted(module, name: str, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)

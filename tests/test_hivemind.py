@@ -1,0 +1,191 @@
+"""strategy=hivemind: real hivemind peers on loopback (tiny model, digits, small target batch sizes)."""
+import json
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from hydra import compose, initialize_config_dir
+
+from conftest import assert_no_leftovers, run_train, start_train, wait_for_steps
+from job.config import CONF_DIR, validate
+from job.errors import ConfigError
+from metrics.jsonl import read_jsonl
+
+# 2 peers x 32 samples and a 64-sample target: one step per peer per epoch.
+HIVE = ["strategy=hivemind", "hivemind.target_batch_size=64", "hivemind.matchmaking_time=2",
+        "hivemind.request_timeout=1", "hivemind.averaging_timeout=10", "eval_every=0"]
+
+
+def results(run_dir: Path, ranks) -> list[dict]:
+    return [json.loads((run_dir / f"peer{r}" / "result.json").read_text()) for r in ranks]
+
+
+def epoch_digests(run_dir: Path, rank: int) -> dict[int, str]:
+    return {e["epoch"]: e["param_sha256"] for e in read_jsonl(run_dir / f"peer{rank}" / "hivemind_epochs.jsonl")}
+
+
+def assert_own_files_removed(run_dir: Path, rank: int) -> None:
+    files = json.loads((run_dir / f"peer{rank}" / "hivemind_files.json").read_text())
+    assert not [s for s in files["sockets"] if Path(s).exists()]
+    assert not [p for pid in files["pids"] for p in Path("/dev/shm").glob(f"torch_{pid}_*")]
+
+
+@pytest.mark.timeout(150)
+def test_gradient_averaging_keeps_peers_identical_every_epoch(run_dir):
+    result = run_train(run_dir, *HIVE, "peers=2", "max_steps=3", "hivemind.delay_state_averaging=false")
+    assert result.returncode == 0, result.stderr
+    digests = [epoch_digests(run_dir, r) for r in (0, 1)]
+    assert set(digests[0]) >= {1, 2, 3}  # E = ceil(3 x 2 x 32 / 64)
+    for epoch in set(digests[0]) & set(digests[1]):
+        assert digests[0][epoch] == digests[1][epoch], f"peers differ after epoch {epoch}"
+    peers = results(run_dir, (0, 1))
+    assert peers[0]["param_sha256"] == peers[1]["param_sha256"]
+    for peer in peers:
+        figures = peer["strategy"]
+        assert figures["final_epoch"] == figures["target_epoch"] == 3
+        assert figures["log_averaged_gradients"] >= 2 and figures["allreduce_rounds_done"] >= 2
+        # two equal owners: each sends the other half of the gradients, then the averaged half back = S per round
+        assert figures["allreduce_bytes_sent"] == figures["allreduce_bytes_recv"] > 0
+    steps = read_jsonl(run_dir / "peer0" / "steps.jsonl")
+    assert {"hivemind_epoch", "samples_accumulated", "averaging_rounds_done", "averaging_s"} <= set(steps[-1])
+    assert sum(s["bytes_sent"] for s in steps) > 0 and max(s["comm_s"] for s in steps) > 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["lost_peers"] == []
+    assert_no_leftovers(run_dir)
+    for rank in (0, 1):
+        assert_own_files_removed(run_dir, rank)
+
+
+@pytest.mark.timeout(150)
+def test_local_updates_end_identical(run_dir):
+    result = run_train(run_dir, *HIVE, "peers=2", "max_steps=4", "hivemind.use_local_updates=true")
+    assert result.returncode == 0, result.stderr
+    peers = results(run_dir, (0, 1))
+    # state averaging hands back the parts a peer does not own as local + (average - local): equal up to rounding
+    final = [read_jsonl(run_dir / f"peer{r}" / "hivemind_epochs.jsonl")[-1] for r in (0, 1)]
+    assert abs(final[0]["param_sum"] - final[1]["param_sum"]) <= 1e-6 * final[0]["param_abs_sum"]
+    assert all(p["strategy"]["final_epoch"] >= 4 and p["strategy"]["allreduce_rounds_done"] >= 2 for p in peers)
+    assert_no_leftovers(run_dir)
+
+
+@pytest.mark.timeout(240)
+def test_killed_peer_of_four_others_finish(run_dir):
+    proc = start_train(run_dir, *HIVE, "peers=4", "hivemind.target_batch_size=128", "max_steps=6",
+                       "fault.kill_peer=3", "fault.at_step=3")
+    wait_for_steps(run_dir, 3, 2, timeout=150)
+    files = json.loads((run_dir / "peer3" / "hivemind_files.json").read_text())
+    deadline = time.monotonic() + 30
+    while (left := [p for p in files["pids"] if psutil.pid_exists(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"the killed peer's processes (DHT, averagers, p2pd) outlived it: {left}"
+    stdout, stderr = proc.communicate(timeout=200)
+    assert proc.returncode == 0, stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["lost_peers"] == [3]
+    for peer in results(run_dir, (0, 1, 2)):
+        assert peer["strategy"]["final_epoch"] >= peer["strategy"]["target_epoch"]
+    assert "peers lost during the run: [3]" in stdout
+    assert_no_leftovers(run_dir)
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_every_process(run_dir):
+    proc = start_train(run_dir, *HIVE, "peers=2", "max_steps=100000")
+    wait_for_steps(run_dir, 0, 3, timeout=90)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    assert_no_leftovers(run_dir)
+
+
+@pytest.mark.timeout(200)
+def test_second_launch_joins_through_initial_peers(tmp_path):
+    """Two launches, as on two hosts: the second joins the first's DHT with hivemind.initial_peers."""
+    hosts = ["peers=2", "launch.nnodes=2", "launch.master_port=29999", "max_steps=3"]
+    first = start_train(tmp_path / "a", *HIVE, *hosts, "launch.node_rank=0")
+    maddrs = tmp_path / "a" / ".avgbench" / "hivemind_maddrs"
+    deadline = time.monotonic() + 90
+    while not maddrs.exists():
+        assert time.monotonic() < deadline and first.poll() is None, "first launch did not publish its address"
+        time.sleep(0.2)
+    joined = f"hivemind.initial_peers=[{','.join(maddrs.read_text().split())}]"
+    second = run_train(tmp_path / "b", *HIVE, *hosts, "launch.node_rank=1", joined)
+    assert second.returncode == 0, second.stderr
+    first.communicate(timeout=120)
+    assert first.returncode == 0
+    digests = [json.loads((tmp_path / d / f"peer{r}" / "result.json").read_text())["param_sha256"]
+               for d, r in (("a", 0), ("b", 1))]
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.timeout(90)
+def test_no_peers_found_is_a_clear_error(run_dir):
+    """Only rank 0 of two is launched here: it must give up after timeouts.startup_s, not hang."""
+    result = run_train(run_dir, *HIVE, "peers=2", "launch.nnodes=2", "launch.master_port=29999",
+                       "launch.node_rank=0", "timeouts.startup_s=8", "max_steps=3")
+    assert result.returncode == 1
+    assert "only ranks [0] of 2 are ready" in result.stderr and "no peers found" in result.stderr
+    assert_no_leftovers(run_dir)
+
+
+@pytest.mark.timeout(90)
+def test_daemon_that_cannot_start_is_reported(run_dir):
+    result = run_train(run_dir, *HIVE, "peers=1", "hivemind.host=192.0.2.1", "max_steps=3")  # not ours to bind
+    assert result.returncode == 1
+    assert "failed to start on ['/ip4/192.0.2.1/tcp/0']" in result.stderr
+    assert "Daemon failed to start" in result.stderr  # hivemind's message with p2pd's own last line
+    assert_no_leftovers(run_dir)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("hivemind.target_batch_size=16", "hivemind.target_batch_size=16 is smaller than batch_size=32"),
+    ("hivemind.grad_compression=zip", "hivemind.grad_compression must be one of none, fp16"),
+    ("hivemind.client_mode_peers=[0,1]", "at least one peer that is not in client mode"),
+    ("hivemind.delay_grad_averaging=true", "needs hivemind.delay_optimizer_step=true"),
+    ("hivemind.use_local_updates=true hivemind.delay_optimizer_step=true", "cannot delay the optimizer step"),
+    ("hivemind.request_timeout=5", "below hivemind.matchmaking_time"),
+])
+def test_bad_knobs_are_config_errors(override, message):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["strategy=hivemind", "peers=2", *override.split()])
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
+
+
+def test_bad_knob_exits_2_before_launch(run_dir):
+    result = run_train(run_dir, "strategy=hivemind", "peers=2", "hivemind.target_batch_size=16", timeout=60)
+    assert result.returncode == 2 and "smaller than batch_size" in result.stderr, result.stderr
+    assert not (run_dir / "peer0").exists()
+
+
+@pytest.mark.timeout(60)
+def test_state_for_late_peers_is_a_clone_taken_under_the_optimizer_lock():
+    """Guard against live tensors handed to late peers (segfaults with use_local_updates=True)."""
+    import threading
+
+    import hivemind
+    from strategies.hivemind import cloning_state_averager
+
+    dht = hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False)
+    params = [torch.nn.Parameter(torch.ones(4))]
+    averager = cloning_state_averager()(dht=dht, prefix="guard", optimizer=torch.optim.SGD, params=params,
+                                        offload_optimizer=False, start=True)
+    try:
+        _, tensors, _ = averager.get_current_state()
+        live = [p for group in averager.optimizer.param_groups for p in group["params"]]
+        assert tensors[0].data_ptr() != live[0].data_ptr() and torch.equal(tensors[0], live[0])
+        got = []
+        with averager.lock_optimizer:  # the optimizer is "stepping": the state must wait for it
+            reader = threading.Thread(target=lambda: got.append(averager.get_current_state()))
+            reader.start()
+            reader.join(0.5)
+            assert reader.is_alive() and not got
+        reader.join(10)
+        assert got
+    finally:
+        averager.shutdown()
+        dht.shutdown()
