@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 
 from job.data import ShardSampler, batches
 from job.fault import inject
+from metrics.sampler import WireCounter
 from metrics.steplog import StepLog
 from strategies.base import Strategy
 
@@ -31,6 +32,7 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
     sampler = ShardSampler(len(splits.train), rank, cfg.peers, cfg.seed)
     stream = batches(splits.train, sampler, cfg.batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
+    wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
     start = time.perf_counter()
     eval_total = 0.0
     samples = 0
@@ -62,7 +64,8 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
         wall = time.perf_counter() - start
         log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),
                  data_s=t1 - t0, compute_s=t2 - t1, comm_s=report.comm_s, opt_s=report.opt_s,
-                 bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, **report.extra)
+                 bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, **report.extra,
+                 **(wire.since_start() if wire else {}))
         stopping = strategy.should_stop(step)
         if stopping or step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
             run_eval(step)

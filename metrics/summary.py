@@ -7,6 +7,8 @@ import statistics
 from pathlib import Path
 
 from metrics.jsonl import read_jsonl
+from metrics.network import METHODS as NETWORK_METHODS
+from metrics.network import network_section
 
 PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 
@@ -22,6 +24,7 @@ METHODS = {
     "peak_rss_bytes": "max over samples of the RSS summed over the peer's process tree",
     "cpu_percent": "CPU time of the peer's process tree per sampler interval (100 = one core)",
     "network": "cumulative /proc/net/dev counters of the peer's network namespace, last minus first sample",
+    **NETWORK_METHODS,
 }
 
 
@@ -112,6 +115,7 @@ def build_summary(run_dir: Path, config: dict, outcome) -> dict:
         "bytes_recv_per_step": recv,
         "bytes_sent_per_sample": sent / cfg.batch_size if sent is not None else None,
         "bytes_recv_per_sample": recv / cfg.batch_size if recv is not None else None,
+        "network": network_section(config, peer_dirs),
         "peers": peers,
         "methods": METHODS,
     }
