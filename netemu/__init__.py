@@ -2,6 +2,6 @@
 
 Independent of launchers and strategies: launchers/placement.py puts peers on these hosts.
 """
-from netemu.fabric import INTERFACE, SUBNET, Fabric, FabricError, Host, host_address
+from netemu.fabric import INTERFACE, SUBNET, Fabric, FabricError, Host, host_address, processes_in
 
-__all__ = ["INTERFACE", "SUBNET", "Fabric", "FabricError", "Host", "host_address"]
+__all__ = ["INTERFACE", "SUBNET", "Fabric", "FabricError", "Host", "host_address", "processes_in"]

@@ -68,6 +68,7 @@ class Host:
     addr: str
     bandwidth_mbit: float | None
     latency_ms: float
+    netns_inode: int  # identifies the namespace (as in /proc/PID/ns/net) while it exists
     enter: list[str]  # command prefix: runs the rest of the command line in this host's namespace
 
 
@@ -149,7 +150,8 @@ class Fabric:
             self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, *parent, *tbf_args(rate))
             self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
         enter = [*self.hub_prefix(), "ip", "netns", "exec", ns]
-        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, enter))
+        inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
+        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, inode, enter))
 
     # --- description --------------------------------------------------------------
     def describe(self) -> dict:
@@ -166,6 +168,22 @@ class Fabric:
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.describe(), indent=1))
+
+
+def processes_in(description: dict) -> list[int]:
+    """PIDs still inside a fabric's namespaces (its hub or any host): empty once it is gone."""
+    inodes = {("net", h["netns_inode"]) for h in description["hosts"]}
+    inodes |= {("net", description["hub_netns_inode"]), ("mnt", description["hub_mntns_inode"])}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        for kind in ("net", "mnt"):
+            try:
+                if (kind, os.stat(f"/proc/{pid}/ns/{kind}").st_ino) in inodes:
+                    found.append(int(pid))
+                    break
+            except OSError:
+                continue
+    return found
 
 
 def lines(*commands: str) -> str:
