@@ -4,7 +4,8 @@ Stands in for ssh/rsh so that a launcher built for real hosts (mpirun's
 `--mca plm_rsh_agent`, horovodrun's ssh) starts its remote commands in the
 namespace of the emulated host whose address is HOST. The hosts come from the
 run's network.json, named by $AVGBENCH_NETWORK. As with ssh, COMMAND's words are
-joined with spaces and run by sh; ssh options (-o X, -p X, ...) are ignored.
+joined with spaces and run by sh; ssh options (-o X, -p X, ...) are ignored,
+before or after HOST.
 """
 import json
 import os
@@ -15,15 +16,17 @@ SSH_OPTIONS_WITH_VALUE = set("bcDEeFIiJLlmOopQRSWw")
 
 
 def split_ssh_args(args: list[str]) -> tuple[str, list[str]]:
-    """(host, command words) from an ssh-style command line."""
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        option = args[i]
-        takes_value = len(option) == 2 and option[1] in SSH_OPTIONS_WITH_VALUE
+    """(host, command words) from an ssh-style command line; like ssh, options may follow the host."""
+    host, i = None, 0
+    while i < len(args) and (args[i].startswith("-") or host is None):
+        if not args[i].startswith("-"):
+            host, i = args[i], i + 1
+            continue
+        takes_value = len(args[i]) == 2 and args[i][1] in SSH_OPTIONS_WITH_VALUE
         i += 2 if takes_value else 1
-    if i >= len(args):
+    if host is None:
         raise SystemExit("netemu.agent: no host given")
-    return args[i].rpartition("@")[2], args[i + 1:]
+    return host.rpartition("@")[2], args[i:]
 
 
 def enter_command(network_file: str, host: str) -> list[str]:

@@ -109,8 +109,8 @@ def test_emulated_allreduce_tiny_heterogeneous(run_dir):
 
 @pytest.mark.timeout(240)
 def test_emulated_allreduce_resnet18_payload_is_bandwidth_bound(run_dir):
-    result = run_train(run_dir, *EMULATED, "model=resnet18", "peers=2", "max_steps=2",
-                       "network.bandwidth_mbit=50", timeout=220)
+    result = run_train(run_dir, *EMULATED, "model=resnet18", "data=synthetic", "data.num_samples=256", "peers=2",
+                       "max_steps=2", "network.bandwidth_mbit=50", timeout=220)
     summary = check_run(run_dir, result, ratio_limit=1.10)
     efficiency = summary["network"]["efficiency"]
     assert efficiency["bound_s_per_round"] > 7.0  # 46.8 MB at 50 Mbit/s: 7.5 s
