@@ -43,6 +43,8 @@ def efficiency(strategy: dict, steps_by_rank: dict[int, list[dict]], rates: list
     if known is None:
         return {"bound": None, "why": f"no lower-bound formula for strategy {strategy['name']}"}
     function, formula = known
+    if not steps_by_rank:
+        return {"bound": None, "why": "no steps were logged", "formula": formula}
     worker_rates = [rates[r] for r in steps_by_rank if r < len(rates)]
     if not worker_rates or None in rates:
         return {"bound": None, "why": "some links are not shaped (no bandwidth), so no bound", "formula": formula}

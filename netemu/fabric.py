@@ -53,9 +53,10 @@ def unprivileged() -> bool:
 
 
 def tbf_args(rate_mbit: float) -> list[str]:
-    """Token bucket for `rate_mbit`: burst of 4 ms of traffic (at least 32 KiB), queue of QUEUE_MS."""
+    """Token bucket for `rate_mbit`: burst of 1 ms of traffic (at least 4 KiB, a few frames), so an
+    idle link lets at most that much through faster than the rate; queue of QUEUE_MS."""
     rate_bytes = rate_mbit * 1e6 / 8
-    burst = max(32 * 1024, int(rate_bytes * 0.004))
+    burst = max(4096, int(rate_bytes * 0.001))
     return ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", f"{QUEUE_MS}ms"]
 
 
