@@ -32,7 +32,6 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
     sampler = ShardSampler(len(splits.train), rank, cfg.peers, cfg.seed)
     stream = batches(splits.train, sampler, cfg.batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
-    wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
     start = time.perf_counter()
     eval_total = 0.0
     samples = 0
@@ -49,6 +48,7 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
 
     model.train()
     run_eval(0)
+    wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
     step = 0
     for step in range(1, cfg.max_steps + 1):
         inject(cfg.fault, rank, step)

@@ -14,8 +14,8 @@ from metrics.jsonl import read_jsonl
 MBIT = 1e6 / 8  # bytes/s per Mbit/s
 
 METHODS = {
-    "network.wire": "wire_*_bytes: the peer's own interface counters (/proc/net/dev in its namespace) from the "
-                    "start to the end of its training loop; payload_*_bytes: the strategy's payload accounting "
+    "network.wire": "wire_*_bytes: the peer's own interface counters (/proc/net/dev in its namespace) from just "
+                    "before its first step to the end of its last; payload_*_bytes: the strategy's payload accounting "
                     "summed over the same steps; ratio = wire / payload, protocol_overhead = ratio - 1",
     "network.efficiency": "per worker and averaging round (a step with payload): lower bound = the strategy's "
                           "formula (metrics/bounds.py) with B = the slowest worker link, measured = comm_s; "

@@ -137,6 +137,15 @@ def test_killed_launcher_leaves_no_namespace_or_process(run_dir):
     assert_fabric_gone(network, settle_s=20)
 
 
+@pytest.mark.timeout(120)
+def test_failed_peer_ends_run_and_removes_namespaces(run_dir):
+    result = run_train(run_dir, *EMULATED, "peers=2", "max_steps=500", "fault.raise_peer=1", "fault.at_step=3",
+                       "network.bandwidth_mbit=100")
+    assert result.returncode == 1 and "rank 1" in result.stderr, result.stderr
+    assert_no_leftovers(run_dir)
+    assert_fabric_gone(network_of(run_dir))
+
+
 UNPRIVILEGED = f"""
 import subprocess, sys, time
 sys.path.insert(0, {str(ROOT)!r})
