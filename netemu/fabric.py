@@ -96,8 +96,12 @@ class Fabric:
             raise FabricError(f"could not create the network namespaces: {self.holder.stderr.read().decode().strip()}"
                               f"{privilege_hint()}")
         self.holder.stdout.close()
-        for i in range(self.count):
-            self._add_host(i)
+        try:
+            for i in range(self.count):
+                self._add_host(i)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def close(self) -> None:
@@ -147,7 +151,7 @@ class Fabric:
             self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, "root", "handle", "1:",
                       "netem", "delay", f"{self.latency_ms}ms")
         if rate:
-            parent = ["parent", "1:", "handle", "2:"] if self.latency_ms else ["root"]
+            parent = ["parent", "1:1", "handle", "2:"] if self.latency_ms else ["root"]  # under netem
             self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, *parent, *tbf_args(rate))
             self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
         enter = [*self.hub_prefix(), "ip", "netns", "exec", ns]
