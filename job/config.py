@@ -8,6 +8,7 @@ from job.errors import ConfigError
 from job.fault import check_fault_config
 from job.model import MODELS
 from job.optim import OPTIMIZERS
+from netemu.checks import check_network_config
 from strategies import REGISTRY, get_strategy
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -68,4 +69,5 @@ def validate(cfg) -> None:
     strategy.validate(cfg)
     _require(strategy.num_processes(cfg) % launch.nnodes == 0,
              f"{strategy.num_processes(cfg)} processes do not split evenly over launch.nnodes={launch.nnodes}")
+    check_network_config(cfg.network, strategy.num_processes(cfg), launch.nnodes)
     strategy.check_available(cfg)

@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 
 from job.data import ShardSampler, batches
 from job.fault import inject
+from metrics.sampler import WireCounter
 from metrics.steplog import StepLog
 from strategies.base import Strategy
 
@@ -47,6 +48,7 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
 
     model.train()
     run_eval(0)
+    wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
     step = 0
     last_step = strategy.step_limit()
     for step in range(1, last_step + 1):
@@ -63,7 +65,8 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
         wall = time.perf_counter() - start
         log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),
                  data_s=t1 - t0, compute_s=t2 - t1, comm_s=report.comm_s, opt_s=report.opt_s,
-                 bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, **report.extra)
+                 bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, **report.extra,
+                 **(wire.since_start() if wire else {}))
         stopping = strategy.should_stop(step)
         if stopping or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
             run_eval(step)

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from job.process import RUN_ID_ENV, kill_processes, processes_of_run
+from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +60,7 @@ class Launcher(ABC):
         self.run_id = uuid.uuid4().hex
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
         self.reaped: set[int] = set()  # lost peers whose sessions were killed
+        self.placement = make_placement(cfg, run_dir, nprocs)  # where each rank lives on the network
 
     def base_env(self) -> dict:
         env = dict(os.environ)
@@ -89,6 +91,7 @@ class Launcher(ABC):
         progress = Progress(self.run_dir, self.cfg)
         outcome = None
         try:
+            self.placement.start(self.base_env())
             self.start()
             while outcome is None:
                 time.sleep(0.2)
@@ -96,9 +99,12 @@ class Launcher(ABC):
                 outcome = self._check(start)
         except KeyboardInterrupt:
             outcome = Outcome("interrupted", 130, time.monotonic() - start, error="interrupted (Ctrl-C)")
+        except PlacementError as exc:
+            outcome = Outcome("failed", 1, time.monotonic() - start, error=str(exc))
         finally:
             progress.close()
             self.stop_all()
+            self.placement.close()
         return outcome
 
     def _check(self, start: float) -> Outcome | None:

@@ -44,6 +44,19 @@ def net_totals() -> dict[str, int]:
     }
 
 
+class WireCounter:
+    """Bytes on this namespace's non-loopback interfaces since the counter was made (per peer
+    only when each peer has its own namespace, i.e. network=emulated)."""
+
+    def __init__(self):
+        self.first = net_totals()
+
+    def since_start(self) -> dict[str, int]:
+        now = net_totals()
+        return {"wire_tx_bytes": now["net_tx_bytes"] - self.first["net_tx_bytes"],
+                "wire_rx_bytes": now["net_rx_bytes"] - self.first["net_rx_bytes"]}
+
+
 class ResourceSampler(threading.Thread):
     def __init__(self, path: Path, interval: float, pid: int | None = None):
         super().__init__(name="avgbench-sampler", daemon=True)

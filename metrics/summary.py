@@ -7,6 +7,8 @@ import statistics
 from pathlib import Path
 
 from metrics.jsonl import read_jsonl
+from metrics.network import METHODS as NETWORK_METHODS
+from metrics.network import network_section
 
 PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 
@@ -24,6 +26,7 @@ METHODS = {
     "network": "cumulative /proc/net/dev counters of the peer's network namespace, last minus first sample",
     "fault": "run_ended_after_s: from the injected fault (the peer's clock just before acting) "
              "to the launcher deciding the run's outcome",
+    **NETWORK_METHODS,
 }
 
 
@@ -119,6 +122,7 @@ def build_summary(run_dir: Path, config: dict, outcome, strategy_knobs: dict | N
         "bytes_recv_per_step": recv,
         "bytes_sent_per_sample": sent / cfg.batch_size if sent is not None else None,
         "bytes_recv_per_sample": recv / cfg.batch_size if recv is not None else None,
+        "network": network_section(config, peer_dirs),
         "peers": peers,
         "methods": METHODS,
     }

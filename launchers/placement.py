@@ -1,0 +1,136 @@
+"""Placement: where each rank of a run lives on the network.
+
+A launcher asks its placement for each rank's command prefix, extra environment
+and address, and where its own helper processes (mpirun, horovodrun) run.
+
+- HostPlacement (network=loopback): every rank on this host's own network, nothing changes.
+- NamespacePlacement (network=emulated): rank r on emulated host r (netemu), its own
+  namespace with address 10.213.7.<r+1> and a shaped link. Helper processes run on
+  host 0, as they would on the first node of a real cluster, and reach the other
+  hosts through netemu.agent (an rsh/ssh stand-in).
+"""
+import os
+import sys
+from pathlib import Path
+
+NETWORK_PATH = Path(".avgbench") / "network.json"
+SHIMS = Path(__file__).resolve().parent.parent / "netemu" / "shims"
+
+
+class PlacementError(RuntimeError):
+    """The ranks' hosts could not be set up; the run fails with this message."""
+
+
+class HostPlacement:
+    def start(self, env: dict) -> None:
+        """Create what the ranks need (env: the run's base environment)."""
+
+    def close(self) -> None:
+        """Remove it again; called in the launcher's finally path."""
+
+    def wrap(self, rank: int, command: list[str]) -> list[str]:
+        """The command line that runs `command` as rank `rank`."""
+        return command
+
+    def env(self, rank: int) -> dict:
+        return {}
+
+    def address(self, rank: int) -> str | None:
+        """The address other ranks reach `rank` at; None: launch.master_addr decides."""
+        return None
+
+    def head(self, command: list[str]) -> list[str]:
+        """Where a launcher process (mpirun, horovodrun) runs."""
+        return command
+
+    def head_env(self) -> dict:
+        return {}
+
+    def mpirun_args(self) -> list[str]:
+        """Extra mpirun arguments that place rank r on host r."""
+        return []
+
+    def horovodrun_args(self) -> list[str]:
+        """Extra horovodrun arguments that place rank r on host r."""
+        return []
+
+
+class NamespacePlacement(HostPlacement):
+    def __init__(self, cfg, run_dir: Path, nprocs: int):
+        from netemu.checks import rank_bandwidths
+
+        self.run_dir, self.nprocs = run_dir, nprocs
+        self.bandwidths = rank_bandwidths(cfg.network, nprocs)
+        self.latency_ms = float(cfg.network.get("latency_ms") or 0)
+        self.fabric = None
+
+    @property
+    def network_file(self) -> Path:
+        return self.run_dir / NETWORK_PATH
+
+    def start(self, env: dict) -> None:
+        from netemu import Fabric, FabricError
+
+        self.fabric = Fabric(self.nprocs, self.bandwidths, self.latency_ms, env=env)
+        try:
+            self.fabric.start()
+        except FabricError as exc:
+            raise PlacementError(f"emulated network: {exc}") from exc
+        self.fabric.write(self.network_file)
+
+    def close(self) -> None:
+        if self.fabric is not None:
+            self.fabric.close()
+
+    def wrap(self, rank, command):
+        return [*self.fabric.hosts[rank].enter, *command]
+
+    def env(self, rank):
+        from netemu import INTERFACE
+
+        return {
+            "GLOO_SOCKET_IFNAME": INTERFACE,   # gloo (torch.distributed, Horovod) binds this interface
+            "TP_SOCKET_IFNAME": INTERFACE,     # tensorpipe, if used
+            "AVGBENCH_PEER_ADDR": self.fabric.hosts[rank].addr,  # e.g. hivemind's host_maddrs
+        } | self.head_env()
+
+    def address(self, rank):
+        return self.fabric.hosts[rank].addr
+
+    def head(self, command):
+        return self.wrap(0, command)
+
+    def head_env(self):
+        from netemu.agent import NETWORK_ENV
+
+        return {NETWORK_ENV: str(self.network_file), "AVGBENCH_PYTHON": sys.executable}
+
+    def hostfile(self) -> Path:
+        """An Open MPI hostfile: one slot per emulated host, in rank order."""
+        path = self.run_dir / ".avgbench" / "hostfile"
+        path.write_text("".join(f"{h.addr} slots=1\n" for h in self.fabric.hosts))
+        return path
+
+    def mpirun_args(self):
+        from netemu import INTERFACE
+
+        return ["--hostfile", str(self.hostfile()), "--map-by", "node",
+                "--mca", "plm_rsh_agent", f"{sys.executable} -m netemu.agent",
+                "--mca", "btl", "self,tcp",
+                "--mca", "btl_tcp_if_include", INTERFACE, "--mca", "oob_tcp_if_include", INTERFACE]
+
+    def horovodrun_args(self):
+        from netemu import INTERFACE
+
+        hosts = ",".join(f"{h.addr}:1" for h in self.fabric.hosts)
+        return ["-H", hosts, "--network-interfaces", INTERFACE]
+
+    def horovodrun_env(self) -> dict:
+        """horovodrun reaches hosts with `ssh`: the shim in netemu/shims comes first in PATH."""
+        return self.head_env() | {"PATH": os.pathsep.join([str(SHIMS), os.environ.get("PATH", "")])}
+
+
+def make_placement(cfg, run_dir: Path, nprocs: int) -> HostPlacement:
+    if cfg.network.name == "emulated":
+        return NamespacePlacement(cfg, run_dir, nprocs)
+    return HostPlacement()

@@ -1,0 +1,72 @@
+"""Checks run before launch: is the emulated network possible here, and are its knobs sane?
+
+Each probe runs in a throwaway network namespace (freed as soon as the probe exits).
+"""
+import shutil
+import subprocess
+from functools import cache
+
+from job.errors import BackendUnavailable, ConfigError
+from netemu.fabric import MAX_HOSTS, privilege_hint, tbf_args, unprivileged
+
+TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
+NETWORK_MODES = ("loopback", "emulated")
+
+
+def probe(script: str) -> subprocess.CompletedProcess:
+    user = ["--user", "--map-root-user"] if unprivileged() else []
+    return subprocess.run(["unshare", "--net", *user, "sh", "-c", script], capture_output=True, text=True,
+                          timeout=30, stdin=subprocess.DEVNULL)
+
+
+@cache
+def emulation_problem() -> str | None:
+    """Why namespaces, veth pairs and tbf cannot be set up here (None: they can)."""
+    missing = sorted({pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None})
+    if missing:
+        return f"network=emulated needs {' and '.join(missing)} (apt-get install {' '.join(missing)})"
+    done = probe("ip link add name a type veth peer name b && tc qdisc add dev a root " + " ".join(tbf_args(1)))
+    if done.returncode:
+        return f"network=emulated cannot create namespaces, veth pairs or tbf here: {done.stderr.strip()}" \
+               f"{privilege_hint()}"
+    return None
+
+
+@cache
+def has_netem() -> bool:
+    """True if the kernel has the netem qdisc (delay, loss)."""
+    return probe("ip link set lo up && tc qdisc add dev lo root netem delay 1ms").returncode == 0
+
+
+def rank_bandwidths(network, processes: int) -> list[float | None]:
+    """Bandwidth in Mbit/s of each rank's link: network.per_peer by rank, else network.bandwidth_mbit."""
+    per_peer = list(network.get("per_peer") or [])
+    default = network.get("bandwidth_mbit")
+    return [per_peer[r] if r < len(per_peer) and per_peer[r] is not None else default for r in range(processes)]
+
+
+def check_network_config(network, processes: int, nnodes: int) -> None:
+    """ConfigError for bad knobs, BackendUnavailable when the emulated network cannot be built here."""
+    if network.name not in NETWORK_MODES:
+        raise ConfigError(f"network.name must be one of {', '.join(NETWORK_MODES)}, got {network.name}")
+    if network.name == "loopback":
+        return
+    if nnodes > 1:
+        raise ConfigError("network=emulated puts every peer on this machine; it cannot span launch.nnodes>1")
+    if processes > MAX_HOSTS:
+        raise ConfigError(f"network=emulated holds at most {MAX_HOSTS} processes, this run needs {processes}")
+    per_peer = list(network.get("per_peer") or [])
+    if len(per_peer) > processes:
+        raise ConfigError(f"network.per_peer has {len(per_peer)} entries but the run has {processes} processes")
+    for rate in [network.get("bandwidth_mbit"), *per_peer]:
+        if rate is not None and not float(rate) > 0:
+            raise ConfigError(f"network bandwidths must be > 0 Mbit/s (or null: unshaped), got {rate}")
+    latency = float(network.get("latency_ms") or 0)
+    if latency < 0:
+        raise ConfigError(f"network.latency_ms must be >= 0, got {latency}")
+    problem = emulation_problem()
+    if problem:
+        raise BackendUnavailable(problem)
+    if latency and not has_netem():
+        raise ConfigError(f"network.latency_ms={latency:g} needs the netem qdisc, which this kernel lacks "
+                          "(CONFIG_NET_SCH_NETEM); use network.latency_ms=0 (bandwidth shaping works without it)")

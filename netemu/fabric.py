@@ -1,0 +1,203 @@
+"""An emulated cluster on one machine: one network namespace per host on a private bridge.
+
+Layout of one fabric (all of it private to the run):
+
+    holder process   unshare --net --mount [--user --map-root-user]: its network
+                     namespace is the hub with bridge br0; its mount namespace
+                     has a private /run/netns that names the host namespaces
+    host i           namespace h<i>, interface eth0 = 10.213.7.<i+1>/24, the other
+                     end of the veth pair (v<i>) on br0
+
+Segmentation offload is off (gso_max_segs 1), so every frame carries its own
+headers and the interface counters see what a real wire would carry.
+
+Shaping per host (tc token bucket filter, both directions): egress on eth0 inside
+the host's namespace, and egress of v<i> on the bridge side, which is the host's
+ingress. Optional one-way latency (netem, where the kernel has it) on eth0.
+
+Nothing is created in the machine's own network namespace, and nothing outlives the
+run: the holder reads its stdin until the launcher closes it (or dies), then exits,
+and the kernel frees the namespaces once the last process inside them has ended.
+"""
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SUBNET = "10.213.7"  # the project's own /24: 10.213.7.0/24, nothing else is ever addressed
+PREFIX_LEN = 24
+MAX_HOSTS = 253      # .1 .. .253
+INTERFACE = "eth0"   # the host's interface, the same name in every host namespace
+QUEUE_MS = 50        # tbf queue: at most this many ms of traffic wait before drops
+
+HOLDER_SCRIPT = (
+    "set -e; "
+    "if [ -d /run/netns ]; then mount -t tmpfs avgbench-netns /run/netns; "
+    "else mount -t tmpfs avgbench-run /run; mkdir /run/netns; fi; "
+    "ip link set lo up; ip link add name br0 type bridge; ip link set br0 up; "
+    "echo ready; exec cat >/dev/null"
+)
+
+
+class FabricError(RuntimeError):
+    """Setting up the emulated network failed; the message says which command and why."""
+
+
+def host_address(index: int) -> str:
+    return f"{SUBNET}.{index + 1}"
+
+
+def unprivileged() -> bool:
+    return os.geteuid() != 0
+
+
+def tbf_args(rate_mbit: float) -> list[str]:
+    """Token bucket for `rate_mbit`: burst of 1 ms of traffic (at least 4 KiB, a few frames), so an
+    idle link lets at most that much through faster than the rate; queue of QUEUE_MS."""
+    rate_bytes = rate_mbit * 1e6 / 8
+    burst = max(4096, int(rate_bytes * 0.001))
+    return ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", f"{QUEUE_MS}ms"]
+
+
+@dataclass
+class Host:
+    """One emulated host: its namespace, address, link, and how to run a command in it."""
+
+    index: int
+    netns: str
+    addr: str
+    bandwidth_mbit: float | None
+    latency_ms: float
+    netns_inode: int  # identifies the namespace (as in /proc/PID/ns/net) while it exists
+    enter: list[str]  # command prefix: runs the rest of the command line in this host's namespace
+
+
+class Fabric:
+    def __init__(self, hosts: int, bandwidth_mbit: list[float | None], latency_ms: float = 0.0,
+                 env: dict | None = None):
+        if not 1 <= hosts <= MAX_HOSTS:
+            raise FabricError(f"an emulated network holds 1..{MAX_HOSTS} hosts, not {hosts}")
+        self.count, self.bandwidth, self.latency_ms = hosts, bandwidth_mbit, latency_ms
+        self.env = env
+        self.holder: subprocess.Popen | None = None
+        self.hosts: list[Host] = []
+
+    # --- life cycle -------------------------------------------------------------
+    def start(self) -> "Fabric":
+        user = ["--user", "--map-root-user"] if unprivileged() else []
+        self.holder = subprocess.Popen(
+            ["unshare", "--net", "--mount", "--propagation", "private", *user, "sh", "-c", HOLDER_SCRIPT],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+            start_new_session=True,
+        )
+        if self.holder.stdout.readline().strip() != b"ready":
+            self.holder.wait(timeout=10)
+            raise FabricError(f"could not create the network namespaces: {self.holder.stderr.read().decode().strip()}"
+                              f"{privilege_hint()}")
+        self.holder.stdout.close()
+        try:
+            for i in range(self.count):
+                self._add_host(i)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """End the holder; the namespaces go with it (and with the last process inside them)."""
+        if self.holder is None:
+            return
+        try:
+            self.holder.stdin.close()
+            self.holder.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.holder.kill()
+            self.holder.wait()
+        finally:
+            self.holder.stderr.close()
+
+    def __enter__(self) -> "Fabric":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- commands ---------------------------------------------------------------
+    def hub_prefix(self) -> list[str]:
+        """Runs a command in the hub (the holder's namespaces)."""
+        user = ["--user", "--preserve-credentials"] if unprivileged() else []
+        return ["nsenter", f"--target={self.holder.pid}", "--net", "--mount", *user, "--"]
+
+    def _run(self, *args: str, stdin: str | None = None) -> None:
+        done = subprocess.run([*self.hub_prefix(), *args], input=stdin, capture_output=True, text=True,
+                              env=self.env, timeout=30)
+        if done.returncode:
+            raise FabricError(f"`{' '.join(args)}` failed: {done.stderr.strip() or done.stdout.strip()}")
+
+    def _add_host(self, i: int) -> None:
+        ns, veth, rate = f"h{i}", f"v{i}", self.bandwidth[i]
+        self._run("ip", "netns", "add", ns)
+        self._run("ip", "-batch", "-", stdin=lines(
+            f"link add name {veth} gso_max_segs 1 type veth peer name {INTERFACE} gso_max_segs 1 netns {ns}",
+            f"link set {veth} master br0 up",
+        ))
+        self._run("ip", "-n", ns, "-batch", "-", stdin=lines(
+            "link set lo up",
+            f"addr add {host_address(i)}/{PREFIX_LEN} dev {INTERFACE}",
+            f"link set {INTERFACE} up",
+        ))
+        if self.latency_ms:
+            self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, "root", "handle", "1:",
+                      "netem", "delay", f"{self.latency_ms}ms")
+        if rate:
+            parent = ["parent", "1:1", "handle", "2:"] if self.latency_ms else ["root"]  # under netem
+            self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, *parent, *tbf_args(rate))
+            self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
+        enter = [*self.hub_prefix(), "ip", "netns", "exec", ns]
+        inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
+        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, inode, enter))
+
+    # --- description --------------------------------------------------------------
+    def describe(self) -> dict:
+        """What network.json holds: enough for the MPI/ssh agent and for tests."""
+        hub = Path(f"/proc/{self.holder.pid}/ns")
+        return {
+            "subnet": f"{SUBNET}.0/{PREFIX_LEN}",
+            "holder_pid": self.holder.pid,
+            "hub_netns_inode": os.stat(hub / "net").st_ino,
+            "hub_mntns_inode": os.stat(hub / "mnt").st_ino,
+            "hosts": [asdict(h) for h in self.hosts],
+        }
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.describe(), indent=1))
+
+
+def processes_in(description: dict) -> list[int]:
+    """PIDs still inside a fabric's namespaces (its hub or any host): empty once it is gone."""
+    inodes = {("net", h["netns_inode"]) for h in description["hosts"]}
+    inodes |= {("net", description["hub_netns_inode"]), ("mnt", description["hub_mntns_inode"])}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        for kind in ("net", "mnt"):
+            try:
+                if (kind, os.stat(f"/proc/{pid}/ns/{kind}").st_ino) in inodes:
+                    found.append(int(pid))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def lines(*commands: str) -> str:
+    return "\n".join(commands) + "\n"
+
+
+def privilege_hint() -> str:
+    if not unprivileged():
+        return ""
+    return ("; as a non-root user network=emulated needs unprivileged user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, no AppArmor "
+            "restriction), or run as root")

@@ -1,0 +1,304 @@
+"""Emulated cluster: per-peer namespaces, shaped links, per-peer wire counters, link bounds,
+multi-host launch paths (torchrun-style env, mpirun with the netemu agent). Nothing is left behind.
+
+Every address used is in the project's own 10.213.7.0/24, inside namespaces this suite creates.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from conftest import ROOT, assert_no_leftovers, run_train, start_train, train_command, wait_for_steps
+from job.config import CONF_DIR, validate
+from job.errors import ConfigError
+from launchers.placement import NamespacePlacement
+from metrics.bounds import Round, bound_for
+from metrics.jsonl import read_jsonl
+from netemu import Fabric, processes_in
+from netemu.checks import emulation_problem, has_netem
+
+pytestmark = pytest.mark.skipif(emulation_problem() is not None, reason=f"{emulation_problem()}")
+
+EMULATED = ["strategy=allreduce", "network=emulated", "eval_every=0"]
+SEND = "import socket, sys; s = socket.create_connection((sys.argv[1], 5000)); s.sendall(b'x' * int(sys.argv[2]))"
+RECEIVE = ("import socket; s = socket.socket(); s.bind(('0.0.0.0', 5000)); s.listen(); c, _ = s.accept(); n = 0\n"
+           "while (d := c.recv(1 << 16)): n += len(d)\nprint(n)")
+COUNTERS = "import json; from metrics.sampler import net_totals; print(json.dumps(net_totals()))"
+
+
+def in_host(host, code: str, *args: str, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([*host.enter, sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
+                            env=env, **kwargs)
+
+
+def transfer(sender, receiver, size: int) -> float:
+    """Send `size` bytes over TCP from one emulated host to another; returns the seconds it took."""
+    server = in_host(receiver, RECEIVE)
+    time.sleep(0.3)
+    start = time.monotonic()
+    assert in_host(sender, SEND, receiver.addr, str(size)).wait(timeout=60) == 0
+    assert int(server.communicate(timeout=60)[0]) == size
+    return time.monotonic() - start
+
+
+def counters(host) -> dict:
+    return json.loads(in_host(host, COUNTERS).communicate(timeout=30)[0])
+
+
+def assert_fabric_gone(description: dict, settle_s: float = 10.0) -> None:
+    deadline = time.monotonic() + settle_s
+    while (left := processes_in(description)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes still inside the run's namespaces: {left}"
+
+
+def test_links_are_shaped_and_counted_per_host():
+    with Fabric(2, [20, 20]) as fabric, Fabric(2, [None, None]) as twin:  # same addresses, no collision
+        a, b = fabric.hosts
+        seconds = transfer(a, b, 2_000_000)
+        assert seconds >= 0.9 * 2_000_000 * 8 / 20e6  # 0.8 s at 20 Mbit/s
+        sent, got = counters(a), counters(b)
+        assert 2_000_000 <= sent["net_tx_bytes"] <= 1.1 * 2_000_000  # payload plus TCP/IP/Ethernet headers
+        assert 2_000_000 <= got["net_rx_bytes"] <= 1.1 * 2_000_000
+        assert sent["net_rx_bytes"] < 200_000 and got["net_tx_bytes"] < 200_000  # acknowledgements only
+        assert transfer(*twin.hosts, 1_000_000) < seconds  # the unshaped twin fabric is separate and faster
+        described = [fabric.describe(), twin.describe()]
+    for description in described:
+        assert_fabric_gone(description)
+
+
+def network_of(run_dir) -> dict:
+    return json.loads((run_dir / ".avgbench" / "network.json").read_text())
+
+
+def check_run(run_dir, result, ratio_limit: float) -> dict:
+    """Completed, per-peer wire bytes within ratio_limit of payload, comm time >= the link bound."""
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    network = summary["network"]
+    for rank, wire in network["wire_by_rank"].items():
+        assert 1.0 <= wire["tx_ratio"] <= ratio_limit, (rank, wire)
+        assert 1.0 <= wire["rx_ratio"] <= ratio_limit, (rank, wire)
+    efficiency = network["efficiency"]
+    assert efficiency["rounds"] > 0 and 0.05 < efficiency["efficiency"] <= 1.0, efficiency
+    fastest = min(s["comm_s"] for r in range(2) for s in read_jsonl(run_dir / f"peer{r}" / "steps.jsonl"))
+    assert fastest >= 0.9 * efficiency["bound_s_per_round"]  # no round beats the link (up to tbf's 1 ms burst)
+    for peer in summary["peers"]:  # the sampler's counters are the peer's own, not the host's
+        assert peer["net_tx_bytes"] >= network["wire_by_rank"][str(peer["rank"])]["payload_sent_bytes"]
+        assert peer["lo_tx_bytes"] < 100_000
+    assert_no_leftovers(run_dir)
+    assert_fabric_gone(network_of(run_dir))
+    return summary
+
+
+@pytest.mark.timeout(180)
+def test_emulated_allreduce_tiny_heterogeneous(run_dir):
+    result = run_train(run_dir, *EMULATED, "peers=2", "max_steps=20", "network.bandwidth_mbit=40",
+                       "network.per_peer=[null,20]")
+    summary = check_run(run_dir, result, ratio_limit=1.15)  # small messages: headers and acks weigh more
+    network = summary["network"]
+    assert network["bandwidth_mbit_by_rank"] == [40, 20]
+    assert network["efficiency"]["link_mbit"] == 20
+    hosts = network_of(run_dir)["hosts"]
+    assert [h["addr"] for h in hosts] == ["10.213.7.1", "10.213.7.2"]
+    sha = {json.loads((run_dir / f"peer{r}" / "result.json").read_text())["param_sha256"] for r in range(2)}
+    assert len(sha) == 1  # still one model
+
+
+@pytest.mark.timeout(240)
+def test_emulated_allreduce_resnet18_payload_is_bandwidth_bound(run_dir):
+    result = run_train(run_dir, *EMULATED, "model=resnet18", "data=synthetic", "data.num_samples=256", "peers=2",
+                       "max_steps=2", "network.bandwidth_mbit=50", timeout=220)
+    summary = check_run(run_dir, result, ratio_limit=1.10)
+    efficiency = summary["network"]["efficiency"]
+    assert efficiency["bound_s_per_round"] > 7.0  # 46.8 MB at 50 Mbit/s: 7.5 s
+    assert efficiency["efficiency"] > 0.5  # big payloads leave little but the link
+
+
+@pytest.mark.timeout(120)
+def test_killed_launcher_leaves_no_namespace_or_process(run_dir):
+    proc = start_train(run_dir, *EMULATED, "peers=2", "max_steps=100000", "network.bandwidth_mbit=100")
+    try:
+        wait_for_steps(run_dir, 1, 3)
+        network = network_of(run_dir)
+        assert processes_in(network)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert_no_leftovers(run_dir, settle_s=20)
+    assert_fabric_gone(network, settle_s=20)
+
+
+@pytest.mark.timeout(120)
+def test_failed_peer_ends_run_and_removes_namespaces(run_dir):
+    result = run_train(run_dir, *EMULATED, "peers=2", "max_steps=500", "fault.raise_peer=1", "fault.at_step=3",
+                       "network.bandwidth_mbit=100")
+    assert result.returncode == 1 and "rank 1" in result.stderr, result.stderr
+    assert_no_leftovers(run_dir)
+    assert_fabric_gone(network_of(run_dir))
+
+
+UNPRIVILEGED = f"""
+import subprocess, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from netemu import Fabric
+with Fabric(2, [50, 50]) as fabric:
+    a, b = fabric.hosts
+    server = subprocess.Popen([*b.enter, sys.executable, "-c", {RECEIVE!r}], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    subprocess.run([*a.enter, sys.executable, "-c", {SEND!r}, b.addr, "300000"], check=True)
+    assert int(server.communicate(timeout=30)[0]) == 300000
+    print(subprocess.run([*a.enter, "cat", "/proc/net/dev"], capture_output=True, text=True).stdout)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_unprivileged_user_namespace():
+    """Without root: the fabric lives in a user namespace of its own (netemu needs only the standard library,
+    so the system Python runs it: the test venv may sit where an unprivileged user cannot reach)."""
+    user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    allowed = subprocess.run([*user, "unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True)
+    if allowed.returncode:
+        pytest.skip("unprivileged user namespaces are not allowed here")
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    done = subprocess.run([*user, python, "-c", UNPRIVILEGED], capture_output=True, text=True, timeout=50, cwd="/")
+    assert done.returncode == 0, done.stderr
+    eth0 = next(line for line in done.stdout.splitlines() if "eth0:" in line).split(":")[1].split()
+    assert 300_000 <= int(eth0[8]) <= 330_000  # tx bytes of the sending host only
+
+
+MPI_PROGRAM = ("from mpi4py import MPI; import subprocess; c = MPI.COMM_WORLD; "
+               "addr = subprocess.run(['ip', '-4', '-o', 'addr', 'show', 'eth0'], capture_output=True, "
+               "text=True).stdout.split()[3]; print(c.Get_rank(), c.Get_size(), addr, c.allreduce(c.Get_rank() + 1))")
+
+
+@pytest.mark.timeout(90)
+def test_mpirun_hostfile_and_agent_across_namespaces(tmp_path):
+    """The pieces launchers/mpi.py uses: mpirun on host 0, a hostfile of host addresses, netemu.agent."""
+    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100}})
+    placement = NamespacePlacement(cfg, tmp_path, 2)
+    placement.start(dict(os.environ))
+    try:
+        command = placement.head(["mpirun", "--allow-run-as-root", "-np", "2", *placement.mpirun_args(),
+                                  sys.executable, "-c", MPI_PROGRAM])
+        env = os.environ | placement.head_env() | {"PYTHONPATH": str(ROOT)}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        description = placement.fabric.describe()
+    finally:
+        placement.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(done.stdout.split("\n")[:2]) == ["0 2 10.213.7.1/24 3", "1 2 10.213.7.2/24 3"], done.stdout
+    assert_fabric_gone(description)
+
+
+HOROVOD_PROGRAM = ("import subprocess, torch, horovod.torch as hvd; hvd.init(); "
+                   "total = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum).item(); "
+                   "addr = subprocess.run(['ip', '-4', '-o', 'addr', 'show', 'eth0'], capture_output=True, "
+                   "text=True).stdout.split()[3]; print(hvd.rank(), hvd.size(), addr, int(total))")
+
+
+@pytest.mark.timeout(120)
+def test_horovodrun_mpi_hosts_over_ssh_shim(tmp_path):
+    """The pieces launchers/horovod.py uses: horovodrun on host 0, -H host:1,..., netemu/shims/ssh in PATH."""
+    pytest.importorskip("horovod.torch")
+    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100}})
+    placement = NamespacePlacement(cfg, tmp_path, 2)
+    placement.start(dict(os.environ))
+    try:
+        horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+        command = placement.head([horovodrun, "--mpi", "-np", "2", *placement.horovodrun_args(),
+                                  sys.executable, "-c", HOROVOD_PROGRAM])
+        env = os.environ | placement.horovodrun_env() | {"PYTHONPATH": str(ROOT)}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=100,
+                              stdin=subprocess.DEVNULL)
+        description = placement.fabric.describe()
+    finally:
+        placement.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank in range(2):
+        assert f"{rank} 2 10.213.7.{rank + 1}/24 3" in done.stdout, done.stdout
+    assert_fabric_gone(description)
+
+
+@pytest.mark.timeout(180)
+def test_two_launches_as_two_hosts_form_one_run(tmp_path):
+    """torchrun-style multi-host: one launch per emulated host, launch.node_rank and master_addr."""
+    with Fabric(2, [100, 100]) as fabric:
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")
+        runs = [tmp_path / f"host{i}" for i in range(2)]
+        procs = [subprocess.Popen(
+            [*host.enter, *train_command(run, "strategy=allreduce", "peers=2", "max_steps=10", "launch.nnodes=2",
+                                     f"launch.node_rank={host.index}", f"launch.master_addr={fabric.hosts[0].addr}",
+                                     "launch.master_port=29500")],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+            for host, run in zip(fabric.hosts, runs)]
+        try:
+            outputs = [p.communicate(timeout=150) for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+        description = fabric.describe()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    digests = [json.loads((run / f"peer{rank}" / "result.json").read_text())["param_sha256"]
+               for run, rank in zip(runs, range(2))]
+    assert digests[0] == digests[1]
+    assert len(read_jsonl(runs[1] / "peer1" / "steps.jsonl")) == 10
+    for run in runs:
+        assert_no_leftovers(run)
+    assert_fabric_gone(description)
+
+
+def test_latency_without_netem_is_a_config_error(tmp_path):
+    if has_netem():
+        pytest.skip("this kernel has netem")
+    result = run_train(tmp_path / "run", *EMULATED, "peers=2", "network.latency_ms=10")
+    assert result.returncode == 2
+    assert "network.latency_ms=10 needs the netem qdisc, which this kernel lacks" in result.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
+    ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
+    ("launch.nnodes=2", "network=emulated puts every peer on this machine"),
+])
+def test_bad_network_knobs_are_config_errors(override, message):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*EMULATED, "peers=2", "launch.master_port=29511", override])
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(cfg)
+
+
+def test_bounds_per_strategy():
+    mb = 1e6
+    ring, _ = bound_for("allreduce")
+    assert ring(Round(1.5 * mb, 4, mb, {})) == pytest.approx(1.5)
+    ps, _ = bound_for("ps")
+    assert ps(Round(mb, 4, mb, {"servers": 2})) == pytest.approx(2.0)  # 4 x 1 MB over 2 server links
+    chain, _ = bound_for("stepwise")
+    assert chain(Round(mb, 4, mb, {"chunks": 3})) == pytest.approx(2.0)  # 1 x (1 + 3/3)
+    assert bound_for("hivemind")[0] is ring
+    assert bound_for("no-such-strategy") is None
+
+
+def test_slurm_launcher_config_composes():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+
+    def show(*args: str, **env: str) -> str:
+        done = subprocess.run([sys.executable, str(ROOT / "train.py"), "experiment=slurm", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, env=os.environ | env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "SlurmLauncher" in show("--cfg", "hydra", "-p", "hydra.launcher")
+    launch = show("--cfg", "job", "--resolve", "-p", "launch",
+                  SLURM_NNODES="2", SLURM_NODEID="1", SLURM_LAUNCH_NODE_IPADDR="10.213.7.1")
+    assert "nnodes: 2" in launch and "node_rank: 1" in launch and "master_addr: 10.213.7.1" in launch
