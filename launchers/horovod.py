@@ -36,13 +36,14 @@ MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on 
 MPI_EXIT = re.compile(r"first process to do so was:\s*Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
 
 
-def horovodrun_command(cfg, nprocs: int, run_dir, worker: list[str]) -> list[str]:
+def horovodrun_command(cfg, nprocs: int, run_dir, worker: list[str], placed: list[str] = ()) -> list[str]:
+    """placed: hosts and interface from the placement (network=emulated), else ring.hosts / localhost."""
     ring, timeouts = cfg.ring, cfg.timeouts
     gloo_timeout_s = max(1, round(max(float(timeouts.collective_s), float(timeouts.startup_s))))
+    hosts = list(placed) or ["-H", host_list(ring.hosts) if ring.hosts else f"localhost:{nprocs}",
+                             "--network-interface", ring.network_interface]
     command = [
-        sys.executable, "-m", "horovod.runner.launch",
-        "-np", str(nprocs), "-H", host_list(ring.hosts) if ring.hosts else f"localhost:{nprocs}",
-        f"--{ring.controller}", "--network-interface", ring.network_interface,
+        sys.executable, "-m", "horovod.runner.launch", "-np", str(nprocs), *hosts, f"--{ring.controller}",
         "--fusion-threshold-mb", str(int(ring.fusion_threshold_mb)),
         "--cycle-time-ms", str(float(ring.cycle_time_ms)),
         "--start-timeout", str(max(1, round(float(timeouts.startup_s)))),
@@ -51,7 +52,7 @@ def horovodrun_command(cfg, nprocs: int, run_dir, worker: list[str]) -> list[str
     if ring.timeline:
         command += ["--timeline-filename", timeline_path(cfg, run_dir)]
     if ring.controller == "mpi":
-        oversubscribed = not ring.hosts and nprocs * cfg.peer_cpus > len(os.sched_getaffinity(0))
+        oversubscribed = not (ring.hosts or placed) and nprocs * cfg.peer_cpus > len(os.sched_getaffinity(0))
         command += ["--mpi-args", OMPI_RING_ARGS + (" " + OMPI_YIELD_ARGS if oversubscribed else "")]
     return command + worker
 
@@ -68,8 +69,10 @@ def reported_failure(log: str) -> tuple[int, int | None, int | None] | None:
 
 class HorovodLauncher(Launcher):
     def start(self) -> None:
-        command = horovodrun_command(self.cfg, self.nprocs, self.run_dir, self.worker_command())
-        self.spawn(None, command, self.base_env(), "launcher.log")
+        command = horovodrun_command(self.cfg, self.nprocs, self.run_dir, self.worker_command(),
+                                     self.placement.horovodrun_args())
+        env = self.base_env() | self.placement.horovodrun_env()
+        self.spawn(None, self.placement.head(command), env, "launcher.log")
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
         """A rank that died without a traceback (e.g. SIGKILL) is the root cause: horovodrun names it."""

@@ -29,6 +29,8 @@ class MpiLauncher(Launcher):
         hostfile = self.cfg.launch.get("hostfile")
         if hostfile:
             command += ["--hostfile", str(hostfile)]
+        elif placed := self.placement.mpirun_args():  # network=emulated: rank r on emulated host r
+            command += placed
         else:  # this host only: keep MPI's own traffic on loopback
             command += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
         for name in EXPORTED:
@@ -37,8 +39,8 @@ class MpiLauncher(Launcher):
         return command + self.worker_command()
 
     def start(self) -> None:
-        env = self.base_env()
-        self.spawn(None, self.command(env), env, "launcher.log")
+        env = self.base_env() | self.placement.head_env()
+        self.spawn(None, self.placement.head(self.command(env)), env, "launcher.log")
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
         """A rank killed by a signal, as mpirun reports it, else the base rules (earliest error.txt)."""

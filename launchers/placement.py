@@ -51,8 +51,11 @@ class HostPlacement:
         return []
 
     def horovodrun_args(self) -> list[str]:
-        """Extra horovodrun arguments that place rank r on host r."""
+        """horovodrun arguments that place rank r on host r (empty: the launcher's own hosts)."""
         return []
+
+    def horovodrun_env(self) -> dict:
+        return {}
 
 
 class NamespacePlacement(HostPlacement):

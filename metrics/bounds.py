@@ -13,7 +13,7 @@ class Round:
     payload: float    # P, bytes
     workers: int      # N
     rate: float       # B, bytes/s
-    knobs: dict       # the strategy's config (cfg.strategy)
+    knobs: dict       # the strategy's knobs (Strategy.knobs: e.g. ps.servers, stepwise.chunks)
 
 
 def ring(r: Round) -> float:
@@ -37,7 +37,6 @@ def chain(r: Round) -> float:
 BOUNDS = {
     "allreduce": (ring, "ring all-reduce: 2(N-1)/N*S/B = P/B"),
     "ring": (ring, "ring all-reduce: 2(N-1)/N*S/B = P/B"),
-    "horovod": (ring, "ring all-reduce: 2(N-1)/N*S/B = P/B"),
     "hivemind": (ring, "all-reduce counted as a ring: P/B (P = the round's payload per peer)"),
     "ps": (parameter_server, "parameter server: N*S/(servers*B) at the server links (P = S per worker)"),
     "stepwise": (chain, "pipelined chain: S/B*(1+(N-1)/chunks) per pass (P = S, or 2S with second_pass)"),

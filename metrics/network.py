@@ -38,17 +38,17 @@ def wire_figures(steps: list[dict]) -> dict:
     }
 
 
-def efficiency(strategy: dict, steps_by_rank: dict[int, list[dict]], rates: list[float | None]) -> dict:
-    known = bound_for(strategy["name"])
+def efficiency(strategy: str, knobs: dict, steps_by_rank: dict[int, list[dict]], rates: list[float | None]) -> dict:
+    known = bound_for(strategy)
     if known is None:
-        return {"bound": None, "why": f"no lower-bound formula for strategy {strategy['name']}"}
+        return {"bound": None, "why": f"no lower-bound formula for strategy {strategy}"}
     function, formula = known
     if not steps_by_rank:
         return {"bound": None, "why": "no steps were logged", "formula": formula}
     worker_rates = [rates[r] for r in steps_by_rank if r < len(rates)]
     if not worker_rates or None in rates:
         return {"bound": None, "why": "some links are not shaped (no bandwidth), so no bound", "formula": formula}
-    if strategy["name"] == "ps" and len(set(rates)) > 1:
+    if strategy == "ps" and len(set(rates)) > 1:
         return {"bound": None, "why": "heterogeneous links under ps: server links unknown here", "formula": formula}
     rate = min(worker_rates) * MBIT
     workers = len(steps_by_rank)
@@ -58,7 +58,7 @@ def efficiency(strategy: dict, steps_by_rank: dict[int, list[dict]], rates: list
         for s in steps:
             payload = max(s["bytes_sent"], s["bytes_recv"])
             if payload:
-                bound_s += function(Round(payload, workers, rate, strategy))
+                bound_s += function(Round(payload, workers, rate, knobs))
                 comm_s += s["comm_s"]
                 rounds += 1
     return {
@@ -71,7 +71,7 @@ def efficiency(strategy: dict, steps_by_rank: dict[int, list[dict]], rates: list
     }
 
 
-def network_section(config: dict, peer_dirs: list[Path]) -> dict:
+def network_section(config: dict, peer_dirs: list[Path], strategy_knobs: dict) -> dict:
     network = config["network"]
     if network["name"] != "emulated":
         return {"mode": network["name"], "per_peer": False}
@@ -94,5 +94,5 @@ def network_section(config: dict, peer_dirs: list[Path]) -> dict:
         "wire_by_rank": wire,
         "wire_tx_over_payload": _ratio(tx, sent),
         "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,
-        "efficiency": efficiency(config["strategy"], steps_by_rank, rates),
+        "efficiency": efficiency(config["strategy"]["name"], strategy_knobs, steps_by_rank, rates),
     }

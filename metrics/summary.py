@@ -122,7 +122,7 @@ def build_summary(run_dir: Path, config: dict, outcome, strategy_knobs: dict | N
         "bytes_recv_per_step": recv,
         "bytes_sent_per_sample": sent / cfg.batch_size if sent is not None else None,
         "bytes_recv_per_sample": recv / cfg.batch_size if recv is not None else None,
-        "network": network_section(config, peer_dirs),
+        "network": network_section(config, peer_dirs, strategy_knobs or {}),
         "peers": peers,
         "methods": METHODS,
     }

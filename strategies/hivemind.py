@@ -160,7 +160,8 @@ class Hivemind(Strategy):
         initial_peers = list(self.hm.initial_peers)
         if not initial_peers and self.ctx.rank != 0:
             initial_peers = self._wait_for_bootstrap(maddrs_file)
-        host_maddrs = [f"/ip4/{self.hm.host}/tcp/{self.hm.port}"]
+        host = os.environ.get("AVGBENCH_PEER_ADDR", self.hm.host)  # network=emulated: this peer's host address
+        host_maddrs = [f"/ip4/{host}/tcp/{self.hm.port}"]
         try:
             dht = hivemind.DHT(
                 start=True, host_maddrs=host_maddrs, initial_peers=initial_peers, client_mode=self.client,

@@ -62,6 +62,9 @@ class Ring(Strategy):
             raise ConfigError("ring.fusion_threshold_mb must be >= 0 and ring.cycle_time_ms > 0")
         if cfg.launch.nnodes != 1:
             raise ConfigError("strategy=ring starts the ranks of every host itself: use ring.hosts, not launch.nnodes")
+        if cfg.network.name == "emulated" and (ring.controller != "mpi" or ring.hosts):
+            raise ConfigError("with network=emulated, strategy=ring needs ring.controller=mpi and no ring.hosts "
+                              "(horovodrun --gloo does not reach emulated hosts; they are placed one rank each)")
         if ring.hosts:
             hosts = parse_hosts(ring.hosts)
             if sum(slots for _, slots in hosts) != cfg.peers:
