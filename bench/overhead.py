@@ -7,12 +7,9 @@ ratio = raw median / framework median (= framework samples/s / raw samples/s; go
 import statistics
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
+from bench.jobs import ROOT, train
 from metrics.jsonl import read_jsonl
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def raw_step_times(model: str, batch: int, steps: int) -> list[float]:
@@ -22,11 +19,8 @@ def raw_step_times(model: str, batch: int, steps: int) -> list[float]:
 
 
 def framework_step_times(model: str, batch: int, steps: int) -> list[float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "train.py", f"hydra.run.dir={tmp}", f"model={model}",
-                        f"batch_size={batch}", f"max_steps={steps}", "eval_every=0", "progress=false",
-                        "peer_cpus=1"], cwd=ROOT, capture_output=True, text=True, check=True)
-        clock = [s["train_s"] for s in read_jsonl(Path(tmp) / "peer0" / "steps.jsonl")]
+    with train(f"model={model}", f"batch_size={batch}", f"max_steps={steps}", "eval_every=0", "peer_cpus=1") as run:
+        clock = [s["train_s"] for s in read_jsonl(run / "peer0" / "steps.jsonl")]
     return [b - a for a, b in zip([0.0, *clock], clock)]
 
 

@@ -18,6 +18,8 @@ from job.registry import resolve  # noqa: E402
 
 BENCHMARKS = {
     "overhead": "bench.overhead:run",
+    "collectives": "bench.collectives:run",
+    "stepwise_vs_ring": "bench.stepwise_vs_ring:run",
     "sampler": "bench.sampler_cost:run",
 }
 

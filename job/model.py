@@ -28,11 +28,28 @@ def tiny(num_classes: int, channels: int) -> nn.Module:
     )
 
 
-MODELS = {"resnet18": resnet18, "tiny": tiny}
+def mlp(num_classes: int, channels: int, width: int = 1024) -> nn.Module:
+    """Two hidden layers of `width` on a 16x16 pooled image: payload set by width, little compute.
+
+    For communication benchmarks: about width^2 + 256 x channels x width parameters.
+    """
+    return nn.Sequential(
+        nn.AdaptiveAvgPool2d(16),
+        nn.Flatten(),
+        nn.Linear(channels * 256, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, num_classes),
+    )
+
+
+MODELS = {"resnet18": resnet18, "tiny": tiny, "mlp": mlp}
 
 
 def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
-    return MODELS[cfg.model.name](num_classes, channels)
+    options = {k: v for k, v in cfg.model.items() if k != "name"}
+    return MODELS[cfg.model.name](num_classes, channels, **options)
 
 
 def parameter_digest(model: nn.Module) -> str:

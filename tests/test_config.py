@@ -14,9 +14,9 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def compose_config(*overrides: str):
+def compose_config(*overrides: str, return_hydra_config: bool = False):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=return_hydra_config)
 
 
 def test_defaults_compose_and_validate():

@@ -1,0 +1,25 @@
+"""Run one avgbench job from a benchmark and read what it left behind."""
+import json
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def train(*overrides: str, timeout: float = 900):
+    """Run train.py with overrides in a temporary run directory; yields the directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={tmp}", "progress=false", *overrides],
+                                cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if result.returncode:
+            raise RuntimeError(f"train.py {' '.join(overrides)} failed:\n{result.stderr[-2000:]}")
+        yield Path(tmp)
+
+
+def summary_of(*overrides: str) -> dict:
+    with train(*overrides) as run_dir:
+        return json.loads((run_dir / "summary.json").read_text())

@@ -1,0 +1,46 @@
+"""Experiment presets compose, scale with one knob, and a scaled-down sweep of each ends in a report."""
+import csv
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from test_config import compose_config
+
+
+def test_baseline_grid_scales_steps_with_batch():
+    for batch, steps in ((32, 100), (64, 50), (128, 25)):
+        cfg = compose_config("experiment=thesis_baseline", f"batch_size={batch}")
+        assert cfg.max_steps == steps and cfg.strategy.name == "single"
+    assert compose_config("experiment=thesis_baseline", "scale=1").max_steps == 10000
+
+
+def test_hivemind_preset_keeps_total_cpus_and_floors_target():
+    for peers, cpus in ((2, 8), (4, 4), (8, 2), (16, 1)):
+        cfg = compose_config("experiment=thesis_hivemind", f"peers={peers}")
+        assert cfg.peer_cpus == cpus and cfg.peers * cfg.peer_cpus == cfg.total_cpus
+    cfg = compose_config("experiment=thesis_hivemind", "target_batch_base=625")
+    assert cfg.hivemind.target_batch_size == 32  # 625 x 0.01 is below the batch size
+    assert compose_config("experiment=thesis_hivemind").hivemind.target_batch_size == 100
+    sweep = OmegaConf.to_container(compose_config("experiment=thesis_hivemind", return_hydra_config=True)
+                                   .hydra.sweeper.params)
+    assert sweep["peers"] == "2,4,8,16" and sweep["target_batch_base"] == "10000,5000,2500,1250,625"
+
+
+@pytest.mark.parametrize("preset, narrowing, jobs", [
+    ("thesis_baseline", ["scale=0.001", "batch_size=32,64", "lr=0.01", "seed=1"], 2),
+    ("thesis_hivemind", ["scale=0.0005", "peers=2", "target_batch_base=625", "hivemind.use_local_updates=false"], 1),
+])
+@pytest.mark.timeout(400)
+def test_scaled_down_preset_runs_and_reports(tmp_path, preset, narrowing, jobs):
+    sweep = tmp_path / "sweep"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "-m", f"experiment={preset}", *narrowing, "model=tiny",
+         "progress=false", "sampler.interval=0.2", f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=380, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader((sweep / "runs.csv").open()))
+    assert len(rows) == jobs and all(r["status"] == "completed" for r in rows)
+    assert (sweep / "report.html").stat().st_size > 10_000
