@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from strategies.base import StepReport, Strategy
-from strategies.transport import check_transport, connect, flatten, payload_bytes, unflatten_into
+from strategies.base import StepReport
+from strategies.transport import TransportStrategy, flatten, payload_bytes, unflatten_into
 
 
 def ring_allreduce_bytes(size: int, peers: int) -> int:
@@ -25,21 +25,12 @@ def broadcast_initial_state(transport, model: torch.nn.Module, src: int = 0) -> 
     unflatten_into(flat, state)
 
 
-class AllReduce(Strategy):
+class AllReduce(TransportStrategy):
     name = "allreduce"
-    uses_transport = True
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        check_transport(cfg)
-
-    @classmethod
-    def launcher(cls, cfg) -> str:
-        return "mpi" if cfg.transport == "mpi" else "local"
 
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
-        self.transport = connect(self.cfg, self.ctx)
+        self.connect()
         broadcast_initial_state(self.transport, model)
         self.params = [p for p in model.parameters() if p.requires_grad]
 
@@ -56,7 +47,3 @@ class AllReduce(Strategy):
         comm_s = time.perf_counter() - start
         wire = ring_allreduce_bytes(payload_bytes(flat), self.ctx.world_size)
         return StepReport(comm_s=comm_s, opt_s=self.timed_optimizer_step(), bytes_sent=wire, bytes_recv=wire)
-
-    def close(self) -> None:
-        if hasattr(self, "transport"):
-            self.transport.close()

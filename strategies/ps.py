@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import torch
 
 from job.errors import ConfigError
-from strategies.base import StepReport, Strategy
-from strategies.transport import Transport, check_transport, connect, flatten, payload_bytes, unflatten_into
+from strategies.base import StepReport
+from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 
 MODES = ("sync", "async")
 TAG_PUSH, TAG_PULL = 11, 12
@@ -189,13 +189,12 @@ def build_server_model(cfg) -> torch.nn.Module:
     return build_model(cfg, splits.num_classes, splits.channels)
 
 
-class ParameterServer(Strategy):
+class ParameterServer(TransportStrategy):
     name = "ps"
-    uses_transport = True
 
     @classmethod
     def validate(cls, cfg) -> None:
-        check_transport(cfg)
+        super().validate(cfg)
         if int(cfg.ps.servers) < 1:
             raise ConfigError(f"ps.servers must be >= 1, got {cfg.ps.servers}")
         if float(cfg.ps.idle_timeout_s) <= 0:
@@ -207,10 +206,6 @@ class ParameterServer(Strategy):
     def num_processes(cls, cfg) -> int:
         return cfg.peers + int(cfg.ps.servers)
 
-    @classmethod
-    def launcher(cls, cfg) -> str:
-        return "mpi" if cfg.transport == "mpi" else "local"
-
     def server_ranks(self) -> list[int]:
         return list(range(self.cfg.peers, self.cfg.peers + int(self.cfg.ps.servers)))
 
@@ -221,7 +216,7 @@ class ParameterServer(Strategy):
     def serve(self) -> None:
         from job.optim import build_optimizer
 
-        self.transport = connect(self.cfg, self.ctx)
+        self.connect()
         params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
         shard = shard_of(params, int(self.cfg.ps.servers), self.ctx.rank - self.cfg.peers)
         server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg), list(range(self.cfg.peers)),
@@ -232,7 +227,7 @@ class ParameterServer(Strategy):
     # --- worker -------------------------------------------------------------
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
-        self.transport = connect(self.cfg, self.ctx)
+        self.connect()
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.client = ShardClient(self.transport, self.params, self.server_ranks())
         self.client.pull_initial()
@@ -257,7 +252,3 @@ class ParameterServer(Strategy):
         if getattr(self, "staleness", None):
             figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness)}
         return figures
-
-    def close(self) -> None:
-        if hasattr(self, "transport"):
-            self.transport.close()

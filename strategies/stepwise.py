@@ -32,8 +32,8 @@ import torch
 
 from job.errors import ConfigError
 from strategies.allreduce import broadcast_initial_state
-from strategies.base import StepReport, Strategy
-from strategies.transport import Transport, check_transport, connect, flatten, payload_bytes, unflatten_into
+from strategies.base import StepReport
+from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 
 AVERAGES = ("params", "grads")
 TAG_REDUCE, TAG_BROADCAST = 21, 22
@@ -100,13 +100,12 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
     return RoundResult((total / count).view_as(tensor), count, pos, sent, received)
 
 
-class Stepwise(Strategy):
+class Stepwise(TransportStrategy):
     name = "stepwise"
-    uses_transport = True
 
     @classmethod
     def validate(cls, cfg) -> None:
-        check_transport(cfg)
+        super().validate(cfg)
         knobs = cfg.stepwise
         if knobs.average not in AVERAGES:
             raise ConfigError(f"stepwise.average must be one of {', '.join(AVERAGES)}, got {knobs.average}")
@@ -114,13 +113,9 @@ class Stepwise(Strategy):
             if int(knobs[knob]) < 1:
                 raise ConfigError(f"stepwise.{knob} must be >= 1, got {knobs[knob]}")
 
-    @classmethod
-    def launcher(cls, cfg) -> str:
-        return "mpi" if cfg.transport == "mpi" else "local"
-
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
-        self.transport = connect(self.cfg, self.ctx)
+        self.connect()
         broadcast_initial_state(self.transport, model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.steps = self.rounds = self.full_rounds = 0
@@ -159,7 +154,3 @@ class Stepwise(Strategy):
             return {}
         return {"rounds": self.rounds, "rounds_with_full_average": self.full_rounds,
                 "mean_round_s": self.round_s / self.rounds if self.rounds else None}
-
-    def close(self) -> None:
-        if hasattr(self, "transport"):
-            self.transport.close()

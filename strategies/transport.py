@@ -14,6 +14,7 @@ from datetime import timedelta
 import torch
 
 from job.errors import BackendUnavailable, ConfigError
+from strategies.base import Strategy
 
 TRANSPORTS = ("gloo", "mpi")
 
@@ -195,3 +196,26 @@ def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
 
 def payload_bytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
+
+
+class TransportStrategy(Strategy):
+    """A strategy that talks over the top-level `transport`: gloo (local launcher) or MPI (mpirun)."""
+
+    uses_transport = True
+    transport: Transport | None = None
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        check_transport(cfg)
+
+    @classmethod
+    def launcher(cls, cfg) -> str:
+        return "mpi" if cfg.transport == "mpi" else "local"
+
+    def connect(self) -> Transport:
+        self.transport = connect(self.cfg, self.ctx)
+        return self.transport
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
