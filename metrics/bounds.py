@@ -22,9 +22,12 @@ def ring(r: Round) -> float:
 
 
 def parameter_server(r: Round) -> float:
-    # each of the `servers` server links carries N x S / servers per direction (P = S per worker)
+    # each of the `servers` server links carries N x S / servers per direction (P = S per worker).
+    # sync: the pull of the new parameters cannot start before every push has arrived, so the
+    # two directions follow each other; async: pushes and pulls of different workers overlap.
     servers = int(r.knobs.get("servers", 1))
-    return max(r.payload, r.workers * r.payload / servers) / r.rate
+    one_way = max(r.payload, r.workers * r.payload / servers) / r.rate
+    return 2 * one_way if r.knobs.get("mode", "sync") == "sync" else one_way
 
 
 def chain(r: Round) -> float:
@@ -38,7 +41,8 @@ BOUNDS = {
     "allreduce": (ring, "ring all-reduce: 2(N-1)/N*S/B = P/B"),
     "ring": (ring, "ring all-reduce: 2(N-1)/N*S/B = P/B"),
     "hivemind": (ring, "all-reduce counted as a ring: P/B (P = the round's payload per peer)"),
-    "ps": (parameter_server, "parameter server: N*S/(servers*B) at the server links (P = S per worker)"),
+    "ps": (parameter_server, "parameter server: N*S/(servers*B) at the server links per direction, "
+                             "x2 in sync mode (pull after push) (P = S per worker)"),
     "stepwise": (chain, "pipelined chain: S/B*(1+(N-1)/chunks) per pass (P = S, or 2S with second_pass)"),
 }
 

@@ -17,9 +17,11 @@ METHODS = {
     "network.wire": "wire_*_bytes: the peer's own interface counters (/proc/net/dev in its namespace) from just "
                     "before its first step to the end of its last; payload_*_bytes: the strategy's payload accounting "
                     "summed over the same steps; ratio = wire / payload, protocol_overhead = ratio - 1",
-    "network.efficiency": "per worker and averaging round (a step with payload): lower bound = the strategy's "
-                          "formula (metrics/bounds.py) with B = the slowest worker link, measured = comm_s; "
-                          "efficiency = sum of bounds / sum of measured comm_s",
+    "network.efficiency": "per averaging round (a step number at which workers exchanged payload): lower "
+                          "bound = the strategy's formula (metrics/bounds.py) for the round's largest per-worker "
+                          "payload, B = the slowest worker link; measured = the longest comm_s of any worker in "
+                          "that round (a round ends with its slowest worker); efficiency = sum of bounds / sum "
+                          "of measured",
 }
 
 
@@ -52,19 +54,22 @@ def efficiency(strategy: str, knobs: dict, steps_by_rank: dict[int, list[dict]],
         return {"bound": None, "why": "heterogeneous links under ps: server links unknown here", "formula": formula}
     rate = min(worker_rates) * MBIT
     workers = len(steps_by_rank)
-    bound_s = comm_s = 0.0
-    rounds = 0
+    rounds_by_step: dict[int, list[dict]] = {}
     for steps in steps_by_rank.values():
         for s in steps:
-            payload = max(s["bytes_sent"], s["bytes_recv"])
-            if payload:
-                bound_s += function(Round(payload, workers, rate, knobs))
-                comm_s += s["comm_s"]
-                rounds += 1
+            if s["bytes_sent"] or s["bytes_recv"]:
+                rounds_by_step.setdefault(s["step"], []).append(s)
+    bound_s = comm_s = 0.0
+    for records in rounds_by_step.values():
+        # a round is done when its slowest worker is: its largest payload against its longest wait
+        payload = max(max(r["bytes_sent"], r["bytes_recv"]) for r in records)
+        bound_s += function(Round(payload, workers, rate, knobs))
+        comm_s += max(r["comm_s"] for r in records)
+    rounds = len(rounds_by_step)
     return {
         "formula": formula,
         "link_mbit": rate / MBIT,
-        "rounds": rounds,  # worker-rounds
+        "rounds": rounds,
         "bound_s_per_round": bound_s / rounds if rounds else None,
         "comm_s_per_round": comm_s / rounds if rounds else None,
         "efficiency": _ratio(bound_s, comm_s),

@@ -282,7 +282,8 @@ def test_bounds_per_strategy():
     ring, _ = bound_for("allreduce")
     assert ring(Round(1.5 * mb, 4, mb, {})) == pytest.approx(1.5)
     ps, _ = bound_for("ps")
-    assert ps(Round(mb, 4, mb, {"servers": 2})) == pytest.approx(2.0)  # 4 x 1 MB over 2 server links
+    assert ps(Round(mb, 4, mb, {"servers": 2, "mode": "async"})) == pytest.approx(2.0)  # 4 x 1 MB, 2 server links
+    assert ps(Round(mb, 4, mb, {"servers": 2, "mode": "sync"})) == pytest.approx(4.0)  # pull after push
     chain, _ = bound_for("stepwise")
     assert chain(Round(mb, 4, mb, {"chunks": 3})) == pytest.approx(2.0)  # 1 x (1 + 3/3)
     assert bound_for("hivemind")[0] is ring
