@@ -203,7 +203,7 @@ def test_mpirun_hostfile_and_agent_across_namespaces(tmp_path):
 HOROVOD_PROGRAM = ("import subprocess, torch, horovod.torch as hvd; hvd.init(); "
                    "total = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum).item(); "
                    "addr = subprocess.run(['ip', '-4', '-o', 'addr', 'show', 'eth0'], capture_output=True, "
-                   "text=True).stdout.split()[3]; print(hvd.rank(), hvd.size(), addr, int(total))")
+                   "text=True).stdout.split()[3]; print(f'{hvd.rank()} {hvd.size()} {addr} {int(total)}', flush=True)")
 
 
 @pytest.mark.timeout(120)

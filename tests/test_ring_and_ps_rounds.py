@@ -30,7 +30,7 @@ def run_group(fn, world_size: int, out: Path, *args) -> list:
     """Run fn(transport, *args) in world_size processes over gloo on loopback; their results by rank."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")  # fork after torch started its thread pools can deadlock
     procs = [context.Process(target=_member, args=(fn, r, world_size, port, out, args)) for r in range(world_size)]
     for proc in procs:
         proc.start()
