@@ -18,7 +18,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from metrics.report_data import Run, Section, flatten, load_runs
-from metrics.report_tables import error_headline, ranked, section_tables
+from metrics.report_tables import error_headline, fault_tolerance, ranked, section_tables
 
 report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
 
@@ -93,6 +93,7 @@ def write_csv(sections: list[Section], path: Path) -> None:
         cpu = [p["mean_cpu_percent"] for p in peers if p.get("mean_cpu_percent") is not None]
         row["peak_rss_bytes_max_over_peers"] = max(rss) if rss else None
         row["mean_cpu_percent_mean_over_peers"] = sum(cpu) / len(cpu) if cpu else None
+        row["fault_tolerance"] = fault_tolerance(s)
         row["error"] = error_headline(s.get("error"))
         row |= {f"config.{k}": v for k, v in flatten(run.config).items()}
         row |= {f"strategy_result.{k}": v for k, v in run.strategy_figures().items()}

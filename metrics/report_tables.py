@@ -86,6 +86,20 @@ def status_of(group: Group) -> str:
     return ", ".join(f"{s} x{statuses.count(s)}" if len(statuses) > 1 else s for s in dict.fromkeys(statuses))
 
 
+def fault_tolerance(summary: dict) -> str:
+    """Outcome of an injected fault: survived (with the peers lost) or how long the run took to end."""
+    fault = summary.get("fault")
+    if not fault:
+        return MISSING
+    if fault.get("survived"):
+        return f"survived (lost peers {summary.get('lost_peers') or []})"
+    return f"failed in {number(fault.get('run_ended_after_s'))} s"
+
+
+def fault_tolerance_of(group: Group) -> str:
+    return ", ".join(dict.fromkeys(fault_tolerance(r.summary) for r in group.runs))
+
+
 # Ranking within a section.
 
 def rank_key(group: Group, synthetic: bool):
@@ -125,11 +139,11 @@ def configuration_table(groups: list[Group]) -> Table:
         rows.append([str(rank), group.label, run.strategy,
                      ", ".join(f"{k}={v}" for k, v in run.knobs.items()) or MISSING,
                      str(config["peers"]), str(config["peer_cpus"]), str(config["batch_size"]), str(config["lr"]),
-                     ", ".join(str(s) for s in group.seeds()), status_of(group)])
+                     ", ".join(str(s) for s in group.seeds()), status_of(group), fault_tolerance_of(group)])
     return Table("Configurations", ["rank", "configuration", "strategy", "strategy knobs", "peers", "CPUs/peer",
-                                    "batch/peer", "lr", "seeds", "status"], rows,
+                                    "batch/peer", "lr", "seeds", "status", "fault tolerance"], rows,
                  "One row per configuration; repeats (same configuration, different seed) are combined: "
-                 "figures below are mean ± standard deviation over them.")
+                 "figures below are mean ± standard deviation over them. Fault tolerance: see Failures.")
 
 
 def speedup_cell(group: Group, all_groups: list[Group]) -> str:
@@ -236,11 +250,15 @@ def failures_table(groups: list[Group]) -> Table:
                          str(summary.get("exit_code")),
                          MISSING if summary.get("failed_rank") is None else str(summary["failed_rank"]),
                          ", ".join(map(str, summary.get("lost_peers") or [])) or MISSING,
-                         counters or MISSING, error_headline(summary.get("error")) or MISSING])
+                         fault_tolerance(summary), counters or MISSING,
+                         error_headline(summary.get("error")) or MISSING])
     return Table("Failures", ["configuration", "seed", "status", "exit code", "failed rank", "lost peers",
-                              "strategy failure counters", "error"], rows,
+                              "fault tolerance", "strategy failure counters", "error"], rows,
                  "From summary.json (status, error, failed rank, peers lost during the run) and the strategy's own "
-                 "counters (peers[*].result.strategy fields naming failures, mean over peers). Full errors below.")
+                 "counters (peers[*].result.strategy fields naming failures, mean over peers). Full errors below. "
+                 "Fault tolerance, for runs with an injected fault (fault.*): 'survived' when the run completed "
+                 "without the faulty peer, else 'failed in T s', T = time from the fault (the peer's clock just "
+                 "before acting) to the launcher deciding the run's outcome; '–' = no fault injected.")
 
 
 def strategy_figure_cell(group: Group, key: str) -> str:

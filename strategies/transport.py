@@ -88,6 +88,9 @@ class GlooPending(Pending):
         try:
             self.work.wait(self.timeout)
         except RuntimeError as exc:
+            if "timed out" in str(exc).lower():
+                raise TimeoutError(f"gloo {self.what} timed out after {self.timeout.total_seconds():.0f} s "
+                                   "(timeouts.collective_s): a peer stalled or died") from exc
             raise RuntimeError(f"gloo {self.what} failed: {exc}") from exc
 
 
@@ -103,10 +106,11 @@ class GlooTransport(Transport):
         self.rank, self.world_size = ctx.rank, ctx.world_size
 
     def allreduce_sum(self, tensor):
-        self.dist.all_reduce(tensor, async_op=True).wait(self.timeout)
+        GlooPending(self.dist.all_reduce(tensor, async_op=True), self.timeout, f"all_reduce on rank {self.rank}").wait()
 
     def broadcast(self, tensor, src):
-        self.dist.broadcast(tensor, src, async_op=True).wait(self.timeout)
+        GlooPending(self.dist.broadcast(tensor, src, async_op=True), self.timeout,
+                    f"broadcast from {src} on rank {self.rank}").wait()
 
     def isend(self, tensor, dst, tag=0):
         return GlooPending(self.dist.isend(tensor, dst, tag=tag), self.timeout, f"send {self.rank}->{dst}")
@@ -121,7 +125,7 @@ class GlooTransport(Transport):
         return work._source_rank()
 
     def barrier(self):
-        self.dist.barrier(async_op=True).wait(self.timeout)
+        GlooPending(self.dist.barrier(async_op=True), self.timeout, f"barrier on rank {self.rank}").wait()
 
     def close(self):
         if self.dist.is_initialized():

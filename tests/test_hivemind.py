@@ -4,7 +4,6 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
@@ -69,26 +68,6 @@ def test_local_updates_end_identical(run_dir):
     final = [read_jsonl(run_dir / f"peer{r}" / "hivemind_epochs.jsonl")[-1] for r in (0, 1)]
     assert abs(final[0]["param_sum"] - final[1]["param_sum"]) <= 1e-6 * final[0]["param_abs_sum"]
     assert all(p["strategy"]["final_epoch"] >= 4 and p["strategy"]["allreduce_rounds_done"] >= 2 for p in peers)
-    assert_no_leftovers(run_dir)
-
-
-@pytest.mark.timeout(240)
-def test_killed_peer_of_four_others_finish(run_dir):
-    proc = start_train(run_dir, *HIVE, "peers=4", "hivemind.target_batch_size=128", "max_steps=6",
-                       "fault.kill_peer=3", "fault.at_step=3")
-    wait_for_steps(run_dir, 3, 2, timeout=150)
-    files = json.loads((run_dir / "peer3" / "hivemind_files.json").read_text())
-    deadline = time.monotonic() + 30
-    while (left := [p for p in files["pids"] if psutil.pid_exists(p)]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"the killed peer's processes (DHT, averagers, p2pd) outlived it: {left}"
-    stdout, stderr = proc.communicate(timeout=200)
-    assert proc.returncode == 0, stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["lost_peers"] == [3]
-    for peer in results(run_dir, (0, 1, 2)):
-        assert peer["strategy"]["final_epoch"] >= peer["strategy"]["target_epoch"]
-    assert "peers lost during the run: [3]" in stdout
     assert_no_leftovers(run_dir)
 
 

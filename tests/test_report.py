@@ -128,8 +128,12 @@ def test_crashed_run_appears_with_its_error(multirun, other_runs, tmp_path):
     markdown = (tmp_path / "report.md").read_text()
     failure_row = next(line for line in markdown.splitlines() if "| failed | 1 | 0 |" in line)
     assert "InjectedFault: injected failure on rank 0 at step 3" in failure_row
+    fault_tolerance = lambda row: row.split(" | ")[6]  # noqa: E731  (Failures: the column after lost peers)
+    assert re.fullmatch(r"failed in [0-9.]+ s", fault_tolerance(failure_row))  # an injected fault
+    assert {fault_tolerance(line) for line in markdown.splitlines() if "| completed | 0 |" in line} == {"–"}
     assert "## Errors" in markdown and "Traceback" in markdown
     crashed_row = next(r for r in read_csv(tmp_path / "runs.csv") if r["status"] == "failed")
+    assert crashed_row["fault_tolerance"].startswith("failed in ")
     assert crashed_row["failed_rank"] == "0" and int(crashed_row["total_samples"]) == 2 * 32  # partial data
 
 
