@@ -29,7 +29,7 @@ def test_interrupt_stops_everything(run_dir, sig, code):
     proc = start_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=100000")
     wait_for_steps(run_dir, 0, 3)
     proc.send_signal(sig)
-    proc.wait(timeout=120)
+    proc.communicate(timeout=120)  # drain the pipes while waiting
     assert proc.returncode != 0 if code is None else proc.returncode == code
     assert_no_leftovers(run_dir)
     assert read_jsonl(run_dir / "peer0" / "steps.jsonl")
