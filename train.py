@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from job.config import check_overrides, validate
 from job.errors import BackendUnavailable, ConfigError
+from job.process import interrupt_on_signals
 from job.worker import CONFIG_PATH, RUN_ID_PATH
 from launchers import get_launcher
 from metrics.report import report_errors
@@ -71,11 +72,13 @@ def print_result(run_dir: Path, summary: dict, outcome) -> None:
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def hydra_main(cfg) -> None:
     code = run(cfg)
-    if code and not HydraConfig.get().mode.name == "MULTIRUN":
+    interrupted = code > 128  # Ctrl-C or SIGTERM also ends a sweep
+    if code and (interrupted or HydraConfig.get().mode.name != "MULTIRUN"):
         sys.exit(code)
 
 
 def main() -> None:
+    interrupt_on_signals()
     try:
         check_overrides(sys.argv[1:])
     except ConfigError as exc:

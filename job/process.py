@@ -21,6 +21,31 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached the launcher."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interrupt_on_signals() -> None:
+    """Ctrl-C and SIGTERM (kill, scancel, a job's time limit) raise Interrupted once in the main thread.
+
+    Installed explicitly: a parent that ignores SIGINT (a background job of a script)
+    would otherwise leave the run deaf to it. Later signals are ignored while the
+    launcher stops the peers, which is bounded by timeouts.shutdown_s.
+    """
+
+    def _raise(signum, _frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise)
+
+
 def die_with_parent(grace_s: float) -> None:
     """End this process and its children when the parent (launcher, mpirun, horovodrun) dies.
 

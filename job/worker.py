@@ -54,10 +54,29 @@ def run_peer(cfg, ctx: PeerContext) -> None:
             strategy.serve()
         result["strategy"] = strategy.summary()
         (peer_dir / "result.json").write_text(json.dumps(result, indent=1))
+    except BaseException:
+        record_failure(ctx)  # before close() drops connections: the others' errors follow this one
+        raise
     finally:
         strategy.close()
         if sampler:
             sampler.stop()
+
+
+def record_failure(ctx: PeerContext) -> None:
+    """Write the exception being handled to peer<RANK>/error.txt, once, dated to the instant of failure.
+
+    The launcher reports the earliest error.txt as the root cause, so its mtime is set
+    to the failure time at nanosecond precision rather than the coarser file clock.
+    """
+    exc = sys.exc_info()[1]
+    if getattr(exc, "avgbench_recorded", False) or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+        return
+    exc.avgbench_recorded = True
+    failed_ns = time.time_ns()
+    path = ctx.peer_dir / "error.txt"
+    path.write_text(f"rank {ctx.rank} failed at {time.strftime('%H:%M:%S')}:\n{traceback.format_exc()}")
+    os.utime(path, ns=(failed_ns, failed_ns))
 
 
 def redirect_output(path: Path) -> None:
@@ -80,11 +99,8 @@ def main(argv: list[str]) -> int:
         cfg = OmegaConf.load(run_dir / CONFIG_PATH)
         die_with_parent(float(cfg.timeouts.shutdown_s))
         run_peer(cfg, ctx)
-    except BaseException as exc:
-        if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
-            (ctx.peer_dir / "error.txt").write_text(
-                f"rank {ctx.rank} failed at {time.strftime('%H:%M:%S')}:\n{traceback.format_exc()}"
-            )
+    except BaseException:
+        record_failure(ctx)
         raise
     return 0
 

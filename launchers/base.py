@@ -97,8 +97,10 @@ class Launcher(ABC):
                 time.sleep(0.2)
                 progress.update()
                 outcome = self._check(start)
-        except KeyboardInterrupt:
-            outcome = Outcome("interrupted", 130, time.monotonic() - start, error="interrupted (Ctrl-C)")
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            outcome = Outcome("interrupted", 128 + signum, time.monotonic() - start,
+                              error=f"interrupted by {signal.Signals(signum).name}")
         except PlacementError as exc:
             outcome = Outcome("failed", 1, time.monotonic() - start, error=str(exc))
         finally:
@@ -128,7 +130,7 @@ class Launcher(ABC):
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
         """The root cause: the earliest traceback any peer wrote, else the first dead process."""
-        errors = sorted(self.run_dir.glob("peer*/error.txt"), key=lambda p: p.stat().st_mtime)
+        errors = sorted(self.run_dir.glob("peer*/error.txt"), key=lambda p: p.stat().st_mtime_ns)
         killed = [r for r in failed if r is not None and codes[r] < 0 and not (self.run_dir / f"peer{r}" / "error.txt").exists()]
         if killed:  # a peer killed by a signal leaves no traceback; the others' errors follow from it
             rank = killed[0]

@@ -26,9 +26,9 @@ def run_train(run_dir: Path, *overrides: str, timeout: float = 240) -> subproces
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def start_train(run_dir: Path, *overrides: str) -> subprocess.Popen:
+def start_train(run_dir: Path, *overrides: str, **popen) -> subprocess.Popen:
     return subprocess.Popen(train_command(run_dir, *overrides), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, **popen)
 
 
 def wait_for_steps(run_dir: Path, rank: int, count: int, timeout: float = 120) -> None:

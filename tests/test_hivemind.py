@@ -168,3 +168,4 @@ def test_state_for_late_peers_is_a_clone_taken_under_the_optimizer_lock():
     finally:
         averager.shutdown()
         dht.shutdown()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # hivemind leaves it ignored in this process
