@@ -128,10 +128,13 @@ class Launcher(ABC):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.procs[rank].pid, signal.SIGKILL)
 
+    def left_traceback(self, rank: int) -> bool:
+        return (self.run_dir / f"peer{rank}" / "error.txt").exists()
+
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
         """The root cause: the earliest traceback any peer wrote, else the first dead process."""
         errors = sorted(self.run_dir.glob("peer*/error.txt"), key=lambda p: p.stat().st_mtime_ns)
-        killed = [r for r in failed if r is not None and codes[r] < 0 and not (self.run_dir / f"peer{r}" / "error.txt").exists()]
+        killed = [r for r in failed if r is not None and codes[r] < 0 and not self.left_traceback(r)]
         if killed:  # a peer killed by a signal leaves no traceback; the others' errors follow from it
             rank = killed[0]
             return rank, f"peer rank {rank} was killed by {signal_name(codes[rank])} (no traceback)"

@@ -80,7 +80,7 @@ class HorovodLauncher(Launcher):
         report = reported_failure(log)
         if report:
             rank, code, signum = report
-            if not (self.run_dir / f"peer{rank}" / "error.txt").exists():
+            if not self.left_traceback(rank):
                 how = (f"was killed by {signal_name(-signum)}" if signum in set(signal.Signals)
                        else f"exited with code {code}")
                 return rank, f"peer rank {rank} {how} (no traceback)"

@@ -48,7 +48,7 @@ class MpiLauncher(Launcher):
         match = SIGNALLED.search(log.read_text(errors="replace")) if log.exists() else None
         if match:
             rank, signum = int(match.group(1)), int(match.group(2))
-            if not (self.run_dir / f"peer{rank}" / "error.txt").exists():
+            if not self.left_traceback(rank):
                 return rank, f"peer rank {rank} was killed by {signal_name(-signum)} (no traceback; reported by mpirun)"
         return super().first_failure(failed, codes)
 

@@ -101,7 +101,8 @@ class Hivemind(Strategy):
         require(hm.averaging_timeout > hm.matchmaking_time,
                 "hivemind.averaging_timeout must exceed hivemind.matchmaking_time")
         require(0 < hm.request_timeout < hm.matchmaking_time,
-                "hivemind.request_timeout must be > 0 and below hivemind.matchmaking_time (hivemind deadlocks otherwise)")
+                "hivemind.request_timeout must be > 0 and below hivemind.matchmaking_time "
+                "(hivemind deadlocks otherwise)")
         require(hm.average_state_every >= 1, f"hivemind.average_state_every must be >= 1, got {hm.average_state_every}")
         for knob in ("grad_compression", "state_averaging_compression"):
             require(hm[knob] in COMPRESSIONS,
