@@ -181,20 +181,26 @@ MPI_PROGRAM = ("from mpi4py import MPI; import subprocess; c = MPI.COMM_WORLD; "
 
 
 @pytest.mark.timeout(90)
-def test_mpirun_hostfile_and_agent_across_namespaces(tmp_path):
-    """The pieces launchers/mpi.py uses: mpirun on host 0, a hostfile of host addresses, netemu.agent."""
+def run_on_two_hosts(tmp_path, command, extra_env, timeout: float):
+    """Run command(placement) on emulated host 0 of a two-host placement; (result, fabric description)."""
     cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100}})
     placement = NamespacePlacement(cfg, tmp_path, 2)
     placement.start(dict(os.environ))
     try:
-        command = placement.head(["mpirun", "--allow-run-as-root", "-np", "2", *placement.mpirun_args(),
-                                  sys.executable, "-c", MPI_PROGRAM])
-        env = os.environ | placement.head_env() | {"PYTHONPATH": str(ROOT)}
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
-        description = placement.fabric.describe()
+        env = os.environ | extra_env(placement) | {"PYTHONPATH": str(ROOT)}
+        done = subprocess.run(placement.head(command(placement)), env=env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return done, placement.fabric.describe()
     finally:
         placement.close()
+
+
+def test_mpirun_hostfile_and_agent_across_namespaces(tmp_path):
+    """The pieces launchers/mpi.py uses: mpirun on host 0, a hostfile of host addresses, netemu.agent."""
+    done, description = run_on_two_hosts(
+        tmp_path, lambda placement: ["mpirun", "--allow-run-as-root", "-np", "2", *placement.mpirun_args(),
+                                     sys.executable, "-c", MPI_PROGRAM],
+        lambda placement: placement.head_env(), timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(done.stdout.split("\n")[:2]) == ["0 2 10.213.7.1/24 3", "1 2 10.213.7.2/24 3"], done.stdout
     assert_fabric_gone(description)
@@ -210,19 +216,11 @@ HOROVOD_PROGRAM = ("import subprocess, torch, horovod.torch as hvd; hvd.init(); 
 def test_horovodrun_mpi_hosts_over_ssh_shim(tmp_path):
     """The pieces launchers/horovod.py uses: horovodrun on host 0, -H host:1,..., netemu/shims/ssh in PATH."""
     pytest.importorskip("horovod.torch")
-    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100}})
-    placement = NamespacePlacement(cfg, tmp_path, 2)
-    placement.start(dict(os.environ))
-    try:
-        horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-        command = placement.head([horovodrun, "--mpi", "-np", "2", *placement.horovodrun_args(),
-                                  sys.executable, "-c", HOROVOD_PROGRAM])
-        env = os.environ | placement.horovodrun_env() | {"PYTHONPATH": str(ROOT)}
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=100,
-                              stdin=subprocess.DEVNULL)
-        description = placement.fabric.describe()
-    finally:
-        placement.close()
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    done, description = run_on_two_hosts(
+        tmp_path, lambda placement: [horovodrun, "--mpi", "-np", "2", *placement.horovodrun_args(),
+                                     sys.executable, "-c", HOROVOD_PROGRAM],
+        lambda placement: placement.horovodrun_env(), timeout=100)
     assert done.returncode == 0, done.stdout + done.stderr
     for rank in range(2):
         assert f"{rank} 2 10.213.7.{rank + 1}/24 3" in done.stdout, done.stdout
