@@ -36,8 +36,11 @@ def run(cfg) -> int:
         validate(cfg)
     except (ConfigError, BackendUnavailable) as exc:
         fail_input(str(exc))
-    jobs_started += 1
     run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    if (run_dir / RUN_ID_PATH).exists():
+        fail_input(f"{run_dir} already holds a run ({RUN_ID_PATH}); its metrics would mix with this one's. "
+                   "Choose a new hydra.run.dir or remove that directory")
+    jobs_started += 1
     (run_dir / CONFIG_PATH).parent.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / CONFIG_PATH, resolve=True)
 

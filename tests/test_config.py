@@ -65,6 +65,15 @@ def test_missing_dataset_root(tmp_path, data):
     assert "avgbench: error:" in result.stderr and "absent" in result.stderr
 
 
+def test_run_dir_of_an_earlier_run_is_refused(tmp_path):
+    earlier = tmp_path / "run" / ".avgbench" / "run_id"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("an earlier run")
+    result = cli(f"hydra.run.dir={tmp_path / 'run'}", "model=tiny", "max_steps=1")
+    assert result.returncode == 2 and "already holds a run" in result.stderr, result.stderr
+    assert not (tmp_path / "run" / "peer0").exists()
+
+
 def test_unknown_key_is_rejected_with_exit_2():
     result = cli("no_such_knob=3")
     assert result.returncode == 2 and "no_such_knob" in result.stderr
