@@ -180,7 +180,6 @@ MPI_PROGRAM = ("from mpi4py import MPI; import subprocess; c = MPI.COMM_WORLD; "
                "text=True).stdout.split()[3]; print(c.Get_rank(), c.Get_size(), addr, c.allreduce(c.Get_rank() + 1))")
 
 
-@pytest.mark.timeout(90)
 def run_on_two_hosts(tmp_path, command, extra_env, timeout: float):
     """Run command(placement) on emulated host 0 of a two-host placement; (result, fabric description)."""
     cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100}})
@@ -195,6 +194,7 @@ def run_on_two_hosts(tmp_path, command, extra_env, timeout: float):
         placement.close()
 
 
+@pytest.mark.timeout(90)
 def test_mpirun_hostfile_and_agent_across_namespaces(tmp_path):
     """The pieces launchers/mpi.py uses: mpirun on host 0, a hostfile of host addresses, netemu.agent."""
     done, description = run_on_two_hosts(

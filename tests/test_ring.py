@@ -26,15 +26,20 @@ def digests(run_dir, peers: int) -> set[str]:
     return {json.loads((run_dir / f"peer{r}" / "result.json").read_text())["param_sha256"] for r in range(peers)}
 
 
+def train_identical_ranks(run_dir, peers: int, *overrides: str) -> None:
+    """A short ring run that succeeds with the same parameters on every rank."""
+    result = run_train(run_dir, *FEW, f"peers={peers}", *overrides)
+    assert result.returncode == 0, result.stderr
+    assert len(digests(run_dir, peers)) == 1
+
+
 def sent_per_step(run_dir, rank: int) -> list[int]:
     return [s["bytes_sent"] for s in read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")]
 
 
 @pytest.mark.timeout(150)
 def test_gloo_two_peers_identical_params_exact_bytes_and_timeline(run_dir):
-    result = run_train(run_dir, *FEW, "peers=2", "max_steps=12", "ring.timeline=true")
-    assert result.returncode == 0, result.stderr
-    assert len(digests(run_dir, 2)) == 1
+    train_identical_ranks(run_dir, 2, "max_steps=12", "ring.timeline=true")
     fp32_bytes = tiny_gradient_numel() * 4
     for rank in (0, 1):  # 2(N-1)/N x S = S for two peers
         assert sent_per_step(run_dir, rank) == [fp32_bytes] * 12
@@ -54,9 +59,7 @@ def test_gloo_two_peers_identical_params_exact_bytes_and_timeline(run_dir):
 
 @pytest.mark.timeout(200)
 def test_mpi_four_peers_fp16_halves_the_bytes(run_dir):
-    result = run_train(run_dir, *FEW, "peers=4", "max_steps=6", "ring.controller=mpi", "ring.compression=fp16")
-    assert result.returncode == 0, result.stderr
-    assert len(digests(run_dir, 4)) == 1
+    train_identical_ranks(run_dir, 4, "max_steps=6", "ring.controller=mpi", "ring.compression=fp16")
     fp32_ring = round(2 * 3 / 4 * tiny_gradient_numel() * 4)
     for rank in range(4):
         assert [2 * b for b in sent_per_step(run_dir, rank)] == [fp32_ring] * 6
@@ -67,9 +70,7 @@ def test_mpi_four_peers_fp16_halves_the_bytes(run_dir):
 
 @pytest.mark.timeout(150)
 def test_backward_passes_per_step_accumulates_locally(run_dir):
-    result = run_train(run_dir, *FEW, "peers=2", "max_steps=6", "ring.backward_passes_per_step=3")
-    assert result.returncode == 0, result.stderr
-    assert len(digests(run_dir, 2)) == 1
+    train_identical_ranks(run_dir, 2, "max_steps=6", "ring.backward_passes_per_step=3")
     ring_bytes = tiny_gradient_numel() * 4
     assert sent_per_step(run_dir, 1) == [0, 0, ring_bytes, 0, 0, ring_bytes]
 
