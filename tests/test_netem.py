@@ -6,10 +6,13 @@ Every address used is in the project's own 10.213.7.0/24, inside namespaces this
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -148,7 +151,6 @@ def test_failed_peer_ends_run_and_removes_namespaces(run_dir):
 
 UNPRIVILEGED = f"""
 import subprocess, sys, time
-sys.path.insert(0, {str(ROOT)!r})
 from netemu import Fabric
 with Fabric(2, [50, 50]) as fabric:
     a, b = fabric.hosts
@@ -162,14 +164,18 @@ with Fabric(2, [50, 50]) as fabric:
 
 @pytest.mark.timeout(60)
 def test_unprivileged_user_namespace():
-    """Without root: the fabric lives in a user namespace of its own (netemu needs only the standard library,
-    so the system Python runs it: the test venv may sit where an unprivileged user cannot reach)."""
+    """Without root: the fabric lives in a user namespace of its own. netemu needs only the standard library,
+    so the system Python runs a copy of it: the checkout and its venv may sit where that user cannot read."""
     user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
     allowed = subprocess.run([*user, "unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True)
     if allowed.returncode:
         pytest.skip("unprivileged user namespaces are not allowed here")
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    done = subprocess.run([*user, python, "-c", UNPRIVILEGED], capture_output=True, text=True, timeout=50, cwd="/")
+    with tempfile.TemporaryDirectory() as readable:  # the checkout may sit where that user cannot read
+        os.chmod(readable, 0o755)
+        shutil.copytree(ROOT / "netemu", Path(readable) / "netemu")
+        done = subprocess.run([*user, python, "-c", UNPRIVILEGED], capture_output=True, text=True, timeout=50,
+                              cwd="/", env=dict(os.environ, PYTHONPATH=readable))
     assert done.returncode == 0, done.stderr
     eth0 = next(line for line in done.stdout.splitlines() if "eth0:" in line).split(":")[1].split()
     assert 300_000 <= int(eth0[8]) <= 330_000  # tx bytes of the sending host only
