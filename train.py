@@ -11,14 +11,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from job.config import check_overrides, validate
 from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
-from job.worker import CONFIG_PATH, RUN_ID_PATH
-from launchers import get_launcher
+from launchers import launch
+from launchers.config import check_overrides, strategy_class, validate
 from metrics.report import report_errors
+from metrics.rundir import RunDir
 from metrics.summary import write_summary
-from strategies import get_strategy
 
 failed_jobs: list[str] = []
 jobs_started = 0
@@ -36,40 +35,65 @@ def run(cfg) -> int:
         validate(cfg)
     except (ConfigError, BackendUnavailable) as exc:
         fail_input(str(exc))
-    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
-    if (run_dir / RUN_ID_PATH).exists():
-        fail_input(f"{run_dir} already holds a run ({RUN_ID_PATH}); its metrics would mix with this one's. "
+    run = RunDir(Path(HydraConfig.get().runtime.output_dir).resolve())
+    if run.run_id.exists():
+        fail_input(f"{run.path} already holds a run ({run.run_id}); its metrics would mix with this one's. "
                    "Choose a new hydra.run.dir or remove that directory")
     jobs_started += 1
-    (run_dir / CONFIG_PATH).parent.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / CONFIG_PATH, resolve=True)
+    run.config.parent.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run.config, resolve=True)
+    strategy = strategy_class(cfg)
+    spec = strategy.launch_spec(cfg)
+    spec.save(run)
 
-    strategy = get_strategy(cfg.strategy.name)
-    launcher = get_launcher(strategy.launcher(cfg))(
-        cfg, run_dir, strategy.num_processes(cfg), tolerate_peer_loss=strategy.tolerates_peer_loss(cfg)
-    )
-    (run_dir / RUN_ID_PATH).write_text(launcher.run_id)
+    launcher = launch(cfg, run, spec)
+    run.run_id.write_text(launcher.run_id)
     outcome = launcher.run()
-    strategy.after_run(cfg, run_dir)
-    summary = write_summary(run_dir, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg))
-    print_result(run_dir, summary, outcome)
+    strategy.after_run(cfg, run)
+    summary = write_summary(run, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg),
+                            strategy.link_bound, strategy.bound_formula(), strategy.is_baseline)
+    print_result(run.path, summary, outcome)
     if outcome.exit_code:
-        failed_jobs.append(str(run_dir))
+        failed_jobs.append(str(run.path))
     return outcome.exit_code
 
 
+
+COUNTER_WORDS = ("round", "fail", "download", "lost", "local_gradients", "group", "out_of_sync")
+
+
 def print_result(run_dir: Path, summary: dict, outcome) -> None:
-    if outcome.status == "completed":
-        rate = summary["throughput_samples_per_s"]
-        acc = summary["final_test_accuracy"]
-        print(f"avgbench: {summary['config']['strategy']['name']} x{summary['config']['peers']} done in "
-              f"{outcome.wall_s:.1f} s: {rate or 0:.1f} samples/s, test accuracy "
-              f"{acc if acc is None else f'{acc:.3f}'}; results in {run_dir}")
-        if outcome.lost_peers:
-            print(f"avgbench: peers lost during the run: {outcome.lost_peers}")
-    else:
+    """What the run measured, in a few lines (every figure is defined in summary.json's methods)."""
+    if outcome.status != "completed":
         print(f"avgbench: run {outcome.status}: {outcome.error}", file=sys.stderr)
         print(f"avgbench: metrics so far are in {run_dir}", file=sys.stderr)
+        return
+    config, accuracy = summary["config"], summary["accuracy_by_worker"]
+    share = summary["time_breakdown_share"]
+    ttt = summary["time_to_target_s"]
+    print(f"avgbench: {config['strategy']['name']} x{config['peers']} done in {outcome.wall_s:.1f} s: "
+          f"{summary['throughput_samples_per_s'] or 0:.1f} samples/s; test accuracy worst "
+          f"{fmt(accuracy['worst'])} (mean {fmt(accuracy['mean'])}, best {fmt(accuracy['best'])}); "
+          f"time to {config['target']['metric']} {config['target']['value']}: "
+          f"{'not reached' if ttt is None else f'{ttt:.1f} s'}")
+    print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in share.items())} "
+          f"(comm = exposed communication); payload {(summary['bytes_sent_per_sample'] or 0) / 1024:.1f} KiB "
+          f"sent per sample")
+    counters = {}
+    for peer in summary["peers"]:
+        for key, value in ((peer.get("result") or {}).get("strategy") or {}).items():
+            if isinstance(value, int) and not isinstance(value, bool) and any(w in key for w in COUNTER_WORDS):
+                counters[key] = counters.get(key, 0) + value
+    shown = {k: v for k, v in sorted(counters.items()) if v or "fail" in k}
+    if shown:
+        print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+    if outcome.lost_peers:
+        print(f"avgbench: peers lost during the run: {outcome.lost_peers}")
+    print(f"avgbench: results in {run_dir}")
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

@@ -6,6 +6,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from metrics.rundir import RunDir
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,4 +24,4 @@ def train(*overrides: str, timeout: float = 900):
 
 def summary_of(*overrides: str) -> dict:
     with train(*overrides) as run_dir:
-        return json.loads((run_dir / "summary.json").read_text())
+        return json.loads(RunDir(run_dir).summary.read_text())

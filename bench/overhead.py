@@ -10,6 +10,7 @@ import sys
 
 from bench.jobs import ROOT, train
 from metrics.jsonl import read_jsonl
+from metrics.rundir import RunDir
 
 
 def raw_step_times(model: str, batch: int, steps: int) -> list[float]:
@@ -20,7 +21,7 @@ def raw_step_times(model: str, batch: int, steps: int) -> list[float]:
 
 def framework_step_times(model: str, batch: int, steps: int) -> list[float]:
     with train(f"model={model}", f"batch_size={batch}", f"max_steps={steps}", "eval_every=0", "peer_cpus=1") as run:
-        clock = [s["train_s"] for s in read_jsonl(run / "peer0" / "steps.jsonl")]
+        clock = [s["train_s"] for s in read_jsonl(RunDir(run).peer(0).steps)]
     return [b - a for a, b in zip([0.0, *clock], clock)]
 
 

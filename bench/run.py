@@ -20,7 +20,9 @@ BENCHMARKS = {
     "overhead": "bench.overhead:run",
     "collectives": "bench.collectives:run",
     "stepwise_vs_ring": "bench.stepwise_vs_ring:run",
+    "ddp_overlap": "bench.ddp_overlap:run",
     "sampler": "bench.sampler_cost:run",
+    "projection": "bench.projection:run",
 }
 
 

@@ -9,6 +9,7 @@ import signal
 import time
 
 from job.errors import ConfigError
+from metrics.rundir import PeerDir
 
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 
@@ -17,11 +18,12 @@ class InjectedFault(RuntimeError):
     """Raised on purpose by fault.raise_peer."""
 
 
-def check_fault_config(cfg) -> None:
+def check_fault_config(cfg, workers: int) -> None:
+    """workers: how many worker ranks (0..workers-1) the strategy starts."""
     for kind in FAULT_KINDS:
         rank = cfg.fault[kind]
-        if rank is not None and not 0 <= int(rank) < cfg.peers:
-            raise ConfigError(f"fault.{kind}={rank} is not a worker rank (0..{cfg.peers - 1})")
+        if rank is not None and not 0 <= int(rank) < workers:
+            raise ConfigError(f"fault.{kind}={rank} is not a worker rank (0..{workers - 1})")
     if int(cfg.fault.at_step) < 1:
         raise ConfigError(f"fault.at_step must be >= 1, got {cfg.fault.at_step}")
 
@@ -35,7 +37,7 @@ def inject(fault_cfg, rank: int, step: int, peer_dir) -> None:
     if not kinds:
         return
     record = {"rank": rank, "kinds": kinds, "step": step, "time": time.time()}
-    (peer_dir / "fault.json").write_text(json.dumps(record))
+    PeerDir(peer_dir).fault.write_text(json.dumps(record))
     if fault_cfg.stall_peer == rank:
         time.sleep(float(fault_cfg.stall_s))
     if fault_cfg.raise_peer == rank:

@@ -1,4 +1,14 @@
-"""The training loop, identical for every strategy."""
+"""The training loop, identical for every strategy; it owns the time breakdown of a step.
+
+    data_s     fetching the batch
+    compute_s  forward and backward, up to the moment the last gradient is accumulated
+    opt_s      the optimizer update (the strategy measures it)
+    comm_s     exposed communication = step wall - data - compute - opt
+
+A strategy that communicates during backward (gradient_ready, DDP buckets) hides that
+time inside backward's span; what backward then waits for at its end, and whatever
+step() spends beyond the update, is exposed communication.
+"""
 import time
 
 import torch
@@ -9,7 +19,6 @@ from job.data import ShardSampler, batches
 from job.fault import inject
 from metrics.sampler import WireCounter
 from metrics.steplog import StepLog
-from strategies.base import Strategy
 
 
 @torch.no_grad()
@@ -27,11 +36,31 @@ def evaluate(model: nn.Module, dataset, batch_size: int = 256) -> tuple[float, f
     return loss_sum / count, correct / count
 
 
-def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank: int) -> dict:
-    """Run the strategy's step limit (max_steps) or until it stops; log every step and evaluation."""
-    sampler = ShardSampler(len(splits.train), rank, cfg.peers, cfg.seed)
-    stream = batches(splits.train, sampler, cfg.batch_size, cfg.data.num_workers)
+class GradientClock:
+    """Tells the strategy when each gradient is ready, and remembers when the last one was."""
+
+    def __init__(self, params, strategy):
+        self.last_ready = 0.0
+        self.strategy = strategy
+        self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params if p.requires_grad]
+
+    def _ready(self, param: torch.Tensor) -> None:
+        self.last_ready = time.perf_counter()
+        self.strategy.gradient_ready(param)
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
+          workers: int, batch_size: int) -> dict:
+    """Run the strategy's step limit (max_steps) or until it says the last step came; log every step
+    and evaluation. `trained` is what the strategy trains (model, or a wrapper of it)."""
+    sampler = ShardSampler(len(splits.train), rank, workers, cfg.seed)
+    stream = batches(splits.train, sampler, batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
+    clock = GradientClock(model.parameters(), strategy)
     start = time.perf_counter()
     eval_total = 0.0
     samples = 0
@@ -46,30 +75,34 @@ def train(cfg, strategy: Strategy, model: nn.Module, splits, log: StepLog, rank:
         log.eval(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples,
                  test_loss=test_loss, test_accuracy=test_accuracy, eval_s=eval_s)
 
-    model.train()
+    trained.train()
     run_eval(0)
     wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
     step = 0
     last_step = strategy.step_limit()
-    for step in range(1, last_step + 1):
-        inject(cfg.fault, rank, step, log.peer_dir)
-        t0 = time.perf_counter()
-        x, y = next(stream)
-        t1 = time.perf_counter()
-        strategy.zero_grad()
-        loss = criterion(model(x), y)
-        loss.backward()
-        t2 = time.perf_counter()
-        report = strategy.step(len(y))
-        samples += len(y)
-        wall = time.perf_counter() - start
-        log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),
-                 data_s=t1 - t0, compute_s=t2 - t1, comm_s=report.comm_s, opt_s=report.opt_s,
-                 bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, **report.extra,
-                 **(wire.since_start() if wire else {}))
-        stopping = strategy.should_stop(step)
-        if stopping or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
-            run_eval(step)
-        if stopping:
-            break
+    try:
+        for step in range(1, last_step + 1):
+            inject(cfg.fault, rank, step, log.peer_dir)
+            t0 = time.perf_counter()
+            x, y = next(stream)
+            t1 = time.perf_counter()
+            strategy.zero_grad()
+            loss = criterion(trained(x), y)
+            loss.backward()
+            report = strategy.step(len(y))
+            t_end = time.perf_counter()
+            compute_s = max(clock.last_ready, t1) - t1
+            samples += len(y)
+            wall = t_end - start
+            log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),
+                     data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s,
+                     comm_s=max(0.0, (t_end - t1) - compute_s - report.opt_s),
+                     bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round,
+                     **report.extra, **(wire.since_start() if wire else {}))
+            if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
+                run_eval(step)
+            if report.last:
+                break
+    finally:
+        clock.close()
     return {"steps": step, "samples": samples, "eval_s": eval_total}

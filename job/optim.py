@@ -1,17 +1,54 @@
-"""Optimizers by config name."""
+"""Optimizers by config name, with learning-rate scaling to the strategy's effective batch.
+
+`lr` is the rate for one peer's batch (batch_size). A strategy's effective batch is the
+number of samples behind one optimizer update (LaunchSpec.effective_batch: peers x batch
+for synchronous gradient averaging, target_batch_size for hivemind's gradients, one
+peer's batch for local updates). lr_scaling scales lr by k = effective batch / batch_size:
+none (x1), linear (x k, Goyal et al. 2017) or sqrt (x sqrt k). With warmup_steps > 0 the
+rate ramps linearly from lr to the scaled rate over that many optimizer updates.
+"""
+import math
+
 import torch
 
-
-def sgd(params, cfg):
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
+SCALINGS = ("none", "linear", "sqrt")
 
 
-def adam(params, cfg):
-    return torch.optim.Adam(params, lr=cfg.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
+def sgd(params, cfg, lr):
+    return torch.optim.SGD(params, lr=lr, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
+
+
+def adam(params, cfg, lr):
+    return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
 
 
 OPTIMIZERS = {"sgd": sgd, "adam": adam}
 
 
-def build_optimizer(params, cfg) -> torch.optim.Optimizer:
-    return OPTIMIZERS[cfg.optim.name](params, cfg)
+def scaled_lr(cfg, effective_batch: int) -> float:
+    k = effective_batch / cfg.batch_size
+    return float(cfg.lr) * {"none": 1.0, "linear": k, "sqrt": math.sqrt(k)}[cfg.lr_scaling]
+
+
+def lr_at(cfg, effective_batch: int, updates_done: int) -> float:
+    """The rate of the next update after `updates_done` updates (linear warm-up, then constant)."""
+    target = scaled_lr(cfg, effective_batch)
+    warmup = int(cfg.warmup_steps)
+    if updates_done >= warmup:
+        return target
+    return float(cfg.lr) + (target - float(cfg.lr)) * updates_done / warmup
+
+
+def build_optimizer(params, cfg, effective_batch: int) -> torch.optim.Optimizer:
+    optimizer = OPTIMIZERS[cfg.optim.name](params, cfg, lr_at(cfg, effective_batch, 0))
+    if int(cfg.warmup_steps) > 0:
+        updates = 0
+
+        def next_rate(opt, _args, _kwargs) -> None:
+            nonlocal updates
+            updates += 1
+            for group in opt.param_groups:
+                group["lr"] = lr_at(cfg, effective_batch, updates)
+
+        optimizer.register_step_post_hook(next_rate)
+    return optimizer

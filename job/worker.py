@@ -1,9 +1,10 @@
 """Entry point of one peer process: `python -m job.worker RUN_DIR`.
 
 Any launcher may start it (our local launcher, mpirun, horovodrun, a remote
-shell): it reads rank and rendezvous from the torchrun environment contract and
-the resolved config from RUN_DIR/.avgbench/config.yaml. On failure it writes its
-traceback to RUN_DIR/peer<rank>/error.txt for the launcher to report.
+shell): it reads rank and rendezvous from the torchrun environment contract, and
+the resolved config and launch spec from the run directory (metrics/rundir.py). The
+strategy class is the one the config names (strategy.target). On failure it writes
+its traceback to peer<RANK>/error.txt for the launcher to report.
 """
 import json
 import os
@@ -15,45 +16,46 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from job.contract import WORKER, LaunchSpec, PeerContext
 from job.data import load_splits
 from job.loop import train
 from job.model import build_model, parameter_digest
-from job.optim import build_optimizer
+from job.optim import build_optimizer, scaled_lr
 from job.process import die_with_parent, exit_on_sigterm, pin_cpus
+from job.registry import resolve
+from metrics.rundir import RunDir
 from metrics.sampler import ResourceSampler
 from metrics.steplog import StepLog
-from strategies import PeerContext, get_strategy
 
-CONFIG_PATH = Path(".avgbench") / "config.yaml"
-RUN_ID_PATH = Path(".avgbench") / "run_id"
-
-
-def run_peer(cfg, ctx: PeerContext) -> None:
-    peer_dir = ctx.peer_dir
-    cores = pin_cpus(ctx.local_rank, cfg.peer_cpus)
-    torch.set_num_threads(cfg.peer_cpus)
-    sampler = ResourceSampler(peer_dir / "resources.jsonl", cfg.sampler.interval) if cfg.sampler.enabled else None
+def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec) -> None:
+    peer = ctx.peer
+    cores = pin_cpus(ctx.local_rank, spec.threads)
+    torch.set_num_threads(len(cores))  # never more threads than cores: oversubscribed threads spin
+    sampler = ResourceSampler(peer.resources, cfg.sampler.interval) if cfg.sampler.enabled else None
     if sampler:
         sampler.start()
-    strategy = get_strategy(cfg.strategy.name)(cfg, ctx)
-    result = {"rank": ctx.rank, "cores": cores, "role": "worker" if strategy.is_worker() else "server"}
+    strategy_class = resolve(cfg.strategy.target)
+    strategy = strategy_class(cfg, ctx, spec)
+    role = spec.roles[ctx.rank]
+    result = {"rank": ctx.rank, "cores": cores, "role": role}
     try:
-        if strategy.is_worker():
-            log = StepLog(peer_dir)
+        if role == WORKER:
+            log = StepLog(peer.path)
             try:
                 torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
                 splits = load_splits(cfg)
                 model = build_model(cfg, splits.num_classes, splits.channels)
-                optimizer = build_optimizer(model.parameters(), cfg)
-                strategy.setup(model, optimizer)
-                result |= train(cfg, strategy, model, splits, log, ctx.rank)
+                optimizer = build_optimizer(model.parameters(), cfg, spec.effective_batch)
+                result["effective_lr"] = scaled_lr(cfg, spec.effective_batch)
+                trained = strategy.setup(model, optimizer)
+                result |= train(cfg, strategy, model, trained, splits, log, ctx.rank, spec.workers, spec.batch_size)
                 result["param_sha256"] = parameter_digest(model)
             finally:
                 log.close()
         else:
             strategy.serve()
         result["strategy"] = strategy.summary()
-        (peer_dir / "result.json").write_text(json.dumps(result, indent=1))
+        peer.result.write_text(json.dumps(result, indent=1))
     except BaseException:
         record_failure(ctx)  # before close() drops connections: the others' errors follow this one
         raise
@@ -74,7 +76,7 @@ def record_failure(ctx: PeerContext) -> None:
         return
     exc.avgbench_recorded = True
     failed_ns = time.time_ns()
-    path = ctx.peer_dir / "error.txt"
+    path = ctx.peer.error
     path.write_text(f"rank {ctx.rank} failed at {time.strftime('%H:%M:%S')}:\n{traceback.format_exc()}")
     os.utime(path, ns=(failed_ns, failed_ns))
 
@@ -91,14 +93,14 @@ def redirect_output(path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     exit_on_sigterm()
-    run_dir = Path(argv[0]).resolve()
-    ctx = PeerContext.from_env(run_dir)
-    ctx.peer_dir.mkdir(parents=True, exist_ok=True)
-    redirect_output(ctx.peer_dir / "output.log")
+    run = RunDir(Path(argv[0]).resolve())
+    cfg = OmegaConf.load(run.config)
+    ctx = PeerContext.from_env(run.path)
+    ctx.peer.path.mkdir(parents=True, exist_ok=True)
+    redirect_output(ctx.peer.output_log)
     try:
-        cfg = OmegaConf.load(run_dir / CONFIG_PATH)
         die_with_parent(float(cfg.timeouts.shutdown_s))
-        run_peer(cfg, ctx)
+        run_peer(cfg, ctx, LaunchSpec.load(run))
     except BaseException:
         record_failure(ctx)
         raise

@@ -1,12 +1,13 @@
-"""Launcher registry: the name a strategy asks for -> launcher class."""
+"""Launcher registry: the engine launcher a LaunchSpec names -> the class that runs it."""
 from job.registry import resolve
 
 LAUNCHERS = {
     "local": "launchers.local:LocalLauncher",
-    "mpi": "launchers.mpi:MpiLauncher",
-    "horovod": "launchers.horovod:HorovodLauncher",
+    "mpirun": "launchers.mpi:MpiLauncher",
+    "horovodrun": "launchers.horovod:HorovodLauncher",
 }
 
 
-def get_launcher(name: str):
-    return resolve(LAUNCHERS[name])
+def launch(cfg, run, spec):
+    """The launcher for `spec`, ready to run()."""
+    return resolve(LAUNCHERS[spec.launcher])(cfg, run, spec)

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import psutil
 
+from job.contract import LaunchSpec
 from job.process import RUN_ID_ENV, kill_processes, processes_of_run
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
+from metrics.rundir import RunDir
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WORKER_MODULE = "job.worker"
@@ -52,29 +54,30 @@ def signal_name(code: int) -> str:
 
 
 class Launcher(ABC):
-    """Starts processes; `run()` monitors them to the end."""
+    """Starts the processes a LaunchSpec describes; `run()` monitors them to the end."""
 
-    def __init__(self, cfg, run_dir: Path, nprocs: int, tolerate_peer_loss: bool = False):
-        self.cfg, self.run_dir, self.nprocs = cfg, run_dir, nprocs
-        self.tolerate_peer_loss = tolerate_peer_loss
+    def __init__(self, cfg, run: RunDir, spec: LaunchSpec):
+        self.cfg, self.run_dir, self.spec = cfg, run, spec
+        self.nprocs = spec.processes
         self.run_id = uuid.uuid4().hex
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
         self.reaped: set[int] = set()  # lost peers whose sessions were killed
-        self.placement = make_placement(cfg, run_dir, nprocs)  # where each rank lives on the network
+        self.placement = make_placement(cfg, run, self.nprocs)  # where each rank lives on the network
 
     def base_env(self) -> dict:
-        env = dict(os.environ)
+        env = dict(os.environ) | self.spec.env
         env[RUN_ID_ENV] = self.run_id
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-        env["OMP_NUM_THREADS"] = str(self.cfg.peer_cpus)
+        env["OMP_NUM_THREADS"] = str(self.spec.threads)
         return env
 
     def worker_command(self) -> list[str]:
-        return [sys.executable, "-m", WORKER_MODULE, str(self.run_dir)]
+        return [sys.executable, "-m", WORKER_MODULE, str(self.run_dir.path)]
 
-    def spawn(self, rank: int | None, command: list[str], env: dict, log_name: str) -> None:
-        """Start one process in its own session; peers redirect their own output to peer<RANK>/output.log."""
-        log = open(self.run_dir / log_name, "ab")
+    def spawn(self, rank: int | None, command: list[str], env: dict) -> None:
+        """Start one process in its own session; its output goes to launcher.log until a peer
+        redirects its own to peer<RANK>/output.log."""
+        log = open(self.run_dir.launcher_log, "ab")
         self.procs[rank] = subprocess.Popen(
             command, env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
@@ -88,7 +91,7 @@ class Launcher(ABC):
     # --- monitoring ----------------------------------------------------------
     def run(self) -> Outcome:
         start = time.monotonic()
-        progress = Progress(self.run_dir, self.cfg)
+        progress = Progress(self.run_dir.path, self.cfg)
         outcome = None
         try:
             self.placement.start(self.base_env())
@@ -113,7 +116,7 @@ class Launcher(ABC):
         codes = {rank: proc.poll() for rank, proc in self.procs.items()}
         failed = [rank for rank, code in codes.items() if code not in (None, 0)]
         lost = [rank for rank in failed if rank is not None]
-        if failed and not (self.tolerate_peer_loss and rank_only(failed) and len(lost) < len(codes)):
+        if failed and not (self.spec.tolerate_peer_loss and rank_only(failed) and len(lost) < len(codes)):
             rank, message = self.first_failure(failed, codes)
             return Outcome("failed", 1, time.monotonic() - start, failed_rank=rank, error=message, lost_peers=lost)
         for rank in set(lost) - self.reaped:  # the run goes on: end what the lost peer left running now
@@ -129,11 +132,11 @@ class Launcher(ABC):
             os.killpg(self.procs[rank].pid, signal.SIGKILL)
 
     def left_traceback(self, rank: int) -> bool:
-        return (self.run_dir / f"peer{rank}" / "error.txt").exists()
+        return self.run_dir.peer(rank).error.exists()
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
         """The root cause: the earliest traceback any peer wrote, else the first dead process."""
-        errors = sorted(self.run_dir.glob("peer*/error.txt"), key=lambda p: p.stat().st_mtime_ns)
+        errors = sorted(self.run_dir.errors(), key=lambda p: p.stat().st_mtime_ns)
         killed = [r for r in failed if r is not None and codes[r] < 0 and not self.left_traceback(r)]
         if killed:  # a peer killed by a signal leaves no traceback; the others' errors follow from it
             rank = killed[0]
@@ -143,7 +146,8 @@ class Launcher(ABC):
             return rank, errors[0].read_text()
         rank = failed[0]
         who = f"peer rank {rank}" if rank is not None else "the launcher process"
-        return rank, f"{who} exited with code {codes[rank]}; see {self.run_dir}/launcher.log and peer*/output.log"
+        return rank, (f"{who} exited with code {codes[rank]}; see {self.run_dir.launcher_log} and "
+                      f"{self.run_dir.path}/peer*/output.log")
 
     def stop_all(self) -> None:
         """Stop every process of this run: our children's trees, then anything else with the run's id."""

@@ -22,4 +22,4 @@ class LocalLauncher(Launcher):
                 "GROUP_RANK": str(launch.node_rank),
                 "MASTER_ADDR": str(master_addr), "MASTER_PORT": str(port),
             } | self.placement.env(rank)
-            self.spawn(rank, self.placement.wrap(rank, self.worker_command()), env, "launcher.log")
+            self.spawn(rank, self.placement.wrap(rank, self.worker_command()), env)

@@ -33,18 +33,19 @@ class MpiLauncher(Launcher):
             command += placed
         else:  # this host only: keep MPI's own traffic on loopback
             command += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
-        for name in EXPORTED:
+        command += self.spec.launcher_args
+        for name in [*EXPORTED, *self.spec.env]:
             if name in env:
                 command += ["-x", name]
         return command + self.worker_command()
 
     def start(self) -> None:
         env = self.base_env() | self.placement.head_env()
-        self.spawn(None, self.placement.head(self.command(env)), env, "launcher.log")
+        self.spawn(None, self.placement.head(self.command(env)), env)
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
         """A rank killed by a signal, as mpirun reports it, else the base rules (earliest error.txt)."""
-        log = self.run_dir / "launcher.log"
+        log = self.run_dir.launcher_log
         match = SIGNALLED.search(log.read_text(errors="replace")) if log.exists() else None
         if match:
             rank, signum = int(match.group(1)), int(match.group(2))

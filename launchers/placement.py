@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-NETWORK_PATH = Path(".avgbench") / "network.json"
+from metrics.rundir import RunDir
+
 SHIMS = Path(__file__).resolve().parent.parent / "netemu" / "shims"
 
 
@@ -59,17 +60,17 @@ class HostPlacement:
 
 
 class NamespacePlacement(HostPlacement):
-    def __init__(self, cfg, run_dir: Path, nprocs: int):
+    def __init__(self, cfg, run: RunDir, nprocs: int):
         from netemu.checks import rank_bandwidths
 
-        self.run_dir, self.nprocs = run_dir, nprocs
+        self.run, self.nprocs = run, nprocs
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
         self.fabric = None
 
     @property
     def network_file(self) -> Path:
-        return self.run_dir / NETWORK_PATH
+        return self.run.network
 
     def start(self, env: dict) -> None:
         from netemu import Fabric, FabricError
@@ -94,7 +95,7 @@ class NamespacePlacement(HostPlacement):
         return {
             "GLOO_SOCKET_IFNAME": INTERFACE,   # gloo (torch.distributed, Horovod) binds this interface
             "TP_SOCKET_IFNAME": INTERFACE,     # tensorpipe, if used
-            "AVGBENCH_PEER_ADDR": self.fabric.hosts[rank].addr,  # e.g. hivemind's host_maddrs
+            "AVGBENCH_PEER_ADDR": self.fabric.hosts[rank].addr,  # a strategy that opens its own sockets binds this
         } | self.head_env()
 
     def address(self, rank):
@@ -110,7 +111,7 @@ class NamespacePlacement(HostPlacement):
 
     def hostfile(self) -> Path:
         """An Open MPI hostfile: one slot per emulated host, in rank order."""
-        path = self.run_dir / ".avgbench" / "hostfile"
+        path = self.run.hostfile
         path.write_text("".join(f"{h.addr} slots=1\n" for h in self.fabric.hosts))
         return path
 
@@ -133,7 +134,7 @@ class NamespacePlacement(HostPlacement):
         return self.head_env() | {"PATH": os.pathsep.join([str(SHIMS), os.environ.get("PATH", "")])}
 
 
-def make_placement(cfg, run_dir: Path, nprocs: int) -> HostPlacement:
+def make_placement(cfg, run: RunDir, nprocs: int) -> HostPlacement:
     if cfg.network.name == "emulated":
-        return NamespacePlacement(cfg, run_dir, nprocs)
+        return NamespacePlacement(cfg, run, nprocs)
     return HostPlacement()

@@ -1,38 +1,112 @@
-"""Live progress in the launcher (on a terminal): rank 0's step and loss, all peers' samples/s."""
+"""Live progress in the launcher: the job's place in a sweep, the lowest-rank worker's step and loss, all workers'
+samples/s, the share of their training time spent communicating, and an ETA. On a terminal a bar; otherwise
+(a pipe, a batch log) a plain line every `progress_interval_s` seconds and one at the end."""
+import math
 import sys
+import time
+from pathlib import Path
 
 from metrics.jsonl import JsonlTail
 
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def sweep_size(hydra) -> int | None:
+    """Jobs in this Hydra multirun: the product of the sweep overrides' lengths (command line and
+    hydra.sweeper.params, as saved in the sweep's multirun.yaml); None if another sweeper runs it or the
+    overrides cannot be counted (e.g. glob)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    if hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+        return None
+    try:
+        sweep = OmegaConf.load(Path(hydra.sweep.dir) / "multirun.yaml").hydra
+        overrides = list(sweep.overrides.task) + [f"{k}={v}" for k, v in (sweep.sweeper.params or {}).items()]
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        return math.prod(len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1 for o in parsed)
+    except (OSError, HydraException):
+        return None
+
+
+def sweep_position() -> str:
+    """'job k/n' in a Hydra multirun ('job k' when n is unknown), '' otherwise."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode.name != "MULTIRUN":
+        return ""
+    hydra = HydraConfig.get()
+    number, size = hydra.job.num + 1, sweep_size(hydra)
+    return f"job {number}/{size}" if size and number <= size else f"job {number}"
+
+
+def clock(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}" if minutes >= 60 else f"{minutes}:{seconds:02d}"
+
 
 class Progress:
-    def __init__(self, run_dir, cfg):
-        self.enabled = bool(cfg.progress) and sys.stderr.isatty()
-        self.tails = {}
+    def __init__(self, run_dir: Path, cfg, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = bool(cfg.progress)
+        self.terminal = self.stream.isatty()
+        self.interval_s = float(cfg.progress_interval_s)
+        self.max_steps = cfg.max_steps
         self.run_dir = run_dir
-        self.latest: dict[str, dict] = {}  # peer -> its last step record
+        self.title = " ".join(filter(None, [sweep_position(), f"{cfg.strategy.name} x{cfg.peers}"]))
+        self.tails: dict[Path, JsonlTail] = {}
+        self.latest: dict[int, dict] = {}  # worker rank -> its last step record
+        self.comm_s: dict[int, float] = {}  # worker rank -> its communication time so far
+        self.next_line = time.monotonic() + self.interval_s
+        self.last_line = ""
         self.bar = None
-        if self.enabled:
+        if self.enabled and self.terminal:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=cfg.max_steps, desc=f"{cfg.strategy.name} x{cfg.peers}", unit="step", file=sys.stderr)
+            self.bar = tqdm(total=cfg.max_steps, desc=self.title, file=self.stream, dynamic_ncols=True,
+                            bar_format="{desc} |{bar}|")  # the bar last: a narrow terminal cuts it first
 
-    def update(self) -> None:
-        if not self.enabled:
-            return
+    def read(self) -> None:
         for path in self.run_dir.glob("peer*/steps.jsonl"):
             self.tails.setdefault(path, JsonlTail(path))
         for path, tail in self.tails.items():
-            records = tail.new_records()
-            if not records:
-                continue
-            self.latest[path.parent.name] = records[-1]
-        if "peer0" in self.latest:
-            clock = max(r["train_s"] for r in self.latest.values())
-            rate = sum(r["samples"] for r in self.latest.values()) / max(clock, 1e-9)
-            self.bar.n = self.latest["peer0"]["step"]
-            self.bar.set_postfix(loss=f"{self.latest['peer0']['loss']:.3f}", samples_s=f"{rate:.0f}", refresh=False)
-        self.bar.refresh()
+            rank = int(path.parent.name.removeprefix("peer"))
+            for record in tail.new_records():
+                self.comm_s[rank] = self.comm_s.get(rank, 0.0) + record["comm_s"]
+                self.latest[rank] = record
+
+    def figures(self) -> str:
+        """Step and loss of the lowest-rank worker; samples/s of all workers (their samples / the longest training
+        time, as in summary.json); comm = their communication time / their training time; ETA: the slowest
+        worker's remaining steps at its wall time per step so far."""
+        records = list(self.latest.values())
+        reference = self.latest[min(self.latest)]
+        rate = sum(r["samples"] for r in records) / max(max(r["train_s"] for r in records), 1e-9)
+        comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in records), 1e-9)
+        slowest = min(records, key=lambda r: r["step"])
+        eta = (self.max_steps - slowest["step"]) * slowest["wall_s"] / max(slowest["step"], 1)
+        return (f"step {reference['step']}/{self.max_steps}, loss {reference['loss']:.3f}, {rate:.0f} samples/s, "
+                f"comm {100 * comm:.0f}%, ETA {clock(eta)}")
+
+    def update(self, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        self.read()
+        if self.bar is not None:
+            self.bar.set_description_str(f"{self.title}: {self.figures()}" if self.latest else self.title,
+                                         refresh=False)
+            self.bar.n = self.latest[min(self.latest)]["step"] if self.latest else 0
+            self.bar.refresh()
+        elif self.latest and (final or time.monotonic() >= self.next_line):
+            line = f"avgbench: {self.title}: {self.figures()}"
+            if not (final and line == self.last_line):  # every interval, even when unchanged: still alive
+                print(line, file=self.stream, flush=True)
+            self.last_line = line
+            self.next_line = time.monotonic() + self.interval_s
 
     def close(self) -> None:
-        if self.bar:
+        """The final state: the bar left in place on a terminal, otherwise one more line if anything changed."""
+        self.update(final=True)
+        if self.bar is not None:
             self.bar.close()

@@ -3,8 +3,8 @@
     python -m metrics.report DIR [DIR ...] [-o OUT]
 
 DIR: run or multirun directories; every directory below holding summary.json is a run.
-After `train.py -m ...` the Hydra callback ReportCallback writes the report into the
-multirun directory.
+After `train.py -m ...` the Hydra callback launchers.sweep.SweepReport writes the report
+into the multirun directory.
 """
 import argparse
 import csv
@@ -12,13 +12,11 @@ import html
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
-
-from hydra.experimental.callback import Callback
 
 from metrics.report_data import Run, Section, flatten, load_runs
 from metrics.report_tables import error_headline, fault_tolerance, ranked, section_tables
+from metrics.report_verdict import section_verdict, verdict_html, verdict_markdown
 
 report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
 
@@ -29,17 +27,12 @@ class NoRuns(Exception):
 
 def notes(sections: list[Section], left_out: list[str]) -> list[str]:
     lines = []
-    if len(sections) > 1:
-        combos = "; ".join(f"{s.data} / {s.model}" for s in sections)
-        lines.append(f"These runs cover {len(sections)} (dataset / model) combinations: {combos}. Accuracy, "
-                     "time-to-target and throughput depend on the dataset and the model, so runs are ranked only "
-                     "within each combination (one section each), never against each other.")
     if any(s.synthetic for s in sections):
         lines.append("Runs on synthetic data (random tensors) measure throughput only: their accuracy and loss "
                      "have no convergence meaning. Their section is labelled [synthetic data].")
     if left_out:
         lines.append("Left out of this report: " + "; ".join(left_out))
-    lines.append("Units: seconds (s), bytes, MiB = 2^20 bytes, samples/s, % (CPU: 100 = one core). "
+    lines.append("Units: seconds (s), bytes, KiB = 2^10 bytes, MiB = 2^20 bytes, samples/s, % (CPU: 100 = one core). "
                  "Every figure's method is stated under its table or plot and in 'Methods' at the end.")
     return lines
 
@@ -69,10 +62,6 @@ def errors(sections: list[Section]) -> list[tuple[str, str]]:
     return found
 
 
-def section_title(section: Section) -> str:
-    return f"data={section.data}, model={section.model}" + (" [synthetic data]" if section.synthetic else "")
-
-
 # Output files.
 
 def write_csv(sections: list[Section], path: Path) -> None:
@@ -84,6 +73,8 @@ def write_csv(sections: list[Section], path: Path) -> None:
         row |= {k: s.get(k) for k in ("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic",
                                       "network_scope", "wall_s", "total_samples", "throughput_samples_per_s")}
         row["speedup_vs_single"] = run.speedup
+        row["scaling_efficiency"] = run.scaling_efficiency
+        row["worst_worker_accuracy"] = run.worst_worker_accuracy()
         row |= {k: s.get(k) for k in ("time_to_target_s", "steps_to_target", "final_test_accuracy",
                                       "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
                                       "bytes_sent_per_sample", "bytes_recv_per_sample")}
@@ -107,12 +98,13 @@ def write_csv(sections: list[Section], path: Path) -> None:
                              for k, v in row.items()})
 
 
-def write_markdown(sections, tables, page_notes, path: Path, sources: list[Path]) -> None:
+def write_markdown(sections, verdicts, tables, page_notes, path: Path, sources: list[Path]) -> None:
     parts = ["# avgbench comparison report", "", f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from "
              + ", ".join(f"`{s}`" for s in sources) + ". Plots: see report.html.", ""]
+    parts.append(verdict_markdown(sections, verdicts))
     parts += [f"> {n}\n" for n in page_notes]
     for section in sections:
-        parts += [f"## {section_title(section)}", ""] + [t.markdown() for t in tables[id(section)]]
+        parts += [f"## {section.title}", ""] + [t.markdown() for t in tables[id(section)]]
     found = errors(sections)
     if found:
         parts += ["## Errors", ""] + [f"**{name}**\n\n```\n{text}\n```\n" for name, text in found]
@@ -121,25 +113,27 @@ def write_markdown(sections, tables, page_notes, path: Path, sources: list[Path]
 
 
 STYLE = """
-body { font-family: sans-serif; margin: 2em auto; max-width: 1400px; color: #222; line-height: 1.4; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; vertical-align: top; }
+body { font-family: sans-serif; margin: 1em auto; padding: 0 1em; max-width: 1400px; color: #222; line-height: 1.4; }
+.table { overflow-x: auto; margin: 0.5em 0 1.5em; } table { border-collapse: collapse; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; vertical-align: top; overflow-wrap: break-word; }
 th { background: #f0f0f0; text-align: center; } td.text { text-align: left; }
+#verdict { background: #f4f8ff; border: 1px solid #c9d8f0; padding: 0 1em 0.5em; }
+#verdict h2 { margin-top: 0.5em; } ol.verdict li { margin: 0.3em 0; } .caveat { color: #a33; }
 .note { color: #555; font-size: 0.85em; max-width: 1100px; } .page-note { background: #fff7e0; padding: 0.5em 1em; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.85em; max-width: 1100px; }
-pre { background: #f6f6f6; padding: 0.7em; overflow-x: auto; font-size: 0.8em; }
+pre { background: #f6f6f6; padding: 0.7em; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.8em; }
 h2 { border-bottom: 2px solid #ddd; margin-top: 2em; }
 """
 
 
-def write_html(sections, tables, plots, page_notes, path: Path, sources: list[Path]) -> None:
+def write_html(sections, verdicts, tables, plots, page_notes, path: Path, sources: list[Path]) -> None:
     e = html.escape
     body = [f"<h1>avgbench comparison report</h1><p class='note'>Generated {e(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}"
-            f" from {e(', '.join(str(s) for s in sources))}.</p>"]
+            f" from {e(', '.join(str(s) for s in sources))}.</p>", verdict_html(sections, verdicts)]
     body += [f"<p class='page-note'>{e(n)}</p>" for n in page_notes]
     for section in sections:
-        body.append(f"<h2>{e(section_title(section))}</h2>")
+        body.append(f"<h2>{e(section.title)}</h2>")
         section_tables = tables[id(section)]
         body += [t.html() for t in section_tables[:2]]
         body += [f"<figure><h3>{e(p.title)}</h3><img alt='{e(p.title)}' src='data:image/png;base64,{p.png_base64}'>"
@@ -164,31 +158,16 @@ def build_report(sources: list[Path], out_dir: Path) -> dict[str, Path]:
     if not sections:
         raise NoRuns(f"no runs (directories holding summary.json) under {', '.join(map(str, sources))}"
                      + "".join(f"; left out: {why}" for why in left_out))
-    all_groups = [g for s in sections for g in s.groups]
-    tables = {id(s): section_tables(s, all_groups) for s in sections}
+    verdicts = [section_verdict(s) for s in sections]
+    tables = {id(s): section_tables(s) for s in sections}
     plots = {id(s): section_plots(s, ranked(s)) for s in sections}
     page_notes = notes(sections, left_out)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"html": out_dir / "report.html", "md": out_dir / "report.md", "csv": out_dir / "runs.csv"}
-    write_html(sections, tables, plots, page_notes, paths["html"], sources)
-    write_markdown(sections, tables, page_notes, paths["md"], sources)
+    write_html(sections, verdicts, tables, plots, page_notes, paths["html"], sources)
+    write_markdown(sections, verdicts, tables, page_notes, paths["md"], sources)
     write_csv(sections, paths["csv"])
     return paths
-
-
-class ReportCallback(Callback):
-    """Hydra callback (hydra.callbacks in conf/config.yaml): the report at the end of a multirun."""
-
-    def on_multirun_end(self, config, **kwargs) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        try:
-            paths = build_report([sweep_dir], sweep_dir)
-        except Exception as exc:  # the multirun's results stay; the exit code says the report failed
-            report_errors.append(f"{sweep_dir}: {exc}")
-            print(f"avgbench: error: comparison report for {sweep_dir} failed: {exc}\n{traceback.format_exc()}",
-                  file=sys.stderr)
-            return
-        print(f"avgbench: comparison report: {paths['html']} (also report.md, runs.csv)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,16 +5,22 @@ only in `seed` are repeats of one configuration (a Group). Groups are ranked onl
 against groups on the same (dataset, model): a Section.
 """
 import json
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from metrics.jsonl import read_jsonl
 
-NOT_CONFIGURATION = ("seed", "progress")  # repeats of one configuration differ only in these
+NOT_CONFIGURATION = ("seed", "progress", "progress_interval_s", "report.")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
-LABEL_EXCLUDED = ("seed", "progress", "strategy.", "peers", "peer_cpus", "fault.")  # named otherwise, or no knob
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+STRATEGY_BLOCKS = tuple(f"{p.stem}." for p in (CONF_DIR / "strategy").glob("*.yaml"))  # one strategy's knobs each
+NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", *NOT_CONFIGURATION)  # named otherwise, or no knob
+NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", *NOT_CONFIGURATION)
 
 
 @dataclass
@@ -30,7 +36,8 @@ class Run:
     path: Path
     summary: dict
     peers: list[PeerLogs]
-    speedup: float | None = None  # vs the matching single-process baseline, set by attach_speedups
+    speedup: float | None = None  # throughput / the equal-resource baseline's, set by attach_baselines
+    scaling_efficiency: float | None = None  # throughput / (peers x the one-peer baseline's), set by attach_baselines
 
     @property
     def config(self) -> dict:
@@ -57,9 +64,33 @@ class Run:
         return self.summary.get("status") == "completed"
 
     @property
+    def is_baseline(self) -> bool:
+        """A single-process run others are compared with (summary.json's is_baseline, its strategy says so)."""
+        return bool(self.summary.get("is_baseline"))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.config["peers"], self.config["peer_cpus"]
+
+    @property
     def reference(self) -> PeerLogs | None:
-        """The lowest-rank peer that trained (the one summary.json takes evaluations from)."""
+        """The lowest-rank peer that trained."""
         return next((p for p in self.peers if p.steps), None)
+
+    @property
+    def workers(self) -> list[PeerLogs]:
+        """Peers that trained (parameter servers do not)."""
+        return [p for p in self.peers if p.steps]
+
+    def worst_worker_accuracy(self) -> float | None:
+        """The lowest final test accuracy over workers: summary.json's accuracy_by_worker.worst, else the last
+        evaluation of each worker in peer*/eval.jsonl."""
+        worst = (self.summary.get("accuracy_by_worker") or {}).get("worst")
+        if worst is not None:
+            return worst
+        finals = [p.evals[-1].get("test_accuracy") for p in self.peers if p.evals]
+        finals = [a for a in finals if a is not None]
+        return min(finals) if finals else None
 
     def peer_summaries(self) -> list[dict]:
         return self.summary.get("peers") or []
@@ -117,7 +148,10 @@ class Group:
     """Runs of one configuration (repeats differ only in seed)."""
     runs: list[Run]
     label: str = ""
+    family: str = ""  # the label without the resource shape: one line in a throughput-vs-peers plot
     color: str = "C0"
+    baseline: "Group | None" = None  # the equal-resource single-process group, set by attach_baselines
+    one_peer: "Group | None" = None  # the single-process group with one peer of the same CPUs (scaling efficiency)
 
     @property
     def first(self) -> Run:
@@ -142,6 +176,10 @@ class Section:
     def synthetic(self) -> bool:
         return self.data == "synthetic"
 
+    @property
+    def title(self) -> str:
+        return f"data={self.data}, model={self.model}" + (" [synthetic data]" if self.synthetic else "")
+
 
 def configuration_key(run: Run) -> str:
     config = {k: v for k, v in flatten(run.config).items() if k not in NOT_CONFIGURATION}
@@ -159,19 +197,35 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 
 def label_groups(groups: list[Group]) -> None:
-    """Label: strategy(knobs) peers x cpus, plus every other config value that differs between the groups."""
+    """Short labels: the strategy, then only what differs between the groups: the strategy's knobs (among groups
+    of that strategy), the resource shape (peers x CPUs per peer), any other config value, an injected fault."""
     flats = [flatten(g.first.config) for g in groups]
-    keys = sorted({k for f in flats for k in f})
-    differing = [k for k in keys if not k.startswith(LABEL_EXCLUDED)
-                 and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+    knob_names = {k for g in groups for k in flatten(g.first.knobs)}
+    others = differing(flats, sorted({k for f in flats for k in f if k not in knob_names
+                                      and not k.startswith((*NOT_A_LABEL, *STRATEGY_BLOCKS))}))
+    shapes_differ = len({g.first.shape for g in groups}) > 1
+    seen: dict[str, int] = {}
     for index, (group, flat) in enumerate(zip(groups, flats)):
         run = group.first
-        knobs = ",".join(f"{k}={v}" for k, v in run.knobs.items())
-        label = f"{run.strategy}({knobs})" if knobs else run.strategy
-        label += f" {run.config['peers']}x{run.config['peer_cpus']}cpu"
-        label += "".join(f" {k}={flat.get(k)}" for k in differing)
-        group.label = label + fault_label(run.config.get("fault") or {})
+        knobs = flatten(run.knobs)
+        changed = differing([flatten(g.first.knobs) for g in groups if g.first.strategy == run.strategy], sorted(knobs))
+        name = run.strategy + (f"({','.join(f'{k}={show(knobs[k])}' for k in changed)})" if changed else "")
+        rest = "".join(f" {k}={show(flat.get(k))}" for k in others) + fault_label(run.config.get("fault") or {})
+        shape = " {}×{}cpu".format(*run.shape) if shapes_differ else ""
+        label = name + shape + rest
+        seen[label] = seen.get(label, 0) + 1
+        group.label = label if seen[label] == 1 else f"{label} #{seen[label]}"  # differ only in unused keys
+        group.family = name + rest
         group.color = f"C{index % 10}"
+
+
+def differing(flats: list[dict], keys: list[str]) -> list[str]:
+    """The keys whose value is not the same in every dict."""
+    return [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+
+
+def show(value) -> str:
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
 
 
 def fault_label(fault: dict) -> str:
@@ -189,31 +243,111 @@ def sections_of(groups: list[Group]) -> list[Section]:
     return list(sections.values())
 
 
+# Baselines: single-process runs on the same job that the others are measured against.
+
+def is_baseline_candidate(candidate: Group, run: Run) -> bool:
+    """A completed single-process group on the same data, model and batch size per peer."""
+    first = candidate.first
+    return (first.is_baseline and first.dataset == run.dataset
+            and first.config["batch_size"] == run.config["batch_size"] and bool(candidate.values(completed_throughput)))
+
+
+def closest(candidates: list[Group], run: Run) -> Group | None:
+    """The fairest of several baselines: fewest other knobs differing, then the run's own shape."""
+    return min(candidates, key=lambda g: (config_distance(g.first, run), g.first.shape != run.shape), default=None)
+
+
 def baseline_for(run: Run, groups: list[Group]) -> Group | None:
-    """The single-process group on the same data and model with as many CPUs, closest in the other knobs."""
-    candidates = [g for g in groups if g.first.strategy == "single" and g.first.dataset == run.dataset
-                  and g.first.total_cpus == run.total_cpus and g.values(completed_throughput)]
-    return min(candidates, key=lambda g: config_distance(g.first, run), default=None)
+    """The equal-resource baseline: a `single` group with as many CPUs in total (peers x peer_cpus)."""
+    return closest([g for g in groups if is_baseline_candidate(g, run) and g.first.total_cpus == run.total_cpus], run)
+
+
+def one_peer_baseline_for(run: Run, groups: list[Group]) -> Group | None:
+    """The scaling-efficiency baseline: a `single` group with one peer of the run's CPUs per peer."""
+    return closest([g for g in groups if is_baseline_candidate(g, run)
+                    and g.first.shape == (1, run.config["peer_cpus"])], run)
 
 
 def config_distance(a: Run, b: Run) -> int:
     """How many knobs differ, besides strategy, peers and seed (the closest baseline is the fairest)."""
     flat_a, flat_b = flatten(a.config), flatten(b.config)
     return sum(flat_a.get(k) != flat_b.get(k) for k in flat_a.keys() | flat_b.keys()
-               if not k.startswith(("strategy.", "peers", "peer_cpus", *NOT_CONFIGURATION)))
+               if not k.startswith(("strategy.", "peers", "peer_cpus", *STRATEGY_BLOCKS, *NOT_CONFIGURATION)))
 
 
 def completed_throughput(run: Run) -> float | None:
     return run.summary.get("throughput_samples_per_s") if run.completed else None
 
 
-def attach_speedups(groups: list[Group]) -> None:
+def attach_baselines(groups: list[Group]) -> None:
+    """Each group's baselines; each run's speedup and scaling efficiency against their mean throughput."""
     for group in groups:
+        group.baseline = baseline_for(group.first, groups)
+        group.one_peer = one_peer_baseline_for(group.first, groups)
         for run in group.runs:
-            baseline = baseline_for(run, groups)
             throughput = run.summary.get("throughput_samples_per_s")
-            if baseline and throughput is not None:
-                run.speedup = throughput / statistics.fmean(baseline.values(completed_throughput))
+            if throughput is None:
+                continue
+            if group.baseline:
+                run.speedup = throughput / statistics.fmean(group.baseline.values(completed_throughput))
+            if group.one_peer:
+                one_peer = statistics.fmean(group.one_peer.values(completed_throughput))
+                run.scaling_efficiency = throughput / (run.config["peers"] * one_peer)
+
+
+def missing_baselines(runs: list[Run]) -> list[dict]:
+    """Hydra overrides of each baseline these runs lack: the equal-resource `single` run (peers=N, peer_cpus=c)
+    and the one-peer `single` run (peers=1, peer_cpus=c) of every configuration, on the same job."""
+    groups = group_runs(runs)
+    missing = {}
+    for group in groups:
+        run = group.first
+        if baseline_for(run, groups) is None:
+            overrides = baseline_overrides(run, *run.shape)
+            missing.setdefault(json.dumps(overrides, default=str), overrides)
+        if one_peer_baseline_for(run, groups) is None:
+            overrides = baseline_overrides(run, 1, run.config["peer_cpus"])
+            missing.setdefault(json.dumps(overrides, default=str), overrides)
+    return list(missing.values())
+
+
+def baseline_overrides(run: Run, peers: int, peer_cpus: int) -> dict:
+    """strategy=single with this shape, plus the run's job settings that differ from the defaults in conf/."""
+    overrides = {"strategy": run.config["report"]["baseline_strategy"], "peers": peers, "peer_cpus": peer_cpus}
+    defaults = default_config(run.config)
+    for key, value in flatten(run.config).items():
+        if key in defaults and defaults[key] != value and not key.startswith(NOT_A_BASELINE_OVERRIDE):
+            group_choice = key.count(".") == 1 and key.endswith(".name")  # model.name=tiny: model=tiny
+            overrides[key.removesuffix(".name") if group_choice else key] = value
+    return overrides
+
+
+def default_config(config: dict) -> dict:
+    """conf/config.yaml with, for each config group, the option the run chose (its `name`), flattened; a group's
+    `name` defaults to the option config.yaml picks."""
+    root = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
+    chosen = {k: v for entry in root.pop("defaults") if isinstance(entry, dict) for k, v in entry.items()}
+    root.pop("hydra", None)
+    defaults = flatten(root)
+    for group, default_option in chosen.items():
+        if group == "strategy" or not isinstance(config.get(group), dict):
+            continue
+        path = CONF_DIR / group / f"{config[group].get('name', default_option)}.yaml"
+        block = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}
+        block.pop("defaults", None)
+        defaults |= {f"{group}.{k}": v for k, v in flatten(block).items()} | {f"{group}.name": default_option}
+    return defaults
+
+
+def override_command(overrides: dict) -> str:
+    """The train.py command line for Hydra overrides."""
+    def value(v) -> str:
+        if v is None or isinstance(v, (bool, list, dict)):
+            return json.dumps(v, separators=(",", ":"))
+        text = str(v)
+        return text if text.replace(".", "").replace("_", "").replace("-", "").replace("/", "").isalnum() \
+            else f"'{text}'"
+    return "python train.py " + " ".join(shlex.quote(f"{k}={value(v)}") for k, v in overrides.items())
 
 
 def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
@@ -227,5 +361,5 @@ def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             left_out.append(f"{path} (unreadable summary.json: {exc})")
     groups = group_runs(runs)
-    attach_speedups(groups)
+    attach_baselines(groups)
     return sections_of(groups), left_out

@@ -53,30 +53,34 @@ def rolling_mean(values: list[float], window: int) -> list[float]:
     return out
 
 
-def run_curve(run: Run, kind: str, window: int) -> dict[int, tuple[float, float, float]]:
-    """Step -> (training time s, global samples, value) of the reference worker."""
-    ref = run.reference
-    if ref is None:
-        return {}
+def worker_points(run: Run, kind: str, window: int) -> dict[int, list[tuple[float, float, float]]]:
+    """Step -> (training time s, global samples, value) of every worker: its test accuracy (%) at each evaluation,
+    or its training loss (rolling mean over `window` steps) at each step."""
     samples = global_samples(run)
-    if kind == "loss":
-        records = ref.steps
-        values = rolling_mean([r["loss"] for r in records], window)
-    else:
-        records = ref.evals
-        values = [100 * r["test_accuracy"] for r in records]
-    return {r["step"]: (r["train_s"], samples.get(r["step"], r["samples"]), v) for r, v in zip(records, values)}
+    points: dict[int, list] = {}
+    for worker in run.workers:
+        if kind == "loss":
+            records = worker.steps
+            values = rolling_mean([r["loss"] for r in records], window)
+        else:
+            records = worker.evals
+            values = [100 * r["test_accuracy"] for r in records]
+        for record, value in zip(records, values):
+            points.setdefault(record["step"], []).append(
+                (record["train_s"], samples.get(record["step"], record["samples"]), value))
+    return points
 
 
 def group_curve(group: Group, kind: str, window: int):
-    """Mean over repeats per step: x time, x samples, y mean, y min, y max."""
-    curves = [run_curve(r, kind, window) for r in group.runs]
-    steps = sorted({s for c in curves for s in c})
+    """Per step over all workers of all repeats: x time (mean), x samples (mean), y mean, y min, y max."""
+    points: dict[int, list] = {}
+    for run in group.runs:
+        for step, found in worker_points(run, kind, window).items():
+            points.setdefault(step, []).extend(found)
     rows = []
-    for step in steps:
-        points = [c[step] for c in curves if step in c]
-        ys = [p[2] for p in points]
-        rows.append((statistics.fmean(p[0] for p in points), statistics.fmean(p[1] for p in points),
+    for step in sorted(points):
+        ys = [p[2] for p in points[step]]
+        rows.append((statistics.fmean(p[0] for p in points[step]), statistics.fmean(p[1] for p in points[step]),
                      statistics.fmean(ys), min(ys), max(ys)))
     return list(zip(*rows)) if rows else None
 
@@ -97,11 +101,10 @@ def convergence_plot(section: Section) -> Plot:
             t, samples, mean, low, high = curve
             for col, x in enumerate((t, samples)):
                 ax = axes[row][col]
-                label = textwrap.fill(group.label, 70) if row == col == 0 else None
+                label = group.label if row == col == 0 else None
                 ax.plot(x, mean, color=group.color, label=label, marker="o" if kind == "accuracy" else None,
                         markersize=3)
-                if len(group.runs) > 1:
-                    ax.fill_between(x, low, high, color=group.color, alpha=0.2)
+                ax.fill_between(x, low, high, color=group.color, alpha=0.2)
     for col, xlabel in enumerate(("training time (s, evaluation pauses excluded)",
                                   "samples trained by all workers")):
         axes[0][col].set_ylabel("test accuracy (%)")
@@ -109,22 +112,23 @@ def convergence_plot(section: Section) -> Plot:
         for row in range(2):
             axes[row][col].set_xlabel(xlabel)
             axes[row][col].grid(alpha=0.3)
-    fig.legend(loc="outside lower center", ncol=2, fontsize=8)
+    fig.legend(loc="outside lower center", ncol=4, fontsize=8)
     synthetic = " (synthetic data: no convergence meaning)" if section.synthetic else ""
     smoothing = f", rolling mean over {window} steps" if window > 1 else ""
     return Plot(f"Convergence{synthetic}", to_png(fig),
-                "Test accuracy (%, on the whole held-out split, evaluated by every peer at the same steps; "
-                "shown: the lowest-rank worker) and training loss (cross-entropy of the lowest-rank worker's "
-                f"own minibatches{smoothing}) against training time (s, each worker's loop "
-                "time minus its evaluation pauses) and against samples trained by all workers (sum of each "
-                "worker's sample count at that step). Repeats: line = mean, band = min to max.")
+                "Test accuracy (%, every worker evaluating its own model on the whole held-out split at the same "
+                f"steps) and training loss (cross-entropy of each worker's own minibatches{smoothing}) against "
+                "training time (s, each worker's loop time minus its evaluation pauses; mean over workers) and "
+                "against samples trained by all workers (sum of each worker's sample count at that step). "
+                "Line = mean over workers (and repeats), band = the worker spread: min to max over workers "
+                "(and repeats).")
 
 
 # Bars: one per configuration, error bars = standard deviation over repeats.
 
 def _bar_axes(groups: list[Group], width: float = 10):
     fig, ax = plt.subplots(figsize=(width, 1.9 + 0.4 * len(groups)), layout="constrained")
-    ax.set_yticks(range(len(groups)), [textwrap.fill(g.label, 40) for g in groups], fontsize=8)
+    ax.set_yticks(range(len(groups)), [g.label for g in groups], fontsize=8)
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
     return fig, ax
@@ -172,21 +176,54 @@ def breakdown_plot(groups: list[Group]) -> Plot:
 def bytes_plot(groups: list[Group]) -> Plot:
     fig, ax = _bar_axes(groups)
     height = 0.4
-    for offset, key, name in ((-height / 2, "bytes_sent_per_step", "sent"),
-                              (height / 2, "bytes_recv_per_step", "received")):
+    for offset, key, name in ((-height / 2, "bytes_sent_per_sample", "sent"),
+                              (height / 2, "bytes_recv_per_sample", "received")):
         stats = [_mean_sd(g, key) for g in groups]
-        ax.barh([i + offset for i in range(len(groups))], [m / 2**20 for m, _ in stats], height,
-                xerr=[s / 2**20 for _, s in stats], label=name, alpha=0.9 if name == "sent" else 0.5,
+        ax.barh([i + offset for i in range(len(groups))], [m / 2**10 for m, _ in stats], height,
+                xerr=[s / 2**10 for _, s in stats], label=name, alpha=0.9 if name == "sent" else 0.5,
                 color=[g.color for g in groups], edgecolor="black", hatch="" if name == "sent" else "//")
     ax.set_xlim(left=0)
-    if not any(_mean_sd(g, k)[0] for g in groups for k in ("bytes_sent_per_step", "bytes_recv_per_step")):
+    if not any(_mean_sd(g, k)[0] for g in groups for k in ("bytes_sent_per_sample", "bytes_recv_per_sample")):
         ax.text(0.5, 0.5, "no payload exchanged (0 bytes)", transform=ax.transAxes, ha="center", color="gray")
-    ax.set_xlabel("payload per worker per step (MiB)")
+    ax.set_xlabel("payload per worker per trained sample (KiB)")
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)
-    return Plot("Bytes per step", to_png(fig),
-                "Payload MiB (2^20 bytes) sent (solid) and received (hatched) per worker per step: exact accounting "
-                "of the tensors the strategy exchanged (for library collectives, the algorithm's payload; no "
-                "protocol headers), mean over workers and steps. Error bars: standard deviation over repeats.")
+    return Plot("Bytes per sample", to_png(fig),
+                "Payload KiB (1024 bytes) sent (solid) and received (hatched) per sample a worker trained "
+                "(summary.json's bytes_sent_per_sample / bytes_recv_per_sample): exact accounting of the tensors the "
+                "strategy exchanged (for library collectives, the algorithm's payload; no protocol headers). "
+                "Error bars: standard deviation over repeats.")
+
+
+def scaling_plot(groups: list[Group]) -> Plot | None:
+    """Throughput against peers, one line per configuration family, beside the ideal N x one-peer throughput."""
+    peers = sorted({g.first.config["peers"] for g in groups})
+    if len(peers) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 5), layout="constrained")
+    families: dict[str, list[Group]] = {}
+    for group in groups:
+        families.setdefault(group.family, []).append(group)
+    for family, members in families.items():
+        members.sort(key=lambda g: g.first.config["peers"])
+        stats = [_mean_sd(g, "throughput_samples_per_s") for g in members]
+        ax.errorbar([g.first.config["peers"] for g in members], [m for m, _ in stats], yerr=[s for _, s in stats],
+                    marker="o", capsize=3, color=members[0].color, label=family)
+    ideal_bases = {g.one_peer.label: g.one_peer for g in groups if g.one_peer is not None}
+    for label, base in ideal_bases.items():
+        one_peer, _ = _mean_sd(base, "throughput_samples_per_s")
+        ax.plot(peers, [n * one_peer for n in peers], ls="--", color="gray", label=f"ideal: N × {label}")
+    ax.set_xticks(peers)
+    ax.set_xlabel("peers (N)")
+    ax.set_ylabel("global throughput (samples/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=3, fontsize=8)
+    missing = "" if ideal_bases else " No ideal line: no `single` run with 1 peer of the same CPUs."
+    return Plot("Throughput vs peers", to_png(fig),
+                "Global throughput (samples/s: all workers' trained samples / the longest worker's training time) "
+                "against the number of peers, one line per configuration that differs only in its resource shape; "
+                "error bars: standard deviation over repeats. Dashed: the ideal, N × the throughput of the "
+                "`single` run with 1 peer of the same CPUs per peer." + missing)
 
 
 # Per-worker resources over time: one row per run.
@@ -238,6 +275,6 @@ def resources_plot(groups: list[Group]) -> Plot | None:
 
 
 def section_plots(section: Section, ranked_groups: list[Group]) -> list[Plot]:
-    plots = [convergence_plot(section), throughput_plot(ranked_groups), breakdown_plot(ranked_groups),
-             bytes_plot(ranked_groups), resources_plot(ranked_groups)]
+    plots = [convergence_plot(section), throughput_plot(ranked_groups), scaling_plot(ranked_groups),
+             breakdown_plot(ranked_groups), bytes_plot(ranked_groups), resources_plot(ranked_groups)]
     return [p for p in plots if p is not None]

@@ -4,7 +4,7 @@ import html
 import statistics
 from dataclasses import dataclass
 
-from metrics.report_data import Group, Run, Section, baseline_for
+from metrics.report_data import Group, Run, Section
 from metrics.summary import PHASES
 
 MISSING = "–"
@@ -30,11 +30,12 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def html(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        """A table that scrolls inside its own box if it is wider than the page; headers may break after _ and ."""
+        head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>').replace('.', '.<wbr>')}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in self.rows)
         note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
         return (f"<h3>{html.escape(self.title)}</h3>{note}"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+                f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 def _td(cell: str) -> str:
@@ -52,6 +53,10 @@ def number(value: float | None, digits: int = 3) -> str:
     if value == 0:
         return "0"
     return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
+
+
+def cpus(count: int) -> str:
+    return f"{count} CPU" + ("s" if count != 1 else "")
 
 
 def mib(value: float | None) -> str:
@@ -109,10 +114,8 @@ def rank_key(group: Group, synthetic: bool):
     if synthetic:
         return (not completed, -mean_throughput)
     reach = group.values(summary_figure("time_to_target_s"))
-    accuracy = group.values(summary_figure("final_test_accuracy"))
     all_reached = len(reach) == len(group.runs)
-    return (not completed, not all_reached, statistics.fmean(reach) if all_reached else 0.0,
-            -(statistics.fmean(accuracy) if accuracy else 0.0))
+    return (not completed, not all_reached, statistics.fmean(reach) if all_reached else 0.0, -mean_throughput)
 
 
 def ranked(section: Section) -> list[Group]:
@@ -126,7 +129,7 @@ def rank_note(section: Section) -> str:
     target = section.groups[0].first.summary.get("target") or {}
     relation = "≥" if target.get("metric") == "test_accuracy" else "≤"
     return (f"Ranked by time-to-target ({target.get('metric')} {relation} {target.get('value')}; configurations "
-            "reaching it in every repeat first, fastest first), then by final test accuracy; failed runs last.")
+            "reaching it in every repeat first, fastest first), then by global throughput; failed runs last.")
 
 
 # The tables.
@@ -146,33 +149,41 @@ def configuration_table(groups: list[Group]) -> Table:
                  "figures below are mean ± standard deviation over them. Fault tolerance: see Failures.")
 
 
-def speedup_cell(group: Group, all_groups: list[Group]) -> str:
-    baseline = baseline_for(group.first, all_groups)
-    if baseline is None:
-        return f"no single baseline with {group.first.total_cpus} CPU(s)"
-    return f"{stat(group, lambda r: r.speedup)} (vs {baseline.label})"
+def speedup_cell(group: Group) -> str:
+    if group.baseline is None:
+        return f"no single baseline with {cpus(group.first.total_cpus)}"
+    return f"{stat(group, lambda r: r.speedup)} (vs {group.baseline.label})"
 
 
-def speed_table(groups: list[Group], all_groups: list[Group], synthetic: bool) -> Table:
+def scaling_cell(group: Group) -> str:
+    if group.one_peer is None:
+        return f"no single run with 1 peer of {cpus(group.first.config['peer_cpus'])}"
+    return f"{stat(group, lambda r: r.scaling_efficiency)} (vs {group.first.config['peers']} x {group.one_peer.label})"
+
+
+def speed_table(groups: list[Group], synthetic: bool) -> Table:
     target = groups[0].first.summary.get("target") or {}
     rows = []
     for rank, group in enumerate(groups, 1):
         rows.append([str(rank), group.label, stat(group, summary_figure("wall_s")),
-                     stat(group, summary_figure("throughput_samples_per_s")), speedup_cell(group, all_groups),
+                     stat(group, summary_figure("throughput_samples_per_s")), speedup_cell(group), scaling_cell(group),
                      stat(group, summary_figure("time_to_target_s")) if not synthetic else "n/a (synthetic)",
                      stat(group, summary_figure("steps_to_target"), lambda v: f"{v:.0f}")
                      if not synthetic else "n/a (synthetic)",
-                     stat(group, summary_figure("final_test_accuracy"), percent)
+                     stat(group, lambda r: r.worst_worker_accuracy(), percent)
                      if not synthetic else "n/a (synthetic)"])
     return Table("Time, throughput and convergence",
                  ["rank", "configuration", "wall time (s)", "global throughput (samples/s)",
-                  "speedup vs single (x)", "time-to-target (s)", "steps-to-target", "final test accuracy (%)"], rows,
+                  "speedup vs single (x)", "scaling efficiency", "time-to-target (s)", "steps-to-target",
+                  "worst worker's final test accuracy (%)"], rows,
                  "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' trained "
                  "samples / the longest worker's training time (evaluation pauses excluded). Speedup: throughput / "
-                 "that of the `single` run with the same total CPUs (peers x CPUs/peer) on the same data and model. "
-                 f"Target: {target.get('metric')} {target.get('value')}; time-to-target is training time of the "
-                 "lowest-rank worker at its first evaluation reaching it; '–' = not reached. "
-                 "'(k/n)': only k of n repeats have the figure.")
+                 "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
+                 "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "
+                 "the `single` run with 1 peer of the same CPUs). "
+                 f"Target: {target.get('metric')} {target.get('value')}; time-to-target: summary.json's "
+                 "time_to_target_s (see Methods); '–' = not reached. Worst worker: the lowest final test accuracy "
+                 "over workers. '(k/n)': only k of n repeats have the figure.")
 
 
 def bytes_table(groups: list[Group]) -> Table:
@@ -189,6 +200,23 @@ def bytes_table(groups: list[Group]) -> Table:
                  "per sample = per step / batch per peer.")
 
 
+def share_of(group: Group, phase: str) -> float | None:
+    """Mean over repeats of a phase's share of the step (summary.json's time_breakdown_share)."""
+    values = group.values(lambda r: (r.summary.get("time_breakdown_share") or {}).get(phase))
+    return statistics.fmean(values) if values else None
+
+
+BOTTLENECKS = {"data": ("data_s",), "compute": ("compute_s", "opt_s"), "communication": ("comm_s",)}
+
+
+def bottleneck(group: Group) -> tuple[str, float] | None:
+    """What dominates the step: data loading, compute (forward, backward and optimizer update) or communication,
+    with its share of the step."""
+    shares = {name: sum(share_of(group, p) or 0.0 for p in phases) for name, phases in BOTTLENECKS.items()}
+    name = max(shares, key=shares.get)
+    return (name, shares[name]) if shares[name] > 0 else None
+
+
 def breakdown_table(groups: list[Group]) -> Table:
     rows = []
     for group in groups:
@@ -196,15 +224,14 @@ def breakdown_table(groups: list[Group]) -> Table:
                   for p in PHASES]
         step_ms = stat(group, lambda r: sum(v for v in (r.summary.get("time_breakdown_s") or {}).values() if v)
                        or None, lambda v: number(1000 * v))
-        means = {p: statistics.fmean(v) if (v := group.values(
-            lambda r, p=p: (r.summary.get("time_breakdown_share") or {}).get(p))) else 0.0 for p in PHASES}
-        bottleneck = max(means, key=means.get).removesuffix("_s") if any(means.values()) else MISSING
-        rows.append([group.label, *shares, step_ms, bottleneck])
+        found = bottleneck(group)
+        rows.append([group.label, *shares, step_ms, f"{found[0]} ({percent(found[1])} %)" if found else MISSING])
     return Table("Time breakdown per step (the bottleneck view)",
                  ["configuration", "data (%)", "compute (%)", "comm (%)", "optimizer (%)", "step time (ms)",
-                  "largest share"], rows,
-                 "Mean per step over all workers, perf_counter around each phase; comm includes waiting for "
-                 "other peers; optimizer = local optimizer update. Shares of the summed step time.")
+                  "bottleneck"], rows,
+                 "Mean per step over all workers (summary.json's time_breakdown_s and time_breakdown_share, "
+                 "defined in Methods); optimizer = local optimizer update. Shares of the summed step time. "
+                 "Bottleneck: the largest of data, compute (compute + optimizer) and communication.")
 
 
 def resources_table(groups: list[Group]) -> Table:
@@ -215,7 +242,7 @@ def resources_table(groups: list[Group]) -> Table:
                 role = (peer.get("result") or {}).get("role", MISSING)
                 cores = (peer.get("result") or {}).get("cores")
                 rows.append([group.label, str(run.config.get("seed")), str(peer["rank"]), role,
-                             ",".join(map(str, cores)) if cores else MISSING, mib(peer.get("peak_rss_bytes")),
+                             ", ".join(map(str, cores)) if cores else MISSING, mib(peer.get("peak_rss_bytes")),
                              number(peer.get("mean_cpu_percent")), mib(peer.get("net_tx_bytes")),
                              mib(peer.get("lo_tx_bytes")), mib(peer.get("disk_read_bytes"))])
     return Table("Resources per peer",
@@ -278,9 +305,9 @@ def strategy_table(groups: list[Group]) -> Table | None:
                  "mean over peers; units as named by each field.")
 
 
-def section_tables(section: Section, all_groups: list[Group]) -> list[Table]:
+def section_tables(section: Section) -> list[Table]:
     groups = ranked(section)
-    tables = [configuration_table(groups), speed_table(groups, all_groups, section.synthetic),
+    tables = [configuration_table(groups), speed_table(groups, section.synthetic),
               bytes_table(groups), breakdown_table(groups), resources_table(groups), failures_table(groups),
               strategy_table(groups)]
     tables[1].note = rank_note(section) + " " + tables[1].note

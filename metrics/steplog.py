@@ -8,18 +8,19 @@ interface from the first step on (cumulative, headers and all traffic included).
 from pathlib import Path
 
 from metrics.jsonl import JsonlWriter
+from metrics.rundir import PeerDir
 
 STEP_FIELDS = (
     "step", "wall_s", "train_s", "samples", "loss",
-    "data_s", "compute_s", "comm_s", "opt_s", "bytes_sent", "bytes_recv",
+    "data_s", "compute_s", "comm_s", "opt_s", "bytes_sent", "bytes_recv", "round",
 )
 
 
 class StepLog:
     def __init__(self, peer_dir: Path):
         self.peer_dir = peer_dir
-        self.steps = JsonlWriter(peer_dir / "steps.jsonl")
-        self.evals = JsonlWriter(peer_dir / "eval.jsonl")
+        self.steps = JsonlWriter(PeerDir(peer_dir).steps)
+        self.evals = JsonlWriter(PeerDir(peer_dir).evals)
 
     def step(self, **record) -> None:
         self.steps.write(record)

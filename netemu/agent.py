@@ -5,7 +5,9 @@ Stands in for ssh/rsh so that a launcher built for real hosts (mpirun's
 namespace of the emulated host whose address is HOST. The hosts come from the
 run's network.json, named by $AVGBENCH_NETWORK. As with ssh, COMMAND's words are
 joined with spaces and run by sh; ssh options (-o X, -p X, ...) are ignored,
-before or after HOST.
+before or after HOST. Like a real host, each has its own temporary directory
+(TMPDIR): Open MPI's daemons keep per-host session files there, and emulated hosts
+share one hostname and one /tmp.
 """
 import json
 import os
@@ -29,11 +31,11 @@ def split_ssh_args(args: list[str]) -> tuple[str, list[str]]:
     return host.rpartition("@")[2], args[i:]
 
 
-def enter_command(network_file: str, host: str) -> list[str]:
+def host_entry(network_file: str, host: str) -> dict:
     hosts = json.loads(open(network_file).read())["hosts"]
     for entry in hosts:
         if entry["addr"] == host:
-            return entry["enter"]
+            return entry
     raise SystemExit(f"netemu.agent: {host} is not an emulated host of this run "
                      f"(known: {', '.join(h['addr'] for h in hosts)})")
 
@@ -43,7 +45,9 @@ def main(argv: list[str]) -> None:
     if not network_file:
         raise SystemExit(f"netemu.agent: ${NETWORK_ENV} must name the run's network.json")
     host, words = split_ssh_args(argv)
-    enter = enter_command(network_file, host)
+    entry = host_entry(network_file, host)
+    os.environ["TMPDIR"] = entry["tmpdir"]
+    enter = entry["enter"]
     os.execvp(enter[0], [*enter, "sh", "-c", " ".join(words) or "exec sh"])
 
 

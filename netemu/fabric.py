@@ -21,7 +21,9 @@ and the kernel frees the namespaces once the last process inside them has ended.
 """
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -71,6 +73,7 @@ class Host:
     latency_ms: float
     netns_inode: int  # identifies the namespace (as in /proc/PID/ns/net) while it exists
     enter: list[str]  # command prefix: runs the rest of the command line in this host's namespace
+    tmpdir: str       # this host's own temporary directory (TMPDIR of commands the agent starts)
 
 
 class Fabric:
@@ -116,6 +119,8 @@ class Fabric:
             self.holder.wait()
         finally:
             self.holder.stderr.close()
+            for host in self.hosts:
+                shutil.rmtree(host.tmpdir, ignore_errors=True)
 
     def __enter__(self) -> "Fabric":
         return self.start()
@@ -156,7 +161,9 @@ class Fabric:
             self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
         enter = [*self.hub_prefix(), "ip", "netns", "exec", ns]
         inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
-        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, inode, enter))
+        tmpdir = os.path.join(tempfile.gettempdir(), f"netemu-{self.holder.pid}-{ns}")
+        os.makedirs(tmpdir, exist_ok=True)
+        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, inode, enter, tmpdir))
 
     # --- description --------------------------------------------------------------
     def describe(self) -> dict:

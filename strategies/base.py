@@ -1,83 +1,67 @@
 """The one Strategy interface every averaging backend implements.
 
-The training loop is the same for all strategies: it computes gradients, then
-calls `step()`. The strategy owns all communication and the optimizer update,
-and says what it cost. Process launch and rendezvous live in `launchers/`.
+A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
+`strategy.target`). It has two halves, as Bagua's Algorithm and what it reifies:
+
+- before launch (class methods, called by train.py and the launchers): its knobs and
+  their validation, whether its backend is installed, how its processes start
+  (`launch_spec`: the launchers read no strategy knob), and the lower bound of one
+  averaging round on a link (`link_bound`, formula and derivation in its docstring);
+- inside each process: `setup` (may wrap the model, e.g. in DDP), `gradient_ready`
+  (called during backward as each parameter's gradient is accumulated, so
+  communication can overlap backward), `step` (communicate and update), `summary`.
+
+The training loop (job/loop.py) is the same for every strategy and owns the time
+breakdown; a strategy reports only its optimizer time and the bytes it moved.
 """
-import os
+import inspect
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import ClassVar
 
 import torch
 from torch import nn
 
+from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
+from metrics.bounds import Round
+from metrics.project import Cost
+from metrics.rundir import RunDir
 
-@dataclass
-class PeerContext:
-    """Who this process is, from the torchrun environment contract."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    master_addr: str
-    master_port: int
-    run_dir: Path
-
-    @classmethod
-    def from_env(cls, run_dir: Path) -> "PeerContext":
-        """torchrun's variables, else those of the launcher that started us (Open MPI, Horovod, PMI)."""
-
-        def first(names: tuple[str, ...], default: str) -> str:
-            return next((os.environ[n] for n in names if n in os.environ), default)
-
-        return cls(
-            rank=int(first(("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"), "0")),
-            world_size=int(first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")),
-            local_rank=int(first(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK"), "0")),
-            master_addr=first(("MASTER_ADDR",), "127.0.0.1"),
-            master_port=int(first(("MASTER_PORT",), "0")),
-            run_dir=run_dir,
-        )
-
-    @property
-    def peer_dir(self) -> Path:
-        return self.run_dir / f"peer{self.rank}"
-
+__all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
 
 @dataclass
 class StepReport:
-    """What one `step()` cost this peer.
+    """What one `step()` did on this peer.
 
-    comm_s: time blocked in communication (waiting for others included).
-    opt_s: time in the local optimizer update.
-    bytes_sent / bytes_recv: payload bytes this peer put on / took off the
-    transport, from exact accounting of the tensors it exchanged.
-    extra: strategy-specific per-step fields (e.g. hivemind's epoch).
+    opt_s: time in the local optimizer update (the loop counts the rest of the step,
+      after backward, as exposed communication).
+    bytes_sent / bytes_recv: payload bytes this peer put on / took off the transport,
+      from exact accounting of the tensors it exchanged.
+    round: id of the averaging round these bytes belong to (rounds are grouped by it
+      across workers); None: the step number.
+    last: this was the peer's last step (e.g. a shared epoch boundary was reached).
+    extra: strategy-specific per-step fields (e.g. its own raw collective time).
     """
 
-    comm_s: float = 0.0
     opt_s: float = 0.0
     bytes_sent: int = 0
     bytes_recv: int = 0
+    round: int | None = None
+    last: bool = False
     extra: dict = field(default_factory=dict)
 
 
 class Strategy(ABC):
-    name: ClassVar[str]
-    uses_transport: ClassVar[bool] = False  # runs over the top-level `transport` (gloo | mpi)
+    is_baseline = False  # a single-process run without communication, that others are compared with
 
     # --- decided before any process starts -------------------------------
     @classmethod
     def knobs(cls, cfg) -> dict:
-        """This strategy's settings: its own `NAME:` block, plus the transport it runs over."""
+        """This strategy's settings: its own `NAME:` block (see conf/strategy/NAME.yaml)."""
         from omegaconf import OmegaConf
 
-        block = cfg.get(cls.name)
-        knobs = OmegaConf.to_container(block, resolve=True) if block is not None else {}
-        return {"transport": cfg.transport, **knobs} if cls.uses_transport else knobs
+        block = cfg.get(cfg.strategy.name)
+        return OmegaConf.to_container(block, resolve=True) if block is not None else {}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -88,41 +72,63 @@ class Strategy(ABC):
         """Raise job.errors.BackendUnavailable (why + how to fix) if it cannot run here."""
 
     @classmethod
-    def num_processes(cls, cfg) -> int:
-        """Processes to launch: the workers, plus any servers."""
-        return cfg.peers
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        """Default: `peers` workers, one process each, started by the local launcher, averaging
+        gradients synchronously (an update holds every worker's batch)."""
+        return LaunchSpec(roles=[WORKER] * cfg.peers, threads=cfg.peer_cpus, batch_size=cfg.batch_size,
+                          effective_batch=cfg.peers * cfg.batch_size)
 
     @classmethod
-    def tolerates_peer_loss(cls, cfg) -> bool:
-        """True if the run goes on when a peer dies (the loss is recorded)."""
-        return False
+    def link_bound(cls, r: Round) -> float | None:
+        """Lower bound in seconds on one averaging round over links of r.rate bytes/s; None: no formula."""
+        return None
 
     @classmethod
-    def launcher(cls, cfg) -> str:
-        """Key into launchers.LAUNCHERS."""
-        return "local"
+    def bound_formula(cls) -> str | None:
+        """The first paragraph of link_bound's docstring: the formula reports state (None: no bound)."""
+        if cls.link_bound.__func__ is Strategy.link_bound.__func__:
+            return None
+        doc = inspect.getdoc(cls.link_bound) or ""
+        return " ".join(doc.split("\n\n")[0].split()) or None
 
     @classmethod
-    def after_run(cls, cfg, run_dir: Path) -> None:
+    def step_time(cls, m: Cost) -> float | None:
+        """Predicted seconds per step of one worker among m.workers (compute + exposed communication), the
+        model as the docstring's first paragraph and its derivation below it; None: no cost model."""
+        return None
+
+    @classmethod
+    def averaged_bytes(cls, r: Round) -> float:
+        """S, the bytes averaged per round, from the largest payload one worker moved in a round (r.payload):
+        the inverse of the strategy's payload relation. Default: S = P."""
+        return r.payload
+
+    @classmethod
+    def after_run(cls, cfg, run: RunDir) -> None:
         """In the launching process, once every process of the run has ended: remove leftovers."""
 
     # --- inside each process ---------------------------------------------
-    def __init__(self, cfg, ctx: PeerContext):
-        self.cfg, self.ctx = cfg, ctx
+    def __init__(self, cfg, ctx: PeerContext, spec: LaunchSpec):
+        self.cfg, self.ctx, self.spec = cfg, ctx, spec
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
 
-    def is_worker(self) -> bool:
-        """False for processes that only serve (e.g. parameter servers)."""
-        return True
+    @property
+    def role(self) -> str:
+        return self.spec.roles[self.ctx.rank]
 
     def serve(self) -> None:
-        """Main loop of a non-worker process."""
+        """Main loop of a SERVER process."""
         raise NotImplementedError
 
-    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Connect to the other peers and agree on the initial state."""
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+        """Connect to the other peers and agree on the initial state; returns the model to train
+        (the same one, or a wrapper such as DistributedDataParallel)."""
         self.model, self.optimizer = model, optimizer
+        return model
+
+    def gradient_ready(self, param: torch.Tensor) -> None:
+        """Called during backward once `param.grad` is accumulated (start communicating it here)."""
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -130,10 +136,6 @@ class Strategy(ABC):
     @abstractmethod
     def step(self, samples: int) -> StepReport:
         """Gradients of `samples` samples are in .grad: communicate and update."""
-
-    def should_stop(self, step: int) -> bool:
-        """Stop before max_steps (e.g. on a shared epoch boundary)."""
-        return False
 
     def step_limit(self) -> int:
         """Most steps the loop runs on this peer (strategies that stop on their own may allow more)."""
@@ -144,10 +146,19 @@ class Strategy(ABC):
         return {}
 
     def close(self) -> None:
-        """Release connections and background processes."""
+        """Release connections and background processes (also after a failed setup)."""
 
     # --- helpers for subclasses -------------------------------------------
     def timed_optimizer_step(self) -> float:
         start = time.perf_counter()
         self.optimizer.step()
         return time.perf_counter() - start
+
+    def trainable(self) -> list[torch.Tensor]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def fill_missing_grads(self) -> None:
+        """Parameters that got no gradient this step count as zero (every peer sends the same layout)."""
+        for p in self.trainable():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)

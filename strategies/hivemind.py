@@ -36,10 +36,16 @@ from job.errors import BackendUnavailable, ConfigError
 from job.model import parameter_digest
 from job.optim import build_optimizer
 from job.process import exit_on_sigterm, wait_until
+from strategies import hivemind_internals
+from metrics.bounds import Round
 from metrics.jsonl import JsonlWriter
-from strategies.base import StepReport, Strategy
+from metrics.project import Cost
+from metrics.rundir import RunDir
+from strategies.base import LaunchSpec, StepReport, Strategy
 
-MADDRS_FILE = Path(".avgbench") / "hivemind_maddrs"
+MADDRS_FILE = "hivemind_maddrs"             # RUN/.avgbench/: rank 0's multiaddrs
+OWN_FILES = "hivemind_files.json"           # peer<RANK>/: its process ids and sockets
+EPOCHS_FILE = "hivemind_epochs.jsonl"       # peer<RANK>/: one line per epoch
 COMPRESSIONS = {
     "none": "NoCompression", "fp16": "Float16Compression", "scaled_fp16": "ScaledFloat16Compression",
     "uniform_8bit": "Uniform8BitQuantization", "quantile_8bit": "Quantile8BitQuantization",
@@ -65,26 +71,43 @@ def _kill_with_parent() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def cloning_state_averager():
-    """TrainingStateAverager that hands late peers clones taken under the optimizer lock.
-
-    hivemind 1.1.12 returns the live tensors; pickling them for the download moves
-    their storage to shared memory while the optimizer thread writes them, which
-    crashed peers with use_local_updates=True.
-    """
-    from hivemind.optim.state_averager import TrainingStateAverager
-
-    class CloningStateAverager(TrainingStateAverager):
-        def get_current_state(self):
-            with self.lock_optimizer:
-                metadata, tensors, infos = super().get_current_state()
-                return metadata, [t.detach().clone() for t in tensors], infos
-
-    return CloningStateAverager
-
-
 class Hivemind(Strategy):
-    name = "hivemind"
+    @classmethod
+    def link_bound(cls, r: Round) -> float:
+        """P/B: in hivemind's butterfly all-reduce every peer sends each other owner its part and
+        gets back the average of its own, so its link carries its payload P each way (P is measured
+        per peer, for any group size or load balance); B = the link rate."""
+        return r.payload / r.rate
+
+    @classmethod
+    def step_time(cls, m: Cost) -> float:
+        """compute + (matchmaking_time + 2(N-1)/N·S/β + (N-1)·α) / max(1, target_batch_size / (N·batch)).
+
+        An epoch of hivemind.target_batch_size samples (all peers together) costs one group
+        formation (hivemind.matchmaking_time, taken as fully exposed) and one butterfly all-reduce:
+        each peer owns 1/N of the S bytes, sends the other N-1 owners their parts (N-1 messages, α
+        each) and returns the average of its own part, so its link carries 2(N-1)/N·S each way. An
+        epoch takes target_batch_size / (N·batch) steps (at least one), over which its cost is
+        spread. S is what the averagers moved per epoch (gradients, and parameters on state-averaging
+        epochs); background averaging is not credited as overlap.
+        """
+        epoch_s = (float(m.knobs["matchmaking_time"]) + 2 * (m.workers - 1) / m.workers * m.size / m.rate
+                   + (m.workers - 1) * m.latency)
+        steps_per_epoch = max(1.0, int(m.knobs["target_batch_size"]) / (m.workers * m.batch))
+        return m.compute + epoch_s / steps_per_epoch
+
+    @classmethod
+    def averaged_bytes(cls, r: Round) -> float:
+        """S = P·N/(2(N-1)): the butterfly all-reduce moves 2(N-1)/N·S per peer and direction."""
+        return r.payload * r.workers / (2 * (r.workers - 1))
+
+    @classmethod
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        spec = super().launch_spec(cfg)
+        spec.tolerate_peer_loss = True  # the swarm goes on; the loss is recorded
+        # gradients: one update per epoch of target_batch_size samples; local updates: one per batch
+        spec.effective_batch = cfg.batch_size if cfg.hivemind.use_local_updates else cfg.hivemind.target_batch_size
+        return spec
 
     # --- before launch -------------------------------------------------------
     @classmethod
@@ -129,18 +152,13 @@ class Hivemind(Strategy):
             raise BackendUnavailable("strategy=hivemind needs the hivemind package (pip install hivemind==1.1.12, "
                                      "see constraints.txt; `make setup` installs it)")
 
-    @classmethod
-    def tolerates_peer_loss(cls, cfg) -> bool:
-        return True
-
     # --- inside the peer -----------------------------------------------------
     def setup(self, model, optimizer) -> None:
         import hivemind
-        from strategies import hivemind_accounting
 
         self.model, self.hm = model, self.cfg.hivemind
-        self.counters = hivemind_accounting.Counters()
-        hivemind_accounting.install(self.counters)
+        self.counters = hivemind_internals.Counters()
+        hivemind_internals.install(self.counters)
         os.register_at_fork(after_in_child=_kill_with_parent)
         self.client = self.ctx.rank in set(self.hm.client_mode_peers)
         self.dht = self._start_dht(hivemind)
@@ -149,15 +167,20 @@ class Hivemind(Strategy):
         self.optimizer = self.opt  # zero_grad() goes through hivemind's view of the parameters
         self._record_own_files()
         self.target_epoch = target_epoch(self.cfg)
-        self.epochs = JsonlWriter(self.ctx.peer_dir / "hivemind_epochs.jsonl")
+        self.epochs = JsonlWriter(self.ctx.peer.file(EPOCHS_FILE))
         self.last_counts = self.counters.snapshot()
         self.last_epoch, self.swarm_seen = self.opt.local_epoch, False
-        self._stop_heartbeat = threading.Event()
+        self.heartbeat_stop = threading.Event()
         threading.Thread(target=self._heartbeat, name="avgbench-hivemind-heartbeat", daemon=True).start()
         self._wait_for_all("ready", float(self.cfg.timeouts.startup_s), fail=True)
+        return model
+
+    # what setup has started so far (close() ends just that)
+    dht = opt = epochs = own_files = None
+    heartbeat_stop: threading.Event | None = None
 
     def _start_dht(self, hivemind):
-        maddrs_file = self.ctx.run_dir / MADDRS_FILE
+        maddrs_file = self.ctx.run.file(MADDRS_FILE)
         initial_peers = list(self.hm.initial_peers)
         if not initial_peers and self.ctx.rank != 0:
             initial_peers = self._wait_for_bootstrap(maddrs_file)
@@ -187,7 +210,6 @@ class Hivemind(Strategy):
         return maddrs_file.read_text().split()
 
     def _make_optimizer(self, hivemind, model):
-        from hivemind.optim import optimizer as hivemind_optimizer
         from hivemind.optim.grad_averager import GradientAverager
 
         hm, cfg = self.hm, self.cfg
@@ -195,10 +217,10 @@ class Hivemind(Strategy):
         bn_buffers = [b for b in model.buffers() if b.is_floating_point()] if hm.average_bn_buffers else []
         averager_opts = {"request_timeout": float(hm.request_timeout)}
         grad_factory = None if hm.use_local_updates else functools.partial(GradientAverager, **averager_opts)
-        with _substituted(hivemind_optimizer, "TrainingStateAverager", cloning_state_averager()):
+        with hivemind_internals.cloning_state_averager():
             return hivemind.Optimizer(
                 dht=self.dht, run_id=hm.run_id, params=params,
-                optimizer=functools.partial(build_optimizer, cfg=cfg),
+                optimizer=functools.partial(build_optimizer, cfg=cfg, effective_batch=self.spec.effective_batch),
                 batch_size_per_step=cfg.batch_size, target_batch_size=hm.target_batch_size,
                 use_local_updates=hm.use_local_updates, matchmaking_time=float(hm.matchmaking_time),
                 averaging_timeout=float(hm.averaging_timeout), average_state_every=hm.average_state_every,
@@ -212,21 +234,28 @@ class Hivemind(Strategy):
 
     # --- training ------------------------------------------------------------
     def step(self, samples: int) -> StepReport:
+        """Accumulate or average (hivemind decides), then, once the swarm reached the target epoch,
+        the stop: apply background averaging, wait for the others, one last synchronous state
+        round. That end is part of this step, so its time and bytes count like any other."""
         start = time.perf_counter()
         self.opt.step(batch_size=samples)
         if not self.swarm_seen:
             self._wait_for_swarm()
-        elapsed = time.perf_counter() - start
+        local_s = time.perf_counter() - start
         epoch = self.opt.local_epoch
+        last = epoch >= self.target_epoch
+        if last:
+            self._finish()
         counts = self.counters.snapshot()
         delta = {k: counts[k] - self.last_counts[k] for k in counts}
-        averaged = epoch != self.last_epoch or delta["log_state_downloaded"] > 0
-        if epoch != self.last_epoch:
+        averaged = epoch != self.last_epoch or delta["log_state_downloaded"] > 0 or last
+        if epoch != self.last_epoch or last:
             self._record_epoch(epoch, counts)
+        round_id = self.last_epoch
         self.last_counts, self.last_epoch = counts, epoch
         progress = self.opt.tracker.global_progress
         return StepReport(
-            comm_s=elapsed if averaged else 0.0, opt_s=0.0 if averaged else elapsed,
+            opt_s=0.0 if averaged else local_s, last=last, round=round_id if averaged else None,
             bytes_sent=delta["allreduce_bytes_sent"], bytes_recv=delta["allreduce_bytes_recv"],
             extra={
                 "hivemind_epoch": epoch,
@@ -258,15 +287,11 @@ class Hivemind(Strategy):
                            "allreduce_bytes_sent": counts["allreduce_bytes_sent"],
                            "allreduce_bytes_recv": counts["allreduce_bytes_recv"]})
 
-    def should_stop(self, step: int) -> bool:
-        if self.opt.local_epoch < self.target_epoch:
-            return False
+    def _finish(self) -> None:
         self.opt.state_averager.step(wait_for_delayed_updates=True)  # apply background averaging before we stop
         self._wait_for_all("done", float(self.hm.finish_timeout_s), fail=False)
         if self.cfg.peers > 1:  # all peers together: local steps, or a round that failed, must not remain
             self._final_state_round()
-        self._record_epoch(self.opt.local_epoch, self.counters.snapshot())
-        return True
 
     def _final_state_round(self) -> None:
         """One synchronous round that replaces (not delta-updates) the parameters with the swarm's average.
@@ -300,10 +325,10 @@ class Hivemind(Strategy):
         return set(found.value) if found is not None and isinstance(found.value, dict) else set()
 
     def _heartbeat(self) -> None:
-        while not self._stop_heartbeat.is_set():
+        while not self.heartbeat_stop.is_set():
             with contextlib.suppress(Exception):
                 self._publish("alive", HEARTBEAT_TTL_S)
-            self._stop_heartbeat.wait(HEARTBEAT_S)
+            self.heartbeat_stop.wait(HEARTBEAT_S)
 
     def _wait_for_all(self, what: str, timeout_s: float, fail: bool) -> None:
         """ready: all peers have started (fail after timeout). done: every peer still alive has finished."""
@@ -324,7 +349,10 @@ class Hivemind(Strategy):
     # --- results and shutdown ------------------------------------------------
     def summary(self) -> dict:
         counts = self.counters.snapshot()
+        groups = {k.removeprefix("group_of_"): counts.pop(k) for k in hivemind_internals.GROUP_FIELDS}
+        groups = {size: rounds for size, rounds in groups.items() if rounds}
         return {
+            "averaging_group_sizes": groups,  # group size -> rounds this peer averaged in such a group
             "final_epoch": self.opt.local_epoch, "target_epoch": self.target_epoch, "client_mode": self.client,
             "averaging_s": counts["allreduce_ns"] / 1e9,
             **{k: v for k, v in counts.items() if k != "allreduce_ns"},
@@ -341,33 +369,33 @@ class Hivemind(Strategy):
                 sockets |= {c.laddr for c in proc.net_connections(kind="unix")
                             if isinstance(c.laddr, str) and Path(c.laddr).name.startswith("hivemind-")}
         self.own_files = {"pids": [p.pid for p in tree], "sockets": sorted(sockets)}
-        (self.ctx.peer_dir / "hivemind_files.json").write_text(json.dumps(self.own_files))
+        self.ctx.peer.file(OWN_FILES).write_text(json.dumps(self.own_files))
 
     def _hivemind_children(self) -> list[psutil.Process]:
-        pids = getattr(self, "own_files", {"pids": []})["pids"]
+        pids = self.own_files["pids"] if self.own_files else []
         return [c for c in psutil.Process().children(recursive=True) if _is_hivemind_child(c, pids)]
 
     def close(self) -> None:
-        if hasattr(self, "_stop_heartbeat"):
+        if self.heartbeat_stop is not None:
             with contextlib.suppress(Exception):
                 self._publish("done", ttl_s=3600)  # also when stopped early: nobody waits for us
-            self._stop_heartbeat.set()
-        if hasattr(self, "opt"):
+            self.heartbeat_stop.set()
+        if self.opt is not None:
             with contextlib.suppress(Exception):
                 self.opt.shutdown()
-        if hasattr(self, "dht"):
+        if self.dht is not None:
             with contextlib.suppress(Exception):
                 self.dht.shutdown()
-        if hasattr(self, "epochs"):
+        if self.epochs is not None:
             self.epochs.close()
         psutil.wait_procs(self._hivemind_children(), timeout=float(self.cfg.timeouts.shutdown_s))
-        remove_leftovers(self.ctx.peer_dir / "hivemind_files.json", ours=True)
+        remove_leftovers(self.ctx.peer.file(OWN_FILES), ours=True)
 
     @classmethod
-    def after_run(cls, cfg, run_dir: Path) -> None:
+    def after_run(cls, cfg, run: RunDir) -> None:
         """Every process of the run is gone: remove what the peers' processes left in /dev/shm and /tmp."""
-        for record in run_dir.glob("peer*/hivemind_files.json"):
-            remove_leftovers(record)
+        for peer in run.peers():
+            remove_leftovers(peer.file(OWN_FILES))
 
 
 def _is_hivemind_child(proc: psutil.Process, pids: list[int]) -> bool:
@@ -404,13 +432,3 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-@contextlib.contextmanager
-def _substituted(module, name: str, value):
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import torch
 
 from job.errors import ConfigError
-from strategies.base import StepReport
+from metrics.project import Cost
+from strategies.base import SERVER, WORKER, LaunchSpec, StepReport
 from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 
 MODES = ("sync", "async")
@@ -190,7 +191,39 @@ def build_server_model(cfg) -> torch.nn.Module:
 
 
 class ParameterServer(TransportStrategy):
-    name = "ps"
+    @classmethod
+    def link_bound(cls, r):
+        """sync: 2·max(P, N·P/k)/B; async: max(P, N·P/k)/B (P = S per worker, k = ps.servers).
+
+        Each of the k server links carries N·S/k per direction per round (the shards are
+        balanced by size), and each worker link carries S. In sync mode a server can send the
+        new parameters only after every push has arrived, so the two directions follow each
+        other; in async mode pushes and pulls of different workers overlap. Needs equal links
+        (a server's rate is not a worker's otherwise): None for mixed rates.
+        """
+        if not r.uniform_links:
+            return None
+        servers = int(r.knobs.get("servers", 1))
+        one_way = max(r.payload, r.workers * r.payload / servers) / r.rate
+        return 2 * one_way if r.knobs.get("mode", "sync") == "sync" else one_way
+
+    @classmethod
+    def step_time(cls, m: Cost) -> float:
+        """sync: compute + 2·(α + max(S, N·S/k)/β); async: compute + 2α + max(2S/β, N·S/(kβ)) (k = ps.servers).
+
+        A worker pushes its gradient (S bytes, split over the k servers) and pulls the new
+        parameters (S bytes): one message each way per server, α each. Per round each server link
+        carries N·S/k per direction, each worker link S. sync: a server answers only after every
+        push arrived, so the pull follows the push: two one-way phases, each as long as the busier
+        of server and worker link. async: a worker's push and pull follow each other on its own
+        link (2S/β), while a server's two directions overlap (N·S/(k·β)). Servers are on links of
+        the same rate; their optimizer update is not modelled (it is in no worker's compute).
+        """
+        servers = int(m.knobs.get("servers", 1))
+        server_s = m.workers * m.size / (servers * m.rate)
+        if m.knobs.get("mode", "sync") == "sync":
+            return m.compute + 2 * (m.latency + max(m.size / m.rate, server_s))
+        return m.compute + 2 * m.latency + max(2 * m.size / m.rate, server_s)
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -203,14 +236,18 @@ class ParameterServer(TransportStrategy):
             raise ConfigError(f"ps.mode must be one of {', '.join(MODES)}, got {cfg.ps.mode}")
 
     @classmethod
-    def num_processes(cls, cfg) -> int:
-        return cfg.peers + int(cfg.ps.servers)
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        spec = super().launch_spec(cfg)
+        spec.roles = [WORKER] * cfg.peers + [SERVER] * int(cfg.ps.servers)
+        if cfg.ps.mode == "async":  # each gradient is applied on its own
+            spec.effective_batch = cfg.batch_size
+        return spec
 
     def server_ranks(self) -> list[int]:
-        return list(range(self.cfg.peers, self.cfg.peers + int(self.cfg.ps.servers)))
+        return [rank for rank, role in enumerate(self.spec.roles) if role == SERVER]
 
-    def is_worker(self) -> bool:
-        return self.ctx.rank < self.cfg.peers
+    server_stats: dict | None = None
+    staleness: list[int] | None = None
 
     # --- server -------------------------------------------------------------
     def serve(self) -> None:
@@ -219,7 +256,7 @@ class ParameterServer(TransportStrategy):
         self.connect()
         params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
         shard = shard_of(params, int(self.cfg.ps.servers), self.ctx.rank - self.cfg.peers)
-        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg), list(range(self.cfg.peers)),
+        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg, self.spec.effective_batch), list(range(self.cfg.peers)),
                              self.cfg.ps.mode, float(self.cfg.ps.idle_timeout_s))
         self.server_stats = server.run().as_dict() | {
             "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}
@@ -228,27 +265,26 @@ class ParameterServer(TransportStrategy):
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
         self.connect()
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.client = ShardClient(self.transport, self.params, self.server_ranks())
+        self.client = ShardClient(self.transport, self.trainable(), self.server_ranks())
         self.client.pull_initial()
         self.steps = 0
-        self.staleness: list[int] = []
+        self.staleness = []
+        return model
 
     def step(self, samples: int) -> StepReport:
+        """The optimizer update runs on the servers, inside the push-pull: opt_s is 0 here."""
         self.steps += 1
-        for p in self.params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+        self.fill_missing_grads()
         start = time.perf_counter()
         sent, received, staleness = self.client.push_pull(samples, last=self.steps == self.cfg.max_steps)
         self.staleness.append(staleness)
-        return StepReport(comm_s=time.perf_counter() - start, bytes_sent=sent, bytes_recv=received,
-                          extra={"staleness": staleness})
+        return StepReport(bytes_sent=sent, bytes_recv=received,
+                          extra={"staleness": staleness, "push_pull_s": time.perf_counter() - start})
 
     def summary(self) -> dict:
-        if not self.is_worker():
-            return {"role": "server", **getattr(self, "server_stats", {})}
-        figures = {"role": "worker", "mode": self.cfg.ps.mode, "servers": int(self.cfg.ps.servers)}
-        if getattr(self, "staleness", None):
+        if self.role == SERVER:
+            return {"role": SERVER, **(self.server_stats or {})}
+        figures = {"role": WORKER, "mode": self.cfg.ps.mode, "servers": int(self.cfg.ps.servers)}
+        if self.staleness:
             figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness)}
         return figures

@@ -8,21 +8,33 @@ optimizer state when it has any, are broadcast at the start.
 
 Bytes are the ring algorithm's payload, 2(N-1)/N x S per worker and direction,
 S = the gradient bytes as sent (float16 with ring.compression=fp16). Horovod's
-gloo controller uses gloo's ring all-reduce; for the MPI controller the launcher
-pins Open MPI's all-reduce to its ring algorithm. Processes are started by
-horovodrun (launchers/horovod.py).
+gloo controller uses gloo's ring all-reduce; for the MPI controller Open MPI's
+all-reduce is pinned to its ring algorithm (launch_spec). Processes are started by
+horovodrun (launch_spec: the arguments; launchers/horovod.py runs it).
+
+Deadlines: each rank waits for its all-reduces at most timeouts.collective_s; gloo's
+own timeout is the larger of that and timeouts.startup_s, as it also bounds the rendezvous.
+Security: horovodrun --gloo serves its rendezvous over HTTP on all interfaces (a random
+port) for the length of the run; the ranks' traffic stays on ring.network_interface.
 """
+import os
 import shutil
 import time
 
 from job.errors import BackendUnavailable, ConfigError
-from strategies.allreduce import ring_allreduce_bytes
-from strategies.base import StepReport, Strategy
+from metrics.project import Cost, exposed_s, ring_allreduce_s
+from strategies.base import LaunchSpec, StepReport, Strategy
+from strategies.transport import RingAllReduceRounds, ring_allreduce_bytes
 
 CONTROLLERS = ("gloo", "mpi")
 COMPRESSIONS = ("none", "fp16")
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 TIMELINE_NAME = "horovod_timeline.json"
+# Open MPI's tuned all-reduce pinned to its ring algorithm, so the payload is the ring's.
+OMPI_RING_ARGS = "--oversubscribe -mca coll_tuned_use_dynamic_rules 1 -mca coll_tuned_allreduce_algorithm 4"
+# -H localhost:N hides oversubscription from Open MPI; when the ranks need more cores than
+# this host has, ask for what Open MPI does by itself then: yield the core while polling.
+OMPI_YIELD_ARGS = "-mca mpi_yield_when_idle 1"
 BUILD_HINT = "build it with `make setup` (runs scripts/build_horovod.sh: Horovod 0.28.1 with PyTorch, Gloo and MPI)"
 
 
@@ -42,12 +54,57 @@ def parse_hosts(hosts) -> list[tuple[str, int]]:
     return parsed
 
 
-def timeline_path(cfg, run_dir) -> str | None:
-    return str(run_dir / TIMELINE_NAME) if cfg.ring.timeline else None
+def timeline_path(cfg, run) -> str | None:
+    """Rank 0 writes Horovod's timeline here (HOROVOD_TIMELINE, read by hvd.init)."""
+    return str(run.path / TIMELINE_NAME) if cfg.ring.timeline else None
 
 
-class Ring(Strategy):
-    name = "ring"
+def pending_allreduces(optimizer) -> list:
+    """The handles of the all-reduces Horovod started during backward.
+
+    Private API: Horovod 0.28.1 keeps them in DistributedOptimizer._handles (parameter ->
+    (handle, ctx)); its public synchronize() waits with no deadline, and a dead peer must
+    not hang us. tests/test_private_apis.py fails if a Horovod upgrade drops the attribute.
+    """
+    return [handle for handle, _ in optimizer._handles.values() if handle is not None]
+
+
+class Ring(RingAllReduceRounds, Strategy):
+    @classmethod
+    def step_time(cls, m: Cost) -> float:
+        """compute + max(0, 2(N-1)·(α + S/(N·β)) - overlap·compute) / k, k = ring.backward_passes_per_step.
+
+        Horovod all-reduces each gradient (fused) over a ring as soon as backward produces it: N-1
+        reduce-scatter and N-1 all-gather steps, in each one message of S/N bytes per worker
+        (α + S/(N·β)). Communication hides behind the overlappable share of compute (m.overlap,
+        backward's share); what is left is exposed. With k backward passes per step only every k-th
+        step all-reduces. Horovod's cycle time and fusion buffer are not modelled.
+        """
+        passes = int(m.knobs.get("backward_passes_per_step", 1))
+        return m.compute + exposed_s(m, ring_allreduce_s(m)) / passes
+
+    @classmethod
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        """horovodrun's arguments; the launcher adds -np, the hosts and the command."""
+        ring, timeouts = cfg.ring, cfg.timeouts
+        gloo_timeout_s = max(1, round(max(float(timeouts.collective_s), float(timeouts.startup_s))))
+        args = [
+            f"--{ring.controller}",
+            "--fusion-threshold-mb", str(int(ring.fusion_threshold_mb)),
+            "--cycle-time-ms", str(float(ring.cycle_time_ms)),
+            "--start-timeout", str(max(1, round(float(timeouts.startup_s)))),
+            "--gloo-timeout-seconds", str(gloo_timeout_s),
+        ]
+        spec = super().launch_spec(cfg)
+        if ring.controller == "mpi":
+            this_host_only = not ring.hosts and cfg.network.name == "loopback"
+            oversubscribed = this_host_only and spec.processes * spec.threads > len(os.sched_getaffinity(0))
+            args += ["--mpi-args", OMPI_RING_ARGS + (" " + OMPI_YIELD_ARGS if oversubscribed else "")]
+        spec.launcher, spec.launcher_args = "horovodrun", args
+        spec.effective_batch *= int(ring.backward_passes_per_step)
+        spec.host_args = ["-H", host_list(ring.hosts) if ring.hosts else f"localhost:{spec.processes}",
+                          "--network-interface", ring.network_interface]
+        return spec
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -87,14 +144,12 @@ class Ring(Strategy):
             raise BackendUnavailable("ring.controller=mpi needs Open MPI's mpirun on PATH (not found); "
                                      "run `make setup` (installs openmpi-bin) or use ring.controller=gloo")
 
-    @classmethod
-    def launcher(cls, cfg) -> str:
-        return "horovod"
-
     # --- inside each rank ---------------------------------------------------
     def setup(self, model, optimizer) -> None:
         import horovod.torch as hvd
 
+        if self.cfg.ring.timeline:
+            os.environ["HOROVOD_TIMELINE"] = timeline_path(self.cfg, self.ctx.run)
         hvd.init()
         if (hvd.rank(), hvd.size()) != (self.ctx.rank, self.ctx.world_size):
             raise RuntimeError(f"Horovod rank {hvd.rank()}/{hvd.size()} disagrees with the launcher's "
@@ -118,8 +173,16 @@ class Ring(Strategy):
         self.gradient_bytes = sum(p.numel() * (2 if fp16 and p.is_floating_point() else p.element_size())
                                   for p in params)
         self.wire_bytes = ring_allreduce_bytes(self.gradient_bytes, self.ctx.world_size)
-        self.params = params
         self.passes = 0
+        return model
+
+    hvd = None  # horovod.torch, once initialised
+    gradient_bytes = wire_bytes = None
+    first_gradient_at: float | None = None
+
+    def gradient_ready(self, param) -> None:
+        if self.first_gradient_at is None:  # Horovod starts this gradient's all-reduce now
+            self.first_gradient_at = time.perf_counter()
 
     def zero_grad(self) -> None:
         if self.passes % self.passes_per_step == 0:  # otherwise gradients are being accumulated
@@ -128,26 +191,27 @@ class Ring(Strategy):
     def step(self, samples: int) -> StepReport:
         self.passes += 1
         if self.passes % self.passes_per_step:
+            self.first_gradient_at = None
             return StepReport()  # local accumulation: Horovod all-reduces after the k-th pass
-        start = time.perf_counter()
         self.wait_for_allreduces()
         self.optimizer.synchronize()  # all done: only unpacks (and all-reduces unused parameters' zeros)
-        comm_s = time.perf_counter() - start
+        link_s = time.perf_counter() - self.first_gradient_at
+        self.first_gradient_at = None
         if self.passes_per_step > 1:
-            for p in self.params:
+            for p in self.trainable():
                 p.grad.div_(self.passes_per_step)  # the mean over k batches, like one k-times larger batch
         start = time.perf_counter()
         with self.optimizer.skip_synchronize():
             self.optimizer.step()
         opt_s = time.perf_counter() - start
-        return StepReport(comm_s=comm_s, opt_s=opt_s, bytes_sent=self.wire_bytes, bytes_recv=self.wire_bytes)
+        return StepReport(opt_s=opt_s, bytes_sent=self.wire_bytes, bytes_recv=self.wire_bytes,
+                          extra={"link_s": link_s})
 
     def wait_for_allreduces(self) -> None:
         """Wait for the all-reduces that backward started, within timeouts.collective_s."""
         timeout_s = float(self.cfg.timeouts.collective_s)
         deadline = time.monotonic() + timeout_s
-        # Horovod 0.28.1 keeps the in-flight all-reduces in _handles (parameter -> (handle, ctx)).
-        pending = [handle for handle, _ in self.optimizer._handles.values() if handle is not None]
+        pending = pending_allreduces(self.optimizer)
         while pending := [h for h in pending if not self.hvd.poll(h)]:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Horovod all-reduce on rank {self.ctx.rank} not done after {timeout_s:.0f} s "
@@ -162,11 +226,11 @@ class Ring(Strategy):
             "backward_passes_per_step": int(ring.backward_passes_per_step),
             "fusion_threshold_mb": int(ring.fusion_threshold_mb),
             "cycle_time_ms": float(ring.cycle_time_ms),
-            "gradient_bytes": getattr(self, "gradient_bytes", None),
-            "allreduce_bytes_per_worker": getattr(self, "wire_bytes", None),
-            "timeline": timeline_path(self.cfg, self.ctx.run_dir),
+            "gradient_bytes": self.gradient_bytes,
+            "allreduce_bytes_per_worker": self.wire_bytes,
+            "timeline": timeline_path(self.cfg, self.ctx.run),
         }
 
     def close(self) -> None:
-        if hasattr(self, "hvd") and self.hvd.is_initialized():
+        if self.hvd is not None and self.hvd.is_initialized():
             self.hvd.shutdown()

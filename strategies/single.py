@@ -1,15 +1,31 @@
-"""Single-process baseline: the local optimizer step, nothing to communicate."""
-from strategies.base import StepReport, Strategy
-from job.errors import ConfigError
+"""single: the baseline. One process, no communication.
+
+With peers=N and peer_cpus=c it is the equal-resource baseline of an N-peer run: one
+process on the same N*c cores (threads = cores; where the machine has fewer, the N peers
+would share them, and so does this process: it runs one thread per available core), a
+batch of N*batch_size (the global batch of a synchronous N-peer step), max_steps steps,
+so it trains the same samples.
+"""
+from metrics.project import Cost
+from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
 
 
 class Single(Strategy):
-    name = "single"
+    is_baseline = True
 
     @classmethod
-    def validate(cls, cfg) -> None:
-        if cfg.peers != 1:
-            raise ConfigError(f"strategy=single runs one peer, got peers={cfg.peers}")
+    def step_time(cls, m: Cost) -> float:
+        """compute: no communication.
+
+        Projected to N peers, it is N independent copies of the measured process: the ceiling of
+        linear scaling that the other strategies are compared with.
+        """
+        return m.compute
+
+    @classmethod
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        batch = cfg.peers * cfg.batch_size
+        return LaunchSpec(roles=[WORKER], threads=cfg.peers * cfg.peer_cpus, batch_size=batch, effective_batch=batch)
 
     def step(self, samples: int) -> StepReport:
         return StepReport(opt_s=self.timed_optimizer_step())

@@ -6,8 +6,8 @@ receives the sum of the k workers before it, adds its own tensor, forwards the n
 sum and continues with the average of the k+1 workers up to and including itself.
 There is no broadcast pass, so only the ring's last worker holds the full average;
 with rotation every worker is last once every N rounds. The vector travels in
-stepwise.chunks pieces, so a round takes about S/B·(1 + (N-1)/chunks) instead of
-(N-1)·S/B.
+stepwise.chunks pieces, so a round takes about S/B·(1 + (N-2)/chunks) instead of
+(N-1)·S/B (see link_bound).
 
 stepwise.second_pass=true adds the classic broadcast pass: the last worker sends the
 full sum to the first, which forwards it along the chain; every worker ends with the
@@ -31,9 +31,11 @@ from dataclasses import dataclass
 import torch
 
 from job.errors import ConfigError
-from strategies.allreduce import broadcast_initial_state
-from strategies.base import StepReport
-from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
+from metrics.bounds import Round
+from metrics.project import Cost
+from strategies.base import LaunchSpec, StepReport
+from strategies.transport import (Transport, TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
+                                  unflatten_into)
 
 AVERAGES = ("params", "grads")
 TAG_REDUCE, TAG_BROADCAST = 21, 22
@@ -101,7 +103,42 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 
 
 class Stepwise(TransportStrategy):
-    name = "stepwise"
+    @classmethod
+    def link_bound(cls, r):
+        """One pass: S/B·(1 + (N-2)/c); with second_pass: max(2S/B, S/B·(1 + (2N-3)/c)).
+
+        S = the averaged vector's bytes, c = stepwise.chunks, B = the link rate. A pass is a
+        chain of N-1 hops; a chunk (S/c bytes) takes at least S/(cB) per hop. The first
+        worker sends its c chunks one after another (S/B), and the last of them still has
+        N-2 hops to go: S/B + (N-2)·S/(cB). The broadcast pass continues the chain for N-1
+        more hops (2N-3 after the first worker's), and a middle worker's uplink then carries
+        2S. P (the largest payload of one worker in the round) is S, or 2S with second_pass.
+        """
+        chunks = int(r.knobs.get("chunks", 1))
+        if r.knobs.get("second_pass"):
+            size = r.payload / 2
+            return max(2 * size / r.rate, size / r.rate * (1 + (2 * r.workers - 3) / chunks))
+        return r.payload / r.rate * (1 + (r.workers - 2) / chunks)
+
+    @classmethod
+    def step_time(cls, m: Cost) -> float:
+        """compute + (c + N - 2)·(α + S/(c·β)) / every; with second_pass max(2c, c + 2N - 3) chunk hops instead.
+
+        c = stepwise.chunks, every = stepwise.every. A pass is a chain of N-1 hops; a chunk (one
+        message of S/c bytes) takes α + S/(c·β) per hop. The first worker sends its c chunks one
+        after another and the last of them still has N-2 hops to go: c + N - 2 chunk hops. The
+        broadcast pass continues the chain for N-1 more hops (c + 2N - 3), and a middle worker's
+        uplink then carries 2c chunks. A round happens every `every` steps, after backward (no
+        overlap).
+        """
+        chunks = int(m.knobs.get("chunks", 1))
+        hops = max(2 * chunks, chunks + 2 * m.workers - 3) if m.knobs.get("second_pass") else chunks + m.workers - 2
+        return m.compute + hops * (m.latency + m.size / (chunks * m.rate)) / int(m.knobs.get("every", 1))
+
+    @classmethod
+    def averaged_bytes(cls, r: Round) -> float:
+        """S = P, or P/2 with second_pass: a middle worker sends (and receives) S per pass."""
+        return r.payload / 2 if r.knobs.get("second_pass") else r.payload
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -113,27 +150,34 @@ class Stepwise(TransportStrategy):
             if int(knobs[knob]) < 1:
                 raise ConfigError(f"stepwise.{knob} must be >= 1, got {knobs[knob]}")
 
+    @classmethod
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        spec = super().launch_spec(cfg)
+        if cfg.stepwise.average == "params":  # every worker updates on its own batch
+            spec.effective_batch = cfg.batch_size
+        return spec
+
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
         self.connect()
         broadcast_initial_state(self.transport, model)
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.steps = self.rounds = self.full_rounds = 0
-        self.round_s = 0.0
+        return model
+
+    steps = rounds = full_rounds = 0
+    round_s = 0.0
 
     def step(self, samples: int) -> StepReport:
         knobs = self.cfg.stepwise
         self.steps += 1
-        for p in self.params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+        self.fill_missing_grads()
+        params = self.trainable()
         averaging = self.steps % int(knobs.every) == 0
         report = StepReport(extra={"averaged_over": 0, "ring_position": None})
         if averaging and knobs.average == "grads":
-            self._average([p.grad for p in self.params], report)
+            self._average([p.grad for p in params], report)
         report.opt_s = self.timed_optimizer_step()
         if averaging and knobs.average == "params":
-            self._average([p.data for p in self.params], report)
+            self._average([p.data for p in params], report)
         return report
 
     def _average(self, tensors: list[torch.Tensor], report: StepReport) -> None:
@@ -142,15 +186,13 @@ class Stepwise(TransportStrategy):
         ring = ring_order(self.ctx.world_size, self.rounds, bool(knobs.rotate))
         result = ring_round(self.transport, flatten(tensors), ring, int(knobs.chunks), bool(knobs.second_pass))
         unflatten_into(result.mean, tensors)
-        report.comm_s = time.perf_counter() - start
-        report.bytes_sent, report.bytes_recv = result.bytes_sent, result.bytes_recv
-        report.extra = {"averaged_over": result.count, "ring_position": result.position}
+        round_s = time.perf_counter() - start
+        report.bytes_sent, report.bytes_recv, report.round = result.bytes_sent, result.bytes_recv, self.rounds
+        report.extra = {"averaged_over": result.count, "ring_position": result.position, "round_s": round_s}
         self.rounds += 1
         self.full_rounds += result.count == self.ctx.world_size
-        self.round_s += report.comm_s
+        self.round_s += round_s
 
     def summary(self) -> dict:
-        if not hasattr(self, "rounds"):
-            return {}
         return {"rounds": self.rounds, "rounds_with_full_average": self.full_rounds,
                 "mean_round_s": self.round_s / self.rounds if self.rounds else None}

@@ -6,6 +6,7 @@ Point-to-point calls take a tag; isend/irecv return a Pending whose wait() has t
 same deadline, so a strategy can pipeline chunks. recv_any takes a message from
 whichever peer sends first (parameter servers).
 """
+import os
 import shutil
 import time
 from abc import ABC, abstractmethod
@@ -14,7 +15,8 @@ from datetime import timedelta
 import torch
 
 from job.errors import BackendUnavailable, ConfigError
-from strategies.base import Strategy
+from metrics.bounds import Round
+from strategies.base import LaunchSpec, Strategy
 
 TRANSPORTS = ("gloo", "mpi")
 
@@ -132,10 +134,21 @@ class GlooTransport(Transport):
             self.dist.destroy_process_group()
 
 
+# Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial tree for MPI_IN_PLACE:
+# reduce to rank 0, then broadcast, so rank 0 sends and receives log2(N) x S per call and a
+# leaf S. Algorithm 1 is its ring (reduce-scatter, then all-gather): 2(N-1)/N x S on every rank.
+RING_IALLREDUCE = ("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1")
+
+
 class MpiTransport(Transport):
-    """mpi4py on MPI_COMM_WORLD; nonblocking calls polled against a deadline."""
+    """mpi4py on MPI_COMM_WORLD; nonblocking calls polled against a deadline.
+
+    allreduce_sum runs Open MPI's ring (RING_IALLREDUCE, unless the environment already
+    names an algorithm): MPI reads it when it initialises, i.e. on the first import of mpi4py.MPI.
+    """
 
     def __init__(self, ctx, timeout_s: float):
+        os.environ.setdefault(*RING_IALLREDUCE)
         from mpi4py import MPI
 
         self.MPI, self.comm, self.timeout_s = MPI, MPI.COMM_WORLD, timeout_s
@@ -202,19 +215,52 @@ def payload_bytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+def ring_allreduce_bytes(size: int, peers: int) -> int:
+    """Bytes one worker sends (and receives) in a ring all-reduce of `size` bytes: 2(N-1)/N x size."""
+    return round(2 * (peers - 1) / peers * size)
+
+
+class RingAllReduceRounds:
+    """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring)."""
+
+    @classmethod
+    def link_bound(cls, r: Round) -> float:
+        """P/B, P = 2(N-1)/N x S: a ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N
+        bytes, each worker sending and receiving one piece per step, so its link carries P each way."""
+        return r.payload / r.rate
+
+    @classmethod
+    def averaged_bytes(cls, r: Round) -> float:
+        """S = P·N/(2(N-1)): a ring all-reduce moves 2(N-1)/N·S per worker and direction."""
+        return r.payload * r.workers / (2 * (r.workers - 1))
+
+
+def broadcast_initial_state(transport: Transport, model: torch.nn.Module, src: int = 0) -> None:
+    """Every peer starts from rank src's parameters and buffers."""
+    state = [t.data for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
+    flat = flatten(state)
+    transport.broadcast(flat, src)
+    unflatten_into(flat, state)
+
+
 class TransportStrategy(Strategy):
     """A strategy that talks over the top-level `transport`: gloo (local launcher) or MPI (mpirun)."""
 
-    uses_transport = True
     transport: Transport | None = None
+
+    @classmethod
+    def knobs(cls, cfg) -> dict:
+        return {"transport": cfg.transport, **super().knobs(cfg)}
 
     @classmethod
     def validate(cls, cfg) -> None:
         check_transport(cfg)
 
     @classmethod
-    def launcher(cls, cfg) -> str:
-        return "mpi" if cfg.transport == "mpi" else "local"
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        spec = super().launch_spec(cfg)
+        spec.launcher = "mpirun" if cfg.transport == "mpi" else "local"
+        return spec
 
     def connect(self) -> Transport:
         self.transport = connect(self.cfg, self.ctx)

@@ -1,59 +1,82 @@
+"""Test set-up: the import path, the run_dir fixture, and the unit tier's no-process rule.
+
+Shared helpers live in tests/helpers.py. Two tiers:
+    pytest -m "not integration"     unit tier: no test may start a process (enforced below)
+    pytest -m integration           real runs, collectives, mpirun, horovodrun, namespaces
+"""
+import _posixsubprocess
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from job.process import processes_of_run  # noqa: E402
-from metrics.jsonl import read_jsonl  # noqa: E402
+import helpers  # noqa: E402  (needs the sys.path entry above)
 
-# Small and quick: the tiny CNN on digits, frequent samples.
-QUICK = ["model=tiny", "eval_every=10", "sampler.interval=0.2", "progress=false"]
+# matplotlib builds its font cache on first use by running fc-list: do it here, before the
+# unit tier's no-process guard, so a fresh machine's first plot in a unit test is not refused.
+import matplotlib.font_manager  # noqa: E402,F401
 
-
-def train_command(run_dir: Path, *overrides: str) -> list[str]:
-    return [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *QUICK, *overrides]
-
-
-def run_train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(train_command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def start_train(run_dir: Path, *overrides: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen(train_command(run_dir, *overrides), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, **popen)
-
-
-def wait_for_steps(run_dir: Path, rank: int, count: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while len(read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")) < count:
-        assert time.monotonic() < deadline, f"peer{rank} did not reach {count} steps"
-        time.sleep(0.2)
-
-
-def leftover_processes(run_dir: Path) -> list:
-    """Processes still carrying the run's id (workers, daemons, MPI helpers)."""
-    run_id = (run_dir / ".avgbench" / "run_id").read_text()
-    return processes_of_run(run_id)
-
-
-def assert_no_leftovers(run_dir: Path, settle_s: float = 5.0) -> None:
-    deadline = time.monotonic() + settle_s
-    while (left := leftover_processes(run_dir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
+INTEGRATION = "integration"
 
 
 @pytest.fixture
 def run_dir(tmp_path):
     yield tmp_path / "run"
     if (tmp_path / "run" / ".avgbench" / "run_id").exists():  # never leak processes into the next test
-        for proc in leftover_processes(tmp_path / "run"):
+        for proc in helpers.leftover_processes(tmp_path / "run"):
             os.kill(proc.pid, signal.SIGKILL)
+
+
+# --- the unit tier starts no process --------------------------------------------------
+class ProcessInUnitTest(RuntimeError):
+    """A test without @pytest.mark.integration tried to start a process."""
+
+
+# Every way a Python process starts another: subprocess (its own alias of fork_exec, or
+# os.posix_spawn), multiprocessing's spawn (_posixsubprocess.fork_exec), fork and os.system.
+_LAUNCHERS = [(subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "forkpty"),
+              (os, "posix_spawn"), (os, "posix_spawnp"), (os, "system")]
+
+
+@contextlib.contextmanager
+def _no_processes(item):
+    if item.get_closest_marker(INTEGRATION):
+        yield
+        return
+    saved = [(module, name, getattr(module, name)) for module, name in _LAUNCHERS if hasattr(module, name)]
+
+    def refuse(*args, **kwargs):
+        raise ProcessInUnitTest(f"{item.nodeid} starts a process ({args[0] if args else ''!r}): "
+                                f"mark it @pytest.mark.{INTEGRATION}")
+
+    for module, name, _ in saved:
+        setattr(module, name, refuse)
+    try:
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _no_processes(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _no_processes(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    with _no_processes(item):
+        return (yield)

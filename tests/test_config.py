@@ -1,24 +1,28 @@
-"""Config composition and validation: bad input is one clear line and exit code 2, before any process starts."""
-import subprocess
-import sys
+"""Config composition and validation: bad input is one clear line and exit code 2, before any process starts.
 
+Unit tier: launchers.config.check_overrides / validate on configs composed in this process.
+Integration tier: the same through train.py's command line (exit code 2, one line on stderr).
+"""
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
-from conftest import ROOT
-from job.config import CONF_DIR, group_options, validate
+from helpers import cli, compose_config
+from job.errors import ConfigError
+from launchers.config import check_overrides, group_options, validate
 
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def compose_config(*overrides: str, return_hydra_config: bool = False):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+pytestmark = pytest.mark.timeout(60)
 
 
+def rejected(*overrides: str) -> str:
+    """The ConfigError message for these overrides, from check_overrides or validate."""
+    with pytest.raises(ConfigError) as caught:
+        check_overrides(list(overrides))
+        validate(compose_config(*overrides))
+    return str(caught.value)
+
+
+# --- unit tier ------------------------------------------------------------------------------
 def test_defaults_compose_and_validate():
     cfg = compose_config()
     assert (cfg.strategy.name, cfg.model.name, cfg.data.name, cfg.peers) == ("single", "resnet18", "digits", 1)
@@ -32,6 +36,69 @@ def test_every_group_option_composes(group):
         assert cfg[group] is not None
 
 
+@pytest.mark.parametrize("strategy", ["single", "allreduce", "ps", "stepwise", "ring", "hivemind"])
+def test_every_strategy_validates_with_two_peers(strategy):
+    validate(compose_config(f"strategy={strategy}", "peers=2"))  # single peers=2: the equal-resource baseline
+
+
+BAD_INPUT = [
+    ("strategy=nonsense", "unknown strategy 'nonsense'"),
+    ("strategy=allreduce,nonsense", "unknown strategy 'nonsense'"),
+    ("model=vgg99", "unknown model 'vgg99'"),
+    ("data=mnist", "unknown data 'mnist'"),
+    ("peers=0", "peers must be >= 1, got 0"),
+    ("peers=-1", "peers must be >= 1, got -1"),
+    ("peer_cpus=0", "peer_cpus must be >= 1"),
+    ("batch_size=0", "batch_size must be >= 1"),
+    ("lr=0", "lr must be > 0"),
+    ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_INPUT)
+def test_bad_input_is_a_config_error(override, message):
+    assert message in rejected(override)
+
+
+def test_hivemind_target_batch_below_the_batch_size():
+    message = rejected("strategy=hivemind", "peers=2", "batch_size=64", "hivemind.target_batch_size=32")
+    assert message == "hivemind.target_batch_size=32 is smaller than batch_size=64"
+
+
+@pytest.mark.parametrize("data, message", [
+    ("cifar10", "holds no cifar-10-batches-py"),
+    ("imagefolder", "has no 'train/' folder"),
+])
+def test_missing_dataset_root(tmp_path, data, message):
+    text = rejected(f"data={data}", f"data.root={tmp_path / 'absent'}")
+    assert message in text and str(tmp_path / "absent") in text
+
+
+def test_unknown_key_and_knobs_of_another_strategy_do_not_compose():
+    with pytest.raises((HydraException, OmegaConfBaseException), match="no_such_knob"):
+        compose_config("no_such_knob=3")
+    with pytest.raises((HydraException, OmegaConfBaseException), match="ring"):
+        compose_config("ring.controller=mpi")  # strategy=single has no ring block
+
+
+@pytest.mark.parametrize("override, message", [
+    ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
+    ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
+    ("network.latency_ms=-1", "network.latency_ms must be >= 0"),
+    ("launch.nnodes=2", "network=emulated puts every peer on this machine"),
+])
+def test_bad_network_knobs(override, message):
+    """Checked before the emulated network is probed (which would start a process)."""
+    emulated = ["strategy=allreduce", "network=emulated", "peers=2", "launch.master_port=29511"]
+    assert message in rejected(*emulated, override)
+
+
+def test_fault_rank_must_be_a_rank_the_strategy_starts():
+    assert "fault.kill_peer=1 is not a worker rank" in rejected("strategy=single", "peers=2", "fault.kill_peer=1")
+
+
+# --- integration tier: the same through train.py ------------------------------------------------
+@pytest.mark.integration
 def test_cfg_job_and_help():
     shown = cli("--cfg", "job", "peers=3")
     assert shown.returncode == 0, shown.stderr
@@ -40,31 +107,30 @@ def test_cfg_job_and_help():
     assert helped.returncode == 0 and "strategy" in helped.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("override, message", [
     ("strategy=nonsense", "unknown strategy 'nonsense'"),
-    ("model=vgg99", "unknown model 'vgg99'"),
-    ("data=mnist", "unknown data 'mnist'"),
     ("peers=0", "peers must be >= 1"),
-    ("peer_cpus=0", "peer_cpus must be >= 1"),
-    ("batch_size=0", "batch_size must be >= 1"),
-    ("peers=2", "strategy=single runs one peer"),
     ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
+    ("hivemind.target_batch_size=16", "hivemind.target_batch_size=16 is smaller than batch_size=32"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, override, message):
-    result = cli(f"hydra.run.dir={tmp_path / 'run'}", override)
+    extra = ["strategy=hivemind", "peers=2"] if override.startswith("hivemind.") else []
+    result = cli(f"hydra.run.dir={tmp_path / 'run'}", *extra, override)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert lines == [lines[0]] and lines[0].startswith("avgbench: error:") and message in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("avgbench: error:") and message in lines[0], lines
     assert not (tmp_path / "run" / "peer0").exists()  # nothing was launched
 
 
-@pytest.mark.parametrize("data", ["cifar10", "imagefolder"])
-def test_missing_dataset_root(tmp_path, data):
-    result = cli(f"hydra.run.dir={tmp_path / 'run'}", f"data={data}", f"data.root={tmp_path / 'absent'}")
+@pytest.mark.integration
+def test_missing_dataset_root_exits_2(tmp_path):
+    result = cli(f"hydra.run.dir={tmp_path / 'run'}", "data=cifar10", f"data.root={tmp_path / 'absent'}")
     assert result.returncode == 2
     assert "avgbench: error:" in result.stderr and "absent" in result.stderr
 
 
+@pytest.mark.integration
 def test_run_dir_of_an_earlier_run_is_refused(tmp_path):
     earlier = tmp_path / "run" / ".avgbench" / "run_id"
     earlier.parent.mkdir(parents=True)
@@ -74,6 +140,7 @@ def test_run_dir_of_an_earlier_run_is_refused(tmp_path):
     assert not (tmp_path / "run" / "peer0").exists()
 
 
+@pytest.mark.integration
 def test_unknown_key_is_rejected_with_exit_2():
     result = cli("no_such_knob=3")
     assert result.returncode == 2 and "no_such_knob" in result.stderr

@@ -2,12 +2,15 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ROOT
+from helpers import ROOT, TINY_DIGITS_PARAMS
 from job.data import ShardSampler, digits, synthetic
-from job.model import resnet18, tiny
+from job.model import parameter_digest, resnet18, tiny
+
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_shards_are_disjoint_and_cover_the_set():
@@ -54,6 +57,23 @@ def test_resnet18_small_image_form():
     assert tiny(10, 3)(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
+def test_tiny_model_has_the_hand_counted_parameters():
+    """The integration tests' byte expectations use this hand count (tests/helpers.py)."""
+    assert sum(p.numel() for p in tiny(10, 1).parameters() if p.requires_grad) == TINY_DIGITS_PARAMS == 9978
+
+
+def test_parameter_digest_sees_one_changed_value():
+    torch.manual_seed(0)
+    a = tiny(10, 1)
+    torch.manual_seed(0)
+    b = tiny(10, 1)
+    assert parameter_digest(a) == parameter_digest(b)
+    with torch.no_grad():
+        b[-1].bias[3] += 1e-6
+    assert parameter_digest(a) != parameter_digest(b)
+
+
+@pytest.mark.integration
 def test_torchvision_guard_warns_once_and_models_work():
     code = (
         "import warnings\n"

@@ -8,9 +8,10 @@ import time
 import psutil
 import pytest
 
-from conftest import assert_no_leftovers, run_train, start_train, wait_for_steps
-from test_hivemind import HIVE, results
+from helpers import HIVE, assert_no_leftovers, results, run_train, start_train, summary_of, wait_for_steps
 from metrics.jsonl import read_jsonl
+
+pytestmark = pytest.mark.integration
 
 COLLECTIVE_S = 30
 STALL_S = 4
@@ -22,10 +23,6 @@ STRATEGIES = {
     "stepwise": ["strategy=stepwise"],
     "ring": ["strategy=ring", "ring.controller=gloo"],
 }
-
-
-def summary_of(run_dir) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 @pytest.mark.timeout(150)
@@ -84,9 +81,9 @@ def test_straggler_past_the_deadline_fails_the_run(run_dir):
     result = run_train(run_dir, "strategy=allreduce", "peers=3", "max_steps=500", "eval_every=0",
                        "fault.stall_peer=1", "fault.at_step=3", "fault.stall_s=600", "timeouts.collective_s=5")
     assert result.returncode == 1
-    # a waiting peer hits the deadline; which peer's error is reported first depends on timing
-    errors = "".join(p.read_text() for p in run_dir.glob("peer*/error.txt"))
-    assert re.search(r"gloo all_reduce on rank [02] timed out after 5 s \(timeouts.collective_s\)", errors)
     fault = summary_of(run_dir)["fault"]
     assert fault["survived"] is False and 5 <= fault["run_ended_after_s"] < 30, fault
     assert_no_leftovers(run_dir)
+    # a waiting peer hits the deadline; which peer's error is reported first depends on timing
+    errors = "".join(p.read_text() for p in run_dir.glob("peer*/error.txt"))
+    assert re.search(r"all.?reduce on rank [02] timed out after 5 s \(timeouts.collective_s\)", errors), errors

@@ -1,13 +1,16 @@
-"""Experiment presets compose, scale with one knob, and a scaled-down sweep of each ends in a report."""
+"""Experiment presets compose and scale with one knob (unit tier); a scaled-down sweep of each ends in a
+report, and the Slurm launcher preset composes through train.py (integration tier)."""
 import csv
+import os
 import subprocess
 import sys
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import ROOT
-from test_config import compose_config
+from helpers import ROOT, compose_config
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def test_baseline_grid_scales_steps_with_batch():
@@ -29,12 +32,17 @@ def test_hivemind_preset_keeps_total_cpus_and_floors_target():
     assert sweep["peers"] == "2,4,8,16" and sweep["target_batch_base"] == "10000,5000,2500,1250,625"
 
 
-@pytest.mark.parametrize("preset, narrowing, jobs", [
-    ("thesis_baseline", ["scale=0.001", "batch_size=32,64", "lr=0.01", "seed=1"], 2),
-    ("thesis_hivemind", ["scale=0.0005", "peers=2", "target_batch_base=625", "hivemind.use_local_updates=false"], 1),
+@pytest.mark.integration
+@pytest.mark.parametrize("preset, narrowing, runs", [
+    # two single-process runs: they are baselines themselves, the sweep adds none
+    ("thesis_baseline", ["scale=0.001", "batch_size=32,64", "lr=0.01", "seed=1"],
+     [("single", "1", "1"), ("single", "1", "1")]),
+    # one hivemind run of 2 peers x 8 CPUs; the sweep adds its equal-resource baseline and one peer of 8 CPUs
+    ("thesis_hivemind", ["scale=0.0005", "peers=2", "target_batch_base=625", "hivemind.use_local_updates=false"],
+     [("hivemind", "2", "8"), ("single", "2", "8"), ("single", "1", "8")]),
 ])
 @pytest.mark.timeout(400)
-def test_scaled_down_preset_runs_and_reports(tmp_path, preset, narrowing, jobs):
+def test_scaled_down_preset_runs_and_reports(tmp_path, preset, narrowing, runs):
     sweep = tmp_path / "sweep"
     result = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "-m", f"experiment={preset}", *narrowing, "model=tiny",
@@ -42,5 +50,23 @@ def test_scaled_down_preset_runs_and_reports(tmp_path, preset, narrowing, jobs):
         cwd=ROOT, capture_output=True, text=True, timeout=380, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = list(csv.DictReader((sweep / "runs.csv").open()))
-    assert len(rows) == jobs and all(r["status"] == "completed" for r in rows)
+    assert all(r["status"] == "completed" for r in rows), rows
+    assert sorted((r["config.strategy.name"], r["config.peers"], r["config.peer_cpus"]) for r in rows) == sorted(runs)
     assert (sweep / "report.html").stat().st_size > 10_000
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+def test_slurm_launcher_config_composes():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+
+    def show(*args: str, **env: str) -> str:
+        done = subprocess.run([sys.executable, str(ROOT / "train.py"), "experiment=slurm", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, env=os.environ | env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "SlurmLauncher" in show("--cfg", "hydra", "-p", "hydra.launcher")
+    launch = show("--cfg", "job", "--resolve", "-p", "launch",
+                  SLURM_NNODES="2", SLURM_NODEID="1", SLURM_LAUNCH_NODE_IPADDR="10.213.7.1")
+    assert "nnodes: 2" in launch and "node_rank: 1" in launch and "master_addr: 10.213.7.1" in launch

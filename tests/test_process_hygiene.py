@@ -1,12 +1,13 @@
 """A crashed or killed peer ends the run with its rank; Ctrl-C stops it; nothing is left running."""
-import json
 import os
 import signal
 
 import pytest
 
-from conftest import assert_no_leftovers, run_train, start_train, wait_for_steps
+from helpers import assert_no_leftovers, run_train, start_train, summary_of, wait_for_steps
 from metrics.jsonl import read_jsonl
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 THREE = ["strategy=allreduce", "peers=3", "max_steps=500", "fault.at_step=6"]
 
@@ -18,7 +19,7 @@ def test_raising_peer_ends_run_with_rank_and_traceback(run_dir):
     assert_no_leftovers(run_dir)
     for rank in range(3):  # metrics so far are kept
         assert len(read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")) >= 5
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = summary_of(run_dir)
     assert summary["status"] == "failed" and summary["failed_rank"] == 1
     assert summary["fault"]["kinds"] == ["raise_peer"] and not summary["fault"]["survived"]
     assert 0 < summary["fault"]["run_ended_after_s"] < 60
@@ -39,7 +40,7 @@ def test_interrupt_stops_everything(run_dir, sig):
     assert f"interrupted by {sig.name}" in stderr
     assert_no_leftovers(run_dir)
     assert read_jsonl(run_dir / "peer0" / "steps.jsonl")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = summary_of(run_dir)
     assert summary["status"] == "interrupted" and summary["exit_code"] == 128 + sig
 
 

@@ -1,22 +1,28 @@
 """The comparison report: written by a real multirun, rebuilt by the CLI, rendered by headless Chromium."""
 import base64
+import copy
 import csv
+import html
 import io
+import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
-from conftest import QUICK, ROOT, run_train
+from helpers import QUICK, ROOT, run_train
 from metrics import report
-from metrics.report_data import group_runs, load_run
+from metrics.jsonl import read_jsonl
+from metrics.report_data import Run, flatten, group_runs, load_run
 
 REPORT_FILES = ("report.html", "report.md", "runs.csv")
-pytestmark = pytest.mark.timeout(600)  # the first test also pays for the module's runs (4 + 2 short runs)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]  # the first test also pays for the module's runs (4 + 2 + 2 short runs)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +48,43 @@ def other_runs(tmp_path_factory):
     return base / "crashed", base / "synthetic"
 
 
+@pytest.fixture(scope="module")
+def scaling(tmp_path_factory):
+    """stepwise on 2 peers of 1 CPU, and its equal-resource baseline: single on 2 CPUs (as long as the multirun)."""
+    base = tmp_path_factory.mktemp("scaling")
+    for name, overrides in (("stepwise", ["strategy=stepwise", "peers=2"]), ("single", ["peer_cpus=2"])):
+        result = run_train(base / name, "max_steps=6", *overrides)
+        assert result.returncode == 0, result.stderr
+    return base / "stepwise", base / "single"
+
+
+@pytest.fixture(scope="module")
+def full_report(multirun, scaling, tmp_path_factory):
+    """The report over the multirun and the scaling runs: 1 and 2 peers, both baselines of every configuration."""
+    out = tmp_path_factory.mktemp("full_report")
+    result = run_cli(multirun[0], *scaling, "-o", out)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def runs_under(*dirs) -> list[Run]:
+    return [load_run(p.parent) for d in dirs for p in sorted(d.rglob("summary.json"))]
+
+
+def summary_of(run_dir) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def verdict_of(markdown: str) -> str:
+    assert markdown.index("## Verdict") < markdown.index("\n## data="), "the verdict comes first"
+    return markdown.split("## Verdict")[1].split("\n## ")[0]
+
+
+def verdict_entries(verdict: str) -> dict[str, str]:
+    """Configuration label -> its sentence, in rank order."""
+    return dict(re.findall(r"^\d+\. \*\*(.+?)\*\*: (.*)$", verdict, re.M))
+
+
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -54,7 +97,8 @@ def run_cli(*args):
 
 def chromium(*args, tmp_path):
     binary = shutil.which("chromium")
-    assert binary, "chromium is missing: scripts/setup.sh installs it (Debian package chromium)"
+    if not binary:
+        pytest.skip("no chromium binary on PATH: scripts/setup.sh installs it (Debian package chromium)")
     return subprocess.run([binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                            "--disable-background-networking", "--disable-component-update", "--disable-sync",
                            f"--user-data-dir={tmp_path / 'chromium-profile'}", *args],
@@ -73,6 +117,8 @@ def test_multirun_writes_the_report(multirun):
         assert row["status"] == "completed" and float(row["throughput_samples_per_s"]) > 0
         assert float(row["speedup_vs_single"]) > 0  # the single run with 1 CPU is the baseline of both
         assert row["config.transport"] == "gloo"
+        finals = [read_jsonl(p)[-1]["test_accuracy"] for p in Path(row["run_dir"]).glob("peer*/eval.jsonl")]
+        assert float(row["worst_worker_accuracy"]) == min(finals)
 
     markdown = (sweep / "report.md").read_text()
     for title in ("Configurations", "Time, throughput and convergence", "Communication payload",
@@ -81,32 +127,185 @@ def test_multirun_writes_the_report(multirun):
     # Repeats are one row each with mean ± sd; the allreduce row names its knob.
     config_rows = [line for line in markdown.splitlines() if re.match(r"\| [12] \| ", line)]
     assert any("| single | – |" in line and "| 1, 2 |" in line for line in config_rows)
-    assert any("| allreduce | transport=gloo |" in line for line in config_rows)
+    assert any("| allreduce | transport=gloo, ddp=True, bucket_cap_mb=25 |" in line for line in config_rows)
     assert "±" in markdown and "host-wide" in markdown
+    assert list(verdict_entries(verdict_of(markdown))) in (["single", "allreduce"], ["allreduce", "single"])
 
 
-def test_report_renders_in_headless_chromium(multirun, tmp_path):
-    sweep, _ = multirun
-    page = (sweep / "report.html").read_text()
+LAYOUT_CHECK = """<script>window.addEventListener('load', () => {
+  const images = [...document.images], verdict = document.getElementById('verdict');
+  const found = {innerWidth: window.innerWidth, scrollWidth: document.documentElement.scrollWidth,
+    images: images.length, loaded: images.filter(i => i.complete && i.naturalWidth > 0).length,
+    verdictTop: verdict ? verdict.getBoundingClientRect().top : null,
+    overflowingTables: [...document.querySelectorAll('div.table')].filter(d => d.scrollWidth > d.clientWidth)
+      .map(d => d.querySelector('tr').textContent.slice(0, 80))};
+  const out = document.createElement('pre');
+  out.id = 'layout-check';
+  out.textContent = JSON.stringify(found);
+  document.body.appendChild(out);
+});</script>"""
+
+
+def test_report_fits_a_1280_px_window_in_headless_chromium(full_report, tmp_path):
+    page = (full_report / "report.html").read_text()
     images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
-    assert len(images) >= 5
+    assert len(images) >= 6
     for data in images:  # every embedded plot is a real, non-trivial image
         image = Image.open(io.BytesIO(base64.b64decode(data)))
         assert image.width > 300 and len(image.convert("RGB").getcolors(1 << 20)) > 20
 
-    dom = chromium("--dump-dom", (sweep / "report.html").as_uri(), tmp_path=tmp_path)
+    checked = tmp_path / "report.html"
+    checked.write_text(page.replace("</body>", LAYOUT_CHECK + "</body>"))
+    dom = chromium("--window-size=1280,900", "--virtual-time-budget=10000", "--dump-dom", checked.as_uri(),
+                   tmp_path=tmp_path)
     assert dom.returncode == 0, dom.stderr
-    assert dom.stdout.count("<img") == len(images) and dom.stdout.count("<table") >= 6
-    assert "Convergence" in dom.stdout and "allreduce(transport=gloo)" in dom.stdout
+    found = json.loads(html.unescape(re.search(r'<pre id="layout-check">(.*?)</pre>', dom.stdout, re.S)[1]))
+    assert found["innerWidth"] == 1280
+    assert found["scrollWidth"] <= 1280, "the page scrolls sideways"
+    assert found["overflowingTables"] == [], "tables wider than the page"
+    assert found["images"] == len(images) and found["loaded"] == found["images"]
+    assert found["verdictTop"] is not None and found["verdictTop"] < 800, "the verdict is not in the first screen"
 
     shot = tmp_path / "report.png"
-    rendered = chromium("--window-size=1280,2400", f"--screenshot={shot}", (sweep / "report.html").as_uri(),
+    rendered = chromium("--window-size=1280,2400", f"--screenshot={shot}", (full_report / "report.html").as_uri(),
                         tmp_path=tmp_path)
     assert rendered.returncode == 0 and shot.exists(), rendered.stderr
     pixels = Image.open(shot).convert("L").getdata()
     non_white = sum(1 for p in pixels if p < 240) / len(pixels)
     assert non_white > 0.03  # text, tables and plots, not a blank page
     assert len(Image.open(shot).convert("RGB").getcolors(1 << 20)) > 100  # coloured plot lines, not just text
+
+
+def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling, full_report):
+    stepwise, single_2cpu = scaling
+    single_1cpu = [d for d in sorted(multirun[0].iterdir()) if d.name.endswith("strategy=single")]
+    allreduce = [d for d in sorted(multirun[0].iterdir()) if d.name.endswith("strategy=allreduce")]
+    throughput = {label: statistics.fmean(summary_of(d)["throughput_samples_per_s"] for d in dirs)
+                  for label, dirs in (("single 1×1cpu", single_1cpu), ("allreduce 1×1cpu", allreduce),
+                                      ("stepwise 2×1cpu", [stepwise]), ("single 1×2cpu", [single_2cpu]))}
+    markdown = (full_report / "report.md").read_text()
+    entries = verdict_entries(verdict_of(markdown))
+    # No configuration reaches 90 % in 6 steps: ranked by throughput.
+    assert list(entries) == sorted(throughput, key=throughput.get, reverse=True)
+    assert all("⚠ target (test_accuracy ≥ 0.9) not reached" in sentence for sentence in entries.values())
+
+    sentence = entries["stepwise 2×1cpu"]
+    speedup = throughput["stepwise 2×1cpu"] / throughput["single 1×2cpu"]
+    assert f"{speedup:.2f}× single 1×2cpu (the equal-resource baseline, 2 CPUs)" in sentence
+    efficiency = throughput["stepwise 2×1cpu"] / (2 * throughput["single 1×1cpu"])
+    assert f"scaling efficiency {efficiency:.2f} (vs 2 × single 1×1cpu)" in sentence
+    worst = min(read_jsonl(p)[-1]["test_accuracy"] for p in stepwise.glob("peer*/eval.jsonl"))
+    assert f"worst worker {worst:.3f}" in sentence
+    summary = summary_of(stepwise)
+    value, unit = re.search(r"([\d.]+) (bytes|KiB)/sample sent", sentence).groups()
+    assert float(value) * (1024 if unit == "KiB" else 1) == pytest.approx(summary["bytes_sent_per_sample"], rel=0.01)
+    share = summary["time_breakdown_share"]
+    shares = {"data": share["data_s"], "compute": share["compute_s"] + share["opt_s"], "communication": share["comm_s"]}
+    bound = max(shares, key=shares.get)
+    assert f"{bound}-bound ({100 * shares[bound]:.0f}% of the step)" in sentence
+    assert "unequal length" not in sentence  # the longest configuration: 2 workers x 6 steps
+
+    assert "1.00× single 1×1cpu" not in entries["single 1×1cpu"]
+    assert "is the equal-resource baseline (1 CPU)" in entries["single 1×1cpu"]
+    assert f"{throughput['allreduce 1×1cpu'] / throughput['single 1×1cpu']:.2f}× single 1×1cpu" in \
+        entries["allreduce 1×1cpu"]
+    for label in ("single 1×1cpu", "allreduce 1×1cpu", "single 1×2cpu"):
+        assert "unequal length: 192 samples trained, 384 in the longest configuration" in entries[label]
+    assert "Baselines missing" not in markdown
+    page = (full_report / "report.html").read_text()
+    assert page.index("<section id='verdict'>") < page.index("<h2>data=")
+    assert "Throughput vs peers" in page and "Bytes per sample" in page
+
+
+def test_missing_baseline_is_named_with_the_command_that_makes_it(multirun, scaling, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from metrics.report_data import missing_baselines
+
+    stepwise, _ = scaling
+    assert missing_baselines(runs_under(multirun[0], *scaling)) == []
+    missing = missing_baselines(runs_under(multirun[0], stepwise))
+    assert missing == [{"strategy": "single", "peers": 2, "peer_cpus": 1, "model": "tiny", "max_steps": 6,
+                        "eval_every": 10, "sampler.interval": 0.2}]
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):  # the overrides rebuild stepwise's job
+        composed = flatten(OmegaConf.to_container(compose("config", [f"{k}={v}" for k, v in missing[0].items()])))
+    job = {k: v for k, v in flatten(summary_of(stepwise)["config"]).items()
+           if not k.startswith(("strategy.", "stepwise.", "peers", "seed", "progress", "transport"))}
+    assert {k: composed.get(k) for k in job} == job
+
+    result = run_cli(multirun[0], stepwise, "-o", tmp_path)
+    assert result.returncode == 0, result.stderr
+    markdown = (tmp_path / "report.md").read_text()
+    verdict = verdict_of(markdown)
+    assert "speedup n/a: no equal-resource baseline (a single run with 2 CPUs; command below)" in \
+        verdict_entries(verdict)["stepwise 2×1cpu"]
+    assert "    python train.py strategy=single peers=2 peer_cpus=1 model=tiny " in verdict
+
+
+def test_labels_name_only_what_differs(multirun):
+    from metrics.report_data import label_groups
+
+    run = load_run(next(p for p in sorted(multirun[0].iterdir()) if (p / "summary.json").exists()))
+
+    def variant(strategy, peers=1, peer_cpus=1, knobs=None, from_ring_sweep=False, **config):
+        summary = copy.deepcopy(run.summary)
+        summary["config"] |= {"strategy": {"name": strategy}, "peers": peers, "peer_cpus": peer_cpus, **config}
+        if knobs:
+            summary["config"][strategy] = knobs
+        if from_ring_sweep:  # ++ring.controller=mpi: an unused entry in every run of that sweep
+            summary["config"].setdefault("ring", {"controller": "mpi"})
+        summary["strategy_knobs"] = ({} if strategy == "single" else {"transport": "gloo"}) | (knobs or {})
+        return Run(run.path, summary, [])
+
+    def labels(*runs):
+        groups = group_runs(list(runs))
+        label_groups(groups)
+        return [g.label for g in groups]
+
+    sweep = [variant("single"), variant("single", peer_cpus=4, from_ring_sweep=True),
+             variant("ps", peers=4, knobs={"servers": 1, "mode": "sync"}),
+             variant("stepwise", peers=4, knobs={"chunks": 4, "rotate": True}, from_ring_sweep=True),
+             variant("stepwise", peers=4, knobs={"chunks": 8, "rotate": True}),
+             variant("ring", peers=4, knobs={"controller": "mpi", "compression": "none"}, from_ring_sweep=True)]
+    assert labels(*sweep) == ["single 1×1cpu", "single 1×4cpu", "ps 4×1cpu", "stepwise(chunks=4) 4×1cpu",
+                              "stepwise(chunks=8) 4×1cpu", "ring 4×1cpu"]
+    assert labels(variant("allreduce", lr=0.1), variant("allreduce", lr=0.01)) == ["allreduce lr=0.1",
+                                                                                  "allreduce lr=0.01"]
+    assert labels(variant("single"), variant("allreduce", from_ring_sweep=True)) == ["single", "allreduce"]
+
+
+def test_caveats_stand_beside_the_row_they_concern(scaling):
+    from metrics.report_data import attach_baselines, sections_of
+    from metrics.report_verdict import caveats_of
+
+    run = load_run(scaling[0])
+    run.summary["lost_peers"] = [1]
+    for peer in run.summary["peers"]:
+        peer["result"]["strategy"]["rounds_failed"] = 2
+    longer = load_run(scaling[0])
+    longer.summary["config"]["max_steps"] = 12
+    longer.summary["total_samples"] *= 2
+    groups = group_runs([run, longer])
+    attach_baselines(groups)
+    section = sections_of(groups)[0]
+    caveats = caveats_of(groups[0], section)
+    assert caveats == ["target (test_accuracy ≥ 0.9) not reached", "lost peers 1",
+                       "failed averaging rounds: rounds_failed=2",
+                       "unequal length: max_steps=6 (this comparison: 6, 12); 384 samples trained, 768 in the longest "
+                       "configuration"]
+    assert caveats_of(groups[1], section) == ["target (test_accuracy ≥ 0.9) not reached",
+                                              "unequal length: max_steps=12 (this comparison: 6, 12)"]
+
+
+def test_convergence_band_is_the_spread_of_the_workers(scaling):
+    from metrics.report_plots import group_curve
+
+    stepwise, _ = scaling
+    finals = [100 * read_jsonl(p)[-1]["test_accuracy"] for p in sorted(stepwise.glob("peer*/eval.jsonl"))]
+    assert min(finals) < max(finals), "stepwise's workers end on different models"
+    time_s, samples, mean, low, high = group_curve(group_runs([load_run(stepwise)])[0], "accuracy", 1)
+    assert (low[-1], high[-1]) == (min(finals), max(finals)) and mean[-1] == pytest.approx(statistics.fmean(finals))
+    assert samples[-1] == summary_of(stepwise)["total_samples"]
 
 
 def test_cli_rebuilds_from_directories(multirun, tmp_path):
@@ -132,6 +331,8 @@ def test_crashed_run_appears_with_its_error(multirun, other_runs, tmp_path):
     assert re.fullmatch(r"failed in [0-9.]+ s", fault_tolerance(failure_row))  # an injected fault
     assert {fault_tolerance(line) for line in markdown.splitlines() if "| completed | 0 |" in line} == {"–"}
     assert "## Errors" in markdown and "Traceback" in markdown
+    crashed_entry = next(text for label, text in verdict_entries(verdict_of(markdown)).items() if "fault" in label)
+    assert "⚠ failed (seed 0): " in crashed_entry and "InjectedFault: injected failure on rank 0" in crashed_entry
     crashed_row = next(r for r in read_csv(tmp_path / "runs.csv") if r["status"] == "failed")
     assert crashed_row["fault_tolerance"].startswith("failed in ")
     assert crashed_row["failed_rank"] == "0" and int(crashed_row["total_samples"]) == 2 * 32  # partial data
@@ -142,8 +343,13 @@ def test_runs_of_different_datasets_are_not_ranked_together(multirun, other_runs
     result = run_cli(multirun[0], synthetic, "-o", tmp_path)
     assert result.returncode == 0, result.stderr
     markdown = (tmp_path / "report.md").read_text()
-    assert "cover 2 (dataset / model) combinations" in markdown and "never against each other" in markdown
-    digits, synthetic_part = markdown.split("## data=synthetic, model=tiny [synthetic data]")
+    verdict = verdict_of(markdown)
+    assert "cover 2 (dataset / model) combinations" in verdict and "never against each other" in verdict
+    digits_ranking, synthetic_ranking = verdict.split("### data=synthetic, model=tiny [synthetic data]")
+    assert set(verdict_entries(digits_ranking)) == {"single", "allreduce"}
+    assert list(verdict_entries(synthetic_ranking)) == ["single"]
+    assert "⚠ synthetic data: throughput only" in synthetic_ranking and "worst worker" not in synthetic_ranking
+    digits, synthetic_part = markdown.split("\n## data=synthetic, model=tiny [synthetic data]")
     assert "## data=digits, model=tiny" in digits
     # Each section ranks from 1; the synthetic run is ranked by throughput and has no accuracy figure.
     assert re.search(r"^\| 1 \| single", synthetic_part, re.M) and "n/a (synthetic)" in synthetic_part
@@ -168,8 +374,11 @@ def test_cli_input_errors(tmp_path):
 
 
 def test_failed_report_is_logged_and_counted(tmp_path, capsys, monkeypatch):
+    from launchers import sweep
+
     monkeypatch.setattr(report, "report_errors", [])
-    report.ReportCallback().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    monkeypatch.setattr(sweep, "report_errors", report.report_errors)
+    sweep.SweepReport().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
     assert "comparison report for" in capsys.readouterr().err
     assert report.report_errors and "no runs" in report.report_errors[0]
 

@@ -1,4 +1,6 @@
-"""The stepwise ring round and the parameter server's exchange, run directly over real gloo processes."""
+"""The stepwise ring round and the parameter server's exchange, run directly over real gloo processes
+(integration tier; tests/test_accounting.py runs the same code between threads in the unit tier).
+Stepwise and ps knob validation is in the unit tier here."""
 import multiprocessing
 import traceback
 from pathlib import Path
@@ -6,16 +8,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import compose_config, toy_batch, toy_sgd
+from job.errors import ConfigError
 from launchers.base import free_port
+from launchers.config import validate
+from metrics.rundir import RunDir
 from strategies.base import PeerContext
-from strategies.ps import ShardClient, ShardServer, partition, shard_of
+from strategies.ps import ShardClient, ShardServer, shard_of
 from strategies.stepwise import ring_order, ring_round
 from strategies.transport import GlooTransport
 
 
 def _member(fn, rank: int, world_size: int, port: int, out: Path, args: tuple) -> None:
     try:
-        ctx = PeerContext(rank, world_size, rank, "127.0.0.1", port, out)
+        ctx = PeerContext(rank, world_size, rank, "127.0.0.1", port, run=RunDir(out))
         transport = GlooTransport(ctx, timeout_s=30)
         try:
             torch.save(fn(transport, *args), out / f"{rank}.pt")
@@ -49,22 +55,6 @@ def worker_tensor(rank: int) -> torch.Tensor:
     return torch.randn(3, 37, generator=torch.Generator().manual_seed(100 + rank))
 
 
-def test_partition_is_size_balanced_and_complete():
-    sizes = [100, 10, 60, 50, 40, 7, 3]
-    groups = partition(sizes, 3)
-    assert sorted(i for g in groups for i in g) == list(range(len(sizes)))
-    assert groups == [[0], [1, 2, 5, 6], [3, 4]]  # largest first onto the lightest: 100 | 60+10+7+3 | 50+40
-    assert partition([5], 2) == [[0], []]
-
-
-def test_rotation_makes_every_worker_last_once_in_n_rounds():
-    for n in (1, 2, 4, 5):
-        rings = [ring_order(n, r, rotate=True) for r in range(n)]
-        assert all(sorted(ring) == list(range(n)) for ring in rings)
-        assert sorted(ring[-1] for ring in rings) == list(range(n))
-    assert {ring_order(4, r, rotate=False)[-1] for r in range(8)} == {3}  # without rotation: always rank 3
-
-
 def _rounds(transport, chunks: int) -> list:
     n = transport.world_size
     mine = worker_tensor(transport.rank)
@@ -78,10 +68,11 @@ def _rounds(transport, chunks: int) -> list:
     return results
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_ring_round_gives_exact_prefix_means_and_full_mean_with_second_pass(tmp_path):
     n, chunks = 4, 3
-    size = worker_tensor(0).numel() * 4
+    size = 444  # 3 x 37 floats
     outputs = run_group(_rounds, n, tmp_path, chunks)
     held_full = {rank: 0 for rank in range(n)}
     for rank, results in enumerate(outputs):
@@ -108,14 +99,6 @@ def _model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
 
 
-def _batch(step: int, worker: int, sizes=(3, 5, 8)) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(1000 * step + worker)
-    size = sizes[worker]
-    return torch.randn(size, 6, generator=gen), torch.randint(0, 3, (size,), generator=gen)
-
-
-def _sgd(params):
-    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-3)
 
 
 def _ps_member(transport, workers: int, servers: int, steps: int):
@@ -123,27 +106,28 @@ def _ps_member(transport, workers: int, servers: int, steps: int):
     server_ranks = list(range(workers, workers + servers))
     if transport.rank >= workers:
         shard = shard_of(params, servers, transport.rank - workers)
-        stats = ShardServer(transport, shard, _sgd(shard), list(range(workers)), "sync").run()
+        stats = ShardServer(transport, shard, toy_sgd(shard), list(range(workers)), "sync").run()
         return {"updates": stats.updates, "pushes": stats.pushes}
     model = _model()
     client = ShardClient(transport, list(model.parameters()), server_ranks)
     client.pull_initial()
     for step in range(steps):
         model.zero_grad()
-        x, y = _batch(step, transport.rank)
+        x, y = toy_batch(step, transport.rank)
         torch.nn.functional.cross_entropy(model(x), y).backward()
         client.push_pull(len(y), last=step == steps - 1)
     return [p.detach().clone() for p in model.parameters()]
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_sync_ps_equals_sgd_on_the_union_batch(tmp_path):
+def test_sync_ps_equals_sgd_on_the_uniontoy_batch(tmp_path):
     workers, servers, steps = 3, 2, 4
     outputs = run_group(_ps_member, workers + servers, tmp_path, workers, servers, steps)
     reference = _model()
-    optimizer = _sgd(reference.parameters())
+    optimizer = toy_sgd(reference.parameters())
     for step in range(steps):
-        batches = [_batch(step, w) for w in range(workers)]
+        batches = [toy_batch(step, w) for w in range(workers)]
         x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(reference(x), y).backward()
@@ -164,17 +148,5 @@ def test_sync_ps_equals_sgd_on_the_union_batch(tmp_path):
     (["strategy=ps", "transport=mpi", "launch.nnodes=2", "launch.master_port=2345"], "launch.hostfile"),
 ])
 def test_bad_knobs_are_rejected_before_launch(overrides, message):
-    from job.config import validate
-    from job.errors import ConfigError
-    from test_config import compose_config
-
     with pytest.raises(ConfigError, match=message):
         validate(compose_config(*overrides))
-
-
-def test_ps_counts_its_servers_as_processes():
-    from strategies.ps import ParameterServer
-    from test_config import compose_config
-
-    cfg = compose_config("strategy=ps", "peers=3", "ps.servers=2")
-    assert ParameterServer.num_processes(cfg) == 5 and ParameterServer.launcher(cfg) == "local"

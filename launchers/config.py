@@ -1,4 +1,4 @@
-"""Checks on the composed config, run before any process starts."""
+"""Checks on the composed config, run before any process starts, and the strategy it names."""
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -7,9 +7,9 @@ from job.data import DATASETS, check_data_config
 from job.errors import ConfigError
 from job.fault import check_fault_config
 from job.model import MODELS
-from job.optim import OPTIMIZERS
+from job.optim import OPTIMIZERS, SCALINGS
+from job.registry import resolve
 from netemu.checks import check_network_config
-from strategies import REGISTRY, get_strategy
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVERS = {  # arithmetic for experiment presets
@@ -21,11 +21,18 @@ RESOLVERS = {  # arithmetic for experiment presets
 for _name, _fn in RESOLVERS.items():
     OmegaConf.register_new_resolver(_name, _fn, replace=True)
 
-CHOICES = {"strategy": REGISTRY, "model": MODELS, "data": DATASETS, "optim": OPTIMIZERS}
 
 
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+CHOICES = {"strategy": group_options("strategy"), "model": MODELS, "data": DATASETS, "optim": OPTIMIZERS}
+
+
+def strategy_class(cfg):
+    """The class conf/strategy/NAME.yaml names in strategy.target (a strategies.base.Strategy)."""
+    return resolve(cfg.strategy.target)
 
 
 def check_overrides(args: list[str]) -> None:
@@ -53,6 +60,9 @@ def validate(cfg) -> None:
     for knob in ("peers", "peer_cpus", "batch_size", "max_steps"):
         _require(int(cfg[knob]) >= 1, f"{knob} must be >= 1, got {cfg[knob]}")
     _require(float(cfg.lr) > 0, f"lr must be > 0, got {cfg.lr}")
+    _require(cfg.lr_scaling in SCALINGS, f"lr_scaling must be one of {', '.join(SCALINGS)}, got {cfg.lr_scaling}")
+    _require(int(cfg.warmup_steps) >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
+    _require(cfg.report.baselines in ("auto", "off"), f"report.baselines must be auto or off, got {cfg.report.baselines}")
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
     _require(cfg.target.metric in ("test_accuracy", "test_loss"),
              f"target.metric must be test_accuracy or test_loss, got {cfg.target.metric}")
@@ -64,10 +74,12 @@ def validate(cfg) -> None:
              f"launch.node_rank must be in [0, {launch.nnodes}), got {launch.node_rank}")
     _require(launch.nnodes == 1 or launch.master_port, "several hosts need a fixed launch.master_port")
     check_data_config(cfg.data)
-    check_fault_config(cfg)
-    strategy = get_strategy(cfg.strategy.name)
+    strategy = strategy_class(cfg)
     strategy.validate(cfg)
-    _require(strategy.num_processes(cfg) % launch.nnodes == 0,
-             f"{strategy.num_processes(cfg)} processes do not split evenly over launch.nnodes={launch.nnodes}")
-    check_network_config(cfg.network, strategy.num_processes(cfg), launch.nnodes)
+    spec = strategy.launch_spec(cfg)
+    check_fault_config(cfg, spec.workers)
+    processes = spec.processes
+    _require(processes % launch.nnodes == 0,
+             f"{processes} processes do not split evenly over launch.nnodes={launch.nnodes}")
+    check_network_config(cfg.network, processes, launch.nnodes)
     strategy.check_available(cfg)

@@ -1,4 +1,14 @@
-"""Exact byte and event accounting for hivemind, shared by a peer's whole process tree.
+"""Every use of hivemind 1.1.12's private API, in one place, each with its reason.
+
+tests/test_private_apis.py fails loudly if an upgrade moves any of them:
+- byte accounting (install): hivemind has no public counters of what its all-reduce
+  sends, so we wrap its serialization points and its round runner (below);
+- cloning_state_averager: TrainingStateAverager.get_current_state hands late peers the
+  live tensors, which crashed peers with use_local_updates=True (see its docstring);
+  hivemind.Optimizer has no parameter to pass our subclass, so it is swapped in while
+  the optimizer is built.
+
+Exact byte and event accounting for hivemind, shared by a peer's whole process tree.
 
 hivemind averages in child processes (one per averager, forked from the peer) and
 its DHT runs p2pd in another child. Counters live in one shared-memory array made
@@ -15,6 +25,7 @@ after compression) of every part the peer's all-reduce sends and deserializes,
 which is exact for any group size, fractions, compression and partial round.
 Protocol framing (protobuf headers, libp2p, TCP) is not payload and not counted.
 """
+import contextlib
 import logging
 import multiprocessing
 import re
@@ -24,8 +35,12 @@ FIELDS = (
     "allreduce_bytes_sent", "allreduce_bytes_recv", "state_download_bytes_recv",
     "allreduce_rounds_done", "allreduce_rounds_failed", "allreduce_ns",
     "log_averaged_gradients", "log_local_gradients", "log_no_group", "log_reducer_partial",
-    "log_out_of_sync", "log_state_downloaded",
+    "log_out_of_sync", "log_state_downloaded", "log_averaged_parameters",
 )
+MAX_GROUP = 16  # group sizes counted one by one up to this; larger groups count as group_of_more
+GROUP_FIELDS = (*(f"group_of_{n}" for n in range(1, MAX_GROUP + 1)), "group_of_more")
+FIELDS += GROUP_FIELDS
+GROUP_SIZE = re.compile(r"Averaged (?:gradients|parameters) with (\d+) peers")
 
 # hivemind log line -> counter (the lines that say how averaging went)
 LOG_PATTERNS = (
@@ -35,6 +50,7 @@ LOG_PATTERNS = (
     (re.compile(r"Reducer: received [\d.]+% of input tensors"), "log_reducer_partial"),
     (re.compile(r"Peer is out of sync"), "log_out_of_sync"),
     (re.compile(r"Finished downloading state in"), "log_state_downloaded"),
+    (re.compile(r"Averaged parameters with \d+ peers"), "log_averaged_parameters"),
 )
 
 
@@ -68,6 +84,9 @@ class LogCounter(logging.Handler):
         for pattern, name in LOG_PATTERNS:
             if pattern.search(message):
                 self.counters.add(name)
+        if size := GROUP_SIZE.search(message):
+            n = int(size.group(1))
+            self.counters.add(f"group_of_{n}" if n <= MAX_GROUP else "group_of_more")
 
 
 _installed: list[Counters] = []
@@ -127,3 +146,40 @@ def install(counters: Counters) -> None:
     allreduce.AllReduceRunner._generate_input_for_peer = counted_inputs
     averager.DecentralizedAverager._aggregate_with_group = counted_round
     logging.getLogger("hivemind").addHandler(LogCounter(counters))
+
+
+def cloning_state_averager_class():
+    """TrainingStateAverager that hands late peers clones taken under the optimizer lock.
+
+    hivemind 1.1.12 returns the live tensors; pickling them for the download moves
+    their storage to shared memory while the optimizer thread writes them, which
+    crashed peers with use_local_updates=True.
+    """
+    from hivemind.optim.state_averager import TrainingStateAverager
+
+    class CloningStateAverager(TrainingStateAverager):
+        def get_current_state(self):
+            with self.lock_optimizer:
+                metadata, tensors, infos = super().get_current_state()
+                return metadata, [t.detach().clone() for t in tensors], infos
+
+    return CloningStateAverager
+
+
+@contextlib.contextmanager
+def cloning_state_averager():
+    """While hivemind.Optimizer is built, it makes CloningStateAverager its state averager."""
+    from hivemind.optim import optimizer as hivemind_optimizer
+
+    with _substituted(hivemind_optimizer, "TrainingStateAverager", cloning_state_averager_class()):
+        yield
+
+
+@contextlib.contextmanager
+def _substituted(module, name: str, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)

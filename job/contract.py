@@ -1,0 +1,85 @@
+"""The contract between the launch side and a peer process: how a run's processes start
+(LaunchSpec, written by the strategy before launch, read by launchers and peers) and who a
+peer is (PeerContext, from the launcher's environment)."""
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from metrics.rundir import PeerDir, RunDir
+
+WORKER, SERVER = "worker", "server"
+
+
+@dataclass
+class LaunchSpec:
+    """How a run's processes start. Decided before launch; saved as RUN/.avgbench/launch.json.
+
+    launcher: the engine's own launcher that starts them: "local" (torchrun-style
+      environment, one process per rank), "mpirun" or "horovodrun".
+    launcher_args: the strategy's arguments for that launcher (e.g. horovodrun --mpi ...).
+    host_args: where ranks run when the network placement does not place them itself
+      (e.g. horovodrun -H localhost:4 --network-interface lo).
+    roles: per rank, WORKER or SERVER.
+    threads: torch threads (and CPUs pinned) of each process.
+    batch_size: samples per step of each worker.
+    effective_batch: samples behind one optimizer update (the learning rate scales to it).
+    """
+
+    roles: list[str]
+    threads: int
+    batch_size: int
+    effective_batch: int
+    launcher: str = "local"
+    launcher_args: list[str] = field(default_factory=list)
+    host_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    tolerate_peer_loss: bool = False
+
+    @property
+    def processes(self) -> int:
+        return len(self.roles)
+
+    @property
+    def workers(self) -> int:
+        return self.roles.count(WORKER)
+
+    def save(self, run: RunDir) -> None:
+        run.launch_spec.parent.mkdir(parents=True, exist_ok=True)
+        run.launch_spec.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, run: RunDir) -> "LaunchSpec":
+        return cls(**json.loads(run.launch_spec.read_text()))
+
+
+@dataclass
+class PeerContext:
+    """Who this process is, from the torchrun environment contract (or the launcher's own)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    run: RunDir
+
+    @classmethod
+    def from_env(cls, run_dir: Path) -> "PeerContext":
+        """torchrun's variables, else those of the launcher that started us (Open MPI, Horovod, PMI)."""
+
+        def first(names: tuple[str, ...], default: str) -> str:
+            return next((os.environ[n] for n in names if n in os.environ), default)
+
+        return cls(
+            rank=int(first(("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"), "0")),
+            world_size=int(first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")),
+            local_rank=int(first(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK"), "0")),
+            master_addr=first(("MASTER_ADDR",), "127.0.0.1"),
+            master_port=int(first(("MASTER_PORT",), "0")),
+            run=RunDir(run_dir),
+        )
+
+    @property
+    def peer(self) -> PeerDir:
+        return self.run.peer(self.rank)

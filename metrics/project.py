@@ -1,0 +1,380 @@
+"""Projected step time, throughput and time-to-target at other peer counts and links.
+
+    python -m metrics.project RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
+                              [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...] [-o OUT]
+
+Every figure it prints is a prediction of a strategy's cost model (Strategy.step_time, the
+model in its docstring), not a measurement. The model's parameters come from one measured
+run (RUN_DIR, or every run below it): compute per step, S (the bytes averaged per round),
+the link rate beta and latency alpha (the run's own link, or each --link). A --link is a
+preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s, each with
+an optional one-way latency in ms (`wan,40`, `1000,0.2`).
+
+Writes projection.json and projection.png (throughput against peers, one panel per link)
+into the directory given, or into OUT when several are given. This module names no strategy: the
+run's strategy class comes from its config (strategy.target) at run time.
+"""
+import argparse
+import importlib
+import inspect
+import json
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from metrics.bounds import MBIT, Round, round_records
+from metrics.jsonl import read_jsonl
+from metrics.rundir import RunDir, run_dirs_under
+
+NETWORK_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "network"
+OVERLAP = 2 / 3      # backward's share of a step's compute (backward takes about twice forward's FLOPs)
+STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
+DEFAULT_PEERS = (16, 32, 64, 128, 256)
+
+METHODS = {
+    "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
+                 "step 1 is left out (connections and buffers are set up in it)",
+    "payload_bytes": "measured: P, the largest payload (bytes_sent or bytes_recv) one worker moved in an "
+                     "averaging round, mean over rounds (steps.jsonl, payload accounting)",
+    "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
+                  "(Strategy.averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
+    "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
+            "network.latency_ms (0 when absent); a --link: conf/network/NAME.yaml or the given numbers",
+    "measured_step_s": "measured: the longest worker's mean step over steps 2..last (train_s of its last "
+                       "step minus that of its first, over the steps between; evaluations excluded)",
+    "step_s": "predicted: the strategy's cost model (Strategy.step_time) with N workers, S, beta = the link "
+              "rate, alpha = its latency, the measured compute per step",
+    "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
+    "time_to_target_s": "predicted: the samples all workers had trained when the measured run reached its "
+                        "target (worst worker, eval.jsonl) / predicted throughput; assumes the same samples "
+                        "suffice at every N (a larger global batch often needs more)",
+    "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
+                        f"projected N is below {STOP_GAIN:.0%}",
+}
+
+
+@dataclass
+class Cost:
+    """What a strategy's cost model (Strategy.step_time) receives: one step of N workers over links of rate beta."""
+
+    workers: int              # N
+    size: float               # S: bytes averaged per round (one worker's gradients or parameters)
+    rate: float               # beta: link rate, bytes/s per direction (full duplex)
+    latency: float = 0.0      # alpha: one-way latency per message, s
+    compute: float = 0.0      # s per step outside communication: data + forward/backward + optimizer
+    batch: int = 1            # samples per worker and step
+    knobs: dict = field(default_factory=dict)  # the strategy's knobs (Strategy.knobs)
+    overlap: float = OVERLAP  # share of compute that communication can run behind, for strategies that overlap
+
+
+def ring_allreduce_s(m: Cost) -> float:
+    """2(N-1)·(alpha + S/(N·beta)): N-1 reduce-scatter and N-1 all-gather steps, each one message of S/N bytes."""
+    return 2 * (m.workers - 1) * (m.latency + m.size / (m.workers * m.rate))
+
+
+def exposed_s(m: Cost, comm_s: float) -> float:
+    """The part of comm_s not hidden behind the overlappable compute: max(0, comm - overlap·compute)."""
+    return max(0.0, comm_s - m.overlap * m.compute)
+
+
+# --- links -------------------------------------------------------------------------
+
+@dataclass
+class Link:
+    name: str
+    mbit: float          # Mbit/s per direction
+    latency_ms: float    # one-way
+    source: str          # where the figures come from
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms)"
+
+
+def preset_link(name: str) -> Link:
+    """An emulated preset of conf/network: its bandwidth_mbit and latency_ms (emulated.yaml's where it sets none)."""
+    path = NETWORK_PRESETS / f"{name}.yaml"
+    if not path.exists():
+        raise ValueError(f"no network preset {name!r} in {NETWORK_PRESETS} (or give MBIT[,LATENCY_MS])")
+    settings = yaml.safe_load((NETWORK_PRESETS / "emulated.yaml").read_text()) | yaml.safe_load(path.read_text())
+    if not settings.get("bandwidth_mbit"):
+        raise ValueError(f"the network preset {name!r} sets no link rate (unshaped); give one as MBIT[,LATENCY_MS]")
+    return Link(name, float(settings["bandwidth_mbit"]), float(settings.get("latency_ms") or 0.0),
+                f"conf/network/{name}.yaml")
+
+
+def parse_link(text: str) -> Link:
+    """`wan`, `wan,40` (a preset with another latency), `1000` or `1000,0.2` (Mbit/s, one-way ms)."""
+    name, _, latency = text.partition(",")
+    try:
+        link = Link(f"{float(name):g} Mbit/s", float(name), 0.0, "--link") if name[:1].isdigit() else preset_link(name)
+        if latency:
+            link.latency_ms, link.source = float(latency), f"{link.source}, latency from --link"
+    except ValueError as exc:
+        raise ValueError(f"--link {text}: {exc}") from exc
+    if link.mbit <= 0 or link.latency_ms < 0:
+        raise ValueError(f"--link {text}: the rate must be > 0 and the latency >= 0")
+    return link
+
+
+# --- what a run measured -------------------------------------------------------------
+
+@dataclass
+class Measured:
+    """A measured run, reduced to the parameters of its strategy's cost model."""
+
+    run: Path
+    strategy: str
+    model: type                      # the strategy class (its step_time is the cost model)
+    workers: int
+    batch: int                       # samples per worker and step
+    knobs: dict
+    compute_s: float
+    payload_bytes: float             # P
+    size_bytes: float                # S
+    link: Link | None                # the run's own link; None: unshaped
+    measured_step_s: float
+    samples_to_target: int | None
+
+    def cost(self, workers: int, link: Link) -> Cost:
+        return Cost(workers, self.size_bytes, link.mbit * MBIT, link.latency_ms / 1e3, self.compute_s, self.batch,
+                    self.knobs)
+
+    def step_s(self, workers: int, link: Link) -> float:
+        """Predicted seconds per step at `workers` workers on `link`."""
+        step = self.model.step_time(self.cost(workers, link))
+        if step is None:
+            raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (Strategy.step_time)")
+        return step
+
+
+def strategy_class(target: str) -> type:
+    """The class named by config strategy.target ("package.module:Class"), imported now."""
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run_link(run: RunDir, config: dict) -> Link | None:
+    """The slowest link of the run's emulated hosts (network.json); None: loopback or an unshaped host."""
+    if not run.network.exists():
+        return None
+    rates = [h["bandwidth_mbit"] for h in json.loads(run.network.read_text())["hosts"]]
+    if None in rates:
+        return None
+    latency = float(config["network"].get("latency_ms") or 0.0)
+    return Link("measured run's link", float(min(rates)), latency, f"{run.network} (slowest host), network.latency_ms")
+
+
+def steady(steps: list[dict]) -> list[dict]:
+    """Steps 2..last (step 1 sets up connections and buffers); all of them if there is only one."""
+    return steps[1:] or steps
+
+
+def mean_step_s(steps: list[dict]) -> float:
+    """Mean wall time of steps 2..last: train_s of the last step minus that of the first, over the steps
+    between (a lone step: its own train_s)."""
+    if len(steps) < 2:
+        return steps[0]["train_s"]
+    return (steps[-1]["train_s"] - steps[0]["train_s"]) / (len(steps) - 1)
+
+
+def samples_to_target(run: RunDir, summary: dict) -> int | None:
+    """All workers' samples at the evaluation where the worst worker reached the target (None: never reached)."""
+    step = summary.get("steps_to_target")
+    if step is None:
+        return None
+    total = 0
+    for peer in run.peers():
+        total += next((e["samples"] for e in read_jsonl(peer.evals) if e["step"] == step), 0)
+    return total
+
+
+def measure(path: Path) -> Measured:
+    """The cost-model parameters of one run (see METHODS)."""
+    run = RunDir(path)
+    summary = json.loads(run.summary.read_text())
+    config = summary["config"]
+    model = strategy_class(config["strategy"]["target"])
+    steps_by_rank = {p.rank: s for p in run.peers() if (s := read_jsonl(p.steps))}
+    if not steps_by_rank:
+        raise ValueError(f"{path}: no worker logged a step")
+    workers = len(steps_by_rank)
+    rounds = round_records(steps_by_rank).values()
+    payload = statistics.fmean(max(max(r["bytes_sent"], r["bytes_recv"]) for r in records)
+                               for records in rounds) if rounds else 0.0
+    if not payload and not model.is_baseline:
+        raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
+    link = run_link(run, config)
+    knobs = summary.get("strategy_knobs") or {}
+    size = model.averaged_bytes(Round(payload, workers, link.mbit * MBIT if link else 0.0, knobs)) if payload else 0.0
+    launch = json.loads(run.launch_spec.read_text())
+    return Measured(
+        run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
+        knobs=knobs,
+        compute_s=statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
+                                   for steps in steps_by_rank.values() for s in steady(steps)),
+        payload_bytes=payload, size_bytes=size, link=link,
+        measured_step_s=max(mean_step_s(steps) for steps in steps_by_rank.values()),
+        samples_to_target=samples_to_target(run, summary),
+    )
+
+
+# --- projection ------------------------------------------------------------------------
+
+def project_link(m: Measured, link: Link, peers: list[int]) -> dict:
+    rows = []
+    for n in peers:
+        step = m.step_s(n, link)
+        throughput = n * m.batch / step
+        rows.append({"peers": n, "step_s": step, "throughput_samples_per_s": throughput,
+                     "time_to_target_s": m.samples_to_target / throughput if m.samples_to_target else None})
+    return {"link": asdict(link), "rows": rows, **stops_scaling(rows)}
+
+
+def stops_scaling(rows: list[dict]) -> dict:
+    """The first N whose throughput gain per doubling over the previous N is below STOP_GAIN (None: never)."""
+    for before, after in zip(rows, rows[1:]):
+        doublings = math.log2(after["peers"] / before["peers"])
+        gain = (after["throughput_samples_per_s"] / before["throughput_samples_per_s"]) ** (1 / doublings) - 1
+        if gain < STOP_GAIN:
+            return {"stops_scaling_at": after["peers"], "gain_per_doubling": gain, "from_peers": before["peers"]}
+    return {"stops_scaling_at": None}
+
+
+def project(m: Measured, links: list[Link], peers: list[int]) -> dict:
+    check = None
+    if m.link is not None:
+        predicted = m.step_s(m.workers, m.link)
+        check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
+                 "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
+    return {
+        "run": str(m.run), "strategy": m.strategy,
+        "model": " ".join(inspect.getdoc(m.model.step_time).split("\n\n")[0].split()),
+        "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
+                     "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
+                     "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
+                     "samples_to_target": m.samples_to_target},
+        "model_check": check,
+        "projections": [project_link(m, link, peers) for link in links],
+    }
+
+
+# --- output --------------------------------------------------------------------------------
+
+def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}g}" + (f" {unit}" if unit else "")
+
+
+def text_report(result: dict) -> list[str]:
+    m = result["measured"]
+    lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
+             f"  cost model (Strategy.step_time): {result['model']}",
+             f"  from the run: compute {fmt(m['compute_s'], 's/step')} (measured, mean data+compute+opt, steps "
+             f"2..last); P {fmt(m['payload_bytes'] / 1e6, 'MB')} per worker and round (measured payload) -> "
+             f"S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's payload relation); batch {m['batch_per_worker']} "
+             f"samples per worker; samples to target {m['samples_to_target'] or 'n/a (target not reached)'} "
+             f"(measured)"]
+    check = result["model_check"]
+    if check:
+        lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
+                     f"{check['link']['latency_ms']:g} ms): predicted {fmt(check['predicted_step_s'], 's/step')}, "
+                     f"measured {fmt(check['measured_step_s'], 's/step')} (steps 2..last, longest worker), "
+                     f"error {check['error']:+.1%}")
+    for p in result["projections"]:
+        link = Link(**p["link"])
+        lines.append(f"  PREDICTED on {link.label}, from {link.source}:")
+        lines.append(f"    {'peers':>6} {'step (s)':>10} {'throughput (samples/s)':>23} {'time-to-target (s)':>19}")
+        for r in p["rows"]:
+            lines.append(f"    {r['peers']:>6} {r['step_s']:>10.4g} {r['throughput_samples_per_s']:>23.4g} "
+                         f"{fmt(r['time_to_target_s'], digits=4):>19}")
+        if p["stops_scaling_at"]:
+            lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> "
+                         f"{p['stops_scaling_at']} peers adds {p['gain_per_doubling']:.1%} throughput per doubling "
+                         f"(< {STOP_GAIN:.0%})")
+        else:
+            lines.append(f"    scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
+    return lines
+
+
+def plot(results: list[dict], peers: list[int], path: Path) -> None:
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    links = list({json.dumps(p["link"]): p["link"] for r in results for p in r["projections"]}.values())
+    fig, axes = plt.subplots(1, len(links), figsize=(5 * len(links), 4), squeeze=False, sharey=True)
+    for ax, link in zip(axes[0], links):
+        for result in results:
+            p = next((q for q in result["projections"] if q["link"] == link), None)
+            if p is None:
+                continue
+            line, = ax.plot(peers, [r["throughput_samples_per_s"] for r in p["rows"]], marker="o",
+                            label=f"{result['strategy']} ({Path(result['run']).name})")
+            if p["stops_scaling_at"]:
+                stop = next(r for r in p["rows"] if r["peers"] == p["stops_scaling_at"])
+                ax.plot(stop["peers"], stop["throughput_samples_per_s"], "s", markersize=11, fillstyle="none",
+                        color=line.get_color())
+        ax.set(yscale="log", title=Link(**link).label, xlabel="peers N")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(peers, [str(n) for n in peers], minor=False)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("predicted throughput (samples/s)")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured); "
+                 f"square: stops scaling (< {STOP_GAIN:.0%} per doubling)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m metrics.project", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", type=Path, help="run directories (or directories holding runs)")
+    parser.add_argument("--peers", nargs="+", type=int, default=list(DEFAULT_PEERS), help="peer counts (>= 2)")
+    parser.add_argument("--link", nargs="+", dest="links", default=[],
+                        help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
+    parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
+    args = parser.parse_args(argv)
+    runs = [r for d in args.dirs for r in run_dirs_under(d)]
+    if not runs:
+        parser.error(f"no run (a directory holding summary.json) under {', '.join(map(str, args.dirs))}")
+    if args.out is None and len(args.dirs) > 1:
+        parser.error("several directories: name the output directory with -o")
+    if min(args.peers) < 2:
+        parser.error("--peers: a projection is of 2 or more peers")
+    peers = sorted(set(args.peers))
+    try:
+        links = [parse_link(text) for text in args.links]
+        measured = [measure(r) for r in runs]
+        results = []
+        for m in measured:
+            own = links or ([m.link] if m.link else [])
+            if not own:
+                raise ValueError(f"{m.run} ran on unshaped links (no rate to start from): give --link")
+            results.append(project(m, own, peers))
+    except ValueError as exc:
+        print(f"avgbench: error: {exc}", file=sys.stderr)
+        return 2
+    for result in results:
+        print("\n".join(text_report(result)), end="\n\n")
+    out = args.out or args.dirs[0]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "projection.json").write_text(json.dumps({
+        "note": "every step_s, throughput and time-to-target here is PREDICTED by the strategy's cost model, "
+                "not measured; measured figures are under 'measured' and model_check.measured_step_s",
+        "peers": peers, "methods": METHODS, "runs": results}, indent=1, default=str))
+    plot(results, peers, out / "projection.png")
+    print(f"wrote {out / 'projection.json'} and {out / 'projection.png'} (predictions)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

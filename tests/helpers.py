@@ -1,0 +1,116 @@
+"""Helpers shared by the test modules (conftest.py holds only fixtures and hooks).
+
+Nothing here launches a process at import time; the run helpers (run_train, start_train,
+cli) do when called, so only integration tests call them.
+"""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+from job.process import processes_of_run  # noqa: E402  (conftest put ROOT on sys.path)
+from metrics.jsonl import read_jsonl  # noqa: E402
+
+# Small and quick: the tiny CNN on digits, frequent samples.
+QUICK = ["model=tiny", "eval_every=10", "sampler.interval=0.2", "progress=false"]
+
+# The tiny CNN (job/model.py) on digits (1 channel, 10 classes), counted by hand from its layers:
+#   conv 1->16 3x3 no bias 144 | BN(16) 32 | conv 16->32 3x3 no bias 4608 | BN(32) 64 | linear 512->10 5130
+TINY_DIGITS_PARAMS = 144 + 32 + 4608 + 64 + 5130  # 9978
+TINY_DIGITS_BYTES = 4 * TINY_DIGITS_PARAMS         # float32: 39912
+
+# strategy=hivemind on loopback: 2 peers x 32 samples and a 64-sample target give one step per peer per epoch.
+HIVE = ["strategy=hivemind", "hivemind.target_batch_size=64", "hivemind.matchmaking_time=2",
+        "hivemind.request_timeout=1", "hivemind.averaging_timeout=10", "eval_every=0"]
+
+
+# --- running train.py ---------------------------------------------------------------
+def train_command(run_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *QUICK, *overrides]
+
+
+def run_train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(train_command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+
+def start_train(run_dir: Path, *overrides: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen(train_command(run_dir, *overrides), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, **popen)
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """train.py with exactly these arguments (no QUICK defaults)."""
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+
+def wait_for_steps(run_dir: Path, rank: int, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while len(read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")) < count:
+        assert time.monotonic() < deadline, f"peer{rank} did not reach {count} steps"
+        time.sleep(0.2)
+
+
+# --- what a run left --------------------------------------------------------------------
+def leftover_processes(run_dir: Path) -> list:
+    """Processes still carrying the run's id (workers, daemons, MPI helpers)."""
+    run_id = (run_dir / ".avgbench" / "run_id").read_text()
+    return processes_of_run(run_id)
+
+
+def assert_no_leftovers(run_dir: Path, settle_s: float = 5.0) -> None:
+    deadline = time.monotonic() + settle_s
+    while (left := leftover_processes(run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def launch_spec_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / ".avgbench" / "launch.json").read_text())
+
+
+def steps_of(run_dir: Path, rank: int) -> list[dict]:
+    return read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")
+
+
+def results(run_dir: Path, ranks) -> list[dict]:
+    """Each rank's peer<RANK>/result.json."""
+    return [json.loads((run_dir / f"peer{r}" / "result.json").read_text()) for r in ranks]
+
+
+def param_digests(run_dir: Path, ranks) -> list[str]:
+    return [r["param_sha256"] for r in results(run_dir, ranks)]
+
+
+# --- config without a process ---------------------------------------------------------
+def compose_config(*overrides: str, return_hydra_config: bool = False):
+    """The config train.py would compose for these overrides (in this process, no run)."""
+    from hydra import compose, initialize_config_dir
+
+    from launchers.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def toy_batch(step: int, worker: int, sizes=(3, 5, 8)):
+    """A deterministic batch of 6 features and 3 classes for the toy model of the collective tests."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1000 * step + worker)
+    size = sizes[worker]
+    return torch.randn(size, 6, generator=gen), torch.randint(0, 3, (size,), generator=gen)
+
+
+def toy_sgd(params):
+    import torch
+
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-3)

@@ -1,0 +1,53 @@
+"""The private APIs of hivemind and Horovod that strategies/hivemind_internals.py and
+strategies/ring.py rely on still exist: an upgrade that moves one fails here, loudly,
+before it silently breaks byte accounting or a deadline."""
+import inspect
+
+import pytest
+import torch
+
+
+def test_hivemind_accounting_hook_points_exist():
+    from hivemind.averaging import allreduce, averager
+
+    assert callable(allreduce.serialize_torch_tensor)
+    assert callable(allreduce.deserialize_torch_tensor)
+    assert callable(averager.deserialize_torch_tensor)
+    assert inspect.isasyncgenfunction(allreduce.AllReduceRunner._generate_input_for_peer)
+    assert inspect.iscoroutinefunction(averager.DecentralizedAverager._aggregate_with_group)
+    from hivemind.proto import runtime_pb2
+
+    assert "buffer" in runtime_pb2.Tensor.DESCRIPTOR.fields_by_name
+
+
+def test_hivemind_state_averager_can_be_substituted():
+    from hivemind.optim import optimizer as hivemind_optimizer
+    from hivemind.optim.state_averager import TrainingStateAverager
+
+    from strategies import hivemind_internals
+
+    assert hivemind_optimizer.TrainingStateAverager is TrainingStateAverager  # looked up at build time
+    assert "lock_optimizer" in inspect.getsource(TrainingStateAverager.__init__)
+    assert inspect.signature(TrainingStateAverager.get_current_state).parameters.keys() == {"self"}
+    with hivemind_internals.cloning_state_averager():
+        assert issubclass(hivemind_optimizer.TrainingStateAverager, TrainingStateAverager)
+        assert hivemind_optimizer.TrainingStateAverager is not TrainingStateAverager
+    assert hivemind_optimizer.TrainingStateAverager is TrainingStateAverager
+
+
+@pytest.mark.timeout(60)
+def test_horovod_keeps_pending_allreduces_in_handles():
+    hvd = pytest.importorskip("horovod.torch", reason="Horovod is not built (make setup)")
+    from strategies.ring import pending_allreduces
+
+    hvd.init()  # one rank, no launcher: Horovod registers no hooks then, so read how it would fill _handles
+    try:
+        model = torch.nn.Linear(4, 2)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        assert optimizer._handles == {} and pending_allreduces(optimizer) == []
+        hook_source = inspect.getsource(type(optimizer)._make_hook)
+        assert "self._handles[p] = (handle, ctx)" in hook_source
+        assert "self._allreduce_grad_async(p)" in hook_source
+    finally:
+        hvd.shutdown()
