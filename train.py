@@ -11,6 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
 from launchers import launch
@@ -40,6 +41,7 @@ def run(cfg) -> int:
         fail_input(f"{run.path} already holds a run ({run.run_id}); its metrics would mix with this one's. "
                    "Choose a new hydra.run.dir or remove that directory")
     jobs_started += 1
+    cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
     run.config.parent.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run.config, resolve=True)
     strategy = strategy_class(cfg)

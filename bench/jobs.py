@@ -22,6 +22,6 @@ def train(*overrides: str, timeout: float = 900):
         yield Path(tmp)
 
 
-def summary_of(*overrides: str) -> dict:
-    with train(*overrides) as run_dir:
+def summary_of(*overrides: str, timeout: float = 900) -> dict:
+    with train(*overrides, timeout=timeout) as run_dir:
         return json.loads(RunDir(run_dir).summary.read_text())

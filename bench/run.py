@@ -2,8 +2,10 @@
 """Run the benchmarks, print a table of ratios, save them as JSON.
 
     python bench/run.py                     # all
-    python bench/run.py overhead sampler    # some
+    python bench/run.py overhead sampler    # some (the file keeps the others' last results)
     python bench/run.py --out results.json
+
+Each result records when and on which machine it was measured.
 """
 import argparse
 import json
@@ -23,7 +25,30 @@ BENCHMARKS = {
     "ddp_overlap": "bench.ddp_overlap:run",
     "sampler": "bench.sampler_cost:run",
     "projection": "bench.projection:run",
+    "thesis": "bench.thesis:run",
 }
+
+
+def machine() -> str:
+    """The machine a result was measured on: cores, memory, CPU model, GPU, load when it ended."""
+    import os
+
+    import psutil
+    import torch
+
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 "unknown CPU")
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (f"{len(os.sched_getaffinity(0))} cores ({model}), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+            f"{gpu}, load average {os.getloadavg()[0]:.1f}")
+
+
+def save(path: Path, results: list[dict]) -> None:
+    """Replace these benchmarks' entries in the results file; the others keep theirs (with their dates)."""
+    kept = json.loads(path.read_text())["results"] if path.exists() else []
+    names = {r["name"] for r in results}
+    merged = [r for r in kept if r["name"] not in names] + results
+    path.write_text(json.dumps({"results": merged}, indent=1) + "\n")
 
 
 def main() -> int:
@@ -37,11 +62,12 @@ def main() -> int:
     results = []
     for name in args.names or BENCHMARKS:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results.append(resolve(BENCHMARKS[name])())
+        results.append(resolve(BENCHMARKS[name])() | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                                     "machine": machine()})
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")
     for r in results:
         print(f"{r['name']:<26} {r['ratio']:>10.4f}  {r['goal']:<18} {r['setup']}")
-    args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results}, indent=1))
+    save(args.out, results)
     print(f"\nsaved {args.out}")
     return 0
 

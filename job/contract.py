@@ -60,6 +60,7 @@ class PeerContext:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int  # processes of this run on this host
     master_addr: str
     master_port: int
     run: RunDir
@@ -75,6 +76,8 @@ class PeerContext:
             rank=int(first(("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"), "0")),
             world_size=int(first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")),
             local_rank=int(first(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK"), "0")),
+            local_world_size=int(first(("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"),
+                                       first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1"))),
             master_addr=first(("MASTER_ADDR",), "127.0.0.1"),
             master_port=int(first(("MASTER_PORT",), "0")),
             run=RunDir(run_dir),

@@ -1,13 +1,15 @@
 """The training loop, identical for every strategy; it owns the time breakdown of a step.
 
-    data_s     fetching the batch
+    data_s     fetching the batch (and copying it to the GPU)
     compute_s  forward and backward, up to the moment the last gradient is accumulated
+               (on a GPU: CUDA-event time of the kernels, not of their launches)
     opt_s      the optimizer update (the strategy measures it)
     comm_s     exposed communication = step wall - data - compute - opt
 
 A strategy that communicates during backward (gradient_ready, DDP buckets) hides that
 time inside backward's span; what backward then waits for at its end, and whatever
-step() spends beyond the update, is exposed communication.
+step() spends beyond the update, is exposed communication. On a GPU the step's phase
+boundaries are synchronised (job/device.py), so queued kernels land in their own phase.
 """
 import time
 
@@ -16,18 +18,20 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from job.data import ShardSampler, batches
+from job.device import PeerDevice
 from job.fault import inject
 from metrics.sampler import WireCounter
 from metrics.steplog import StepLog
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset, batch_size: int = 256) -> tuple[float, float]:
+def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = 256) -> tuple[float, float]:
     """Mean cross-entropy and accuracy on the whole held-out split."""
     was_training = model.training
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     for x, y in DataLoader(dataset, batch_size=batch_size):
+        x, y = x.to(device), y.to(device)
         out = model(x)
         loss_sum += nn.functional.cross_entropy(out, y, reduction="sum").item()
         correct += (out.argmax(1) == y).sum().item()
@@ -39,14 +43,29 @@ def evaluate(model: nn.Module, dataset, batch_size: int = 256) -> tuple[float, f
 class GradientClock:
     """Tells the strategy when each gradient is ready, and remembers when the last one was."""
 
-    def __init__(self, params, strategy):
-        self.last_ready = 0.0
+    def __init__(self, params, strategy, device: PeerDevice):
         self.strategy = strategy
+        self.last_ready = 0.0
+        self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
+            if device.is_cuda else None  # (start of compute, last gradient) on the compute stream
         self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params if p.requires_grad]
+
+    def start(self) -> None:
+        self.last_ready = 0.0
+        if self.events:
+            self.events[0].record()
 
     def _ready(self, param: torch.Tensor) -> None:
         self.last_ready = time.perf_counter()
+        if self.events:
+            self.events[1].record()
         self.strategy.gradient_ready(param)
+
+    def compute_s(self, started: float) -> float:
+        """Forward and backward up to the last gradient; call after the step is synchronised."""
+        if self.events and self.last_ready:
+            return self.events[0].elapsed_time(self.events[1]) / 1000
+        return max(self.last_ready, started) - started
 
     def close(self) -> None:
         for handle in self.handles:
@@ -54,13 +73,13 @@ class GradientClock:
 
 
 def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
-          workers: int, batch_size: int) -> dict:
+          workers: int, batch_size: int, device: PeerDevice) -> dict:
     """Run the strategy's step limit (max_steps) or until it says the last step came; log every step
     and evaluation. `trained` is what the strategy trains (model, or a wrapper of it)."""
     sampler = ShardSampler(len(splits.train), rank, workers, cfg.seed)
     stream = batches(splits.train, sampler, batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
-    clock = GradientClock(model.parameters(), strategy)
+    clock = GradientClock(model.parameters(), strategy, device)
     start = time.perf_counter()
     eval_total = 0.0
     samples = 0
@@ -68,7 +87,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     def run_eval(step: int) -> None:
         nonlocal eval_total
         t0 = time.perf_counter()
-        test_loss, test_accuracy = evaluate(model, splits.test)
+        test_loss, test_accuracy = evaluate(model, splits.test, device.device)
         eval_s = time.perf_counter() - t0
         eval_total += eval_s
         wall = time.perf_counter() - start
@@ -85,13 +104,17 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             inject(cfg.fault, rank, step, log.peer_dir)
             t0 = time.perf_counter()
             x, y = next(stream)
+            x, y = x.to(device.device, non_blocking=True), y.to(device.device, non_blocking=True)
+            device.synchronize()
             t1 = time.perf_counter()
+            clock.start()
             strategy.zero_grad()
             loss = criterion(trained(x), y)
             loss.backward()
             report = strategy.step(len(y))
+            device.synchronize()
             t_end = time.perf_counter()
-            compute_s = max(clock.last_ready, t1) - t1
+            compute_s = clock.compute_s(t1)
             samples += len(y)
             wall = t_end - start
             log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),

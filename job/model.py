@@ -58,5 +58,5 @@ def parameter_digest(model: nn.Module) -> str:
 
     digest = hashlib.sha256()
     for param in model.parameters():
-        digest.update(param.detach().contiguous().numpy().tobytes())
+        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()

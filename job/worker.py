@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from job.contract import WORKER, LaunchSpec, PeerContext
 from job.data import load_splits
+from job.device import PeerDevice
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
@@ -34,21 +35,23 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec) -> None:
     sampler = ResourceSampler(peer.resources, cfg.sampler.interval) if cfg.sampler.enabled else None
     if sampler:
         sampler.start()
-    strategy_class = resolve(cfg.strategy.target)
-    strategy = strategy_class(cfg, ctx, spec)
     role = spec.roles[ctx.rank]
-    result = {"rank": ctx.rank, "cores": cores, "role": role}
+    device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
+    strategy_class = resolve(cfg.strategy.target)
+    strategy = strategy_class(cfg, ctx, spec, device)
+    result = {"rank": ctx.rank, "cores": cores, "role": role, **device.describe()}
     try:
         if role == WORKER:
             log = StepLog(peer.path)
             try:
                 torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
                 splits = load_splits(cfg)
-                model = build_model(cfg, splits.num_classes, splits.channels)
+                model = build_model(cfg, splits.num_classes, splits.channels).to(device.device)
                 optimizer = build_optimizer(model.parameters(), cfg, spec.effective_batch)
                 result["effective_lr"] = scaled_lr(cfg, spec.effective_batch)
                 trained = strategy.setup(model, optimizer)
-                result |= train(cfg, strategy, model, trained, splits, log, ctx.rank, spec.workers, spec.batch_size)
+                result |= train(cfg, strategy, model, trained, splits, log, ctx.rank, spec.workers, spec.batch_size,
+                                device)
                 result["param_sha256"] = parameter_digest(model)
             finally:
                 log.close()

@@ -4,6 +4,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from job.data import DATASETS, check_data_config
+from job.device import resolve_device
 from job.errors import ConfigError
 from job.fault import check_fault_config
 from job.model import MODELS
@@ -74,6 +75,7 @@ def validate(cfg) -> None:
              f"launch.node_rank must be in [0, {launch.nnodes}), got {launch.node_rank}")
     _require(launch.nnodes == 1 or launch.master_port, "several hosts need a fixed launch.master_port")
     check_data_config(cfg.data)
+    resolve_device(cfg.device)
     strategy = strategy_class(cfg)
     strategy.validate(cfg)
     spec = strategy.launch_spec(cfg)

@@ -119,6 +119,8 @@ def caveats_of(group: Group, section: Section) -> list[str]:
                      if isinstance(v, (int, float)) and v > 0}
     if failed_rounds:
         caveats.append("failed averaging rounds: " + ", ".join(f"{k}={number(v)}" for k, v in failed_rounds.items()))
+    if any((r.summary.get("device") or {}).get("gpu_shared") for r in group.runs):
+        caveats.append("peers shared GPUs (more peers than GPUs on a host): not one GPU per peer")
     if section.synthetic or any(r.summary.get("data_is_synthetic") for r in group.runs):
         caveats.append("synthetic data: throughput only, accuracy has no meaning")
     length = length_caveat(group, section.groups)

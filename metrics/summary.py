@@ -32,6 +32,9 @@ METHODS = {
                         "the latest of the workers' first evaluations reaching it (null if any worker never did)",
     "effective_lr": "the learning rate after lr_scaling to the strategy's effective batch (samples behind one "
                     "optimizer update, launch.json), before any warm-up; as the first worker reports it",
+    "device": "where the workers trained: the device knob resolved before launch (auto: cuda when torch sees a "
+              "GPU), the GPUs used, and gpu_shared = some host ran more peers than it has GPUs, so peers shared "
+              "a GPU (allowed for experiments; their throughput is not that of one GPU per peer)",
     "peak_rss_bytes": "max over samples of the RSS summed over the peer's process tree",
     "cpu_percent": "CPU time of the peer's process tree per sampler interval (100 = one core)",
     "network": "cumulative /proc/net/dev counters of the peer's network namespace, last minus first sample",
@@ -79,6 +82,13 @@ def peer_figures(peer: PeerDir) -> dict:
             "lo_tx_bytes": last["lo_tx_bytes"] - first["lo_tx_bytes"],
         }
     return figures
+
+
+def device_of(config: dict, workers: list[dict]) -> dict:
+    results = [w["result"] for w in workers if w["result"]]
+    return {"name": config.get("device", "cpu"),
+            "gpus": sorted({r["device"] for r in results if r.get("device", "cpu") != "cpu"}),
+            "gpu_shared": any(r.get("gpu_shared", False) for r in results)}
 
 
 def worker_accuracy(evals_by_rank: dict[int, list[dict]], target: dict) -> dict:
@@ -137,6 +147,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "strategy_knobs": knobs or {},
         "is_baseline": is_baseline,
         "workers": len(workers),
+        "device": device_of(config, workers),
         "data_is_synthetic": config["data"]["name"] == "synthetic",
         "network_scope": "per-peer namespace" if run.network.exists()
                          else "host-wide (shared by all peers, not attributable to one)",

@@ -5,7 +5,8 @@ buckets of allreduce.bucket_cap_mb while backward is still running (DDP's reduce
 bucket as soon as its gradients are ready), so communication overlaps backward. A DDP
 communication hook counts each bucket's payload and then runs DDP's default hook
 (divide by N, all-reduce over gloo). BatchNorm buffers stay local (broadcast_buffers off),
-as in every strategy here. Rank 0's parameters reach every peer when DDP is built.
+as in every strategy here. Rank 0's parameters reach every peer when DDP is built. On GPUs
+the buckets go over NCCL when each peer of a host has its own GPU, else over gloo.
 
 transport=mpi, or allreduce.ddp=false: one flat all-reduce of all gradients after
 backward (no overlap) over the transport; MPI runs Open MPI's ring algorithm
@@ -54,7 +55,8 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
             return model
         from torch.nn.parallel import DistributedDataParallel
 
-        self.ddp = DistributedDataParallel(model, bucket_cap_mb=float(self.cfg.allreduce.bucket_cap_mb),
+        self.ddp = DistributedDataParallel(model, device_ids=[self.device.device] if self.device.is_cuda else None,
+                                           bucket_cap_mb=float(self.cfg.allreduce.bucket_cap_mb),
                                            broadcast_buffers=False)
         self.ddp.register_comm_hook(state=None, hook=self._counted_allreduce)
         return self.ddp

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
+from job.device import PeerDevice
 from metrics.bounds import Round
 from metrics.project import Cost
 from metrics.rundir import RunDir
@@ -108,8 +109,9 @@ class Strategy(ABC):
         """In the launching process, once every process of the run has ended: remove leftovers."""
 
     # --- inside each process ---------------------------------------------
-    def __init__(self, cfg, ctx: PeerContext, spec: LaunchSpec):
+    def __init__(self, cfg, ctx: PeerContext, spec: LaunchSpec, device: PeerDevice | None = None):
         self.cfg, self.ctx, self.spec = cfg, ctx, spec
+        self.device = device or PeerDevice(torch.device("cpu"))  # where the model and its gradients live
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
 
@@ -150,8 +152,10 @@ class Strategy(ABC):
 
     # --- helpers for subclasses -------------------------------------------
     def timed_optimizer_step(self) -> float:
+        self.device.synchronize()  # on a GPU, what was queued before is not the update's time
         start = time.perf_counter()
         self.optimizer.step()
+        self.device.synchronize()
         return time.perf_counter() - start
 
     def trainable(self) -> list[torch.Tensor]:

@@ -21,6 +21,7 @@ import os
 import shutil
 import time
 
+from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from metrics.project import Cost, exposed_s, ring_allreduce_s
 from strategies.base import LaunchSpec, StepReport, Strategy
@@ -140,6 +141,11 @@ class Ring(RingAllReduceRounds, Strategy):
         if not (hvd.gloo_built() if controller == "gloo" else hvd.mpi_built()):
             raise BackendUnavailable(f"ring.controller={controller}: this Horovod was built without "
                                      f"{controller} support; {BUILD_HINT}")
+        if resolve_device(cfg.device) == "cuda" and not hvd.cuda_built():
+            raise BackendUnavailable("device=cuda: this Horovod was built without GPU support (torch was a CPU "
+                                     "build when it was compiled); install torch's CUDA build, delete the cached "
+                                     "wheel and rerun scripts/build_horovod.sh (it then builds with NCCL), or use "
+                                     "device=cpu")
         if controller == "mpi" and not shutil.which("mpirun"):
             raise BackendUnavailable("ring.controller=mpi needs Open MPI's mpirun on PATH (not found); "
                                      "run `make setup` (installs openmpi-bin) or use ring.controller=gloo")
@@ -200,10 +206,8 @@ class Ring(RingAllReduceRounds, Strategy):
         if self.passes_per_step > 1:
             for p in self.trainable():
                 p.grad.div_(self.passes_per_step)  # the mean over k batches, like one k-times larger batch
-        start = time.perf_counter()
         with self.optimizer.skip_synchronize():
-            self.optimizer.step()
-        opt_s = time.perf_counter() - start
+            opt_s = self.timed_optimizer_step()
         return StepReport(opt_s=opt_s, bytes_sent=self.wire_bytes, bytes_recv=self.wire_bytes,
                           extra={"link_s": link_s})
 

@@ -1,7 +1,10 @@
 """Point-to-point and collective calls over torch.distributed (gloo) or MPI (mpi4py).
 
 Every blocking call has a deadline (timeouts.collective_s): a dead or stuck peer
-raises TimeoutError naming the call, never a hang. Tensors are CPU, contiguous.
+raises TimeoutError naming the call, never a hang. Tensors are CPU, contiguous: peers
+that train on a GPU stage their vectors through host memory (`flatten`), inside the
+step's exposed communication. DDP (strategies/allreduce.py) is the exception: its CUDA
+buckets go over NCCL when every peer of the host has a GPU of its own.
 Point-to-point calls take a tag; isend/irecv return a Pending whose wait() has the
 same deadline, so a strategy can pipeline chunks. recv_any takes a message from
 whichever peer sends first (parameter servers).
@@ -97,12 +100,12 @@ class GlooPending(Pending):
 
 
 class GlooTransport(Transport):
-    def __init__(self, ctx, timeout_s: float):
+    def __init__(self, ctx, timeout_s: float, backend: str = "gloo"):
         import torch.distributed as dist
 
         self.dist, self.timeout = dist, timedelta(seconds=timeout_s)
         dist.init_process_group(
-            "gloo", init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
+            backend, init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
             rank=ctx.rank, world_size=ctx.world_size, timeout=self.timeout,
         )
         self.rank, self.world_size = ctx.rank, ctx.world_size
@@ -195,13 +198,20 @@ class MpiPending(Pending):
         self.transport._wait(self.request, self.what)
 
 
-def connect(cfg, ctx) -> Transport:
-    cls = MpiTransport if cfg.transport == "mpi" else GlooTransport
-    return cls(ctx, float(cfg.timeouts.collective_s))
+GLOO_WITH_NCCL = "cpu:gloo,cuda:nccl"  # host tensors over gloo, CUDA tensors over NCCL
+
+
+def connect(cfg, ctx, device) -> Transport:
+    timeout_s = float(cfg.timeouts.collective_s)
+    if cfg.transport == "mpi":
+        return MpiTransport(ctx, timeout_s)
+    own_gpu = device.is_cuda and not device.gpu_shared  # NCCL needs one GPU per process
+    return GlooTransport(ctx, timeout_s, GLOO_WITH_NCCL if own_gpu else "gloo")
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([t.reshape(-1) for t in tensors])
+    """One contiguous host (CPU) vector of the tensors: what every transport sends (GPU tensors are copied)."""
+    return torch.cat([t.reshape(-1) for t in tensors]).cpu()
 
 
 def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
@@ -263,7 +273,7 @@ class TransportStrategy(Strategy):
         return spec
 
     def connect(self) -> Transport:
-        self.transport = connect(self.cfg, self.ctx)
+        self.transport = connect(self.cfg, self.ctx, self.device)
         return self.transport
 
     def close(self) -> None:

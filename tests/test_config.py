@@ -52,6 +52,7 @@ BAD_INPUT = [
     ("batch_size=0", "batch_size must be >= 1"),
     ("lr=0", "lr must be > 0"),
     ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
+    ("device=tpu", "device must be one of auto, cpu, cuda, got tpu"),
 ]
 
 

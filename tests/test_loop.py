@@ -5,7 +5,10 @@ import time
 import pytest
 import torch
 
+from job.device import PeerDevice
 from job.loop import GradientClock
+
+CPU = PeerDevice(torch.device("cpu"))
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,7 +38,7 @@ def backward(net):
 
 def test_every_parameter_is_handed_over_once_with_its_gradient_during_backward():
     net, strategy = model(), RecordingStrategy()
-    clock = GradientClock(net.parameters(), strategy)
+    clock = GradientClock(net.parameters(), strategy, CPU)
     before, after = backward(net)
     params = list(net.parameters())
     assert len(strategy.calls) == 4
@@ -51,7 +54,7 @@ def test_every_parameter_is_handed_over_once_with_its_gradient_during_backward()
 
 def test_the_clock_keeps_the_time_of_the_last_gradient():
     net, strategy = model(), RecordingStrategy()
-    clock = GradientClock(net.parameters(), strategy)
+    clock = GradientClock(net.parameters(), strategy, CPU)
     backward(net)
     times = [at for _, _, at in strategy.calls]
     # the clock reads the time just before handing the gradient over: between the last two hand-overs
@@ -62,7 +65,7 @@ def test_the_clock_keeps_the_time_of_the_last_gradient():
 def test_frozen_parameters_are_not_handed_over_and_close_removes_the_hooks():
     net, strategy = model(), RecordingStrategy()
     net[0].weight.requires_grad_(False)
-    clock = GradientClock(net.parameters(), strategy)
+    clock = GradientClock(net.parameters(), strategy, CPU)
     backward(net)
     assert len(strategy.calls) == 3 and all(p is not net[0].weight for p, _, _ in strategy.calls)
     clock.close()
@@ -72,9 +75,40 @@ def test_frozen_parameters_are_not_handed_over_and_close_removes_the_hooks():
 
 def test_gradients_accumulated_over_two_backward_passes_are_handed_over_each_time():
     net, strategy = model(), RecordingStrategy()
-    clock = GradientClock(net.parameters(), strategy)
+    clock = GradientClock(net.parameters(), strategy, CPU)
     backward(net)
     first = clock.last_ready
     backward(net)
     assert len(strategy.calls) == 8 and clock.last_ready > first
+    clock.close()
+
+
+def test_compute_time_runs_from_the_start_to_the_last_gradient():
+    net, strategy = model(), RecordingStrategy()
+    clock = GradientClock(net.parameters(), strategy, CPU)
+    started = time.perf_counter()
+    clock.start()
+    backward(net)
+    time.sleep(0.05)  # after backward: not compute
+    assert clock.compute_s(started) == pytest.approx(strategy.calls[-1][2] - started, abs=1e-3)
+    clock.start()
+    assert clock.compute_s(time.perf_counter()) == 0.0  # no gradient yet this step
+    clock.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_compute_time_is_the_kernels_not_their_launches():
+    gpu = PeerDevice(torch.device("cuda", 0))
+    net = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+    clock = GradientClock(net.parameters(), RecordingStrategy(), gpu)
+    x = torch.randn(4096, 4096, device="cuda")
+    gpu.synchronize()
+    started = time.perf_counter()
+    clock.start()
+    net(x).square().mean().backward()
+    launched = time.perf_counter() - started
+    gpu.synchronize()
+    done = time.perf_counter() - started
+    compute = clock.compute_s(started)
+    assert launched < compute <= done  # the kernels ran past the moment Python returned from backward
     clock.close()

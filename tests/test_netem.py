@@ -243,29 +243,67 @@ def test_horovodrun_mpi_hosts_over_ssh_shim(tmp_path):
     assert_fabric_gone(description)
 
 
-@pytest.mark.timeout(180)
-def test_two_launches_as_two_hosts_form_one_run(tmp_path):
-    """torchrun-style multi-host: one launch per emulated host, launch.node_rank and master_addr."""
+# One launch per host, as on real hosts: (strategy overrides, the rank whose parameters host 1 holds).
+# ps: the worker (rank 0) on host 0, the server (rank 1) on host 1.
+PER_HOST_LAUNCH = {
+    "allreduce": (["strategy=allreduce", "peers=2"], 1),
+    "stepwise": (["strategy=stepwise", "peers=2", "stepwise.second_pass=true"], 1),
+    "ps": (["strategy=ps", "peers=1"], None),
+    "hivemind": (["strategy=hivemind", "peers=2", "hivemind.target_batch_size=64",
+                  "hivemind.delay_state_averaging=false"], 1),
+}
+
+
+def start_on_host(host, run_dir, *overrides):
+    return subprocess.Popen([*host.enter, *train_command(run_dir, *overrides)], cwd=ROOT,
+                            env=dict(os.environ, GLOO_SOCKET_IFNAME="eth0"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+
+def hivemind_address_of(run_dir: Path, proc) -> str:
+    maddrs = run_dir / ".avgbench" / "hivemind_maddrs"
+    deadline = time.monotonic() + 90
+    while not maddrs.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "host 0 did not publish its hivemind address"
+        time.sleep(0.2)
+    return f"hivemind.initial_peers=[{','.join(maddrs.read_text().split())}]"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("strategy", PER_HOST_LAUNCH)
+def test_one_launch_per_host_forms_one_run(tmp_path, strategy):
+    """The README's multi-host recipe on two emulated hosts: the same command on each, launch.node_rank=k,
+    master address = host 0 (hivemind: its own address, and host 0's multiaddr to join)."""
+    overrides, other_rank = PER_HOST_LAUNCH[strategy]
+    common = [*overrides, "model=tiny", "max_steps=8", "eval_every=0", "progress=false", "launch.nnodes=2",
+              "launch.master_port=29500"]
     with Fabric(2, [100, 100]) as fabric:
-        env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")
         runs = [tmp_path / f"host{i}" for i in range(2)]
-        procs = [subprocess.Popen(
-            [*host.enter, *train_command(run, "strategy=allreduce", "peers=2", "max_steps=10", "launch.nnodes=2",
-                                     f"launch.node_rank={host.index}", f"launch.master_addr={fabric.hosts[0].addr}",
-                                     "launch.master_port=29500")],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-            for host, run in zip(fabric.hosts, runs)]
+        master = f"launch.master_addr={fabric.hosts[0].addr}"
+        procs = []
         try:
-            outputs = [p.communicate(timeout=150) for p in procs]
+            for host, run in zip(fabric.hosts, runs):
+                extra = [f"hivemind.host={host.addr}"] if strategy == "hivemind" else []
+                if strategy == "hivemind" and host.index == 1:
+                    extra.append(hivemind_address_of(runs[0], procs[0]))
+                procs.append(start_on_host(host, run, *common, master, f"launch.node_rank={host.index}", *extra))
+            outputs = [p.communicate(timeout=180) for p in procs]
         finally:
             for p in procs:
                 p.kill()
         description = fabric.describe()
     assert [p.returncode for p in procs] == [0, 0], outputs
-    digests = [json.loads((run / f"peer{rank}" / "result.json").read_text())["param_sha256"]
-               for run, rank in zip(runs, range(2))]
-    assert digests[0] == digests[1]
-    assert len(read_jsonl(runs[1] / "peer1" / "steps.jsonl")) == 10
+    host0 = json.loads((runs[0] / "peer0" / "result.json").read_text())
+    host1 = json.loads((runs[1] / "peer1" / "result.json").read_text())
+    if other_rank is not None:
+        assert host0["param_sha256"] == host1["param_sha256"]  # one model, trained across the two hosts
+    else:
+        assert host1["strategy"]["role"] == "server" and host1["strategy"]["updates"] == 8
+    # the payload crossed the link: host 1's own interface counters carried at least what it sent
+    sent = (host1["strategy"]["bytes_sent"] if other_rank is None
+            else sum(s["bytes_sent"] for s in read_jsonl(runs[1] / "peer1" / "steps.jsonl")))
+    host1_tx = summary_of(runs[1])["peers"][0]["net_tx_bytes"]
+    assert sent > 0 and host1_tx >= sent, (host1_tx, sent)
     for run in runs:
         assert_no_leftovers(run)
     assert_fabric_gone(description)

@@ -21,7 +21,7 @@ from strategies.transport import GlooTransport
 
 def _member(fn, rank: int, world_size: int, port: int, out: Path, args: tuple) -> None:
     try:
-        ctx = PeerContext(rank, world_size, rank, "127.0.0.1", port, run=RunDir(out))
+        ctx = PeerContext(rank, world_size, rank, world_size, "127.0.0.1", port, run=RunDir(out))
         transport = GlooTransport(ctx, timeout_s=30)
         try:
             torch.save(fn(transport, *args), out / f"{rank}.pt")

@@ -1,0 +1,61 @@
+"""Where a peer trains: `device=auto|cpu|cuda`.
+
+Resolved once before launch (`resolve_device`): auto is cuda when torch sees a GPU, else cpu;
+cuda without a GPU is a clear error. Each peer then takes GPU local_rank mod the GPU count
+(`PeerDevice`): peers on one host share GPUs when there are fewer GPUs than peers, which is
+allowed for experiments and recorded (`gpu_shared`), so the report can say so.
+
+On a GPU, timings need synchronisation: CUDA kernels run after the Python call returns.
+`synchronize()` waits for them; the loop calls it at the phase boundaries of a step and
+times compute with CUDA events (job/loop.py), so compute is not hidden in communication.
+"""
+from dataclasses import dataclass
+
+import torch
+
+from job.errors import ConfigError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(requested: str) -> str:
+    """"cpu" or "cuda" for the device knob; before any process starts."""
+    if requested not in DEVICES:
+        raise ConfigError(f"device must be one of {', '.join(DEVICES)}, got {requested}")
+    has_gpu = torch.cuda.is_available()
+    if requested == "cuda" and not has_gpu:
+        build = f"torch {torch.__version__}" + (" (a CPU build)" if torch.version.cuda is None else "")
+        raise ConfigError(f"device=cuda, but {build} sees no CUDA GPU; use device=cpu (or auto), or install "
+                          "torch's CUDA build of the pinned version on a machine with a GPU")
+    if requested == "auto":
+        return "cuda" if has_gpu else "cpu"
+    return requested
+
+
+@dataclass
+class PeerDevice:
+    device: torch.device
+    gpu_shared: bool = False  # more peers on this host than GPUs
+
+    @classmethod
+    def for_peer(cls, requested: str, local_rank: int, local_peers: int) -> "PeerDevice":
+        if resolve_device(requested) != "cuda":
+            return cls(torch.device("cpu"))
+        count = torch.cuda.device_count()
+        device = torch.device("cuda", local_rank % count)
+        torch.cuda.set_device(device)
+        return cls(device, gpu_shared=local_peers > count)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def synchronize(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    def describe(self) -> dict:
+        if not self.is_cuda:
+            return {"device": "cpu"}
+        return {"device": str(self.device), "gpu_name": torch.cuda.get_device_name(self.device),
+                "gpu_shared": self.gpu_shared}
