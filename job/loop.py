@@ -121,6 +121,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
                      data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s,
                      comm_s=max(0.0, (t_end - t1) - compute_s - report.opt_s),
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round,
+                     **({} if report.done is None else {"done": report.done}),
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
                 run_eval(step)

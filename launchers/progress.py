@@ -64,8 +64,12 @@ class Progress:
         if self.enabled and self.terminal:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=cfg.max_steps, desc=self.title, file=self.stream, dynamic_ncols=True,
+            self.bar = tqdm(total=100, desc=self.title, file=self.stream, dynamic_ncols=True,
                             bar_format="{desc} |{bar}|")  # the bar last: a narrow terminal cuts it first
+
+    def done(self, record: dict) -> float:
+        """Share of the run a worker has done: what its strategy says (stops on its own), else step / max_steps."""
+        return min(1.0, record["done"] if "done" in record else record["step"] / self.max_steps)
 
     def read(self) -> None:
         for path in self.run_dir.glob("peer*/steps.jsonl"):
@@ -79,15 +83,16 @@ class Progress:
     def figures(self) -> str:
         """Step and loss of the lowest-rank worker; samples/s of all workers (their samples / the longest training
         time, as in summary.json); comm = their communication time / their training time; ETA: the slowest
-        worker's remaining steps at its wall time per step so far."""
+        worker's remaining share of the run at its pace so far."""
         records = list(self.latest.values())
         reference = self.latest[min(self.latest)]
         rate = sum(r["samples"] for r in records) / max(max(r["train_s"] for r in records), 1e-9)
         comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in records), 1e-9)
-        slowest = min(records, key=lambda r: r["step"])
-        eta = (self.max_steps - slowest["step"]) * slowest["wall_s"] / max(slowest["step"], 1)
-        return (f"step {reference['step']}/{self.max_steps}, loss {reference['loss']:.3f}, {rate:.0f} samples/s, "
-                f"comm {100 * comm:.0f}%, ETA {clock(eta)}")
+        slowest = min(records, key=self.done)
+        eta = slowest["wall_s"] * (1 - self.done(slowest)) / max(self.done(slowest), 1e-9)
+        step = (f"step {reference['step']}/{self.max_steps}" if "done" not in reference
+                else f"step {reference['step']} ({100 * self.done(reference):.0f}% done)")
+        return f"{step}, loss {reference['loss']:.3f}, {rate:.0f} samples/s, comm {100 * comm:.0f}%, ETA {clock(eta)}"
 
     def update(self, final: bool = False) -> None:
         if not self.enabled:
@@ -96,7 +101,7 @@ class Progress:
         if self.bar is not None:
             self.bar.set_description_str(f"{self.title}: {self.figures()}" if self.latest else self.title,
                                          refresh=False)
-            self.bar.n = self.latest[min(self.latest)]["step"] if self.latest else 0
+            self.bar.n = round(100 * self.done(self.latest[min(self.latest)])) if self.latest else 0
             self.bar.refresh()
         elif self.latest and (final or time.monotonic() >= self.next_line):
             line = f"avgbench: {self.title}: {self.figures()}"

@@ -34,8 +34,14 @@ class Entry:
 class Verdict:
     """The ranking of one section."""
     title: str
+    answer: str | None   # one sentence: the strategy that wins, against its equal-resource baseline
     entries: list[Entry]
+    references: list[Entry]  # single-process runs on fewer CPUs, kept for scaling efficiency, not ranked
     commands: list[str]  # train.py commands producing the missing baselines
+
+
+REFERENCES_NOTE = ("Reference runs, not ranked: one process on fewer CPUs than any compared configuration (the "
+                   "scaling-efficiency baselines).")
 
 
 def mean(group: Group, figure) -> float | None:
@@ -119,6 +125,9 @@ def caveats_of(group: Group, section: Section) -> list[str]:
                      if isinstance(v, (int, float)) and v > 0}
     if failed_rounds:
         caveats.append("failed averaging rounds: " + ", ".join(f"{k}={number(v)}" for k, v in failed_rounds.items()))
+    shared = shared_cores(group.first)
+    if shared:
+        caveats.append(shared)
     if any((r.summary.get("device") or {}).get("gpu_shared") for r in group.runs):
         caveats.append("peers shared GPUs (more peers than GPUs on a host): not one GPU per peer")
     if section.synthetic or any(r.summary.get("data_is_synthetic") for r in group.runs):
@@ -127,6 +136,17 @@ def caveats_of(group: Group, section: Section) -> list[str]:
     if length:
         caveats.append(length)
     return caveats
+
+
+def shared_cores(run) -> str | None:
+    """Processes that asked for more CPUs than the cores they were pinned to (peers.result.cores)."""
+    pinned = [(p.get("result") or {}).get("cores") or [] for p in run.summary.get("peers") or []]
+    per_process = run.config["peer_cpus"] * (run.config["peers"] if run.is_baseline else 1)  # single: N x c threads
+    asked = per_process * len(pinned)
+    distinct = len({c for cores in pinned for c in cores})
+    if not distinct or distinct >= asked:
+        return None
+    return f"oversubscribed: {asked} CPUs asked, {distinct} cores on this host, so processes shared cores"
 
 
 def length_caveat(group: Group, groups: list[Group]) -> str | None:
@@ -143,10 +163,47 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
     return "unequal length: " + "; ".join(parts) if parts else None
 
 
+def is_reference(group: Group, groups: list[Group]) -> bool:
+    """A single-process group that is no compared configuration's equal-resource baseline (when there are
+    configurations that average): it has fewer resources than they, so it is shown but not ranked."""
+    averaging = [g for g in groups if not g.first.is_baseline]
+    return group.first.is_baseline and bool(averaging) and all(g.baseline is not group for g in averaging)
+
+
+def answer_of(ranking: list[Group], synthetic: bool) -> str | None:
+    """The best-ranked configuration that averages, set against one process on the same CPUs."""
+    best = next((g for g in ranking if not g.first.is_baseline), None)
+    if best is None:
+        return None
+    reached = best.values(lambda r: r.summary.get("time_to_target_s"))
+    if not synthetic and len(reached) == len(best.runs):
+        how = f"reaches {target_text(best)} first among the averaging strategies ({number(statistics.fmean(reached))} s)"
+    elif synthetic:
+        how = "has the highest throughput among the averaging strategies (synthetic data: throughput only)"
+    else:
+        how = (f"has the highest throughput among the averaging strategies; none reached {target_text(best)} in "
+               "every repeat")
+    total = cpus(best.first.total_cpus)
+    if best.baseline is None:
+        return f"Answer: {best.label} {how}; no run of one process on {total} to compare it with (command below)."
+    speedup = mean(best, lambda r: r.speedup)
+    if speedup is not None and speedup >= 1:
+        return f"Answer: {best.label} {how}, {speedup:.2f}× one process on the same {total}."
+    return (f"Answer: {best.label} {how}, but it is {number(speedup)}× one process on the same {total}: here, no "
+            "averaging strategy beats a single process with the same CPUs.")
+
+
 def section_verdict(section: Section) -> Verdict:
-    entries = [Entry(g.label, figures_of(g, section.synthetic), caveats_of(g, section)) for g in ranked(section)]
+    ranking = ranked(section)
+    compared = [g for g in ranking if not is_reference(g, section.groups)]
+    references = [g for g in ranking if is_reference(g, section.groups)]
+
+    def entry(group: Group) -> Entry:
+        return Entry(group.label, figures_of(group, section.synthetic), caveats_of(group, section))
+
     runs = [r for g in section.groups for r in g.runs]
-    return Verdict(section.title, entries, [override_command(o) for o in missing_baselines(runs)])
+    return Verdict(section.title, answer_of(compared, section.synthetic), [entry(g) for g in compared],
+                   [entry(g) for g in references], [override_command(o) for o in missing_baselines(runs)])
 
 
 def intro(sections: list[Section]) -> list[str]:
@@ -166,11 +223,17 @@ def verdict_html(sections: list[Section], verdicts: list[Verdict]) -> str:
     e = html.escape
     parts = ["<section id='verdict'><h2>Verdict</h2>"] + [f"<p class='note'>{e(line)}</p>" for line in intro(sections)]
     for verdict in verdicts:
-        parts.append(f"<h3>{e(verdict.title)}</h3><ol class='verdict'>")
-        for entry in verdict.entries:
-            caveats = f" <span class='caveat'>⚠ {e('; '.join(entry.caveats))}</span>" if entry.caveats else ""
-            parts.append(f"<li><b>{e(entry.label)}</b>: {e(', '.join(entry.figures))}.{caveats}</li>")
-        parts.append("</ol>")
+        parts.append(f"<h3>{e(verdict.title)}</h3>")
+        if verdict.answer:
+            parts.append(f"<p class='answer'><b>{e(verdict.answer)}</b></p>")
+        for tag, entries in (("ol", verdict.entries), ("ul", verdict.references)):
+            if tag == "ul" and entries:
+                parts.append(f"<p class='note'>{e(REFERENCES_NOTE)}</p>")
+            parts.append(f"<{tag} class='verdict'>")
+            for entry in entries:
+                caveats = f" <span class='caveat'>⚠ {e('; '.join(entry.caveats))}</span>" if entry.caveats else ""
+                parts.append(f"<li><b>{e(entry.label)}</b>: {e(', '.join(entry.figures))}.{caveats}</li>")
+            parts.append(f"</{tag}>")
         if verdict.commands:
             parts.append(f"<p class='note'>{e(COMMANDS_NOTE)}</p>")
             parts += [f"<pre>{e(command)}</pre>" for command in verdict.commands]
@@ -181,10 +244,18 @@ def verdict_markdown(sections: list[Section], verdicts: list[Verdict]) -> str:
     parts = ["## Verdict", ""] + [f"{line}\n" for line in intro(sections)]
     for verdict in verdicts:
         parts += [f"### {verdict.title}", ""]
+        if verdict.answer:
+            parts += [f"**{verdict.answer}**", ""]
         for rank, entry in enumerate(verdict.entries, 1):
             caveats = f" ⚠ {'; '.join(entry.caveats)}" if entry.caveats else ""
             parts.append(f"{rank}. **{entry.label}**: {', '.join(entry.figures)}.{caveats}")
         parts.append("")
+        if verdict.references:
+            parts += [REFERENCES_NOTE, ""]
+            for entry in verdict.references:
+                caveats = f" ⚠ {'; '.join(entry.caveats)}" if entry.caveats else ""
+                parts.append(f"- **{entry.label}**: {', '.join(entry.figures)}.{caveats}")
+            parts.append("")
         if verdict.commands:
             parts += [COMMANDS_NOTE, ""] + [f"    {command}" for command in verdict.commands] + [""]
     return "\n".join(parts) + "\n"

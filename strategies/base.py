@@ -41,6 +41,8 @@ class StepReport:
     round: id of the averaging round these bytes belong to (rounds are grouped by it
       across workers); None: the step number.
     last: this was the peer's last step (e.g. a shared epoch boundary was reached).
+    done: share of the run done after this step, for strategies that stop on their own
+      (None: step / max_steps); live progress and its ETA use it.
     extra: strategy-specific per-step fields (e.g. its own raw collective time).
     """
 
@@ -49,6 +51,7 @@ class StepReport:
     bytes_recv: int = 0
     round: int | None = None
     last: bool = False
+    done: float | None = None
     extra: dict = field(default_factory=dict)
 
 

@@ -256,6 +256,7 @@ class Hivemind(Strategy):
         progress = self.opt.tracker.global_progress
         return StepReport(
             opt_s=0.0 if averaged else local_s, last=last, round=round_id if averaged else None,
+            done=min(1.0, (epoch + progress.samples_accumulated / self.hm.target_batch_size) / self.target_epoch),
             bytes_sent=delta["allreduce_bytes_sent"], bytes_recv=delta["allreduce_bytes_recv"],
             extra={
                 "hivemind_epoch": epoch,

@@ -114,3 +114,27 @@ def toy_sgd(params):
     import torch
 
     return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-3)
+
+
+def worker_tensor(rank: int):
+    """Worker `rank`'s vector in the stepwise round tests: 3 x 37 floats (444 bytes), distinct per rank."""
+    import torch
+
+    return torch.randn(3, 37, generator=torch.Generator().manual_seed(100 + rank))
+
+
+def stepwise_rounds(transport, chunks: int) -> list:
+    """Every ring rotation of a world, one pass then with second_pass: [(second_pass, ring, RoundResult)]."""
+    import torch
+
+    from strategies.stepwise import ring_order, ring_round
+
+    n = transport.world_size
+    mine = worker_tensor(transport.rank)
+    results = []
+    for second_pass in (False, True):
+        for round_index in range(n):
+            ring = ring_order(n, round_index, rotate=True)
+            results.append((second_pass, ring, ring_round(transport, mine, ring, chunks, second_pass)))
+    assert torch.equal(mine, worker_tensor(transport.rank))  # the input is left alone
+    return results

@@ -10,10 +10,10 @@ import time
 import pytest
 import torch
 
-from helpers import toy_batch, toy_sgd
+from helpers import stepwise_rounds, toy_batch, toy_sgd, worker_tensor
 
 from strategies.ps import PULL_HEADER, PUSH_HEADER, ShardClient, ShardServer, partition, shard_of
-from strategies.stepwise import ring_order, ring_round
+from strategies.stepwise import ring_order
 from strategies.transport import Pending, Transport, ring_allreduce_bytes
 
 pytestmark = pytest.mark.timeout(60)
@@ -131,26 +131,10 @@ def test_rotation_makes_every_worker_last_once_in_n_rounds():
     assert {ring_order(4, r, rotate=False)[-1] for r in range(8)} == {3}  # without rotation: always rank 3
 
 
-def worker_tensor(rank: int) -> torch.Tensor:
-    return torch.randn(3, 37, generator=torch.Generator().manual_seed(100 + rank))  # 111 floats: 444 bytes
-
-
-def _rounds(transport, chunks: int) -> list:
-    n = transport.world_size
-    mine = worker_tensor(transport.rank)
-    results = []
-    for second_pass in (False, True):
-        for round_index in range(n):
-            ring = ring_order(n, round_index, rotate=True)
-            results.append((second_pass, ring, ring_round(transport, mine, ring, chunks, second_pass)))
-    assert torch.equal(mine, worker_tensor(transport.rank))  # the input is left alone
-    return results
-
-
 @pytest.mark.parametrize("chunks", [1, 3, 200])  # 200 > 111 elements: one element per piece
 def test_ring_round_means_and_bytes(chunks):
     n, size = 4, 444
-    outputs = run_threads(_rounds, n, chunks)
+    outputs = run_threads(stepwise_rounds, n, chunks)
     held_full = dict.fromkeys(range(n), 0)
     for rank, results in enumerate(outputs):
         for second_pass, ring, result in results:

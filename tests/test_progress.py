@@ -1,4 +1,5 @@
-"""Live progress of real tiny runs: a bar on a terminal (a pseudo-terminal of a set width), plain lines on a pipe."""
+"""Live progress: of real tiny runs, a bar on a terminal (a pseudo-terminal of a set width) and plain lines on a
+pipe (integration tier); the figures from step records (unit tier)."""
 import fcntl
 import json
 import os
@@ -15,7 +16,7 @@ import pytest
 from helpers import QUICK, ROOT, train_command
 from metrics.jsonl import read_jsonl
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 WIDTH = 90  # columns of the pseudo-terminal
 STEPS = 20
@@ -64,6 +65,7 @@ def run_on_terminal(command: list[str]) -> tuple[int, list[str]]:
     return proc.wait(timeout=60), [f for f in frames if f]
 
 
+@pytest.mark.integration
 def test_terminal_shows_a_bar_that_fits_its_width(tmp_path):
     run_dir = tmp_path / "run"
     code, frames = run_on_terminal(train_command(run_dir, "strategy=allreduce", "peers=2", *SHORT_RUN))
@@ -77,6 +79,7 @@ def test_terminal_shows_a_bar_that_fits_its_width(tmp_path):
     assert_shows(figures, expected_end(run_dir))
 
 
+@pytest.mark.integration
 def test_pipe_gets_plain_lines_with_the_job_in_the_sweep(tmp_path):
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "train.py"), "-m", "seed=1,2", f"hydra.sweep.dir={sweep}", *QUICK,
@@ -92,3 +95,38 @@ def test_pipe_gets_plain_lines_with_the_job_in_the_sweep(tmp_path):
         assert any(int(f[1]) < STEPS for f in figures)  # printed while the run went on, not only at its end
         run_dir = next(sweep.glob(f"{number - 1}_*"))
         assert_shows(figures[-1], expected_end(run_dir))
+
+
+# --- unit tier: the figures from step records ------------------------------------------------
+def progress_over(tmp_path, records_by_rank: dict[int, list[dict]], max_steps: int = 100):
+    from omegaconf import OmegaConf
+
+    from launchers.progress import Progress
+
+    for rank, records in records_by_rank.items():
+        (tmp_path / f"peer{rank}").mkdir()
+        (tmp_path / f"peer{rank}" / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    cfg = OmegaConf.create({"progress": True, "progress_interval_s": 10, "max_steps": max_steps,
+                            "strategy": {"name": "hivemind"}, "peers": len(records_by_rank)})
+    progress = Progress(tmp_path, cfg, stream=open(os.devnull, "w"))
+    progress.read()
+    return progress
+
+
+def record(step: int, wall_s: float, **extra) -> dict:
+    return {"step": step, "wall_s": wall_s, "train_s": wall_s, "samples": 32 * step, "loss": 1.0, "comm_s": 0.0,
+            **extra}
+
+
+def test_a_strategy_that_stops_on_its_own_shows_its_share_done_and_a_forward_eta(tmp_path):
+    """hivemind stops on an epoch boundary, after more or fewer than max_steps steps: step 123 of max_steps=100
+    with 80% of the epochs done is 80% done, and the ETA is the slowest worker's remaining share at its pace."""
+    progress = progress_over(tmp_path, {0: [record(123, 100.0, done=0.8)], 1: [record(90, 99.0, done=0.75)]})
+    figures = progress.figures()
+    assert figures.startswith("step 123 (80% done), loss 1.000")
+    assert figures.endswith("ETA 0:33")  # rank 1: 99 s for 75% -> 33 s for the remaining 25%
+
+
+def test_other_strategies_count_steps_against_max_steps(tmp_path):
+    progress = progress_over(tmp_path, {0: [record(25, 50.0)], 1: [record(20, 40.0)]})
+    assert progress.figures().startswith("step 25/100,") and progress.figures().endswith("ETA 2:40")

@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import compose_config, toy_batch, toy_sgd
+from helpers import compose_config, stepwise_rounds, toy_batch, toy_sgd, worker_tensor
 from job.errors import ConfigError
 from launchers.base import free_port
 from launchers.config import validate
 from metrics.rundir import RunDir
 from strategies.base import PeerContext
 from strategies.ps import ShardClient, ShardServer, shard_of
-from strategies.stepwise import ring_order, ring_round
 from strategies.transport import GlooTransport
 
 
@@ -51,29 +50,12 @@ def run_group(fn, world_size: int, out: Path, *args) -> list:
     return [torch.load(out / f"{r}.pt", weights_only=False) for r in range(world_size)]
 
 
-def worker_tensor(rank: int) -> torch.Tensor:
-    return torch.randn(3, 37, generator=torch.Generator().manual_seed(100 + rank))
-
-
-def _rounds(transport, chunks: int) -> list:
-    n = transport.world_size
-    mine = worker_tensor(transport.rank)
-    results = []
-    for second_pass in (False, True):
-        for round_index in range(n):
-            ring = ring_order(n, round_index, rotate=True)
-            result = ring_round(transport, mine, ring, chunks=chunks, second_pass=second_pass)
-            results.append((second_pass, ring, result))
-    assert torch.equal(mine, worker_tensor(transport.rank))  # the input is left alone
-    return results
-
-
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_ring_round_gives_exact_prefix_means_and_full_mean_with_second_pass(tmp_path):
     n, chunks = 4, 3
     size = 444  # 3 x 37 floats
-    outputs = run_group(_rounds, n, tmp_path, chunks)
+    outputs = run_group(stepwise_rounds, n, tmp_path, chunks)
     held_full = {rank: 0 for rank in range(n)}
     for rank, results in enumerate(outputs):
         for second_pass, ring, result in results:
