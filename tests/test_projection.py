@@ -191,8 +191,13 @@ def test_projection_needs_a_link_for_unshaped_runs(tmp_path, capsys):
 def test_validation_error_arithmetic():
     assert error(1.1, 1.0) == pytest.approx(0.1)
     assert error(0.8, 1.0) == pytest.approx(-0.2)
-    rows = [{"strategy": "ps", "error": 0.1}, {"strategy": "ps", "error": -0.3}, {"strategy": "ring", "error": 0.05}]
+    rows = [{"strategy": "ps", "error": 0.1, "link_bound": True}, {"strategy": "ps", "error": -0.3, "link_bound": False},
+            {"strategy": "ring", "error": 0.05, "link_bound": True}]
     figures = summarize(rows)
     assert figures["median_abs_error"] == pytest.approx(0.1)
     assert figures["median_abs_error_by_strategy"] == {"ps": pytest.approx(0.2), "ring": pytest.approx(0.05)}
     assert figures["within_15_percent"] == pytest.approx(2 / 3)
+    # cases where the machine, not the link, set the pace are left out of the link-bound figures
+    bound = figures["link_bound_cases"]
+    assert bound["median_abs_error_by_strategy"] == {"ps": pytest.approx(0.1), "ring": pytest.approx(0.05)}
+    assert bound["cases"] == 2 and bound["within_15_percent"] == 1.0
