@@ -164,10 +164,9 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
 
 
 def is_reference(group: Group, groups: list[Group]) -> bool:
-    """A single-process group that is no compared configuration's equal-resource baseline (when there are
-    configurations that average): it has fewer resources than they, so it is shown but not ranked."""
-    averaging = [g for g in groups if not g.first.is_baseline]
-    return group.first.is_baseline and bool(averaging) and all(g.baseline is not group for g in averaging)
+    """A single-process group on fewer CPUs than every configuration that averages: shown, not ranked."""
+    averaging = [g.first.total_cpus for g in groups if not g.first.is_baseline]
+    return group.first.is_baseline and bool(averaging) and group.first.total_cpus < min(averaging)
 
 
 def answer_of(ranking: list[Group], synthetic: bool) -> str | None:

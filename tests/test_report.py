@@ -225,8 +225,8 @@ def test_missing_baseline_is_named_with_the_command_that_makes_it(multirun, scal
     stepwise, _ = scaling
     assert missing_baselines(runs_under(multirun[0], *scaling)) == []
     missing = missing_baselines(runs_under(multirun[0], stepwise))
-    assert missing == [{"strategy": "single", "peers": 2, "peer_cpus": 1, "model": "tiny", "max_steps": 6,
-                        "eval_every": 10, "sampler.interval": 0.2}]
+    assert missing == [{"strategy": "single", "peers": 2, "peer_cpus": 1, "model": "tiny", "device": "cpu",
+                        "max_steps": 6, "eval_every": 10, "sampler.interval": 0.2}]
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):  # the overrides rebuild stepwise's job
         composed = flatten(OmegaConf.to_container(compose("config", [f"{k}={v}" for k, v in missing[0].items()])))
     job = {k: v for k, v in flatten(summary_of(stepwise)["config"]).items()

@@ -58,3 +58,12 @@ def test_without_a_baseline_the_answer_says_what_is_missing():
     result = verdict(run("stepwise", 2, 40.0, None, [[0], [1]]))
     assert "none reached test_accuracy ≥ 0.9 in every repeat" in result.answer
     assert "no run of one process on 2 CPUs to compare it with" in result.answer
+
+
+def test_a_single_run_on_as_many_cpus_as_a_compared_configuration_is_ranked():
+    crashed = run("single", 1, 30.0, None, [[0]])
+    crashed.summary["status"] = "failed"
+    crashed.config["fault"] = {"raise_peer": 0, "at_step": 3}  # another configuration of single on 1 CPU
+    result = verdict(run("allreduce", 1, 50.0, 40.0, [[0]]), run("single", 1, 52.0, 38.0, [[0]]), crashed)
+    assert len(result.entries) == 3 and not result.references
+    assert any(c.startswith("failed (seed 0)") for e in result.entries for c in e.caveats)
