@@ -56,6 +56,22 @@ def test_ring_mpi_controller_runs_horovodrun_with_open_mpis_ring():
     assert spec.host_args == ["-H", "localhost:2", "--network-interface", "lo"]
 
 
+def test_ring_mpi_ranks_yield_their_core_when_they_outnumber_this_machines_cores(monkeypatch):
+    """Emulated hosts are namespaces of this machine: 8 busy-polling ranks on 2 cores stretched each ring step."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+
+    def mpi_args(*overrides):
+        args = spec_for(*overrides).launcher_args
+        return args[args.index("--mpi-args") + 1]
+
+    for network in ("loopback", "emulated"):
+        assert "-mca mpi_yield_when_idle 1" in mpi_args("strategy=ring", "peers=4", "ring.controller=mpi",
+                                                         f"network={network}")
+    assert "mpi_yield_when_idle" not in mpi_args("strategy=ring", "peers=2", "ring.controller=mpi")
+    assert "mpi_yield_when_idle" not in mpi_args("strategy=ring", "peers=4", "ring.controller=mpi",
+                                                 "ring.hosts='a:2,b:2'", "ring.network_interface=eth1")
+
+
 def test_ring_gloo_controller_and_its_deadlines():
     spec = spec_for("strategy=ring", "peers=3", "ring.controller=gloo", "timeouts.collective_s=30",
                     "timeouts.startup_s=90")

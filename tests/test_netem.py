@@ -124,6 +124,19 @@ def test_emulated_allreduce_tiny_heterogeneous(run_dir):
     assert len(set(param_digests(run_dir, range(2)))) == 1  # still one model
 
 
+@pytest.mark.timeout(150)
+def test_horovod_mpi_ring_runs_at_the_link_rate(run_dir):
+    """Both directions of a 2-rank ring at once: with Open MPI's default rendezvous they took turns (0.44)."""
+    pytest.importorskip("horovod.torch")
+    result = run_train(run_dir, "network=emulated", "network.bandwidth_mbit=20", "model=mlp", "model.width=320",
+                       "eval_every=0", "strategy=ring", "ring.controller=mpi", "peers=2", "max_steps=6")
+    assert result.returncode == 0, result.stderr
+    efficiency = summary_of(run_dir)["network"]["efficiency"]
+    assert efficiency["bound_s_per_round"] > 0.25  # 0.75 MB at 20 Mbit/s: 0.30 s
+    assert efficiency["efficiency"] >= 0.7, efficiency
+    check_run(run_dir, result, ratio_limit=1.15)
+
+
 @pytest.mark.timeout(240)
 def test_emulated_allreduce_resnet18_payload_is_bandwidth_bound(run_dir):
     result = run_train(run_dir, *EMULATED, "model=resnet18", "data=synthetic", "data.num_samples=256", "peers=2",
