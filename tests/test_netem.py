@@ -134,7 +134,7 @@ def test_horovod_mpi_ring_runs_at_the_link_rate(run_dir):
     efficiency = summary_of(run_dir)["network"]["efficiency"]
     assert efficiency["bound_s_per_round"] > 0.25  # 0.75 MB at 20 Mbit/s: 0.30 s
     assert efficiency["efficiency"] >= 0.7, efficiency
-    check_run(run_dir, result, ratio_limit=1.15)
+    check_run(run_dir, result, ratio_limit=1.25)  # rank 0 also sends the initial broadcast: +1/6 of the payload
 
 
 @pytest.mark.timeout(240)
@@ -262,7 +262,8 @@ PER_HOST_LAUNCH = {
     "allreduce": (["strategy=allreduce", "peers=2"], 1),
     "stepwise": (["strategy=stepwise", "peers=2", "stepwise.second_pass=true"], 1),
     "ps": (["strategy=ps", "peers=1"], None),
-    "hivemind": (["strategy=hivemind", "peers=2", "hivemind.target_batch_size=64",
+    "hivemind": (["strategy=hivemind", "peers=2", "hivemind.target_batch_size=64", "hivemind.matchmaking_time=2",
+                  "hivemind.request_timeout=1", "hivemind.averaging_timeout=10",
                   "hivemind.delay_state_averaging=false"], 1),
 }
 
