@@ -21,17 +21,17 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
 from metrics.bounds import MBIT, Round, round_records
+from metrics.cost import Cost
 from metrics.jsonl import read_jsonl
 from metrics.rundir import RunDir, run_dirs_under
 
 NETWORK_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "network"
-OVERLAP = 2 / 3      # backward's share of a step's compute (backward takes about twice forward's FLOPs)
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
@@ -55,30 +55,6 @@ METHODS = {
     "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
                         f"projected N is below {STOP_GAIN:.0%}",
 }
-
-
-@dataclass
-class Cost:
-    """What a strategy's cost model (Strategy.step_time) receives: one step of N workers over links of rate beta."""
-
-    workers: int              # N
-    size: float               # S: bytes averaged per round (one worker's gradients or parameters)
-    rate: float               # beta: link rate, bytes/s per direction (full duplex)
-    latency: float = 0.0      # alpha: one-way latency per message, s
-    compute: float = 0.0      # s per step outside communication: data + forward/backward + optimizer
-    batch: int = 1            # samples per worker and step
-    knobs: dict = field(default_factory=dict)  # the strategy's knobs (Strategy.knobs)
-    overlap: float = OVERLAP  # share of compute that communication can run behind, for strategies that overlap
-
-
-def ring_allreduce_s(m: Cost) -> float:
-    """2(N-1)·(alpha + S/(N·beta)): N-1 reduce-scatter and N-1 all-gather steps, each one message of S/N bytes."""
-    return 2 * (m.workers - 1) * (m.latency + m.size / (m.workers * m.rate))
-
-
-def exposed_s(m: Cost, comm_s: float) -> float:
-    """The part of comm_s not hidden behind the overlappable compute: max(0, comm - overlap·compute)."""
-    return max(0.0, comm_s - m.overlap * m.compute)
 
 
 # --- links -------------------------------------------------------------------------

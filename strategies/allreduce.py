@@ -19,7 +19,7 @@ group timeout (timeouts.collective_s) bounds every DDP collective; MPI calls pol
 """
 import time
 
-from metrics.project import Cost, exposed_s, ring_allreduce_s
+from metrics.cost import Cost, exposed_s, ring_allreduce_s
 from strategies.base import StepReport
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   RingAllReduceRounds, ring_allreduce_bytes, unflatten_into)

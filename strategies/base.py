@@ -25,7 +25,7 @@ from torch import nn
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
 from metrics.bounds import Round
-from metrics.project import Cost
+from metrics.cost import Cost
 from metrics.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]

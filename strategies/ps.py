@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from job.errors import ConfigError
-from metrics.project import Cost
+from metrics.cost import Cost
 from strategies.base import SERVER, WORKER, LaunchSpec, StepReport
 from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 

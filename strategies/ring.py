@@ -23,7 +23,7 @@ import time
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
-from metrics.project import Cost, exposed_s, ring_allreduce_s
+from metrics.cost import Cost, exposed_s, ring_allreduce_s
 from strategies.base import LaunchSpec, StepReport, Strategy
 from strategies.transport import RingAllReduceRounds, ring_allreduce_bytes
 

@@ -32,7 +32,7 @@ import torch
 
 from job.errors import ConfigError
 from metrics.bounds import Round
-from metrics.project import Cost
+from metrics.cost import Cost
 from strategies.base import LaunchSpec, StepReport
 from strategies.transport import (Transport, TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   unflatten_into)

@@ -7,7 +7,8 @@ import yaml
 
 from bench.projection import error, summarize
 from metrics.bounds import Round
-from metrics.project import Cost, Link, main, measure, parse_link, stops_scaling
+from metrics.cost import Cost
+from metrics.project import Link, main, measure, parse_link, stops_scaling
 from strategies.allreduce import AllReduce
 from strategies.hivemind import Hivemind
 from strategies.ps import ParameterServer
