@@ -5,12 +5,11 @@ classes back at run time) builds its values from a measured run.
 """
 from dataclasses import dataclass, field
 
-OVERLAP = 2 / 3  # backward's share of a step's compute (backward takes about twice forward's FLOPs)
-
 
 @dataclass
 class Cost:
-    """What a strategy's cost model (Strategy.step_time) receives: one step of N workers over links of rate beta."""
+    """What a strategy's cost model (Strategy.step_time) receives: one step of N workers over links of rate beta,
+    with what the calibration run measured (compute, hidden communication, server updates)."""
 
     workers: int              # N
     size: float               # S: bytes averaged per round (one worker's gradients or parameters)
@@ -19,7 +18,9 @@ class Cost:
     compute: float = 0.0      # s per step outside communication: data + forward/backward + optimizer
     batch: int = 1            # samples per worker and step
     knobs: dict = field(default_factory=dict)  # the strategy's knobs (Strategy.knobs)
-    overlap: float = OVERLAP  # share of compute that communication can run behind, for strategies that overlap
+    hidden: float = 0.0       # s of communication per step the calibration run ran behind compute (measured)
+    server: float = 0.0       # s a server spends on one update (measured on the servers; ps)
+    overlap: float = 0.0      # share of a strategy's overlappable transfers the calibration run overlapped (fitted)
 
 
 def ring_allreduce_s(m: Cost) -> float:
@@ -28,5 +29,6 @@ def ring_allreduce_s(m: Cost) -> float:
 
 
 def exposed_s(m: Cost, comm_s: float) -> float:
-    """The part of comm_s not hidden behind the overlappable compute: max(0, comm - overlap·compute)."""
-    return max(0.0, comm_s - m.overlap * m.compute)
+    """The part of comm_s not hidden behind compute: max(0, comm - hidden), hidden = the communication per step the
+    calibration run measured running behind backward (the same compute hides as much at any N)."""
+    return max(0.0, comm_s - m.hidden)

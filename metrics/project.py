@@ -35,19 +35,29 @@ NETWORK_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "network"
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
+
 METHODS = {
     "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
                  "step 1 is left out (connections and buffers are set up in it)",
+    "hidden_s": "measured: communication per step that ran behind backward, mean over workers and steps 2..last: "
+                "hidden_comm_s where logged, else link_s - comm_s (0 for strategies that log neither); at most "
+                "compute_s",
+    "server_s": "measured: one server update, opt_s / updates in each server's result.json (ps), mean over servers",
+    "overlap": "fitted: Strategy.fit_overlap on the run's own N and link (ps: the share of replies that crossed "
+               "the next pushes); the model check on the run itself then holds by construction",
     "payload_bytes": "measured: P, the largest payload (bytes_sent or bytes_recv) one worker moved in an "
                      "averaging round, mean over rounds (steps.jsonl, payload accounting)",
     "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
                   "(Strategy.averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
     "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
             "network.latency_ms (0 when absent); a --link: conf/network/NAME.yaml or the given numbers",
-    "measured_step_s": "measured: the longest worker's mean step over steps 2..last (train_s of its last "
-                       "step minus that of its first, over the steps between; evaluations excluded)",
-    "step_s": "predicted: the strategy's cost model (Strategy.step_time) with N workers, S, beta = the link "
-              "rate, alpha = its latency, the measured compute per step",
+    "measured_step_s": "measured: mean over workers of each worker's mean step over steps 2..last (train_s of its "
+                       "last step minus that of its first, over the steps between; evaluations excluded). The "
+                       "mean over workers is the run's period: a single worker's mean carries where it sat in "
+                       "the first and last round (stepwise's rotating ring)",
+    "step_s": "predicted: the strategy's steady-state cost model (Strategy.step_time) with N workers, S, beta = "
+              "the link rate, alpha = its latency, and the measured compute, hidden communication, server update "
+              "and fitted overlap",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
     "time_to_target_s": "predicted: the samples all workers had trained when the measured run reached its "
                         "target (worst worker, eval.jsonl) / predicted throughput; assumes the same samples "
@@ -110,19 +120,28 @@ class Measured:
     batch: int                       # samples per worker and step
     knobs: dict
     compute_s: float
+    hidden_s: float                  # communication per step that ran behind backward
+    server_s: float                  # one server update
     payload_bytes: float             # P
     size_bytes: float                # S
     link: Link | None                # the run's own link; None: unshaped
     measured_step_s: float
     samples_to_target: int | None
+    fit_link: Link | None = None     # the link overlap is fitted against (default: the run's own)
 
-    def cost(self, workers: int, link: Link) -> Cost:
+    def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
         return Cost(workers, self.size_bytes, link.mbit * MBIT, link.latency_ms / 1e3, self.compute_s, self.batch,
-                    self.knobs)
+                    self.knobs, hidden=self.hidden_s, server=self.server_s, overlap=overlap)
+
+    @property
+    def overlap(self) -> float:
+        """The strategy's fitted overlap share (Strategy.fit_overlap) on the run's own N and link (0: no link)."""
+        link = self.fit_link or self.link
+        return self.model.fit_overlap(self.cost(self.workers, link), self.measured_step_s) if link else 0.0
 
     def step_s(self, workers: int, link: Link) -> float:
         """Predicted seconds per step at `workers` workers on `link`."""
-        step = self.model.step_time(self.cost(workers, link))
+        step = self.model.step_time(self.cost(workers, link, self.overlap))
         if step is None:
             raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (Strategy.step_time)")
         return step
@@ -158,6 +177,26 @@ def mean_step_s(steps: list[dict]) -> float:
     return (steps[-1]["train_s"] - steps[0]["train_s"]) / (len(steps) - 1)
 
 
+def hidden_comm_s(step: dict) -> float:
+    """Communication of one step that ran behind backward: hidden_comm_s where logged, else link_s - comm_s
+    (the strategy's communication span less its exposed part), else 0."""
+    if step.get("hidden_comm_s") is not None:
+        return step["hidden_comm_s"]
+    if step.get("link_s") is not None:
+        return max(0.0, step["link_s"] - step["comm_s"])
+    return 0.0
+
+
+def server_update_s(run: RunDir) -> float:
+    """Mean time of one server update (opt_s / updates in the servers' result.json); 0 without servers."""
+    times = []
+    for peer in run.peers():
+        figures = (json.loads(peer.result.read_text()).get("strategy") or {}) if peer.result.exists() else {}
+        if figures.get("role") == "server" and figures.get("updates"):
+            times.append(figures["opt_s"] / figures["updates"])
+    return statistics.fmean(times) if times else 0.0
+
+
 def samples_to_target(run: RunDir, summary: dict) -> int | None:
     """All workers' samples at the evaluation where the worst worker reached the target (None: never reached)."""
     step = summary.get("steps_to_target")
@@ -169,8 +208,9 @@ def samples_to_target(run: RunDir, summary: dict) -> int | None:
     return total
 
 
-def measure(path: Path) -> Measured:
-    """The cost-model parameters of one run (see METHODS)."""
+def measure(path: Path, fit_link: Link | None = None) -> Measured:
+    """The cost-model parameters of one run (see METHODS); fit_link: the link rate the strategy's overlap is fitted
+    against (default: the run's own)."""
     run = RunDir(path)
     summary = json.loads(run.summary.read_text())
     config = summary["config"]
@@ -188,14 +228,15 @@ def measure(path: Path) -> Measured:
     knobs = summary.get("strategy_knobs") or {}
     size = model.averaged_bytes(Round(payload, workers, link.mbit * MBIT if link else 0.0, knobs)) if payload else 0.0
     launch = json.loads(run.launch_spec.read_text())
+    steady_steps = [s for steps in steps_by_rank.values() for s in steady(steps)]
+    compute = statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"] for s in steady_steps)
     return Measured(
         run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
-        knobs=knobs,
-        compute_s=statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
-                                   for steps in steps_by_rank.values() for s in steady(steps)),
+        knobs=knobs, compute_s=compute,
+        hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps)), server_s=server_update_s(run),
         payload_bytes=payload, size_bytes=size, link=link,
-        measured_step_s=max(mean_step_s(steps) for steps in steps_by_rank.values()),
-        samples_to_target=samples_to_target(run, summary),
+        measured_step_s=statistics.fmean(mean_step_s(steps) for steps in steps_by_rank.values()),
+        samples_to_target=samples_to_target(run, summary), fit_link=fit_link,
     )
 
 
@@ -231,6 +272,7 @@ def project(m: Measured, links: list[Link], peers: list[int]) -> dict:
         "run": str(m.run), "strategy": m.strategy,
         "model": " ".join(inspect.getdoc(m.model.step_time).split("\n\n")[0].split()),
         "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
+                     "hidden_s": m.hidden_s, "server_s": m.server_s, "overlap": m.overlap,
                      "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
                      "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
                      "samples_to_target": m.samples_to_target},
@@ -250,16 +292,18 @@ def text_report(result: dict) -> list[str]:
     lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
              f"  cost model (Strategy.step_time): {result['model']}",
              f"  from the run: compute {fmt(m['compute_s'], 's/step')} (measured, mean data+compute+opt, steps "
-             f"2..last); P {fmt(m['payload_bytes'] / 1e6, 'MB')} per worker and round (measured payload) -> "
-             f"S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's payload relation); batch {m['batch_per_worker']} "
-             f"samples per worker; samples to target {m['samples_to_target'] or 'n/a (target not reached)'} "
-             f"(measured)"]
+             f"2..last); hidden communication {fmt(m['hidden_s'], 's/step')}; server update "
+             f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
+             f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
+             f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "
+             f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)"]
     check = result["model_check"]
     if check:
         lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
                      f"{check['link']['latency_ms']:g} ms): predicted {fmt(check['predicted_step_s'], 's/step')}, "
-                     f"measured {fmt(check['measured_step_s'], 's/step')} (steps 2..last, longest worker), "
-                     f"error {check['error']:+.1%}")
+                     f"measured {fmt(check['measured_step_s'], 's/step')} (steps 2..last, mean over workers), "
+                     f"error {check['error']:+.1%}" + (" (the overlap was fitted on this run: it holds by construction)"
+                                                       if m["overlap"] else ""))
     for p in result["projections"]:
         link = Link(**p["link"])
         lines.append(f"  PREDICTED on {link.label}, from {link.source}:")

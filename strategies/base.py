@@ -102,6 +102,12 @@ class Strategy(ABC):
         return None
 
     @classmethod
+    def fit_overlap(cls, m: Cost, step_s: float) -> float:
+        """Cost.overlap fitted on the calibration run (m at its own N and link, step_s its measured mean step), for
+        models with an overlap share they do not derive. Default: 0 (nothing fitted)."""
+        return 0.0
+
+    @classmethod
     def averaged_bytes(cls, r: Round) -> float:
         """S, the bytes averaged per round, from the largest payload one worker moved in a round (r.payload):
         the inverse of the strategy's payload relation. Default: S = P."""
