@@ -38,7 +38,10 @@ DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
 METHODS = {
     "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
-                 "step 1 is left out (connections and buffers are set up in it)",
+                 "step 1 is left out (connections and buffers are set up in it). Where the run was "
+                 "oversubscribed (processes x threads > cores: summary.json shape.oversubscription, else the "
+                 "launch spec and the run's recorded core count) it is divided by that factor (CPU-bound steps "
+                 "time-share the cores evenly); compute_note says which applied",
     "hidden_s": "measured: communication per step that ran behind backward, mean over workers and steps 2..last: "
                 "hidden_comm_s where logged, else link_s - comm_s (0 for strategies that log neither); at most "
                 "compute_s",
@@ -119,7 +122,9 @@ class Measured:
     workers: int
     batch: int                       # samples per worker and step
     knobs: dict
-    compute_s: float
+    compute_s: float                 # per step on a peer's own cores (corrected where the run was oversubscribed)
+    compute_note: str                # how compute_s was obtained
+    oversubscription: float | None   # processes x threads / cores of the run (None: unknown)
     hidden_s: float                  # communication per step that ran behind backward
     server_s: float                  # one server update
     payload_bytes: float             # P
@@ -197,6 +202,30 @@ def server_update_s(run: RunDir) -> float:
     return statistics.fmean(times) if times else 0.0
 
 
+def oversubscription(summary: dict, launch: dict) -> tuple[float | None, str]:
+    """processes x threads / cores: summary.json shape.oversubscription, else from the launch spec and the core
+    count the run recorded (shape.cores or machine.cores); None when the run records neither."""
+    shape = summary.get("shape") or {}
+    if shape.get("oversubscription") is not None:
+        return float(shape["oversubscription"]), "summary.json shape.oversubscription"
+    cores = shape.get("cores") or (summary.get("machine") or {}).get("cores")
+    if cores:
+        return len(launch["roles"]) * launch["threads"] / cores, f"{len(launch['roles'])} processes x " \
+               f"{launch['threads']} threads / {cores} cores (launch.json, summary.json)"
+    return None, "the run records no core count"
+
+
+def own_cores_compute(measured: float, factor: float | None, source: str) -> tuple[float, str]:
+    """Compute per step as on a peer's own cores. An oversubscribed run (factor > 1) time-shared its cores: a
+    CPU-bound step took `factor` times its own-core time, so the estimate is measured / factor."""
+    if factor is None:
+        return measured, f"as measured; whether the run was oversubscribed is unknown ({source})"
+    if factor <= 1:
+        return measured, f"as measured (not oversubscribed: {factor:.2g}, {source})"
+    return measured / factor, (f"CORRECTED: the run was oversubscribed {factor:.2g}x ({source}); measured "
+                               f"{measured:.4g} s / {factor:.2g}, assuming CPU-bound steps share the cores evenly")
+
+
 def samples_to_target(run: RunDir, summary: dict) -> int | None:
     """All workers' samples at the evaluation where the worst worker reached the target (None: never reached)."""
     step = summary.get("steps_to_target")
@@ -229,10 +258,12 @@ def measure(path: Path, fit_link: Link | None = None) -> Measured:
     size = model.averaged_bytes(Round(payload, workers, link.mbit * MBIT if link else 0.0, knobs)) if payload else 0.0
     launch = json.loads(run.launch_spec.read_text())
     steady_steps = [s for steps in steps_by_rank.values() for s in steady(steps)]
-    compute = statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"] for s in steady_steps)
+    factor, source = oversubscription(summary, launch)
+    compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
+                                                       for s in steady_steps), factor, source)
     return Measured(
         run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
-        knobs=knobs, compute_s=compute,
+        knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
         hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps)), server_s=server_update_s(run),
         payload_bytes=payload, size_bytes=size, link=link,
         measured_step_s=statistics.fmean(mean_step_s(steps) for steps in steps_by_rank.values()),
@@ -272,6 +303,7 @@ def project(m: Measured, links: list[Link], peers: list[int]) -> dict:
         "run": str(m.run), "strategy": m.strategy,
         "model": " ".join(inspect.getdoc(m.model.step_time).split("\n\n")[0].split()),
         "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
+                     "compute_note": m.compute_note, "oversubscription": m.oversubscription,
                      "hidden_s": m.hidden_s, "server_s": m.server_s, "overlap": m.overlap,
                      "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
                      "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
@@ -291,8 +323,8 @@ def text_report(result: dict) -> list[str]:
     m = result["measured"]
     lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
              f"  cost model (Strategy.step_time): {result['model']}",
-             f"  from the run: compute {fmt(m['compute_s'], 's/step')} (measured, mean data+compute+opt, steps "
-             f"2..last); hidden communication {fmt(m['hidden_s'], 's/step')}; server update "
+             f"  from the run: compute {fmt(m['compute_s'], 's/step')} (mean data+compute+opt, steps 2..last; "
+             f"{m['compute_note']}); hidden communication {fmt(m['hidden_s'], 's/step')}; server update "
              f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
              f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
              f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "

@@ -274,6 +274,24 @@ def test_run_period_is_the_mean_over_workers(tmp_path):
     assert measure(run).measured_step_s == pytest.approx(1.25)
 
 
+def test_compute_of_an_oversubscribed_run_is_corrected(tmp_path):
+    recorded = tmp_path / "recorded"
+    write_run(recorded, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
+              summary={"shape": {"oversubscription": 2.0}})
+    m = measure(recorded)
+    # 2 processes per core: a step's 0.05 s of compute is 0.025 s on a peer's own core
+    assert m.compute_s == pytest.approx(0.025) and "CORRECTED" in m.compute_note
+    cores = tmp_path / "cores"
+    write_run(cores, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
+              summary={"machine": {"cores": 1}})
+    # 2 processes x 1 thread on 1 core
+    assert measure(cores).oversubscription == 2.0
+    unknown = tmp_path / "unknown"
+    write_run(unknown, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0])
+    m = measure(unknown)
+    assert m.compute_s == pytest.approx(0.05) and m.oversubscription is None and "unknown" in m.compute_note
+
+
 def test_ring_payload_relation_and_hidden_communication_from_a_run_directory(tmp_path):
     run = tmp_path / "allreduce"
     # 4 workers moved P = 1.5 MB per step: S = 1.5 · 4 / 6 = 1 MB; communication spanned 1.02 s of which 1 s
