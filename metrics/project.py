@@ -35,6 +35,8 @@ NETWORK_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "network"
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
+EXTRAPOLATION = 4    # a prediction beyond this many times the largest validated N is marked as extrapolation
+VALIDATION = Path(__file__).resolve().parent.parent / "bench" / "results.json"
 
 METHODS = {
     "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
@@ -61,6 +63,10 @@ METHODS = {
     "step_s": "predicted: the strategy's steady-state cost model (Strategy.step_time) with N workers, S, beta = "
               "the link rate, alpha = its latency, and the measured compute, hidden communication, server update "
               "and fitted overlap",
+    "band_step_s": "the range the measured step fell in for this prediction's error: predicted / (1 + e) over the "
+                   "held-out validation errors e of the strategy (bench/results.json projection_validation, "
+                   "counted held-out cases only); none where the strategy has no validated case",
+    "extrapolation": f"true where N exceeds {EXTRAPOLATION}x the largest held-out N validated for the strategy",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
     "time_to_target_s": "predicted: the samples all workers had trained when the measured run reached its "
                         "target (worst worker, eval.jsonl) / predicted throughput; assumes the same samples "
@@ -273,12 +279,36 @@ def measure(path: Path, fit_link: Link | None = None) -> Measured:
 
 # --- projection ------------------------------------------------------------------------
 
-def project_link(m: Measured, link: Link, peers: list[int]) -> dict:
+def load_validation(path: Path, strategy: str) -> dict | None:
+    """The strategy's held-out, counted cases in the projection validation of bench/results.json (None: none)."""
+    if not path.exists():
+        return None
+    entry = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == "projection_validation"),
+                 None)
+    rows = [r for r in (entry or {}).get("rows", []) if r["strategy"] == strategy and r.get("role") == "held-out"
+            and r.get("counted")]
+    if not rows:
+        return None
+    return {"source": str(path), "measured_at": entry.get("measured_at"), "setup": entry.get("setup"),
+            "cases": len(rows), "errors": [r["error"] for r in rows], "largest_peers": max(r["peers"] for r in rows),
+            "rows": rows}
+
+
+def band(step: float, validation: dict | None) -> list[float] | None:
+    """[low, high] of the step the validated errors allow: step / (1 + e) over the held-out errors e."""
+    if validation is None:
+        return None
+    return [step / (1 + max(validation["errors"])), step / (1 + min(validation["errors"]))]
+
+
+def project_link(m: Measured, link: Link, peers: list[int], validation: dict | None) -> dict:
     rows = []
     for n in peers:
         step = m.step_s(n, link)
         throughput = n * m.batch / step
-        rows.append({"peers": n, "step_s": step, "throughput_samples_per_s": throughput,
+        rows.append({"peers": n, "step_s": step, "band_step_s": band(step, validation),
+                     "extrapolation": validation is None or n > EXTRAPOLATION * validation["largest_peers"],
+                     "throughput_samples_per_s": throughput,
                      "time_to_target_s": m.samples_to_target / throughput if m.samples_to_target else None})
     return {"link": asdict(link), "rows": rows, **stops_scaling(rows)}
 
@@ -293,12 +323,13 @@ def stops_scaling(rows: list[dict]) -> dict:
     return {"stops_scaling_at": None}
 
 
-def project(m: Measured, links: list[Link], peers: list[int]) -> dict:
+def project(m: Measured, links: list[Link], peers: list[int], validation_path: Path = VALIDATION) -> dict:
     check = None
     if m.link is not None:
         predicted = m.step_s(m.workers, m.link)
         check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
                  "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
+    validation = load_validation(validation_path, m.strategy)
     return {
         "run": str(m.run), "strategy": m.strategy,
         "model": " ".join(inspect.getdoc(m.model.step_time).split("\n\n")[0].split()),
@@ -309,7 +340,8 @@ def project(m: Measured, links: list[Link], peers: list[int]) -> dict:
                      "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
                      "samples_to_target": m.samples_to_target},
         "model_check": check,
-        "projections": [project_link(m, link, peers) for link in links],
+        "validation": validation,
+        "projections": [project_link(m, link, peers, validation) for link in links],
     }
 
 
@@ -317,6 +349,22 @@ def project(m: Measured, links: list[Link], peers: list[int]) -> dict:
 
 def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}g}" + (f" {unit}" if unit else "")
+
+
+def band_text(row: dict) -> str:
+    low_high = row["band_step_s"]
+    return "no validated band" if low_high is None else f"{low_high[0]:.4g}-{low_high[1]:.4g}"
+
+
+def validation_text(validation: dict | None) -> str:
+    if validation is None:
+        return ("  validation: none of this strategy's cost model in bench/results.json: no error band; every "
+                "prediction is an extrapolation")
+    errors = validation["errors"]
+    return (f"  validation ({validation['source']}, {validation['measured_at']}): {validation['cases']} held-out "
+            f"cases up to N={validation['largest_peers']}, errors {min(errors):+.0%} to {max(errors):+.0%}; "
+            f"band = predicted / (1 + error); beyond N={EXTRAPOLATION * validation['largest_peers']} marked "
+            f"EXTRAPOLATION")
 
 
 def text_report(result: dict) -> list[str]:
@@ -328,7 +376,8 @@ def text_report(result: dict) -> list[str]:
              f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
              f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
              f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "
-             f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)"]
+             f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
+             validation_text(result["validation"])]
     check = result["model_check"]
     if check:
         lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
@@ -339,10 +388,12 @@ def text_report(result: dict) -> list[str]:
     for p in result["projections"]:
         link = Link(**p["link"])
         lines.append(f"  PREDICTED on {link.label}, from {link.source}:")
-        lines.append(f"    {'peers':>6} {'step (s)':>10} {'throughput (samples/s)':>23} {'time-to-target (s)':>19}")
+        lines.append(f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
+                     f"{'time-to-target (s)':>19}")
         for r in p["rows"]:
-            lines.append(f"    {r['peers']:>6} {r['step_s']:>10.4g} {r['throughput_samples_per_s']:>23.4g} "
-                         f"{fmt(r['time_to_target_s'], digits=4):>19}")
+            lines.append(f"    {r['peers']:>6} {r['step_s']:>10.4g} {band_text(r):>17} "
+                         f"{r['throughput_samples_per_s']:>23.4g} {fmt(r['time_to_target_s'], digits=4):>19}"
+                         + ("  EXTRAPOLATION" if r["extrapolation"] else ""))
         if p["stops_scaling_at"]:
             lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> "
                          f"{p['stops_scaling_at']} peers adds {p['gain_per_doubling']:.1%} throughput per doubling "
@@ -366,8 +417,17 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
             p = next((q for q in result["projections"] if q["link"] == link), None)
             if p is None:
                 continue
-            line, = ax.plot(peers, [r["throughput_samples_per_s"] for r in p["rows"]], marker="o",
-                            label=f"{result['strategy']} ({Path(result['run']).name})")
+            rows = p["rows"]
+            throughput = [r["throughput_samples_per_s"] for r in rows]
+            line, = ax.plot(peers, throughput, marker="o", label=f"{result['strategy']} ({Path(result['run']).name})")
+            extrapolated = [r["peers"] for r in rows if r["extrapolation"]]
+            ax.plot(extrapolated, [r["throughput_samples_per_s"] for r in rows if r["extrapolation"]], "x",
+                    color="black", markersize=9)
+            if rows[0]["band_step_s"]:
+                samples = [r["throughput_samples_per_s"] * r["step_s"] for r in rows]  # N x batch
+                ax.fill_between(peers, [n / r["band_step_s"][1] for n, r in zip(samples, rows)],
+                                [n / r["band_step_s"][0] for n, r in zip(samples, rows)],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
             if p["stops_scaling_at"]:
                 stop = next(r for r in p["rows"] if r["peers"] == p["stops_scaling_at"])
                 ax.plot(stop["peers"], stop["throughput_samples_per_s"], "s", markersize=11, fillstyle="none",
@@ -379,8 +439,9 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("predicted throughput (samples/s)")
     axes[0][-1].legend(fontsize=8)
-    fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured); "
-                 f"square: stops scaling (< {STOP_GAIN:.0%} per doubling)", fontsize=9)
+    fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured); shaded: the error "
+                 f"band its held-out validation measured; x: extrapolation (> {EXTRAPOLATION}x the largest validated "
+                 f"N); square: stops scaling (< {STOP_GAIN:.0%} per doubling)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -394,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link", nargs="+", dest="links", default=[],
                         help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
+    parser.add_argument("--validation", type=Path, default=VALIDATION,
+                        help="benchmark results holding the projection validation (default: bench/results.json)")
     args = parser.parse_args(argv)
     runs = [r for d in args.dirs for r in run_dirs_under(d)]
     if not runs:
@@ -411,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
             own = links or ([m.link] if m.link else [])
             if not own:
                 raise ValueError(f"{m.run} ran on unshaped links (no rate to start from): give --link")
-            results.append(project(m, own, peers))
+            results.append(project(m, own, peers, args.validation))
     except ValueError as exc:
         print(f"avgbench: error: {exc}", file=sys.stderr)
         return 2
@@ -421,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "projection.json").write_text(json.dumps({
         "note": "every step_s, throughput and time-to-target here is PREDICTED by the strategy's cost model, "
-                "not measured; measured figures are under 'measured' and model_check.measured_step_s",
+                "not measured; measured figures are under 'measured' and model_check.measured_step_s; each run's "
+                "'validation' is the held-out validation its error bands come from",
         "peers": peers, "methods": METHODS, "runs": results}, indent=1, default=str))
     plot(results, peers, out / "projection.png")
     print(f"wrote {out / 'projection.json'} and {out / 'projection.png'} (predictions)")

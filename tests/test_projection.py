@@ -235,6 +235,17 @@ def write_run(path, target: str, knobs: dict, workers: int, payload: int, mbit: 
         peer.joinpath("eval.jsonl").write_text(json.dumps({"step": steps, "samples": 32 * steps}) + "\n")
 
 
+def write_validation(path, strategy: str) -> None:
+    """bench/results.json with a projection validation: held-out errors +10 % and -20 % up to N=8 counted; a
+    calibration case and an uncounted held-out case that must not widen the band."""
+    rows = [{"strategy": strategy, "peers": 2, "role": "calibration", "counted": True, "error": 0.5},
+            {"strategy": strategy, "peers": 4, "role": "held-out", "counted": True, "error": 0.1},
+            {"strategy": strategy, "peers": 8, "role": "held-out", "counted": True, "error": -0.2},
+            {"strategy": strategy, "peers": 16, "role": "held-out", "counted": False, "error": 0.9}]
+    path.write_text(json.dumps({"results": [{"name": "projection_validation", "measured_at": "then",
+                                             "setup": "test", "rows": rows}]}))
+
+
 def test_projection_from_a_run_directory(tmp_path):
     run = tmp_path / "ps"
     write_run(run, "strategies.ps:ParameterServer", {"transport": "gloo", "servers": 1, "mode": "sync"},
@@ -250,19 +261,26 @@ def test_projection_from_a_run_directory(tmp_path):
     # on its own link (2.5 MB/s, 0.4 s per MB) without overlap: 0.05 + 0.05 + 4 · 0.4 = 1.7 s; measured 1.5 s,
     # so 0.2 s of the one early reply (0.4 s) crossed the next push: overlap 0.5
     assert m.overlap == pytest.approx(0.5)
+    validation = tmp_path / "results.json"
+    write_validation(validation, "ps")
 
-    assert main([str(run), "--peers", "2", "8", "16", "64", "--link", "wan"]) == 0
+    assert main([str(run), "--peers", "2", "8", "16", "64", "--link", "wan", "--validation", str(validation)]) == 0
     out = json.loads((run / "projection.json").read_text())
     (projection,) = out["runs"][0]["projections"]
     two, eight, sixteen, sixty_four = projection["rows"]
     # N=8 on wan (12.5 MB/s, 0.08 s per MB): 0.1 + (16 - 0.5 · 7) · 0.08 = 1.1 s; throughput 8 · 32 / 1.1
     assert eight["step_s"] == pytest.approx(1.1)
     assert eight["throughput_samples_per_s"] == pytest.approx(256 / 1.1)
+    # the held-out errors +10 % and -20 %: the measured step was 1.1 / 1.1 to 1.1 / 0.8
+    assert eight["band_step_s"] == [pytest.approx(1.0), pytest.approx(1.375)]
+    # validated up to N=8: 16 is within 4x, 64 beyond
+    assert [r["extrapolation"] for r in projection["rows"]] == [False, False, False, True]
     # time-to-target: the 256 samples the run needed / that throughput
     assert eight["time_to_target_s"] == pytest.approx(256 / (256 / 1.1))
     # N=16: 0.1 + (32 - 7.5) · 0.08 = 2.06 s; throughput 512 / 2.06 = 248.5 vs 232.7 samples/s: +6.8 %, stops
     assert sixteen["step_s"] == pytest.approx(2.06)
     assert projection["stops_scaling_at"] == 16
+    assert out["runs"][0]["validation"]["errors"] == [0.1, -0.2]
     assert (run / "projection.png").stat().st_size > 0
 
 
