@@ -68,9 +68,12 @@ METHODS = {
                    "counted held-out cases only); none where the strategy has no validated case",
     "extrapolation": f"true where N exceeds {EXTRAPOLATION}x the largest held-out N validated for the strategy",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
-    "time_to_target_s": "predicted: the samples all workers had trained when the measured run reached its "
-                        "target (worst worker, eval.jsonl) / predicted throughput; assumes the same samples "
-                        "suffice at every N (a larger global batch often needs more)",
+    "time_to_target_s": "predicted only where the global batch (N x batch per worker) is at most the measured "
+                        "run's: the samples all workers had trained when the run reached its target (worst worker, "
+                        "eval.jsonl) / predicted throughput (a smaller batch needs at most as many samples, so it "
+                        "is an upper bound). Beyond the measured global batch it is unknown (null): past the "
+                        "critical batch size more samples are needed (McCandlish et al. 2018), which one run "
+                        "does not tell",
     "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
                         f"projected N is below {STOP_GAIN:.0%}",
 }
@@ -306,10 +309,11 @@ def project_link(m: Measured, link: Link, peers: list[int], validation: dict | N
     for n in peers:
         step = m.step_s(n, link)
         throughput = n * m.batch / step
+        known = m.samples_to_target and n <= m.workers
         rows.append({"peers": n, "step_s": step, "band_step_s": band(step, validation),
                      "extrapolation": validation is None or n > EXTRAPOLATION * validation["largest_peers"],
                      "throughput_samples_per_s": throughput,
-                     "time_to_target_s": m.samples_to_target / throughput if m.samples_to_target else None})
+                     "time_to_target_s": m.samples_to_target / throughput if known else None})
     return {"link": asdict(link), "rows": rows, **stops_scaling(rows)}
 
 
@@ -394,6 +398,9 @@ def text_report(result: dict) -> list[str]:
             lines.append(f"    {r['peers']:>6} {r['step_s']:>10.4g} {band_text(r):>17} "
                          f"{r['throughput_samples_per_s']:>23.4g} {fmt(r['time_to_target_s'], digits=4):>19}"
                          + ("  EXTRAPOLATION" if r["extrapolation"] else ""))
+        if any(r["time_to_target_s"] is None for r in p["rows"]) and m["samples_to_target"]:
+            lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
+                         f"{m['batch_per_worker']}): larger batches need more samples past the critical batch size")
         if p["stops_scaling_at"]:
             lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> "
                          f"{p['stops_scaling_at']} peers adds {p['gain_per_doubling']:.1%} throughput per doubling "
