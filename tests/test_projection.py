@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from bench.projection import error, summarize
+from bench.projection import error, grid, summarize
 from metrics.bounds import Round
 from metrics.cost import Cost
 from metrics.project import Link, main, measure, parse_link, stops_scaling
@@ -335,13 +335,31 @@ def test_projection_needs_a_link_for_unshaped_runs(tmp_path, capsys):
 def test_validation_error_arithmetic():
     assert error(1.1, 1.0) == pytest.approx(0.1)
     assert error(0.8, 1.0) == pytest.approx(-0.2)
-    rows = [{"strategy": "ps", "error": 0.1, "link_bound": True}, {"strategy": "ps", "error": -0.3, "link_bound": False},
-            {"strategy": "ring", "error": 0.05, "link_bound": True}]
-    figures = summarize(rows)
-    assert figures["median_abs_error"] == pytest.approx(0.1)
-    assert figures["median_abs_error_by_strategy"] == {"ps": pytest.approx(0.2), "ring": pytest.approx(0.05)}
-    assert figures["within_15_percent"] == pytest.approx(2 / 3)
-    # cases where the machine, not the link, set the pace are left out of the link-bound figures
-    bound = figures["link_bound_cases"]
-    assert bound["median_abs_error_by_strategy"] == {"ps": pytest.approx(0.1), "ring": pytest.approx(0.05)}
-    assert bound["cases"] == 2 and bound["within_15_percent"] == 1.0
+
+    def case(strategy, peers, role, counted, err):
+        return {"strategy": strategy, "peers": peers, "role": role, "counted": counted, "error": err,
+                "link_mbit": 20, "probe_mbit_per_stream": 18.0 if counted else 9.0}
+
+    rows = [case("ps", 2, "calibration", True, 0.5), case("ps", 4, "held-out", True, 0.1),
+            case("ps", 8, "held-out", True, -0.3), case("ring", 4, "held-out", True, 0.05),
+            case("ring", 8, "held-out", False, 0.9)]
+    summary = summarize(rows)
+    # held-out counted: +0.1, -0.3, +0.05: median |error| 0.1, worst -0.3, 2 of 3 within 15 %
+    held_out = summary["held_out"]
+    assert (held_out["cases"], held_out["median_abs_error"], held_out["worst_error"]) == (3, pytest.approx(0.1), -0.3)
+    assert held_out["within_15_percent"] == pytest.approx(2 / 3)
+    assert held_out["by_strategy"]["ps"]["median_abs_error"] == pytest.approx(0.2)
+    # the calibration case and the uncounted one are apart, never in the held-out figures
+    assert summary["calibration"]["cases"] == 1 and summary["calibration"]["worst_error"] == 0.5
+    assert summary["not_counted"] == [{"strategy": "ring", "peers": 8, "link_mbit": 20, "probe_mbit_per_stream": 9.0}]
+    assert summary["goals_met"] == {"every synchronous held-out case within 15 %": False,
+                                    "median synchronous held-out |error| <= 7 %": False}
+    # +0.05, -0.06, +0.1: every case within 15 %, median 0.06
+    met = summarize([case("ps", 4, "held-out", True, 0.05), case("ring", 4, "held-out", True, -0.06),
+                     case("stepwise", 8, "held-out", True, 0.1)])["goals_met"]
+    assert all(met.values())
+
+
+def test_validation_grid():
+    assert grid("rates=20 peers=4,8 strategies=ps") == {"rates": [20], "peers": [2, 4, 8], "strategies": ["ps"],
+                                                        "steps": 10}
