@@ -446,7 +446,7 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("predicted throughput (samples/s)")
     axes[0][-1].legend(fontsize=8)
-    fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured); shaded: the error "
+    fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured)\nshaded: the error "
                  f"band its held-out validation measured; x: extrapolation (> {EXTRAPOLATION}x the largest validated "
                  f"N); square: stops scaling (< {STOP_GAIN:.0%} per doubling)", fontsize=9)
     fig.tight_layout()
