@@ -16,12 +16,16 @@ from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
 from launchers import launch
 from launchers.config import check_overrides, strategy_class, validate
+from launchers.lock import LockRefused, MachineLock
+from launchers.lock import status as lock_status
+from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
 from metrics.rundir import RunDir
 from metrics.summary import write_summary
 
 failed_jobs: list[str] = []
 jobs_started = 0
+sweep_lock = MachineLock()  # a multirun takes it before its first job and keeps it to the end
 
 
 def fail_input(message: str) -> None:
@@ -41,11 +45,16 @@ def run(cfg) -> int:
         fail_input(f"{run.path} already holds a run ({run.run_id}); its metrics would mix with this one's. "
                    "Choose a new hydra.run.dir or remove that directory")
     jobs_started += 1
+    peers_default = peers_from_default(cfg)
     cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
-    run.config.parent.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run.config, resolve=True)
     strategy = strategy_class(cfg)
     spec = strategy.launch_spec(cfg)
+    shape = shape_of(cfg, spec, peers_default)
+    for line in shape_lines(shape):
+        print(line, flush=True)
+    lock = take_machine_lock(cfg.lock)
+    run.config.parent.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run.config, resolve=True)
     spec.save(run)
 
     launcher = launch(cfg, run, spec)
@@ -53,12 +62,27 @@ def run(cfg) -> int:
     outcome = launcher.run()
     strategy.after_run(cfg, run)
     summary = write_summary(run, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg),
-                            strategy.link_bound, strategy.bound_formula(), strategy.is_baseline)
+                            strategy.link_bound, strategy.bound_formula(), strategy.is_baseline, shape, lock)
     print_result(run.path, summary, outcome)
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
     return outcome.exit_code
 
+
+def take_machine_lock(mode: str) -> dict:
+    """A multirun takes the machine lock before its first job (launchers/lock.py); a single run only looks.
+    Returns the lock's status for the summary."""
+    if HydraConfig.get().mode.name == "MULTIRUN":
+        try:
+            sweep_lock.acquire(mode)
+        except LockRefused as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(2)
+    lock = lock_status(mode)
+    if lock["holder"] and not lock["under_lock"]:
+        print(f"avgbench: the machine lock is held by pid {lock['holder']['pid']} ({lock['holder']['command']}): "
+              "this run shares the machine with it (summary.json: machine)", file=sys.stderr, flush=True)
+    return lock
 
 
 COUNTER_WORDS = ("round", "fail", "download", "lost", "local_gradients", "group", "out_of_sync")
@@ -118,6 +142,8 @@ def main() -> None:
         if exc.code == 1 and jobs_started == 0:
             sys.exit(2)  # Hydra rejected the command line or config before any run started
         raise
+    finally:
+        sweep_lock.release()  # after the sweep's baselines and report (the Hydra callback)
     if failed_jobs:
         print(f"avgbench: {len(failed_jobs)} run(s) failed: {', '.join(failed_jobs)}", file=sys.stderr)
         sys.exit(1)

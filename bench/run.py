@@ -4,8 +4,10 @@
     python bench/run.py                     # all
     python bench/run.py overhead sampler    # some (the file keeps the others' last results)
     python bench/run.py --out results.json
+    python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
 
-Each result records when and on which machine it was measured.
+Each result records when and on which machine it was measured. Benchmarks hold the machine lock
+(launchers/lock.py) while they run: another benchmark or sweep waits (or refuses) meanwhile.
 """
 import argparse
 import json
@@ -17,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from job.registry import resolve  # noqa: E402
+from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
 
 BENCHMARKS = {
     "overhead": "bench.overhead:run",
@@ -26,6 +29,7 @@ BENCHMARKS = {
     "sampler": "bench.sampler_cost:run",
     "projection": "bench.projection:run",
     "thesis": "bench.thesis:run",
+    "noise": "bench.noise:run",
 }
 
 
@@ -55,21 +59,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
+                        help="when another benchmark or sweep holds the machine lock: wait (default), refuse, off")
     args = parser.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    lock = MachineLock()
+    try:
+        lock.acquire(args.lock)
+    except LockRefused as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        run_benchmarks(args.names or list(BENCHMARKS), args.out)
+    finally:
+        lock.release()
+    return 0
+
+
+def run_benchmarks(names: list[str], out: Path) -> None:
     results = []
-    for name in args.names or BENCHMARKS:
+    for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         results.append(resolve(BENCHMARKS[name])() | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                                                      "machine": machine()})
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")
     for r in results:
         print(f"{r['name']:<26} {r['ratio']:>10.4f}  {r['goal']:<18} {r['setup']}")
-    save(args.out, results)
-    print(f"\nsaved {args.out}")
-    return 0
+    save(out, results)
+    print(f"\nsaved {out}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
                (on a GPU: CUDA-event time of the kernels, not of their launches)
     opt_s      the optimizer update (the strategy measures it)
     comm_s     exposed communication = step wall - data - compute - opt
+    cpu_s, runq_s   CPU time of this peer process over the step, and its threads' wait for a CPU
+               (metrics/machine.py: ProcessClock)
 
 A strategy that communicates during backward (gradient_ready, DDP buckets) hides that
 time inside backward's span; what backward then waits for at its end, and whatever
@@ -20,6 +22,7 @@ from torch.utils.data import DataLoader
 from job.data import ShardSampler, batches
 from job.device import PeerDevice
 from job.fault import inject
+from metrics.machine import ProcessClock
 from metrics.sampler import WireCounter
 from metrics.steplog import StepLog
 
@@ -97,11 +100,13 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     trained.train()
     run_eval(0)
     wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
+    process_clock = ProcessClock()
     step = 0
     last_step = strategy.step_limit()
     try:
         for step in range(1, last_step + 1):
             inject(cfg.fault, rank, step, log.peer_dir)
+            process_clock.start()
             t0 = time.perf_counter()
             x, y = next(stream)
             x, y = x.to(device.device, non_blocking=True), y.to(device.device, non_blocking=True)
@@ -114,13 +119,14 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             report = strategy.step(len(y))
             device.synchronize()
             t_end = time.perf_counter()
+            used = process_clock.since_start()
             compute_s = clock.compute_s(t1)
             samples += len(y)
             wall = t_end - start
             log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),
                      data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s,
                      comm_s=max(0.0, (t_end - t1) - compute_s - report.opt_s),
-                     bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round,
+                     bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):

@@ -23,6 +23,7 @@ from job.contract import LaunchSpec
 from job.process import RUN_ID_ENV, kill_processes, processes_of_run
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
+from metrics.machine import MachineSampler
 from metrics.rundir import RunDir
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +92,8 @@ class Launcher(ABC):
     # --- monitoring ----------------------------------------------------------
     def run(self) -> Outcome:
         start = time.monotonic()
+        machine = MachineSampler(self.run_dir.machine)  # from before the first process to after the last
+        machine.start()
         progress = Progress(self.run_dir.path, self.cfg)
         outcome = None
         try:
@@ -110,6 +113,7 @@ class Launcher(ABC):
             progress.close()
             self.stop_all()
             self.placement.close()
+            machine.stop()
         return outcome
 
     def _check(self, start: float) -> Outcome | None:

@@ -10,10 +10,13 @@ from job.fault import check_fault_config
 from job.model import MODELS
 from job.optim import OPTIMIZERS, SCALINGS
 from job.registry import resolve
+from launchers.lock import LOCK_MODES
+from launchers.shape import fit_peers
 from netemu.checks import check_network_config
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-RESOLVERS = {  # arithmetic for experiment presets
+RESOLVERS = {  # arithmetic for experiment presets, and the strategies' default peer count
+    "fit_peers": fit_peers,
     "steps_for": lambda samples, batch, scale: max(1, round(samples * scale / batch)),
     "per_peer": lambda total, peers: max(1, total // peers),
     "times": lambda a, b: a * b,
@@ -63,6 +66,7 @@ def validate(cfg) -> None:
     _require(float(cfg.lr) > 0, f"lr must be > 0, got {cfg.lr}")
     _require(cfg.lr_scaling in SCALINGS, f"lr_scaling must be one of {', '.join(SCALINGS)}, got {cfg.lr_scaling}")
     _require(int(cfg.warmup_steps) >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
+    _require(cfg.lock in LOCK_MODES, f"lock must be one of {', '.join(LOCK_MODES)}, got {cfg.lock}")
     _require(cfg.report.baselines in ("auto", "off"), f"report.baselines must be auto or off, got {cfg.report.baselines}")
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
     _require(cfg.target.metric in ("test_accuracy", "test_loss"),

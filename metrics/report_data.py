@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from metrics.jsonl import read_jsonl
 
-NOT_CONFIGURATION = ("seed", "progress", "progress_interval_s", "report.")  # repeats of one configuration differ only in these
+NOT_CONFIGURATION = ("seed", "progress", "progress_interval_s", "report.", "lock")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

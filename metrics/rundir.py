@@ -2,7 +2,7 @@
 
     RUN/
       summary.json  launcher.log
-      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  <strategy files>
+      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  <strategy files>
       peer<RANK>/   steps.jsonl  eval.jsonl  resources.jsonl  result.json  output.log  error.txt
                     fault.json  <strategy files>
 """
@@ -39,6 +39,7 @@ class RunDir:
     run_id = property(lambda self: self.private / "run_id")
     network = property(lambda self: self.private / "network.json")
     hostfile = property(lambda self: self.private / "hostfile")
+    machine = property(lambda self: self.private / "machine.jsonl")  # the launcher's machine samples
     summary = property(lambda self: self.path / "summary.json")
     launcher_log = property(lambda self: self.path / "launcher.log")
 

@@ -57,13 +57,34 @@ class WireCounter:
                 "wire_rx_bytes": now["net_rx_bytes"] - self.first["net_rx_bytes"]}
 
 
-class ResourceSampler(threading.Thread):
-    def __init__(self, path: Path, interval: float, pid: int | None = None):
-        super().__init__(name="avgbench-sampler", daemon=True)
+class IntervalSampler(threading.Thread):
+    """A thread that writes sample() as one JSON line every `interval` seconds, and once more at stop()."""
+
+    def __init__(self, name: str, path: Path, interval: float):
+        super().__init__(name=name, daemon=True)
         self.interval = interval
-        self.root = psutil.Process(pid)
         self.out = JsonlWriter(path)
         self._stop_event = threading.Event()
+
+    def sample(self) -> dict:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            self.out.write(self.sample())
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=5)
+        self.out.write(self.sample())
+        self.out.close()
+
+
+class ResourceSampler(IntervalSampler):
+    def __init__(self, path: Path, interval: float, pid: int | None = None):
+        super().__init__("avgbench-sampler", path, interval)
+        self.root = psutil.Process(pid)
         self._cpu_seen: dict[int, float] = {}
         self._t0 = time.monotonic()
         self._last = self._t0
@@ -117,14 +138,3 @@ class ResourceSampler(threading.Thread):
             "procs": procs,
             **net_totals(),
         }
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
-            self.out.write(self.sample())
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout=5)
-        self.out.write(self.sample())
-        self.out.close()

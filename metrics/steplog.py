@@ -4,6 +4,14 @@ Times are seconds. `wall_s` counts from the start of training on this peer;
 `train_s` is wall_s minus this peer's evaluation pauses. With network=emulated each
 line also has wire_tx_bytes / wire_rx_bytes: bytes on this peer's own network
 interface from the first step on (cumulative, headers and all traffic included).
+
+Beside the time breakdown (job/loop.py), every step records what the peer process got from the CPUs
+over the step's span (metrics/machine.py: ProcessClock):
+  cpu_s    CPU time of the peer process, all its threads (CLOCK_PROCESS_CPUTIME_ID)
+  runq_s   run-queue delay of its threads: time they were ready to run but waited for a CPU
+           (sum over /proc/self/task/*/schedstat field 2, ns -> s; null without schedstat)
+A step whose thread computes alone on its core has cpu_s close to its wall time and runq_s near 0;
+a step that waits for a peer has cpu_s well below its wall time.
 """
 from pathlib import Path
 
@@ -12,7 +20,7 @@ from metrics.rundir import PeerDir
 
 STEP_FIELDS = (
     "step", "wall_s", "train_s", "samples", "loss",
-    "data_s", "compute_s", "comm_s", "opt_s", "bytes_sent", "bytes_recv", "round",
+    "data_s", "compute_s", "comm_s", "opt_s", "bytes_sent", "bytes_recv", "round", "cpu_s", "runq_s",
 )
 
 

@@ -4,9 +4,12 @@ Works on partial logs too (a crashed run keeps what it wrote). Every figure has 
 definition for all strategies, stated in METHODS and written into the summary.
 """
 import json
+import os
 import statistics
 
 from metrics.jsonl import read_jsonl
+from metrics.machine import METHODS as MACHINE_METHODS
+from metrics.machine import machine_section
 from metrics.network import METHODS as NETWORK_METHODS
 from metrics.network import network_section
 from metrics.rundir import PeerDir, RunDir
@@ -40,6 +43,11 @@ METHODS = {
     "network": "cumulative /proc/net/dev counters of the peer's network namespace, last minus first sample",
     "fault": "run_ended_after_s: from the injected fault (the peer's clock just before acting) "
              "to the launcher deciding the run's outcome",
+    "shape": "the run's shape against this host: processes (of this run on this host) x threads each = cpus_asked "
+             "(divided by emulate.dilation where set), cores = usable cores (os.sched_getaffinity), "
+             "oversubscription = cpus_asked / cores, fits = cpus_asked <= cores; peers_default = peers came from "
+             "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores)",
+    **MACHINE_METHODS,
     **NETWORK_METHODS,
 }
 
@@ -68,6 +76,9 @@ def peer_figures(peer: PeerDir) -> dict:
         "final_eval": evals[-1] if evals else None,
         "result": json.loads(peer.result.read_text()) if peer.result.exists() else None,
         "error": peer.error.read_text() if peer.error.exists() else None,
+        "wall_s_per_step": _mean(sum(s[phase] for phase in PHASES) for s in steps),
+        "cpu_s_per_step": _mean(s.get("cpu_s") for s in steps),
+        "runq_s_per_step": _mean(s.get("runq_s") for s in steps),
     }
     if resources:
         first, last = resources[0], resources[-1]
@@ -115,9 +126,11 @@ def worker_accuracy(evals_by_rank: dict[int, list[dict]], target: dict) -> dict:
 
 
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False) -> dict:
+                  bound_formula: str | None = None, is_baseline: bool = False, shape: dict | None = None,
+                  lock: dict | None = None) -> dict:
     """knobs, bound (a function of metrics.bounds.Round), bound_formula and is_baseline (a
-    single-process run that others are compared with) come from the run's strategy."""
+    single-process run that others are compared with) come from the run's strategy; shape (the run
+    against this host's cores) and lock (the machine lock at the start) from the launch side."""
     peers = run.peers()
     figures = [peer_figures(p) for p in peers]
     worker_dirs = [p for p in peers if p.steps.exists()]
@@ -165,13 +178,16 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / total_samples if total_samples else None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / total_samples if total_samples else None,
         "network": network_section(run, config, knobs or {}, bound, bound_formula),
+        "shape": shape,
+        "machine": machine_section(run.machine, (shape or {}).get("cores") or len(os.sched_getaffinity(0)), lock),
         "peers": figures,
         "methods": METHODS,
     }
 
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False) -> dict:
-    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline)
+                  bound_formula: str | None = None, is_baseline: bool = False, shape: dict | None = None,
+                  lock: dict | None = None) -> dict:
+    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, shape, lock)
     run.summary.write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -25,6 +25,21 @@ import matplotlib.font_manager  # noqa: E402,F401
 INTEGRATION = "integration"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_machine_lock(tmp_path_factory):
+    """Sweeps and benchmarks the tests start take a lock file of their own, not the machine's (launchers/lock.py):
+    a real sweep running beside the tests neither blocks them nor is blocked by them."""
+    from launchers.lock import PATH_ENV
+
+    saved = os.environ.get(PATH_ENV)
+    os.environ[PATH_ENV] = str(tmp_path_factory.mktemp("machine_lock") / "machine.lock")
+    yield
+    if saved is None:
+        os.environ.pop(PATH_ENV, None)
+    else:
+        os.environ[PATH_ENV] = saved
+
+
 @pytest.fixture
 def run_dir(tmp_path):
     yield tmp_path / "run"

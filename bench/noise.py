@@ -1,0 +1,149 @@
+"""Where the noise comes from: a pinned single process and a 2-peer run, repeated and interleaved.
+
+Arms (ResNet18 on digits, 40 steps of batch 32, eval_every=0): `strategy=single peers=1` (one process
+pinned to one core) and `strategy=stepwise peers=2` (two processes, a core each), alternated `repeats`
+times. Per run, over every worker's steps after the first WARMUP: the mean wall time per step (data +
+compute + opt + comm, the step's span), CPU time (cpu_s) and run-queue delay (runq_s) per step, and
+other = wall - cpu - runq (time the process neither ran nor waited for a CPU: waiting for its peer, I/O;
+it goes below 0 when several threads ran at once); the machine around the run from its summary
+(cpu_pressure_share, steal_share, load_mean, other_cpu_share).
+
+Spread of a figure over an arm's runs: (max - min) / mean, and the coefficient of variation.
+Attribution: since wall = cpu + runq + other for every run, var(wall) = cov(wall, cpu) + cov(wall, runq) +
+cov(wall, other), so share(x) = cov(wall, x) / var(wall) says how much of the run-to-run variance of the
+wall time per step moved with x; the shares sum to 1 (a share may be negative when x moved against wall).
+The same decomposition over steps (each worker's steps about that worker's mean in its run, pooled)
+attributes the step-to-step variation. Machine factors: Pearson correlation, over the runs of both arms,
+of each run's wall time per step relative to its arm's mean with each factor (few runs: indicative only).
+clock_cost_us: the median cost of one step's ProcessClock readings (start + since_start) in a process
+with as many threads as a gloo peer (6).
+"""
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+from bench.jobs import train
+from metrics.jsonl import read_jsonl
+from metrics.machine import ProcessClock
+from metrics.rundir import RunDir
+
+ARMS = {"single_1x1": ["strategy=single", "peers=1"], "stepwise_2x1": ["strategy=stepwise", "peers=2"]}
+JOB = ["model=resnet18", "max_steps=40", "eval_every=0"]
+WARMUP = 5
+PARTS = ("cpu_s", "runq_s", "other_s")
+MACHINE = ("cpu_pressure_share", "steal_share", "load_mean", "other_cpu_share")
+
+
+def step_parts(step: dict) -> dict:
+    wall = step["data_s"] + step["compute_s"] + step["opt_s"] + step["comm_s"]
+    return {"wall_s": wall, "cpu_s": step["cpu_s"], "runq_s": step["runq_s"],
+            "other_s": wall - step["cpu_s"] - step["runq_s"]}
+
+
+def measure(overrides: list[str]) -> tuple[dict, list[dict]]:
+    """One run: its figures, and its steps' parts about each worker's mean (for the step-to-step shares)."""
+    with train(*overrides, *JOB) as run_dir:
+        run = RunDir(run_dir)
+        summary = json.loads(run.summary.read_text())
+        workers = [[step_parts(s) for s in read_jsonl(peer.steps)[WARMUP:]] for peer in run.peers()]
+    steps = [s for worker in workers for s in worker]
+    figures = {key: statistics.fmean(s[key] for s in steps) for key in ("wall_s", *PARTS)}
+    deviations = []
+    for worker in workers:
+        means = {key: statistics.fmean(s[key] for s in worker) for key in ("wall_s", *PARTS)}
+        deviations += [{key: s[key] - means[key] for key in means} for s in worker]
+    machine = summary["machine"]
+    figures |= {"samples_per_s": summary["throughput_samples_per_s"], "alone": machine["alone"],
+                **{key: machine[key] for key in MACHINE}}
+    return figures, deviations
+
+
+def spread(values: list[float]) -> dict:
+    mean = statistics.fmean(values)
+    return {"min": min(values), "max": max(values), "spread": (max(values) - min(values)) / mean,
+            "cv": statistics.stdev(values) / mean if len(values) > 1 else None}
+
+
+def shares(rows: list[dict]) -> dict | None:
+    """cov(wall, part) / var(wall) per part; they sum to 1 (wall = cpu + runq + other)."""
+    walls = [r["wall_s"] for r in rows]
+    if len(rows) < 2 or statistics.variance(walls) == 0:
+        return None
+    var = statistics.variance(walls)
+    return {part: statistics.covariance(walls, [r[part] for r in rows]) / var for part in PARTS}
+
+
+def correlation(xs: list[float], ys: list[float]) -> float | None:
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:  # a constant factor (e.g. no steal at all)
+        return None
+
+
+def clock_cost_us(threads: int = 6, reps: int = 2000) -> float:
+    idle = threading.Event()
+    extra = [threading.Thread(target=idle.wait, daemon=True) for _ in range(threads - threading.active_count())]
+    for thread in extra:
+        thread.start()
+    clock, costs = ProcessClock(), []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        clock.start()
+        clock.since_start()
+        costs.append(time.perf_counter() - t0)
+    idle.set()
+    return 1e6 * statistics.median(costs)
+
+
+def report(arms: dict, correlations: dict) -> None:
+    for name, arm in arms.items():
+        print(f"\n{name}: {len(arm['runs'])} runs, wall s/step " + " ".join(f"{r['wall_s']:.3f}" for r in arm["runs"]))
+        for key in ("wall_s", *PARTS, "samples_per_s", *MACHINE):
+            s = arm["spread"][key]
+            print(f"  {key:<20} {s['min']:9.4f} .. {s['max']:9.4f}  spread {s['spread']:7.1%}")
+        for kind in ("between_runs", "within_runs"):
+            found = arm[f"{kind}_shares"]
+            print(f"  shares of {kind:<13} variance of wall: " +
+                  (", ".join(f"{k[:-2]} {v:+.2f}" for k, v in found.items()) if found else "n/a"))
+    print("correlation of relative wall time per step with: " +
+          ", ".join(f"{k} {'n/a' if v is None else f'{v:+.2f}'}" for k, v in correlations.items()))
+
+
+def run(repeats: int = int(os.environ.get("AVGBENCH_NOISE_REPEATS", 4))) -> dict:
+    started = time.monotonic()
+    runs = {name: [] for name in ARMS}
+    steps = {name: [] for name in ARMS}
+    for repeat in range(repeats):
+        for name, overrides in ARMS.items():  # interleaved: each block has one run of every arm
+            print(f"noise: repeat {repeat + 1}/{repeats}, {name}", file=sys.stderr, flush=True)
+            figures, deviations = measure(overrides)
+            runs[name].append(figures)
+            steps[name] += deviations
+    arms = {}
+    relative, factors = [], {key: [] for key in MACHINE}
+    for name, rows in runs.items():
+        arms[name] = {"runs": rows,
+                      "spread": {key: spread([r[key] for r in rows])
+                                 for key in ("wall_s", *PARTS, "samples_per_s", *MACHINE)},
+                      "between_runs_shares": shares(rows), "within_runs_shares": shares(steps[name])}
+        mean_wall = statistics.fmean(r["wall_s"] for r in rows)
+        relative += [r["wall_s"] / mean_wall for r in rows]
+        for key in MACHINE:
+            factors[key] += [r[key] for r in rows]
+    correlations = {key: correlation(relative, values) for key, values in factors.items()}
+    report(arms, correlations)
+    return {
+        "name": "noise",
+        "ratio": arms["single_1x1"]["spread"]["wall_s"]["spread"],
+        "goal": "<= 0.05 (quiet)",
+        "setup": f"{' / '.join(' '.join(a) for a in ARMS.values())}, {' '.join(JOB)}, {repeats} interleaved repeats, "
+                 f"steps {WARMUP + 1}.. ; ratio = run-to-run spread of the single process's wall time per step",
+        "arms": arms,
+        "machine_correlation": correlations,
+        "clock_cost_us": clock_cost_us(),
+        "duration_s": time.monotonic() - started,
+        "method": __doc__.strip(),
+    }

@@ -1,0 +1,111 @@
+"""The machine lock: sweeps (`train.py -m`) and benchmarks (bench/run.py) take it, so two of them do not
+measure each other.
+
+One file, `flock`ed exclusively by the holder, which writes itself into it (pid, command, since). The
+knob `lock` says what a second one does: `wait` (default: one line naming the holder, then wait),
+`refuse` (that line, exit 2) or `off` (run beside it). The holder exports its pid in AVGBENCH_LOCK_HOLDER,
+so the runs it starts (a sweep's jobs and baselines, a benchmark's train.py) know they run under it and
+never wait for it themselves. AVGBENCH_LOCK_PATH moves the file (tests use their own).
+"""
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+LOCK_MODES = ("wait", "refuse", "off")
+PATH_ENV = "AVGBENCH_LOCK_PATH"
+HOLDER_ENV = "AVGBENCH_LOCK_HOLDER"
+DEFAULT_PATH = "/tmp/avgbench-machine.lock"
+
+
+class LockRefused(RuntimeError):
+    """lock=refuse and another process holds the machine lock; the message names it."""
+
+
+def lock_path() -> Path:
+    return Path(os.environ.get(PATH_ENV, DEFAULT_PATH))
+
+
+def _open(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        os.fchmod(fd, 0o666)  # other users' sweeps open it too
+    except PermissionError:
+        pass  # someone else's file: still lockable
+    return fd
+
+
+def _holder(fd: int) -> dict | None:
+    try:
+        return json.loads(os.pread(fd, 4096, 0) or b"null")
+    except ValueError:
+        return None  # being written
+
+
+def describe(holder: dict | None) -> str:
+    if not holder:
+        return "another process"
+    return f"pid {holder['pid']} ({holder['command']}) since {holder['since']}"
+
+
+def status(mode: str) -> dict:
+    """The lock as a run starts: who holds it, and whether this run is part of what holds it (summary.json)."""
+    path = lock_path()
+    if not path.exists():
+        return {"mode": mode, "path": str(path), "holder": None, "under_lock": False}
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            holder = None  # nobody holds it
+        except BlockingIOError:
+            holder = _holder(fd)
+    finally:
+        os.close(fd)
+    mine = bool(holder) and str(holder["pid"]) in (os.environ.get(HOLDER_ENV), str(os.getpid()))
+    return {"mode": mode, "path": str(path), "holder": holder, "under_lock": mine}
+
+
+class MachineLock:
+    """`acquire(mode)` once; `release()` at the end (or the process's exit releases it)."""
+
+    def __init__(self):
+        self.fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def acquire(self, mode: str) -> None:
+        """Take the lock per mode (see the module doc); raises LockRefused for lock=refuse."""
+        if self.held or mode == "off" or status(mode)["under_lock"]:  # ours already, or a parent's
+            return
+        path = lock_path()
+        fd = _open(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            line = f"avgbench: the machine lock {path} is held by {describe(_holder(fd))}"
+            if mode == "refuse":
+                os.close(fd)
+                raise LockRefused(f"{line}; lock=refuse, so not starting (lock=wait waits for it)")
+            print(f"{line}; waiting for it (lock=refuse: exit instead; lock=off: run beside it)",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        me = {"pid": os.getpid(), "command": " ".join(sys.argv)[:300], "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        self.fd = fd
+        os.environ[HOLDER_ENV] = str(os.getpid())
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        os.ftruncate(self.fd, 0)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+        os.environ.pop(HOLDER_ENV, None)

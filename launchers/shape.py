@@ -1,0 +1,57 @@
+"""A run's shape against this machine: the CPUs its processes ask for, and the cores there are.
+
+The multi-peer strategies default to `peers: ${fit_peers:${peer_cpus}}` (conf/strategy/*.yaml): the
+most peers, up to 4 and at least 2, whose CPUs fit this machine's usable cores, so a run as typed does
+not oversubscribe the machine. Each peer pins its own cores (job/process.py pin_cpus), disjoint when
+the shape fits.
+"""
+import os
+
+from omegaconf import OmegaConf
+
+DEFAULT_PEERS_MIN, DEFAULT_PEERS_MAX = 2, 4
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. a container's or a batch job's share)."""
+    return len(os.sched_getaffinity(0))
+
+
+def fit_peers(peer_cpus, other_processes=0) -> int:
+    """The most peers (DEFAULT_PEERS_MIN..DEFAULT_PEERS_MAX) whose peer_cpus each, beside the strategy's
+    other processes of as many CPUs (e.g. parameter servers), fit the usable cores."""
+    fitting = usable_cores() // int(peer_cpus) - int(other_processes)
+    return max(DEFAULT_PEERS_MIN, min(DEFAULT_PEERS_MAX, fitting))
+
+
+def peers_from_default(cfg) -> bool:
+    """True when `peers` is still the strategy's fit_peers default (the user did not set it)."""
+    return OmegaConf.is_interpolation(cfg, "peers") and "fit_peers" in str(cfg._get_node("peers")._value())
+
+
+def shape_of(cfg, spec, peers_default: bool) -> dict:
+    """summary.json `shape` (method in metrics.summary.METHODS['shape'])."""
+    cores = usable_cores()
+    processes = spec.processes // int(cfg.launch.nnodes)  # those on this host
+    dilation = float(OmegaConf.select(cfg, "emulate.dilation", default=1) or 1)
+    asked = processes * spec.threads / dilation
+    return {"peers": int(cfg.peers), "peer_cpus": int(cfg.peer_cpus), "processes": processes,
+            "cpus_asked": asked, "cores": cores, "oversubscription": asked / cores, "fits": asked <= cores,
+            "peers_default": peers_default}
+
+
+def shape_lines(shape: dict) -> list[str]:
+    """What the run prints first: where peers came from the default, and any oversubscription."""
+    lines = []
+    if shape["peers_default"]:
+        cpus = shape["peer_cpus"]
+        others = shape["processes"] - shape["peers"]
+        beside = f" beside the strategy's {others} other process{'es' if others > 1 else ''}" if others else ""
+        lines.append(f"avgbench: peers={shape['peers']} (default: the most peers, {DEFAULT_PEERS_MIN} to "
+                     f"{DEFAULT_PEERS_MAX}, whose {cpus} CPU{'s' if cpus > 1 else ''} each fit this machine's "
+                     f"{shape['cores']} cores{beside}; ask for more with peers=N)")
+    if not shape["fits"]:
+        lines.append(f"avgbench: oversubscribed {shape['oversubscription']:.2g}x: {shape['processes']} processes ask "
+                     f"{shape['cpus_asked']:g} CPUs of this machine's {shape['cores']} cores, so they share cores "
+                     "(the report's verdict says so)")
+    return lines

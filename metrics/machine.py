@@ -1,0 +1,166 @@
+"""How busy the machine was around a run, and what a peer's own threads waited for (Linux /proc).
+
+Peer side, per step (job/loop.py, fields of steps.jsonl):
+  cpu_s    CPU time of the peer process, all its threads (CLOCK_PROCESS_CPUTIME_ID), over the step
+  runq_s   run-queue delay of the peer process's threads over the step: time they were runnable but
+           waited for a CPU (sum over /proc/self/task/*/schedstat field 2, ns -> s)
+
+Launch side (launchers/base.py): MachineSampler writes one line a second into RUN/.avgbench/machine.jsonl:
+  t              seconds since the sampler started (monotonic)
+  psi_some_us    /proc/pressure/cpu "some" total: microseconds in which some runnable task waited for a
+                 CPU (null where the kernel has no PSI)
+  busy_s, steal_s, all_s   /proc/stat time of the usable cores (os.sched_getaffinity): busy = user + nice
+                 + system + irq + softirq, steal = taken by the hypervisor, all = every column but guest
+  load1          1-minute load average
+  run_cpu_s      CPU time of the launcher and every descendant it has reaped (os.times): the run's own
+                 processes, complete once they have ended (the last sample is taken after that)
+
+machine_section() turns the first and last samples into summary.json's `machine`.
+"""
+import os
+import statistics
+import time
+from pathlib import Path
+
+from metrics.jsonl import read_jsonl
+from metrics.sampler import IntervalSampler
+
+PRESSURE = Path("/proc/pressure/cpu")
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+ALONE_OTHER_CPU_SHARE = 0.05  # the `alone` rule: others used at most 5 % of the cores' time ...
+ALONE_STEAL_SHARE = 0.01      # ... the hypervisor took at most 1 % ...; and no other process held the machine lock
+
+METHODS = {
+    "cpu_s": "per step, CPU time of the peer process (all its threads; CLOCK_PROCESS_CPUTIME_ID) from the start to "
+             "the end of the step; one thread busy all step long gives cpu_s = the step's wall time",
+    "runq_s": "per step, run-queue delay of the peer process's threads (sum over /proc/self/task/*/schedstat "
+              "field 2): time they were ready to run but waited for a CPU; a thread that ended during the step "
+              "loses its share",
+    "wall_s_per_step": "per peer, mean over its steps of data_s + compute_s + opt_s + comm_s (the step's span), "
+                       "beside cpu_s_per_step and runq_s_per_step (means of cpu_s and runq_s)",
+    "machine": "sampled by the launcher once a second from before the first process starts to after the last has "
+               "ended (RUN/.avgbench/machine.jsonl), over the usable cores (os.sched_getaffinity): "
+               "cpu_pressure_share = /proc/pressure/cpu 'some' total / wall (share of the time some runnable task, "
+               "ours included, waited for a CPU); steal_share = /proc/stat steal / all CPU time; load_mean, "
+               "load_max = 1-minute load average; other_cpu_share = (busy CPU time of the cores - CPU time of "
+               "the launcher and the processes it reaped) / (cores x wall), at least 0 (daemons that outlive "
+               "their parent count as others); "
+               f"alone = other_cpu_share <= {ALONE_OTHER_CPU_SHARE} and steal_share <= {ALONE_STEAL_SHARE} and "
+               "no other process held the machine lock; lock = the machine lock at the run's start "
+               "(under_lock: a sweep or benchmark of which this run is part held it)",
+}
+
+
+# --- peer side: per step ------------------------------------------------------------------------
+class ProcessClock:
+    """CPU time and run-queue delay of this process, all threads. `read()` costs well under a millisecond
+    (measured by bench/noise.py: clock_cost_us)."""
+
+    TASKS = "/proc/self/task"
+
+    def __init__(self):
+        self.runq_ns: dict[str, int] = {}
+        self.has_schedstat = os.path.exists(f"{self.TASKS}/{os.getpid()}/schedstat")
+
+    def _runq_by_thread(self) -> dict[str, int]:
+        found = {}
+        for tid in os.listdir(self.TASKS):
+            try:
+                fd = os.open(f"{self.TASKS}/{tid}/schedstat", os.O_RDONLY)
+            except FileNotFoundError:  # the thread ended
+                continue
+            try:
+                found[tid] = int(os.read(fd, 128).split()[1])
+            finally:
+                os.close(fd)
+        return found
+
+    def start(self) -> None:
+        self.cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+        if self.has_schedstat:
+            self.runq_ns = self._runq_by_thread()
+
+    def since_start(self) -> dict[str, float | None]:
+        """{cpu_s, runq_s} since start() (runq_s null where the kernel keeps no schedstat)."""
+        cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - self.cpu
+        if not self.has_schedstat:
+            return {"cpu_s": cpu, "runq_s": None}
+        now = self._runq_by_thread()
+        runq = sum(ns - self.runq_ns.get(tid, 0) for tid, ns in now.items())
+        return {"cpu_s": cpu, "runq_s": runq / 1e9}
+
+
+# --- launch side: the machine ---------------------------------------------------------------------
+def cpu_pressure_us() -> int | None:
+    """/proc/pressure/cpu 'some' total in microseconds; None where the kernel has no PSI."""
+    try:
+        some = PRESSURE.read_text().splitlines()[0]
+    except OSError:
+        return None
+    return int(some.rsplit("total=", 1)[1])
+
+
+def cpu_times(cores: set[int], path: str = "/proc/stat") -> dict[str, float]:
+    """busy, steal and all CPU seconds of these cores since boot."""
+    busy = steal = total = 0
+    with open(path) as f:
+        for line in f:
+            name, *fields = line.split()
+            if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cores:
+                continue
+            user, nice, system, idle, iowait, irq, softirq, stolen = map(int, fields[:8])
+            busy += user + nice + system + irq + softirq
+            steal += stolen
+            total += user + nice + system + idle + iowait + irq + softirq + stolen
+    return {"busy_s": busy * TICK_S, "steal_s": steal * TICK_S, "all_s": total * TICK_S}
+
+
+def own_cpu_s() -> float:
+    """CPU time of this process and of the children it has reaped (theirs include their reaped children)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class MachineSampler(IntervalSampler):
+    """Samples the machine into RUN/.avgbench/machine.jsonl every `interval` s, and once at start and stop."""
+
+    def __init__(self, path: Path, interval: float = 1.0):
+        super().__init__("avgbench-machine", path, interval)
+        self.cores = set(os.sched_getaffinity(0))
+        self._t0 = time.monotonic()
+        self.out.write(self.sample())
+
+    def sample(self) -> dict:
+        return {"t": round(time.monotonic() - self._t0, 3), "psi_some_us": cpu_pressure_us(),
+                **cpu_times(self.cores), "load1": os.getloadavg()[0], "run_cpu_s": own_cpu_s()}
+
+
+def machine_section(samples_path: Path, cores: int, lock: dict | None) -> dict:
+    """summary.json `machine`: the machine over the run, from its samples (see METHODS['machine'])."""
+    samples = read_jsonl(samples_path)
+    section = {"cores": cores, "cpu_pressure_share": None, "steal_share": None, "load_mean": None, "load_max": None,
+               "other_cpu_share": None, "alone": None, "lock": lock, "sampled_s": 0.0, "samples": len(samples)}
+    if len(samples) < 2:
+        return section
+    first, last = samples[0], samples[-1]
+    wall = last["t"] - first["t"]
+    if wall <= 0:
+        return section
+
+    def delta(key: str) -> float:
+        return last[key] - first[key]
+
+    others = max(0.0, (delta("busy_s") - delta("run_cpu_s")) / (cores * wall))
+    steal = delta("steal_s") / delta("all_s") if delta("all_s") > 0 else None
+    loads = [s["load1"] for s in samples]
+    lock_elsewhere = bool(lock and lock.get("holder") and not lock.get("under_lock"))
+    section |= {
+        "cpu_pressure_share": delta("psi_some_us") / 1e6 / wall if first["psi_some_us"] is not None else None,
+        "steal_share": steal,
+        "load_mean": statistics.fmean(loads),
+        "load_max": max(loads),
+        "other_cpu_share": others,
+        "alone": others <= ALONE_OTHER_CPU_SHARE and (steal or 0.0) <= ALONE_STEAL_SHARE and not lock_elsewhere,
+        "sampled_s": wall,
+    }
+    return section

@@ -1,0 +1,112 @@
+"""Shapes that fit: the multi-peer strategies default to the most peers (2 to 4) whose CPUs fit the machine's
+usable cores; an explicit peers wins; a run says where its peers came from, and when it oversubscribes.
+
+Unit tier: composed configs with the core count injected. Integration: a short run's first output line,
+its summary's shape, and the cores its peers pinned."""
+import os
+
+import pytest
+
+from helpers import compose_config, run_train, steps_of, summary_of
+from launchers import shape as shape_module
+from launchers.config import strategy_class
+from launchers.shape import peers_from_default, shape_lines, shape_of
+
+MULTI_PEER = ["allreduce", "hivemind", "ring", "stepwise"]
+
+
+@pytest.fixture
+def cores(monkeypatch):
+    """Inject the machine's usable core count."""
+    def set_cores(count: int) -> None:
+        monkeypatch.setattr(shape_module, "usable_cores", lambda: count)
+    return set_cores
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("strategy", MULTI_PEER)
+@pytest.mark.parametrize("count, peer_cpus, expected", [(2, 1, 2), (3, 1, 3), (8, 1, 4), (64, 1, 4),
+                                                        (8, 2, 4), (6, 2, 3), (4, 2, 2), (2, 2, 2)])
+def test_default_peers_are_the_most_that_fit(cores, strategy, count, peer_cpus, expected):
+    cores(count)
+    cfg = compose_config(f"strategy={strategy}", f"peer_cpus={peer_cpus}")
+    assert peers_from_default(cfg)
+    assert cfg.peers == expected
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("count, servers, expected", [(2, 1, 2), (4, 1, 3), (5, 1, 4), (5, 2, 3), (16, 1, 4)])
+def test_ps_default_leaves_cores_for_its_servers(cores, count, servers, expected):
+    cores(count)
+    cfg = compose_config("strategy=ps", f"ps.servers={servers}")
+    assert cfg.peers == expected
+
+
+@pytest.mark.timeout(60)
+def test_explicit_peers_win_and_single_stays_one_process(cores):
+    cores(16)
+    cfg = compose_config("strategy=stepwise", "peers=3")
+    assert cfg.peers == 3 and not peers_from_default(cfg)
+    assert compose_config("strategy=single").peers == 1
+    assert compose_config("strategy=stepwise", "peers=8").peers == 8
+
+
+def shape_for(*overrides: str) -> dict:
+    cfg = compose_config(*overrides)
+    return shape_of(cfg, strategy_class(cfg).launch_spec(cfg), peers_from_default(cfg))
+
+
+@pytest.mark.timeout(60)
+def test_shape_lines_name_the_default_and_the_oversubscription(cores):
+    cores(2)
+    fitting = shape_for("strategy=ring")
+    assert fitting == {"peers": 2, "peer_cpus": 1, "processes": 2, "cpus_asked": 2, "cores": 2,
+                       "oversubscription": 1.0, "fits": True, "peers_default": True}
+    assert shape_lines(fitting) == ["avgbench: peers=2 (default: the most peers, 2 to 4, whose 1 CPU each fit this "
+                                    "machine's 2 cores; ask for more with peers=N)"]
+    explicit = shape_for("strategy=stepwise", "peers=4")
+    assert explicit["cpus_asked"] == 4 and explicit["oversubscription"] == 2 and not explicit["fits"]
+    assert shape_lines(explicit) == ["avgbench: oversubscribed 2x: 4 processes ask 4 CPUs of this machine's 2 cores, "
+                                     "so they share cores (the report's verdict says so)"]
+    server = shape_for("strategy=ps")  # 2 workers at least, beside 1 server: 3 processes on 2 cores
+    assert server["processes"] == 3 and server["oversubscription"] == 1.5
+    assert "beside the strategy's 1 other process" in shape_lines(server)[0]
+    assert shape_lines(server)[1].startswith("avgbench: oversubscribed 1.5x")
+    baseline = shape_for("strategy=single", "peers=2")  # one process, 2 threads
+    assert (baseline["processes"], baseline["cpus_asked"], baseline["fits"]) == (1, 2, True)
+    assert shape_lines(baseline) == []
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_run_as_typed_fits_and_says_so_first(run_dir):
+    cores = len(os.sched_getaffinity(0))
+    expected = max(2, min(4, cores))
+    result = run_train(run_dir, "strategy=stepwise", "max_steps=4", "eval_every=0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        f"avgbench: peers={expected} (default: the most peers, 2 to 4, whose 1 CPU each fit this machine's "
+        f"{cores} cores; ask for more with peers=N)")
+    summary = summary_of(run_dir)
+    assert summary["shape"] == {"peers": expected, "peer_cpus": 1, "processes": expected, "cpus_asked": expected,
+                                "cores": cores, "oversubscription": expected / cores, "fits": expected <= cores,
+                                "peers_default": True}
+    pinned = [peer["result"]["cores"] for peer in summary["peers"]]
+    assert len(pinned) == expected and all(len(c) == 1 for c in pinned)
+    if expected <= cores:  # each peer on a core of its own
+        assert len({c for cs in pinned for c in cs}) == expected
+    for rank in range(expected):
+        assert all(s["cpu_s"] > 0 and s["runq_s"] >= 0 for s in steps_of(run_dir, rank))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_an_explicit_shape_that_does_not_fit_says_by_how_much(run_dir):
+    cores = len(os.sched_getaffinity(0))
+    result = run_train(run_dir, "strategy=stepwise", "peers=2", f"peer_cpus={cores}", "max_steps=2", "eval_every=0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        f"avgbench: oversubscribed 2x: 2 processes ask {2 * cores} CPUs of this machine's {cores} cores, so they share "
+        "cores (the report's verdict says so)")
+    shape = summary_of(run_dir)["shape"]
+    assert shape["oversubscription"] == 2 and shape["fits"] is False and shape["peers_default"] is False
