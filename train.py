@@ -4,6 +4,7 @@
     python train.py strategy=hivemind peers=8
     python train.py -m strategy=ring,stepwise,ps     # then a comparison report
 """
+import json
 import sys
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from launchers.config import check_overrides, strategy_class, validate
 from metrics.report import report_errors
 from metrics.rundir import RunDir
 from metrics.summary import write_summary
+from netemu.cpu import emulate_of
+from netemu.dilation import dilate
 
 failed_jobs: list[str] = []
 jobs_started = 0
@@ -42,9 +45,11 @@ def run(cfg) -> int:
                    "Choose a new hydra.run.dir or remove that directory")
     jobs_started += 1
     cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
-    run.config.parent.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run.config, resolve=True)
     strategy = strategy_class(cfg)
+    run.config.parent.mkdir(parents=True, exist_ok=True)
+    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: as asked, before dilation
+    record_dilation(run, cfg, strategy.checked_dilation)
+    OmegaConf.save(cfg, run.config, resolve=True)
     spec = strategy.launch_spec(cfg)
     spec.save(run)
 
@@ -52,13 +57,20 @@ def run(cfg) -> int:
     run.run_id.write_text(launcher.run_id)
     outcome = launcher.run()
     strategy.after_run(cfg, run)
-    summary = write_summary(run, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg),
+    summary = write_summary(run, asked, outcome, strategy.knobs(cfg),
                             strategy.link_bound, strategy.bound_formula(), strategy.is_baseline)
     print_result(run.path, summary, outcome)
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
     return outcome.exit_code
 
+
+def record_dilation(run: RunDir, cfg, checked: float) -> None:
+    """Dilate the config (emulate.dilation) once, before the peers read it, and record what changed."""
+    factor = emulate_of(cfg)["dilation"]
+    scaled = dilate(cfg, factor)
+    run.dilation.write_text(json.dumps({"factor": factor, "checked_up_to": checked, "unchecked": factor > checked,
+                                        "scaled": scaled}, indent=1))
 
 
 COUNTER_WORDS = ("round", "fail", "download", "lost", "local_gradients", "group", "out_of_sync")

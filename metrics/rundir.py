@@ -2,7 +2,8 @@
 
     RUN/
       summary.json  launcher.log
-      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  <strategy files>
+      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  cpu.json  dilation.json
+                    <strategy files>
       peer<RANK>/   steps.jsonl  eval.jsonl  resources.jsonl  result.json  output.log  error.txt
                     fault.json  <strategy files>
 """
@@ -39,6 +40,8 @@ class RunDir:
     run_id = property(lambda self: self.private / "run_id")
     network = property(lambda self: self.private / "network.json")
     hostfile = property(lambda self: self.private / "hostfile")
+    cpu_groups = property(lambda self: self.private / "cpu.json")
+    dilation = property(lambda self: self.private / "dilation.json")
     summary = property(lambda self: self.path / "summary.json")
     launcher_log = property(lambda self: self.path / "launcher.log")
 

@@ -6,6 +6,8 @@ definition for all strategies, stated in METHODS and written into the summary.
 import json
 import statistics
 
+from metrics.isolation import METHODS as ISOLATION_METHODS
+from metrics.isolation import isolation_section, undilate
 from metrics.jsonl import read_jsonl
 from metrics.network import METHODS as NETWORK_METHODS
 from metrics.network import network_section
@@ -41,6 +43,7 @@ METHODS = {
     "fault": "run_ended_after_s: from the injected fault (the peer's clock just before acting) "
              "to the launcher deciding the run's outcome",
     **NETWORK_METHODS,
+    **ISOLATION_METHODS,
 }
 
 
@@ -136,7 +139,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     sent = _mean(s["bytes_sent"] for s in all_steps)
     recv = _mean(s["bytes_recv"] for s in all_steps)
     accuracy = worker_accuracy({p.rank: read_jsonl(p.evals) for p in worker_dirs}, config["target"])
-    return {
+    isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures})
+    return undilate({
         "status": outcome.status,
         "exit_code": outcome.exit_code,
         "error": outcome.error,
@@ -165,9 +169,10 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / total_samples if total_samples else None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / total_samples if total_samples else None,
         "network": network_section(run, config, knobs or {}, bound, bound_formula),
+        "isolation": isolation,
         "peers": figures,
         "methods": METHODS,
-    }
+    }, isolation["dilation"])
 
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
