@@ -103,6 +103,9 @@ def print_result(run_dir: Path, summary: dict, outcome) -> None:
         print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     if outcome.lost_peers:
         print(f"avgbench: peers lost during the run: {outcome.lost_peers}")
+    if summary["isolation"]["faithful"] is False:
+        print(f"avgbench: emulation not faithful (isolation in summary.json): "
+              f"{'; '.join(summary['isolation']['unfaithful'])}")
     print(f"avgbench: results in {run_dir}")
 
 

@@ -136,9 +136,9 @@ class CpuGroups:
     def __init__(self, cfg, run: RunDir, run_id: str, threads: int, processes: int):
         self.run, self.name, self.threads = run, f"avgbench-{run_id}", threads
         self.emulate = emulate_of(cfg)
-        launch = cfg.launch
-        per_node = processes // launch.nnodes
-        local = range(launch.node_rank * per_node, (launch.node_rank + 1) * per_node)
+        launch = cfg.get("launch") or {}
+        nnodes, node_rank = int(launch.get("nnodes", 1)), int(launch.get("node_rank", 0))
+        local = range(node_rank * processes // nnodes, (node_rank + 1) * processes // nnodes)  # this host's ranks
         self.quotas = {r: q for r, q in rank_quotas(cfg, threads, processes).items() if r in local}
         self.parents: list[str] = []
         self.groups: dict[int, CpuGroup] = {}
