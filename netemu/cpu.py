@@ -103,7 +103,8 @@ def check_emulate_config(cfg, threads: int, processes: int) -> None:
         raise ConfigError(f"emulate.isolate must be one of {', '.join(ISOLATE_MODES)}, got {emulate['isolate']}")
     shares = emulate["peer_cpu_share"]
     if len(shares) > processes:
-        raise ConfigError(f"emulate.peer_cpu_share has {len(shares)} entries, more than the run's {processes} processes")
+        raise ConfigError(f"emulate.peer_cpu_share has {len(shares)} entries, "
+                          f"more than the run's {processes} processes")
     for rank, share in enumerate(shares):
         if share is not None and not 0 < float(share) <= 1:
             raise ConfigError(f"emulate.peer_cpu_share[{rank}] must be in (0, 1] (or null), got {share}")
