@@ -4,6 +4,7 @@
     python train.py strategy=hivemind peers=8
     python train.py -m strategy=ring,stepwise,ps     # then a comparison report
 """
+import json
 import sys
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
 from metrics.rundir import RunDir
 from metrics.summary import write_summary
+from netemu.cpu import emulate_of
+from netemu.dilation import dilate
 
 failed_jobs: list[str] = []
 jobs_started = 0
@@ -48,12 +51,14 @@ def run(cfg) -> int:
     peers_default = peers_from_default(cfg)
     cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
     strategy = strategy_class(cfg)
+    run.config.parent.mkdir(parents=True, exist_ok=True)
+    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: as asked, before dilation
+    record_dilation(run, cfg, strategy.checked_dilation)
     spec = strategy.launch_spec(cfg)
     shape = shape_of(cfg, spec, peers_default)
     for line in shape_lines(shape):
         print(line, flush=True)
     lock = take_machine_lock(cfg.lock)
-    run.config.parent.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run.config, resolve=True)
     spec.save(run)
 
@@ -61,8 +66,8 @@ def run(cfg) -> int:
     run.run_id.write_text(launcher.run_id)
     outcome = launcher.run()
     strategy.after_run(cfg, run)
-    summary = write_summary(run, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg),
-                            strategy.link_bound, strategy.bound_formula(), strategy.is_baseline, shape, lock)
+    summary = write_summary(run, asked, outcome, strategy.knobs(cfg), strategy.link_bound, strategy.bound_formula(),
+                            strategy.is_baseline, shape, lock)
     print_result(run.path, summary, outcome)
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
@@ -83,6 +88,14 @@ def take_machine_lock(mode: str) -> dict:
         print(f"avgbench: the machine lock is held by pid {lock['holder']['pid']} ({lock['holder']['command']}): "
               "this run shares the machine with it (summary.json: machine)", file=sys.stderr, flush=True)
     return lock
+
+
+def record_dilation(run: RunDir, cfg, checked: float) -> None:
+    """Dilate the config (emulate.dilation) once, before the peers read it, and record what changed."""
+    factor = emulate_of(cfg)["dilation"]
+    scaled = dilate(cfg, factor)
+    run.dilation.write_text(json.dumps({"factor": factor, "checked_up_to": checked, "unchecked": factor > checked,
+                                        "scaled": scaled}, indent=1))
 
 
 COUNTER_WORDS = ("round", "fail", "download", "lost", "local_gradients", "group", "out_of_sync")
@@ -115,6 +128,9 @@ def print_result(run_dir: Path, summary: dict, outcome) -> None:
         print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     if outcome.lost_peers:
         print(f"avgbench: peers lost during the run: {outcome.lost_peers}")
+    if summary["isolation"]["faithful"] is False:
+        print(f"avgbench: emulation not faithful (isolation in summary.json): "
+              f"{'; '.join(summary['isolation']['unfaithful'])}")
     print(f"avgbench: results in {run_dir}")
 
 

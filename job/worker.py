@@ -17,6 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from job.contract import WORKER, LaunchSpec, PeerContext
+from job.cpugroup import PeerCpu
 from job.data import load_splits
 from job.device import PeerDevice
 from job.loop import train
@@ -28,13 +29,14 @@ from metrics.rundir import RunDir
 from metrics.sampler import ResourceSampler
 from metrics.steplog import StepLog
 
-def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec) -> None:
+def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     peer = ctx.peer
     cores = pin_cpus(ctx.local_rank, spec.threads)
     torch.set_num_threads(len(cores))  # never more threads than cores: oversubscribed threads spin
     sampler = ResourceSampler(peer.resources, cfg.sampler.interval) if cfg.sampler.enabled else None
     if sampler:
         sampler.start()
+        cpu.keep_out(sampler.native_id)
     role = spec.roles[ctx.rank]
     device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
     strategy_class = resolve(cfg.strategy.target)
@@ -58,6 +60,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec) -> None:
         else:
             strategy.serve()
         result["strategy"] = strategy.summary()
+        result["cpu"] = cpu.figures()
         peer.result.write_text(json.dumps(result, indent=1))
     except BaseException:
         record_failure(ctx)  # before close() drops connections: the others' errors follow this one
@@ -97,13 +100,14 @@ def redirect_output(path: Path) -> None:
 def main(argv: list[str]) -> int:
     exit_on_sigterm()
     run = RunDir(Path(argv[0]).resolve())
-    cfg = OmegaConf.load(run.config)
     ctx = PeerContext.from_env(run.path)
+    cpu = PeerCpu(run, ctx.rank)  # first: this peer's CPU group, for it and all it starts
+    cfg = OmegaConf.load(run.config)
     ctx.peer.path.mkdir(parents=True, exist_ok=True)
     redirect_output(ctx.peer.output_log)
     try:
         die_with_parent(float(cfg.timeouts.shutdown_s))
-        run_peer(cfg, ctx, LaunchSpec.load(run))
+        run_peer(cfg, ctx, LaunchSpec.load(run), cpu)
     except BaseException:
         record_failure(ctx)
         raise

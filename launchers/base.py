@@ -25,6 +25,7 @@ from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
 from metrics.machine import MachineSampler
 from metrics.rundir import RunDir
+from netemu.cpu import CgroupUnavailable, CpuGroups
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WORKER_MODULE = "job.worker"
@@ -64,6 +65,7 @@ class Launcher(ABC):
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
         self.reaped: set[int] = set()  # lost peers whose sessions were killed
         self.placement = make_placement(cfg, run, self.nprocs)  # where each rank lives on the network
+        self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs)  # and on which CPU share
 
     def base_env(self) -> dict:
         env = dict(os.environ) | self.spec.env
@@ -97,6 +99,7 @@ class Launcher(ABC):
         progress = Progress(self.run_dir.path, self.cfg)
         outcome = None
         try:
+            self.cpu_groups.start()
             self.placement.start(self.base_env())
             self.start()
             while outcome is None:
@@ -107,11 +110,12 @@ class Launcher(ABC):
             signum = getattr(exc, "signum", signal.SIGINT)
             outcome = Outcome("interrupted", 128 + signum, time.monotonic() - start,
                               error=f"interrupted by {signal.Signals(signum).name}")
-        except PlacementError as exc:
+        except (PlacementError, CgroupUnavailable) as exc:
             outcome = Outcome("failed", 1, time.monotonic() - start, error=str(exc))
         finally:
             progress.close()
             self.stop_all()
+            self.cpu_groups.close()
             self.placement.close()
             machine.stop()
         return outcome

@@ -13,6 +13,7 @@ from job.registry import resolve
 from launchers.lock import LOCK_MODES
 from launchers.shape import fit_peers
 from netemu.checks import check_network_config
+from netemu.cpu import check_emulate_config, emulate_of
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVERS = {  # arithmetic for experiment presets, and the strategies' default peer count
@@ -88,4 +89,16 @@ def validate(cfg) -> None:
     _require(processes % launch.nnodes == 0,
              f"{processes} processes do not split evenly over launch.nnodes={launch.nnodes}")
     check_network_config(cfg.network, processes, launch.nnodes)
+    check_emulate_config(cfg, spec.threads, processes)
+    check_dilation_checked(cfg, strategy)
     strategy.check_available(cfg)
+
+
+def check_dilation_checked(cfg, strategy) -> None:
+    """Dilation is offered only up to the factor the strategy's invariance check passed, unless asked for."""
+    emulate = emulate_of(cfg)
+    factor, checked = emulate["dilation"], strategy.checked_dilation
+    _require(factor <= checked or emulate["allow_unchecked_dilation"],
+             f"strategy {cfg.strategy.name} is checked for emulate.dilation up to {checked:g} "
+             f"(bench/emulation.py), not {factor:g}; emulate.allow_unchecked_dilation=true runs it anyway, "
+             "marked 'dilation unchecked'")

@@ -20,7 +20,8 @@ FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 STRATEGY_BLOCKS = tuple(f"{p.stem}." for p in (CONF_DIR / "strategy").glob("*.yaml"))  # one strategy's knobs each
 NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", *NOT_CONFIGURATION)  # named otherwise, or no knob
-NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", *NOT_CONFIGURATION)
+NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", "emulate.peer_cpu_share",
+                           *NOT_CONFIGURATION)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
     RUN/
       summary.json  launcher.log
-      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  <strategy files>
+      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  cpu.json
+                    dilation.json  <strategy files>
       peer<RANK>/   steps.jsonl  eval.jsonl  resources.jsonl  result.json  output.log  error.txt
                     fault.json  <strategy files>
 """
@@ -40,6 +41,8 @@ class RunDir:
     network = property(lambda self: self.private / "network.json")
     hostfile = property(lambda self: self.private / "hostfile")
     machine = property(lambda self: self.private / "machine.jsonl")  # the launcher's machine samples
+    cpu_groups = property(lambda self: self.private / "cpu.json")
+    dilation = property(lambda self: self.private / "dilation.json")
     summary = property(lambda self: self.path / "summary.json")
     launcher_log = property(lambda self: self.path / "launcher.log")
 

@@ -7,6 +7,8 @@ import json
 import os
 import statistics
 
+from metrics.isolation import METHODS as ISOLATION_METHODS
+from metrics.isolation import isolation_section, undilate
 from metrics.jsonl import read_jsonl
 from metrics.machine import METHODS as MACHINE_METHODS
 from metrics.machine import machine_section
@@ -49,6 +51,7 @@ METHODS = {
              "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores)",
     **MACHINE_METHODS,
     **NETWORK_METHODS,
+    **ISOLATION_METHODS,
 }
 
 
@@ -149,7 +152,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     sent = _mean(s["bytes_sent"] for s in all_steps)
     recv = _mean(s["bytes_recv"] for s in all_steps)
     accuracy = worker_accuracy({p.rank: read_jsonl(p.evals) for p in worker_dirs}, config["target"])
-    return {
+    isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures})
+    return undilate({
         "status": outcome.status,
         "exit_code": outcome.exit_code,
         "error": outcome.error,
@@ -180,9 +184,10 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "network": network_section(run, config, knobs or {}, bound, bound_formula),
         "shape": shape,
         "machine": machine_section(run.machine, (shape or {}).get("cores") or len(os.sched_getaffinity(0)), lock),
+        "isolation": isolation,
         "peers": figures,
         "methods": METHODS,
-    }
+    }, isolation["dilation"])
 
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,

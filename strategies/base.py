@@ -57,6 +57,7 @@ class StepReport:
 
 class Strategy(ABC):
     is_baseline = False  # a single-process run without communication, that others are compared with
+    checked_dilation = 1.0  # largest emulate.dilation its invariance check passed (bench/emulation.py); 1: unchecked
 
     # --- decided before any process starts -------------------------------
     @classmethod

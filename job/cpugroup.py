@@ -1,0 +1,156 @@
+"""A peer's CPU group (a cgroup with a CPU quota): the files the kernel keeps for it, and the peer's side.
+
+The launcher (netemu/cpu.py) creates one group per rank, and writes where they are to
+RUN/.avgbench/cpu.json; each peer joins its own group as the first thing it does, so
+everything it starts later (daemons, helpers) is in it too. Two kernel interfaces:
+
+- cgroup v1: the `cpu` hierarchy (cpu.cfs_period_us, cpu.cfs_quota_us, cpu.stat with
+  nr_periods, nr_throttled, throttled_time in ns) and the `cpuacct` hierarchy (cpuacct.usage,
+  ns); mounted together (cpu,cpuacct) or apart, so a group is one directory in each.
+- cgroup v2: one directory (cpu.max "QUOTA PERIOD"; cpu.stat usage_usec, nr_periods,
+  nr_throttled, throttled_usec).
+"""
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import psutil
+
+from metrics.rundir import RunDir
+
+
+def write(path: str, value) -> None:
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+def read_stat(path: str) -> dict[str, int]:
+    with open(path) as f:
+        return {key: int(value) for key, value in (line.split() for line in f if line.strip())}
+
+
+@dataclass
+class CpuGroup:
+    """One rank's group: `dirs` holds one directory per hierarchy (v1: cpu and cpuacct, or one
+    when co-mounted; v2: one), `parents` the run's parent group in the same hierarchies."""
+
+    version: str  # "v1" | "v2"
+    dirs: list[str]
+    parents: list[str]
+    quota_cpus: float
+    period_us: int
+    threads: int  # the peer's vCPUs (peer_cpus): its quota is threads x share / dilation
+
+    def _file(self, name: str, dirs: list[str] | None = None) -> str:
+        """The directory (of `dirs`) that holds the control file `name`."""
+        return next(os.path.join(d, name) for d in (dirs or self.dirs) if os.path.exists(os.path.join(d, name)))
+
+    def set_quota(self) -> None:
+        quota_us = round(self.quota_cpus * self.period_us)
+        if self.version == "v1":
+            write(self._file("cpu.cfs_period_us"), self.period_us)
+            write(self._file("cpu.cfs_quota_us"), quota_us)
+        else:
+            write(self._file("cpu.max"), f"{quota_us} {self.period_us}")
+
+    def join(self, pid: int) -> None:
+        """Move process `pid` (all its threads) into the group; children it starts later inherit it."""
+        for d in self.dirs:
+            write(os.path.join(d, "cgroup.procs"), pid)
+
+    def move_thread_out(self, tid: int) -> bool:
+        """Move one thread into the run's parent group (v1 only: v2 keeps a process's threads together)."""
+        if self.version != "v1":
+            return False
+        for d in self.parents:
+            write(os.path.join(d, "tasks"), tid)
+        return True
+
+    def usage_s(self) -> float:
+        """CPU time the group's tasks received since it was created."""
+        if self.version == "v1":
+            with open(self._file("cpuacct.usage")) as f:
+                return int(f.read()) / 1e9
+        return read_stat(self._file("cpu.stat"))["usage_usec"] / 1e6
+
+    def throttling(self) -> tuple[int, float]:
+        """(periods in which the group was throttled, seconds throttled), since it was created."""
+        stat = read_stat(self._file("cpu.stat"))
+        if self.version == "v1":
+            return stat["nr_throttled"], stat["throttled_time"] / 1e9
+        return stat["nr_throttled"], stat["throttled_usec"] / 1e6
+
+    def pids(self) -> list[int]:
+        with open(os.path.join(self.dirs[0], "cgroup.procs")) as f:
+            return [int(line) for line in f if line.strip()]
+
+    @classmethod
+    def of_rank(cls, run: RunDir, rank: int) -> "CpuGroup | None":
+        """The group the launcher made for `rank` (None: the run is not isolated, or not this host's rank)."""
+        if not run.cpu_groups.exists():
+            return None
+        group = json.loads(run.cpu_groups.read_text())["ranks"].get(str(rank))
+        return cls(**group) if group and all(os.path.isdir(d) for d in group["dirs"]) else None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def thread_run_delays(pid: int) -> dict[int, int]:
+    """Thread id -> ns it spent runnable but waiting for a CPU (/proc/PID/task/TID/schedstat, field 2),
+    for every thread of `pid` and its descendants."""
+    delays = {}
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return delays
+    for proc in procs:
+        task_dir = f"/proc/{proc.pid}/task"
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"{task_dir}/{tid}/schedstat") as f:
+                    delays[int(tid)] = int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return delays
+
+
+class PeerCpu:
+    """This peer's CPU accounting from the moment it joined its group (or from start, not isolated):
+    time in the group, CPU received, throttling and run-queue delay, for result.json."""
+
+    def __init__(self, run: RunDir, rank: int):
+        self.group = CpuGroup.of_rank(run, rank)
+        self.error = None
+        if self.group is not None:
+            try:
+                self.group.join(os.getpid())
+            except OSError as exc:  # e.g. the launcher's host differs from this one
+                self.error, self.group = f"could not join cpu group: {exc}", None
+        self.joined = time.monotonic()
+        self.excluded: set[int] = set()  # threads outside the group (the resource sampler)
+        self.first_delays = thread_run_delays(os.getpid())
+        self.first_usage, (self.first_periods, self.first_throttled) = (
+            (self.group.usage_s(), self.group.throttling()) if self.group else (0.0, (0, 0.0)))
+
+    def keep_out(self, tid: int) -> None:
+        """A measuring thread (the sampler) leaves the peer's group where the kernel allows it (v1)."""
+        if self.group is not None and self.group.move_thread_out(tid):
+            self.excluded.add(tid)
+
+    def figures(self) -> dict:
+        delays = thread_run_delays(os.getpid())
+        runq_ns = sum(ns - self.first_delays.get(tid, 0) for tid, ns in delays.items() if tid not in self.excluded)
+        figures = {"in_group_s": time.monotonic() - self.joined, "runq_s": runq_ns / 1e9, "error": self.error}
+        if self.group is not None:
+            periods, throttled = self.group.throttling()
+            figures |= {"quota_cpus": self.group.quota_cpus, "threads": self.group.threads,
+                        "cpu_received_s": self.group.usage_s() - self.first_usage,
+                        "throttled_periods": periods - self.first_periods,
+                        "throttled_s": throttled - self.first_throttled}
+        return figures
