@@ -4,6 +4,7 @@
     python train.py strategy=hivemind peers=8
     python train.py -m strategy=ring,stepwise,ps     # then a comparison report
 """
+import shutil
 import sys
 from pathlib import Path
 
@@ -52,6 +53,8 @@ def run(cfg) -> int:
     run.run_id.write_text(launcher.run_id)
     outcome = launcher.run()
     strategy.after_run(cfg, run)
+    for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
+        shutil.rmtree(peer.snapshots, ignore_errors=True)
     summary = write_summary(run, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg),
                             strategy.link_bound, strategy.bound_formula(), strategy.is_baseline)
     print_result(run.path, summary, outcome)
