@@ -49,8 +49,8 @@ METHODS = {
     "step_s": "predicted: the strategy's cost model (Strategy.step_time) with N workers, S, beta = the link "
               "rate, alpha = its latency, the measured compute per step",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
-    "time_to_target_s": "predicted: the samples all workers had trained when the measured run reached its "
-                        "target (worst worker, eval.jsonl) / predicted throughput; assumes the same samples "
+    "time_to_target_s": "predicted: the measured run's samples_to_target (summary.json: all workers' samples "
+                        "when the worst worker reached the target) / predicted throughput; assumes the same samples "
                         "suffice at every N (a larger global batch often needs more)",
     "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
                         f"projected N is below {STOP_GAIN:.0%}",
@@ -138,7 +138,7 @@ class Measured:
     size_bytes: float                # S
     link: Link | None                # the run's own link; None: unshaped
     measured_step_s: float
-    samples_to_target: int | None
+    samples_to_target: float | None
 
     def cost(self, workers: int, link: Link) -> Cost:
         return Cost(workers, self.size_bytes, link.mbit * MBIT, link.latency_ms / 1e3, self.compute_s, self.batch,
@@ -182,17 +182,6 @@ def mean_step_s(steps: list[dict]) -> float:
     return (steps[-1]["train_s"] - steps[0]["train_s"]) / (len(steps) - 1)
 
 
-def samples_to_target(run: RunDir, summary: dict) -> int | None:
-    """All workers' samples at the evaluation where the worst worker reached the target (None: never reached)."""
-    step = summary.get("steps_to_target")
-    if step is None:
-        return None
-    total = 0
-    for peer in run.peers():
-        total += next((e["samples"] for e in read_jsonl(peer.evals) if e["step"] == step), 0)
-    return total
-
-
 def measure(path: Path) -> Measured:
     """The cost-model parameters of one run (see METHODS)."""
     run = RunDir(path)
@@ -219,7 +208,7 @@ def measure(path: Path) -> Measured:
                                    for steps in steps_by_rank.values() for s in steady(steps)),
         payload_bytes=payload, size_bytes=size, link=link,
         measured_step_s=max(mean_step_s(steps) for steps in steps_by_rank.values()),
-        samples_to_target=samples_to_target(run, summary),
+        samples_to_target=summary.get("samples_to_target"),
     )
 
 

@@ -16,7 +16,8 @@ PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 METHODS = {
     "throughput_samples_per_s": "all workers' trained samples / the longest worker's training time: its wall time "
                                 "from the start of its first step to the end of its last (which holds its last "
-                                "communication, e.g. a final averaging round), minus its evaluation pauses",
+                                "communication, e.g. a final averaging round), minus its pauses to save weights for "
+                                "evaluation",
     "time_breakdown_s": "mean per step over all workers (perf_counter): data_s = fetching the batch; compute_s = "
                         "forward and backward up to the moment the last gradient was accumulated; opt_s = the "
                         "optimizer update; comm_s = exposed communication = step wall - data - compute - opt "

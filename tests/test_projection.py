@@ -119,9 +119,9 @@ def test_stops_scaling():
 
 
 def write_run(path, target: str, knobs: dict, workers: int, payload: int, mbit: float, train_s: list[float]):
-    """A finished run as train.py leaves it: summary, config, launch spec, network, per-worker step and eval logs.
+    """A finished run as train.py leaves it: summary, config, launch spec, network, per-worker step logs.
     Every step: data 0.01 s, compute 0.04 s, opt 0 s, `payload` bytes each way, batch 32; the target is
-    reached at the last step."""
+    reached at the last step (samples_to_target: every worker's samples by then)."""
     steps = len(train_s)
     config = {"strategy": {"name": target.split(".")[1].split(":")[0], "target": target},
               "network": {"name": "emulated", "bandwidth_mbit": mbit, "latency_ms": 0}, "peers": workers}
@@ -131,7 +131,7 @@ def write_run(path, target: str, knobs: dict, workers: int, payload: int, mbit: 
     hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} for i in range(workers + 1)]
     (path / ".avgbench" / "network.json").write_text(json.dumps({"hosts": hosts}))
     (path / "summary.json").write_text(json.dumps({"config": config, "strategy_knobs": knobs,
-                                                   "steps_to_target": steps, "workers": workers}))
+                                                   "samples_to_target": workers * 32 * steps, "workers": workers}))
     for rank in range(workers):
         peer = path / f"peer{rank}"
         peer.mkdir()
@@ -139,7 +139,6 @@ def write_run(path, target: str, knobs: dict, workers: int, payload: int, mbit: 
             {"step": k + 1, "train_s": t, "samples": 32 * (k + 1), "data_s": 0.01, "compute_s": 0.04, "opt_s": 0.0,
              "comm_s": 1.0, "bytes_sent": payload, "bytes_recv": payload, "round": None}) + "\n"
             for k, t in enumerate(train_s)))
-        peer.joinpath("eval.jsonl").write_text(json.dumps({"step": steps, "samples": 32 * steps}) + "\n")
 
 
 def test_projection_from_a_run_directory(tmp_path):

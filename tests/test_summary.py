@@ -81,7 +81,8 @@ def test_time_to_target_needs_every_worker_to_cross_for_good(run):
 
 def test_loss_target_is_reached_from_above(run):
     summary = build_summary(run, config("test_loss", 1.2), outcome())
-    # rank 0: 1.2 at 1.4 s, held (0.6); rank 1: 1.5 at 2.9 s is not yet <= 1.2, 0.9 at its last evaluation is unconfirmed
+    # rank 0: 1.2 at 1.4 s, held (0.6); rank 1: 1.5 at 2.9 s is not yet <= 1.2, 0.9 at its last evaluation
+    # is unconfirmed
     assert summary["time_to_target_by_rank"] == {0: 1.4, 1: None} and summary["time_to_target_s"] is None
 
 
