@@ -5,6 +5,7 @@
     python train.py -m strategy=ring,stepwise,ps     # then a comparison report
 """
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -66,6 +67,8 @@ def run(cfg) -> int:
     run.run_id.write_text(launcher.run_id)
     outcome = launcher.run()
     strategy.after_run(cfg, run)
+    for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
+        shutil.rmtree(peer.snapshots, ignore_errors=True)
     summary = write_summary(run, asked, outcome, strategy.knobs(cfg), strategy.link_bound, strategy.bound_formula(),
                             strategy.is_baseline, shape, lock)
     print_result(run.path, summary, outcome)

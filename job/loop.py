@@ -17,30 +17,14 @@ import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from job.data import ShardSampler, batches
 from job.device import PeerDevice
+from job.evaluation import Snapshots
 from job.fault import inject
 from metrics.machine import ProcessClock
 from metrics.sampler import WireCounter
 from metrics.steplog import StepLog
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = 256) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy on the whole held-out split."""
-    was_training = model.training
-    model.eval()
-    loss_sum, correct, count = 0.0, 0, 0
-    for x, y in DataLoader(dataset, batch_size=batch_size):
-        x, y = x.to(device), y.to(device)
-        out = model(x)
-        loss_sum += nn.functional.cross_entropy(out, y, reduction="sum").item()
-        correct += (out.argmax(1) == y).sum().item()
-        count += len(y)
-    model.train(was_training)
-    return loss_sum / count, correct / count
 
 
 class GradientClock:
@@ -76,29 +60,25 @@ class GradientClock:
 
 
 def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
-          workers: int, batch_size: int, device: PeerDevice) -> dict:
+          workers: int, batch_size: int, device: PeerDevice, snapshots: Snapshots) -> dict:
     """Run the strategy's step limit (max_steps) or until it says the last step came; log every step
-    and evaluation. `trained` is what the strategy trains (model, or a wrapper of it)."""
+    and save the model's weights for evaluation after training. `trained` is what the strategy
+    trains (model, or a wrapper of it)."""
     sampler = ShardSampler(len(splits.train), rank, workers, cfg.seed)
     stream = batches(splits.train, sampler, batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
     clock = GradientClock(model.parameters(), strategy, device)
     start = time.perf_counter()
-    eval_total = 0.0
+    paused_s = 0.0  # snapshots for evaluation: not training time
     samples = 0
 
-    def run_eval(step: int) -> None:
-        nonlocal eval_total
-        t0 = time.perf_counter()
-        test_loss, test_accuracy = evaluate(model, splits.test, device.device)
-        eval_s = time.perf_counter() - t0
-        eval_total += eval_s
+    def snapshot(step: int) -> None:
+        nonlocal paused_s
         wall = time.perf_counter() - start
-        log.eval(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples,
-                 test_loss=test_loss, test_accuracy=test_accuracy, eval_s=eval_s)
+        paused_s += snapshots.take(model, step=step, wall_s=wall, train_s=wall - paused_s, samples=samples)
 
     trained.train()
-    run_eval(0)
+    snapshot(0)
     wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
     process_clock = ProcessClock()
     step = 0
@@ -123,16 +103,16 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             compute_s = clock.compute_s(t1)
             samples += len(y)
             wall = t_end - start
-            log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),
+            log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
                      data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s,
                      comm_s=max(0.0, (t_end - t1) - compute_s - report.opt_s),
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
-                run_eval(step)
+                snapshot(step)
             if report.last:
                 break
     finally:
         clock.close()
-    return {"steps": step, "samples": samples, "eval_s": eval_total}
+    return {"steps": step, "samples": samples}

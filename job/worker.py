@@ -20,6 +20,7 @@ from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
 from job.data import load_splits
 from job.device import PeerDevice
+from job.evaluation import Snapshots
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
@@ -45,6 +46,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     try:
         if role == WORKER:
             log = StepLog(peer.path)
+            snapshots = Snapshots(peer.snapshots, device.device)
             try:
                 torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
                 splits = load_splits(cfg)
@@ -53,9 +55,12 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                 result["effective_lr"] = scaled_lr(cfg, spec.effective_batch)
                 trained = strategy.setup(model, optimizer)
                 result |= train(cfg, strategy, model, trained, splits, log, ctx.rank, spec.workers, spec.batch_size,
-                                device)
+                                device, snapshots)
                 result["param_sha256"] = parameter_digest(model)
+                evaluated = build_model(cfg, splits.num_classes, splits.channels).to(device.device)
+                result |= snapshots.evaluate_all(evaluated, splits.test, log)  # training has ended
             finally:
+                snapshots.discard()
                 log.close()
         else:
             strategy.serve()

@@ -69,9 +69,9 @@ METHODS = {
     "extrapolation": f"true where N exceeds {EXTRAPOLATION}x the largest held-out N validated for the strategy",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
     "time_to_target_s": "predicted only where the global batch (N x batch per worker) is at most the measured "
-                        "run's: the samples all workers had trained when the run reached its target (worst worker, "
-                        "eval.jsonl) / predicted throughput (a smaller batch needs at most as many samples, so it "
-                        "is an upper bound). Beyond the measured global batch it is unknown (null): past the "
+                        "run's: the measured run's samples_to_target (summary.json: all workers' samples when the "
+                        "worst worker reached the target) / predicted throughput (a smaller batch needs at most as "
+                        "many samples, so it is an upper bound). Beyond the measured global batch it is unknown (null): past the "
                         "critical batch size more samples are needed (McCandlish et al. 2018), which one run "
                         "does not tell",
     "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
@@ -140,7 +140,7 @@ class Measured:
     size_bytes: float                # S
     link: Link | None                # the run's own link; None: unshaped
     measured_step_s: float
-    samples_to_target: int | None
+    samples_to_target: float | None
     fit_link: Link | None = None     # the link overlap is fitted against (default: the run's own)
 
     def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
@@ -235,17 +235,6 @@ def own_cores_compute(measured: float, factor: float | None, source: str) -> tup
                                f"{measured:.4g} s / {factor:.2g}, assuming CPU-bound steps share the cores evenly")
 
 
-def samples_to_target(run: RunDir, summary: dict) -> int | None:
-    """All workers' samples at the evaluation where the worst worker reached the target (None: never reached)."""
-    step = summary.get("steps_to_target")
-    if step is None:
-        return None
-    total = 0
-    for peer in run.peers():
-        total += next((e["samples"] for e in read_jsonl(peer.evals) if e["step"] == step), 0)
-    return total
-
-
 def measure(path: Path, fit_link: Link | None = None) -> Measured:
     """The cost-model parameters of one run (see METHODS); fit_link: the link rate the strategy's overlap is fitted
     against (default: the run's own)."""
@@ -276,7 +265,7 @@ def measure(path: Path, fit_link: Link | None = None) -> Measured:
         hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps)), server_s=server_update_s(run),
         payload_bytes=payload, size_bytes=size, link=link,
         measured_step_s=statistics.fmean(mean_step_s(steps) for steps in steps_by_rank.values()),
-        samples_to_target=samples_to_target(run, summary), fit_link=fit_link,
+        samples_to_target=summary.get("samples_to_target"), fit_link=fit_link,
     )
 
 

@@ -75,7 +75,8 @@ def write_csv(sections: list[Section], path: Path) -> None:
         row["speedup_vs_single"] = run.speedup
         row["scaling_efficiency"] = run.scaling_efficiency
         row["worst_worker_accuracy"] = run.worst_worker_accuracy()
-        row |= {k: s.get(k) for k in ("time_to_target_s", "steps_to_target", "final_test_accuracy",
+        row |= {k: s.get(k) for k in ("time_to_target_s", "samples_to_target", "time_per_sample_s",
+                                      "steps_to_target", "final_test_accuracy",
                                       "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
                                       "bytes_sent_per_sample", "bytes_recv_per_sample")}
         row |= flatten({"time_breakdown_s": s.get("time_breakdown_s") or {},

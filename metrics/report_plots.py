@@ -105,7 +105,7 @@ def convergence_plot(section: Section) -> Plot:
                 ax.plot(x, mean, color=group.color, label=label, marker="o" if kind == "accuracy" else None,
                         markersize=3)
                 ax.fill_between(x, low, high, color=group.color, alpha=0.2)
-    for col, xlabel in enumerate(("training time (s, evaluation pauses excluded)",
+    for col, xlabel in enumerate(("training time (s, pauses to save weights for evaluation excluded)",
                                   "samples trained by all workers")):
         axes[0][col].set_ylabel("test accuracy (%)")
         axes[1][col].set_ylabel("training loss" + (f" (rolling mean of {window} steps)" if window > 1 else ""))
@@ -118,7 +118,8 @@ def convergence_plot(section: Section) -> Plot:
     return Plot(f"Convergence{synthetic}", to_png(fig),
                 "Test accuracy (%, every worker evaluating its own model on the whole held-out split at the same "
                 f"steps) and training loss (cross-entropy of each worker's own minibatches{smoothing}) against "
-                "training time (s, each worker's loop time minus its evaluation pauses; mean over workers) and "
+                "training time (s, each worker's loop time minus its pauses to save weights for evaluation; mean over "
+                "workers) and "
                 "against samples trained by all workers (sum of each worker's sample count at that step). "
                 "Line = mean over workers (and repeats), band = the worker spread: min to max over workers "
                 "(and repeats).")
@@ -151,7 +152,8 @@ def throughput_plot(groups: list[Group]) -> Plot:
     ax.set_xlabel("global throughput (samples/s)")
     return Plot("Throughput", to_png(fig),
                 "Global throughput in samples/s: all workers' trained samples / the longest worker's training "
-                "time (evaluation pauses excluded). Error bars: standard deviation over repeats.")
+                "time (pauses to save weights for evaluation excluded). Error bars: standard deviation over "
+                "repeats.")
 
 
 def breakdown_plot(groups: list[Group]) -> Plot:

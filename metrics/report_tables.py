@@ -165,25 +165,44 @@ def speed_table(groups: list[Group], synthetic: bool) -> Table:
     target = groups[0].first.summary.get("target") or {}
     rows = []
     for rank, group in enumerate(groups, 1):
+        convergence = (["n/a (synthetic)"] * 4 if synthetic else
+                       [stat(group, summary_figure("time_to_target_s")),
+                        stat(group, summary_figure("samples_to_target"), lambda v: f"{v:,.0f}"),
+                        stat(group, summary_figure("time_per_sample_s"), lambda v: number(1000 * v)),
+                        stat(group, lambda r: r.worst_worker_accuracy(), percent)])
         rows.append([str(rank), group.label, stat(group, summary_figure("wall_s")),
                      stat(group, summary_figure("throughput_samples_per_s")), speedup_cell(group), scaling_cell(group),
-                     stat(group, summary_figure("time_to_target_s")) if not synthetic else "n/a (synthetic)",
-                     stat(group, summary_figure("steps_to_target"), lambda v: f"{v:.0f}")
-                     if not synthetic else "n/a (synthetic)",
-                     stat(group, lambda r: r.worst_worker_accuracy(), percent)
-                     if not synthetic else "n/a (synthetic)"])
+                     *convergence])
     return Table("Time, throughput and convergence",
                  ["rank", "configuration", "wall time (s)", "global throughput (samples/s)",
-                  "speedup vs single (x)", "scaling efficiency", "time-to-target (s)", "steps-to-target",
+                  "speedup vs single (x)", "scaling efficiency", "time-to-target (s)", "samples-to-target",
+                  "time per sample (ms)",
                   "worst worker's final test accuracy (%)"], rows,
                  "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' trained "
-                 "samples / the longest worker's training time (evaluation pauses excluded). Speedup: throughput / "
+                 "samples / the longest worker's training time (pauses to save weights for evaluation excluded). "
+                 "Speedup: throughput / "
                  "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
                  "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "
                  "the `single` run with 1 peer of the same CPUs). "
-                 f"Target: {target.get('metric')} {target.get('value')}; time-to-target: summary.json's "
-                 "time_to_target_s (see Methods); '–' = not reached. Worst worker: the lowest final test accuracy "
-                 "over workers. '(k/n)': only k of n repeats have the figure.")
+                 f"Target: {target.get('metric')} {target.get('value')}; time-to-target = samples-to-target (all "
+                 "workers' samples; depends on the seed, not the machine, for synchronous strategies) x time per "
+                 "sample (the machine's share): the worst worker's crossing, interpolated between evaluations and "
+                 "holding at the next one (summary.json's time_to_target_s, samples_to_target, time_per_sample_s; "
+                 f"see Methods); '–' = not reached. {resolution(groups)} Worst worker: the lowest final test "
+                 "accuracy over workers. '(k/n)': only k of n repeats have the figure.")
+
+
+def resolution(groups: list[Group]) -> str:
+    """How finely time-to-target is resolved: one test sample, and the evaluation interval of each configuration."""
+    evaluations = [(g.label, g.first.summary.get("evaluation") or {}) for g in groups]
+    found = [(label, e) for label, e in evaluations if e.get("interval_steps") and e.get("test_samples")]
+    if not found:
+        return ""
+    tests = found[0][1]["test_samples"]
+    intervals = "; ".join(f"{label} every {e['interval_steps']} steps = {e['interval_samples']:,} samples"
+                          for label, e in found)
+    return (f"Resolution: one test sample = 1/{tests} = {100 / tests:.2f} points of accuracy; evaluations "
+            f"(before interpolation): {intervals}.")
 
 
 def bytes_table(groups: list[Group]) -> Table:

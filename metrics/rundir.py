@@ -5,7 +5,7 @@
       .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  cpu.json
                     dilation.json  <strategy files>
       peer<RANK>/   steps.jsonl  eval.jsonl  resources.jsonl  result.json  output.log  error.txt
-                    fault.json  <strategy files>
+                    fault.json  snapshots/ (while the peer runs)  <strategy files>
 """
 from pathlib import Path
 
@@ -24,6 +24,7 @@ class PeerDir:
     output_log = property(lambda self: self.path / "output.log")
     error = property(lambda self: self.path / "error.txt")
     fault = property(lambda self: self.path / "fault.json")
+    snapshots = property(lambda self: self.path / "snapshots")  # weights saved for evaluation after training
 
     def file(self, name: str) -> Path:
         """A file a strategy keeps for this peer (e.g. its own per-epoch log)."""

@@ -1,9 +1,10 @@
 """Per-peer training log: one JSON line per step (steps.jsonl) and per evaluation (eval.jsonl).
 
 Times are seconds. `wall_s` counts from the start of training on this peer;
-`train_s` is wall_s minus this peer's evaluation pauses. With network=emulated each
-line also has wire_tx_bytes / wire_rx_bytes: bytes on this peer's own network
-interface from the first step on (cumulative, headers and all traffic included).
+`train_s` is wall_s minus this peer's pauses to save weights for evaluation
+(job/evaluation.py). With network=emulated each line also has wire_tx_bytes /
+wire_rx_bytes: bytes on this peer's own network interface from the first step on
+(cumulative, headers and all traffic included).
 
 Beside the time breakdown (job/loop.py), every step records what the peer process got from the CPUs
 over the step's span (metrics/machine.py: ProcessClock):

@@ -21,7 +21,8 @@ PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 METHODS = {
     "throughput_samples_per_s": "all workers' trained samples / the longest worker's training time: its wall time "
                                 "from the start of its first step to the end of its last (which holds its last "
-                                "communication, e.g. a final averaging round), minus its evaluation pauses",
+                                "communication, e.g. a final averaging round), minus its pauses to save weights for "
+                                "evaluation",
     "time_breakdown_s": "mean per step over all workers (perf_counter): data_s = fetching the batch; compute_s = "
                         "forward and backward up to the moment the last gradient was accumulated; opt_s = the "
                         "optimizer update; comm_s = exposed communication = step wall - data - compute - opt "
@@ -33,8 +34,25 @@ METHODS = {
     "accuracy_by_worker": "every worker evaluates its own model on the whole held-out split at the same steps; "
                           "mean, worst and best over workers of their last evaluation. final_test_accuracy and "
                           "final_test_loss are the worst worker's",
-    "time_to_target_s": "training time (evaluation pauses excluded) at which the worst worker reached the target: "
-                        "the latest of the workers' first evaluations reaching it (null if any worker never did)",
+    "time_to_target_s": "training time (snapshot pauses excluded) at which the worst worker reached the target for "
+                        "good: per worker, the first evaluation reaching the target whose next evaluation reaches "
+                        "it too (a crossing at the last evaluation, unconfirmed, does not count), linearly "
+                        "interpolated in train_s between the evaluation before it (below the target) and it; the "
+                        "latest of the workers' crossings (null if any worker has none)",
+    "samples_to_target": "all workers' trained samples at the worst worker's crossing (the same rule, interpolated "
+                         "with the same fraction between the two evaluations' steps; each worker's samples at a step "
+                         "from its steps.jsonl); the latest over workers. Depends on the seed, not the machine, for "
+                         "strategies whose workers step in lockstep; for asynchronous ones it counts the samples "
+                         "other workers had trained by the same step number",
+    "steps_to_target": "the worst worker's crossing as an interpolated step (fractional)",
+    "time_per_sample_s": "time_to_target_s / samples_to_target: training time per sample of all workers up to the "
+                         "target, so that time-to-target = samples-to-target x time per sample (the machine's share)",
+    "evaluation": "evaluations are of weights saved during training (every eval_every steps, at step 0 and at the "
+                  "last step), run after the worker's training ended: interval_steps and interval_samples (all "
+                  "workers' samples between two evaluations) and test_samples (held-out split; one sample = "
+                  "1/test_samples of accuracy) are the time-to-target resolution; after_training_s = the longest "
+                  "worker's evaluation time after training (in wall_s, not in any training time); "
+                  "snapshot_pause_s = the longest worker's summed pauses to save weights (left out of train_s)",
     "effective_lr": "the learning rate after lr_scaling to the strategy's effective batch (samples behind one "
                     "optimizer update, launch.json), before any warm-up; as the first worker reports it",
     "device": "where the workers trained: the device knob resolved before launch (auto: cuda when torch sees a "
@@ -105,13 +123,50 @@ def device_of(config: dict, workers: list[dict]) -> dict:
             "gpu_shared": any(r.get("gpu_shared", False) for r in results)}
 
 
-def worker_accuracy(evals_by_rank: dict[int, list[dict]], target: dict) -> dict:
-    """Final accuracy over workers (mean, worst, best) and the time the worst worker reached the target."""
+def crossing(evals: list[dict], target: dict) -> dict | None:
+    """A worker's sustained crossing of the target: the first evaluation reaching it whose next evaluation
+    reaches it too, interpolated linearly from the evaluation before (which is below the target).
+    Returns the two bracketing steps, the fraction between them and the interpolated step, samples
+    and train_s; None if there is none (a crossing at the last evaluation is unconfirmed)."""
+    metric = target["metric"]
+    for i in range(len(evals) - 1):
+        if not (reached(evals[i], target) and reached(evals[i + 1], target)):
+            continue
+        after = evals[i]
+        before = evals[i - 1] if i else after
+        span = after[metric] - before[metric]
+        fraction = (target["value"] - before[metric]) / span if span else 1.0
+        return {"from_step": before["step"], "to_step": after["step"], "fraction": fraction,
+                **{k: before[k] + fraction * (after[k] - before[k]) for k in ("step", "samples", "train_s")}}
+    return None
+
+
+def samples_by_step(steps: list[dict]):
+    """A worker's trained samples after a step (0 before its first; after its last, its total)."""
+    counts = {s["step"]: s["samples"] for s in steps}
+    ordered = sorted(counts)
+
+    def at(step: int) -> int:
+        done = [k for k in ordered if k <= step]
+        return counts[done[-1]] if done else 0
+    return at
+
+
+def worker_accuracy(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]], target: dict) -> dict:
+    """Final accuracy over workers (mean, worst, best) and when the worst worker reached the target for good
+    (in training time, all workers' samples and steps; see METHODS)."""
     finals = {rank: evals[-1] for rank, evals in evals_by_rank.items() if evals}
     accuracy = {rank: e.get("test_accuracy") for rank, e in finals.items()}
-    hits = {rank: next((e for e in evals if reached(e, target)), None) for rank, evals in evals_by_rank.items()}
-    all_hit = bool(hits) and all(hits.values())
-    last_hit = max(hits.values(), key=lambda e: e["train_s"]) if all_hit else None
+    crossings = {rank: crossing(evals, target) for rank, evals in evals_by_rank.items()}
+    all_crossed = bool(crossings) and all(crossings.values())
+    counters = [samples_by_step(steps) for steps in steps_by_rank.values()]
+
+    def all_samples(c: dict) -> float:
+        before, after = (sum(at(c[k]) for at in counters) for k in ("from_step", "to_step"))
+        return before + c["fraction"] * (after - before)
+
+    worst = {key: max(c[key] for c in crossings.values()) for key in ("train_s", "step")} if all_crossed else {}
+    samples = max(all_samples(c) for c in crossings.values()) if all_crossed else None
     known = [a for a in accuracy.values() if a is not None]
     return {
         "accuracy_by_worker": {
@@ -122,9 +177,27 @@ def worker_accuracy(evals_by_rank: dict[int, list[dict]], target: dict) -> dict:
         },
         "final_test_accuracy": min(known) if known else None,
         "final_test_loss": max((e["test_loss"] for e in finals.values()), default=None),
-        "time_to_target_s": last_hit["train_s"] if last_hit else None,
-        "steps_to_target": last_hit["step"] if last_hit else None,
-        "time_to_target_by_rank": {rank: (e["train_s"] if e else None) for rank, e in hits.items()},
+        "time_to_target_s": worst.get("train_s"),
+        "samples_to_target": samples,
+        "steps_to_target": worst.get("step"),
+        "time_per_sample_s": worst["train_s"] / samples if samples else None,
+        "time_to_target_by_rank": {rank: (c["train_s"] if c else None) for rank, c in crossings.items()},
+    }
+
+
+def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[int, list[dict]],
+                       steps_by_rank: dict[int, list[dict]]) -> dict:
+    """How finely time-to-target is resolved, and what evaluating after training cost (see METHODS)."""
+    results = [w["result"] for w in workers if w["result"]]
+    interval = int(config.get("eval_every") or 0)
+    sizes = {e["test_samples"] for evals in evals_by_rank.values() for e in evals if "test_samples" in e}
+    return {
+        "interval_steps": interval or None,
+        "interval_samples": sum(samples_by_step(s)(interval) for s in steps_by_rank.values()) if interval else None,
+        "test_samples": max(sizes) if sizes else None,
+        "evaluations": max((r.get("evaluations", 0) for r in results), default=0),
+        "after_training_s": max((r["eval_s"] for r in results if "eval_s" in r), default=None),
+        "snapshot_pause_s": max((r["snapshot_s"] for r in results if "snapshot_s" in r), default=None),
     }
 
 
@@ -151,7 +224,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
                          "run_ended_after_s": outcome.ended_at - faults[0]["time"]} if faults else None
     sent = _mean(s["bytes_sent"] for s in all_steps)
     recv = _mean(s["bytes_recv"] for s in all_steps)
-    accuracy = worker_accuracy({p.rank: read_jsonl(p.evals) for p in worker_dirs}, config["target"])
+    evals_by_rank = {p.rank: read_jsonl(p.evals) for p in worker_dirs}
+    steps_by_rank = {p.rank: read_jsonl(p.steps) for p in worker_dirs}
+    accuracy = worker_accuracy(evals_by_rank, steps_by_rank, config["target"])
     isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures})
     return undilate({
         "status": outcome.status,
@@ -173,6 +248,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "throughput_samples_per_s": total_samples / longest if longest else None,
         **accuracy,
         "target": config["target"],
+        "evaluation": evaluation_section(config, workers, evals_by_rank, steps_by_rank),
         "effective_lr": next((w["result"]["effective_lr"] for w in workers
                               if w["result"] and "effective_lr" in w["result"]), None),
         "time_breakdown_s": breakdown,

@@ -224,7 +224,8 @@ def write_run(path, target: str, knobs: dict, workers: int, payload: int, mbit: 
     hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} for i in range(workers + 1)]
     (path / ".avgbench" / "network.json").write_text(json.dumps({"hosts": hosts}))
     (path / "summary.json").write_text(json.dumps({"config": config, "strategy_knobs": knobs,
-                                                   "steps_to_target": steps, "workers": workers} | (summary or {})))
+                                                   "steps_to_target": steps, "samples_to_target": workers * 32 * steps,
+                                                   "workers": workers} | (summary or {})))
     for rank in range(workers):
         peer = path / f"peer{rank}"
         peer.mkdir()
