@@ -52,8 +52,10 @@ def run(cfg) -> int:
     run.run_id.write_text(launcher.run_id)
     outcome = launcher.run()
     strategy.after_run(cfg, run)
-    summary = write_summary(run, OmegaConf.to_container(cfg, resolve=True), outcome, strategy.knobs(cfg),
-                            strategy.link_bound, strategy.bound_formula(), strategy.is_baseline)
+    knobs = strategy.knobs(cfg)
+    summary = write_summary(run, OmegaConf.to_container(cfg, resolve=True), outcome, knobs,
+                            strategy.link_bound, strategy.bound_formula(), strategy.is_baseline,
+                            strategy.rounds_overlap(knobs))
     print_result(run.path, summary, outcome)
     if outcome.exit_code:
         failed_jobs.append(str(run.path))

@@ -5,6 +5,9 @@
                (on a GPU: CUDA-event time of the kernels, not of their launches)
     opt_s      the optimizer update (the strategy measures it)
     comm_s     exposed communication = step wall - data - compute - opt
+    hidden_comm_s  link time the strategy measured (link_s) beyond the exposed part: communication
+               that ran behind compute (DDP buckets, Horovod), not in the step's sum
+    ended_at   the step's end on the host clock (epoch seconds): rounds are lined up across peers by it
 
 A strategy that communicates during backward (gradient_ready, DDP buckets) hides that
 time inside backward's span; what backward then waits for at its end, and whatever
@@ -113,13 +116,15 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             loss.backward()
             report = strategy.step(len(y))
             device.synchronize()
-            t_end = time.perf_counter()
+            t_end, ended_at = time.perf_counter(), time.time()
             compute_s = clock.compute_s(t1)
             samples += len(y)
             wall = t_end - start
+            comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s)
+            link_s = report.extra.get("link_s")
             log.step(step=step, wall_s=wall, train_s=wall - eval_total, samples=samples, loss=loss.item(),
-                     data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s,
-                     comm_s=max(0.0, (t_end - t1) - compute_s - report.opt_s),
+                     data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s, comm_s=comm_s,
+                     hidden_comm_s=0.0 if link_s is None else max(0.0, link_s - comm_s), ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round,
                      **({} if report.done is None else {"done": report.done}),
                      **report.extra, **(wire.since_start() if wire else {}))
