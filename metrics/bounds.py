@@ -87,7 +87,7 @@ def idle_s(records: list[dict]) -> float:
 
 def span(records: list[dict]) -> tuple[float, float]:
     """(start, end) in absolute seconds: the earliest communication start and the latest step end."""
-    starts = [r["ended_at"] - r["opt_s"] - round_link_time(r) for r in records]
+    starts = [r["ended_at"] - r["opt_s"] - max(r["comm_s"], r.get("link_s") or 0.0) for r in records]
     return min(starts), max(r["ended_at"] for r in records)
 
 

@@ -181,14 +181,17 @@ class Hivemind(Strategy):
         self._wait_for_all("ready", float(self.cfg.timeouts.startup_s), fail=True)
         return model
 
-    global_step_s = 0.0  # time inside hivemind's optimizer update (the "global step"), all threads
+    global_step_s = 0.0  # time inside hivemind's optimizer update (the "global step") on the training thread
 
     def _time_global_step(self) -> None:
-        """Time every update of the optimizer hivemind wraps, so the time breakdown labels it optimizer."""
+        """Time the updates of the optimizer hivemind wraps that run inside the step (not delayed ones in
+        hivemind's background thread), so the time breakdown labels them optimizer."""
         inner = self.opt.state_averager.optimizer
         update = inner.step
 
         def timed_update(*args, **kwargs):
+            if threading.current_thread() is not threading.main_thread():
+                return update(*args, **kwargs)
             start = time.perf_counter()
             try:
                 return update(*args, **kwargs)
