@@ -72,10 +72,12 @@ def link_loads(records: list[dict]) -> dict[int, list[float]]:
     return loads
 
 
-def floor_s(records: list[dict], rates: list[float | None]) -> tuple[float, int]:
+def floor_s(records: list[dict], rates: list[float | None]) -> tuple[float, int | None]:
     """(seconds, rank): the busiest link's time, the larger direction's bytes over its own rate (bytes/s)."""
     times = {rank: max(out, into) / rates[rank] for rank, (out, into) in link_loads(records).items()
              if rank < len(rates) and rates[rank]}
+    if not times:  # only unshaped links carried these bytes
+        return 0.0, None
     rank = max(times, key=times.get)
     return times[rank], rank
 
@@ -114,7 +116,7 @@ def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dic
         result["throughput_bound_samples_per_s"] = sum(r["samples_in_step"] for r in records) / floor
     else:
         floors = [floor_s(rounds[k], rates) for k in keys]
-        floor, busiest = sum(f for f, _ in floors), max(floors)[1]
+        floor, busiest = sum(f for f, _ in floors), max(floors, key=lambda f: f[0])[1]
         measured = sum(max(round_link_time(r) for r in rounds[k]) - idle_s(rounds[k]) for k in keys)
     result |= {"floor_s": floor, "measured_s": measured, "busiest_link_rank": busiest,
                "bound_s_per_round": floor / len(keys), "measured_s_per_round": measured / len(keys),

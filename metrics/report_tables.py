@@ -195,8 +195,9 @@ def bytes_table(groups: list[Group]) -> Table:
     return Table("Communication payload",
                  ["configuration", "sent per worker per step (bytes)", "received per worker per step (bytes)",
                   "sent per sample (bytes)", "received per sample (bytes)", "network counters"], rows,
-                 "Payload bytes from exact accounting of the tensors each strategy exchanged (for library "
-                 "collectives, the algorithm's payload; no protocol headers), mean over all workers and steps; "
+                 "Payload bytes counted in each strategy's send path (for library collectives, the ring's share "
+                 "2(N-1)/N of the bytes counted as handed to the library; no protocol headers), mean over all "
+                 "workers and steps; "
                  "per sample = per step / batch per peer.")
 
 

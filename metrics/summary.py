@@ -26,7 +26,9 @@ METHODS = {
                         "strategy measured beyond the exposed part (link_s - comm_s), i.e. communication that "
                         "ran behind compute (DDP's buckets, Horovod's all-reduces during backward); not in the sum",
     "bytes_per_step": "payload accounting: bytes of the tensors the strategy exchanged per worker per step, from "
-                      "exact accounting (for library collectives, the algorithm's payload); no protocol headers. "
+                      "exact accounting in its send path (for library collectives, which move bytes themselves: every tensor handed "
+                      "to the library is counted, per step collective_bytes = S, and bytes_* are the ring's 2(N-1)/N "
+                      "x S per worker link and direction); no protocol headers. "
                       "Per sample: all workers' payload bytes / all workers' samples. Wire measurements are under "
                       "network.wire (network=emulated only)",
     "accuracy_by_worker": "every worker evaluates its own model on the whole held-out split at the same steps; "
