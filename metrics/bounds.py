@@ -113,7 +113,8 @@ def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dic
         floor, busiest = floor_s(records, rates)
         start, end = span(records)
         measured = end - start - sum(idle_s(rounds[k]) for k in keys)
-        result["throughput_bound_samples_per_s"] = sum(r["samples_in_step"] for r in records) / floor
+        samples = sum(r["samples_in_step"] for r in records)
+        result["throughput_bound_samples_per_s"] = samples / floor if floor else None
     else:
         floors = [floor_s(rounds[k], rates) for k in keys]
         floor, busiest = sum(f for f, _ in floors), max(floors, key=lambda f: f[0])[1]
