@@ -69,8 +69,9 @@ def run(cfg) -> int:
     strategy.after_run(cfg, run)
     for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
         shutil.rmtree(peer.snapshots, ignore_errors=True)
-    summary = write_summary(run, asked, outcome, strategy.knobs(cfg), strategy.link_bound, strategy.bound_formula(),
-                            strategy.is_baseline, shape, lock)
+    knobs = strategy.knobs(cfg)
+    summary = write_summary(run, asked, outcome, knobs, strategy.link_bound, strategy.bound_formula(),
+                            strategy.is_baseline, strategy.rounds_overlap(knobs), shape, lock)
     print_result(run.path, summary, outcome)
     if outcome.exit_code:
         failed_jobs.append(str(run.path))

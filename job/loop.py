@@ -7,6 +7,9 @@
     comm_s     exposed communication = step wall - data - compute - opt
     cpu_s, runq_s   CPU time of this peer process over the step, and its threads' wait for a CPU
                (metrics/machine.py: ProcessClock)
+    hidden_comm_s  link time the strategy measured (link_s) beyond the exposed part: communication
+               that ran behind compute (DDP buckets, Horovod), not in the step's sum
+    ended_at   the step's end on the host clock (epoch seconds): rounds are lined up across peers by it
 
 A strategy that communicates during backward (gradient_ready, DDP buckets) hides that
 time inside backward's span; what backward then waits for at its end, and whatever
@@ -98,14 +101,16 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             loss.backward()
             report = strategy.step(len(y))
             device.synchronize()
-            t_end = time.perf_counter()
+            t_end, ended_at = time.perf_counter(), time.time()
             used = process_clock.since_start()
             compute_s = clock.compute_s(t1)
             samples += len(y)
             wall = t_end - start
+            comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s)
+            link_s = report.extra.get("link_s")
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
-                     data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s,
-                     comm_s=max(0.0, (t_end - t1) - compute_s - report.opt_s),
+                     data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s, comm_s=comm_s,
+                     hidden_comm_s=0.0 if link_s is None else max(0.0, link_s - comm_s), ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),
                      **report.extra, **(wire.since_start() if wire else {}))

@@ -1,9 +1,27 @@
-"""Lower bounds on one averaging round over shaped links: the inputs, and link efficiency.
+"""Link floors no run can beat, and link efficiency = floor / measured time.
 
-Each strategy states its own formula (Strategy.link_bound, derivation in its
-docstring); this module only defines what the formula receives and how bounds and
-measurements are set side by side. Framing and protocol overhead are not counted,
-so a measured time can only be longer: every efficiency is at most 1.
+Floor of an averaging round: the largest, over the links, of the bytes that link carried in one
+direction in the round divided by that link's own rate (network.per_peer may give every host
+another). A link's bytes are its process's counted payload (bytes_sent / bytes_recv of its step
+record); processes that log no steps (parameter servers) get the bytes the workers' records
+say they exchanged with them (`peer_bytes`). No transfer can cross a link faster, and framing
+is not counted, so a measured time can only be longer: every efficiency is at most 1.
+
+Two measures, chosen by the strategy (Strategy.rounds_overlap):
+- synchronous rounds: per round, measured = the longest worker's link time in it (`link_s`
+  where the strategy times its transfers, else exposed `comm_s`), minus the time the link is
+  known idle inside it (`link_idle_s`, e.g. a parameter server's update); efficiency = sum of
+  floors / sum of measured.
+- overlapping rounds (the next round starts before this one ended everywhere): efficiency =
+  the busiest link's bytes over rounds 2..R / its rate, over the span from the start of round 2
+  (earliest communication start of any worker) to the end of round R (latest end), minus the
+  known idle time: a link-busy measure over the run, not one round's span. For asynchronous
+  rounds it is the aggregate bound: throughput <= min over links of rate / bytes per sample.
+Round 1 (connections are set up in it) is left out of both.
+
+Each strategy also states the latency of one isolated round on equal links (Strategy.link_bound,
+formula in its docstring); it is reported beside the floor as that, not as a bound on rounds
+that overlap.
 """
 from dataclasses import dataclass, field
 
@@ -22,48 +40,106 @@ class Round:
 def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[int, list[dict]]:
     """Step records that moved payload, grouped by averaging round (the step's `round`, else its step number)."""
     rounds: dict[int, list[dict]] = {}
-    for steps in steps_by_rank.values():
+    for rank, steps in steps_by_rank.items():
+        before = 0
         for s in steps:
             if s["bytes_sent"] or s["bytes_recv"]:
                 key = s.get("round")
-                rounds.setdefault(s["step"] if key is None else key, []).append(s)
+                record = s | {"rank": rank, "samples_in_step": s["samples"] - before}
+                rounds.setdefault(s["step"] if key is None else key, []).append(record)
+            before = s["samples"]
     return rounds
 
 
 def round_link_time(record: dict) -> float:
-    """The time a worker's communication occupied in a step: the strategy's `link_s` where it
-    overlaps communication with backward, else the step's exposed communication."""
+    """The time a worker's communication occupied in a step: the strategy's `link_s` where it times its
+    transfers (overlapped with backward, or one phase of the step), else the step's exposed communication."""
     link = record.get("link_s")
     return record["comm_s"] if link is None else link
 
 
-def link_efficiency(bound, formula: str | None, knobs: dict, steps_by_rank: dict[int, list[dict]],
-                    rates_mbit: list[float | None]) -> dict:
-    """Sum of per-round bounds / sum of per-round measured times (a round ends with its slowest worker)."""
-    if bound is None or formula is None:
-        return {"bound": None, "why": "this strategy states no lower-bound formula"}
+def link_loads(records: list[dict]) -> dict[int, list[float]]:
+    """rank -> [bytes out, bytes in] its link carried over these records (servers from the workers' peer_bytes)."""
+    loads: dict[int, list[float]] = {}
+    for r in records:
+        own = loads.setdefault(r["rank"], [0.0, 0.0])
+        own[0] += r["bytes_sent"]
+        own[1] += r["bytes_recv"]
+        for peer, (sent_to, received_from) in (r.get("peer_bytes") or {}).items():
+            other = loads.setdefault(int(peer), [0.0, 0.0])
+            other[0] += received_from
+            other[1] += sent_to
+    return loads
+
+
+def floor_s(records: list[dict], rates: list[float | None]) -> tuple[float, int | None]:
+    """(seconds, rank): the busiest link's time, the larger direction's bytes over its own rate (bytes/s)."""
+    times = {rank: max(out, into) / rates[rank] for rank, (out, into) in link_loads(records).items()
+             if rank < len(rates) and rates[rank]}
+    if not times:  # only unshaped links carried these bytes
+        return 0.0, None
+    rank = max(times, key=times.get)
+    return times[rank], rank
+
+
+def idle_s(records: list[dict]) -> float:
+    """Time inside the round's communication during which no link carries its bytes (the least any worker saw)."""
+    return min(r.get("link_idle_s") or 0.0 for r in records)
+
+
+def span(records: list[dict]) -> tuple[float, float]:
+    """(start, end) in absolute seconds: the earliest communication start and the latest step end."""
+    starts = [r["ended_at"] - r["opt_s"] - max(r["comm_s"], r.get("link_s") or 0.0) for r in records]
+    return min(starts), max(r["ended_at"] for r in records)
+
+
+def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dict,
+                    steps_by_rank: dict[int, list[dict]], rates_mbit: list[float | None]) -> dict:
+    """The floor of each round (or of the run, where rounds overlap) against the measured time (module docstring)."""
     if not steps_by_rank:
-        return {"bound": None, "why": "no steps were logged", "formula": formula}
-    worker_rates = [rates_mbit[r] for r in steps_by_rank if r < len(rates_mbit)]
-    if not worker_rates or None in rates_mbit:
-        return {"bound": None, "why": "some links are not shaped (no bandwidth), so no bound", "formula": formula}
-    rate = min(worker_rates) * MBIT
-    uniform = len(set(rates_mbit)) == 1
-    bound_s = measured_s = 0.0
+        return {"bound": None, "why": "no steps were logged"}
+    rates = [None if m is None else m * MBIT for m in rates_mbit]
+    if not any(rates):
+        return {"bound": None, "why": "no link is shaped (no bandwidth), so no floor"}
     rounds = round_records(steps_by_rank)
-    for records in rounds.values():
-        payload = max(max(r["bytes_sent"], r["bytes_recv"]) for r in records)
-        seconds = bound(Round(payload, len(steps_by_rank), rate, knobs, uniform))
+    keys = sorted(rounds)[1:]  # round 1 sets up connections
+    if not keys:
+        return {"bound": None, "why": "fewer than 2 averaging rounds"}
+    result = {"method": "overlapping rounds: busiest link over the span of rounds 2..R" if rounds_overlap
+              else "synchronous rounds: per round, busiest link / the longest worker's link time",
+              "link_mbit_by_rank": rates_mbit, "rounds": len(keys)}
+    if rounds_overlap:
+        records = [r for k in keys for r in rounds[k]]
+        floor, busiest = floor_s(records, rates)
+        start, end = span(records)
+        measured = end - start - sum(idle_s(rounds[k]) for k in keys)
+        samples = sum(r["samples_in_step"] for r in records)
+        result["throughput_bound_samples_per_s"] = samples / floor if floor else None
+    else:
+        floors = [floor_s(rounds[k], rates) for k in keys]
+        floor, busiest = sum(f for f, _ in floors), max(floors, key=lambda f: f[0])[1]
+        measured = sum(max(round_link_time(r) for r in rounds[k]) - idle_s(rounds[k]) for k in keys)
+    result |= {"floor_s": floor, "measured_s": measured, "busiest_link_rank": busiest,
+               "bound_s_per_round": floor / len(keys), "measured_s_per_round": measured / len(keys),
+               "efficiency": floor / measured if measured > 0 else None}
+    result["isolated_round"] = isolated_round(bound, formula, knobs, rounds, keys, len(steps_by_rank), rates)
+    return result
+
+
+def isolated_round(bound, formula: str | None, knobs: dict, rounds: dict, keys: list, workers: int,
+                   rates: list[float | None]) -> dict | None:
+    """The strategy's latency of one isolated round on equal links (Strategy.link_bound): not a floor where
+    rounds overlap."""
+    worker_rates = [rates[r] for r in range(workers) if r < len(rates)]
+    if bound is None or formula is None or None in rates or not worker_rates:
+        return None
+    total = 0.0
+    for k in keys:
+        payload = max(max(r["bytes_sent"], r["bytes_recv"]) for r in rounds[k])
+        seconds = bound(Round(payload, workers, min(worker_rates), knobs, len(set(rates)) == 1))
         if seconds is None:
-            return {"bound": None, "why": "the strategy's formula does not cover these links", "formula": formula}
-        bound_s += seconds
-        measured_s += max(round_link_time(r) for r in records)
-    count = len(rounds)
-    return {
-        "formula": formula,
-        "link_mbit": rate / MBIT,
-        "rounds": count,
-        "bound_s_per_round": bound_s / count if count else None,
-        "measured_s_per_round": measured_s / count if count else None,
-        "efficiency": bound_s / measured_s if measured_s else None,
-    }
+            return {"formula": formula, "why": "the strategy's formula does not cover these links"}
+        total += seconds
+    return {"formula": formula, "latency_s_per_round": total / len(keys),
+            "note": "latency of one round in isolation (equal links, the slowest worker link); rounds that "
+                    "overlap may take less"}

@@ -17,12 +17,23 @@ METHODS = {
                     "namespace) from just before its first step to the end of its last; payload accounting: "
                     "payload_*_bytes, the strategy's exact count of the tensor bytes it exchanged over the same "
                     "steps; ratio = wire / payload, protocol_overhead = ratio - 1",
-    "network.efficiency": "per averaging round (steps with payload, grouped by the strategy's round id): lower "
-                          "bound = the strategy's formula for the round's largest per-worker payload over the "
-                          "slowest worker link; measured = the longest time any worker's communication took in "
-                          "that round (exposed communication, or for strategies that overlap it with backward the "
-                          "span from the first gradient handed over to the last transfer done); efficiency = sum "
-                          "of bounds / sum of measured (at most 1)",
+    "network.busiest": "the process whose interface carried the most bytes in one direction (wire_tx or "
+                       "wire_rx), beside the mean over processes: a mean hides the link that limits a round",
+    "network.efficiency": "link floor: per averaging round (steps with payload, grouped by the strategy's round id; "
+                          "round 1, which sets up connections, left out), the largest over links of the bytes that "
+                          "link carried in one direction (its process's counted payload; a parameter server's from "
+                          "the workers' peer_bytes) / that link's own rate. Synchronous rounds: measured = the "
+                          "longest worker's link time in the round (link_s where the strategy times its transfers: "
+                          "DDP from its first bucket handed to the all-reduce, Horovod from the first gradient "
+                          "handed over, hivemind its all-reduce phase without matchmaking; else exposed comm_s) "
+                          "minus known idle time (link_idle_s: a sync parameter server's update); efficiency = sum "
+                          "of floors / sum of measured. Overlapping rounds (stepwise, ps, hivemind's delayed "
+                          "averaging): efficiency = the busiest link's bytes over rounds 2..R / its rate, over the "
+                          "span from the earliest communication start of round 2 to the latest end of round R "
+                          "(steps' ended_at, one host clock) minus idle time: a link-busy measure, at most 1; "
+                          "throughput_bound_samples_per_s = the samples of those rounds / that floor (for async "
+                          "ps the only bound). isolated_round: the strategy's latency formula for one round alone "
+                          "(Strategy.link_bound), stated, not a bound on rounds that overlap",
 }
 
 
@@ -47,7 +58,18 @@ def link_rates(run: RunDir) -> list[float | None]:
     return [h["bandwidth_mbit"] for h in sorted(hosts, key=lambda h: h["index"])]
 
 
-def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula: str | None = None) -> dict:
+def busiest(wire: dict[int, dict]) -> dict | None:
+    """The process whose interface carried the most bytes in one direction, and the mean over processes."""
+    if not wire:
+        return None
+    rank = max(wire, key=lambda r: max(wire[r]["wire_tx_bytes"], wire[r]["wire_rx_bytes"]))
+    peak = max(wire[rank]["wire_tx_bytes"], wire[rank]["wire_rx_bytes"])
+    mean = sum(max(w["wire_tx_bytes"], w["wire_rx_bytes"]) for w in wire.values()) / len(wire)
+    return {"rank": rank, "wire_bytes": peak, "mean_wire_bytes": mean, "busiest_over_mean": _ratio(peak, mean)}
+
+
+def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula: str | None = None,
+                    rounds_overlap: bool = False) -> dict:
     network = config["network"]
     if not run.network.exists():
         return {"mode": network["name"], "per_peer": False}
@@ -68,5 +90,6 @@ def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula:
         "wire_by_rank": wire,
         "wire_tx_over_payload": _ratio(tx, sent),
         "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,
-        "efficiency": link_efficiency(bound, formula, knobs, steps_by_rank, rates),
+        "busiest": busiest(wire),
+        "efficiency": link_efficiency(rounds_overlap, bound, formula, knobs, steps_by_rank, rates),
     }

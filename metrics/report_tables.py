@@ -214,8 +214,9 @@ def bytes_table(groups: list[Group]) -> Table:
     return Table("Communication payload",
                  ["configuration", "sent per worker per step (bytes)", "received per worker per step (bytes)",
                   "sent per sample (bytes)", "received per sample (bytes)", "network counters"], rows,
-                 "Payload bytes from exact accounting of the tensors each strategy exchanged (for library "
-                 "collectives, the algorithm's payload; no protocol headers), mean over all workers and steps; "
+                 "Payload bytes counted in each strategy's send path (for library collectives, the ring's share "
+                 "2(N-1)/N of the bytes counted as handed to the library; no protocol headers), mean over all "
+                 "workers and steps; "
                  "per sample = per step / batch per peer.")
 
 
@@ -243,14 +244,18 @@ def breakdown_table(groups: list[Group]) -> Table:
                   for p in PHASES]
         step_ms = stat(group, lambda r: sum(v for v in (r.summary.get("time_breakdown_s") or {}).values() if v)
                        or None, lambda v: number(1000 * v))
+        hidden_ms = stat(group, lambda r: r.summary.get("hidden_comm_s"), lambda v: number(1000 * v))
         found = bottleneck(group)
-        rows.append([group.label, *shares, step_ms, f"{found[0]} ({percent(found[1])} %)" if found else MISSING])
+        rows.append([group.label, *shares, step_ms, hidden_ms,
+                     f"{found[0]} ({percent(found[1])} %)" if found else MISSING])
     return Table("Time breakdown per step (the bottleneck view)",
-                 ["configuration", "data (%)", "compute (%)", "comm (%)", "optimizer (%)", "step time (ms)",
-                  "bottleneck"], rows,
+                 ["configuration", "data (%)", "compute (%)", "exposed comm (%)", "optimizer (%)", "step time (ms)",
+                  "hidden comm (ms)", "bottleneck"], rows,
                  "Mean per step over all workers (summary.json's time_breakdown_s and time_breakdown_share, "
-                 "defined in Methods); optimizer = local optimizer update. Shares of the summed step time. "
-                 "Bottleneck: the largest of data, compute (compute + optimizer) and communication.")
+                 "defined in Methods); optimizer = the optimizer update wherever it runs (a parameter server's, "
+                 "hivemind's global step). Shares of the summed step time. Hidden comm: link time that ran behind "
+                 "compute (DDP, Horovod), not part of the step's sum. Bottleneck: the largest of data, compute "
+                 "(compute + optimizer) and exposed communication.")
 
 
 def resources_table(groups: list[Group]) -> Table:

@@ -21,7 +21,8 @@ from metrics.rundir import PeerDir
 
 STEP_FIELDS = (
     "step", "wall_s", "train_s", "samples", "loss",
-    "data_s", "compute_s", "comm_s", "opt_s", "bytes_sent", "bytes_recv", "round", "cpu_s", "runq_s",
+    "data_s", "compute_s", "comm_s", "opt_s", "hidden_comm_s", "ended_at", "bytes_sent", "bytes_recv", "round",
+    "cpu_s", "runq_s",
 )
 
 

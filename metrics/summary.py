@@ -23,12 +23,18 @@ METHODS = {
                                 "from the start of its first step to the end of its last (which holds its last "
                                 "communication, e.g. a final averaging round), minus its pauses to save weights for "
                                 "evaluation",
-    "time_breakdown_s": "mean per step over all workers (perf_counter): data_s = fetching the batch; compute_s = "
-                        "forward and backward up to the moment the last gradient was accumulated; opt_s = the "
-                        "optimizer update; comm_s = exposed communication = step wall - data - compute - opt "
-                        "(communication hidden behind backward is not in it; waiting for other peers is)",
+    "time_breakdown_s": "mean per step over all workers (perf_counter), the same for every strategy: data_s = "
+                        "fetching the batch; compute_s = forward and backward up to the moment the last gradient "
+                        "was accumulated; opt_s = the optimizer update wherever it runs (a parameter server's "
+                        "update, as its reply reports it; hivemind's global step inside an averaging step); "
+                        "comm_s = exposed communication = step wall - data - compute - opt (waiting for other "
+                        "peers included). These four sum to the step. hidden_comm_s, apart: link time the "
+                        "strategy measured beyond the exposed part (link_s - comm_s), i.e. communication that "
+                        "ran behind compute (DDP's buckets, Horovod's all-reduces during backward); not in the sum",
     "bytes_per_step": "payload accounting: bytes of the tensors the strategy exchanged per worker per step, from "
-                      "exact accounting (for library collectives, the algorithm's payload); no protocol headers. "
+                      "exact accounting in its send path (for library collectives, which move bytes themselves: every tensor handed "
+                      "to the library is counted, per step collective_bytes = S, and bytes_* are the ring's 2(N-1)/N "
+                      "x S per worker link and direction); no protocol headers. "
                       "Per sample: all workers' payload bytes / all workers' samples. Wire measurements are under "
                       "network.wire (network=emulated only)",
     "accuracy_by_worker": "every worker evaluates its own model on the whole held-out split at the same steps; "
@@ -202,10 +208,10 @@ def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[in
 
 
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False, shape: dict | None = None,
-                  lock: dict | None = None) -> dict:
-    """knobs, bound (a function of metrics.bounds.Round), bound_formula and is_baseline (a
-    single-process run that others are compared with) come from the run's strategy; shape (the run
+                  bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
+                  shape: dict | None = None, lock: dict | None = None) -> dict:
+    """knobs, bound (a function of metrics.bounds.Round), bound_formula, is_baseline (a single-process
+    run that others are compared with) and rounds_overlap come from the run's strategy; shape (the run
     against this host's cores) and lock (the machine lock at the start) from the launch side."""
     peers = run.peers()
     figures = [peer_figures(p) for p in peers]
@@ -218,6 +224,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     breakdown = {phase: _mean(s[phase] for s in all_steps) for phase in PHASES}
     step_total = sum(v or 0.0 for v in breakdown.values())
     shares = {phase: (v or 0.0) / step_total for phase, v in breakdown.items()} if step_total else {}
+    hidden = _mean(s.get("hidden_comm_s", 0.0) for s in all_steps)
 
     faults = sorted((json.loads(p.fault.read_text()) for p in peers if p.fault.exists()), key=lambda f: f["time"])
     fault = faults[0] | {"survived": outcome.status == "completed",
@@ -253,11 +260,13 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
                               if w["result"] and "effective_lr" in w["result"]), None),
         "time_breakdown_s": breakdown,
         "time_breakdown_share": shares,
+        "hidden_comm_s": hidden,
+        "hidden_comm_share": hidden / step_total if hidden is not None and step_total else None,
         "bytes_sent_per_step": sent,
         "bytes_recv_per_step": recv,
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / total_samples if total_samples else None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / total_samples if total_samples else None,
-        "network": network_section(run, config, knobs or {}, bound, bound_formula),
+        "network": network_section(run, config, knobs or {}, bound, bound_formula, rounds_overlap),
         "shape": shape,
         "machine": machine_section(run.machine, (shape or {}).get("cores") or len(os.sched_getaffinity(0)), lock),
         "isolation": isolation,
@@ -267,8 +276,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
 
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False, shape: dict | None = None,
-                  lock: dict | None = None) -> dict:
-    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, shape, lock)
+                  bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
+                  shape: dict | None = None, lock: dict | None = None) -> dict:
+    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, rounds_overlap, shape,
+                            lock)
     run.summary.write_text(json.dumps(summary, indent=1, default=str))
     return summary

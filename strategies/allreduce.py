@@ -3,8 +3,12 @@
 transport=gloo: torch's DistributedDataParallel itself. Gradients are all-reduced in
 buckets of allreduce.bucket_cap_mb while backward is still running (DDP's reducer fires a
 bucket as soon as its gradients are ready), so communication overlaps backward. A DDP
-communication hook counts each bucket's payload and then runs DDP's default hook
-(divide by N, all-reduce over gloo). BatchNorm buffers stay local (broadcast_buffers off),
+communication hook times each bucket and runs allreduce.comm_hook: `none` (DDP's default:
+divide by N, all-reduce), `fp16` / `bf16` (the bucket cast to 16 bits, all-reduced, cast
+back) or `powersgd` (Vogels et al. 2019: rank-allreduce.powersgd_rank factors P and Q of each
+matrix-shaped gradient are all-reduced instead of the gradient, after
+allreduce.powersgd_start_iter plain steps), all torch's own hooks
+(torch.distributed.algorithms.ddp_comm_hooks). BatchNorm buffers stay local (broadcast_buffers off),
 as in every strategy here. Rank 0's parameters reach every peer when DDP is built. On GPUs
 the buckets go over NCCL when each peer of a host has its own GPU, else over gloo.
 
@@ -13,16 +17,92 @@ backward (no overlap) over the transport; MPI runs Open MPI's ring algorithm
 (strategies/transport.py). allreduce.ddp=false over gloo is the hand-written reference
 that DDP is benchmarked against (bench/ddp_overlap.py).
 
-Bytes are the ring algorithm's payload, 2(N-1)/N x S per worker and direction, S = the
-gradient bytes (gloo's all-reduce of large buffers is a ring). Deadlines: gloo's process
-group timeout (timeouts.collective_s) bounds every DDP collective; MPI calls poll against it.
+Bytes are counted where tensors are handed to the library: every tensor the hook passes
+to torch.distributed.all_reduce (CountedCollectives; for powersgd its P and Q, and the
+vectors it leaves uncompressed), or the flat vector. `collective_bytes` (per step) is that
+count, S; bytes_sent / bytes_recv are the ring algorithm's share of it on this worker's link,
+2(N-1)/N x S per direction (gloo's all-reduce of large buffers and Open MPI's pinned
+algorithm are rings); what the interface carried is measured apart (network=emulated,
+wire_*). Deadlines: gloo's process group timeout (timeouts.collective_s) bounds every DDP
+collective; MPI calls poll against it.
 """
+import datetime
+import threading
 import time
 
+from job.errors import BackendUnavailable, ConfigError
 from metrics.cost import Cost, exposed_s, ring_allreduce_s
 from strategies.base import StepReport
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   RingAllReduceRounds, ring_allreduce_bytes, unflatten_into)
+
+
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+HOOK_MODULES = ("default_hooks", "powerSGD_hook")  # torch's hook modules; each calls dist.all_reduce
+
+
+class CountedCollectives:
+    """torch.distributed as torch's DDP hook modules see it, counting the bytes of every all_reduce.
+
+    The hooks look up `dist.all_reduce` in their own module at call time (PowerSGD all-reduces Q
+    in a callback, after P is done), so standing in for their module attribute `dist` counts each
+    tensor actually handed to the collective, compressed or not. Private layout: tests/test_private_apis.py
+    fails if a torch upgrade stops calling dist.all_reduce from these modules.
+    """
+
+    def __init__(self, dist):
+        self._dist, self._lock, self.bytes = dist, threading.Lock(), 0
+
+    def __getattr__(self, name):
+        return getattr(self._dist, name)
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        with self._lock:
+            self.bytes += payload_bytes(tensor)
+        return self._dist.all_reduce(tensor, *args, **kwargs)
+
+    def take(self) -> int:
+        """Bytes counted since the last take()."""
+        with self._lock:
+            counted, self.bytes = self.bytes, 0
+        return counted
+
+
+def count_hook_collectives() -> CountedCollectives:
+    import importlib
+
+    import torch.distributed as dist
+
+    counter = CountedCollectives(dist)
+    for name in HOOK_MODULES:
+        importlib.import_module(f"torch.distributed.algorithms.ddp_comm_hooks.{name}").dist = counter
+    return counter
+
+
+def bf16_allreduce_problem() -> str | None:
+    """Whether gloo all-reduces bfloat16 here (it has failed upstream): two in-process gloo ranks sum 1 + 2."""
+    import torch
+    import torch.distributed as dist
+
+    store, results, errors = dist.HashStore(), {}, []
+
+    def rank(r: int) -> None:
+        try:
+            group = dist.ProcessGroupGloo(store, r, 2, datetime.timedelta(seconds=10))
+            tensor = torch.full((8,), float(r + 1), dtype=torch.bfloat16)
+            group.allreduce([tensor]).wait()
+            results[r] = tensor.float().tolist()
+        except Exception as exc:  # any failure means: not usable
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    if errors or results != {0: [3.0] * 8, 1: [3.0] * 8}:
+        return errors[0] if errors else f"wrong or missing result {results}"
+    return None
 
 
 class AllReduce(RingAllReduceRounds, TransportStrategy):
@@ -44,6 +124,27 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
         ddp = m.knobs.get("transport", "gloo") == "gloo" and m.knobs.get("ddp", True)
         return m.compute + (exposed_s(m, comm) if ddp else comm)
 
+    @classmethod
+    def validate(cls, cfg) -> None:
+        super().validate(cfg)
+        knobs = cfg.allreduce
+        if knobs.comm_hook not in COMM_HOOKS:
+            raise ConfigError(f"allreduce.comm_hook must be one of {', '.join(COMM_HOOKS)}, got {knobs.comm_hook}")
+        if knobs.comm_hook != "none" and not (cfg.transport == "gloo" and knobs.ddp):
+            raise ConfigError(f"allreduce.comm_hook={knobs.comm_hook} is a DDP communication hook: it needs "
+                              "transport=gloo and allreduce.ddp=true")
+        if int(knobs.powersgd_rank) < 1:
+            raise ConfigError(f"allreduce.powersgd_rank must be >= 1, got {knobs.powersgd_rank}")
+        if int(knobs.powersgd_start_iter) < 2:
+            raise ConfigError("allreduce.powersgd_start_iter must be >= 2 (torch's PowerSGD with error feedback), "
+                              f"got {knobs.powersgd_start_iter}")
+
+    @classmethod
+    def check_available(cls, cfg) -> None:
+        if cfg.allreduce.comm_hook == "bf16" and (problem := bf16_allreduce_problem()):
+            raise BackendUnavailable(f"allreduce.comm_hook=bf16: gloo's bfloat16 all-reduce fails in this torch "
+                                     f"({problem}); use allreduce.comm_hook=fp16")
+
     @property
     def uses_ddp(self) -> bool:
         return self.cfg.transport == "gloo" and bool(self.cfg.allreduce.ddp)
@@ -51,7 +152,6 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
     def setup(self, model, optimizer):
         super().setup(model, optimizer)
         self.connect()
-        self.round_bytes = 0
         self.first_bucket_at = self.last_bucket_done_at = None
         if not self.uses_ddp:
             broadcast_initial_state(self.transport, model)
@@ -61,16 +161,29 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
         self.ddp = DistributedDataParallel(model, device_ids=[self.device.device] if self.device.is_cuda else None,
                                            bucket_cap_mb=float(self.cfg.allreduce.bucket_cap_mb),
                                            broadcast_buffers=False)
-        self.ddp.register_comm_hook(state=None, hook=self._counted_allreduce)
+        self.counted = count_hook_collectives()
+        self.hook, self.hook_state = self._comm_hook()
+        self.ddp.register_comm_hook(state=None, hook=self._timed_hook)
         return self.ddp
 
-    def _counted_allreduce(self, state, bucket):
-        """DDP's default all-reduce of one bucket, with its payload and timing recorded."""
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    def _comm_hook(self):
+        """allreduce.comm_hook as torch's hook function and its state."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
+        knobs = self.cfg.allreduce
+        if knobs.comm_hook == "powersgd":
+            state = powerSGD_hook.PowerSGDState(process_group=None,
+                                                matrix_approximation_rank=int(knobs.powersgd_rank),
+                                                start_powerSGD_iter=int(knobs.powersgd_start_iter),
+                                                random_seed=int(self.cfg.seed))
+            return powerSGD_hook.powerSGD_hook, state
+        return {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+                "bf16": default_hooks.bf16_compress_hook}[knobs.comm_hook], None
+
+    def _timed_hook(self, state, bucket):
+        """allreduce.comm_hook on one bucket, with the time its first bucket went out and its last came back."""
         if self.first_bucket_at is None:
             self.first_bucket_at = time.perf_counter()
-        self.round_bytes += payload_bytes(bucket.buffer())
 
         def done(future):
             self.last_bucket_done_at = time.perf_counter()
@@ -83,16 +196,19 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
                                        "a peer stalled or died") from exc
                 raise
 
-        return allreduce_hook(state, bucket).then(done)
+        return self.hook(self.hook_state, bucket).then(done)
 
     def step(self, samples: int) -> StepReport:
         if not self.uses_ddp:
             return self._flat_allreduce_step()
         link_s = self.last_bucket_done_at - self.first_bucket_at
-        sent = ring_allreduce_bytes(self.round_bytes, self.ctx.world_size)
-        self.round_bytes, self.first_bucket_at = 0, None
+        self.first_bucket_at = None
+        return self._report(self.counted.take(), {"link_s": link_s})
+
+    def _report(self, collective_bytes: int, extra: dict | None = None) -> StepReport:
+        sent = ring_allreduce_bytes(collective_bytes, self.ctx.world_size)
         return StepReport(opt_s=self.timed_optimizer_step(), bytes_sent=sent, bytes_recv=sent,
-                          extra={"link_s": link_s})
+                          extra={"collective_bytes": collective_bytes, **(extra or {})})
 
     def _flat_allreduce_step(self) -> StepReport:
         self.fill_missing_grads()
@@ -101,5 +217,4 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
         self.transport.allreduce_sum(flat)
         flat /= self.ctx.world_size
         unflatten_into(flat, grads)
-        sent = ring_allreduce_bytes(payload_bytes(flat), self.ctx.world_size)
-        return StepReport(opt_s=self.timed_optimizer_step(), bytes_sent=sent, bytes_recv=sent)
+        return self._report(payload_bytes(flat))

@@ -89,6 +89,12 @@ class Strategy(ABC):
         return None
 
     @classmethod
+    def rounds_overlap(cls, knobs: dict) -> bool:
+        """Whether a round can start before the last one ended everywhere (metrics/bounds.py then measures
+        link efficiency over the span of the run's rounds, not round by round)."""
+        return False
+
+    @classmethod
     def bound_formula(cls) -> str | None:
         """The first paragraph of link_bound's docstring: the formula reports state (None: no bound)."""
         if cls.link_bound.__func__ is Strategy.link_bound.__func__:

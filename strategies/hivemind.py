@@ -80,6 +80,11 @@ class Hivemind(Strategy):
         return r.payload / r.rate
 
     @classmethod
+    def rounds_overlap(cls, knobs: dict) -> bool:
+        """Delayed averaging runs a round in the background while the next epoch trains."""
+        return bool(knobs.get("delay_state_averaging") or knobs.get("delay_grad_averaging"))
+
+    @classmethod
     def step_time(cls, m: Cost) -> float:
         """compute + (matchmaking_time + 2(g-1)/g·S/β + 2α) / max(1, target_batch_size / (N·batch)), g = the
         group size: hivemind.target_group_size where set, else N (one group of the whole swarm).
@@ -168,6 +173,7 @@ class Hivemind(Strategy):
         self.client = self.ctx.rank in set(self.hm.client_mode_peers)
         self.dht = self._start_dht(hivemind)
         self.opt = self._make_optimizer(hivemind, model)
+        self._time_global_step()
         exit_on_sigterm()  # hivemind.Optimizer set SIGINT to ignored
         self.optimizer = self.opt  # zero_grad() goes through hivemind's view of the parameters
         self._record_own_files()
@@ -179,6 +185,25 @@ class Hivemind(Strategy):
         threading.Thread(target=self._heartbeat, name="avgbench-hivemind-heartbeat", daemon=True).start()
         self._wait_for_all("ready", float(self.cfg.timeouts.startup_s), fail=True)
         return model
+
+    global_step_s = 0.0  # time inside hivemind's optimizer update (the "global step") on the training thread
+
+    def _time_global_step(self) -> None:
+        """Time the updates of the optimizer hivemind wraps that run inside the step (not delayed ones in
+        hivemind's background thread), so the time breakdown labels them optimizer."""
+        inner = self.opt.state_averager.optimizer
+        update = inner.step
+
+        def timed_update(*args, **kwargs):
+            if threading.current_thread() is not threading.main_thread():
+                return update(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return update(*args, **kwargs)
+            finally:
+                self.global_step_s += time.perf_counter() - start
+
+        inner.step = timed_update
 
     # what setup has started so far (close() ends just that)
     dht = opt = epochs = own_files = None
@@ -242,7 +267,7 @@ class Hivemind(Strategy):
         """Accumulate or average (hivemind decides), then, once the swarm reached the target epoch,
         the stop: apply background averaging, wait for the others, one last synchronous state
         round. That end is part of this step, so its time and bytes count like any other."""
-        start = time.perf_counter()
+        start, updates_before = time.perf_counter(), self.global_step_s
         self.opt.step(batch_size=samples)
         if not self.swarm_seen:
             self._wait_for_swarm()
@@ -259,8 +284,10 @@ class Hivemind(Strategy):
         round_id = self.last_epoch
         self.last_counts, self.last_epoch = counts, epoch
         progress = self.opt.tracker.global_progress
+        # on an averaging step, the global step inside it is the optimizer (at most the step's own time)
+        update_s = min(local_s, self.global_step_s - updates_before)
         return StepReport(
-            opt_s=0.0 if averaged else local_s, last=last, round=round_id if averaged else None,
+            opt_s=update_s if averaged else local_s, last=last, round=round_id if averaged else None,
             done=min(1.0, (epoch + progress.samples_accumulated / self.hm.target_batch_size) / self.target_epoch),
             bytes_sent=delta["allreduce_bytes_sent"], bytes_recv=delta["allreduce_bytes_recv"],
             extra={
@@ -271,6 +298,7 @@ class Hivemind(Strategy):
                 "averaging_rounds_done": counts["allreduce_rounds_done"],
                 "averaging_rounds_failed": counts["allreduce_rounds_failed"] + counts["log_no_group"],
                 "averaging_s": counts["allreduce_ns"] / 1e9,
+                **({"link_s": delta["allreduce_ns"] / 1e9} if averaged else {}),  # all-reduce phase, no matchmaking
             },
         )
 

@@ -12,12 +12,16 @@ its gradient shard to every server and pulls the fresh parameter shard back.
   once; staleness = server updates since the sender's parameters were made.
 
 Messages are float32. Push: [samples, version, last] + gradient shard. Pull: [version,
-staleness] + parameter shard. Bytes per worker and step (S = trainable parameter bytes,
-k = servers): sent S + 12k, received S + 8k (payload, headers included). A server
-receives N·S_j + 12N and sends N·S_j + 8N per update round (S_j: its shard's bytes).
-Before the first step each worker pulls the initial parameters once (not in a step).
-The workers' optimizer update happens on the servers, inside the workers' comm_s, so
-workers report opt_s = 0. BatchNorm buffers stay local to each worker (as allreduce).
+staleness, update_s] + parameter shard. Bytes per worker and step (S = trainable parameter
+bytes, k = servers): sent S + 12k, received S + 12k (payload, headers included); each step
+record also holds what it exchanged with each server (`peer_bytes`), which gives the
+servers' links their floor. A server receives N·S_j + 12N and sends N·S_j + 12N per update
+round (S_j: its shard's bytes). Before the first step each worker pulls the initial
+parameters once (not in a step). The optimizer update runs on the servers; a reply carries
+how long it took (update_s), and a worker reports the longest of its servers' as its opt_s,
+so the time breakdown labels it optimizer, not communication. In sync mode the links carry
+nothing during that update (link_idle_s: the shortest server's, as a floor must not
+overstate idle time). BatchNorm buffers stay local to each worker (as allreduce).
 Servers end when every worker has sent its last push. A dead worker ends the run
 through the launcher at once; on its own a server waits at most ps.idle_timeout_s
 for the next push (longer than timeouts.collective_s, since every worker's
@@ -37,7 +41,7 @@ from strategies.transport import Transport, TransportStrategy, flatten, payload_
 
 MODES = ("sync", "async")
 TAG_PUSH, TAG_PULL = 11, 12
-PUSH_HEADER, PULL_HEADER = 3, 2  # [samples, version, last], [version, staleness]
+PUSH_HEADER, PULL_HEADER = 3, 3  # [samples, version, last], [version, staleness, update_s]
 
 
 def partition(sizes: list[int], bins: int) -> list[list[int]]:
@@ -82,6 +86,7 @@ class ShardServer:
         self.transport, self.params, self.optimizer = transport, params, optimizer
         self.workers, self.mode, self.idle_timeout_s = list(workers), mode, idle_timeout_s
         self.version = 0
+        self.update_s = 0.0  # the last update's time, sent with the replies to it
         self.stats = ServerStats()
 
     def run(self) -> ServerStats:
@@ -130,11 +135,12 @@ class ShardServer:
         self.optimizer.step()
         self.version += 1
         self.stats.updates += 1
-        self.stats.opt_s += time.perf_counter() - start
+        self.update_s = time.perf_counter() - start
+        self.stats.opt_s += self.update_s
 
     def _reply(self, worker: int, staleness: int) -> None:
         start = time.perf_counter()
-        header = torch.tensor([float(self.version), float(staleness)])
+        header = torch.tensor([float(self.version), float(staleness), self.update_s])
         pull = torch.cat([header, flatten([p.detach() for p in self.params])])
         self.transport.send(pull, worker, TAG_PULL)
         self.stats.bytes_sent += payload_bytes(pull)
@@ -153,31 +159,43 @@ class ShardClient:
     def pull_initial(self) -> None:
         self._pull_all()
 
-    def push_pull(self, samples: int, last: bool) -> tuple[int, int, int]:
-        """Returns (bytes sent, bytes received, largest staleness over the servers)."""
-        sends, sent = [], 0
+    def push_pull(self, samples: int, last: bool) -> "Exchange":
+        """Push the gradient shards, pull the new parameter shards."""
+        sends, pushed = [], []
         for server, shard, version in zip(self.servers, self.shards, self.versions):
             header = torch.tensor([float(samples), float(version), float(last)])
             push = torch.cat([header, flatten([p.grad for p in shard])])
-            sends.append((self.transport.isend(push, server, TAG_PUSH), push))
-            sent += payload_bytes(push)
-        received, staleness = self._pull_all()
-        for pending, _ in sends:
+            sends.append(self.transport.isend(push, server, TAG_PUSH))
+            pushed.append(payload_bytes(push))
+        exchange = self._pull_all()
+        for pending in sends:
             pending.wait()
-        return sent, received, staleness
+        for server, sent in zip(self.servers, pushed):
+            exchange.peer_bytes[server][0] = sent
+        return exchange
 
-    def _pull_all(self) -> tuple[int, int]:
+    def _pull_all(self) -> "Exchange":
         pulls = [torch.empty(PULL_HEADER + sum(p.numel() for p in shard)) for shard in self.shards]
         pending = [self.transport.irecv(pull, server, TAG_PULL) for pull, server in zip(pulls, self.servers)]
-        received, staleness = 0, 0
+        exchange = Exchange()
         for i, (wait, pull, shard) in enumerate(zip(pending, pulls, self.shards)):
             wait.wait()
             self.versions[i] = int(pull[0])
-            staleness = max(staleness, int(pull[1]))
+            exchange.staleness = max(exchange.staleness, int(pull[1]))
+            exchange.update_s.append(float(pull[2]))
             with torch.no_grad():
                 unflatten_into(pull[PULL_HEADER:], [p.data for p in shard])
-            received += payload_bytes(pull)
-        return received, staleness
+            exchange.peer_bytes[self.servers[i]] = [0, payload_bytes(pull)]
+        return exchange
+
+
+@dataclass
+class Exchange:
+    """One push-pull of a worker: per server [bytes sent, received], staleness, the servers' update times."""
+
+    peer_bytes: dict[int, list[int]] = field(default_factory=dict)
+    staleness: int = 0
+    update_s: list[float] = field(default_factory=list)
 
 
 def build_server_model(cfg) -> torch.nn.Module:
@@ -206,6 +224,11 @@ class ParameterServer(TransportStrategy):
         servers = int(r.knobs.get("servers", 1))
         one_way = max(r.payload, r.workers * r.payload / servers) / r.rate
         return 2 * one_way if r.knobs.get("mode", "sync") == "sync" else one_way
+
+    @classmethod
+    def rounds_overlap(cls, knobs: dict) -> bool:
+        """The replies of one round overlap the next round's first pushes; async rounds are not rounds at all."""
+        return True
 
     @classmethod
     def step_time(cls, m: Cost) -> float:
@@ -291,14 +314,19 @@ class ParameterServer(TransportStrategy):
         return model
 
     def step(self, samples: int) -> StepReport:
-        """The optimizer update runs on the servers, inside the push-pull: opt_s is 0 here."""
+        """The optimizer update runs on the servers, inside the push-pull: opt_s is the slowest server's update."""
         self.steps += 1
         self.fill_missing_grads()
         start = time.perf_counter()
-        sent, received, staleness = self.client.push_pull(samples, last=self.steps == self.cfg.max_steps)
-        self.staleness.append(staleness)
-        return StepReport(bytes_sent=sent, bytes_recv=received,
-                          extra={"staleness": staleness, "push_pull_s": time.perf_counter() - start})
+        exchange = self.client.push_pull(samples, last=self.steps == self.cfg.max_steps)
+        self.staleness.append(exchange.staleness)
+        sync = self.cfg.ps.mode == "sync"
+        return StepReport(opt_s=max(exchange.update_s),
+                          bytes_sent=sum(s for s, _ in exchange.peer_bytes.values()),
+                          bytes_recv=sum(r for _, r in exchange.peer_bytes.values()),
+                          extra={"staleness": exchange.staleness, "push_pull_s": time.perf_counter() - start,
+                                 "peer_bytes": exchange.peer_bytes,
+                                 "link_idle_s": min(exchange.update_s) if sync else 0.0})
 
     def summary(self) -> dict:
         if self.role == SERVER:

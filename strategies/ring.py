@@ -6,10 +6,13 @@ step() waits for them (comm_s: the part of the communication not hidden behind
 backward) and then updates (opt_s). Rank 0's parameters and buffers, and its
 optimizer state when it has any, are broadcast at the start.
 
-Bytes are the ring algorithm's payload, 2(N-1)/N x S per worker and direction,
-S = the gradient bytes as sent (float16 with ring.compression=fp16). Horovod's
-gloo controller uses gloo's ring all-reduce; for the MPI controller Open MPI's
-all-reduce is pinned to its ring algorithm (launch_spec). Processes are started by
+Bytes are counted where tensors are handed to Horovod: the (compressed) tensor of
+every all-reduce backward started (`collective_bytes` per step, S; float16 with
+ring.compression=fp16). bytes_sent / bytes_recv are the ring algorithm's share of it
+on this worker's link, 2(N-1)/N x S per direction: Horovod's gloo controller uses
+gloo's ring all-reduce; for the MPI controller Open MPI's all-reduce is pinned to
+its ring algorithm (launch_spec). What the interface carried is measured apart
+(network=emulated, wire_*). Processes are started by
 horovodrun (launch_spec: the arguments; launchers/horovod.py runs it).
 
 Deadlines: each rank waits for its all-reduces at most timeouts.collective_s; gloo's
@@ -63,6 +66,19 @@ def parse_hosts(hosts) -> list[tuple[str, int]]:
 def timeline_path(cfg, run) -> str | None:
     """Rank 0 writes Horovod's timeline here (HOROVOD_TIMELINE, read by hvd.init)."""
     return str(run.path / TIMELINE_NAME) if cfg.ring.timeline else None
+
+
+def handed_bytes(hvd, handles) -> int:
+    """Bytes of the tensors handed to Horovod's all-reduces `handles` (before they are synchronised).
+
+    Private API: horovod.torch.mpi_ops._handle_map (handle -> (input tensor(s), output)) holds the
+    compressed input until synchronize(); tests/test_private_apis.py checks it exists.
+    """
+    total = 0
+    for handle in handles:
+        handed = hvd.mpi_ops._handle_map[handle][0]
+        total += sum(t.numel() * t.element_size() for t in (handed if isinstance(handed, tuple) else (handed,)))
+    return total
 
 
 def pending_allreduces(optimizer) -> list:
@@ -185,15 +201,12 @@ class Ring(RingAllReduceRounds, Strategy):
             wrapped.load_state_dict(optimizer.state_dict())
             hvd.broadcast_optimizer_state(wrapped, root_rank=0)
         super().setup(model, wrapped)
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.gradient_bytes = sum(p.numel() * (2 if fp16 and p.is_floating_point() else p.element_size())
-                                  for p in params)
-        self.wire_bytes = ring_allreduce_bytes(self.gradient_bytes, self.ctx.world_size)
         self.passes = 0
+        self.collective_bytes = 0
         return model
 
     hvd = None  # horovod.torch, once initialised
-    gradient_bytes = wire_bytes = None
+    collective_bytes = 0  # counted over the run
     first_gradient_at: float | None = None
 
     def gradient_ready(self, param) -> None:
@@ -209,7 +222,8 @@ class Ring(RingAllReduceRounds, Strategy):
         if self.passes % self.passes_per_step:
             self.first_gradient_at = None
             return StepReport()  # local accumulation: Horovod all-reduces after the k-th pass
-        self.wait_for_allreduces()
+        handed = handed_bytes(self.hvd, self.wait_for_allreduces())
+        self.collective_bytes += handed
         self.optimizer.synchronize()  # all done: only unpacks (and all-reduces unused parameters' zeros)
         link_s = time.perf_counter() - self.first_gradient_at
         self.first_gradient_at = None
@@ -218,19 +232,21 @@ class Ring(RingAllReduceRounds, Strategy):
                 p.grad.div_(self.passes_per_step)  # the mean over k batches, like one k-times larger batch
         with self.optimizer.skip_synchronize():
             opt_s = self.timed_optimizer_step()
-        return StepReport(opt_s=opt_s, bytes_sent=self.wire_bytes, bytes_recv=self.wire_bytes,
-                          extra={"link_s": link_s})
+        sent = ring_allreduce_bytes(handed, self.ctx.world_size)
+        return StepReport(opt_s=opt_s, bytes_sent=sent, bytes_recv=sent,
+                          extra={"link_s": link_s, "collective_bytes": handed})
 
-    def wait_for_allreduces(self) -> None:
-        """Wait for the all-reduces that backward started, within timeouts.collective_s."""
+    def wait_for_allreduces(self) -> list:
+        """Wait for the all-reduces that backward started, within timeouts.collective_s; returns their handles."""
         timeout_s = float(self.cfg.timeouts.collective_s)
         deadline = time.monotonic() + timeout_s
-        pending = pending_allreduces(self.optimizer)
+        handles = pending = pending_allreduces(self.optimizer)
         while pending := [h for h in pending if not self.hvd.poll(h)]:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Horovod all-reduce on rank {self.ctx.rank} not done after {timeout_s:.0f} s "
                                    f"(timeouts.collective_s): a peer stalled or died")
             time.sleep(0.0002)
+        return handles
 
     def summary(self) -> dict:
         ring = self.cfg.ring
@@ -240,8 +256,7 @@ class Ring(RingAllReduceRounds, Strategy):
             "backward_passes_per_step": int(ring.backward_passes_per_step),
             "fusion_threshold_mb": int(ring.fusion_threshold_mb),
             "cycle_time_ms": float(ring.cycle_time_ms),
-            "gradient_bytes": self.gradient_bytes,
-            "allreduce_bytes_per_worker": self.wire_bytes,
+            "collective_bytes": self.collective_bytes,
             "timeline": timeline_path(self.cfg, self.ctx.run),
         }
 

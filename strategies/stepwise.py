@@ -21,7 +21,8 @@ partial average before the optimizer step (local gradients on the other steps).
 Bytes per round (S = bytes of the averaged vector, N workers, payload only): one pass:
 a worker sends S unless it is last and receives S unless it is first, so (N-1)/N·S per
 worker on average and at most S. With second_pass each worker also receives S (except
-the last) and sends S (except the second to last): 2(N-1)/N·S on average. Steps
+the last) and sends S (except the second to last): 2(N-1)/N·S on average; at N = 2
+each worker sends S and receives S, once. Steps
 without a round report 0 bytes. BatchNorm buffers and optimizer state (momentum) stay
 local to each worker.
 """
@@ -104,21 +105,29 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 
 class Stepwise(TransportStrategy):
     @classmethod
+    def rounds_overlap(cls, knobs: dict) -> bool:
+        """The ring's order is fixed and only its start rotates: a worker done with one round starts the next."""
+        return True
+
+    @classmethod
     def link_bound(cls, r):
-        """One pass: S/B·(1 + (N-2)/c); with second_pass: max(2S/B, S/B·(1 + (2N-3)/c)).
+        """One pass: S/B·(1 + (N-2)/c); with second_pass: max(2S/B, S/B·(1 + (2N-3)/c)) for N >= 3, S/B·(1 + 1/c) for N = 2.
 
         S = the averaged vector's bytes, c = stepwise.chunks, B = the link rate. A pass is a
         chain of N-1 hops; a chunk (S/c bytes) takes at least S/(cB) per hop. The first
         worker sends its c chunks one after another (S/B), and the last of them still has
         N-2 hops to go: S/B + (N-2)·S/(cB). The broadcast pass continues the chain for N-1
         more hops (2N-3 after the first worker's), and a middle worker's uplink then carries
-        2S. P (the largest payload of one worker in the round) is S, or 2S with second_pass.
+        2S; at N = 2 there is no middle worker, each uplink carries S once, the way back
+        following the last chunk by one hop. P (the largest payload of one worker in the
+        round) is S, or with second_pass 2S (S at N = 2).
         """
         chunks = int(r.knobs.get("chunks", 1))
+        size = cls.averaged_bytes(r)
         if r.knobs.get("second_pass"):
-            size = r.payload / 2
-            return max(2 * size / r.rate, size / r.rate * (1 + (2 * r.workers - 3) / chunks))
-        return r.payload / r.rate * (1 + (r.workers - 2) / chunks)
+            chain = size / r.rate * (1 + (2 * r.workers - 3) / chunks)
+            return chain if r.workers == 2 else max(2 * size / r.rate, chain)
+        return size / r.rate * (1 + (r.workers - 2) / chunks)
 
     @classmethod
     def step_time(cls, m: Cost) -> float:
@@ -165,8 +174,9 @@ class Stepwise(TransportStrategy):
 
     @classmethod
     def averaged_bytes(cls, r: Round) -> float:
-        """S = P, or P/2 with second_pass: a middle worker sends (and receives) S per pass."""
-        return r.payload / 2 if r.knobs.get("second_pass") else r.payload
+        """S = P, or P/2 with second_pass and N >= 3: a middle worker sends (and receives) S per pass; at N = 2
+        each worker sends and receives S once (the first the partial sum, the last the full one)."""
+        return r.payload / 2 if r.knobs.get("second_pass") and r.workers > 2 else r.payload
 
     @classmethod
     def validate(cls, cfg) -> None:

@@ -156,6 +156,15 @@ def test_ring_round_means_and_bytes(chunks):
         assert sent == (3 * size if round_index < n else 6 * size)
 
 
+def test_second_pass_of_two_workers_sends_the_vector_once_each_way():
+    """N = 2: the first worker sends its vector, the last sends the full sum back; no one forwards (P = S, not 2S)."""
+    outputs = run_threads(stepwise_rounds, 2, 4)
+    for results in outputs:
+        for second_pass, _, result in results:
+            if second_pass:
+                assert (result.bytes_sent, result.bytes_recv, result.count) == (444, 444, 2)
+
+
 # --- parameter server ---------------------------------------------------------------------------
 def test_partition_is_size_balanced_and_complete():
     sizes = [100, 10, 60, 50, 40, 7, 3]
@@ -213,15 +222,18 @@ def test_sync_ps_is_sgd_on_the_union_batch_with_exact_bytes():
         x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
         torch.nn.functional.cross_entropy(reference(x), y).backward()
         optimizer.step()
-    assert (PUSH_HEADER, PULL_HEADER) == (3, 2)
+    assert (PUSH_HEADER, PULL_HEADER) == (3, 3)
     for worker in range(workers):
         params, exchanged = outputs[worker]
         for got, want in zip(params, reference.parameters()):
             torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
-        # per step: 652 gradient bytes + a 12-byte header to each of 2 servers; 652 + 8 per server back
-        assert [(sent, received) for sent, received, _ in exchanged] == [(652 + 24, 652 + 16)] * steps
+        # per step, to each of the 2 servers (ranks 3, 4): its shard's gradient + a 12-byte header, and back its
+        # shard's parameters + a 12-byte header (version, staleness, the server's update time)
+        for exchange in exchanged:
+            assert exchange.peer_bytes == {3: [384 + 12, 384 + 12], 4: [268 + 12, 268 + 12]}
+            assert len(exchange.update_s) == 2 and all(0 < u < 1 for u in exchange.update_s)
     shard_bytes = {0: 384, 1: 268}  # 96 floats | 67 floats
     for index, stats in enumerate(outputs[workers:]):
         assert (stats.updates, stats.pushes) == (steps, steps * workers)
         assert stats.bytes_recv == steps * workers * (shard_bytes[index] + 12)
-        assert stats.bytes_sent == (steps + 1) * workers * (shard_bytes[index] + 8)  # + the initial pull
+        assert stats.bytes_sent == (steps + 1) * workers * (shard_bytes[index] + 12)  # + the initial pull

@@ -46,6 +46,9 @@ def test_gradient_averaging_keeps_peers_identical_every_epoch(run_dir):
     steps = read_jsonl(run_dir / "peer0" / "steps.jsonl")
     assert {"hivemind_epoch", "samples_accumulated", "averaging_rounds_done", "averaging_s"} <= set(steps[-1])
     assert sum(s["bytes_sent"] for s in steps) > 0 and max(s["comm_s"] for s in steps) > 0
+    # the global step inside an averaging step is the optimizer, as for every strategy (it was inside comm_s)
+    averaged = [s for s in steps if s["round"] is not None]
+    assert averaged and all(s["opt_s"] > 0 and s["link_s"] > 0 for s in averaged), averaged
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["lost_peers"] == []
     assert_no_leftovers(run_dir)

@@ -118,7 +118,8 @@ def test_emulated_allreduce_tiny_heterogeneous(run_dir):
     summary = check_run(run_dir, result, ratio_limit=1.15)  # small messages: headers and acks weigh more
     network = summary["network"]
     assert network["bandwidth_mbit_by_rank"] == [40, 20]
-    assert network["efficiency"]["link_mbit"] == 20
+    assert network["efficiency"]["link_mbit_by_rank"] == [40, 20]
+    assert network["efficiency"]["busiest_link_rank"] == 1  # the same bytes over the slower link
     hosts = network_of(run_dir)["hosts"]
     assert [h["addr"] for h in hosts] == ["10.213.7.1", "10.213.7.2"]
     assert len(set(param_digests(run_dir, range(2)))) == 1  # still one model

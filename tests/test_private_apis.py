@@ -38,7 +38,7 @@ def test_hivemind_state_averager_can_be_substituted():
 @pytest.mark.timeout(60)
 def test_horovod_keeps_pending_allreduces_in_handles():
     hvd = pytest.importorskip("horovod.torch", reason="Horovod is not built (make setup)")
-    from strategies.ring import pending_allreduces
+    from strategies.ring import handed_bytes, pending_allreduces
 
     hvd.init()  # one rank, no launcher: Horovod registers no hooks then, so read how it would fill _handles
     try:
@@ -49,5 +49,19 @@ def test_horovod_keeps_pending_allreduces_in_handles():
         hook_source = inspect.getsource(type(optimizer)._make_hook)
         assert "self._handles[p] = (handle, ctx)" in hook_source
         assert "self._allreduce_grad_async(p)" in hook_source
+        # handed_bytes reads the tensor given to each pending all-reduce from _handle_map
+        handle = hvd.allreduce_async_(torch.ones(5, dtype=torch.float16), name="probe")
+        assert handed_bytes(hvd, [handle]) == 10
+        hvd.synchronize(handle)
+        assert handle not in hvd.mpi_ops._handle_map
     finally:
         hvd.shutdown()
+
+
+def test_ddp_hooks_look_up_all_reduce_in_their_module():
+    """strategies.allreduce.CountedCollectives stands in for `dist` in torch's hook modules."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    for module in (default_hooks, powerSGD_hook):
+        assert "dist.all_reduce(" in inspect.getsource(module)
+        assert module.dist.all_reduce is not None

@@ -45,14 +45,14 @@ def test_bytes_per_step_match_theory(tmp_path):
         assert peer["result"]["strategy"]["rounds"] == 8
         assert peer["result"]["strategy"]["rounds_with_full_average"] == 2
 
-    ps = found["ps"]  # S up with a 12-byte header, S down with an 8-byte header (one server)
-    assert ps["bytes_sent_per_step"] == S + 12 and ps["bytes_recv_per_step"] == S + 8
+    ps = found["ps"]  # S up and S down, each with a 12-byte header (one server)
+    assert ps["bytes_sent_per_step"] == S + 12 and ps["bytes_recv_per_step"] == S + 12
     server = next(p for p in ps["peers"] if p["result"]["role"] == "server")
     assert server["rank"] == PEERS and server["steps"] == 0
     figures = server["result"]["strategy"]
     assert figures["updates"] == 8 and figures["shard_bytes"] == S
     assert figures["bytes_recv"] == PEERS * 8 * (S + 12)
-    assert figures["bytes_sent"] == PEERS * (8 + 1) * (S + 8)  # every update, and the initial parameters
+    assert figures["bytes_sent"] == PEERS * (8 + 1) * (S + 12)  # every update, and the initial parameters
     assert ps["total_samples"] == PEERS * 8 * 32 and ps["workers"] == PEERS
     for summary in found.values():
         assert summary["bytes_sent_per_sample"] == pytest.approx(summary["bytes_sent_per_step"] / 32)
@@ -73,7 +73,7 @@ def test_async_ps_with_two_servers_over_mpi(run_dir):
     assert sorted(s["shard_bytes"] for s in servers) == [4 * 4858, 4 * 5120]
     steps = steps_of(run_dir, 0)
     assert len(steps) == 12 and all("staleness" in s for s in steps)
-    assert all(s["bytes_sent"] == S + 2 * 12 and s["bytes_recv"] == S + 2 * 8 for s in steps)
+    assert all(s["bytes_sent"] == S + 2 * 12 and s["bytes_recv"] == S + 2 * 12 for s in steps)
     assert_no_leftovers(run_dir)
 
 

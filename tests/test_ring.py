@@ -40,7 +40,7 @@ def test_gloo_two_peers_identical_params_exact_bytes_and_timeline(run_dir):
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["bytes_sent_per_step"] == fp32_bytes
     ring = summary["peers"][0]["result"]["strategy"]
-    assert ring["controller"] == "gloo" and ring["gradient_bytes"] == fp32_bytes
+    assert ring["controller"] == "gloo" and ring["collective_bytes"] == 12 * fp32_bytes  # counted, 12 steps
     assert ring["timeline"] == str(run_dir.resolve() / "horovod_timeline.json")
     assert "ALLREDUCE" in (run_dir / "horovod_timeline.json").read_text()
     cores = {tuple(p["result"]["cores"]) for p in summary["peers"]}  # our pinning, not MPI's binding
@@ -57,7 +57,7 @@ def test_mpi_four_peers_fp16_halves_the_bytes(run_dir):
         assert sent_per_step(run_dir, rank) == [fp16_ring] * 6
     ring = summary_of(run_dir)["peers"][3]["result"]["strategy"]
     assert (ring["controller"], ring["compression"]) == ("mpi", "fp16")
-    assert ring["gradient_bytes"] == 2 * TINY_DIGITS_PARAMS
+    assert ring["collective_bytes"] == 6 * 2 * TINY_DIGITS_PARAMS  # counted float16 tensors handed to Horovod
     assert_no_leftovers(run_dir)
 
 

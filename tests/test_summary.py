@@ -98,6 +98,17 @@ def test_time_breakdown_is_the_mean_over_all_steps_and_its_shares(run):
     assert shares["data_s"] == pytest.approx(0.1) and sum(shares.values()) == pytest.approx(1.0)
 
 
+def test_hidden_communication_is_its_own_figure_outside_the_step(tmp_path):
+    """DDP-like steps: 0.3 s of link time ran behind backward (hidden_comm_s); the four phases still sum to the
+    step and the hidden time is reported beside them, as a mean and a share of the step."""
+    run = RunDir(tmp_path / "run")
+    write_lines(run.peer(0).steps, [step(n, 32 * n, float(n), 10, 10, 0.6, 0.2) | {"hidden_comm_s": 0.3}
+                                    for n in range(1, 4)])
+    summary = build_summary(run, config(), outcome())
+    assert set(summary["time_breakdown_share"]) == PHASES
+    assert summary["hidden_comm_s"] == pytest.approx(0.3) and summary["hidden_comm_share"] == pytest.approx(0.3)
+
+
 def test_bytes_per_step_and_per_sample(run):
     summary = build_summary(run, config(), outcome())
     sent, recv = 4 * 100 + 50 + 0 + 150, 4 * 80 + 10 + 0 + 30  # 600, 360

@@ -9,7 +9,7 @@ own payload accounting:
   allreduce, ring (Horovod)  ring all-reduce: 2(N-1)/N x S sent and received per worker and step
   stepwise                   one pass along a rotating ring: S sent unless last, S received unless
                              first; over 2N rounds every worker is first twice and last twice
-  ps (sync)                  worker: S + 12 bytes per server sent, S + 8 received per step;
+  ps (sync)                  worker: S + 12 bytes per server sent and received per step;
                              server: N pushes in and N replies out per step, plus the initial pull
   hivemind                   butterfly all-reduce in groups of n = 2: (1-f)S + (n-1)fS = S each
                              way per round, whatever the owned fraction f
@@ -116,6 +116,23 @@ def test_horovod_ring_moves_a_ring_per_worker(run_dir):
 
 
 @pytest.mark.timeout(150)
+def test_allreduce_fp16_hook_counted_bytes_are_what_the_wire_carries(run_dir):
+    """The bytes counted at the all-reduce's input (half of S with the fp16 hook) match the wire: a ring moves
+    2(N-1)/N of them per worker. On the old code (bytes from 2(N-1)/N x S) there was no hook to count."""
+    peers, steps = 3, 3
+    result = run_train(run_dir, *EMULATED, "strategy=allreduce", f"peers={peers}", f"max_steps={steps}",
+                       "allreduce.comm_hook=fp16")
+    completed(run_dir, result)
+    half = model_bytes(run_dir) // 2
+    for rank in range(peers):
+        records = read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")
+        assert [s["collective_bytes"] for s in records] == [half] * steps
+        per_rank = steps * 2 * (peers - 1) / peers * half
+        assert sum(s["bytes_sent"] for s in records) == pytest.approx(per_rank, abs=steps)
+        assert_worker_wire(run_dir, rank, per_rank, per_rank)
+
+
+@pytest.mark.timeout(150)
 def test_stepwise_moves_one_pass_per_round(run_dir):
     peers, rounds = 3, 6  # a multiple of N: with the ring's start rotating, each rank is first and last equally often
     result = run_train(run_dir, *EMULATED, "strategy=stepwise", f"peers={peers}", f"max_steps={rounds}")
@@ -133,7 +150,7 @@ def test_ps_sync_moves_the_model_up_and_down_per_step(run_dir):
     result = run_train(run_dir, *EMULATED, "strategy=ps", f"peers={workers}", f"max_steps={steps}")
     completed(run_dir, result)
     size = model_bytes(run_dir)
-    push, pull = size + 4 * 3, size + 4 * 2  # float32 headers: [samples, version, last], [version, staleness]
+    push, pull = size + 4 * 3, size + 4 * 3  # float32 headers: [samples, version, last], [version, staleness, update_s]
     for rank in range(workers):
         assert len(read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")) == steps
         assert_worker_wire(run_dir, rank, steps * push, steps * pull)
