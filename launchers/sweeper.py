@@ -44,7 +44,7 @@ class BlockSweeper(BasicSweeper):
     def __init__(self, max_batch_size: int | None = None, params: dict | None = None,
                  job_subdir: str = "block{block}/{name}") -> None:
         super().__init__(max_batch_size, params)
-        self.job_subdir = job_subdir  # {block} and {name} are filled in; the rest may hold interpolations
+        self.job_subdir = job_subdir  # {block} and {name} are filled in; {env:VAR,DEFAULT} is resolved by the job
 
     def sweep(self, arguments: list[str]):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -77,15 +77,16 @@ class BlockSweeper(BasicSweeper):
     # The plan.
 
     def configurations(self, parsed: list) -> list[Job]:
-        """The command line's configurations (the cartesian product of its sweeps), named by their swept values."""
+        """The command line's configurations (the cartesian product of its sweeps), named by their swept values
+        (nothing swept: by the strategy)."""
         if any(o.get_key_element() == "repeats" and o.is_sweep_override() for o in parsed):
             raise ConfigError("repeats cannot be swept: it is the number of blocks of the whole multirun")
         swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
         jobs = []
         for overrides in self.split_arguments(parsed, None)[0]:
-            named = [o for o in overrides if key_of(o) in swept]
-            jobs.append(Job(job_name(named) or "run", [o for o in overrides if not is_seed(o)],
-                            int(self.compose(overrides).seed)))
+            cfg = self.compose(overrides)
+            named = [o for o in overrides if key_of(o) in swept] or [f"strategy={cfg.strategy.name}"]
+            jobs.append(Job(job_name(named), [o for o in overrides if not is_seed(o)], int(cfg.seed)))
         return unique_names(jobs)
 
     def baselines(self, jobs: list[Job], plain: list[str]) -> list[Job]:
@@ -111,7 +112,8 @@ class BlockSweeper(BasicSweeper):
         return cfg
 
     def job_overrides(self, job: Job, block: int) -> list[str]:
-        subdir = self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name)
+        subdir = re.sub(r"\{env:([^}]*)\}", r"${oc.env:\1}",  # resolved by the job, e.g. on its node
+                        self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name))
         return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"hydra.sweep.subdir='{subdir}'"]
 
     # Resuming in the same sweep directory.
