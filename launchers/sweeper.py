@@ -37,7 +37,6 @@ class Job:
     name: str            # the job directory below block<B>/
     overrides: list[str]  # the configuration's overrides, without seed and block
     seed: int            # the configuration's own seed; block B runs seed + B
-    baseline: bool = False
 
 
 class BlockSweeper(BasicSweeper):
@@ -58,10 +57,12 @@ class BlockSweeper(BasicSweeper):
         if self.config.report.baselines == "auto":
             jobs += self.baselines(jobs, [o.input_line for o in parsed if not o.is_sweep_override()])
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        aside = sweep_dir / SUPERSEDED / time.strftime("%Y-%m-%d_%H-%M-%S")
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        move_aside(sweep_dir / "multirun.yaml", aside / "multirun.yaml")  # an earlier command's
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         planned = [self.job_overrides(job, block) for block in range(repeats) for job in shuffled(jobs, block)]
-        to_run, kept = self.resume(sweep_dir, planned)
+        to_run, kept = self.resume(sweep_dir, planned, aside)
         write_plan(sweep_dir, planned, kept)
         if kept:
             print(f"avgbench: {len(kept)} of {len(planned)} runs already completed in {sweep_dir}: kept, not rerun",
@@ -101,7 +102,7 @@ class BlockSweeper(BasicSweeper):
             keys = {key_of(o) for o in own}
             shared = [o for o in plain if key_of(o) not in keys and not key_of(o).startswith(NOT_SHARED)]
             baselines.append(Job(f"baseline_{overrides['peers']}x{overrides['peer_cpus']}", shared + own,
-                                 int(self.config.seed), baseline=True))
+                                 int(self.config.seed)))
         return unique_names(baselines)
 
     def compose(self, overrides: list[str]):
@@ -118,10 +119,9 @@ class BlockSweeper(BasicSweeper):
 
     # Resuming in the same sweep directory.
 
-    def resume(self, sweep_dir: Path, planned: list[list[str]]) -> tuple[list[list[str]], list[str]]:
-        """The jobs to run and the job directories kept; moves every other existing job directory aside."""
+    def resume(self, sweep_dir: Path, planned: list[list[str]], aside: Path) -> tuple[list[list[str]], list[str]]:
+        """The jobs to run and the job directories kept; moves every other existing job directory into aside."""
         to_run, kept = [], []
-        aside = sweep_dir / SUPERSEDED / time.strftime("%Y-%m-%d_%H-%M-%S")
         for overrides in planned:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
             job_dir = sweep_dir / cfg.hydra.sweep.subdir
@@ -134,8 +134,7 @@ class BlockSweeper(BasicSweeper):
                 kept.append(str(job_dir.relative_to(sweep_dir)))
                 continue
             target = aside / job_dir.relative_to(sweep_dir)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            job_dir.rename(target)
+            move_aside(job_dir, target)
             print(f"avgbench: {job_dir} did not complete with this configuration: moved to {target}, running it "
                   "again", flush=True)
             to_run.append(overrides)
@@ -151,6 +150,13 @@ def completed_with(job_dir: Path, config: dict) -> bool:
     config = config | {"device": resolve_device(config["device"])}
     same = lambda flat: {k: v for k, v in flat.items() if not k.startswith(RERUN_FREE)}  # noqa: E731
     return summary.get("status") == "completed" and same(flatten(summary.get("config") or {})) == same(flatten(config))
+
+
+def move_aside(path: Path, target: Path) -> None:
+    """Keep what an earlier attempt wrote, out of the way (never deleted)."""
+    if path.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
 
 
 def shuffled(jobs: list[Job], block: int) -> list[Job]:
