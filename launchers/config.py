@@ -58,6 +58,13 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def check_repeats(value) -> int:
+    """repeats: the blocks of a multirun, an integer >= 1."""
+    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+             f"repeats must be an integer >= 1, got {value}")
+    return value
+
+
 def validate(cfg) -> None:
     for group, known in CHOICES.items():
         name = cfg[group].name
@@ -69,6 +76,12 @@ def validate(cfg) -> None:
     _require(int(cfg.warmup_steps) >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     _require(cfg.lock in LOCK_MODES, f"lock must be one of {', '.join(LOCK_MODES)}, got {cfg.lock}")
     _require(cfg.report.baselines in ("auto", "off"), f"report.baselines must be auto or off, got {cfg.report.baselines}")
+    margin = cfg.report.equivalence_margin
+    _require(isinstance(margin, (int, float)) and 0 < margin < 1,
+             f"report.equivalence_margin must be a fraction in (0, 1), got {margin}")
+    check_repeats(cfg.repeats)
+    _require(cfg.block is None or (isinstance(cfg.block, int) and cfg.block >= 0),
+             f"block must be null or an integer >= 0 (the multirun sets it), got {cfg.block}")
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
     _require(cfg.target.metric in ("test_accuracy", "test_loss"),
              f"target.metric must be test_accuracy or test_loss, got {cfg.target.metric}")

@@ -9,16 +9,20 @@ from pathlib import Path
 from metrics.jsonl import JsonlTail
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
 
 
 def sweep_size(hydra) -> int | None:
-    """Jobs in this Hydra multirun: the product of the sweep overrides' lengths (command line and
-    hydra.sweeper.params, as saved in the sweep's multirun.yaml); None if another sweeper runs it or the
-    overrides cannot be counted (e.g. glob)."""
+    """Jobs in this Hydra multirun: those the block sweeper planned to run, or for Hydra's basic sweeper the
+    product of the sweep overrides' lengths (command line and hydra.sweeper.params, as saved in the sweep's
+    multirun.yaml); None if another sweeper runs it or the overrides cannot be counted (e.g. glob)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
+    if hydra.sweeper.get("_target_") == BLOCK_SWEEPER:
+        from launchers.sweeper import planned_jobs
+        return planned_jobs(hydra.sweep.dir)
     if hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
     try:

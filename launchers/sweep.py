@@ -1,11 +1,8 @@
-"""The end of a multirun: run the equal-resource baselines the sweep lacks, then the comparison report.
+"""The end of a multirun: the comparison report (report.html, report.md, runs.csv) in the sweep directory.
 
-Every multi-peer run is compared with baselines of the same resources (metrics.report_data:
-`strategy=single` with the same peers and peer_cpus, and one peer with peer_cpus for scaling
-efficiency). Those the sweep lacks are run here, into SWEEP_DIR/baseline_<peers>x<cpus>,
-unless `report.baselines=off`. Hydra calls this (hydra.callbacks.report in conf/config.yaml).
+The sweep itself (launchers/sweeper.py) ran the equal-resource baselines the report needs in every block.
+Hydra calls this (hydra.callbacks.report in conf/config.yaml).
 """
-import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -13,30 +10,12 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from metrics.report import build_report, report_errors
-from metrics.report_data import find_runs, load_run, missing_baselines
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_baselines(sweep_dir: Path) -> None:
-    runs = [load_run(path) for path in find_runs([sweep_dir])[0]]
-    for overrides in missing_baselines(runs):
-        run_dir = sweep_dir / f"baseline_{overrides['peers']}x{overrides['peer_cpus']}"
-        command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}",
-                   *(f"{key}={value}" for key, value in overrides.items())]
-        print(f"avgbench: equal-resource baseline for the report: {' '.join(command[1:])}", flush=True)
-        done = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL)
-        if done.returncode:
-            print(f"avgbench: baseline {run_dir.name} failed (exit {done.returncode}); the report says what is "
-                  "missing", file=sys.stderr)
 
 
 class SweepReport(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            if config.get("report", {}).get("baselines", "auto") == "auto":
-                run_baselines(sweep_dir)
             paths = build_report([sweep_dir], sweep_dir)
         except Exception as exc:  # the multirun's results stay; the exit code says the report failed
             report_errors.append(f"{sweep_dir}: {exc}")

@@ -71,7 +71,8 @@ def write_csv(sections: list[Section], path: Path) -> None:
         peers = run.peer_summaries()
         row = {"run_dir": str(run.path), "configuration": label}
         row |= {k: s.get(k) for k in ("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic",
-                                      "network_scope", "wall_s", "total_samples", "throughput_samples_per_s")}
+                                      "network_scope", "started_at", "wall_s", "total_samples",
+                                      "throughput_samples_per_s")}
         row["speedup_vs_single"] = run.speedup
         row["scaling_efficiency"] = run.scaling_efficiency
         row["worst_worker_accuracy"] = run.worst_worker_accuracy()

@@ -13,8 +13,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from metrics.jsonl import read_jsonl
+from metrics.stats import Ratio
+from metrics.rundir import SUPERSEDED, SWEEP_PLAN
 
-NOT_CONFIGURATION = ("seed", "progress", "progress_interval_s", "report.", "lock")  # repeats of one configuration differ only in these
+NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.",
+                     "lock")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -37,8 +40,8 @@ class Run:
     path: Path
     summary: dict
     peers: list[PeerLogs]
-    speedup: float | None = None  # throughput / the equal-resource baseline's, set by attach_baselines
-    scaling_efficiency: float | None = None  # throughput / (peers x the one-peer baseline's), set by attach_baselines
+    speedup: float | None = None  # throughput / the equal-resource baseline's in the same block (attach_baselines)
+    scaling_efficiency: float | None = None  # throughput / (peers x the one-peer baseline's in the same block)
 
     @property
     def config(self) -> dict:
@@ -63,6 +66,19 @@ class Run:
     @property
     def completed(self) -> bool:
         return self.summary.get("status") == "completed"
+
+    @property
+    def planned(self) -> bool:
+        """A run a sweep is about to start (launchers.sweeper plans its baselines with these)."""
+        return self.summary.get("status") == PLANNED
+
+    @property
+    def block(self) -> tuple[str | None, int | None]:
+        """(sweep directory, block) of a run of a multirun's block (config `block`; launchers/sweeper.py): runs of
+        one block ran side by side. Runs outside blocks share (None, None)."""
+        block = self.config.get("block")
+        sweep = next((p for p in self.path.parents if (p / SWEEP_PLAN).exists()), None) if block is not None else None
+        return str(sweep) if sweep else None, block
 
     @property
     def is_baseline(self) -> bool:
@@ -113,12 +129,24 @@ class Run:
         return merged
 
 
+PLANNED = "planned"
+
+
+def planned_run(config: dict, is_baseline: bool) -> Run:
+    """A run not started yet, for planning a sweep's baselines."""
+    return Run(Path(), {"status": PLANNED, "config": config, "is_baseline": is_baseline}, [])
+
+
 def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
-    """Run directories (holding summary.json) under dirs, and those started but without a summary."""
+    """Run directories (holding summary.json) under dirs, and those started but without a summary; runs a resumed
+    sweep moved aside (under a `superseded` directory) are not runs of the report."""
+    def current(paths):
+        return {p for p in paths if SUPERSEDED not in p.relative_to(top).parts}
+
     runs, incomplete = set(), set()
     for top in dirs:
-        runs.update(p.parent for p in top.rglob("summary.json"))
-        incomplete.update(p.parent.parent for p in top.rglob(".avgbench/config.yaml"))
+        runs.update(current(p.parent for p in top.rglob("summary.json")))
+        incomplete.update(current(p.parent.parent for p in top.rglob(".avgbench/config.yaml")))
     return sorted(runs), sorted(incomplete - runs)
 
 
@@ -153,6 +181,9 @@ class Group:
     color: str = "C0"
     baseline: "Group | None" = None  # the equal-resource single-process group, set by attach_baselines
     one_peer: "Group | None" = None  # the single-process group with one peer of the same CPUs (scaling efficiency)
+    speedup: Ratio | None = None     # throughput / the baseline's, paired by block (attach_baselines)
+    ttt_speedup: Ratio | None = None  # the baseline's time-to-target / this one's, in blocks where both reached it
+    efficiency: Ratio | None = None  # throughput / (peers x the one-peer baseline's), paired by block
 
     @property
     def first(self) -> Run:
@@ -164,6 +195,22 @@ class Group:
 
     def seeds(self) -> list:
         return [r.config.get("seed") for r in self.runs]
+
+    def by_block(self, figure) -> dict:
+        """block -> the geometric mean of figure(run) over this group's runs in that block (Nones dropped)."""
+        found: dict = {}
+        for run in self.runs:
+            value = figure(run)
+            if value is not None and value > 0:
+                found.setdefault(run.block, []).append(value)
+        return {block: statistics.geometric_mean(values) for block, values in found.items()}
+
+
+def paired(numerator: Group, denominator: Group, figure, scale: float = 1.0) -> Ratio:
+    """figure(numerator) / (scale x figure(denominator)), one ratio per block holding both (a paired ratio: runs in
+    one block ran side by side, so the machine's drift cancels); runs outside blocks pair with each other."""
+    top, bottom = numerator.by_block(figure), denominator.by_block(figure)
+    return Ratio([top[b] / (scale * bottom[b]) for b in sorted(top.keys() & bottom.keys(), key=str)])
 
 
 @dataclass
@@ -247,10 +294,10 @@ def sections_of(groups: list[Group]) -> list[Section]:
 # Baselines: single-process runs on the same job that the others are measured against.
 
 def is_baseline_candidate(candidate: Group, run: Run) -> bool:
-    """A completed single-process group on the same data, model and batch size per peer."""
+    """A completed (or planned) single-process group on the same data, model and batch size per peer."""
     first = candidate.first
-    return (first.is_baseline and first.dataset == run.dataset
-            and first.config["batch_size"] == run.config["batch_size"] and bool(candidate.values(completed_throughput)))
+    return (first.is_baseline and first.dataset == run.dataset and first.config["batch_size"] == run.config["batch_size"]
+            and (bool(candidate.values(completed_throughput)) or first.planned))
 
 
 def closest(candidates: list[Group], run: Run) -> Group | None:
@@ -280,20 +327,30 @@ def completed_throughput(run: Run) -> float | None:
     return run.summary.get("throughput_samples_per_s") if run.completed else None
 
 
+def completed_time_to_target(run: Run) -> float | None:
+    return run.summary.get("time_to_target_s") if run.completed else None
+
+
 def attach_baselines(groups: list[Group]) -> None:
-    """Each group's baselines; each run's speedup and scaling efficiency against their mean throughput."""
+    """Each group's baselines and its ratios to them, paired by block; each run's speedup and scaling efficiency
+    against the baseline runs of its own block."""
     for group in groups:
         group.baseline = baseline_for(group.first, groups)
         group.one_peer = one_peer_baseline_for(group.first, groups)
+        peers = group.first.config["peers"]
+        if group.baseline:
+            group.speedup = paired(group, group.baseline, completed_throughput)
+            group.ttt_speedup = paired(group.baseline, group, completed_time_to_target)
+        if group.one_peer:
+            group.efficiency = paired(group, group.one_peer, completed_throughput, peers)
         for run in group.runs:
             throughput = run.summary.get("throughput_samples_per_s")
             if throughput is None:
                 continue
-            if group.baseline:
-                run.speedup = throughput / statistics.fmean(group.baseline.values(completed_throughput))
-            if group.one_peer:
-                one_peer = statistics.fmean(group.one_peer.values(completed_throughput))
-                run.scaling_efficiency = throughput / (run.config["peers"] * one_peer)
+            if group.baseline and run.block in (same := group.baseline.by_block(completed_throughput)):
+                run.speedup = throughput / same[run.block]
+            if group.one_peer and run.block in (same := group.one_peer.by_block(completed_throughput)):
+                run.scaling_efficiency = throughput / (peers * same[run.block])
 
 
 def missing_baselines(runs: list[Run]) -> list[dict]:
@@ -340,15 +397,20 @@ def default_config(config: dict) -> dict:
     return defaults
 
 
-def override_command(overrides: dict) -> str:
-    """The train.py command line for Hydra overrides."""
+def override_args(overrides: dict) -> list[str]:
+    """Hydra's key=value arguments for overrides."""
     def value(v) -> str:
         if v is None or isinstance(v, (bool, list, dict)):
             return json.dumps(v, separators=(",", ":"))
         text = str(v)
         return text if text.replace(".", "").replace("_", "").replace("-", "").replace("/", "").isalnum() \
             else f"'{text}'"
-    return "python train.py " + " ".join(shlex.quote(f"{k}={value(v)}") for k, v in overrides.items())
+    return [f"{k}={value(v)}" for k, v in overrides.items()]
+
+
+def override_command(overrides: dict) -> str:
+    """The train.py command line for Hydra overrides."""
+    return "python train.py " + " ".join(map(shlex.quote, override_args(overrides)))
 
 
 def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:

@@ -67,6 +67,16 @@ def percent(value: float | None) -> str:
     return MISSING if value is None else f"{100 * value:.1f}"
 
 
+def interval_text(ratio, unit: str = "×") -> str:
+    """A paired ratio: estimate [95 % interval] (blocks); with one block, no interval."""
+    if ratio is None or not ratio.n:
+        return "n/a (no paired block)"
+    if ratio.n == 1:
+        return f"{ratio.estimate:.2f}{unit} (1 block, no interval)"
+    low, high = ratio.interval()
+    return f"{ratio.estimate:.2f}{unit} [{low:.2f}, {high:.2f}] ({ratio.n} blocks)"
+
+
 def stat(group: Group, figure, fmt=number) -> str:
     """fmt(value) for one run; "mean ± sd" over repeats; "(k/n)" when some runs lack the figure."""
     values = group.values(figure)
@@ -152,13 +162,13 @@ def configuration_table(groups: list[Group]) -> Table:
 def speedup_cell(group: Group) -> str:
     if group.baseline is None:
         return f"no single baseline with {cpus(group.first.total_cpus)}"
-    return f"{stat(group, lambda r: r.speedup)} (vs {group.baseline.label})"
+    return f"{interval_text(group.speedup)} (vs {group.baseline.label})"
 
 
 def scaling_cell(group: Group) -> str:
     if group.one_peer is None:
         return f"no single run with 1 peer of {cpus(group.first.config['peer_cpus'])}"
-    return f"{stat(group, lambda r: r.scaling_efficiency)} (vs {group.first.config['peers']} x {group.one_peer.label})"
+    return f"{interval_text(group.efficiency, '')} (vs {group.first.config['peers']} x {group.one_peer.label})"
 
 
 def speed_table(groups: list[Group], synthetic: bool) -> Table:
@@ -183,7 +193,8 @@ def speed_table(groups: list[Group], synthetic: bool) -> Table:
                  "Speedup: throughput / "
                  "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
                  "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "
-                 "the `single` run with 1 peer of the same CPUs). "
+                 "the `single` run with 1 peer of the same CPUs). Both paired by block: geometric mean over blocks "
+                 "[95 % t-interval on the log ratios]. "
                  f"Target: {target.get('metric')} {target.get('value')}; time-to-target = samples-to-target (all "
                  "workers' samples; depends on the seed, not the machine, for synchronous strategies) x time per "
                  "sample (the machine's share): the worst worker's crossing, interpolated between evaluations and "

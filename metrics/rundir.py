@@ -10,6 +10,8 @@
 from pathlib import Path
 
 PEER_PREFIX = "peer"
+SWEEP_PLAN = ".avgbench/sweep.json"  # in a multirun's directory: its jobs, block by block (launchers/sweeper.py)
+SUPERSEDED = "superseded"  # a resumed sweep moves unfinished job directories below SWEEP_DIR/superseded/
 
 
 class PeerDir:

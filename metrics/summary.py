@@ -19,6 +19,8 @@ from metrics.rundir import PeerDir, RunDir
 PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 
 METHODS = {
+    "started_at": "unix time (s) the launcher started the run: the time its outcome was decided minus wall_s "
+                  "(a multirun's order of runs, blocks interleaved, shows in runs.csv)",
     "throughput_samples_per_s": "all workers' trained samples / the longest worker's training time: its wall time "
                                 "from the start of its first step to the end of its last (which holds its last "
                                 "communication, e.g. a final averaging round), minus its pauses to save weights for "
@@ -250,6 +252,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "data_is_synthetic": config["data"]["name"] == "synthetic",
         "network_scope": "per-peer namespace" if run.network.exists()
                          else "host-wide (shared by all peers, not attributable to one)",
+        "started_at": outcome.ended_at - outcome.wall_s,
         "wall_s": outcome.wall_s,
         "total_samples": total_samples,
         "throughput_samples_per_s": total_samples / longest if longest else None,

@@ -53,6 +53,8 @@ BAD_INPUT = [
     ("lr=0", "lr must be > 0"),
     ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
     ("device=tpu", "device must be one of auto, cpu, cuda, got tpu"),
+    ("repeats=0", "repeats must be an integer >= 1, got 0"),
+    ("report.equivalence_margin=1.5", "report.equivalence_margin must be a fraction in (0, 1), got 1.5"),
 ]
 
 
@@ -145,3 +147,10 @@ def test_run_dir_of_an_earlier_run_is_refused(tmp_path):
 def test_unknown_key_is_rejected_with_exit_2():
     result = cli("no_such_knob=3")
     assert result.returncode == 2 and "no_such_knob" in result.stderr
+
+
+def test_multiruns_go_through_the_block_sweeper_also_on_slurm():
+    for preset in ([], ["experiment=slurm"]):
+        sweeper = compose_config(*preset, return_hydra_config=True).hydra.sweeper
+        assert sweeper._target_ == "hydra_plugins.avgbench_sweeper.BlockSweeper"
+    assert sweeper.job_subdir == "block{block}/{name}/node{env:SLURM_NODEID,0}"  # each node its own folder

@@ -35,10 +35,11 @@ def test_hivemind_preset_keeps_total_cpus_and_floors_target():
 @pytest.mark.integration
 @pytest.mark.parametrize("preset, narrowing, runs", [
     # two single-process runs: they are baselines themselves, the sweep adds none
-    ("thesis_baseline", ["scale=0.001", "batch_size=32,64", "lr=0.01", "seed=1"],
+    ("thesis_baseline", ["scale=0.001", "batch_size=32,64", "lr=0.01", "repeats=1"],
      [("single", "1", "1"), ("single", "1", "1")]),
     # one hivemind run of 2 peers x 8 CPUs; the sweep adds its equal-resource baseline and one peer of 8 CPUs
-    ("thesis_hivemind", ["scale=0.0005", "peers=2", "target_batch_base=625", "hivemind.use_local_updates=false"],
+    ("thesis_hivemind", ["scale=0.0005", "peers=2", "target_batch_base=625", "hivemind.use_local_updates=false",
+                         "repeats=1"],
      [("hivemind", "2", "8"), ("single", "2", "8"), ("single", "1", "8")]),
 ])
 @pytest.mark.timeout(400)

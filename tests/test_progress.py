@@ -82,7 +82,7 @@ def test_terminal_shows_a_bar_that_fits_its_width(tmp_path):
 @pytest.mark.integration
 def test_pipe_gets_plain_lines_with_the_job_in_the_sweep(tmp_path):
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(ROOT / "train.py"), "-m", "seed=1,2", f"hydra.sweep.dir={sweep}", *QUICK,
+    command = [sys.executable, str(ROOT / "train.py"), "-m", "seed=1,2", "repeats=1", f"hydra.sweep.dir={sweep}", *QUICK,
                *SHORT_RUN, "progress_interval_s=0.5"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
@@ -93,7 +93,8 @@ def test_pipe_gets_plain_lines_with_the_job_in_the_sweep(tmp_path):
         figures = [FIGURES.fullmatch(line.removeprefix(prefix)) for line in lines]
         assert lines and all(figures), result.stderr
         assert any(int(f[1]) < STEPS for f in figures)  # printed while the run went on, not only at its end
-        run_dir = next(sweep.glob(f"{number - 1}_*"))
+        job = json.loads((sweep / ".avgbench" / "sweep.json").read_text())["jobs"][number - 1]
+        run_dir = sweep / next(o for o in job if o.startswith("hydra.sweep.subdir")).split("'")[1]
         assert_shows(figures[-1], expected_end(run_dir))
 
 

@@ -17,7 +17,7 @@ S = TINY_DIGITS_BYTES  # 39912
 
 def summaries(sweep_dir: Path) -> dict:
     found = {}
-    for path in sweep_dir.glob("*/summary.json"):
+    for path in sweep_dir.rglob("summary.json"):
         summary = json.loads(path.read_text())
         found[summary["config"]["strategy"]["name"]] = summary
     return found
@@ -27,7 +27,7 @@ def summaries(sweep_dir: Path) -> dict:
 def test_bytes_per_step_match_theory(tmp_path):
     command = train_command(tmp_path / "unused", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                             "strategy=ps,stepwise,allreduce", f"peers={PEERS}", "max_steps=8", "eval_every=0",
-                            "report.baselines=off")
+                            "report.baselines=off", "repeats=1")
     command.insert(2, "--multirun")  # one Hydra process runs the three jobs (and no baselines)
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=260, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr

@@ -27,10 +27,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]  # the first te
 
 @pytest.fixture(scope="module")
 def multirun(tmp_path_factory):
-    """single and allreduce, two seeds each: a report with repeats."""
+    """single and allreduce in two blocks (seeds 1 and 2): a report with paired repeats."""
     sweep = tmp_path_factory.mktemp("multirun")
     result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", "strategy=single,allreduce", "peers=1", "seed=1,2",
+        [sys.executable, str(ROOT / "train.py"), "-m", "strategy=single,allreduce", "peers=1", "seed=1", "repeats=2",
          "max_steps=6", "eval_every=3", f"hydra.sweep.dir={sweep}", *QUICK],
         cwd=ROOT, capture_output=True, text=True, timeout=500, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
@@ -65,6 +65,10 @@ def full_report(multirun, scaling, tmp_path_factory):
     result = run_cli(multirun[0], *scaling, "-o", out)
     assert result.returncode == 0, result.stderr
     return out
+
+
+def run_dirs(sweep) -> list[Path]:
+    return sorted(p.parent for p in sweep.rglob("summary.json"))
 
 
 def runs_under(*dirs) -> list[Run]:
@@ -178,8 +182,8 @@ def test_report_fits_a_1280_px_window_in_headless_chromium(full_report, tmp_path
 
 def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling, full_report):
     stepwise, single_2cpu = scaling
-    single_1cpu = [d for d in sorted(multirun[0].iterdir()) if d.name.endswith("strategy=single")]
-    allreduce = [d for d in sorted(multirun[0].iterdir()) if d.name.endswith("strategy=allreduce")]
+    single_1cpu = [d for d in run_dirs(multirun[0]) if d.name == "strategy=single"]
+    allreduce = [d for d in run_dirs(multirun[0]) if d.name == "strategy=allreduce"]
     throughput = {label: statistics.fmean(summary_of(d)["throughput_samples_per_s"] for d in dirs)
                   for label, dirs in (("single 1×1cpu", single_1cpu), ("allreduce 1×1cpu", allreduce),
                                       ("stepwise 2×1cpu", [stepwise]), ("single 1×2cpu", [single_2cpu]))}
@@ -190,10 +194,11 @@ def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling,
     assert all("⚠ target (test_accuracy ≥ 0.95) not reached" in sentence for sentence in entries.values())
 
     sentence = entries["stepwise 2×1cpu"]
-    speedup = throughput["stepwise 2×1cpu"] / throughput["single 1×2cpu"]
-    assert f"{speedup:.2f}× single 1×2cpu (the equal-resource baseline, 2 CPUs)" in sentence
-    efficiency = throughput["stepwise 2×1cpu"] / (2 * throughput["single 1×1cpu"])
-    assert f"scaling efficiency {efficiency:.2f} (vs 2 × single 1×1cpu)" in sentence
+    speedup = throughput["stepwise 2×1cpu"] / throughput["single 1×2cpu"]  # two runs outside blocks: one pair
+    assert (f"speedup {speedup:.2f}× (1 block, no interval) vs single 1×2cpu (the equal-resource baseline, 2 CPUs); "
+            "its throughput speedup over single 1×2cpu is") in sentence and "so this is no result" in sentence
+    # the 1-CPU runs ran in the multirun's blocks, stepwise outside them: no pair, no ratio
+    assert "scaling efficiency n/a (no paired block) (vs 2 × single 1×1cpu)" in sentence
     worst = min(read_jsonl(p)[-1]["test_accuracy"] for p in stepwise.glob("peer*/eval.jsonl"))
     assert f"worst worker {worst:.3f}" in sentence
     summary = summary_of(stepwise)
@@ -207,7 +212,10 @@ def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling,
 
     assert "1.00× single 1×1cpu" not in entries["single 1×1cpu"]
     assert "is the equal-resource baseline (1 CPU)" in entries["single 1×1cpu"]
-    assert f"{throughput['allreduce 1×1cpu'] / throughput['single 1×1cpu']:.2f}× single 1×1cpu" in \
+    by_block = {(summary_of(d)["config"]["strategy"]["name"], summary_of(d)["config"]["block"]):
+                summary_of(d)["throughput_samples_per_s"] for d in single_1cpu + allreduce}
+    paired = statistics.geometric_mean([by_block["allreduce", b] / by_block["single", b] for b in (0, 1)])
+    assert f"speedup {paired:.2f}× [" in entries["allreduce 1×1cpu"] and "(2 blocks) vs single 1×1cpu" in \
         entries["allreduce 1×1cpu"]
     for label in ("single 1×1cpu", "allreduce 1×1cpu", "single 1×2cpu"):
         assert "unequal length: 192 samples trained, 384 in the longest configuration" in entries[label]
@@ -245,7 +253,7 @@ def test_missing_baseline_is_named_with_the_command_that_makes_it(multirun, scal
 def test_labels_name_only_what_differs(multirun):
     from metrics.report_data import label_groups
 
-    run = load_run(next(p for p in sorted(multirun[0].iterdir()) if (p / "summary.json").exists()))
+    run = load_run(run_dirs(multirun[0])[0])
 
     def variant(strategy, peers=1, peer_cpus=1, knobs=None, from_ring_sweep=False, **config):
         summary = copy.deepcopy(run.summary)
@@ -310,8 +318,7 @@ def test_convergence_band_is_the_spread_of_the_workers(scaling):
 
 def test_cli_rebuilds_from_directories(multirun, tmp_path):
     sweep, _ = multirun
-    run_dirs = sorted(p for p in sweep.iterdir() if (p / "summary.json").exists())
-    result = run_cli(*run_dirs, "-o", tmp_path / "out")
+    result = run_cli(*run_dirs(sweep), "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert all((tmp_path / "out" / name).exists() for name in REPORT_FILES)
     assert len(read_csv(tmp_path / "out" / "runs.csv")) == 4
@@ -359,7 +366,7 @@ def test_runs_of_different_datasets_are_not_ranked_together(multirun, other_runs
 
 
 def test_repeats_are_grouped_by_everything_but_seed(multirun):
-    runs = [load_run(p) for p in sorted(multirun[0].iterdir()) if (p / "summary.json").exists()]
+    runs = [load_run(p) for p in run_dirs(multirun[0])]
     groups = group_runs(runs)
     assert sorted((g.first.strategy, g.seeds()) for g in groups) == [("allreduce", [1, 2]), ("single", [1, 2])]
 
@@ -398,7 +405,7 @@ def test_strategy_summary_figures_of_any_strategy(multirun):
     """Figures a strategy reports in result.json (peers[*].result.strategy) reach the tables, whatever their names."""
     from metrics.report_tables import failures_table, strategy_table
 
-    run = load_run(next(p for p in sorted(multirun[0].iterdir()) if (p / "summary.json").exists()))
+    run = load_run(run_dirs(multirun[0])[0])
     for rank, peer in enumerate(run.summary["peers"]):
         peer["result"]["strategy"] = {"rounds": {"ok": 9 + rank, "failed": 1}, "group": "a"}
     assert run.strategy_figures() == {"rounds.ok": 9.0, "rounds.failed": 1.0, "group": "a"}
