@@ -64,12 +64,14 @@ PartitionName={NODE} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """
 
 
-def processes_of_cluster(conf: Path) -> list[psutil.Process]:
-    """The daemons, slurmstepd and every job process: they all carry SLURM_CONF=conf in their environment."""
+def processes_of_cluster(top: Path) -> list[psutil.Process]:
+    """The daemons and every job process (they carry SLURM_CONF=top/slurm.conf in their environment), and each
+    job step's slurmstepd (its environment is empty; its socket is in top/spool)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and proc.environ().get("SLURM_CONF") == str(conf):
+            if proc.pid != os.getpid() and (proc.environ().get("SLURM_CONF") == str(top / "slurm.conf") or any(
+                    c.laddr.startswith(f"{top}/") for c in proc.net_connections(kind="unix"))):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -114,8 +116,9 @@ def slurm_cluster():
         yield env
     finally:
         subprocess.run(["scancel", f"--partition={NODE}"], env=env, capture_output=True, timeout=30)
-        wait_until(lambda: not [p for p in processes_of_cluster(conf) if "slurmstepd" in p.name()], 15, 0.5)
-        kill_processes(processes_of_cluster(conf), grace_s=10)
+        # the steps end first: a slurmstepd whose slurmd is gone waits for it
+        wait_until(lambda: not [p for p in processes_of_cluster(top) if p.name().startswith("slurmstepd")], 20, 0.5)
+        kill_processes(processes_of_cluster(top), grace_s=10)
         shutil.rmtree(top, ignore_errors=True)
 
 
