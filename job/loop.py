@@ -6,8 +6,8 @@
     opt_s      the optimizer update (the strategy measures it)
     comm_s     exposed communication = step wall - data - compute - opt
 
-A strategy that communicates during backward (gradient_ready, DDP buckets) hides that
-time inside backward's span; what backward then waits for at its end, and whatever
+A strategy that communicates during backward (its own gradient hooks, DDP buckets) hides
+that time inside backward's span; what backward then waits for at its end, and whatever
 step() spends beyond the update, is exposed communication. On a GPU the step's phase
 boundaries are synchronised (job/device.py), so queued kernels land in their own phase.
 """
@@ -41,10 +41,9 @@ def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = 
 
 
 class GradientClock:
-    """Tells the strategy when each gradient is ready, and remembers when the last one was."""
+    """Remembers when the last gradient of backward was accumulated."""
 
-    def __init__(self, params, strategy, device: PeerDevice):
-        self.strategy = strategy
+    def __init__(self, params, device: PeerDevice):
         self.last_ready = 0.0
         self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
             if device.is_cuda else None  # (start of compute, last gradient) on the compute stream
@@ -59,7 +58,6 @@ class GradientClock:
         self.last_ready = time.perf_counter()
         if self.events:
             self.events[1].record()
-        self.strategy.gradient_ready(param)
 
     def compute_s(self, started: float) -> float:
         """Forward and backward up to the last gradient; call after the step is synchronised."""
@@ -79,7 +77,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     sampler = ShardSampler(len(splits.train), rank, workers, cfg.seed)
     stream = batches(splits.train, sampler, batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
-    clock = GradientClock(model.parameters(), strategy, device)
+    clock = GradientClock(model.parameters(), device)
     start = time.perf_counter()
     eval_total = 0.0
     samples = 0
@@ -122,6 +120,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
                      comm_s=max(0.0, (t_end - t1) - compute_s - report.opt_s),
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round,
                      **({} if report.done is None else {"done": report.done}),
+                     **({} if report.link_s is None else {"link_s": report.link_s}),
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
                 run_eval(step)

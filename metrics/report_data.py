@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from metrics.jsonl import read_jsonl
+from metrics.rundir import RunDir, run_dirs_under, started_runs_under
 
 NOT_CONFIGURATION = ("seed", "progress", "progress_interval_s", "report.")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
@@ -116,19 +117,18 @@ def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
     """Run directories (holding summary.json) under dirs, and those started but without a summary."""
     runs, incomplete = set(), set()
     for top in dirs:
-        runs.update(p.parent for p in top.rglob("summary.json"))
-        incomplete.update(p.parent.parent for p in top.rglob(".avgbench/config.yaml"))
+        runs.update(run_dirs_under(top))
+        incomplete.update(started_runs_under(top))
     return sorted(runs), sorted(incomplete - runs)
 
 
 def load_run(path: Path) -> Run:
-    summary = json.loads((path / "summary.json").read_text())
+    run = RunDir(path)
+    summary = json.loads(run.summary.read_text())
     missing = [k for k in REQUIRED_CONFIG if k not in flatten(summary.get("config") or {})]
     if missing:
         raise ValueError(f"its config lacks {', '.join(missing)}")
-    peer_dirs = sorted(path.glob("peer*"), key=lambda p: int(p.name.removeprefix("peer")))
-    peers = [PeerLogs(int(d.name.removeprefix("peer")), read_jsonl(d / "steps.jsonl"),
-                      read_jsonl(d / "eval.jsonl"), read_jsonl(d / "resources.jsonl")) for d in peer_dirs]
+    peers = [PeerLogs(d.rank, read_jsonl(d.steps), read_jsonl(d.evals), read_jsonl(d.resources)) for d in run.peers()]
     return Run(path, summary, peers)
 
 

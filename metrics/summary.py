@@ -115,9 +115,11 @@ def worker_accuracy(evals_by_rank: dict[int, list[dict]], target: dict) -> dict:
 
 
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False) -> dict:
-    """knobs, bound (a function of metrics.bounds.Round), bound_formula and is_baseline (a
-    single-process run that others are compared with) come from the run's strategy."""
+                  bound_formula: str | None = None, is_baseline: bool = False,
+                  failure_counters: tuple[str, ...] = ()) -> dict:
+    """knobs, bound (a function of metrics.bounds.Round), bound_formula, is_baseline (a
+    single-process run that others are compared with) and failure_counters (the keys of its peers'
+    figures that count failures) come from the run's strategy."""
     peers = run.peers()
     figures = [peer_figures(p) for p in peers]
     worker_dirs = [p for p in peers if p.steps.exists()]
@@ -146,6 +148,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "config": config,
         "strategy_knobs": knobs or {},
         "is_baseline": is_baseline,
+        "failure_counters": list(failure_counters),
         "workers": len(workers),
         "device": device_of(config, workers),
         "data_is_synthetic": config["data"]["name"] == "synthetic",
@@ -171,7 +174,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
 
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False) -> dict:
-    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline)
+                  bound_formula: str | None = None, is_baseline: bool = False,
+                  failure_counters: tuple[str, ...] = ()) -> dict:
+    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, failure_counters)
     run.summary.write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -89,7 +89,7 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
         sent = ring_allreduce_bytes(self.round_bytes, self.ctx.world_size)
         self.round_bytes, self.first_bucket_at = 0, None
         return StepReport(opt_s=self.timed_optimizer_step(), bytes_sent=sent, bytes_recv=sent,
-                          extra={"link_s": link_s})
+                          link_s=link_s)
 
     def _flat_allreduce_step(self) -> StepReport:
         self.fill_missing_grads()

@@ -182,6 +182,8 @@ class Ring(RingAllReduceRounds, Strategy):
             hvd.broadcast_optimizer_state(wrapped, root_rank=0)
         super().setup(model, wrapped)
         params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:  # runs as the gradient is accumulated, just before Horovod's own hook hands it over
+            p.register_post_accumulate_grad_hook(self._gradient_ready)
         self.gradient_bytes = sum(p.numel() * (2 if fp16 and p.is_floating_point() else p.element_size())
                                   for p in params)
         self.wire_bytes = ring_allreduce_bytes(self.gradient_bytes, self.ctx.world_size)
@@ -192,8 +194,8 @@ class Ring(RingAllReduceRounds, Strategy):
     gradient_bytes = wire_bytes = None
     first_gradient_at: float | None = None
 
-    def gradient_ready(self, param) -> None:
-        if self.first_gradient_at is None:  # Horovod starts this gradient's all-reduce now
+    def _gradient_ready(self, param) -> None:
+        if self.first_gradient_at is None:  # Horovod's hook starts this gradient's all-reduce next
             self.first_gradient_at = time.perf_counter()
 
     def zero_grad(self) -> None:
@@ -215,7 +217,7 @@ class Ring(RingAllReduceRounds, Strategy):
         with self.optimizer.skip_synchronize():
             opt_s = self.timed_optimizer_step()
         return StepReport(opt_s=opt_s, bytes_sent=self.wire_bytes, bytes_recv=self.wire_bytes,
-                          extra={"link_s": link_s})
+                          link_s=link_s)
 
     def wait_for_allreduces(self) -> None:
         """Wait for the all-reduces that backward started, within timeouts.collective_s."""

@@ -103,6 +103,8 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 
 
 class Stepwise(TransportStrategy):
+    summed_counters = ("rounds", "rounds_with_full_average")
+
     @classmethod
     def link_bound(cls, r):
         """One pass: S/B·(1 + (N-2)/c); with second_pass: max(2S/B, S/B·(1 + (2N-3)/c)).

@@ -7,7 +7,7 @@ import pytest
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from helpers import cli, compose_config
+from helpers import cli, compose_config, strategy_names
 from job.errors import ConfigError
 from launchers.config import check_overrides, group_options, validate
 
@@ -36,7 +36,7 @@ def test_every_group_option_composes(group):
         assert cfg[group] is not None
 
 
-@pytest.mark.parametrize("strategy", ["single", "allreduce", "ps", "stepwise", "ring", "hivemind"])
+@pytest.mark.parametrize("strategy", strategy_names())
 def test_every_strategy_validates_with_two_peers(strategy):
     validate(compose_config(f"strategy={strategy}", "peers=2"))  # single peers=2: the equal-resource baseline
 
