@@ -1,6 +1,6 @@
 """Collective (link) efficiency: the link's lower bound / the measured communication per averaging round.
 
-Each strategy trains `steps` steps of the payload model (model=mlp, width set below)
+Each averaging strategy of conf/strategy/ trains `steps` steps of the payload model (model=mlp, width set below)
 with every process on its own emulated host (network=emulated) behind a token-bucket
 link of `rate` Mbit/s. The summary's network.efficiency gives sum(bound) / sum(measured)
 over the rounds; each strategy states its bound in its own link_bound (ring and allreduce
@@ -12,15 +12,13 @@ stepwise and allreduce; no efficiency can exceed 1.
 """
 import statistics
 
-from bench.jobs import summary_of
+from bench.jobs import averaging_strategies, summary_of
 
-STRATEGIES = {
-    "ps": ["strategy=ps"],
-    "stepwise": ["strategy=stepwise"],
-    "allreduce": ["strategy=allreduce"],
-    "ring": ["strategy=ring", "ring.controller=mpi"],
-    "hivemind": ["strategy=hivemind", "hivemind.target_batch_size=64", "hivemind.delay_state_averaging=false"],
-}
+# every averaging strategy of conf/strategy/, some with settings of this benchmark
+STRATEGIES = averaging_strategies(tweaks={
+    "ring": ["ring.controller=mpi"],
+    "hivemind": ["hivemind.target_batch_size=64", "hivemind.delay_state_averaging=false"],
+})
 
 
 def measure(strategy: str, peers: int, rate: int, width: int, steps: int) -> dict:

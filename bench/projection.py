@@ -1,7 +1,7 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate.
 
-For each link rate and strategy (ps, stepwise, allreduce = DDP over gloo, ring = Horovod with
-the MPI controller), `steps` steps of the payload model (model=mlp, its width set per rate so
+For each link rate and averaging strategy of conf/strategy/ (allreduce = DDP over gloo, ring =
+Horovod with the MPI controller; not hivemind, whose rounds wait for matchmaking), `steps` steps of the payload model (model=mlp, its width set per rate so
 that S/beta is 0.3-0.4 s) run at N = 2, 4, 8, every process on its own emulated host
 (network=emulated, tc tbf links). The N=2 run calibrates: metrics.project.measure takes its
 compute per step and S (its payload through the strategy's payload relation), not its
@@ -22,15 +22,11 @@ import subprocess
 import sys
 import time
 
-from bench.jobs import train
+from bench.jobs import averaging_strategies, train
 from metrics.project import Link, measure
 
-STRATEGIES = {
-    "ps": ["strategy=ps"],
-    "stepwise": ["strategy=stepwise"],
-    "allreduce": ["strategy=allreduce"],
-    "ring": ["strategy=ring", "ring.controller=mpi"],
-}
+STRATEGIES = averaging_strategies(tweaks={"ring": ["ring.controller=mpi"]}, skip={
+    "hivemind": "its rounds wait for matchmaking (hivemind.matchmaking_time), not for the link"})
 WIDTHS = {20: 320, 100: 864, 1000: 1728}  # S = 0.75, 3.9, 13.8 MB (float32 gradients of model=mlp)
 LINK_BOUND = 0.85  # share of the rate each of N concurrent probe streams must get for a case to test the link
 PROBE_PORT = 5001
