@@ -2,8 +2,8 @@
 
 Every multi-peer run is compared with baselines of the same resources (metrics.report_data:
 `strategy=single` with the same peers and peer_cpus, and one peer with peer_cpus for scaling
-efficiency). Those the sweep lacks are run here, into SWEEP_DIR/baseline_<peers>x<cpus>,
-unless `report.baselines=off`. Hydra calls this (hydra.callbacks.report in conf/config.yaml).
+efficiency). Those the sweep lacks are run here, into SWEEP_DIR/baseline_<peers>x<cpus> (followed by
+the settings that tell baselines of one shape apart, e.g. _optim=adamw), unless `report.baselines=off`. Hydra calls this (hydra.callbacks.report in conf/config.yaml).
 """
 import subprocess
 import sys
@@ -18,10 +18,20 @@ from metrics.report_data import find_runs, load_run, missing_baselines
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def baseline_names(missing: list[dict]) -> list[str]:
+    """baseline_<peers>x<cpus> for each baseline's overrides, followed by the settings in which baselines differ
+    (e.g. _optim=adamw), so that two of one shape get two directories."""
+    apart = [k for k in dict.fromkeys(k for o in missing for k in o)
+             if k not in ("peers", "peer_cpus") and len({str(o.get(k)) for o in missing}) > 1]
+    return ["".join([f"baseline_{o['peers']}x{o['peer_cpus']}", *(f"_{k}={o[k]}" for k in apart if k in o)])
+            for o in missing]
+
+
 def run_baselines(sweep_dir: Path) -> None:
     runs = [load_run(path) for path in find_runs([sweep_dir])[0]]
-    for overrides in missing_baselines(runs):
-        run_dir = sweep_dir / f"baseline_{overrides['peers']}x{overrides['peer_cpus']}"
+    missing = missing_baselines(runs)
+    for overrides, name in zip(missing, baseline_names(missing)):
+        run_dir = sweep_dir / name
         command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}",
                    *(f"{key}={value}" for key, value in overrides.items())]
         print(f"avgbench: equal-resource baseline for the report: {' '.join(command[1:])}", flush=True)
