@@ -61,6 +61,22 @@ def test_bad_input_is_a_config_error(override, message):
     assert message in rejected(override)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (("strategy=diloco", "diloco.inner_steps=0"), "diloco.inner_steps must be >= 1, got 0"),
+    (("strategy=diloco", "diloco.outer_lr=0"), "diloco.outer_lr must be > 0, got 0"),
+    (("strategy=diloco", "diloco.outer_momentum=1"), "diloco.outer_momentum must be in [0, 1), got 1"),
+])
+def test_bad_strategy_knobs_are_config_errors(overrides, message):
+    assert message in rejected(*overrides, "peers=2")
+
+
+def test_diloco_trains_with_adamw_unless_told_otherwise():
+    """The preset picks the inner optimizer through the optim group, so the one-process baseline can share it."""
+    assert compose_config("strategy=diloco").optim.name == "adamw"
+    assert compose_config("strategy=diloco", "optim=sgd").optim.name == "sgd"
+    assert compose_config("strategy=allreduce").optim.name == "sgd"
+
+
 def test_hivemind_target_batch_below_the_batch_size():
     message = rejected("strategy=hivemind", "peers=2", "batch_size=64", "hivemind.target_batch_size=32")
     assert message == "hivemind.target_batch_size=32 is smaller than batch_size=64"
