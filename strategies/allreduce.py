@@ -56,15 +56,29 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
         from torch.nn.parallel import DistributedDataParallel
 
         self.ddp = DistributedDataParallel(model, device_ids=[self.device.device] if self.device.is_cuda else None,
-                                           bucket_cap_mb=float(self.cfg.allreduce.bucket_cap_mb),
+                                           bucket_cap_mb=float(self.knobs(self.cfg)["bucket_cap_mb"]),
                                            broadcast_buffers=False)
-        self.ddp.register_comm_hook(state=None, hook=self._counted_allreduce)
+        self.ddp.register_comm_hook(state=self.hook_state(), hook=self._counted_allreduce)
         return self.ddp
 
-    def _counted_allreduce(self, state, bucket):
-        """DDP's default all-reduce of one bucket, with its payload and timing recorded."""
+    def hook_state(self):
+        """The state DDP hands to bucket_hook."""
+        return None
+
+    def bucket_hook(self, state, bucket):
+        """What DDP does with a bucket of gradients: its default all-reduce (divide by N, sum)."""
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
+        return allreduce_hook(state, bucket)
+
+    def bucket_communicates(self, state) -> bool:
+        """Whether bucket_hook sends this bucket (its payload and timing are then recorded)."""
+        return True
+
+    def _counted_allreduce(self, state, bucket):
+        """bucket_hook on one bucket, with its payload and timing recorded when it communicates."""
+        if not self.bucket_communicates(state):
+            return self.bucket_hook(state, bucket)
         if self.first_bucket_at is None:
             self.first_bucket_at = time.perf_counter()
         self.round_bytes += payload_bytes(bucket.buffer())
@@ -80,11 +94,15 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
                                        "a peer stalled or died") from exc
                 raise
 
-        return allreduce_hook(state, bucket).then(done)
+        return self.bucket_hook(state, bucket).then(done)
 
     def step(self, samples: int) -> StepReport:
         if not self.uses_ddp:
             return self._flat_allreduce_step()
+        return self._ddp_step()
+
+    def _ddp_step(self) -> StepReport:
+        """The update after DDP all-reduced this step's gradients during backward."""
         link_s = self.last_bucket_done_at - self.first_bucket_at
         sent = ring_allreduce_bytes(self.round_bytes, self.ctx.world_size)
         self.round_bytes, self.first_bucket_at = 0, None

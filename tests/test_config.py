@@ -65,6 +65,9 @@ def test_bad_input_is_a_config_error(override, message):
     (("strategy=diloco", "diloco.inner_steps=0"), "diloco.inner_steps must be >= 1, got 0"),
     (("strategy=diloco", "diloco.outer_lr=0"), "diloco.outer_lr must be > 0, got 0"),
     (("strategy=diloco", "diloco.outer_momentum=1"), "diloco.outer_momentum must be in [0, 1), got 1"),
+    (("strategy=localsgd", "localsgd.every=0"), "localsgd.every must be >= 1, got 0"),
+    (("strategy=localsgd", "localsgd.warmup_steps=-1"), "localsgd.warmup_steps must be >= 0, got -1"),
+    (("strategy=localsgd", "transport=mpi"), "transport=mpi is not supported, use transport=gloo"),
 ])
 def test_bad_strategy_knobs_are_config_errors(overrides, message):
     assert message in rejected(*overrides, "peers=2")
