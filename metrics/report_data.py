@@ -203,6 +203,8 @@ def label_groups(groups: list[Group]) -> None:
     knob_names = {k for g in groups for k in flatten(g.first.knobs)}
     others = differing(flats, sorted({k for f in flats for k in f if k not in knob_names
                                       and not k.startswith((*NOT_A_LABEL, *STRATEGY_BLOCKS))}))
+    chosen = {k.removesuffix(".name") for k in others if k.count(".") == 1 and k.endswith(".name")}
+    others = [k for k in others if k.split(".")[0] not in chosen or k.endswith(".name")]  # optim=adamw says it all
     shapes_differ = len({g.first.shape for g in groups}) > 1
     seen: dict[str, int] = {}
     for index, (group, flat) in enumerate(zip(groups, flats)):
@@ -210,7 +212,8 @@ def label_groups(groups: list[Group]) -> None:
         knobs = flatten(run.knobs)
         changed = differing([flatten(g.first.knobs) for g in groups if g.first.strategy == run.strategy], sorted(knobs))
         name = run.strategy + (f"({','.join(f'{k}={show(knobs[k])}' for k in changed)})" if changed else "")
-        rest = "".join(f" {k}={show(flat.get(k))}" for k in others) + fault_label(run.config.get("fault") or {})
+        rest = "".join(f" {k.removesuffix('.name') if k.split('.')[0] in chosen else k}={show(flat.get(k))}"
+                       for k in others) + fault_label(run.config.get("fault") or {})
         shape = " {}×{}cpu".format(*run.shape) if shapes_differ else ""
         label = name + shape + rest
         seen[label] = seen.get(label, 0) + 1

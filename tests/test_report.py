@@ -272,6 +272,9 @@ def test_labels_name_only_what_differs(multirun):
     assert labels(variant("allreduce", lr=0.1), variant("allreduce", lr=0.01)) == ["allreduce lr=0.1",
                                                                                   "allreduce lr=0.01"]
     assert labels(variant("single"), variant("allreduce", from_ring_sweep=True)) == ["single", "allreduce"]
+    sgd, adamw = {"name": "sgd", "momentum": 0.9}, {"name": "adamw", "betas": [0.9, 0.999]}
+    assert labels(variant("single", optim=sgd), variant("single", optim=adamw, lr=0.001)) == \
+        ["single lr=0.01 optim=sgd", "single lr=0.001 optim=adamw"]  # the optimizer's name, not its every setting
 
 
 def test_caveats_stand_beside_the_row_they_concern(scaling):
