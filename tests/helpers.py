@@ -114,6 +114,18 @@ def param_digests(run_dir: Path, ranks) -> list[str]:
     return [r["param_sha256"] for r in results(run_dir, ranks)]
 
 
+def run_two_peers_that_learn_and_agree(run_dir: Path, *overrides: str) -> dict:
+    """A run of two peers that ends with equal parameters on both and the worst worker's accuracy at least 0.6
+    (10 classes: chance is 0.1); its summary."""
+    result = run_train(run_dir, "peers=2", "eval_every=0", *overrides)
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["accuracy_by_worker"]["worst"] >= 0.6, summary["accuracy_by_worker"]
+    digests = param_digests(run_dir, (0, 1))
+    assert digests[0] == digests[1]
+    return summary
+
+
 # --- config without a process ---------------------------------------------------------
 def compose_config(*overrides: str, return_hydra_config: bool = False):
     """The config train.py would compose for these overrides (in this process, no run)."""
