@@ -249,10 +249,12 @@ def sections_of(groups: list[Group]) -> list[Section]:
 # Baselines: single-process runs on the same job that the others are measured against.
 
 def is_baseline_candidate(candidate: Group, run: Run) -> bool:
-    """A completed single-process group on the same data, model and batch size per peer."""
+    """A completed single-process group on the same data, model, batch size per peer and optimizer (its `optim`
+    block: a strategy whose preset picks another optimizer, e.g. diloco's AdamW, is compared with a process that
+    trains with it too)."""
     first = candidate.first
-    return (first.is_baseline and first.dataset == run.dataset
-            and first.config["batch_size"] == run.config["batch_size"] and bool(candidate.values(completed_throughput)))
+    return (first.is_baseline and first.dataset == run.dataset and first.config["batch_size"] == run.config["batch_size"]
+            and first.config.get("optim") == run.config.get("optim") and bool(candidate.values(completed_throughput)))
 
 
 def closest(candidates: list[Group], run: Run) -> Group | None:
