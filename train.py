@@ -71,8 +71,9 @@ def run(cfg) -> int:
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
     summary = write_summary(run, asked, outcome, knobs, strategy.link_bound, strategy.bound_formula(),
-                            strategy.is_baseline, strategy.rounds_overlap(knobs), shape, lock)
-    print_result(run.path, summary, outcome)
+                            strategy.is_baseline, strategy.rounds_overlap(knobs), strategy.failure_counters,
+                            shape, lock)
+    print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
     return outcome.exit_code
@@ -102,11 +103,9 @@ def record_dilation(run: RunDir, cfg, checked: float) -> None:
                                         "scaled": scaled}, indent=1))
 
 
-COUNTER_WORDS = ("round", "fail", "download", "lost", "local_gradients", "group", "out_of_sync")
-
-
-def print_result(run_dir: Path, summary: dict, outcome) -> None:
-    """What the run measured, in a few lines (every figure is defined in summary.json's methods)."""
+def print_result(run_dir: Path, summary: dict, outcome, counted: tuple[str, ...]) -> None:
+    """What the run measured, in a few lines (every figure is defined in summary.json's methods); `counted`:
+    the keys of the strategy's peer figures it sums over peers (its declared counters)."""
     if outcome.status != "completed":
         print(f"avgbench: run {outcome.status}: {outcome.error}", file=sys.stderr)
         print(f"avgbench: metrics so far are in {run_dir}", file=sys.stderr)
@@ -122,12 +121,12 @@ def print_result(run_dir: Path, summary: dict, outcome) -> None:
     print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in share.items())} "
           f"(comm = exposed communication); payload {(summary['bytes_sent_per_sample'] or 0) / 1024:.1f} KiB "
           f"sent per sample")
-    counters = {}
+    counters = dict.fromkeys(counted, 0)
     for peer in summary["peers"]:
-        for key, value in ((peer.get("result") or {}).get("strategy") or {}).items():
-            if isinstance(value, int) and not isinstance(value, bool) and any(w in key for w in COUNTER_WORDS):
-                counters[key] = counters.get(key, 0) + value
-    shown = {k: v for k, v in sorted(counters.items()) if v or "fail" in k}
+        figures = (peer.get("result") or {}).get("strategy") or {}
+        for key in counters:
+            counters[key] += figures.get(key) or 0
+    shown = {k: v for k, v in counters.items() if v or k in summary["failure_counters"]}
     if shown:
         print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     if outcome.lost_peers:

@@ -1,6 +1,6 @@
 """Collective (link) efficiency: the link floor / the measured link time (metrics/bounds.py).
 
-Each strategy trains `steps` steps of the payload model (model=mlp, width set below)
+Each averaging strategy of conf/strategy/ trains `steps` steps of the payload model (model=mlp, width set below)
 with every process on its own emulated host (network=emulated) behind a token-bucket
 link of `rate` Mbit/s. The summary's network.efficiency: the floor of a round is the
 busiest link's counted bytes in one direction / its rate; synchronous rounds (allreduce,
@@ -12,15 +12,13 @@ MPI controller. The isolated-round latency formula of each strategy is recorded 
 """
 import statistics
 
-from bench.jobs import summary_of
+from bench.jobs import averaging_strategies, summary_of
 
-STRATEGIES = {
-    "ps": ["strategy=ps"],
-    "stepwise": ["strategy=stepwise"],
-    "allreduce": ["strategy=allreduce"],
-    "ring": ["strategy=ring", "ring.controller=mpi"],
-    "hivemind": ["strategy=hivemind", "hivemind.target_batch_size=64", "hivemind.delay_state_averaging=false"],
-}
+# every averaging strategy of conf/strategy/, some with settings of this benchmark
+STRATEGIES = averaging_strategies(tweaks={
+    "ring": ["ring.controller=mpi"],
+    "hivemind": ["hivemind.target_batch_size=64", "hivemind.delay_state_averaging=false"],
+})
 
 
 def measure(strategy: str, peers: int, rate: int, width: int, steps: int) -> dict:

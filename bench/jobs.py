@@ -11,6 +11,22 @@ from metrics.rundir import RunDir
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def averaging_strategies(tweaks: dict[str, list[str]] | None = None,
+                         skip: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """Every averaging strategy of the registry (conf/strategy/*.yaml, baselines left out) -> its overrides:
+    strategy=NAME plus the benchmark's tweaks for it; `skip` names those a benchmark cannot measure, with why."""
+    from job.registry import resolve
+    from launchers.config import CONF_DIR, group_options
+    from omegaconf import OmegaConf
+
+    chosen = {}
+    for name in group_options("strategy"):
+        strategy = resolve(OmegaConf.load(CONF_DIR / "strategy" / f"{name}.yaml").strategy.target)
+        if name not in (skip or {}) and not strategy.is_baseline:
+            chosen[name] = [f"strategy={name}", *(tweaks or {}).get(name, [])]
+    return chosen
+
+
 @contextmanager
 def train(*overrides: str, timeout: float = 900):
     """Run train.py with overrides in a temporary run directory; yields the directory."""

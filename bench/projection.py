@@ -30,17 +30,12 @@ import subprocess
 import sys
 import time
 
-from bench.jobs import train
+from bench.jobs import averaging_strategies, train
 from metrics.project import Link, measure
 
-STRATEGIES = {
-    "ps": ["strategy=ps"],
-    "stepwise": ["strategy=stepwise"],
-    "allreduce": ["strategy=allreduce"],
-    "ring": ["strategy=ring", "ring.controller=mpi"],
-    "hivemind": ["strategy=hivemind", "hivemind.matchmaking_time=2", "hivemind.request_timeout=1",
-                 "hivemind.target_batch_size=256"],
-}
+STRATEGIES = averaging_strategies(tweaks={
+    "ring": ["ring.controller=mpi"],
+    "hivemind": ["hivemind.matchmaking_time=2", "hivemind.request_timeout=1", "hivemind.target_batch_size=256"]})
 SYNCHRONOUS = ("ps", "stepwise", "allreduce", "ring")
 GOALS = {"synchronous": 0.15, "median": 0.07, "hivemind": 0.25}  # |error| of held-out counted cases
 DEFAULT_GRID = "rates=20,100 peers=2,4,8,16 strategies=ps,stepwise,allreduce,ring steps=10"

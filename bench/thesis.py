@@ -16,13 +16,10 @@ and hivemind's averaging group sizes and failed rounds.
 import os
 import shlex
 
-from bench.jobs import summary_of
+from bench.jobs import averaging_strategies, summary_of
 
-STRATEGIES = {
-    "allreduce": ["strategy=allreduce"],
-    "stepwise": ["strategy=stepwise"],
-    "ps": ["strategy=ps"],
-    "ring": ["strategy=ring"],
+# every averaging strategy of conf/strategy/; hivemind in both of its update modes
+STRATEGIES = averaging_strategies(skip={"hivemind": "run below in both modes"}) | {
     "hivemind_local": ["strategy=hivemind", "hivemind.use_local_updates=true"],
     "hivemind_grads": ["strategy=hivemind", "hivemind.use_local_updates=false"],
 }

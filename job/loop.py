@@ -11,8 +11,8 @@
                that ran behind compute (DDP buckets, Horovod), not in the step's sum
     ended_at   the step's end on the host clock (epoch seconds): rounds are lined up across peers by it
 
-A strategy that communicates during backward (gradient_ready, DDP buckets) hides that
-time inside backward's span; what backward then waits for at its end, and whatever
+A strategy that communicates during backward (its own gradient hooks, DDP buckets) hides
+that time inside backward's span; what backward then waits for at its end, and whatever
 step() spends beyond the update, is exposed communication. On a GPU the step's phase
 boundaries are synchronised (job/device.py), so queued kernels land in their own phase.
 """
@@ -31,10 +31,9 @@ from metrics.steplog import StepLog
 
 
 class GradientClock:
-    """Tells the strategy when each gradient is ready, and remembers when the last one was."""
+    """Remembers when the last gradient of backward was accumulated."""
 
-    def __init__(self, params, strategy, device: PeerDevice):
-        self.strategy = strategy
+    def __init__(self, params, device: PeerDevice):
         self.last_ready = 0.0
         self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
             if device.is_cuda else None  # (start of compute, last gradient) on the compute stream
@@ -49,7 +48,6 @@ class GradientClock:
         self.last_ready = time.perf_counter()
         if self.events:
             self.events[1].record()
-        self.strategy.gradient_ready(param)
 
     def compute_s(self, started: float) -> float:
         """Forward and backward up to the last gradient; call after the step is synchronised."""
@@ -70,7 +68,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     sampler = ShardSampler(len(splits.train), rank, workers, cfg.seed)
     stream = batches(splits.train, sampler, batch_size, cfg.data.num_workers)
     criterion = nn.CrossEntropyLoss()
-    clock = GradientClock(model.parameters(), strategy, device)
+    clock = GradientClock(model.parameters(), device)
     start = time.perf_counter()
     paused_s = 0.0  # snapshots for evaluation: not training time
     samples = 0
@@ -107,12 +105,12 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             samples += len(y)
             wall = t_end - start
             comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s)
-            link_s = report.extra.get("link_s")
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
                      data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s, comm_s=comm_s,
-                     hidden_comm_s=0.0 if link_s is None else max(0.0, link_s - comm_s), ended_at=ended_at,
+                     hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - comm_s), ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),
+                     **({} if report.link_s is None else {"link_s": report.link_s}),
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
                 snapshot(step)

@@ -22,7 +22,11 @@ def adam(params, cfg, lr):
     return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
 
 
-OPTIMIZERS = {"sgd": sgd, "adam": adam}
+def adamw(params, cfg, lr):
+    return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
+
+
+OPTIMIZERS = {"sgd": sgd, "adam": adam, "adamw": adamw}
 
 
 def scaled_lr(cfg, effective_batch: int) -> float:

@@ -24,7 +24,7 @@ from job.process import RUN_ID_ENV, kill_processes, processes_of_run
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
 from metrics.machine import MachineSampler
-from metrics.rundir import RunDir
+from metrics.rundir import PeerDir, RunDir
 from netemu.cpu import CgroupUnavailable, CpuGroups
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -150,12 +150,12 @@ class Launcher(ABC):
             rank = killed[0]
             return rank, f"peer rank {rank} was killed by {signal_name(codes[rank])} (no traceback)"
         if errors:
-            rank = int(errors[0].parent.name.removeprefix("peer"))
+            rank = PeerDir(errors[0].parent).rank
             return rank, errors[0].read_text()
         rank = failed[0]
         who = f"peer rank {rank}" if rank is not None else "the launcher process"
-        return rank, (f"{who} exited with code {codes[rank]}; see {self.run_dir.launcher_log} and "
-                      f"{self.run_dir.path}/peer*/output.log")
+        logs = [self.run_dir.launcher_log] + ([self.run_dir.peer(rank).output_log] if rank is not None else [])
+        return rank, f"{who} exited with code {codes[rank]}; see {' and '.join(map(str, logs))}"
 
     def stop_all(self) -> None:
         """Stop every process of this run: our children's trees, then anything else with the run's id."""

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from metrics.jsonl import JsonlTail
+from metrics.rundir import RunDir
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
@@ -57,9 +58,9 @@ class Progress:
         self.terminal = self.stream.isatty()
         self.interval_s = float(cfg.progress_interval_s)
         self.max_steps = cfg.max_steps
-        self.run_dir = run_dir
+        self.run = RunDir(run_dir)
         self.title = " ".join(filter(None, [sweep_position(), f"{cfg.strategy.name} x{cfg.peers}"]))
-        self.tails: dict[Path, JsonlTail] = {}
+        self.tails: dict[int, JsonlTail] = {}  # worker rank -> its steps.jsonl
         self.latest: dict[int, dict] = {}  # worker rank -> its last step record
         self.comm_s: dict[int, float] = {}  # worker rank -> its communication time so far
         self.next_line = time.monotonic() + self.interval_s
@@ -76,10 +77,10 @@ class Progress:
         return min(1.0, record["done"] if "done" in record else record["step"] / self.max_steps)
 
     def read(self) -> None:
-        for path in self.run_dir.glob("peer*/steps.jsonl"):
-            self.tails.setdefault(path, JsonlTail(path))
-        for path, tail in self.tails.items():
-            rank = int(path.parent.name.removeprefix("peer"))
+        for peer in self.run.peers():
+            if peer.rank not in self.tails and peer.steps.exists():
+                self.tails[peer.rank] = JsonlTail(peer.steps)
+        for rank, tail in self.tails.items():
             for record in tail.new_records():
                 self.comm_s[rank] = self.comm_s.get(rank, 0.0) + record["comm_s"]
                 self.latest[rank] = record

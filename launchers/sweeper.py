@@ -97,12 +97,12 @@ class BlockSweeper(BasicSweeper):
         planned = [planned_run(OmegaConf.to_container(cfg, resolve=True), strategy_class(cfg).is_baseline)
                    for cfg in (self.compose(job.overrides) for job in jobs)]
         baselines = []
-        for overrides in missing_baselines(planned):
+        missing = missing_baselines(planned)
+        for overrides, name in zip(missing, baseline_names(missing)):
             own = override_args(overrides)
             keys = {key_of(o) for o in own}
             shared = [o for o in plain if key_of(o) not in keys and not key_of(o).startswith(NOT_SHARED)]
-            baselines.append(Job(f"baseline_{overrides['peers']}x{overrides['peer_cpus']}", shared + own,
-                                 int(self.config.seed)))
+            baselines.append(Job(name, shared + own, int(self.config.seed)))
         return unique_names(baselines)
 
     def compose(self, overrides: list[str]):
@@ -191,6 +191,15 @@ def is_seed(override: str) -> bool:
 def job_name(overrides: list[str]) -> str:
     """key=value,key=value of the swept overrides, as a directory name."""
     return re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(o.lstrip("+~") for o in overrides))
+
+
+def baseline_names(missing: list[dict]) -> list[str]:
+    """baseline_<peers>x<cpus> for each baseline's overrides, followed by the settings in which baselines differ
+    (e.g. _optim=adamw), so that two of one shape get two directories."""
+    apart = [k for k in dict.fromkeys(k for o in missing for k in o)
+             if k not in ("peers", "peer_cpus") and len({str(o.get(k)) for o in missing}) > 1]
+    return ["".join([f"baseline_{o['peers']}x{o['peer_cpus']}", *(f"_{k}={o[k]}" for k in apart if k in o)])
+            for o in missing]
 
 
 def unique_names(jobs: list[Job]) -> list[Job]:

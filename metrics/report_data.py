@@ -13,8 +13,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from metrics.jsonl import read_jsonl
+from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.stats import Ratio
-from metrics.rundir import SUPERSEDED, SWEEP_PLAN
 
 NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.",
                      "lock")  # repeats of one configuration differ only in these
@@ -145,19 +145,18 @@ def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
 
     runs, incomplete = set(), set()
     for top in dirs:
-        runs.update(current(p.parent for p in top.rglob("summary.json")))
-        incomplete.update(current(p.parent.parent for p in top.rglob(".avgbench/config.yaml")))
+        runs.update(current(run_dirs_under(top)))
+        incomplete.update(current(started_runs_under(top)))
     return sorted(runs), sorted(incomplete - runs)
 
 
 def load_run(path: Path) -> Run:
-    summary = json.loads((path / "summary.json").read_text())
+    run = RunDir(path)
+    summary = json.loads(run.summary.read_text())
     missing = [k for k in REQUIRED_CONFIG if k not in flatten(summary.get("config") or {})]
     if missing:
         raise ValueError(f"its config lacks {', '.join(missing)}")
-    peer_dirs = sorted(path.glob("peer*"), key=lambda p: int(p.name.removeprefix("peer")))
-    peers = [PeerLogs(int(d.name.removeprefix("peer")), read_jsonl(d / "steps.jsonl"),
-                      read_jsonl(d / "eval.jsonl"), read_jsonl(d / "resources.jsonl")) for d in peer_dirs]
+    peers = [PeerLogs(d.rank, read_jsonl(d.steps), read_jsonl(d.evals), read_jsonl(d.resources)) for d in run.peers()]
     return Run(path, summary, peers)
 
 
@@ -251,6 +250,8 @@ def label_groups(groups: list[Group]) -> None:
     knob_names = {k for g in groups for k in flatten(g.first.knobs)}
     others = differing(flats, sorted({k for f in flats for k in f if k not in knob_names
                                       and not k.startswith((*NOT_A_LABEL, *STRATEGY_BLOCKS))}))
+    chosen = {k.removesuffix(".name") for k in others if k.count(".") == 1 and k.endswith(".name")}
+    others = [k for k in others if k.split(".")[0] not in chosen or k.endswith(".name")]  # optim=adamw says it all
     shapes_differ = len({g.first.shape for g in groups}) > 1
     seen: dict[str, int] = {}
     for index, (group, flat) in enumerate(zip(groups, flats)):
@@ -258,7 +259,8 @@ def label_groups(groups: list[Group]) -> None:
         knobs = flatten(run.knobs)
         changed = differing([flatten(g.first.knobs) for g in groups if g.first.strategy == run.strategy], sorted(knobs))
         name = run.strategy + (f"({','.join(f'{k}={show(knobs[k])}' for k in changed)})" if changed else "")
-        rest = "".join(f" {k}={show(flat.get(k))}" for k in others) + fault_label(run.config.get("fault") or {})
+        rest = "".join(f" {k.removesuffix('.name') if k.split('.')[0] in chosen else k}={show(flat.get(k))}"
+                       for k in others) + fault_label(run.config.get("fault") or {})
         shape = " {}×{}cpu".format(*run.shape) if shapes_differ else ""
         label = name + shape + rest
         seen[label] = seen.get(label, 0) + 1
@@ -294,9 +296,12 @@ def sections_of(groups: list[Group]) -> list[Section]:
 # Baselines: single-process runs on the same job that the others are measured against.
 
 def is_baseline_candidate(candidate: Group, run: Run) -> bool:
-    """A completed (or planned) single-process group on the same data, model and batch size per peer."""
+    """A completed (or planned) single-process group on the same data, model, batch size per peer and optimizer (its
+    `optim` block: a strategy whose preset picks another optimizer, e.g. diloco's AdamW, is compared with a process
+    that trains with it too)."""
     first = candidate.first
     return (first.is_baseline and first.dataset == run.dataset and first.config["batch_size"] == run.config["batch_size"]
+            and first.config.get("optim") == run.config.get("optim")
             and (bool(candidate.values(completed_throughput)) or first.planned))
 
 

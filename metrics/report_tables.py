@@ -8,7 +8,6 @@ from metrics.report_data import Group, Run, Section
 from metrics.summary import PHASES
 
 MISSING = "–"
-FAILURE_WORDS = ("fail", "dead", "lost", "timeout", "timed_out", "error", "skip", "abort")
 
 
 @dataclass
@@ -298,7 +297,9 @@ def error_headline(error: str | None) -> str | None:
 
 
 def failure_counters(run: Run) -> dict:
-    return {k: v for k, v in run.strategy_figures().items() if any(w in k.lower() for w in FAILURE_WORDS)}
+    """The peer figures the run's strategy declared as failure counters (summary.json's failure_counters)."""
+    declared = set(run.summary.get("failure_counters") or ())
+    return {k: v for k, v in run.strategy_figures().items() if k in declared}
 
 
 def failures_table(groups: list[Group]) -> Table:
@@ -317,7 +318,7 @@ def failures_table(groups: list[Group]) -> Table:
     return Table("Failures", ["configuration", "seed", "status", "exit code", "failed rank", "lost peers",
                               "fault tolerance", "strategy failure counters", "error"], rows,
                  "From summary.json (status, error, failed rank, peers lost during the run) and the strategy's own "
-                 "counters (peers[*].result.strategy fields naming failures, mean over peers). Full errors below. "
+                 "counters (the peers[*].result.strategy fields it declares as failure counters, mean over peers). Full errors below. "
                  "Fault tolerance, for runs with an injected fault (fault.*): 'survived' when the run completed "
                  "without the faulty peer, else 'failed in T s', T = time from the fault (the peer's clock just "
                  "before acting) to the launcher deciding the run's outcome; '–' = no fault injected.")

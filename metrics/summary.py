@@ -211,10 +211,11 @@ def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[in
 
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
-                  shape: dict | None = None, lock: dict | None = None) -> dict:
+                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None) -> dict:
     """knobs, bound (a function of metrics.bounds.Round), bound_formula, is_baseline (a single-process
-    run that others are compared with) and rounds_overlap come from the run's strategy; shape (the run
-    against this host's cores) and lock (the machine lock at the start) from the launch side."""
+    run that others are compared with), rounds_overlap and failure_counters (the keys of its peers'
+    figures that count failures) come from the run's strategy; shape (the run against this host's
+    cores) and lock (the machine lock at the start) from the launch side."""
     peers = run.peers()
     figures = [peer_figures(p) for p in peers]
     worker_dirs = [p for p in peers if p.steps.exists()]
@@ -247,6 +248,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "config": config,
         "strategy_knobs": knobs or {},
         "is_baseline": is_baseline,
+        "failure_counters": list(failure_counters),
         "workers": len(workers),
         "device": device_of(config, workers),
         "data_is_synthetic": config["data"]["name"] == "synthetic",
@@ -280,8 +282,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
-                  shape: dict | None = None, lock: dict | None = None) -> dict:
-    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, rounds_overlap, shape,
-                            lock)
+                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None) -> dict:
+    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, rounds_overlap,
+                            failure_counters, shape, lock)
     run.summary.write_text(json.dumps(summary, indent=1, default=str))
     return summary

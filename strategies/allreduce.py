@@ -127,21 +127,24 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
     @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
-        knobs = cfg.allreduce
-        if knobs.comm_hook not in COMM_HOOKS:
-            raise ConfigError(f"allreduce.comm_hook must be one of {', '.join(COMM_HOOKS)}, got {knobs.comm_hook}")
-        if knobs.comm_hook != "none" and not (cfg.transport == "gloo" and knobs.ddp):
-            raise ConfigError(f"allreduce.comm_hook={knobs.comm_hook} is a DDP communication hook: it needs "
+        knobs = cls.knobs(cfg)
+        if "comm_hook" not in knobs:  # a subclass with its own knobs (localsgd) runs DDP's hooks its own way
+            return
+        hook = knobs["comm_hook"]
+        if hook not in COMM_HOOKS:
+            raise ConfigError(f"allreduce.comm_hook must be one of {', '.join(COMM_HOOKS)}, got {hook}")
+        if hook != "none" and not (cfg.transport == "gloo" and knobs["ddp"]):
+            raise ConfigError(f"allreduce.comm_hook={hook} is a DDP communication hook: it needs "
                               "transport=gloo and allreduce.ddp=true")
-        if int(knobs.powersgd_rank) < 1:
-            raise ConfigError(f"allreduce.powersgd_rank must be >= 1, got {knobs.powersgd_rank}")
-        if int(knobs.powersgd_start_iter) < 2:
+        if int(knobs["powersgd_rank"]) < 1:
+            raise ConfigError(f"allreduce.powersgd_rank must be >= 1, got {knobs['powersgd_rank']}")
+        if int(knobs["powersgd_start_iter"]) < 2:
             raise ConfigError("allreduce.powersgd_start_iter must be >= 2 (torch's PowerSGD with error feedback), "
-                              f"got {knobs.powersgd_start_iter}")
+                              f"got {knobs['powersgd_start_iter']}")
 
     @classmethod
     def check_available(cls, cfg) -> None:
-        if cfg.allreduce.comm_hook == "bf16" and (problem := bf16_allreduce_problem()):
+        if cls.knobs(cfg).get("comm_hook") == "bf16" and (problem := bf16_allreduce_problem()):
             raise BackendUnavailable(f"allreduce.comm_hook=bf16: gloo's bfloat16 all-reduce fails in this torch "
                                      f"({problem}); use allreduce.comm_hook=fp16")
 
@@ -159,29 +162,41 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
         from torch.nn.parallel import DistributedDataParallel
 
         self.ddp = DistributedDataParallel(model, device_ids=[self.device.device] if self.device.is_cuda else None,
-                                           bucket_cap_mb=float(self.cfg.allreduce.bucket_cap_mb),
+                                           bucket_cap_mb=float(self.knobs(self.cfg)["bucket_cap_mb"]),
                                            broadcast_buffers=False)
         self.counted = count_hook_collectives()
-        self.hook, self.hook_state = self._comm_hook()
-        self.ddp.register_comm_hook(state=None, hook=self._timed_hook)
+        self.ddp.register_comm_hook(state=self.hook_state(), hook=self._counted_allreduce)
         return self.ddp
 
-    def _comm_hook(self):
-        """allreduce.comm_hook as torch's hook function and its state."""
+    def hook_state(self):
+        """The state DDP hands to bucket_hook: PowerSGD's for allreduce.comm_hook=powersgd, else none."""
+        knobs = self.knobs(self.cfg)
+        if knobs.get("comm_hook") != "powersgd":
+            return None
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        return powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=int(knobs["powersgd_rank"]),
+                                           start_powerSGD_iter=int(knobs["powersgd_start_iter"]),
+                                           random_seed=int(self.cfg.seed))
+
+    def bucket_hook(self, state, bucket):
+        """What DDP does with a bucket of gradients: allreduce.comm_hook, one of torch's DDP comm hooks (its default
+        all-reduce, fp16 or bf16 compression, PowerSGD)."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-        knobs = self.cfg.allreduce
-        if knobs.comm_hook == "powersgd":
-            state = powerSGD_hook.PowerSGDState(process_group=None,
-                                                matrix_approximation_rank=int(knobs.powersgd_rank),
-                                                start_powerSGD_iter=int(knobs.powersgd_start_iter),
-                                                random_seed=int(self.cfg.seed))
-            return powerSGD_hook.powerSGD_hook, state
-        return {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
-                "bf16": default_hooks.bf16_compress_hook}[knobs.comm_hook], None
+        hooks = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+                 "bf16": default_hooks.bf16_compress_hook, "powersgd": powerSGD_hook.powerSGD_hook}
+        return hooks[self.knobs(self.cfg).get("comm_hook", "none")](state, bucket)
 
-    def _timed_hook(self, state, bucket):
-        """allreduce.comm_hook on one bucket, with the time its first bucket went out and its last came back."""
+    def bucket_communicates(self, state) -> bool:
+        """Whether bucket_hook sends this bucket (its timing is then recorded)."""
+        return True
+
+    def _counted_allreduce(self, state, bucket):
+        """bucket_hook on one bucket, with the time its first bucket went out and its last came back when it
+        communicates (the bytes it hands to the library are counted by self.counted)."""
+        if not self.bucket_communicates(state):
+            return self.bucket_hook(state, bucket)
         if self.first_bucket_at is None:
             self.first_bucket_at = time.perf_counter()
 
@@ -196,19 +211,23 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
                                        "a peer stalled or died") from exc
                 raise
 
-        return self.hook(self.hook_state, bucket).then(done)
+        return self.bucket_hook(state, bucket).then(done)
 
     def step(self, samples: int) -> StepReport:
         if not self.uses_ddp:
             return self._flat_allreduce_step()
+        return self._ddp_step()
+
+    def _ddp_step(self) -> StepReport:
+        """The update after DDP all-reduced this step's gradients during backward."""
         link_s = self.last_bucket_done_at - self.first_bucket_at
         self.first_bucket_at = None
-        return self._report(self.counted.take(), {"link_s": link_s})
+        return self._report(self.counted.take(), link_s)
 
-    def _report(self, collective_bytes: int, extra: dict | None = None) -> StepReport:
+    def _report(self, collective_bytes: int, link_s: float | None = None) -> StepReport:
         sent = ring_allreduce_bytes(collective_bytes, self.ctx.world_size)
         return StepReport(opt_s=self.timed_optimizer_step(), bytes_sent=sent, bytes_recv=sent,
-                          extra={"collective_bytes": collective_bytes, **(extra or {})})
+                          extra={"collective_bytes": collective_bytes}, link_s=link_s)
 
     def _flat_allreduce_step(self) -> StepReport:
         self.fill_missing_grads()

@@ -7,9 +7,13 @@ A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
   their validation, whether its backend is installed, how its processes start
   (`launch_spec`: the launchers read no strategy knob), and the lower bound of one
   averaging round on a link (`link_bound`, formula and derivation in its docstring);
-- inside each process: `setup` (may wrap the model, e.g. in DDP), `gradient_ready`
-  (called during backward as each parameter's gradient is accumulated, so
-  communication can overlap backward), `step` (communicate and update), `summary`.
+- inside each process: `setup` (may wrap the model, e.g. in DDP, or register its own
+  gradient hooks to communicate during backward), `step` (communicate and update),
+  `summary`.
+
+What the launch side and the report read of a strategy is declared here, not guessed
+from names: `summed_counters` and `failure_counters` (keys of its `summary()`), the overlap
+figure (`StepReport.link_s`), and `quick` (overrides for a short run).
 
 The training loop (job/loop.py) is the same for every strategy and owns the time
 breakdown; a strategy reports only its optimizer time and the bytes it moved.
@@ -43,6 +47,9 @@ class StepReport:
     last: this was the peer's last step (e.g. a shared epoch boundary was reached).
     done: share of the run done after this step, for strategies that stop on their own
       (None: step / max_steps); live progress and its ETA use it.
+    link_s: for a strategy that overlaps communication with backward: the time from the first
+      gradient handed to communication to the last transfer done (the exposed part is in the
+      loop's comm_s); link efficiency uses it instead of comm_s. None: no overlap.
     extra: strategy-specific per-step fields (e.g. its own raw collective time).
     """
 
@@ -52,12 +59,16 @@ class StepReport:
     round: int | None = None
     last: bool = False
     done: float | None = None
+    link_s: float | None = None
     extra: dict = field(default_factory=dict)
 
 
 class Strategy(ABC):
     is_baseline = False  # a single-process run without communication, that others are compared with
     checked_dilation = 1.0  # largest emulate.dilation its invariance check passed (bench/emulation.py); 1: unchecked
+    summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
+    failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
+    quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests, benchmarks)
 
     # --- decided before any process starts -------------------------------
     @classmethod
@@ -144,9 +155,6 @@ class Strategy(ABC):
         (the same one, or a wrapper such as DistributedDataParallel)."""
         self.model, self.optimizer = model, optimizer
         return model
-
-    def gradient_ready(self, param: torch.Tensor) -> None:
-        """Called during backward once `param.grad` is accumulated (start communicating it here)."""
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

@@ -72,6 +72,13 @@ def _kill_with_parent() -> None:
 
 
 class Hivemind(Strategy):
+    summed_counters = ("allreduce_rounds_done", "allreduce_rounds_failed", "state_download_bytes_recv",
+                       "log_local_gradients", "log_no_group", "log_out_of_sync", "log_state_downloaded")
+    failure_counters = ("allreduce_rounds_failed", "log_no_group")
+    # 2 peers x 32 samples and a 64-sample target: one step per peer per epoch; short matchmaking and deadlines
+    quick = ("hivemind.target_batch_size=64", "hivemind.matchmaking_time=2", "hivemind.request_timeout=1",
+             "hivemind.averaging_timeout=10", "eval_every=0")
+
     @classmethod
     def link_bound(cls, r: Round) -> float:
         """P/B: in hivemind's butterfly all-reduce every peer sends each other owner its part and

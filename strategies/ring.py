@@ -209,8 +209,8 @@ class Ring(RingAllReduceRounds, Strategy):
     collective_bytes = 0  # counted over the run
     first_gradient_at: float | None = None
 
-    def gradient_ready(self, param) -> None:
-        if self.first_gradient_at is None:  # Horovod starts this gradient's all-reduce now
+    def _gradient_ready(self, param) -> None:
+        if self.first_gradient_at is None:  # Horovod's hook starts this gradient's all-reduce next
             self.first_gradient_at = time.perf_counter()
 
     def zero_grad(self) -> None:
@@ -233,8 +233,8 @@ class Ring(RingAllReduceRounds, Strategy):
         with self.optimizer.skip_synchronize():
             opt_s = self.timed_optimizer_step()
         sent = ring_allreduce_bytes(handed, self.ctx.world_size)
-        return StepReport(opt_s=opt_s, bytes_sent=sent, bytes_recv=sent,
-                          extra={"link_s": link_s, "collective_bytes": handed})
+        return StepReport(opt_s=opt_s, bytes_sent=sent, bytes_recv=sent, link_s=link_s,
+                          extra={"collective_bytes": handed})
 
     def wait_for_allreduces(self) -> list:
         """Wait for the all-reduces that backward started, within timeouts.collective_s; returns their handles."""

@@ -104,6 +104,8 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 
 
 class Stepwise(TransportStrategy):
+    summed_counters = ("rounds", "rounds_with_full_average")
+
     @classmethod
     def rounds_overlap(cls, knobs: dict) -> bool:
         """The ring's order is fixed and only its start rotates: a worker done with one round starts the next."""

@@ -22,9 +22,33 @@ QUICK = ["model=tiny", "eval_every=10", "sampler.interval=0.2", "progress=false"
 TINY_DIGITS_PARAMS = 144 + 32 + 4608 + 64 + 5130  # 9978
 TINY_DIGITS_BYTES = 4 * TINY_DIGITS_PARAMS         # float32: 39912
 
+
+
+# --- the strategy registry: conf/strategy/NAME.yaml ------------------------------------
+def strategy_names() -> list[str]:
+    """Every strategy the registry holds (one conf/strategy/NAME.yaml each)."""
+    from launchers.config import group_options
+
+    return group_options("strategy")
+
+
+def strategy_of(name: str):
+    """The class conf/strategy/NAME.yaml names (without composing a config)."""
+    from omegaconf import OmegaConf
+
+    from job.registry import resolve
+    from launchers.config import CONF_DIR
+
+    return resolve(OmegaConf.load(CONF_DIR / "strategy" / f"{name}.yaml").strategy.target)
+
+
+def quick_run(name: str) -> list[str]:
+    """Overrides for a short run of a strategy: its choice and what it declares keeps the run short (`quick`)."""
+    return [f"strategy={name}", *strategy_of(name).quick]
+
+
 # strategy=hivemind on loopback: 2 peers x 32 samples and a 64-sample target give one step per peer per epoch.
-HIVE = ["strategy=hivemind", "hivemind.target_batch_size=64", "hivemind.matchmaking_time=2",
-        "hivemind.request_timeout=1", "hivemind.averaging_timeout=10", "eval_every=0"]
+HIVE = quick_run("hivemind")
 
 
 # --- running train.py ---------------------------------------------------------------
@@ -88,6 +112,18 @@ def results(run_dir: Path, ranks) -> list[dict]:
 
 def param_digests(run_dir: Path, ranks) -> list[str]:
     return [r["param_sha256"] for r in results(run_dir, ranks)]
+
+
+def run_two_peers_that_learn_and_agree(run_dir: Path, *overrides: str) -> dict:
+    """A run of two peers that ends with equal parameters on both and the worst worker's accuracy at least 0.6
+    (10 classes: chance is 0.1); its summary."""
+    result = run_train(run_dir, "peers=2", "eval_every=0", *overrides)
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["accuracy_by_worker"]["worst"] >= 0.6, summary["accuracy_by_worker"]
+    digests = param_digests(run_dir, (0, 1))
+    assert digests[0] == digests[1]
+    return summary
 
 
 # --- config without a process ---------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from helpers import cli, compose_config
+from helpers import cli, compose_config, strategy_names
 from job.errors import ConfigError
 from launchers.config import check_overrides, group_options, validate
 
@@ -36,7 +36,7 @@ def test_every_group_option_composes(group):
         assert cfg[group] is not None
 
 
-@pytest.mark.parametrize("strategy", ["single", "allreduce", "ps", "stepwise", "ring", "hivemind"])
+@pytest.mark.parametrize("strategy", strategy_names())
 def test_every_strategy_validates_with_two_peers(strategy):
     validate(compose_config(f"strategy={strategy}", "peers=2"))  # single peers=2: the equal-resource baseline
 
@@ -61,6 +61,25 @@ BAD_INPUT = [
 @pytest.mark.parametrize("override, message", BAD_INPUT)
 def test_bad_input_is_a_config_error(override, message):
     assert message in rejected(override)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("strategy=diloco", "diloco.inner_steps=0"), "diloco.inner_steps must be >= 1, got 0"),
+    (("strategy=diloco", "diloco.outer_lr=0"), "diloco.outer_lr must be > 0, got 0"),
+    (("strategy=diloco", "diloco.outer_momentum=1"), "diloco.outer_momentum must be in [0, 1), got 1"),
+    (("strategy=localsgd", "localsgd.every=0"), "localsgd.every must be >= 1, got 0"),
+    (("strategy=localsgd", "localsgd.warmup_steps=-1"), "localsgd.warmup_steps must be >= 0, got -1"),
+    (("strategy=localsgd", "transport=mpi"), "transport=mpi is not supported, use transport=gloo"),
+])
+def test_bad_strategy_knobs_are_config_errors(overrides, message):
+    assert message in rejected(*overrides, "peers=2")
+
+
+def test_diloco_trains_with_adamw_unless_told_otherwise():
+    """The preset picks the inner optimizer through the optim group, so the one-process baseline can share it."""
+    assert compose_config("strategy=diloco").optim.name == "adamw"
+    assert compose_config("strategy=diloco", "optim=sgd").optim.name == "sgd"
+    assert compose_config("strategy=allreduce").optim.name == "sgd"
 
 
 def test_hivemind_target_batch_below_the_batch_size():

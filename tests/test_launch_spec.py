@@ -2,10 +2,13 @@
 batch and launcher (unit tier: nothing is launched)."""
 import pytest
 
-from helpers import compose_config
+from helpers import compose_config, strategy_names, strategy_of
 from job.contract import SERVER, WORKER, LaunchSpec
-from launchers.config import strategy_class
+from job.errors import ConfigError
+from launchers.config import strategy_class, validate
 from metrics.rundir import RunDir
+from strategies.base import Strategy
+from strategies.transport import TransportStrategy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,10 +42,32 @@ def test_ps_servers_follow_the_workers():
     assert (spec.processes, spec.workers) == (5, 3) and spec.launcher == "local"
 
 
-@pytest.mark.parametrize("strategy", ["allreduce", "ps", "stepwise"])
-def test_transport_mpi_is_started_by_mpirun(strategy):
-    assert spec_for(f"strategy={strategy}", "peers=2", "transport=mpi").launcher == "mpirun"
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_every_strategy_names_its_class_and_launches_each_peer_as_a_worker(strategy):
+    """The registry entry is consistent: NAME.yaml names NAME and a Strategy; its launch spec has a worker per
+    peer with the peer's threads (servers come on top), and its declared counters are names."""
+    cfg = compose_config(f"strategy={strategy}", "peers=3", "peer_cpus=2")
+    cls = strategy_class(cfg)
+    assert cfg.strategy.name == strategy and issubclass(cls, Strategy) and cls is strategy_of(strategy)
+    spec = cls.launch_spec(cfg)
+    assert spec.workers == (1 if cls.is_baseline else 3)
+    assert spec.threads == (6 if cls.is_baseline else 2) and spec.effective_batch >= 1
+    assert all(isinstance(k, str) for k in (*cls.summed_counters, *cls.failure_counters, *cls.quick))
+
+
+TRANSPORT_STRATEGIES = [s for s in strategy_names() if issubclass(strategy_of(s), TransportStrategy)]
+
+
+@pytest.mark.parametrize("strategy", TRANSPORT_STRATEGIES)
+def test_transport_mpi_is_started_by_mpirun_or_refused(strategy):
+    """A strategy on the top-level transport runs MPI ranks under mpirun, or refuses transport=mpi before launch."""
     assert spec_for(f"strategy={strategy}", "peers=2", "transport=gloo").launcher == "local"
+    try:
+        validate(compose_config(f"strategy={strategy}", "peers=2", "transport=mpi"))
+    except ConfigError as exc:
+        assert "transport=mpi" in str(exc)
+        return
+    assert spec_for(f"strategy={strategy}", "peers=2", "transport=mpi").launcher == "mpirun"
 
 
 def test_ring_mpi_controller_runs_horovodrun_with_open_mpis_ring():
@@ -89,7 +114,7 @@ def test_ring_hosts_are_passed_to_horovodrun():
 
 def test_hivemind_tolerates_peer_loss_and_the_others_do_not():
     assert spec_for("strategy=hivemind", "peers=3").tolerate_peer_loss
-    for strategy in ("single", "allreduce", "ps", "stepwise", "ring"):
+    for strategy in set(strategy_names()) - {"hivemind"}:
         assert not spec_for(f"strategy={strategy}", "peers=2").tolerate_peer_loss, strategy
 
 

@@ -280,6 +280,9 @@ def test_labels_name_only_what_differs(multirun):
     assert labels(variant("allreduce", lr=0.1), variant("allreduce", lr=0.01)) == ["allreduce lr=0.1",
                                                                                   "allreduce lr=0.01"]
     assert labels(variant("single"), variant("allreduce", from_ring_sweep=True)) == ["single", "allreduce"]
+    sgd, adamw = {"name": "sgd", "momentum": 0.9}, {"name": "adamw", "betas": [0.9, 0.999]}
+    assert labels(variant("single", optim=sgd), variant("single", optim=adamw, lr=0.001)) == \
+        ["single lr=0.01 optim=sgd", "single lr=0.001 optim=adamw"]  # the optimizer's name, not its every setting
 
 
 def test_caveats_stand_beside_the_row_they_concern(scaling):
@@ -288,6 +291,7 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
 
     run = load_run(scaling[0])
     run.summary["lost_peers"] = [1]
+    run.summary["failure_counters"] = ["rounds_failed"]  # declared by the run's strategy
     for peer in run.summary["peers"]:
         peer["result"]["strategy"]["rounds_failed"] = 2
     longer = load_run(scaling[0])
@@ -402,15 +406,18 @@ def test_unreadable_summary_is_left_out_and_named(multirun, tmp_path):
 
 
 def test_strategy_summary_figures_of_any_strategy(multirun):
-    """Figures a strategy reports in result.json (peers[*].result.strategy) reach the tables, whatever their names."""
+    """Figures a strategy reports in result.json (peers[*].result.strategy) reach the tables, whatever their names;
+    the Failures table shows those the strategy declared as failure counters (summary.json), and only those."""
     from metrics.report_tables import failures_table, strategy_table
 
     run = load_run(run_dirs(multirun[0])[0])
     for rank, peer in enumerate(run.summary["peers"]):
-        peer["result"]["strategy"] = {"rounds": {"ok": 9 + rank, "failed": 1}, "group": "a"}
-    assert run.strategy_figures() == {"rounds.ok": 9.0, "rounds.failed": 1.0, "group": "a"}
+        peer["result"]["strategy"] = {"rounds": {"ok": 9 + rank, "failed": 1}, "group": "a", "timeouts_ok": 0}
+    run.summary["failure_counters"] = ["rounds.failed"]
+    assert run.strategy_figures() == {"rounds.ok": 9.0, "rounds.failed": 1.0, "group": "a", "timeouts_ok": 0.0}
     group = group_runs([run])[0]
     table = strategy_table([group])
-    assert table.columns[1:] == ["group", "rounds.failed", "rounds.ok"] and table.rows[0][1:] == ["a", "1", "9"]
+    assert table.columns[1:] == ["group", "rounds.failed", "rounds.ok", "timeouts_ok"]
+    assert table.rows[0][1:] == ["a", "1", "9", "0"]
     failures = failures_table([group])
-    assert "rounds.failed=1" in failures.rows[0][failures.columns.index("strategy failure counters")]
+    assert failures.rows[0][failures.columns.index("strategy failure counters")] == "rounds.failed=1"

@@ -128,6 +128,18 @@ def test_run_facts_are_passed_through(run):
     assert summary["peers"][2]["steps"] == 0 and summary["peers"][2]["result"]["role"] == "server"
 
 
+def test_the_strategys_declared_counters_are_summed_over_peers_and_its_failure_counters_shown(run, capsys):
+    """train.py prints the counters the strategy declares, whatever their names (none guessed from words)."""
+    import train
+
+    for rank, figures in ((0, {"rounds": 3, "round_trips_failed": 1, "x": 5}), (1, {"rounds": 4, "dropped": 0})):
+        run.peer(rank).result.write_text(json.dumps({"rank": rank, "role": "worker", "strategy": figures}))
+    summary = build_summary(run, config(), outcome(), failure_counters=("dropped",))
+    train.print_result(run.path, summary, outcome(), ("rounds", "dropped"))
+    assert "avgbench: summed over peers: rounds 7, dropped 0\n" in capsys.readouterr().out
+    assert summary["failure_counters"] == ["dropped"]
+
+
 def test_the_earliest_fault_is_reported_with_the_time_to_the_outcome(run):
     run.peer(1).fault.write_text(json.dumps({"rank": 1, "kinds": ["stall_peer"], "step": 3, "time": 990.0}))
     run.peer(0).fault.write_text(json.dumps({"rank": 0, "kinds": ["kill_peer"], "step": 2, "time": 994.0}))

@@ -5,7 +5,8 @@ import itertools
 
 import pytest
 
-from helpers import HIVE, TINY_DIGITS_BYTES, launch_spec_of, param_digests, results, run_train, steps_of, summary_of
+from helpers import (TINY_DIGITS_BYTES, launch_spec_of, param_digests, quick_run, results, run_train, steps_of,
+                     strategy_names, summary_of)
 from metrics.jsonl import read_jsonl
 from metrics.steplog import STEP_FIELDS
 
@@ -100,24 +101,23 @@ def test_ddp_allreduce_two_peers_moves_the_rings_payload_and_stays_identical(run
     assert summary["bytes_sent_per_sample"] == pytest.approx(TINY_DIGITS_BYTES / 32)
 
 
-STRATEGIES = {
-    "single": ["strategy=single", "peers=2", "max_steps=4"],
-    "allreduce": ["strategy=allreduce", "peers=2", "max_steps=4"],
-    "allreduce-flat": ["strategy=allreduce", "allreduce.ddp=false", "peers=2", "max_steps=4"],
-    "ps": ["strategy=ps", "peers=2", "max_steps=4"],
-    "stepwise": ["strategy=stepwise", "peers=2", "max_steps=4"],
-    "ring": ["strategy=ring", "peers=2", "max_steps=4"],
-    "hivemind": [*HIVE, "peers=2", "max_steps=3"],
-}
+# every strategy in the registry (conf/strategy/*.yaml), and variants that take another code path
+RUNS = {name: quick_run(name) for name in strategy_names()} | {
+    "allreduce-flat": ["strategy=allreduce", "allreduce.ddp=false"]}
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_every_strategy_logs_a_consistent_step_breakdown(run_dir, name):
-    result = run_train(run_dir, *STRATEGIES[name], "eval_every=0")
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_every_strategy_logs_a_consistent_step_breakdown_and_accounts_its_bytes(run_dir, name):
+    result = run_train(run_dir, *RUNS[name], "peers=2", "max_steps=4", "eval_every=0")
     assert result.returncode == 0, result.stderr
     workers = [r["rank"] for r in results(run_dir, range(len(launch_spec_of(run_dir)["roles"])))
                if r["role"] == "worker"]
-    assert workers == ([0] if name == "single" else [0, 1])
+    baseline = summary_of(run_dir)["is_baseline"]
+    assert workers == ([0] if baseline else [0, 1])
+    # payload: none for the one-process baseline, sent and received by the workers of every averaging strategy
+    logged = [s for rank in workers for s in steps_of(run_dir, rank)]
+    sent = sum(s["bytes_sent"] for s in logged)
+    assert (sent == 0) if baseline else (sent > 0 and sum(s["bytes_recv"] for s in logged) > 0)
     for rank in workers:
         steps = steps_of(run_dir, rank)
         assert steps, f"peer{rank} logged no steps"

@@ -1,0 +1,118 @@
+"""diloco: DiLoCo (Douillard et al. 2023), H local steps, then an outer step on the averaged pseudo-gradient.
+
+Every worker trains on its own batches with the inner optimizer (the `optim` group; this
+strategy's preset chooses AdamW) for diloco.inner_steps (H) steps. Then the workers average
+the pseudo-gradient, delta = theta_sync - theta (the parameters at the last sync minus now),
+with one all-reduce over the transport (gloo or MPI; deadline timeouts.collective_s), and an
+outer optimizer, SGD with Nesterov momentum (diloco.outer_lr, diloco.outer_momentum; the
+paper's 0.7 and 0.9), steps theta_sync with delta as its gradient. Every worker continues
+from the new theta_sync; the outer optimizer's momentum is the same on every worker, since
+it sees the same averaged deltas. outer_lr=1 with outer_momentum=0 is plain periodic model
+averaging. The run's last step is always a sync, so every worker ends with the same model;
+evaluations on other steps between syncs see each worker's own model.
+
+The inner optimizer's state (AdamW's moments) and the BatchNorm buffers stay local, as in the
+paper and every strategy here. The one-process baseline of the report uses the same `optim`
+(the report carries every setting that differs from conf/'s defaults into it).
+
+Bytes per sync (S = the parameter bytes, N workers): the all-reduce's payload, 2(N-1)/N x S
+per worker and direction, the ring that gloo (large buffers) and Open MPI (see
+strategies/transport.py) run; S is counted from the vector passed to the collective. Steps
+without a sync report 0 bytes, so bytes per sample are 1/H of a per-step gradient all-reduce's.
+"""
+import time
+
+import torch
+
+from job.errors import ConfigError
+from metrics.cost import Cost, ring_allreduce_s
+from strategies.base import LaunchSpec, StepReport
+from strategies.transport import (RingAllReduceRounds, TransportStrategy, broadcast_initial_state, flatten,
+                                  payload_bytes, ring_allreduce_bytes, unflatten_into)
+
+
+class DiLoCo(RingAllReduceRounds, TransportStrategy):
+    summed_counters = ("outer_steps",)
+
+    @classmethod
+    def link_bound(cls, r):
+        """P/B, P = 2(N-1)/N x S: one sync is one all-reduce of the S-byte pseudo-gradient.
+
+        A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker
+        sending and receiving one piece per step, so its link carries P each way in a sync; the H
+        inner steps between syncs move nothing.
+        """
+        return r.payload / r.rate
+
+    @classmethod
+    def step_time(cls, m: Cost) -> float:
+        """compute + 2(N-1)·(α + S/(N·β)) / H, H = diloco.inner_steps.
+
+        One ring all-reduce of the S-byte pseudo-gradient (N-1 reduce-scatter and N-1 all-gather
+        steps, one message of S/N bytes each) every H steps, after the step's update (no overlap);
+        the outer update on the host vector is counted in compute.
+        """
+        return m.compute + ring_allreduce_s(m) / int(m.knobs.get("inner_steps", 1))
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        super().validate(cfg)
+        knobs = cfg.diloco
+        if int(knobs.inner_steps) < 1:
+            raise ConfigError(f"diloco.inner_steps must be >= 1, got {knobs.inner_steps}")
+        if float(knobs.outer_lr) <= 0:
+            raise ConfigError(f"diloco.outer_lr must be > 0, got {knobs.outer_lr}")
+        if not 0 <= float(knobs.outer_momentum) < 1:
+            raise ConfigError(f"diloco.outer_momentum must be in [0, 1), got {knobs.outer_momentum}")
+
+    @classmethod
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        spec = super().launch_spec(cfg)
+        spec.effective_batch = cfg.batch_size  # every inner update is on one worker's batch
+        return spec
+
+    def setup(self, model, optimizer):
+        super().setup(model, optimizer)
+        self.connect()
+        broadcast_initial_state(self.transport, model)
+        knobs = self.cfg.diloco
+        self.inner_steps = int(knobs.inner_steps)
+        self.synced = flatten([p.data for p in self.trainable()])  # theta_sync, on the host
+        momentum = float(knobs.outer_momentum)
+        self.outer = torch.optim.SGD([self.synced], lr=float(knobs.outer_lr), momentum=momentum,
+                                     nesterov=momentum > 0)
+        return model
+
+    steps = outer_steps = 0
+    sync_s = 0.0
+
+    def step(self, samples: int) -> StepReport:
+        self.steps += 1
+        report = StepReport(opt_s=self.timed_optimizer_step())
+        if self.steps % self.inner_steps == 0 or self.steps == self.step_limit():
+            self._sync(report)
+        return report
+
+    def _sync(self, report: StepReport) -> None:
+        """Average the pseudo-gradient over all workers and take the outer step; every worker then holds it."""
+        start = time.perf_counter()
+        params = [p.data for p in self.trainable()]
+        delta = self.synced - flatten(params)
+        self.transport.allreduce_sum(delta)
+        delta /= self.ctx.world_size
+        communicated = time.perf_counter()
+        self.synced.grad = delta
+        self.outer.step()
+        unflatten_into(self.synced, params)
+        self.device.synchronize()
+        report.opt_s += time.perf_counter() - communicated  # the outer update is an optimizer update
+        sent = ring_allreduce_bytes(payload_bytes(delta), self.ctx.world_size)
+        report.bytes_sent = report.bytes_recv = sent
+        report.round = self.outer_steps
+        report.extra = {"outer_step": self.outer_steps}
+        self.outer_steps += 1
+        self.sync_s += time.perf_counter() - start
+
+    def summary(self) -> dict:
+        return {"outer_steps": self.outer_steps, "inner_steps": self.inner_steps,
+                "mean_sync_s": self.sync_s / self.outer_steps if self.outer_steps else None}

@@ -1,0 +1,131 @@
+"""localsgd: post-local SGD (Lin et al. 2020), on torch's own utilities.
+
+The first localsgd.warmup_steps steps are synchronous data parallelism: DistributedDataParallel
+with torch's post-local-SGD communication hook (post_localSGD_hook), which all-reduces the
+gradient buckets during backward until its start_localSGD_iter. From then on each worker takes
+local steps with the usual optimizer (the `optim` group) on its own batches, and the hook sends
+nothing (post_local_gradient_allreduce=False: torch's default would all-reduce within each
+host, which on one machine is every worker, i.e. no local SGD at all). Every localsgd.every
+local steps torch's PeriodicModelAverager averages the parameters (one all-reduce of the flat
+parameter vector, divided by N). Its warmup is set to warmup_steps + every - 1 so that the first
+average comes after `every` local steps, not after the first. The run's last step always
+averages, so every worker ends with the same parameters.
+
+Deadlines: every collective (DDP's buckets, the averager's all-reduce) runs on the gloo
+process group created with timeouts.collective_s. transport=mpi is refused: DDP's hook and the
+averager are torch.distributed. BatchNorm buffers and the optimizer's state (momentum) stay
+local, as in every strategy here.
+
+Bytes (S = the parameter bytes, equal to the gradient bytes; N workers): a warm-up step moves
+a ring all-reduce of the gradients, 2(N-1)/N x S per worker and direction (the bucket bytes DDP
+hands to the hook); an averaging step moves the same for the parameters (the bytes of the vector
+the averager all-reduces); other local steps move nothing. After warm-up, bytes per sample are
+1/every of synchronous all-reduce's.
+"""
+import time
+
+from job.errors import ConfigError
+from metrics.cost import Cost, ring_allreduce_s
+from strategies.allreduce import AllReduce
+from strategies.base import LaunchSpec, StepReport
+from strategies.transport import payload_bytes, ring_allreduce_bytes
+
+
+class LocalSGD(AllReduce):
+    summed_counters = ("averaging_rounds",)
+    uses_ddp = True  # DDP runs the warm-up's gradient all-reduce (and nothing after it)
+
+    @classmethod
+    def link_bound(cls, r):
+        """P/B, P = 2(N-1)/N x S: a round is one all-reduce of S bytes, of gradients (warm-up) or parameters.
+
+        A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker
+        sending and receiving one piece per step, so its link carries P each way. Warm-up rounds
+        overlap backward (measured by link_s), averaging rounds come after the update (comm_s).
+        """
+        return r.payload / r.rate
+
+    @classmethod
+    def step_time(cls, m: Cost) -> float:
+        """compute + 2(N-1)·(α + S/(N·β)) / every, after warm-up.
+
+        The steady state: one ring all-reduce of the S-byte parameter vector (N-1 reduce-scatter and
+        N-1 all-gather steps, one message of S/N bytes each) every `every` steps, after the update (no
+        overlap). The warm-up's synchronous steps are allreduce's (see strategies/allreduce.py).
+        """
+        return m.compute + ring_allreduce_s(m) / int(m.knobs.get("every", 1))
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        super().validate(cfg)
+        if cfg.transport != "gloo":
+            raise ConfigError("localsgd runs on torch.distributed (DDP's post-local-SGD hook and torch's model "
+                              "averager): transport=mpi is not supported, use transport=gloo")
+        knobs = cfg.localsgd
+        if int(knobs.every) < 1:
+            raise ConfigError(f"localsgd.every must be >= 1, got {knobs.every}")
+        if int(knobs.warmup_steps) < 0:
+            raise ConfigError(f"localsgd.warmup_steps must be >= 0, got {knobs.warmup_steps}")
+        if float(knobs.bucket_cap_mb) <= 0:
+            raise ConfigError(f"localsgd.bucket_cap_mb must be > 0, got {knobs.bucket_cap_mb}")
+
+    @classmethod
+    def launch_spec(cls, cfg) -> LaunchSpec:
+        spec = super().launch_spec(cfg)
+        spec.effective_batch = cfg.batch_size  # after warm-up every update is on one worker's batch
+        return spec
+
+    def setup(self, model, optimizer):
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+        knobs = self.cfg.localsgd
+        self.warmup, self.every = int(knobs.warmup_steps), int(knobs.every)
+        trained = super().setup(model, optimizer)
+        self.averager = PeriodicModelAverager(period=self.every, warmup_steps=self.warmup + self.every - 1)
+        return trained
+
+    def hook_state(self):
+        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState
+
+        return PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=self.warmup,
+                                 post_local_gradient_allreduce=False)
+
+    def bucket_hook(self, state, bucket):
+        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import post_localSGD_hook
+
+        return post_localSGD_hook(state, bucket)
+
+    def bucket_communicates(self, state) -> bool:
+        return state.iter < state.start_localSGD_iter  # the hook's own test: global all-reduce until then
+
+    steps = averaging_rounds = 0
+    averaging_s = 0.0
+
+    def step(self, samples: int) -> StepReport:
+        self.steps += 1
+        report = self._ddp_step() if self.steps <= self.warmup else StepReport(opt_s=self.timed_optimizer_step())
+        params = self.trainable()
+        due = self._averager_due()
+        last = self.steps == self.step_limit() and self.steps > self.warmup and not due
+        start = time.perf_counter()
+        self.averager.average_parameters(params)  # averages when due; counts the step either way
+        if last:  # the run ends with one model
+            from torch.distributed.algorithms.model_averaging.utils import average_parameters
+
+            average_parameters(iter(params), None)
+        if due or last:
+            self.averaging_s += time.perf_counter() - start
+            self.averaging_rounds += 1
+            report.bytes_sent = report.bytes_recv = ring_allreduce_bytes(sum(payload_bytes(p) for p in params),
+                                                                         self.ctx.world_size)
+            report.extra = {"averaged": True}
+        return report
+
+    def _averager_due(self) -> bool:
+        """PeriodicModelAverager's own test: will its next average_parameters call average?"""
+        a = self.averager
+        return a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
+
+    def summary(self) -> dict:
+        return {"warmup_steps": self.warmup, "every": self.every, "averaging_rounds": self.averaging_rounds,
+                "mean_averaging_s": self.averaging_s / self.averaging_rounds if self.averaging_rounds else None}
