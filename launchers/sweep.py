@@ -3,7 +3,8 @@
 Every multi-peer run is compared with baselines of the same resources (metrics.report_data:
 `strategy=single` with the same peers and peer_cpus, and one peer with peer_cpus for scaling
 efficiency). Those the sweep lacks are run here, into SWEEP_DIR/baseline_<peers>x<cpus> (followed by
-the settings that tell baselines of one shape apart, e.g. _optim=adamw), unless `report.baselines=off`. Hydra calls this (hydra.callbacks.report in conf/config.yaml).
+the settings that tell baselines of one shape apart, e.g. _optim-adamw), unless `report.baselines=off`.
+Hydra calls this (hydra.callbacks.report in conf/config.yaml).
 """
 import subprocess
 import sys
@@ -20,10 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def baseline_names(missing: list[dict]) -> list[str]:
     """baseline_<peers>x<cpus> for each baseline's overrides, followed by the settings in which baselines differ
-    (e.g. _optim=adamw), so that two of one shape get two directories."""
+    (e.g. _optim-adamw; "=" would not parse as a Hydra override), so that two of one shape get two directories."""
     apart = [k for k in dict.fromkeys(k for o in missing for k in o)
              if k not in ("peers", "peer_cpus") and len({str(o.get(k)) for o in missing}) > 1]
-    return ["".join([f"baseline_{o['peers']}x{o['peer_cpus']}", *(f"_{k}={o[k]}" for k in apart if k in o)])
+    return ["".join([f"baseline_{o['peers']}x{o['peer_cpus']}", *(f"_{k}-{o[k]}" for k in apart if k in o)])
             for o in missing]
 
 
