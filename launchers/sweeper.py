@@ -195,10 +195,10 @@ def job_name(overrides: list[str]) -> str:
 
 def baseline_names(missing: list[dict]) -> list[str]:
     """baseline_<peers>x<cpus> for each baseline's overrides, followed by the settings in which baselines differ
-    (e.g. _optim=adamw), so that two of one shape get two directories."""
+    (e.g. _optim-adamw; "=" would not parse as a Hydra override), so that two of one shape get two directories."""
     apart = [k for k in dict.fromkeys(k for o in missing for k in o)
              if k not in ("peers", "peer_cpus") and len({str(o.get(k)) for o in missing}) > 1]
-    return ["".join([f"baseline_{o['peers']}x{o['peer_cpus']}", *(f"_{k}={o[k]}" for k in apart if k in o)])
+    return ["".join([f"baseline_{o['peers']}x{o['peer_cpus']}", *(f"_{k}-{o[k]}" for k in apart if k in o)])
             for o in missing]
 
 

@@ -11,8 +11,11 @@ def test_baselines_of_one_shape_get_directories_of_their_own():
     missing = [{"strategy": "single", "peers": 2, "peer_cpus": 1, "model": "tiny"},
                {"strategy": "single", "peers": 1, "peer_cpus": 1, "model": "tiny"},
                {"strategy": "single", "peers": 2, "peer_cpus": 1, "optim": "adamw", "lr": 0.001, "model": "tiny"}]
-    assert baseline_names(missing) == ["baseline_2x1", "baseline_1x1", "baseline_2x1_optim=adamw_lr=0.001"]
+    assert baseline_names(missing) == ["baseline_2x1", "baseline_1x1", "baseline_2x1_optim-adamw_lr-0.001"]
     assert baseline_names(missing[:2]) == ["baseline_2x1", "baseline_1x1"]
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    OverridesParser.create().parse_overrides([f"hydra.run.dir=/sweep/{n}" for n in baseline_names(missing)])
 
 
 def run_of(strategy, optim, lr=0.01, peers=2, baseline=False):
