@@ -18,7 +18,7 @@ from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
 from launchers import launch
 from launchers.config import check_overrides, strategy_class, validate
-from launchers.lock import LockRefused, MachineLock
+from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
@@ -29,7 +29,6 @@ from netemu.dilation import dilate
 
 failed_jobs: list[str] = []
 jobs_started = 0
-sweep_lock = MachineLock()  # a multirun takes it before its first job and keeps it to the end
 
 
 def fail_input(message: str) -> None:
@@ -83,11 +82,7 @@ def take_machine_lock(mode: str) -> dict:
     """A multirun takes the machine lock before its first job (launchers/lock.py); a single run only looks.
     Returns the lock's status for the summary."""
     if HydraConfig.get().mode.name == "MULTIRUN":
-        try:
-            sweep_lock.acquire(mode)
-        except LockRefused as exc:
-            print(exc, file=sys.stderr)
-            sys.exit(2)
+        take_sweep_lock(mode)  # taken by the sweeper already, unless another sweeper ran this job
     lock = lock_status(mode)
     if lock["holder"] and not lock["under_lock"]:
         print(f"avgbench: the machine lock is held by pid {lock['holder']['pid']} ({lock['holder']['command']}): "
@@ -162,7 +157,7 @@ def main() -> None:
             sys.exit(2)  # Hydra rejected the command line or config before any run started
         raise
     finally:
-        sweep_lock.release()  # after the sweep's baselines and report (the Hydra callback)
+        SWEEP_LOCK.release()  # after the sweep's baselines and report (the Hydra callback)
     if failed_jobs:
         print(f"avgbench: {len(failed_jobs)} run(s) failed: {', '.join(failed_jobs)}", file=sys.stderr)
         sys.exit(1)

@@ -109,3 +109,16 @@ class MachineLock:
         os.close(self.fd)
         self.fd = None
         os.environ.pop(HOLDER_ENV, None)
+
+
+SWEEP_LOCK = MachineLock()  # a multirun takes it before it writes anything (launchers/sweeper.py), to the end
+
+
+def take_sweep_lock(mode: str) -> None:
+    """The multirun's lock, before its plan or first job is written: exit 2 with the holder for lock=refuse."""
+    try:
+        SWEEP_LOCK.acquire(mode)
+    except LockRefused as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(2)
+

@@ -25,6 +25,7 @@ from omegaconf import OmegaConf, open_dict
 from job.device import resolve_device
 from job.errors import ConfigError
 from launchers.config import check_repeats, strategy_class
+from launchers.lock import take_sweep_lock
 from metrics.report_data import STRATEGY_BLOCKS, flatten, missing_baselines, override_args, planned_run
 from metrics.rundir import SUPERSEDED, SWEEP_PLAN
 
@@ -54,6 +55,7 @@ class BlockSweeper(BasicSweeper):
         except ConfigError as exc:
             print(f"avgbench: error: {exc}", file=sys.stderr)
             sys.exit(2)
+        take_sweep_lock(str(self.config.lock))
         if self.config.report.baselines == "auto":
             jobs += self.baselines(jobs, [o.input_line for o in parsed if not o.is_sweep_override()])
         sweep_dir = Path(self.config.hydra.sweep.dir)

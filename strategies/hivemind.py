@@ -196,13 +196,14 @@ class Hivemind(Strategy):
     global_step_s = 0.0  # time inside hivemind's optimizer update (the "global step") on the training thread
 
     def _time_global_step(self) -> None:
-        """Time the updates of the optimizer hivemind wraps that run inside the step (not delayed ones in
-        hivemind's background thread), so the time breakdown labels them optimizer."""
+        """Time the updates of the optimizer hivemind wraps that the step waits for, so the time breakdown labels
+        them optimizer. hivemind runs them in its state averager's executor thread and, unless
+        hivemind.delay_optimizer_step, waits for them inside opt.step(); delayed ones are not the step's time."""
         inner = self.opt.state_averager.optimizer
         update = inner.step
 
         def timed_update(*args, **kwargs):
-            if threading.current_thread() is not threading.main_thread():
+            if self.hm.delay_optimizer_step:
                 return update(*args, **kwargs)
             start = time.perf_counter()
             try:

@@ -201,6 +201,9 @@ class Ring(RingAllReduceRounds, Strategy):
             wrapped.load_state_dict(optimizer.state_dict())
             hvd.broadcast_optimizer_state(wrapped, root_rank=0)
         super().setup(model, wrapped)
+        for p in model.parameters():  # runs as each gradient is accumulated, when Horovod's hook hands it over
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(self._gradient_ready)
         self.passes = 0
         self.collective_bytes = 0
         return model

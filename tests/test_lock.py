@@ -41,7 +41,7 @@ def test_status_names_the_holder_and_whether_this_process_holds_it(tmp_path, mon
 
 def sweep(tmp_path, env, *overrides: str) -> list[str]:
     return [sys.executable, str(ROOT / "train.py"), "-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", *QUICK,
-            "max_steps=2", "eval_every=0", *overrides]
+            "max_steps=2", "eval_every=0", "repeats=1", *overrides]
 
 
 @pytest.mark.integration
@@ -77,8 +77,8 @@ def test_a_sweep_waits_then_runs_its_jobs_and_baselines_under_the_lock(tmp_path,
     assert proc.returncode == 0, err
     assert f"avgbench: the machine lock {tmp_path / 'machine.lock'} is held by pid {os.getpid()} (" in err
     assert "waiting for it" in err
-    job = summary_of(next((tmp_path / "sweep").glob("0_*")))
-    baseline = summary_of(tmp_path / "sweep" / "baseline_1x1")  # started by the sweep, under its lock
+    job = summary_of(tmp_path / "sweep" / "block0" / "strategy=single")
+    baseline = summary_of(tmp_path / "sweep" / "block0" / "baseline_1x1")  # started by the sweep, under its lock
     for summary in (job, baseline):
         assert summary["status"] == "completed"
         assert summary["machine"]["lock"]["under_lock"] is True

@@ -131,7 +131,7 @@ def test_multirun_writes_the_report(multirun):
     # Repeats are one row each with mean ± sd; the allreduce row names its knob.
     config_rows = [line for line in markdown.splitlines() if re.match(r"\| [12] \| ", line)]
     assert any("| single | – |" in line and "| 1, 2 |" in line for line in config_rows)
-    assert any("| allreduce | transport=gloo, ddp=True, bucket_cap_mb=25 |" in line for line in config_rows)
+    assert any("| allreduce | transport=gloo, ddp=True, bucket_cap_mb=25, comm_hook=none," in line for line in config_rows)
     assert "±" in markdown and "host-wide" in markdown
     assert list(verdict_entries(verdict_of(markdown))) in (["single", "allreduce"], ["allreduce", "single"])
 
