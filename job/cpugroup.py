@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
+from metrics.machine import thread_run_delays
 from metrics.rundir import RunDir
 
 
@@ -97,27 +98,13 @@ class CpuGroup:
         return asdict(self)
 
 
-def thread_run_delays(pid: int) -> dict[int, int]:
-    """Thread id -> ns it spent runnable but waiting for a CPU (/proc/PID/task/TID/schedstat, field 2),
-    for every thread of `pid` and its descendants."""
-    delays = {}
+def tree_run_delays(pid: int) -> dict[int, int]:
+    """thread_run_delays of `pid` and its descendants."""
     try:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
-        return delays
-    for proc in procs:
-        task_dir = f"/proc/{proc.pid}/task"
-        try:
-            tids = os.listdir(task_dir)
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"{task_dir}/{tid}/schedstat") as f:
-                    delays[int(tid)] = int(f.read().split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return delays
+        return {}
+    return thread_run_delays([p.pid for p in procs])
 
 
 class PeerCpu:
@@ -134,7 +121,7 @@ class PeerCpu:
                 self.error, self.group = f"could not join cpu group: {exc}", None
         self.joined = time.monotonic()
         self.excluded: set[int] = set()  # threads outside the group (the resource sampler)
-        self.first_delays = thread_run_delays(os.getpid())
+        self.first_delays = tree_run_delays(os.getpid())
         self.first_usage, (self.first_periods, self.first_throttled) = (
             (self.group.usage_s(), self.group.throttling()) if self.group else (0.0, (0, 0.0)))
 
@@ -144,7 +131,7 @@ class PeerCpu:
             self.excluded.add(tid)
 
     def figures(self) -> dict:
-        delays = thread_run_delays(os.getpid())
+        delays = tree_run_delays(os.getpid())
         runq_ns = sum(ns - self.first_delays.get(tid, 0) for tid, ns in delays.items() if tid not in self.excluded)
         figures = {"in_group_s": time.monotonic() - self.joined, "runq_s": runq_ns / 1e9, "error": self.error}
         if self.group is not None:

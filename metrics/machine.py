@@ -52,28 +52,39 @@ METHODS = {
 
 
 # --- peer side: per step ------------------------------------------------------------------------
+def thread_run_delays(pids: list[int]) -> dict[int, int]:
+    """Thread id -> ns it spent runnable but waiting for a CPU (/proc/PID/task/TID/schedstat, field 2), for every
+    thread of these processes; threads that end meanwhile are left out."""
+    found = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                fd = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                found[int(tid)] = int(os.read(fd, 128).split()[1])
+            except (IndexError, ValueError):
+                pass
+            finally:
+                os.close(fd)
+    return found
+
+
 class ProcessClock:
     """CPU time and run-queue delay of this process, all threads. `read()` costs well under a millisecond
     (measured by bench/noise.py: clock_cost_us)."""
 
-    TASKS = "/proc/self/task"
-
     def __init__(self):
-        self.runq_ns: dict[str, int] = {}
-        self.has_schedstat = os.path.exists(f"{self.TASKS}/{os.getpid()}/schedstat")
+        self.runq_ns: dict[int, int] = {}
+        self.has_schedstat = os.path.exists(f"/proc/{os.getpid()}/schedstat")
 
-    def _runq_by_thread(self) -> dict[str, int]:
-        found = {}
-        for tid in os.listdir(self.TASKS):
-            try:
-                fd = os.open(f"{self.TASKS}/{tid}/schedstat", os.O_RDONLY)
-            except FileNotFoundError:  # the thread ended
-                continue
-            try:
-                found[tid] = int(os.read(fd, 128).split()[1])
-            finally:
-                os.close(fd)
-        return found
+    def _runq_by_thread(self) -> dict[int, int]:
+        return thread_run_delays([os.getpid()])
 
     def start(self) -> None:
         self.cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
