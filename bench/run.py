@@ -30,6 +30,7 @@ BENCHMARKS = {
     "projection": "bench.projection:run",
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",
+    "emulation": "bench.emulation:run",
 }
 
 

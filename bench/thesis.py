@@ -1,86 +1,135 @@
-"""Thesis grid: peers 1, 2, 4, 8 (16 where the machine has 16 cores) x every strategy, on all cores.
+"""The thesis's question: with 16 vCPUs, does hivemind with 2, 4, 8 or 16 peers (8, 4, 2, 1 vCPUs each) beat
+one 16-vCPU process, and where does the time go as target batch size, local updates and batch size change?
 
-Every multi-peer run shares the machine's C cores: N peers of peer_cpus = max(1, C // N)
-(N > C oversubscribes: peers share cores round-robin, marked in the row). The reference is
-one process on all C cores (strategy=single, peers=1, peer_cpus=C, batch_size per step,
-as in the thesis table). Per run, from summary.json: throughput (all workers' samples /
-the longest worker's training time), speedup = throughput / the reference's, scaling
-efficiency = throughput / (N x throughput of single with one peer of peer_cpus threads,
-measured in the same session), time-to-target (the worst worker's, evaluation pauses
-excluded), the worst worker's final accuracy, exposed communication share of the step,
-and hivemind's averaging group sizes and failed rounds.
+    python bench/run.py thesis      # >= 16 cores: the full grid; fewer: the slice this machine runs faithfully
 
-    python bench/run.py thesis                              # this machine, its defaults (below)
-    AVGBENCH_THESIS="model=resnet18 max_steps=60" python bench/run.py thesis   # the 16-core table
+Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
+configuration and its equal-resource baseline (one process with all the CPUs) in a shuffled order, so speedups
+and time-to-target ratios are paired per block, with 95 % t-intervals and Holm-corrected claims
+(metrics/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
+batch 32, lr 0.01; run lengths are shortened (max_steps = AVGBENCH_THESIS_STEPS per peer), target batch sizes
+never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
+
+Full grid (>= 16 cores), AVGBENCH_THESIS_REPEATS blocks (default 3):
+  hivemind    peers 2, 4, 8, 16 at 16/N vCPUs x local updates on/off x target batch 10000 ... 625
+              (experiment=thesis_hivemind scale=1: 40 configurations + the 1 x 16 baseline)
+  batch       hivemind 8 x 2, target batch 2500, local updates on/off x batch size 32, 64, 128 (6 + 3 baselines)
+  strategies  every other averaging strategy of the registry at 8 x 2 (+ the 1 x 16 baseline)
+  Cost: about 170 runs of STEPS steps; at 300 steps, with a 2-vCPU ResNet18 step of about 0.4 s, 8-9 hours (an
+  estimate from this machine's step time, not a measurement of a 16-core machine).
+Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus = the usable cores:
+  hivemind    2 x 1, local updates on/off, target batch 625 (the thesis's smallest: epochs fall inside a short run)
+  strategies  every other averaging strategy at 2 x 1 (ps: 2 workers + its server, oversubscribed, as it says)
+  against one process on 2 cores. Cost here: 3 blocks of 8 runs of 100 steps, about 80 minutes.
+What the slice cannot say (peers with several vCPUs, thread scaling, 4-16 peers on their own cores) is listed in
+the README's "Reproducing the thesis"; no row is projected here.
+
+Per configuration (each family's groups, metrics/report_data.py): speedup over the baseline (throughput ratio per
+block: estimate, 95 % interval, decision), time-to-target ratio, samples-to-target and time per sample (means
+over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
+(summary.json averaging_rounds, summed over blocks) and failed rounds.
 """
 import os
-import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from bench.jobs import averaging_strategies, summary_of
+from bench.jobs import ROOT, averaging_strategies
+from metrics.report_data import load_runs
+from metrics.stats import ALPHA, decide, holm
 
-# every averaging strategy of conf/strategy/; hivemind in both of its update modes
-STRATEGIES = averaging_strategies(skip={"hivemind": "run below in both modes"}) | {
-    "hivemind_local": ["strategy=hivemind", "hivemind.use_local_updates=true"],
-    "hivemind_grads": ["strategy=hivemind", "hivemind.use_local_updates=false"],
-}
-# What this machine runs by default (2 cores: ResNet18 would take hours); the env var overrides it.
-DEFAULT_JOB = "model=tiny max_steps=60 eval_every=10"
-
-
-def peer_counts(cores: int) -> list[int]:
-    return [n for n in (1, 2, 4, 8, 16) if n < 16 or cores >= 16]
-
-
-def figures(summary: dict) -> dict:
-    share = summary["time_breakdown_share"]
-    groups, failed, downloads = {}, 0, 0
-    for peer in summary["peers"]:
-        stats = (peer.get("result") or {}).get("strategy") or {}
-        for size, count in (stats.get("averaging_group_sizes") or {}).items():
-            groups[size] = groups.get(size, 0) + count
-        failed += stats.get("allreduce_rounds_failed", 0) + stats.get("log_no_group", 0)
-        downloads += stats.get("log_state_downloaded", 0)
-    row = {"throughput": summary["throughput_samples_per_s"], "time_to_target_s": summary["time_to_target_s"],
-           "worst_accuracy": summary["final_test_accuracy"], "comm_share": share.get("comm_s"),
-           "status": summary["status"]}
-    if summary["config"]["strategy"]["name"] == "hivemind":
-        row |= {"averaging_group_sizes": groups, "averaging_rounds_failed": failed, "state_downloads": downloads}
-    return row
+FULL_CORES = 16
+STEPS = int(os.environ.get("AVGBENCH_THESIS_STEPS", 300))
+REPEATS = int(os.environ.get("AVGBENCH_THESIS_REPEATS", 3))
+JOB = ["model=resnet18", "data=digits", "batch_size=32", "lr=0.01", "progress=false", "lock=off"]
+OTHERS = ",".join(averaging_strategies(skip={"hivemind": "its own families"}))
 
 
-def run(job: str | None = None) -> dict:
-    job_args = shlex.split(job or os.environ.get("AVGBENCH_THESIS", DEFAULT_JOB))
-    cores = len(os.sched_getaffinity(0))
-    counts = peer_counts(cores)
-
-    def single(cpus: int) -> dict:
-        return figures(summary_of("strategy=single", "peers=1", f"peer_cpus={cpus}", *job_args))
-
-    reference = single(cores)
-    one_peer = {c: single(c) for c in sorted({max(1, cores // n) for n in counts if n > 1})}
-    rows = [{"strategy": "single", "peers": 1, "peer_cpus": cores, **reference, "speedup": 1.0,
-             "scaling_efficiency": 1.0}]
-    for name, args in STRATEGIES.items():
-        for n in counts:
-            if n == 1:
-                continue
-            cpus = max(1, cores // n)
-            try:
-                row = figures(summary_of(*args, f"peers={n}", f"peer_cpus={cpus}", *job_args, timeout=3600))
-            except RuntimeError as exc:  # a run that fails is a finding, not the end of the grid
-                row = {"status": "failed", "throughput": None, "error": str(exc)[-600:]}
-            throughput = row["throughput"]
-            rows.append({"strategy": name, "peers": n, "peer_cpus": cpus, "oversubscribed": n * cpus > cores, **row,
-                         "speedup": throughput / reference["throughput"] if throughput else None,
-                         "scaling_efficiency": throughput / (n * one_peer[cpus]["throughput"]) if throughput else None})
-    at_eight = {r["strategy"]: r["speedup"] for r in rows if r["peers"] == 8}
+def families(cores: int) -> dict[str, list[str]]:
+    """Family -> its multirun's overrides: the full grid on >= 16 cores, else the slice at these cores."""
+    if cores >= FULL_CORES:
+        return {
+            "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={STEPS}"],
+            "batch": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", "peers=8",
+                      "target_batch_base=2500", "batch_size=32,64,128", f"max_steps={STEPS}"],
+            "strategies": [f"strategy={OTHERS}", "peers=8", "peer_cpus=2", f"max_steps={STEPS}"],
+        }
     return {
-        "name": "thesis_grid",
-        "ratio": at_eight.get("allreduce") or 0.0,
-        "goal": ">= 1.6 allreduce, stepwise; >= 1.2 ps; >= 1.3 hivemind_local (8 peers vs 1 process, 16 cores)",
-        "speedup_at_8_peers": at_eight,
-        "rows": rows,
-        "one_peer_baselines": one_peer,
-        "setup": f"{cores} cores, peers {counts}, {' '.join(job_args)}, data=digits, batch 32 per peer",
+        "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={cores}", "peers=2",
+                     "target_batch_base=625", "max_steps=100"],
+        "strategies": [f"strategy={OTHERS}", "peers=2", "peer_cpus=1", "max_steps=100"],
+    }
+
+
+def multirun(name: str, overrides: list[str], out: Path) -> Path:
+    sweep = out / name
+    command = [sys.executable, "train.py", "-m", *overrides, *JOB, f"repeats={REPEATS}", f"hydra.sweep.dir={sweep}"]
+    print(f"thesis: {name}: {' '.join(command[2:])}", file=sys.stderr, flush=True)
+    subprocess.run(command, cwd=ROOT, check=False)  # failed runs are findings: the report says which
+    return sweep
+
+
+def group_sizes(runs) -> dict:
+    """kind -> group size -> rounds, over the runs' averaging_rounds (each round once)."""
+    found: dict = {}
+    for run in runs:
+        for kind, sizes in ((run.summary.get("averaging_rounds") or {}).get("group_sizes") or {}).items():
+            for size, count in sizes.items():
+                found.setdefault(kind, {})[size] = found.setdefault(kind, {}).get(size, 0) + count
+    return found
+
+
+def mean_of(runs, key: str):
+    values = [r.summary.get(key) for r in runs if r.completed and r.summary.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
+def rows_of(sweep: Path) -> list[dict]:
+    sections, _ = load_runs([sweep])
+    groups = [g for s in sections for g in s.groups if g.baseline]
+    adjusted = holm([g.speedup.p_value() if g.speedup else None for g in groups])
+    rows = []
+    for group, p in zip(groups, adjusted):
+        runs = group.runs
+        shares = [r.summary.get("time_breakdown_share") or {} for r in runs if r.completed]
+        mean_shares = {k: statistics.fmean(s.get(k, 0.0) for s in shares) for k in (shares[0] if shares else {})}
+        interval = group.speedup.interval() if group.speedup else None
+        rows.append({
+            "configuration": group.label, "peers": group.first.config["peers"],
+            "peer_cpus": group.first.config["peer_cpus"], "runs": len(runs),
+            "completed": sum(r.completed for r in runs),
+            "speedup": group.speedup.estimate if group.speedup and group.speedup.n else None,
+            "speedup_interval_95": list(interval) if interval else None,
+            "speedup_claim": decide(group.speedup, p, 0.05) if group.speedup else None,
+            "time_to_target_ratio": group.ttt_speedup.estimate if group.ttt_speedup and group.ttt_speedup.n else None,
+            "samples_to_target": mean_of(runs, "samples_to_target"),
+            "time_per_sample_s": mean_of(runs, "time_per_sample_s"),
+            "time_breakdown_share": mean_shares,
+            "bottleneck": max(mean_shares, key=mean_shares.get) if mean_shares else None,
+            "averaging_group_sizes": group_sizes(runs) or None,
+            "averaging_rounds_failed": sum((r.summary.get("averaging_rounds") or {}).get("failed", 0) for r in runs),
+        })
+    return rows
+
+
+def run() -> dict:
+    started = time.monotonic()
+    cores = len(os.sched_getaffinity(0))
+    out = Path(os.environ.get("AVGBENCH_THESIS_DIR", ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"))
+    plan = families(cores)
+    results = {name: rows_of(multirun(name, overrides, out)) for name, overrides in plan.items()}
+    speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"]]
+    return {
+        "name": "thesis",
+        "ratio": max(speedups, default=0.0),
+        "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
+        "scope": "full grid" if cores >= FULL_CORES else f"slice on {cores} cores (README: Reproducing the thesis)",
+        "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
+        "sweeps": str(out),
+        "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}; ratio = the best speedup's estimate",
+        "claims_alpha": ALPHA,
+        "duration_s": time.monotonic() - started,
         "method": __doc__.strip(),
     }

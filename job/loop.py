@@ -104,12 +104,14 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             compute_s = clock.compute_s(t1)
             samples += len(y)
             wall = t_end - start
-            comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s)
+            paused_s += report.startup_wait_s  # waiting for peers to start is not training
+            comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s - report.startup_wait_s)
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
                      data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s, comm_s=comm_s,
                      hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - comm_s), ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),
+                     **({"startup_wait_s": report.startup_wait_s} if report.startup_wait_s else {}),
                      **({} if report.link_s is None else {"link_s": report.link_s}),
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):

@@ -37,16 +37,17 @@ class Round:
     uniform_links: bool = True                 # every process's link has the same rate
 
 
-def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[int, list[dict]]:
-    """Step records that moved payload, grouped by averaging round (the step's `round`, else its step number)."""
-    rounds: dict[int, list[dict]] = {}
+def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[tuple, list[dict]]:
+    """Step records that moved payload, grouped by averaging round: ("round", the step's `round`), else ("step", its
+    step number), so a round id never collides with a step number (hivemind's epochs and background rounds)."""
+    rounds: dict[tuple, list[dict]] = {}
     for rank, steps in steps_by_rank.items():
         before = 0
         for s in steps:
             if s["bytes_sent"] or s["bytes_recv"]:
                 key = s.get("round")
                 record = s | {"rank": rank, "samples_in_step": s["samples"] - before}
-                rounds.setdefault(s["step"] if key is None else key, []).append(record)
+                rounds.setdefault(("step", s["step"]) if key is None else ("round", key), []).append(record)
             before = s["samples"]
     return rounds
 

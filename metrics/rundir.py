@@ -26,6 +26,7 @@ class PeerDir:
     output_log = property(lambda self: self.path / "output.log")
     error = property(lambda self: self.path / "error.txt")
     fault = property(lambda self: self.path / "fault.json")
+    rounds = property(lambda self: self.path / "rounds.jsonl")  # one record per averaging round (metrics/rounds.py)
     snapshots = property(lambda self: self.path / "snapshots")  # weights saved for evaluation after training
 
     def file(self, name: str) -> Path:

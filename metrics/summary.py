@@ -14,6 +14,7 @@ from metrics.machine import METHODS as MACHINE_METHODS
 from metrics.machine import machine_section
 from metrics.network import METHODS as NETWORK_METHODS
 from metrics.network import network_section
+from metrics.rounds import rounds_section
 from metrics.rundir import PeerDir, RunDir
 
 PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
@@ -24,7 +25,14 @@ METHODS = {
     "throughput_samples_per_s": "all workers' trained samples / the longest worker's training time: its wall time "
                                 "from the start of its first step to the end of its last (which holds its last "
                                 "communication, e.g. a final averaging round), minus its pauses to save weights for "
-                                "evaluation",
+                                "evaluation, and minus start-up waits inside a step (startup_wait_s: hivemind's wait in its "
+                                "first step until its progress tracker sees every peer)",
+    "useful_samples": "samples that went into the model the workers ended with, where the strategy says so "
+                      "(hivemind: completed epochs x target_batch_size, as trained samples past the last epoch "
+                      "boundary never reach it); null for strategies where every trained sample counts",
+    "startup_wait_s": "the longest worker's start-up wait inside its steps (not training time: left out of train_s "
+                      "and of the step's phases)",
+    "averaging_rounds": "see metrics/rounds.py METHOD (null: the strategy records no rounds one by one)",
     "time_breakdown_s": "mean per step over all workers (perf_counter), the same for every strategy: data_s = "
                         "fetching the batch; compute_s = forward and backward up to the moment the last gradient "
                         "was accumulated; opt_s = the optimizer update wherever it runs (a parameter server's "
@@ -102,6 +110,7 @@ def peer_figures(peer: PeerDir) -> dict:
         "steps": steps[-1]["step"] if steps else 0,
         "samples": steps[-1]["samples"] if steps else 0,
         "train_s": steps[-1]["train_s"] if steps else 0.0,
+        "startup_wait_s": sum(s.get("startup_wait_s", 0.0) for s in steps),
         "final_eval": evals[-1] if evals else None,
         "result": json.loads(peer.result.read_text()) if peer.result.exists() else None,
         "error": peer.error.read_text() if peer.error.exists() else None,
@@ -122,6 +131,13 @@ def peer_figures(peer: PeerDir) -> dict:
             "lo_tx_bytes": last["lo_tx_bytes"] - first["lo_tx_bytes"],
         }
     return figures
+
+
+def useful_samples(workers: list[dict]) -> int | None:
+    """Samples that went into the model the workers ended with, where the strategy says (hivemind: its epochs x
+    target batch size): trained samples past the last completed epoch did not."""
+    found = [((w["result"] or {}).get("strategy") or {}).get("useful_samples") for w in workers]
+    return max((v for v in found if v is not None), default=None)
 
 
 def device_of(config: dict, workers: list[dict]) -> dict:
@@ -257,6 +273,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "started_at": outcome.ended_at - outcome.wall_s,
         "wall_s": outcome.wall_s,
         "total_samples": total_samples,
+        "useful_samples": useful_samples(workers),
+        "startup_wait_s": max((w["startup_wait_s"] for w in workers), default=None),
         "throughput_samples_per_s": total_samples / longest if longest else None,
         **accuracy,
         "target": config["target"],
@@ -271,6 +289,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "bytes_recv_per_step": recv,
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / total_samples if total_samples else None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / total_samples if total_samples else None,
+        "averaging_rounds": rounds_section(run, len(workers)),
         "network": network_section(run, config, knobs or {}, bound, bound_formula, rounds_overlap),
         "shape": shape,
         "machine": machine_section(run.machine, (shape or {}).get("cores") or len(os.sched_getaffinity(0)), lock),

@@ -50,6 +50,8 @@ class StepReport:
     link_s: for a strategy that overlaps communication with backward: the time from the first
       gradient handed to communication to the last transfer done (the exposed part is in the
       loop's comm_s); link efficiency uses it instead of comm_s. None: no overlap.
+    startup_wait_s: time of this step spent waiting for the other peers to start (not training: the loop
+      leaves it out of train_s and of the step's phases, and logs it as startup_wait_s).
     extra: strategy-specific per-step fields (e.g. its own raw collective time).
     """
 
@@ -60,6 +62,7 @@ class StepReport:
     last: bool = False
     done: float | None = None
     link_s: float | None = None
+    startup_wait_s: float = 0.0
     extra: dict = field(default_factory=dict)
 
 

@@ -175,7 +175,7 @@ class Hivemind(Strategy):
 
         self.model, self.hm = model, self.cfg.hivemind
         self.counters = hivemind_internals.Counters()
-        hivemind_internals.install(self.counters)
+        hivemind_internals.install(self.counters, str(self.ctx.peer.rounds))
         os.register_at_fork(after_in_child=_kill_with_parent)
         self.client = self.ctx.rank in set(self.hm.client_mode_peers)
         self.dht = self._start_dht(hivemind)
@@ -276,10 +276,11 @@ class Hivemind(Strategy):
         the stop: apply background averaging, wait for the others, one last synchronous state
         round. That end is part of this step, so its time and bytes count like any other."""
         start, updates_before = time.perf_counter(), self.global_step_s
+        self.counters.set("local_epoch", self.opt.local_epoch)
         self.opt.step(batch_size=samples)
-        if not self.swarm_seen:
-            self._wait_for_swarm()
-        local_s = time.perf_counter() - start
+        self.counters.set("local_epoch", self.opt.local_epoch)
+        waited = self._wait_for_swarm() if not self.swarm_seen else 0.0
+        local_s = time.perf_counter() - start - waited
         epoch = self.opt.local_epoch
         last = epoch >= self.target_epoch
         if last:
@@ -296,6 +297,7 @@ class Hivemind(Strategy):
         update_s = min(local_s, self.global_step_s - updates_before)
         return StepReport(
             opt_s=update_s if averaged else local_s, last=last, round=round_id if averaged else None,
+            startup_wait_s=waited,
             done=min(1.0, (epoch + progress.samples_accumulated / self.hm.target_batch_size) / self.target_epoch),
             bytes_sent=delta["allreduce_bytes_sent"], bytes_recv=delta["allreduce_bytes_recv"],
             extra={
@@ -310,17 +312,20 @@ class Hivemind(Strategy):
             },
         )
 
-    def _wait_for_swarm(self) -> None:
-        """After the first step: wait until hivemind's progress tracker counts every peer.
+    def _wait_for_swarm(self) -> float:
+        """After the first step: wait until hivemind's progress tracker counts every peer; returns the seconds
+        waited (a start-up wait, not training).
 
         Peers publish progress only once they hold samples; a peer that went on before
         seeing the others would run its first epochs alone, with local gradients.
         """
+        started = time.perf_counter()
         timeout = float(self.cfg.timeouts.startup_s)
         if not wait_until(lambda: self.opt.tracker.global_progress.num_peers >= self.cfg.peers, timeout, 0.1):
             raise TimeoutError(f"hivemind's progress tracker saw {self.opt.tracker.global_progress.num_peers} of "
                                f"{self.cfg.peers} peers after timeouts.startup_s={timeout:.0f} s")
         self.swarm_seen = True
+        return time.perf_counter() - started
 
     def _record_epoch(self, epoch: int, counts: dict) -> None:
         flat = torch.cat([p.detach().reshape(-1).double() for p in self.model.parameters()])
@@ -391,13 +396,11 @@ class Hivemind(Strategy):
     # --- results and shutdown ------------------------------------------------
     def summary(self) -> dict:
         counts = self.counters.snapshot()
-        groups = {k.removeprefix("group_of_"): counts.pop(k) for k in hivemind_internals.GROUP_FIELDS}
-        groups = {size: rounds for size, rounds in groups.items() if rounds}
         return {
-            "averaging_group_sizes": groups,  # group size -> rounds this peer averaged in such a group
             "final_epoch": self.opt.local_epoch, "target_epoch": self.target_epoch, "client_mode": self.client,
+            "useful_samples": self.opt.local_epoch * self.hm.target_batch_size,
             "averaging_s": counts["allreduce_ns"] / 1e9,
-            **{k: v for k, v in counts.items() if k != "allreduce_ns"},
+            **{k: v for k, v in counts.items() if k not in ("allreduce_ns", "local_epoch")},
             "bytes_method": "serialized tensor parts this peer's all-reduce sent and received (after compression), "
                             "counted at hivemind's serialization points in all its processes",
         }

@@ -24,10 +24,22 @@ not use the formula: we count the serialized tensor bytes (`runtime_pb2.Tensor.b
 after compression) of every part the peer's all-reduce sends and deserializes,
 which is exact for any group size, fractions, compression and partial round.
 Protocol framing (protobuf headers, libp2p, TCP) is not payload and not counted.
+
+Rounds: every all-reduce round a peer joins appends one line to its peer<R>/rounds.jsonl (ROUND_FIELDS), written
+by the averager's own process when the round ends: kind (gradients | state), epoch (the peer's local epoch when the round started: a gradient round
+during the step that ends epoch e has epoch e),
+group_id (hex, the same for every member: it joins the members' records into one round), group_size,
+started_at (unix s), duration_s (the all-reduce, matchmaking excluded), bytes_sent / bytes_recv (that process's
+counted bytes while the round ran: a reply still streaming to another member when this member's round
+ended counts in the peer's totals but in no round, measured 128 of 39,912 bytes in one record of 12; and
+another round running in the same process meanwhile mixes the two: overlapped),
+success, error. A step that found no group has no round (counted as log_no_group).
 """
 import contextlib
+import json
 import logging
 import multiprocessing
+import os
 import re
 import time
 
@@ -36,11 +48,10 @@ FIELDS = (
     "allreduce_rounds_done", "allreduce_rounds_failed", "allreduce_ns",
     "log_averaged_gradients", "log_local_gradients", "log_no_group", "log_reducer_partial",
     "log_out_of_sync", "log_state_downloaded", "log_averaged_parameters",
+    "local_epoch",  # not a count: the training thread's hivemind.Optimizer.local_epoch, for the round records
 )
-MAX_GROUP = 16  # group sizes counted one by one up to this; larger groups count as group_of_more
-GROUP_FIELDS = (*(f"group_of_{n}" for n in range(1, MAX_GROUP + 1)), "group_of_more")
-FIELDS += GROUP_FIELDS
-GROUP_SIZE = re.compile(r"Averaged (?:gradients|parameters) with (\d+) peers")
+ROUND_FIELDS = ("kind", "epoch", "group_id", "group_size", "started_at", "duration_s", "bytes_sent", "bytes_recv",
+                "overlapped", "success", "error")
 
 # hivemind log line -> counter (the lines that say how averaging went)
 LOG_PATTERNS = (
@@ -64,6 +75,10 @@ class Counters:
         with self.array.get_lock():
             self.array[FIELDS.index(name)] += int(value)
 
+    def set(self, name: str, value: int) -> None:
+        with self.array.get_lock():
+            self.array[FIELDS.index(name)] = int(value)
+
     def snapshot(self) -> dict[str, int]:
         with self.array.get_lock():
             return dict(zip(FIELDS, self.array[:]))
@@ -84,16 +99,35 @@ class LogCounter(logging.Handler):
         for pattern, name in LOG_PATTERNS:
             if pattern.search(message):
                 self.counters.add(name)
-        if size := GROUP_SIZE.search(message):
-            n = int(size.group(1))
-            self.counters.add(f"group_of_{n}" if n <= MAX_GROUP else "group_of_more")
 
 
 _installed: list[Counters] = []
+_rounds_file: list[str] = []  # this peer's rounds.jsonl (inherited by hivemind's forked processes)
+_in_process = {"sent": 0, "recv": 0, "active": 0, "overlapped": 0}  # this process's own, per-round attribution
 
 
-def install(counters: Counters) -> None:
-    """Hook hivemind's all-reduce (serialization points, rounds) and logger; once per process."""
+def round_kind(averager) -> str:
+    """What an averager averages: hivemind.Optimizer's gradient averager or its training-state averager."""
+    names = {cls.__name__ for cls in type(averager).__mro__}
+    return "gradients" if "GradientAverager" in names else "state" if "TrainingStateAverager" in names else \
+        type(averager).__name__
+
+
+def write_round(record: dict) -> None:
+    """One JSON line, one write() on an O_APPEND descriptor: the averagers' processes append side by side."""
+    if not _rounds_file:
+        return
+    fd = os.open(_rounds_file[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def install(counters: Counters, rounds_file: str | None = None) -> None:
+    """Hook hivemind's all-reduce (serialization points, rounds) and logger; once per process. Every all-reduce
+    round this peer joins appends one record to rounds_file (ROUND_FIELDS)."""
+    _rounds_file[:] = [rounds_file] if rounds_file else []
     if _installed:
         _installed[0] = counters
         return
@@ -109,10 +143,12 @@ def install(counters: Counters) -> None:
     def counted_serialize(*args, **kwargs):  # averaged parts sent back to their senders
         message = serialize(*args, **kwargs)
         current().add("allreduce_bytes_sent", len(message.buffer))
+        _in_process["sent"] += len(message.buffer)
         return message
 
     def counted_deserialize(message):  # input parts from senders, averaged parts from owners
         current().add("allreduce_bytes_recv", len(message.buffer))
+        _in_process["recv"] += len(message.buffer)
         return deserialize(message)
 
     def counted_download(message):
@@ -124,19 +160,34 @@ def install(counters: Counters) -> None:
     async def counted_inputs(self, peer_index):  # our input parts sent to their owners
         async for message in generate_inputs(self, peer_index):
             current().add("allreduce_bytes_sent", len(message.tensor_part.buffer))
+            _in_process["sent"] += len(message.tensor_part.buffer)
             yield message
 
     aggregate = averager.DecentralizedAverager._aggregate_with_group
 
-    async def counted_round(self, *args, **kwargs):
-        start = time.perf_counter_ns()
+    async def counted_round(self, group_info, *args, **kwargs):
+        started_at, start = time.time(), time.perf_counter_ns()
+        epoch_at_start = current().snapshot()["local_epoch"]
+        sent, recv = _in_process["sent"], _in_process["recv"]
+        _in_process["overlapped"] += _in_process["active"] > 0
+        _in_process["active"] += 1
+        overlapped_before, error = _in_process["overlapped"], None
         try:
-            result = await aggregate(self, *args, **kwargs)
-        except BaseException:
+            result = await aggregate(self, group_info, *args, **kwargs)
+        except BaseException as exc:
             current().add("allreduce_rounds_failed")
+            error = f"{type(exc).__name__}: {exc}"[:300]
             raise
         finally:
-            current().add("allreduce_ns", time.perf_counter_ns() - start)
+            elapsed = time.perf_counter_ns() - start
+            current().add("allreduce_ns", elapsed)
+            _in_process["active"] -= 1
+            write_round({"kind": round_kind(self), "epoch": epoch_at_start,
+                         "group_id": group_info.group_id.hex(), "group_size": len(group_info.peer_ids),
+                         "started_at": started_at, "duration_s": elapsed / 1e9,
+                         "bytes_sent": _in_process["sent"] - sent, "bytes_recv": _in_process["recv"] - recv,
+                         "overlapped": _in_process["active"] > 0 or _in_process["overlapped"] != overlapped_before,
+                         "success": error is None, "error": error})
         current().add("allreduce_rounds_done")
         return result
 

@@ -3,7 +3,7 @@
 here from the hops each algorithm needs, not from the formulas in the code."""
 import pytest
 
-from metrics.bounds import MBIT, Round, link_efficiency
+from metrics.bounds import MBIT, Round, link_efficiency, round_records
 from strategies.allreduce import AllReduce
 from strategies.hivemind import Hivemind
 from strategies.ps import ParameterServer
@@ -201,3 +201,13 @@ def test_the_collectives_benchmark_fails_on_an_efficiency_above_one():
     check_at_most_one([{"strategy": "ps", "efficiency": 1.0}, {"strategy": "hivemind", "efficiency": None}])
     with pytest.raises(AssertionError, match="above 1"):
         check_at_most_one([{"strategy": "stepwise", "efficiency": 1.32}])
+
+
+def test_round_ids_and_step_numbers_are_separate_rounds():
+    """hivemind: epoch 2's round (round=2) and a background round finishing at step 2 (round=None) are two rounds."""
+    steps = {0: [{"step": 1, "round": None, "bytes_sent": 0, "bytes_recv": 0, "samples": 32},
+                 {"step": 2, "round": None, "bytes_sent": 5, "bytes_recv": 5, "samples": 64},
+                 {"step": 3, "round": 2, "bytes_sent": 7, "bytes_recv": 7, "samples": 96}]}
+    rounds = round_records(steps)
+    assert sorted(len(records) for records in rounds.values()) == [1, 1]
+    assert sorted(r[0]["bytes_sent"] for r in rounds.values()) == [5, 7]

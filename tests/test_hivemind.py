@@ -11,6 +11,7 @@ import torch
 from helpers import (HIVE, assert_no_leftovers, compose_config, results, run_train, start_train, summary_of,
                      wait_for_steps)
 from job.errors import ConfigError
+from job.model import build_model
 from launchers.config import validate
 from metrics.jsonl import read_jsonl
 from strategies.hivemind import target_epoch
@@ -51,9 +52,31 @@ def test_gradient_averaging_keeps_peers_identical_every_epoch(run_dir):
     assert averaged and all(s["opt_s"] > 0 and s["link_s"] > 0 for s in averaged), averaged
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["lost_peers"] == []
+    check_round_records(summary, peers)
     assert_no_leftovers(run_dir)
     for rank in (0, 1):
         assert_own_files_removed(run_dir, rank)
+
+
+def check_round_records(summary: dict, peers: list[dict]) -> None:
+    """One record per round, both peers in it; a gradient round moves S = the tiny model's gradient bytes per
+    member each way (two equal owners: half out, the averaged half back); per-round bytes add up to each
+    peer's counted total."""
+    section = summary["averaging_rounds"]
+    rounds = section["rounds"]
+    assert rounds and all(r["group_size"] == r["members_recorded"] == 2 and r["success"] for r in rounds), rounds
+    assert len({r["group_id"] for r in rounds}) == len(rounds)
+    gradient_bytes = 4 * sum(p.numel() for p in build_model(compose_config("model=tiny"), 10, 1).parameters())
+    gradients = [r for r in rounds if r["kind"] == "gradients"]
+    assert len(gradients) >= 2 and {r["epoch"] for r in gradients} <= {0, 1, 2}, gradients
+    # a reply still streaming when a member's own round ended counts in its totals, not in the round: <= 1 %
+    assert all(0.99 * 2 * gradient_bytes <= r["bytes_sent"] <= 2 * gradient_bytes for r in gradients), gradients
+    assert all(r["bytes_recv"] == 2 * gradient_bytes for r in gradients), gradients
+    assert section["group_sizes"]["gradients"] == {"2": len(gradients)} and section["whole_swarm_share"]["gradients"] == 1
+    counted = sum(p["strategy"]["allreduce_bytes_sent"] for p in peers)
+    assert 0.99 * counted <= sum(r["bytes_sent"] for r in rounds) <= counted
+    # 3 epochs of 64 samples were trained into the final model; the swarm wait is not training time
+    assert summary["useful_samples"] == 3 * 64 and summary["startup_wait_s"] is not None
 
 
 @pytest.mark.integration

@@ -1,0 +1,144 @@
+"""Does the emulation hold? Three checks, each measured side by side in interleaved blocks.
+
+headline: the headline multirun (`python train.py -m strategy=ring,stepwise,ps` at its default shape and
+  repeats), read from AVGBENCH_HEADLINE_SWEEP (a finished sweep directory) or run here. Per strategy, the
+  spread ((max - min) / mean) over blocks of its speedup over the baseline run in the same block (a paired
+  ratio), beside the spread of its absolute throughput. Goal: paired spread <= 5 %.
+linearity: ResNet18 on digits, strategy=single peers=1, LINEARITY_JOB. Arms: a dedicated core (emulate.isolate=off),
+  and a CPU quota of 1, 1/2 and 1/4 core (emulate.dilation=1, 2, 4; throughput dilated back, x k). Ratio per block:
+  the arm's throughput / the dedicated core's in the same block.
+invariance: every averaging strategy of the registry at peers=2 (ps: 2 workers + its server), INVARIANCE_JOB
+  (the payload model behind emulated links, so both CPU quota and link rates are dilated), at emulate.dilation
+  = 1, 2 and 4 (isolated; throughput dilated back). Ratio per block: throughput at k / throughput at 1 in the same
+  block. A strategy is offered dilation up to the largest factor at which the ratio of every block, and of
+  every smaller factor, lies within +-TOLERANCE (its `checked_dilation`; README "CPU isolation and time
+  dilation").
+Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/stats.py).
+"""
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.jobs import ROOT, averaging_strategies, summary_of
+from metrics.report_data import load_runs
+from metrics.stats import Ratio
+
+TOLERANCE = 0.05
+FACTORS = (1, 2, 4)
+LINEARITY_JOB = ["strategy=single", "peers=1", "model=resnet18", "max_steps=20", "eval_every=0",
+                 "emulate.allow_unchecked_dilation=true"]
+INVARIANCE_JOB = ["peers=2", "model=mlp", "model.width=1024", "network=emulated", "network.bandwidth_mbit=100",
+                  "max_steps=20", "eval_every=0", "emulate.isolate=on", "emulate.allow_unchecked_dilation=true"]
+INVARIANCE_TWEAKS = {"hivemind": ["hivemind.target_batch_size=64"]}
+HEADLINE = ["strategy=ring,stepwise,ps"]
+
+
+def spread(values: list[float]) -> float | None:
+    return (max(values) - min(values)) / statistics.fmean(values) if len(values) > 1 else None
+
+
+def ratio_figures(values: list[float]) -> dict:
+    ratio = Ratio(values)
+    interval = ratio.interval()
+    return {"per_block": values, "estimate": ratio.estimate, "interval_95": list(interval) if interval else None,
+            "spread": spread(values), "worst_deviation": max(abs(v - 1) for v in values)}
+
+
+def headline(sweep: Path | None) -> dict:
+    """Paired speedups of the headline multirun, per strategy (run here when no sweep directory is given)."""
+    if sweep is None:
+        import subprocess
+        sweep = Path(f"/tmp/avgbench-emulation-headline-{os.getpid()}")
+        subprocess.run([sys.executable, "train.py", "-m", *HEADLINE, f"hydra.sweep.dir={sweep}", "progress=false",
+                        "lock=off"], cwd=ROOT, check=True)
+    sections, _ = load_runs([sweep])
+    rows = {}
+    for group in (g for s in sections for g in s.groups if g.speedup and g.speedup.n):
+        throughputs = group.values(lambda r: r.summary.get("throughput_samples_per_s") if r.completed else None)
+        rows[group.label] = {"blocks": group.speedup.n, **ratio_figures(group.speedup.values),
+                             "throughput_spread": spread(throughputs), "throughput": throughputs}
+    return {"sweep": str(sweep), "strategies": rows,
+            "worst_paired_spread": max((r["spread"] or 0 for r in rows.values()), default=None)}
+
+
+def throughput(*overrides: str) -> float:
+    return summary_of(*overrides)["throughput_samples_per_s"]
+
+
+def interleaved(arms: dict[str, list[str]], repeats: int, what: str) -> dict[str, list[float]]:
+    """arm -> throughput per block; each block runs every arm once, in a shuffled order."""
+    found = {arm: [] for arm in arms}
+    for block in range(repeats):
+        order = list(arms)
+        random.Random(block).shuffle(order)
+        for arm in order:
+            print(f"emulation: {what} block {block + 1}/{repeats}, {arm}", file=sys.stderr, flush=True)
+            found[arm].append(throughput(*arms[arm], f"seed={block}"))
+    return found
+
+
+def linearity(repeats: int) -> dict:
+    arms = {"dedicated core": [*LINEARITY_JOB, "emulate.isolate=off"]}
+    arms |= {f"quota 1/{k}": [*LINEARITY_JOB, "emulate.isolate=on", f"emulate.dilation={k}"] for k in FACTORS}
+    found = interleaved(arms, repeats, "linearity")
+    reference = found["dedicated core"]
+    return {"throughput": found,
+            "ratios": {arm: ratio_figures([v / ref for v, ref in zip(values, reference)])
+                       for arm, values in found.items() if arm != "dedicated core"}}
+
+
+def checked_factor(ratios: dict[int, dict]) -> int:
+    """The largest factor at which this and every smaller factor stayed within TOLERANCE in every block."""
+    offered = 1
+    for k in sorted(ratios):
+        if ratios[k]["worst_deviation"] > TOLERANCE:
+            break
+        offered = k
+    return offered
+
+
+def invariance(repeats: int) -> dict:
+    rows = {}
+    for name, overrides in averaging_strategies(INVARIANCE_TWEAKS).items():
+        arms = {k: [*overrides, *INVARIANCE_JOB, f"emulate.dilation={k}"] for k in FACTORS}
+        found = interleaved(arms, repeats, f"invariance {name}")
+        ratios = {k: ratio_figures([v / ref for v, ref in zip(found[k], found[1])]) for k in FACTORS if k != 1}
+        rows[name] = {"throughput": found, "ratios": ratios, "checked_dilation": checked_factor(ratios)}
+    return rows
+
+
+def report(result: dict) -> None:
+    for label, row in result["headline"]["strategies"].items():
+        print(f"headline {label:<34} paired speedup spread {row['spread']:.1%} over {row['blocks']} blocks, "
+              f"throughput spread {row['throughput_spread']:.1%}")
+    for arm, ratio in result["linearity"]["ratios"].items():
+        print(f"linearity {arm:<12} dilated back / dedicated core {ratio['estimate']:.3f} "
+              f"(blocks {', '.join(f'{v:.3f}' for v in ratio['per_block'])})")
+    for name, row in result["invariance"].items():
+        print(f"invariance {name:<10} " + ", ".join(
+            f"k={k}: {r['estimate']:.3f} ({', '.join(f'{v:.3f}' for v in r['per_block'])})"
+            for k, r in row["ratios"].items()) + f" -> checked up to {row['checked_dilation']}")
+
+
+def run(repeats: int = int(os.environ.get("AVGBENCH_EMULATION_REPEATS", 2))) -> dict:
+    started = time.monotonic()
+    sweep = os.environ.get("AVGBENCH_HEADLINE_SWEEP")
+    result = {"headline": headline(Path(sweep) if sweep else None), "linearity": linearity(repeats),
+              "invariance": invariance(repeats)}
+    report(result)
+    return {
+        "name": "emulation",
+        "ratio": result["headline"]["worst_paired_spread"],
+        "goal": f"<= {TOLERANCE} (paired speedup spread); dilation offered where within +-{TOLERANCE:.0%}",
+        "setup": f"headline: {' '.join(HEADLINE)} (its default shape and repeats); linearity: "
+                 f"{' '.join(LINEARITY_JOB)}; invariance: {' '.join(INVARIANCE_JOB)} with "
+                 f"{INVARIANCE_TWEAKS}, factors {list(FACTORS)}; {repeats} interleaved blocks each; "
+                 f"ratio = the worst strategy's spread of paired speedups in the headline multirun",
+        **result,
+        "checked_dilation": {name: row["checked_dilation"] for name, row in result["invariance"].items()},
+        "duration_s": time.monotonic() - started,
+        "method": __doc__.strip(),
+    }
