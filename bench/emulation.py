@@ -32,7 +32,8 @@ LINEARITY_JOB = ["strategy=single", "peers=1", "model=resnet18", "max_steps=20",
                  "emulate.allow_unchecked_dilation=true"]
 INVARIANCE_JOB = ["peers=2", "model=mlp", "model.width=1024", "network=emulated", "network.bandwidth_mbit=100",
                   "max_steps=20", "eval_every=0", "emulate.isolate=on", "emulate.allow_unchecked_dilation=true"]
-INVARIANCE_TWEAKS = {"hivemind": ["hivemind.target_batch_size=64"]}
+INVARIANCE_TWEAKS = {"hivemind": ["hivemind.target_batch_size=320", "hivemind.matchmaking_time=2",
+                                  "hivemind.request_timeout=1"]}  # an epoch every 5 steps, short matchmaking
 HEADLINE = ["strategy=ring,stepwise,ps"]
 
 

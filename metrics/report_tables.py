@@ -341,10 +341,38 @@ def strategy_table(groups: list[Group]) -> Table | None:
                  "mean over peers; units as named by each field.")
 
 
+def rounds_table(groups: list[Group]) -> Table | None:
+    """Strategies that record their averaging rounds one by one (summary.json averaging_rounds: hivemind)."""
+    rows = []
+    for group in groups:
+        recorded = [r.summary["averaging_rounds"] for r in group.runs if r.summary.get("averaging_rounds")]
+        workers = str(group.first.summary.get("workers"))
+        for kind in sorted({k for section in recorded for k in section["group_sizes"]}):
+            sizes: dict[str, int] = {}
+            for section in recorded:
+                for size, count in section["group_sizes"].get(kind, {}).items():
+                    sizes[size] = sizes.get(size, 0) + count
+            rounds = [r for section in recorded for r in section["rounds"] if r["kind"] == kind]
+            total = sum(sizes.values())
+            rows.append([group.label, kind, str(total),
+                         ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items(), key=lambda i: int(i[0]))),
+                         percent(sizes.get(workers, 0) / total if total else None),
+                         str(sum(not r["success"] for r in rounds)),
+                         number(sum(r["duration_s"] for r in rounds) / len(rounds) if rounds else None)])
+    if not rows:
+        return None
+    return Table("Averaging rounds", ["configuration", "kind", "rounds", "group size: rounds", "whole swarm",
+                                      "failed", "mean all-reduce s"], rows,
+                 "One record per averaging round (summary.json averaging_rounds, joined across the members by the "
+                 "group's id), all runs of the configuration together: each round counted once, not once per "
+                 "member; whole swarm = share of rounds whose group held every worker; all-reduce time excludes "
+                 "matchmaking (real seconds).")
+
+
 def section_tables(section: Section) -> list[Table]:
     groups = ranked(section)
     tables = [configuration_table(groups), speed_table(groups, section.synthetic),
               bytes_table(groups), breakdown_table(groups), resources_table(groups), failures_table(groups),
-              strategy_table(groups)]
+              rounds_table(groups), strategy_table(groups)]
     tables[1].note = rank_note(section) + " " + tables[1].note
     return [t for t in tables if t is not None]

@@ -155,3 +155,39 @@ def test_an_empty_run_has_no_rates(tmp_path):
     assert summary["workers"] == 0 and summary["total_samples"] == 0
     assert summary["throughput_samples_per_s"] is None and summary["bytes_sent_per_sample"] is None
     assert summary["time_to_target_s"] is None and summary["time_breakdown_share"] == {}
+
+
+def test_round_records_join_by_group_and_count_each_round_once():
+    """Two members' records of one round make one round (bytes summed, the longer duration); a round whose second
+    member failed is a failed round; group sizes count rounds, not member records."""
+    from metrics.rounds import join_rounds
+
+    def member(rank, group, duration, sent, success=True, size=2):
+        return {"rank": rank, "group_id": group, "kind": "gradients", "epoch": 0, "group_size": size,
+                "started_at": 100.0 + rank, "duration_s": duration, "bytes_sent": sent, "bytes_recv": sent,
+                "overlapped": False, "success": success}
+
+    rounds = join_rounds([member(0, "a", 0.5, 10), member(1, "a", 0.7, 12), member(0, "b", 0.2, 3),
+                          member(1, "b", 0.1, 0, success=False)])
+    assert [(r["group_id"], r["members_recorded"], r["bytes_sent"], r["duration_s"], r["success"]) for r in rounds] \
+        == [("a", 2, 22, 0.7, True), ("b", 2, 3, 0.2, False)]
+
+
+def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path):
+    """Two runs of 2 workers: 3 gradient rounds (two of the whole swarm, one failed of 1) -> one row."""
+    from metrics.report_data import Group, Run
+    from metrics.report_tables import rounds_table
+
+    def run(rounds):
+        sizes = {}
+        for r in rounds:
+            sizes[str(r["group_size"])] = sizes.get(str(r["group_size"]), 0) + 1
+        return Run(tmp_path, {"workers": 2, "averaging_rounds": {"rounds": rounds, "group_sizes": {"gradients": sizes}}},
+                   [])
+
+    def round_(size, success=True, duration=1.0):
+        return {"kind": "gradients", "group_size": size, "success": success, "duration_s": duration}
+
+    table = rounds_table([Group([run([round_(2), round_(1, False, 3.0)]), run([round_(2, duration=2.0)])], "hm")])
+    assert table.rows == [["hm", "gradients", "3", "1: 1, 2: 2", "66.7", "1", "2"]]
+    assert rounds_table([Group([Run(tmp_path, {"workers": 2}, [])], "ring")]) is None
