@@ -22,6 +22,7 @@ from metrics.isolation import isolation_section, undilate
 from metrics.rundir import RunDir
 from netemu.cpu import CgroupUnavailable, cgroup_mounts, find_hierarchy
 from netemu.dilation import dilate
+from strategies.stepwise import Stepwise
 
 # Every time knob in conf/, found by reading the files (the rule must find each; a miss fails here).
 TIME_KNOBS = {
@@ -87,8 +88,8 @@ def test_a_time_knob_interpolating_another_is_scaled_once():
     (["emulate.dilation=0.5"], "emulate.dilation must be >= 1, got 0.5"),
     (["emulate.dilation=2", "emulate.isolate=off", "emulate.allow_unchecked_dilation=true"],
      "emulate.dilation=2 needs CPU isolation, but emulate.isolate=off"),
-    (["emulate.dilation=2"], "strategy stepwise is checked for emulate.dilation up to 1 (bench/emulation.py), not 2; "
-                             "emulate.allow_unchecked_dilation=true runs it anyway"),
+    (["emulate.dilation=8"], f"strategy stepwise is checked for emulate.dilation up to {Stepwise.checked_dilation:g} "
+                             "(bench/emulation.py), not 8; emulate.allow_unchecked_dilation=true runs it anyway"),
     (["emulate.peer_cpu_share=[0.05]", "emulate.period_us=10000"], "raise emulate.period_us"),
 ])
 def test_bad_emulate_knobs_are_refused_before_launch(overrides, message):
@@ -177,14 +178,15 @@ def test_busy_peer_with_half_a_cpu_receives_half_a_cpu(run_dir):
 def test_straggler_at_half_share_steps_about_twice_as_slowly(run_dir):
     """stepwise, 2 peers on a core each; rank 1 at half rank 0's share (0.25 and 0.5 of a core: both below what
     a peer gets when one other busy process shares its core, as on this shared machine). Rank 1's forward and
-    backward (compute_s, no communication in it) take about twice rank 0's; bound 1.6-2.5: steps of a few
-    periods are throttled in whole slices of the 10 ms CFS period, moving each side by up to ~20 %."""
+    backward (compute_s, no communication in it) take about twice rank 0's. Steps of a few periods are throttled
+    in whole slices of the 10 ms CFS period: measured ratios here 2.0-2.98 (and, with a 4 ms period, 1.48-2.x),
+    so the bound is 1.5-3.2, which a straggler share that is ignored (about 1) or applied twice (about 4) misses."""
     cgroups_or_skip()
     done = run_train(run_dir, "strategy=stepwise", "peers=2", "emulate.peer_cpu_share=[0.5,0.25]", "max_steps=120",
                      "eval_every=0", "batch_size=64")
     assert done.returncode == 0, done.stderr
     compute = [sum(s["compute_s"] for s in steps_of(run_dir, rank)[10:]) for rank in (0, 1)]
-    assert 1.6 <= compute[1] / compute[0] <= 2.5, compute
+    assert 1.5 <= compute[1] / compute[0] <= 3.2, compute
 
 
 @pytest.mark.integration
