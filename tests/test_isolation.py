@@ -175,18 +175,23 @@ def test_busy_peer_with_half_a_cpu_receives_half_a_cpu(run_dir):
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_straggler_at_half_share_steps_about_twice_as_slowly(run_dir):
+def test_straggler_receives_its_share_and_sets_the_pace(run_dir):
     """stepwise, 2 peers on a core each; rank 1 at half rank 0's share (0.25 and 0.5 of a core: both below what
-    a peer gets when one other busy process shares its core, as on this shared machine). Rank 1's forward and
-    backward (compute_s, no communication in it) take about twice rank 0's. Steps of a few periods are throttled
-    in whole slices of the 10 ms CFS period: measured ratios here 2.0-2.98 (and, with a 4 ms period, 1.48-2.x),
-    so the bound is 1.5-3.2, which a straggler share that is ignored (about 1) or applied twice (about 4) misses."""
+    a peer gets when one other busy process shares its core, as on this shared machine). The straggler computes
+    all the time, so its group's own accounting shows it received its share (measured 0.2500 of a core); rank 0
+    waits for it and receives at most its own. A share that is ignored (rank 1 at rank 0's pace, 0.5) or applied
+    twice (0.06) misses. Rank 1's forward and backward (compute_s) are the slower: the ratio itself varies
+    with where CFS periods fall (measured 2.1-3.4, rank 0 spends quota left unused while it waited), so only its
+    direction is asserted."""
     cgroups_or_skip()
     done = run_train(run_dir, "strategy=stepwise", "peers=2", "emulate.peer_cpu_share=[0.5,0.25]", "max_steps=120",
                      "eval_every=0", "batch_size=64")
     assert done.returncode == 0, done.stderr
+    received = [row["cpu_received_s"] / row["in_group_s"] for row in summary_of(run_dir)["isolation"]["by_rank"]]
+    assert received[1] == pytest.approx(0.25, abs=0.04), received
+    assert received[0] <= 0.55, received
     compute = [sum(s["compute_s"] for s in steps_of(run_dir, rank)[10:]) for rank in (0, 1)]
-    assert 1.5 <= compute[1] / compute[0] <= 3.2, compute
+    assert compute[1] > 1.5 * compute[0], compute
 
 
 @pytest.mark.integration
