@@ -9,10 +9,13 @@ time, overlapping rounds (stepwise, ps) with the span from round 2's first commu
 to round R's end; round 1 (set-up) is left out. Goal: >= 0.85 for ps, stepwise and
 allreduce; no efficiency may exceed 1 (run() fails if one does). ring is Horovod with the
 MPI controller. The isolated-round latency formula of each strategy is recorded beside it.
+
+    AVGBENCH_COLLECTIVES="rates=20 peers=2,4,8 strategies=ps,ring" python bench/run.py collectives
+runs a part of the grid (DEFAULT_GRID where a key is missing).
 """
 import statistics
 
-from bench.jobs import averaging_strategies, summary_of
+from bench.jobs import averaging_strategies, grid_settings, ints, summary_of
 
 # every averaging strategy of conf/strategy/, some with settings of this benchmark
 STRATEGIES = averaging_strategies(tweaks={
@@ -43,11 +46,18 @@ def check_at_most_one(rows: list[dict]) -> None:
         raise AssertionError(f"link efficiency above 1: {above}")
 
 
-def run(peers=(2, 4, 8), rates=(20, 50, 200), width: int = 768, steps: int = 6) -> dict:
-    rows = [measure(s, n, r, width, steps) for s in STRATEGIES for n in peers for r in rates]
+DEFAULT_GRID = f"rates=20,50,200 peers=2,4,8 strategies={','.join(STRATEGIES)} width=768 steps=6"
+
+
+def run(text: str | None = None) -> dict:
+    settings = grid_settings(DEFAULT_GRID, "AVGBENCH_COLLECTIVES", text)
+    peers, rates, width, steps = (ints(settings["peers"]), ints(settings["rates"]), int(settings["width"]),
+                                  int(settings["steps"]))
+    chosen = settings["strategies"].split(",")
+    rows = [measure(s, n, r, width, steps) for s in chosen for n in peers for r in rates]
     check_at_most_one(rows)
     worst = {s: min((row["efficiency"] for row in rows if row["strategy"] == s and row["efficiency"]), default=None)
-             for s in STRATEGIES}
+             for s in chosen}
     return {
         "name": "collective_efficiency",
         "ratio": statistics.median(row["efficiency"] for row in rows if row["efficiency"]),

@@ -1,5 +1,6 @@
 """Run one avgbench job from a benchmark and read what it left behind."""
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -9,6 +10,17 @@ from pathlib import Path
 from metrics.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def grid_settings(default: str, variable: str, text: str | None = None) -> dict[str, str]:
+    """A benchmark's grid as `key=value` words: its defaults, overridden by `text` or else the environment
+    variable (e.g. AVGBENCH_PROJECTION="rates=20 peers=2,4")."""
+    given = text if text is not None else os.environ.get(variable, "")
+    return dict(item.split("=", 1) for item in (default + " " + given).split())
+
+
+def ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
 
 
 def averaging_strategies(tweaks: dict[str, list[str]] | None = None,

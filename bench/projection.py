@@ -24,13 +24,12 @@ run (the N=2 case still runs: it calibrates the others). Figures: every case's e
 worst and median |error|, for held-out counted cases apart from calibration cases; a case is
 counted or not, never both.
 """
-import os
 import statistics
 import subprocess
 import sys
 import time
 
-from bench.jobs import averaging_strategies, train
+from bench.jobs import averaging_strategies, grid_settings, ints, train
 from metrics.project import Link, measure
 
 STRATEGIES = averaging_strategies(tweaks={
@@ -120,16 +119,15 @@ def run_case(strategy: str, peers: int, rate: int, steps: int, beta: Link):
         return measure(run_dir, fit_link=beta)
 
 
-def grid(text: str) -> dict:
+def grid(text: str | None = None) -> dict:
     """`rates=20,100 peers=2,4,8,16 strategies=ps,ring steps=10` (DEFAULT_GRID where a key is missing)."""
-    settings = dict(item.split("=", 1) for item in (DEFAULT_GRID + " " + text).split())
-    return {"rates": [int(r) for r in settings["rates"].split(",")],
-            "peers": sorted({2, *(int(n) for n in settings["peers"].split(","))}),
+    settings = grid_settings(DEFAULT_GRID, "AVGBENCH_PROJECTION", text)
+    return {"rates": ints(settings["rates"]), "peers": sorted({2, *ints(settings["peers"])}),
             "strategies": settings["strategies"].split(","), "steps": int(settings["steps"])}
 
 
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:
-    chosen = grid(text if text is not None else os.environ.get("AVGBENCH_PROJECTION", ""))
+    chosen = grid(text)
     rows = []
     for rate in chosen["rates"]:
         probes = {n: probe(n, rate, probe_s) for n in chosen["peers"]}

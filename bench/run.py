@@ -31,6 +31,7 @@ BENCHMARKS = {
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",
     "emulation": "bench.emulation:run",
+    "simgrid": "bench.simgrid:run",
 }
 
 
