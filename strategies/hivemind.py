@@ -21,6 +21,7 @@ peer evaluates with swarm-wide statistics; the integer batch counter stays local
 import contextlib
 import ctypes
 import functools
+import itertools
 import json
 import math
 import os
@@ -53,11 +54,27 @@ COMPRESSIONS = {
 HEARTBEAT_S = 2.0
 HEARTBEAT_TTL_S = 12.0
 PR_SET_PDEATHSIG = 1
+BOOTSTRAP_FAILED = "bootstrap failed"  # hivemind DHTNode's error when no initial peer answered a ping
 
 
 def target_epoch(cfg) -> int:
     """The shared epoch boundary every peer stops at (see module docstring)."""
     return max(1, math.ceil(cfg.max_steps * cfg.peers * cfg.batch_size / cfg.hivemind.target_batch_size))
+
+
+def start_dht(hivemind, timeout: float, **dht_args):
+    """hivemind.DHT(start=True, **dht_args), started again while no initial peer answers its bootstrap ping
+    within hivemind's wait_timeout (3 s; a reply can take longer while many peers start on few cores),
+    until `timeout` s have passed; any other failure is raised at once."""
+    deadline = time.monotonic() + timeout
+    for attempt in itertools.count(1):
+        try:
+            return hivemind.DHT(start=True, startup_timeout=max(1.0, deadline - time.monotonic()), **dht_args)
+        except Exception as exc:
+            if BOOTSTRAP_FAILED not in str(exc) or time.monotonic() >= deadline:
+                raise
+            print(f"hivemind: no initial peer answered the DHT's bootstrap ping (attempt {attempt}); "
+                  f"trying again for {deadline - time.monotonic():.0f} s more", flush=True)
 
 
 def compression(name: str):
@@ -225,10 +242,8 @@ class Hivemind(Strategy):
         host = os.environ.get("AVGBENCH_PEER_ADDR", self.hm.host)  # network=emulated: this peer's host address
         host_maddrs = [f"/ip4/{host}/tcp/{self.hm.port}"]
         try:
-            dht = hivemind.DHT(
-                start=True, host_maddrs=host_maddrs, initial_peers=initial_peers, client_mode=self.client,
-                nat_port_map=False, startup_timeout=float(self.cfg.timeouts.startup_s),
-            )
+            dht = start_dht(hivemind, float(self.cfg.timeouts.startup_s), host_maddrs=host_maddrs,
+                            initial_peers=initial_peers, client_mode=self.client, nat_port_map=False)
         except Exception as exc:
             raise RuntimeError(f"hivemind DHT of rank {self.ctx.rank} failed to start on {host_maddrs} "
                                f"(initial peers {initial_peers}): {exc}") from exc

@@ -206,3 +206,56 @@ def test_state_for_late_peers_is_a_clone_taken_under_the_optimizer_lock():
         averager.shutdown()
         dht.shutdown()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # hivemind leaves it ignored in this process
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_dht_bootstrap_waits_out_a_peer_too_busy_to_answer_its_ping():
+    """16 peers starting on 2 cores: rank 0's DHT answered a bootstrap ping after hivemind's 3 s, and rank 9 failed."""
+    import os
+    import threading
+
+    import hivemind
+    import psutil
+
+    from strategies.hivemind import start_dht
+
+    def p2pds():
+        return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "p2pd"}
+
+    before = p2pds()
+    first = hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False)
+    joined, resume = None, threading.Timer(5.0, os.kill, (first.pid, signal.SIGCONT))
+    try:
+        maddrs = [str(m) for m in first.get_visible_maddrs()]
+        os.kill(first.pid, signal.SIGSTOP)  # its p2pd accepts the ping, the DHT does not answer it
+        resume.start()
+        started = time.monotonic()
+        joined = start_dht(hivemind, 60.0, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=maddrs,
+                           nat_port_map=False)
+        assert time.monotonic() - started >= 5.0  # it did wait for the answer
+        assert joined.get_visible_maddrs()
+    finally:
+        resume.cancel()
+        os.kill(first.pid, signal.SIGCONT)
+        for dht in (joined, first):
+            if dht is not None:
+                dht.shutdown()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    time.sleep(1.0)
+    assert p2pds() <= before  # the attempts that failed left no daemon behind
+
+
+@pytest.mark.timeout(30)
+def test_dht_start_raises_other_errors_at_once():
+    from strategies.hivemind import start_dht
+
+    class BrokenHivemind:
+        @staticmethod
+        def DHT(**_):
+            raise RuntimeError("p2pd binary not found")
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="p2pd binary not found"):
+        start_dht(BrokenHivemind, 60.0)
+    assert time.monotonic() - started < 1.0
