@@ -135,6 +135,12 @@ class Strategy(ABC):
         return r.payload
 
     @classmethod
+    def steady_from_step(cls, knobs: dict) -> int:
+        """The first step of the steady state the cost model describes: metrics.project measures the payload over the
+        rounds from this step on, leaving out a warm-up that moves other bytes. Default: 1 (every round)."""
+        return 1
+
+    @classmethod
     def after_run(cls, cfg, run: RunDir) -> None:
         """In the launching process, once every process of the run has ended: remove leftovers."""
 
