@@ -5,8 +5,9 @@ calibrated on N = 2 and validated on peer counts the models were not fitted to.
     AVGBENCH_PROJECTION="rates=20 peers=2,4,8 strategies=ps,stepwise" python bench/run.py projection
 
 For each link rate and strategy (ps, stepwise, allreduce = DDP over gloo, ring = Horovod with
-the MPI controller; hivemind where asked for), `steps` steps of the payload model (model=mlp, its
-width set per rate so that S/beta is 0.3-0.4 s) run at each N, every process on its own emulated
+the MPI controller; hivemind where asked for), with what each declares a benchmark's few steps need
+(Strategy.benchmark_overrides), `steps` steps of the payload model (model=mlp, its width set per
+rate so that S/beta is 0.3-0.4 s) run at each N, every process on its own emulated
 host (network=emulated, tc tbf links). The N=2 run is the calibration case: metrics.project.measure
 takes its compute per step, hidden communication, server update and S (its payload through the
 strategy's payload relation) and fits the strategy's overlap share where it has one (ps), not its

@@ -40,6 +40,11 @@ def strategy_class(cfg):
     return resolve(cfg.strategy.target)
 
 
+def registered_strategy(name: str):
+    """The class conf/strategy/NAME.yaml names in strategy.target, without composing a config."""
+    return resolve(OmegaConf.load(CONF_DIR / "strategy" / f"{name}.yaml").strategy.target)
+
+
 def check_overrides(args: list[str]) -> None:
     """Reject an unknown option of a config group (e.g. strategy=foo) before Hydra starts."""
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}

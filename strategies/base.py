@@ -13,7 +13,8 @@ A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
 
 What the launch side and the report read of a strategy is declared here, not guessed
 from names: `summed_counters` and `failure_counters` (keys of its `summary()`), the overlap
-figure (`StepReport.link_s`), and `quick` (overrides for a short run).
+figure (`StepReport.link_s`), `quick` (overrides for a short run) and `benchmark_overrides`
+(what a benchmark's few steps need to reach its averaging rounds).
 
 The training loop (job/loop.py) is the same for every strategy and owns the time
 breakdown; a strategy reports only its optimizer time and the bytes it moved.
@@ -71,7 +72,8 @@ class Strategy(ABC):
     checked_dilation = 1.0  # largest emulate.dilation its invariance check passed (bench/emulation.py); 1: unchecked
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
     failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
-    quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests, benchmarks)
+    quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests)
+    benchmark_overrides: tuple[str, ...] = ()  # overrides with which a benchmark's few steps reach its averaging
 
     # --- decided before any process starts -------------------------------
     @classmethod
