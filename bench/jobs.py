@@ -38,6 +38,13 @@ def averaging_strategies(tweaks: dict[str, list[str]] | None = None,
     return chosen
 
 
+def synchronous_strategies() -> list[str]:
+    """The averaging strategies of the registry whose workers step in lockstep (Strategy.synchronous)."""
+    from launchers.config import registered_strategy
+
+    return [name for name in averaging_strategies() if registered_strategy(name).synchronous]
+
+
 @contextmanager
 def train(*overrides: str, timeout: float = 900):
     """Run train.py with overrides in a temporary run directory; yields the directory."""

@@ -74,6 +74,9 @@ class Strategy(ABC):
     failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
     quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests)
     benchmark_overrides: tuple[str, ...] = ()  # overrides with which a benchmark's few steps reach its averaging
+    # its workers step in lockstep, every round holding every worker (default settings): bench/projection.py's
+    # tighter goal applies to its cost model
+    synchronous = True
 
     # --- decided before any process starts -------------------------------
     @classmethod
