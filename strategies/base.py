@@ -77,6 +77,7 @@ class Strategy(ABC):
     # its workers step in lockstep, every round holding every worker (default settings): bench/projection.py's
     # tighter goal applies to its cost model
     synchronous = True
+    knobs_elsewhere: dict[str, str] = {}  # NAME.knob someone may expect -> where it is set (refused before Hydra)
 
     # --- decided before any process starts -------------------------------
     @classmethod
