@@ -1,7 +1,8 @@
 """Collective (link) efficiency: the link floor / the measured link time (metrics/bounds.py).
 
-Each averaging strategy of conf/strategy/ trains `steps` steps of the payload model (model=mlp, width set below)
-with every process on its own emulated host (network=emulated) behind a token-bucket
+Each averaging strategy of conf/strategy/ trains `steps` steps of the payload model (model=mlp, width set below),
+with what it declares a benchmark's few steps need to reach its averaging (Strategy.benchmark_overrides, e.g.
+localsgd's shorter warm-up), with every process on its own emulated host (network=emulated) behind a token-bucket
 link of `rate` Mbit/s. The summary's network.efficiency: the floor of a round is the
 busiest link's counted bytes in one direction / its rate; synchronous rounds (allreduce,
 ring, hivemind without delays) compare it round by round with the longest worker's link

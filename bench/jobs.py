@@ -26,17 +26,23 @@ def ints(text: str) -> list[int]:
 def averaging_strategies(tweaks: dict[str, list[str]] | None = None,
                          skip: dict[str, str] | None = None) -> dict[str, list[str]]:
     """Every averaging strategy of the registry (conf/strategy/*.yaml, baselines left out) -> its overrides:
-    strategy=NAME plus the benchmark's tweaks for it; `skip` names those a benchmark cannot measure, with why."""
-    from job.registry import resolve
-    from launchers.config import CONF_DIR, group_options
-    from omegaconf import OmegaConf
+    strategy=NAME, what the strategy declares a benchmark's few steps need (Strategy.benchmark_overrides), then the
+    benchmark's tweaks for it; `skip` names those a benchmark cannot measure, with why."""
+    from launchers.config import group_options, registered_strategy
 
     chosen = {}
     for name in group_options("strategy"):
-        strategy = resolve(OmegaConf.load(CONF_DIR / "strategy" / f"{name}.yaml").strategy.target)
+        strategy = registered_strategy(name)
         if name not in (skip or {}) and not strategy.is_baseline:
-            chosen[name] = [f"strategy={name}", *(tweaks or {}).get(name, [])]
+            chosen[name] = [f"strategy={name}", *strategy.benchmark_overrides, *(tweaks or {}).get(name, [])]
     return chosen
+
+
+def synchronous_strategies() -> list[str]:
+    """The averaging strategies of the registry whose workers step in lockstep (Strategy.synchronous)."""
+    from launchers.config import registered_strategy
+
+    return [name for name in averaging_strategies() if registered_strategy(name).synchronous]
 
 
 @contextmanager

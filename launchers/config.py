@@ -40,11 +40,21 @@ def strategy_class(cfg):
     return resolve(cfg.strategy.target)
 
 
+def registered_strategy(name: str):
+    """The class conf/strategy/NAME.yaml names in strategy.target, without composing a config."""
+    return resolve(OmegaConf.load(CONF_DIR / "strategy" / f"{name}.yaml").strategy.target)
+
+
 def check_overrides(args: list[str]) -> None:
-    """Reject an unknown option of a config group (e.g. strategy=foo) before Hydra starts."""
+    """Reject an unknown option of a config group (e.g. strategy=foo), and a strategy knob that its strategy says is
+    set elsewhere (Strategy.knobs_elsewhere), before Hydra starts."""
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    strategies = group_options("strategy")
     for arg in args:
         key, sep, value = arg.lstrip("+~").partition("=")
+        block, _, knob = key.partition(".")
+        if block in strategies and (where := registered_strategy(block).knobs_elsewhere.get(knob)):
+            raise ConfigError(f"{key} is no knob of {block}: {where}")
         if not sep or key not in groups or "(" in value:
             continue
         options = group_options(key)

@@ -27,7 +27,7 @@ from job.errors import ConfigError
 from launchers.config import check_repeats, strategy_class
 from launchers.lock import take_sweep_lock
 from metrics.report_data import STRATEGY_BLOCKS, flatten, missing_baselines, override_args, planned_run
-from metrics.rundir import SUPERSEDED, SWEEP_PLAN
+from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir
 
 NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", *STRATEGY_BLOCKS)  # not for baselines
 RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.")  # a kept run may differ in these
@@ -146,7 +146,7 @@ class BlockSweeper(BasicSweeper):
 def completed_with(job_dir: Path, config: dict) -> bool:
     """The job directory holds a completed run of this configuration (device resolved as the run resolved it)."""
     try:
-        summary = json.loads((job_dir / "summary.json").read_text())
+        summary = json.loads(RunDir(job_dir).summary.read_text())
     except (OSError, ValueError):
         return False
     config = config | {"device": resolve_device(config["device"])}

@@ -51,7 +51,9 @@ METHODS = {
     "overlap": "fitted: Strategy.fit_overlap on the run's own N and link (ps: the share of replies that crossed "
                "the next pushes); the model check on the run itself then holds by construction",
     "payload_bytes": "measured: P, the largest payload (bytes_sent or bytes_recv) one worker moved in an "
-                     "averaging round, mean over rounds (steps.jsonl, payload accounting)",
+                     "averaging round, mean over the rounds of the strategy's steady state (steps.jsonl, payload "
+                     "accounting; rounds from Strategy.steady_from_step on: allreduce with PowerSGD leaves out its "
+                     "uncompressed first powersgd_start_iter steps)",
     "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
                   "(Strategy.averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
     "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
@@ -246,13 +248,18 @@ def measure(path: Path, fit_link: Link | None = None) -> Measured:
     if not steps_by_rank:
         raise ValueError(f"{path}: no worker logged a step")
     workers = len(steps_by_rank)
-    rounds = round_records(steps_by_rank).values()
+    knobs = summary.get("strategy_knobs") or {}
+    first = model.steady_from_step(knobs)
+    rounds = [records for records in round_records(steps_by_rank).values()
+              if min(r["step"] for r in records) >= first]
     payload = statistics.fmean(max(max(r["bytes_sent"], r["bytes_recv"]) for r in records)
                                for records in rounds) if rounds else 0.0
+    if not payload and first > 1:
+        raise ValueError(f"{path}: no averaging round from step {first} on, where {config['strategy']['name']}'s "
+                         "steady state starts (Strategy.steady_from_step), so S cannot be derived")
     if not payload and not model.is_baseline:
         raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
     link = run_link(run, config)
-    knobs = summary.get("strategy_knobs") or {}
     size = model.averaged_bytes(Round(payload, workers, link.mbit * MBIT if link else 0.0, knobs)) if payload else 0.0
     launch = json.loads(run.launch_spec.read_text())
     steady_steps = [s for steps in steps_by_rank.values() for s in steady(steps)]

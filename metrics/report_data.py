@@ -183,6 +183,7 @@ class Group:
     speedup: Ratio | None = None     # throughput / the baseline's, paired by block (attach_baselines)
     ttt_speedup: Ratio | None = None  # the baseline's time-to-target / this one's, in blocks where both reached it
     efficiency: Ratio | None = None  # throughput / (peers x the one-peer baseline's), paired by block
+    accuracy_change: list[float] | None = None  # worst worker's final accuracy - the baseline's, one per block
 
     @property
     def first(self) -> Run:
@@ -203,6 +204,22 @@ class Group:
             if value is not None and value > 0:
                 found.setdefault(run.block, []).append(value)
         return {block: statistics.geometric_mean(values) for block, values in found.items()}
+
+
+def block_means(group: Group, figure) -> dict:
+    """block -> the mean of figure(run) over the group's runs in that block (Nones dropped)."""
+    found: dict = {}
+    for run in group.runs:
+        if (value := figure(run)) is not None:
+            found.setdefault(run.block, []).append(value)
+    return {block: statistics.fmean(values) for block, values in found.items()}
+
+
+def paired_differences(minuend: Group, subtrahend: Group, figure) -> list[float]:
+    """figure(minuend) - figure(subtrahend), one difference per block holding both (runs in one block ran side by
+    side, with the same seed)."""
+    first, second = block_means(minuend, figure), block_means(subtrahend, figure)
+    return [first[b] - second[b] for b in sorted(first.keys() & second.keys(), key=str)]
 
 
 def paired(numerator: Group, denominator: Group, figure, scale: float = 1.0) -> Ratio:
@@ -336,6 +353,10 @@ def completed_time_to_target(run: Run) -> float | None:
     return run.summary.get("time_to_target_s") if run.completed else None
 
 
+def completed_accuracy(run: Run) -> float | None:
+    return run.worst_worker_accuracy() if run.completed else None
+
+
 def attach_baselines(groups: list[Group]) -> None:
     """Each group's baselines and its ratios to them, paired by block; each run's speedup and scaling efficiency
     against the baseline runs of its own block."""
@@ -346,6 +367,7 @@ def attach_baselines(groups: list[Group]) -> None:
         if group.baseline:
             group.speedup = paired(group, group.baseline, completed_throughput)
             group.ttt_speedup = paired(group.baseline, group, completed_time_to_target)
+            group.accuracy_change = paired_differences(group, group.baseline, completed_accuracy)
         if group.one_peer:
             group.efficiency = paired(group, group.one_peer, completed_throughput, peers)
         for run in group.runs:

@@ -215,19 +215,38 @@ def resolution(groups: list[Group]) -> str:
             f"(before interpolation): {intervals}.")
 
 
-def bytes_table(groups: list[Group]) -> Table:
+def accuracy_cost_cell(group: Group, synthetic: bool) -> str:
+    """The worst worker's final accuracy minus its baseline's in points, mean over the blocks holding both."""
+    if synthetic:
+        return "n/a (synthetic)"
+    if group.first.is_baseline:
+        return MISSING
+    if group.baseline is None:
+        return f"no single baseline with {cpus(group.first.total_cpus)}"
+    if not group.accuracy_change:
+        return "n/a (no paired block)"
+    blocks = len(group.accuracy_change)
+    return (f"{100 * statistics.fmean(group.accuracy_change):+.1f} ({blocks} block{'s' if blocks > 1 else ''}, "
+            f"vs {group.baseline.label})")
+
+
+def bytes_table(groups: list[Group], synthetic: bool) -> Table:
     rows = [[group.label,
              stat(group, summary_figure("bytes_sent_per_step")), stat(group, summary_figure("bytes_recv_per_step")),
              stat(group, summary_figure("bytes_sent_per_sample")), stat(group, summary_figure("bytes_recv_per_sample")),
-             group.first.summary.get("network_scope", MISSING)]
+             accuracy_cost_cell(group, synthetic), group.first.summary.get("network_scope", MISSING)]
             for group in groups]
     return Table("Communication payload",
                  ["configuration", "sent per worker per step (bytes)", "received per worker per step (bytes)",
-                  "sent per sample (bytes)", "received per sample (bytes)", "network counters"], rows,
+                  "sent per sample (bytes)", "received per sample (bytes)",
+                  "accuracy vs baseline (points)", "network counters"], rows,
                  "Payload bytes counted in each strategy's send path (for library collectives, the ring's share "
                  "2(N-1)/N of the bytes counted as handed to the library; no protocol headers), mean over all "
                  "workers and steps; "
-                 "per sample = per step / batch per peer.")
+                 "per sample = per step / batch per peer. Accuracy vs baseline: the worst worker's final test "
+                 "accuracy minus that of the equal-resource baseline (the speedup's), in percentage points, per "
+                 "block where both completed, mean over those blocks (their number and the baseline in brackets); "
+                 "negative: accuracy lost for the bytes.")
 
 
 def share_of(group: Group, phase: str) -> float | None:
@@ -372,7 +391,7 @@ def rounds_table(groups: list[Group]) -> Table | None:
 def section_tables(section: Section) -> list[Table]:
     groups = ranked(section)
     tables = [configuration_table(groups), speed_table(groups, section.synthetic),
-              bytes_table(groups), breakdown_table(groups), resources_table(groups), failures_table(groups),
+              bytes_table(groups, section.synthetic), breakdown_table(groups), resources_table(groups), failures_table(groups),
               rounds_table(groups), strategy_table(groups)]
     tables[1].note = rank_note(section) + " " + tables[1].note
     return [t for t in tables if t is not None]

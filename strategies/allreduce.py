@@ -125,6 +125,12 @@ class AllReduce(RingAllReduceRounds, TransportStrategy):
         return m.compute + (exposed_s(m, comm) if ddp else comm)
 
     @classmethod
+    def steady_from_step(cls, knobs: dict) -> int:
+        """With PowerSGD, its first compressed step: torch's hook all-reduces plain gradients for the first
+        powersgd_start_iter steps, which the steady state never sends again."""
+        return int(knobs["powersgd_start_iter"]) + 1 if knobs.get("comm_hook") == "powersgd" else 1
+
+    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         knobs = cls.knobs(cfg)

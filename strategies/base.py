@@ -13,7 +13,8 @@ A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
 
 What the launch side and the report read of a strategy is declared here, not guessed
 from names: `summed_counters` and `failure_counters` (keys of its `summary()`), the overlap
-figure (`StepReport.link_s`), and `quick` (overrides for a short run).
+figure (`StepReport.link_s`), `quick` (overrides for a short run) and `benchmark_overrides`
+(what a benchmark's few steps need to reach its averaging rounds).
 
 The training loop (job/loop.py) is the same for every strategy and owns the time
 breakdown; a strategy reports only its optimizer time and the bytes it moved.
@@ -71,7 +72,12 @@ class Strategy(ABC):
     checked_dilation = 1.0  # largest emulate.dilation its invariance check passed (bench/emulation.py); 1: unchecked
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
     failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
-    quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests, benchmarks)
+    quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests)
+    benchmark_overrides: tuple[str, ...] = ()  # overrides with which a benchmark's few steps reach its averaging
+    # its workers step in lockstep, every round holding every worker (default settings): bench/projection.py's
+    # tighter goal applies to its cost model
+    synchronous = True
+    knobs_elsewhere: dict[str, str] = {}  # NAME.knob someone may expect -> where it is set (refused before Hydra)
 
     # --- decided before any process starts -------------------------------
     @classmethod
@@ -133,6 +139,12 @@ class Strategy(ABC):
         """S, the bytes averaged per round, from the largest payload one worker moved in a round (r.payload):
         the inverse of the strategy's payload relation. Default: S = P."""
         return r.payload
+
+    @classmethod
+    def steady_from_step(cls, knobs: dict) -> int:
+        """The first step of the steady state the cost model describes: metrics.project measures the payload over the
+        rounds from this step on, leaving out a warm-up that moves other bytes. Default: 1 (every round)."""
+        return 1
 
     @classmethod
     def after_run(cls, cfg, run: RunDir) -> None:

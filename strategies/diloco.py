@@ -33,6 +33,8 @@ from strategies.transport import (RingAllReduceRounds, TransportStrategy, broadc
 
 class DiLoCo(RingAllReduceRounds, TransportStrategy):
     summed_counters = ("outer_steps",)
+    knobs_elsewhere = {"inner_optim": "the inner optimizer is the optim group, e.g. optim=adamw (the preset's) or "
+                                      "optim=sgd, so that the one-process baseline trains with it too"}
 
     @classmethod
     def link_bound(cls, r):

@@ -34,12 +34,9 @@ def strategy_names() -> list[str]:
 
 def strategy_of(name: str):
     """The class conf/strategy/NAME.yaml names (without composing a config)."""
-    from omegaconf import OmegaConf
+    from launchers.config import registered_strategy
 
-    from job.registry import resolve
-    from launchers.config import CONF_DIR
-
-    return resolve(OmegaConf.load(CONF_DIR / "strategy" / f"{name}.yaml").strategy.target)
+    return registered_strategy(name)
 
 
 def quick_run(name: str) -> list[str]:

@@ -3,12 +3,12 @@
 here from the hops each algorithm needs, not from the formulas in the code."""
 import pytest
 
+from helpers import strategy_names, strategy_of
 from metrics.bounds import MBIT, Round, link_efficiency, round_records
 from strategies.allreduce import AllReduce
 from strategies.hivemind import Hivemind
 from strategies.ps import ParameterServer
 from strategies.ring import Ring
-from strategies.single import Single
 from strategies.stepwise import Stepwise
 
 pytestmark = pytest.mark.timeout(30)
@@ -67,17 +67,37 @@ def test_ps_has_no_bound_over_mixed_links():
 
 
 # --- all-reduce family: each worker's link carries its payload P each way -------------------------
-@pytest.mark.parametrize("strategy", [Ring, AllReduce, Hivemind])
-def test_allreduce_family_is_payload_over_rate(strategy):
-    payload = 2 * 3 / 4 * S  # a ring all-reduce of S over 4 workers: 2(N-1)/N x S per worker
-    assert strategy.link_bound(Round(payload=payload, workers=4, rate=B)) == pytest.approx(1.5 * T)
+ALLREDUCE_PAYLOAD = 2 * 3 / 4 * S  # an all-reduce of S over 4 workers: 2(N-1)/N x S per worker and direction
 
 
-def test_formulas_are_stated_and_single_has_none():
-    assert Single.link_bound(Round(S, 1, B)) is None and Single.bound_formula() is None
+def allreduces(name: str) -> bool:
+    """The strategy's payload relation is an all-reduce's: P = 2(N-1)/N x S."""
+    return strategy_of(name).averaged_bytes(Round(ALLREDUCE_PAYLOAD, 4, B)) == pytest.approx(S)
+
+
+ALLREDUCE_FAMILY = [name for name in strategy_names() if allreduces(name)]
+
+
+@pytest.mark.parametrize("name", ALLREDUCE_FAMILY)
+def test_allreduce_family_is_payload_over_rate(name):
+    assert strategy_of(name).link_bound(Round(payload=ALLREDUCE_PAYLOAD, workers=4, rate=B)) == pytest.approx(1.5 * T)
+
+
+def test_allreduce_family_is_found_in_the_registry():
+    assert {"allreduce", "diloco", "hivemind", "localsgd", "ring"} <= set(ALLREDUCE_FAMILY)
+
+
+@pytest.mark.parametrize("name", strategy_names())
+def test_every_averaging_strategy_states_its_formula_and_baselines_none(name):
+    strategy = strategy_of(name)
+    if strategy.is_baseline:
+        assert strategy.link_bound(Round(S, 1, B)) is None and strategy.bound_formula() is None
+    else:
+        assert strategy.bound_formula() and strategy.link_bound(Round(S, 4, B)) > 0
+
+
+def test_stepwise_formula_is_stated():
     assert Stepwise.bound_formula().startswith("One pass: S/B·(1 + (N-2)/c)")
-    for strategy in (Ring, AllReduce, Hivemind, ParameterServer):
-        assert strategy.bound_formula()
 
 
 # --- link floors and efficiency ------------------------------------------------------------------

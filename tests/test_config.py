@@ -75,6 +75,13 @@ def test_bad_strategy_knobs_are_config_errors(overrides, message):
     assert message in rejected(*overrides, "peers=2")
 
 
+@pytest.mark.parametrize("override", ["diloco.inner_optim=sgd", "+diloco.inner_optim=sgd", "++diloco.inner_optim=sgd"])
+def test_diloco_inner_optim_points_to_the_optim_group(override):
+    with pytest.raises(ConfigError, match="diloco.inner_optim is no knob of diloco: the inner optimizer is the optim "
+                                          "group, e.g. optim=adamw"):
+        check_overrides(["strategy=diloco", override])
+
+
 def test_diloco_trains_with_adamw_unless_told_otherwise():
     """The preset picks the inner optimizer through the optim group, so the one-process baseline can share it."""
     assert compose_config("strategy=diloco").optim.name == "adamw"

@@ -45,7 +45,8 @@ def test_ps_servers_follow_the_workers():
 @pytest.mark.parametrize("strategy", strategy_names())
 def test_every_strategy_names_its_class_and_launches_each_peer_as_a_worker(strategy):
     """The registry entry is consistent: NAME.yaml names NAME and a Strategy; its launch spec has a worker per
-    peer with the peer's threads (servers come on top), and its declared counters are names."""
+    peer with the peer's threads (servers come on top), its declared counters are names and its declared
+    overrides compose."""
     cfg = compose_config(f"strategy={strategy}", "peers=3", "peer_cpus=2")
     cls = strategy_class(cfg)
     assert cfg.strategy.name == strategy and issubclass(cls, Strategy) and cls is strategy_of(strategy)
@@ -53,6 +54,8 @@ def test_every_strategy_names_its_class_and_launches_each_peer_as_a_worker(strat
     assert spec.workers == (1 if cls.is_baseline else 3)
     assert spec.threads == (6 if cls.is_baseline else 2) and spec.effective_batch >= 1
     assert all(isinstance(k, str) for k in (*cls.summed_counters, *cls.failure_counters, *cls.quick))
+    compose_config(f"strategy={strategy}", *cls.quick, *cls.benchmark_overrides)
+    assert not set(cls.knobs_elsewhere) & set(cfg.get(strategy) or {})  # a knob set elsewhere is no knob of its own
 
 
 TRANSPORT_STRATEGIES = [s for s in strategy_names() if issubclass(strategy_of(s), TransportStrategy)]

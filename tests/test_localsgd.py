@@ -3,11 +3,23 @@ local steps with a model average every `every` steps and at the end; it learns, 
 average, and each round moves the all-reduce's payload of the model, on the steps the schedule says."""
 import pytest
 
-from helpers import TINY_DIGITS_BYTES, run_two_peers_that_learn_and_agree, steps_of
+from bench import collectives, projection
+from bench.jobs import grid_settings
+from helpers import TINY_DIGITS_BYTES, compose_config, run_two_peers_that_learn_and_agree, steps_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.parametrize("benchmark, variable", [(collectives, "AVGBENCH_COLLECTIVES"),
+                                                 (projection, "AVGBENCH_PROJECTION")])
+def test_benchmark_runs_reach_a_periodic_average(benchmark, variable):
+    steps = int(grid_settings(benchmark.DEFAULT_GRID, variable, "")["steps"])
+    knobs = compose_config(*benchmark.STRATEGIES["localsgd"], f"max_steps={steps}").localsgd
+    # the first average after warm-up comes at warmup_steps + every; the last step's forced one is no period
+    assert knobs.warmup_steps + knobs.every < steps
+
+
+@pytest.mark.integration
 def test_localsgd_learns_agrees_after_averaging_and_moves_the_models_payload(run_dir):
     # 40 steps of 2 x 32 samples; the last step averages: both hold the same model
     summary = run_two_peers_that_learn_and_agree(run_dir, "strategy=localsgd", "max_steps=40",

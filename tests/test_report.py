@@ -421,3 +421,32 @@ def test_strategy_summary_figures_of_any_strategy(multirun):
     assert table.rows[0][1:] == ["a", "1", "9", "0"]
     failures = failures_table([group])
     assert failures.rows[0][failures.columns.index("strategy failure counters")] == "rounds.failed=1"
+
+
+def test_bytes_table_puts_the_accuracy_cost_beside_the_bytes():
+    """Bytes saved and accuracy lost in one row: the worst worker's final accuracy minus its equal-resource
+    baseline's, per block where both completed, mean over blocks (hand-made runs, no process)."""
+    from metrics.report_data import attach_baselines, label_groups
+    from metrics.report_tables import bytes_table
+
+    def made(strategy: str, block: int, worst: float, peer_cpus: int = 1, status: str = "completed") -> Run:
+        config = {"strategy": {"name": strategy}, "data": {"name": "digits"}, "model": {"name": "tiny"}, "peers": 2,
+                  "peer_cpus": peer_cpus, "batch_size": 32, "lr": 0.01, "seed": block, "block": block}
+        summary = {"status": status, "config": config, "is_baseline": strategy == "single",
+                   "throughput_samples_per_s": 100.0, "accuracy_by_worker": {"worst": worst},
+                   "bytes_sent_per_sample": 0 if strategy == "single" else 500}
+        return Run(Path(f"/runs/{strategy}{peer_cpus}/{block}"), summary, [])
+
+    baseline = [made("single", b, a) for b, a in enumerate([0.90, 0.92, 0.94, 0.90])]
+    # blocks 0-2: -0.02, -0.01, -0.04; block 3 failed and block 4 has no baseline: neither counts
+    localsgd = [made("localsgd", 0, 0.88), made("localsgd", 1, 0.91), made("localsgd", 2, 0.90),
+                made("localsgd", 3, 0.10, status="failed"), made("localsgd", 4, 0.50)]
+    groups = group_runs([*baseline, *localsgd, made("ps", 0, 0.9, peer_cpus=2)])
+    attach_baselines(groups)
+    label_groups(groups)
+    table = bytes_table(groups, synthetic=False)
+    column = table.columns.index("accuracy vs baseline (points)")
+    cells = {row[0]: row[column] for row in table.rows}
+    assert cells == {"single 2×1cpu": "–", "localsgd 2×1cpu": "-2.3 (3 blocks, vs single 2×1cpu)",
+                     "ps 2×2cpu": "no single baseline with 4 CPUs"}
+    assert bytes_table(groups, synthetic=True).rows[1][column] == "n/a (synthetic)"  # localsgd: no accuracy meaning

@@ -6,13 +6,21 @@ its summary's shape, and the cores its peers pinned."""
 import os
 
 import pytest
+import yaml
 
-from helpers import compose_config, run_train, steps_of, summary_of
+from helpers import compose_config, run_train, steps_of, strategy_names, summary_of
 from launchers import shape as shape_module
-from launchers.config import strategy_class
+from launchers.config import CONF_DIR, strategy_class
 from launchers.shape import peers_from_default, shape_lines, shape_of
 
-MULTI_PEER = ["allreduce", "hivemind", "ring", "stepwise"]
+
+def peers_default(name: str) -> str:
+    """`peers` as conf/strategy/NAME.yaml writes it, unresolved."""
+    return str(yaml.safe_load((CONF_DIR / "strategy" / f"{name}.yaml").read_text())["peers"])
+
+
+# the strategies whose peers default to the most that fit, with no other processes beside them (ps has servers)
+MULTI_PEER = [name for name in strategy_names() if peers_default(name) == "${fit_peers:${peer_cpus}}"]
 
 
 @pytest.fixture
