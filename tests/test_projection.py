@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from bench.projection import error, grid, summarize
+from bench.projection import error, grid, model_overrides, summarize
 from metrics.bounds import Round
 from metrics.cost import Cost
 from metrics.project import Link, main, measure, parse_link, stops_scaling
@@ -352,7 +352,8 @@ def test_validation_error_arithmetic():
     assert held_out["by_strategy"]["ps"]["median_abs_error"] == pytest.approx(0.2)
     # the calibration case and the uncounted one are apart, never in the held-out figures
     assert summary["calibration"]["cases"] == 1 and summary["calibration"]["worst_error"] == 0.5
-    assert summary["not_counted"] == [{"strategy": "ring", "peers": 8, "link_mbit": 20, "probe_mbit_per_stream": 9.0}]
+    assert summary["not_counted"] == [{"model": "mlp", "strategy": "ring", "peers": 8, "link_mbit": 20,
+                                       "probe_mbit_per_stream": 9.0}]
     assert summary["goals_met"] == {"every synchronous held-out case within 15 %": False,
                                     "median synchronous held-out |error| <= 7 %": False}
     # +0.05, -0.06, +0.1: every case within 15 %, median 0.06
@@ -363,4 +364,61 @@ def test_validation_error_arithmetic():
 
 def test_validation_grid():
     assert grid("rates=20 peers=4,8 strategies=ps") == {"rates": [20], "peers": [2, 4, 8], "strategies": ["ps"],
-                                                        "steps": 10}
+                                                        "models": ["mlp"], "steps": 10}
+    assert grid("rates=20 peers=2 strategies=allreduce model=resnet18 steps=5")["models"] == ["resnet18"]
+    with pytest.raises(ValueError, match="unknown model resnet50"):
+        grid("model=resnet50")
+
+
+def test_model_overrides():
+    # the payload model is sized per rate; ResNet18 runs as configured (no width)
+    assert model_overrides("mlp", 20) == ["model=mlp", "model.width=320"]
+    assert model_overrides("resnet18", 20) == ["model=resnet18"]
+
+
+def validation_entry(measured_at: str, machine: str, rows: list[dict]) -> dict:
+    return {"name": "projection_validation", "measured_at": measured_at, "machine": machine, "setup": machine,
+            "rows": rows}
+
+
+def case(strategy: str, peers: int, err: float, **more) -> dict:
+    return {"strategy": strategy, "peers": peers, "link_mbit": 20, "error": err, "counted": True,
+            "role": "calibration" if peers == 2 else "held-out"} | more
+
+
+def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
+    from bench.run import BENCHMARKS, merge_of, save
+
+    results = tmp_path / "results.json"
+    # saved before rows carried a model or a date: ps at N=2, 4, 8 and ring at N=4, all model=mlp
+    before = validation_entry("2026-11-23 20:46:02", "busy", [case("ps", 2, 0.0), case("ps", 4, 0.1),
+                                                              case("ps", 8, -0.3), case("ring", 4, 0.05)])
+    other = {"name": "noise", "ratio": 0.01}
+    save(results, [before, other])
+    # a reduced rerun: ps at N=2 and 4 on the MLP, allreduce at N=2 and 4 on ResNet18
+    new = validation_entry("2026-11-25 10:00:00", "quiet", [
+        case("ps", 2, 0.0, model="mlp", measured_at="2026-11-25 09:00:00"),
+        case("ps", 4, 0.02, model="mlp", measured_at="2026-11-25 09:10:00"),
+        case("allreduce", 2, 0.01, model="resnet18", measured_at="2026-11-25 09:20:00"),
+        case("allreduce", 4, 0.2, model="resnet18", measured_at="2026-11-25 09:30:00")])
+    save(results, [new], {"projection_validation": merge_of(BENCHMARKS["projection"])})
+
+    saved = {r["name"]: r for r in json.loads(results.read_text())["results"]}
+    assert saved["noise"] == other
+    entry = saved["projection_validation"]
+    rows = {(r["model"], r["strategy"], r["peers"]): r for r in entry["rows"]}
+    # ps N=4 was measured again: only the new row; ps N=8 and ring N=4 stay, with their own date and machine
+    assert set(rows) == {("mlp", "ps", 2), ("mlp", "ps", 4), ("mlp", "ps", 8), ("mlp", "ring", 4),
+                         ("resnet18", "allreduce", 2), ("resnet18", "allreduce", 4)}
+    assert (rows["mlp", "ps", 4]["error"], rows["mlp", "ps", 4]["measured_at"]) == (0.02, "2026-11-25 09:10:00")
+    assert (rows["mlp", "ps", 8]["measured_at"], rows["mlp", "ps", 8]["machine"]) == ("2026-11-23 20:46:02", "busy")
+    assert rows["resnet18", "allreduce", 4]["machine"] == "quiet"
+    # held-out figures over all kept rows: -0.3, +0.05, +0.02 (mlp) and +0.2 (resnet18)
+    assert (entry["held_out"]["cases"], entry["held_out"]["worst_error"]) == (4, -0.3)
+    assert entry["ratio"] == entry["held_out"]["median_abs_error"] == pytest.approx(0.125)
+    mlp, resnet18 = entry["by_model"]["mlp"]["held_out"], entry["by_model"]["resnet18"]["held_out"]
+    assert (mlp["cases"], mlp["median_abs_error"], mlp["worst_error"]) == (3, pytest.approx(0.05), -0.3)
+    assert (resnet18["cases"], resnet18["median_abs_error"]) == (1, pytest.approx(0.2))
+    assert entry["goals_met"]["every synchronous held-out case within 15 %"] is False
+    assert entry["by_model"]["resnet18"]["goals_met"]["every synchronous held-out case within 15 %"] is False
+    assert entry["earlier_runs"] == [{"measured_at": "2026-11-23 20:46:02", "machine": "busy", "setup": "busy"}]
