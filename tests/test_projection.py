@@ -161,16 +161,54 @@ def test_stepwise_second_pass_by_hand():
 
 def test_hivemind_epoch_amortised():
     knobs = {"matchmaking_time": 5.0, "target_batch_size": 256}
-    # N=4, batch 32: 256 / 128 = 2 steps per epoch; epoch = 5 + 2·3/4 · 3 MB / 1 MB/s + 2 · 0.01 = 9.52 s
-    # (the butterfly's messages go out at once: 2 alpha, not 3); per step: 0.1 + 9.52 / 2 = 4.86 s
+    # N=4, batch 32: 256 / 128 = 2 steps per epoch; matchmaking starts after the first step (0.1 s), the group
+    # forms 5 s later, the epoch's work ends at 0.2 s: 4.9 s exposed; all-reduce 2·3/4 · 3 MB / 1 MB/s + 2 · 0.01
+    # = 4.52 s (the butterfly's messages go out at once: 2 alpha, not 3); per step: 0.1 + 9.42 / 2 = 4.81 s
     assert Hivemind.step_time(Cost(4, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
-        == pytest.approx(4.86)
-    # N=16: 512 samples per step > 256, one epoch per step: 0.1 + 5 + 2·15/16 · 3 + 0.02 = 10.745 s
+        == pytest.approx(4.81)
+    # N=16: 512 samples per step > 256, one epoch per step, all of matchmaking exposed:
+    # 0.1 + 5 + 2·15/16 · 3 + 0.02 = 10.745 s
     assert Hivemind.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
         == pytest.approx(10.745)
     # groups of 4 among 16 peers average side by side: 0.1 + 5 + 2·3/4 · 3 + 0.02 = 9.62 s
     assert Hivemind.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32,
                                    knobs=knobs | {"target_group_size": 4})) == pytest.approx(9.62)
+
+
+def hivemind_step(compute: float, target: int, **knobs) -> float:
+    """2 peers x 32 samples, S = 1 MB at 1 MB/s, no latency: one all-reduce is 2·1/2 · 1 = 1 s."""
+    return Hivemind.step_time(Cost(2, MB, MB, compute=compute, batch=32,
+                                   knobs={"matchmaking_time": 2.0, "target_batch_size": target} | knobs))
+
+
+def test_hivemind_gradient_matchmaking_is_prescheduled():
+    # 640 / 64 = 10 steps of 0.5 s; matchmaking (2 s) starts after step 6, when 2 s are left: nothing waits,
+    # the all-reduce (1 s) is exposed: 0.5 + 1 / 10
+    assert hivemind_step(0.5, 640) == pytest.approx(0.6)
+    # 625 samples still take 10 whole steps (the epoch ends on a step): the same
+    assert hivemind_step(0.5, 625) == pytest.approx(0.6)
+    # steps of 0.3 s: after step 4 (1.8 s left; after step 3, 2.1 s) the group forms at 1.2 + 2 = 3.2 s, the
+    # epoch's steps end at 3 s: 0.2 s wait + 1 s all-reduce over 10 steps
+    assert hivemind_step(0.3, 640) == pytest.approx(0.3 + 1.2 / 10)
+    # 128 / 64 = 2 steps of 0.5 s, shorter than matchmaking + a step: it starts after step 1, the group forms
+    # at 2.5 s, the steps end at 1 s: 1.5 s wait + 1 s, over 2 steps
+    assert hivemind_step(0.5, 128) == pytest.approx(0.5 + 2.5 / 2)
+    # without delayed state averaging, every second epoch's state round matchmakes from the epoch's end (2 s)
+    assert hivemind_step(0.5, 640, delay_state_averaging=False, average_state_every=2) \
+        == pytest.approx(0.5 + (1 + 2 / 2) / 10)
+
+
+def test_hivemind_local_updates_state_rounds():
+    local = {"use_local_updates": True}
+    # delayed (the default): the round (2 s matchmaking + 1 s) starts at the epoch's end and the next step's
+    # optimizer call waits for it, after that step's 0.5 s: 2.5 s over 10 steps
+    assert hivemind_step(0.5, 640, **local) == pytest.approx(0.75)
+    # every second epoch: half of it per epoch
+    assert hivemind_step(0.5, 640, **local, average_state_every=2) == pytest.approx(0.625)
+    # a step longer than the round hides it
+    assert hivemind_step(4.0, 640, **local) == pytest.approx(4.0)
+    # synchronous state rounds: all of it, 3 s over 10 steps
+    assert hivemind_step(0.5, 640, **local, delay_state_averaging=False) == pytest.approx(0.8)
 
 
 def test_single_is_compute_only():
