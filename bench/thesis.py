@@ -27,14 +27,25 @@ Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus
   each family with its baselines: one process on 2 cores (batch 64) and one on 1 core (batch 32). Per block:
   hivemind 2 + 2 runs, strategies one run per other strategy + 2.
 
-What the slice cannot say (peers with several vCPUs, thread scaling, 4-16 peers on their own cores) is listed in
-the README's "Reproducing the thesis"; no row is projected here.
+The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
+above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (Strategy.step_time,
+through metrics.project.project_link) at its N on one link, AVGBENCH_THESIS_LINK (default lan: a conf/network preset
+or MBIT[,LATENCY_MS]), with the strategy's validated error band and EXTRAPOLATION mark (bench/results.json
+projection_validation). Its parameters come from the slice: S, hidden communication, server update from the
+strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
+model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU peer's from the one-process 2-core
+baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
+baseline (one process with 16 vCPUs), gets no number, with why: thread scaling is not extrapolated, so no speedup
+over 1 x 16 is computed either (each row says so). The slice's runs are read from every family's sweep under
+AVGBENCH_THESIS_DIR, whichever families this invocation ran.
 
 Per configuration (each family's groups, metrics/report_data.py): speedup over the baseline (throughput ratio per
 block: estimate, 95 % interval, decision), time-to-target ratio, samples-to-target and time per sample (means
 over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
 (summary.json averaging_rounds, summed over blocks) and failed rounds.
 """
+import dataclasses
+import json
 import os
 import statistics
 import subprocess
@@ -43,14 +54,18 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies
-from metrics.report_data import load_runs
+from metrics.project import VALIDATION, Link, Measured, load_validation, measure, parse_link, project_link
+from metrics.report_data import find_runs, load_runs
 from metrics.stats import ALPHA, decide, holm
 
 FULL_CORES = 16
 STEPS = int(os.environ.get("AVGBENCH_THESIS_STEPS", 300))
 REPEATS = int(os.environ.get("AVGBENCH_THESIS_REPEATS", 3))
+DEFAULT_LINK = "lan"  # the projected remainder's link (AVGBENCH_THESIS_LINK): a conf/network preset or MBIT[,MS]
 JOB = ["model=resnet18", "data=digits", "batch_size=32", "lr=0.01", "progress=false", "lock=off"]
 OTHERS = ",".join(averaging_strategies(skip={"hivemind": "its own families"}))
+SLICE_SHAPE = (2, 1)  # the slice's runs: 2 peers of 1 vCPU (a 1-vCPU peer's compute comes from them)
+BASELINE_CPUS = 2     # the slice's baseline: one process on 2 vCPUs (a 2-vCPU peer's compute comes from it)
 
 
 def families(cores: int) -> dict[str, list[str]]:
@@ -137,9 +152,165 @@ def rows_of(sweep: Path) -> list[dict]:
     return rows
 
 
+# --- the projected remainder --------------------------------------------------------------
+
+def configurations(overrides: list[str]) -> list[dict]:
+    """The configurations one family's multirun sweeps, composed as train.py -m would: the experiment preset's
+    hydra.sweeper.params, then JOB and the family's overrides (the last value of a key wins), expanded. Each:
+    overrides (the swept values), strategy, peers, peer_cpus, batch_size, knobs (the strategy's block)."""
+    import launchers.config  # noqa: F401  (registers the config's resolvers)
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    parser = OverridesParser.create()
+    command = family_overrides(overrides)
+    plain = [o.input_line for o in parser.parse_overrides(command) if not o.is_sweep_override()]
+    found = []
+    with initialize_config_dir(config_dir=str(launchers.config.CONF_DIR), version_base="1.3"):
+        presets = compose(config_name="config", overrides=plain, return_hydra_config=True).hydra.sweeper.params or {}
+        parsed = parser.parse_overrides([f"{k}={v}" for k, v in presets.items()] + command)
+        swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
+        for combination in BasicSweeper.split_arguments(parsed, None)[0]:
+            cfg = compose(config_name="config", overrides=combination)
+            found.append({"overrides": [o for o in combination if o.split("=", 1)[0] in swept],
+                          "strategy": cfg.strategy.name, "peers": cfg.peers, "peer_cpus": cfg.peer_cpus,
+                          "batch_size": cfg.batch_size,
+                          "knobs": OmegaConf.to_container(cfg.get(cfg.strategy.name) or {}, resolve=True)})
+    return found
+
+
+@dataclasses.dataclass
+class SliceRun:
+    """A completed run of the measured slice, with its cost-model parameters."""
+    strategy: str
+    shape: tuple[int, int]  # (peers, peer_cpus)
+    is_baseline: bool
+    knobs: dict
+    measured: Measured
+
+
+def slice_runs(sweeps: list[Path]) -> list[SliceRun]:
+    """The completed runs under the slice's sweeps (runs moved aside by a resumed sweep left out)."""
+    found = []
+    for path in find_runs(sweeps)[0]:
+        summary = json.loads((path / "summary.json").read_text())
+        if summary.get("status") != "completed":
+            continue
+        config = summary["config"]
+        try:
+            measured = measure(path)
+        except ValueError as exc:
+            print(f"thesis: {path} left out of the projection: {exc}", file=sys.stderr)
+            continue
+        found.append(SliceRun(config["strategy"]["name"], (config["peers"], config["peer_cpus"]),
+                              bool(summary.get("is_baseline")), summary.get("strategy_knobs") or {}, measured))
+    return found
+
+
+def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
+    """The strategy's knobs whose values differ across the grid's configurations, target_batch_size apart (the
+    cost model takes it as a parameter): a slice run stands for a configuration when it has their values."""
+    knobs = [c["knobs"] for c in grid if c["strategy"] == strategy]
+    return {k for k in set().union(*knobs) if k != "target_batch_size" and len({repr(c.get(k)) for c in knobs}) > 1}
+
+
+def mean_measured(runs: list[SliceRun]) -> Measured:
+    """The first run's parameters with compute, hidden communication, server update and S averaged over the runs."""
+    def mean(field):
+        return statistics.fmean(getattr(r.measured, field) for r in runs)
+    return dataclasses.replace(runs[0].measured, compute_s=mean("compute_s"), hidden_s=mean("hidden_s"),
+                               server_s=mean("server_s"), size_bytes=mean("size_bytes"))
+
+
+def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores: int) -> tuple[float | None, str]:
+    """Compute per step of one of the configuration's peers, and where it comes from (or why there is none): a
+    1-vCPU peer's from the strategy's own 2 x 1 slice runs, a 2-vCPU peer's from the one-process 2-vCPU baseline;
+    per sample times the configuration's batch where the batches differ."""
+    cpus, batch = config["peer_cpus"], config["batch_size"]
+    if cpus == SLICE_SHAPE[1]:
+        sources, what = own, f"the slice's {SLICE_SHAPE[0]} x {SLICE_SHAPE[1]} {config['strategy']} runs"
+    elif cpus == BASELINE_CPUS:
+        sources = [r for r in runs if r.is_baseline and r.shape[0] * r.shape[1] == BASELINE_CPUS]
+        what = f"the slice's one-process baseline on {BASELINE_CPUS} vCPUs"
+    else:
+        return None, (f"a peer with {cpus} vCPUs: its compute per step cannot be measured on {cores} cores (thread "
+                      "scaling is what the thesis varies; not extrapolated)")
+    if not sources:
+        return None, f"no completed run of {what} (AVGBENCH_THESIS_FAMILIES, or the runs failed)"
+    measured_batch = statistics.fmean(r.measured.batch for r in sources)
+    per_sample = statistics.fmean(r.measured.compute_s / r.measured.batch for r in sources)
+    scaled = "" if measured_batch == batch else (f"; measured at batch {measured_batch:g}, taken per sample "
+                                                  f"x {batch} (compute assumed proportional to the batch)")
+    return per_sample * batch, f"{what} ({len(sources)}): {per_sample * batch:.4g} s per step{scaled}"
+
+
+def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: int,
+                   validation_path: Path = VALIDATION) -> list[dict]:
+    """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
+    cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
+    validated error band and extrapolation mark (metrics.project.project_link); no number where a peer's compute
+    cannot be measured here, with why."""
+    rows = []
+    for config in grid:
+        peers, cpus, batch = config["peers"], config["peer_cpus"], config["batch_size"]
+        row = {"projected": True, "family": config.get("family"), "configuration": " ".join(config["overrides"]),
+               "strategy": config["strategy"], "peers": peers, "peer_cpus": cpus, "batch_size": batch,
+               "link": dataclasses.asdict(link), "speedup": None,
+               "speedup_unknown": f"the equal-resource baseline, one process with {peers * cpus} vCPUs (batch "
+                                  f"{peers * batch}), cannot be measured on {cores} cores; not extrapolated"}
+        varied = varied_knobs(grid, config["strategy"])
+        own = [r for r in runs if r.strategy == config["strategy"] and not r.is_baseline and r.shape == SLICE_SHAPE
+               and all(r.knobs.get(k) == config["knobs"].get(k) for k in varied)]
+        compute, source = peer_compute(config, own, runs, cores)
+        if compute is not None and not own:
+            compute, source = None, (f"no completed {SLICE_SHAPE[0]} x {SLICE_SHAPE[1]} slice run of "
+                                     f"{config['strategy']} with these knobs to take S and its overheads from")
+        if compute is None:
+            rows.append(row | {"step_s": None, "not_projected": source})
+            continue
+        params = mean_measured(own)
+        m = dataclasses.replace(params, compute_s=compute, hidden_s=min(params.hidden_s, compute), batch=batch,
+                                knobs=config["knobs"], samples_to_target=None, link=None, fit_link=None)
+        validation = load_validation(validation_path, config["strategy"])
+        try:
+            (projected,) = project_link(m, link, [peers], validation)["rows"]
+        except ValueError as exc:
+            rows.append(row | {"step_s": None, "not_projected": str(exc)})
+            continue
+        rows.append(row | {
+            "not_projected": None, "compute_s": compute, "compute_from": source, "size_bytes": m.size_bytes,
+            "parameters_from": [str(r.measured.run) for r in own],
+            "step_s": projected["step_s"], "band_step_s": projected["band_step_s"],
+            "extrapolation": projected["extrapolation"],
+            "throughput_samples_per_s": projected["throughput_samples_per_s"],
+            "validation": {k: validation[k] for k in ("cases", "largest_peers", "errors")} if validation else None,
+        })
+    baselines = {(c["peers"], c["peer_cpus"], c["batch_size"]): c.get("family") for c in grid}
+    for (peers, cpus, batch), family in baselines.items():
+        rows.append({"projected": True, "family": family, "strategy": "single", "peers": peers, "peer_cpus": cpus,
+                     "batch_size": peers * batch, "link": None, "step_s": None,
+                     "configuration": f"equal-resource baseline of {peers} x {cpus}: one process, {peers * cpus} "
+                                      f"vCPUs, batch {peers * batch}",
+                     "not_projected": f"one process with {peers * cpus} vCPUs: its compute per step cannot be "
+                                      f"measured on {cores} cores (thread scaling; not extrapolated)"})
+    return rows
+
+
+def projected_remainder(sweeps: list[Path], link: Link, cores: int, validation_path: Path = VALIDATION) -> dict:
+    grid = [c | {"family": name} for name, overrides in families(FULL_CORES).items()
+            for c in configurations(overrides)]
+    rows = projected_rows(grid, slice_runs(sweeps), link, cores, validation_path)
+    return {"link": dataclasses.asdict(link), "from_sweeps": [str(s) for s in sweeps],
+            "projected": sum(r["step_s"] is not None for r in rows), "not_projected": sum(r["step_s"] is None
+                                                                                        for r in rows),
+            "rows": rows}
+
+
 def merge(kept: dict, new: dict) -> dict:
     """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at)."""
+    others stay (each with its measured_at); the projected remainder is the new run's."""
     def dated(entry: dict) -> dict:
         return {name: {"measured_at": entry.get("measured_at")} | family
                 for name, family in (entry.get("families") or {}).items()}
@@ -154,18 +325,21 @@ def run() -> dict:
     cores = len(os.sched_getaffinity(0))
     out = Path(os.environ.get("AVGBENCH_THESIS_DIR", ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"))
     full = cores >= FULL_CORES
+    link = parse_link(os.environ.get("AVGBENCH_THESIS_LINK", DEFAULT_LINK))  # a bad link fails before the runs
     plan = chosen(families(cores))
     results = {name: rows_of(multirun(name, overrides, out)) for name, overrides in plan.items()}
     speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"]]
+    sweeps = [out / name for name in families(cores) if (out / name).is_dir()]
     return {
         "name": "thesis",
         "ratio": max(speedups, default=0.0),
         "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
         "scope": "full grid" if full else f"slice on {cores} cores (README: Reproducing the thesis)",
         "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
+        "projected_remainder": None if full else projected_remainder(sweeps, link, cores),
         "sweeps": str(out),
         "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
-                 f"best measured speedup's estimate",
+                 f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,
         "method": __doc__.strip(),

@@ -3,9 +3,9 @@ directory, and the validation benchmark's error arithmetic. No process is launch
 import json
 
 import pytest
-import yaml
 
 from bench.projection import error, grid, model_overrides, summarize
+from helpers import write_run
 from metrics.bounds import Round
 from metrics.cost import Cost
 from metrics.project import Link, main, measure, parse_link, stops_scaling
@@ -244,34 +244,6 @@ def test_stops_scaling():
     # 16 -> 64 is two doublings: 100 -> 121 is 10 % per doubling, which still scales
     assert stops_scaling([{"peers": 16, "throughput_samples_per_s": 100},
                           {"peers": 64, "throughput_samples_per_s": 121.0001}]) == {"stops_scaling_at": None}
-
-
-def write_run(path, target: str, knobs: dict, workers: int, payload: int, mbit: float, train_s: list,
-              summary: dict | None = None, step: dict | None = None):
-    """A finished run as train.py leaves it: summary, config, launch spec, network, per-worker step and eval logs.
-    Every step: data 0.01 s, compute 0.04 s, opt 0 s, `payload` bytes each way, batch 32, and `step`'s fields;
-    train_s: one list for every worker, or one list per worker; the target is reached at the last step."""
-    per_worker = train_s if isinstance(train_s[0], list) else [train_s] * workers
-    steps = len(per_worker[0])
-    config = {"strategy": {"name": target.split(".")[1].split(":")[0], "target": target},
-              "network": {"name": "emulated", "bandwidth_mbit": mbit, "latency_ms": 0}, "peers": workers}
-    (path / ".avgbench").mkdir(parents=True)
-    (path / ".avgbench" / "config.yaml").write_text(yaml.safe_dump(config))
-    (path / ".avgbench" / "launch.json").write_text(json.dumps({"batch_size": 32, "roles": ["worker"] * workers,
-                                                                "threads": 1}))
-    hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} for i in range(workers + 1)]
-    (path / ".avgbench" / "network.json").write_text(json.dumps({"hosts": hosts}))
-    (path / "summary.json").write_text(json.dumps({"config": config, "strategy_knobs": knobs,
-                                                   "steps_to_target": steps, "samples_to_target": workers * 32 * steps,
-                                                   "workers": workers} | (summary or {})))
-    for rank in range(workers):
-        peer = path / f"peer{rank}"
-        peer.mkdir()
-        peer.joinpath("steps.jsonl").write_text("".join(json.dumps(
-            {"step": k + 1, "train_s": t, "samples": 32 * (k + 1), "data_s": 0.01, "compute_s": 0.04, "opt_s": 0.0,
-             "comm_s": 1.0, "bytes_sent": payload, "bytes_recv": payload, "round": None} | (step or {})) + "\n"
-            for k, t in enumerate(per_worker[rank])))
-        peer.joinpath("eval.jsonl").write_text(json.dumps({"step": steps, "samples": 32 * steps}) + "\n")
 
 
 def write_validation(path, strategy: str) -> None:
