@@ -103,7 +103,8 @@ def run_benchmarks(names: list[str], out: Path) -> None:
             merges[results[-1]["name"]] = merge
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")
     for r in results:
-        print(f"{r['name']:<26} {r['ratio']:>10.4f}  {r['goal']:<18} {r['setup']}")
+        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.4f}"  # e.g. a projection run of calibration cases only
+        print(f"{r['name']:<26} {ratio:>10}  {r['goal']:<18} {r['setup']}")
     save(out, results, merges)
     print(f"\nsaved {out}")
 
