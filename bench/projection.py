@@ -3,29 +3,37 @@ calibrated on N = 2 and validated on peer counts the models were not fitted to.
 
     python bench/run.py projection                      # the full grid (below)
     AVGBENCH_PROJECTION="rates=20 peers=2,4,8 strategies=ps,stepwise" python bench/run.py projection
+    AVGBENCH_PROJECTION="rates=20 peers=2,4 strategies=allreduce model=resnet18 steps=5" python bench/run.py projection
 
-For each link rate and strategy (every synchronous averaging strategy of the registry,
-Strategy.synchronous, with ring on Horovod's MPI controller; the others, hivemind, where asked for),
-with what each declares a benchmark's few steps need (Strategy.benchmark_overrides), `steps` steps
-of the payload model (model=mlp, its width set per rate so that S/beta is 0.3-0.4 s) run at each N,
-every process on its own emulated
-host (network=emulated, tc tbf links). The N=2 run is the calibration case: metrics.project.measure
-takes its compute per step, hidden communication, server update and S (its payload through the
-strategy's payload relation) and fits the strategy's overlap share where it has one (ps), not its
-communication time. Every other N is a held-out case: predicted from the N=2 run alone. beta is
-measured, as a user would on a real link: two emulated hosts (netemu.Fabric, same rate) each
-sending one TCP stream to the other at once for `probe_s` seconds; beta = the mean of the
-receivers' bytes / (last - first byte time) (below the token-bucket rate by the TCP and IP headers,
-about 7 %). Predicted: the strategy's cost model (Strategy.step_time) at the case's N, that beta,
-alpha = 0 (no netem here). Measured: the case run's period (mean over workers of each worker's
-mean step over steps 2..last, evaluations excluded). error = predicted / measured - 1. The same
-probe with N hosts, each sending to the next at once, decides before the case runs whether this
-machine can emulate N links of that rate: a case is counted when each of the N streams got at least
-LINK_BOUND of the rate, else it is not counted (the CPU, not the link, would set the pace) and not
-run (the N=2 case still runs: it calibrates the others). Figures: every case's error, and the
-worst and median |error|, for held-out counted cases apart from calibration cases; a case is
-counted or not, never both.
+For each model, link rate and strategy (every synchronous averaging strategy of the registry,
+Strategy.synchronous, with ring on Horovod's MPI controller; the others, hivemind, where asked for;
+with what each declares a benchmark's few steps need, Strategy.benchmark_overrides), `steps` steps run at each N, every process on its own
+emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
+width set per rate so that S/beta is 0.3-0.4 s; model=resnet18 (or any other conf/model option) runs
+as configured, its payload fixed (ResNet18: about 45 MB). The N=2 run is the calibration case:
+metrics.project.measure takes its compute per step, hidden communication, server update and S (its
+payload through the strategy's payload relation) and fits the strategy's overlap share where it has
+one (ps), not its communication time. Every other N is a held-out case: predicted from the N=2 run
+alone. beta is measured per rate (the models share it), as a user would on a real link: two emulated
+hosts (netemu.Fabric, same rate) each sending one TCP stream to the other at once for `probe_s`
+seconds; beta = the mean of the receivers' bytes / (last - first byte time) (below the token-bucket
+rate by the TCP and IP headers, about 7 %). Predicted: the strategy's cost model
+(Strategy.step_time) at the case's N, that beta, alpha = 0 (no netem here). Measured: the case run's
+period (mean over workers of each worker's mean step over steps 2..last, evaluations excluded).
+error = predicted / measured - 1. The same probe with N hosts, each sending to the next at once,
+decides before the case runs whether this machine can emulate N links of that rate: a case is
+counted when each of the N streams got at least LINK_BOUND of the rate, else it is not counted (the
+CPU, not the link, would set the pace) and not run (the N=2 case still runs: it calibrates the
+others). Figures: every case's error, and the worst and median |error|, for held-out counted cases
+apart from calibration cases; a case is counted or not, never both.
+
+Saving (bench/run.py calls merge): a case is (model, link rate, strategy, N). The rows of a new run
+replace only the saved rows of the same cases; the others are kept, each with its own measured_at
+(and machine), so a reduced rerun adds to the table instead of erasing it. The figures and goals
+are recomputed over every kept row, together and per model (by_model). Rows saved before the model
+key existed were all model=mlp.
 """
+import itertools
 import statistics
 import subprocess
 import sys
@@ -39,8 +47,11 @@ STRATEGIES = averaging_strategies(tweaks={
     "hivemind": ["hivemind.matchmaking_time=2", "hivemind.request_timeout=1", "hivemind.target_batch_size=256"]})
 SYNCHRONOUS = synchronous_strategies()
 GOALS = {"synchronous": 0.15, "median": 0.07, "asynchronous": 0.25}  # |error| of held-out counted cases
-DEFAULT_GRID = f"rates=20,100 peers=2,4,8,16 strategies={','.join(SYNCHRONOUS)} steps=10"
+DEFAULT_GRID = f"rates=20,100 peers=2,4,8,16 strategies={','.join(SYNCHRONOUS)} model=mlp steps=10"
+PAYLOAD_MODEL = "mlp"  # its width is set per rate; other models run as configured
 WIDTHS = {20: 320, 100: 864, 1000: 1728}  # S = 0.75, 3.9, 13.8 MB (float32 gradients of model=mlp)
+UNSTAMPED_MODEL = "mlp"  # rows saved before rows carried their model: the grid had model=mlp only
+CASE_TIMEOUT_S = 900     # a case's run at least; a held-out case: also 3x its predicted steps
 LINK_BOUND = 0.85  # share of the rate each of N concurrent probe streams must get for a case to test the link
 PROBE_PORT = 5001
 PROBE_SEND = ("import socket, sys, time\nend = time.monotonic() + 30\nwhile True:\n"
@@ -96,6 +107,14 @@ def figures(rows: list[dict]) -> dict:
 
 
 def summarize(rows: list[dict]) -> dict:
+    """summarize_cases over all the rows, and over each model's rows apart (by_model)."""
+    models = dict.fromkeys(r.get("model", UNSTAMPED_MODEL) for r in rows)
+    return summarize_cases(rows) | {"by_model": {m: summarize_cases([r for r in rows
+                                                                     if r.get("model", UNSTAMPED_MODEL) == m])
+                                                 for m in models}}
+
+
+def summarize_cases(rows: list[dict]) -> dict:
     """Held-out counted cases (what the goals judge), calibration cases apart, and the cases not counted."""
     held_out = [r for r in rows if r["role"] == "held-out" and r["counted"]]
     synchronous = [r for r in held_out if r["strategy"] in SYNCHRONOUS]
@@ -110,22 +129,67 @@ def summarize(rows: list[dict]) -> dict:
         goals_met["every asynchronous held-out case within 25 %"] = all(abs(r["error"]) <= GOALS["asynchronous"]
                                                                         for r in asynchronous)
     return {"held_out": figures(held_out), "calibration": figures([r for r in rows if r["role"] == "calibration"]),
-            "not_counted": [{k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream")}
+            "not_counted": [{"model": r.get("model", UNSTAMPED_MODEL)}
+                            | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream")}
                             for r in rows if not r["counted"]],
             "goals_met": goals_met}
 
 
-def run_case(strategy: str, peers: int, rate: int, steps: int, beta: Link):
+def width(model: str, rate: int) -> int | None:
+    """model=mlp's width at this link rate (WIDTHS); None for a model that runs as configured."""
+    return WIDTHS[rate] if model == PAYLOAD_MODEL else None
+
+
+def model_overrides(model: str, rate: int) -> list[str]:
+    return [f"model={model}"] + ([f"model.width={width(model, rate)}"] if model == PAYLOAD_MODEL else [])
+
+
+def run_case(model: str, strategy: str, peers: int, rate: int, steps: int, beta: Link, timeout: float):
     with train(*STRATEGIES[strategy], f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
-               "model=mlp", f"model.width={WIDTHS[rate]}", f"max_steps={steps}", "eval_every=0") as run_dir:
+               *model_overrides(model, rate), f"max_steps={steps}", "eval_every=0", timeout=timeout) as run_dir:
         return measure(run_dir, fit_link=beta)
 
 
 def grid(text: str | None = None) -> dict:
-    """`rates=20,100 peers=2,4,8,16 strategies=ps,ring steps=10` (DEFAULT_GRID where a key is missing)."""
+    """`rates=20,100 peers=2,4,8,16 strategies=ps,ring model=mlp steps=10` (DEFAULT_GRID where a key is missing;
+    model may list several, e.g. model=mlp,resnet18)."""
+    from launchers.config import group_options
+
     settings = grid_settings(DEFAULT_GRID, "AVGBENCH_PROJECTION", text)
+    models = settings["model"].split(",")
+    unknown = [m for m in models if m not in group_options("model")]
+    if unknown:
+        raise ValueError(f"AVGBENCH_PROJECTION: unknown model {', '.join(unknown)} "
+                         f"(choose from: {', '.join(group_options('model'))})")
     return {"rates": ints(settings["rates"]), "peers": sorted({2, *ints(settings["peers"])}),
-            "strategies": settings["strategies"].split(","), "steps": int(settings["steps"])}
+            "strategies": settings["strategies"].split(","), "models": models, "steps": int(settings["steps"])}
+
+
+def case_key(row: dict) -> tuple:
+    """What a row measured: (model, link rate, strategy, N)."""
+    return row.get("model", UNSTAMPED_MODEL), row["link_mbit"], row["strategy"], row["peers"]
+
+
+def figures_of(rows: list[dict]) -> dict:
+    """The entry's figures over these rows: ratio (held-out median |error|, all models) and summarize's."""
+    summary = summarize(rows)
+    return {"ratio": summary["held_out"].get("median_abs_error"), **summary}
+
+
+def merge(kept: dict, new: dict) -> dict:
+    """The saved entry and a new run's: the new rows replace the kept rows of the same cases (case_key), the
+    kept rows of other cases stay with their own measured_at and machine (a row without them gets its entry's;
+    without a model, UNSTAMPED_MODEL), and the figures are recomputed over all of them."""
+    def stamped(entry: dict) -> list[dict]:
+        defaults = {"model": UNSTAMPED_MODEL, "measured_at": entry.get("measured_at"), "machine": entry.get("machine")}
+        return [defaults | row for row in entry.get("rows", [])]
+
+    new_rows = stamped(new)
+    replaced = {case_key(r) for r in new_rows}
+    still = [r for r in stamped(kept) if case_key(r) not in replaced]
+    earlier = kept.get("earlier_runs", []) + [{k: kept.get(k) for k in ("measured_at", "machine", "setup")}]
+    return new | figures_of(still + new_rows) | {"rows": still + new_rows,
+                                                  "earlier_runs": earlier if still else []}
 
 
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:
@@ -135,19 +199,22 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
         probes = {n: probe(n, rate, probe_s) for n in chosen["peers"]}
         beta = Link("probe", statistics.fmean(probes[2]), 0.0, "probe goodput, 2 hosts")
         counted = {n: min(probes[n]) >= LINK_BOUND * rate for n in chosen["peers"]}
-        for strategy in chosen["strategies"]:
+        for model, strategy in itertools.product(chosen["models"], chosen["strategies"]):
             calibration = None
             for n in chosen["peers"]:
                 if not counted[n] and n != 2:
-                    print(f"  {strategy} N={n} {rate} Mbit/s: not run ({min(probes[n]):.0f} Mbit/s per stream "
-                          f"< {LINK_BOUND:.0%} of the rate)", file=sys.stderr, flush=True)
+                    print(f"  {model} {strategy} N={n} {rate} Mbit/s: not run ({min(probes[n]):.0f} Mbit/s per "
+                          f"stream < {LINK_BOUND:.0%} of the rate)", file=sys.stderr, flush=True)
                     continue
-                print(f"  {strategy} N={n} {rate} Mbit/s ...", file=sys.stderr, flush=True)
-                case = run_case(strategy, n, rate, chosen["steps"], beta)
+                print(f"  {model} {strategy} N={n} {rate} Mbit/s ...", file=sys.stderr, flush=True)
+                timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * calibration.step_s(n, beta)) \
+                    if calibration else CASE_TIMEOUT_S
+                case = run_case(model, strategy, n, rate, chosen["steps"], beta, timeout)
                 calibration = calibration or case
                 predicted = calibration.step_s(n, beta)
                 rows.append({
-                    "strategy": strategy, "peers": n, "link_mbit": rate, "width": WIDTHS[rate],
+                    "model": model, "strategy": strategy, "peers": n, "link_mbit": rate, "width": width(model, rate),
+                    "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                     "role": "calibration" if n == 2 else "held-out", "counted": counted[n],
                     "beta_mbit": beta.mbit, "beta_source": beta.source,
                     "compute_s": calibration.compute_s, "hidden_s": calibration.hidden_s,
@@ -157,16 +224,16 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
                     "error": error(predicted, case.measured_step_s),
                     "probe_mbit_per_stream": min(probes[n]), "probe_streams": n,
                 })
-    summary = summarize(rows)
+    sizes = "; ".join(f"model={m} width {WIDTHS} by rate" if m == PAYLOAD_MODEL else f"model={m} as configured"
+                      for m in chosen["models"])
     return {
         "name": "projection_validation",
-        "ratio": summary["held_out"].get("median_abs_error"),
         "goal": f"held-out |error| <= 0.15 every synchronous case ({', '.join(SYNCHRONOUS)}), median <= 0.07; "
                 f"asynchronous ({', '.join(sorted(set(STRATEGIES) - set(SYNCHRONOUS)))}) <= 0.25",
-        **summary,
+        **figures_of(rows),
         "rows": rows,
-        "setup": f"model=mlp width {WIDTHS} by rate, {chosen['steps']} steps, N={chosen['peers']}, links "
-                 f"{chosen['rates']} Mbit/s, strategies {chosen['strategies']}; calibration: the N=2 run at the same "
-                 f"rate; {time.strftime('%Y-%m-%d')}",
+        "setup": f"{sizes}, {chosen['steps']} steps, N={chosen['peers']}, links {chosen['rates']} Mbit/s, "
+                 f"strategies {chosen['strategies']}; calibration: the N=2 run of the same model, strategy and rate; "
+                 f"{time.strftime('%Y-%m-%d')}",
         "method": __doc__.strip(),
     }

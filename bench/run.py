@@ -6,10 +6,13 @@
     python bench/run.py --out results.json
     python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
 
-Each result records when and on which machine it was measured. Benchmarks hold the machine lock
-(launchers/lock.py) while they run: another benchmark or sweep waits (or refuses) meanwhile.
+Each result records when and on which machine it was measured; it replaces the benchmark's saved
+entry, except where the benchmark's module defines merge(kept, new) (projection: a new run replaces
+only the rows of the cases it ran). Benchmarks hold the machine lock (launchers/lock.py) while they
+run: another benchmark or sweep waits (or refuses) meanwhile.
 """
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -49,12 +52,22 @@ def machine() -> str:
             f"{gpu}, load average {os.getloadavg()[0]:.1f}")
 
 
-def save(path: Path, results: list[dict]) -> None:
-    """Replace these benchmarks' entries in the results file; the others keep theirs (with their dates)."""
+def save(path: Path, results: list[dict], merges: dict | None = None) -> None:
+    """Replace these benchmarks' entries in the results file; the others keep theirs (with their dates).
+    merges: result name -> merge(kept entry, new entry) for a benchmark that combines a new run with its
+    saved entry instead (projection: rows of other cases stay)."""
     kept = json.loads(path.read_text())["results"] if path.exists() else []
+    saved = {r["name"]: r for r in kept}
+    merges = merges or {}
+    new = [merges[r["name"]](saved[r["name"]], r) if r["name"] in merges and r["name"] in saved else r
+           for r in results]
     names = {r["name"] for r in results}
-    merged = [r for r in kept if r["name"] not in names] + results
-    path.write_text(json.dumps({"results": merged}, indent=1) + "\n")
+    path.write_text(json.dumps({"results": [r for r in kept if r["name"] not in names] + new}, indent=1) + "\n")
+
+
+def merge_of(spec: str):
+    """The `merge` beside a benchmark's run function ("module:run"), or None: its new entry replaces the saved."""
+    return getattr(importlib.import_module(spec.split(":")[0]), "merge", None)
 
 
 def main() -> int:
@@ -81,15 +94,18 @@ def main() -> int:
 
 
 def run_benchmarks(names: list[str], out: Path) -> None:
-    results = []
+    results, merges = [], {}
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         results.append(resolve(BENCHMARKS[name])() | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                                                      "machine": machine()})
+        if merge := merge_of(BENCHMARKS[name]):
+            merges[results[-1]["name"]] = merge
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")
     for r in results:
-        print(f"{r['name']:<26} {r['ratio']:>10.4f}  {r['goal']:<18} {r['setup']}")
-    save(out, results)
+        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.4f}"  # e.g. a projection run of calibration cases only
+        print(f"{r['name']:<26} {ratio:>10}  {r['goal']:<18} {r['setup']}")
+    save(out, results, merges)
     print(f"\nsaved {out}")
 
 

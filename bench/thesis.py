@@ -2,6 +2,7 @@
 one 16-vCPU process, and where does the time go as target batch size, local updates and batch size change?
 
     python bench/run.py thesis      # >= 16 cores: the full grid; fewer: the slice this machine runs faithfully
+    AVGBENCH_THESIS_FAMILIES=hivemind python bench/run.py thesis    # only these families (comma list; default all)
 
 Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
 configuration and its equal-resource baseline (one process with all the CPUs) in a shuffled order, so speedups
@@ -9,6 +10,9 @@ and time-to-target ratios are paired per block, with 95 % t-intervals and Holm-c
 (metrics/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
 batch 32, lr 0.01; run lengths are shortened (max_steps = AVGBENCH_THESIS_STEPS per peer), target batch sizes
 never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
+AVGBENCH_THESIS_FAMILIES names the families to run (an unknown name fails before any run); AVGBENCH_THESIS_DIR
+(default multirun/thesis-DATE) holds one sweep per family: run again with the same directory, a family's
+completed runs are kept (the sweeper resumes), and bench/run.py keeps the saved families it did not rerun (merge).
 
 Full grid (>= 16 cores), AVGBENCH_THESIS_REPEATS blocks (default 3):
   hivemind    peers 2, 4, 8, 16 at 16/N vCPUs x local updates on/off x target batch 10000 ... 625
@@ -17,18 +21,31 @@ Full grid (>= 16 cores), AVGBENCH_THESIS_REPEATS blocks (default 3):
   strategies  every other averaging strategy of the registry at 8 x 2 (+ the 1 x 16 baseline)
   Cost: about 170 runs of STEPS steps; at 300 steps, with a 2-vCPU ResNet18 step of about 0.4 s, 8-9 hours (an
   estimate from this machine's step time, not a measurement of a 16-core machine).
-Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus = the usable cores:
+Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus = the usable cores, 100 steps:
   hivemind    2 x 1, local updates on/off, target batch 625 (the thesis's smallest: epochs fall inside a short run)
   strategies  every other averaging strategy at 2 x 1 (ps: 2 workers + its server, oversubscribed, as it says)
-  against one process on 2 cores. Cost here: 3 blocks of 8 runs of 100 steps, about 80 minutes.
-What the slice cannot say (peers with several vCPUs, thread scaling, 4-16 peers on their own cores) is listed in
-the README's "Reproducing the thesis"; no row is projected here.
+  each family with its baselines: one process on 2 cores (batch 64) and one on 1 core (batch 32). Per block:
+  hivemind 2 + 2 runs, strategies one run per other strategy + 2.
+
+The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
+above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (Strategy.step_time,
+through metrics.project.project_link) at its N on one link, AVGBENCH_THESIS_LINK (default lan: a conf/network preset
+or MBIT[,LATENCY_MS]), with the strategy's validated error band and EXTRAPOLATION mark (bench/results.json
+projection_validation). Its parameters come from the slice: S, hidden communication, server update from the
+strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
+model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU peer's from the one-process 2-core
+baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
+baseline (one process with 16 vCPUs), gets no number, with why: thread scaling is not extrapolated, so no speedup
+over 1 x 16 is computed either (each row says so). The slice's runs are read from every family's sweep under
+AVGBENCH_THESIS_DIR, whichever families this invocation ran.
 
 Per configuration (each family's groups, metrics/report_data.py): speedup over the baseline (throughput ratio per
 block: estimate, 95 % interval, decision), time-to-target ratio, samples-to-target and time per sample (means
 over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
 (summary.json averaging_rounds, summed over blocks) and failed rounds.
 """
+import dataclasses
+import json
 import os
 import statistics
 import subprocess
@@ -37,14 +54,18 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies
-from metrics.report_data import load_runs
+from metrics.project import VALIDATION, Link, Measured, load_validation, measure, parse_link, project_link
+from metrics.report_data import find_runs, load_runs
 from metrics.stats import ALPHA, decide, holm
 
 FULL_CORES = 16
 STEPS = int(os.environ.get("AVGBENCH_THESIS_STEPS", 300))
 REPEATS = int(os.environ.get("AVGBENCH_THESIS_REPEATS", 3))
+DEFAULT_LINK = "lan"  # the projected remainder's link (AVGBENCH_THESIS_LINK): a conf/network preset or MBIT[,MS]
 JOB = ["model=resnet18", "data=digits", "batch_size=32", "lr=0.01", "progress=false", "lock=off"]
 OTHERS = ",".join(averaging_strategies(skip={"hivemind": "its own families"}))
+SLICE_SHAPE = (2, 1)  # the slice's runs: 2 peers of 1 vCPU (a 1-vCPU peer's compute comes from them)
+BASELINE_CPUS = 2     # the slice's baseline: one process on 2 vCPUs (a 2-vCPU peer's compute comes from it)
 
 
 def families(cores: int) -> dict[str, list[str]]:
@@ -63,9 +84,26 @@ def families(cores: int) -> dict[str, list[str]]:
     }
 
 
+def chosen(plan: dict[str, list[str]], text: str | None = None) -> dict[str, list[str]]:
+    """The plan's families that AVGBENCH_THESIS_FAMILIES (or `text`) names, a comma list; unset or empty: all."""
+    given = text if text is not None else os.environ.get("AVGBENCH_THESIS_FAMILIES", "")
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    unknown = [n for n in names if n not in plan]
+    if unknown:
+        raise ValueError(f"AVGBENCH_THESIS_FAMILIES: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
+    return {name: overrides for name, overrides in plan.items() if not names or name in names}
+
+
+def family_overrides(overrides: list[str]) -> list[str]:
+    """A family's train.py overrides after the job's: Hydra keeps the last value of a key, so the family's sweeps
+    (batch_size=32,64,128) win over JOB's."""
+    return [*JOB, *overrides]
+
+
 def multirun(name: str, overrides: list[str], out: Path) -> Path:
     sweep = out / name
-    command = [sys.executable, "train.py", "-m", *overrides, *JOB, f"repeats={REPEATS}", f"hydra.sweep.dir={sweep}"]
+    command = [sys.executable, "train.py", "-m", *family_overrides(overrides), f"repeats={REPEATS}",
+               f"hydra.sweep.dir={sweep}"]
     print(f"thesis: {name}: {' '.join(command[2:])}", file=sys.stderr, flush=True)
     subprocess.run(command, cwd=ROOT, check=False)  # failed runs are findings: the report says which
     return sweep
@@ -97,7 +135,7 @@ def rows_of(sweep: Path) -> list[dict]:
         mean_shares = {k: statistics.fmean(s.get(k, 0.0) for s in shares) for k in (shares[0] if shares else {})}
         interval = group.speedup.interval() if group.speedup else None
         rows.append({
-            "configuration": group.label, "peers": group.first.config["peers"],
+            "configuration": group.label, "projected": False, "peers": group.first.config["peers"],
             "peer_cpus": group.first.config["peer_cpus"], "runs": len(runs),
             "completed": sum(r.completed for r in runs),
             "speedup": group.speedup.estimate if group.speedup and group.speedup.n else None,
@@ -114,21 +152,194 @@ def rows_of(sweep: Path) -> list[dict]:
     return rows
 
 
+# --- the projected remainder --------------------------------------------------------------
+
+def configurations(overrides: list[str]) -> list[dict]:
+    """The configurations one family's multirun sweeps, composed as train.py -m would: the experiment preset's
+    hydra.sweeper.params, then JOB and the family's overrides (the last value of a key wins), expanded. Each:
+    overrides (the swept values), strategy, peers, peer_cpus, batch_size, knobs (the strategy's block)."""
+    import launchers.config  # noqa: F401  (registers the config's resolvers)
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    parser = OverridesParser.create()
+    command = family_overrides(overrides)
+    plain = [o.input_line for o in parser.parse_overrides(command) if not o.is_sweep_override()]
+    found = []
+    with initialize_config_dir(config_dir=str(launchers.config.CONF_DIR), version_base="1.3"):
+        presets = compose(config_name="config", overrides=plain, return_hydra_config=True).hydra.sweeper.params or {}
+        parsed = parser.parse_overrides([f"{k}={v}" for k, v in presets.items()] + command)
+        swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
+        for combination in BasicSweeper.split_arguments(parsed, None)[0]:
+            cfg = compose(config_name="config", overrides=combination)
+            found.append({"overrides": [o for o in combination if o.split("=", 1)[0] in swept],
+                          "strategy": cfg.strategy.name, "peers": cfg.peers, "peer_cpus": cfg.peer_cpus,
+                          "batch_size": cfg.batch_size,
+                          "knobs": OmegaConf.to_container(cfg.get(cfg.strategy.name) or {}, resolve=True)})
+    return found
+
+
+@dataclasses.dataclass
+class SliceRun:
+    """A completed run of the measured slice, with its cost-model parameters."""
+    strategy: str
+    shape: tuple[int, int]  # (peers, peer_cpus)
+    is_baseline: bool
+    knobs: dict
+    measured: Measured
+
+
+def slice_runs(sweeps: list[Path]) -> list[SliceRun]:
+    """The completed runs under the slice's sweeps (runs moved aside by a resumed sweep left out)."""
+    found = []
+    for path in find_runs(sweeps)[0]:
+        summary = json.loads((path / "summary.json").read_text())
+        if summary.get("status") != "completed":
+            continue
+        config = summary["config"]
+        try:
+            measured = measure(path)
+        except ValueError as exc:
+            print(f"thesis: {path} left out of the projection: {exc}", file=sys.stderr)
+            continue
+        found.append(SliceRun(config["strategy"]["name"], (config["peers"], config["peer_cpus"]),
+                              bool(summary.get("is_baseline")), summary.get("strategy_knobs") or {}, measured))
+    return found
+
+
+def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
+    """The strategy's knobs whose values differ across the grid's configurations, target_batch_size apart (the
+    cost model takes it as a parameter): a slice run stands for a configuration when it has their values."""
+    knobs = [c["knobs"] for c in grid if c["strategy"] == strategy]
+    return {k for k in set().union(*knobs) if k != "target_batch_size" and len({repr(c.get(k)) for c in knobs}) > 1}
+
+
+def mean_measured(runs: list[SliceRun]) -> Measured:
+    """The first run's parameters with compute, hidden communication, server update and S averaged over the runs."""
+    def mean(field):
+        return statistics.fmean(getattr(r.measured, field) for r in runs)
+    return dataclasses.replace(runs[0].measured, compute_s=mean("compute_s"), hidden_s=mean("hidden_s"),
+                               server_s=mean("server_s"), size_bytes=mean("size_bytes"))
+
+
+def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores: int) -> tuple[float | None, str]:
+    """Compute per step of one of the configuration's peers, and where it comes from (or why there is none): a
+    1-vCPU peer's from the strategy's own 2 x 1 slice runs, a 2-vCPU peer's from the one-process 2-vCPU baseline;
+    per sample times the configuration's batch where the batches differ."""
+    cpus, batch = config["peer_cpus"], config["batch_size"]
+    if cpus == SLICE_SHAPE[1]:
+        sources, what = own, f"the slice's {SLICE_SHAPE[0]} x {SLICE_SHAPE[1]} {config['strategy']} runs"
+    elif cpus == BASELINE_CPUS:
+        sources = [r for r in runs if r.is_baseline and r.shape[0] * r.shape[1] == BASELINE_CPUS]
+        what = f"the slice's one-process baseline on {BASELINE_CPUS} vCPUs"
+    else:
+        return None, (f"a peer with {cpus} vCPUs: its compute per step cannot be measured on {cores} cores (thread "
+                      "scaling is what the thesis varies; not extrapolated)")
+    if not sources:
+        return None, f"no completed run of {what} (AVGBENCH_THESIS_FAMILIES, or the runs failed)"
+    measured_batch = statistics.fmean(r.measured.batch for r in sources)
+    per_sample = statistics.fmean(r.measured.compute_s / r.measured.batch for r in sources)
+    scaled = "" if measured_batch == batch else (f"; measured at batch {measured_batch:g}, taken per sample "
+                                                  f"x {batch} (compute assumed proportional to the batch)")
+    return per_sample * batch, f"{what} ({len(sources)}): {per_sample * batch:.4g} s per step{scaled}"
+
+
+def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: int,
+                   validation_path: Path = VALIDATION) -> list[dict]:
+    """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
+    cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
+    validated error band and extrapolation mark (metrics.project.project_link); no number where a peer's compute
+    cannot be measured here, with why."""
+    rows = []
+    for config in grid:
+        peers, cpus, batch = config["peers"], config["peer_cpus"], config["batch_size"]
+        row = {"projected": True, "family": config.get("family"), "configuration": " ".join(config["overrides"]),
+               "strategy": config["strategy"], "peers": peers, "peer_cpus": cpus, "batch_size": batch,
+               "link": dataclasses.asdict(link), "speedup": None,
+               "speedup_unknown": f"the equal-resource baseline, one process with {peers * cpus} vCPUs (batch "
+                                  f"{peers * batch}), cannot be measured on {cores} cores; not extrapolated"}
+        varied = varied_knobs(grid, config["strategy"])
+        own = [r for r in runs if r.strategy == config["strategy"] and not r.is_baseline and r.shape == SLICE_SHAPE
+               and all(r.knobs.get(k) == config["knobs"].get(k) for k in varied)]
+        compute, source = peer_compute(config, own, runs, cores)
+        if compute is not None and not own:
+            compute, source = None, (f"no completed {SLICE_SHAPE[0]} x {SLICE_SHAPE[1]} slice run of "
+                                     f"{config['strategy']} with these knobs to take S and its overheads from")
+        if compute is None:
+            rows.append(row | {"step_s": None, "not_projected": source})
+            continue
+        params = mean_measured(own)
+        m = dataclasses.replace(params, compute_s=compute, hidden_s=min(params.hidden_s, compute), batch=batch,
+                                knobs=config["knobs"], samples_to_target=None, link=None, fit_link=None)
+        validation = load_validation(validation_path, config["strategy"])
+        try:
+            (projected,) = project_link(m, link, [peers], validation)["rows"]
+        except ValueError as exc:
+            rows.append(row | {"step_s": None, "not_projected": str(exc)})
+            continue
+        rows.append(row | {
+            "not_projected": None, "compute_s": compute, "compute_from": source, "size_bytes": m.size_bytes,
+            "parameters_from": [str(r.measured.run) for r in own],
+            "step_s": projected["step_s"], "band_step_s": projected["band_step_s"],
+            "extrapolation": projected["extrapolation"],
+            "throughput_samples_per_s": projected["throughput_samples_per_s"],
+            "validation": {k: validation[k] for k in ("cases", "largest_peers", "errors")} if validation else None,
+        })
+    baselines = {(c["peers"], c["peer_cpus"], c["batch_size"]): c.get("family") for c in grid}
+    for (peers, cpus, batch), family in baselines.items():
+        rows.append({"projected": True, "family": family, "strategy": "single", "peers": peers, "peer_cpus": cpus,
+                     "batch_size": peers * batch, "link": None, "step_s": None,
+                     "configuration": f"equal-resource baseline of {peers} x {cpus}: one process, {peers * cpus} "
+                                      f"vCPUs, batch {peers * batch}",
+                     "not_projected": f"one process with {peers * cpus} vCPUs: its compute per step cannot be "
+                                      f"measured on {cores} cores (thread scaling; not extrapolated)"})
+    return rows
+
+
+def projected_remainder(sweeps: list[Path], link: Link, cores: int, validation_path: Path = VALIDATION) -> dict:
+    grid = [c | {"family": name} for name, overrides in families(FULL_CORES).items()
+            for c in configurations(overrides)]
+    rows = projected_rows(grid, slice_runs(sweeps), link, cores, validation_path)
+    return {"link": dataclasses.asdict(link), "from_sweeps": [str(s) for s in sweeps],
+            "projected": sum(r["step_s"] is not None for r in rows), "not_projected": sum(r["step_s"] is None
+                                                                                        for r in rows),
+            "rows": rows}
+
+
+def merge(kept: dict, new: dict) -> dict:
+    """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
+    others stay (each with its measured_at); the projected remainder is the new run's."""
+    def dated(entry: dict) -> dict:
+        return {name: {"measured_at": entry.get("measured_at")} | family
+                for name, family in (entry.get("families") or {}).items()}
+
+    families_now = dated(kept) | dated(new)
+    speedups = [r["speedup"] for f in families_now.values() for r in f["rows"] if r.get("speedup")]
+    return new | {"families": families_now, "ratio": max(speedups, default=0.0)}
+
+
 def run() -> dict:
     started = time.monotonic()
     cores = len(os.sched_getaffinity(0))
     out = Path(os.environ.get("AVGBENCH_THESIS_DIR", ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"))
-    plan = families(cores)
+    full = cores >= FULL_CORES
+    link = parse_link(os.environ.get("AVGBENCH_THESIS_LINK", DEFAULT_LINK))  # a bad link fails before the runs
+    plan = chosen(families(cores))
     results = {name: rows_of(multirun(name, overrides, out)) for name, overrides in plan.items()}
     speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"]]
+    sweeps = [out / name for name in families(cores) if (out / name).is_dir()]
     return {
         "name": "thesis",
         "ratio": max(speedups, default=0.0),
         "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
-        "scope": "full grid" if cores >= FULL_CORES else f"slice on {cores} cores (README: Reproducing the thesis)",
+        "scope": "full grid" if full else f"slice on {cores} cores (README: Reproducing the thesis)",
         "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
+        "projected_remainder": None if full else projected_remainder(sweeps, link, cores),
         "sweeps": str(out),
-        "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}; ratio = the best speedup's estimate",
+        "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
+                 f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,
         "method": __doc__.strip(),

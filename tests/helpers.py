@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 
 from job.process import processes_of_run  # noqa: E402  (conftest put ROOT on sys.path)
@@ -88,6 +90,38 @@ def assert_no_leftovers(run_dir: Path, settle_s: float = 5.0) -> None:
     while (left := leftover_processes(run_dir)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
+
+
+def write_run(path, target: str, knobs: dict, workers: int, payload: int | list[int], mbit: float | None, train_s: list,
+              summary: dict | None = None, step: dict | None = None, config: dict | None = None,
+              launch: dict | None = None):
+    """A finished run as train.py leaves it: summary, config, launch spec, network, per-worker step and eval logs.
+    Every step: data 0.01 s, compute 0.04 s, opt 0 s, `payload` bytes each way (or payload[k] on step k + 1),
+    batch 32, and `step`'s fields;
+    train_s: one list for every worker, or one list per worker; the target is reached at the last step; config and
+    launch: fields added to (or replacing) the config's and the launch spec's."""
+    per_worker = train_s if isinstance(train_s[0], list) else [train_s] * workers
+    steps = len(per_worker[0])
+    payloads = payload if isinstance(payload, list) else [payload] * steps
+    config = {"strategy": {"name": target.split(".")[1].split(":")[0], "target": target},
+              "network": {"name": "emulated", "bandwidth_mbit": mbit, "latency_ms": 0}, "peers": workers} | (config or {})
+    (path / ".avgbench").mkdir(parents=True)
+    (path / ".avgbench" / "config.yaml").write_text(yaml.safe_dump(config))
+    (path / ".avgbench" / "launch.json").write_text(json.dumps({"batch_size": 32, "roles": ["worker"] * workers,
+                                                                "threads": 1} | (launch or {})))
+    hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} for i in range(workers + 1)]
+    (path / ".avgbench" / "network.json").write_text(json.dumps({"hosts": hosts}))
+    (path / "summary.json").write_text(json.dumps({"config": config, "strategy_knobs": knobs,
+                                                   "steps_to_target": steps, "samples_to_target": workers * 32 * steps,
+                                                   "workers": workers} | (summary or {})))
+    for rank in range(workers):
+        peer = path / f"peer{rank}"
+        peer.mkdir()
+        peer.joinpath("steps.jsonl").write_text("".join(json.dumps(
+            {"step": k + 1, "train_s": t, "samples": 32 * (k + 1), "data_s": 0.01, "compute_s": 0.04, "opt_s": 0.0,
+             "comm_s": 1.0, "bytes_sent": payloads[k], "bytes_recv": payloads[k], "round": None} | (step or {})) + "\n"
+            for k, t in enumerate(per_worker[rank])))
+        peer.joinpath("eval.jsonl").write_text(json.dumps({"step": steps, "samples": 32 * steps}) + "\n")
 
 
 def summary_of(run_dir: Path) -> dict:

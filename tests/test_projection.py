@@ -3,10 +3,9 @@ directory, and the validation benchmark's error arithmetic. No process is launch
 import json
 
 import pytest
-import yaml
 
-from bench.projection import error, grid, summarize
-from helpers import strategy_names, strategy_of
+from bench.projection import error, grid, model_overrides, summarize
+from helpers import strategy_names, strategy_of, write_run
 from metrics.bounds import Round
 from metrics.cost import Cost
 from metrics.project import Link, main, measure, parse_link, stops_scaling
@@ -162,16 +161,54 @@ def test_stepwise_second_pass_by_hand():
 
 def test_hivemind_epoch_amortised():
     knobs = {"matchmaking_time": 5.0, "target_batch_size": 256}
-    # N=4, batch 32: 256 / 128 = 2 steps per epoch; epoch = 5 + 2·3/4 · 3 MB / 1 MB/s + 2 · 0.01 = 9.52 s
-    # (the butterfly's messages go out at once: 2 alpha, not 3); per step: 0.1 + 9.52 / 2 = 4.86 s
+    # N=4, batch 32: 256 / 128 = 2 steps per epoch; matchmaking starts after the first step (0.1 s), the group
+    # forms 5 s later, the epoch's work ends at 0.2 s: 4.9 s exposed; all-reduce 2·3/4 · 3 MB / 1 MB/s + 2 · 0.01
+    # = 4.52 s (the butterfly's messages go out at once: 2 alpha, not 3); per step: 0.1 + 9.42 / 2 = 4.81 s
     assert Hivemind.step_time(Cost(4, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
-        == pytest.approx(4.86)
-    # N=16: 512 samples per step > 256, one epoch per step: 0.1 + 5 + 2·15/16 · 3 + 0.02 = 10.745 s
+        == pytest.approx(4.81)
+    # N=16: 512 samples per step > 256, one epoch per step, all of matchmaking exposed:
+    # 0.1 + 5 + 2·15/16 · 3 + 0.02 = 10.745 s
     assert Hivemind.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
         == pytest.approx(10.745)
     # groups of 4 among 16 peers average side by side: 0.1 + 5 + 2·3/4 · 3 + 0.02 = 9.62 s
     assert Hivemind.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32,
                                    knobs=knobs | {"target_group_size": 4})) == pytest.approx(9.62)
+
+
+def hivemind_step(compute: float, target: int, **knobs) -> float:
+    """2 peers x 32 samples, S = 1 MB at 1 MB/s, no latency: one all-reduce is 2·1/2 · 1 = 1 s."""
+    return Hivemind.step_time(Cost(2, MB, MB, compute=compute, batch=32,
+                                   knobs={"matchmaking_time": 2.0, "target_batch_size": target} | knobs))
+
+
+def test_hivemind_gradient_matchmaking_is_prescheduled():
+    # 640 / 64 = 10 steps of 0.5 s; matchmaking (2 s) starts after step 6, when 2 s are left: nothing waits,
+    # the all-reduce (1 s) is exposed: 0.5 + 1 / 10
+    assert hivemind_step(0.5, 640) == pytest.approx(0.6)
+    # 625 samples still take 10 whole steps (the epoch ends on a step): the same
+    assert hivemind_step(0.5, 625) == pytest.approx(0.6)
+    # steps of 0.3 s: after step 4 (1.8 s left; after step 3, 2.1 s) the group forms at 1.2 + 2 = 3.2 s, the
+    # epoch's steps end at 3 s: 0.2 s wait + 1 s all-reduce over 10 steps
+    assert hivemind_step(0.3, 640) == pytest.approx(0.3 + 1.2 / 10)
+    # 128 / 64 = 2 steps of 0.5 s, shorter than matchmaking + a step: it starts after step 1, the group forms
+    # at 2.5 s, the steps end at 1 s: 1.5 s wait + 1 s, over 2 steps
+    assert hivemind_step(0.5, 128) == pytest.approx(0.5 + 2.5 / 2)
+    # without delayed state averaging, every second epoch's state round matchmakes from the epoch's end (2 s)
+    assert hivemind_step(0.5, 640, delay_state_averaging=False, average_state_every=2) \
+        == pytest.approx(0.5 + (1 + 2 / 2) / 10)
+
+
+def test_hivemind_local_updates_state_rounds():
+    local = {"use_local_updates": True}
+    # delayed (the default): the round (2 s matchmaking + 1 s) starts at the epoch's end and the next step's
+    # optimizer call waits for it, after that step's 0.5 s: 2.5 s over 10 steps
+    assert hivemind_step(0.5, 640, **local) == pytest.approx(0.75)
+    # every second epoch: half of it per epoch
+    assert hivemind_step(0.5, 640, **local, average_state_every=2) == pytest.approx(0.625)
+    # a step longer than the round hides it
+    assert hivemind_step(4.0, 640, **local) == pytest.approx(4.0)
+    # synchronous state rounds: all of it, 3 s over 10 steps
+    assert hivemind_step(0.5, 640, **local, delay_state_averaging=False) == pytest.approx(0.8)
 
 
 def test_single_is_compute_only():
@@ -207,36 +244,6 @@ def test_stops_scaling():
     # 16 -> 64 is two doublings: 100 -> 121 is 10 % per doubling, which still scales
     assert stops_scaling([{"peers": 16, "throughput_samples_per_s": 100},
                           {"peers": 64, "throughput_samples_per_s": 121.0001}]) == {"stops_scaling_at": None}
-
-
-def write_run(path, target: str, knobs: dict, workers: int, payload: int | list[int], mbit: float, train_s: list,
-              summary: dict | None = None, step: dict | None = None):
-    """A finished run as train.py leaves it: summary, config, launch spec, network, per-worker step and eval logs.
-    Every step: data 0.01 s, compute 0.04 s, opt 0 s, `payload` bytes each way (or payload[k] on step k + 1),
-    batch 32, and `step`'s fields; train_s: one list for every worker, or one list per worker; the target is
-    reached at the last step."""
-    per_worker = train_s if isinstance(train_s[0], list) else [train_s] * workers
-    steps = len(per_worker[0])
-    payloads = payload if isinstance(payload, list) else [payload] * steps
-    config = {"strategy": {"name": target.split(".")[1].split(":")[0], "target": target},
-              "network": {"name": "emulated", "bandwidth_mbit": mbit, "latency_ms": 0}, "peers": workers}
-    (path / ".avgbench").mkdir(parents=True)
-    (path / ".avgbench" / "config.yaml").write_text(yaml.safe_dump(config))
-    (path / ".avgbench" / "launch.json").write_text(json.dumps({"batch_size": 32, "roles": ["worker"] * workers,
-                                                                "threads": 1}))
-    hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} for i in range(workers + 1)]
-    (path / ".avgbench" / "network.json").write_text(json.dumps({"hosts": hosts}))
-    (path / "summary.json").write_text(json.dumps({"config": config, "strategy_knobs": knobs,
-                                                   "steps_to_target": steps, "samples_to_target": workers * 32 * steps,
-                                                   "workers": workers} | (summary or {})))
-    for rank in range(workers):
-        peer = path / f"peer{rank}"
-        peer.mkdir()
-        peer.joinpath("steps.jsonl").write_text("".join(json.dumps(
-            {"step": k + 1, "train_s": t, "samples": 32 * (k + 1), "data_s": 0.01, "compute_s": 0.04, "opt_s": 0.0,
-             "comm_s": 1.0, "bytes_sent": payloads[k], "bytes_recv": payloads[k], "round": None} | (step or {})) + "\n"
-            for k, t in enumerate(per_worker[rank])))
-        peer.joinpath("eval.jsonl").write_text(json.dumps({"step": steps, "samples": 32 * steps}) + "\n")
 
 
 def write_validation(path, strategy: str) -> None:
@@ -384,7 +391,8 @@ def test_validation_error_arithmetic():
     assert held_out["by_strategy"]["ps"]["median_abs_error"] == pytest.approx(0.2)
     # the calibration case and the uncounted one are apart, never in the held-out figures
     assert summary["calibration"]["cases"] == 1 and summary["calibration"]["worst_error"] == 0.5
-    assert summary["not_counted"] == [{"strategy": "ring", "peers": 8, "link_mbit": 20, "probe_mbit_per_stream": 9.0}]
+    assert summary["not_counted"] == [{"model": "mlp", "strategy": "ring", "peers": 8, "link_mbit": 20,
+                                       "probe_mbit_per_stream": 9.0}]
     assert summary["goals_met"] == {"every synchronous held-out case within 15 %": False,
                                     "median synchronous held-out |error| <= 7 %": False}
     # +0.05, -0.06, +0.1: every case within 15 %, median 0.06
@@ -405,4 +413,61 @@ def test_default_grid_is_every_synchronous_strategy_of_the_registry():
 
 def test_validation_grid():
     assert grid("rates=20 peers=4,8 strategies=ps") == {"rates": [20], "peers": [2, 4, 8], "strategies": ["ps"],
-                                                        "steps": 10}
+                                                        "models": ["mlp"], "steps": 10}
+    assert grid("rates=20 peers=2 strategies=allreduce model=resnet18 steps=5")["models"] == ["resnet18"]
+    with pytest.raises(ValueError, match="unknown model resnet50"):
+        grid("model=resnet50")
+
+
+def test_model_overrides():
+    # the payload model is sized per rate; ResNet18 runs as configured (no width)
+    assert model_overrides("mlp", 20) == ["model=mlp", "model.width=320"]
+    assert model_overrides("resnet18", 20) == ["model=resnet18"]
+
+
+def validation_entry(measured_at: str, machine: str, rows: list[dict]) -> dict:
+    return {"name": "projection_validation", "measured_at": measured_at, "machine": machine, "setup": machine,
+            "rows": rows}
+
+
+def case(strategy: str, peers: int, err: float, **more) -> dict:
+    return {"strategy": strategy, "peers": peers, "link_mbit": 20, "error": err, "counted": True,
+            "role": "calibration" if peers == 2 else "held-out"} | more
+
+
+def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
+    from bench.run import BENCHMARKS, merge_of, save
+
+    results = tmp_path / "results.json"
+    # saved before rows carried a model or a date: ps at N=2, 4, 8 and ring at N=4, all model=mlp
+    before = validation_entry("2026-11-23 20:46:02", "busy", [case("ps", 2, 0.0), case("ps", 4, 0.1),
+                                                              case("ps", 8, -0.3), case("ring", 4, 0.05)])
+    other = {"name": "noise", "ratio": 0.01}
+    save(results, [before, other])
+    # a reduced rerun: ps at N=2 and 4 on the MLP, allreduce at N=2 and 4 on ResNet18
+    new = validation_entry("2026-11-25 10:00:00", "quiet", [
+        case("ps", 2, 0.0, model="mlp", measured_at="2026-11-25 09:00:00"),
+        case("ps", 4, 0.02, model="mlp", measured_at="2026-11-25 09:10:00"),
+        case("allreduce", 2, 0.01, model="resnet18", measured_at="2026-11-25 09:20:00"),
+        case("allreduce", 4, 0.2, model="resnet18", measured_at="2026-11-25 09:30:00")])
+    save(results, [new], {"projection_validation": merge_of(BENCHMARKS["projection"])})
+
+    saved = {r["name"]: r for r in json.loads(results.read_text())["results"]}
+    assert saved["noise"] == other
+    entry = saved["projection_validation"]
+    rows = {(r["model"], r["strategy"], r["peers"]): r for r in entry["rows"]}
+    # ps N=4 was measured again: only the new row; ps N=8 and ring N=4 stay, with their own date and machine
+    assert set(rows) == {("mlp", "ps", 2), ("mlp", "ps", 4), ("mlp", "ps", 8), ("mlp", "ring", 4),
+                         ("resnet18", "allreduce", 2), ("resnet18", "allreduce", 4)}
+    assert (rows["mlp", "ps", 4]["error"], rows["mlp", "ps", 4]["measured_at"]) == (0.02, "2026-11-25 09:10:00")
+    assert (rows["mlp", "ps", 8]["measured_at"], rows["mlp", "ps", 8]["machine"]) == ("2026-11-23 20:46:02", "busy")
+    assert rows["resnet18", "allreduce", 4]["machine"] == "quiet"
+    # held-out figures over all kept rows: -0.3, +0.05, +0.02 (mlp) and +0.2 (resnet18)
+    assert (entry["held_out"]["cases"], entry["held_out"]["worst_error"]) == (4, -0.3)
+    assert entry["ratio"] == entry["held_out"]["median_abs_error"] == pytest.approx(0.125)
+    mlp, resnet18 = entry["by_model"]["mlp"]["held_out"], entry["by_model"]["resnet18"]["held_out"]
+    assert (mlp["cases"], mlp["median_abs_error"], mlp["worst_error"]) == (3, pytest.approx(0.05), -0.3)
+    assert (resnet18["cases"], resnet18["median_abs_error"]) == (1, pytest.approx(0.2))
+    assert entry["goals_met"]["every synchronous held-out case within 15 %"] is False
+    assert entry["by_model"]["resnet18"]["goals_met"]["every synchronous held-out case within 15 %"] is False
+    assert entry["earlier_runs"] == [{"measured_at": "2026-11-23 20:46:02", "machine": "busy", "setup": "busy"}]

@@ -1,0 +1,131 @@
+"""bench/thesis.py without running it: the families chosen, the full grid it would run, and the projected
+remainder built from a hand-made slice."""
+import json
+
+import pytest
+
+from bench.jobs import averaging_strategies
+from bench.thesis import chosen, configurations, families, family_overrides, merge, projected_rows, slice_runs
+from helpers import write_run
+from metrics.project import Link
+
+HIVEMIND = {"matchmaking_time": 2.0, "target_batch_size": 625, "use_local_updates": False,
+            "delay_state_averaging": True, "average_state_every": 1}
+ONE_MB_PER_S = Link("test", 8.0, 0.0, "test")  # 8 Mbit/s: 1 MB/s
+
+
+def test_families_chosen_by_name():
+    plan = families(2)
+    assert list(chosen(plan, "")) == ["hivemind", "strategies"]
+    assert chosen(plan, "hivemind") == {"hivemind": plan["hivemind"]}
+    assert list(chosen(plan, " strategies,hivemind ")) == ["hivemind", "strategies"]  # the plan's order
+    with pytest.raises(ValueError, match="unknown family batch"):  # the batch family is the full grid's only
+        chosen(plan, "hivemind,batch")
+
+
+def test_the_family_overrides_come_after_the_job():
+    # Hydra keeps the last value of a key: the batch family's batch sizes must follow the job's batch_size=32
+    command = family_overrides(families(16)["batch"])
+    assert command.index("batch_size=32,64,128") > command.index("batch_size=32")
+
+
+def test_full_grid_configurations():
+    full = families(16)
+    # the family's batch sizes win over the job's batch_size=32 (the last value of a key is Hydra's)
+    batch = configurations(full["batch"])
+    assert sorted((c["batch_size"], c["knobs"]["use_local_updates"]) for c in batch) == \
+        [(32, False), (32, True), (64, False), (64, True), (128, False), (128, True)]
+    assert {(c["strategy"], c["peers"], c["peer_cpus"], c["knobs"]["target_batch_size"]) for c in batch} == \
+        {("hivemind", 8, 2, 2500)}
+    others = configurations(full["strategies"])
+    assert sorted(c["strategy"] for c in others) == sorted(averaging_strategies(skip={"hivemind": "own family"}))
+    assert {(c["peers"], c["peer_cpus"], c["batch_size"]) for c in others} == {(8, 2, 32)}
+
+
+def write_slice(sweeps) -> None:
+    """The slice as its sweeps leave it: hivemind 2 x 1 with gradients (two blocks: compute 0.5 and 0.7 s per step)
+    and with local updates (0.7 s), 1 MB averaged per round; the one-process baseline on 2 vCPUs (batch 64, 0.8 s
+    per step); the one-peer baseline on 1 vCPU and a failed run, neither of which may count."""
+    def run(name, target, knobs, workers, payload, compute, config, launch=None, summary=None):
+        write_run(sweeps / name, target, knobs, workers, payload, None, [1.0, 2.0, 3.0],
+                  summary={"status": "completed", "strategy_knobs": knobs} | (summary or {}),
+                  step={"compute_s": compute - 0.01}, config=config, launch=launch)
+
+    hivemind, single = "strategies.hivemind:Hivemind", "strategies.single:Single"
+    slice_shape = {"peers": 2, "peer_cpus": 1, "batch_size": 32}
+    run("hivemind/block0/gradients", hivemind, HIVEMIND, 2, 1_000_000, 0.5, slice_shape)
+    run("hivemind/block1/gradients", hivemind, HIVEMIND, 2, 1_000_000, 0.7, slice_shape)
+    run("hivemind/block0/local", hivemind, HIVEMIND | {"use_local_updates": True}, 2, 1_000_000, 0.7, slice_shape)
+    run("hivemind/block1/failed", hivemind, HIVEMIND, 2, 1_000_000, 9.0, slice_shape, summary={"status": "failed"})
+    baseline = {"is_baseline": True}
+    run("hivemind/block0/baseline_2x1", single, {}, 1, 0, 0.8, slice_shape, {"batch_size": 64, "threads": 2}, baseline)
+    run("hivemind/block0/baseline_1x1", single, {}, 1, 0, 5.0, slice_shape | {"peers": 1}, None, baseline)
+
+
+def write_validation(path) -> None:
+    """hivemind's held-out errors +10 % (N=4) and -20 % (N=8); none for ps."""
+    rows = [{"strategy": "hivemind", "peers": n, "role": "held-out", "counted": True, "error": e}
+            for n, e in ((4, 0.1), (8, -0.2))]
+    path.write_text(json.dumps({"results": [{"name": "projection_validation", "measured_at": "then", "rows": rows}]}))
+
+
+def configuration(strategy: str, peers: int, cpus: int, knobs: dict) -> dict:
+    return {"overrides": [f"peers={peers}"], "strategy": strategy, "peers": peers, "peer_cpus": cpus,
+            "batch_size": 32, "knobs": knobs, "family": "test"}
+
+
+def test_projected_remainder_from_the_slice(tmp_path):
+    write_slice(tmp_path)
+    validation = tmp_path / "results.json"
+    write_validation(validation)
+    grid = [configuration("hivemind", 16, 1, HIVEMIND | {"target_batch_size": 10000}),
+            configuration("hivemind", 8, 2, HIVEMIND | {"use_local_updates": True}),
+            configuration("hivemind", 4, 4, HIVEMIND),
+            configuration("ps", 8, 2, {"servers": 1, "mode": "sync"})]
+    rows = projected_rows(grid, slice_runs([tmp_path / "hivemind"]), ONE_MB_PER_S, 2, validation)
+    sixteen, eight, four, ps, *baselines = rows
+    assert all(r["projected"] for r in rows)
+
+    # 16 x 1, gradients, target 10000: a 1-vCPU peer's compute from the 2 x 1 gradient runs, (0.5 + 0.7) / 2 = 0.6 s;
+    # k = ceil(10000 / 512) = 20 steps per epoch; matchmaking (2 s) starts after step 17 (1.8 s left), the group
+    # forms 0.2 s after the epoch's steps; all-reduce 2·15/16 · 1 MB / 1 MB/s = 1.875 s: 0.6 + 2.075 / 20
+    assert sixteen["compute_s"] == pytest.approx(0.6)
+    assert sixteen["step_s"] == pytest.approx(0.70375)
+    assert sixteen["throughput_samples_per_s"] == pytest.approx(16 * 32 / 0.70375)
+    # validated up to N=8 with errors +10 % and -20 %: the band, and 16 within 4x of 8
+    assert sixteen["band_step_s"] == [pytest.approx(0.70375 / 1.1), pytest.approx(0.70375 / 0.8)]
+    assert sixteen["extrapolation"] is False
+    assert sixteen["speedup"] is None and "16 vCPUs" in sixteen["speedup_unknown"]
+    assert sixteen["link"]["mbit"] == 8.0
+
+    # 8 x 2, local updates, target 625: a 2-vCPU peer's compute from the one-process 2-vCPU baseline, 0.8 s for 64
+    # samples: 0.4 s for 32; k = ceil(625 / 256) = 3; the background state round (2 s + 2·7/8 · 1 s) holds the next
+    # step's optimizer call, after its 0.4 s: 3.35 s over 3 steps
+    assert eight["compute_s"] == pytest.approx(0.4) and "per sample" in eight["compute_from"]
+    assert eight["step_s"] == pytest.approx(0.4 + 3.35 / 3)
+
+    # no number where the peer's compute cannot be measured here, or nothing of the strategy ran
+    assert four["step_s"] is None and "4 vCPUs" in four["not_projected"]
+    assert ps["step_s"] is None and "slice run of ps" in ps["not_projected"]
+    # the equal-resource baselines: one process with 16 vCPUs each, never a number
+    assert [(b["peers"], b["peer_cpus"], b["batch_size"]) for b in baselines] == [(16, 1, 512), (8, 2, 256),
+                                                                                   (4, 4, 128)]
+    assert all(b["step_s"] is None and "16 vCPUs" in b["not_projected"] for b in baselines)
+
+
+def test_projection_without_validation_is_extrapolation(tmp_path):
+    write_slice(tmp_path)
+    (row, *_) = projected_rows([configuration("hivemind", 16, 1, HIVEMIND)], slice_runs([tmp_path / "hivemind"]),
+                               ONE_MB_PER_S, 2, tmp_path / "no-results.json")
+    assert row["step_s"] is not None and row["band_step_s"] is None and row["extrapolation"] is True
+
+
+def test_a_rerun_of_some_families_keeps_the_others():
+    kept = {"name": "thesis", "measured_at": "then", "ratio": 0.9,
+            "families": {"hivemind": {"rows": [{"speedup": 0.5}]}, "strategies": {"rows": [{"speedup": 0.9}]}}}
+    new = {"name": "thesis", "measured_at": "now", "ratio": 0.7, "families": {"hivemind": {"rows": [{"speedup": 0.7}]}},
+           "projected_remainder": {"rows": []}}
+    merged = merge(kept, new)
+    assert merged["families"] == {"hivemind": {"measured_at": "now", "rows": [{"speedup": 0.7}]},
+                                  "strategies": {"measured_at": "then", "rows": [{"speedup": 0.9}]}}
+    assert merged["ratio"] == 0.9 and merged["projected_remainder"] == {"rows": []}
