@@ -52,10 +52,16 @@ def wire_figures(steps: list[dict]) -> dict:
     }
 
 
+def built_links(run: RunDir, figure: str) -> list:
+    """A figure of each process's link as the placement built it (after any dilation): bandwidth_mbit (None:
+    unshaped) or latency_ms."""
+    hosts = json.loads(run.network.read_text())["hosts"]
+    return [h[figure] for h in sorted(hosts, key=lambda h: h["index"])]
+
+
 def link_rates(run: RunDir) -> list[float | None]:
     """Mbit/s of each process's link, as the placement built it (None: unshaped)."""
-    hosts = json.loads(run.network.read_text())["hosts"]
-    return [h["bandwidth_mbit"] for h in sorted(hosts, key=lambda h: h["index"])]
+    return built_links(run, "bandwidth_mbit")
 
 
 def busiest(wire: dict[int, dict]) -> dict | None:
@@ -86,7 +92,7 @@ def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula:
         "mode": network["name"],
         "per_peer": True,
         "bandwidth_mbit_by_rank": rates,
-        "latency_ms": network.get("latency_ms") or 0,
+        "latency_ms": max(built_links(run, "latency_ms"), default=0),  # as built, like the rates
         "wire_by_rank": wire,
         "wire_tx_over_payload": _ratio(tx, sent),
         "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,

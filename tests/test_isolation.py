@@ -19,6 +19,7 @@ from helpers import ROOT, compose_config, run_train, start_train, steps_of, summ
 from job.errors import ConfigError
 from launchers.config import group_options, validate
 from metrics.isolation import isolation_section, undilate
+from metrics.network import network_section
 from metrics.rundir import RunDir
 from netemu.cpu import CgroupUnavailable, cgroup_mounts, find_hierarchy
 from netemu.dilation import dilate
@@ -134,14 +135,54 @@ def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
 
 
 def test_undilate_converts_times_back():
-    summary = {"wall_s": 40.0, "time_breakdown_s": {"compute_s": 2.0, "comm_s": None}, "time_to_target_s": 8.0,
-               "time_to_target_by_rank": {0: 8.0, 1: None}, "throughput_samples_per_s": 10.0,
-               "peers": [{"train_s": 20.0}], "network": {"bandwidth_mbit_by_rank": [5.0, None]}}
+    """Every figure whose name says seconds (at any depth) / k, every rate x k; instants, shares, bytes, the
+    config as asked and the real machine's CPU accounting stay."""
+    summary = {"wall_s": 40.0, "started_at": 1000.0, "time_breakdown_s": {"compute_s": 2.0, "comm_s": None},
+               "time_breakdown_share": {"compute_s": 0.5}, "time_to_target_s": 8.0,
+               "time_to_target_by_rank": {0: 8.0, 1: None}, "samples_to_target": 64.0, "time_per_sample_s": 0.125,
+               "hidden_comm_s": 0.4, "startup_wait_s": 2.0, "throughput_samples_per_s": 10.0,
+               "bytes_sent_per_step": 100.0, "evaluation": {"after_training_s": 4.0, "interval_steps": 5},
+               "averaging_rounds": {"rounds": [{"started_at": 1001.0, "duration_s": 0.8, "group_size": 2}]},
+               "peers": [{"train_s": 20.0, "wall_s_per_step": 0.2, "cpu_s_per_step": 0.16, "runq_s_per_step": 0.04,
+                          "steps": 100, "result": {"strategy": {"averaging_s": 1.2, "allreduce_ns": 4000},
+                                                   "cpu": {"in_group_s": 30.0, "cpu_received_s": 7.5}}}],
+               "network": {"bandwidth_mbit_by_rank": [5.0, None], "latency_ms": 20.0,
+                           "efficiency": {"floor_s": 0.8, "measured_s_per_round": 1.0, "efficiency": 0.8,
+                                          "throughput_bound_samples_per_s": 50.0}},
+               "strategy_knobs": {"matchmaking_time": 20.0, "target_batch_size": 64},
+               "isolation": {"by_rank": [{"in_group_s": 30.0, "runq_s": 1.0}]},
+               "machine": {"sampled_s": 41.0}, "config": {"timeouts": {"collective_s": 60}}}
     back = undilate(summary, 4)
     assert back["wall_s"] == 10 and back["time_breakdown_s"] == {"compute_s": 0.5, "comm_s": None}
     assert back["time_to_target_s"] == 2 and back["time_to_target_by_rank"] == {0: 2.0, 1: None}
-    assert back["throughput_samples_per_s"] == 40 and back["peers"][0]["train_s"] == 5
-    assert back["network"]["bandwidth_mbit_by_rank"] == [20.0, None]
+    assert (back["time_per_sample_s"], back["hidden_comm_s"], back["startup_wait_s"]) == (0.03125, 0.1, 0.5)
+    assert back["throughput_samples_per_s"] == 40 and back["evaluation"]["after_training_s"] == 1
+    peer = back["peers"][0]
+    assert (peer["train_s"], peer["wall_s_per_step"], peer["cpu_s_per_step"], peer["runq_s_per_step"]) == (
+        5, 0.05, 0.04, 0.01)
+    assert peer["result"]["strategy"] == {"averaging_s": 0.3, "allreduce_ns": 1000}
+    assert back["averaging_rounds"]["rounds"] == [{"started_at": 1001.0, "duration_s": 0.2, "group_size": 2}]
+    assert back["network"]["bandwidth_mbit_by_rank"] == [20.0, None] and back["network"]["latency_ms"] == 5
+    assert back["network"]["efficiency"] == {"floor_s": 0.2, "measured_s_per_round": 0.25, "efficiency": 0.8,
+                                             "throughput_bound_samples_per_s": 200.0}
+    assert back["strategy_knobs"] == {"matchmaking_time": 5.0, "target_batch_size": 64}
+    unchanged = ("started_at", "time_breakdown_share", "samples_to_target", "bytes_sent_per_step", "isolation",
+                 "machine", "config")
+    assert {key: back[key] for key in unchanged} == {key: summary[key] for key in unchanged}
+    assert peer["steps"] == 100 and back["evaluation"]["interval_steps"] == 5
+    assert peer["result"]["cpu"] == {"in_group_s": 30.0, "cpu_received_s": 7.5}
+
+
+def test_a_dilated_links_rate_and_latency_are_reported_as_asked(tmp_path):
+    """The network section reads the links as built (rate / k, latency x k), so converting back gives what the
+    config asked for, not latency / k."""
+    run = RunDir(tmp_path)
+    run.private.mkdir(parents=True)
+    run.network.write_text(json.dumps({"hosts": [{"index": i, "bandwidth_mbit": 5.0, "latency_ms": 20.0}
+                                                 for i in range(2)]}))
+    asked = {"network": {"name": "emulated", "bandwidth_mbit": 20, "latency_ms": 5}}
+    network = undilate({"network": network_section(run, asked, {})}, 4)["network"]
+    assert (network["bandwidth_mbit_by_rank"], network["latency_ms"]) == ([20.0, 20.0], 5.0)
 
 
 # --- integration: real groups ---------------------------------------------------------
