@@ -30,6 +30,7 @@ METHODS = {
                  "quota explains, throttled_periods x period x peer_cpus (a whole period per throttled period and "
                  "vCPU: generous, as throttled periods undercount a busy peer's waits, 206 of 252 periods for a "
                  "busy thread at half a core). "
+                 "host: the machine the peer ran on (its host name), named with the rank in each unfaithful mark. "
                  f"faithful: false when some rank received under {1 - SHARE_TOLERANCE:.0%} of "
                  f"its promise AND waited in the run queue beyond its quota's share for over {WAIT_TOLERANCE:.0%} "
                  "of its time (it wanted CPU it was promised and did not get it: other work on its cores). A peer "
@@ -66,8 +67,10 @@ def isolation_section(run: RunDir, results: dict[int, dict | None]) -> dict:
     by_rank, unfaithful = [], []
     for rank, result in sorted(results.items()):
         figures = (result or {}).get("cpu") or {}
-        row = {"rank": rank, "quota_cpus": figures.get("quota_cpus"), "in_group_s": figures.get("in_group_s"),
-               "cpu_promised_s": None, "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
+        host = (result or {}).get("host")
+        row = {"rank": rank, "host": host, "quota_cpus": figures.get("quota_cpus"),
+               "in_group_s": figures.get("in_group_s"), "cpu_promised_s": None,
+               "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
                "throttled_periods": figures.get("throttled_periods"), "throttled_s": figures.get("throttled_s"),
                "runq_s": figures.get("runq_s"), "wait_beyond_quota_s": None}
         if row["quota_cpus"] is not None:
@@ -77,9 +80,10 @@ def isolation_section(run: RunDir, results: dict[int, dict | None]) -> dict:
             short = row["received_share"] is not None and row["received_share"] < 1 - SHARE_TOLERANCE
             waited = row["wait_beyond_quota_s"] > WAIT_TOLERANCE * row["in_group_s"]
             if short and waited:
-                unfaithful.append(f"rank {rank}: received {row['received_share']:.0%} of its promised CPU and "
-                                  f"waited {row['wait_beyond_quota_s'] / row['in_group_s']:.0%} of its time in "
-                                  "the run queue beyond its quota")
+                waited_share = row["wait_beyond_quota_s"] / row["in_group_s"]
+                unfaithful.append(f"rank {rank} on host {host or 'unknown'}: received {row['received_share']:.0%} "
+                                  f"of its promised CPU and waited {waited_share:.0%} of its time in the run queue "
+                                  "beyond its quota")
         by_rank.append(row)
     measured = groups["status"] == "isolated" and any(r["received_share"] is not None for r in by_rank)
     return {"status": groups["status"], "reason": groups["reason"], "cgroup": groups["cgroup"],

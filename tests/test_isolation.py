@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -99,12 +100,13 @@ def test_bad_emulate_knobs_are_refused_before_launch(overrides, message):
     assert message in str(raised.value)
 
 
-def write_run(tmp_path, cpu_figures: dict[int, dict], period_us=10000):
+def write_run(tmp_path, cpu_figures: dict[int, dict], period_us=10000, hosts: dict[int, str] | None = None):
     run = RunDir(tmp_path)
     run.private.mkdir(parents=True)
     run.cpu_groups.write_text(json.dumps({"status": "isolated", "reason": None, "cgroup": "v1",
                                           "period_us": period_us, "ranks": {}}))
-    return run, {rank: {"cpu": figures} for rank, figures in cpu_figures.items()}
+    return run, {rank: {"cpu": figures} | ({"host": hosts[rank]} if hosts else {})
+                 for rank, figures in cpu_figures.items()}
 
 
 def cpu(quota, received, runq, throttled=0, in_group=10.0, threads=1):
@@ -118,11 +120,13 @@ def test_fidelity_check(tmp_path):
         1: cpu(0.5, 5.0, 5.0, throttled=500),   # busy, throttled by its own quota: runq explained by throttling
         2: cpu(1.0, 3.0, 0.2),                  # idle much of the time (waiting for the network): little runq
         3: cpu(1.0, 4.8, 5.1),                  # busy on a shared core: half its promise, waiting the rest
-    })
+    }, hosts={0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"})
     section = isolation_section(run, results)
     assert section["faithful"] is False
     assert [r["received_share"] for r in section["by_rank"]] == pytest.approx([0.99, 1.0, 0.3, 0.48])
-    assert len(section["unfaithful"]) == 1 and section["unfaithful"][0].startswith("rank 3: received 48%")
+    assert [r["host"] for r in section["by_rank"]] == ["node-a", "node-a", "node-b", "node-b"]
+    assert section["unfaithful"] == ["rank 3 on host node-b: received 48% of its promised CPU and waited 51% of its "
+                                     "time in the run queue beyond its quota"]
 
 
 def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
@@ -209,7 +213,7 @@ def test_busy_peer_with_half_a_cpu_receives_half_a_cpu(run_dir):
                      "batch_size=64")
     assert done.returncode == 0, done.stderr
     row = summary_of(run_dir)["isolation"]["by_rank"][0]
-    assert row["in_group_s"] > 3
+    assert row["in_group_s"] > 3 and row["host"] == socket.gethostname()
     assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(0.5, abs=0.05)
     assert not any(os.path.exists(d) for d in recorded_groups(run_dir))
 
