@@ -8,6 +8,7 @@ its traceback to peer<RANK>/error.txt for the launcher to report.
 """
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -42,7 +43,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
     strategy_class = resolve(cfg.strategy.target)
     strategy = strategy_class(cfg, ctx, spec, device)
-    result = {"rank": ctx.rank, "cores": cores, "role": role, **device.describe()}
+    result = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "role": role, **device.describe()}
     try:
         if role == WORKER:
             log = StepLog(peer.path)

@@ -26,6 +26,7 @@ from job.device import resolve_device
 from job.errors import ConfigError
 from launchers.config import check_repeats, strategy_class
 from launchers.lock import take_sweep_lock
+from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report_data import STRATEGY_BLOCKS, flatten, missing_baselines, override_args, planned_run
 from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir
 
@@ -55,6 +56,8 @@ class BlockSweeper(BasicSweeper):
         except ConfigError as exc:
             print(f"avgbench: error: {exc}", file=sys.stderr)
             sys.exit(2)
+        for line in self.shape_notice(jobs):  # the multirun's first lines: before the lock's and Hydra's
+            print(line, flush=True)
         take_sweep_lock(str(self.config.lock))
         if self.config.report.baselines == "auto":
             jobs += self.baselines(jobs, [o.input_line for o in parsed if not o.is_sweep_override()])
@@ -91,6 +94,21 @@ class BlockSweeper(BasicSweeper):
             named = [o for o in overrides if key_of(o) in swept] or [f"strategy={cfg.strategy.name}"]
             jobs.append(Job(job_name(named), [o for o in overrides if not is_seed(o)], int(cfg.seed)))
         return unique_names(jobs)
+
+    def shape_notice(self, jobs: list[Job]) -> list[str]:
+        """Each configuration's shape lines (launchers/shape.py: peers from the default and how to ask for more,
+        oversubscription), once each; a line that holds for some configurations only names them. None where the
+        jobs run on other hosts (SLURM), whose cores this one does not know: each job says its own."""
+        if not str(self.config.hydra.launcher._target_).endswith(".BasicLauncher"):
+            return []
+        holders: dict[str, list[str]] = {}
+        for job in jobs:
+            cfg = self.compose(job.overrides)
+            shape = shape_of(cfg, strategy_class(cfg).launch_spec(cfg), peers_from_default(cfg))
+            for line in shape_lines(shape):
+                holders.setdefault(line, []).append(job.name)
+        return [line if len(names) == len(jobs) else line.replace("avgbench: ", f"avgbench: {', '.join(names)}: ", 1)
+                for line, names in holders.items()]
 
     def baselines(self, jobs: list[Job], plain: list[str]) -> list[Job]:
         """The baselines the configurations' report needs and the sweep lacks, with the command line's plain

@@ -25,7 +25,8 @@ METHODS = {
                           "the workers' peer_bytes) / that link's own rate. Synchronous rounds: measured = the "
                           "longest worker's link time in the round (link_s where the strategy times its transfers: "
                           "DDP from its first bucket handed to the all-reduce, Horovod from the first gradient "
-                          "handed over, hivemind its all-reduce phase without matchmaking; else exposed comm_s) "
+                          "handed over (its first fused all-reduce follows within one ring.cycle_time_ms cycle), "
+                          "hivemind its all-reduce phase without matchmaking; else exposed comm_s) "
                           "minus known idle time (link_idle_s: a sync parameter server's update); efficiency = sum "
                           "of floors / sum of measured. Overlapping rounds (stepwise, ps, hivemind's delayed "
                           "averaging): efficiency = the busiest link's bytes over rounds 2..R / its rate, over the "
@@ -52,10 +53,16 @@ def wire_figures(steps: list[dict]) -> dict:
     }
 
 
+def built_links(run: RunDir, figure: str) -> list:
+    """A figure of each process's link as the placement built it (after any dilation): bandwidth_mbit (None:
+    unshaped) or latency_ms."""
+    hosts = json.loads(run.network.read_text())["hosts"]
+    return [h[figure] for h in sorted(hosts, key=lambda h: h["index"])]
+
+
 def link_rates(run: RunDir) -> list[float | None]:
     """Mbit/s of each process's link, as the placement built it (None: unshaped)."""
-    hosts = json.loads(run.network.read_text())["hosts"]
-    return [h["bandwidth_mbit"] for h in sorted(hosts, key=lambda h: h["index"])]
+    return built_links(run, "bandwidth_mbit")
 
 
 def busiest(wire: dict[int, dict]) -> dict | None:
@@ -86,7 +93,7 @@ def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula:
         "mode": network["name"],
         "per_peer": True,
         "bandwidth_mbit_by_rank": rates,
-        "latency_ms": network.get("latency_ms") or 0,
+        "latency_ms": max(built_links(run, "latency_ms"), default=0),  # as built, like the rates
         "wire_by_rank": wire,
         "wire_tx_over_payload": _ratio(tx, sent),
         "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,

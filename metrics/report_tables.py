@@ -5,6 +5,7 @@ import statistics
 from dataclasses import dataclass
 
 from metrics.report_data import Group, Run, Section
+from metrics.stats import Ratio
 from metrics.summary import PHASES
 
 MISSING = "–"
@@ -89,6 +90,22 @@ def stat(group: Group, figure, fmt=number) -> str:
     if len(group.runs) > 1 and len(values) < len(group.runs):
         text += f" ({len(values)}/{len(group.runs)})"
     return text
+
+
+def interval_stat(group: Group, figure, fmt=number) -> str:
+    """A positive figure over the group's repeats (one run per block in a multirun): its geometric mean with the 95 %
+    Student-t interval on the logs (metrics/stats.py Ratio, as for the speedups), "est [low, high] (n blocks)";
+    one run gives no interval; "(k of n blocks)" when some runs lack the figure."""
+    values = [v for v in group.values(figure) if v > 0]
+    if not values:
+        return MISSING
+    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
+    count = f"{len(values)} of {len(group.runs)}" if len(values) < len(group.runs) else f"{len(values)}"
+    found = Ratio(values)
+    if found.n == 1:
+        return f"{fmt(found.estimate)} ({count} {unit[:-1] if count == '1' else unit}, no interval)"
+    low, high = found.interval()
+    return f"{fmt(found.estimate)} [{fmt(low)}, {fmt(high)}] ({count} {unit})"
 
 
 def summary_figure(key: str):
@@ -176,8 +193,8 @@ def speed_table(groups: list[Group], synthetic: bool) -> Table:
     for rank, group in enumerate(groups, 1):
         convergence = (["n/a (synthetic)"] * 4 if synthetic else
                        [stat(group, summary_figure("time_to_target_s")),
-                        stat(group, summary_figure("samples_to_target"), lambda v: f"{v:,.0f}"),
-                        stat(group, summary_figure("time_per_sample_s"), lambda v: number(1000 * v)),
+                        interval_stat(group, summary_figure("samples_to_target"), lambda v: f"{v:.0f}"),
+                        interval_stat(group, summary_figure("time_per_sample_s"), lambda v: number(1000 * v)),
                         stat(group, lambda r: r.worst_worker_accuracy(), percent)])
         rows.append([str(rank), group.label, stat(group, summary_figure("wall_s")),
                      stat(group, summary_figure("throughput_samples_per_s")), speedup_cell(group), scaling_cell(group),
@@ -198,6 +215,8 @@ def speed_table(groups: list[Group], synthetic: bool) -> Table:
                  "workers' samples; depends on the seed, not the machine, for synchronous strategies) x time per "
                  "sample (the machine's share): the worst worker's crossing, interpolated between evaluations and "
                  "holding at the next one (summary.json's time_to_target_s, samples_to_target, time_per_sample_s; "
+                 "these two: geometric mean over repeats [95 % t-interval on the logs] (blocks), so that their "
+                 "product is the geometric mean of time-to-target; "
                  f"see Methods); '–' = not reached. {resolution(groups)} Worst worker: the lowest final test "
                  "accuracy over workers. '(k/n)': only k of n repeats have the figure.")
 

@@ -213,7 +213,16 @@ class Ring(RingAllReduceRounds, Strategy):
     first_gradient_at: float | None = None
 
     def _gradient_ready(self, param) -> None:
-        if self.first_gradient_at is None:  # Horovod's hook starts this gradient's all-reduce next
+        """link_s starts at the first gradient handed to Horovod, as DDP's at its first bucket handed to gloo.
+
+        Horovod 0.28.1 sends it within one cycle: its hook only enqueues the tensor; the background
+        loop (common/operations.cc RunLoopOnce) starts a cycle every cycle time (ring.cycle_time_ms,
+        passed as --cycle-time-ms: 1 ms, Horovod's own default SetCycleTimeMs(1)), negotiates the
+        tensors enqueued on every rank (controller.cc ComputeResponseList) and performs their fused
+        all-reduce in that cycle, with nothing held back to fill the fusion buffer. So the first fused
+        all-reduce starts at most one cycle plus that cycle's negotiation (a few bytes exchanged
+        among the ranks, part of Horovod's round) after this moment."""
+        if self.first_gradient_at is None:
             self.first_gradient_at = time.perf_counter()
 
     def zero_grad(self) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from helpers import ROOT, compose_config, run_train, start_train, steps_of, summ
 from job.errors import ConfigError
 from launchers.config import group_options, validate
 from metrics.isolation import isolation_section, undilate
+from metrics.network import network_section
 from metrics.rundir import RunDir
 from netemu.cpu import CgroupUnavailable, cgroup_mounts, find_hierarchy
 from netemu.dilation import dilate
@@ -98,12 +100,13 @@ def test_bad_emulate_knobs_are_refused_before_launch(overrides, message):
     assert message in str(raised.value)
 
 
-def write_run(tmp_path, cpu_figures: dict[int, dict], period_us=10000):
+def write_run(tmp_path, cpu_figures: dict[int, dict], period_us=10000, hosts: dict[int, str] | None = None):
     run = RunDir(tmp_path)
     run.private.mkdir(parents=True)
     run.cpu_groups.write_text(json.dumps({"status": "isolated", "reason": None, "cgroup": "v1",
                                           "period_us": period_us, "ranks": {}}))
-    return run, {rank: {"cpu": figures} for rank, figures in cpu_figures.items()}
+    return run, {rank: {"cpu": figures} | ({"host": hosts[rank]} if hosts else {})
+                 for rank, figures in cpu_figures.items()}
 
 
 def cpu(quota, received, runq, throttled=0, in_group=10.0, threads=1):
@@ -117,11 +120,13 @@ def test_fidelity_check(tmp_path):
         1: cpu(0.5, 5.0, 5.0, throttled=500),   # busy, throttled by its own quota: runq explained by throttling
         2: cpu(1.0, 3.0, 0.2),                  # idle much of the time (waiting for the network): little runq
         3: cpu(1.0, 4.8, 5.1),                  # busy on a shared core: half its promise, waiting the rest
-    })
+    }, hosts={0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"})
     section = isolation_section(run, results)
     assert section["faithful"] is False
     assert [r["received_share"] for r in section["by_rank"]] == pytest.approx([0.99, 1.0, 0.3, 0.48])
-    assert len(section["unfaithful"]) == 1 and section["unfaithful"][0].startswith("rank 3: received 48%")
+    assert [r["host"] for r in section["by_rank"]] == ["node-a", "node-a", "node-b", "node-b"]
+    assert section["unfaithful"] == ["rank 3 on host node-b: received 48% of its promised CPU and waited 51% of its "
+                                     "time in the run queue beyond its quota"]
 
 
 def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
@@ -134,14 +139,54 @@ def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
 
 
 def test_undilate_converts_times_back():
-    summary = {"wall_s": 40.0, "time_breakdown_s": {"compute_s": 2.0, "comm_s": None}, "time_to_target_s": 8.0,
-               "time_to_target_by_rank": {0: 8.0, 1: None}, "throughput_samples_per_s": 10.0,
-               "peers": [{"train_s": 20.0}], "network": {"bandwidth_mbit_by_rank": [5.0, None]}}
+    """Every figure whose name says seconds (at any depth) / k, every rate x k; instants, shares, bytes, the
+    config as asked and the real machine's CPU accounting stay."""
+    summary = {"wall_s": 40.0, "started_at": 1000.0, "time_breakdown_s": {"compute_s": 2.0, "comm_s": None},
+               "time_breakdown_share": {"compute_s": 0.5}, "time_to_target_s": 8.0,
+               "time_to_target_by_rank": {0: 8.0, 1: None}, "samples_to_target": 64.0, "time_per_sample_s": 0.125,
+               "hidden_comm_s": 0.4, "startup_wait_s": 2.0, "throughput_samples_per_s": 10.0,
+               "bytes_sent_per_step": 100.0, "evaluation": {"after_training_s": 4.0, "interval_steps": 5},
+               "averaging_rounds": {"rounds": [{"started_at": 1001.0, "duration_s": 0.8, "group_size": 2}]},
+               "peers": [{"train_s": 20.0, "wall_s_per_step": 0.2, "cpu_s_per_step": 0.16, "runq_s_per_step": 0.04,
+                          "steps": 100, "result": {"strategy": {"averaging_s": 1.2, "allreduce_ns": 4000},
+                                                   "cpu": {"in_group_s": 30.0, "cpu_received_s": 7.5}}}],
+               "network": {"bandwidth_mbit_by_rank": [5.0, None], "latency_ms": 20.0,
+                           "efficiency": {"floor_s": 0.8, "measured_s_per_round": 1.0, "efficiency": 0.8,
+                                          "throughput_bound_samples_per_s": 50.0}},
+               "strategy_knobs": {"matchmaking_time": 20.0, "target_batch_size": 64},
+               "isolation": {"by_rank": [{"in_group_s": 30.0, "runq_s": 1.0}]},
+               "machine": {"sampled_s": 41.0}, "config": {"timeouts": {"collective_s": 60}}}
     back = undilate(summary, 4)
     assert back["wall_s"] == 10 and back["time_breakdown_s"] == {"compute_s": 0.5, "comm_s": None}
     assert back["time_to_target_s"] == 2 and back["time_to_target_by_rank"] == {0: 2.0, 1: None}
-    assert back["throughput_samples_per_s"] == 40 and back["peers"][0]["train_s"] == 5
-    assert back["network"]["bandwidth_mbit_by_rank"] == [20.0, None]
+    assert (back["time_per_sample_s"], back["hidden_comm_s"], back["startup_wait_s"]) == (0.03125, 0.1, 0.5)
+    assert back["throughput_samples_per_s"] == 40 and back["evaluation"]["after_training_s"] == 1
+    peer = back["peers"][0]
+    assert (peer["train_s"], peer["wall_s_per_step"], peer["cpu_s_per_step"], peer["runq_s_per_step"]) == (
+        5, 0.05, 0.04, 0.01)
+    assert peer["result"]["strategy"] == {"averaging_s": 0.3, "allreduce_ns": 1000}
+    assert back["averaging_rounds"]["rounds"] == [{"started_at": 1001.0, "duration_s": 0.2, "group_size": 2}]
+    assert back["network"]["bandwidth_mbit_by_rank"] == [20.0, None] and back["network"]["latency_ms"] == 5
+    assert back["network"]["efficiency"] == {"floor_s": 0.2, "measured_s_per_round": 0.25, "efficiency": 0.8,
+                                             "throughput_bound_samples_per_s": 200.0}
+    assert back["strategy_knobs"] == {"matchmaking_time": 5.0, "target_batch_size": 64}
+    unchanged = ("started_at", "time_breakdown_share", "samples_to_target", "bytes_sent_per_step", "isolation",
+                 "machine", "config")
+    assert {key: back[key] for key in unchanged} == {key: summary[key] for key in unchanged}
+    assert peer["steps"] == 100 and back["evaluation"]["interval_steps"] == 5
+    assert peer["result"]["cpu"] == {"in_group_s": 30.0, "cpu_received_s": 7.5}
+
+
+def test_a_dilated_links_rate_and_latency_are_reported_as_asked(tmp_path):
+    """The network section reads the links as built (rate / k, latency x k), so converting back gives what the
+    config asked for, not latency / k."""
+    run = RunDir(tmp_path)
+    run.private.mkdir(parents=True)
+    run.network.write_text(json.dumps({"hosts": [{"index": i, "bandwidth_mbit": 5.0, "latency_ms": 20.0}
+                                                 for i in range(2)]}))
+    asked = {"network": {"name": "emulated", "bandwidth_mbit": 20, "latency_ms": 5}}
+    network = undilate({"network": network_section(run, asked, {})}, 4)["network"]
+    assert (network["bandwidth_mbit_by_rank"], network["latency_ms"]) == ([20.0, 20.0], 5.0)
 
 
 # --- integration: real groups ---------------------------------------------------------
@@ -168,30 +213,45 @@ def test_busy_peer_with_half_a_cpu_receives_half_a_cpu(run_dir):
                      "batch_size=64")
     assert done.returncode == 0, done.stderr
     row = summary_of(run_dir)["isolation"]["by_rank"][0]
-    assert row["in_group_s"] > 3
+    assert row["in_group_s"] > 3 and row["host"] == socket.gethostname()
     assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(0.5, abs=0.05)
     assert not any(os.path.exists(d) for d in recorded_groups(run_dir))
 
 
+def steady_step_s(run_dir, warmup: int = 5) -> float:
+    """The run's mean step time after warm-up: training time per step of its slowest rank."""
+    per_rank = []
+    for rank in (0, 1):
+        steps = steps_of(run_dir, rank)
+        per_rank.append((steps[-1]["train_s"] - steps[warmup - 1]["train_s"]) / (len(steps) - warmup))
+    return max(per_rank)
+
+
+# allreduce (DDP) waits for every peer each step; the tiny CNN at batch 128 computes about 60 ms a step on
+# a core and all-reduces 40 kB, so a step is nearly all compute, and the straggler's whole step slows.
+STRAGGLER_RUN = ["strategy=allreduce", "peers=2", "model=tiny", "batch_size=128", "max_steps=60", "eval_every=0"]
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_straggler_receives_its_share_and_sets_the_pace(run_dir):
-    """stepwise, 2 peers on a core each; rank 1 at half rank 0's share (0.25 and 0.5 of a core: both below what
-    a peer gets when one other busy process shares its core, as on this shared machine). The straggler computes
-    all the time, so its group's own accounting shows it received its share (measured 0.2500 of a core); rank 0
-    waits for it and receives at most its own. A share that is ignored (rank 1 at rank 0's pace, 0.5) or applied
-    twice (0.06) misses. Rank 1's forward and backward (compute_s) are the slower: the ratio itself varies
-    with where CFS periods fall (measured 2.1-3.4, rank 0 spends quota left unused while it waited), so only its
-    direction is asserted."""
+def test_straggler_at_half_a_core_steps_twice_as_slowly(tmp_path):
+    """The same synchronous 2-peer run twice, back to back: every peer at a full core, then rank 1 at
+    peer_cpu_share 0.5. The run's mean step time doubles (measured RATIOS); rank 1 computes all the time,
+    so its group's own accounting shows it received half a core, and rank 0, waiting for it each step,
+    received well under its full core. A share that is ignored (ratio 1) or applied twice (ratio 4, 0.25
+    of a core) misses."""
     cgroups_or_skip()
-    done = run_train(run_dir, "strategy=stepwise", "peers=2", "emulate.peer_cpu_share=[0.5,0.25]", "max_steps=120",
-                     "eval_every=0", "batch_size=64")
-    assert done.returncode == 0, done.stderr
-    received = [row["cpu_received_s"] / row["in_group_s"] for row in summary_of(run_dir)["isolation"]["by_rank"]]
-    assert received[1] == pytest.approx(0.25, abs=0.04), received
-    assert received[0] <= 0.55, received
-    compute = [sum(s["compute_s"] for s in steps_of(run_dir, rank)[10:]) for rank in (0, 1)]
-    assert compute[1] > 1.5 * compute[0], compute
+    steps = {}
+    for name, shares in (("even", "[1,1]"), ("straggler", "[1,0.5]")):
+        done = run_train(tmp_path / name, *STRAGGLER_RUN, f"emulate.peer_cpu_share={shares}")
+        assert done.returncode == 0, done.stderr
+        steps[name] = steady_step_s(tmp_path / name)
+    assert steps["even"] >= 0.04, steps  # compute dominates the step
+    assert 1.6 <= steps["straggler"] / steps["even"] <= 2.5, steps
+    received = [row["cpu_received_s"] / row["in_group_s"]
+                for row in summary_of(tmp_path / "straggler")["isolation"]["by_rank"]]
+    assert received[1] == pytest.approx(0.5, abs=0.05), received
+    assert received[0] <= 0.8, received
 
 
 @pytest.mark.integration

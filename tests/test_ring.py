@@ -117,6 +117,15 @@ def test_bad_ring_knobs(overrides, message):
         validate(compose_config("strategy=ring", *overrides))
 
 
+def test_horovods_cycle_time_is_set_not_left_to_its_default():
+    """link_s starts at the first gradient handed over, within one cycle of Horovod sending it (ring.py
+    _gradient_ready): the cycle is ours, 1 ms unless asked otherwise."""
+    args = Ring.launch_spec(compose_config("strategy=ring", "peers=2")).launcher_args
+    assert args[args.index("--cycle-time-ms") + 1] == "1.0"
+    args = Ring.launch_spec(compose_config("strategy=ring", "peers=2", "ring.cycle_time_ms=5")).launcher_args
+    assert args[args.index("--cycle-time-ms") + 1] == "5.0"
+
+
 @pytest.mark.integration
 def test_ring_knobs_need_strategy_ring():
     result = cli("ring.controller=mpi")

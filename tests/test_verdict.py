@@ -162,3 +162,27 @@ def test_a_single_run_on_as_many_cpus_as_a_compared_configuration_is_ranked():
     result = verdict(run("allreduce", 1, 50.0, 40.0, [[0]]), run("single", 1, 52.0, 38.0, [[0]]), crashed)
     assert len(result.entries) == 3 and not result.references
     assert any(c.startswith("failed (seed 0)") for e in result.entries for c in e.caveats)
+
+
+def test_samples_to_target_and_time_per_sample_are_shown_with_their_interval_over_blocks():
+    """Each over the configuration's blocks: geometric mean and 95 % t-interval on the logs, and the block count;
+    a block that missed the target is counted as missing."""
+    from metrics.report_tables import speed_table
+
+    samples, per_sample = [8000.0, 8400.0, 7600.0], [0.010, 0.012, 0.011]
+    stepwise = [run("stepwise", 2, 100.0, s * t, [[0], [1]], block=b, samples_to_target=s, time_per_sample_s=t)
+                for b, (s, t) in enumerate(zip(samples, per_sample))]
+    missed = run("single", 2, 90.0, None, [[0, 1]], block=2, samples_to_target=None, time_per_sample_s=None)
+    single = [run("single", 2, 90.0, 8000 * 0.012, [[0, 1]], block=b, samples_to_target=8000.0,
+                  time_per_sample_s=0.012) for b in (0, 1)] + [missed]
+    groups = group_runs([*stepwise, *single])
+    attach_baselines(groups)
+    (section,) = sections_of(groups)
+    label_groups(section.groups)
+    table = speed_table(section.groups, synthetic=False)
+    rows = {row[1]: dict(zip(table.columns, row)) for row in table.rows}
+    estimate, low, high = interval(samples)
+    assert rows["stepwise"]["samples-to-target"] == f"{estimate:.0f} [{low:.0f}, {high:.0f}] (3 blocks)"
+    estimate, low, high = (1000 * v for v in interval(per_sample))
+    assert rows["stepwise"]["time per sample (ms)"] == f"{estimate:.3g} [{low:.3g}, {high:.3g}] (3 blocks)"
+    assert rows["single"]["samples-to-target"] == "8000 [8000, 8000] (2 of 3 blocks)"
