@@ -235,11 +235,14 @@ STRAGGLER_RUN = ["strategy=allreduce", "peers=2", "model=tiny", "batch_size=128"
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_straggler_at_half_a_core_steps_twice_as_slowly(tmp_path):
-    """The same synchronous 2-peer run twice, back to back: every peer at a full core, then rank 1 at
-    peer_cpu_share 0.5. The run's mean step time doubles (measured RATIOS); rank 1 computes all the time,
-    so its group's own accounting shows it received half a core, and rank 0, waiting for it each step,
-    received well under its full core. A share that is ignored (ratio 1) or applied twice (ratio 4, 0.25
-    of a core) misses."""
+    """The same synchronous 2-peer run twice, back to back: both peers at a full core, then rank 1 at
+    peer_cpu_share 0.5. The run's mean step time about doubles (measured 1.94, 1.83, 2.06: 49-54 ms a step,
+    then 95-107 ms); rank 1 computes all the time, so its group's own accounting shows it received half a
+    core (0.500 each time), and rank 0, waiting for it each step, well under its full core (0.46-0.47). A
+    share that is ignored (ratio 1) or applied twice (ratio about 4) misses. The even run is not a dedicated
+    core's pace either: at a full core's quota a peer still waited 6-10 % of its time in the run queue (1-6 %
+    throttled by its own quota, the rest the same with the peers' sampler threads off), hence the bounds'
+    room below 2 as above it."""
     cgroups_or_skip()
     steps = {}
     for name, shares in (("even", "[1,1]"), ("straggler", "[1,0.5]")):
