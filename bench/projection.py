@@ -145,8 +145,11 @@ def model_overrides(model: str, rate: int) -> list[str]:
 
 
 def run_case(model: str, strategy: str, peers: int, rate: int, steps: int, beta: Link, timeout: float):
+    # a collective may take as long as the case: ResNet18's start-up broadcast (45 MB from rank 0 to N - 1 peers
+    # through its one emulated link) outlasts the default 60 s at 20 Mbit/s and N = 8
     with train(*STRATEGIES[strategy], f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
-               *model_overrides(model, rate), f"max_steps={steps}", "eval_every=0", timeout=timeout) as run_dir:
+               *model_overrides(model, rate), f"max_steps={steps}", "eval_every=0",
+               f"timeouts.collective_s={int(timeout)}", timeout=timeout) as run_dir:
         return measure(run_dir, fit_link=beta)
 
 
