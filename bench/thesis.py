@@ -135,7 +135,7 @@ def rows_of(sweep: Path) -> list[dict]:
         mean_shares = {k: statistics.fmean(s.get(k, 0.0) for s in shares) for k in (shares[0] if shares else {})}
         interval = group.speedup.interval() if group.speedup else None
         rows.append({
-            "configuration": group.label, "projected": False, "peers": group.first.config["peers"],
+            "configuration": group.label, "baseline": group.baseline is group, "projected": False, "peers": group.first.config["peers"],
             "peer_cpus": group.first.config["peer_cpus"], "runs": len(runs),
             "completed": sum(r.completed for r in runs),
             "speedup": group.speedup.estimate if group.speedup and group.speedup.n else None,
@@ -316,7 +316,8 @@ def merge(kept: dict, new: dict) -> dict:
                 for name, family in (entry.get("families") or {}).items()}
 
     families_now = dated(kept) | dated(new)
-    speedups = [r["speedup"] for f in families_now.values() for r in f["rows"] if r.get("speedup")]
+    speedups = [r["speedup"] for f in families_now.values() for r in f["rows"]
+                if r.get("speedup") and not r.get("baseline")]
     return new | {"families": families_now, "ratio": max(speedups, default=0.0)}
 
 
@@ -328,7 +329,7 @@ def run() -> dict:
     link = parse_link(os.environ.get("AVGBENCH_THESIS_LINK", DEFAULT_LINK))  # a bad link fails before the runs
     plan = chosen(families(cores))
     results = {name: rows_of(multirun(name, overrides, out)) for name, overrides in plan.items()}
-    speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"]]
+    speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"] and not r["baseline"]]
     sweeps = [out / name for name in families(cores) if (out / name).is_dir()]
     return {
         "name": "thesis",

@@ -129,3 +129,11 @@ def test_a_rerun_of_some_families_keeps_the_others():
     assert merged["families"] == {"hivemind": {"measured_at": "now", "rows": [{"speedup": 0.7}]},
                                   "strategies": {"measured_at": "then", "rows": [{"speedup": 0.9}]}}
     assert merged["ratio"] == 0.9 and merged["projected_remainder"] == {"rows": []}
+
+
+def test_the_best_speedup_leaves_out_the_baselines_own_ratio_of_one():
+    """The baselines are rows too, each at speedup 1 against itself: the best speedup is the configurations'."""
+    rows = [{"configuration": "single 2×1cpu", "baseline": True, "speedup": 1.0},
+            {"configuration": "hivemind 2×1cpu", "baseline": False, "speedup": 0.73}]
+    merged = merge({"families": {}}, {"name": "thesis", "families": {"hivemind": {"rows": rows}}})
+    assert merged["ratio"] == 0.73
