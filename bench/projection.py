@@ -25,7 +25,9 @@ decides before the case runs whether this machine can emulate N links of that ra
 counted when each of the N streams got at least LINK_BOUND of the rate, else it is not counted (the
 CPU, not the link, would set the pace) and not run (the N=2 case still runs: it calibrates the
 others). Figures: every case's error, and the worst and median |error|, for held-out counted cases
-apart from calibration cases; a case is counted or not, never both.
+apart from calibration cases; a case is counted or not, never both. A case whose run fails (or outlasts its
+timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes on; a failed
+N=2 case leaves its strategy's held-out cases unrun (nothing to calibrate on).
 
 Saving (bench/run.py calls merge): a case is (model, link rate, strategy, N). The rows of a new run
 replace only the saved rows of the same cases; the others are kept, each with its own measured_at
@@ -52,6 +54,7 @@ PAYLOAD_MODEL = "mlp"  # its width is set per rate; other models run as configur
 WIDTHS = {20: 320, 100: 864, 1000: 1728}  # S = 0.75, 3.9, 13.8 MB (float32 gradients of model=mlp)
 UNSTAMPED_MODEL = "mlp"  # rows saved before rows carried their model: the grid had model=mlp only
 CASE_TIMEOUT_S = 900     # a case's run at least; a held-out case: also 3x its predicted steps
+FAILURE_CHARS = 600  # the end of a failed case's error kept in its row
 LINK_BOUND = 0.85  # share of the rate each of N concurrent probe streams must get for a case to test the link
 PROBE_PORT = 5001
 PROBE_SEND = ("import socket, sys, time\nend = time.monotonic() + 30\nwhile True:\n"
@@ -128,9 +131,11 @@ def summarize_cases(rows: list[dict]) -> dict:
     if asynchronous:
         goals_met["every asynchronous held-out case within 25 %"] = all(abs(r["error"]) <= GOALS["asynchronous"]
                                                                         for r in asynchronous)
-    return {"held_out": figures(held_out), "calibration": figures([r for r in rows if r["role"] == "calibration"]),
+    calibration = [r for r in rows if r["role"] == "calibration" and "failed" not in r]
+    return {"held_out": figures(held_out), "calibration": figures(calibration),
             "not_counted": [{"model": r.get("model", UNSTAMPED_MODEL)}
-                            | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream")}
+                            | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream", "failed")
+                               if k in r}
                             for r in rows if not r["counted"]],
             "goals_met": goals_met}
 
@@ -195,6 +200,15 @@ def merge(kept: dict, new: dict) -> dict:
                                                   "earlier_runs": earlier if still else []}
 
 
+def failed_row(model: str, strategy: str, peers: int, rate: int, failure: Exception, probes: list[float]) -> dict:
+    """A case whose run failed: kept with the end of its error, never counted (it has no error figure)."""
+    return {"model": model, "strategy": strategy, "peers": peers, "link_mbit": rate,
+            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "role": "calibration" if peers == 2 else "held-out", "counted": False,
+            "failed": str(failure).strip()[-FAILURE_CHARS:], "probe_mbit_per_stream": min(probes),
+            "probe_streams": peers}
+
+
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:
     chosen = grid(text)
     rows = []
@@ -212,7 +226,16 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
                 print(f"  {model} {strategy} N={n} {rate} Mbit/s ...", file=sys.stderr, flush=True)
                 timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * calibration.step_s(n, beta)) \
                     if calibration else CASE_TIMEOUT_S
-                case = run_case(model, strategy, n, rate, chosen["steps"], beta, timeout)
+                try:
+                    case = run_case(model, strategy, n, rate, chosen["steps"], beta, timeout)
+                except (RuntimeError, subprocess.TimeoutExpired) as failure:
+                    rows.append(failed_row(model, strategy, n, rate, failure, probes[n]))
+                    print(f"  {model} {strategy} N={n} {rate} Mbit/s failed: not counted"
+                          + ("; its held-out cases not run (nothing to calibrate on)" if n == 2 else ""),
+                          file=sys.stderr, flush=True)
+                    if n == 2:
+                        break
+                    continue
                 calibration = calibration or case
                 predicted = calibration.step_s(n, beta)
                 rows.append({

@@ -471,3 +471,29 @@ def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
     assert entry["goals_met"]["every synchronous held-out case within 15 %"] is False
     assert entry["by_model"]["resnet18"]["goals_met"]["every synchronous held-out case within 15 %"] is False
     assert entry["earlier_runs"] == [{"measured_at": "2026-11-23 20:46:02", "machine": "busy", "setup": "busy"}]
+
+
+def test_a_failed_case_is_a_row_not_counted_and_the_benchmark_goes_on(monkeypatch):
+    from types import SimpleNamespace
+
+    from bench import projection
+
+    def run_case(model, strategy, peers, rate, steps, beta, timeout):
+        if (strategy, peers) in {("ring", 4), ("ps", 2)}:
+            raise RuntimeError(f"train.py strategy={strategy} failed:\ncollective timed out")
+        return SimpleNamespace(step_s=lambda n, link: 1.0 + n / 10, compute_s=1.0, hidden_s=0.0, server_s=0.0,
+                               overlap=None, size_bytes=1000, measured_step_s=1.0 + peers / 10)
+
+    ran = []
+    monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [mbit * 0.93] * hosts)
+    monkeypatch.setattr(projection, "run_case", lambda *a: ran.append((a[1], a[2])) or run_case(*a))
+    entry = projection.run("rates=20 peers=2,4,8 strategies=ring,ps model=mlp")
+    # ring N=4 failed and ring N=8 still ran; ps failed at N=2, so its held-out cases never ran
+    assert ran == [("ring", 2), ("ring", 4), ("ring", 8), ("ps", 2)]
+    failed = {(r["strategy"], r["peers"]): r for r in entry["rows"] if "failed" in r}
+    assert set(failed) == {("ring", 4), ("ps", 2)}
+    assert all(not r["counted"] and "error" not in r for r in failed.values())
+    assert failed["ring", 4]["failed"].endswith("collective timed out")
+    # the figures count ring N=8 only as held out, ring N=2 only as calibration
+    assert (entry["held_out"]["cases"], entry["calibration"]["cases"]) == (1, 1)
+    assert {(r["strategy"], r["peers"]) for r in entry["not_counted"]} == {("ring", 4), ("ps", 2)}
