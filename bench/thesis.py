@@ -38,7 +38,8 @@ model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU p
 baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
 baseline (one process with 16 vCPUs), gets no number, with why: thread scaling is not extrapolated, so no speedup
 over 1 x 16 is computed either (each row says so). The slice's runs are read from every family's sweep under
-AVGBENCH_THESIS_DIR, whichever families this invocation ran.
+AVGBENCH_THESIS_DIR, whichever families this invocation ran; a configuration whose strategy has no slice run there
+keeps its saved projected row (bench/run.py's merge), with that row's date.
 
 Per configuration (each family's groups, metrics/report_data.py): speedup over the baseline (throughput ratio per
 block: estimate, 95 % interval, decision), time-to-target ratio, samples-to-target and time per sample (means
@@ -268,6 +269,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
         if compute is not None and not own:
             compute, source = None, (f"no completed {SLICE_SHAPE[0]} x {SLICE_SHAPE[1]} slice run of "
                                      f"{config['strategy']} with these knobs to take S and its overheads from")
+        row["slice_runs"] = len(own)
         if compute is None:
             rows.append(row | {"step_s": None, "not_projected": source})
             continue
@@ -311,7 +313,7 @@ def projected_remainder(sweeps: list[Path], link: Link, cores: int, validation_p
 
 def merge(kept: dict, new: dict) -> dict:
     """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at); the projected remainder is the new run's."""
+    others stay (each with its measured_at); so do the projected rows (merge_projected)."""
     def dated(entry: dict) -> dict:
         return {name: {"measured_at": entry.get("measured_at")} | family
                 for name, family in (entry.get("families") or {}).items()}
@@ -319,7 +321,23 @@ def merge(kept: dict, new: dict) -> dict:
     families_now = dated(kept) | dated(new)
     speedups = [r["speedup"] for f in families_now.values() for r in f["rows"]
                 if r.get("speedup") and not r.get("baseline")]
-    return new | {"families": families_now, "ratio": max(speedups, default=0.0)}
+    return new | {"families": families_now, "ratio": max(speedups, default=0.0),
+                  "projected_remainder": merge_projected(kept, new)}
+
+
+def merge_projected(kept: dict, new: dict) -> dict | None:
+    """The new run's projected remainder, except that a configuration whose strategy had no slice run at hand this
+    time (its family's sweep not under AVGBENCH_THESIS_DIR) keeps its saved projected row, with that row's date."""
+    fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
+    if not fresh or not saved:
+        return fresh
+    saved_rows = {(r["family"], r["configuration"]): {"measured_at": kept.get("measured_at")} | r
+                  for r in saved["rows"] if r.get("step_s") is not None}
+    rows = [saved_rows.get((r["family"], r["configuration"]), r) if r.get("slice_runs") == 0 else r
+            for r in fresh["rows"]]
+    return fresh | {"rows": rows, "projected": sum(r["step_s"] is not None for r in rows),
+                    "not_projected": sum(r["step_s"] is None for r in rows),
+                    "from_sweeps": sorted({*fresh["from_sweeps"], *saved.get("from_sweeps", [])})}
 
 
 def run() -> dict:

@@ -130,6 +130,25 @@ def test_a_rerun_of_some_families_keeps_the_others():
     assert merged["ratio"] == 0.9 and merged["projected_remainder"] == {"rows": []}
 
 
+def test_a_rerun_of_one_family_keeps_the_projected_rows_it_had_no_runs_for():
+    """The strategies family rerun alone: its projected rows are new, the hivemind rows (no hivemind slice run at
+    hand this time) keep their saved numbers and date; a row that could not be projected anyway stays new."""
+    def projected(family, configuration, step_s, slice_runs, sweep):
+        return {"family": family, "configuration": configuration, "step_s": step_s, "slice_runs": slice_runs,
+                "parameters_from": [sweep]}
+    kept = {"measured_at": "then", "families": {}, "projected_remainder": {"from_sweeps": ["hivemind"], "rows": [
+        projected("hivemind", "peers=16", 1.5, 3, "hivemind"), projected("strategies", "strategy=ring", None, 0, ""),
+        projected("hivemind", "peers=4", None, 3, "")]}}
+    new = {"measured_at": "now", "families": {}, "projected_remainder": {"from_sweeps": ["strategies"], "rows": [
+        projected("hivemind", "peers=16", None, 0, ""), projected("strategies", "strategy=ring", 0.4, 3, "strategies"),
+        projected("hivemind", "peers=4", None, 0, "")]}}
+    remainder = merge(kept, new)["projected_remainder"]
+    assert [(r["configuration"], r["step_s"], r.get("measured_at")) for r in remainder["rows"]] == \
+        [("peers=16", 1.5, "then"), ("strategy=ring", 0.4, None), ("peers=4", None, None)]
+    assert (remainder["projected"], remainder["not_projected"]) == (2, 1)
+    assert remainder["from_sweeps"] == ["hivemind", "strategies"]
+
+
 def test_the_best_speedup_leaves_out_the_baselines_own_ratio_of_one():
     """The baselines are rows too, each at speedup 1 against itself: the best speedup is the configurations'."""
     rows = [{"configuration": "single 2×1cpu", "baseline": True, "speedup": 1.0},
