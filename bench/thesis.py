@@ -305,10 +305,13 @@ def projected_remainder(sweeps: list[Path], link: Link, cores: int, validation_p
     grid = [c | {"family": name} for name, overrides in families(FULL_CORES).items()
             for c in configurations(overrides)]
     rows = projected_rows(grid, slice_runs(sweeps), link, cores, validation_path)
-    return {"link": dataclasses.asdict(link), "from_sweeps": [str(s) for s in sweeps],
-            "projected": sum(r["step_s"] is not None for r in rows), "not_projected": sum(r["step_s"] is None
-                                                                                        for r in rows),
+    return {"link": dataclasses.asdict(link), "from_sweeps": [str(s) for s in sweeps], **projected_counts(rows),
             "rows": rows}
+
+
+def projected_counts(rows: list[dict]) -> dict:
+    return {"projected": sum(r["step_s"] is not None for r in rows),
+            "not_projected": sum(r["step_s"] is None for r in rows)}
 
 
 def merge(kept: dict, new: dict) -> dict:
@@ -335,8 +338,7 @@ def merge_projected(kept: dict, new: dict) -> dict | None:
                   for r in saved["rows"] if r.get("step_s") is not None}
     rows = [saved_rows.get((r["family"], r["configuration"]), r) if r.get("slice_runs") == 0 else r
             for r in fresh["rows"]]
-    return fresh | {"rows": rows, "projected": sum(r["step_s"] is not None for r in rows),
-                    "not_projected": sum(r["step_s"] is None for r in rows),
+    return fresh | {"rows": rows, **projected_counts(rows),
                     "from_sweeps": sorted({*fresh["from_sweeps"], *saved.get("from_sweeps", [])})}
 
 
