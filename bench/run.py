@@ -45,8 +45,8 @@ def machine() -> str:
     import psutil
     import torch
 
-    cpu = dict(line.split(":", 1) for line in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in line)
-    cpu = {key.strip(): value.strip() for key, value in cpu.items()}
+    first_cpu = open("/proc/cpuinfo").read().split("\n\n")[0]
+    cpu = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu.splitlines())}
     # the model name alone does not tell two hosts apart (two 2-core "AMD EPYC" machines ran ResNet18 1.75x apart)
     model = (f"{cpu.get('model name', 'unknown CPU')}, family {cpu.get('cpu family', '?')} model {cpu.get('model', '?')}"
              f" at {float(cpu.get('cpu MHz', 0)):.0f} MHz")
