@@ -25,7 +25,6 @@ from metrics.report import report_errors
 from metrics.rundir import RunDir
 from metrics.summary import write_summary
 from netemu.auto import choose_link, link_line
-from netemu.checks import check_network_config
 from netemu.cpu import emulate_of
 from netemu.dilation import dilate
 
@@ -87,7 +86,7 @@ def choose_network(cfg, processes: int):
     nnodes = int(cfg.launch.nnodes)
     try:
         link = choose_link(cfg, processes, nnodes)
-        check_network_config(cfg.network, processes, nnodes)  # what network=auto chose, as if asked for
+        validate(cfg)  # what network=auto chose, as if asked for (a strategy may need knobs for it)
     except (ConfigError, BackendUnavailable) as exc:
         fail_input(str(exc))
     return link

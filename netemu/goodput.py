@@ -143,6 +143,8 @@ class LinkMeter(threading.Thread):
         self.readers: list[TcReader] = []
         self.error: str | None = None
         self.readings = 0
+        self.first_reading: float | None = None
+        self.last_reading: float | None = None
         self._stop_event = threading.Event()
 
     def start(self) -> "LinkMeter":
@@ -179,6 +181,8 @@ class LinkMeter(threading.Thread):
                 raise LookupError(f"no tbf on {device} of host {tally.host}")
             tally.add((before + time.monotonic()) / 2, int(shaper["bytes"]), int(shaper["backlog"]))
         self.readings += 1
+        self.last_reading = time.monotonic()
+        self.first_reading = self.first_reading or self.last_reading
 
     def run(self) -> None:
         next_write = time.monotonic() + WRITE_EVERY_S
@@ -200,7 +204,8 @@ class LinkMeter(threading.Thread):
         self.write()
 
     def write(self) -> None:
-        record = {"sample_s": self.sample_s, "readings": self.readings, "error": self.error,
+        span = self.last_reading - self.first_reading if self.readings else 0.0
+        record = {"sample_s": self.sample_s, "readings": self.readings, "span_s": span, "error": self.error,
                   "directions": [t.figures() for t in self.tallies]}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))

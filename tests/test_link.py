@@ -6,6 +6,7 @@ import json
 import pytest
 
 from helpers import compose_config
+from job.errors import ConfigError
 from launchers.config import strategy_class, validate
 from launchers.placement import NamespacePlacement
 from metrics.link import link_section
@@ -93,6 +94,22 @@ def test_hivemind_8_peers_get_hosts_of_their_own_and_are_told_of_oversubscriptio
     assert "8 emulated hosts on 2 cores: oversubscribed 4x" in line
     placement = NamespacePlacement(cfg, RunDir(tmp_path), choice.processes)
     assert len(placement.bandwidths) == 8 and None not in placement.bandwidths
+
+
+@pytest.mark.parametrize("problem, controller", [(can_emulate, "--mpi"), (cannot_emulate, "--gloo")])
+def test_ring_runs_where_auto_puts_it(problem, controller, monkeypatch):
+    """horovodrun --gloo does not reach emulated hosts: ring.controller=auto takes MPI there, gloo on loopback."""
+    cfg, _, _ = chosen("strategy=ring", "peers=2", problem=problem)
+    monkeypatch.setattr("netemu.checks.emulation_problem", problem)  # the probe would start a process
+    validate(cfg)  # as train.py does once network=auto is resolved
+    assert controller in strategy_class(cfg).launch_spec(cfg).launcher_args
+
+
+def test_knobs_that_cannot_use_the_link_auto_chose_are_refused(monkeypatch):
+    cfg, _, _ = chosen("strategy=ring", "peers=2", "ring.controller=gloo")
+    monkeypatch.setattr("netemu.checks.emulation_problem", can_emulate)
+    with pytest.raises(ConfigError, match="with network=emulated, strategy=ring needs ring.controller=mpi"):
+        validate(cfg)
 
 
 def test_a_latency_and_per_host_rates_are_named():
