@@ -25,7 +25,7 @@ per rate from the same runs: per run, start-up and shutdown (wall - training - e
 steps x the mean step + evaluations x the time per evaluation + snapshots x the pause per snapshot; the
 baselines and (--loopback) the headline on loopback are run once here too, for the same estimate.
 
-    flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 10 minutes on 2 cores
+    flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
     python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
 
 The result replaces the `link_rate` entry of bench/results.json (--out), with the machine, its load average
@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.jobs import train  # noqa: E402
-from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
+from bench.run import machine, save, under_machine_lock  # noqa: E402
+from launchers.lock import LOCK_MODES  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
 from metrics.jsonl import read_jsonl  # noqa: E402
 from metrics.rundir import RunDir  # noqa: E402
@@ -159,6 +160,7 @@ def measure_run(overrides: list[str], steps: int) -> dict:
             "link": {k: link.get(k) for k in ("kind", "nominal_mbit", "goodput_mbit", "goodput_share", "busy_s",
                                               "worst_direction", "faithful", "reason")},
             "wall_s": summary["wall_s"], "train_s": train_s, "benchmark_wall_s": time.monotonic() - started,
+            "other_cpu_share": summary["machine"].get("other_cpu_share"),  # CPU that others used beside the run
             "fixed_s": summary["wall_s"] - train_s - (evaluation["after_training_s"] or 0),
             "eval_s": (evaluation["after_training_s"] or 0) / evaluations,
             "snapshot_s": (evaluation["snapshot_pause_s"] or 0) / evaluations}
@@ -236,42 +238,13 @@ def fmt(share: float | None) -> str:
     return "n/a" if share is None else f"{share:.1%}"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rates", type=lambda t: [float(v) for v in t.split(",")], default=[100, 150, 200, 300],
-                        help="candidate rates, Mbit/s per host and direction (default: 100,150,200,300)")
-    parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(HEADLINE["strategies"]),
-                        help="strategies run at each rate (default: the headline's ring,stepwise,ps)")
-    parser.add_argument("--steps", type=int, default=5, help="steps per run (default 5; the first is left out)")
-    parser.add_argument("--probe-s", type=float, default=6.0, help="seconds of each probe's flows (default 6)")
-    parser.add_argument("--goodput-share", type=float, default=0.95, help="least busy goodput / rate (0.95)")
-    parser.add_argument("--comm-share", type=float, default=0.5, help="least comm share of the heaviest (0.5)")
-    parser.add_argument("--no-headline", action="store_true", help="skip the baselines and the headline estimate")
-    parser.add_argument("--loopback", action=argparse.BooleanOptionalAction, default=True,
-                        help="also run the headline's strategies on loopback, for today's estimate (default on)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
-    parser.add_argument("--no-save", action="store_true", help="print only")
-    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
-                        help="the project's machine lock when a sweep or benchmark holds it (default wait)")
-    args = parser.parse_args()
-    if args.steps < 2:
-        parser.error("--steps must be at least 2 (the first step is left out)")
-    lock = MachineLock()
-    try:
-        lock.acquire(args.lock)
-    except LockRefused as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    try:
-        before = machine_state()
-        started = time.monotonic()
-        figures = measure(args)
-        elapsed = time.monotonic() - started
-        after = machine_state()
-    finally:
-        lock.release()
-    from bench.run import machine, save
-
+def run(args) -> None:
+    """Measure, print, and save (unless --no-save) the link_rate entry."""
+    before = machine_state()
+    started = time.monotonic()
+    figures = measure(args)
+    elapsed = time.monotonic() - started
+    after = machine_state()
     choice = choose(figures["rows"], args.goodput_share, args.comm_share)
     result = {"name": "link_rate", "ratio": None, "goal": f"busy goodput >= {args.goodput_share:.0%} of the rate, "
                                                           f"heaviest comm share >= {args.comm_share:.0%}",
@@ -293,7 +266,29 @@ def main() -> int:
     if not args.no_save:
         save(args.out, [result])
         print(f"saved {args.out}")
-    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", type=lambda t: [float(v) for v in t.split(",")], default=[150, 200, 300, 400],
+                        help="candidate rates, Mbit/s per host and direction (default: 150,200,300,400)")
+    parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(HEADLINE["strategies"]),
+                        help="strategies run at each rate (default: the headline's ring,stepwise,ps)")
+    parser.add_argument("--steps", type=int, default=5, help="steps per run (default 5; the first is left out)")
+    parser.add_argument("--probe-s", type=float, default=6.0, help="seconds of each probe's flows (default 6)")
+    parser.add_argument("--goodput-share", type=float, default=0.95, help="least busy goodput / rate (0.95)")
+    parser.add_argument("--comm-share", type=float, default=0.5, help="least comm share of the heaviest (0.5)")
+    parser.add_argument("--no-headline", action="store_true", help="skip the baselines and the headline estimate")
+    parser.add_argument("--loopback", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the headline's strategies on loopback, for today's estimate (default on)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--no-save", action="store_true", help="print only")
+    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
+                        help="the project's machine lock when a sweep or benchmark holds it (default wait)")
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first step is left out)")
+    return under_machine_lock(args.lock, lambda: run(args))
 
 
 if __name__ == "__main__":
