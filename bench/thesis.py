@@ -316,15 +316,19 @@ def projected_counts(rows: list[dict]) -> dict:
 
 def merge(kept: dict, new: dict) -> dict:
     """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at); so do the projected rows (merge_projected)."""
+    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected)."""
     def dated(entry: dict) -> dict:
-        return {name: {"measured_at": entry.get("measured_at")} | family
+        return {name: {"measured_at": entry.get("measured_at"), "machine": entry.get("machine")} | family
                 for name, family in (entry.get("families") or {}).items()}
 
     families_now = dated(kept) | dated(new)
     speedups = [r["speedup"] for f in families_now.values() for r in f["rows"]
                 if r.get("speedup") and not r.get("baseline")]
-    return new | {"families": families_now, "ratio": max(speedups, default=0.0),
+    renewed = set(new.get("families") or {})  # the sweeps behind the families kept, then the new run's
+    sweeps = {s["path"]: s for s in kept.get("sweeps", []) if s["summary"].removeprefix("families.") not in renewed}
+    sweeps |= {s["path"]: s for s in new.get("sweeps", [])
+               if s["path"] not in sweeps or s["summary"] != "projected_remainder"}
+    return new | {"families": families_now, "ratio": max(speedups, default=0.0), "sweeps": list(sweeps.values()),
                   "projected_remainder": merge_projected(kept, new)}
 
 
@@ -334,7 +338,8 @@ def merge_projected(kept: dict, new: dict) -> dict | None:
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
-    saved_rows = {(r["family"], r["configuration"]): {"measured_at": kept.get("measured_at")} | r
+    saved_rows = {(r["family"], r["configuration"]): {"measured_at": kept.get("measured_at"),
+                                                       "machine": kept.get("machine")} | r
                   for r in saved["rows"] if r.get("step_s") is not None}
     rows = [saved_rows.get((r["family"], r["configuration"]), r) if r.get("slice_runs") == 0 else r
             for r in fresh["rows"]]
@@ -356,10 +361,12 @@ def run() -> dict:
         "name": "thesis",
         "ratio": max(speedups, default=0.0),
         "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
-        "scope": "full grid" if full else f"slice on {cores} cores (README: Reproducing the thesis)",
+        "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
         "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
         "projected_remainder": None if full else projected_remainder(sweeps, link, cores),
-        "sweeps": str(out),
+        "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
+                    "summary": f"families.{name}" if name in plan else "projected_remainder"}
+                   for name in families(cores) if name in plan or out / name in sweeps],
         "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
                  f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,

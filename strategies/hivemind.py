@@ -143,8 +143,8 @@ class Hivemind(Strategy):
         All-reduce: each peer owns 1/g of the S bytes, sends the other g-1 owners their parts at once and gets
         back the average of its own part, so its link carries 2(g-1)/g·S each way and the messages of each half
         go in parallel: 2α, not (g-1)·α. Groups average at the same time on their own links. avgbench sets no
-        target group size, and the runs measured whole-swarm groups in 96-97 % of rounds at 8 peers (README,
-        thesis), so g = N. S is what the averagers moved per round as measured (gradients, and parameters of
+        target group size, and the runs measured whole-swarm groups in 96-97 % of rounds at 8 peers (lab log,
+        2026-11-23), so g = N. S is what the averagers moved per round as measured (gradients, and parameters of
         synchronous state rounds); background rounds are not charged for the CPU they take.
         """
         knobs = m.knobs

@@ -120,14 +120,20 @@ def test_projection_without_validation_is_extrapolation(tmp_path):
 
 
 def test_a_rerun_of_some_families_keeps_the_others():
-    kept = {"name": "thesis", "measured_at": "then", "ratio": 0.9,
-            "families": {"hivemind": {"rows": [{"speedup": 0.5}]}, "strategies": {"rows": [{"speedup": 0.9}]}}}
-    new = {"name": "thesis", "measured_at": "now", "ratio": 0.7, "families": {"hivemind": {"rows": [{"speedup": 0.7}]}},
-           "projected_remainder": {"rows": []}}
+    """Each family keeps the date, machine and sweep it was measured with."""
+    def sweep(path, family):
+        return {"path": path, "kept": False, "summary": f"families.{family}"}
+    kept = {"name": "thesis", "measured_at": "then", "machine": "old", "ratio": 0.9,
+            "families": {"hivemind": {"rows": [{"speedup": 0.5}]}, "strategies": {"rows": [{"speedup": 0.9}]}},
+            "sweeps": [sweep("multirun/a/hivemind", "hivemind"), sweep("multirun/a/strategies", "strategies")]}
+    new = {"name": "thesis", "measured_at": "now", "machine": "new", "ratio": 0.7,
+           "families": {"hivemind": {"rows": [{"speedup": 0.7}]}}, "projected_remainder": {"rows": []},
+           "sweeps": [sweep("multirun/b/hivemind", "hivemind")]}
     merged = merge(kept, new)
-    assert merged["families"] == {"hivemind": {"measured_at": "now", "rows": [{"speedup": 0.7}]},
-                                  "strategies": {"measured_at": "then", "rows": [{"speedup": 0.9}]}}
+    assert merged["families"] == {"hivemind": {"measured_at": "now", "machine": "new", "rows": [{"speedup": 0.7}]},
+                                  "strategies": {"measured_at": "then", "machine": "old", "rows": [{"speedup": 0.9}]}}
     assert merged["ratio"] == 0.9 and merged["projected_remainder"] == {"rows": []}
+    assert merged["sweeps"] == [sweep("multirun/a/strategies", "strategies"), sweep("multirun/b/hivemind", "hivemind")]
 
 
 def test_a_rerun_of_one_family_keeps_the_projected_rows_it_had_no_runs_for():
