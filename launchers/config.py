@@ -7,11 +7,12 @@ from job.data import DATASETS, check_data_config
 from job.device import resolve_device
 from job.errors import ConfigError
 from job.fault import check_fault_config
-from job.model import MODELS
+from job.model import DTYPES, MODELS
 from job.optim import OPTIMIZERS, SCALINGS
 from job.registry import resolve
 from launchers.lock import LOCK_MODES
 from launchers.shape import fit_peers
+from metrics.target import check_target
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
 
@@ -93,8 +94,10 @@ def validate(cfg) -> None:
     _require(cfg.block is None or (isinstance(cfg.block, int) and cfg.block >= 0),
              f"block must be null or an integer >= 0 (the multirun sets it), got {cfg.block}")
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
-    _require(cfg.target.metric in ("test_accuracy", "test_loss"),
-             f"target.metric must be test_accuracy or test_loss, got {cfg.target.metric}")
+    _require((problem := check_target(cfg.target)) is None, str(problem))
+    _require(cfg.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
+    _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
+             f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
     _require(float(cfg.sampler.interval) > 0, f"sampler.interval must be > 0, got {cfg.sampler.interval}")
     for name, value in cfg.timeouts.items():
         _require(float(value) > 0, f"timeouts.{name} must be > 0, got {value}")
