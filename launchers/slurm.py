@@ -6,14 +6,17 @@ a job killed before it wrote its result (a node failure, a task out of memory, a
 waiting for ever, or, where there is accounting, its exception ends the sweep. Here every job of a batch is awaited
 to its end as SLURM reports it with `squeue` (no accounting needed); a job that ended other than COMPLETED is named
 on stderr with SLURM's state and the nodes srun reports failed (with their node rank in the job), and becomes a
-failed JobReturn, so the sweep goes on with the next job and the report counts the failed runs.
+failed JobReturn, so the sweep goes on with the next job and the report counts the failed runs. A job whose
+overrides hold hydra.launcher.* values (e.g. hydra.launcher.nodes=1) is submitted with them, in an array of its own.
 """
+import json
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import yaml
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
@@ -29,22 +32,42 @@ NODE_FAILURE = re.compile(r"Node failure on (\S+)")
 
 class SlurmLauncher(SubmititSlurmLauncher):
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        numbered = list(enumerate(job_overrides, initial_job_idx))
+        groups: dict[str, list] = {}  # one job array per distinct resource request
+        for number, overrides in numbered:
+            print(f"avgbench: SLURM job #{number}: {' '.join(filter_overrides(overrides))}", file=sys.stderr, flush=True)
+            groups.setdefault(json.dumps(own_resources(overrides), sort_keys=True), []).append((number, overrides))
+        jobs = {}
+        for resources, group in groups.items():
+            executor = self.executor(self.params | json.loads(resources))
+            submitted = executor.map_array(self, *zip(*[(list(overrides), "hydra.sweep.dir", number,
+                                                         f"job_id_for_{number}", Singleton.get_state())
+                                                        for number, overrides in group]))
+            jobs |= {number: job for (number, _), job in zip(group, submitted)}
+        return [job_return(jobs[number], list(overrides)) for number, overrides in numbered]
+
+    def executor(self, params: dict):
+        """submitit's executor for these hydra.launcher parameters (as Hydra's SlurmLauncher passes them)."""
         import submitit
 
-        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"],
-                                         slurm_max_num_timeout=self.params["max_num_timeout"])
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=params["submitit_folder"],
+                                         slurm_max_num_timeout=params["max_num_timeout"])
         queue_keys = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{key if key in queue_keys else f"{self._EXECUTOR}_{key}": value
-                                      for key, value in self.params.items()
-                                      if key not in ("submitit_folder", "max_num_timeout")})
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
-        for number, overrides in zip(numbers, job_overrides):
-            print(f"avgbench: SLURM job #{number}: {' '.join(filter_overrides(overrides))}", file=sys.stderr, flush=True)
-        jobs = executor.map_array(self, *zip(*[(list(overrides), "hydra.sweep.dir", number, f"job_id_for_{number}",
-                                                Singleton.get_state())
-                                               for number, overrides in zip(numbers, job_overrides)]))
-        return [job_return(job, list(overrides)) for job, overrides in zip(jobs, job_overrides)]
+                                      for key, value in params.items() if key not in ("submitit_folder", "max_num_timeout")})
+        return executor
+
+
+def own_resources(overrides: list[str]) -> dict:
+    """A job's own hydra.launcher.* overrides, which its array is submitted with (e.g. hydra.launcher.nodes=1 for a
+    one-process baseline in a sweep of runs over several nodes)."""
+    own = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.startswith("hydra.launcher."):
+            own[key.removeprefix("hydra.launcher.")] = yaml.safe_load(value)
+    return own
 
 
 def job_return(job, overrides: list[str]) -> JobReturn:
