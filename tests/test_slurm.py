@@ -21,26 +21,33 @@ from launchers.local import node_network
 from metrics.jsonl import read_jsonl
 from slurm_cluster import SlurmCluster, why_no_slurm
 
-DOC = ROOT / "docs-notes" / "slurm.md"
-RECIPE = "python train.py -m experiment=slurm hydra.launcher.nodes=2"  # how the documented two-node recipe starts
+DOCS = ("docs", "docs-notes")
+RECIPE_MARK = "tests/test_slurm.py runs this command as written"  # in a comment just above the documented recipe
 
 
 def doc_recipe() -> list[str]:
-    """The two-node command the documentation shows (one line in a code block), as its words."""
-    lines = [line.strip() for line in DOC.read_text().splitlines() if line.strip().startswith(RECIPE)]
-    assert len(lines) == 1, f"{DOC} shows {len(lines)} commands starting with {RECIPE!r}, not one"
-    return shlex.split(lines[0])
+    """The two-node command the documentation shows: the first command of the code block after RECIPE_MARK, as its
+    words (the same command wherever the documentation holds it)."""
+    found = set()
+    for doc in sorted(p for folder in DOCS for p in (ROOT / folder).glob("*.md")):
+        text = doc.read_text()
+        if RECIPE_MARK in text:
+            block = text.split(RECIPE_MARK, 1)[1].split("```", 2)[1]  # the block's info string, then its lines
+            found.add(block.splitlines()[1].strip())
+    assert len(found) == 1, f"the documentation shows {len(found)} commands marked {RECIPE_MARK!r}: {found}"
+    return shlex.split(found.pop())
 
 
 def as_typed(words: list[str]) -> list[str]:
-    """The command as a user types it: `python train.py ...` with this interpreter and the project's train.py."""
-    assert words[:2] == ["python", "train.py"], words
+    """The command as a user types it in the project's folder, with this interpreter and the project's train.py."""
+    assert words[:2] == [".venv/bin/python", "train.py"], words
     return [sys.executable, str(ROOT / "train.py"), *words[2:]]
 
 
 def test_the_documented_recipe_runs_two_strategies_on_two_nodes():
     words = doc_recipe()
-    assert "hydra.launcher.nodes=2" in words and "peers=4" in words
+    assert words[:5] == [".venv/bin/python", "train.py", "-m", "experiment=slurm", "hydra.launcher.nodes=2"], words
+    assert "peers=4" in words
     assert next(w for w in words if w.startswith("strategy=")) == "strategy=allreduce,hivemind"
 
 
