@@ -36,7 +36,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
         numbered = list(enumerate(job_overrides, initial_job_idx))
         groups: dict[str, list] = {}  # one job array per distinct resource request
         for number, overrides in numbered:
-            print(f"avgbench: SLURM job #{number}: {' '.join(filter_overrides(overrides))}", file=sys.stderr, flush=True)
+            print(f"avgbench: SLURM job #{number}: {' '.join(filter_overrides(overrides))}", file=sys.stderr,
+                  flush=True)
             groups.setdefault(json.dumps(own_resources(overrides), sort_keys=True), []).append((number, overrides))
         jobs = {}
         for resources, group in groups.items():
@@ -55,7 +56,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
                                          slurm_max_num_timeout=params["max_num_timeout"])
         queue_keys = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{key if key in queue_keys else f"{self._EXECUTOR}_{key}": value
-                                      for key, value in params.items() if key not in ("submitit_folder", "max_num_timeout")})
+                                      for key, value in params.items()
+                                      if key not in ("submitit_folder", "max_num_timeout")})
         return executor
 
 

@@ -136,7 +136,8 @@ def test_sweep_runs_as_slurm_jobs_and_reports(cluster, tmp_path):
     rows = list(csv.DictReader((sweep / "runs.csv").open()))
     assert sorted(r["config.strategy.name"] for r in rows) == ["allreduce", "single"], rows
     assert all(r["status"] == "completed" for r in rows), rows
-    assert all(Path(r["run_dir"]).name == "node0" and Path(r["run_dir"]).parents[2] == sweep for r in rows)  # block0/NAME/node0
+    run_dirs = [Path(r["run_dir"]) for r in rows]
+    assert all(d.name == "node0" and d.parents[2] == sweep for d in run_dirs), run_dirs  # block0/NAME/node0
     assert not list(sweep.glob("**/baseline_*")), "with report.baselines off, the sweep runs only what was asked"
     allreduce = next(r for r in rows if r["config.strategy.name"] == "allreduce")
     assert float(allreduce["speedup_vs_single"]) > 0  # measured against the sweep's own single run
@@ -160,7 +161,8 @@ def test_documented_recipe_runs_each_job_across_two_nodes(cluster, tmp_path):
     for strategy in ("allreduce", "hivemind"):
         summaries = node_summaries(sweep / "block0" / f"strategy={strategy}")
         assert sorted(summaries) == ["node0", "node1"], sorted(summaries)
-        assert all(s["status"] == "completed" for s in summaries.values()), {n: s["error"] for n, s in summaries.items()}
+        errors = {folder: s["error"] for folder, s in summaries.items()}
+        assert all(s["status"] == "completed" for s in summaries.values()), errors
         hosts = {folder: (s["shape"]["host"], s["shape"]["node_rank"]) for folder, s in summaries.items()}
         assert hosts == {"node0": ("node0", 0), "node1": ("node1", 1)}, hosts  # two machines, by their own hostnames
         ranks = {folder: sorted(p["rank"] for p in s["peers"]) for folder, s in summaries.items()}
@@ -211,7 +213,8 @@ def test_a_killed_peer_or_node_fails_its_job_by_name_and_the_sweep_goes_on(clust
     killed = node_summaries(sweep / "block0" / "fault.kill_peer=3")
     assert killed["node1"]["status"] == "failed" and killed["node1"]["failed_rank"] == 3
     assert killed["node1"]["error"].startswith("node node1 (node rank 1 of 2): peer rank 3 was killed by SIGKILL")
-    assert killed["node0"]["status"] == "failed" and killed["node0"]["error"].startswith("node node0 (node rank 0 of 2)")
+    assert killed["node0"]["status"] == "failed"
+    assert killed["node0"]["error"].startswith("node node0 (node rank 0 of 2)")
 
     assert re.search(r"avgbench: SLURM job \S+ \([^)]*fault.kill_peer=null[^)]*\) failed: SLURM ended it NODE_FAIL; "
                      r"node failure on node1 \(node rank 1\)", output), output[-3000:]
