@@ -23,6 +23,7 @@ RESOLVERS = {  # arithmetic for experiment presets, and the strategies' default 
     "per_peer": lambda total, peers: max(1, total // peers),
     "times": lambda a, b: a * b,
     "at_least": lambda value, floor: max(int(value), int(floor)),
+    "project_root": lambda: str(CONF_DIR.parent),  # e.g. a batch job's PYTHONPATH (conf/hydra/launcher/slurm.yaml)
 }
 for _name, _fn in RESOLVERS.items():
     OmegaConf.register_new_resolver(_name, _fn, replace=True)

@@ -72,7 +72,9 @@ METHODS = {
     "shape": "the run's shape against this host: processes (of this run on this host) x threads each = cpus_asked "
              "(divided by emulate.dilation where set), cores = usable cores (os.sched_getaffinity), "
              "oversubscription = cpus_asked / cores, fits = cpus_asked <= cores; peers_default = peers came from "
-             "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores)",
+             "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores); host = this "
+             "host's name (gethostname), node_rank of nnodes = its place in a run over several hosts (each writes "
+             "its own summary, of its own peers)",
     **TARGET_METHODS,
     **MACHINE_METHODS,
     **NETWORK_METHODS,
