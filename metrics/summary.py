@@ -16,8 +16,8 @@ from metrics.network import METHODS as NETWORK_METHODS
 from metrics.network import network_section
 from metrics.rounds import rounds_section
 from metrics.rundir import PeerDir, RunDir
+from metrics.steplog import PHASES
 
-PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 
 METHODS = {
     "started_at": "unix time (s) the launcher started the run: the time its outcome was decided minus wall_s "
