@@ -25,8 +25,8 @@ Full grid (>= 16 cores), AVGBENCH_THESIS_REPEATS blocks (default 3):
 Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus = the usable cores, 100 steps:
   hivemind    2 x 1, local updates on/off, target batch 625 (the thesis's smallest: epochs fall inside a short run)
   strategies  allreduce, stepwise, ps and ring at 2 x 1 (ps: 2 workers + its server, oversubscribed, as it says)
-  each family with its baselines: one process on 2 cores (batch 64) and one on 1 core (batch 32). Per block:
-  hivemind 2 + 2 runs, strategies 4 + 2.
+  each family with its baselines: one process on 2 cores (batch 64), run twice (the second: the control arm), and
+  one on 1 core (batch 32). Per block: hivemind 2 + 3 runs, strategies 4 + 3.
 
 The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
 above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (Strategy.step_time,

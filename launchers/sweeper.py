@@ -234,9 +234,14 @@ def move_aside(path: Path, target: Path) -> None:
 
 
 def changes(first: dict, now: dict) -> list[str]:
-    """What of the declared design differs between the plan the first runs were made under and this one."""
-    return [key for key in DECLARED if json.dumps(first.get(key), sort_keys=True) != json.dumps(now.get(key),
-                                                                                                 sort_keys=True)]
+    """What of the declared design differs between the plan the first runs were made under and this one (how the
+    primary figure was asked for aside: auto and its resolution declare the same figure)."""
+    def declared(plan: dict, key: str) -> str:
+        found = plan.get(key)
+        if key == "primary":
+            found = {section: {k: v for k, v in p.items() if k != "declared"} for section, p in (found or {}).items()}
+        return json.dumps(found, sort_keys=True)
+    return [key for key in DECLARED if declared(first, key) != declared(now, key)]
 
 
 def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,

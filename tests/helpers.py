@@ -237,7 +237,8 @@ def write_report_run(path: Path, strategy: str, peers: int, throughput: float, t
         "time_breakdown_share": {"compute_s": 1.0}, "error": None if status == "completed" else
         f"Traceback (most recent call last):\nRuntimeError: {strategy} failed in block {block}", **(summary or {})}))
     (path / "peer0").mkdir()
-    (path / "peer0" / "steps.jsonl").write_text(json.dumps({"step": 40, "samples": 4000, "train_s": train_s, "loss": 1.0}) + "\n")
+    last_step = {"step": 40, "samples": 4000, "train_s": train_s, "loss": 1.0}
+    (path / "peer0" / "steps.jsonl").write_text(json.dumps(last_step) + "\n")
     (path / "peer0" / "eval.jsonl").write_text("".join(
         json.dumps({"step": 10 * k, "samples": 1000 * k, "train_s": t, "test_accuracy": a}) + "\n"
         for k, (t, a) in enumerate(zip(times, accuracy))))

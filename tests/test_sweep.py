@@ -111,6 +111,8 @@ def test_a_resumed_sweep_keeps_its_first_declaration_and_says_what_changed(tmp_p
                               {"job": "block1/a", "attempts": ["superseded/t1/block1/a"]}]
     same = write_plan(tmp_path, [], ["block0/b"], first, [], {}, earlier)
     assert "changed" not in same and same["declaration"] == first
+    resolved = {"s": {"figure": "time_to_target", "declared": "time_to_target"}}  # auto, now asked for by name
+    assert "changed" not in write_plan(tmp_path, [], ["block0/b"], first | {"primary": resolved}, [], {}, earlier)
     assert json.loads((tmp_path / ".avgbench" / "sweep.json").read_text()) == same
 
 

@@ -133,7 +133,8 @@ def test_every_pair_is_declared_and_none_is_chosen_from_the_ranking(tmp_path):
     both completed. Every pair of configurations is compared, all in one Holm family; nothing "reaches first"."""
     failed = {"status": "failed"}
     sweep = write_sweep(tmp_path / "sweep", {
-        "strategy=stepwise": [("stepwise", 2, 1, 100.0, 1.0, failed)] + blocks("stepwise", 2, [100.0] * 2, [12.0, 12.5]),
+        "strategy=stepwise": [("stepwise", 2, 1, 100.0, 1.0, failed), *blocks("stepwise", 2, [100.0] * 2,
+                                                                              [12.0, 12.5])],
         "strategy=ring": blocks("ring", 2, [100.0] * 3, [10.0, 10.2, 9.9]),
         "strategy=ps": blocks("ps", 2, [90.0] * 3, [14.0, 15.0, 14.5]), **baselines()})
     markdown = report_of(sweep, out=tmp_path / "out")

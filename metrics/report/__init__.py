@@ -10,7 +10,6 @@ into the multirun directory. --record-noise: also record the primary figure's me
 The package reads run directories and writes files; it imports nothing above metrics/.
 """
 import argparse
-import sys
 from pathlib import Path
 
 from metrics.report.build import NoRuns, build

@@ -10,8 +10,8 @@ from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, STRATEGY_BLOCKS, G
                                  configuration_key, find_runs, flatten, group_runs, load_run, mark_reruns, paired,
                                  paired_differences, sections_of)
 
-NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", "emulate.peer_cpu_share",
-                           "arm", *NOT_CONFIGURATION)
+NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport",
+                           "emulate.peer_cpu_share", "arm", *NOT_CONFIGURATION)
 
 
 def is_baseline_candidate(candidate: Group, run: Run) -> bool:

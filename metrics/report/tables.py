@@ -5,7 +5,7 @@ import statistics
 
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
-from metrics.report.runs import Group, Run, Section
+from metrics.report.runs import Group, Run
 from metrics.stats import Ratio, factor, olympic_mean
 from metrics.steplog import PHASES
 
@@ -171,6 +171,8 @@ def speedup_cell(group: Group) -> str:
 
 
 def scaling_cell(group: Group) -> str:
+    if group.one_peer is group:
+        return MISSING
     if group.one_peer is None:
         return f"no single run with 1 peer of {cpus(group.first.config['peer_cpus'])}"
     return f"{interval_text(group.efficiency, '')} (vs {group.first.config['peers']} x {group.one_peer.label})"

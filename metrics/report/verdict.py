@@ -302,7 +302,8 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
         if group.baseline and group.baseline is not group:
             figures.append(f"throughput speedup {interval_text(group.speedup)} vs {group.baseline.label}"
                            + (" (beside the primary figure)" if a.primary.is_time else ""))
-        figures.append(scaling_text(group))
+        if group.one_peer is not group:
+            figures.append(scaling_text(group))
     sent = summary_mean(group, "bytes_sent_per_sample")
     if sent is not None:
         figures.append(f"{size(sent)}/sample sent" if sent else "no payload exchanged")
