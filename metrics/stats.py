@@ -285,14 +285,15 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return adjusted
 
 
-def decide(ratio, adjusted_p: float | None, margin: float) -> str:
-    """What may be said of a ratio (> 1: the first is faster) given the Holm-adjusted p-value of its test."""
-    if ratio.interval() is None and adjusted_p is None:
-        return NO_INTERVAL
-    if adjusted_p is not None and adjusted_p < ALPHA and ratio.estimate is not None:
-        return FASTER if ratio.estimate > 1 else SLOWER
+def decide(ratio, adjusted_p: float | None, margin: float, faster: bool | None = None) -> str:
+    """What may be said of a ratio (> 1: the first is faster) given the Holm-adjusted p-value of the test that
+    decides it (None: no test) and, where that test is not the ratio's own, the direction it found."""
+    if adjusted_p is not None and adjusted_p < ALPHA:
+        return FASTER if (ratio.estimate > 1 if faster is None else faster) else SLOWER
     if ratio.equivalent(margin):
         return EQUIVALENT
+    if adjusted_p is None and ratio.interval() is None:
+        return NO_INTERVAL
     return CANNOT_TELL
 
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, Bound, CensoredRatio, Ratio,
-                           holm, signed_rank_p)
+from metrics.stats import Bound, CensoredRatio, Ratio, decide, holm, signed_rank_p
 
 PAIRED_T, RANK_TEST = "paired t-test", "exact signed-rank test (a miss ranks as the slowest)"
 
@@ -34,6 +33,7 @@ class Comparison:
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
     family: int = 1
     signs: int = 0  # blocks where this one was faster minus blocks where it was slower (rank test's direction)
+    margin: float = 0.05  # of the equivalence test
 
     @property
     def test(self) -> str:
@@ -46,21 +46,13 @@ class Comparison:
 
     @property
     def decision(self) -> str:
-        estimate = self.ratio.estimate
-        faster = estimate > 1 if estimate is not None else self.signs > 0
-        if self.adjusted_p is not None and self.p is not None and self.adjusted_p < ALPHA:
-            return FASTER if faster else SLOWER
-        if self.ratio.equivalent(self.margin):
-            return EQUIVALENT
-        if self.p is None and self.ratio.interval() is None:
-            return NO_INTERVAL
-        return CANNOT_TELL
-
-    margin: float = 0.05
+        """metrics.stats.decide on the deciding test (under censoring the rank test, with its own direction)."""
+        tested = self.adjusted_p if self.p is not None else None
+        return decide(self.ratio, tested, self.margin, self.signs > 0 if self.censored else None)
 
 
 def block_runs(group: Group) -> dict:
-    """block -> the group's faithful runs in it."""
+    """block -> the group's runs in it."""
     found: dict = {}
     for run in group.runs:
         found.setdefault(run.block, []).append(run)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from metrics.report.baselines import averaging, missing_baselines, override_command
 from metrics.report.compare import Comparison, control_comparison, family
 from metrics.report.model import Entry, Verdict
-from metrics.report.primary import Primary, declare, from_dict
+from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section
 from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
                                    mlperf_time, number, ranked, reached_count)
@@ -72,6 +72,8 @@ def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
             declared.append(from_dict(declaration["primary"][section.key]))
         family_size = max(family_size, len((declaration.get("comparisons") or {}).get(section.key) or []))
         notes += order_notes(declaration.get("order"))
+        if plan.get("first_runs_undeclared"):
+            notes.append(f"The first runs of {sweep} predate declared plans: its design was declared when it resumed.")
     configured = []
     for run in section.runs:
         try:
@@ -81,11 +83,11 @@ def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
     by_key = {key_of(p): p for p in declared or configured}
     if len(by_key) > 1:
         refusals.append("the runs declare different primary figures: " + "; ".join(p.text for p in by_key.values()))
-    primary = next(iter(by_key.values()), None) or declare(section.groups[0].first.config)
+    primary = next(iter(by_key.values()), None) or Primary(THROUGHPUT)
     made_under = {key_of(p) for p in configured}
     if declared and made_under - {key_of(primary)}:
         refusals.append(f"runs were made under another primary figure than the plan declares ({primary.text})")
-    return primary, refusals, notes, family_size
+    return primary, list(dict.fromkeys(refusals)), notes, family_size
 
 
 def order_notes(order: dict | None) -> list[str]:
@@ -119,7 +121,8 @@ def claim_text(c: Comparison) -> str:
     if not c.blocks:
         return "no block holds a faithful run of both: no paired ratio"
     if not c.ratio.n:
-        return "no block where either reached the target: no ratio"
+        return ("no block where either reached the target" if c.primary.is_time else
+                "no block where both completed") + ": no ratio"
     if decision == NO_INTERVAL:
         return f"{measured}: no result"
     return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",
