@@ -202,7 +202,10 @@ def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling,
 
     sentence = entries["stepwise 2×1cpu"]
     speedup = throughput["stepwise 2×1cpu"] / throughput["single 1×2cpu"]  # two runs outside blocks: one pair
-    assert "time-to-target against single 1×2cpu: no block where either reached the target: no ratio" in sentence
+    unfaithful = any(summary_of(d).get("isolation", {}).get("faithful") is False for d in (stepwise, single_2cpu))
+    assert ("time-to-target against single 1×2cpu: " + (
+        "no block holds a faithful run of both: no paired ratio" if unfaithful  # a busy machine: no claim from it
+        else "no block where either reached the target: no ratio")) in sentence
     assert (f"throughput speedup {speedup:.2f}× (1 block: no interval) vs single 1×2cpu (beside the primary "
             "figure)") in sentence
     # the 1-CPU runs ran in the multirun's blocks, stepwise outside them: no pair, no ratio
@@ -310,12 +313,13 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
     groups = group_runs([run, longer])
     attach_baselines(groups)
     section = sections_of(groups)[0]
-    caveats = caveats_of(groups[0], section)
+    setting = ("unfaithful", "not alone", "not isolated", "oversubscribed")  # the machine's load, not these runs'
+    caveats = [c for c in caveats_of(groups[0], section) if not c.startswith(setting)]
     assert caveats == ["target not reached in 1 of 1", "lost peers 1", "failed averaging rounds: rounds_failed=2",
                        "unequal length: max_steps=6 (this comparison: 6, 12); 384 samples trained, 768 in the longest "
                        "configuration"]
-    assert caveats_of(groups[1], section) == ["target not reached in 1 of 1",
-                                              "unequal length: max_steps=12 (this comparison: 6, 12)"]
+    assert [c for c in caveats_of(groups[1], section) if not c.startswith(setting)] == [
+        "target not reached in 1 of 1", "unequal length: max_steps=12 (this comparison: 6, 12)"]
 
 
 def test_convergence_band_is_the_spread_of_the_workers(scaling):
@@ -368,7 +372,7 @@ def test_runs_of_different_datasets_are_not_ranked_together(multirun, other_runs
     digits_ranking, synthetic_ranking = verdict.split("### data=synthetic, model=tiny [synthetic data]")
     assert set(verdict_entries(digits_ranking)) == {"single", "allreduce"}
     assert list(verdict_entries(synthetic_ranking)) == ["single"]
-    assert "⚠ synthetic data: throughput only" in synthetic_ranking and "worst worker" not in synthetic_ranking
+    assert "synthetic data: throughput only" in synthetic_ranking and "worst worker" not in synthetic_ranking
     digits, synthetic_part = markdown.split("\n## data=synthetic, model=tiny [synthetic data]")
     assert "## data=digits, model=tiny" in digits
     # Each section ranks from 1; the synthetic run is ranked by throughput and has no accuracy figure.

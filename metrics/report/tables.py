@@ -165,6 +165,8 @@ def configuration_table(groups: list[Group]) -> Table:
 
 
 def speedup_cell(group: Group) -> str:
+    if group.baseline is group:
+        return "the baseline"
     if group.baseline is None:
         return f"no single baseline with {cpus(group.first.total_cpus)}"
     return f"{interval_text(group.speedup)} (vs {group.baseline.label})"
