@@ -163,7 +163,7 @@ class BlockSweeper(BasicSweeper):
         design = declaration(named, repeats)
         design["order"] = order_of(len(jobs), repeats)
         design["repeats"] = self.config.repeats
-        design["control"] = [job.name for job in jobs if job.name.endswith("_control")]
+        design["control"] = [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]
         for section, primary in design["primary"].items():
             lines.insert(0, f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks "
                             f"and claims on it alone): {from_dict(primary).text}")
