@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
-from metrics.report_data import load_runs
+from metrics.report.baselines import load_runs
 from metrics.stats import Ratio
 
 TOLERANCE = 0.05

@@ -13,6 +13,7 @@ from job.registry import resolve
 from launchers.lock import LOCK_MODES
 from launchers.shape import fit_peers
 from metrics.target import check_target
+from metrics.report.primary import CHOICES as PRIMARY_CHOICES
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
 
@@ -70,10 +71,10 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def check_repeats(value) -> int:
-    """repeats: the blocks of a multirun, an integer >= 1."""
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-             f"repeats must be an integer >= 1, got {value}")
+def check_repeats(value) -> int | str:
+    """repeats: the blocks of a multirun, an integer >= 1, or auto (planned from the recorded noise)."""
+    _require(value == "auto" or isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+             f"repeats must be an integer >= 1, got {value} (or auto: planned from the recorded noise)")
     return value
 
 
@@ -88,6 +89,9 @@ def validate(cfg) -> None:
     _require(int(cfg.warmup_steps) >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     _require(cfg.lock in LOCK_MODES, f"lock must be one of {', '.join(LOCK_MODES)}, got {cfg.lock}")
     _require(cfg.report.baselines in ("auto", "off"), f"report.baselines must be auto or off, got {cfg.report.baselines}")
+    _require(cfg.report.primary in PRIMARY_CHOICES,
+             f"report.primary must be one of {', '.join(PRIMARY_CHOICES)}, got {cfg.report.primary}")
+    _require(int(cfg.report.max_blocks) >= 2, f"report.max_blocks must be >= 2, got {cfg.report.max_blocks}")
     margin = cfg.report.equivalence_margin
     _require(isinstance(margin, (int, float)) and 0 < margin < 1,
              f"report.equivalence_margin must be a fraction in (0, 1), got {margin}")

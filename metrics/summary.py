@@ -18,8 +18,8 @@ from metrics.rounds import rounds_section
 from metrics.rundir import PeerDir, RunDir
 from metrics.target import METHODS as TARGET_METHODS
 from metrics.target import samples_by_step, time_to_target
+from metrics.steplog import PHASES
 
-PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 
 METHODS = {
     "started_at": "unix time (s) the launcher started the run: the time its outcome was decided minus wall_s "
