@@ -1,8 +1,9 @@
-# avgbench: `make run` trains, `make test` runs the tests; both set up .venv first.
+# avgbench: `make run` trains, `make test` runs the tests, `make docs` regenerates the docs' generated
+# blocks (docs/generate.py); all set up .venv first.
 PY := .venv/bin/python
 ARGS ?=
 
-.PHONY: setup run test bench
+.PHONY: setup run test bench docs
 
 setup:
 	bash scripts/setup.sh
@@ -15,3 +16,6 @@ test: setup
 
 bench: setup
 	$(PY) bench/run.py $(ARGS)
+
+docs: setup
+	$(PY) docs/generate.py

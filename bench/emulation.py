@@ -12,7 +12,7 @@ invariance: every averaging strategy of the registry at peers=2 (ps: 2 workers +
   = 1, 2 and 4 (isolated; throughput dilated back). Ratio per block: throughput at k / throughput at 1 in the same
   block. A strategy is offered dilation up to the largest factor at which the ratio of every block, and of
   every smaller factor, lies within +-TOLERANCE, both in its invariance check and in the linearity check (a
-  dilated peer's compute must hold too): its `checked_dilation` (README "CPU isolation and time dilation").
+  dilated peer's compute must hold too): its `checked_dilation` (docs/emulation.md).
 Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/stats.py).
 """
 import os
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
-from metrics.report_data import load_runs
+from metrics.report.baselines import load_runs
 from metrics.stats import Ratio
 
 TOLERANCE = 0.05
@@ -52,7 +52,7 @@ def headline(sweep: Path | None) -> dict:
     """Paired speedups of the headline multirun, per strategy (run here when no sweep directory is given)."""
     if sweep is None:
         import subprocess
-        sweep = Path(f"/tmp/avgbench-emulation-headline-{os.getpid()}")
+        sweep = ROOT / "multirun" / f"emulation-headline-{time.strftime('%Y%m%d-%H%M%S')}"
         subprocess.run([sys.executable, "train.py", "-m", *HEADLINE, f"hydra.sweep.dir={sweep}", "progress=false",
                         "lock=off"], cwd=ROOT, check=True)
     sections, _ = load_runs([sweep])
@@ -150,6 +150,7 @@ def run(repeats: int = int(os.environ.get("AVGBENCH_EMULATION_REPEATS", 2))) -> 
                  f"{INVARIANCE_TWEAKS}, factors {list(FACTORS)}; {repeats} interleaved blocks each; "
                  f"ratio = the worst strategy's spread of paired speedups in the headline multirun",
         **result,
+        "sweeps": [{"path": result["headline"]["sweep"], "kept": False, "summary": "headline"}],
         "linearity_holds_up_to": linear_factor(result["linearity"]),
         "checked_dilation": {name: min(row["checked_dilation"], linear_factor(result["linearity"]))
                              for name, row in result["invariance"].items()},

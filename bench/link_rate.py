@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.jobs import train  # noqa: E402
-from bench.run import machine, save, under_machine_lock  # noqa: E402
+from bench.run import recorded, save, under_machine_lock  # noqa: E402
 from launchers.lock import LOCK_MODES  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
 from metrics.jsonl import read_jsonl  # noqa: E402
@@ -89,7 +89,8 @@ def others(window_s: float = 1.0, floor: float = 10.0) -> list[str]:
         except psutil.Error:
             continue
         if percent > floor:
-            busy.append(f"{percent:.0f}% pid {proc.pid} {' '.join(proc.info['cmdline'] or [proc.info['name']])[:120]}")
+            words = [Path(w).name if w.startswith("/") else w for w in proc.info["cmdline"] or [proc.info["name"]]]
+            busy.append(f"{percent:.0f}% pid {proc.pid} {' '.join(words)[:120]}")
     return busy
 
 
@@ -250,8 +251,7 @@ def run(args) -> None:
                                                           f"heaviest comm share >= {args.comm_share:.0%}",
               "setup": f"rates {args.rates} Mbit/s, strategies {args.strategies} at peers=2, {' '.join(JOB)} "
                        f"max_steps={args.steps}, probes {args.probe_s:g} s each way",
-              "choice": choice, **figures, "benchmark_s": elapsed, "before": before, "after": after,
-              "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine()}
+              "choice": choice, **figures, "benchmark_s": elapsed, "before": before, "after": after}
     chosen = next((r for r in figures["rows"] if r["rate_mbit"] == choice["rate_mbit"]), None)
     if chosen:
         result["ratio"] = chosen["probe_busy"]["worst_carried_share"]
@@ -264,7 +264,7 @@ def run(args) -> None:
     print(f"choice: {choice['rate_mbit']} Mbit/s ({choice['rule']}); benchmark took {elapsed / 60:.1f} min; "
           f"load average before {before['load_average'][0]:.2f}, after {after['load_average'][0]:.2f}")
     if not args.no_save:
-        save(args.out, [result])
+        save(args.out, [recorded(result)])
         print(f"saved {args.out}")
 
 

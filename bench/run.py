@@ -6,7 +6,8 @@
     python bench/run.py --out results.json
     python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
 
-Each result records when and on which machine it was measured; it replaces the benchmark's saved
+Each result records when and on which machine it was measured (machine(): the one fingerprint), the sweeps it
+rests on, and no absolute path (bench/results.json moves between machines); it replaces the benchmark's saved
 entry, except where the benchmark's module defines merge(kept, new) (projection: a new run replaces
 only the rows of the cases it ran). Benchmarks hold the machine lock (launchers/lock.py) while they
 run: another benchmark or sweep waits (or refuses) meanwhile.
@@ -38,21 +39,86 @@ BENCHMARKS = {
 }
 
 
-def machine() -> str:
-    """The machine a result was measured on: cores, memory, CPU model (family, model, clock), GPU, load when it ended."""
+FINGERPRINT = {"cpu_vendor": "vendor", "cpu_model_name": "model name", "cpu_family": "family", "cpu_model": "model",
+               "cpu_mhz": "clock", "cores": "cores", "memory_gib": "memory", "kernel": "kernel",
+               "gpu": "GPU"}  # machine()'s fields and their short names
+UNKNOWN = "unknown"
+
+
+def machine() -> dict:
+    """The machine a result was measured on: its fingerprint (FINGERPRINT: the first CPU's vendor, model name, family,
+    model and clock, the usable cores, memory, kernel, GPU) and the load average when the benchmark ended. The model
+    name alone does not tell hosts apart: two 2-core "AMD EPYC" machines ran ResNet18 1.75x apart."""
     import os
+    import platform
 
     import psutil
     import torch
 
     first_cpu = open("/proc/cpuinfo").read().split("\n\n")[0]
     cpu = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu.splitlines())}
-    # the model name alone does not tell two hosts apart (two 2-core "AMD EPYC" machines ran ResNet18 1.75x apart)
-    model = (f"{cpu.get('model name', 'unknown CPU')}, family {cpu.get('cpu family', '?')} model {cpu.get('model', '?')}"
-             f" at {float(cpu.get('cpu MHz', 0)):.0f} MHz")
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{len(os.sched_getaffinity(0))} cores ({model}), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
-            f"{gpu}, load average {os.getloadavg()[0]:.1f}")
+    mhz = cpu.get("cpu MHz")
+    return {
+        "cpu_vendor": cpu.get("vendor_id", UNKNOWN),
+        "cpu_model_name": cpu.get("model name", UNKNOWN),
+        "cpu_family": cpu.get("cpu family", UNKNOWN),
+        "cpu_model": cpu.get("model", UNKNOWN),
+        "cpu_mhz": round(float(mhz)) if mhz else UNKNOWN,
+        "cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU",
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+
+
+def describe_machine(fingerprint: dict) -> str:
+    """One line naming a machine(), e.g. "GenuineIntel Intel(R) Xeon(R) Processor, family 6 model 167 at 2600 MHz,
+    2 cores, 23.4 GiB, kernel 6.1.0, no GPU"; fields recorded as unknown are named: "(not recorded: kernel)"."""
+    def known(key: str, text: str) -> str | None:
+        return None if fingerprint.get(key, UNKNOWN) == UNKNOWN else text
+
+    f = fingerprint
+    cpu = " ".join(filter(None, (known("cpu_vendor", f.get("cpu_vendor")),
+                                 known("cpu_model_name", f.get("cpu_model_name"))))) or "CPU unknown"
+    family = " ".join(filter(None, (known("cpu_family", f"family {f.get('cpu_family')}"),
+                                    known("cpu_model", f"model {f.get('cpu_model')}"),
+                                    known("cpu_mhz", f"at {f.get('cpu_mhz')} MHz"))))
+    parts = [cpu, family, known("cores", f"{f.get('cores')} cores"), known("memory_gib", f"{f.get('memory_gib')} GiB"),
+             known("kernel", f"kernel {f.get('kernel')}"), known("gpu", f.get("gpu"))]
+    missing = [name for key, name in FINGERPRINT.items() if not known(key, key)]
+    return ", ".join(filter(None, parts)) + (f" (not recorded: {', '.join(missing)})" if missing else "")
+
+
+def portable(value, root: Path = ROOT):
+    """The value with every absolute path made relative to the repository (results.json holds no machine's paths);
+    a path outside the repository keeps only its name, marked as such."""
+    if isinstance(value, dict):
+        return {key: portable(item, root) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item, root) for item in value]
+    if isinstance(value, str) and value.startswith("/") and " " not in value:
+        path = Path(value)
+        return str(path.relative_to(root)) if path.is_relative_to(root) else f"outside the repository: {path.name}"
+    return value
+
+
+def stamped(value, fingerprint: dict):
+    """Every dict of a new result that carries its own measured_at (a row, a family) gets this machine's fingerprint."""
+    if isinstance(value, dict):
+        value = {key: stamped(item, fingerprint) for key, item in value.items()}
+        return value if "measured_at" not in value or "machine" in value else value | {"machine": fingerprint}
+    if isinstance(value, list):
+        return [stamped(item, fingerprint) for item in value]
+    return value
+
+
+def recorded(result: dict) -> dict:
+    """A benchmark's result as saved: when and where it was measured, the sweeps it rests on (each named, with the key
+    of this entry that keeps its summary; none for benchmarks whose runs are temporary), paths relative."""
+    fingerprint = machine()
+    result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": fingerprint}
+    return portable(stamped(result, fingerprint))
 
 
 def save(path: Path, results: list[dict], merges: dict | None = None) -> None:
@@ -105,8 +171,7 @@ def run_benchmarks(names: list[str], out: Path) -> None:
     results, merges = [], {}
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results.append(resolve(BENCHMARKS[name])() | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                                     "machine": machine()})
+        results.append(recorded(resolve(BENCHMARKS[name])()))
         if merge := merge_of(BENCHMARKS[name]):
             merges[results[-1]["name"]] = merge
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")

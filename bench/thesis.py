@@ -5,8 +5,8 @@ one 16-vCPU process, and where does the time go as target batch size, local upda
     AVGBENCH_THESIS_FAMILIES=hivemind python bench/run.py thesis    # only these families (comma list; default all)
 
 Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
-configuration and its equal-resource baseline (one process with all the CPUs) in a shuffled order, so speedups
-and time-to-target ratios are paired per block, with 95 % t-intervals and Holm-corrected claims
+configuration and its equal-resource baseline (one process with all the CPUs) in a Williams order, so speedups
+and time-to-target ratios are paired per block, with 95 % intervals and Holm-corrected claims
 (metrics/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
 batch 32, lr 0.01; run lengths are shortened (max_steps = AVGBENCH_THESIS_STEPS per peer), target batch sizes
 never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
@@ -25,8 +25,8 @@ Full grid (>= 16 cores), AVGBENCH_THESIS_REPEATS blocks (default 3):
 Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus = the usable cores, 100 steps:
   hivemind    2 x 1, local updates on/off, target batch 625 (the thesis's smallest: epochs fall inside a short run)
   strategies  allreduce, stepwise, ps and ring at 2 x 1 (ps: 2 workers + its server, oversubscribed, as it says)
-  each family with its baselines: one process on 2 cores (batch 64) and one on 1 core (batch 32). Per block:
-  hivemind 2 + 2 runs, strategies 4 + 2.
+  each family with its baselines: one process on 2 cores (batch 64), run twice (the second: the control arm), and
+  one on 1 core (batch 32). Per block: hivemind 2 + 3 runs, strategies 4 + 3.
 
 The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
 above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (Strategy.step_time,
@@ -41,9 +41,10 @@ over 1 x 16 is computed either (each row says so). The slice's runs are read fro
 AVGBENCH_THESIS_DIR, whichever families this invocation ran; a configuration whose strategy has no slice run there
 keeps its saved projected row (bench/run.py's merge), with that row's date.
 
-Per configuration (each family's groups, metrics/report_data.py): speedup over the baseline (throughput ratio per
-block: estimate, 95 % interval, decision), time-to-target ratio, samples-to-target and time per sample (means
-over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
+Per configuration (each family's report model, metrics/report/): against its equal-resource baseline, the speedup
+(throughput ratio per block) and the time-to-target ratio (censored where a run missed), each with its estimate,
+95 % interval and claim in the report's declared comparisons (a baseline is never compared with itself); the
+blocks that reached the target; samples-to-target and time per sample (means over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
 (summary.json averaging_rounds, summed over blocks) and failed rounds.
 """
 import dataclasses
@@ -57,8 +58,13 @@ from pathlib import Path
 
 from bench.jobs import ROOT
 from metrics.project import VALIDATION, Link, Measured, load_validation, measure, parse_link, project_link
-from metrics.report_data import find_runs, load_runs
-from metrics.stats import ALPHA, decide, holm
+from metrics.report.baselines import load_runs
+from metrics.report.compare import family
+from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
+from metrics.report.runs import find_runs
+from metrics.report.tables import reached_count
+from metrics.report.verdict import analyse
+from metrics.stats import ALPHA
 
 FULL_CORES = 16
 STEPS = int(os.environ.get("AVGBENCH_THESIS_STEPS", 300))
@@ -126,31 +132,52 @@ def mean_of(runs, key: str):
     return statistics.fmean(values) if values else None
 
 
+def comparison_figures(prefix: str, comparison) -> dict:
+    """A configuration against its baseline (metrics/report/compare.py): estimate, 95 % interval, claim."""
+    if comparison is None:
+        return {prefix: None, f"{prefix}_interval_95": None, f"{prefix}_claim": None}
+    ratio = comparison.ratio
+    interval = ratio.interval()
+    return {prefix: ratio.estimate if ratio.n else None, f"{prefix}_interval_95": list(interval) if interval else None,
+            f"{prefix}_claim": comparison.decision, f"{prefix}_blocks": comparison.blocks,
+            f"{prefix}_censored": comparison.censored}
+
+
 def rows_of(sweep: Path) -> list[dict]:
+    """One row per configuration and per baseline of the sweep's report model: each configuration against its
+    equal-resource baseline on throughput (speedup) and time-to-target, in the report's declared comparisons
+    (Holm per section); a baseline is never compared with itself."""
     sections, _ = load_runs([sweep])
-    groups = [g for s in sections for g in s.groups if g.baseline]
-    adjusted = holm([g.speedup.p_value() if g.speedup else None for g in groups])
     rows = []
-    for group, p in zip(groups, adjusted):
-        runs = group.runs
-        shares = [r.summary.get("time_breakdown_share") or {} for r in runs if r.completed]
-        mean_shares = {k: statistics.fmean(s.get(k, 0.0) for s in shares) for k in (shares[0] if shares else {})}
-        interval = group.speedup.interval() if group.speedup else None
-        rows.append({
-            "configuration": group.label, "baseline": group.baseline is group, "projected": False, "peers": group.first.config["peers"],
-            "peer_cpus": group.first.config["peer_cpus"], "runs": len(runs),
-            "completed": sum(r.completed for r in runs),
-            "speedup": group.speedup.estimate if group.speedup and group.speedup.n else None,
-            "speedup_interval_95": list(interval) if interval else None,
-            "speedup_claim": decide(group.speedup, p, 0.05) if group.speedup else None,
-            "time_to_target_ratio": group.ttt_speedup.estimate if group.ttt_speedup and group.ttt_speedup.n else None,
-            "samples_to_target": mean_of(runs, "samples_to_target"),
-            "time_per_sample_s": mean_of(runs, "time_per_sample_s"),
-            "time_breakdown_share": mean_shares,
-            "bottleneck": max(mean_shares, key=mean_shares.get) if mean_shares else None,
-            "averaging_group_sizes": group_sizes(runs) or None,
-            "averaging_rounds_failed": sum((r.summary.get("averaging_rounds") or {}).get("failed", 0) for r in runs),
-        })
+    for section in sections:
+        a = analyse(section)
+        figures = {"speedup": Primary(THROUGHPUT)}
+        if not section.synthetic:
+            config = section.groups[0].first.config
+            figures["time_to_target_ratio"] = declare(config | {"report": {"primary": TIME_TO_TARGET}})
+        by_figure = {name: {c.this: c for c in family(a.ranking, primary, a.margin) if c.other is c.this.baseline}
+                     for name, primary in figures.items()}
+        for group in a.ranking + a.references:
+            runs = group.runs
+            baseline = group.first.is_baseline
+            shares = [r.summary.get("time_breakdown_share") or {} for r in runs if r.completed]
+            mean_shares = {k: statistics.fmean(s.get(k, 0.0) for s in shares) for k in (shares[0] if shares else {})}
+            reached, blocks = reached_count(group)
+            row = {"configuration": group.label, "baseline": baseline, "projected": False,
+                   "peers": group.first.config["peers"], "peer_cpus": group.first.config["peer_cpus"],
+                   "runs": len(runs), "completed": sum(r.completed for r in runs),
+                   "reached_target": f"{reached} of {blocks}"}
+            for figure, comparisons in by_figure.items():
+                row |= comparison_figures(figure, None if baseline else comparisons.get(group))
+            rows.append(row | {
+                "samples_to_target": mean_of(runs, "samples_to_target"),
+                "time_per_sample_s": mean_of(runs, "time_per_sample_s"),
+                "time_breakdown_share": mean_shares,
+                "bottleneck": max(mean_shares, key=mean_shares.get) if mean_shares else None,
+                "averaging_group_sizes": group_sizes(runs) or None,
+                "averaging_rounds_failed": sum((r.summary.get("averaging_rounds") or {}).get("failed", 0)
+                                               for r in runs),
+            })
     return rows
 
 
@@ -316,15 +343,19 @@ def projected_counts(rows: list[dict]) -> dict:
 
 def merge(kept: dict, new: dict) -> dict:
     """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at); so do the projected rows (merge_projected)."""
+    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected)."""
     def dated(entry: dict) -> dict:
-        return {name: {"measured_at": entry.get("measured_at")} | family
+        return {name: {"measured_at": entry.get("measured_at"), "machine": entry.get("machine")} | family
                 for name, family in (entry.get("families") or {}).items()}
 
     families_now = dated(kept) | dated(new)
     speedups = [r["speedup"] for f in families_now.values() for r in f["rows"]
                 if r.get("speedup") and not r.get("baseline")]
-    return new | {"families": families_now, "ratio": max(speedups, default=0.0),
+    renewed = set(new.get("families") or {})  # the sweeps behind the families kept, then the new run's
+    sweeps = {s["path"]: s for s in kept.get("sweeps", []) if s["summary"].removeprefix("families.") not in renewed}
+    sweeps |= {s["path"]: s for s in new.get("sweeps", [])
+               if s["path"] not in sweeps or s["summary"] != "projected_remainder"}
+    return new | {"families": families_now, "ratio": max(speedups, default=0.0), "sweeps": list(sweeps.values()),
                   "projected_remainder": merge_projected(kept, new)}
 
 
@@ -334,7 +365,8 @@ def merge_projected(kept: dict, new: dict) -> dict | None:
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
-    saved_rows = {(r["family"], r["configuration"]): {"measured_at": kept.get("measured_at")} | r
+    saved_rows = {(r["family"], r["configuration"]): {"measured_at": kept.get("measured_at"),
+                                                       "machine": kept.get("machine")} | r
                   for r in saved["rows"] if r.get("step_s") is not None}
     rows = [saved_rows.get((r["family"], r["configuration"]), r) if r.get("slice_runs") == 0 else r
             for r in fresh["rows"]]
@@ -356,10 +388,12 @@ def run() -> dict:
         "name": "thesis",
         "ratio": max(speedups, default=0.0),
         "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
-        "scope": "full grid" if full else f"slice on {cores} cores (README: Reproducing the thesis)",
+        "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
         "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
         "projected_remainder": None if full else projected_remainder(sweeps, link, cores),
-        "sweeps": str(out),
+        "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
+                    "summary": f"families.{name}" if name in plan else "projected_remainder"}
+                   for name in families(cores) if name in plan or out / name in sweeps],
         "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
                  f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,

@@ -1,4 +1,5 @@
-"""Datasets by config name, disjoint per-peer shards, and an endless batch stream."""
+"""Datasets by config name, and the sample order every run of a seed shares."""
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,40 +93,46 @@ def load_splits(cfg) -> Splits:
     return DATASETS[cfg.data.name](cfg.data)
 
 
-class ShardSampler(Sampler):
-    """This peer's disjoint shard of the training set, reshuffled every epoch.
+class GlobalOrder(Sampler):
+    """This worker's batches from the one sample order every run of a seed shares (common random numbers).
 
-    The dataset is permuted once with the run's seed (same on every peer) and
-    peer r takes positions r, r+P, r+2P, ...: shards are disjoint and together
-    cover all but fewer than P samples.
+    The order is an endless stream: one permutation of the training set per epoch (drawn from the seed and
+    the epoch alone), epoch after epoch. Step t of a run whose workers train `batch_size` samples each takes
+    the stream's global slice t (workers x batch_size samples), and worker r its sub-slice r. Every
+    configuration of a block and its baselines therefore train the same samples in the same order: two
+    peers of 32 take the two halves of what one process of 64 takes at the same step, and a run of another
+    global batch takes the same stream cut into other slices. Yields lists of dataset indices (a
+    DataLoader's batch_sampler).
     """
 
-    def __init__(self, size: int, rank: int, peers: int, seed: int):
-        order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
-        self.indices = order[rank::peers][: size // peers]
-        self.seed, self.rank, self.epoch = seed, rank, 0
+    def __init__(self, size: int, rank: int, workers: int, batch_size: int, seed: int):
+        if size < workers * batch_size:
+            raise ConfigError(f"the training set has {size} samples, fewer than a global batch of {workers} "
+                              f"workers x {batch_size}")
+        self.size, self.rank, self.workers, self.batch_size, self.seed = size, rank, workers, batch_size, seed
+        self.permutations: dict[int, torch.Tensor] = {}
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def epoch(self, epoch: int) -> torch.Tensor:
+        """The permutation of epoch `epoch` (the last two are kept: a slice may straddle an epoch boundary)."""
+        if epoch not in self.permutations:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self.permutations = {e: p for e, p in self.permutations.items() if e == epoch - 1}
+            self.permutations[epoch] = torch.randperm(self.size, generator=generator)
+        return self.permutations[epoch]
+
+    def positions(self, start: int, count: int) -> list[int]:
+        """Dataset indices at stream positions start .. start + count - 1."""
+        return [int(self.epoch(p // self.size)[p % self.size]) for p in range(start, start + count)]
+
+    def batch(self, step: int) -> list[int]:
+        """This worker's indices at step `step` (from 0): sub-slice `rank` of global slice `step`."""
+        return self.positions((step * self.workers + self.rank) * self.batch_size, self.batch_size)
 
     def __iter__(self):
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.rank * 7919 + self.epoch)
-        return iter(self.indices[torch.randperm(len(self.indices), generator=gen)].tolist())
-
-    def __len__(self) -> int:
-        return len(self.indices)
+        return map(self.batch, itertools.count())
 
 
-def batches(dataset: Dataset, sampler: ShardSampler, batch_size: int, num_workers: int):
-    """Endless stream of full batches from this peer's shard."""
-    if len(sampler) < batch_size:
-        raise ConfigError(f"a peer's shard has {len(sampler)} samples, fewer than batch_size={batch_size}")
-    loader = DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
-        num_workers=num_workers, persistent_workers=num_workers > 0,
-    )
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yield from loader
-        epoch += 1
+def batches(dataset: Dataset, order: GlobalOrder, num_workers: int):
+    """Endless stream of this worker's batches, step after step."""
+    loader = DataLoader(dataset, batch_sampler=order, num_workers=num_workers, persistent_workers=num_workers > 0)
+    yield from loader

@@ -21,7 +21,7 @@ import time
 import torch
 from torch import nn
 
-from job.data import ShardSampler, batches
+from job.data import GlobalOrder, batches
 from job.device import PeerDevice
 from job.evaluation import Snapshots
 from job.fault import inject
@@ -65,8 +65,9 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     """Run the strategy's step limit (max_steps) or until it says the last step came; log every step
     and save the model's weights for evaluation after training. `trained` is what the strategy
     trains (model, or a wrapper of it)."""
-    sampler = ShardSampler(len(splits.train), rank, workers, cfg.seed)
-    stream = batches(splits.train, sampler, batch_size, cfg.data.num_workers)
+    stream = batches(splits.train, GlobalOrder(len(splits.train), rank, workers, batch_size, cfg.seed),
+                     cfg.data.num_workers)
+    dtype = next(model.parameters()).dtype  # the batches in the model's precision (dtype)
     criterion = nn.CrossEntropyLoss()
     clock = GradientClock(model.parameters(), device)
     start = time.perf_counter()
@@ -90,7 +91,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             process_clock.start()
             t0 = time.perf_counter()
             x, y = next(stream)
-            x, y = x.to(device.device, non_blocking=True), y.to(device.device, non_blocking=True)
+            x, y = x.to(device.device, dtype, non_blocking=True), y.to(device.device, non_blocking=True)
             device.synchronize()
             t1 = time.perf_counter()
             clock.start()

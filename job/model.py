@@ -1,4 +1,7 @@
-"""Models, by config name."""
+"""Models, by config name, in the precision `dtype`, with ghost BatchNorm (`ghost_batch_norm`)."""
+import hashlib
+
+import torch
 from torch import nn
 
 from job.torchvision_guard import import_torchvision
@@ -45,18 +48,62 @@ def mlp(num_classes: int, channels: int, width: int = 1024) -> nn.Module:
 
 
 MODELS = {"resnet18": resnet18, "tiny": tiny, "mlp": mlp}
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class GhostBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm that, in training, normalises each group of `group` samples of a batch on its own (ghost
+    BatchNorm, Hoffer et al. 2017). With `group` = one peer's batch, a process that trains the batch of N
+    peers (the one-process baseline) normalises it as the N peers normalise theirs, so both compute the same
+    update. Running statistics take each group in turn. A batch of at most `group` samples, and evaluation,
+    are plain BatchNorm."""
+
+    def __init__(self, num_features: int, group: int, **kwargs):
+        super().__init__(num_features, **kwargs)
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or len(x) <= self.group:
+            return super().forward(x)
+        return torch.cat([nn.BatchNorm2d.forward(self, part) for part in x.split(self.group)])
+
+
+def with_ghost_batch_norm(model: nn.Module, group: int) -> nn.Module:
+    """The model with every BatchNorm2d replaced by a GhostBatchNorm2d of `group` samples, its state kept."""
+    for name, child in model.named_children():
+        if type(child) is nn.BatchNorm2d:
+            ghost = GhostBatchNorm2d(child.num_features, group, eps=child.eps, momentum=child.momentum,
+                                     affine=child.affine, track_running_stats=child.track_running_stats)
+            ghost.load_state_dict(child.state_dict())
+            setattr(model, name, ghost)
+        else:
+            with_ghost_batch_norm(child, group)
+    return model
 
 
 def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
+    """The model the config names, its parameters in cfg.dtype; with cfg.ghost_batch_norm, its BatchNorm
+    normalises groups of one peer's batch (cfg.batch_size)."""
     options = {k: v for k, v in cfg.model.items() if k != "name"}
-    return MODELS[cfg.model.name](num_classes, channels, **options)
+    model = MODELS[cfg.model.name](num_classes, channels, **options)
+    if cfg.ghost_batch_norm:
+        model = with_ghost_batch_norm(model, int(cfg.batch_size))
+    return model.to(DTYPES[cfg.dtype])
+
+
+def _digest(tensors) -> str:
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def parameter_digest(model: nn.Module) -> str:
     """SHA-256 of all parameters' bytes: equal digests mean bit-identical parameters."""
-    import hashlib
+    return _digest(model.parameters())
 
-    digest = hashlib.sha256()
-    for param in model.parameters():
-        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
+
+def state_digest(model: nn.Module) -> str:
+    """SHA-256 of the parameters' and buffers' bytes (BatchNorm statistics included): equal digests mean a
+    bit-identical model, which evaluates identically."""
+    return _digest(model.state_dict().values())

@@ -21,7 +21,7 @@ from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
 from job.data import load_splits
 from job.device import PeerDevice
-from job.evaluation import Snapshots
+from job.evaluation import PreciseBatchNorm, Snapshots
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
@@ -59,7 +59,10 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                                 device, snapshots)
                 result["param_sha256"] = parameter_digest(model)
                 evaluated = build_model(cfg, splits.num_classes, splits.channels).to(device.device)
-                result |= snapshots.evaluate_all(evaluated, splits.test, log)  # training has ended
+                precise = PreciseBatchNorm(splits.train, int(cfg.precise_bn_samples), cfg.batch_size,
+                                           device.device) if cfg.precise_bn_samples else None
+                result |= snapshots.evaluate_all(evaluated, splits.test, log, precise, peer.eval_samples,
+                                                 peer.weights if cfg.keep_weights else None)  # training has ended
             finally:
                 snapshots.discard()
                 log.close()

@@ -118,7 +118,14 @@ class Launcher(ABC):
             self.cpu_groups.close()
             self.placement.close()
             machine.stop()
+        if outcome.error and self.cfg.launch.nnodes > 1:
+            outcome.error = f"{self.node_name()}: {outcome.error}"
         return outcome
+
+    def node_name(self) -> str:
+        """This host in a run over several hosts, as an error names it."""
+        launch = self.cfg.launch
+        return f"node {socket.gethostname()} (node rank {launch.node_rank} of {launch.nnodes})"
 
     def _check(self, start: float) -> Outcome | None:
         codes = {rank: proc.poll() for rank, proc in self.procs.items()}

@@ -7,11 +7,13 @@ from job.data import DATASETS, check_data_config
 from job.device import resolve_device
 from job.errors import ConfigError
 from job.fault import check_fault_config
-from job.model import MODELS
+from job.model import DTYPES, MODELS
 from job.optim import OPTIMIZERS, SCALINGS
 from job.registry import resolve
 from launchers.lock import LOCK_MODES
 from launchers.shape import fit_peers
+from metrics.target import check_target
+from metrics.report.primary import CHOICES as PRIMARY_CHOICES
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
 
@@ -22,6 +24,7 @@ RESOLVERS = {  # arithmetic for experiment presets, and the strategies' default 
     "per_peer": lambda total, peers: max(1, total // peers),
     "times": lambda a, b: a * b,
     "at_least": lambda value, floor: max(int(value), int(floor)),
+    "project_root": lambda: str(CONF_DIR.parent),  # e.g. a batch job's PYTHONPATH (conf/hydra/launcher/slurm.yaml)
 }
 for _name, _fn in RESOLVERS.items():
     OmegaConf.register_new_resolver(_name, _fn, replace=True)
@@ -68,10 +71,10 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def check_repeats(value) -> int:
-    """repeats: the blocks of a multirun, an integer >= 1."""
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-             f"repeats must be an integer >= 1, got {value}")
+def check_repeats(value) -> int | str:
+    """repeats: the blocks of a multirun, an integer >= 1, or auto (planned from the recorded noise)."""
+    _require(value == "auto" or isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+             f"repeats must be an integer >= 1, got {value} (or auto: planned from the recorded noise)")
     return value
 
 
@@ -86,6 +89,9 @@ def validate(cfg) -> None:
     _require(int(cfg.warmup_steps) >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     _require(cfg.lock in LOCK_MODES, f"lock must be one of {', '.join(LOCK_MODES)}, got {cfg.lock}")
     _require(cfg.report.baselines in ("auto", "off"), f"report.baselines must be auto or off, got {cfg.report.baselines}")
+    _require(cfg.report.primary in PRIMARY_CHOICES,
+             f"report.primary must be one of {', '.join(PRIMARY_CHOICES)}, got {cfg.report.primary}")
+    _require(int(cfg.report.max_blocks) >= 2, f"report.max_blocks must be >= 2, got {cfg.report.max_blocks}")
     margin = cfg.report.equivalence_margin
     _require(isinstance(margin, (int, float)) and 0 < margin < 1,
              f"report.equivalence_margin must be a fraction in (0, 1), got {margin}")
@@ -93,8 +99,10 @@ def validate(cfg) -> None:
     _require(cfg.block is None or (isinstance(cfg.block, int) and cfg.block >= 0),
              f"block must be null or an integer >= 0 (the multirun sets it), got {cfg.block}")
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
-    _require(cfg.target.metric in ("test_accuracy", "test_loss"),
-             f"target.metric must be test_accuracy or test_loss, got {cfg.target.metric}")
+    _require((problem := check_target(cfg.target)) is None, str(problem))
+    _require(cfg.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
+    _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
+             f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
     _require(float(cfg.sampler.interval) > 0, f"sampler.interval must be > 0, got {cfg.sampler.interval}")
     for name, value in cfg.timeouts.items():
         _require(float(value) > 0, f"timeouts.{name} must be > 0, got {value}")

@@ -1,11 +1,44 @@
 """Local launcher: one process per peer on this host, with the torchrun environment contract.
 
 Several hosts: run the same command on each with launch.nnodes, launch.node_rank,
-launch.master_addr and a fixed launch.master_port; ranks node_rank*nprocs_per_node+i
-start here. Under network=emulated each rank runs on its own emulated host
-(launchers/placement.py) and MASTER_ADDR is rank 0's address there.
+launch.master_addr and a fixed launch.master_port (experiment=slurm sets them from SLURM's
+variables on each node); ranks node_rank*nprocs_per_node+i start here, and communicate over
+this host's address towards master_addr (node_network). Under network=emulated each rank runs
+on its own emulated host (launchers/placement.py) and MASTER_ADDR is rank 0's address there.
 """
+import os
+import socket
+
+import psutil
+
 from launchers.base import Launcher, free_port
+from launchers.placement import PlacementError
+
+
+def node_address(master_addr: str) -> str:
+    """This host's address towards master_addr: the source address the kernel picks for it (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((master_addr, 9))
+        return sock.getsockname()[0]
+
+
+def interface_of(address: str) -> str | None:
+    return next((name for name, addrs in psutil.net_if_addrs().items() if any(a.address == address for a in addrs)),
+                None)
+
+
+def node_network(master_addr: str) -> dict:
+    """Peers of a run over several hosts listen on this host's address towards master_addr (a strategy that opens
+    its own sockets binds AVGBENCH_PEER_ADDR), and gloo on its interface, unless GLOO_SOCKET_IFNAME is set."""
+    try:
+        address = node_address(master_addr)
+    except OSError as exc:
+        raise PlacementError(f"{socket.gethostname()} cannot reach launch.master_addr={master_addr}: {exc}") from exc
+    env = {"AVGBENCH_PEER_ADDR": address}
+    interface = interface_of(address)
+    if interface and "GLOO_SOCKET_IFNAME" not in os.environ:
+        env |= {"GLOO_SOCKET_IFNAME": interface, "TP_SOCKET_IFNAME": interface}
+    return env
 
 
 class LocalLauncher(Launcher):
@@ -14,9 +47,10 @@ class LocalLauncher(Launcher):
         per_node = self.nprocs // launch.nnodes
         port = launch.master_port or free_port(launch.master_addr)
         master_addr = self.placement.address(0) or launch.master_addr
+        network = node_network(str(master_addr)) if launch.nnodes > 1 else {}
         for local_rank in range(per_node):
             rank = launch.node_rank * per_node + local_rank
-            env = self.base_env() | {
+            env = self.base_env() | network | {
                 "RANK": str(rank), "WORLD_SIZE": str(self.nprocs),
                 "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_node),
                 "GROUP_RANK": str(launch.node_rank),

@@ -6,6 +6,7 @@ not oversubscribe the machine. Each peer pins its own cores (job/process.py pin_
 the shape fits.
 """
 import os
+import socket
 
 from omegaconf import OmegaConf
 
@@ -37,7 +38,8 @@ def shape_of(cfg, spec, peers_default: bool) -> dict:
     asked = processes * spec.threads / dilation
     return {"peers": int(cfg.peers), "peer_cpus": int(cfg.peer_cpus), "processes": processes,
             "cpus_asked": asked, "cores": cores, "oversubscription": asked / cores, "fits": asked <= cores,
-            "peers_default": peers_default}
+            "peers_default": peers_default, "host": socket.gethostname(), "node_rank": int(cfg.launch.node_rank),
+            "nnodes": int(cfg.launch.nnodes)}
 
 
 def shape_lines(shape: dict) -> list[str]:

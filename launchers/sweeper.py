@@ -1,17 +1,21 @@
 """A multirun in paired blocks (hydra.sweeper in conf/config.yaml).
 
-`train.py -m strategy=ring,stepwise repeats=3` runs every configuration of the command line and the equal-resource
-baselines its report needs (metrics.report_data.missing_baselines; `report.baselines=off`: none) in `repeats`
-blocks. Each block holds one run of every job, in a shuffled order (a fixed shuffle per block, so the same command
+`train.py -m strategy=ring,stepwise repeats=3` runs every configuration of the command line, the equal-resource
+baselines its report needs (metrics.report.baselines.missing_baselines; `report.baselines=off`: none) and the
+control arm (each equal-resource baseline a second time, `arm=control`; `report.control=false`: none) in `repeats`
+blocks (`repeats=auto`: the blocks a power calculation on the recorded noise asks for, metrics/report/design.py).
+Each block holds one run of every job, in the order of a Williams design (carry-over balanced; the same command
 gives the same order), with seed = the job's seed + the block index and `block` = the block index; the report
-compares each configuration with the baseline run in the same block. Jobs go to SWEEP_DIR/block<B>/<name>, the
-name made of the swept values (baselines: baseline_<peers>x<cpus>), so a rerun of the same command in the same
-`hydra.sweep.dir` finds them: a job whose summary.json says completed, with the same configuration, is kept and
-skipped; any other job directory (failed, interrupted, another configuration) is moved aside into
-SWEEP_DIR/superseded/<time>/ (the report ignores it) and the job runs again.
+compares each configuration with the runs of the same block. Before the first run the sweep declares its design in
+its plan (SWEEP_DIR/.avgbench/sweep.json) and prints it: the primary figure, the blocks, the comparisons, the
+order. Jobs go to SWEEP_DIR/block<B>/<name>, the name made of the swept values (baselines: baseline_<peers>x<cpus>,
+the control arm: its baseline's name + _control), so a rerun of the same command in the same `hydra.sweep.dir`
+finds them: a job whose summary.json says completed, with the same configuration, is kept and skipped; any other
+job directory (failed, interrupted, another configuration) is moved aside into SWEEP_DIR/superseded/<time>/ (kept
+in the report as an attempt) and the job runs again in its block, marked in the plan as run later. A resumed sweep
+whose declared design differs from the one its kept runs were made under gets no verdict (the plan says why).
 """
 import json
-import random
 import re
 import sys
 import time
@@ -27,17 +31,22 @@ from job.errors import ConfigError
 from launchers.config import check_repeats, strategy_class
 from launchers.lock import take_sweep_lock
 from launchers.shape import peers_from_default, shape_lines, shape_of
-from metrics.report_data import STRATEGY_BLOCKS, flatten, missing_baselines, override_args, planned_run
+from metrics.report.baselines import missing_baselines, override_args
+from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
+from metrics.report.primary import from_dict
+from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
 from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir
 
 NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", *STRATEGY_BLOCKS)  # not for baselines
 RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.")  # a kept run may differ in these
+ROOT = Path(__file__).resolve().parent.parent
+DECLARED = ("primary", "comparisons", "blocks")  # a resumed sweep that changes one of these gets no verdict
 
 
 @dataclass
 class Job:
     name: str            # the job directory below block<B>/
-    overrides: list[str]  # the configuration's overrides, without seed and block
+    overrides: list[str]  # the configuration's overrides, without seed, block and repeats
     seed: int            # the configuration's own seed; block B runs seed + B
 
 
@@ -53,22 +62,30 @@ class BlockSweeper(BasicSweeper):
         try:
             repeats = check_repeats(self.config.repeats)
             jobs = self.configurations(parsed)
-        except ConfigError as exc:
+            if self.config.report.baselines == "auto":
+                jobs += self.baselines(jobs, [o.input_line for o in parsed if not o.is_sweep_override()])
+            jobs += self.controls(jobs)
+            design, design_lines = self.design(jobs, repeats)
+        except (ConfigError, ValueError) as exc:
             print(f"avgbench: error: {exc}", file=sys.stderr)
             sys.exit(2)
-        for line in self.shape_notice(jobs):  # the multirun's first lines: before the lock's and Hydra's
+        for line in [*self.shape_notice(jobs), *design_lines]:  # the multirun's first lines: before the lock's
             print(line, flush=True)
         take_sweep_lock(str(self.config.lock))
-        if self.config.report.baselines == "auto":
-            jobs += self.baselines(jobs, [o.input_line for o in parsed if not o.is_sweep_override()])
         sweep_dir = Path(self.config.hydra.sweep.dir)
         aside = sweep_dir / SUPERSEDED / time.strftime("%Y-%m-%d_%H-%M-%S")
         sweep_dir.mkdir(parents=True, exist_ok=True)
         move_aside(sweep_dir / "multirun.yaml", aside / "multirun.yaml")  # an earlier command's
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        planned = [self.job_overrides(job, block) for block in range(repeats) for job in shuffled(jobs, block)]
-        to_run, kept = self.resume(sweep_dir, planned, aside)
-        write_plan(sweep_dir, planned, kept)
+        blocks = design["blocks"]
+        order = [(block, position, jobs[index]) for block in range(blocks)
+                 for position, index in enumerate(block_order(len(jobs), block))]
+        planned = [self.job_overrides(job, block, blocks) for block, _, job in order]
+        earlier = read_plan(sweep_dir)
+        to_run, kept, moved = self.resume(sweep_dir, planned, aside)
+        plan = write_plan(sweep_dir, planned, kept, design, order, moved, earlier)
+        if plan.get("changed"):
+            print(f"avgbench: warning: {plan['changed']}: its report will give no verdict", flush=True)
         if kept:
             print(f"avgbench: {len(kept)} of {len(planned)} runs already completed in {sweep_dir}: kept, not rerun",
                   flush=True)
@@ -92,7 +109,8 @@ class BlockSweeper(BasicSweeper):
         for overrides in self.split_arguments(parsed, None)[0]:
             cfg = self.compose(overrides)
             named = [o for o in overrides if key_of(o) in swept] or [f"strategy={cfg.strategy.name}"]
-            jobs.append(Job(job_name(named), [o for o in overrides if not is_seed(o)], int(cfg.seed)))
+            jobs.append(Job(job_name(named), [o for o in overrides if key_of(o) not in ("seed", "repeats")],
+                            int(cfg.seed)))
         return unique_names(jobs)
 
     def shape_notice(self, jobs: list[Job]) -> list[str]:
@@ -114,16 +132,50 @@ class BlockSweeper(BasicSweeper):
         """The baselines the configurations' report needs and the sweep lacks, with the command line's plain
         (not swept) overrides that concern the job (e.g. experiment=slurm), not those of a strategy, a shape,
         a fault or a seed."""
-        planned = [planned_run(OmegaConf.to_container(cfg, resolve=True), strategy_class(cfg).is_baseline)
-                   for cfg in (self.compose(job.overrides) for job in jobs)]
         baselines = []
-        missing = missing_baselines(planned)
+        missing = missing_baselines(self.planned(jobs))
         for overrides, name in zip(missing, baseline_names(missing)):
             own = override_args(overrides)
             keys = {key_of(o) for o in own}
             shared = [o for o in plain if key_of(o) not in keys and not key_of(o).startswith(NOT_SHARED)]
             baselines.append(Job(name, shared + own, int(self.config.seed)))
         return unique_names(baselines)
+
+    def planned(self, jobs: list[Job]) -> list:
+        """Each job as a run not started yet (metrics.report.runs.planned_run)."""
+        return [planned_run(OmegaConf.to_container(cfg, resolve=True), strategy_class(cfg).is_baseline)
+                for cfg in (self.compose(job.overrides) for job in jobs)]
+
+    def controls(self, jobs: list[Job]) -> list[Job]:
+        """The control arm: each equal-resource baseline once more in every block (arm=control)."""
+        if not self.config.report.control:
+            return []
+        return [Job(f"{jobs[i].name}_control", [*jobs[i].overrides, f"arm={CONTROL}"], jobs[i].seed)
+                for i in control_jobs(self.planned(jobs))]
+
+    def design(self, jobs: list[Job], repeats: int | str) -> tuple[dict, list[str]]:
+        """What the sweep declares before its first run (metrics/report/design.py), and its first lines."""
+        named = list(zip([job.name for job in jobs], self.planned(jobs)))
+        lines = []
+        if repeats == "auto":
+            results = ROOT / str(self.config.report.noise_results)
+            repeats, lines = planned_blocks(named, results, int(self.config.report.max_blocks))
+        design = declaration(named, repeats)
+        design["order"] = order_of(len(jobs), repeats)
+        design["repeats"] = self.config.repeats
+        design["control"] = [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]
+        for section, primary in design["primary"].items():
+            lines.insert(0, f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks "
+                            f"and claims on it alone): {from_dict(primary).text}")
+        order = design["order"]
+        comparisons = sum(len(c) for c in design["comparisons"].values())
+        lines.append(f"avgbench: {repeats} block{'s' if repeats > 1 else ''} of {len(jobs)} jobs"
+                     + (f" (control arm: {', '.join(design['control'])})" if design["control"] else "")
+                     + f", in a Williams order of {order['sequences']} sequences ("
+                     + ("balanced" if order["balanced"] else
+                        f"not balanced: a multiple of {order['sequences']} blocks would be")
+                     + f"); {comparisons} comparisons declared, Holm-corrected per (dataset, model)")
+        return design, lines
 
     def compose(self, overrides: list[str]):
         """The job's config, as the launcher will compose it, without the hydra node."""
@@ -132,16 +184,17 @@ class BlockSweeper(BasicSweeper):
             del cfg["hydra"]
         return cfg
 
-    def job_overrides(self, job: Job, block: int) -> list[str]:
+    def job_overrides(self, job: Job, block: int, blocks: int) -> list[str]:
         subdir = re.sub(r"\{env:([^}]*)\}", r"${oc.env:\1}",  # resolved by the job, e.g. on its node
                         self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name))
-        return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"hydra.sweep.subdir='{subdir}'"]
+        return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}",
+                f"hydra.sweep.subdir='{subdir}'"]
 
     # Resuming in the same sweep directory.
 
-    def resume(self, sweep_dir: Path, planned: list[list[str]], aside: Path) -> tuple[list[list[str]], list[str]]:
-        """The jobs to run and the job directories kept; moves every other existing job directory into aside."""
-        to_run, kept = [], []
+    def resume(self, sweep_dir: Path, planned: list[list[str]], aside: Path) -> tuple[list, list[str], dict]:
+        """The jobs to run, the job directories kept, and each job directory moved into aside (job -> where)."""
+        to_run, kept, moved = [], [], {}
         for overrides in planned:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
             job_dir = sweep_dir / cfg.hydra.sweep.subdir
@@ -155,10 +208,11 @@ class BlockSweeper(BasicSweeper):
                 continue
             target = aside / job_dir.relative_to(sweep_dir)
             move_aside(job_dir, target)
+            moved[job_dir.relative_to(sweep_dir).as_posix()] = target.relative_to(sweep_dir).as_posix()
             print(f"avgbench: {job_dir} did not complete with this configuration: moved to {target}, running it "
-                  "again", flush=True)
+                  "again in its block", flush=True)
             to_run.append(overrides)
-        return to_run, kept
+        return to_run, kept, moved
 
 
 def completed_with(job_dir: Path, config: dict) -> bool:
@@ -179,17 +233,45 @@ def move_aside(path: Path, target: Path) -> None:
         path.rename(target)
 
 
-def shuffled(jobs: list[Job], block: int) -> list[Job]:
-    """The block's order: a shuffle seeded by the block index (the same command gives the same order)."""
-    order = list(jobs)
-    random.Random(block).shuffle(order)
-    return order
+def changes(first: dict, now: dict) -> list[str]:
+    """What of the declared design differs between the plan the first runs were made under and this one (how the
+    primary figure was asked for aside: auto and its resolution declare the same figure)."""
+    def declared(plan: dict, key: str) -> str:
+        found = plan.get(key)
+        if key == "primary":
+            found = {section: {k: v for k, v in p.items() if k != "declared"} for section, p in (found or {}).items()}
+        return json.dumps(found, sort_keys=True)
+    return [key for key in DECLARED if declared(first, key) != declared(now, key)]
 
 
-def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str]) -> None:
+def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
+               moved: dict, earlier: dict) -> dict:
+    """The sweep's plan: its jobs in start order, their block, position and Williams sequence, the design declared
+    before the first run (an earlier plan's where its runs are kept: a changed design is recorded, not adopted),
+    and the jobs run again after an earlier attempt."""
+    sequences = design["order"]["sequences"]
+    plan = {"jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
+            "order": [{"block": block, "position": position, "sequence": block % sequences,
+                       "job": f"block{block}/{job.name}"} for block, position, job in order],
+            "declaration": design}
+    first = earlier.get("declaration")
+    if kept and first:
+        plan["declaration"] = first
+        changed = changes(first, design)
+        if changed or earlier.get("changed"):
+            plan["changed"] = earlier.get("changed") or (
+                f"this sweep's plan differs from the one its first runs were made under in {', '.join(changed)}")
+            plan["redeclared"] = design
+    elif kept:
+        plan["first_runs_undeclared"] = True
+    reruns = {entry["job"]: entry["attempts"] for entry in earlier.get("reruns") or []}
+    for job, where in moved.items():
+        reruns[job] = [*reruns.get(job, []), where]
+    plan["reruns"] = [{"job": job, "attempts": attempts} for job, attempts in reruns.items()]
     path = sweep_dir / SWEEP_PLAN
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"jobs": planned, "kept": kept, "to_run": len(planned) - len(kept)}, indent=1))
+    path.write_text(json.dumps(plan, indent=1))
+    return plan
 
 
 def planned_jobs(sweep_dir: Path) -> int | None:
@@ -202,10 +284,6 @@ def planned_jobs(sweep_dir: Path) -> int | None:
 
 def key_of(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0]
-
-
-def is_seed(override: str) -> bool:
-    return key_of(override) == "seed"
 
 
 def job_name(overrides: list[str]) -> str:

@@ -36,7 +36,7 @@ METHODS = {
                  "of its time (it wanted CPU it was promised and did not get it: other work on its cores). A peer "
                  "that received less because it was idle (waiting for the network) has little run-queue delay "
                  "and is not marked; throttling counts alone say nothing (a busy-polling thread receives its "
-                 "full quota doing nothing). Thresholds from measurement: README 'CPU isolation and time dilation'. "
+                 "full quota doing nothing). Thresholds from measurement: docs/lab-log.md (2026-11-23). "
                  "null when not isolated",
     "dilation": "emulate.dilation = k (DieCast): every peer gets peer_cpus/k CPU, link rates / k, and every time "
                 "knob (name ending in _s, _ms, _us, _time, _timeout; emulate.* excepted) x k, before the peers "

@@ -4,8 +4,9 @@
       summary.json  launcher.log
       .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  cpu.json
                     dilation.json  link.json  link_meter.json  <strategy files>
-      peer<RANK>/   steps.jsonl  eval.jsonl  resources.jsonl  result.json  output.log  error.txt
-                    fault.json  snapshots/ (while the peer runs)  <strategy files>
+      peer<RANK>/   steps.jsonl  eval.jsonl  eval_samples.npz  resources.jsonl  result.json  output.log
+                    error.txt  fault.json  snapshots/ (while the peer runs)  weights/ (keep_weights)
+                    <strategy files>
 """
 from pathlib import Path
 
@@ -28,6 +29,8 @@ class PeerDir:
     fault = property(lambda self: self.path / "fault.json")
     rounds = property(lambda self: self.path / "rounds.jsonl")  # one record per averaging round (metrics/rounds.py)
     snapshots = property(lambda self: self.path / "snapshots")  # weights saved for evaluation after training
+    weights = property(lambda self: self.path / "weights")  # the snapshots, kept after evaluation (keep_weights)
+    eval_samples = property(lambda self: self.path / "eval_samples.npz")  # each test sample's outcome per evaluation
 
     def file(self, name: str) -> Path:
         """A file a strategy keeps for this peer (e.g. its own per-epoch log)."""

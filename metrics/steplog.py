@@ -24,6 +24,7 @@ STEP_FIELDS = (
     "data_s", "compute_s", "comm_s", "opt_s", "hidden_comm_s", "ended_at", "bytes_sent", "bytes_recv", "round",
     "cpu_s", "runq_s",
 )
+PHASES = ("data_s", "compute_s", "comm_s", "opt_s")  # a step's time breakdown: the four sum to its wall time
 
 
 class StepLog:

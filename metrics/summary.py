@@ -18,8 +18,10 @@ from metrics.network import METHODS as NETWORK_METHODS
 from metrics.network import network_section
 from metrics.rounds import rounds_section
 from metrics.rundir import PeerDir, RunDir
+from metrics.target import METHODS as TARGET_METHODS
+from metrics.target import samples_by_step, time_to_target
+from metrics.steplog import PHASES
 
-PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 
 METHODS = {
     "started_at": "unix time (s) the launcher started the run: the time its outcome was decided minus wall_s "
@@ -49,22 +51,10 @@ METHODS = {
                       "x S per worker link and direction); no protocol headers. "
                       "Per sample: all workers' payload bytes / all workers' samples. Wire measurements are under "
                       "network.wire (network=emulated only)",
-    "accuracy_by_worker": "every worker evaluates its own model on the whole held-out split at the same steps; "
+    "accuracy_by_worker": "every worker evaluates its own model (BatchNorm statistics recomputed: precise_bn_samples) "
+                          "on the whole held-out split at the same steps; "
                           "mean, worst and best over workers of their last evaluation. final_test_accuracy and "
                           "final_test_loss are the worst worker's",
-    "time_to_target_s": "training time (snapshot pauses excluded) at which the worst worker reached the target for "
-                        "good: per worker, the first evaluation reaching the target whose next evaluation reaches "
-                        "it too (a crossing at the last evaluation, unconfirmed, does not count), linearly "
-                        "interpolated in train_s between the evaluation before it (below the target) and it; the "
-                        "latest of the workers' crossings (null if any worker has none)",
-    "samples_to_target": "all workers' trained samples at the worst worker's crossing (the same rule, interpolated "
-                         "with the same fraction between the two evaluations' steps; each worker's samples at a step "
-                         "from its steps.jsonl); the latest over workers. Depends on the seed, not the machine, for "
-                         "strategies whose workers step in lockstep; for asynchronous ones it counts the samples "
-                         "other workers had trained by the same step number",
-    "steps_to_target": "the worst worker's crossing as an interpolated step (fractional)",
-    "time_per_sample_s": "time_to_target_s / samples_to_target: training time per sample of all workers up to the "
-                         "target, so that time-to-target = samples-to-target x time per sample (the machine's share)",
     "evaluation": "evaluations are of weights saved during training (every eval_every steps, at step 0 and at the "
                   "last step), run after the worker's training ended: interval_steps and interval_samples (all "
                   "workers' samples between two evaluations) and test_samples (held-out split; one sample = "
@@ -84,7 +74,10 @@ METHODS = {
     "shape": "the run's shape against this host: processes (of this run on this host) x threads each = cpus_asked "
              "(divided by emulate.dilation where set), cores = usable cores (os.sched_getaffinity), "
              "oversubscription = cpus_asked / cores, fits = cpus_asked <= cores; peers_default = peers came from "
-             "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores)",
+             "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores); host = this "
+             "host's name (gethostname), node_rank of nnodes = its place in a run over several hosts (each writes "
+             "its own summary, of its own peers)",
+    **TARGET_METHODS,
     **MACHINE_METHODS,
     **NETWORK_METHODS,
     **LINK_METHODS,
@@ -95,13 +88,6 @@ METHODS = {
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.fmean(values) if values else None
-
-
-def reached(evaluation: dict, target: dict) -> bool:
-    value = evaluation.get(target["metric"])
-    if value is None:
-        return False
-    return value >= target["value"] if target["metric"] == "test_accuracy" else value <= target["value"]
 
 
 def peer_figures(peer: PeerDir) -> dict:
@@ -150,50 +136,10 @@ def device_of(config: dict, workers: list[dict]) -> dict:
             "gpu_shared": any(r.get("gpu_shared", False) for r in results)}
 
 
-def crossing(evals: list[dict], target: dict) -> dict | None:
-    """A worker's sustained crossing of the target: the first evaluation reaching it whose next evaluation
-    reaches it too, interpolated linearly from the evaluation before (which is below the target).
-    Returns the two bracketing steps, the fraction between them and the interpolated step, samples
-    and train_s; None if there is none (a crossing at the last evaluation is unconfirmed)."""
-    metric = target["metric"]
-    for i in range(len(evals) - 1):
-        if not (reached(evals[i], target) and reached(evals[i + 1], target)):
-            continue
-        after = evals[i]
-        before = evals[i - 1] if i else after
-        span = after[metric] - before[metric]
-        fraction = (target["value"] - before[metric]) / span if span else 1.0
-        return {"from_step": before["step"], "to_step": after["step"], "fraction": fraction,
-                **{k: before[k] + fraction * (after[k] - before[k]) for k in ("step", "samples", "train_s")}}
-    return None
-
-
-def samples_by_step(steps: list[dict]):
-    """A worker's trained samples after a step (0 before its first; after its last, its total)."""
-    counts = {s["step"]: s["samples"] for s in steps}
-    ordered = sorted(counts)
-
-    def at(step: int) -> int:
-        done = [k for k in ordered if k <= step]
-        return counts[done[-1]] if done else 0
-    return at
-
-
-def worker_accuracy(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]], target: dict) -> dict:
-    """Final accuracy over workers (mean, worst, best) and when the worst worker reached the target for good
-    (in training time, all workers' samples and steps; see METHODS)."""
+def worker_accuracy(evals_by_rank: dict[int, list[dict]]) -> dict:
+    """Final accuracy over workers (mean, worst, best; see METHODS)."""
     finals = {rank: evals[-1] for rank, evals in evals_by_rank.items() if evals}
     accuracy = {rank: e.get("test_accuracy") for rank, e in finals.items()}
-    crossings = {rank: crossing(evals, target) for rank, evals in evals_by_rank.items()}
-    all_crossed = bool(crossings) and all(crossings.values())
-    counters = [samples_by_step(steps) for steps in steps_by_rank.values()]
-
-    def all_samples(c: dict) -> float:
-        before, after = (sum(at(c[k]) for at in counters) for k in ("from_step", "to_step"))
-        return before + c["fraction"] * (after - before)
-
-    worst = {key: max(c[key] for c in crossings.values()) for key in ("train_s", "step")} if all_crossed else {}
-    samples = max(all_samples(c) for c in crossings.values()) if all_crossed else None
     known = [a for a in accuracy.values() if a is not None]
     return {
         "accuracy_by_worker": {
@@ -204,11 +150,6 @@ def worker_accuracy(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[in
         },
         "final_test_accuracy": min(known) if known else None,
         "final_test_loss": max((e["test_loss"] for e in finals.values()), default=None),
-        "time_to_target_s": worst.get("train_s"),
-        "samples_to_target": samples,
-        "steps_to_target": worst.get("step"),
-        "time_per_sample_s": worst["train_s"] / samples if samples else None,
-        "time_to_target_by_rank": {rank: (c["train_s"] if c else None) for rank, c in crossings.items()},
     }
 
 
@@ -255,7 +196,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     recv = _mean(s["bytes_recv"] for s in all_steps)
     evals_by_rank = {p.rank: read_jsonl(p.evals) for p in worker_dirs}
     steps_by_rank = {p.rank: read_jsonl(p.steps) for p in worker_dirs}
-    accuracy = worker_accuracy(evals_by_rank, steps_by_rank, config["target"])
+    accuracy = worker_accuracy(evals_by_rank) | time_to_target(
+        evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
     isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures})
     return undilate({
         "status": outcome.status,

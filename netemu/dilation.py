@@ -5,7 +5,7 @@ before the peers read it: link rates (knobs ending in _mbit, and network.per_pee
 every time knob (ending in _s, _ms, _us, _time, _timeout: timeouts, latencies, hivemind's
 matchmaking and timeouts, fault stalls, ...) x k, so a knob added later is scaled without code
 changes. The emulate block itself is not scaled. The summary converts reported times back.
-The guest clock is not dilated: what runs on the kernel's own timers is not (see README).
+The guest clock is not dilated: what runs on the kernel's own timers is not (see docs/emulation.md).
 """
 from omegaconf import OmegaConf
 

@@ -208,3 +208,28 @@ def privilege_hint() -> str:
     return ("; as a non-root user network=emulated needs unprivileged user namespaces "
             "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, no AppArmor "
             "restriction), or run as root")
+
+
+# --- machines of their own (SLURM nodes) ----------------------------------------------
+MACHINE_SCRIPT = 'hostname "$0"; mount --bind "$1" /etc/hosts; shift; exec "$@"'
+
+
+def hosts_table(names: dict[str, int]) -> str:
+    """/etc/hosts of an emulated cluster: each machine's name at its host's address (name -> host index)."""
+    return "127.0.0.1 localhost\n" + "".join(f"{host_address(i)} {name}\n" for name, i in names.items())
+
+
+def machine_prefix(host: Host, hostname: str, hosts_file: Path) -> list[str]:
+    """Command prefix: runs a command on `host` as a machine of its own, as a SLURM node is: the host's network
+    namespace, plus a UTS namespace of its own (gethostname() = hostname) and a mount namespace of its own
+    whose /etc/hosts is `hosts_file` (the cluster's names, as its DNS would give them). Everything the command
+    starts (slurmd's job steps) inherits all three."""
+    hub = host.enter[:host.enter.index("ip")]  # nsenter's own --net, not `ip netns exec`: it would mount a /sys
+    return [*hub, "nsenter", f"--net=/run/netns/{host.netns}",  # without the cgroup file systems slurmd needs
+            "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", MACHINE_SCRIPT, hostname,
+            str(hosts_file)]
+
+
+def processes_on(host: Host) -> list[int]:
+    """PIDs inside one host's network namespace (a machine's own processes, e.g. a SLURM node's daemons and jobs)."""
+    return processes_in({"hosts": [asdict(host)], "hub_netns_inode": None, "hub_mntns_inode": None})

@@ -1,9 +1,11 @@
 """hivemind: decentralized averaging, each peer with its own DHT and hivemind.Optimizer.
 
-Rendezvous is the hivemind DHT: rank 0 starts first and writes its visible
-multiaddrs to RUN_DIR/.avgbench/hivemind_maddrs (one host), or peers join the
-multiaddrs given in hivemind.initial_peers (several hosts). Everyone listens on
-hivemind.host (loopback by default), with nat_port_map off.
+Rendezvous is the hivemind DHT: rank 0 starts first and publishes its visible
+multiaddrs, in RUN_DIR/.avgbench/hivemind_maddrs (one host) or in a TCPStore it
+serves at MASTER_ADDR:MASTER_PORT (several hosts, which share no run folder), or
+peers join the multiaddrs given in hivemind.initial_peers. Everyone listens on
+hivemind.host (loopback by default; several hosts: the host's address the launcher
+gives in AVGBENCH_PEER_ADDR), with nat_port_map off.
 
 Run length: max_steps is per peer, as for every strategy, but hivemind advances
 in epochs of target_batch_size samples gathered by all peers together, so peers
@@ -143,8 +145,8 @@ class Hivemind(Strategy):
         All-reduce: each peer owns 1/g of the S bytes, sends the other g-1 owners their parts at once and gets
         back the average of its own part, so its link carries 2(g-1)/g·S each way and the messages of each half
         go in parallel: 2α, not (g-1)·α. Groups average at the same time on their own links. avgbench sets no
-        target group size, and the runs measured whole-swarm groups in 96-97 % of rounds at 8 peers (README,
-        thesis), so g = N. S is what the averagers moved per round as measured (gradients, and parameters of
+        target group size, and the runs measured whole-swarm groups in 96-97 % of rounds at 8 peers (lab log,
+        2026-11-23), so g = N. S is what the averagers moved per round as measured (gradients, and parameters of
         synchronous state rounds); background rounds are not charged for the CPU they take.
         """
         knobs = m.knobs
@@ -264,14 +266,14 @@ class Hivemind(Strategy):
         inner.step = timed_update
 
     # what setup has started so far (close() ends just that)
-    dht = opt = epochs = own_files = None
+    dht = opt = epochs = own_files = bootstrap_store = None
     heartbeat_stop: threading.Event | None = None
 
     def _start_dht(self, hivemind):
         maddrs_file = self.ctx.run.file(MADDRS_FILE)
         initial_peers = list(self.hm.initial_peers)
         if not initial_peers and self.ctx.rank != 0:
-            initial_peers = self._wait_for_bootstrap(maddrs_file)
+            initial_peers = self._store_bootstrap() if self._hosts_apart() else self._wait_for_bootstrap(maddrs_file)
         host = os.environ.get("AVGBENCH_PEER_ADDR", self.hm.host)  # network=emulated: this peer's host address
         host_maddrs = [f"/ip4/{host}/tcp/{self.hm.port}"]
         try:
@@ -283,10 +285,34 @@ class Hivemind(Strategy):
         visible = [str(m) for m in dht.get_visible_maddrs()]
         print(f"hivemind: rank {self.ctx.rank} visible at {visible}", flush=True)
         if self.ctx.rank == 0 and not self.hm.initial_peers:
+            if self._hosts_apart():
+                self.bootstrap_store = self._bootstrap_store(is_master=True)
+                self.bootstrap_store.set(MADDRS_FILE, "\n".join(visible))
             tmp = maddrs_file.with_suffix(".tmp")
             tmp.write_text("\n".join(visible))
             tmp.rename(maddrs_file)
         return dht
+
+    def _hosts_apart(self) -> bool:
+        """Some ranks run on other hosts (launch.nnodes > 1), which see no run folder of this one."""
+        return self.ctx.world_size > self.ctx.local_world_size
+
+    def _bootstrap_store(self, is_master: bool):
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+
+        return TCPStore(self.ctx.master_addr, self.ctx.master_port, is_master=is_master, wait_for_workers=False,
+                        timeout=timedelta(seconds=float(self.cfg.timeouts.startup_s)))
+
+    def _store_bootstrap(self) -> list[str]:
+        try:
+            return self._bootstrap_store(is_master=False).get(MADDRS_FILE).decode().split()
+        except RuntimeError as exc:  # the store's timeout, or rank 0's host unreachable
+            raise TimeoutError(f"no hivemind peer found: rank 0 did not publish its address at "
+                               f"{self.ctx.master_addr}:{self.ctx.master_port} within timeouts.startup_s="
+                               f"{float(self.cfg.timeouts.startup_s):.0f} s ({exc}); see rank 0's peer0/output.log "
+                               "on the first node") from exc
 
     def _wait_for_bootstrap(self, maddrs_file: Path) -> list[str]:
         timeout = float(self.cfg.timeouts.startup_s)

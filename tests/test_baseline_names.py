@@ -19,7 +19,7 @@ def test_baselines_of_one_shape_get_directories_of_their_own():
 
 
 def run_of(strategy, optim, lr=0.01, peers=2, baseline=False):
-    from metrics.report_data import Run
+    from metrics.report.runs import Run
 
     config = {"strategy": {"name": strategy}, "data": {"name": "digits"}, "model": {"name": "tiny"}, "peers": peers,
               "peer_cpus": 1, "batch_size": 32, "lr": lr, "optim": optim, "report": {"baseline_strategy": "single"}}
@@ -28,7 +28,8 @@ def run_of(strategy, optim, lr=0.01, peers=2, baseline=False):
 
 
 def test_a_baseline_trains_with_the_runs_optimizer_and_the_missing_one_carries_it():
-    from metrics.report_data import group_runs, missing_baselines
+    from metrics.report.baselines import missing_baselines
+    from metrics.report.runs import group_runs
 
     sgd = {"name": "sgd", "momentum": 0.9, "weight_decay": 0.0005}
     adamw = {"name": "adamw", "betas": [0.9, 0.999], "weight_decay": 0.01}

@@ -4,6 +4,7 @@ usable cores; an explicit peers wins; a run says where its peers came from, and 
 Unit tier: composed configs with the core count injected. Integration: a short run's and a multirun's first
 output line, its summary's shape, and the cores its peers pinned."""
 import os
+import socket
 import subprocess
 import sys
 
@@ -71,7 +72,8 @@ def test_shape_lines_name_the_default_and_the_oversubscription(cores):
     cores(2)
     fitting = shape_for("strategy=ring")
     assert fitting == {"peers": 2, "peer_cpus": 1, "processes": 2, "cpus_asked": 2, "cores": 2,
-                       "oversubscription": 1.0, "fits": True, "peers_default": True}
+                       "oversubscription": 1.0, "fits": True, "peers_default": True, "host": socket.gethostname(),
+                       "node_rank": 0, "nnodes": 1}
     assert shape_lines(fitting) == ["avgbench: peers=2 (default: the most peers, 2 to 4, whose 1 CPU each fit this "
                                     "machine's 2 cores; ask for more with peers=N)"]
     explicit = shape_for("strategy=stepwise", "peers=4")
@@ -100,7 +102,7 @@ def test_a_run_as_typed_fits_and_says_so_first(run_dir):
     summary = summary_of(run_dir)
     assert summary["shape"] == {"peers": expected, "peer_cpus": 1, "processes": expected, "cpus_asked": expected,
                                 "cores": cores, "oversubscription": expected / cores, "fits": expected <= cores,
-                                "peers_default": True}
+                                "peers_default": True, "host": socket.gethostname(), "node_rank": 0, "nnodes": 1}
     pinned = [peer["result"]["cores"] for peer in summary["peers"]]
     assert len(pinned) == expected and all(len(c) == 1 for c in pinned)
     if expected <= cores:  # each peer on a core of its own

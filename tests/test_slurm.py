@@ -1,125 +1,114 @@
-"""A sweep submitted to a real one-node SLURM cluster through Hydra's submitit launcher (README: "Runs over
-several hosts", SLURM). The test starts its own munged, slurmctld and slurmd (Debian's munge and slurm-wlm,
-installed by scripts/setup.sh) in a temporary directory on free ports, and stops them and every job after."""
+"""Sweeps submitted to a real SLURM cluster through Hydra's submitit launcher (docs-notes/slurm.md): one node, and two
+nodes, each a machine of its own on the project's emulated fabric (tests/slurm_cluster.py: munged, slurmctld and one
+slurmd per node, each node with its own network namespace, address and hostname). The two-node test runs the
+recipe the documentation shows, as written; the fault test kills a peer, and a node's slurmd, mid-job."""
 import csv
-import os
+import json
 import re
-import shutil
-import socket
+import shlex
 import subprocess
 import sys
-import tempfile
-import time
+from types import SimpleNamespace
 from pathlib import Path
 
-import psutil
 import pytest
+from omegaconf import OmegaConf
 
-from helpers import ROOT
-from job.process import kill_processes, wait_until
+from helpers import ROOT, TINY_DIGITS_BYTES, compose_config
+from job.process import wait_until
+from launchers import slurm as slurm_launcher
+from launchers.local import node_network
+from metrics.jsonl import read_jsonl
+from slurm_cluster import SlurmCluster, why_no_slurm
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
-NODE = "avgbench"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+DOCS = ("docs", "docs-notes")
+RECIPE_MARK = "tests/test_slurm.py runs this command as written"  # in a comment just above the documented recipe
 
 
-def slurm_conf(top: Path) -> str:
-    """One node (this machine's CPUs and memory, as `slurmd -C` reports them) on loopback, root-run, no
-    accounting, whole nodes per job; every port, state and log inside top."""
-    hardware = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
-    node = re.sub(r"^NodeName=\S+", f"NodeName={NODE} NodeHostname=localhost NodeAddr=127.0.0.1", hardware)
-    (top / "plugstack.conf").write_text("")
-    return f"""ClusterName=avgbench
-SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-AuthType=auth/munge
-AuthInfo=socket={top}/munge/socket
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={top}/state
-SlurmdSpoolDir={top}/spool
-SlurmctldPidFile={top}/slurmctld.pid
-SlurmdPidFile={top}/slurmd.pid
-PlugStackConfig={top}/plugstack.conf
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-{node} State=UNKNOWN
-PartitionName={NODE} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
-"""
+def doc_recipe() -> list[str]:
+    """The two-node command the documentation shows: the first command of the code block after RECIPE_MARK, as its
+    words (the same command wherever the documentation holds it)."""
+    found = set()
+    for doc in sorted(p for folder in DOCS for p in (ROOT / folder).glob("*.md")):
+        text = doc.read_text()
+        if RECIPE_MARK in text:
+            block = text.split(RECIPE_MARK, 1)[1].split("```", 2)[1]  # the block's info string, then its lines
+            found.add(block.splitlines()[1].strip())
+    assert len(found) == 1, f"the documentation shows {len(found)} commands marked {RECIPE_MARK!r}: {found}"
+    return shlex.split(found.pop())
 
 
-def processes_of_cluster(top: Path) -> list[psutil.Process]:
-    """The daemons and every job process (they carry SLURM_CONF=top/slurm.conf in their environment), and each
-    job step's slurmstepd (its environment is empty; its socket is in top/spool)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and (proc.environ().get("SLURM_CONF") == str(top / "slurm.conf") or any(
-                    c.laddr.startswith(f"{top}/") for c in proc.net_connections(kind="unix"))):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+def as_typed(words: list[str]) -> list[str]:
+    """The command as a user types it in the project's folder, with this interpreter and the project's train.py."""
+    assert words[:2] == [".venv/bin/python", "train.py"], words
+    return [sys.executable, str(ROOT / "train.py"), *words[2:]]
+
+
+def test_the_documented_recipe_runs_two_strategies_on_two_nodes():
+    words = doc_recipe()
+    assert words[:5] == [".venv/bin/python", "train.py", "-m", "experiment=slurm", "hydra.launcher.nodes=2"], words
+    assert "peers=4" in words
+    assert next(w for w in words if w.startswith("strategy=")) == "strategy=allreduce,hivemind"
+
+
+def test_jobs_go_through_the_launcher_that_names_failed_jobs_and_find_the_project():
+    launcher = compose_config("experiment=slurm", return_hydra_config=True).hydra.launcher
+    assert launcher._target_ == "hydra_plugins.avgbench_launcher.SlurmLauncher"
+    assert launcher.additional_parameters.no_requeue is True  # a node failure must not start the run again
+    assert OmegaConf.to_container(launcher, resolve=True)["setup"] == [f"export PYTHONPATH={ROOT}:$PYTHONPATH"]
+
+
+def test_a_node_failure_is_named_with_its_node_rank(tmp_path, monkeypatch):
+    log = tmp_path / "7_1_0_log.err"  # srun's and slurmstepd's lines as SLURM 22.05 writes them into the batch log
+    log.write_text("slurmstepd-node0: error: *** STEP 7.0 ON node0 CANCELLED AT 2026-11-25T16:34:19 DUE TO NODE "
+                   "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\nsrun: error: Node failure on node2\n"
+                   "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n")
+    monkeypatch.setattr(slurm_launcher, "job_nodes", lambda job_id: ["node0", "node2"])  # the job's node list
+    task = SimpleNamespace(paths=SimpleNamespace(stderr=log))
+    assert slurm_launcher.node_failures(task, "7_1") == [("node2", 1)]
+    log.write_text("submitit INFO - Job completed successfully\n")
+    assert slurm_launcher.node_failures(task, "7_1") == []
+
+
+def test_a_job_with_its_own_launcher_overrides_is_submitted_with_them():
+    """A sweep over two nodes with a one-process baseline: the baseline's array asks for one node."""
+    baseline = ["strategy=single", "peers=1", "hydra.launcher.nodes=1", "hydra.sweep.subdir='block0/baseline_1x1'"]
+    assert slurm_launcher.own_resources(baseline) == {"nodes": 1}
+    assert slurm_launcher.own_resources(["strategy=allreduce", "peers=4"]) == {}
+
+
+def test_peers_of_several_hosts_listen_on_the_address_towards_the_master(monkeypatch):
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert node_network("127.0.0.1") == {"AVGBENCH_PEER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
+                                         "TP_SOCKET_IFNAME": "lo"}
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")  # the user's choice stands
+    assert node_network("127.0.0.1") == {"AVGBENCH_PEER_ADDR": "127.0.0.1"}
 
 
 @pytest.fixture
-def slurm_cluster():
-    """SLURM_CONF of a running one-node cluster; afterwards no daemon or job of it is left, the directory gone."""
-    absent = [name for name in DAEMONS if shutil.which(name) is None]
-    if absent:
-        pytest.skip(f"SLURM is not installed ({', '.join(absent)} missing): "
-                    "apt-get install slurm-wlm munge (scripts/setup.sh does)")
-    if os.geteuid() != 0:
-        pytest.skip("slurmd and a private munged run as root here: run the test as root")
-    top = Path(tempfile.mkdtemp(prefix="avgbench-slurm-"))  # short: munge's socket path has a length limit
-    conf = top / "slurm.conf"
-    env = os.environ | {"SLURM_CONF": str(conf)}
+def cluster(request):
+    """A running SLURM cluster of request.param nodes; afterwards nothing of it is left."""
+    reason = why_no_slurm()
+    if reason:
+        pytest.skip(reason)
+    with SlurmCluster(request.param) as running:
+        yield running
+
+
+def sweep_logs(sweep: Path) -> str:
+    return "\n".join(f"{p}:\n{p.read_text()[-1500:]}" for p in sorted(sweep.glob(".submitit/*/*_log.*")))
+
+
+def submit(cluster: SlurmCluster, command: list[str], cwd: Path, sweep: Path, timeout: float):
+    """Run a sweep on the login host to its end; an AssertionError with the jobs' logs if it does not end."""
     try:
-        for sub in ("munge", "state", "spool"):
-            (top / sub).mkdir(mode=0o700)
-        (top / "munge" / "munge.key").write_bytes(os.urandom(128))
-        (top / "munge" / "munge.key").chmod(0o400)
-        conf.write_text(slurm_conf(top))
-        munge = ["--socket", f"{top}/munge/socket", "--key-file", f"{top}/munge/munge.key",
-                 "--pid-file", f"{top}/munge/pid", "--seed-file", f"{top}/munge/seed"]
-        for name, command in (("munged", ["munged", "--foreground", "--force", *munge]),
-                              ("slurmctld", ["slurmctld", "-D", "-f", str(conf)]),
-                              ("slurmd", ["slurmd", "-D", "-f", str(conf), "-N", NODE])):
-            with (top / f"{name}.log").open("w") as log:
-                subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-            if name == "munged":
-                assert wait_until((top / "munge" / "socket").exists, 10), (top / "munged.log").read_text()
+        return cluster.run(command, cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the sweep did not end within {exc.timeout} s; job logs:\n{sweep_logs(sweep)}") from exc
 
-        def node_idle() -> bool:
-            done = subprocess.run(["sinfo", "-h", "-n", NODE, "-o", "%t"], env=env, capture_output=True, text=True)
-            return done.stdout.strip() == "idle"
 
-        assert wait_until(node_idle, 30, interval=0.5), "the SLURM node did not come up:\n" + "\n".join(
-            (top / f"{name}.log").read_text()[-2000:] for name in ("munged", "slurmctld", "slurmd"))
-        yield env
-    finally:
-        subprocess.run(["scancel", f"--partition={NODE}"], env=env, capture_output=True, timeout=30)
-        # the steps end first: a slurmstepd whose slurmd is gone waits for it
-        wait_until(lambda: not [p for p in processes_of_cluster(top) if p.name().startswith("slurmstepd")], 20, 0.5)
-        kill_processes(processes_of_cluster(top), grace_s=10)
-        shutil.rmtree(top, ignore_errors=True)
+def node_summaries(job: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted(job.glob("node*/summary.json"))}
 
 
 def job_span(log_out: Path) -> tuple[str, str]:
@@ -128,17 +117,15 @@ def job_span(log_out: Path) -> tuple[str, str]:
     return stamps[0], stamps[-1]
 
 
-def test_sweep_runs_as_slurm_jobs_and_reports(slurm_cluster, tmp_path):
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cluster", [1], indirect=True)
+def test_sweep_runs_as_slurm_jobs_and_reports(cluster, tmp_path):
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=slurm", "strategy=allreduce,single",
-               "peers=2", "repeats=1", "model=tiny", "max_steps=10", "eval_every=0", "progress=false", "sampler.interval=0.2",
-               f"hydra.sweep.dir={sweep}"]
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=slurm_cluster, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:  # submitit waits for result files; a job that died leaves none
-        logs = "\n".join(f"{p}:\n{p.read_text()[-1500:]}" for p in sorted(sweep.glob(".submitit/*/*_log.*")))
-        raise AssertionError(f"the sweep did not end within {exc.timeout} s; job logs:\n{logs}") from exc
+               "peers=2", "repeats=1", "model=tiny", "max_steps=10", "eval_every=0", "progress=false",
+               "sampler.interval=0.2", f"hydra.sweep.dir={sweep}"]
+    done = submit(cluster, command, tmp_path, sweep, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
 
     jobs = sorted(sweep.glob(".submitit/*_*/*_0_log.out"))  # one SLURM array task per sweep job
@@ -149,8 +136,94 @@ def test_sweep_runs_as_slurm_jobs_and_reports(slurm_cluster, tmp_path):
     rows = list(csv.DictReader((sweep / "runs.csv").open()))
     assert sorted(r["config.strategy.name"] for r in rows) == ["allreduce", "single"], rows
     assert all(r["status"] == "completed" for r in rows), rows
-    assert all(Path(r["run_dir"]).name == "node0" and Path(r["run_dir"]).parents[2] == sweep for r in rows)  # block0/NAME/node0
+    run_dirs = [Path(r["run_dir"]) for r in rows]
+    assert all(d.name == "node0" and d.parents[2] == sweep for d in run_dirs), run_dirs  # block0/NAME/node0
     assert not list(sweep.glob("**/baseline_*")), "with report.baselines off, the sweep runs only what was asked"
     allreduce = next(r for r in rows if r["config.strategy.name"] == "allreduce")
     assert float(allreduce["speedup_vs_single"]) > 0  # measured against the sweep's own single run
     assert (sweep / "report.html").stat().st_size > 10_000
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("cluster", [2], indirect=True)
+def test_documented_recipe_runs_each_job_across_two_nodes(cluster, tmp_path):
+    words = doc_recipe()
+    max_steps = int(next(w for w in words if w.startswith("max_steps=")).split("=")[1])
+    before = {node: cluster.interface_bytes(node) for node in cluster.nodes}
+    done = submit(cluster, as_typed(words), tmp_path, tmp_path / "multirun", timeout=240)
+    after = {node: cluster.interface_bytes(node) for node in cluster.nodes}
+    assert done.returncode == 0, done.stderr[-3000:]
+    [sweep] = tmp_path.glob("multirun/*/*")  # Hydra's default sweep folder, below the directory the user typed in
+
+    model_bytes = TINY_DIGITS_BYTES
+    carried = {node: (after[node][0] - before[node][0], after[node][1] - before[node][1]) for node in cluster.nodes}
+    for strategy in ("allreduce", "hivemind"):
+        summaries = node_summaries(sweep / "block0" / f"strategy={strategy}")
+        assert sorted(summaries) == ["node0", "node1"], sorted(summaries)
+        errors = {folder: s["error"] for folder, s in summaries.items()}
+        assert all(s["status"] == "completed" for s in summaries.values()), errors
+        hosts = {folder: (s["shape"]["host"], s["shape"]["node_rank"]) for folder, s in summaries.items()}
+        assert hosts == {"node0": ("node0", 0), "node1": ("node1", 1)}, hosts  # two machines, by their own hostnames
+        ranks = {folder: sorted(p["rank"] for p in s["peers"]) for folder, s in summaries.items()}
+        assert ranks == {"node0": [0, 1], "node1": [2, 3]}, ranks  # each node ran its half of the 4 peers
+        # each node's interface (its namespace's counters, as its peers' sampler read them) carried the other
+        # node's share: an all-reduce moves at least one model's bytes per step into and out of each half
+        at_least = max_steps * model_bytes if strategy == "allreduce" else model_bytes
+        for folder, summary in summaries.items():
+            peer = summary["peers"][0]
+            assert min(peer["net_rx_bytes"], peer["net_tx_bytes"]) >= at_least, (strategy, folder, peer, at_least)
+    # the same, from the kernel's counters of each node's interface read from outside, over the whole sweep
+    assert all(min(rx, tx) >= (max_steps + 1) * model_bytes for rx, tx in carried.values()), carried
+    rows = list(csv.DictReader((sweep / "runs.csv").open()))
+    assert len(rows) == 4 and all(r["status"] == "completed" for r in rows), rows
+
+
+def steps_of(sweep: Path, job: str, node: str, rank: int) -> int:
+    return len(read_jsonl(sweep / "block0" / job / node / f"peer{rank}" / "steps.jsonl"))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("cluster", [2], indirect=True)
+def test_a_killed_peer_or_node_fails_its_job_by_name_and_the_sweep_goes_on(cluster, tmp_path):
+    """One sweep of two jobs: in one, rank 3 (on node1) kills itself at step 10; during the other (which would train
+    for ever), node1's slurmd is killed, and started again once SLURM has marked node1 down."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=slurm", "hydra.launcher.nodes=2",
+               "strategy=allreduce", "peers=4", "model=tiny", "max_steps=1000000", "eval_every=0", "repeats=1",
+               "progress=false", "fault.kill_peer=3,null", f"hydra.sweep.dir={sweep}"]
+    log = tmp_path / "sweep.log"
+    with log.open("w") as out:
+        proc = cluster.start(command, cwd=tmp_path, stdout=out)
+        try:
+            assert wait_until(lambda: steps_of(sweep, "fault.kill_peer=null", "node1", 2) >= 5, 150, interval=0.5), \
+                sweep_logs(sweep)
+            cluster.kill_slurmd("node1")
+            assert cluster.wait_for_state("node1", "down", 90), cluster.states()
+            cluster.start_slurmd("node1")  # as an administrator would: the node returns, the sweep's next job runs
+            proc.wait(timeout=150)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"the sweep did not end; job logs:\n{sweep_logs(sweep)}") from exc
+        finally:
+            proc.kill()
+    output = log.read_text()
+    assert proc.returncode == 0, output[-3000:]
+
+    killed = node_summaries(sweep / "block0" / "fault.kill_peer=3")
+    assert killed["node1"]["status"] == "failed" and killed["node1"]["failed_rank"] == 3
+    assert killed["node1"]["error"].startswith("node node1 (node rank 1 of 2): peer rank 3 was killed by SIGKILL")
+    assert killed["node0"]["status"] == "failed"
+    assert killed["node0"]["error"].startswith("node node0 (node rank 0 of 2)")
+
+    assert re.search(r"avgbench: SLURM job \S+ \([^)]*fault.kill_peer=null[^)]*\) failed: SLURM ended it NODE_FAIL; "
+                     r"node failure on node1 \(node rank 1\)", output), output[-3000:]
+    lost = node_summaries(sweep / "block0" / "fault.kill_peer=null")
+    assert lost["node0"]["status"] != "completed", lost["node0"]
+    # node1's job processes, which lost their slurmd, end too (their peers lost node0's): only slurmd is left there
+    assert wait_until(lambda: not cluster.job_processes("node1"), 90, interval=1), \
+        [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in cluster.job_processes("node1")]
+
+    rows = list(csv.DictReader((sweep / "runs.csv").open()))
+    jobs = {Path(r["run_dir"]).parent.name for r in rows}
+    assert jobs == {"fault.kill_peer=3", "fault.kill_peer=null"} and all(r["status"] != "completed" for r in rows)

@@ -175,8 +175,8 @@ def test_round_records_join_by_group_and_count_each_round_once():
 
 def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path):
     """Two runs of 2 workers: 3 gradient rounds (two of the whole swarm, one failed of 1) -> one row."""
-    from metrics.report_data import Group, Run
-    from metrics.report_tables import rounds_table
+    from metrics.report.runs import Group, Run
+    from metrics.report.tables import rounds_table
 
     def run(rounds):
         sizes = {}

@@ -120,14 +120,20 @@ def test_projection_without_validation_is_extrapolation(tmp_path):
 
 
 def test_a_rerun_of_some_families_keeps_the_others():
-    kept = {"name": "thesis", "measured_at": "then", "ratio": 0.9,
-            "families": {"hivemind": {"rows": [{"speedup": 0.5}]}, "strategies": {"rows": [{"speedup": 0.9}]}}}
-    new = {"name": "thesis", "measured_at": "now", "ratio": 0.7, "families": {"hivemind": {"rows": [{"speedup": 0.7}]}},
-           "projected_remainder": {"rows": []}}
+    """Each family keeps the date, machine and sweep it was measured with."""
+    def sweep(path, family):
+        return {"path": path, "kept": False, "summary": f"families.{family}"}
+    kept = {"name": "thesis", "measured_at": "then", "machine": "old", "ratio": 0.9,
+            "families": {"hivemind": {"rows": [{"speedup": 0.5}]}, "strategies": {"rows": [{"speedup": 0.9}]}},
+            "sweeps": [sweep("multirun/a/hivemind", "hivemind"), sweep("multirun/a/strategies", "strategies")]}
+    new = {"name": "thesis", "measured_at": "now", "machine": "new", "ratio": 0.7,
+           "families": {"hivemind": {"rows": [{"speedup": 0.7}]}}, "projected_remainder": {"rows": []},
+           "sweeps": [sweep("multirun/b/hivemind", "hivemind")]}
     merged = merge(kept, new)
-    assert merged["families"] == {"hivemind": {"measured_at": "now", "rows": [{"speedup": 0.7}]},
-                                  "strategies": {"measured_at": "then", "rows": [{"speedup": 0.9}]}}
+    assert merged["families"] == {"hivemind": {"measured_at": "now", "machine": "new", "rows": [{"speedup": 0.7}]},
+                                  "strategies": {"measured_at": "then", "machine": "old", "rows": [{"speedup": 0.9}]}}
     assert merged["ratio"] == 0.9 and merged["projected_remainder"] == {"rows": []}
+    assert merged["sweeps"] == [sweep("multirun/a/strategies", "strategies"), sweep("multirun/b/hivemind", "hivemind")]
 
 
 def test_a_rerun_of_one_family_keeps_the_projected_rows_it_had_no_runs_for():
@@ -155,3 +161,31 @@ def test_the_best_speedup_leaves_out_the_baselines_own_ratio_of_one():
             {"configuration": "hivemind 2×1cpu", "baseline": False, "speedup": 0.73}]
     merged = merge({"families": {}}, {"name": "thesis", "families": {"hivemind": {"rows": rows}}})
     assert merged["ratio"] == 0.73
+
+
+def test_rows_compare_each_configuration_with_its_baseline_never_a_baseline_with_itself(tmp_path):
+    """The thesis's rows come from the report model: a baseline's row has no ratio and no claim (it was compared with
+    itself, p = 1, inside Holm's family); each configuration's time-to-target ratio has its interval, a miss
+    censored, beside its speedup."""
+    from bench.thesis import rows_of
+    from helpers import write_sweep
+
+    def blocks(strategy, peers, throughputs, times):
+        return [(strategy, peers, 1, t, x, {}) for t, x in zip(throughputs, times)]
+
+    sweep = write_sweep(tmp_path / "strategies", {
+        "strategy=ring": blocks("ring", 2, [90.0, 95.0, 92.0], [9.0, 9.5, 9.2]),
+        "strategy=ps": blocks("ps", 2, [70.0, 72.0, 71.0], [14.0, None, 15.0]),
+        "baseline_2x1": blocks("single", 2, [100.0, 100.0, 100.0], [10.0, 11.0, 10.5]),
+        "baseline_1x1": blocks("single", 1, [60.0] * 3, [15.0] * 3)})
+    rows = {r["configuration"]: r for r in rows_of(sweep)}
+    for label in ("single 2×1cpu", "single 1×1cpu"):
+        assert rows[label]["baseline"] and rows[label]["speedup"] is None and rows[label]["speedup_claim"] is None
+        assert rows[label]["time_to_target_ratio"] is None
+    ring = rows["ring 2×1cpu"]
+    low, high = ring["time_to_target_ratio_interval_95"]
+    assert low < ring["time_to_target_ratio"] < high and ring["time_to_target_ratio_blocks"] == 3
+    assert ring["speedup_interval_95"] is not None and ring["reached_target"] == "3 of 3"
+    ps = rows["ps 2×1cpu"]
+    assert ps["reached_target"] == "2 of 3" and ps["time_to_target_ratio_censored"] == 1
+    assert ps["time_to_target_ratio_claim"] == "cannot tell"  # censored: the signed-rank test needs 6+ blocks

@@ -126,3 +126,33 @@ def test_every_strategy_logs_a_consistent_step_breakdown_and_accounts_its_bytes(
         # no evaluation between steps (eval_every=0): the phases fit in the wall time from one step to the next
         for before, after in itertools.pairwise(steps):
             assert sum(after[p] for p in PHASES) <= after["wall_s"] - before["wall_s"] + 1e-4, after
+
+
+def trained_parameters(run_dir, rank: int, step: int) -> dict:
+    """The parameters a worker's weights held after `step` (keep_weights=true), BatchNorm statistics left out."""
+    import torch
+
+    state = torch.load(run_dir / f"peer{rank}" / "weights" / f"step{step:07d}.pt", weights_only=True)
+    return {k: v for k, v in state.items() if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))}
+
+
+def test_allreduce_and_the_one_process_baseline_compute_the_same_updates_in_float64(tmp_path):
+    # the same samples in the same order (job/data.py GlobalOrder), the same initial weights, and BatchNorm over
+    # the same groups of 32 (ghost BatchNorm in the baseline's batch of 64): the same model after 20 steps
+    common = ["model=tiny", "dtype=float64", "max_steps=20", "eval_every=10", "keep_weights=true", "seed=4",
+              "peers=2", "target.value=0.5"]
+    for name in ("allreduce", "single"):
+        result = run_train(tmp_path / name, f"strategy={name}", *common)
+        assert result.returncode == 0, result.stderr
+    baseline = trained_parameters(tmp_path / "single", 0, 20)
+    assert baseline.keys() == trained_parameters(tmp_path / "single", 0, 0).keys() and len(baseline) == 8  # 3 layers, 2 BatchNorms
+    moved = max((baseline[k] - v).abs().max().item() for k, v in trained_parameters(tmp_path / "single", 0, 0).items())
+    assert moved > 1e-2  # training changed the model: equality below is not that of the initial weights
+    for rank in (0, 1):
+        peer = trained_parameters(tmp_path / "allreduce", rank, 20)
+        differences = {k: (peer[k] - v).abs().max().item() for k, v in baseline.items()}
+        assert max(differences.values()) < 1e-6, differences
+    # their evaluations agree too (precise BatchNorm recomputes what each worker's own batches left behind)
+    curves = [[e["test_loss"] for e in read_jsonl(tmp_path / name / "peer0" / "eval.jsonl")]
+              for name in ("allreduce", "single")]
+    assert curves[0] == pytest.approx(curves[1], rel=1e-9)

@@ -3,25 +3,18 @@ import base64
 import io
 import statistics
 import textwrap
-from dataclasses import dataclass
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from metrics.report_data import Group, Run, Section  # noqa: E402
-from metrics.summary import PHASES  # noqa: E402
+from metrics.report.model import Figure  # noqa: E402
+from metrics.report.runs import Group, Run, Section  # noqa: E402
+from metrics.steplog import PHASES  # noqa: E402
 
 MAX_RESOURCE_RUNS = 12  # rows of the per-worker small multiples
 PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2"}
-
-
-@dataclass
-class Plot:
-    title: str
-    png_base64: str
-    caption: str
 
 
 def to_png(fig) -> str:
@@ -90,7 +83,7 @@ def loss_window(section: Section) -> int:
     return max(1, longest // 25)
 
 
-def convergence_plot(section: Section) -> Plot:
+def convergence_plot(section: Section) -> Figure:
     window = loss_window(section)
     fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), layout="constrained")
     for group in section.groups:
@@ -115,7 +108,7 @@ def convergence_plot(section: Section) -> Plot:
     fig.legend(loc="outside lower center", ncol=4, fontsize=8)
     synthetic = " (synthetic data: no convergence meaning)" if section.synthetic else ""
     smoothing = f", rolling mean over {window} steps" if window > 1 else ""
-    return Plot(f"Convergence{synthetic}", to_png(fig),
+    return Figure(f"Convergence{synthetic}", to_png(fig),
                 "Test accuracy (%, every worker evaluating its own model on the whole held-out split at the same "
                 f"steps) and training loss (cross-entropy of each worker's own minibatches{smoothing}) against "
                 "training time (s, each worker's loop time minus its pauses to save weights for evaluation; mean over "
@@ -142,7 +135,7 @@ def _mean_sd(group: Group, key: str) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def throughput_plot(groups: list[Group]) -> Plot:
+def throughput_plot(groups: list[Group]) -> Figure:
     fig, ax = _bar_axes(groups)
     stats = [_mean_sd(g, "throughput_samples_per_s") for g in groups]
     ax.barh(range(len(groups)), [m for m, _ in stats], xerr=[s for _, s in stats],
@@ -150,13 +143,13 @@ def throughput_plot(groups: list[Group]) -> Plot:
     for i, (m, sd) in enumerate(stats):
         ax.annotate(f"{m:.0f}", (m + sd, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("global throughput (samples/s)")
-    return Plot("Throughput", to_png(fig),
+    return Figure("Throughput", to_png(fig),
                 "Global throughput in samples/s: all workers' trained samples / the longest worker's training "
                 "time (pauses to save weights for evaluation excluded). Error bars: standard deviation over "
                 "repeats.")
 
 
-def breakdown_plot(groups: list[Group]) -> Plot:
+def breakdown_plot(groups: list[Group]) -> Figure:
     fig, ax = _bar_axes(groups)
     left = [0.0] * len(groups)
     for phase in PHASES:
@@ -170,12 +163,12 @@ def breakdown_plot(groups: list[Group]) -> Plot:
     ax.set_xlabel("share of the mean step time (%)")
     ax.set_xlim(0, 100)
     fig.legend(loc="outside lower center", ncol=4, fontsize=8)
-    return Plot("Time breakdown (bottleneck view)", to_png(fig),
+    return Figure("Time breakdown (bottleneck view)", to_png(fig),
                 "Share (%) of the mean step time spent in each phase, mean per step over all workers, "
                 "perf_counter around each phase; comm includes waiting for other peers. Repeats: mean.")
 
 
-def bytes_plot(groups: list[Group]) -> Plot:
+def bytes_plot(groups: list[Group]) -> Figure:
     fig, ax = _bar_axes(groups)
     height = 0.4
     for offset, key, name in ((-height / 2, "bytes_sent_per_sample", "sent"),
@@ -189,14 +182,14 @@ def bytes_plot(groups: list[Group]) -> Plot:
         ax.text(0.5, 0.5, "no payload exchanged (0 bytes)", transform=ax.transAxes, ha="center", color="gray")
     ax.set_xlabel("payload per worker per trained sample (KiB)")
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)
-    return Plot("Bytes per sample", to_png(fig),
+    return Figure("Bytes per sample", to_png(fig),
                 "Payload KiB (1024 bytes) sent (solid) and received (hatched) per sample a worker trained "
                 "(summary.json's bytes_sent_per_sample / bytes_recv_per_sample): exact accounting of the tensors the "
                 "strategy exchanged (for library collectives, the ring's share of the bytes counted as handed to the library; no protocol headers). "
                 "Error bars: standard deviation over repeats.")
 
 
-def scaling_plot(groups: list[Group]) -> Plot | None:
+def scaling_plot(groups: list[Group]) -> Figure | None:
     """Throughput against peers, one line per configuration family, beside the ideal N x one-peer throughput."""
     peers = sorted({g.first.config["peers"] for g in groups})
     if len(peers) < 2:
@@ -221,7 +214,7 @@ def scaling_plot(groups: list[Group]) -> Plot | None:
     ax.grid(alpha=0.3)
     fig.legend(loc="outside lower center", ncol=3, fontsize=8)
     missing = "" if ideal_bases else " No ideal line: no `single` run with 1 peer of the same CPUs."
-    return Plot("Throughput vs peers", to_png(fig),
+    return Figure("Throughput vs peers", to_png(fig),
                 "Global throughput (samples/s: all workers' trained samples / the longest worker's training time) "
                 "against the number of peers, one line per configuration that differs only in its resource shape; "
                 "error bars: standard deviation over repeats. Dashed: the ideal, N × the throughput of the "
@@ -240,7 +233,7 @@ def _rate(resources: list[dict], keys: tuple[str, ...]) -> tuple[list[float], li
     return t, rate
 
 
-def resources_plot(groups: list[Group]) -> Plot | None:
+def resources_plot(groups: list[Group]) -> Figure | None:
     runs = [(g, r) for g in groups for r in g.runs if any(p.resources for p in r.peers)]
     shown = runs[:MAX_RESOURCE_RUNS]
     if not shown:
@@ -268,7 +261,7 @@ def resources_plot(groups: list[Group]) -> Plot | None:
     for ax in axes[-1]:
         ax.set_xlabel("time since the peer's sampler started (s)", fontsize=8)
     omitted = f" Only the first {MAX_RESOURCE_RUNS} of {len(runs)} runs are shown." if len(runs) > len(shown) else ""
-    return Plot("Resources per worker over time", to_png(fig),
+    return Figure("Resources per worker over time", to_png(fig),
                 "Sampler every sampler.interval seconds, per peer (process tree summed): CPU % = CPU time per "
                 "interval (100 = one core); RSS in MiB; network transmit rate in MiB/s over all interfaces "
                 "including loopback, from /proc/net/dev of the peer's network namespace (host-wide with "
@@ -276,7 +269,7 @@ def resources_plot(groups: list[Group]) -> Plot | None:
                 + omitted)
 
 
-def section_plots(section: Section, ranked_groups: list[Group]) -> list[Plot]:
+def section_plots(section: Section, ranked_groups: list[Group]) -> list[Figure]:
     plots = [convergence_plot(section), throughput_plot(ranked_groups), scaling_plot(ranked_groups),
              breakdown_plot(ranked_groups), bytes_plot(ranked_groups), resources_plot(ranked_groups)]
     return [p for p in plots if p is not None]

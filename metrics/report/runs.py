@@ -1,16 +1,15 @@
 """The runs a comparison report covers: summary.json plus per-peer logs, grouped.
 
-A run is a directory holding summary.json (metrics/summary.py). Runs that differ
-only in `seed` are repeats of one configuration (a Group). Groups are ranked only
-against groups on the same (dataset, model): a Section.
+A run is a directory holding summary.json (metrics/summary.py). Runs that differ only in `seed` and `block` are
+repeats of one configuration (a Group). Groups are ranked only against groups on the same (dataset, model): a
+Section. A multirun's plan (metrics/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before
+its first run; attempts a resumed sweep moved aside (below `superseded/`) are kept as attempts of their
+configuration, never as its runs.
 """
 import json
-import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from omegaconf import OmegaConf
 
 from metrics.jsonl import read_jsonl
 from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
@@ -20,11 +19,11 @@ NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_
                      "lock")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 STRATEGY_BLOCKS = tuple(f"{p.stem}." for p in (CONF_DIR / "strategy").glob("*.yaml"))  # one strategy's knobs each
-NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", *NOT_CONFIGURATION)  # named otherwise, or no knob
-NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", "emulate.peer_cpu_share",
-                           *NOT_CONFIGURATION)
+NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", "arm", *NOT_CONFIGURATION)  # named otherwise, or no knob
+CONTROL = "control"  # config `arm` of the control arm: the equal-resource baseline's second run in a block
+PLANNED = "planned"
 
 
 @dataclass
@@ -35,13 +34,15 @@ class PeerLogs:
     resources: list[dict]
 
 
-@dataclass
+@dataclass(eq=False)  # runs and groups are compared by identity
 class Run:
     path: Path
     summary: dict
     peers: list[PeerLogs]
     speedup: float | None = None  # throughput / the equal-resource baseline's in the same block (attach_baselines)
     scaling_efficiency: float | None = None  # throughput / (peers x the one-peer baseline's in the same block)
+    superseded: bool = False  # an attempt a resumed sweep moved aside: counted, never compared
+    run_later: bool = False   # run again after an earlier attempt of its block (the sweep's plan says so)
 
     @property
     def config(self) -> dict:
@@ -73,11 +74,20 @@ class Run:
         return self.summary.get("status") == PLANNED
 
     @property
+    def is_control(self) -> bool:
+        return self.config.get("arm") == CONTROL
+
+    @property
+    def sweep(self) -> Path | None:
+        """The multirun directory holding this run (the nearest parent with a sweep plan)."""
+        return next((p for p in self.path.parents if (p / SWEEP_PLAN).exists()), None)
+
+    @property
     def block(self) -> tuple[str | None, int | None]:
         """(sweep directory, block) of a run of a multirun's block (config `block`; launchers/sweeper.py): runs of
         one block ran side by side. Runs outside blocks share (None, None)."""
         block = self.config.get("block")
-        sweep = next((p for p in self.path.parents if (p / SWEEP_PLAN).exists()), None) if block is not None else None
+        sweep = self.sweep if block is not None else None
         return str(sweep) if sweep else None, block
 
     @property
@@ -98,6 +108,20 @@ class Run:
     def workers(self) -> list[PeerLogs]:
         """Peers that trained (parameter servers do not)."""
         return [p for p in self.peers if p.steps]
+
+    def unfaithful(self) -> list[str]:
+        """Why this run is not faithful to the setting it emulates (summary.json's isolation.faithful and
+        link.faithful false), each with the figure that failed; empty when faithful or unchecked."""
+        found = []
+        isolation = self.summary.get("isolation") or {}
+        if isolation.get("faithful") is False:
+            found.append("isolation: " + ("; ".join(isolation.get("unfaithful") or []) or "not faithful"))
+        link = self.summary.get("link") or {}
+        if link.get("faithful") is False:
+            measured = (f"goodput {link['goodput_mbit']:.3g} of {link['nominal_mbit']:.3g} Mbit/s"
+                        if link.get("goodput_mbit") is not None and link.get("nominal_mbit") else "")
+            found.append("link: " + "; ".join(filter(None, [link.get("reason"), measured])) or "link: not faithful")
+        return found
 
     def worst_worker_accuracy(self) -> float | None:
         """The lowest final test accuracy over workers: summary.json's accuracy_by_worker.worst, else the last
@@ -128,8 +152,10 @@ class Run:
                 merged[key] = ", ".join(sorted({json.dumps(v) if not isinstance(v, str) else v for v in vals}))
         return merged
 
-
-PLANNED = "planned"
+    def errors(self) -> list[str]:
+        """The run's error and its peers' own tracebacks, each once."""
+        texts = [self.summary.get("error")] + [p.get("error") for p in self.peer_summaries()]
+        return list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
 
 
 def planned_run(config: dict, is_baseline: bool) -> Run:
@@ -137,17 +163,28 @@ def planned_run(config: dict, is_baseline: bool) -> Run:
     return Run(Path(), {"status": PLANNED, "config": config, "is_baseline": is_baseline}, [])
 
 
-def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
-    """Run directories (holding summary.json) under dirs, and those started but without a summary; runs a resumed
-    sweep moved aside (under a `superseded` directory) are not runs of the report."""
-    def current(paths):
-        return {p for p in paths if SUPERSEDED not in p.relative_to(top).parts}
+def read_plan(sweep: Path | str | None) -> dict:
+    """A multirun's plan (launchers/sweeper.py), or {} where there is none."""
+    if sweep is None:
+        return {}
+    try:
+        return json.loads((Path(sweep) / SWEEP_PLAN).read_text())
+    except (OSError, ValueError):
+        return {}
 
-    runs, incomplete = set(), set()
+
+def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
+    """Run directories (holding summary.json) under dirs, the attempts a resumed sweep moved aside (under a
+    `superseded` directory, with a summary), and the runs started without a summary."""
+    def aside(path: Path) -> bool:
+        return SUPERSEDED in path.relative_to(top).parts
+
+    runs, superseded, incomplete = set(), set(), set()
     for top in dirs:
-        runs.update(current(run_dirs_under(top)))
-        incomplete.update(current(started_runs_under(top)))
-    return sorted(runs), sorted(incomplete - runs)
+        for path in run_dirs_under(top):
+            (superseded if aside(path) else runs).add(path)
+        incomplete.update(p for p in started_runs_under(top))
+    return sorted(runs), sorted(superseded), sorted(incomplete - runs - superseded)
 
 
 def load_run(path: Path) -> Run:
@@ -171,7 +208,7 @@ def flatten(config: dict, prefix: str = "") -> dict:
     return flat
 
 
-@dataclass
+@dataclass(eq=False)
 class Group:
     """Runs of one configuration (repeats differ only in seed)."""
     runs: list[Run]
@@ -180,14 +217,19 @@ class Group:
     color: str = "C0"
     baseline: "Group | None" = None  # the equal-resource single-process group, set by attach_baselines
     one_peer: "Group | None" = None  # the single-process group with one peer of the same CPUs (scaling efficiency)
+    control: "Group | None" = None   # this baseline's control arm: its second run in every block
     speedup: Ratio | None = None     # throughput / the baseline's, paired by block (attach_baselines)
-    ttt_speedup: Ratio | None = None  # the baseline's time-to-target / this one's, in blocks where both reached it
     efficiency: Ratio | None = None  # throughput / (peers x the one-peer baseline's), paired by block
     accuracy_change: list[float] | None = None  # worst worker's final accuracy - the baseline's, one per block
+    attempts: list[Run] = field(default_factory=list)  # superseded attempts of this configuration
 
     @property
     def first(self) -> Run:
         return self.runs[0]
+
+    @property
+    def is_control(self) -> bool:
+        return self.first.is_control
 
     def values(self, figure) -> list[float]:
         """figure(run) for each run, Nones dropped."""
@@ -244,9 +286,26 @@ class Section:
     def title(self) -> str:
         return f"data={self.data}, model={self.model}" + (" [synthetic data]" if self.synthetic else "")
 
+    @property
+    def key(self) -> str:
+        """How a sweep's plan names this section."""
+        return section_key(self.data, self.model)
+
+    @property
+    def runs(self) -> list[Run]:
+        return [r for g in self.groups for r in g.runs]
+
+    def plans(self) -> dict[str, dict]:
+        """sweep directory -> its plan, for every sweep holding runs of this section."""
+        return {str(s): read_plan(s) for s in dict.fromkeys(r.sweep for r in self.runs) if s is not None}
+
+
+def section_key(data: str, model: str) -> str:
+    return f"data={data}, model={model}"
+
 
 def configuration_key(run: Run) -> str:
-    config = {k: v for k, v in flatten(run.config).items() if k not in NOT_CONFIGURATION}
+    config = {k: v for k, v in flatten(run.config).items() if not k.startswith(NOT_CONFIGURATION)}
     return json.dumps(config, sort_keys=True, default=str)
 
 
@@ -262,7 +321,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 def label_groups(groups: list[Group]) -> None:
     """Short labels: the strategy, then only what differs between the groups: the strategy's knobs (among groups
-    of that strategy), the resource shape (peers x CPUs per peer), any other config value, an injected fault."""
+    of that strategy), the resource shape (peers x CPUs per peer), any other config value, an injected fault;
+    "(control)" for a control arm."""
     flats = [flatten(g.first.config) for g in groups]
     knob_names = {k for g in groups for k in flatten(g.first.knobs)}
     others = differing(flats, sorted({k for f in flats for k in f if k not in knob_names
@@ -279,7 +339,7 @@ def label_groups(groups: list[Group]) -> None:
         rest = "".join(f" {k.removesuffix('.name') if k.split('.')[0] in chosen else k}={show(flat.get(k))}"
                        for k in others) + fault_label(run.config.get("fault") or {})
         shape = " {}×{}cpu".format(*run.shape) if shapes_differ else ""
-        label = name + shape + rest
+        label = name + shape + rest + (" (control)" if group.is_control else "")
         seen[label] = seen.get(label, 0) + 1
         group.label = label if seen[label] == 1 else f"{label} #{seen[label]}"  # differ only in unused keys
         group.family = name + rest
@@ -310,146 +370,23 @@ def sections_of(groups: list[Group]) -> list[Section]:
     return list(sections.values())
 
 
-# Baselines: single-process runs on the same job that the others are measured against.
-
-def is_baseline_candidate(candidate: Group, run: Run) -> bool:
-    """A completed (or planned) single-process group on the same data, model, batch size per peer and optimizer (its
-    `optim` block: a strategy whose preset picks another optimizer, e.g. diloco's AdamW, is compared with a process
-    that trains with it too)."""
-    first = candidate.first
-    return (first.is_baseline and first.dataset == run.dataset and first.config["batch_size"] == run.config["batch_size"]
-            and first.config.get("optim") == run.config.get("optim")
-            and (bool(candidate.values(completed_throughput)) or first.planned))
-
-
-def closest(candidates: list[Group], run: Run) -> Group | None:
-    """The fairest of several baselines: fewest other knobs differing, then the run's own shape."""
-    return min(candidates, key=lambda g: (config_distance(g.first, run), g.first.shape != run.shape), default=None)
-
-
-def baseline_for(run: Run, groups: list[Group]) -> Group | None:
-    """The equal-resource baseline: a `single` group with as many CPUs in total (peers x peer_cpus)."""
-    return closest([g for g in groups if is_baseline_candidate(g, run) and g.first.total_cpus == run.total_cpus], run)
-
-
-def one_peer_baseline_for(run: Run, groups: list[Group]) -> Group | None:
-    """The scaling-efficiency baseline: a `single` group with one peer of the run's CPUs per peer."""
-    return closest([g for g in groups if is_baseline_candidate(g, run)
-                    and g.first.shape == (1, run.config["peer_cpus"])], run)
-
-
-def config_distance(a: Run, b: Run) -> int:
-    """How many knobs differ, besides strategy, peers and seed (the closest baseline is the fairest)."""
-    flat_a, flat_b = flatten(a.config), flatten(b.config)
-    return sum(flat_a.get(k) != flat_b.get(k) for k in flat_a.keys() | flat_b.keys()
-               if not k.startswith(("strategy.", "peers", "peer_cpus", *STRATEGY_BLOCKS, *NOT_CONFIGURATION)))
-
-
-def completed_throughput(run: Run) -> float | None:
-    return run.summary.get("throughput_samples_per_s") if run.completed else None
-
-
-def completed_time_to_target(run: Run) -> float | None:
-    return run.summary.get("time_to_target_s") if run.completed else None
-
-
-def completed_accuracy(run: Run) -> float | None:
-    return run.worst_worker_accuracy() if run.completed else None
-
-
-def attach_baselines(groups: list[Group]) -> None:
-    """Each group's baselines and its ratios to them, paired by block; each run's speedup and scaling efficiency
-    against the baseline runs of its own block."""
-    for group in groups:
-        group.baseline = baseline_for(group.first, groups)
-        group.one_peer = one_peer_baseline_for(group.first, groups)
-        peers = group.first.config["peers"]
-        if group.baseline:
-            group.speedup = paired(group, group.baseline, completed_throughput)
-            group.ttt_speedup = paired(group.baseline, group, completed_time_to_target)
-            group.accuracy_change = paired_differences(group, group.baseline, completed_accuracy)
-        if group.one_peer:
-            group.efficiency = paired(group, group.one_peer, completed_throughput, peers)
-        for run in group.runs:
-            throughput = run.summary.get("throughput_samples_per_s")
-            if throughput is None:
-                continue
-            if group.baseline and run.block in (same := group.baseline.by_block(completed_throughput)):
-                run.speedup = throughput / same[run.block]
-            if group.one_peer and run.block in (same := group.one_peer.by_block(completed_throughput)):
-                run.scaling_efficiency = throughput / (peers * same[run.block])
-
-
-def missing_baselines(runs: list[Run]) -> list[dict]:
-    """Hydra overrides of each baseline these runs lack: the equal-resource `single` run (peers=N, peer_cpus=c)
-    and the one-peer `single` run (peers=1, peer_cpus=c) of every configuration, on the same job."""
-    groups = group_runs(runs)
-    missing = {}
-    for group in groups:
-        run = group.first
-        if baseline_for(run, groups) is None:
-            overrides = baseline_overrides(run, *run.shape)
-            missing.setdefault(json.dumps(overrides, default=str), overrides)
-        if one_peer_baseline_for(run, groups) is None:
-            overrides = baseline_overrides(run, 1, run.config["peer_cpus"])
-            missing.setdefault(json.dumps(overrides, default=str), overrides)
-    return list(missing.values())
-
-
-def baseline_overrides(run: Run, peers: int, peer_cpus: int) -> dict:
-    """strategy=single with this shape, plus the run's job settings that differ from the defaults in conf/."""
-    overrides = {"strategy": run.config["report"]["baseline_strategy"], "peers": peers, "peer_cpus": peer_cpus}
-    defaults = default_config(run.config)
-    for key, value in flatten(run.config).items():
-        if key in defaults and defaults[key] != value and not key.startswith(NOT_A_BASELINE_OVERRIDE):
-            group_choice = key.count(".") == 1 and key.endswith(".name")  # model.name=tiny: model=tiny
-            overrides[key.removesuffix(".name") if group_choice else key] = value
-    return overrides
-
-
-def default_config(config: dict) -> dict:
-    """conf/config.yaml with, for each config group, the option the run chose (its `name`), flattened; a group's
-    `name` defaults to the option config.yaml picks."""
-    root = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
-    chosen = {k: v for entry in root.pop("defaults") if isinstance(entry, dict) for k, v in entry.items()}
-    root.pop("hydra", None)
-    defaults = flatten(root)
-    for group, default_option in chosen.items():
-        if group == "strategy" or not isinstance(config.get(group), dict):
+def mark_reruns(runs: list[Run]) -> None:
+    """Runs their sweep's plan lists as run again after an earlier attempt of the same block."""
+    plans: dict = {}
+    for run in runs:
+        if run.sweep is None:
             continue
-        path = CONF_DIR / group / f"{config[group].get('name', default_option)}.yaml"
-        block = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}
-        block.pop("defaults", None)
-        defaults |= {f"{group}.{k}": v for k, v in flatten(block).items()} | {f"{group}.name": default_option}
-    return defaults
+        plan = plans.setdefault(run.sweep, read_plan(run.sweep))
+        rerun = {entry["job"] for entry in plan.get("reruns") or []}
+        run.run_later = run.path.relative_to(run.sweep).as_posix() in rerun
 
 
-def override_args(overrides: dict) -> list[str]:
-    """Hydra's key=value arguments for overrides."""
-    def value(v) -> str:
-        if v is None or isinstance(v, (bool, list, dict)):
-            return json.dumps(v, separators=(",", ":"))
-        text = str(v)
-        return text if text.replace(".", "").replace("_", "").replace("-", "").replace("/", "").isalnum() \
-            else f"'{text}'"
-    return [f"{k}={value(v)}" for k, v in overrides.items()]
-
-
-def override_command(overrides: dict) -> str:
-    """The train.py command line for Hydra overrides."""
-    return "python train.py " + " ".join(map(shlex.quote, override_args(overrides)))
-
-
-def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
-    """Sections of grouped runs under dirs (speedups attached), and the runs left out, with why."""
-    paths, incomplete = find_runs(dirs)
-    left_out = [f"{p} (no summary.json: the launcher itself was stopped)" for p in incomplete]
-    runs = []
-    for path in paths:
-        try:
-            runs.append(load_run(path))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            left_out.append(f"{path} (unreadable summary.json: {exc})")
-    groups = group_runs(runs)
-    attach_baselines(groups)
-    return sections_of(groups), left_out
+def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
+    """Each superseded attempt to the group of its configuration; the attempts of no group here are returned."""
+    by_key = {configuration_key(g.first): g for g in groups}
+    orphans = []
+    for attempt in attempts:
+        attempt.superseded = True
+        group = by_key.get(configuration_key(attempt))
+        (group.attempts if group else orphans).append(attempt)
+    return orphans

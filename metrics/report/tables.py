@@ -1,48 +1,15 @@
-"""The report's tables: one row per configuration (mean ± standard deviation over repeats), rendered
-to Markdown and HTML from the same cells."""
-import html
+"""The report's tables: one row per configuration (mean ± standard deviation over repeats, ratios and the
+primary figure with their intervals), as cells of the report model (metrics/report/model.py Table)."""
+import math
 import statistics
-from dataclasses import dataclass
 
-from metrics.report_data import Group, Run, Section
-from metrics.stats import Ratio
-from metrics.summary import PHASES
+from metrics.report.model import Table
+from metrics.report.primary import Primary, time_observation
+from metrics.report.runs import Group, Run
+from metrics.stats import Ratio, factor, olympic_mean
+from metrics.steplog import PHASES
 
 MISSING = "–"
-
-
-@dataclass
-class Table:
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    note: str = ""
-
-    def markdown(self) -> str:
-        def cell(text: str) -> str:
-            return str(text).replace("|", "\\|").replace("\n", " ")
-        lines = [f"### {self.title}", ""]
-        if self.note:
-            lines += [self.note, ""]
-        lines.append("| " + " | ".join(cell(c) for c in self.columns) + " |")
-        lines.append("|" + "---|" * len(self.columns))
-        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in self.rows]
-        return "\n".join(lines) + "\n"
-
-    def html(self) -> str:
-        """A table that scrolls inside its own box if it is wider than the page; headers may break after _ and ."""
-        head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>').replace('.', '.<wbr>')}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in self.rows)
-        note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
-        return (f"<h3>{html.escape(self.title)}</h3>{note}"
-                f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
-
-
-def _td(cell: str) -> str:
-    """Numbers (also "1.2 ± 0.3", "–") align right, text left."""
-    text = str(cell)
-    align = " class=text" if any(c.isalpha() for c in text) else ""
-    return f"<td{align}>{html.escape(text)}</td>"
 
 
 # Number formatting: units are in the column headers.
@@ -50,6 +17,8 @@ def _td(cell: str) -> str:
 def number(value: float | None, digits: int = 3) -> str:
     if value is None:
         return MISSING
+    if math.isinf(value):
+        return "∞"
     if value == 0:
         return "0"
     return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
@@ -67,14 +36,24 @@ def percent(value: float | None) -> str:
     return MISSING if value is None else f"{100 * value:.1f}"
 
 
-def interval_text(ratio, unit: str = "×") -> str:
-    """A paired ratio: estimate [95 % interval] (blocks); with one block, no interval."""
+def blocks_text(n: int, censored: int = 0, unit: str = "block") -> str:
+    text = f"{n} {unit}{'s' if n != 1 else ''}"
+    return text + (f", {censored} censored" if censored else "")
+
+
+def interval_text(ratio, unit: str = "×", censored: int = 0) -> str:
+    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %; without an interval, why (one block,
+    zero spread)."""
     if ratio is None or not ratio.n:
         return "n/a (no paired block)"
-    if ratio.n == 1:
-        return f"{ratio.estimate:.2f}{unit} (1 block, no interval)"
-    low, high = ratio.interval()
-    return f"{ratio.estimate:.2f}{unit} [{low:.2f}, {high:.2f}] ({ratio.n} blocks)"
+    interval = ratio.interval()
+    if interval is None:
+        estimate = f"{ratio.estimate:.2f}{unit} " if ratio.estimate is not None else ""
+        return f"{estimate}({ratio.why_no_interval}: no interval)"
+    low, high = interval
+    spread = f"×/÷{factor(interval):.2f}, " if not censored else ""  # censored: not symmetric on the log scale
+    return f"{ratio.estimate:.2f}{unit} [{low:.2f}, {'∞' if math.isinf(high) else f'{high:.2f}'}] " \
+           f"({spread}{blocks_text(ratio.n, censored)})"
 
 
 def stat(group: Group, figure, fmt=number) -> str:
@@ -102,8 +81,9 @@ def interval_stat(group: Group, figure, fmt=number) -> str:
     unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
     count = f"{len(values)} of {len(group.runs)}" if len(values) < len(group.runs) else f"{len(values)}"
     found = Ratio(values)
-    if found.n == 1:
-        return f"{fmt(found.estimate)} ({count} {unit[:-1] if count == '1' else unit}, no interval)"
+    if found.interval() is None:
+        why = "" if found.n == 1 else ", zero spread"
+        return f"{fmt(found.estimate)} ({count} {unit[:-1] if count == '1' else unit}{why}, no interval)"
     low, high = found.interval()
     return f"{fmt(found.estimate)} [{fmt(low)}, {fmt(high)}] ({count} {unit})"
 
@@ -131,31 +111,40 @@ def fault_tolerance_of(group: Group) -> str:
     return ", ".join(dict.fromkeys(fault_tolerance(r.summary) for r in group.runs))
 
 
-# Ranking within a section.
+# Ranking within a section: on the primary figure alone.
 
-def rank_key(group: Group, synthetic: bool):
+def reached_count(group: Group) -> tuple[int, int]:
+    """(runs that reached the target, runs): a crossing at the first evaluation (time 0) is a crossing."""
+    return sum(time_observation(r).reached for r in group.runs), len(group.runs)
+
+
+def mlperf_time(group: Group) -> float:
+    """MLPerf's summary of the group's time-to-target: olympic mean, a miss counted as the slowest."""
+    return olympic_mean([time_observation(r).mlperf for r in group.runs])
+
+
+def rank_key(group: Group, primary: Primary):
     completed = any(r.completed for r in group.runs)
     throughput = group.values(summary_figure("throughput_samples_per_s"))
     mean_throughput = statistics.fmean(throughput) if throughput else 0.0
-    if synthetic:
-        return (not completed, -mean_throughput)
-    reach = group.values(summary_figure("time_to_target_s"))
-    all_reached = len(reach) == len(group.runs)
-    return (not completed, not all_reached, statistics.fmean(reach) if all_reached else 0.0, -mean_throughput)
+    if not primary.is_time:
+        return (not completed, -mean_throughput, group.label)
+    reached, runs = reached_count(group)
+    times = [time_observation(r).low for r in group.runs if time_observation(r).reached]
+    typical = statistics.fmean(times) if times else math.inf
+    return (not completed, reached < runs, -reached, mlperf_time(group), typical, group.label)
 
 
-def ranked(section: Section) -> list[Group]:
-    return sorted(section.groups, key=lambda g: rank_key(g, section.synthetic))
+def ranked(groups: list[Group], primary: Primary) -> list[Group]:
+    return sorted(groups, key=lambda g: rank_key(g, primary))
 
 
-def rank_note(section: Section) -> str:
-    if section.synthetic:
-        return ("Ranked by global throughput (synthetic data: accuracy and time-to-target have no meaning); "
-                "failed runs last.")
-    target = section.groups[0].first.summary.get("target") or {}
-    relation = "≥" if target.get("metric") == "test_accuracy" else "≤"
-    return (f"Ranked by time-to-target ({target.get('metric')} {relation} {target.get('value')}; configurations "
-            "reaching it in every repeat first, fastest first), then by global throughput; failed runs last.")
+def rank_note(primary: Primary) -> str:
+    if not primary.is_time:
+        return "Ranked by mean global throughput, the primary figure; failed runs last."
+    return (f"Ranked on the primary figure, time-to-target ({primary.target}): configurations that reached it in "
+            "every block first, then by blocks reached, then by MLPerf's summary (olympic mean, a miss counted as "
+            "the slowest); the order alone is no finding.")
 
 
 # The tables.
@@ -176,49 +165,61 @@ def configuration_table(groups: list[Group]) -> Table:
 
 
 def speedup_cell(group: Group) -> str:
+    if group.baseline is group:
+        return "the baseline"
     if group.baseline is None:
         return f"no single baseline with {cpus(group.first.total_cpus)}"
     return f"{interval_text(group.speedup)} (vs {group.baseline.label})"
 
 
 def scaling_cell(group: Group) -> str:
+    if group.one_peer is group:
+        return MISSING
     if group.one_peer is None:
         return f"no single run with 1 peer of {cpus(group.first.config['peer_cpus'])}"
     return f"{interval_text(group.efficiency, '')} (vs {group.first.config['peers']} x {group.one_peer.label})"
 
 
-def speed_table(groups: list[Group], synthetic: bool) -> Table:
-    target = groups[0].first.summary.get("target") or {}
+def reached_cell(group: Group) -> str:
+    reached, runs = reached_count(group)
+    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
+    return f"{reached} of {runs} {unit}"
+
+
+def speed_table(groups: list[Group], primary: Primary) -> Table:
     rows = []
     for rank, group in enumerate(groups, 1):
-        convergence = (["n/a (synthetic)"] * 4 if synthetic else
-                       [stat(group, summary_figure("time_to_target_s")),
+        convergence = (["n/a (synthetic)"] * 6 if not primary.is_time else
+                       [reached_cell(group), interval_stat(group, summary_figure("time_to_target_s")),
+                        number(mlperf_time(group)),
                         interval_stat(group, summary_figure("samples_to_target"), lambda v: f"{v:.0f}"),
                         interval_stat(group, summary_figure("time_per_sample_s"), lambda v: number(1000 * v)),
                         stat(group, lambda r: r.worst_worker_accuracy(), percent)])
         rows.append([str(rank), group.label, stat(group, summary_figure("wall_s")),
                      stat(group, summary_figure("throughput_samples_per_s")), speedup_cell(group), scaling_cell(group),
                      *convergence])
+    target = f"Target: {primary.target}, estimator {primary.estimator}; " if primary.is_time else ""
     return Table("Time, throughput and convergence",
                  ["rank", "configuration", "wall time (s)", "global throughput (samples/s)",
-                  "speedup vs single (x)", "scaling efficiency", "time-to-target (s)", "samples-to-target",
-                  "time per sample (ms)",
-                  "worst worker's final test accuracy (%)"], rows,
+                  "throughput speedup vs single (x)", "scaling efficiency", "reached the target",
+                  "time-to-target of the runs that reached it (s)", "MLPerf-style time-to-target (s)",
+                  "samples-to-target", "time per sample (ms)", "worst worker's final test accuracy (%)"], rows,
                  "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' trained "
                  "samples / the longest worker's training time (pauses to save weights for evaluation excluded). "
-                 "Speedup: throughput / "
+                 "Throughput speedup (beside the primary figure, never in its place): throughput / "
                  "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
                  "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "
                  "the `single` run with 1 peer of the same CPUs). Both paired by block: geometric mean over blocks "
                  "[95 % t-interval on the log ratios]. "
-                 f"Target: {target.get('metric')} {target.get('value')}; time-to-target = samples-to-target (all "
+                 f"{target}time-to-target = samples-to-target (all "
                  "workers' samples; depends on the seed, not the machine, for synchronous strategies) x time per "
                  "sample (the machine's share): the worst worker's crossing, interpolated between evaluations and "
-                 "holding at the next one (summary.json's time_to_target_s, samples_to_target, time_per_sample_s; "
-                 "these two: geometric mean over repeats [95 % t-interval on the logs] (blocks), so that their "
-                 "product is the geometric mean of time-to-target; "
-                 f"see Methods); '–' = not reached. {resolution(groups)} Worst worker: the lowest final test "
-                 "accuracy over workers. '(k/n)': only k of n repeats have the figure.")
+                 "holding at the next one (summary.json's time_to_target_s, samples_to_target, time_per_sample_s): "
+                 "geometric mean over the runs that reached the target [95 % t-interval on the logs], which leaves "
+                 "the misses out: the comparisons count them (Comparisons). MLPerf-style: the olympic mean over "
+                 "blocks (fastest and slowest dropped), a miss counted as the slowest (∞: more than one miss). "
+                 f"{resolution(groups)} Worst worker: the lowest final test "
+                 "accuracy over workers. '(k/n)', '(k of n blocks)': only k of n repeats have the figure.")
 
 
 def resolution(groups: list[Group]) -> str:
@@ -340,23 +341,34 @@ def failure_counters(run: Run) -> dict:
     return {k: v for k, v in run.strategy_figures().items() if k in declared}
 
 
+def attempt_status(run: Run) -> str:
+    status = run.summary.get("status", "?")
+    if run.superseded:
+        return f"{status}, superseded (moved aside, run again)"
+    return f"{status}, run later" if run.run_later else status
+
+
 def failures_table(groups: list[Group]) -> Table:
     rows = []
     for group in groups:
-        for run in group.runs:
+        for run in [*group.runs, *group.attempts]:
             summary = run.summary
             counters = ", ".join(f"{k}={number(v) if isinstance(v, float) else v}"
                                  for k, v in failure_counters(run).items())
-            rows.append([group.label, str(run.config.get("seed")), summary.get("status", "?"),
-                         str(summary.get("exit_code")),
+            rows.append([group.label, MISSING if run.config.get("block") is None else str(run.config["block"]), str(run.config.get("seed")),
+                         attempt_status(run), str(summary.get("exit_code")),
                          MISSING if summary.get("failed_rank") is None else str(summary["failed_rank"]),
                          ", ".join(map(str, summary.get("lost_peers") or [])) or MISSING,
                          fault_tolerance(summary), counters or MISSING,
                          error_headline(summary.get("error")) or MISSING])
-    return Table("Failures", ["configuration", "seed", "status", "exit code", "failed rank", "lost peers",
+    return Table("Failures", ["configuration", "block", "seed", "status", "exit code", "failed rank", "lost peers",
                               "fault tolerance", "strategy failure counters", "error"], rows,
+                 "Every run and every attempt: an attempt a resumed sweep superseded (moved below superseded/ and "
+                 "run again in the same block) stays here with its status and error; the run that replaced it is "
+                 "marked 'run later' (its block is no longer contemporaneous). "
                  "From summary.json (status, error, failed rank, peers lost during the run) and the strategy's own "
-                 "counters (the peers[*].result.strategy fields it declares as failure counters, mean over peers). Full errors below. "
+                 "counters (the peers[*].result.strategy fields it declares as failure counters, mean over peers). "
+                 "Full errors below. "
                  "Fault tolerance, for runs with an injected fault (fault.*): 'survived' when the run completed "
                  "without the faulty peer, else 'failed in T s', T = time from the fault (the peer's clock just "
                  "before acting) to the launcher deciding the run's outcome; '–' = no fault injected.")
@@ -407,10 +419,35 @@ def rounds_table(groups: list[Group]) -> Table | None:
                  "matchmaking (real seconds).")
 
 
-def section_tables(section: Section) -> list[Table]:
-    groups = ranked(section)
-    tables = [configuration_table(groups), speed_table(groups, section.synthetic),
-              bytes_table(groups, section.synthetic), breakdown_table(groups), resources_table(groups), failures_table(groups),
-              rounds_table(groups), strategy_table(groups)]
-    tables[1].note = rank_note(section) + " " + tables[1].note
+def comparisons_table(comparisons, control) -> Table:
+    """Every declared comparison (and the control arm, apart) with its ratio, tests and claim."""
+    rows = []
+    for c in [*comparisons, *control]:
+        counted = c in comparisons
+        rows.append([c.this.label, c.other.label, interval_text(c.ratio, censored=c.censored),
+                     number(c.rank_p, 2) if c.primary.is_time else MISSING,
+                     c.test if c.p is not None else MISSING, number(c.p, 2),
+                     number(c.adjusted_p, 2) if counted else "control: not in the family",
+                     c.decision if counted else ("excludes 1" if excludes_one(c.ratio) else "within noise"),
+                     "; ".join(c.left_out) or MISSING])
+    return Table("Comparisons (declared before the data)",
+                 ["configuration", "against", "ratio [95 % interval]", "signed-rank p", "test deciding", "p",
+                  "Holm-adjusted p", "claim", "left out (unfaithful)"], rows,
+                 "Ratio > 1: the configuration is the faster (time-to-target: the other's / its own; throughput: its "
+                 "own / the other's), paired by block. Every configuration against its equal-resource baseline and "
+                 "every pair of configurations: one Holm family per section, fixed by the configurations before any "
+                 "result. The control arm (the baseline run twice in each block) is the noise floor, outside the "
+                 "family. See Methods for the estimator and the tests.")
+
+
+def excludes_one(ratio) -> bool:
+    interval = ratio.interval()
+    return interval is not None and (interval[0] > 1 or interval[1] < 1)
+
+
+def section_tables(groups: list[Group], primary: Primary, comparisons, control) -> list[Table]:
+    tables = [configuration_table(groups), speed_table(groups, primary), comparisons_table(comparisons, control),
+              bytes_table(groups, not primary.is_time), breakdown_table(groups), resources_table(groups),
+              failures_table(groups), rounds_table(groups), strategy_table(groups)]
+    tables[1].note = rank_note(primary) + " " + tables[1].note
     return [t for t in tables if t is not None]

@@ -1,0 +1,412 @@
+#!/usr/bin/env python
+"""Rewrite the generated blocks of README.md and docs/*.md from conf/ and bench/results.json.
+
+    python docs/generate.py            # rewrite every block (make docs)
+    python docs/generate.py --check    # exit 1 naming each stale block, change nothing
+
+A block is the text between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`. SPEC is a generator's name
+and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Knob tables come from the
+yaml files and their comments; measured tables from bench/results.json, each stamped with when and on which machine
+it was measured (bench/run.py's fingerprint). Figures measured by hand belong in docs/lab-log.md, nowhere else.
+"""
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import describe_machine  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results.json"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^<!-- generated:(?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end generated:(?P<end>[^>]*?) -->$",
+                   re.S | re.M)  # markers stand on lines of their own
+OPEN = re.compile(r"^<!-- (end )?generated:", re.M)
+
+
+# --- knob tables from conf/ -------------------------------------------------------------
+KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w]*):(?: +(?P<value>[^#]*?))? *(?:# ?(?P<comment>.*))?$")
+
+
+def knobs_of(path: Path) -> list[tuple[str, str, str]]:
+    """(dotted key as users write it, value as written, its comment) for every leaf of a conf yaml file (a group's
+    option file puts its keys under the group's name); `defaults`, `hydra` and the strategy's registration
+    (strategy.name, strategy.target) are wiring, not knobs."""
+    text = path.read_text()
+    group = path.parent.name if path.parent != ROOT / "conf" and "@package _global_" not in text else None
+    rows, parents, skip_below = [], [], None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith(("#", "-")):
+            continue
+        match = KEY.match(line)
+        indent = len(line) - len(line.lstrip())
+        if skip_below is not None and indent > skip_below:
+            continue  # inside a block scalar or a skipped mapping
+        skip_below = None
+        if not match:
+            continue
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        key = ".".join([p[1] for p in parents] + [match["key"]])
+        value = (match["value"] or "").strip()
+        if key.split(".")[0] in ("defaults", "hydra") or key in ("strategy.name", "strategy.target"):
+            skip_below = indent
+            continue
+        if value in ("", "|", ">"):
+            parents.append((indent, match["key"]))
+            if value:
+                skip_below = indent
+            continue
+        rows.append((f"{group}.{key}" if group else key, value, (match["comment"] or "").strip()))
+    return rows
+
+
+def header_of(path: Path) -> str:
+    """A conf file's opening comment without its examples (indented lines), up to its list of knobs."""
+    lines = []
+    for line in path.read_text().splitlines():
+        text = line.removeprefix("# ").rstrip()
+        if not line.startswith("#") or text.startswith("Knobs"):
+            break
+        if "@package" not in text and not text.startswith("  "):
+            lines.append(text)
+    return " ".join(lines)
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def knobs(path: str, *selection: str) -> str:
+    """The knobs of one conf file; `selection`: dotted prefixes to show (all when none), `!prefix` to leave out."""
+    shown = [p for p in selection if not p.startswith("!")]
+    hidden = [p[1:] for p in selection if p.startswith("!")]
+
+    def under(key: str, prefix: str) -> bool:
+        return key == prefix or key.startswith(prefix + ".")
+
+    rows = [(k, v, c) for k, v, c in knobs_of(ROOT / path)
+            if (not shown or any(under(k, p) for p in shown)) and not any(under(k, p) for p in hidden)]
+    if not rows:
+        raise ValueError(f"knobs {path} {' '.join(selection)}: no knob matches")
+    lines = [f"From `{path}`:", "", "| knob | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{key}` | `{cell(value)}` | {cell(comment)} |" for key, value, comment in rows]
+    return "\n".join(lines)
+
+
+def groups() -> str:
+    """Every config group of conf/ with its options and each option's opening comment."""
+    lines = ["| group | option | what it is |", "|---|---|---|"]
+    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "hydra"):
+        for option in sorted(group.glob("*.yaml")):
+            lines.append(f"| `{group.name}` | `{option.stem}` | {cell(header_of(option))} |")
+    return "\n".join(lines)
+
+
+# --- measured tables from bench/results.json ---------------------------------------------
+def results() -> dict:
+    return {entry["name"]: entry for entry in json.loads(RESULTS.read_text())["results"]}
+
+
+def stamp(entry: dict, part: str = "") -> str:
+    """Where a table's figures come from: the entry (or one part of it), when and on which machine."""
+    source = f"`bench/results.json` → `{entry['name']}`" + (f" → `{part}`" if part else "")
+    return f"*Measured {entry['measured_at']} on {describe_machine(entry['machine'])} ({source}).*"
+
+
+def stamp_rows(entry: dict, rows: list[dict]) -> str:
+    """A table whose rows were measured at several times, possibly on several machines."""
+    dates = sorted(r["measured_at"] for r in rows)
+    machines = sorted({describe_machine(r["machine"]) for r in rows})
+    return (f"*Measured {dates[0]} to {dates[-1]} on {'; '.join(machines)} "
+            f"(`bench/results.json` → `{entry['name']}`, {len(rows)} rows).*")
+
+
+def num(x, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def pct(x, digits: int = 1) -> str:
+    return "–" if x is None else f"{100 * x:.{digits}f} %"
+
+
+def times(x, interval=None) -> str:
+    """A ratio with its 95 % interval: 0.97× [0.88, 1.06]."""
+    if x is None:
+        return "–"
+    return f"{x:.2f}×" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def bench_summary() -> str:
+    """Every benchmark's latest ratio beside its goal, date and machine."""
+    rows = [[f"`{e['name']}`", num(e.get("ratio"), 3), cell(e["goal"]), e["measured_at"],
+             describe_machine(e["machine"])] for e in results().values()]
+    return "\n".join(table(["benchmark", "ratio", "goal", "measured", "machine"], rows))
+
+
+def bench_machines() -> str:
+    """The machines bench/results.json names, with the entries (and rows) measured on each."""
+    found: dict[str, list[str]] = {}
+
+    def visit(value, name: str) -> None:
+        if isinstance(value, dict):
+            if "machine" in value and isinstance(value["machine"], dict):
+                found.setdefault(describe_machine(value["machine"]), []).append(name)
+            for item in value.values():
+                visit(item, name)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item, name)
+
+    for name, entry in results().items():
+        visit(entry, name)
+    rows = [[machine, ", ".join(f"`{n}`" + (f" ({names.count(n)})" if names.count(n) > 1 else "")
+                                for n in dict.fromkeys(names))] for machine, names in sorted(found.items())]
+    return "\n".join(table(["machine", "entries (how many of their rows and parts)"], rows))
+
+
+def bench_collectives(entry: dict) -> list[str]:
+    rows = entry["rows"]
+    peers = sorted({r["peers"] for r in rows})
+    lines = [stamp(entry), "", f"Link efficiency (floor / measured link time) at {entry['setup']}:", ""]
+    body = []
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        mine = {r["peers"]: r for r in rows if r["strategy"] == strategy}
+        wire = [mine[n]["wire_over_payload"] for n in peers if n in mine and mine[n].get("wire_over_payload")]
+        body.append([f"`{strategy}`", *(num(mine[n]["efficiency"]) if n in mine else "–" for n in peers),
+                     f"{min(wire):.2f}–{max(wire):.2f}" if wire else "–"])
+    return lines + table(["strategy", *(f"N={n}" for n in peers), "wire bytes / payload"], body)
+
+
+def bench_stepwise_vs_ring(entry: dict) -> list[str]:
+    body = [[str(r["peers"]), f"{r['stepwise']['bytes']:,.0f}", f"{r['ring']['bytes']:,.0f}", num(r["bytes_ratio"]),
+             num(r["stepwise"]["round_s"], 3), num(r["ring"]["round_s"], 3), num(r["round_time_ratio"])]
+            for r in entry["rows"]]
+    return [stamp(entry), "", f"Setup: {entry['setup']}.", ""] + table(
+        ["N", "stepwise bytes per worker and round", "ring bytes", "bytes ratio", "stepwise round (s)",
+         "ring round (s)", "round time ratio"], body)
+
+
+def bench_ddp_overlap(entry: dict) -> list[str]:
+    body = []
+    for arm, runs in entry["rows"].items():
+        mean = {k: sum(r["breakdown_s"][k] for r in runs) / len(runs) for k in runs[0]["breakdown_s"]}
+        body.append([f"`{arm}`", num(entry["median_samples_per_s"][arm], 1), num(mean["compute_s"], 3),
+                     num(mean["comm_s"], 3)])
+    return [stamp(entry), "", f"Setup: {entry['setup']}; ratio {num(entry['ratio'], 3)} (goal {entry['goal']}).",
+            ""] + table(["arm", "median samples/s", "mean compute s/step", "mean exposed comm s/step"], body)
+
+
+def bench_overhead(entry: dict) -> list[str]:
+    return [stamp(entry), "", f"Setup: {entry['setup']}. Median step (s) per alternated repeat: raw loop "
+            f"{', '.join(num(x, 3) for x in entry['raw_step_s'])}; `strategy=single` "
+            f"{', '.join(num(x, 3) for x in entry['framework_step_s'])}; ratio {num(entry['ratio'], 3)} "
+            f"(goal {entry['goal']})."]
+
+
+def bench_sampler(entry: dict) -> list[str]:
+    return [stamp(entry), "", f"Setup: {entry['setup']}. The sampler thread used {num(entry['cpu_s'])} s of CPU in "
+            f"{num(entry['wall_s'], 1)} s: {pct(entry['ratio'], 2)} of one core (goal {entry['goal']})."]
+
+
+def bench_noise(entry: dict) -> list[str]:
+    def attribution(shares: dict) -> str:
+        return " / ".join(f"{shares[k]:+.2f}" for k in ("cpu_s", "runq_s", "other_s"))
+
+    body = []
+    for arm, figures in entry["arms"].items():
+        spread = figures["spread"]
+        body.append([f"`{arm}`", str(len(figures["runs"])),
+                     f"{num(spread['wall_s']['min'], 3)} .. {num(spread['wall_s']['max'], 3)}",
+                     pct(spread["wall_s"]["spread"]),
+                     f"{num(spread['cpu_s']['min'], 3)} .. {num(spread['cpu_s']['max'], 3)}",
+                     f"{num(spread['runq_s']['min'], 3)} .. {num(spread['runq_s']['max'], 3)}",
+                     attribution(figures["between_runs_shares"]), attribution(figures["within_runs_shares"])])
+    correlations = ", ".join(f"{k} {v:+.2f}" for k, v in entry["machine_correlation"].items())
+    return [stamp(entry), "", f"Setup: {entry['setup']}.", ""] + table(
+        ["arm", "runs", "wall s/step (min .. max)", "spread", "CPU s/step", "run-queue s/step",
+         "run-to-run variance: CPU / run queue / other", "step-to-step: CPU / run queue / other"], body) + [
+        "", f"Correlation of a run's wall time per step with the machine around it: {correlations}. "
+            f"Reading the clocks costs {num(entry['clock_cost_us'], 0)} µs per step (median)."]
+
+
+def bench_emulation(entry: dict, part: str) -> list[str]:
+    if part == "headline":
+        body = [[f"`{label}`", str(row["blocks"]), ", ".join(num(v) for v in row["per_block"]),
+                 times(row["estimate"], row["interval_95"]), pct(row["spread"]), pct(row["throughput_spread"])]
+                for label, row in entry["headline"]["strategies"].items()]
+        return [stamp(entry, "headline"), ""] + table(
+            ["configuration", "blocks", "paired speedup per block", "geometric mean, 95 % interval",
+             "spread of paired speedups", "spread of throughput"], body)
+    if part == "linearity":
+        ratios = entry["linearity"]["ratios"]
+        body = [[arm, ", ".join(num(v, 3) for v in r["per_block"]), times(r["estimate"], r["interval_95"])]
+                for arm, r in ratios.items()]
+        return [stamp(entry, "linearity"), "", "Throughput dilated back / the same process on a dedicated core "
+                "without a quota, per block:", ""] + table(["arm", "per block", "geometric mean, 95 % interval"], body)
+    if part == "invariance":
+        factors = sorted({k for row in entry["invariance"].values() for k in row["ratios"]}, key=float)
+        body = [[f"`{name}`", *(f"{num(row['ratios'][k]['estimate'], 3)} ("
+                                + ", ".join(num(v, 3) for v in row["ratios"][k]["per_block"]) + ")"
+                                for k in factors), str(row["checked_dilation"]),
+                 str(entry["checked_dilation"][name])] for name, row in entry["invariance"].items()]
+        return [stamp(entry, "invariance"), "", "Throughput at dilation k, dilated back / at k = 1, mean (per block):",
+                ""] + table(["strategy", *(f"k = {k}" for k in factors), "invariance holds up to",
+                             "offered (with linearity)"], body)
+    raise ValueError(f"bench emulation: unknown part {part!r}")
+
+
+def bench_projection(entry: dict, model: str) -> list[str]:
+    rows = [r for r in entry["rows"] if r.get("model") == model and r.get("counted") and "error" in r]
+    if not rows:
+        raise ValueError(f"bench projection_validation {model}: no counted rows")
+    peers = sorted({r["peers"] for r in rows})
+    body = []
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        mine = {r["peers"]: r for r in rows if r["strategy"] == strategy}
+        body.append([f"`{strategy}`", *(f"{mine[n]['error']:+.3f}" if n in mine else "not run" for n in peers)])
+    held_out = entry["by_model"][model]["held_out"]
+    return [stamp_rows(entry, rows), "", f"Error = predicted / measured step time − 1, model `{model}`; N = 2 "
+            "calibrates, the other N are held out:", ""] + table(["strategy", *(f"N={n}" for n in peers)], body) + [
+        "", f"Held out: {held_out['cases']} cases, median |error| {num(held_out['median_abs_error'], 3)}, worst "
+            f"{held_out['worst_error']:+.3f}, {pct(held_out['within_15_percent'], 0)} within 15 %."]
+
+
+def bench_projection_goals(entry: dict) -> list[str]:
+    held = entry["held_out"]
+    body = [[f"`{s}`", str(f["cases"]), num(f["median_abs_error"], 3), f"{f['worst_error']:+.3f}",
+             pct(f["within_15_percent"], 0)] for s, f in held["by_strategy"].items()]
+    goals = [f"{goal}: {'met' if met else '**missed**'}" for goal, met in entry["goals_met"].items()]
+    return [stamp_rows(entry, entry["rows"]), ""] + table(
+        ["strategy", "held-out cases", "median abs error", "worst error", "within 15 %"], body) + [
+        "", "Goals over every kept row: " + "; ".join(goals) + "."]
+
+
+def bench_simgrid(entry: dict) -> list[str]:
+    body = [[f"`{key}`", f"{lo:.3f} – {hi:.3f}"] for key, (lo, hi) in entry["range_by_schedule_and_model"].items()]
+    return [stamp(entry), "", f"Setup: {entry['setup']}.", ""] + table(
+        ["schedule and SimGrid model", "simulated time / formula (min – max over the cases)"], body)
+
+
+def bench_thesis(entry: dict, family: str) -> list[str]:
+    found = entry["families"][family]
+    body = []
+    for r in found["rows"]:
+        shares = r.get("time_breakdown_share") or {}
+        body.append([r["configuration"], f"{r['completed']} of {r['runs']}",
+                     times(r["speedup"], None if r["baseline"] else r["speedup_interval_95"]),
+                     "baseline" if r["baseline"] else r["speedup_claim"], times(r["time_to_target_ratio"]),
+                     num(r["samples_to_target"], 0), num(None if r["time_per_sample_s"] is None
+                                                         else 1000 * r["time_per_sample_s"]),
+                     pct(shares.get("comm_s")), pct(shares.get("opt_s"))])
+    return [f"*Measured {found['measured_at']} on {describe_machine(found['machine'])} (`bench/results.json` → "
+            f"`thesis` → `families.{family}`: `{' '.join(found['overrides'])}`).*", ""] + table(
+        ["configuration", "runs completed", "throughput vs its baseline, 95 % interval", "claim",
+         "time-to-target ratio", "samples to target", "ms per sample", "exposed comm", "optimizer"], body)
+
+
+def bench_thesis_projected(entry: dict) -> list[str]:
+    remainder = entry["projected_remainder"]
+    link = remainder["link"]
+    body = [[r["family"], f"`{r['configuration']}`", f"{r['peers']} x {r['peer_cpus']}", num(r["step_s"], 3),
+             f"[{num(r['band_step_s'][0], 3)}, {num(r['band_step_s'][1], 3)}]" if r.get("band_step_s") else "–",
+             num(r["throughput_samples_per_s"], 0), "yes" if r.get("extrapolation") else "no"]
+            for r in remainder["rows"] if r.get("step_s") is not None]
+    return [stamp(entry, "projected_remainder"), "", f"PREDICTED, not measured: {remainder['projected']} "
+            f"configurations projected on `{link['name']}` ({num(link['mbit'], 0)} Mbit/s), "
+            f"{remainder['not_projected']} not projected (each row in the file says why).", ""] + table(
+        ["family", "configuration", "peers x vCPUs", "predicted step (s)", "error band (s)", "samples/s",
+         "extrapolation"], body)
+
+
+def verdict() -> str:
+    """A sample verdict: the thesis slice's strategies family, the headline comparison with allreduce beside it."""
+    entry = results()["thesis"]
+    found = entry["families"]["strategies"]
+    body = [[r["configuration"], times(r["speedup"], r["speedup_interval_95"]), f"**{r['speedup_claim']}**",
+             times(r["time_to_target_ratio"]), f"{r['completed']} of {r['runs']}"]
+            for r in found["rows"] if not r["baseline"]]
+    return "\n".join([f"*Measured {found['measured_at']} on {describe_machine(found['machine'])}; 3 paired blocks "
+                      "(`bench/results.json` → `thesis` → `families.strategies`).*", ""] + table(
+        ["configuration", "throughput vs one process on the same CPUs, 95 % interval", "claim",
+         "time-to-target ratio", "runs completed"], body))
+
+
+BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,
+         "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
+         "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
+         "projection_goals": bench_projection_goals, "simgrid": bench_simgrid, "thesis": bench_thesis,
+         "thesis_projected": bench_thesis_projected}
+SOURCE = {"projection_goals": "projection_validation", "thesis_projected": "thesis"}  # tables of another entry
+
+
+def bench(name: str, *args: str) -> str:
+    if name not in BENCH:
+        raise ValueError(f"bench {name}: unknown table (known: {', '.join(BENCH)})")
+    return "\n".join(BENCH[name](results()[SOURCE.get(name, name)], *args))
+
+
+GENERATORS = {"knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
+              "bench-machines": bench_machines, "verdict": verdict}
+
+
+# --- blocks -----------------------------------------------------------------------------
+def render(spec: str) -> str:
+    name, *args = spec.split()
+    if name not in GENERATORS:
+        raise ValueError(f"generated:{spec}: unknown generator {name!r} (known: {', '.join(GENERATORS)})")
+    return GENERATORS[name](*args)
+
+
+def regenerated(text: str, page: Path) -> str:
+    """The page with every generated block rewritten; a malformed block is an error naming the page."""
+    blocks = list(BLOCK.finditer(text))
+    markers = len(OPEN.findall(text))
+    if markers != 2 * len(blocks):
+        raise ValueError(f"{page.name}: {markers} generated markers for {len(blocks)} complete blocks "
+                         "(each `<!-- generated:SPEC -->` needs its `<!-- end generated:SPEC -->`)")
+    for block in blocks:
+        if block["spec"] != block["end"]:
+            raise ValueError(f"{page.name}: block generated:{block['spec']} ends as generated:{block['end']}")
+
+    def replace(block: re.Match) -> str:
+        spec = block["spec"]
+        return f"<!-- generated:{spec} -->\n{render(spec)}\n<!-- end generated:{spec} -->"
+
+    return BLOCK.sub(replace, text)
+
+
+def stale_pages(pages: list[Path] = PAGES) -> dict[Path, str]:
+    """Page -> its text as generated, for every page whose generated blocks differ from what is on disk."""
+    stale = {}
+    for page in pages:
+        text = page.read_text()
+        fresh = regenerated(text, page)
+        if fresh != text:
+            stale[page] = fresh
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated block is stale")
+    args = parser.parse_args(argv)
+    stale = stale_pages()
+    for page, fresh in stale.items():
+        if args.check:
+            print(f"stale: {page.relative_to(ROOT)} (run `make docs`)", file=sys.stderr)
+        else:
+            page.write_text(fresh)
+            print(f"rewrote {page.relative_to(ROOT)}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

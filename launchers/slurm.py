@@ -1,0 +1,137 @@
+"""SLURM through Hydra's submitit launcher (conf/hydra/launcher/slurm.yaml), with a failed job that does not end the
+sweep, and a job that ends without its result that does not leave the sweep waiting.
+
+Hydra's SlurmLauncher waits for each job's result file, and for SLURM's state asks `sacct`, which needs accounting:
+a job killed before it wrote its result (a node failure, a task out of memory, a time limit) then leaves the sweep
+waiting for ever, or, where there is accounting, its exception ends the sweep. Here every job of a batch is awaited
+to its end as SLURM reports it with `squeue` (no accounting needed); a job that ended other than COMPLETED is named
+on stderr with SLURM's state and the nodes srun reports failed (with their node rank in the job), and becomes a
+failed JobReturn, so the sweep goes on with the next job and the report counts the failed runs. A job whose
+overrides hold hydra.launcher.* values (e.g. hydra.launcher.nodes=1) is submitted with them, in an array of its own.
+"""
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
+from omegaconf import OmegaConf
+
+WAITING = {"UNKNOWN", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED",
+           "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+POLL_S = 2.0
+RESULT_GRACE_S = 30.0  # a result file written just before the job ended may take this long to show (shared file system)
+NODE_FAILURE = re.compile(r"Node failure on (\S+)")
+
+
+class SlurmLauncher(SubmititSlurmLauncher):
+    def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        numbered = list(enumerate(job_overrides, initial_job_idx))
+        groups: dict[str, list] = {}  # one job array per distinct resource request
+        for number, overrides in numbered:
+            print(f"avgbench: SLURM job #{number}: {' '.join(filter_overrides(overrides))}", file=sys.stderr,
+                  flush=True)
+            groups.setdefault(json.dumps(own_resources(overrides), sort_keys=True), []).append((number, overrides))
+        jobs = {}
+        for resources, group in groups.items():
+            executor = self.executor(self.params | json.loads(resources))
+            submitted = executor.map_array(self, *zip(*[(list(overrides), "hydra.sweep.dir", number,
+                                                         f"job_id_for_{number}", Singleton.get_state())
+                                                        for number, overrides in group]))
+            jobs |= {number: job for (number, _), job in zip(group, submitted)}
+        return [job_return(jobs[number], list(overrides)) for number, overrides in numbered]
+
+    def executor(self, params: dict):
+        """submitit's executor for these hydra.launcher parameters (as Hydra's SlurmLauncher passes them)."""
+        import submitit
+
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=params["submitit_folder"],
+                                         slurm_max_num_timeout=params["max_num_timeout"])
+        queue_keys = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{key if key in queue_keys else f"{self._EXECUTOR}_{key}": value
+                                      for key, value in params.items()
+                                      if key not in ("submitit_folder", "max_num_timeout")})
+        return executor
+
+
+def own_resources(overrides: list[str]) -> dict:
+    """A job's own hydra.launcher.* overrides, which its array is submitted with (e.g. hydra.launcher.nodes=1 for a
+    one-process baseline in a sweep of runs over several nodes)."""
+    own = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.startswith("hydra.launcher."):
+            own[key.removeprefix("hydra.launcher.")] = yaml.safe_load(value)
+    return own
+
+
+def job_return(job, overrides: list[str]) -> JobReturn:
+    """The job's JobReturn once SLURM says it ended: its first task's, else a failed one naming why."""
+    state = wait_for_end(job.job_id)
+    first = job.task(0)  # node rank 0: its task's result is the job's, and the batch step logs to its files
+    problems = [] if state in ("COMPLETED", None) else [f"SLURM ended it {state}"]
+    problems += [f"node failure on {node} (node rank {rank})" for node, rank in node_failures(first, job.job_id)]
+    try:
+        if not wait_for_result(first):
+            raise RuntimeError("it ended without writing its result")
+        result = first.result()
+    except Exception as exc:  # the job raised, or SLURM ended it first
+        problems.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+    if not problems:
+        return result
+    message = (f"SLURM job {job.job_id} ({' '.join(filter_overrides(overrides))}) failed: {'; '.join(problems)}; "
+               f"its logs: {first.paths.stderr.parent}")
+    print(f"avgbench: {message}", file=sys.stderr, flush=True)
+    return JobReturn(overrides=overrides, status=JobStatus.FAILED, _return_value=RuntimeError(message))
+
+
+def slurm_state(job_id: str) -> str | None:
+    """SLURM's state of a job from squeue, which keeps ended jobs for MinJobAge; None once SLURM has forgotten it,
+    UNKNOWN while squeue cannot answer."""
+    done = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T"], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode:
+        return None if "Invalid job id" in done.stderr else "UNKNOWN"
+    states = done.stdout.split()
+    return states[0] if states else None
+
+
+def wait_for_end(job_id: str) -> str | None:
+    """Poll until the job left SLURM's waiting and running states; returns its final state."""
+    while (state := slurm_state(job_id)) in WAITING:
+        time.sleep(POLL_S)
+    return state
+
+
+def wait_for_result(task) -> bool:
+    deadline = time.monotonic() + RESULT_GRACE_S
+    while not task.paths.result_pickle.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
+
+
+def node_failures(task, job_id: str) -> list[tuple[str, int]]:
+    """The nodes srun reported failed (in the batch step's log), each with its node rank in the job."""
+    log = task.paths.stderr
+    failed = NODE_FAILURE.findall(log.read_text(errors="replace")) if log.exists() else []
+    nodes = job_nodes(job_id) if failed else []
+    return [(node, nodes.index(node) if node in nodes else -1) for node in dict.fromkeys(failed)]
+
+
+def job_nodes(job_id: str) -> list[str]:
+    """The job's nodes in node-rank order (SLURM_NODEID follows the expanded node list)."""
+    listed = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%N"], capture_output=True, text=True,
+                            timeout=60).stdout.strip()
+    if not listed:
+        return []
+    return subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True,
+                          timeout=60).stdout.split()

@@ -1,0 +1,49 @@
+"""Comparison report over runs: report.html (self-contained, plots embedded), report.md, runs.csv.
+
+    python -m metrics.report DIR [DIR ...] [-o OUT] [--record-noise bench/results.json]
+
+DIR: run or multirun directories; every directory below holding summary.json is a run.
+After `train.py -m ...` the Hydra callback launchers.sweep.SweepReport writes the report
+into the multirun directory. --record-noise: also record the primary figure's measured noise
+(the `primary_noise` entry that `repeats=auto` plans from).
+
+The package reads run directories and writes files; it imports nothing above metrics/.
+"""
+import argparse
+from pathlib import Path
+
+from metrics.report.build import NoRuns, build
+from metrics.report.render import write
+
+report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
+
+
+def build_report(sources: list[Path], out_dir: Path) -> dict[str, Path]:
+    """Write report.html, report.md and runs.csv into out_dir; returns their paths."""
+    return write(build(sources), out_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m metrics.report", description=__doc__.split("\n")[0])
+    parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
+    parser.add_argument("-o", "--out", type=Path, help="output directory (default: DIR when only one is given)")
+    parser.add_argument("--record-noise", type=Path, metavar="RESULTS_JSON",
+                        help="record the primary figure's noise measured here into this results file")
+    args = parser.parse_args(argv)
+    missing = [d for d in args.dirs if not d.is_dir()]
+    if missing:
+        parser.exit(2, f"avgbench: error: not a directory: {', '.join(map(str, missing))}\n")
+    if args.out is None and len(args.dirs) > 1:
+        parser.exit(2, "avgbench: error: several directories: name the output directory with -o OUT\n")
+    try:
+        report = build(args.dirs)
+    except NoRuns as exc:
+        parser.exit(2, f"avgbench: error: {exc}\n")
+    paths = write(report, args.out or args.dirs[0])
+    print(f"avgbench: comparison report: {paths['html']} (also report.md, runs.csv)")
+    if args.record_noise:
+        from metrics.report.noise import record
+
+        for line in record(args.dirs, args.record_noise):
+            print(f"avgbench: {line}")
+    return 0

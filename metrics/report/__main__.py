@@ -1,0 +1,5 @@
+import sys
+
+from metrics.report import main
+
+sys.exit(main())

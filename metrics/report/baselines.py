@@ -1,0 +1,187 @@
+"""Baselines: single-process runs on the same job that the others are measured against, the control arm beside
+them, and the commands that would produce the baselines a comparison lacks."""
+import json
+import shlex
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, STRATEGY_BLOCKS, Group, Run, Section, attach_attempts,
+                                 configuration_key, find_runs, flatten, group_runs, load_run, mark_reruns, paired,
+                                 paired_differences, sections_of)
+
+NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport",
+                           "emulate.peer_cpu_share", "arm", *NOT_CONFIGURATION)
+
+
+def is_baseline_candidate(candidate: Group, run: Run) -> bool:
+    """A completed (or planned) single-process group on the same data, model, batch size per peer and optimizer (its
+    `optim` block: a strategy whose preset picks another optimizer, e.g. diloco's AdamW, is compared with a process
+    that trains with it too); never a control arm."""
+    first = candidate.first
+    return (first.is_baseline and not first.is_control and first.dataset == run.dataset
+            and first.config["batch_size"] == run.config["batch_size"]
+            and first.config.get("optim") == run.config.get("optim")
+            and (bool(candidate.values(completed_throughput)) or first.planned))
+
+
+def closest(candidates: list[Group], run: Run) -> Group | None:
+    """The fairest of several baselines: fewest other knobs differing, then the run's own shape."""
+    return min(candidates, key=lambda g: (config_distance(g.first, run), g.first.shape != run.shape), default=None)
+
+
+def baseline_for(run: Run, groups: list[Group]) -> Group | None:
+    """The equal-resource baseline: a `single` group with as many CPUs in total (peers x peer_cpus)."""
+    return closest([g for g in groups if is_baseline_candidate(g, run) and g.first.total_cpus == run.total_cpus], run)
+
+
+def one_peer_baseline_for(run: Run, groups: list[Group]) -> Group | None:
+    """The scaling-efficiency baseline: a `single` group with one peer of the run's CPUs per peer."""
+    return closest([g for g in groups if is_baseline_candidate(g, run)
+                    and g.first.shape == (1, run.config["peer_cpus"])], run)
+
+
+def config_distance(a: Run, b: Run) -> int:
+    """How many knobs differ, besides strategy, peers and seed (the closest baseline is the fairest)."""
+    flat_a, flat_b = flatten(a.config), flatten(b.config)
+    return sum(flat_a.get(k) != flat_b.get(k) for k in flat_a.keys() | flat_b.keys()
+               if not k.startswith(("strategy.", "peers", "peer_cpus", "arm", *STRATEGY_BLOCKS, *NOT_CONFIGURATION)))
+
+
+def completed_throughput(run: Run) -> float | None:
+    return run.summary.get("throughput_samples_per_s") if run.completed else None
+
+
+def completed_accuracy(run: Run) -> float | None:
+    return run.worst_worker_accuracy() if run.completed else None
+
+
+def averaging(groups: list[Group]) -> list[Group]:
+    """The configurations compared: every group but the single-process baselines and the control arms."""
+    return [g for g in groups if not g.first.is_baseline and not g.is_control]
+
+
+def controlled(group: Group, groups: list[Group]) -> Group | None:
+    """The group this control arm repeats: the same configuration but for `arm`."""
+    key = json.loads(configuration_key(group.first))
+    key.pop("arm", None)
+    return next((g for g in groups if not g.is_control and json.loads(configuration_key(g.first)) | {"arm": None}
+                 == key | {"arm": None}), None)
+
+
+def attach_baselines(groups: list[Group]) -> None:
+    """Each group's baselines and its ratios to them, paired by block; each run's speedup and scaling efficiency
+    against the baseline runs of its own block; each baseline's control arm."""
+    for group in groups:
+        if group.is_control and (repeated := controlled(group, groups)):
+            repeated.control = group
+    for group in groups:
+        if group.is_control:
+            continue
+        group.baseline = baseline_for(group.first, groups)
+        group.one_peer = one_peer_baseline_for(group.first, groups)
+        peers = group.first.config["peers"]
+        if group.baseline:
+            group.speedup = paired(group, group.baseline, completed_throughput)
+            group.accuracy_change = paired_differences(group, group.baseline, completed_accuracy)
+        if group.one_peer:
+            group.efficiency = paired(group, group.one_peer, completed_throughput, peers)
+        for run in group.runs:
+            throughput = run.summary.get("throughput_samples_per_s")
+            if throughput is None:
+                continue
+            if group.baseline and run.block in (same := group.baseline.by_block(completed_throughput)):
+                run.speedup = throughput / same[run.block]
+            if group.one_peer and run.block in (same := group.one_peer.by_block(completed_throughput)):
+                run.scaling_efficiency = throughput / (peers * same[run.block])
+
+
+def equal_resource_baselines(runs: list[Run]) -> list[int]:
+    """Indices of the runs that are some averaging run's equal-resource baseline (the ones a control arm repeats)."""
+    groups = group_runs(runs)
+    wanted = [b for b in (baseline_for(g.first, groups) for g in averaging(groups)) if b]
+    members = {id(r) for g in wanted for r in g.runs}
+    return [i for i, run in enumerate(runs) if id(run) in members]
+
+
+def missing_baselines(runs: list[Run]) -> list[dict]:
+    """Hydra overrides of each baseline these runs lack: the equal-resource `single` run (peers=N, peer_cpus=c)
+    and the one-peer `single` run (peers=1, peer_cpus=c) of every configuration, on the same job."""
+    groups = group_runs(runs)
+    missing = {}
+    for group in groups:
+        run = group.first
+        if run.is_control:
+            continue
+        if baseline_for(run, groups) is None:
+            overrides = baseline_overrides(run, *run.shape)
+            missing.setdefault(json.dumps(overrides, default=str), overrides)
+        if one_peer_baseline_for(run, groups) is None:
+            overrides = baseline_overrides(run, 1, run.config["peer_cpus"])
+            missing.setdefault(json.dumps(overrides, default=str), overrides)
+    return list(missing.values())
+
+
+def baseline_overrides(run: Run, peers: int, peer_cpus: int) -> dict:
+    """strategy=single with this shape, plus the run's job settings that differ from the defaults in conf/."""
+    overrides = {"strategy": run.config["report"]["baseline_strategy"], "peers": peers, "peer_cpus": peer_cpus}
+    defaults = default_config(run.config)
+    for key, value in flatten(run.config).items():
+        if key in defaults and defaults[key] != value and not key.startswith(NOT_A_BASELINE_OVERRIDE):
+            group_choice = key.count(".") == 1 and key.endswith(".name")  # model.name=tiny: model=tiny
+            overrides[key.removesuffix(".name") if group_choice else key] = value
+    return overrides
+
+
+def default_config(config: dict) -> dict:
+    """conf/config.yaml with, for each config group, the option the run chose (its `name`), flattened; a group's
+    `name` defaults to the option config.yaml picks."""
+    root = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
+    chosen = {k: v for entry in root.pop("defaults") if isinstance(entry, dict) for k, v in entry.items()}
+    root.pop("hydra", None)
+    defaults = flatten(root)
+    for group, default_option in chosen.items():
+        if group == "strategy" or not isinstance(config.get(group), dict):
+            continue
+        path = CONF_DIR / group / f"{config[group].get('name', default_option)}.yaml"
+        block = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}
+        block.pop("defaults", None)
+        defaults |= {f"{group}.{k}": v for k, v in flatten(block).items()} | {f"{group}.name": default_option}
+    return defaults
+
+
+def override_args(overrides: dict) -> list[str]:
+    """Hydra's key=value arguments for overrides."""
+    def value(v) -> str:
+        if v is None or isinstance(v, (bool, list, dict)):
+            return json.dumps(v, separators=(",", ":"))
+        text = str(v)
+        return text if text.replace(".", "").replace("_", "").replace("-", "").replace("/", "").isalnum() \
+            else f"'{text}'"
+    return [f"{k}={value(v)}" for k, v in overrides.items()]
+
+
+def override_command(overrides: dict) -> str:
+    """The train.py command line for Hydra overrides."""
+    return "python train.py " + " ".join(map(shlex.quote, override_args(overrides)))
+
+
+def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
+    """Sections of grouped runs under dirs (baselines, control arms and superseded attempts attached), and what was
+    left out, with why."""
+    paths, superseded, incomplete = find_runs(dirs)
+    left_out = [f"{p} (no summary.json: the launcher itself was stopped"
+                + (", a superseded attempt)" if "superseded" in p.parts else ")") for p in incomplete]
+    runs, attempts = [], []
+    for path in [*paths, *superseded]:
+        try:
+            (attempts if path in superseded else runs).append(load_run(path))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            left_out.append(f"{path} (unreadable summary.json: {exc})")
+    groups = group_runs(runs)
+    mark_reruns(runs)
+    attach_baselines(groups)
+    orphans = attach_attempts(groups, attempts)
+    left_out += [f"{a.path} (a superseded attempt of a configuration with no run here; status "
+                 f"{a.summary.get('status')})" for a in orphans]
+    return sections_of(groups), left_out

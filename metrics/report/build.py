@@ -1,0 +1,185 @@
+"""The report model (metrics/report/model.py), built once from the runs: verdict, tables, figures, notes,
+errors, methods and the rows of runs.csv."""
+import time
+from pathlib import Path
+
+from metrics.report.baselines import load_runs
+from metrics.report.compare import PAIRED_T, RANK_TEST
+from metrics.report.model import Report, SectionReport
+from metrics.report.primary import time_observation
+from metrics.report.runs import Run, Section, flatten, read_plan
+from metrics.report.tables import error_headline, fault_tolerance, section_tables
+from metrics.report.verdict import intro, section_verdict
+
+METHOD = {
+    "primary figure": "The verdict ranks and claims on one figure, declared before the first run (config "
+                      "report.primary, written into the sweep's plan SWEEP_DIR/.avgbench/sweep.json at launch with "
+                      "its metric, target value and estimator; auto: time-to-target on real data, throughput on "
+                      "synthetic data). Throughput and every other figure stand beside it and never replace it. A "
+                      "sweep resumed under another plan (another primary figure, number of blocks or set of "
+                      "comparisons) gets no verdict.",
+    "pairing": "A multirun runs every configuration, its baselines and the control arm once per block (`repeats` "
+               "blocks, or `repeats=auto`: the blocks a power calculation asks for, fixed before the first run). "
+               "Each configuration is compared with the runs of the same block (a paired ratio: the machine's slow "
+               "drift cancels); runs outside any block pair with each other. The order of the jobs in a block "
+               "follows a Williams design (a carry-over balanced Latin square; 2n sequences for an odd number n of "
+               "jobs), recorded in runs.csv (order.position, order.sequence).",
+    "time-to-target ratios": "Ratio = the other's time-to-target / this one's (> 1: this one is faster). A run "
+                             "that missed the target is right-censored (its time exceeds what it covered: the "
+                             "training time of its evaluation before the last, since a crossing there could not be "
+                             "confirmed); a crossing at the first evaluation (time 0) lies between the start and the "
+                             "run's next evaluation; a failed run is censored alike (only a completed run reaches the "
+                             "target). Estimator: "
+                             "a log-normal accelerated-failure-time model of the paired ratio, log ratio ~ "
+                             "Normal(b, s) per block, a censored block contributing the probability of its bound, a "
+                             "block where both missed contributing nothing; maximum likelihood; the 95 % interval "
+                             "and the p-value by profile likelihood calibrated to Student's t on the blocks observed "
+                             "exactly (threshold n log(1 + t^2/(n - 1))), so that with nothing censored they are "
+                             "the paired t-interval and t-test on the log ratios. With fewer than 2 blocks observed "
+                             "exactly, or zero spread: no interval.",
+    "claims": f"The test that decides a claim: the {PAIRED_T} on the log ratios where every block was observed, the "
+              f"{RANK_TEST} where some block was censored (the Wilcoxon signed-rank distribution enumerated "
+              "exactly, ties at midranks; a block where both missed is a tie and drops out). Its smallest p-value "
+              "with n blocks is 2/2^n, so after Holm over m comparisons it can reach p < 0.05 only with n such "
+              "that 2m/2^n < 0.05 (m = 1: 6 blocks, m = 3: 7). 'faster' / 'slower': the p-value, Holm-adjusted "
+              "over the section's declared comparisons, is < 0.05; 'no faster' (equivalent): a TOST, the 90 % "
+              "interval inside ±report.equivalence_margin; otherwise 'cannot tell'. A declared comparison without "
+              "a test counts in Holm's family with p = 1.",
+    "declared comparisons": "Every configuration that averages against its equal-resource baseline (the `single` "
+                            "run on the same data, model and batch per peer with as many CPUs in total), and every "
+                            "pair of such configurations: one Holm family per (dataset, model), fixed by the "
+                            "configurations alone, never chosen from the ranking.",
+    "control arm": "Every block runs the equal-resource baseline twice (the second run: arm=control). The ratio of "
+                   "the two, with its interval, is the noise floor between two runs of one configuration in one "
+                   "block; when its interval excludes 1 the blocks are not comparable and the verdict makes no "
+                   "claim. The control is not in Holm's family.",
+    "noise": "The primary figure's own noise: the sd of the log ratios of the comparisons with the baselines and "
+             "of the control arms, over blocks observed exactly, pooled by degrees of freedom. The detectable "
+             "ratio: (t(1 - 0.05/(2m), n - 1) + t(0.8, n - 1)) x sd / sqrt(n), exp'd, for n blocks and m declared "
+             "comparisons (Holm's first step), 80 % power (metrics/stats.py detectable).",
+    "ranking": "On the primary figure: time-to-target: configurations that reached the target in every block "
+               "first, then by blocks reached, then by MLPerf's summary (the olympic mean over blocks: fastest and "
+               "slowest dropped, a miss counted as the slowest); throughput: mean global throughput. The order "
+               "alone is no finding.",
+    "fidelity": "A run whose summary.json says isolation.faithful = false or link.faithful = false is unfaithful to "
+                "the setting it emulates: no claim rests on it; its block is left out of the comparisons it is "
+                "in, named with the figure that failed.",
+    "attempts": "A resumed sweep moves an attempt that did not complete below SWEEP_DIR/superseded/ and runs the "
+                "job again in the same block: the attempt stays in runs.csv and in the Failures table with its "
+                "status and error, and the run that replaced it is marked 'run later' (its block is no longer "
+                "contemporaneous).",
+    "other figures": "Speedup: throughput / that of the equal-resource baseline in the same block. Scaling "
+                     "efficiency: throughput / (peers x throughput of the `single` run with 1 peer of the same "
+                     "CPUs). Each: geometric mean over blocks [95 % t-interval on the log ratios] (x/÷ factor, "
+                     "blocks). Bytes per sample: payload bytes a worker sent per sample it trained (KiB = 1024 "
+                     "bytes). Worst worker: the lowest final test accuracy over workers. Bottleneck: the largest "
+                     "share of the mean step (data, compute and optimizer, or communication).",
+}
+
+
+class NoRuns(Exception):
+    pass
+
+
+def all_runs(sections: list[Section]) -> list[tuple[str, Run]]:
+    """(configuration label, run) for every run and superseded attempt."""
+    return [(g.label, r) for s in sections for g in s.groups for r in [*g.runs, *g.attempts]]
+
+
+def notes(sections: list[Section], left_out: list[str]) -> list[str]:
+    lines = []
+    if any(s.synthetic for s in sections):
+        lines.append("Runs on synthetic data (random tensors) measure throughput only: their accuracy and loss "
+                     "have no convergence meaning. Their section is labelled [synthetic data].")
+    if left_out:
+        lines.append("Left out of this report: " + "; ".join(left_out))
+    lines.append("Units: seconds (s), bytes, KiB = 2^10 bytes, MiB = 2^20 bytes, samples/s, % (CPU: 100 = one core). "
+                 "Every figure's method is stated under its table or plot and in 'Methods' at the end.")
+    return lines
+
+
+def methods(sections: list[Section]) -> list[tuple[str, str]]:
+    merged = dict(METHOD)
+    for _, run in all_runs(sections):
+        for key, text in (run.summary.get("methods") or {}).items():
+            merged.setdefault(key, text)
+    scopes = sorted({r.summary.get("network_scope", "?") for _, r in all_runs(sections)})
+    merged["network_scope"] = "network counters of these runs: " + "; ".join(scopes)
+    return list(merged.items())
+
+
+def errors(sections: list[Section]) -> list[tuple[str, str]]:
+    """(run, full error) for every run and attempt that has one, peers' own tracebacks included."""
+    found = []
+    for label, run in all_runs(sections):
+        if run.errors():
+            attempt = " superseded attempt" if run.superseded else ""
+            found.append((f"{label}{attempt} block={run.config.get('block')} seed={run.config.get('seed')} "
+                          f"({run.path})", "\n\n".join(run.errors())))
+    return found
+
+
+def positions(run: Run) -> dict:
+    """Where the sweep's plan put the run: its position in its block and the Williams sequence."""
+    if run.sweep is None:
+        return {}
+    job = run.path.relative_to(run.sweep).as_posix()
+    for entry in read_plan(run.sweep).get("order") or []:
+        if entry.get("job") == job:
+            return {"order.position": entry.get("position"), "order.sequence": entry.get("sequence")}
+    return {}
+
+
+def csv_rows(sections: list[Section]) -> list[dict]:
+    rows = []
+    for label, run in all_runs(sections):
+        s = run.summary
+        peers = run.peer_summaries()
+        row = {"run_dir": str(run.path), "configuration": label,
+               "attempt": "superseded" if run.superseded else "run later" if run.run_later else "current",
+               "arm": run.config.get("arm") or "", **positions(run)}
+        row |= {k: s.get(k) for k in ("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic",
+                                      "network_scope", "started_at", "wall_s", "total_samples",
+                                      "throughput_samples_per_s")}
+        row["speedup_vs_single"] = run.speedup
+        row["scaling_efficiency"] = run.scaling_efficiency
+        row["worst_worker_accuracy"] = run.worst_worker_accuracy()
+        observation = time_observation(run)
+        row["reached_target"] = observation.reached
+        row["time_to_target_bounds_s"] = [observation.low, observation.high]
+        row["unfaithful"] = "; ".join(run.unfaithful())
+        row |= {k: s.get(k) for k in ("time_to_target_s", "samples_to_target", "time_per_sample_s",
+                                      "steps_to_target", "final_test_accuracy",
+                                      "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
+                                      "bytes_sent_per_sample", "bytes_recv_per_sample")}
+        row |= flatten({"time_breakdown_s": s.get("time_breakdown_s") or {},
+                        "time_breakdown_share": s.get("time_breakdown_share") or {}})
+        rss = [p["peak_rss_bytes"] for p in peers if p.get("peak_rss_bytes") is not None]
+        cpu = [p["mean_cpu_percent"] for p in peers if p.get("mean_cpu_percent") is not None]
+        row["peak_rss_bytes_max_over_peers"] = max(rss) if rss else None
+        row["mean_cpu_percent_mean_over_peers"] = sum(cpu) / len(cpu) if cpu else None
+        row["fault_tolerance"] = fault_tolerance(s)
+        row["error"] = error_headline(s.get("error"))
+        row |= {f"config.{k}": v for k, v in flatten(run.config).items()}
+        row |= {f"strategy_result.{k}": v for k, v in run.strategy_figures().items()}
+        rows.append(row)
+    return rows
+
+
+def build(sources: list[Path]) -> Report:
+    """The report over the runs under these directories."""
+    from metrics.report.plots import section_plots  # matplotlib only when a report is built
+
+    sections, left_out = load_runs(sources)
+    if not sections:
+        raise NoRuns(f"no runs (directories holding summary.json) under {', '.join(map(str, sources))}"
+                     + "".join(f"; left out: {why}" for why in left_out))
+    parts = []
+    for section in sections:
+        verdict, analysis = section_verdict(section)
+        shown = analysis.ranking + analysis.references + [g for g in section.groups if g.is_control]
+        parts.append(SectionReport(section.title, verdict,
+                                   section_tables(shown, analysis.primary, analysis.comparisons, analysis.controls),
+                                   section_plots(section, shown)))
+    return Report(time.strftime("%Y-%m-%d %H:%M:%S %Z"), [str(s) for s in sources], intro(sections), parts,
+                  notes(sections, left_out), errors(sections), methods(sections), csv_rows(sections))

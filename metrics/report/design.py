@@ -1,0 +1,91 @@
+"""A multirun's design, declared before its first run (launchers/sweeper.py writes it into the sweep's plan):
+the primary figure of each (dataset, model), the comparisons of each (one Holm family), the number of blocks
+(`repeats`, or `repeats=auto`: from a power calculation on the recorded noise), the control arms, and the order of
+the jobs within each block (a Williams design)."""
+import json
+from pathlib import Path
+
+from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
+from metrics.report.compare import declared_pairs
+from metrics.report.noise import planning_noise
+from metrics.report.primary import declare
+from metrics.report.runs import Run, group_runs, sections_of
+from metrics.stats import blocks_for, detectable
+
+DETECT = 1.10  # repeats=auto: the ratio to detect (x/÷ 1.10: a 10 % difference either way) at 80 % power
+
+
+def williams(n: int) -> list[list[int]]:
+    """A Williams design for n treatments: sequences in which each treatment takes each position equally often
+    and follows every other treatment equally often (first-order carry-over balance); n sequences for even n, 2n
+    for odd n (the square and its mirror)."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    square = [[(t + shift) % n for t in first] for shift in range(n)]
+    return square + [row[::-1] for row in square] if n % 2 and n > 1 else square
+
+
+def block_order(n: int, block: int) -> list[int]:
+    """The jobs' order in this block: the design's sequence block mod its sequences."""
+    sequences = williams(n)
+    return sequences[block % len(sequences)]
+
+
+def order_of(n: int, blocks: int) -> dict:
+    sequences = len(williams(n))
+    return {"design": "williams", "jobs": n, "sequences": sequences, "blocks": blocks,
+            "balanced": blocks % sequences == 0}
+
+
+def control_jobs(runs: list[Run]) -> list[int]:
+    """Indices of the planned runs whose control arm every block repeats: the equal-resource baselines."""
+    return equal_resource_baselines(runs)
+
+
+def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
+    """Per (dataset, model): its primary figure and its declared comparisons (job names), for these planned runs;
+    ValueError where the runs of one (dataset, model) declare different primary figures."""
+    by_id = {id(run): name for name, run in named}
+    groups = group_runs([run for _, run in named])
+    attach_baselines(groups)
+    primary, comparisons = {}, {}
+    for section in sections_of(groups):
+        declared = {json.dumps(declare(r.config).as_dict(), sort_keys=True) for r in section.runs}
+        if len(declared) > 1:
+            raise ValueError(f"the runs of {section.key} declare different primary figures: "
+                             + "; ".join(sorted(declared)))
+        primary[section.key] = json.loads(declared.pop())
+        comparisons[section.key] = [[by_id[id(a.first)], by_id[id(b.first)]] for a, b in declared_pairs(section.groups)]
+    return {"primary": primary, "comparisons": comparisons, "blocks": blocks}
+
+
+def planned_blocks(named: list[tuple[str, Run]], results: Path, cap: int) -> tuple[int, list[str]]:
+    """repeats=auto: the fewest blocks that detect a ratio of DETECT at 80 % power after Holm over each section's
+    declared comparisons, from the noise recorded in results (at most cap); the lines that say so. ValueError,
+    saying what to run, where the noise is not recorded."""
+    groups = group_runs([run for _, run in named])
+    attach_baselines(groups)
+    needed, lines = 2, []
+    for section in sections_of(groups):
+        primary = declare(section.groups[0].first.config)
+        configurations = averaging(section.groups)
+        if not configurations:
+            continue
+        family = len(declared_pairs(section.groups))
+        strategies = sorted({g.first.strategy for g in configurations})
+        sd, where = planning_noise(results, primary, section.data, section.model, strategies)
+        found = blocks_for(sd, DETECT, family, cap)
+        blocks = found or cap
+        needed = max(needed, blocks)
+        reach = (f"detect a ratio beyond ×/÷{DETECT:.2f}" if found else
+                 f"{DETECT:.2f} would need more than report.max_blocks={cap}: capped, they detect ×/÷"
+                 f"{detectable(sd, cap, family):.2f}")
+        lines.append(f"repeats=auto: {blocks} blocks for {section.key}: {reach} at 80 % power after Holm over "
+                     f"{family} comparisons, from the recorded noise of {primary.name} (pooled log-sd {sd:.3f}: "
+                     f"{where}); fixed now, no optional stopping")
+    return needed, lines

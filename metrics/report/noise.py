@@ -1,0 +1,94 @@
+"""The primary figure's noise, recorded for planning: bench/results.json's `primary_noise` entry, one row per
+(figure, target, estimator, data, model, strategy) with the sd of the paired log ratios against the
+equal-resource baseline (blocks observed exactly) and its blocks; `repeats=auto` (launchers/sweeper.py) plans a
+sweep's blocks from it.
+
+    python -m metrics.report SWEEP_DIR --record-noise bench/results.json
+"""
+import json
+import os
+import time
+from pathlib import Path
+
+from metrics.report.baselines import averaging, load_runs
+from metrics.report.primary import Primary
+from metrics.report.verdict import analyse
+from metrics.stats import pooled_log_sd
+
+ENTRY = "primary_noise"
+KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
+
+
+def measured_rows(dirs: list[Path]) -> list[dict]:
+    """One row per configuration compared with its baseline: the sd of its paired log ratios on the primary
+    figure, over the blocks observed exactly (none: no row)."""
+    rows = []
+    sections, _ = load_runs(dirs)
+    for section in sections:
+        a = analyse(section)
+        for c in a.comparisons:
+            exact = c.ratio.uncensored
+            if c.other is not c.this.baseline or c.this not in averaging(a.ranking) or exact.log_sd is None:
+                continue
+            rows.append({"figure": a.primary.figure, "metric": a.primary.metric, "value": a.primary.value,
+                         "estimator": a.primary.estimator, "data": section.data, "model": section.model,
+                         "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": exact.log_sd,
+                         "blocks": exact.n, "censored": c.censored,
+                         "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
+                         "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})})
+    return rows
+
+
+def cpu_model() -> str:
+    try:
+        first = open("/proc/cpuinfo").read().split("\n\n")[0]
+    except OSError:
+        return "unknown CPU"
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    return fields.get("model name", "unknown CPU")
+
+
+def record(dirs: list[Path], path: Path) -> list[str]:
+    """Merge the noise measured under dirs into the results file's primary_noise entry (a row of the same
+    figure, target, data, model and strategy is replaced); what was recorded, one line each."""
+    rows = measured_rows(dirs)
+    results = json.loads(path.read_text()) if path.exists() else {"results": []}
+    entry = next((r for r in results["results"] if r.get("name") == ENTRY), None)
+    if entry is None:
+        entry = {"name": ENTRY, "rows": []}
+        results["results"].append(entry)
+    new = {tuple(r[k] for k in KEYS) for r in rows}
+    entry["rows"] = [r for r in entry["rows"] if tuple(r.get(k) for k in KEYS) not in new] + \
+        [r | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": f"{cpu_model()}, "
+              f"{r['cores'] or len(os.sched_getaffinity(0))} cores"} for r in rows]
+    entry |= {"goal": "the sd of the primary figure's paired log ratios that repeats=auto plans from (no goal)",
+              "method": __doc__.strip()}
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
+            f"{r['blocks']} blocks" for r in rows] or [f"no noise to record under {', '.join(map(str, dirs))}: no "
+                                                       "comparison with a baseline over 2 or more exact blocks"]
+
+
+def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str]) -> tuple[float, str]:
+    """The pooled log-sd recorded for these strategies' primary figure, and where it comes from; ValueError, saying
+    what to run, where the results file has none for some strategy."""
+    try:
+        rows = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY), {})["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        rows = []
+    wanted = {"figure": primary.figure, "data": data, "model": model}
+    if primary.is_time:
+        wanted |= {"metric": primary.metric, "value": primary.value, "estimator": primary.estimator}
+    found = [r for r in rows if all(r.get(k) == v for k, v in wanted.items()) and r.get("strategy") in strategies]
+    lacking = sorted(set(strategies) - {r["strategy"] for r in found})
+    if lacking:
+        what = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        raise ValueError(
+            f"repeats=auto plans the blocks from the primary figure's noise recorded in {path} ({ENTRY}), which has "
+            f"none for {', '.join(lacking)} at {what}: measure it with a fixed number of blocks, e.g. "
+            f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
+            f"same data, model and target), then `python -m metrics.report multirun/noise --record-noise {path}`")
+    pooled = pooled_log_sd([(r["blocks"] - 1, r["log_sd"]) for r in found])
+    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r['blocks']} blocks, {r.get('measured_at', '?')}, "
+                      f"{r.get('machine', '?')})" for r in found)
+    return pooled, where

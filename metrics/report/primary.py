@@ -1,0 +1,121 @@
+"""The primary figure: the one figure the verdict ranks and claims on, declared before the first run (config
+`report.primary`, written into the sweep's plan), and each run's observation of it.
+
+time_to_target: summary.json's time_to_target_s, the target's crossing by the estimator config `target.estimator`
+names (confirmed_crossing: the first crossing confirmed at the next evaluation, interpolated). A run's time is
+known to lie in an interval: exactly, where it crossed (0, a crossing at the first evaluation, lies between the
+start and that run's next evaluation); above what it covered, where it did not cross (right-censored at the
+evaluation before its last, since a crossing there could not have been confirmed). Only a completed run reaches
+the target: a failed run is censored alike, whatever it logged. throughput: summary.json's
+throughput_samples_per_s of completed runs.
+"""
+import math
+from dataclasses import asdict, dataclass
+
+TIME_TO_TARGET, THROUGHPUT = "time_to_target", "throughput"
+CHOICES = ("auto", TIME_TO_TARGET, THROUGHPUT)
+DEFAULT_ESTIMATOR = "confirmed_crossing"
+
+
+@dataclass(frozen=True)
+class Primary:
+    figure: str                 # time_to_target | throughput
+    metric: str | None = None   # the target's (time_to_target only)
+    value: float | None = None
+    estimator: str | None = None
+    declared: str = "auto"      # what report.primary said
+
+    @property
+    def name(self) -> str:
+        return self.figure.replace("_", "-")
+
+    @property
+    def is_time(self) -> bool:
+        return self.figure == TIME_TO_TARGET
+
+    @property
+    def target(self) -> str:
+        relation = "≥" if self.metric == "test_accuracy" else "≤"
+        return f"{self.metric} {relation} {self.value}"
+
+    @property
+    def text(self) -> str:
+        """The figure, its target and estimator, as the report and the sweep's first lines name it."""
+        if self.is_time:
+            return f"time-to-target ({self.target}, estimator {self.estimator}; seconds of training)"
+        return "throughput (all workers' samples / the longest worker's training time, samples/s)"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def declare(config: dict) -> Primary:
+    """The primary figure a run of this config declares: report.primary (auto: time_to_target on real data,
+    throughput on synthetic data), with the target and its estimator (target.estimator, default
+    confirmed_crossing)."""
+    choice = (config.get("report") or {}).get("primary", "auto")
+    if choice not in CHOICES:
+        raise ValueError(f"report.primary must be one of {', '.join(CHOICES)}, got {choice}")
+    synthetic = config["data"]["name"] == "synthetic"
+    figure = (THROUGHPUT if synthetic else TIME_TO_TARGET) if choice == "auto" else choice
+    if figure == TIME_TO_TARGET and synthetic:
+        raise ValueError("report.primary=time_to_target on synthetic data: its accuracy has no convergence meaning "
+                         "(use report.primary=throughput or auto)")
+    if figure == THROUGHPUT:
+        return Primary(THROUGHPUT, declared=choice)
+    target = config.get("target") or {}
+    return Primary(TIME_TO_TARGET, target.get("metric"), target.get("value"),
+                   target.get("estimator", DEFAULT_ESTIMATOR), choice)
+
+
+def from_dict(found: dict) -> Primary:
+    return Primary(**{k: found.get(k) for k in ("figure", "metric", "value", "estimator")},
+                   declared=found.get("declared", "auto"))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A run's time-to-target, known to lie in [low, high] seconds; reached: it crossed the target."""
+    low: float
+    high: float
+    reached: bool
+
+    @property
+    def exact(self) -> bool:
+        return self.reached and self.low == self.high
+
+    @property
+    def order(self) -> tuple:
+        """Fastest first: a crossing at the first evaluation, then crossings by their time, then misses (a miss is
+        the slowest, as MLPerf counts it)."""
+        return (1, self.low) if self.exact else (0, 0.0) if self.reached else (2, 0.0)
+
+    @property
+    def mlperf(self) -> float:
+        """The time MLPerf's rule counts: a miss as infinitely slow."""
+        return self.low if self.reached else math.inf
+
+    def log_bounds(self) -> tuple[float, float]:
+        def log(x: float) -> float:
+            return -math.inf if x == 0 else math.log(x)
+        return log(self.low), log(self.high)
+
+
+def training_time(run) -> float | None:
+    """The longest worker's training time: all workers' samples / the throughput."""
+    samples, throughput = run.summary.get("total_samples"), run.summary.get("throughput_samples_per_s")
+    return samples / throughput if samples and throughput else None
+
+
+def time_observation(run) -> Observation:
+    """Where the run's time-to-target lies (see the module's docstring)."""
+    reached = run.summary.get("time_to_target_s") if run.completed else None
+    if reached is not None and reached > 0:
+        return Observation(reached, reached, True)
+    if reached is not None:  # a crossing at the first evaluation: before the next one
+        after = [w.evals[1]["train_s"] for w in run.workers if len(w.evals) > 1 and "train_s" in w.evals[1]]
+        end = max(after) if after else training_time(run)
+        return Observation(0.0, math.inf if end is None else end, True)
+    crossed = [t for t in (run.summary.get("time_to_target_by_rank") or {}).values() if t is not None]
+    covered = [w.evals[-2]["train_s"] for w in run.workers if len(w.evals) > 1 and "train_s" in w.evals[-2]]
+    return Observation(max(crossed + covered, default=0.0), math.inf, False)

@@ -1,0 +1,431 @@
+"""The verdict at the top of the report, per (dataset, model) section, on the primary figure alone: the figure
+declared before the first run (metrics/report/primary.py), the answer (what the declared comparisons allow
+claiming against one process on the same CPUs, or why nothing may be claimed), one sentence of method, each
+configuration's "reached the target in k of n blocks" and claim, the control arm's interval, the noise, and the
+configurations ranked on the primary figure with every other figure beside it and the caveats that concern it."""
+import statistics
+from dataclasses import dataclass, field
+
+from metrics.report.baselines import averaging, missing_baselines, override_command
+from metrics.report.compare import Comparison, control_comparison, family
+from metrics.report.model import Entry, Verdict
+from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
+from metrics.report.runs import Group, Run, Section
+from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
+                                   mlperf_time, number, ranked, reached_count)
+from metrics.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable, pooled_log_sd,
+                           rank_test_blocks)
+
+DEFAULT_MARGIN = 0.05  # report.equivalence_margin of runs that predate it
+
+REFERENCES_NOTE = ("Reference runs, not ranked: one process on fewer CPUs than any compared configuration (the "
+                   "scaling-efficiency baselines).")
+SEVERAL_SECTIONS = ("These runs cover {count} (dataset / model) combinations: {combos}. Accuracy, time-to-target and "
+                    "throughput depend on the dataset and the model, so runs are ranked only within each combination "
+                    "(one ranking each), never against each other.")
+COMMANDS_NOTE = ("Baselines missing from this comparison: these commands produce them (add hydra.run.dir=... as "
+                 "you like), then rebuild the report over the old and the new run directories with "
+                 "`python -m metrics.report DIR [DIR ...] -o OUT`.")
+
+
+@dataclass
+class Analysis:
+    """What a section's verdict rests on."""
+    section: Section
+    primary: Primary
+    margin: float
+    ranking: list[Group]      # the compared configurations and their baselines, ranked on the primary figure
+    references: list[Group]   # one process on fewer CPUs: scaling-efficiency baselines, not ranked
+    comparisons: list[Comparison]  # the declared family
+    controls: list[Comparison]     # each baseline against its control arm
+    refusals: list[str] = field(default_factory=list)  # why no verdict may be given
+    notes: list[str] = field(default_factory=list)     # about the plan: order, first runs without a declaration
+
+
+def margin_of(section: Section) -> float:
+    return (section.groups[0].first.config.get("report") or {}).get("equivalence_margin", DEFAULT_MARGIN)
+
+
+def is_reference(group: Group, groups: list[Group]) -> bool:
+    """A single-process group on fewer CPUs than every configuration that averages: shown, not ranked."""
+    compared = [g.first.total_cpus for g in averaging(groups)]
+    return group.first.is_baseline and bool(compared) and group.first.total_cpus < min(compared)
+
+
+def key_of(primary: Primary) -> tuple:
+    return primary.figure, primary.metric, primary.value, primary.estimator
+
+
+def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
+    """The section's primary figure (the sweeps' plans, else the runs' config), why no verdict may rest on it, notes
+    on the plan, and the size of the declared comparison family (0: none declared)."""
+    refusals, notes, declared, family_size = [], [], [], 0
+    for sweep, plan in section.plans().items():
+        declaration = plan.get("declaration")
+        if not declaration:
+            notes.append(f"{sweep} has no declared plan (its runs predate declared plans): the primary figure is "
+                         "taken from the runs' config.")
+            continue
+        if plan.get("changed"):
+            refusals.append(f"the plan of {sweep} changed after its first runs ({plan['changed']})")
+        if section.key in (declaration.get("primary") or {}):
+            declared.append(from_dict(declaration["primary"][section.key]))
+        family_size = max(family_size, len((declaration.get("comparisons") or {}).get(section.key) or []))
+        notes += order_notes(declaration.get("order"))
+        if plan.get("first_runs_undeclared"):
+            notes.append(f"The first runs of {sweep} predate declared plans: its design was declared when it resumed.")
+    configured = []
+    for run in section.runs:
+        try:
+            configured.append(declare(run.config))
+        except ValueError as exc:
+            refusals.append(str(exc))
+    by_key = {key_of(p): p for p in declared or configured}
+    if len(by_key) > 1:
+        refusals.append("the runs declare different primary figures: " + "; ".join(p.text for p in by_key.values()))
+    primary = next(iter(by_key.values()), None) or Primary(THROUGHPUT)
+    made_under = {key_of(p) for p in configured}
+    if declared and made_under - {key_of(primary)}:
+        refusals.append(f"runs were made under another primary figure than the plan declares ({primary.text})")
+    return primary, list(dict.fromkeys(refusals)), notes, family_size
+
+
+def order_notes(order: dict | None) -> list[str]:
+    if not order:
+        return []
+    balanced = (f"{order['blocks']} blocks complete a balanced set" if order["balanced"] else
+                f"{order['blocks']} blocks do not complete a balanced set (a multiple of {order['sequences']} "
+                "blocks would): the order's carry-over is not balanced")
+    return [f"Order: a Williams design over the {order['jobs']} jobs of a block ({order['sequences']} sequences, "
+            f"each job once in every position and after every other job once per set); {balanced}."]
+
+
+def analyse(section: Section) -> Analysis:
+    primary, refusals, notes, declared = primary_of(section)
+    margin = margin_of(section)
+    contenders = [g for g in section.groups if not g.is_control]
+    references = [g for g in contenders if is_reference(g, section.groups)]
+    ranking = ranked([g for g in contenders if g not in references], primary)
+    comparisons = family(ranking, primary, margin, declared)
+    controls = [c for c in (control_comparison(g, primary) for g in ranking) if c]
+    return Analysis(section, primary, margin, ranking, ranked(references, primary), comparisons, controls,
+                    refusals, notes)
+
+
+# Sentences.
+
+def claim_text(c: Comparison) -> str:
+    """What the comparison allows saying of c.this against c.other, with the ratio it rests on."""
+    measured = interval_text(c.ratio, censored=c.censored)
+    decision = c.decision
+    if not c.blocks:
+        return "no block holds a faithful run of both: no paired ratio"
+    if not c.ratio.n:
+        return ("no block where either reached the target" if c.primary.is_time else
+                "no block where both completed") + ": no ratio"
+    if decision == NO_INTERVAL:
+        return f"{measured}: no result"
+    return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",
+            EQUIVALENT: f"no faster (equivalent within ±{c.margin:.0%}, TOST): {measured}",
+            CANNOT_TELL: f"cannot tell: {measured}" + (rank_note(c) if c.censored else holm_note(c))}[decision]
+
+
+def rank_note(c: Comparison) -> str:
+    """Why a censored comparison makes no claim: the exact signed-rank test decides."""
+    p = "no block whose runs differ" if c.rank_p is None else f"p = {c.rank_p:.2f}, {c.adjusted_p:.2f} after Holm"
+    return f" (censored blocks: the exact signed-rank test decides, {p})"
+
+
+def holm_note(c: Comparison) -> str:
+    """Why a test below alpha is no claim: Holm's correction over the section's declared comparisons."""
+    if c.p is None or c.p >= ALPHA:
+        return ""
+    return (f" ({c.test} p = {c.p:.3f} before Holm's correction for {c.family} comparisons, {c.adjusted_p:.2f} "
+            "after)")
+
+
+def against_baseline(group: Group, comparisons: list[Comparison]) -> Comparison | None:
+    return next((c for c in comparisons if c.this is group and c.other is group.baseline), None)
+
+
+def reached_text(group: Group, primary: Primary) -> str:
+    reached, runs = reached_count(group)
+    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
+    return f"reached {primary.target} in {reached} of {runs} {unit}"
+
+
+def finding_of(group: Group, a: Analysis) -> str:
+    """One configuration's line under the answer: how often it reached the target, and its claim against one
+    process on the same CPUs."""
+    head = f"{group.label}: " + (reached_text(group, a.primary) + "; " if a.primary.is_time else "")
+    if group.baseline is group:
+        return head + f"the equal-resource baseline (one process on {cpus(group.first.total_cpus)})"
+    comparison = against_baseline(group, a.comparisons)
+    if comparison is None:
+        return head + f"no run of one process on {cpus(group.first.total_cpus)} to compare it with (command below)"
+    return head + f"against {group.baseline.label}: {claim_text(comparison)}"
+
+
+def answer_of(a: Analysis) -> str:
+    if a.refusals:
+        return "No verdict: " + "; ".join(a.refusals) + "."
+    noisy = [c for c in a.controls if excludes_one(c.ratio)]
+    if noisy:
+        return ("No claim: the blocks are not comparable. The control arm (the same one-process run twice in every "
+                "block) differs from itself: " + "; ".join(f"{c.this.label} against its second run: "
+                                                        f"{interval_text(c.ratio, censored=c.censored)}"
+                                                        for c in noisy)
+                + ", an interval that excludes 1; no ratio below is a finding.")
+    configurations = averaging(a.ranking)
+    if not configurations:
+        return "No averaging configuration among these runs: nothing to set against one process."
+    claims = {g: against_baseline(g, a.comparisons) for g in configurations}
+    faster = [g for g, c in claims.items() if c and c.decision == FASTER]
+    what = f"{a.primary.name}" + (f" to {a.primary.target}" if a.primary.is_time else "")
+    if faster:
+        sentence = "Answer: " + "; ".join(
+            f"{g.label} is faster than one process on the same {cpus(g.first.total_cpus)} in {what}: "
+            f"{interval_text(claims[g].ratio, censored=claims[g].censored)}" for g in faster) + "."
+        between = [c for c in a.comparisons if c.this in faster and c.other in faster]
+        sentence += "".join(f" {c.this.label} against {c.other.label}: {claim_text(c)}." for c in between)
+    else:
+        sentence = (f"Answer: no averaging configuration is shown faster than one process on the same CPUs in "
+                    f"{what}.")
+        slower = [g for g, c in claims.items() if c and c.decision == SLOWER]
+        if slower and len(slower) == len(configurations):
+            sentence += " Every one is slower: here, one process with the same CPUs beats them all."
+    caveats = setting_caveats([r for g in a.ranking for r in g.runs])
+    return sentence + (f" Caveats: {'; '.join(caveats)}." if caveats else "")
+
+
+def method_of(a: Analysis) -> str:
+    test = ("time-to-target ratios come from a log-normal model in which a run that missed the target is censored, "
+            "never dropped" if a.primary.is_time else "ratios are geometric means with a 95 % Student-t interval")
+    return (f"Method: each configuration is compared with the runs of the same block; {test}; a claim needs "
+            f"p < 0.05 after Holm's correction over the {a.comparisons[0].family if a.comparisons else 0} "
+            "comparisons declared for this section (details: Methods).")
+
+
+def control_line(a: Analysis) -> str:
+    if not a.controls:
+        return ("Control arm: none in these runs (a multirun runs the equal-resource baseline twice in every block): "
+                "the noise floor between two runs of one configuration in one block is not measured.")
+    parts = []
+    for c in a.controls:
+        verdict = ("excludes 1: runs in one block are not comparable" if excludes_one(c.ratio) else
+                   "no interval" if c.ratio.interval() is None else "includes 1")
+        parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio, censored=c.censored)}, "
+                     f"{verdict}")
+    return ("Control arm (the equal-resource baseline run twice in every block, the noise floor; > 1: the first run "
+            "was the faster): " + "; ".join(parts) + ".")
+
+
+def noise_line(a: Analysis) -> str | None:
+    """The primary figure's own noise (the comparisons with the baselines and the control arms, blocks observed
+    exactly), and the smallest ratio the blocks detect after Holm over the declared comparisons."""
+    measured = [c.ratio.uncensored for c in a.comparisons if c.other is c.this.baseline] + \
+        [c.ratio.uncensored for c in a.controls]
+    if not measured:
+        return None
+    blocks = max(r.n for r in measured)
+    spread = pooled_log_sd([(r.n - 1, r.log_sd) for r in measured if r.n > 1])
+    if not spread:
+        return (f"Noise of {a.primary.name}: not measured (one block, or no spread): no ratio here has an "
+                "interval; run the multirun with repeats=2 or more (the default is 3).")
+    family_size = max(1, a.comparisons[0].family if a.comparisons else 1)
+    found = detectable(spread, blocks, family_size)
+    return (f"Noise of {a.primary.name}: the paired ratios vary by {spread:.1%} (sd of their logs, pooled over the "
+            f"comparisons with the baselines and the control arm, blocks observed exactly); {blocks} blocks detect a "
+            f"ratio beyond ×/÷{found:.2f} (5 % two-sided after Holm over {family_size} comparisons, 80 % power).")
+
+
+def rank_test_line(a: Analysis) -> str | None:
+    censored = [c for c in a.comparisons if c.censored]
+    if not censored:
+        return None
+    family_size = censored[0].family
+    needed = rank_test_blocks(ALPHA, family_size)
+    most = max(c.blocks for c in censored)
+    reach = ("fewer: no claim can rest on it here" if most < needed else "enough, where every block differs")
+    return (f"Censored blocks (a run that missed the target) make the exact signed-rank test decide: it needs "
+            f"{needed} blocks whose runs differ before it can reach p < 0.05 after Holm over {family_size} "
+            f"comparisons; these comparisons have at most {most} blocks, {reach}.")
+
+
+def left_out_line(a: Analysis) -> str | None:
+    found = {why for c in [*a.comparisons, *a.controls] for why in c.left_out}
+    if not found:
+        return None
+    return "Left out of the claims (unfaithful runs, by block): " + "; ".join(sorted(found)) + "."
+
+
+# Each configuration's entry: the primary figure first, every other figure beside it.
+
+def mean(group: Group, figure) -> float | None:
+    values = group.values(figure)
+    return statistics.fmean(values) if values else None
+
+
+def summary_mean(group: Group, key: str) -> float | None:
+    return mean(group, lambda r: r.summary.get(key))
+
+
+def size(n_bytes: float) -> str:
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= scale:
+            return f"{number(n_bytes / scale)} {unit}"
+    return f"{number(n_bytes)} bytes"
+
+
+def scaling_text(group: Group) -> str:
+    peers, per_peer = group.first.shape
+    if group.one_peer is None:
+        return (f"scaling efficiency n/a: no 1×{per_peer} run (single, 1 peer of {cpus(per_peer)}; "
+                "command below)")
+    return f"scaling efficiency {interval_text(group.efficiency, '')} (vs {peers} × {group.one_peer.label})"
+
+
+def figures_of(group: Group, a: Analysis) -> list[str]:
+    figures = []
+    if a.primary.is_time:
+        reached = [t for t in group.values(lambda r: r.summary.get("time_to_target_s"))]
+        figures.append(reached_text(group, a.primary))
+        if reached:
+            figures.append(f"time-to-target {number(statistics.fmean(reached))} s (mean of the {len(reached)} that "
+                           f"reached it), MLPerf-style {number(mlperf_time(group))} s")
+    if group.baseline is group:
+        figures.append(f"is the equal-resource baseline ({cpus(group.first.total_cpus)})")
+    elif group.baseline is None:
+        figures.append(f"no equal-resource baseline (a single run with {cpus(group.first.total_cpus)}; command "
+                       "below)")
+    figures += [f"{a.primary.name} against {c.other.label}: {claim_text(c)}" for c in a.comparisons if c.this is group]
+    throughput = summary_mean(group, "throughput_samples_per_s")
+    if throughput is not None:
+        figures.append(f"{number(throughput)} samples/s")
+        if group.baseline and group.baseline is not group:
+            figures.append(f"throughput speedup {interval_text(group.speedup)} vs {group.baseline.label}"
+                           + (" (beside the primary figure)" if a.primary.is_time else ""))
+        if group.one_peer is not group:
+            figures.append(scaling_text(group))
+    sent = summary_mean(group, "bytes_sent_per_sample")
+    if sent is not None:
+        figures.append(f"{size(sent)}/sample sent" if sent else "no payload exchanged")
+    worst = mean(group, lambda r: r.worst_worker_accuracy())
+    if a.primary.is_time and worst is not None:
+        figures.append(f"worst worker {worst:.3f}")
+    found = bottleneck(group)
+    if found:
+        figures.append(f"{found[0]}-bound ({100 * found[1]:.0f}% of the step)")
+    if len(group.runs) > 1:
+        figures.append(f"mean of {len(group.runs)} repeats")
+    return figures
+
+
+def caveats_of(group: Group, section: Section) -> list[str]:
+    caveats = []
+    for run in group.runs:
+        if not run.completed:
+            caveats.append(f"{run.summary.get('status', 'unknown status')} (seed {run.config.get('seed')}): "
+                           f"{error_headline(run.summary.get('error')) or 'no error recorded'}")
+    if group.attempts:
+        errors = "; ".join(f"block {r.config.get('block')}: {r.summary.get('status')}"
+                           + (f", {error_headline(r.summary.get('error'))}" if r.summary.get("error") else "")
+                           for r in group.attempts)
+        caveats.append(f"{len(group.attempts)} superseded attempt{'s' if len(group.attempts) > 1 else ''} ({errors})")
+    later = [str(r.config.get("block")) for r in group.runs if r.run_later]
+    if later:
+        caveats.append(f"block {', '.join(later)} run later, after an earlier attempt (not contemporaneous)")
+    if not section.synthetic:
+        reached, runs = reached_count(group)
+        if reached < runs:
+            caveats.append(f"target not reached in {runs - reached} of {runs}")
+    lost = sorted({rank for r in group.runs for rank in r.summary.get("lost_peers") or []})
+    if lost:
+        caveats.append(f"lost peers {', '.join(map(str, lost))}")
+    failed_rounds = {k: v for r in group.runs for k, v in failure_counters(r).items()
+                     if isinstance(v, (int, float)) and v > 0}
+    if failed_rounds:
+        caveats.append("failed averaging rounds: " + ", ".join(f"{k}={number(v)}" for k, v in failed_rounds.items()))
+    caveats += setting_caveats(group.runs)
+    if any((r.summary.get("device") or {}).get("gpu_shared") for r in group.runs):
+        caveats.append("peers shared GPUs (more peers than GPUs on a host): not one GPU per peer")
+    if section.synthetic or any(r.summary.get("data_is_synthetic") for r in group.runs):
+        caveats.append("synthetic data: throughput only, accuracy has no meaning")
+    length = length_caveat(group, section.groups)
+    if length:
+        caveats.append(length)
+    return caveats
+
+
+def setting_caveats(runs: list[Run]) -> list[str]:
+    """What limits the runs' fidelity to the setting they emulate: summary.json's shape (oversubscribed cores),
+    isolation (not isolated, unfaithful CPU shares, time dilation) and machine (other load on the machine)."""
+    caveats = []
+    shapes = [s for s in (r.summary.get("shape") for r in runs) if s]
+    crowded = [s for s in shapes if s.get("fits") is False or (s.get("oversubscription") or 0) > 1]
+    if crowded:
+        worst = max(crowded, key=lambda s: s.get("oversubscription") or 0)
+        caveats.append(f"oversubscribed (by {number(worst.get('oversubscription'))}×, on {worst.get('cores')} cores)")
+    elif not shapes:
+        caveats += list(dict.fromkeys(filter(None, (shared_cores(r) for r in runs))))
+    isolation = [i for i in (r.summary.get("isolation") for r in runs) if i]
+    reasons = list(dict.fromkeys(i.get("reason") for i in isolation if i.get("status") == "not isolated"))
+    if reasons:
+        caveats.append("not isolated" + (f" ({'; '.join(filter(None, reasons))})" if any(reasons) else ""))
+    unfaithful = list(dict.fromkeys(why for r in runs for why in r.unfaithful()))
+    if unfaithful:
+        caveats.append("unfaithful: " + "; ".join(unfaithful))
+    dilations = sorted({i["dilation"] for i in isolation if i.get("dilation") not in (None, 1, 1.0)})
+    if dilations:
+        caveats.append(f"dilated by {', '.join(number(d) for d in dilations)}")
+    machines = [m for m in (r.summary.get("machine") for r in runs) if m]
+    busy = [m for m in machines if m.get("alone") is False]
+    if busy:
+        share = max((m.get("other_cpu_share") or 0) for m in busy)
+        caveats.append("not alone on the machine" + (f" (other processes: up to {share:.0%} of its CPU)"
+                                                     if share else ""))
+    return caveats
+
+
+def shared_cores(run) -> str | None:
+    """Processes that asked for more CPUs than the cores they were pinned to (peers.result.cores)."""
+    pinned = [(p.get("result") or {}).get("cores") or [] for p in run.summary.get("peers") or []]
+    per_process = run.config["peer_cpus"] * (run.config["peers"] if run.is_baseline else 1)  # single: N x c threads
+    asked = per_process * len(pinned)
+    distinct = len({c for cores in pinned for c in cores})
+    if not distinct or distinct >= asked:
+        return None
+    return f"oversubscribed: {asked} CPUs asked, {distinct} cores on this host, so processes shared cores"
+
+
+def length_caveat(group: Group, groups: list[Group]) -> str | None:
+    """Runs of unequal length: other max_steps, or fewer samples trained than the longest configuration."""
+    parts = []
+    steps = sorted({g.first.config["max_steps"] for g in groups})
+    if len(steps) > 1:
+        parts.append(f"max_steps={group.first.config['max_steps']} (this comparison: "
+                     f"{', '.join(map(str, steps))})")
+    samples = summary_mean(group, "total_samples") or 0
+    most = max(summary_mean(g, "total_samples") or 0 for g in groups)
+    if samples < most:
+        parts.append(f"{samples:,.0f} samples trained, {most:,.0f} in the longest configuration")
+    return "unequal length: " + "; ".join(parts) if parts else None
+
+
+def section_verdict(section: Section) -> tuple[Verdict, Analysis]:
+    a = analyse(section)
+    lines = [control_line(a), noise_line(a), rank_test_line(a), *a.notes, left_out_line(a)]
+    configurations = averaging(a.ranking) + [g for g in a.ranking if g.first.is_baseline]
+    verdict = Verdict(f"Primary figure (declared before the first run): {a.primary.text}.", answer_of(a),
+                      method_of(a), [finding_of(g, a) for g in configurations], [line for line in lines if line],
+                      [Entry(g.label, figures_of(g, a), caveats_of(g, section)) for g in a.ranking],
+                      [Entry(g.label, figures_of(g, a), caveats_of(g, section)) for g in a.references],
+                      [override_command(o) for o in missing_baselines(section.runs)], REFERENCES_NOTE, COMMANDS_NOTE)
+    return verdict, a
+
+
+def intro(sections: list[Section]) -> list[str]:
+    if len(sections) < 2:
+        return []
+    combos = "; ".join(f"{s.data} / {s.model}" for s in sections)
+    return [SEVERAL_SECTIONS.format(count=len(sections), combos=combos)]
