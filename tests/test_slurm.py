@@ -213,6 +213,9 @@ def test_documented_recipe_runs_each_job_across_two_nodes(cluster, tmp_path):
         assert f"- {strategy} 4×1cpu on 2 nodes: reached" in verdict and "; against single 4×1cpu: " in verdict
     assert "Control arm (the equal-resource baseline run twice in every block" in verdict
     assert "single 4×1cpu against its second run: " in verdict
+    # resumed in its folder, the sweep keeps every job: each node's launch.* came from SLURM's variables there
+    again = submit(cluster, [*as_typed(words), f"hydra.sweep.dir={sweep}"], tmp_path, sweep, timeout=120)
+    assert again.returncode == 0 and "5 of 5 runs already completed" in again.stdout, again.stdout[-3000:]
     baseline = node_summaries(sweep / "block0" / "baseline_4x1")["node0"]["shape"]
     assert baseline["fits"] == (baseline["cores"] >= 4)  # one process of 4 threads on one node
     if not baseline["fits"]:  # a node with fewer cores than 4: the caveat says so
