@@ -36,11 +36,12 @@ def test_hivemind_preset_keeps_total_cpus_and_never_scales_the_target_batch():
 @pytest.mark.parametrize("preset, narrowing, runs", [
     # two single-process runs: they are baselines themselves, the sweep adds none
     ("thesis_baseline", ["scale=0.001", "batch_size=32,64", "lr=0.01", "repeats=1"],
-     [("single", "1", "1"), ("single", "1", "1")]),
-    # one hivemind run of 2 peers x 8 CPUs; the sweep adds its equal-resource baseline and one peer of 8 CPUs
+     [("single", "1", "1", ""), ("single", "1", "1", "")]),
+    # one hivemind run of 2 peers x 8 CPUs; the sweep adds its equal-resource baseline, that baseline's control arm
+    # (arm=control) and one peer of 8 CPUs
     ("thesis_hivemind", ["scale=0.0005", "peers=2", "target_batch_base=625", "hivemind.use_local_updates=false",
                          "repeats=1"],
-     [("hivemind", "2", "8"), ("single", "2", "8"), ("single", "1", "8")]),
+     [("hivemind", "2", "8", ""), ("single", "2", "8", ""), ("single", "2", "8", "control"), ("single", "1", "8", "")]),
 ])
 @pytest.mark.timeout(400)
 def test_scaled_down_preset_runs_and_reports(tmp_path, preset, narrowing, runs):
@@ -52,7 +53,8 @@ def test_scaled_down_preset_runs_and_reports(tmp_path, preset, narrowing, runs):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = list(csv.DictReader((sweep / "runs.csv").open()))
     assert all(r["status"] == "completed" for r in rows), rows
-    assert sorted((r["config.strategy.name"], r["config.peers"], r["config.peer_cpus"]) for r in rows) == sorted(runs)
+    assert sorted((r["config.strategy.name"], r["config.peers"], r["config.peer_cpus"], r["config.arm"])
+                  for r in rows) == sorted(runs)
     assert (sweep / "report.html").stat().st_size > 10_000
 
 

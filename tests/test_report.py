@@ -250,7 +250,8 @@ def test_missing_baseline_is_named_with_the_command_that_makes_it(multirun, scal
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):  # the overrides rebuild stepwise's job
         composed = flatten(OmegaConf.to_container(compose("config", [f"{k}={v}" for k, v in missing[0].items()])))
     job = {k: v for k, v in flatten(summary_of(stepwise)["config"]).items()
-           if not k.startswith(("strategy.", "stepwise.", "peers", "seed", "progress", "transport"))}
+           if not k.startswith(("strategy.", "stepwise.", "peers", "seed", "progress", "transport",
+                                "network"))}  # a baseline is one process: it has no link
     assert {k: composed.get(k) for k in job} == job
 
     result = run_cli(multirun[0], stepwise, "-o", tmp_path)

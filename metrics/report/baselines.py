@@ -11,7 +11,7 @@ from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, STRATEGY_BLOCKS, G
                                  configuration_key, find_runs, flatten, group_runs, mark_reruns, paired,
                                  paired_differences, sections_of)
 
-NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport",
+NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", "network",
                            "emulate.peer_cpu_share", "arm", *NOT_CONFIGURATION)
 
 
