@@ -8,6 +8,11 @@ Layout of one fabric (all of it private to the run):
     host i           namespace h<i>, interface eth0 = 10.213.7.<i+1>/24, the other
                      end of the veth pair (v<i>) on br0
 
+Each host is a machine of its own by name too: commands entered into host i run in a UTS namespace
+whose hostname is h<i>, and the hub's mount namespace holds an /etc/hosts that maps every h<i> to its
+address (engines that find their own address from their hostname, such as Horovod's gloo process
+sets, then find the host's, not loopback).
+
 Segmentation offload is off (gso_max_segs 1), so every frame carries its own
 headers and the interface counters see what a real wire would carry.
 
@@ -33,10 +38,12 @@ MAX_HOSTS = 253      # .1 .. .253
 INTERFACE = "eth0"   # the host's interface, the same name in every host namespace
 QUEUE_MS = 50        # tbf queue: at most this many ms of traffic wait before drops
 
-HOLDER_SCRIPT = (
+HOST_SCRIPT = 'hostname "$0"; exec "$@"'  # a host's command: its own hostname, then the command
+HOLDER_SCRIPT = (  # $0: the fabric's /etc/hosts
     "set -e; "
     "if [ -d /run/netns ]; then mount -t tmpfs avgbench-netns /run/netns; "
     "else mount -t tmpfs avgbench-run /run; mkdir /run/netns; fi; "
+    'mount --bind "$0" /etc/hosts; '
     "ip link set lo up; ip link add name br0 type bridge; ip link set br0 up; "
     "echo ready; exec cat >/dev/null"
 )
@@ -48,6 +55,11 @@ class FabricError(RuntimeError):
 
 def host_address(index: int) -> str:
     return f"{SUBNET}.{index + 1}"
+
+
+def host_name(index: int) -> str:
+    """Host i's hostname (also its network namespace's name)."""
+    return f"h{index}"
 
 
 def unprivileged() -> bool:
@@ -89,8 +101,13 @@ class Fabric:
     # --- life cycle -------------------------------------------------------------
     def start(self) -> "Fabric":
         user = ["--user", "--map-root-user"] if unprivileged() else []
+        fd, self.hosts_file = tempfile.mkstemp(prefix="netemu-hosts-")
+        with os.fdopen(fd, "w") as f:
+            f.write(hosts_table({host_name(i): i for i in range(self.count)}))
+        os.chmod(self.hosts_file, 0o644)
         self.holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--propagation", "private", *user, "sh", "-c", HOLDER_SCRIPT],
+            ["unshare", "--net", "--mount", "--propagation", "private", *user, "sh", "-c", HOLDER_SCRIPT,
+             self.hosts_file],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
             start_new_session=True,
         )
@@ -121,6 +138,7 @@ class Fabric:
             self.holder.stderr.close()
             for host in self.hosts:
                 shutil.rmtree(host.tmpdir, ignore_errors=True)
+            os.unlink(self.hosts_file)
 
     def __enter__(self) -> "Fabric":
         return self.start()
@@ -141,7 +159,7 @@ class Fabric:
             raise FabricError(f"`{' '.join(args)}` failed: {done.stderr.strip() or done.stdout.strip()}")
 
     def _add_host(self, i: int) -> None:
-        ns, veth, rate = f"h{i}", f"v{i}", self.bandwidth[i]
+        ns, veth, rate = host_name(i), f"v{i}", self.bandwidth[i]
         self._run("ip", "netns", "add", ns)
         self._run("ip", "-batch", "-", stdin=lines(
             f"link add name {veth} gso_max_segs 1 type veth peer name {INTERFACE} gso_max_segs 1 netns {ns}",
@@ -159,7 +177,8 @@ class Fabric:
             parent = ["parent", "1:1", "handle", "2:"] if self.latency_ms else ["root"]  # under netem
             self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, *parent, *tbf_args(rate))
             self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
-        enter = [*self.hub_prefix(), "ip", "netns", "exec", ns]
+        enter = [*self.hub_prefix(), "ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", HOST_SCRIPT,
+                 host_name(i)]
         inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
         tmpdir = os.path.join(tempfile.gettempdir(), f"netemu-{self.holder.pid}-{ns}")
         os.makedirs(tmpdir, exist_ok=True)
