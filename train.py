@@ -24,6 +24,7 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
 from metrics.rundir import RunDir
 from metrics.summary import write_summary
+from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import dilate
 
@@ -52,11 +53,13 @@ def run(cfg) -> int:
     cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
     strategy = strategy_class(cfg)
     run.config.parent.mkdir(parents=True, exist_ok=True)
-    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: as asked, before dilation
+    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: as asked, before dilation and network=auto
+    link = choose_network(cfg, strategy.launch_spec(cfg).processes)
     record_dilation(run, cfg, strategy.checked_dilation)
     spec = strategy.launch_spec(cfg)
     shape = shape_of(cfg, spec, peers_default)
-    for line in shape_lines(shape):
+    link.write(run.link)
+    for line in filter(None, [link_line(link, shape), *shape_lines(shape)]):
         print(line, flush=True)
     lock = take_machine_lock(cfg.lock)
     OmegaConf.save(cfg, run.config, resolve=True)
@@ -76,6 +79,17 @@ def run(cfg) -> int:
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
     return outcome.exit_code
+
+
+def choose_network(cfg, processes: int):
+    """The link the run measures (network=auto resolved in cfg, as its rates were asked: before dilation)."""
+    nnodes = int(cfg.launch.nnodes)
+    try:
+        link = choose_link(cfg, processes, nnodes)
+        validate(cfg)  # what network=auto chose, as if asked for (a strategy may need knobs for it)
+    except (ConfigError, BackendUnavailable) as exc:
+        fail_input(str(exc))
+    return link
 
 
 def take_machine_lock(mode: str) -> dict:
@@ -126,6 +140,8 @@ def print_result(run_dir: Path, summary: dict, outcome, counted: tuple[str, ...]
         print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     if outcome.lost_peers:
         print(f"avgbench: peers lost during the run: {outcome.lost_peers}")
+    if summary["link"]["faithful"] is False:
+        print(f"avgbench: link not faithful (link in summary.json): {summary['link']['reason']}")
     if summary["isolation"]["faithful"] is False:
         print(f"avgbench: emulation not faithful (isolation in summary.json): "
               f"{'; '.join(summary['isolation']['unfaithful'])}")

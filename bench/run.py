@@ -149,14 +149,19 @@ def main() -> int:
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    return under_machine_lock(args.lock, lambda: run_benchmarks(args.names or list(BENCHMARKS), args.out))
+
+
+def under_machine_lock(mode: str, work) -> int:
+    """work() while holding the machine lock; 0, or 2 when `mode` is refuse and another holds it (named)."""
     lock = MachineLock()
     try:
-        lock.acquire(args.lock)
+        lock.acquire(mode)
     except LockRefused as exc:
         print(exc, file=sys.stderr)
         return 2
     try:
-        run_benchmarks(args.names or list(BENCHMARKS), args.out)
+        work()
     finally:
         lock.release()
     return 0

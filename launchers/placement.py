@@ -7,7 +7,8 @@ and address, and where its own helper processes (mpirun, horovodrun) run.
 - NamespacePlacement (network=emulated): rank r on emulated host r (netemu), its own
   namespace with address 10.213.7.<r+1> and a shaped link. Helper processes run on
   host 0, as they would on the first node of a real cluster, and reach the other
-  hosts through netemu.agent (an rsh/ssh stand-in).
+  hosts through netemu.agent (an rsh/ssh stand-in). A meter reads the links' counters while the run lasts
+  (netemu/goodput.py: does each link carry its rate while busy?).
 """
 import os
 import sys
@@ -67,6 +68,7 @@ class NamespacePlacement(HostPlacement):
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
         self.fabric = None
+        self.meter = None
 
     @property
     def network_file(self) -> Path:
@@ -81,8 +83,13 @@ class NamespacePlacement(HostPlacement):
         except FabricError as exc:
             raise PlacementError(f"emulated network: {exc}") from exc
         self.fabric.write(self.network_file)
+        from netemu.goodput import LinkMeter
+
+        self.meter = LinkMeter(self.fabric, self.run.link_meter).start()
 
     def close(self) -> None:
+        if self.meter is not None:
+            self.meter.stop()
         if self.fabric is not None:
             self.fabric.close()
 

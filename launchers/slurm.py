@@ -6,10 +6,16 @@ a job killed before it wrote its result (a node failure, a task out of memory, a
 waiting for ever, or, where there is accounting, its exception ends the sweep. Here every job of a batch is awaited
 to its end as SLURM reports it with `squeue` (no accounting needed); a job that ended other than COMPLETED is named
 on stderr with SLURM's state and the nodes srun reports failed (with their node rank in the job), and becomes a
-failed JobReturn, so the sweep goes on with the next job and the report counts the failed runs. A job whose
-overrides hold hydra.launcher.* values (e.g. hydra.launcher.nodes=1) is submitted with them, in an array of its own.
+failed JobReturn, so the sweep goes on with the next job and the report counts the failed runs.
+
+A batch is submitted as job arrays, one per run of consecutive jobs that ask for the same resources (a job whose
+overrides hold hydra.launcher.* values, e.g. a one-process baseline's hydra.launcher.nodes=1, is submitted with
+them). With hydra.launcher.array_parallelism=1 (the preset) the jobs run one at a time in the sweep's planned order:
+each array runs one task at a time, in index order, and waits for the array before it (--dependency=afterany).
+With more, SLURM may run that many jobs of an array at once and the arrays side by side: the order is not enforced
+(the sweep's plan and report say so).
 """
-import json
+import itertools
 import re
 import subprocess
 import sys
@@ -34,18 +40,20 @@ class SlurmLauncher(SubmititSlurmLauncher):
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         numbered = list(enumerate(job_overrides, initial_job_idx))
-        groups: dict[str, list] = {}  # one job array per distinct resource request
         for number, overrides in numbered:
             print(f"avgbench: SLURM job #{number}: {' '.join(filter_overrides(overrides))}", file=sys.stderr,
                   flush=True)
-            groups.setdefault(json.dumps(own_resources(overrides), sort_keys=True), []).append((number, overrides))
-        jobs = {}
-        for resources, group in groups.items():
-            executor = self.executor(self.params | json.loads(resources))
-            submitted = executor.map_array(self, *zip(*[(list(overrides), "hydra.sweep.dir", number,
-                                                         f"job_id_for_{number}", Singleton.get_state())
-                                                        for number, overrides in group]))
+        in_order = self.params.get("array_parallelism") == 1
+        jobs, previous = {}, None
+        for resources, group in arrays(numbered):
+            params = self.params | resources
+            if in_order and previous:
+                params["dependency"] = f"afterany:{previous}"
+            submitted = self.executor(params).map_array(self, *zip(*[(list(overrides), "hydra.sweep.dir", number,
+                                                                      f"job_id_for_{number}", Singleton.get_state())
+                                                                     for number, overrides in group]))
             jobs |= {number: job for (number, _), job in zip(group, submitted)}
+            previous = submitted[0].job_id.split("_")[0]  # the array's id: afterany waits for all its tasks
         return [job_return(jobs[number], list(overrides)) for number, overrides in numbered]
 
     def executor(self, params: dict):
@@ -59,6 +67,13 @@ class SlurmLauncher(SubmititSlurmLauncher):
                                       for key, value in params.items()
                                       if key not in ("submitit_folder", "max_num_timeout")})
         return executor
+
+
+def arrays(numbered: list[tuple[int, list[str]]]) -> list[tuple[dict, list]]:
+    """The job arrays a batch of (number, overrides) is submitted as, in order: one per run of consecutive jobs
+    that ask for the same resources (own_resources)."""
+    return [(resources, list(group))
+            for resources, group in itertools.groupby(numbered, key=lambda job: own_resources(job[1]))]
 
 
 def own_resources(overrides: list[str]) -> dict:

@@ -8,12 +8,14 @@ Each block holds one run of every job, in the order of a Williams design (carry-
 gives the same order), with seed = the job's seed + the block index and `block` = the block index; the report
 compares each configuration with the runs of the same block. Before the first run the sweep declares its design in
 its plan (SWEEP_DIR/.avgbench/sweep.json) and prints it: the primary figure, the blocks, the comparisons, the
-order. Jobs go to SWEEP_DIR/block<B>/<name>, the name made of the swept values (baselines: baseline_<peers>x<cpus>,
-the control arm: its baseline's name + _control), so a rerun of the same command in the same `hydra.sweep.dir`
-finds them: a job whose summary.json says completed, with the same configuration, is kept and skipped; any other
-job directory (failed, interrupted, another configuration) is moved aside into SWEEP_DIR/superseded/<time>/ (kept
-in the report as an attempt) and the job runs again in its block, marked in the plan as run later. A resumed sweep
-whose declared design differs from the one its kept runs were made under gets no verdict (the plan says why).
+order. Jobs go to SWEEP_DIR/block<B>/<name> (under SLURM, one folder per node below it), the name made of the swept
+values (baselines: baseline_<peers>x<cpus>, the control arm: its baseline's name + _control; both one process, so
+one-node jobs where the launcher places jobs on nodes), so a rerun of the same command in the same
+`hydra.sweep.dir` finds them: a job whose summary.json (every node's) says completed, with the same configuration,
+is kept and skipped; any other job directory (failed, interrupted, another configuration) is moved aside into
+SWEEP_DIR/superseded/<time>/ (kept in the report as an attempt) and the job runs again in its block, marked in the
+plan as run later. A resumed sweep whose declared design differs from the one its kept runs were made under gets
+no verdict (the plan says why).
 """
 import json
 import re
@@ -34,11 +36,14 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
 from metrics.report.primary import from_dict
+from metrics.report.nodes import load, run_folders
 from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
-from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir
+from metrics.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
 
-NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", *STRATEGY_BLOCKS)  # not for baselines
+NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", "hydra.launcher.nodes",
+              *STRATEGY_BLOCKS)  # not for baselines
 RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.")  # a kept run may differ in these
+FROM_THE_NODE = "${oc.env:"  # a value the job resolves on its node (e.g. launch.node_rank from SLURM_NODEID)
 ROOT = Path(__file__).resolve().parent.parent
 DECLARED = ("primary", "comparisons", "blocks")  # a resumed sweep that changes one of these gets no verdict
 
@@ -81,9 +86,11 @@ class BlockSweeper(BasicSweeper):
         order = [(block, position, jobs[index]) for block in range(blocks)
                  for position, index in enumerate(block_order(len(jobs), block))]
         planned = [self.job_overrides(job, block, blocks) for block, _, job in order]
+        folders = [self.job_folder(job, block) for block, _, job in order]
         earlier = read_plan(sweep_dir)
-        to_run, kept, moved = self.resume(sweep_dir, planned, aside)
-        plan = write_plan(sweep_dir, planned, kept, design, order, moved, earlier)
+        to_run, kept, moved = self.resume(sweep_dir, list(zip(folders, planned)), aside)
+        placed = [(block, position, folder) for (block, position, _), folder in zip(order, folders)]
+        plan = write_plan(sweep_dir, planned, kept, design, placed, moved, earlier)
         if plan.get("changed"):
             print(f"avgbench: warning: {plan['changed']}: its report will give no verdict", flush=True)
         if kept:
@@ -131,14 +138,15 @@ class BlockSweeper(BasicSweeper):
     def baselines(self, jobs: list[Job], plain: list[str]) -> list[Job]:
         """The baselines the configurations' report needs and the sweep lacks, with the command line's plain
         (not swept) overrides that concern the job (e.g. experiment=slurm), not those of a strategy, a shape,
-        a fault or a seed."""
+        a fault or a seed. Each is one process: where the launcher places jobs on nodes (SLURM), on one node."""
         baselines = []
         missing = missing_baselines(self.planned(jobs))
+        one_node = ["hydra.launcher.nodes=1"] if "nodes" in self.config.hydra.launcher else []
         for overrides, name in zip(missing, baseline_names(missing)):
             own = override_args(overrides)
             keys = {key_of(o) for o in own}
             shared = [o for o in plain if key_of(o) not in keys and not key_of(o).startswith(NOT_SHARED)]
-            baselines.append(Job(name, shared + own, int(self.config.seed)))
+            baselines.append(Job(name, shared + own + one_node, int(self.config.seed)))
         return unique_names(baselines)
 
     def planned(self, jobs: list[Job]) -> list:
@@ -161,7 +169,8 @@ class BlockSweeper(BasicSweeper):
             results = ROOT / str(self.config.report.noise_results)
             repeats, lines = planned_blocks(named, results, int(self.config.report.max_blocks))
         design = declaration(named, repeats)
-        design["order"] = order_of(len(jobs), repeats)
+        at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
+        design["order"] = order_of(len(jobs), repeats, at_once)
         design["repeats"] = self.config.repeats
         design["control"] = [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]
         for section, primary in design["primary"].items():
@@ -174,6 +183,8 @@ class BlockSweeper(BasicSweeper):
                      + f", in a Williams order of {order['sequences']} sequences ("
                      + ("balanced" if order["balanced"] else
                         f"not balanced: a multiple of {order['sequences']} blocks would be")
+                     + ("" if at_once == 1 else f"; not enforced: up to {at_once} jobs run at once, "
+                                                "hydra.launcher.array_parallelism")
                      + f"); {comparisons} comparisons declared, Holm-corrected per (dataset, model)")
         return design, lines
 
@@ -184,6 +195,13 @@ class BlockSweeper(BasicSweeper):
             del cfg["hydra"]
         return cfg
 
+    def job_folder(self, job: Job, block: int) -> str:
+        """The job's folder below the sweep directory: job_subdir up to the part holding {name} (below it, a run
+        over several nodes has a folder per node)."""
+        parts = self.job_subdir.split("/")
+        upto = next((i for i, part in enumerate(parts) if "{name}" in part), len(parts) - 1)
+        return "/".join(parts[:upto + 1]).replace("{block}", str(block)).replace("{name}", job.name)
+
     def job_overrides(self, job: Job, block: int, blocks: int) -> list[str]:
         subdir = re.sub(r"\{env:([^}]*)\}", r"${oc.env:\1}",  # resolved by the job, e.g. on its node
                         self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name))
@@ -192,18 +210,20 @@ class BlockSweeper(BasicSweeper):
 
     # Resuming in the same sweep directory.
 
-    def resume(self, sweep_dir: Path, planned: list[list[str]], aside: Path) -> tuple[list, list[str], dict]:
-        """The jobs to run, the job directories kept, and each job directory moved into aside (job -> where)."""
+    def resume(self, sweep_dir: Path, planned: list[tuple[str, list[str]]], aside: Path) -> tuple[list, list, dict]:
+        """The jobs to run, the job directories kept, and each job directory moved into aside (job -> where), for
+        each planned (job folder, overrides)."""
         to_run, kept, moved = [], [], {}
-        for overrides in planned:
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-            job_dir = sweep_dir / cfg.hydra.sweep.subdir
+        for folder, overrides in planned:
+            job_dir = sweep_dir / folder
             if not job_dir.exists():
                 to_run.append(overrides)
                 continue
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+            nodes = cfg.hydra.launcher.get("nodes")
             with open_dict(cfg):
                 del cfg["hydra"]
-            if completed_with(job_dir, OmegaConf.to_container(cfg, resolve=True)):
+            if completed_with(job_dir, cfg, nodes):
                 kept.append(str(job_dir.relative_to(sweep_dir)))
                 continue
             target = aside / job_dir.relative_to(sweep_dir)
@@ -215,15 +235,24 @@ class BlockSweeper(BasicSweeper):
         return to_run, kept, moved
 
 
-def completed_with(job_dir: Path, config: dict) -> bool:
-    """The job directory holds a completed run of this configuration (device resolved as the run resolved it)."""
+def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
+    """The job directory holds a completed run of this composed config: its summary, or every one of its nodes'
+    (metrics/report/nodes.py reads them as one run), on `nodes` nodes where the launcher places jobs on nodes;
+    device resolved as the run resolved it, values the job resolves on its node (FROM_THE_NODE, e.g. launch.*
+    from SLURM's variables) and RERUN_FREE ones aside."""
+    folders = run_folders(run_dirs_under(job_dir)).get(job_dir)
     try:
-        summary = json.loads(RunDir(job_dir).summary.read_text())
-    except (OSError, ValueError):
+        run = load(job_dir, folders) if folders else None
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    config = config | {"device": resolve_device(config["device"])}
-    same = lambda flat: {k: v for k, v in flat.items() if not k.startswith(RERUN_FREE)}  # noqa: E731
-    return summary.get("status") == "completed" and same(flatten(summary.get("config") or {})) == same(flatten(config))
+    if run is None or not run.completed or (nodes is not None and run.nnodes != nodes):
+        return False
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["device"] = resolve_device(config["device"])
+    free = RERUN_FREE + tuple(key for key, value in flatten(OmegaConf.to_container(cfg, resolve=False)).items()
+                              if isinstance(value, str) and FROM_THE_NODE in value)
+    same = lambda flat: {k: v for k, v in flat.items() if not k.startswith(free)}  # noqa: E731
+    return same(flatten(run.config)) == same(flatten(config))
 
 
 def move_aside(path: Path, target: Path) -> None:
@@ -246,13 +275,13 @@ def changes(first: dict, now: dict) -> list[str]:
 
 def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
                moved: dict, earlier: dict) -> dict:
-    """The sweep's plan: its jobs in start order, their block, position and Williams sequence, the design declared
-    before the first run (an earlier plan's where its runs are kept: a changed design is recorded, not adopted),
-    and the jobs run again after an earlier attempt."""
+    """The sweep's plan: its jobs in start order (overrides; order: (block, position, job folder) of each), their
+    block, position and Williams sequence, the design declared before the first run (an earlier plan's where its
+    runs are kept: a changed design is recorded, not adopted), and the jobs run again after an earlier attempt."""
     sequences = design["order"]["sequences"]
     plan = {"jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
-            "order": [{"block": block, "position": position, "sequence": block % sequences,
-                       "job": f"block{block}/{job.name}"} for block, position, job in order],
+            "order": [{"block": block, "position": position, "sequence": block % sequences, "job": folder}
+                      for block, position, folder in order],
             "declaration": design}
     first = earlier.get("declaration")
     if kept and first:

@@ -10,6 +10,8 @@ import statistics
 from metrics.isolation import METHODS as ISOLATION_METHODS
 from metrics.isolation import isolation_section, undilate
 from metrics.jsonl import read_jsonl
+from metrics.link import METHODS as LINK_METHODS
+from metrics.link import link_section
 from metrics.machine import METHODS as MACHINE_METHODS
 from metrics.machine import machine_section
 from metrics.network import METHODS as NETWORK_METHODS
@@ -78,6 +80,7 @@ METHODS = {
     **TARGET_METHODS,
     **MACHINE_METHODS,
     **NETWORK_METHODS,
+    **LINK_METHODS,
     **ISOLATION_METHODS,
 }
 
@@ -233,6 +236,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / total_samples if total_samples else None,
         "averaging_rounds": rounds_section(run, len(workers)),
         "network": network_section(run, config, knobs or {}, bound, bound_formula, rounds_overlap),
+        "link": link_section(run, config),
         "shape": shape,
         "machine": machine_section(run.machine, (shape or {}).get("cores") or len(os.sched_getaffinity(0)), lock),
         "isolation": isolation,

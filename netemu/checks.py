@@ -10,7 +10,7 @@ from job.errors import BackendUnavailable, ConfigError
 from netemu.fabric import MAX_HOSTS, privilege_hint, tbf_args, unprivileged
 
 TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
-NETWORK_MODES = ("loopback", "emulated")
+NETWORK_MODES = ("loopback", "emulated", "auto")  # auto: emulated or loopback, chosen at launch (netemu/auto.py)
 
 
 def probe(script: str) -> subprocess.CompletedProcess:
@@ -46,15 +46,30 @@ def rank_bandwidths(network, processes: int) -> list[float | None]:
 
 
 def check_network_config(network, processes: int, nnodes: int) -> None:
-    """ConfigError for bad knobs, BackendUnavailable when the emulated network cannot be built here."""
+    """ConfigError for bad knobs, BackendUnavailable when the emulated network cannot be built here (network=auto
+    is not probed here: it falls back to loopback at launch)."""
     if network.name not in NETWORK_MODES:
         raise ConfigError(f"network.name must be one of {', '.join(NETWORK_MODES)}, got {network.name}")
     if network.name == "loopback":
+        return
+    if network.name == "auto":
+        check_link_knobs(network, processes)
         return
     if nnodes > 1:
         raise ConfigError("network=emulated puts every peer on this machine; it cannot span launch.nnodes>1")
     if processes > MAX_HOSTS:
         raise ConfigError(f"network=emulated holds at most {MAX_HOSTS} processes, this run needs {processes}")
+    latency = check_link_knobs(network, processes)
+    problem = emulation_problem()
+    if problem:
+        raise BackendUnavailable(problem)
+    if latency and not has_netem():
+        raise ConfigError(f"network.latency_ms={latency:g} needs the netem qdisc, which this kernel lacks "
+                          "(CONFIG_NET_SCH_NETEM); use network.latency_ms=0 (bandwidth shaping works without it)")
+
+
+def check_link_knobs(network, processes: int) -> float:
+    """ConfigError for a bad link rate, per-peer list or latency; returns the latency in ms."""
     per_peer = list(network.get("per_peer") or [])
     if len(per_peer) > processes:
         raise ConfigError(f"network.per_peer has {len(per_peer)} entries but the run has {processes} processes")
@@ -64,9 +79,4 @@ def check_network_config(network, processes: int, nnodes: int) -> None:
     latency = float(network.get("latency_ms") or 0)
     if latency < 0:
         raise ConfigError(f"network.latency_ms must be >= 0, got {latency}")
-    problem = emulation_problem()
-    if problem:
-        raise BackendUnavailable(problem)
-    if latency and not has_netem():
-        raise ConfigError(f"network.latency_ms={latency:g} needs the netem qdisc, which this kernel lacks "
-                          "(CONFIG_NET_SCH_NETEM); use network.latency_ms=0 (bandwidth shaping works without it)")
+    return latency

@@ -30,7 +30,7 @@ from metrics.cost import Cost, exposed_s, ring_allreduce_s
 from strategies.base import LaunchSpec, StepReport, Strategy
 from strategies.transport import RingAllReduceRounds, ring_allreduce_bytes
 
-CONTROLLERS = ("gloo", "mpi")
+CONTROLLERS = ("gloo", "mpi", "auto")  # auto: mpi on emulated hosts (horovodrun --gloo cannot reach them), else gloo
 COMPRESSIONS = ("none", "fp16")
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 TIMELINE_NAME = "horovod_timeline.json"
@@ -109,20 +109,28 @@ class Ring(RingAllReduceRounds, Strategy):
         passes = int(m.knobs.get("backward_passes_per_step", 1))
         return m.compute + exposed_s(m, ring_allreduce_s(m)) / passes
 
+    @staticmethod
+    def controller(cfg) -> str:
+        """ring.controller, with auto resolved: mpi on emulated hosts, gloo otherwise."""
+        if cfg.ring.controller != "auto":
+            return cfg.ring.controller
+        return "mpi" if cfg.network.name == "emulated" else "gloo"
+
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:
         """horovodrun's arguments; the launcher adds -np, the hosts and the command."""
         ring, timeouts = cfg.ring, cfg.timeouts
+        controller = cls.controller(cfg)
         gloo_timeout_s = max(1, round(max(float(timeouts.collective_s), float(timeouts.startup_s))))
         args = [
-            f"--{ring.controller}",
+            f"--{controller}",
             "--fusion-threshold-mb", str(int(ring.fusion_threshold_mb)),
             "--cycle-time-ms", str(float(ring.cycle_time_ms)),
             "--start-timeout", str(max(1, round(float(timeouts.startup_s)))),
             "--gloo-timeout-seconds", str(gloo_timeout_s),
         ]
         spec = super().launch_spec(cfg)
-        if ring.controller == "mpi":
+        if controller == "mpi":
             this_machine_only = not ring.hosts  # loopback, or emulated hosts: namespaces of this machine
             oversubscribed = this_machine_only and spec.processes * spec.threads > len(os.sched_getaffinity(0))
             mpi_args = [OMPI_RING_ARGS, OMPI_EAGER_ARGS] + ([OMPI_YIELD_ARGS] if oversubscribed else [])
@@ -146,7 +154,7 @@ class Ring(RingAllReduceRounds, Strategy):
             raise ConfigError("ring.fusion_threshold_mb must be >= 0 and ring.cycle_time_ms > 0")
         if cfg.launch.nnodes != 1:
             raise ConfigError("strategy=ring starts the ranks of every host itself: use ring.hosts, not launch.nnodes")
-        if cfg.network.name == "emulated" and (ring.controller != "mpi" or ring.hosts):
+        if cfg.network.name == "emulated" and (cls.controller(cfg) != "mpi" or ring.hosts):
             raise ConfigError("with network=emulated, strategy=ring needs ring.controller=mpi and no ring.hosts "
                               "(horovodrun --gloo does not reach emulated hosts; they are placed one rank each)")
         if ring.hosts:
@@ -159,7 +167,7 @@ class Ring(RingAllReduceRounds, Strategy):
 
     @classmethod
     def check_available(cls, cfg) -> None:
-        controller = cfg.ring.controller
+        controller = cls.controller(cfg)
         try:
             import horovod.torch as hvd
         except ImportError as exc:
@@ -263,7 +271,7 @@ class Ring(RingAllReduceRounds, Strategy):
     def summary(self) -> dict:
         ring = self.cfg.ring
         return {
-            "controller": ring.controller,
+            "controller": self.controller(self.cfg),
             "compression": ring.compression,
             "backward_passes_per_step": int(ring.backward_passes_per_step),
             "fusion_threshold_mb": int(ring.fusion_threshold_mb),

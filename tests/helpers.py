@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 from job.process import processes_of_run  # noqa: E402  (conftest put ROOT on sys.path)
 from metrics.jsonl import read_jsonl  # noqa: E402
 
-# Small and quick: the tiny CNN on digits, frequent samples.
-QUICK = ["model=tiny", "eval_every=10", "sampler.interval=0.2", "progress=false"]
+# Small and quick: the tiny CNN on digits, frequent samples, loopback (a test of the emulated links asks for them:
+# a later network=... wins).
+QUICK = ["model=tiny", "eval_every=10", "sampler.interval=0.2", "progress=false", "network=loopback"]
 
 # The tiny CNN (job/model.py) on digits (1 channel, 10 classes), counted by hand from its layers:
 #   conv 1->16 3x3 no bias 144 | BN(16) 32 | conv 16->32 3x3 no bias 4608 | BN(32) 64 | linear 512->10 5130

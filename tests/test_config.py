@@ -122,6 +122,15 @@ def test_bad_network_knobs(override, message):
     assert message in rejected(*emulated, override)
 
 
+@pytest.mark.parametrize("override, message", [
+    ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
+    ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
+])
+def test_bad_knobs_of_the_default_network(override, message):
+    """network=auto checks the link's knobs as network=emulated does, whether or not it will emulate the link."""
+    assert message in rejected("strategy=allreduce", "peers=2", override)
+
+
 def test_fault_rank_must_be_a_rank_the_strategy_starts():
     assert "fault.kill_peer=1 is not a worker rank" in rejected("strategy=single", "peers=2", "fault.kill_peer=1")
 

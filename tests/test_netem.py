@@ -172,15 +172,20 @@ def test_failed_peer_ends_run_and_removes_namespaces(run_dir):
 
 
 UNPRIVILEGED = f"""
-import subprocess, sys, time
+import json, subprocess, sys, tempfile, time
 from netemu import Fabric
-with Fabric(2, [50, 50]) as fabric:
+from netemu.goodput import LinkMeter
+with Fabric(2, [50, 50]) as fabric, tempfile.TemporaryDirectory() as tmp:
+    meter = LinkMeter(fabric, tmp + "/link_meter.json").start()
     a, b = fabric.hosts
     server = subprocess.Popen([*b.enter, sys.executable, "-c", {RECEIVE!r}], stdout=subprocess.PIPE, text=True)
     time.sleep(0.3)
     subprocess.run([*a.enter, sys.executable, "-c", {SEND!r}, b.addr, "300000"], check=True)
     assert int(server.communicate(timeout=30)[0]) == 300000
     print(subprocess.run([*a.enter, "cat", "/proc/net/dev"], capture_output=True, text=True).stdout)
+    time.sleep(0.3)
+    meter.stop()
+    print("meter", open(tmp + "/link_meter.json").read().replace(chr(10), ""))
 """
 
 
@@ -201,6 +206,9 @@ def test_unprivileged_user_namespace():
     assert done.returncode == 0, done.stderr
     eth0 = next(line for line in done.stdout.splitlines() if "eth0:" in line).split(":")[1].split()
     assert 300_000 <= int(eth0[8]) <= 330_000  # tx bytes of the sending host only
+    meter = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("meter "))[6:])
+    assert meter["error"] is None and meter["readings"] >= 3, meter  # the link meter reads tc as that user too
+    assert 300_000 <= meter["directions"][0]["carried_bytes"] <= 330_000, meter  # host 0 egress, at its tbf
 
 
 MPI_PROGRAM = ("from mpi4py import MPI; import subprocess; c = MPI.COMM_WORLD; "
@@ -322,6 +330,49 @@ def test_one_launch_per_host_forms_one_run(tmp_path, strategy):
     for run in runs:
         assert_no_leftovers(run)
     assert_fabric_gone(description)
+
+
+# --- the default link, and a link that does not hold its promise ------------------------------------------------
+LINKED = ["strategy=allreduce", "peers=2", "model=mlp", "eval_every=0", "max_steps=4", "network=auto",
+          "network.bandwidth_mbit=20"]  # network=auto as by default (QUICK asks for loopback); 5.2 MB each way a step
+
+
+def throttle(host: dict, mbit: float) -> None:
+    """A second token bucket inside the host's namespace, under the one that holds the link's promise: the link
+    now carries `mbit` while its fabric still promises its rate."""
+    tc = [*host["enter"][:-4], "tc", "-n", host["netns"]]  # enter = hub prefix + ip netns exec NS
+    shaper = json.loads(subprocess.run([*tc, "-j", "qdisc", "show", "dev", "eth0"], capture_output=True, text=True,
+                                       check=True).stdout)[0]["handle"]
+    subprocess.run([*tc, "qdisc", "add", "dev", "eth0", "parent", f"{shaper}1", "handle", "10:", "tbf", "rate",
+                    f"{mbit}mbit", "burst", "5000", "latency", "50ms"], check=True, capture_output=True)
+
+
+@pytest.mark.timeout(240)
+def test_auto_link_is_measured_and_a_throttled_one_is_marked_unfaithful(tmp_path):
+    held = run_train(tmp_path / "held", *LINKED)
+    assert held.returncode == 0, held.stderr
+    assert held.stdout.startswith("avgbench: link: emulated, per host: 20 Mbit/s each way, no added latency; "
+                                  "2 emulated hosts (network=auto"), held.stdout
+    link = summary_of(tmp_path / "held")["link"]
+    assert (link["kind"], link["asked"], link["nominal_mbit"], link["faithful"]) == ("emulated", "auto", 20, True), link
+    assert link["goodput_share"] >= 0.9 and max(d["busy_s"] for d in link["by_direction"]) >= 4, link
+
+    proc = start_train(tmp_path / "throttled", *LINKED)
+    network_file = tmp_path / "throttled" / ".avgbench" / "network.json"
+    deadline = time.monotonic() + 60
+    while not network_file.exists():  # the peers start after the fabric, and send only after importing torch
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    throttle(network_of(tmp_path / "throttled")["hosts"][0], 10)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    slowed = summary_of(tmp_path / "throttled")["link"]
+    assert slowed["faithful"] is False and slowed["worst_direction"] == "host 0 egress", slowed
+    assert 0.4 <= slowed["goodput_mbit"] / link["goodput_mbit"] <= 0.6, (slowed, link)  # 10 of 20 Mbit/s
+    assert "avgbench: link not faithful (link in summary.json): host 0 egress carried" in out
+    for run in ("held", "throttled"):
+        assert_no_leftovers(tmp_path / run)
+        assert_fabric_gone(network_of(tmp_path / run))  # the meter's tc processes included
 
 
 def test_latency_without_netem_is_a_config_error(tmp_path):

@@ -77,6 +77,18 @@ def test_a_job_with_its_own_launcher_overrides_is_submitted_with_them():
     assert slurm_launcher.own_resources(["strategy=allreduce", "peers=4"]) == {}
 
 
+def test_a_batch_is_submitted_as_arrays_in_the_planned_order():
+    """Consecutive jobs that ask for the same resources share an array; the arrays keep the sweep's order (each
+    waits for the one before it), so a block's one-node baseline between two two-node runs is an array of its own."""
+    two, one = ["hydra.launcher.nodes=2"], ["hydra.launcher.nodes=1"]
+    numbered = list(enumerate([["strategy=allreduce", *two], ["strategy=single", *one], ["strategy=single", *one],
+                               ["strategy=hivemind", *two]]))
+    assert [(resources, [number for number, _ in group]) for resources, group in slurm_launcher.arrays(numbered)] \
+        == [({"nodes": 2}, [0]), ({"nodes": 1}, [1, 2]), ({"nodes": 2}, [3])]
+    launcher = compose_config("experiment=slurm", return_hydra_config=True).hydra.launcher
+    assert launcher.array_parallelism == 1  # one job at a time: the planned order holds
+
+
 def test_peers_of_several_hosts_listen_on_the_address_towards_the_master(monkeypatch):
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     assert node_network("127.0.0.1") == {"AVGBENCH_PEER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
@@ -124,7 +136,7 @@ def test_sweep_runs_as_slurm_jobs_and_reports(cluster, tmp_path):
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=slurm", "strategy=allreduce,single",
                "peers=2", "repeats=1", "model=tiny", "max_steps=10", "eval_every=0", "progress=false",
-               "sampler.interval=0.2", f"hydra.sweep.dir={sweep}"]
+               "sampler.interval=0.2", "report.baselines=off", "report.control=false", f"hydra.sweep.dir={sweep}"]
     done = submit(cluster, command, tmp_path, sweep, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -136,8 +148,8 @@ def test_sweep_runs_as_slurm_jobs_and_reports(cluster, tmp_path):
     rows = list(csv.DictReader((sweep / "runs.csv").open()))
     assert sorted(r["config.strategy.name"] for r in rows) == ["allreduce", "single"], rows
     assert all(r["status"] == "completed" for r in rows), rows
-    run_dirs = [Path(r["run_dir"]) for r in rows]
-    assert all(d.name == "node0" and d.parents[2] == sweep for d in run_dirs), run_dirs  # block0/NAME/node0
+    run_dirs = [Path(r["run_dir"]) for r in rows]  # block0/NAME, its node's folder block0/NAME/node0
+    assert all(d.parents[1] == sweep and (d / "node0" / "summary.json").exists() for d in run_dirs), run_dirs
     assert not list(sweep.glob("**/baseline_*")), "with report.baselines off, the sweep runs only what was asked"
     allreduce = next(r for r in rows if r["config.strategy.name"] == "allreduce")
     assert float(allreduce["speedup_vs_single"]) > 0  # measured against the sweep's own single run
@@ -175,8 +187,40 @@ def test_documented_recipe_runs_each_job_across_two_nodes(cluster, tmp_path):
             assert min(peer["net_rx_bytes"], peer["net_tx_bytes"]) >= at_least, (strategy, folder, peer, at_least)
     # the same, from the kernel's counters of each node's interface read from outside, over the whole sweep
     assert all(min(rx, tx) >= (max_steps + 1) * model_bytes for rx, tx in carried.values()), carried
-    rows = list(csv.DictReader((sweep / "runs.csv").open()))
-    assert len(rows) == 4 and all(r["status"] == "completed" for r in rows), rows
+
+    # the baselines and the control arm ran on the cluster, one process on one node, in the same block
+    for job in ("baseline_4x1", "baseline_1x1", "baseline_4x1_control"):
+        summaries = node_summaries(sweep / "block0" / job)
+        assert list(summaries) == ["node0"], (job, list(summaries))
+        shape = summaries["node0"]["shape"]
+        assert shape["host"] in cluster.nodes and shape["nnodes"] == 1, (job, shape)  # not the submitting host
+    rows = list(csv.DictReader((sweep / "runs.csv").open()))  # one row per run, its nodes together
+    by_job = {Path(r["run_dir"]).name: r for r in rows}
+    assert sorted(by_job) == ["baseline_1x1", "baseline_4x1", "baseline_4x1_control", "strategy=allreduce",
+                              "strategy=hivemind"], rows
+    assert all(r["status"] == "completed" and r["config.block"] == "0" for r in rows), rows
+    assert [by_job[f"strategy={s}"]["hosts"] for s in ("allreduce", "hivemind")] == ["node0 node1"] * 2
+    # one job at a time, in the order the plan declared
+    plan = json.loads((sweep / ".avgbench" / "sweep.json").read_text())
+    planned = [Path(entry["job"]).name for entry in sorted(plan["order"], key=lambda e: e["position"])]
+    ran = sorted(rows, key=lambda r: float(r["started_at"]))
+    assert [Path(r["run_dir"]).name for r in ran] == planned, (planned, ran)
+    spans = [(float(r["started_at"]), float(r["started_at"]) + float(r["wall_s"])) for r in ran]
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+    # so the report has its verdict: each configuration against the baseline, and the control arm
+    verdict = (sweep / "report.md").read_text().split("## Verdict")[1].split("\n## ")[0]
+    for strategy in ("allreduce", "hivemind"):
+        assert f"- {strategy} 4×1cpu on 2 nodes: reached" in verdict and "; against single 4×1cpu: " in verdict
+    assert "Control arm (the equal-resource baseline run twice in every block" in verdict
+    assert "single 4×1cpu against its second run: " in verdict
+    # resumed in its folder, the sweep keeps every job: each node's launch.* came from SLURM's variables there
+    again = submit(cluster, [*as_typed(words), f"hydra.sweep.dir={sweep}"], tmp_path, sweep, timeout=120)
+    assert again.returncode == 0 and "5 of 5 runs already completed" in again.stdout, again.stdout[-3000:]
+    baseline = node_summaries(sweep / "block0" / "baseline_4x1")["node0"]["shape"]
+    assert baseline["fits"] == (baseline["cores"] >= 4)  # one process of 4 threads on one node
+    if not baseline["fits"]:  # a node with fewer cores than 4: the caveat says so
+        entry = re.search(r"^\d+\. \*\*single 4×1cpu\*\*: (.*)$", verdict, re.M)[1]
+        assert f"oversubscribed (by {baseline['oversubscription']:g}×, on {baseline['cores']} cores)" in entry, entry
 
 
 def steps_of(sweep: Path, job: str, node: str, rank: int) -> int:
@@ -192,7 +236,8 @@ def test_a_killed_peer_or_node_fails_its_job_by_name_and_the_sweep_goes_on(clust
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=slurm", "hydra.launcher.nodes=2",
                "strategy=allreduce", "peers=4", "model=tiny", "max_steps=1000000", "eval_every=0", "repeats=1",
-               "progress=false", "fault.kill_peer=3,null", f"hydra.sweep.dir={sweep}"]
+               "progress=false", "fault.kill_peer=3,null", "report.baselines=off", "report.control=false",
+               f"hydra.sweep.dir={sweep}"]
     log = tmp_path / "sweep.log"
     with log.open("w") as out:
         proc = cluster.start(command, cwd=tmp_path, stdout=out)
@@ -224,6 +269,9 @@ def test_a_killed_peer_or_node_fails_its_job_by_name_and_the_sweep_goes_on(clust
     assert wait_until(lambda: not cluster.job_processes("node1"), 90, interval=1), \
         [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in cluster.job_processes("node1")]
 
-    rows = list(csv.DictReader((sweep / "runs.csv").open()))
-    jobs = {Path(r["run_dir"]).parent.name for r in rows}
-    assert jobs == {"fault.kill_peer=3", "fault.kill_peer=null"} and all(r["status"] != "completed" for r in rows)
+    rows = list(csv.DictReader((sweep / "runs.csv").open()))  # each job one failed run, whatever its nodes wrote
+    assert sorted(Path(r["run_dir"]).name for r in rows) == ["fault.kill_peer=3", "fault.kill_peer=null"], rows
+    assert all(r["status"] == "failed" for r in rows), rows
+    assert all(r["error"].startswith("node node") for r in rows), rows  # the node that failed first, named
+    errors = (sweep / "report.md").read_text().split("## Errors")[1]  # every node's error, each once
+    assert errors.count("node node1 (node rank 1 of 2): peer rank 3 was killed by SIGKILL") == 1, errors

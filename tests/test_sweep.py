@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import QUICK, ROOT, report_config
+from helpers import QUICK, ROOT, compose_config, report_config
 
 SHORT = ["max_steps=3", "eval_every=0"]
 
@@ -116,6 +116,42 @@ def test_a_resumed_sweep_keeps_its_first_declaration_and_says_what_changed(tmp_p
     assert json.loads((tmp_path / ".avgbench" / "sweep.json").read_text()) == same
 
 
+def write_node_summary(job: Path, node: int, config: dict, status: str = "completed") -> None:
+    """Node `node`'s summary of a SLURM job over 2 nodes: the config as the node resolved it (launch.* from SLURM's
+    variables there)."""
+    launch = config["launch"] | {"nnodes": 2, "node_rank": node, "master_addr": "10.213.7.2"}
+    (job / f"node{node}").mkdir(parents=True)
+    (job / f"node{node}" / "summary.json").write_text(json.dumps(
+        {"status": status, "config": config | {"launch": launch}, "target": config["target"], "peers": []}))
+
+
+def test_a_sweep_keeps_a_job_only_where_every_node_completed_it(tmp_path, monkeypatch):
+    """The submitting host composes launch.nnodes=1, node_rank=0, master_addr=127.0.0.1 (no SLURM variables
+    there): a job completed on both nodes is kept; one whose node 1 failed or wrote nothing, one made on another
+    number of nodes, or with another setting, runs again."""
+    from omegaconf import OmegaConf
+
+    from launchers.sweeper import completed_with
+
+    for name in ("SLURM_NNODES", "SLURM_NODEID", "SLURM_LAUNCH_NODE_IPADDR"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = compose_config("experiment=slurm", "strategy=allreduce", "peers=4", "model=tiny", "max_steps=20")
+    recorded = OmegaConf.to_container(cfg, resolve=True) | {"device": "cpu"}
+    assert recorded["launch"] == {"nnodes": 1, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": 29500,
+                                  "hostfile": None}
+    done, failed, lost, other = (tmp_path / name for name in ("done", "failed", "lost", "other"))
+    for job in (done, failed, lost):
+        write_node_summary(job, 0, recorded)
+    write_node_summary(done, 1, recorded)
+    write_node_summary(failed, 1, recorded, status="failed")
+    write_node_summary(other, 0, recorded | {"max_steps": 40})
+    write_node_summary(other, 1, recorded | {"max_steps": 40})
+    assert completed_with(done, cfg, nodes=2)
+    assert not completed_with(failed, cfg, nodes=2) and not completed_with(lost, cfg, nodes=2)
+    assert not completed_with(done, cfg, nodes=1)  # asked for one node now
+    assert not completed_with(other, cfg, nodes=2)
+
+
 # --- real sweeps (integration tier) -------------------------------------------------------------
 
 
@@ -142,7 +178,7 @@ def test_repeats_interleave_configurations_and_baselines_in_blocks(tmp_path):
     first = done.stdout.splitlines()[:3]
     assert first[0] == ("avgbench: primary figure of data=digits, model=tiny, fixed before the first run (the verdict "
                         "ranks and claims on it alone): time-to-target (test_accuracy ≥ 0.95, estimator "
-                        "confirmed_crossing; seconds of training)")
+                        "isotonic; seconds of training)")
     assert first[1] == ("avgbench: 2 blocks of 5 jobs (control arm: baseline_2x1_control), in a Williams order of 10 "
                         "sequences (not balanced: a multiple of 10 blocks would be); 3 comparisons declared, "
                         "Holm-corrected per (dataset, model)")

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from helpers import report_of, write_report_run, write_sweep
+from helpers import report_config, report_of, write_report_run, write_sweep
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -323,3 +323,93 @@ def test_the_report_package_imports_nothing_above_metrics():
                     to_visit += [p for p in (module.with_suffix(".py"), module / "__init__.py") if p.exists()]
     assert not [name for name in imported if name.split(".")[0] in forbidden]
     assert "metrics.report.runs" in imported and "metrics.rundir" in imported  # the walk went through them
+
+
+# --- a run over several nodes: its node folders are one run ---------------------------------------
+
+def write_node(job, node: int, ranks: list[int], train_s: float, crossing_s: float, status: str = "completed",
+               error: str | None = None, sent_per_sample: float = 1000.0, **config):
+    """Node `node`'s folder of a run over 2 nodes, as its launcher writes it: its own peers' logs (each worker 2000
+    samples in 40 steps over train_s, evaluated every 10 steps, reaching 0.9 from crossing_s on) and a summary of its
+    own peers only."""
+    path = job / f"node{node}"
+    conf = report_config("allreduce", 4, block=0, **config)
+    conf["launch"] = {"nnodes": 2, "node_rank": node, "master_addr": conf.pop("master_addr", "10.0.0.2")}
+    times = [train_s * k / 4 for k in range(5)]
+    samples = 2000 * len(ranks)
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({
+        "status": status, "error": error, "exit_code": 0 if status == "completed" else 1, "config": conf,
+        "is_baseline": False, "target": conf["target"], "total_samples": samples, "workers": len(ranks),
+        "throughput_samples_per_s": samples / train_s, "time_to_target_s": crossing_s,
+        "bytes_sent_per_sample": sent_per_sample, "started_at": 1000.0 + node, "wall_s": train_s,
+        "time_to_target_by_rank": {str(r): crossing_s for r in ranks},
+        "accuracy_by_worker": {"by_rank": {str(r): 0.9 for r in ranks}, "worst": 0.9},
+        "shape": {"host": f"host{node}", "node_rank": node, "nnodes": 2, "cores": 8, "oversubscription": 0.25},
+        "peers": [{"rank": r, "train_s": train_s, "samples": 2000} for r in ranks]}))
+    for rank in ranks:
+        peer = path / f"peer{rank}"
+        peer.mkdir()
+        (peer / "steps.jsonl").write_text("".join(
+            json.dumps({"step": s, "samples": 50 * s, "train_s": train_s * s / 40, "loss": 1.0}) + "\n" for s in range(1, 41)))
+        (peer / "eval.jsonl").write_text("".join(
+            json.dumps({"step": 10 * k, "samples": 500 * k, "train_s": t, "test_loss": 1.0,
+                        "test_accuracy": 0.9 if t >= crossing_s else 0.5}) + "\n"
+            for k, t in enumerate(times)))
+
+
+def one_node_baseline(sweep, name: str = "baseline_4x1", block: int = 0, **config):
+    """The equal-resource baseline as the sweep submits it under SLURM: one process on one node (folder node0)."""
+    launch = {"nnodes": 1, "node_rank": 0, "master_addr": "10.0.0.9"}
+    write_report_run(sweep / f"block{block}" / name / "node0", "single", 4, 100.0, 20.0, block=block,
+                     config={"launch": launch, **config})
+
+
+def test_a_job_over_two_nodes_is_one_run_with_every_worker(tmp_path):
+    """Node 0's workers train 40 s and reach the target at 10 s, node 1's train 50 s and reach it at 25 s: the run
+    trained 8000 samples over its longest worker's 50 s (160 samples/s, where either node's summary says 100 or
+    80), reached the target when its worst worker did (25 s), and is compared with the one-node baseline."""
+    sweep = write_sweep(tmp_path / "sweep", {})
+    job = sweep / "block0" / "strategy=allreduce"
+    write_node(job, 0, [0, 1], train_s=40.0, crossing_s=10.0, sent_per_sample=1000.0)
+    write_node(job, 1, [2, 3], train_s=50.0, crossing_s=25.0, sent_per_sample=3000.0, master_addr="10.0.0.2")
+    one_node_baseline(sweep)
+    one_node_baseline(sweep, "baseline_4x1_control", arm="control")
+    out = tmp_path / "out"
+    markdown = report_of(sweep, out=out)
+    rows = {r["configuration"]: r for r in rows_of(out)}
+    assert sorted(rows) == ["allreduce on 2 nodes", "single", "single (control)"]
+    run = rows["allreduce on 2 nodes"]
+    assert (run["run_dir"], run["hosts"], run["status"]) == (str(job), "host0 host1", "completed")
+    assert float(run["total_samples"]) == 8000 and float(run["throughput_samples_per_s"]) == 160.0
+    assert float(run["speedup_vs_single"]) == pytest.approx(1.6)
+    assert float(run["time_to_target_s"]) == 25.0
+    assert float(run["samples_to_target"]) == 4 * 50 * 20  # every worker's samples at the worst one's step 20
+    assert float(run["bytes_sent_per_sample"]) == 2000.0
+    assert "launch.node_rank" not in markdown
+    verdict = verdict_of(markdown)
+    assert "- allreduce on 2 nodes: reached test_accuracy ≥ 0.9 in 1 of 1 blocks; against single: " in verdict
+    assert "one process with peers x peer_cpus CPUs on one node" in markdown.split("## Methods")[1]
+
+
+def test_a_failed_or_silent_node_fails_its_run_once(tmp_path):
+    """Node 1's peer 3 was killed, then node 0 failed on the lost connection: one failed run, with node 1's error
+    first and node 0's kept. A job whose node 1 wrote no summary (started, then lost) is one failed run too."""
+    sweep = write_sweep(tmp_path / "sweep", {})
+    killed = sweep / "block0" / "fault.kill_peer=3"
+    write_node(killed, 0, [0, 1], 40.0, 10.0, "failed", "node node0 (node rank 0 of 2): peer rank 0 lost node1")
+    write_node(killed, 1, [2, 3], 5.0, 10.0, "failed", "node node1 (node rank 1 of 2): peer rank 3 was killed",
+               fault={"kill_peer": 3})
+    lost = sweep / "block0" / "fault.kill_peer=null"
+    write_node(lost, 0, [0, 1], 40.0, 10.0, fault={"kill_peer": None})
+    (lost / "node1" / ".avgbench").mkdir(parents=True)
+    (lost / "node1" / ".avgbench" / "config.yaml").write_text("{}\n")  # started, never summarised
+    out = tmp_path / "out"
+    markdown = report_of(sweep, out=out)
+    rows = sorted((r["run_dir"], r["status"], r["error"]) for r in rows_of(out))
+    assert rows == [(str(killed), "failed", "node node1 (node rank 1 of 2): peer rank 3 was killed"),
+                    (str(lost), "failed", "node rank 1 wrote no summary.json (its launcher was stopped or its node "
+                                          "lost: see the job's SLURM logs)")]
+    errors = markdown.split("## Errors")[1]
+    assert "peer rank 0 lost node1" in errors and errors.count("peer rank 3 was killed") == 1
+    assert "no summary.json: the launcher itself was stopped" not in markdown  # node 1 is the run's, not left out

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from metrics.report.nodes import load, run_folders, run_path
 from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, STRATEGY_BLOCKS, Group, Run, Section, attach_attempts,
-                                 configuration_key, find_runs, flatten, group_runs, load_run, mark_reruns, paired,
+                                 configuration_key, find_runs, flatten, group_runs, mark_reruns, paired,
                                  paired_differences, sections_of)
 
 NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport",
@@ -170,12 +171,14 @@ def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
     """Sections of grouped runs under dirs (baselines, control arms and superseded attempts attached), and what was
     left out, with why."""
     paths, superseded, incomplete = find_runs(dirs)
+    found, aside = run_folders(paths), run_folders(superseded)
+    incomplete = [p for p in dict.fromkeys(map(run_path, incomplete)) if p not in found and p not in aside]
     left_out = [f"{p} (no summary.json: the launcher itself was stopped"
                 + (", a superseded attempt)" if "superseded" in p.parts else ")") for p in incomplete]
     runs, attempts = [], []
-    for path in [*paths, *superseded]:
+    for path, folders in [*found.items(), *aside.items()]:
         try:
-            (attempts if path in superseded else runs).append(load_run(path))
+            (attempts if path in aside else runs).append(load(path, folders))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             left_out.append(f"{path} (unreadable summary.json: {exc})")
     groups = group_runs(runs)

@@ -77,6 +77,17 @@ METHOD = {
 }
 
 
+SEVERAL_NODES = ("A run over several nodes (launch.nnodes > 1, e.g. under SLURM) writes one folder per node "
+                 "(node<R>), each with a summary of its own peers; the report reads them as one run: all peers "
+                 "together, samples summed, throughput over the longest worker across nodes, time-to-target over "
+                 "every worker's learning curve (the worst worker), per-step figures over every worker's steps, the "
+                 "worst node's status (a node that failed or wrote no summary fails the run, counted once) and "
+                 "setting (shape, machine, link). Its equal-resource baseline is one process with peers x peer_cpus "
+                 "CPUs on one node (the sweep submits baselines and the control arm as one-node jobs): where a node "
+                 "has fewer cores, the baseline is oversubscribed and its caveat says by how much (summary.json's "
+                 "shape).")
+
+
 class NoRuns(Exception):
     pass
 
@@ -100,6 +111,8 @@ def notes(sections: list[Section], left_out: list[str]) -> list[str]:
 
 def methods(sections: list[Section]) -> list[tuple[str, str]]:
     merged = dict(METHOD)
+    if any(run.nnodes > 1 for _, run in all_runs(sections)):
+        merged["several nodes"] = SEVERAL_NODES
     for _, run in all_runs(sections):
         for key, text in (run.summary.get("methods") or {}).items():
             merged.setdefault(key, text)
@@ -137,7 +150,8 @@ def csv_rows(sections: list[Section]) -> list[dict]:
         peers = run.peer_summaries()
         row = {"run_dir": str(run.path), "configuration": label,
                "attempt": "superseded" if run.superseded else "run later" if run.run_later else "current",
-               "arm": run.config.get("arm") or "", **positions(run)}
+               "arm": run.config.get("arm") or "", **positions(run),
+               "hosts": " ".join(run.hosts)}
         row |= {k: s.get(k) for k in ("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic",
                                       "network_scope", "started_at", "wall_s", "total_samples",
                                       "throughput_samples_per_s")}

@@ -1,10 +1,11 @@
 """The runs a comparison report covers: summary.json plus per-peer logs, grouped.
 
-A run is a directory holding summary.json (metrics/summary.py). Runs that differ only in `seed` and `block` are
-repeats of one configuration (a Group). Groups are ranked only against groups on the same (dataset, model): a
-Section. A multirun's plan (metrics/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before
-its first run; attempts a resumed sweep moved aside (below `superseded/`) are kept as attempts of their
-configuration, never as its runs.
+A run is a directory holding summary.json (metrics/summary.py), or the node<R> folders of a run over several
+nodes (metrics/report/nodes.py reads them as one run). Runs that differ only in `seed` and `block` are repeats of
+one configuration (a Group). Groups are ranked only against groups on the same (dataset, model): a Section. A
+multirun's plan (metrics/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before its first
+run; attempts a resumed sweep moved aside (below `superseded/`) are kept as attempts of their configuration, never
+as its runs.
 """
 import json
 import statistics
@@ -15,13 +16,14 @@ from metrics.jsonl import read_jsonl
 from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.stats import Ratio
 
-NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.",
-                     "lock")  # repeats of one configuration differ only in these
+NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.", "lock",
+                     "launch.node_rank", "launch.master_addr")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 STRATEGY_BLOCKS = tuple(f"{p.stem}." for p in (CONF_DIR / "strategy").glob("*.yaml"))  # one strategy's knobs each
-NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", "arm", *NOT_CONFIGURATION)  # named otherwise, or no knob
+NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", "arm", "launch.",
+               *NOT_CONFIGURATION)  # named otherwise, or no knob (launch.nnodes: "on N nodes")
 CONTROL = "control"  # config `arm` of the control arm: the equal-resource baseline's second run in a block
 PLANNED = "planned"
 
@@ -152,9 +154,21 @@ class Run:
                 merged[key] = ", ".join(sorted({json.dumps(v) if not isinstance(v, str) else v for v in vals}))
         return merged
 
+    @property
+    def nnodes(self) -> int:
+        """The hosts the run spread over (launch.nnodes; metrics/report/nodes.py reads their folders as one run)."""
+        return int((self.config.get("launch") or {}).get("nnodes") or 1)
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts it ran on (summary.json's shape: its host, or its nodes' hosts)."""
+        shape = self.summary.get("shape") or {}
+        return [host for host in shape.get("hosts") or [shape.get("host")] if host]
+
     def errors(self) -> list[str]:
-        """The run's error and its peers' own tracebacks, each once."""
-        texts = [self.summary.get("error")] + [p.get("error") for p in self.peer_summaries()]
+        """The run's error, its nodes' (a run over several) and its peers' own tracebacks, each once."""
+        texts = [self.summary.get("error"), *(n.get("error") for n in self.summary.get("nodes") or []),
+                 *(p.get("error") for p in self.peer_summaries())]
         return list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
 
 
@@ -321,8 +335,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 def label_groups(groups: list[Group]) -> None:
     """Short labels: the strategy, then only what differs between the groups: the strategy's knobs (among groups
-    of that strategy), the resource shape (peers x CPUs per peer), any other config value, an injected fault;
-    "(control)" for a control arm."""
+    of that strategy), the resource shape (peers x CPUs per peer; "on N nodes" for a run over several), any other
+    config value, an injected fault; "(control)" for a control arm."""
     flats = [flatten(g.first.config) for g in groups]
     knob_names = {k for g in groups for k in flatten(g.first.knobs)}
     others = differing(flats, sorted({k for f in flats for k in f if k not in knob_names
@@ -330,6 +344,7 @@ def label_groups(groups: list[Group]) -> None:
     chosen = {k.removesuffix(".name") for k in others if k.count(".") == 1 and k.endswith(".name")}
     others = [k for k in others if k.split(".")[0] not in chosen or k.endswith(".name")]  # optim=adamw says it all
     shapes_differ = len({g.first.shape for g in groups}) > 1
+    nodes_differ = len({g.first.nnodes for g in groups}) > 1
     seen: dict[str, int] = {}
     for index, (group, flat) in enumerate(zip(groups, flats)):
         run = group.first
@@ -339,6 +354,7 @@ def label_groups(groups: list[Group]) -> None:
         rest = "".join(f" {k.removesuffix('.name') if k.split('.')[0] in chosen else k}={show(flat.get(k))}"
                        for k in others) + fault_label(run.config.get("fault") or {})
         shape = " {}×{}cpu".format(*run.shape) if shapes_differ else ""
+        shape += f" on {run.nnodes} nodes" if nodes_differ and run.nnodes > 1 else ""
         label = name + shape + rest + (" (control)" if group.is_control else "")
         seen[label] = seen.get(label, 0) + 1
         group.label = label if seen[label] == 1 else f"{label} #{seen[label]}"  # differ only in unused keys

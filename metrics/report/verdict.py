@@ -96,8 +96,11 @@ def order_notes(order: dict | None) -> list[str]:
     balanced = (f"{order['blocks']} blocks complete a balanced set" if order["balanced"] else
                 f"{order['blocks']} blocks do not complete a balanced set (a multiple of {order['sequences']} "
                 "blocks would): the order's carry-over is not balanced")
+    enforced = ("" if (order.get("at_once") or 1) == 1 else
+                f" The order was not enforced: the launcher ran up to {order['at_once']} jobs at once (SLURM: "
+                "hydra.launcher.array_parallelism), so runs of a block may have run side by side, on other nodes.")
     return [f"Order: a Williams design over the {order['jobs']} jobs of a block ({order['sequences']} sequences, "
-            f"each job once in every position and after every other job once per set); {balanced}."]
+            f"each job once in every position and after every other job once per set); {balanced}.{enforced}"]
 
 
 def analyse(section: Section) -> Analysis:

@@ -1,0 +1,295 @@
+#!/usr/bin/env python
+"""Which rate should the default emulated link have? Measured on this machine, for conf/network/auto.yaml.
+
+For each candidate rate R (Mbit/s per host and direction):
+  probe   two emulated hosts at R (netemu.Fabric), a bulk TCP flow each way for --probe-s seconds, first on idle
+          CPUs, then while each host also trains ResNet18 (forward, backward and SGD on a random batch of 32
+          digits-shaped images, 1 thread: the peers' CPUs busy). The flows always have bytes to send, so what
+          the link carries is what this machine delivers at R: per direction, the bytes its token bucket sent
+          (frames with headers, data one way and the other flow's acknowledgements) / the metering span, as a
+          share of R; the worst direction counts. Beside it, goodput while the bucket had a queue
+          (netemu/goodput.py, the runs' own check): a direction whose senders cannot keep a queue is starved
+          of CPU, not slowed by its link.
+  runs    each strategy of --strategies at peers=2 on ResNet18 and digits, --steps steps, eval_every=0,
+          network=emulated at R: communication's share of a step (the summary's time_breakdown_share.comm_s
+          definition, over steps 2.. so that connection set-up stays out: exposed comm / (data + compute +
+          opt + comm), means over all workers' steps), the mean step, and the run's own link verdict
+          (summary.json link: goodput_share, faithful).
+Rule: the default is the highest candidate whose busy probe carried at least --goodput-share (0.95) of R, whose
+runs' links were all faithful, and at which the heaviest strategy (the largest communication share) spends at
+least --comm-share (0.5) of its step communicating.
+
+The headline (`python train.py -m strategy=ring,stepwise,ps`: in each of `repeats` blocks one run of each and
+the equal-resource baselines single peers=2 and single peers=1, 100 steps, an evaluation every 5) is estimated
+per rate from the same runs: per run, start-up and shutdown (wall - training - evaluation after training) +
+steps x the mean step + evaluations x the time per evaluation + snapshots x the pause per snapshot; the
+baselines and (--loopback) the headline on loopback are run once here too, for the same estimate.
+
+    flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
+    python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
+
+The result replaces the `link_rate` entry of bench/results.json (--out), with the machine, its load average
+before and after, the processes that used over 10 % of a core beside the benchmark, and the machine lock.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.jobs import train  # noqa: E402
+from bench.run import recorded, save, under_machine_lock  # noqa: E402
+from launchers.lock import LOCK_MODES  # noqa: E402
+from launchers.lock import status as lock_status  # noqa: E402
+from metrics.jsonl import read_jsonl  # noqa: E402
+from metrics.rundir import RunDir  # noqa: E402
+from netemu import Fabric  # noqa: E402
+from netemu.goodput import LinkMeter, direction_name, goodput_mbit  # noqa: E402
+
+PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
+JOB = ["model=resnet18", "data=digits", "eval_every=0"]
+HEADLINE = {"strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
+            "steps": 100, "eval_every": 5, "repeats": 3}
+PORT = 5000
+SEND = ("import socket, sys, time\ns = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n"
+        "block = b'x' * (1 << 20)\nwhile True: s.sendall(block)")
+RECEIVE = ("import socket, sys\ns = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
+           "c, _ = s.accept()\nwhile c.recv(1 << 16): pass")
+TRAIN = ("import sys, torch\nsys.path.insert(0, sys.argv[1])\nfrom job.model import resnet18\n"
+         "torch.set_num_threads(1); torch.manual_seed(0)\nmodel = resnet18(10, 1)\n"
+         "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+         "x, y = torch.randn(32, 1, 32, 32), torch.randint(0, 10, (32,))\nfirst = True\nwhile True:\n"
+         "    opt.zero_grad(); torch.nn.functional.cross_entropy(model(x), y).backward(); opt.step()\n"
+         "    if first: print('ready', flush=True); first = False")
+
+
+# --- what else runs on this machine ----------------------------------------------------------------
+def others(window_s: float = 1.0, floor: float = 10.0) -> list[str]:
+    """Processes outside this benchmark's tree that used over `floor` % of a core during `window_s`."""
+    import psutil
+
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
+    procs = [p for p in psutil.process_iter(["pid", "name", "cmdline"]) if p.pid not in mine]
+    for proc in procs:
+        try:
+            proc.cpu_percent(None)
+        except psutil.Error:
+            pass
+    time.sleep(window_s)
+    busy = []
+    for proc in procs:
+        try:
+            percent = proc.cpu_percent(None)
+        except psutil.Error:
+            continue
+        if percent > floor:
+            words = [Path(w).name if w.startswith("/") else w for w in proc.info["cmdline"] or [proc.info["name"]]]
+            busy.append(f"{percent:.0f}% pid {proc.pid} {' '.join(words)[:120]}")
+    return busy
+
+
+def machine_state() -> dict:
+    return {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average": list(os.getloadavg()), "others": others(),
+            "machine_lock": lock_status("off")}
+
+
+# --- probe: a bulk flow each way, with and without training beside it -----------------------------
+def start_in(host, code: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([*host.enter, sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.wait()
+
+
+def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict:
+    """Goodput of a bulk TCP flow each way between two hosts at `rate`, with each host training (busy) or not."""
+    with Fabric(2, [rate, rate]) as fabric:
+        a, b = fabric.hosts
+        loads = [start_in(host, TRAIN, str(ROOT)) for host in fabric.hosts] if busy else []
+        try:
+            for load in loads:  # torch imported and the first step done: the CPUs are busy from here on
+                if load.stdout.readline().strip() != "ready":
+                    raise RuntimeError("the training load did not start")
+            receivers = [start_in(b, RECEIVE, str(PORT)), start_in(a, RECEIVE, str(PORT))]
+            time.sleep(0.5)
+            meter = LinkMeter(fabric, tmp / f"probe-{rate:g}-{busy}.json").start()
+            senders = [start_in(a, SEND, b.addr, str(PORT)), start_in(b, SEND, a.addr, str(PORT))]
+            time.sleep(seconds)
+            meter.stop()
+            stop(senders + receivers)
+        finally:
+            stop(loads)
+    metered = json.loads(meter.path.read_text())
+    carried = {direction_name(d): d["carried_bytes"] * 8 / metered["span_s"] / 1e6 / rate for d in metered["directions"]}
+    busy = {direction_name(d): goodput_mbit(d) / rate if d["busy_s"] else None for d in metered["directions"]}
+    return {"worst_carried_share": min(carried.values()), "carried_share_by_direction": carried,
+            "goodput_share_while_queued_by_direction": busy,
+            "busy_s_by_direction": {direction_name(d): d["busy_s"] for d in metered["directions"]},
+            "span_s": metered["span_s"]}
+
+
+# --- runs: the strategies at a rate ------------------------------------------------------------------
+def steady_breakdown(run: RunDir) -> dict:
+    """Mean seconds per step of each phase over all workers' steps after their first."""
+    steps = [s for peer in run.peers() for s in read_jsonl(peer.steps)[1:]]
+    return {phase: statistics.fmean(s[phase] for s in steps) for phase in PHASES}
+
+
+def measure_run(overrides: list[str], steps: int) -> dict:
+    started = time.monotonic()
+    with train(*overrides, *JOB, f"max_steps={steps}") as run_dir:
+        run = RunDir(run_dir)
+        summary = json.loads(run.summary.read_text())
+        breakdown = steady_breakdown(run)
+    step_s = sum(breakdown.values())
+    evaluation = summary["evaluation"]
+    evaluations = max(evaluation["evaluations"] or 1, 1)
+    train_s = max(p["train_s"] for p in summary["peers"] if p["steps"])
+    link = summary["link"]
+    return {"comm_share": breakdown["comm_s"] / step_s, "step_s": step_s, "breakdown_s": breakdown,
+            "link": {k: link.get(k) for k in ("kind", "nominal_mbit", "goodput_mbit", "goodput_share", "busy_s",
+                                              "worst_direction", "faithful", "reason")},
+            "wall_s": summary["wall_s"], "train_s": train_s, "benchmark_wall_s": time.monotonic() - started,
+            "other_cpu_share": summary["machine"].get("other_cpu_share"),  # CPU that others used beside the run
+            "fixed_s": summary["wall_s"] - train_s - (evaluation["after_training_s"] or 0),
+            "eval_s": (evaluation["after_training_s"] or 0) / evaluations,
+            "snapshot_s": (evaluation["snapshot_pause_s"] or 0) / evaluations}
+
+
+def headline_run_s(run: dict) -> float:
+    """One headline run's wall time, from a shorter run of the same configuration."""
+    evaluations = HEADLINE["steps"] // HEADLINE["eval_every"] + 1
+    return (run["fixed_s"] + HEADLINE["steps"] * run["step_s"]
+            + evaluations * (run["eval_s"] + run["snapshot_s"]))
+
+
+def headline_s(runs: dict, baselines: dict) -> float | None:
+    if any(name not in runs for name in HEADLINE["strategies"]):
+        return None
+    block = sum(headline_run_s(runs[n]) for n in HEADLINE["strategies"]) + sum(map(headline_run_s, baselines.values()))
+    return HEADLINE["repeats"] * block
+
+
+def choose(rows: list[dict], goodput_share: float, comm_share: float) -> dict:
+    fitting = [r for r in rows if r["fits"]]
+    rate = max((r["rate_mbit"] for r in fitting), default=None)
+    return {"rate_mbit": rate, "rule": f"the highest rate whose busy probe carried >= {goodput_share:.0%} of it, "
+                                       f"whose runs' links were faithful, and where the heaviest strategy "
+                                       f"communicates >= {comm_share:.0%} of its step"}
+
+
+def measure(args) -> dict:
+    tmp = Path(f"/tmp/avgbench-link-rate-{os.getpid()}")
+    tmp.mkdir(exist_ok=True)
+    rows = []
+    for rate in args.rates:
+        print(f"rate {rate:g} Mbit/s: probes ...", file=sys.stderr, flush=True)
+        row = {"rate_mbit": rate, "probe_idle": probe(rate, args.probe_s, False, tmp),
+               "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
+        for name in args.strategies:
+            print(f"rate {rate:g} Mbit/s: {name} ...", file=sys.stderr, flush=True)
+            row["runs"][name] = measure_run([f"strategy={name}", "peers=2", "network=emulated",
+                                             f"network.bandwidth_mbit={rate}"], args.steps)
+        heaviest = max(row["runs"], key=lambda n: row["runs"][n]["comm_share"]) if row["runs"] else None
+        busy_share = row["probe_busy"]["worst_carried_share"]
+        row |= {"heaviest": heaviest,
+                "heaviest_comm_share": row["runs"][heaviest]["comm_share"] if heaviest else None,
+                "runs_faithful": all(r["link"]["faithful"] is not False for r in row["runs"].values())}
+        row["fits"] = bool(busy_share is not None and busy_share >= args.goodput_share and row["runs_faithful"]
+                           and heaviest and row["heaviest_comm_share"] >= args.comm_share)
+        rows.append(row)
+        print(summary_line(row), file=sys.stderr, flush=True)
+    baselines = {}
+    if not args.no_headline:
+        for name, peers in HEADLINE["baselines"]:
+            print(f"baseline {name} peers={peers} ...", file=sys.stderr, flush=True)
+            baselines[f"{name}_{peers}"] = measure_run([f"strategy={name}", f"peers={peers}"], args.steps)
+    loopback = {}
+    if args.loopback and not args.no_headline:
+        for name in HEADLINE["strategies"]:
+            print(f"loopback {name} ...", file=sys.stderr, flush=True)
+            loopback[name] = measure_run([f"strategy={name}", "peers=2", "network=loopback"], args.steps)
+    for row in rows:
+        row["headline_estimate_s"] = headline_s(row["runs"], baselines) if baselines else None
+    return {"rows": rows, "baselines": baselines, "loopback": loopback,
+            "loopback_headline_estimate_s": headline_s(loopback, baselines) if loopback else None}
+
+
+def summary_line(row: dict) -> str:
+    idle, busy = row["probe_idle"]["worst_carried_share"], row["probe_busy"]["worst_carried_share"]
+    comm = ", ".join(f"{n} {r['comm_share']:.0%} (step {r['step_s']:.2f} s, link "
+                     f"{'n/a' if r['link']['goodput_share'] is None else format(r['link']['goodput_share'], '.0%')})"
+                     for n, r in row["runs"].items())
+    return (f"{row['rate_mbit']:>6g} Mbit/s  carried idle {fmt(idle)} busy {fmt(busy)}  comm share: {comm}  "
+            f"fits: {row['fits']}")
+
+
+def fmt(share: float | None) -> str:
+    return "n/a" if share is None else f"{share:.1%}"
+
+
+def run(args) -> None:
+    """Measure, print, and save (unless --no-save) the link_rate entry."""
+    before = machine_state()
+    started = time.monotonic()
+    figures = measure(args)
+    elapsed = time.monotonic() - started
+    after = machine_state()
+    choice = choose(figures["rows"], args.goodput_share, args.comm_share)
+    result = {"name": "link_rate", "ratio": None, "goal": f"busy goodput >= {args.goodput_share:.0%} of the rate, "
+                                                          f"heaviest comm share >= {args.comm_share:.0%}",
+              "setup": f"rates {args.rates} Mbit/s, strategies {args.strategies} at peers=2, {' '.join(JOB)} "
+                       f"max_steps={args.steps}, probes {args.probe_s:g} s each way",
+              "choice": choice, **figures, "benchmark_s": elapsed, "before": before, "after": after}
+    chosen = next((r for r in figures["rows"] if r["rate_mbit"] == choice["rate_mbit"]), None)
+    if chosen:
+        result["ratio"] = chosen["probe_busy"]["worst_carried_share"]
+    print("\n".join(summary_line(r) for r in figures["rows"]))
+    for row in figures["rows"]:
+        estimate = row["headline_estimate_s"]
+        print(f"{row['rate_mbit']:>6g} Mbit/s  headline estimate {'n/a' if estimate is None else f'{estimate / 60:.0f} min'}")
+    if figures["loopback_headline_estimate_s"]:
+        print(f"  loopback  headline estimate {figures['loopback_headline_estimate_s'] / 60:.0f} min")
+    print(f"choice: {choice['rate_mbit']} Mbit/s ({choice['rule']}); benchmark took {elapsed / 60:.1f} min; "
+          f"load average before {before['load_average'][0]:.2f}, after {after['load_average'][0]:.2f}")
+    if not args.no_save:
+        save(args.out, [recorded(result)])
+        print(f"saved {args.out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", type=lambda t: [float(v) for v in t.split(",")], default=[150, 200, 300, 400],
+                        help="candidate rates, Mbit/s per host and direction (default: 150,200,300,400)")
+    parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(HEADLINE["strategies"]),
+                        help="strategies run at each rate (default: the headline's ring,stepwise,ps)")
+    parser.add_argument("--steps", type=int, default=5, help="steps per run (default 5; the first is left out)")
+    parser.add_argument("--probe-s", type=float, default=6.0, help="seconds of each probe's flows (default 6)")
+    parser.add_argument("--goodput-share", type=float, default=0.95, help="least busy goodput / rate (0.95)")
+    parser.add_argument("--comm-share", type=float, default=0.5, help="least comm share of the heaviest (0.5)")
+    parser.add_argument("--no-headline", action="store_true", help="skip the baselines and the headline estimate")
+    parser.add_argument("--loopback", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the headline's strategies on loopback, for today's estimate (default on)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--no-save", action="store_true", help="print only")
+    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
+                        help="the project's machine lock when a sweep or benchmark holds it (default wait)")
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first step is left out)")
+    return under_machine_lock(args.lock, lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

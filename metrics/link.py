@@ -1,0 +1,51 @@
+"""summary.json's "link" section: which link the run measured, and whether it held its promise.
+
+Reads RUN/.avgbench/link.json (the link train.py chose, netemu/auto.py) and RUN/.avgbench/link_meter.json (the
+emulated links' counters during the run, netemu/goodput.py). Communication's share of a step is
+time_breakdown_share.comm_s (metrics/summary.py), one figure for every kind of link.
+"""
+import json
+
+from metrics.rundir import RunDir
+from netemu.goodput import FAITHFUL_SHARE, MIN_BUSY_S, SAMPLE_S, goodput_mbit, judge
+
+METHODS = {
+    "link": "the link the run measured: kind = emulated (each process its own host and link, tc tbf at "
+            "nominal_mbit each way), loopback (this machine's loopback, shared and unshaped), none (one process) or "
+            "hosts (several machines' own network); asked = the network option (auto: emulated where this machine "
+            "can build the links, else loopback, with the reason). Emulated only: every "
+            f"{SAMPLE_S:g} s the launcher reads each link direction's token bucket (bytes sent, bytes queued: host "
+            "egress on eth0 in the host's namespace, ingress on the bridge's end of its link); a sampling interval "
+            "is busy when the direction had a queue at both its ends (the link, not a sender or receiver, set the "
+            "pace), and goodput_mbit = its bytes sent in busy intervals (frames with headers, as tbf meters them) / "
+            f"their length (busy_s). Directions busy at least {MIN_BUSY_S:g} s are judged; goodput_mbit, "
+            "goodput_share (of nominal_mbit), busy_s and worst_direction are those of the one that did worst against "
+            f"its rate; faithful = its goodput_share >= {FAITHFUL_SHARE:.0%} (null: none was busy that long, or not "
+            "emulated); by_direction: every direction's tallies (carried_bytes in all, busy_bytes, busy_s). A "
+            "competing flow on the same link is not told apart (its bytes count as the link's)",
+}
+
+
+def read_json(path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def link_section(run: RunDir, config: dict) -> dict:
+    choice = read_json(run.link)
+    if choice is None:  # a run from before the link was recorded: what its config says
+        name = config["network"]["name"]
+        return {"kind": name, "asked": name, "faithful": None, "reason": "not recorded (an older run)"}
+    section = {"kind": choice["kind"], "asked": choice["asked"], "scope": choice["scope"],
+               "hosts": choice["processes"] if choice["kind"] == "emulated" else None,
+               "latency_ms": choice["latency_ms"], "nominal_mbit": None, "goodput_mbit": None,
+               "goodput_share": None, "busy_s": None, "worst_direction": None, "faithful": None,
+               "reason": choice["reason"]}
+    if choice["kind"] != "emulated":
+        return section
+    meter = read_json(run.link_meter)
+    if meter is None or meter["error"]:
+        return section | {"reason": (meter or {}).get("error") or "the links' counters were not read"}
+    directions = [d | {"goodput_mbit": goodput_mbit(d)} for d in meter["directions"]]
+    if not directions:
+        return section | {"reason": "unshaped links: no rate to hold", "by_direction": []}
+    return section | judge(meter["directions"]) | {"by_direction": directions}

@@ -1,0 +1,212 @@
+"""Does an emulated link carry what it promises? Its goodput while busy, measured during the run.
+
+A link direction is busy while its token bucket (tc tbf) holds a queue: then the link, not the sender or the
+receiver, decides how fast bytes move, and a faithful link moves them at its rate. Every SAMPLE_S the meter
+reads each shaped direction's qdisc counters (bytes it sent, bytes queued):
+
+    host i egress    the tbf on eth0 in host i's namespace (its root, or the tbf under netem's delay)
+    host i ingress   the tbf on v<i>, the bridge's end of host i's link, in the hub namespace
+
+An interval is busy when the direction had a queue at both of its ends; goodput = the bytes sent in busy
+intervals / their length, in Mbit/s (frames with their headers: what tbf meters against its rate). A
+direction with at least MIN_BUSY_S of busy intervals is judged: faithful when its goodput is at least
+FAITHFUL_SHARE of its nominal rate. Interface counters alone cannot tell a link that is slow from a flow
+that is slow elsewhere (a parameter server's workers send at half their rate: the server's link is the
+bottleneck), hence the queue.
+
+The counters come from one `tc -s -j -batch -` process per namespace (the hub and each host), fed one
+`qdisc show` line per direction and tick; they end when the meter closes their input (or the launcher dies).
+"""
+import json
+import select
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SAMPLE_S = 0.1        # seconds between readings of every direction's counters
+FAITHFUL_SHARE = 0.9  # faithful: goodput while busy >= this share of the nominal rate
+MIN_BUSY_S = 1.0      # a direction is judged once it was busy this long
+WRITE_EVERY_S = 5.0   # the tallies are written this often (a killed launcher leaves its last figures)
+READ_TIMEOUT_S = 2.0  # a tc process that does not answer within this ends the metering (never the run)
+
+
+@dataclass
+class DirectionTally:
+    """One direction of one host's link: what it carried, and what it carried while it had a queue."""
+
+    host: int
+    direction: str        # egress (the host sends) | ingress (the host receives)
+    nominal_mbit: float
+    carried_bytes: int = 0
+    busy_bytes: int = 0
+    busy_s: float = 0.0
+    last: tuple | None = None  # (time, bytes sent, bytes queued) at the previous reading
+
+    def add(self, t: float, sent_bytes: int, queued_bytes: int) -> None:
+        if self.last is not None:
+            t0, sent0, queued0 = self.last
+            if sent_bytes >= sent0:  # else the qdisc was replaced (its counters restart): skip the interval
+                self.carried_bytes += sent_bytes - sent0
+                if queued0 > 0 and queued_bytes > 0:
+                    self.busy_bytes += sent_bytes - sent0
+                    self.busy_s += t - t0
+        self.last = (t, sent_bytes, queued_bytes)
+
+    def figures(self) -> dict:
+        figures = asdict(self)
+        figures.pop("last")
+        return figures
+
+
+def goodput_mbit(tally: dict) -> float | None:
+    """Mbit/s a direction carried while busy (None: never busy)."""
+    return tally["busy_bytes"] * 8 / tally["busy_s"] / 1e6 if tally["busy_s"] > 0 else None
+
+
+def direction_name(tally: dict) -> str:
+    return f"host {tally['host']} {tally['direction']}"
+
+
+def judge(tallies: list[dict]) -> dict:
+    """The link's verdict from its directions' tallies: goodput, busy time and nominal rate of the direction that
+    did worst against its rate among those busy at least MIN_BUSY_S, faithful (None: none was), and why."""
+    judged = [t for t in tallies if t["busy_s"] >= MIN_BUSY_S]
+    nominal = min((t["nominal_mbit"] for t in tallies), default=None)
+    if not judged:
+        longest = max((t["busy_s"] for t in tallies), default=0.0)
+        return {"nominal_mbit": nominal, "goodput_mbit": None, "goodput_share": None, "busy_s": longest,
+                "worst_direction": None, "faithful": None,
+                "reason": f"no direction had a queue for {MIN_BUSY_S:g} s (longest {longest:.1f} s): the link was "
+                          "never the bottleneck long enough to check its rate"}
+    worst = min(judged, key=lambda t: goodput_mbit(t) / t["nominal_mbit"])
+    goodput = goodput_mbit(worst)
+    share = goodput / worst["nominal_mbit"]
+    faithful = share >= FAITHFUL_SHARE
+    verdict = "held" if faithful else "did not hold"
+    return {"nominal_mbit": worst["nominal_mbit"], "goodput_mbit": goodput, "goodput_share": share,
+            "busy_s": worst["busy_s"], "worst_direction": direction_name(worst), "faithful": faithful,
+            "reason": f"{direction_name(worst)} carried {goodput:.1f} of its {worst['nominal_mbit']:g} Mbit/s "
+                      f"({share:.0%}) over {worst['busy_s']:.1f} s with a queue: the link {verdict} (faithful "
+                      f"from {FAITHFUL_SHARE:.0%}; worst of {len(judged)} directions busy >= {MIN_BUSY_S:g} s)"}
+
+
+def pick_shaper(qdiscs: list[dict]) -> dict | None:
+    """The tbf that holds a direction's promise: the root qdisc, or the tbf right under netem's delay (1:1)."""
+    for qdisc in qdiscs:
+        if qdisc.get("kind") == "tbf" and (qdisc.get("root") or qdisc.get("parent") == "1:1"):
+            return qdisc
+    return None
+
+
+class TcReader:
+    """A `tc -s -j -batch -` process in one namespace (the prefix's, or the named one it sees): `qdisc show dev
+    DEV` -> that device's qdiscs."""
+
+    def __init__(self, prefix: list[str], netns: str | None = None):
+        namespace = ["-n", netns] if netns else []
+        self.proc = subprocess.Popen([*prefix, "tc", *namespace, "-force", "-s", "-j", "-batch", "-"],
+                                     stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                     start_new_session=True)
+
+    def qdiscs(self, device: str) -> list[dict]:
+        self.proc.stdin.write(f"qdisc show dev {device}\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], READ_TIMEOUT_S)
+        if not ready:
+            raise TimeoutError(f"tc did not answer `qdisc show dev {device}` within {READ_TIMEOUT_S:g} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise EOFError(f"tc ended (exit code {self.proc.poll()}) on `qdisc show dev {device}`")
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+class LinkMeter(threading.Thread):
+    """Reads every shaped direction of a fabric's links each SAMPLE_S until stop(); writes the tallies to `path`
+    (JSON) every WRITE_EVERY_S and at the end. A metering failure is recorded there, never raised into the run."""
+
+    def __init__(self, fabric, path: Path, sample_s: float = SAMPLE_S):
+        super().__init__(name="link-meter", daemon=True)
+        self.fabric, self.path, self.sample_s = fabric, Path(path), sample_s
+        self.tallies: list[DirectionTally] = []
+        self.plan: list[tuple[TcReader, str, DirectionTally]] = []  # (reader, device, tally) per direction
+        self.readers: list[TcReader] = []
+        self.error: str | None = None
+        self.readings = 0
+        self.first_reading: float | None = None
+        self.last_reading: float | None = None
+        self._stop_event = threading.Event()
+
+    def start(self) -> "LinkMeter":
+        shaped = [h for h in self.fabric.hosts if h.bandwidth_mbit]
+        try:
+            if shaped:
+                hub = self._reader(self.fabric.hub_prefix())
+                for host in shaped:
+                    inside = self._reader(self.fabric.hub_prefix(), host.netns)
+                    self._plan(inside, "eth0", host, "egress")
+                    self._plan(hub, f"v{host.index}", host, "ingress")
+        except OSError as exc:
+            self.error = f"could not start tc to read the links' counters: {exc}"
+        self.write()
+        if self.plan and self.error is None:
+            super().start()
+        return self
+
+    def _reader(self, prefix: list[str], netns: str | None = None) -> TcReader:
+        reader = TcReader(prefix, netns)
+        self.readers.append(reader)
+        return reader
+
+    def _plan(self, reader: TcReader, device: str, host, direction: str) -> None:
+        tally = DirectionTally(host.index, direction, float(host.bandwidth_mbit))
+        self.tallies.append(tally)
+        self.plan.append((reader, device, tally))
+
+    def read_once(self) -> None:
+        for reader, device, tally in self.plan:
+            before = time.monotonic()
+            shaper = pick_shaper(reader.qdiscs(device))
+            if shaper is None:
+                raise LookupError(f"no tbf on {device} of host {tally.host}")
+            tally.add((before + time.monotonic()) / 2, int(shaper["bytes"]), int(shaper["backlog"]))
+        self.readings += 1
+        self.last_reading = time.monotonic()
+        self.first_reading = self.first_reading or self.last_reading
+
+    def run(self) -> None:
+        next_write = time.monotonic() + WRITE_EVERY_S
+        try:
+            while not self._stop_event.wait(self.sample_s):
+                self.read_once()
+                if time.monotonic() >= next_write:
+                    self.write()
+                    next_write = time.monotonic() + WRITE_EVERY_S
+        except (OSError, ValueError, TimeoutError, EOFError, LookupError) as exc:
+            self.error = f"link metering stopped after {self.readings} readings: {exc}"
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        for reader in self.readers:
+            reader.close()
+        self.write()
+
+    def write(self) -> None:
+        span = self.last_reading - self.first_reading if self.readings else 0.0
+        record = {"sample_s": self.sample_s, "readings": self.readings, "span_s": span, "error": self.error,
+                  "directions": [t.figures() for t in self.tallies]}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(self.path)
