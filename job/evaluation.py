@@ -2,14 +2,30 @@
 
 Every `eval_every` steps (and at step 0 and the last step) the loop pauses to save the worker's
 model (state_dict: parameters and BatchNorm buffers; the model itself, not a DDP or Horovod
-wrapper) to peer<RANK>/snapshots/. The pause is timed and, like any measurement pause, left out
-of train_s. Once this worker's training has ended, the peer loads each snapshot into a model of
-its own, recomputes its BatchNorm statistics on a fixed training subset (precise BatchNorm,
-`precise_bn_samples`), and evaluates it on the whole held-out split, on the peer's own cores; then
-it deletes the snapshots (keep_weights: moves them to peer<RANK>/weights/). eval.jsonl keeps the
-training clock of the snapshot (step, wall_s, train_s, samples) beside the evaluation's own figures
-(evaluated_at_s on the same clock, after the last step) and state_sha256, the digest of the
-parameters and buffers evaluated: workers whose digests match evaluated the same model.
+wrapper) to peer<RANK>/snapshots/, with its key: the digest of what an evaluation of it depends on
+(its parameters and buffers, less the BatchNorm statistics that precise BatchNorm recomputes). The
+pause is timed and, like any measurement pause, left out of train_s.
+
+Once a worker's training has ended it evaluates its snapshots together with the other workers of
+its host, each on its own cores (job/worker.py pins them), through files in the run directory
+(HostBoard): every distinct key is evaluated once, by the first worker that claims it (its own
+snapshots first, in step order, then those of the host's other live workers), and every worker
+copies the evaluations of its own snapshots into its eval.jsonl, in step order. So the workers of a
+synchronous strategy, whose snapshots are identical, split them, and a worker that is done helps
+the others. A worker never waits for a worker that died (its process is gone), nor longer than
+`timeouts.collective_s` (or 3 evaluations) for a claimed evaluation: it then evaluates the
+snapshot itself. Every worker of the host waits for the other live workers to end training,
+to help them. A run over several hosts shares within each host only.
+
+To evaluate a snapshot, an evaluator loads it into a model of its own, recomputes its BatchNorm
+statistics on a fixed training subset (precise BatchNorm, `precise_bn_samples`), and evaluates it
+on the whole held-out split. Then each worker deletes its snapshots (keep_weights: moves them to
+peer<RANK>/weights/). eval.jsonl keeps the training clock of the snapshot (step, wall_s, train_s,
+samples) beside the evaluation's own figures: evaluated_at_s (on the same clock, after the last
+step: when the evaluation was known to this worker), state_sha256 (the digest of the parameters
+and buffers evaluated: workers whose digests match evaluated the same model), snapshot_key, and
+evaluated_by (the rank that evaluated it: another rank's when this record is a copy of its
+evaluation of the identical state; precise_bn_s and eval_s are that evaluation's).
 eval_samples.npz keeps every test sample's outcome at every evaluation (correct, loss) for the
 test-set bootstrap of the crossing (metrics/target.py).
 
@@ -18,11 +34,17 @@ statistics, which each worker otherwise accumulates from its own batches, are re
 over the subset's batches (of one peer's batch_size, as in training) of each batch's mean and
 variance; the subset is the same for every run and every snapshot.
 """
+import json
+import os
+import re
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
+import psutil
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Subset
@@ -31,10 +53,11 @@ from job.model import state_digest
 from metrics.steplog import StepLog
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
+EVALUATION_BATCH = 32  # held-out samples per forward pass (ResNet18 on one CPU thread: 2.8 s for 359 samples; 3.4 s at 256)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = 256) -> tuple[dict, dict]:
+def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = EVALUATION_BATCH) -> tuple[dict, dict]:
     """Mean cross-entropy and accuracy on the whole held-out split, and its size; and each sample's
     outcome (correct: bool, loss: float32 arrays in the split's order)."""
     was_training = model.training
@@ -55,6 +78,15 @@ def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = 
 
 def batch_norm_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+
+
+def snapshot_key(model: nn.Module, precise: bool) -> str:
+    """The digest of what an evaluation of the model depends on: its parameters and buffers, less the BatchNorm
+    statistics when precise BatchNorm recomputes them. Equal keys evaluate identically."""
+    layers = set(batch_norm_layers(model)) if precise else set()
+    recomputed = frozenset(f"{name}.{buffer}" for name, m in model.named_modules() if m in layers
+                           for buffer in ("running_mean", "running_var", "num_batches_tracked"))
+    return state_digest(model, recomputed)
 
 
 class PreciseBatchNorm:
@@ -85,49 +117,261 @@ class PreciseBatchNorm:
         model.train(was_training)
 
 
+class Evaluator:
+    """Evaluates saved weights in a model of its own: precise BatchNorm (where given), then the held-out split."""
+
+    def __init__(self, model: nn.Module, dataset, device: torch.device, precise: PreciseBatchNorm | None):
+        self.model, self.dataset, self.device, self.precise = model, dataset, device, precise
+
+    def __call__(self, path: Path) -> tuple[dict, dict]:
+        """The figures of the weights in `path` (evaluate's, state_sha256, precise_bn_s, eval_s) and each test
+        sample's outcome."""
+        started = time.perf_counter()
+        self.model.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+        loaded = time.perf_counter()
+        if self.precise:
+            self.precise(self.model)
+        recomputed = time.perf_counter()
+        figures, outcome = evaluate(self.model, self.dataset, self.device)
+        return figures | {"state_sha256": state_digest(self.model), "precise_bn_s": recomputed - loaded,
+                          "eval_s": time.perf_counter() - started}, outcome
+
+
 @dataclass
 class Snapshot:
     path: Path
     clock: dict  # step, wall_s, train_s, samples at the moment it was taken
     snapshot_s: float  # the training pause it cost
+    key: str  # snapshot_key: equal keys evaluate identically
+
+
+def process_alive(pid: int, started: float) -> bool:
+    """Whether the process `pid`, started at `started` (psutil's create_time), still runs (a zombie does not)."""
+    try:
+        process = psutil.Process(pid)
+        return process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def this_process() -> dict:
+    return {"pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def write_atomically(path: Path, write) -> None:
+    """`write(temporary path)`, then rename it to `path`: readers see the whole file or none."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    write(temporary)
+    os.replace(temporary, path)
+
+
+class HostBoard:
+    """The files through which the workers of one host share their evaluations (RUN/.avgbench/evaluation/HOST/):
+
+        worker<R>.json     worker R: its process (pid, start time), written before it trains
+        snapshots<R>.json  worker R's snapshots (step, key, path), written when its training ended (ended_at)
+        <key>.claim        who evaluates that state (rank, process, when), created by the first to claim it
+        <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome
+    """
+
+    def __init__(self, directory: Path, rank: int):
+        self.directory, self.rank = Path(directory), rank
+
+    @staticmethod
+    def host_name(node_rank: int) -> str:
+        """This host's folder name: its hostname and node rank (a run over several hosts shares within each)."""
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{socket.gethostname()}.node{node_rank}")
+
+    def _write_json(self, path: Path, record: dict) -> None:
+        write_atomically(path, lambda tmp: tmp.write_text(json.dumps(record)))
+
+    def _read_json(self, path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+
+    def register(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._write_json(self.directory / f"worker{self.rank}.json", {"rank": self.rank, **this_process()})
+
+    def publish(self, snapshots: list[Snapshot]) -> None:
+        self._write_json(self.directory / f"snapshots{self.rank}.json", {
+            "rank": self.rank, "ended_at": time.time(),
+            "snapshots": [{"step": s.clock["step"], "key": s.key, "path": str(s.path)} for s in snapshots]})
+
+    def manifests(self) -> list[dict]:
+        """What the workers that ended training published (rank, ended_at, snapshots)."""
+        return [m for path in self.directory.glob("snapshots*.json") if (m := self._read_json(path))]
+
+    def live_workers(self) -> dict[int, bool]:
+        """The other registered workers still running: rank -> whether they published their snapshots."""
+        workers = (self._read_json(path) for path in self.directory.glob("worker*.json"))
+        return {w["rank"]: (self.directory / f"snapshots{w['rank']}.json").exists() for w in workers
+                if w and w["rank"] != self.rank and process_alive(w["pid"], w["started"])}
+
+    def offered(self, ranks) -> list[tuple[str, str]]:
+        """(key, path) of the snapshots the workers `ranks` published, each in step order, rank by rank."""
+        manifests = (self._read_json(self.directory / f"snapshots{rank}.json") for rank in sorted(ranks))
+        return [(s["key"], s["path"]) for m in manifests if m for s in m["snapshots"]]
+
+    def claim(self, key: str) -> bool:
+        """Take the evaluation of `key`: True for the first to ask, False for every later one (a hard link of a
+        written file: the claim appears whole, or not at mine)."""
+        written = self.directory / f".{key}.claim.{os.getpid()}"
+        written.write_text(json.dumps({"rank": self.rank, **this_process(), "at": time.time()}))
+        try:
+            os.link(written, self.directory / f"{key}.claim")
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            written.unlink()
+
+    def abandoned(self, key: str, patience_s: float) -> bool:
+        """Whether the evaluation of `key` was claimed by a process that has died, or longer than patience_s ago."""
+        claim = self._read_json(self.directory / f"{key}.claim")
+        if claim is None:  # not claimed: nobody to wait for
+            return False
+        return not process_alive(claim["pid"], claim["started"]) or time.time() - claim["at"] > patience_s
+
+    def post(self, key: str, record: dict, outcome: dict) -> None:
+        def write_outcome(path: Path) -> None:
+            with open(path, "wb") as f:
+                np.savez(f, **outcome)
+
+        write_atomically(self.directory / f"{key}.npz", write_outcome)
+        self._write_json(self.directory / f"{key}.json", record | {"evaluated_by": self.rank, "posted_at": time.time()})
+
+    def posted(self, key: str) -> bool:
+        return (self.directory / f"{key}.json").exists()
+
+    def record(self, key: str) -> dict | None:
+        """The posted evaluation of `key`: its figures, evaluated_by, posted_at (None: not posted)."""
+        return self._read_json(self.directory / f"{key}.json")
+
+    def result(self, key: str) -> tuple[dict, dict] | None:
+        """The posted evaluation of `key` (its record, each test sample's outcome), or None."""
+        record = self.record(key)
+        if record is None:
+            return None
+        with np.load(self.directory / f"{key}.npz") as saved:
+            return record, {name: saved[name] for name in saved.files}
+
+
+@dataclass
+class EvaluationState:
+    """How far the evaluation of a run's snapshots is, from its hosts' boards (for the launcher's progress)."""
+    ended: set[int]  # workers whose training ended (they published their snapshots)
+    states: int  # distinct snapshot states they published
+    evaluated: int  # of those, evaluated
+    since: float | None  # unix time the first of them ended training
+    last_posted: float | None  # unix time of the latest evaluation
+
+
+def evaluation_state(run_evaluation: Path) -> EvaluationState:
+    """The state of every host board under RUN/.avgbench/evaluation."""
+    ended, states, evaluated, since, last = set(), 0, 0, [], []
+    for directory in sorted(p for p in Path(run_evaluation).glob("*") if p.is_dir()):
+        board = HostBoard(directory, rank=-1)
+        manifests = board.manifests()
+        ended |= {m["rank"] for m in manifests}
+        since += [m["ended_at"] for m in manifests]
+        keys = {s["key"] for m in manifests for s in m["snapshots"]}
+        posted = [record for key in keys if (record := board.record(key))]
+        states, evaluated = states + len(keys), evaluated + len(posted)
+        last += [r["posted_at"] for r in posted]
+    return EvaluationState(ended, states, evaluated, min(since, default=None), max(last, default=None))
+
+
+POLL_S = 0.05  # how often a waiting worker looks at the board
+
+
+class HostEvaluation:
+    """One worker's part in evaluating its host's snapshots (see the module's docstring)."""
+
+    def __init__(self, board: HostBoard, evaluator: Evaluator, patience_s: float):
+        self.board, self.evaluator, self.patience_s = board, evaluator, patience_s
+        self.evaluated = 0  # evaluations done here
+        self.longest_s = 0.0  # the longest of them
+
+    def _evaluate(self, key: str, path: str) -> None:
+        try:
+            record, outcome = self.evaluator(Path(path))
+        except FileNotFoundError:  # another worker's snapshot, deleted: its evaluation was posted meanwhile
+            if not self.board.posted(key):
+                raise
+            return
+        self.board.post(key, record, outcome)
+        self.evaluated += 1
+        self.longest_s = max(self.longest_s, record["eval_s"])
+
+    def _claim_next(self, pending: list[Snapshot], helped) -> tuple[str, str] | None:
+        """The first unclaimed state among this worker's pending snapshots, then among those of the live workers
+        `helped` have published; claimed."""
+        for key, path in [(s.key, str(s.path)) for s in pending] + self.board.offered(helped):
+            if not self.board.posted(key) and self.board.claim(key):
+                return key, path
+        return None
+
+    def run(self, own: list[Snapshot]) -> Iterator[tuple[Snapshot, dict, dict] | str]:
+        """Publish `own`, then evaluate, wait and help until every snapshot of `own` has its evaluation and no live
+        worker of the host has anything left to claim. Yields (snapshot, record, outcome) for each of `own` as soon
+        as it and those before it have theirs, "evaluated" after evaluating a state, "waiting" when it has nothing
+        to do now."""
+        self.board.publish(own)
+        pending = list(own)
+        while True:
+            while pending and (posted := self.board.result(pending[0].key)):
+                yield pending.pop(0), *posted
+            others = self.board.live_workers()
+            work = self._claim_next(pending, [rank for rank, published in others.items() if published])
+            if work is None and pending and self.board.abandoned(pending[0].key,
+                                                                 max(self.patience_s, 3 * self.longest_s)):
+                work = pending[0].key, str(pending[0].path)  # its evaluator died or stalls: evaluate it here
+            if work is not None:
+                self._evaluate(*work)
+                yield "evaluated"
+            elif pending or not all(others.values()):  # own evaluations held by others, or workers still training
+                yield "waiting"
+            else:
+                return
 
 
 class Snapshots:
     """A worker's saved weights, taken during training and evaluated after it."""
 
-    def __init__(self, directory: Path, device: torch.device):
-        self.directory, self.device = directory, device
+    def __init__(self, directory: Path, device: torch.device, precise: bool):
+        self.directory, self.device, self.precise = directory, device, precise
         self.taken: list[Snapshot] = []
         self.training_started = 0.0  # perf_counter at the start of training: the clock of wall_s
 
     def take(self, model: nn.Module, **clock) -> float:
-        """Save the model's state now; returns the seconds it paused training."""
+        """Save the model's state and its key now; returns the seconds it paused training."""
         started = time.perf_counter()
         self.training_started = started - clock["wall_s"]
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"step{clock['step']:07d}.pt"
         torch.save(model.state_dict(), path)
+        key = snapshot_key(model, self.precise)
         paused = time.perf_counter() - started
-        self.taken.append(Snapshot(path, clock, paused))
+        self.taken.append(Snapshot(path, clock, paused, key))
         return paused
 
-    def evaluate_all(self, model: nn.Module, dataset, log: StepLog, precise: PreciseBatchNorm | None,
-                     samples_path: Path, keep_in: Path | None = None) -> dict:
-        """Evaluate every snapshot in `model` (not the trained one), after precise BatchNorm where given; log each
-        to eval.jsonl, every test sample's outcome to samples_path; delete the snapshot (or move it into keep_in)."""
-        started = time.perf_counter()
+    def evaluating(self, host: HostEvaluation, log: StepLog, samples_path: Path,
+                   keep_in: Path | None = None) -> Iterator[str]:
+        """Evaluate every snapshot with the host's other workers (host.run), one action per item; log each to
+        eval.jsonl in step order, every test sample's outcome to samples_path; delete the snapshot (or move it
+        into keep_in) once its evaluation is known."""
         outcomes = []
-        for snapshot in self.taken:
-            t0 = time.perf_counter()
-            model.load_state_dict(torch.load(snapshot.path, map_location=self.device, weights_only=True))
-            loaded = time.perf_counter()
-            if precise:
-                precise(model)
-            recomputed = time.perf_counter()
-            figures, outcome = evaluate(model, dataset, self.device)
-            done = time.perf_counter()
-            log.eval(**snapshot.clock, **figures, state_sha256=state_digest(model), precise_bn_s=recomputed - loaded,
-                     eval_s=done - t0, snapshot_s=snapshot.snapshot_s, evaluated_at_s=done - self.training_started)
+        for item in host.run(self.taken):
+            if isinstance(item, str):
+                yield item
+                continue
+            snapshot, record, outcome = item
+            log.eval(**snapshot.clock, **{k: v for k, v in record.items() if k != "posted_at"},
+                     snapshot_key=snapshot.key, snapshot_s=snapshot.snapshot_s,
+                     evaluated_at_s=time.perf_counter() - self.training_started)
             outcomes.append(outcome)
             if keep_in:
                 keep_in.mkdir(parents=True, exist_ok=True)
@@ -139,8 +383,15 @@ class Snapshots:
                                 correct=np.stack([o["correct"] for o in outcomes]),
                                 loss=np.stack([o["loss"] for o in outcomes]))
         self.discard()
-        return {"evaluations": len(self.taken), "eval_s": time.perf_counter() - started,
-                "snapshot_s": sum(s.snapshot_s for s in self.taken)}
+
+    def evaluate_all(self, host: HostEvaluation, log: StepLog, samples_path: Path, keep_in: Path | None = None) -> dict:
+        """`evaluating` to its end, pausing while it waits."""
+        started = time.perf_counter()
+        for action in self.evaluating(host, log, samples_path, keep_in):
+            if action == "waiting":
+                time.sleep(POLL_S)
+        return {"evaluations": len(self.taken), "evaluated_here": host.evaluated,
+                "eval_s": time.perf_counter() - started, "snapshot_s": sum(s.snapshot_s for s in self.taken)}
 
     def discard(self) -> None:
         """Delete what is left (after a failure, nothing is evaluated)."""

@@ -21,7 +21,7 @@ from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
 from job.data import load_splits
 from job.device import PeerDevice
-from job.evaluation import PreciseBatchNorm, Snapshots
+from job.evaluation import Evaluator, HostBoard, HostEvaluation, PreciseBatchNorm, Snapshots
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
@@ -47,7 +47,9 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     try:
         if role == WORKER:
             log = StepLog(peer.path)
-            snapshots = Snapshots(peer.snapshots, device.device)
+            snapshots = Snapshots(peer.snapshots, device.device, precise=bool(cfg.precise_bn_samples))
+            board = HostBoard(ctx.run.evaluation / HostBoard.host_name(cfg.launch.node_rank), ctx.rank)
+            board.register()
             try:
                 torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
                 splits = load_splits(cfg)
@@ -58,10 +60,12 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                 result |= train(cfg, strategy, model, trained, splits, log, ctx.rank, spec.workers, spec.batch_size,
                                 device, snapshots)
                 result["param_sha256"] = parameter_digest(model)
-                evaluated = build_model(cfg, splits.num_classes, splits.channels).to(device.device)
                 precise = PreciseBatchNorm(splits.train, int(cfg.precise_bn_samples), cfg.batch_size,
                                            device.device) if cfg.precise_bn_samples else None
-                result |= snapshots.evaluate_all(evaluated, splits.test, log, precise, peer.eval_samples,
+                evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels).to(device.device),
+                                      splits.test, device.device, precise)
+                host = HostEvaluation(board, evaluator, float(cfg.timeouts.collective_s))
+                result |= snapshots.evaluate_all(host, log, peer.eval_samples,
                                                  peer.weights if cfg.keep_weights else None)  # training has ended
             finally:
                 snapshots.discard()

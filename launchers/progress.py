@@ -1,11 +1,14 @@
 """Live progress in the launcher: the job's place in a sweep, the lowest-rank worker's step and loss, all workers'
-samples/s, the share of their training time spent communicating, and an ETA. On a terminal a bar; otherwise
-(a pipe, a batch log) a plain line every `progress_interval_s` seconds and one at the end."""
+samples/s, the share of their training time spent communicating, and an ETA; once every worker's training has
+ended, the evaluation of their snapshots ("evaluating snapshot k of n", n distinct snapshot states, and its ETA),
+and at the end how long it took. On a terminal a bar; otherwise (a pipe, a batch log) a plain line every
+`progress_interval_s` seconds and one at the end."""
 import math
 import sys
 import time
 from pathlib import Path
 
+from job.evaluation import EvaluationState, evaluation_state
 from metrics.jsonl import JsonlTail
 from metrics.rundir import RunDir
 
@@ -85,31 +88,58 @@ class Progress:
                 self.comm_s[rank] = self.comm_s.get(rank, 0.0) + record["comm_s"]
                 self.latest[rank] = record
 
-    def figures(self) -> str:
+    def training(self) -> str:
         """Step and loss of the lowest-rank worker; samples/s of all workers (their samples / the longest training
-        time, as in summary.json); comm = their communication time / their training time; ETA: the slowest
-        worker's remaining share of the run at its pace so far."""
+        time, as in summary.json); comm = their communication time / their training time."""
         records = list(self.latest.values())
         reference = self.latest[min(self.latest)]
         rate = sum(r["samples"] for r in records) / max(max(r["train_s"] for r in records), 1e-9)
         comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in records), 1e-9)
-        slowest = min(records, key=self.done)
-        eta = slowest["wall_s"] * (1 - self.done(slowest)) / max(self.done(slowest), 1e-9)
         step = (f"step {reference['step']}/{self.max_steps}" if "done" not in reference
                 else f"step {reference['step']} ({100 * self.done(reference):.0f}% done)")
-        return f"{step}, loss {reference['loss']:.3f}, {rate:.0f} samples/s, comm {100 * comm:.0f}%, ETA {clock(eta)}"
+        return f"{step}, loss {reference['loss']:.3f}, {rate:.0f} samples/s, comm {100 * comm:.0f}%"
+
+    def figures(self) -> str:
+        """The training figures and their ETA: the slowest worker's remaining share of the run at its pace so far."""
+        slowest = min(self.latest.values(), key=self.done)
+        eta = slowest["wall_s"] * (1 - self.done(slowest)) / max(self.done(slowest), 1e-9)
+        return f"{self.training()}, ETA {clock(eta)}"
+
+    def evaluation(self) -> EvaluationState | None:
+        """The evaluation's state once every worker's training has ended (a worker that failed is not waited
+        for), else None."""
+        state = evaluation_state(self.run.evaluation)
+        failed = {peer.rank for peer in self.run.peers() if peer.error.exists()}
+        return state if state.states and set(self.latest) <= state.ended | failed else None
+
+    def line(self, state: EvaluationState | None) -> str:
+        """While training (state None), its figures; then "evaluating snapshot k of n" and its ETA: the remaining
+        snapshot states at the pace of those evaluated since the first worker's training ended (all evaluators
+        together); at the end, the training figures and how long evaluating took."""
+        if state is None:
+            return self.figures()
+        if state.evaluated == state.states:
+            return f"{self.training()}, evaluated in {clock(state.last_posted - state.since)}"
+        eta = (f", ETA {clock((time.time() - state.since) * (state.states - state.evaluated) / state.evaluated)}"
+               if state.evaluated else "")
+        return f"evaluating snapshot {state.evaluated + 1} of {state.states}{eta} ({self.training()})"
+
+    def share_done(self, state: EvaluationState | None) -> float:
+        """The bar: the lowest-rank worker's share of training, then the share of snapshot states evaluated."""
+        return state.evaluated / state.states if state else self.done(self.latest[min(self.latest)])
 
     def update(self, final: bool = False) -> None:
         if not self.enabled:
             return
         self.read()
         if self.bar is not None:
-            self.bar.set_description_str(f"{self.title}: {self.figures()}" if self.latest else self.title,
+            state = self.evaluation() if self.latest else None
+            self.bar.set_description_str(f"{self.title}: {self.line(state)}" if self.latest else self.title,
                                          refresh=False)
-            self.bar.n = round(100 * self.done(self.latest[min(self.latest)])) if self.latest else 0
+            self.bar.n = round(100 * self.share_done(state)) if self.latest else 0
             self.bar.refresh()
         elif self.latest and (final or time.monotonic() >= self.next_line):
-            line = f"avgbench: {self.title}: {self.figures()}"
+            line = f"avgbench: {self.title}: {self.line(self.evaluation())}"
             if not (final and line == self.last_line):  # every interval, even when unchanged: still alive
                 print(line, file=self.stream, flush=True)
             self.last_line = line

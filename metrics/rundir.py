@@ -3,7 +3,7 @@
     RUN/
       summary.json  launcher.log
       .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  cpu.json
-                    dilation.json  link.json  link_meter.json  <strategy files>
+                    dilation.json  link.json  link_meter.json  evaluation/<host>/  <strategy files>
       peer<RANK>/   steps.jsonl  eval.jsonl  eval_samples.npz  resources.jsonl  result.json  output.log
                     error.txt  fault.json  snapshots/ (while the peer runs)  weights/ (keep_weights)
                     <strategy files>
@@ -52,6 +52,7 @@ class RunDir:
     dilation = property(lambda self: self.private / "dilation.json")
     link = property(lambda self: self.private / "link.json")  # the link the run measures (netemu/auto.py)
     link_meter = property(lambda self: self.private / "link_meter.json")  # its counters (netemu/goodput.py)
+    evaluation = property(lambda self: self.private / "evaluation")  # a host's workers share evaluations (job/evaluation.py)
     summary = property(lambda self: self.path / "summary.json")
     launcher_log = property(lambda self: self.path / "launcher.log")
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""How many training samples precise BatchNorm needs: a run's kept weights, evaluated after precise BatchNorm on
+subsets of several sizes and on the whole training split (the reference).
+
+    python bench/precise_bn.py RUN_DIR [--sizes 128 256 512] [--draws 3] [--steps 10 25 50 100] [--out F.json]
+
+RUN_DIR: a run with keep_weights=true (peer0/weights/step*.pt, as trained). For each saved step and each size,
+`draws` subsets (the project's fixed one, PRECISE_BN_SUBSET_SEED, first; then other seeds) and the whole split:
+test accuracy and loss on the held-out split. Per size: the largest and the mean absolute difference from the
+whole split's figures over steps and draws, and the largest in units of the test set's own noise at that step
+(the standard error of the accuracy, sqrt(p(1-p)/n) but at least one test sample, and of the mean loss, sd of
+the samples' losses / sqrt(n), both from the whole split's evaluation); and, for the run's target and a test_loss
+target, the step at which each draw's learning curve reaches it (metrics/target.py: the run's estimator) against
+the whole split's, as |log ratio|, beside the test-set bootstrap log sd of the whole split's crossing.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import job.evaluation as evaluation  # noqa: E402
+from job.data import load_splits  # noqa: E402
+from job.model import build_model  # noqa: E402
+from metrics.rundir import RunDir  # noqa: E402
+from metrics.target import Curve, bootstrap, crossing_step  # noqa: E402
+
+WHOLE = "whole"
+
+
+def precise_for(train, size: int, batch_size: int, seed: int) -> evaluation.PreciseBatchNorm:
+    """PreciseBatchNorm on the subset of `size` drawn with `seed` (seed PRECISE_BN_SUBSET_SEED: the project's)."""
+    kept, evaluation.PRECISE_BN_SUBSET_SEED = evaluation.PRECISE_BN_SUBSET_SEED, seed
+    try:
+        return evaluation.PreciseBatchNorm(train, size, batch_size, torch.device("cpu"))
+    finally:
+        evaluation.PRECISE_BN_SUBSET_SEED = kept
+
+
+def save_outcomes(by_step: dict, path: Path) -> Path:
+    """Each test sample's outcome by step, as eval_samples.npz holds them (metrics/target.py reads them)."""
+    steps = sorted(by_step)
+    np.savez(path, step=np.array(steps), correct=np.stack([by_step[s]["correct"] for s in steps]),
+             loss=np.stack([by_step[s]["loss"] for s in steps]))
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512])
+    parser.add_argument("--draws", type=int, default=3, help="subsets per size (the project's first)")
+    parser.add_argument("--steps", type=int, nargs="*", help="saved steps to evaluate (default: all)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--loss-target", type=float, default=0.2, help="a test_loss target beside the run's own")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    run = RunDir(args.run_dir)
+    cfg = OmegaConf.load(run.config)
+    splits = load_splits(cfg)
+    weights = sorted(run.peer(0).weights.glob("step*.pt"))
+    steps = [int(p.stem.removeprefix("step")) for p in weights]
+    chosen = [(s, p) for s, p in zip(steps, weights) if not args.steps or s in args.steps]
+    arms = [(size, seed) for size in args.sizes for seed in range(args.draws)] + [(WHOLE, 0)]
+    precise = {arm: precise_for(splits.train, len(splits.train) if arm[0] == WHOLE else arm[0], cfg.batch_size,
+                                arm[1]) for arm in arms}
+    model = build_model(cfg, splits.num_classes, splits.channels)
+    targets = [OmegaConf.to_container(cfg.target), {**OmegaConf.to_container(cfg.target), "metric": "test_loss",
+                                                   "value": args.loss_target}]
+    rows, whole_outcomes = [], {}
+    for step, path in chosen:
+        for (size, seed), recompute in precise.items():
+            evaluator = evaluation.Evaluator(model, splits.test, torch.device("cpu"), recompute)
+            figures, outcome = evaluator(path)
+            rows.append({"step": step, "size": size, "seed": seed, "samples": len(recompute.batches) * cfg.batch_size,
+                         "test_accuracy": figures["test_accuracy"], "test_loss": figures["test_loss"],
+                         "loss_sd": float(np.std(outcome["loss"].astype(float), ddof=1)),
+                         "precise_bn_s": figures["precise_bn_s"], "eval_s": figures["eval_s"]})
+            if size == WHOLE:
+                whole_outcomes[step] = outcome
+            print(json.dumps(rows[-1]), flush=True)
+    report = {"run_dir": str(args.run_dir), "measured_at": time.strftime("%Y-%m-%d %H:%M"), "threads": args.threads,
+              "test_samples": len(splits.test), "rows": rows,
+              "sizes": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        outcomes = save_outcomes(whole_outcomes, Path(scratch) / "whole.npz")
+        report["sizes"] = summarise(rows, args.sizes, targets, len(splits.test), outcomes)
+    print(json.dumps(report["sizes"], indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+
+
+def crossings(rows: list[dict], target: dict) -> float | None:
+    curve = sorted(rows, key=lambda r: r["step"])
+    return crossing_step([r["step"] for r in curve], [r[target["metric"]] for r in curve], target)
+
+
+def summarise(rows: list[dict], sizes: list[int], targets: list[dict], test_samples: int, whole_outcomes) -> dict:
+    """Per size, over steps and draws: the largest and mean absolute difference from the whole split, and the
+    largest in units of the test set's standard error at that step; per target, the crossing step of every draw's
+    curve against the whole split's, as |log ratio|, beside the whole split's test-set bootstrap log sd."""
+    whole = {r["step"]: r for r in rows if r["size"] == WHOLE}
+    noise = {step: {"accuracy_se": max((r["test_accuracy"] * (1 - r["test_accuracy"]) / test_samples) ** 0.5,
+                                       1 / test_samples),  # at least one test sample
+                    "loss_se": r["loss_sd"] / test_samples ** 0.5} for step, r in whole.items()}
+    summary = {WHOLE: {"precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in whole.values()), "targets": {}}}
+    for target in targets:
+        name = f"{target['metric']} {target['value']}"
+        curve = Curve(sorted(whole.values(), key=lambda r: r["step"]), target["metric"])
+        spread = bootstrap({0: curve}, {0: whole_outcomes}, target | {"bootstrap": 1000}, lambda _, step: step, True)
+        summary[WHOLE]["targets"][name] = {"crossing_step": crossings(list(whole.values()), target),
+                                          "bootstrap_log_sd": spread["log_sd"] if spread else None}
+    for size in sizes:
+        arm = [r for r in rows if r["size"] == size]
+        accuracy = [abs(r["test_accuracy"] - whole[r["step"]]["test_accuracy"]) for r in arm]
+        loss = [abs(r["test_loss"] - whole[r["step"]]["test_loss"]) for r in arm]
+        figures = {
+            "max_abs_accuracy_diff": max(accuracy), "mean_abs_accuracy_diff": statistics.fmean(accuracy),
+            "max_abs_loss_diff": max(loss), "mean_abs_loss_diff": statistics.fmean(loss),
+            "max_accuracy_diff_in_se": max(a / noise[r["step"]]["accuracy_se"] for a, r in zip(accuracy, arm)),
+            "max_loss_diff_in_se": max(d / noise[r["step"]]["loss_se"] for d, r in zip(loss, arm)),
+            "precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in arm), "targets": {},
+        }
+        for target in targets:
+            name = f"{target['metric']} {target['value']}"
+            reference = summary[WHOLE]["targets"][name]["crossing_step"]
+            steps = [crossings([r for r in arm if r["seed"] == seed], target) for seed in sorted({r["seed"] for r in arm})]
+            figures["targets"][name] = {"crossing_steps": steps, "abs_log_ratios": [  # None: one of them censored
+                abs(math.log(step / reference)) if step and reference else (0.0 if step == reference else None)
+                for step in steps]}
+        summary[size] = figures
+    summary["test_noise_by_step"] = noise
+    return summary
+
+
+if __name__ == "__main__":
+    main()
