@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""Evaluation's share of `make run`: the default run (`train.py` with no overrides: conf/config.yaml), timed as a
+user types it, and the time its workers spent evaluating after training, from the run's own records.
+
+    flock /tmp/avgbench-measure.lock python bench/evaluation_share.py             # 2 repeats, about 3 minutes each
+    python bench/evaluation_share.py --repeats 1 --no-save eval_every=10          # a variant, printed only
+
+Per repeat: command_s, the wall clock of the whole `python train.py hydra.run.dir=<temporary>` (interpreter and
+Hydra start-up, launch, training, evaluation, summary); and from summary.json: wall_s (the launcher's run),
+evaluation.after_training_s (the longest worker's evaluation after its training ended), evaluation.evaluations,
+snapshot_pause_s, and machine.alone and other_cpu_share (whether anything else ran beside it); from steps.jsonl,
+train_s (the longest worker's training time); from eval.jsonl, the evaluations this run computed itself
+(evaluated_by = the record's own rank), summed: precise_bn_s (BatchNorm statistics recomputed) and
+eval_s - precise_bn_s (loading the weights and the pass over the held-out split).
+share = after_training_s / command_s. The goal: at most GOAL.
+
+The result replaces the `evaluation_share` entry of bench/results.json (--out): the repeats, their mean share as
+the ratio, the goal, the machine (bench/run.py's fingerprint) and the date. Extra arguments are Hydra overrides
+(a variant of the default run; the entry then names them in its setup).
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import recorded, save, under_machine_lock  # noqa: E402
+from launchers.lock import LOCK_MODES  # noqa: E402
+from metrics.jsonl import read_jsonl  # noqa: E402
+from metrics.rundir import RunDir  # noqa: E402
+
+GOAL = 0.15  # evaluation after training, at most this share of the default run's wall clock
+
+
+def figures_of(run_dir: Path, command_s: float) -> dict:
+    """One repeat's figures from the run's own records (see the module's docstring)."""
+    run = RunDir(run_dir)
+    summary = json.loads(run.summary.read_text())
+    if summary["status"] != "completed":
+        raise RuntimeError(f"the run {summary['status']}: {summary.get('error')}")
+    workers = [peer for peer in run.peers() if peer.steps.exists()]
+    evaluation = summary["evaluation"]
+    computed = [e for peer in workers for e in read_jsonl(peer.evals) if e.get("evaluated_by", peer.rank) == peer.rank]
+    precise_bn_s = sum(e["precise_bn_s"] for e in computed)
+    return {
+        "command_s": command_s,
+        "wall_s": summary["wall_s"],
+        "train_s": max(read_jsonl(peer.steps)[-1]["train_s"] for peer in workers),
+        "after_training_s": evaluation["after_training_s"],
+        "snapshot_pause_s": evaluation["snapshot_pause_s"],
+        "evaluations": evaluation["evaluations"],
+        "evaluations_computed": len(computed),
+        "precise_bn_s": precise_bn_s,
+        "load_and_test_pass_s": sum(e["eval_s"] for e in computed) - precise_bn_s,
+        "test_samples": evaluation["test_samples"],
+        "share": evaluation["after_training_s"] / command_s,
+        "alone": summary["machine"]["alone"],  # the machine around the run (summary.json machine)
+        "other_cpu_share": summary["machine"]["other_cpu_share"],
+    }
+
+
+def measure_once(overrides: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="avgbench-evaluation-share-") as scratch:
+        run_dir = Path(scratch) / "run"
+        log = Path(scratch) / "train.log"
+        started = time.perf_counter()
+        with open(log, "w") as output:
+            done = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT,
+                                  stdout=output, stderr=subprocess.STDOUT)
+        command_s = time.perf_counter() - started
+        if done.returncode:
+            raise RuntimeError(f"train.py {' '.join(overrides)} exited {done.returncode}:\n{log.read_text()[-2000:]}")
+        return figures_of(run_dir, command_s)
+
+
+def line(i: int, r: dict) -> str:
+    return (f"repeat {i}: command {r['command_s']:.1f} s, run {r['wall_s']:.1f} s, training {r['train_s']:.1f} s, "
+            f"evaluation after training {r['after_training_s']:.1f} s = {r['share']:.1%} of the command "
+            f"({r['evaluations']} evaluations: precise BatchNorm {r['precise_bn_s']:.1f} s, load and test pass "
+            f"{r['load_and_test_pass_s']:.1f} s); {'alone' if r['alone'] else 'NOT alone'} on the machine "
+            f"(other processes' CPU {r['other_cpu_share']:.0%})")
+
+
+def run(args) -> None:
+    repeats = []
+    for i in range(args.repeats):
+        repeats.append(measure_once(args.overrides))
+        print(line(i, repeats[-1]), flush=True)
+    shares = [r["share"] for r in repeats]
+    mean = statistics.fmean(shares)
+    verdict = "met" if max(shares) <= GOAL else "missed"
+    print(f"evaluation share {mean:.1%} (repeats {', '.join(f'{s:.1%}' for s in shares)}); goal <= {GOAL:.0%}: "
+          f"{verdict}")
+    result = {"name": "evaluation_share", "ratio": mean, "goal": f"<= {GOAL:g} of make run's wall clock",
+              "goal_met": verdict == "met",
+              "setup": "make run as typed: python train.py " + " ".join(["hydra.run.dir=<temporary>", *args.overrides])
+                       + " (conf/config.yaml defaults)",
+              "method": "share = summary.json evaluation.after_training_s (the longest worker's evaluation after "
+                        "its training ended) / the wall clock of the whole command; precise_bn_s and "
+                        "load_and_test_pass_s summed over the evaluations the run computed (eval.jsonl)",
+              "repeats": repeats}
+    if not args.no_save:
+        save(args.out, [recorded(result)])
+        print(f"saved {args.out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides: a variant of the default run")
+    parser.add_argument("--repeats", type=int, default=2, help="runs, one after the other (default 2)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--no-save", action="store_true", help="print only")
+    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
+                        help="the project's machine lock when a sweep or benchmark holds it (default wait)")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return under_machine_lock(args.lock, lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
