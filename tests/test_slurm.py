@@ -1,4 +1,4 @@
-"""Sweeps submitted to a real SLURM cluster through Hydra's submitit launcher (docs-notes/slurm.md): one node, and two
+"""Sweeps submitted to a real SLURM cluster through Hydra's submitit launcher (docs/clusters.md): one node, and two
 nodes, each a machine of its own on the project's emulated fabric (tests/slurm_cluster.py: munged, slurmctld and one
 slurmd per node, each node with its own network namespace, address and hostname). The two-node test runs the
 recipe the documentation shows, as written; the fault test kills a peer, and a node's slurmd, mid-job."""
@@ -21,7 +21,7 @@ from launchers.local import node_network
 from metrics.jsonl import read_jsonl
 from slurm_cluster import SlurmCluster, why_no_slurm
 
-DOCS = ("docs", "docs-notes")
+DOCS = ("docs",)
 RECIPE_MARK = "tests/test_slurm.py runs this command as written"  # in a comment just above the documented recipe
 
 
