@@ -97,7 +97,7 @@ def run(args) -> None:
     verdict = "met" if max(shares) <= GOAL else "missed"
     print(f"evaluation share {mean:.1%} (repeats {', '.join(f'{s:.1%}' for s in shares)}); goal <= {GOAL:.0%}: "
           f"{verdict}")
-    result = {"name": "evaluation_share", "ratio": mean, "goal": f"<= {GOAL:g} of make run's wall clock",
+    result = {"name": "evaluation_share", "ratio": mean, "goal": f"<= {GOAL:.0%} of make run's wall clock",
               "goal_met": verdict == "met",
               "setup": "make run as typed: python train.py " + " ".join(["hydra.run.dir=<temporary>", *args.overrides])
                        + " (conf/config.yaml defaults)",

@@ -326,6 +326,27 @@ def bench_thesis_projected(entry: dict) -> list[str]:
          "extrapolation"], body)
 
 
+def bench_evaluation_share(entry: dict, part: str = "table") -> list[str]:
+    repeats = entry["repeats"]
+    if part == "line":
+        return [f"*`make run` took {' and '.join(num(r['command_s'] / 60, 1) for r in repeats)} min in "
+                f"{len(repeats)} runs, {' and '.join(pct(r['share']) for r in repeats)} of it evaluating after "
+                f"training (goal {entry['goal']}: {'met' if entry['goal_met'] else 'missed'}), measured "
+                f"{entry['measured_at']} on {describe_machine(entry['machine'])} (`bench/results.json` → "
+                f"`evaluation_share`, [docs/usage.md](docs/usage.md#evaluation-after-training)).*"]
+    if part != "table":
+        raise ValueError(f"bench evaluation_share: unknown part {part!r}")
+    body = [[str(i + 1), num(r["command_s"], 1), num(r["train_s"], 1), num(r["after_training_s"], 1),
+             str(r["evaluations"]), num(r["precise_bn_s"], 1), num(r["load_and_test_pass_s"], 1), pct(r["share"]),
+             "yes" if r["alone"] else f"no (others {pct(r['other_cpu_share'], 0)} of the CPU)"]
+            for i, r in enumerate(repeats)]
+    return [stamp(entry), "", f"Setup: {entry['setup']}.", ""] + table(
+        ["run", "whole command (s)", "training (s)", "evaluation after training (s)", "evaluations",
+         "of which precise BatchNorm (s)", "loading and test pass (s)", "evaluation's share", "alone"], body) + [
+        "", f"Evaluation's share of the command: mean {pct(entry['ratio'])} over {len(repeats)} runs, goal "
+            f"{entry['goal']}: {'met' if entry['goal_met'] else '**missed**'}."]
+
+
 def verdict() -> str:
     """A sample verdict: the thesis slice's strategies family, the headline comparison with allreduce beside it."""
     entry = results()["thesis"]
@@ -343,7 +364,7 @@ BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_s
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
          "projection_goals": bench_projection_goals, "simgrid": bench_simgrid, "thesis": bench_thesis,
-         "thesis_projected": bench_thesis_projected}
+         "thesis_projected": bench_thesis_projected, "evaluation_share": bench_evaluation_share}
 SOURCE = {"projection_goals": "projection_validation", "thesis_projected": "thesis"}  # tables of another entry
 
 

@@ -82,7 +82,7 @@ def test_every_strategy_has_its_knob_table_in_the_docs():
 
 def test_measured_tables_name_their_date_and_machine():
     for spec in ("bench collective_efficiency", "bench thesis strategies", "bench projection_validation resnet18",
-                 "verdict", "bench-summary"):
+                 "verdict", "bench-summary", "bench evaluation_share", "bench evaluation_share line"):
         text = generate.render(spec)
         assert re.search(r"\d{4}-\d{2}-\d{2}", text), spec
         assert "cores" in text, spec  # the machine, from bench/run.py's fingerprint
