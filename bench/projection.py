@@ -11,7 +11,7 @@ with what each declares a benchmark's few steps need, Strategy.benchmark_overrid
 emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
 width set per rate so that S/beta is 0.3-0.4 s; model=resnet18 (or any other conf/model option) runs
 as configured, its payload fixed (ResNet18: about 45 MB). The N=2 run is the calibration case:
-metrics.project.measure takes its compute per step, hidden communication, server update and S (its
+metrics.projection.project.measure takes its compute per step, hidden communication, server update and S (its
 payload through the strategy's payload relation) and fits the strategy's overlap share where it has
 one (ps), not its communication time. Every other N is a held-out case: predicted from the N=2 run
 alone. beta is measured per rate (the models share it), as a user would on a real link: two emulated
@@ -42,7 +42,7 @@ import sys
 import time
 
 from bench.jobs import averaging_strategies, grid_settings, ints, synchronous_strategies, train
-from metrics.project import Link, measure
+from metrics.projection.project import Link, measure
 
 STRATEGIES = averaging_strategies(tweaks={
     "ring": ["ring.controller=mpi"],

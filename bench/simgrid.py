@@ -109,7 +109,7 @@ def simulate_apart(model: str, cases: list[dict]) -> list[float]:
 def formula_s(schedule: str, workers: int, size: float, mbit: float, latency_ms: float) -> float:
     """The strategy's own cost model for one round: allreduce's (flat all-reduce, DDP off) and sync ps's with one
     server, compute, server update and overlap 0."""
-    from metrics.cost import Cost
+    from metrics.projection.cost import Cost
     from strategies.allreduce import AllReduce
     from strategies.ps import ParameterServer
 

@@ -30,7 +30,7 @@ Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus
 
 The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
 above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (Strategy.step_time,
-through metrics.project.project_link) at its N on one link, AVGBENCH_THESIS_LINK (default lan: a conf/network preset
+through metrics.projection.project.project_link) at its N on one link, AVGBENCH_THESIS_LINK (default lan: a conf/network preset
 or MBIT[,LATENCY_MS]), with the strategy's validated error band and EXTRAPOLATION mark (bench/results.json
 projection_validation). Its parameters come from the slice: S, hidden communication, server update from the
 strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
@@ -57,7 +57,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT
-from metrics.project import VALIDATION, Link, Measured, load_validation, measure, parse_link, project_link
+from metrics.projection.project import VALIDATION, Link, Measured, load_validation, measure, parse_link, project_link
 from metrics.report.baselines import load_runs
 from metrics.report.compare import family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
@@ -279,7 +279,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
                    validation_path: Path = VALIDATION) -> list[dict]:
     """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
     cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
-    validated error band and extrapolation mark (metrics.project.project_link); no number where a peer's compute
+    validated error band and extrapolation mark (metrics.projection.project.project_link); no number where a peer's compute
     cannot be measured here, with why."""
     rows = []
     for config in grid:

@@ -31,7 +31,7 @@ import threading
 import time
 
 from job.errors import BackendUnavailable, ConfigError
-from metrics.cost import Cost, exposed_s, ring_allreduce_s
+from metrics.projection.cost import Cost, exposed_s, ring_allreduce_s
 from strategies.base import StepReport
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   RingAllReduceRounds, ring_allreduce_bytes, unflatten_into)

@@ -30,7 +30,7 @@ from torch import nn
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
 from metrics.bounds import Round
-from metrics.cost import Cost
+from metrics.projection.cost import Cost
 from metrics.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
@@ -142,7 +142,7 @@ class Strategy(ABC):
 
     @classmethod
     def steady_from_step(cls, knobs: dict) -> int:
-        """The first step of the steady state the cost model describes: metrics.project measures the payload over the
+        """The first step of the steady state the cost model describes: metrics.projection measures the payload over the
         rounds from this step on, leaving out a warm-up that moves other bytes. Default: 1 (every round)."""
         return 1
 

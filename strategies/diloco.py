@@ -25,7 +25,7 @@ import time
 import torch
 
 from job.errors import ConfigError
-from metrics.cost import Cost, ring_allreduce_s
+from metrics.projection.cost import Cost, ring_allreduce_s
 from strategies.base import LaunchSpec, StepReport
 from strategies.transport import (RingAllReduceRounds, TransportStrategy, broadcast_initial_state, flatten,
                                   payload_bytes, ring_allreduce_bytes, unflatten_into)

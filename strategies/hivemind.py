@@ -42,7 +42,7 @@ from job.process import exit_on_sigterm, wait_until
 from strategies import hivemind_internals
 from metrics.bounds import Round
 from metrics.jsonl import JsonlWriter
-from metrics.cost import Cost
+from metrics.projection.cost import Cost
 from metrics.rundir import RunDir
 from strategies.base import LaunchSpec, StepReport, Strategy
 

@@ -25,7 +25,7 @@ the averager all-reduces); other local steps move nothing. After warm-up, bytes 
 import time
 
 from job.errors import ConfigError
-from metrics.cost import Cost, ring_allreduce_s
+from metrics.projection.cost import Cost, ring_allreduce_s
 from strategies.allreduce import AllReduce
 from strategies.base import LaunchSpec, StepReport
 from strategies.transport import payload_bytes, ring_allreduce_bytes

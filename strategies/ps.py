@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from job.errors import ConfigError
-from metrics.cost import Cost
+from metrics.projection.cost import Cost
 from strategies.base import SERVER, WORKER, LaunchSpec, StepReport
 from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 

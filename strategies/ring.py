@@ -26,7 +26,7 @@ import time
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
-from metrics.cost import Cost, exposed_s, ring_allreduce_s
+from metrics.projection.cost import Cost, exposed_s, ring_allreduce_s
 from strategies.base import LaunchSpec, StepReport, Strategy
 from strategies.transport import RingAllReduceRounds, ring_allreduce_bytes
 

@@ -6,7 +6,7 @@ would share them, and so does this process: it runs one thread per available cor
 batch of N*batch_size (the global batch of a synchronous N-peer step), max_steps steps,
 so it trains the same samples.
 """
-from metrics.cost import Cost
+from metrics.projection.cost import Cost
 from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
 
 

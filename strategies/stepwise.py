@@ -33,7 +33,7 @@ import torch
 
 from job.errors import ConfigError
 from metrics.bounds import Round
-from metrics.cost import Cost
+from metrics.projection.cost import Cost
 from strategies.base import LaunchSpec, StepReport
 from strategies.transport import (Transport, TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   unflatten_into)

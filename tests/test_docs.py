@@ -257,7 +257,7 @@ def test_runnable_command(monkeypatch, page, words):
     (".venv/bin/python train.py strategy=nonsense", "unknown strategy"),
     (".venv/bin/python train.py ring.nonsense=1", "ring"),
     (".venv/bin/python train.py strategy=ring,ps", "needs -m"),
-    (".venv/bin/python -m metrics.project --no-such-flag DIR", "2"),
+    (".venv/bin/python -m metrics.projection --no-such-flag DIR", "2"),
     (".venv/bin/python bench/run.py nonsense", "unknown benchmark"),
     ("make nonsense", "no such target"),
 ])

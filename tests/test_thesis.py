@@ -6,7 +6,7 @@ import pytest
 
 from bench.thesis import chosen, configurations, families, family_overrides, merge, projected_rows, slice_runs
 from helpers import write_run
-from metrics.project import Link
+from metrics.projection.project import Link
 
 HIVEMIND = {"matchmaking_time": 2.0, "target_batch_size": 625, "use_local_updates": False,
             "delay_state_averaging": True, "average_state_every": 1}

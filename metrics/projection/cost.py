@@ -1,6 +1,6 @@
 """What a strategy's cost model (Strategy.step_time) receives, and the pieces several models share.
 
-An interface module: strategies import it, and metrics/project.py (which imports strategy
+An interface module: strategies import it, and metrics/projection/project.py (which imports strategy
 classes back at run time) builds its values from a measured run.
 """
 from dataclasses import dataclass, field

@@ -1,6 +1,6 @@
 """Projected step time, throughput and time-to-target at other peer counts and links.
 
-    python -m metrics.project RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
+    python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...] [-o OUT]
 
 Every figure it prints is a prediction of a strategy's cost model (Strategy.step_time, the
@@ -27,16 +27,16 @@ from pathlib import Path
 import yaml
 
 from metrics.bounds import MBIT, Round, round_records
-from metrics.cost import Cost
+from metrics.projection.cost import Cost
 from metrics.jsonl import read_jsonl
 from metrics.rundir import RunDir, run_dirs_under
 
-NETWORK_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "network"
+NETWORK_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "network"
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
 EXTRAPOLATION = 4    # a prediction beyond this many times the largest validated N is marked as extrapolation
-VALIDATION = Path(__file__).resolve().parent.parent / "bench" / "results.json"
+VALIDATION = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 
 METHODS = {
     "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
@@ -451,7 +451,7 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m metrics.project", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m metrics.projection", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories (or directories holding runs)")
     parser.add_argument("--peers", nargs="+", type=int, default=list(DEFAULT_PEERS), help="peer counts (>= 2)")
