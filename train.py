@@ -72,8 +72,9 @@ def run(cfg) -> int:
     for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
-    summary = write_summary(run, asked, outcome, knobs, strategy.link_bound, strategy.bound_formula(),
-                            strategy.is_baseline, strategy.rounds_overlap(knobs), strategy.failure_counters,
+    model = strategy.cost_model
+    summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
+                            strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
                             shape, lock)
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if outcome.exit_code:

@@ -1,15 +1,15 @@
-"""Lower bounds of one averaging round (each strategy's link_bound) and link efficiency
+"""Lower bounds of one averaging round (each strategy's cost model's link_bound) and link efficiency
 (metrics.bounds) on synthetic step records (unit tier). Expected values are derived
 here from the hops each algorithm needs, not from the formulas in the code."""
 import pytest
 
 from helpers import strategy_names, strategy_of
 from metrics.bounds import MBIT, Round, link_efficiency, round_records
-from strategies.allreduce import AllReduce
-from strategies.hivemind import Hivemind
-from strategies.ps import ParameterServer
-from strategies.ring import Ring
-from strategies.stepwise import Stepwise
+from strategies.allreduce_cost import AllReduceCost
+from strategies.hivemind_cost import HivemindCost
+from strategies.ps_cost import ParameterServerCost
+from strategies.ring_cost import RingCost
+from strategies.stepwise_cost import StepwiseCost
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -28,7 +28,7 @@ T = S / B
     (8, 6, 2.0),    # S + 6 hops of S/6
 ])
 def test_stepwise_one_pass(workers, chunks, hops_of_s):
-    bound = Stepwise.link_bound(Round(payload=S, workers=workers, rate=B, knobs={"chunks": chunks}))
+    bound = StepwiseCost.link_bound(Round(payload=S, workers=workers, rate=B, knobs={"chunks": chunks}))
     assert bound == pytest.approx(hops_of_s * T)
 
 
@@ -43,7 +43,7 @@ def test_stepwise_second_pass(workers, chunks, hops_of_s):
     # P, the largest payload of one worker: 2S with the broadcast pass, a middle worker sending its sum and then
     # forwarding the full sum; at N = 2 there is no middle worker: each sends S once (ring_round, tests/helpers.py)
     payload = S if workers == 2 else 2 * S
-    bound = Stepwise.link_bound(Round(payload=payload, workers=workers, rate=B,
+    bound = StepwiseCost.link_bound(Round(payload=payload, workers=workers, rate=B,
                                       knobs={"chunks": chunks, "second_pass": True}))
     assert bound == pytest.approx(hops_of_s * T)
 
@@ -57,13 +57,13 @@ def test_stepwise_second_pass(workers, chunks, hops_of_s):
     (2, 4, "sync", 2 * T),
 ])
 def test_ps(workers, servers, mode, expected):
-    bound = ParameterServer.link_bound(Round(payload=S, workers=workers, rate=B,
+    bound = ParameterServerCost.link_bound(Round(payload=S, workers=workers, rate=B,
                                              knobs={"servers": servers, "mode": mode}))
     assert bound == pytest.approx(expected)
 
 
 def test_ps_has_no_bound_over_mixed_links():
-    assert ParameterServer.link_bound(Round(S, 4, B, {"servers": 2, "mode": "sync"}, uniform_links=False)) is None
+    assert ParameterServerCost.link_bound(Round(S, 4, B, {"servers": 2, "mode": "sync"}, uniform_links=False)) is None
 
 
 # --- all-reduce family: each worker's link carries its payload P each way -------------------------
@@ -72,7 +72,7 @@ ALLREDUCE_PAYLOAD = 2 * 3 / 4 * S  # an all-reduce of S over 4 workers: 2(N-1)/N
 
 def allreduces(name: str) -> bool:
     """The strategy's payload relation is an all-reduce's: P = 2(N-1)/N x S."""
-    return strategy_of(name).averaged_bytes(Round(ALLREDUCE_PAYLOAD, 4, B)) == pytest.approx(S)
+    return strategy_of(name).cost_model.averaged_bytes(Round(ALLREDUCE_PAYLOAD, 4, B)) == pytest.approx(S)
 
 
 ALLREDUCE_FAMILY = [name for name in strategy_names() if allreduces(name)]
@@ -80,7 +80,7 @@ ALLREDUCE_FAMILY = [name for name in strategy_names() if allreduces(name)]
 
 @pytest.mark.parametrize("name", ALLREDUCE_FAMILY)
 def test_allreduce_family_is_payload_over_rate(name):
-    assert strategy_of(name).link_bound(Round(payload=ALLREDUCE_PAYLOAD, workers=4, rate=B)) == pytest.approx(1.5 * T)
+    assert strategy_of(name).cost_model.link_bound(Round(payload=ALLREDUCE_PAYLOAD, workers=4, rate=B)) == pytest.approx(1.5 * T)
 
 
 def test_allreduce_family_is_found_in_the_registry():
@@ -90,14 +90,15 @@ def test_allreduce_family_is_found_in_the_registry():
 @pytest.mark.parametrize("name", strategy_names())
 def test_every_averaging_strategy_states_its_formula_and_baselines_none(name):
     strategy = strategy_of(name)
+    model = strategy.cost_model
     if strategy.is_baseline:
-        assert strategy.link_bound(Round(S, 1, B)) is None and strategy.bound_formula() is None
+        assert model.link_bound(Round(S, 1, B)) is None and model.bound_formula() is None
     else:
-        assert strategy.bound_formula() and strategy.link_bound(Round(S, 4, B)) > 0
+        assert model.bound_formula() and model.link_bound(Round(S, 4, B)) > 0
 
 
 def test_stepwise_formula_is_stated():
-    assert Stepwise.bound_formula().startswith("One pass: S/B·(1 + (N-2)/c)")
+    assert StepwiseCost.bound_formula().startswith("One pass: S/B·(1 + (N-2)/c)")
 
 
 # --- link floors and efficiency ------------------------------------------------------------------
@@ -183,10 +184,10 @@ def ps_overlapping_log(rounds: int = 5) -> dict:
 
 def test_efficiency_of_overlapping_rounds_is_a_link_busy_measure_at_most_one():
     steps = ps_overlapping_log()
-    isolated = ParameterServer.link_bound(Round(MB, 2, MB, {"servers": 1, "mode": "sync"}))
+    isolated = ParameterServerCost.link_bound(Round(MB, 2, MB, {"servers": 1, "mode": "sync"}))
     # the isolated round's latency (4 s: 2 MB in, then 2 MB out) is longer than any worker's exchange (1 s)
     assert isolated == pytest.approx(4.0) and isolated > max(s["comm_s"] for s in steps[0])
-    result = link_efficiency(True, ParameterServer.link_bound, ParameterServer.bound_formula(),
+    result = link_efficiency(True, ParameterServerCost.link_bound, ParameterServerCost.bound_formula(),
                              {"servers": 1, "mode": "sync"}, steps, [MB_RATE] * 3)
     # rounds 2..5: the server link carries 8 MB (8 s) within [4 s: worker 0 starts round 2, 12 s: worker 1 ends 5]
     assert result["busiest_link_rank"] == 2 and result["floor_s"] == pytest.approx(8.0)
@@ -203,10 +204,10 @@ def test_the_same_log_measured_round_by_round_would_exceed_one():
 
 
 def test_strategies_say_whose_rounds_overlap():
-    assert Stepwise.rounds_overlap({}) and ParameterServer.rounds_overlap({"mode": "async"})
-    assert not AllReduce.rounds_overlap({}) and not Ring.rounds_overlap({})
-    assert Hivemind.rounds_overlap({"delay_state_averaging": True})
-    assert not Hivemind.rounds_overlap({"delay_state_averaging": False, "delay_grad_averaging": False})
+    assert StepwiseCost.rounds_overlap({}) and ParameterServerCost.rounds_overlap({"mode": "async"})
+    assert not AllReduceCost.rounds_overlap({}) and not RingCost.rounds_overlap({})
+    assert HivemindCost.rounds_overlap({"delay_state_averaging": True})
+    assert not HivemindCost.rounds_overlap({"delay_state_averaging": False, "delay_grad_averaging": False})
 
 
 def test_no_floor_without_two_rounds():

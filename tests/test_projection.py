@@ -1,4 +1,4 @@
-"""Cost models (Strategy.step_time) against hand-computed cases, projection from a hand-written run
+"""Cost models (strategies/<name>_cost.py) against hand-computed cases, projection from a hand-written run
 directory, and the validation benchmark's error arithmetic. No process is launched."""
 import json
 
@@ -9,12 +9,12 @@ from helpers import strategy_names, strategy_of, write_run
 from metrics.bounds import Round
 from metrics.projection.cost import Cost
 from metrics.projection.project import Link, main, measure, parse_link, stops_scaling
-from strategies.allreduce import AllReduce
-from strategies.hivemind import Hivemind
-from strategies.ps import ParameterServer
-from strategies.ring import Ring
-from strategies.single import Single
-from strategies.stepwise import Stepwise
+from strategies.allreduce_cost import AllReduceCost
+from strategies.hivemind_cost import HivemindCost
+from strategies.ps_cost import ParameterServerCost
+from strategies.ring_cost import RingCost
+from strategies.single_cost import SingleCost
+from strategies.stepwise_cost import StepwiseCost
 
 MB = 1e6
 pytestmark = pytest.mark.timeout(60)
@@ -22,63 +22,63 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_ring_allreduce():
     # 2(N-1) steps of S/N: 2·3·(8 MB / 4) / 12.5 MB/s = 0.96 s
-    assert Ring.step_time(Cost(4, 8 * MB, 12.5 * MB)) == pytest.approx(0.96)
+    assert RingCost.step_time(Cost(4, 8 * MB, 12.5 * MB)) == pytest.approx(0.96)
     # latency: 2·3·(0.001 s + 0.16 s) = 0.966 s
-    assert Ring.step_time(Cost(4, 8 * MB, 12.5 * MB, latency=0.001)) == pytest.approx(0.966)
+    assert RingCost.step_time(Cost(4, 8 * MB, 12.5 * MB, latency=0.001)) == pytest.approx(0.966)
     # compute 0.3 s, 0.2 s of communication measured behind backward: 0.3 + (0.96 - 0.2) = 1.06 s
-    assert Ring.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=0.3, hidden=0.2)) == pytest.approx(1.06)
+    assert RingCost.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=0.3, hidden=0.2)) == pytest.approx(1.06)
     # nothing measured hidden: all of it exposed, 0.3 + 0.96 = 1.26 s (the old constant hid 2/3 of compute)
-    assert Ring.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=0.3)) == pytest.approx(1.26)
+    assert RingCost.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=0.3)) == pytest.approx(1.26)
     # all-reduce every 2nd step: 0.3 + 0.76 / 2 = 0.68 s
-    assert Ring.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=0.3, hidden=0.2,
+    assert RingCost.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=0.3, hidden=0.2,
                                knobs={"backward_passes_per_step": 2})) == pytest.approx(0.68)
     # more hidden than there is to hide: 3 s + max(0, 0.96 - 2) = 3 s
-    assert Ring.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=3.0, hidden=2.0)) == pytest.approx(3.0)
+    assert RingCost.step_time(Cost(4, 8 * MB, 12.5 * MB, compute=3.0, hidden=2.0)) == pytest.approx(3.0)
 
 
 def test_allreduce_overlaps_only_with_ddp():
     ddp = Cost(4, 8 * MB, 12.5 * MB, compute=0.3, hidden=0.2, knobs={"transport": "gloo", "ddp": True})
-    assert AllReduce.step_time(ddp) == pytest.approx(1.06)  # 0.3 + 0.96 - 0.2
+    assert AllReduceCost.step_time(ddp) == pytest.approx(1.06)  # 0.3 + 0.96 - 0.2
     flat = Cost(4, 8 * MB, 12.5 * MB, compute=0.3, hidden=0.2, knobs={"transport": "gloo", "ddp": False})
-    assert AllReduce.step_time(flat) == pytest.approx(1.26)  # 0.3 + 0.96: the flat all-reduce follows backward
+    assert AllReduceCost.step_time(flat) == pytest.approx(1.26)  # 0.3 + 0.96: the flat all-reduce follows backward
     mpi = Cost(4, 8 * MB, 12.5 * MB, compute=0.3, hidden=0.2, knobs={"transport": "mpi", "ddp": True})
-    assert AllReduce.step_time(mpi) == pytest.approx(1.26)
+    assert AllReduceCost.step_time(mpi) == pytest.approx(1.26)
 
 
 def test_parameter_server_sync_round():
     sync = {"servers": 1, "mode": "sync"}
     # N=4, S = 1 MB at 1 MB/s: in-cast 4 s, update 0.1 s, replies 4 s; latency 2·4 + 1 = 9 messages of 10 ms;
     # compute 0.5 s: 0.5 + 0.1 + 8 + 0.09 = 8.69 s
-    assert ParameterServer.step_time(Cost(4, MB, MB, latency=0.01, compute=0.5, knobs=sync, server=0.1)) \
+    assert ParameterServerCost.step_time(Cost(4, MB, MB, latency=0.01, compute=0.5, knobs=sync, server=0.1)) \
         == pytest.approx(8.69)
     # half of the 3 replies before the last crossed the next pushes: 8 - 1.5 = 6.5 s of transfers: 7.19 s
-    assert ParameterServer.step_time(Cost(4, MB, MB, latency=0.01, compute=0.5, knobs=sync, server=0.1,
+    assert ParameterServerCost.step_time(Cost(4, MB, MB, latency=0.01, compute=0.5, knobs=sync, server=0.1,
                                           overlap=0.5)) == pytest.approx(7.19)
     # two servers halve the in-cast and the replies: 2 + 2 s + 0.09 s = 4.09 s
-    assert ParameterServer.step_time(Cost(4, MB, MB, latency=0.01, knobs=sync | {"servers": 2})) \
+    assert ParameterServerCost.step_time(Cost(4, MB, MB, latency=0.01, knobs=sync | {"servers": 2})) \
         == pytest.approx(4.09)
     # eight servers: 8 · 0.125 s = 1 s at each server, but a worker's own link carries 1 MB each way: 2.09 s
-    assert ParameterServer.step_time(Cost(4, MB, MB, latency=0.01, knobs=sync | {"servers": 8})) \
+    assert ParameterServerCost.step_time(Cost(4, MB, MB, latency=0.01, knobs=sync | {"servers": 8})) \
         == pytest.approx(2.09)
 
 
 def test_parameter_server_async_round():
     # a server's loop: 4 pushes of 1 s, each updated (0.1 s): 4.4 s > a worker's 2 s + 0.1 s; + 2 · 10 ms
     one = {"servers": 1, "mode": "async"}
-    assert ParameterServer.step_time(Cost(4, MB, MB, latency=0.01, server=0.1, knobs=one)) == pytest.approx(4.42)
+    assert ParameterServerCost.step_time(Cost(4, MB, MB, latency=0.01, server=0.1, knobs=one)) == pytest.approx(4.42)
     # four servers: 4 · (0.25 + 0.1) = 1.4 s < the worker's 2.1 s: 2.12 s
     four = {"servers": 4, "mode": "async"}
-    assert ParameterServer.step_time(Cost(4, MB, MB, latency=0.01, server=0.1, knobs=four)) == pytest.approx(2.12)
+    assert ParameterServerCost.step_time(Cost(4, MB, MB, latency=0.01, server=0.1, knobs=four)) == pytest.approx(2.12)
 
 
 def test_parameter_server_overlap_fitted_on_the_calibration_run():
     sync = {"servers": 1, "mode": "sync"}
     calibration = Cost(2, MB, MB, compute=0.5, server=0.1, knobs=sync)
     # without overlap 0.5 + 0.1 + 4 · 1 s = 4.6 s; measured 4.1 s: 0.5 s of the one early reply (1 s) hidden
-    assert ParameterServer.fit_overlap(calibration, 4.1) == pytest.approx(0.5)
-    assert ParameterServer.fit_overlap(calibration, 5.0) == 0.0  # slower than no overlap: none
-    assert ParameterServer.fit_overlap(calibration, 3.0) == 1.0  # at most every early reply
-    assert ParameterServer.fit_overlap(Cost(2, MB, MB, knobs={"mode": "async"}), 1.0) == 0.0
+    assert ParameterServerCost.fit_overlap(calibration, 4.1) == pytest.approx(0.5)
+    assert ParameterServerCost.fit_overlap(calibration, 5.0) == 0.0  # slower than no overlap: none
+    assert ParameterServerCost.fit_overlap(calibration, 3.0) == 1.0  # at most every early reply
+    assert ParameterServerCost.fit_overlap(Cost(2, MB, MB, knobs={"mode": "async"}), 1.0) == 0.0
 
 
 def chunk_schedule_period(workers: int, chunks: int, hop_s: float, compute_s: float, latency_s: float,
@@ -119,18 +119,18 @@ def test_stepwise_round_by_hand():
     # position 2: ready at 6, so rounds follow every 6 s, at N = 4 as at N = 8 or 256, where an isolated
     # round's chain takes c + N - 2 = 10 or 258 hops.
     for n in (4, 8, 256):
-        assert Stepwise.step_time(Cost(n, 4 * MB, MB, knobs=one_pass)) == pytest.approx(6.0)
+        assert StepwiseCost.step_time(Cost(n, 4 * MB, MB, knobs=one_pass)) == pytest.approx(6.0)
     # N = 3: round 0's position 2 is the last worker, done when chunk 4 arrives at 5: 5 s. N = 2: the two
     # workers swap roles and each round is the 4 chunks on one link: 4 s
-    assert Stepwise.step_time(Cost(3, 4 * MB, MB, knobs=one_pass)) == pytest.approx(5.0)
-    assert Stepwise.step_time(Cost(2, 4 * MB, MB, knobs=one_pass)) == pytest.approx(4.0)
+    assert StepwiseCost.step_time(Cost(3, 4 * MB, MB, knobs=one_pass)) == pytest.approx(5.0)
+    assert StepwiseCost.step_time(Cost(2, 4 * MB, MB, knobs=one_pass)) == pytest.approx(4.0)
     # without rotation rank 0 always starts; its receiver rank 1 is done at 5: 5 s at any N >= 3
-    assert Stepwise.step_time(Cost(8, 4 * MB, MB, knobs=one_pass | {"rotate": False})) == pytest.approx(5.0)
+    assert StepwiseCost.step_time(Cost(8, 4 * MB, MB, knobs=one_pass | {"rotate": False})) == pytest.approx(5.0)
     # latency 10 ms: two hops to position 2 and its ready notice back, 3 · 10 ms; compute 0.5 s between rounds
-    assert Stepwise.step_time(Cost(8, 4 * MB, MB, latency=0.01, compute=0.5, knobs=one_pass)) \
+    assert StepwiseCost.step_time(Cost(8, 4 * MB, MB, latency=0.01, compute=0.5, knobs=one_pass)) \
         == pytest.approx(6.53)
     # a round every 2nd step: 0.5 + 6.03 / 2
-    assert Stepwise.step_time(Cost(8, 4 * MB, MB, latency=0.01, compute=0.5, knobs=one_pass | {"every": 2})) \
+    assert StepwiseCost.step_time(Cost(8, 4 * MB, MB, latency=0.01, compute=0.5, knobs=one_pass | {"every": 2})) \
         == pytest.approx(3.515)
 
 
@@ -140,7 +140,7 @@ def test_stepwise_round_against_a_chunk_schedule():
         for n in (2, 3, 4, 5, 9, 16):
             for chunks, latency, compute in ((1, 0.0, 0.0), (4, 0.01, 0.2), (8, 0.05, 0.0)):
                 knobs = {"chunks": chunks, "rotate": rotate}
-                model = Stepwise.step_time(Cost(n, chunks * MB, MB, latency=latency, compute=compute, knobs=knobs))
+                model = StepwiseCost.step_time(Cost(n, chunks * MB, MB, latency=latency, compute=compute, knobs=knobs))
                 assert model == pytest.approx(chunk_schedule_period(n, chunks, 1.0, compute, latency, rotate))
 
 
@@ -149,14 +149,14 @@ def test_stepwise_second_pass_by_hand():
     # N = 4, c = 4, h = 1 s: the reduce pass ends at the last worker at 4 + 2 = 6, the broadcast reaches position 0
     # at 7, position 1 at 8 and position 2 (the next round's first receiver) at 9: 9 s; a middle worker's link
     # carries 8 chunks plus one hop of waiting: 9 s too
-    assert Stepwise.step_time(Cost(4, 4 * MB, MB, knobs=two_pass)) == pytest.approx(9.0)
+    assert StepwiseCost.step_time(Cost(4, 4 * MB, MB, knobs=two_pass)) == pytest.approx(9.0)
     # N = 8: the reduce pass ends at the last worker at 4 + 6 = 10, the broadcast reaches position 2 at 13 and
     # leaves it at 14: 14 s; the link's 8 chunks + 2 hops are less
-    assert Stepwise.step_time(Cost(8, 4 * MB, MB, knobs=two_pass)) == pytest.approx(14.0)
+    assert StepwiseCost.step_time(Cost(8, 4 * MB, MB, knobs=two_pass)) == pytest.approx(14.0)
     # c = 16 chunks of 1 MB, N = 8: the link carries 32 chunks + 2 hops = 34 s, more than the chain's 26
-    assert Stepwise.step_time(Cost(8, 16 * MB, MB, knobs=two_pass | {"chunks": 16})) == pytest.approx(34.0)
+    assert StepwiseCost.step_time(Cost(8, 16 * MB, MB, knobs=two_pass | {"chunks": 16})) == pytest.approx(34.0)
     # N = 2: 4 chunks there, 4 back, overlapping but for one hop: 5 s
-    assert Stepwise.step_time(Cost(2, 4 * MB, MB, knobs=two_pass)) == pytest.approx(5.0)
+    assert StepwiseCost.step_time(Cost(2, 4 * MB, MB, knobs=two_pass)) == pytest.approx(5.0)
 
 
 def test_hivemind_epoch_amortised():
@@ -164,20 +164,20 @@ def test_hivemind_epoch_amortised():
     # N=4, batch 32: 256 / 128 = 2 steps per epoch; matchmaking starts after the first step (0.1 s), the group
     # forms 5 s later, the epoch's work ends at 0.2 s: 4.9 s exposed; all-reduce 2·3/4 · 3 MB / 1 MB/s + 2 · 0.01
     # = 4.52 s (the butterfly's messages go out at once: 2 alpha, not 3); per step: 0.1 + 9.42 / 2 = 4.81 s
-    assert Hivemind.step_time(Cost(4, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
+    assert HivemindCost.step_time(Cost(4, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
         == pytest.approx(4.81)
     # N=16: 512 samples per step > 256, one epoch per step, all of matchmaking exposed:
     # 0.1 + 5 + 2·15/16 · 3 + 0.02 = 10.745 s
-    assert Hivemind.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
+    assert HivemindCost.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32, knobs=knobs)) \
         == pytest.approx(10.745)
     # groups of 4 among 16 peers average side by side: 0.1 + 5 + 2·3/4 · 3 + 0.02 = 9.62 s
-    assert Hivemind.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32,
+    assert HivemindCost.step_time(Cost(16, 3 * MB, MB, latency=0.01, compute=0.1, batch=32,
                                    knobs=knobs | {"target_group_size": 4})) == pytest.approx(9.62)
 
 
 def hivemind_step(compute: float, target: int, **knobs) -> float:
     """2 peers x 32 samples, S = 1 MB at 1 MB/s, no latency: one all-reduce is 2·1/2 · 1 = 1 s."""
-    return Hivemind.step_time(Cost(2, MB, MB, compute=compute, batch=32,
+    return HivemindCost.step_time(Cost(2, MB, MB, compute=compute, batch=32,
                                    knobs={"matchmaking_time": 2.0, "target_batch_size": target} | knobs))
 
 
@@ -212,17 +212,48 @@ def test_hivemind_local_updates_state_rounds():
 
 
 def test_single_is_compute_only():
-    assert Single.step_time(Cost(64, 8 * MB, MB, latency=1.0, compute=0.25)) == 0.25
+    assert SingleCost.step_time(Cost(64, 8 * MB, MB, latency=1.0, compute=0.25)) == 0.25
+
+
+@pytest.mark.parametrize("name", strategy_names())
+def test_each_strategy_names_the_cost_model_the_projection_uses(name):
+    from metrics.projection.models import cost_model
+
+    assert strategy_of(name).cost_model is cost_model(name)
+    assert strategy_of(name).cost_model.__module__ == f"strategies.{name}_cost"
+
+
+def test_cost_models_import_no_runtime():
+    """A cost model module imports the standard library, metrics.bounds, metrics.projection.cost and other cost
+    models only: no torch, no backend, no strategy runtime; and metrics/projection/ imports no strategy module."""
+    import ast
+
+    from helpers import ROOT
+
+    def imported(path):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                yield from (a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                yield node.module
+
+    allowed = {"math", "dataclasses", "metrics.bounds", "metrics.projection.cost"}
+    models = sorted((ROOT / "strategies").glob("*_cost.py"))
+    assert len(models) == len(strategy_names())
+    for path in models:
+        assert not [m for m in imported(path) if m not in allowed and not m.endswith("_cost")], path.name
+    for path in (ROOT / "metrics" / "projection").glob("*.py"):
+        assert not [m for m in imported(path) if m.startswith("strategies.") and not m.endswith("_cost")], path.name
 
 
 def test_averaged_bytes_inverts_the_payload_relation():
     # ring: P = 2(N-1)/N · S, so P = 1.5 MB at N=4 is S = 1 MB
-    assert Ring.averaged_bytes(Round(1.5 * MB, 4, MB)) == pytest.approx(MB)
-    assert AllReduce.averaged_bytes(Round(1.5 * MB, 4, MB)) == pytest.approx(MB)
-    assert Hivemind.averaged_bytes(Round(MB, 2, MB)) == pytest.approx(MB)
-    assert ParameterServer.averaged_bytes(Round(MB, 4, MB)) == MB
-    assert Stepwise.averaged_bytes(Round(MB, 4, MB, {"second_pass": False})) == MB
-    assert Stepwise.averaged_bytes(Round(2 * MB, 4, MB, {"second_pass": True})) == MB
+    assert RingCost.averaged_bytes(Round(1.5 * MB, 4, MB)) == pytest.approx(MB)
+    assert AllReduceCost.averaged_bytes(Round(1.5 * MB, 4, MB)) == pytest.approx(MB)
+    assert HivemindCost.averaged_bytes(Round(MB, 2, MB)) == pytest.approx(MB)
+    assert ParameterServerCost.averaged_bytes(Round(MB, 4, MB)) == MB
+    assert StepwiseCost.averaged_bytes(Round(MB, 4, MB, {"second_pass": False})) == MB
+    assert StepwiseCost.averaged_bytes(Round(2 * MB, 4, MB, {"second_pass": True})) == MB
 
 
 def test_links():

@@ -3,20 +3,18 @@
     python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...] [-o OUT]
 
-Every figure it prints is a prediction of a strategy's cost model (Strategy.step_time, the
-model in its docstring), not a measurement. The model's parameters come from one measured
+Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time in
+strategies/<name>_cost.py, the model in its docstring), not a measurement. The model's parameters come from one measured
 run (RUN_DIR, or every run below it): compute per step, S (the bytes averaged per round),
 the link rate beta and latency alpha (the run's own link, or each --link). A --link is a
 preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s, each with
 an optional one-way latency in ms (`wan,40`, `1000,0.2`).
 
 Writes projection.json and projection.png (throughput against peers, one panel per link)
-into the directory given, or into OUT when several are given. This module names no strategy: the
-run's strategy class comes from its config (strategy.target) at run time.
+into the directory given, or into OUT when several are given. The run's cost model is the one
+metrics/projection/models.py names for its strategy (config strategy.name).
 """
 import argparse
-import importlib
-import inspect
 import json
 import math
 import statistics
@@ -27,7 +25,8 @@ from pathlib import Path
 import yaml
 
 from metrics.bounds import MBIT, Round, round_records
-from metrics.projection.cost import Cost
+from metrics.projection.cost import Cost, CostModel, first_paragraph
+from metrics.projection.models import cost_model
 from metrics.jsonl import read_jsonl
 from metrics.rundir import RunDir, run_dirs_under
 
@@ -48,21 +47,21 @@ METHODS = {
                 "hidden_comm_s where logged, else link_s - comm_s (0 for strategies that log neither); at most "
                 "compute_s",
     "server_s": "measured: one server update, opt_s / updates in each server's result.json (ps), mean over servers",
-    "overlap": "fitted: Strategy.fit_overlap on the run's own N and link (ps: the share of replies that crossed "
+    "overlap": "fitted: the cost model's fit_overlap on the run's own N and link (ps: the share of replies that crossed "
                "the next pushes); the model check on the run itself then holds by construction",
     "payload_bytes": "measured: P, the largest payload (bytes_sent or bytes_recv) one worker moved in an "
                      "averaging round, mean over the rounds of the strategy's steady state (steps.jsonl, payload "
-                     "accounting; rounds from Strategy.steady_from_step on: allreduce with PowerSGD leaves out its "
+                     "accounting; rounds from the cost model's steady_from_step on: allreduce with PowerSGD leaves out its "
                      "uncompressed first powersgd_start_iter steps)",
     "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
-                  "(Strategy.averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
+                  "(the cost model's averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
     "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
             "network.latency_ms (0 when absent); a --link: conf/network/NAME.yaml or the given numbers",
     "measured_step_s": "measured: mean over workers of each worker's mean step over steps 2..last (train_s of its "
                        "last step minus that of its first, over the steps between; evaluations excluded). The "
                        "mean over workers is the run's period: a single worker's mean carries where it sat in "
                        "the first and last round (stepwise's rotating ring)",
-    "step_s": "predicted: the strategy's steady-state cost model (Strategy.step_time) with N workers, S, beta = "
+    "step_s": "predicted: the strategy's steady-state cost model (step_time) with N workers, S, beta = "
               "the link rate, alpha = its latency, and the measured compute, hidden communication, server update "
               "and fitted overlap",
     "band_step_s": "the range the measured step fell in for this prediction's error: predicted / (1 + e) over the "
@@ -129,7 +128,7 @@ class Measured:
 
     run: Path
     strategy: str
-    model: type                      # the strategy class (its step_time is the cost model)
+    model: type[CostModel]           # the strategy's cost model (strategies/<name>_cost.py)
     workers: int
     batch: int                       # samples per worker and step
     knobs: dict
@@ -151,7 +150,7 @@ class Measured:
 
     @property
     def overlap(self) -> float:
-        """The strategy's fitted overlap share (Strategy.fit_overlap) on the run's own N and link (0: no link)."""
+        """The strategy's fitted overlap share (CostModel.fit_overlap) on the run's own N and link (0: no link)."""
         link = self.fit_link or self.link
         return self.model.fit_overlap(self.cost(self.workers, link), self.measured_step_s) if link else 0.0
 
@@ -159,14 +158,8 @@ class Measured:
         """Predicted seconds per step at `workers` workers on `link`."""
         step = self.model.step_time(self.cost(workers, link, self.overlap))
         if step is None:
-            raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (Strategy.step_time)")
+            raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (its step_time)")
         return step
-
-
-def strategy_class(target: str) -> type:
-    """The class named by config strategy.target ("package.module:Class"), imported now."""
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def run_link(run: RunDir, config: dict) -> Link | None:
@@ -243,7 +236,7 @@ def measure(path: Path, fit_link: Link | None = None) -> Measured:
     run = RunDir(path)
     summary = json.loads(run.summary.read_text())
     config = summary["config"]
-    model = strategy_class(config["strategy"]["target"])
+    model = cost_model(config["strategy"]["name"])
     steps_by_rank = {p.rank: s for p in run.peers() if (s := read_jsonl(p.steps))}
     if not steps_by_rank:
         raise ValueError(f"{path}: no worker logged a step")
@@ -256,8 +249,8 @@ def measure(path: Path, fit_link: Link | None = None) -> Measured:
                                for records in rounds) if rounds else 0.0
     if not payload and first > 1:
         raise ValueError(f"{path}: no averaging round from step {first} on, where {config['strategy']['name']}'s "
-                         "steady state starts (Strategy.steady_from_step), so S cannot be derived")
-    if not payload and not model.is_baseline:
+                         "steady state starts (its cost model's steady_from_step), so S cannot be derived")
+    if not payload and model.communicates:
         raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
     link = run_link(run, config)
     size = model.averaged_bytes(Round(payload, workers, link.mbit * MBIT if link else 0.0, knobs)) if payload else 0.0
@@ -332,7 +325,7 @@ def project(m: Measured, links: list[Link], peers: list[int], validation_path: P
     validation = load_validation(validation_path, m.strategy)
     return {
         "run": str(m.run), "strategy": m.strategy,
-        "model": " ".join(inspect.getdoc(m.model.step_time).split("\n\n")[0].split()),
+        "model": first_paragraph(m.model.step_time),
         "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
                      "compute_note": m.compute_note, "oversubscription": m.oversubscription,
                      "hidden_s": m.hidden_s, "server_s": m.server_s, "overlap": m.overlap,
@@ -370,7 +363,7 @@ def validation_text(validation: dict | None) -> str:
 def text_report(result: dict) -> list[str]:
     m = result["measured"]
     lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
-             f"  cost model (Strategy.step_time): {result['model']}",
+             f"  cost model (step_time): {result['model']}",
              f"  from the run: compute {fmt(m['compute_s'], 's/step')} (mean data+compute+opt, steps 2..last; "
              f"{m['compute_note']}); hidden communication {fmt(m['hidden_s'], 's/step')}; server update "
              f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
