@@ -35,7 +35,6 @@ BENCHMARKS = {
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",
     "emulation": "bench.emulation:run",
-    "simgrid": "bench.simgrid:run",
 }
 
 

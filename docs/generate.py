@@ -289,12 +289,6 @@ def bench_projection_goals(entry: dict) -> list[str]:
         "", "Goals over every kept row: " + "; ".join(goals) + "."]
 
 
-def bench_simgrid(entry: dict) -> list[str]:
-    body = [[f"`{key}`", f"{lo:.3f} – {hi:.3f}"] for key, (lo, hi) in entry["range_by_schedule_and_model"].items()]
-    return [stamp(entry), "", f"Setup: {entry['setup']}.", ""] + table(
-        ["schedule and SimGrid model", "simulated time / formula (min – max over the cases)"], body)
-
-
 def bench_thesis(entry: dict, family: str) -> list[str]:
     found = entry["families"][family]
     body = []
@@ -342,7 +336,7 @@ def verdict() -> str:
 BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
-         "projection_goals": bench_projection_goals, "simgrid": bench_simgrid, "thesis": bench_thesis,
+         "projection_goals": bench_projection_goals, "thesis": bench_thesis,
          "thesis_projected": bench_thesis_projected}
 SOURCE = {"projection_goals": "projection_validation", "thesis_projected": "thesis"}  # tables of another entry
 
