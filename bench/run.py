@@ -31,6 +31,7 @@ BENCHMARKS = {
     "stepwise_vs_ring": "bench.stepwise_vs_ring:run",
     "ddp_overlap": "bench.ddp_overlap:run",
     "sampler": "bench.sampler_cost:run",
+    "goodput": "bench.goodput:run",
     "projection": "bench.projection:run",
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",

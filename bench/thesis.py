@@ -29,10 +29,12 @@ Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus
   one on 1 core (batch 32). Per block: hivemind 2 + 3 runs, strategies 4 + 3.
 
 The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
-above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (Strategy.step_time,
-through metrics.projection.project.project_link) at its N on one link, AVGBENCH_THESIS_LINK (default lan: a conf/network preset
-or MBIT[,LATENCY_MS]), with the strategy's validated error band and EXTRAPOLATION mark (bench/results.json
-projection_validation). Its parameters come from the slice: S, hidden communication, server update from the
+above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (through
+metrics.projection.project.project_link, the link's payload rate by the recorded payload share) at its N on one link,
+AVGBENCH_THESIS_LINK (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error
+band and EXTRAPOLATION mark (bench/results.json projection_validation); no number where the strategy's model failed
+its validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed
+since, or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come from the slice: S, hidden communication, server update from the
 strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
 model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU peer's from the one-process 2-core
 baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
@@ -57,7 +59,9 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT
-from metrics.projection.project import VALIDATION, Link, Measured, load_validation, measure, parse_link, project_link
+from metrics.projection.evidence import Evidence, extrapolation, load_evidence
+from metrics.projection.link import Link, parse_link
+from metrics.projection.project import Measured, measure, project_link
 from metrics.report.baselines import load_runs
 from metrics.report.compare import family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
@@ -220,7 +224,7 @@ class SliceRun:
     measured: Measured
 
 
-def slice_runs(sweeps: list[Path]) -> list[SliceRun]:
+def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
     """The completed runs under the slice's sweeps (runs moved aside by a resumed sweep left out)."""
     found = []
     for path in find_runs(sweeps)[0]:
@@ -229,7 +233,7 @@ def slice_runs(sweeps: list[Path]) -> list[SliceRun]:
             continue
         config = summary["config"]
         try:
-            measured = measure(path)
+            measured = measure(path, payload_share)
         except ValueError as exc:
             print(f"thesis: {path} left out of the projection: {exc}", file=sys.stderr)
             continue
@@ -246,11 +250,12 @@ def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
 
 
 def mean_measured(runs: list[SliceRun]) -> Measured:
-    """The first run's parameters with compute, hidden communication, server update and S averaged over the runs."""
+    """The first run's parameters with compute, hidden communication, server update, S and the fitted overlap
+    averaged over the runs."""
     def mean(field):
         return statistics.fmean(getattr(r.measured, field) for r in runs)
     return dataclasses.replace(runs[0].measured, compute_s=mean("compute_s"), hidden_s=mean("hidden_s"),
-                               server_s=mean("server_s"), size_bytes=mean("size_bytes"))
+                               server_s=mean("server_s"), size_bytes=mean("size_bytes"), overlap=mean("overlap"))
 
 
 def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores: int) -> tuple[float | None, str]:
@@ -276,7 +281,7 @@ def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores:
 
 
 def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: int,
-                   validation_path: Path = VALIDATION) -> list[dict]:
+                   evidence: Evidence) -> list[dict]:
     """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
     cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
     validated error band and extrapolation mark (metrics.projection.project.project_link); no number where a peer's compute
@@ -302,20 +307,25 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
             continue
         params = mean_measured(own)
         m = dataclasses.replace(params, compute_s=compute, hidden_s=min(params.hidden_s, compute), batch=batch,
-                                knobs=config["knobs"], samples_to_target=None, link=None, fit_link=None)
-        validation = load_validation(validation_path, config["strategy"])
+                                knobs=config["knobs"], samples_to_target=None, link=None,
+                                payload_share=evidence.payload_share)
+        validation = evidence.validation(config["strategy"])
         try:
             (projected,) = project_link(m, link, [peers], validation)["rows"]
         except ValueError as exc:
             rows.append(row | {"step_s": None, "not_projected": str(exc)})
             continue
+        if projected["withheld"]:
+            rows.append(row | {"step_s": None, "not_projected": projected["withheld"]})
+            continue
         rows.append(row | {
             "not_projected": None, "compute_s": compute, "compute_from": source, "size_bytes": m.size_bytes,
-            "parameters_from": [str(r.measured.run) for r in own],
+            "parameters_from": [str(r.measured.run) for r in own], "payload_share": evidence.payload_share,
             "step_s": projected["step_s"], "band_step_s": projected["band_step_s"],
-            "extrapolation": projected["extrapolation"],
+            "extrapolation": projected["extrapolation"], "extrapolation_why": projected["extrapolation_why"],
             "throughput_samples_per_s": projected["throughput_samples_per_s"],
-            "validation": {k: validation[k] for k in ("cases", "largest_peers", "errors")} if validation else None,
+            "validation": {"cases": validation.cases, "largest_peers": validation.largest_peers,
+                           "rates_mbit": validation.rates_mbit, "errors": validation.errors} if validation else None,
         })
     baselines = {(c["peers"], c["peer_cpus"], c["batch_size"]): c.get("family") for c in grid}
     for (peers, cpus, batch), family in baselines.items():
@@ -328,10 +338,10 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
     return rows
 
 
-def projected_remainder(sweeps: list[Path], link: Link, cores: int, validation_path: Path = VALIDATION) -> dict:
+def projected_remainder(sweeps: list[Path], link: Link, cores: int, evidence: Evidence) -> dict:
     grid = [c | {"family": name} for name, overrides in families(FULL_CORES).items()
             for c in configurations(overrides)]
-    rows = projected_rows(grid, slice_runs(sweeps), link, cores, validation_path)
+    rows = projected_rows(grid, slice_runs(sweeps, evidence.payload_share), link, cores, evidence)
     return {"link": dataclasses.asdict(link), "from_sweeps": [str(s) for s in sweeps], **projected_counts(rows),
             "rows": rows}
 
@@ -341,9 +351,27 @@ def projected_counts(rows: list[dict]) -> dict:
             "not_projected": sum(r["step_s"] is None for r in rows)}
 
 
-def merge(kept: dict, new: dict) -> dict:
+STALE = ("projected with the link's nominal rate, before the payload-share conversion (bench/results.json "
+         "link_goodput) existed: run `python bench/run.py thesis` again to project it")
+
+
+def judged(row: dict, evidence: Evidence) -> dict:
+    """A projected row held to today's evidence: no number where its strategy's model failed its validation or the
+    row was projected before the payload-share conversion (STALE); its extrapolation mark against today's cases."""
+    if row.get("step_s") is None:
+        return row
+    validation = evidence.validation(row["strategy"])
+    why = validation.failed if validation and validation.failed else None if "payload_share" in row else STALE
+    if why:
+        return row | {"step_s": None, "band_step_s": None, "throughput_samples_per_s": None, "not_projected": why}
+    beyond = extrapolation(validation, row["peers"], Link(**row["link"]))
+    return row | {"extrapolation": bool(beyond), "extrapolation_why": beyond}
+
+
+def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
     """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected)."""
+    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected, judged
+    against `evidence`, by default bench/results.json's)."""
     def dated(entry: dict) -> dict:
         return {name: {"measured_at": entry.get("measured_at"), "machine": entry.get("machine")} | family
                 for name, family in (entry.get("families") or {}).items()}
@@ -356,17 +384,19 @@ def merge(kept: dict, new: dict) -> dict:
     sweeps |= {s["path"]: s for s in new.get("sweeps", [])
                if s["path"] not in sweeps or s["summary"] != "projected_remainder"}
     return new | {"families": families_now, "ratio": max(speedups, default=0.0), "sweeps": list(sweeps.values()),
-                  "projected_remainder": merge_projected(kept, new)}
+                  "projected_remainder": merge_projected(kept, new, evidence)}
 
 
-def merge_projected(kept: dict, new: dict) -> dict | None:
+def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> dict | None:
     """The new run's projected remainder, except that a configuration whose strategy had no slice run at hand this
-    time (its family's sweep not under AVGBENCH_THESIS_DIR) keeps its saved projected row, with that row's date."""
+    time (its family's sweep not under AVGBENCH_THESIS_DIR) keeps its saved projected row, with that row's date,
+    judged against today's evidence (bench/results.json)."""
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
-    saved_rows = {(r["family"], r["configuration"]): {"measured_at": kept.get("measured_at"),
-                                                       "machine": kept.get("machine")} | r
+    evidence = evidence or load_evidence()
+    saved_rows = {(r["family"], r["configuration"]): judged({"measured_at": kept.get("measured_at"),
+                                                              "machine": kept.get("machine")} | r, evidence)
                   for r in saved["rows"] if r.get("step_s") is not None}
     rows = [saved_rows.get((r["family"], r["configuration"]), r) if r.get("slice_runs") == 0 else r
             for r in fresh["rows"]]
@@ -380,6 +410,7 @@ def run() -> dict:
     out = Path(os.environ.get("AVGBENCH_THESIS_DIR", ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"))
     full = cores >= FULL_CORES
     link = parse_link(os.environ.get("AVGBENCH_THESIS_LINK", DEFAULT_LINK))  # a bad link fails before the runs
+    evidence = load_evidence()  # and so does a results file without the payload share
     plan = chosen(families(cores))
     results = {name: rows_of(multirun(name, overrides, out)) for name, overrides in plan.items()}
     speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"] and not r["baseline"]]
@@ -390,7 +421,7 @@ def run() -> dict:
         "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
         "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
         "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
-        "projected_remainder": None if full else projected_remainder(sweeps, link, cores),
+        "projected_remainder": None if full else projected_remainder(sweeps, link, cores, evidence),
         "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
                     "summary": f"families.{name}" if name in plan else "projected_remainder"}
                    for name in families(cores) if name in plan or out / name in sweeps],

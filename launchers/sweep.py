@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from launchers.config import project_targets
 from metrics.report import build_report, report_errors
 
 
@@ -16,7 +17,8 @@ class SweepReport(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            paths = build_report([sweep_dir], sweep_dir)
+            project = project_targets(config.report.project, list(config.hydra.overrides.task))
+            paths = build_report([sweep_dir], sweep_dir, project)
         except Exception as exc:  # the multirun's results stay; the exit code says the report failed
             report_errors.append(f"{sweep_dir}: {exc}")
             print(f"avgbench: error: comparison report for {sweep_dir} failed: {exc}\n{traceback.format_exc()}",

@@ -264,3 +264,22 @@ def report_of(*dirs: Path, out: Path) -> str:
 
     build_report(list(dirs), out)
     return (out / "report.md").read_text()
+
+
+# --- what the projection reads from bench/results.json ------------------------------------
+def validation_case(strategy: str, peers: int, error: float, role: str = "held-out", counted: bool = True,
+                    link_mbit: float = 20, **more) -> dict:
+    """A row of the projection validation (bench/projection.py)."""
+    return {"model": "mlp", "strategy": strategy, "peers": peers, "link_mbit": link_mbit, "role": role,
+            "counted": counted, "error": error} | more
+
+
+def write_results(path: Path, rows: list[dict], payload_share: float = 0.8) -> Path:
+    """A results file as the projection reads it: the payload share (link_goodput) and a projection validation of
+    these rows, with the figures and verdicts bench/projection.py saves with them."""
+    from bench.projection import figures_of
+
+    path.write_text(json.dumps({"results": [
+        {"name": "link_goodput", "payload_share": payload_share, "measured_at": "then"},
+        {"name": "projection_validation", "measured_at": "then", "rows": rows} | figures_of(rows)]}))
+    return path

@@ -1,14 +1,16 @@
 """Cost models (strategies/<name>_cost.py) against hand-computed cases, projection from a hand-written run
 directory, and the validation benchmark's error arithmetic. No process is launched."""
 import json
+from pathlib import Path
 
 import pytest
 
 from bench.projection import error, grid, model_overrides, summarize
-from helpers import strategy_names, strategy_of, write_run
+from helpers import report_config, strategy_names, strategy_of, validation_case, write_results, write_run
 from metrics.bounds import Round
 from metrics.projection.cost import Cost
-from metrics.projection.project import Link, main, measure, parse_link, stops_scaling
+from metrics.projection.link import Link, parse_link
+from metrics.projection.project import main, measure, stops_scaling
 from strategies.allreduce_cost import AllReduceCost
 from strategies.hivemind_cost import HivemindCost
 from strategies.ps_cost import ParameterServerCost
@@ -277,55 +279,121 @@ def test_stops_scaling():
                           {"peers": 64, "throughput_samples_per_s": 121.0001}]) == {"stops_scaling_at": None}
 
 
-def write_validation(path, strategy: str) -> None:
-    """bench/results.json with a projection validation: held-out errors +10 % and -20 % up to N=8 counted; a
-    calibration case and an uncounted held-out case that must not widen the band."""
-    rows = [{"strategy": strategy, "peers": 2, "role": "calibration", "counted": True, "error": 0.5},
-            {"strategy": strategy, "peers": 4, "role": "held-out", "counted": True, "error": 0.1},
-            {"strategy": strategy, "peers": 8, "role": "held-out", "counted": True, "error": -0.2},
-            {"strategy": strategy, "peers": 16, "role": "held-out", "counted": False, "error": 0.9}]
-    path.write_text(json.dumps({"results": [{"name": "projection_validation", "measured_at": "then",
-                                             "setup": "test", "rows": rows}]}))
+SHARE = 0.8  # the payload share of the results files written here: 20 Mbit/s carry 2 MB/s of payload
+
+
+def write_validation(path, strategy: str) -> Path:
+    """A results file with the payload share and a projection validation: held-out errors +10 % and -10 % up to N=8
+    at 20 Mbit/s counted (within the ±15 % goal); a calibration case and an uncounted held-out case that must not
+    widen the band."""
+    return write_results(path, [validation_case(strategy, 2, 0.5, role="calibration"),
+                                validation_case(strategy, 4, 0.1), validation_case(strategy, 8, -0.1),
+                                validation_case(strategy, 16, 0.9, counted=False)], SHARE)
+
+
+def ps_run(path, train_s=(2.0, 3.85, 5.7, 7.55)):
+    """A sync ps run of 2 workers on 20 Mbit/s links: S = 1 MB, compute 0.05 s, 6 server updates in 0.3 s."""
+    write_run(path, "strategies.ps:ParameterServer", {"transport": "gloo", "servers": 1, "mode": "sync"},
+              workers=2, payload=1_000_000, mbit=20, train_s=list(train_s))
+    (path / "peer2").mkdir()
+    (path / "peer2" / "result.json").write_text(json.dumps({"strategy": {"role": "server", "opt_s": 0.3,
+                                                                         "updates": 6}}))
+    return path
 
 
 def test_projection_from_a_run_directory(tmp_path):
-    run = tmp_path / "ps"
-    write_run(run, "strategies.ps:ParameterServer", {"transport": "gloo", "servers": 1, "mode": "sync"},
-              workers=2, payload=1_000_000, mbit=20, train_s=[2.0, 3.5, 5.0, 6.5])
-    (run / "peer2").mkdir()  # the server: 6 updates in 0.3 s
-    (run / "peer2" / "result.json").write_text(json.dumps({"strategy": {"role": "server", "opt_s": 0.3,
-                                                                        "updates": 6}}))
-    m = measure(run)
+    run = ps_run(tmp_path / "ps")
+    m = measure(run, SHARE)
     assert (m.workers, m.batch, m.size_bytes, m.compute_s) == (2, 32, 1e6, pytest.approx(0.05))
     assert (m.server_s, m.hidden_s) == (pytest.approx(0.05), 0.0)
-    assert m.measured_step_s == pytest.approx(1.5)  # (6.5 - 2.0) / 3: steps 2..4
+    assert m.measured_step_s == pytest.approx(1.85)  # (7.55 - 2.0) / 3: steps 2..4
     assert m.samples_to_target == 2 * 4 * 32
-    # on its own link (2.5 MB/s, 0.4 s per MB) without overlap: 0.05 + 0.05 + 4 · 0.4 = 1.7 s; measured 1.5 s,
-    # so 0.2 s of the one early reply (0.4 s) crossed the next push: overlap 0.5
+    # on its own link, 20 Mbit/s x 0.8 = 2 MB/s of payload (0.5 s per MB), without overlap: 0.05 + 0.05 + 4 · 0.5 =
+    # 2.1 s; measured 1.85 s, so 0.25 s of the one early reply (0.5 s) crossed the next push: overlap 0.5
     assert m.overlap == pytest.approx(0.5)
-    validation = tmp_path / "results.json"
-    write_validation(validation, "ps")
+    results = write_validation(tmp_path / "results.json", "ps")
 
-    assert main([str(run), "--peers", "2", "8", "16", "64", "--link", "wan", "--validation", str(validation)]) == 0
+    assert main([str(run), "--peers", "2", "8", "16", "64", "--link", "wan", "20", "--results", str(results)]) == 0
     out = json.loads((run / "projection.json").read_text())
-    (projection,) = out["runs"][0]["projections"]
-    two, eight, sixteen, sixty_four = projection["rows"]
-    # N=8 on wan (12.5 MB/s, 0.08 s per MB): 0.1 + (16 - 0.5 · 7) · 0.08 = 1.1 s; throughput 8 · 32 / 1.1
-    assert eight["step_s"] == pytest.approx(1.1)
-    assert eight["throughput_samples_per_s"] == pytest.approx(256 / 1.1)
-    # the held-out errors +10 % and -20 %: the measured step was 1.1 / 1.1 to 1.1 / 0.8
-    assert eight["band_step_s"] == [pytest.approx(1.0), pytest.approx(1.375)]
-    # validated up to N=8: 16 is within 4x, 64 beyond
-    assert [r["extrapolation"] for r in projection["rows"]] == [False, False, False, True]
-    # time-to-target only where the global batch is at most the measured 2 x 32: N=2, 0.1 + (4 - 0.5) · 0.08 =
-    # 0.38 s per step, the 256 samples in 256 / (64 / 0.38) s
-    assert two["time_to_target_s"] == pytest.approx(256 / (64 / 0.38))
+    wan, twenty = out["runs"][0]["projections"]
+    two, eight, sixteen, sixty_four = wan["rows"]
+    # N=8 on wan: 100 Mbit/s x 0.8 = 10 MB/s (0.1 s per MB): 0.1 + (16 - 0.5 · 7) · 0.1 = 1.35 s
+    assert eight["step_s"] == pytest.approx(1.35)
+    assert eight["throughput_samples_per_s"] == pytest.approx(256 / 1.35)
+    # the held-out errors +10 % and -10 %: the measured step was 1.35 / 1.1 to 1.35 / 0.9
+    assert eight["band_step_s"] == [pytest.approx(1.35 / 1.1), pytest.approx(1.35 / 0.9)]
+    # validated at 20 Mbit/s only: every N on wan's 100 Mbit/s extrapolates; on 20 Mbit/s, N beyond 8 does
+    assert all(r["extrapolation"] and "100 Mbit/s outside the validated 20 Mbit/s" in r["extrapolation_why"]
+               for r in wan["rows"])
+    assert [r["extrapolation"] for r in twenty["rows"]] == [False, False, True, True]
+    assert twenty["rows"][3]["extrapolation_why"] == ["N=64 > the largest validated N=8"]
+    # time-to-target only where the global batch is at most the measured 2 x 32: N=2, 0.1 + (4 - 0.5) · 0.1 =
+    # 0.45 s per step, the 256 samples in 256 / (64 / 0.45) s
+    assert two["time_to_target_s"] == pytest.approx(256 / (64 / 0.45))
     assert eight["time_to_target_s"] is None and sixty_four["time_to_target_s"] is None
-    # N=16: 0.1 + (32 - 7.5) · 0.08 = 2.06 s; throughput 512 / 2.06 = 248.5 vs 232.7 samples/s: +6.8 %, stops
-    assert sixteen["step_s"] == pytest.approx(2.06)
-    assert projection["stops_scaling_at"] == 16
-    assert out["runs"][0]["validation"]["errors"] == [0.1, -0.2]
+    # N=16: 0.1 + (32 - 7.5) · 0.1 = 2.55 s; throughput 512 / 2.55 = 200.8 vs 189.6 samples/s: +5.9 %, stops
+    assert sixteen["step_s"] == pytest.approx(2.55)
+    assert wan["stops_scaling_at"] == 16
+    assert out["runs"][0]["validation"]["errors"] == [0.1, -0.1]
     assert (run / "projection.png").stat().st_size > 0
+
+
+def test_a_model_that_failed_its_validation_predicts_nothing(tmp_path, capsys):
+    run = ps_run(tmp_path / "ps")
+    # ps missed its ±15 % goal at N=8 (-20 %), at N=4 it met it: the model failed
+    results = write_results(tmp_path / "results.json", [validation_case("ps", 4, 0.1), validation_case("ps", 8, -0.2),
+                                                        validation_case("ps", 16, -0.4, counted=False)], SHARE)
+    assert main([str(run), "--peers", "2", "8", "--link", "wan", "--results", str(results)]) == 0
+    printed = capsys.readouterr().out
+    reason = "ps's cost model failed its validation: held-out error -20.0% at N=8, 20 Mbit/s (model mlp), beyond " \
+             "its goal of ±15%"
+    assert f"NO PREDICTION: {reason}" in printed and "PREDICTED on" not in printed
+    (projection,) = json.loads((run / "projection.json").read_text())["runs"][0]["projections"]
+    assert all(r["step_s"] is None and r["throughput_samples_per_s"] is None and r["band_step_s"] is None
+               and r["time_to_target_s"] is None and r["withheld"] == reason for r in projection["rows"])
+    assert projection["stops_scaling_at"] is None
+
+
+def test_one_conversion_of_the_nominal_rate_in_every_prediction(tmp_path, monkeypatch):
+    """The command line, the validation benchmark, the thesis rows and the report predict the same step for the
+    same run, N and link, and it is the cost model's at the nominal rate x the recorded payload share."""
+    from types import SimpleNamespace
+
+    from bench import projection, thesis
+    from metrics.projection.evidence import load_evidence
+    from metrics.report.projected import parse_targets
+
+    runs = {n: ps_run(tmp_path / f"ps{n}") for n in (2, 8)}  # calibration and a held-out case
+    results = write_validation(tmp_path / "results.json", "ps")
+    evidence = load_evidence(results)
+    # ps N=8 on 20 Mbit/s x 0.8 = 2 MB/s (0.5 s per MB), overlap 0.5 fitted on the N=2 run: 0.1 + 12.5 · 0.5
+    expected = 0.1 + (16 - 0.5 * 7) * 0.5
+
+    assert main([str(runs[2]), "--peers", "8", "--link", "20", "--results", str(results)]) == 0
+    cli = json.loads((runs[2] / "projection.json").read_text())["runs"][0]["projections"][0]["rows"][0]["step_s"]
+
+    # the validation benchmark: its probe saw another goodput (93 %) than the recorded share; it predicts with the
+    # recorded share all the same
+    monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [0.93 * mbit] * hosts)
+    monkeypatch.setattr(projection, "load_evidence", lambda: evidence)
+    monkeypatch.setattr(projection, "run_case", lambda model, strategy, n, rate, steps, share, timeout:
+                        measure(runs[n], share))
+    rows = projection.run("rates=20 peers=2,8 strategies=ps model=mlp")["rows"]
+    validated = next(r["predicted_step_s"] for r in rows if r["peers"] == 8)
+
+    params = measure(runs[2], evidence.payload_share)
+    slice_run = SimpleNamespace(strategy="ps", is_baseline=False, shape=(2, 1), knobs=params.knobs, measured=params)
+    configuration = {"overrides": ["strategy=ps"], "strategy": "ps", "peers": 8, "peer_cpus": 1, "batch_size": 32,
+                     "knobs": params.knobs, "family": "strategies"}
+    (target,) = parse_targets(["20:8"])
+    (row, _) = thesis.projected_rows([configuration], [slice_run], target.link, 2, evidence)
+
+    from metrics.report.projected import group_rows
+    group = SimpleNamespace(label="ps", runs=[SimpleNamespace(completed=True, path=runs[2])])
+    (report_row,) = group_rows(group, [target], evidence, [])
+
+    assert cli == validated == row["step_s"] == pytest.approx(expected)
+    assert report_row[2] == f"{expected:.3g}"
 
 
 def test_run_period_is_the_mean_over_workers(tmp_path):
@@ -333,24 +401,24 @@ def test_run_period_is_the_mean_over_workers(tmp_path):
     # worker 0 steps every 1.5 s, worker 1 every 1 s (its first step ended later): the run's period is 1.25 s
     write_run(run, "strategies.stepwise:Stepwise", {"chunks": 1}, workers=2, payload=1000, mbit=20,
               train_s=[[2.0, 3.5, 5.0, 6.5], [3.5, 4.5, 5.5, 6.5]])
-    assert measure(run).measured_step_s == pytest.approx(1.25)
+    assert measure(run, SHARE).measured_step_s == pytest.approx(1.25)
 
 
 def test_compute_of_an_oversubscribed_run_is_corrected(tmp_path):
     recorded = tmp_path / "recorded"
     write_run(recorded, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
               summary={"shape": {"oversubscription": 2.0}})
-    m = measure(recorded)
+    m = measure(recorded, SHARE)
     # 2 processes per core: a step's 0.05 s of compute is 0.025 s on a peer's own core
     assert m.compute_s == pytest.approx(0.025) and "CORRECTED" in m.compute_note
     cores = tmp_path / "cores"
     write_run(cores, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
               summary={"machine": {"cores": 1}})
     # 2 processes x 1 thread on 1 core
-    assert measure(cores).oversubscription == 2.0
+    assert measure(cores, SHARE).oversubscription == 2.0
     unknown = tmp_path / "unknown"
     write_run(unknown, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0])
-    m = measure(unknown)
+    m = measure(unknown, SHARE)
     assert m.compute_s == pytest.approx(0.05) and m.oversubscription is None and "unknown" in m.compute_note
 
 
@@ -360,10 +428,11 @@ def test_ring_payload_relation_and_hidden_communication_from_a_run_directory(tmp
     # was exposed: 0.02 s ran behind backward
     write_run(run, "strategies.allreduce:AllReduce", {"transport": "gloo", "ddp": True, "bucket_cap_mb": 25},
               workers=4, payload=1_500_000, mbit=100, train_s=[1.0, 1.2, 1.4], step={"link_s": 1.02})
-    m = measure(run)
+    m = measure(run, SHARE)
     assert m.size_bytes == pytest.approx(1e6) and m.hidden_s == pytest.approx(0.02)
-    # N=16 at 100 Mbit/s: 2 · 15 · 1 MB / 16 / 12.5 MB/s = 0.15 s, less the 0.02 s hidden: 0.05 + 0.13 s
-    assert m.step_s(16, Link("x", 100, 0, "test")) == pytest.approx(0.18)
+    # N=16 at 100 Mbit/s x 0.8 = 10 MB/s of payload: 2 · 15 · 1 MB / 16 / 10 MB/s = 0.1875 s, less the 0.02 s
+    # hidden: 0.05 + 0.1675 s
+    assert m.step_s(16, Link("x", 100, 0, "test")) == pytest.approx(0.2175)
 
 
 def test_powersgd_payload_is_its_compressed_steady_state(tmp_path):
@@ -374,7 +443,7 @@ def test_powersgd_payload_is_its_compressed_steady_state(tmp_path):
     knobs = {"transport": "gloo", "ddp": True, "comm_hook": "powersgd", "powersgd_rank": 1, "powersgd_start_iter": 3}
     write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=[1_000_000] * 3 + [40_000] * 4,
               mbit=100, train_s=[1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2])
-    m = measure(run)
+    m = measure(run, SHARE)
     assert (m.payload_bytes, m.size_bytes) == (40_000, 40_000)
 
 
@@ -384,7 +453,7 @@ def test_a_powersgd_run_that_never_compressed_projects_nothing(tmp_path):
     write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=1_000_000, mbit=100,
               train_s=[1.0, 1.2, 1.4])
     with pytest.raises(ValueError, match="no averaging round from step 11"):
-        measure(run)
+        measure(run, SHARE)
 
 
 def test_uncompressed_allreduce_payload_is_every_rounds(tmp_path):
@@ -392,7 +461,7 @@ def test_uncompressed_allreduce_payload_is_every_rounds(tmp_path):
     knobs = {"transport": "gloo", "ddp": True, "comm_hook": "fp16", "powersgd_rank": 1, "powersgd_start_iter": 3}
     write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=[20_000] * 2 + [10_000] * 2,
               mbit=100, train_s=[1.0, 1.2, 1.4, 1.6])
-    assert measure(run).payload_bytes == 15_000  # no warm-up outside PowerSGD: the mean over every round
+    assert measure(run, SHARE).payload_bytes == 15_000  # no warm-up outside PowerSGD: the mean over every round
 
 
 def test_projection_needs_a_link_for_unshaped_runs(tmp_path, capsys):
@@ -528,3 +597,74 @@ def test_a_failed_case_is_a_row_not_counted_and_the_benchmark_goes_on(monkeypatc
     # the figures count ring N=8 only as held out, ring N=2 only as calibration
     assert (entry["held_out"]["cases"], entry["calibration"]["cases"]) == (1, 1)
     assert {(r["strategy"], r["peers"]) for r in entry["not_counted"]} == {("ring", 4), ("ps", 2)}
+
+
+def sweep_run(path, strategy: str, target: str, knobs: dict, block: int, train_s: list, payload: int):
+    """A completed run of a sweep as both the report and the projection read it: 2 workers on 20 Mbit/s links,
+    compute 0.05 s per step, `payload` bytes per round, evaluations at the start and the end."""
+    config = report_config(strategy, 2, 1, block) | {
+        "strategy": {"name": strategy, "target": target},
+        "network": {"name": "emulated", "bandwidth_mbit": 20, "latency_ms": 0}}
+    write_run(path, target, knobs, 2, payload, 20, train_s, config=config, step={"loss": 1.0},
+              summary={"status": "completed", "is_baseline": False, "target": config["target"],
+                       "throughput_samples_per_s": 64 / (train_s[1] - train_s[0]), "total_samples": 256,
+                       "time_to_target_s": train_s[-1]})
+    for rank in range(2):
+        (path / f"peer{rank}" / "eval.jsonl").write_text("".join(
+            json.dumps({"step": step, "samples": 64 * step, "train_s": at, "test_accuracy": accuracy}) + "\n"
+            for step, at, accuracy in ((0, 0.0, 0.5), (len(train_s), train_s[-1], 0.95))))
+    return path
+
+
+def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
+    """report.project=[20:8, lan:16] on a sweep of ps (its model validated up to N=8 at 20 Mbit/s) and ring (its
+    model failed): ps predicted from each of its runs, with its band and EXTRAPOLATION beyond N=8 or 20 Mbit/s;
+    ring gives no number, only why; report.md and report.html say the same."""
+    from metrics.report import build_report, projected
+
+    sweep = tmp_path / "sweep"
+    for block in range(2):
+        ps = sweep_run(sweep / f"block{block}" / "strategy=ps", "ps", "strategies.ps:ParameterServer",
+                       {"transport": "gloo", "servers": 1, "mode": "sync"}, block, [2.0, 3.85, 5.7, 7.55], 1_000_000)
+        (ps / "peer2").mkdir()  # the server: 6 updates in 0.3 s
+        (ps / "peer2" / "result.json").write_text(json.dumps({"strategy": {"role": "server", "opt_s": 0.3,
+                                                                          "updates": 6}}))
+        sweep_run(sweep / f"block{block}" / "strategy=ring", "ring", "strategies.ring:Ring", {}, block,
+                  [2.0, 3.0, 4.0, 5.0], 1_500_000)
+    results = write_results(tmp_path / "results.json", [validation_case("ps", 4, 0.1), validation_case("ps", 8, -0.1),
+                                                        validation_case("ring", 8, -0.7)], SHARE)
+    monkeypatch.setattr(projected, "RESULTS", results)
+    paths = build_report([sweep], tmp_path / "out", ["20:8", "lan:16"])
+
+    markdown = paths["md"].read_text()
+    table = markdown[markdown.index("## Projected to your cluster"):markdown.index("## Methods")]
+    rows = {tuple(cells[:2]): cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                                  for line in table.splitlines() if line.startswith(("| ps", "| ring")))}
+    # ps at N=8 on 20 Mbit/s (2 MB/s of payload, 0.5 s per MB), overlap 0.5 fitted on each run: 0.1 + 12.5 · 0.5 =
+    # 6.35 s, band 6.35 / 1.1 to 6.35 / 0.9, throughput 8 · 32 / 6.35; the same from both blocks' runs
+    assert rows["ps", "8 x 20 Mbit/s (20 Mbit/s, 0 ms)"][2:7] == ["6.35", "5.77–7.06", "40.3", "–",
+                                                                  "2 (step 6.35–6.35 s)"]
+    # N=16 on lan (100 MB/s of payload, 0.01 s per MB): 0.1 + (32 - 7.5) · 0.01 = 0.345 s, beyond N=8 and 20 Mbit/s
+    lan = rows["ps", "16 x lan (1000 Mbit/s, 0 ms)"]
+    assert lan[2] == "0.345" and lan[7] == ("EXTRAPOLATION: N=16 > the largest validated N=8; 1000 Mbit/s "
+                                                    "outside the validated 20 Mbit/s")
+    reason = ("no number: ring's cost model failed its validation: held-out error -70.0% at N=8, 20 Mbit/s (model "
+              "mlp), beyond its goal of ±15%")
+    for target in ("8 x 20 Mbit/s (20 Mbit/s, 0 ms)", "16 x lan (1000 Mbit/s, 0 ms)"):
+        assert rows["ring", target][2:6] == ["–"] * 4 and rows["ring", target][7] == reason
+    html = paths["html"].read_text()
+    assert "Projected to your cluster" in html and "0.345" in html and "5.77–7.06" in html
+    assert html.count("ring&#39;s cost model failed its validation") == 2
+
+
+def test_report_project_targets_are_checked_before_any_run():
+    from job.errors import ConfigError
+    from launchers.config import project_targets
+
+    # the multirun's comma list is one list of targets, not a sweep of reports
+    assert project_targets([], ["report.project=lan:8,1000:16", "strategy=ring,ps"]) == ["lan:8", "1000:16"]
+    assert project_targets([], ['report.project=[lan:8,"100,20:16"]']) == ["lan:8", "100,20:16"]
+    with pytest.raises(ConfigError, match="'datacenter' sets no link rate"):
+        project_targets([], ["report.project=lan:8,datacenter:16"])
+    with pytest.raises(ConfigError, match="give LINK:N with N >= 2 peers"):
+        project_targets(["lan"], [])

@@ -1,16 +1,16 @@
 """bench/thesis.py without running it: the families chosen, the full grid it would run, and the projected
 remainder built from a hand-made slice."""
-import json
-
 import pytest
 
-from bench.thesis import chosen, configurations, families, family_overrides, merge, projected_rows, slice_runs
-from helpers import write_run
-from metrics.projection.project import Link
+from bench.thesis import STALE, chosen, configurations, families, family_overrides, judged, merge, projected_rows, \
+    slice_runs
+from helpers import validation_case, write_results, write_run
+from metrics.projection.evidence import load_evidence
+from metrics.projection.link import Link
 
 HIVEMIND = {"matchmaking_time": 2.0, "target_batch_size": 625, "use_local_updates": False,
             "delay_state_averaging": True, "average_state_every": 1}
-ONE_MB_PER_S = Link("test", 8.0, 0.0, "test")  # 8 Mbit/s: 1 MB/s
+ONE_MB_PER_S = Link("test", 10.0, 0.0, "test")  # 10 Mbit/s x the payload share 0.8: 1 MB/s of payload
 
 
 def test_families_chosen_by_name():
@@ -61,11 +61,15 @@ def write_slice(sweeps) -> None:
     run("hivemind/block0/baseline_1x1", single, {}, 1, 0, 5.0, slice_shape | {"peers": 1}, None, baseline)
 
 
-def write_validation(path) -> None:
-    """hivemind's held-out errors +10 % (N=4) and -20 % (N=8); none for ps."""
-    rows = [{"strategy": "hivemind", "peers": n, "role": "held-out", "counted": True, "error": e}
-            for n, e in ((4, 0.1), (8, -0.2))]
-    path.write_text(json.dumps({"results": [{"name": "projection_validation", "measured_at": "then", "rows": rows}]}))
+def evidence_of(path, *rows):
+    """The payload share 0.8 and these validation rows, as the projection reads them."""
+    return load_evidence(write_results(path, list(rows), 0.8))
+
+
+def validated_hivemind(path):
+    """hivemind's held-out errors +10 % (N=4) and -20 % (N=16) at 10 Mbit/s, within its ±25 % goal; none for ps."""
+    return evidence_of(path, validation_case("hivemind", 4, 0.1, link_mbit=10),
+                       validation_case("hivemind", 16, -0.2, link_mbit=10))
 
 
 def configuration(strategy: str, peers: int, cpus: int, knobs: dict) -> dict:
@@ -75,13 +79,12 @@ def configuration(strategy: str, peers: int, cpus: int, knobs: dict) -> dict:
 
 def test_projected_remainder_from_the_slice(tmp_path):
     write_slice(tmp_path)
-    validation = tmp_path / "results.json"
-    write_validation(validation)
+    evidence = validated_hivemind(tmp_path / "results.json")
     grid = [configuration("hivemind", 16, 1, HIVEMIND | {"target_batch_size": 10000}),
             configuration("hivemind", 8, 2, HIVEMIND | {"use_local_updates": True}),
             configuration("hivemind", 4, 4, HIVEMIND),
             configuration("ps", 8, 2, {"servers": 1, "mode": "sync"})]
-    rows = projected_rows(grid, slice_runs([tmp_path / "hivemind"]), ONE_MB_PER_S, 2, validation)
+    rows = projected_rows(grid, slice_runs([tmp_path / "hivemind"], 0.8), ONE_MB_PER_S, 2, evidence)
     sixteen, eight, four, ps, *baselines = rows
     assert all(r["projected"] for r in rows)
 
@@ -91,11 +94,11 @@ def test_projected_remainder_from_the_slice(tmp_path):
     assert sixteen["compute_s"] == pytest.approx(0.6)
     assert sixteen["step_s"] == pytest.approx(0.70375)
     assert sixteen["throughput_samples_per_s"] == pytest.approx(16 * 32 / 0.70375)
-    # validated up to N=8 with errors +10 % and -20 %: the band, and 16 within 4x of 8
+    # validated up to N=16 at 10 Mbit/s with errors +10 % and -20 %: the band, no extrapolation
     assert sixteen["band_step_s"] == [pytest.approx(0.70375 / 1.1), pytest.approx(0.70375 / 0.8)]
-    assert sixteen["extrapolation"] is False
+    assert sixteen["extrapolation"] is False and sixteen["payload_share"] == 0.8
     assert sixteen["speedup"] is None and "16 vCPUs" in sixteen["speedup_unknown"]
-    assert sixteen["link"]["mbit"] == 8.0
+    assert sixteen["link"]["mbit"] == 10.0
 
     # 8 x 2, local updates, target 625: a 2-vCPU peer's compute from the one-process 2-vCPU baseline, 0.8 s for 64
     # samples: 0.4 s for 32; k = ceil(625 / 256) = 3; the background state round (2 s + 2·7/8 · 1 s) holds the next
@@ -114,9 +117,40 @@ def test_projected_remainder_from_the_slice(tmp_path):
 
 def test_projection_without_validation_is_extrapolation(tmp_path):
     write_slice(tmp_path)
-    (row, *_) = projected_rows([configuration("hivemind", 16, 1, HIVEMIND)], slice_runs([tmp_path / "hivemind"]),
-                               ONE_MB_PER_S, 2, tmp_path / "no-results.json")
+    evidence = evidence_of(tmp_path / "results.json", validation_case("ps", 4, 0.1))
+    (row, *_) = projected_rows([configuration("hivemind", 16, 1, HIVEMIND)], slice_runs([tmp_path / "hivemind"], 0.8),
+                               ONE_MB_PER_S, 2, evidence)
     assert row["step_s"] is not None and row["band_step_s"] is None and row["extrapolation"] is True
+
+
+def test_a_model_that_failed_its_validation_gives_no_thesis_row_a_number(tmp_path):
+    write_slice(tmp_path)
+    # hivemind's model missed its ±25 % goal at N=8 (+312 %)
+    evidence = evidence_of(tmp_path / "results.json", validation_case("hivemind", 4, 0.1),
+                           validation_case("hivemind", 8, 3.12))
+    (row, *_) = projected_rows([configuration("hivemind", 16, 1, HIVEMIND)], slice_runs([tmp_path / "hivemind"], 0.8),
+                               ONE_MB_PER_S, 2, evidence)
+    assert row["step_s"] is None and "throughput_samples_per_s" not in row
+    assert row["not_projected"] == ("hivemind's cost model failed its validation: held-out error +312.0% at N=8, "
+                                    "20 Mbit/s (model mlp), beyond its goal of ±25%")
+
+
+def test_saved_rows_are_judged_against_todays_evidence(tmp_path):
+    """A saved row loses its number where its model has failed since, or where it was projected with the nominal
+    rate (no payload_share); otherwise its extrapolation mark follows today's validated N and rates."""
+    evidence = evidence_of(tmp_path / "results.json", validation_case("ring", 8, -0.7), validation_case("ps", 8, 0.1))
+    lan = {"name": "lan", "mbit": 1000.0, "latency_ms": 0.0, "source": "conf/network/lan.yaml"}
+
+    def saved(strategy, peers, **more):
+        return {"strategy": strategy, "peers": peers, "link": lan, "step_s": 1.0, "band_step_s": [0.9, 1.1],
+                "throughput_samples_per_s": 256.0, "extrapolation": False, "payload_share": 0.8} | more
+
+    ring = judged(saved("ring", 8), evidence)
+    assert ring["step_s"] is None and ring["throughput_samples_per_s"] is None and "-70.0%" in ring["not_projected"]
+    stale = judged({k: v for k, v in saved("ps", 8).items() if k != "payload_share"}, evidence)
+    assert stale["step_s"] is None and stale["not_projected"] == STALE
+    ps = judged(saved("ps", 8), evidence)
+    assert ps["step_s"] == 1.0 and ps["extrapolation_why"] == ["1000 Mbit/s outside the validated 20 Mbit/s"]
 
 
 def test_a_rerun_of_some_families_keeps_the_others():
@@ -136,19 +170,20 @@ def test_a_rerun_of_some_families_keeps_the_others():
     assert merged["sweeps"] == [sweep("multirun/a/strategies", "strategies"), sweep("multirun/b/hivemind", "hivemind")]
 
 
-def test_a_rerun_of_one_family_keeps_the_projected_rows_it_had_no_runs_for():
+def test_a_rerun_of_one_family_keeps_the_projected_rows_it_had_no_runs_for(tmp_path):
     """The strategies family rerun alone: its projected rows are new, the hivemind rows (no hivemind slice run at
     hand this time) keep their saved numbers and date; a row that could not be projected anyway stays new."""
     def projected(family, configuration, step_s, slice_runs, sweep):
         return {"family": family, "configuration": configuration, "step_s": step_s, "slice_runs": slice_runs,
-                "parameters_from": [sweep]}
+                "parameters_from": [sweep], "strategy": family, "peers": 16, "payload_share": 0.8,
+                "link": {"name": "test", "mbit": 20.0, "latency_ms": 0.0, "source": "test"}}
     kept = {"measured_at": "then", "families": {}, "projected_remainder": {"from_sweeps": ["hivemind"], "rows": [
         projected("hivemind", "peers=16", 1.5, 3, "hivemind"), projected("strategies", "strategy=ring", None, 0, ""),
         projected("hivemind", "peers=4", None, 3, "")]}}
     new = {"measured_at": "now", "families": {}, "projected_remainder": {"from_sweeps": ["strategies"], "rows": [
         projected("hivemind", "peers=16", None, 0, ""), projected("strategies", "strategy=ring", 0.4, 3, "strategies"),
         projected("hivemind", "peers=4", None, 0, "")]}}
-    remainder = merge(kept, new)["projected_remainder"]
+    remainder = merge(kept, new, validated_hivemind(tmp_path / "results.json"))["projected_remainder"]
     assert [(r["configuration"], r["step_s"], r.get("measured_at")) for r in remainder["rows"]] == \
         [("peers=16", 1.5, "then"), ("strategy=ring", 0.4, None), ("peers=4", None, None)]
     assert (remainder["projected"], remainder["not_projected"]) == (2, 1)

@@ -4,11 +4,12 @@
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...] [-o OUT]
 
 Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time in
-strategies/<name>_cost.py, the model in its docstring), not a measurement. The model's parameters come from one measured
-run (RUN_DIR, or every run below it): compute per step, S (the bytes averaged per round),
-the link rate beta and latency alpha (the run's own link, or each --link). A --link is a
-preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s, each with
-an optional one-way latency in ms (`wan,40`, `1000,0.2`).
+strategies/<name>_cost.py, the model in its docstring), not a measurement. The model's parameters come from one
+measured run (RUN_DIR, or every run below it): compute per step, S (the bytes averaged per round), the link's payload
+rate beta (its nominal rate x the payload share bench/results.json records, link.py) and latency alpha (the run's own
+link, or each --link). A --link is a preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s,
+each with an optional one-way latency in ms (`wan,40`, `1000,0.2`). A model that failed its validation predicts
+nothing, and says why; a prediction beyond what its validation covered is marked EXTRAPOLATION (evidence.py).
 
 Writes projection.json and projection.png (throughput against peers, one panel per link)
 into the directory given, or into OUT when several are given. The run's cost model is the one
@@ -22,20 +23,16 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
-from metrics.bounds import MBIT, Round, round_records
-from metrics.projection.cost import Cost, CostModel, first_paragraph
-from metrics.projection.models import cost_model
+from metrics.bounds import Round, round_records
 from metrics.jsonl import read_jsonl
+from metrics.projection.cost import Cost, CostModel, first_paragraph
+from metrics.projection.evidence import RESULTS, Evidence, Validation, extrapolation, load_evidence
+from metrics.projection.link import Link, parse_link, payload_rate
+from metrics.projection.models import cost_model
 from metrics.rundir import RunDir, run_dirs_under
 
-NETWORK_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "network"
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
-
-EXTRAPOLATION = 4    # a prediction beyond this many times the largest validated N is marked as extrapolation
-VALIDATION = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 
 METHODS = {
     "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
@@ -61,13 +58,19 @@ METHODS = {
                        "last step minus that of its first, over the steps between; evaluations excluded). The "
                        "mean over workers is the run's period: a single worker's mean carries where it sat in "
                        "the first and last round (stepwise's rotating ring)",
-    "step_s": "predicted: the strategy's steady-state cost model (step_time) with N workers, S, beta = "
-              "the link rate, alpha = its latency, and the measured compute, hidden communication, server update "
-              "and fitted overlap",
+    "step_s": "predicted: the strategy's steady-state cost model (step_time) with N workers, S, beta = the link's "
+              "payload rate (nominal rate x the payload share of bench/results.json link_goodput: the bytes a TCP "
+              "stream carried as payload on an emulated link with both directions busy, bench/goodput.py), alpha = "
+              "its latency, and the measured compute, hidden communication, server update and fitted overlap. "
+              "None where the strategy's model failed its validation (withheld says why)",
+    "withheld": "why there is no number: the strategy's cost model missed its goal in the held-out validation "
+                "(bench/results.json projection_validation: its worst case against its goal)",
     "band_step_s": "the range the measured step fell in for this prediction's error: predicted / (1 + e) over the "
                    "held-out validation errors e of the strategy (bench/results.json projection_validation, "
                    "counted held-out cases only); none where the strategy has no validated case",
-    "extrapolation": f"true where N exceeds {EXTRAPOLATION}x the largest held-out N validated for the strategy",
+    "extrapolation": "true where the prediction lies beyond the strategy's held-out validation: N above its largest "
+                     "validated N, a link rate outside its validated rates, a latency above its validated "
+                     "latencies (extrapolation_why says which), or no validated case at all",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
     "time_to_target_s": "predicted only where the global batch (N x batch per worker) is at most the measured "
                         "run's: the measured run's samples_to_target (summary.json: all workers' samples when the "
@@ -78,46 +81,6 @@ METHODS = {
     "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
                         f"projected N is below {STOP_GAIN:.0%}",
 }
-
-
-# --- links -------------------------------------------------------------------------
-
-@dataclass
-class Link:
-    name: str
-    mbit: float          # Mbit/s per direction
-    latency_ms: float    # one-way
-    source: str          # where the figures come from
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms)"
-
-
-def preset_link(name: str) -> Link:
-    """An emulated preset of conf/network: its bandwidth_mbit and latency_ms (emulated.yaml's where it sets none)."""
-    path = NETWORK_PRESETS / f"{name}.yaml"
-    if not path.exists():
-        raise ValueError(f"no network preset {name!r} in {NETWORK_PRESETS} (or give MBIT[,LATENCY_MS])")
-    settings = yaml.safe_load((NETWORK_PRESETS / "emulated.yaml").read_text()) | yaml.safe_load(path.read_text())
-    if not settings.get("bandwidth_mbit"):
-        raise ValueError(f"the network preset {name!r} sets no link rate (unshaped); give one as MBIT[,LATENCY_MS]")
-    return Link(name, float(settings["bandwidth_mbit"]), float(settings.get("latency_ms") or 0.0),
-                f"conf/network/{name}.yaml")
-
-
-def parse_link(text: str) -> Link:
-    """`wan`, `wan,40` (a preset with another latency), `1000` or `1000,0.2` (Mbit/s, one-way ms)."""
-    name, _, latency = text.partition(",")
-    try:
-        link = Link(f"{float(name):g} Mbit/s", float(name), 0.0, "--link") if name[:1].isdigit() else preset_link(name)
-        if latency:
-            link.latency_ms, link.source = float(latency), f"{link.source}, latency from --link"
-    except ValueError as exc:
-        raise ValueError(f"--link {text}: {exc}") from exc
-    if link.mbit <= 0 or link.latency_ms < 0:
-        raise ValueError(f"--link {text}: the rate must be > 0 and the latency >= 0")
-    return link
 
 
 # --- what a run measured -------------------------------------------------------------
@@ -142,17 +105,13 @@ class Measured:
     link: Link | None                # the run's own link; None: unshaped
     measured_step_s: float
     samples_to_target: float | None
-    fit_link: Link | None = None     # the link overlap is fitted against (default: the run's own)
+    payload_share: float             # payload / nominal rate of a link (bench/results.json link_goodput)
+    overlap: float = 0.0             # the model's overlap share, fitted on the run's own N and link (fit_overlap)
 
     def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
-        return Cost(workers, self.size_bytes, link.mbit * MBIT, link.latency_ms / 1e3, self.compute_s, self.batch,
-                    self.knobs, hidden=self.hidden_s, server=self.server_s, overlap=overlap)
-
-    @property
-    def overlap(self) -> float:
-        """The strategy's fitted overlap share (CostModel.fit_overlap) on the run's own N and link (0: no link)."""
-        link = self.fit_link or self.link
-        return self.model.fit_overlap(self.cost(self.workers, link), self.measured_step_s) if link else 0.0
+        return Cost(workers, self.size_bytes, payload_rate(link, self.payload_share), link.latency_ms / 1e3,
+                    self.compute_s, self.batch, self.knobs, hidden=self.hidden_s, server=self.server_s,
+                    overlap=overlap)
 
     def step_s(self, workers: int, link: Link) -> float:
         """Predicted seconds per step at `workers` workers on `link`."""
@@ -230,9 +189,9 @@ def own_cores_compute(measured: float, factor: float | None, source: str) -> tup
                                f"{measured:.4g} s / {factor:.2g}, assuming CPU-bound steps share the cores evenly")
 
 
-def measure(path: Path, fit_link: Link | None = None) -> Measured:
-    """The cost-model parameters of one run (see METHODS); fit_link: the link rate the strategy's overlap is fitted
-    against (default: the run's own)."""
+def measure(path: Path, payload_share: float) -> Measured:
+    """The cost-model parameters of one run (see METHODS); payload_share: payload / nominal rate of a link
+    (Evidence.payload_share), the conversion every prediction from it uses."""
     run = RunDir(path)
     summary = json.loads(run.summary.read_text())
     config = summary["config"]
@@ -253,62 +212,54 @@ def measure(path: Path, fit_link: Link | None = None) -> Measured:
     if not payload and model.communicates:
         raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
     link = run_link(run, config)
-    size = model.averaged_bytes(Round(payload, workers, link.mbit * MBIT if link else 0.0, knobs)) if payload else 0.0
+    rate = payload_rate(link, payload_share) if link else 0.0
+    size = model.averaged_bytes(Round(payload, workers, rate, knobs)) if payload else 0.0
     launch = json.loads(run.launch_spec.read_text())
     steady_steps = [s for steps in steps_by_rank.values() for s in steady(steps)]
     factor, source = oversubscription(summary, launch)
     compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
                                                        for s in steady_steps), factor, source)
-    return Measured(
+    m = Measured(
         run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
         knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
         hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps)), server_s=server_update_s(run),
         payload_bytes=payload, size_bytes=size, link=link,
         measured_step_s=statistics.fmean(mean_step_s(steps) for steps in steps_by_rank.values()),
-        samples_to_target=summary.get("samples_to_target"), fit_link=fit_link,
+        samples_to_target=summary.get("samples_to_target"), payload_share=payload_share,
     )
+    if link:  # the share of overlappable transfers the run overlapped (CostModel.fit_overlap; 0: no link)
+        m.overlap = model.fit_overlap(m.cost(workers, link), m.measured_step_s)
+    return m
 
 
 # --- projection ------------------------------------------------------------------------
 
-def load_validation(path: Path, strategy: str) -> dict | None:
-    """The strategy's held-out, counted cases in the projection validation of bench/results.json (None: none)."""
-    if not path.exists():
-        return None
-    entry = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == "projection_validation"),
-                 None)
-    rows = [r for r in (entry or {}).get("rows", []) if r["strategy"] == strategy and r.get("role") == "held-out"
-            and r.get("counted")]
-    if not rows:
-        return None
-    return {"source": str(path), "measured_at": entry.get("measured_at"), "setup": entry.get("setup"),
-            "cases": len(rows), "errors": [r["error"] for r in rows], "largest_peers": max(r["peers"] for r in rows),
-            "rows": rows}
-
-
-def band(step: float, validation: dict | None) -> list[float] | None:
-    """[low, high] of the step the validated errors allow: step / (1 + e) over the held-out errors e."""
-    if validation is None:
-        return None
-    return [step / (1 + max(validation["errors"])), step / (1 + min(validation["errors"]))]
-
-
-def project_link(m: Measured, link: Link, peers: list[int], validation: dict | None) -> dict:
+def project_link(m: Measured, link: Link, peers: list[int], validation: Validation | None) -> dict:
+    """The predictions on one link: per N the step, its band, where it extrapolates, throughput and time-to-target;
+    none where the model failed its validation (each row says why)."""
     rows = []
     for n in peers:
+        beyond = extrapolation(validation, n, link)
+        row = {"peers": n, "extrapolation": bool(beyond), "extrapolation_why": beyond}
+        if validation and validation.failed:
+            rows.append(row | {"step_s": None, "withheld": validation.failed, "band_step_s": None,
+                               "throughput_samples_per_s": None, "time_to_target_s": None})
+            continue
         step = m.step_s(n, link)
         throughput = n * m.batch / step
         known = m.samples_to_target and n <= m.workers
-        rows.append({"peers": n, "step_s": step, "band_step_s": band(step, validation),
-                     "extrapolation": validation is None or n > EXTRAPOLATION * validation["largest_peers"],
-                     "throughput_samples_per_s": throughput,
-                     "time_to_target_s": m.samples_to_target / throughput if known else None})
+        rows.append(row | {"step_s": step, "withheld": None, "band_step_s": validation.band(step) if validation else None,
+                           "throughput_samples_per_s": throughput,
+                           "time_to_target_s": m.samples_to_target / throughput if known else None})
     return {"link": asdict(link), "rows": rows, **stops_scaling(rows)}
 
 
 def stops_scaling(rows: list[dict]) -> dict:
-    """The first N whose throughput gain per doubling over the previous N is below STOP_GAIN (None: never)."""
+    """The first N whose throughput gain per doubling over the previous N is below STOP_GAIN (None: never, or no
+    numbers)."""
     for before, after in zip(rows, rows[1:]):
+        if before["throughput_samples_per_s"] is None or after["throughput_samples_per_s"] is None:
+            return {"stops_scaling_at": None}
         doublings = math.log2(after["peers"] / before["peers"])
         gain = (after["throughput_samples_per_s"] / before["throughput_samples_per_s"]) ** (1 / doublings) - 1
         if gain < STOP_GAIN:
@@ -316,13 +267,21 @@ def stops_scaling(rows: list[dict]) -> dict:
     return {"stops_scaling_at": None}
 
 
-def project(m: Measured, links: list[Link], peers: list[int], validation_path: Path = VALIDATION) -> dict:
+def validation_record(validation: Validation | None) -> dict | None:
+    if validation is None:
+        return None
+    return {"source": validation.source, "cases": validation.cases, "errors": validation.errors,
+            "largest_peers": validation.largest_peers, "rates_mbit": validation.rates_mbit,
+            "latency_ms": validation.latency_ms, "failed": validation.failed}
+
+
+def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence) -> dict:
+    validation = evidence.validation(m.strategy)
     check = None
     if m.link is not None:
         predicted = m.step_s(m.workers, m.link)
         check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
                  "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
-    validation = load_validation(validation_path, m.strategy)
     return {
         "run": str(m.run), "strategy": m.strategy,
         "model": first_paragraph(m.model.step_time),
@@ -332,8 +291,9 @@ def project(m: Measured, links: list[Link], peers: list[int], validation_path: P
                      "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
                      "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
                      "samples_to_target": m.samples_to_target},
+        "payload_share": {"share": m.payload_share, "source": evidence.goodput_source},
         "model_check": check,
-        "validation": validation,
+        "validation": validation_record(validation),
         "projections": [project_link(m, link, peers, validation) for link in links],
     }
 
@@ -353,11 +313,19 @@ def validation_text(validation: dict | None) -> str:
     if validation is None:
         return ("  validation: none of this strategy's cost model in bench/results.json: no error band; every "
                 "prediction is an extrapolation")
-    errors = validation["errors"]
-    return (f"  validation ({validation['source']}, {validation['measured_at']}): {validation['cases']} held-out "
-            f"cases up to N={validation['largest_peers']}, errors {min(errors):+.0%} to {max(errors):+.0%}; "
-            f"band = predicted / (1 + error); beyond N={EXTRAPOLATION * validation['largest_peers']} marked "
-            f"EXTRAPOLATION")
+    if validation["failed"]:
+        return f"  NO PREDICTION: {validation['failed']} ({validation['source']})"
+    errors, rates = validation["errors"], validation["rates_mbit"]
+    return (f"  validation ({validation['source']}): {validation['cases']} held-out cases up to "
+            f"N={validation['largest_peers']} at {', '.join(f'{r:g}' for r in rates)} Mbit/s and latency <= "
+            f"{validation['latency_ms']:g} ms, errors {min(errors):+.0%} to {max(errors):+.0%}; band = predicted / "
+            "(1 + error); beyond those N, rates or latencies marked EXTRAPOLATION")
+
+
+def row_text(row: dict) -> str:
+    marks = f"  EXTRAPOLATION ({'; '.join(row['extrapolation_why'])})" if row["extrapolation"] else ""
+    return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band_text(row):>17} "
+            f"{row['throughput_samples_per_s']:>23.4g} {fmt(row['time_to_target_s'], digits=4):>19}{marks}")
 
 
 def text_report(result: dict) -> list[str]:
@@ -370,6 +338,8 @@ def text_report(result: dict) -> list[str]:
              f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
              f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "
              f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
+             f"  link rate: payload rate = nominal x {result['payload_share']['share']:.3f} "
+             f"({result['payload_share']['source']})",
              validation_text(result["validation"])]
     check = result["model_check"]
     if check:
@@ -378,15 +348,14 @@ def text_report(result: dict) -> list[str]:
                      f"measured {fmt(check['measured_step_s'], 's/step')} (steps 2..last, mean over workers), "
                      f"error {check['error']:+.1%}" + (" (the overlap was fitted on this run: it holds by construction)"
                                                        if m["overlap"] else ""))
+    if result["validation"] and result["validation"]["failed"]:
+        return lines
     for p in result["projections"]:
         link = Link(**p["link"])
         lines.append(f"  PREDICTED on {link.label}, from {link.source}:")
         lines.append(f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
                      f"{'time-to-target (s)':>19}")
-        for r in p["rows"]:
-            lines.append(f"    {r['peers']:>6} {r['step_s']:>10.4g} {band_text(r):>17} "
-                         f"{r['throughput_samples_per_s']:>23.4g} {fmt(r['time_to_target_s'], digits=4):>19}"
-                         + ("  EXTRAPOLATION" if r["extrapolation"] else ""))
+        lines += [row_text(r) for r in p["rows"]]
         if any(r["time_to_target_s"] is None for r in p["rows"]) and m["samples_to_target"]:
             lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
                          f"{m['batch_per_worker']}): larger batches need more samples past the critical batch size")
@@ -411,7 +380,7 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
     for ax, link in zip(axes[0], links):
         for result in results:
             p = next((q for q in result["projections"] if q["link"] == link), None)
-            if p is None:
+            if p is None or (result["validation"] or {}).get("failed"):  # a failed model: no number, not even drawn
                 continue
             rows = p["rows"]
             throughput = [r["throughput_samples_per_s"] for r in rows]
@@ -434,10 +403,13 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("predicted throughput (samples/s)")
-    axes[0][-1].legend(fontsize=8)
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        axes[0][-1].legend(fontsize=8)
+    failed = sorted({r["strategy"] for r in results if (r["validation"] or {}).get("failed")})
     fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured)\nshaded: the error "
-                 f"band its held-out validation measured; x: extrapolation (> {EXTRAPOLATION}x the largest validated "
-                 f"N); square: stops scaling (< {STOP_GAIN:.0%} per doubling)", fontsize=9)
+                 "band its held-out validation measured; x: extrapolation (beyond the validated N, rate or latency); "
+                 f"square: stops scaling (< {STOP_GAIN:.0%} per doubling)"
+                 + (f"\nnot drawn (failed their validation): {', '.join(failed)}" if failed else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -451,8 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link", nargs="+", dest="links", default=[],
                         help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
-    parser.add_argument("--validation", type=Path, default=VALIDATION,
-                        help="benchmark results holding the projection validation (default: bench/results.json)")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="benchmark results holding the payload share (link_goodput) and the projection "
+                             "validation (default: bench/results.json)")
     args = parser.parse_args(argv)
     runs = [r for d in args.dirs for r in run_dirs_under(d)]
     if not runs:
@@ -464,13 +437,14 @@ def main(argv: list[str] | None = None) -> int:
     peers = sorted(set(args.peers))
     try:
         links = [parse_link(text) for text in args.links]
-        measured = [measure(r) for r in runs]
+        evidence = load_evidence(args.results)
+        measured = [measure(r, evidence.payload_share) for r in runs]
         results = []
         for m in measured:
             own = links or ([m.link] if m.link else [])
             if not own:
                 raise ValueError(f"{m.run} ran on unshaped links (no rate to start from): give --link")
-            results.append(project(m, own, peers, args.validation))
+            results.append(project(m, own, peers, evidence))
     except ValueError as exc:
         print(f"avgbench: error: {exc}", file=sys.stderr)
         return 2
@@ -481,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "projection.json").write_text(json.dumps({
         "note": "every step_s, throughput and time-to-target here is PREDICTED by the strategy's cost model, "
                 "not measured; measured figures are under 'measured' and model_check.measured_step_s; each run's "
-                "'validation' is the held-out validation its error bands come from",
+                "'validation' is the held-out validation its error bands come from; a strategy whose model "
+                "failed it has no number, only 'withheld'",
         "peers": peers, "methods": METHODS, "runs": results}, indent=1, default=str))
     plot(results, peers, out / "projection.png")
     print(f"wrote {out / 'projection.json'} and {out / 'projection.png'} (predictions)")

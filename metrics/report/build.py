@@ -7,6 +7,7 @@ from metrics.report.baselines import load_runs
 from metrics.report.compare import PAIRED_T, RANK_TEST
 from metrics.report.model import Report, SectionReport
 from metrics.report.primary import time_observation
+from metrics.report.projected import projected_tables
 from metrics.report.runs import Run, Section, flatten, read_plan
 from metrics.report.tables import error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
@@ -180,8 +181,9 @@ def csv_rows(sections: list[Section]) -> list[dict]:
     return rows
 
 
-def build(sources: list[Path]) -> Report:
-    """The report over the runs under these directories."""
+def build(sources: list[Path], project: list[str] | None = None) -> Report:
+    """The report over the runs under these directories; project: report.project's targets (LINK:N), each
+    averaging configuration projected to them (metrics/report/projected.py)."""
     from metrics.report.plots import section_plots  # matplotlib only when a report is built
 
     sections, left_out = load_runs(sources)
@@ -196,4 +198,5 @@ def build(sources: list[Path]) -> Report:
                                    section_tables(shown, analysis.primary, analysis.comparisons, analysis.controls),
                                    section_plots(section, shown)))
     return Report(time.strftime("%Y-%m-%d %H:%M:%S %Z"), [str(s) for s in sources], intro(sections), parts,
-                  notes(sections, left_out), errors(sections), methods(sections), csv_rows(sections))
+                  notes(sections, left_out), errors(sections), methods(sections), csv_rows(sections),
+                  projected_tables(sections, project) if project else [])

@@ -59,3 +59,4 @@ class Report:
     errors: list[tuple[str, str]]  # (run, full error)
     methods: list[tuple[str, str]]
     runs: list[dict] = field(default_factory=list)  # runs.csv: one row per run and per superseded attempt
+    projected: list[Table] = field(default_factory=list)  # "Projected to your cluster" (report.project)
