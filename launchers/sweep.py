@@ -8,6 +8,7 @@ import traceback
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 from launchers.config import project_targets
 from metrics.report import build_report, report_errors
@@ -17,7 +18,8 @@ class SweepReport(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            project = project_targets(config.report.project, list(config.hydra.overrides.task))
+            project = project_targets(OmegaConf.select(config, "report.project"),
+                                      list(OmegaConf.select(config, "hydra.overrides.task", default=[])))
             paths = build_report([sweep_dir], sweep_dir, project)
         except Exception as exc:  # the multirun's results stay; the exit code says the report failed
             report_errors.append(f"{sweep_dir}: {exc}")
