@@ -219,6 +219,13 @@ def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling,
     shares = {"data": share["data_s"], "compute": share["compute_s"] + share["opt_s"], "communication": share["comm_s"]}
     bound = max(shares, key=shares.get)
     assert f"{bound}-bound ({100 * shares[bound]:.0f}% of the step)" in sentence
+    # the link each configuration measured (QUICK: loopback; one process: none), and its communication share
+    assert ("Link of stepwise 2×1cpu (1 run): this machine's loopback, shared by all processes and unshaped: on "
+            "loopback strategies differ only by their compute share.") in verdict
+    one_process = re.search(r"^Link of ([^:]*) \(\d+ runs\): none \(one process\)\.$", verdict, re.M)[1]
+    assert sorted(one_process.split(", ")) == ["allreduce 1×1cpu", "single 1×1cpu", "single 1×2cpu"]
+    comm = re.search(r"stepwise 2×1cpu ([\d.]+)% \(1 run\)", verdict)  # shown to 2 significant digits
+    assert float(comm[1]) == pytest.approx(100 * share["comm_s"], rel=0.06, abs=0.05)
     assert "unequal length" not in sentence  # the longest configuration: 2 workers x 6 steps
 
     assert "1.00× single 1×1cpu" not in entries["single 1×1cpu"]

@@ -237,19 +237,96 @@ def test_no_faster_only_from_equivalence(tmp_path):
     assert "against single 2×1cpu: no faster (equivalent within ±5%, TOST): " in line_of(verdict, "ps 2×1cpu")
 
 
-def test_unfaithful_runs_are_left_out_with_the_figure_that_failed(tmp_path):
-    """A run marked unfaithful (its CPU share, or its link's goodput) makes no claim: its block is left out."""
+def emulated_link(goodput_mbit: float | None, nominal_mbit: float = 150.0, worst: str = "host 0 egress") -> dict:
+    """summary.json's link section (metrics/link.py) of a run on emulated links of nominal_mbit each way, its
+    worst direction carrying goodput_mbit while busy (None: no direction was busy long enough to judge)."""
+    judged = goodput_mbit is not None
+    directions = [{"host": h, "direction": d, "nominal_mbit": nominal_mbit, "carried_bytes": 10**7,
+                   "busy_bytes": 10**6, "busy_s": 2.0 if judged else 0.2, "goodput_mbit": goodput_mbit}
+                  for h in (0, 1) for d in ("egress", "ingress")]
+    return {"kind": "emulated", "asked": "auto", "scope": "per-host", "hosts": 2, "latency_ms": 0.0,
+            "nominal_mbit": nominal_mbit, "goodput_mbit": goodput_mbit,
+            "goodput_share": goodput_mbit / nominal_mbit if judged else None, "busy_s": 2.0 if judged else 0.2,
+            "worst_direction": worst if judged else None,
+            "faithful": goodput_mbit / nominal_mbit >= 0.9 if judged else None, "reason": "as metered",
+            "by_direction": directions}
+
+
+def measured_on(link: dict, comm_shares: list[float]) -> list[dict]:
+    """write_report_run's extra arguments of a job's runs, one per block: its link and communication share."""
+    return [{"summary": {"link": link, "time_breakdown_share": {"data_s": 0.1, "compute_s": 0.9 - c, "opt_s": 0.0,
+                                                                "comm_s": c}}} for c in comm_shares]
+
+
+ONE_PROCESS = {"kind": "none", "asked": "auto", "scope": "none", "hosts": None, "latency_ms": 0.0,
+               "nominal_mbit": None, "goodput_mbit": None, "goodput_share": None, "busy_s": None,
+               "worst_direction": None, "faithful": None, "reason": "one process: nothing goes over a network"}
+
+
+def with_extras(runs: list[tuple], extras: list[dict]) -> list[tuple]:
+    return [run[:5] + (extra,) for run, extra in zip(runs, extras)]
+
+
+def test_the_verdict_names_the_link_its_goodput_and_each_configurations_communication_share(tmp_path):
+    """Ring and stepwise on emulated links of 150 Mbit/s each way (one stepwise run never busy long enough to judge
+    its link), the baselines one process each (no link): the verdict names each configuration's link, the links'
+    goodput over the section's runs and every configuration's communication share, as medians with their range."""
+    ring = with_extras(blocks("ring", 2, [100.0] * 3, [9.0, 9.5, 9.2]),
+                       [e for g, c in zip([140.0, 146.0, 137.0], [0.50, 0.60, 0.45])
+                        for e in measured_on(emulated_link(g), [c])])
+    stepwise = with_extras(blocks("stepwise", 2, [100.0] * 3, [8.0, 8.2, 8.1]),
+                           [e for g, c in zip([149.0, None, 138.0], [0.30, 0.20, 0.25])
+                            for e in measured_on(emulated_link(g), [c])])
+    alone = {"summary": {"link": ONE_PROCESS, "time_breakdown_share": {"data_s": 0.1, "compute_s": 0.9, "opt_s": 0.0,
+                                                                       "comm_s": 0.0}}}
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=ring": ring, "strategy=stepwise": stepwise,
+                                             **baselines(**alone)})
+    out = tmp_path / "out"
+    verdict = verdict_of(report_of(sweep, out=out))
+    # configurations in rank order (stepwise reaches the target first); the five judged goodputs: 137 ... 149
+    link = ("Link of stepwise 2×1cpu, ring 2×1cpu (6 runs): emulated, one link per host, 150 Mbit/s nominal each "
+            "way. Goodput while busy: median 140 Mbit/s (range 137–149 Mbit/s, 5 runs), not judged in 1 of 6 runs; "
+            "per run, its link direction that did worst against its rate: the bytes its token bucket sent")
+    assert link in verdict
+    assert "Link of single 2×1cpu, single 1×1cpu (6 runs): none (one process)." in verdict
+    shares = next(line for line in verdict.splitlines() if line.startswith("Communication's share of a step"))
+    assert "(time_breakdown_share.comm_s: exposed communication / the mean step over all workers" in shares
+    for figure in ("ring 2×1cpu median 50% (range 45–60%, 3 runs)", "stepwise 2×1cpu median 25% (range 20–30%, 3 runs)",
+                   "single 2×1cpu 0% (all 3 runs)", "single 1×1cpu 0% (all 3 runs)"):
+        assert figure in shares
+    assert "differ only by their compute share" not in verdict
+    import html
+
+    page = html.unescape((out / "report.html").read_text())
+    assert link in page and shares in page
+
+
+def test_on_loopback_the_verdict_says_strategies_differ_only_by_compute_share(tmp_path):
+    loopback = {"kind": "loopback", "asked": "auto", "scope": "shared", "hosts": None, "latency_ms": 0.0,
+                "nominal_mbit": None, "goodput_mbit": None, "goodput_share": None, "busy_s": None,
+                "worst_direction": None, "faithful": None, "reason": "no user namespaces"}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ring": with_extras(blocks("ring", 2, [100.0] * 3, [9.0, 9.5, 9.2]),
+                                     measured_on(loopback, [0.04, 0.05, 0.06])), **baselines()})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert ("Link of ring 2×1cpu (3 runs): this machine's loopback, shared by all processes and unshaped: on "
+            "loopback strategies differ only by their compute share.") in verdict
+    assert "ring 2×1cpu median 5% (range 4–6%, 3 runs)" in verdict
+    assert "Goodput" not in verdict  # an unshaped loopback has no rate to hold
+
+
+def test_unfaithful_runs_are_left_out_one_line_each_with_the_figure_that_failed(tmp_path):
+    """A run marked unfaithful (its CPU share, or its link's goodput) makes no claim: its block is left out, and
+    the verdict lists each such run on a line of its own with the figure that failed."""
     isolation = {"summary": {"isolation": {"faithful": False, "unfaithful": ["rank 1 received 62 % of 1 CPU"]}}}
-    link = {"summary": {"link": {"kind": "emulated", "nominal_mbit": 20.0, "goodput_mbit": 12.5, "faithful": False,
-                                 "reason": "goodput below the nominal rate"}}}
+    link = {"summary": {"link": emulated_link(12.0, nominal_mbit=20.0, worst="host 1 ingress")}}
     runs = blocks("allreduce", 2, [100.0] * 4, [6.0, 6.1, 5.9, 6.0])
     runs[1] = runs[1][:5] + (isolation,)
     runs[3] = runs[3][:5] + (link,)
     sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": runs, **baselines(BASELINE_TIMES + [10.2])})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
-    assert ("Left out of the claims (unfaithful runs, by block): block 1 (allreduce 2×1cpu: isolation: rank 1 "
-            "received 62 % of 1 CPU); block 3 (allreduce 2×1cpu: link: goodput below the nominal rate; goodput "
-            "12.5 of 20 Mbit/s).") in verdict
+    assert ("\n- block 1, allreduce 2×1cpu: isolation: rank 1 received 62 % of 1 CPU\n"
+            "- block 3, allreduce 2×1cpu: link: host 1 ingress carried 12 of 20 Mbit/s (60%) while busy\n") in verdict
     assert "(×/÷" in line_of(verdict, "allreduce 2×1cpu") and ", 2 blocks)" in line_of(verdict, "allreduce 2×1cpu")
 
 

@@ -20,6 +20,17 @@ from metrics.stats import Bound, CensoredRatio, Ratio, decide, holm, signed_rank
 PAIRED_T, RANK_TEST = "paired t-test", "exact signed-rank test (a miss ranks as the slowest)"
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """An unfaithful run whose block a comparison left out, with the figure that failed."""
+    block: object
+    label: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"block {self.block}, {self.label}: {self.why}"
+
+
 @dataclass
 class Comparison:
     this: Group
@@ -29,7 +40,7 @@ class Comparison:
     blocks: int = 0             # blocks holding a faithful run of both
     censored: int = 0           # of those, blocks where a run did not reach the target (or crossed at once)
     rank_p: float | None = None
-    left_out: list[str] = field(default_factory=list)  # blocks left out as unfaithful, with the figure that failed
+    left_out: list[LeftOut] = field(default_factory=list)  # unfaithful runs whose blocks were left out
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
     family: int = 1
     signs: int = 0  # blocks where this one was faster minus blocks where it was slower (rank test's direction)
@@ -87,11 +98,11 @@ def compare(this: Group, other: Group, primary: Primary, margin: float = 0.05) -
     shared = sorted(ours.keys() & theirs.keys(), key=str)
     left_out, used = [], []
     for block in shared:
-        unfaithful = [f"{label}: {why}" for label, runs in ((this.label, ours[block]), (other.label, theirs[block]))
-                      for run in runs for why in run.unfaithful()]
-        if unfaithful:
-            left_out.append(f"block {block[1]} ({'; '.join(unfaithful)})")
-        else:
+        unfaithful = [LeftOut(block[1], label, "; ".join(run.unfaithful()))
+                      for label, runs in ((this.label, ours[block]), (other.label, theirs[block]))
+                      for run in runs if run.unfaithful()]
+        left_out += unfaithful
+        if not unfaithful:
             used.append(block)
     found = Comparison(this, other, primary, left_out=left_out, margin=margin)
     if not primary.is_time:

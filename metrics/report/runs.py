@@ -118,12 +118,19 @@ class Run:
         isolation = self.summary.get("isolation") or {}
         if isolation.get("faithful") is False:
             found.append("isolation: " + ("; ".join(isolation.get("unfaithful") or []) or "not faithful"))
-        link = self.summary.get("link") or {}
+        link = self.link
         if link.get("faithful") is False:
-            measured = (f"goodput {link['goodput_mbit']:.3g} of {link['nominal_mbit']:.3g} Mbit/s"
-                        if link.get("goodput_mbit") is not None and link.get("nominal_mbit") else "")
-            found.append("link: " + "; ".join(filter(None, [link.get("reason"), measured])) or "link: not faithful")
+            measured = link.get("goodput_mbit") is not None and link.get("nominal_mbit")
+            found.append("link: " + (f"{link.get('worst_direction') or 'its worst direction'} carried "
+                                     f"{link['goodput_mbit']:.3g} of {link['nominal_mbit']:.3g} Mbit/s "
+                                     f"({link['goodput_mbit'] / link['nominal_mbit']:.0%}) while busy" if measured
+                                     else link.get("reason") or "not faithful"))
         return found
+
+    @property
+    def link(self) -> dict:
+        """summary.json's link section (metrics/link.py): the link the run measured; {} where not recorded."""
+        return self.summary.get("link") or {}
 
     def worst_worker_accuracy(self) -> float | None:
         """The lowest final test accuracy over workers: summary.json's accuracy_by_worker.worst, else the last

@@ -429,7 +429,7 @@ def comparisons_table(comparisons, control) -> Table:
                      c.test if c.p is not None else MISSING, number(c.p, 2),
                      number(c.adjusted_p, 2) if counted else "control: not in the family",
                      c.decision if counted else ("excludes 1" if excludes_one(c.ratio) else "within noise"),
-                     "; ".join(c.left_out) or MISSING])
+                     "; ".join(map(str, c.left_out)) or MISSING])
     return Table("Comparisons (declared before the data)",
                  ["configuration", "against", "ratio [95 % interval]", "signed-rank p", "test deciding", "p",
                   "Holm-adjusted p", "claim", "left out (unfaithful)"], rows,
