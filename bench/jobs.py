@@ -7,7 +7,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,9 +26,9 @@ import threading
 import time
 
 from bench.jobs import train
-from metrics.jsonl import read_jsonl
-from metrics.machine import ProcessClock
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.machine import ProcessClock
+from metrics.recording.rundir import RunDir
 
 ARMS = {"single_1x1": ["strategy=single", "peers=1"], "stepwise_2x1": ["strategy=stepwise", "peers=2"]}
 JOB = ["model=resnet18", "max_steps=40", "eval_every=0"]

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import job.evaluation as evaluation  # noqa: E402
 from job.data import load_splits  # noqa: E402
 from job.model import build_model  # noqa: E402
-from metrics.rundir import RunDir  # noqa: E402
+from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.target import Curve, bootstrap, crossing_step  # noqa: E402
 
 WHOLE = "whole"

@@ -50,7 +50,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 from job.model import state_digest
-from metrics.steplog import StepLog
+from metrics.recording.steplog import StepLog
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
 EVALUATION_BATCH = 32  # held-out samples per forward pass (ResNet18 on one CPU thread: 2.8 s for 359 samples; 3.4 s at 256)

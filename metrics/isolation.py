@@ -7,7 +7,7 @@ and each peer's result.json "cpu" figures (job/cpugroup.py, measured inside the 
 """
 import json
 
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from netemu.dilation import RATE_SUFFIXES as DILATED_RATE_SUFFIXES
 from netemu.dilation import TIME_SUFFIXES
 

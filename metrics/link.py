@@ -6,7 +6,7 @@ time_breakdown_share.comm_s (metrics/summary.py), one figure for every kind of l
 """
 import json
 
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from netemu.goodput import FAITHFUL_SHARE, MIN_BUSY_S, SAMPLE_S, goodput_mbit, judge
 
 METHODS = {

@@ -9,8 +9,8 @@ traffic included. Link rates come from the placement's record, RUN/.avgbench/net
 import json
 
 from metrics.bounds import link_efficiency
-from metrics.jsonl import read_jsonl
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
 
 METHODS = {
     "network.wire": "wire measurement: wire_*_bytes are the peer's own interface counters (/proc/net/dev in its "

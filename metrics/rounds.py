@@ -1,8 +1,8 @@
 """summary.json's "averaging_rounds": the averaging rounds a strategy records one by one (peer<R>/rounds.jsonl,
 written by hivemind's averagers: strategies/hivemind_internals.py), joined across peers into one record per round.
 """
-from metrics.jsonl import read_jsonl
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
 
 METHOD = ("one record per all-reduce round, joined across peers by its group_id: kind (gradients | state), epoch "
           "(the largest local epoch of a member when the round started: a gradient round in the step that ends "

@@ -9,18 +9,18 @@ import statistics
 
 from metrics.isolation import METHODS as ISOLATION_METHODS
 from metrics.isolation import isolation_section, undilate
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 from metrics.link import METHODS as LINK_METHODS
 from metrics.link import link_section
-from metrics.machine import METHODS as MACHINE_METHODS
-from metrics.machine import machine_section
+from metrics.recording.machine import METHODS as MACHINE_METHODS
+from metrics.recording.machine import machine_section
 from metrics.network import METHODS as NETWORK_METHODS
 from metrics.network import network_section
 from metrics.rounds import rounds_section
-from metrics.rundir import PeerDir, RunDir
+from metrics.recording.rundir import PeerDir, RunDir
 from metrics.target import METHODS as TARGET_METHODS
 from metrics.target import samples_by_step, time_to_target
-from metrics.steplog import PHASES
+from metrics.recording.steplog import PHASES
 
 
 METHODS = {

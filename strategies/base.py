@@ -31,7 +31,7 @@ from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
 from metrics.bounds import Round
 from metrics.cost import Cost
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
 

@@ -14,7 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 from job.process import processes_of_run  # noqa: E402  (conftest put ROOT on sys.path)
-from metrics.jsonl import read_jsonl  # noqa: E402
+from metrics.recording.jsonl import read_jsonl  # noqa: E402
 
 # Small and quick: the tiny CNN on digits, frequent samples, loopback (a test of the emulated links asks for them:
 # a later network=... wins).
@@ -248,8 +248,8 @@ def write_report_run(path: Path, strategy: str, peers: int, throughput: float, t
 
 def write_sweep(sweep: Path, jobs: dict, plan: dict | None = None) -> Path:
     """A multirun's directory: jobs = {job name: [(strategy, peers, peer_cpus, throughput, time_to_target,
-    extra keyword arguments of write_report_run) per block]}; the plan file (metrics/rundir.py SWEEP_PLAN) with
-    `plan`'s fields."""
+    extra keyword arguments of write_report_run) per block]}; the plan file (metrics/recording/rundir.py
+    SWEEP_PLAN) with `plan`'s fields."""
     (sweep / ".avgbench").mkdir(parents=True)
     (sweep / ".avgbench" / "sweep.json").write_text(json.dumps({"jobs": [], "kept": [], "to_run": 0} | (plan or {})))
     for name, blocks in jobs.items():

@@ -6,7 +6,7 @@ import torch
 
 from helpers import TINY_DIGITS_BYTES, compose_config, run_two_peers_that_learn_and_agree, steps_of
 from job.contract import WORKER, LaunchSpec, PeerContext
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from strategies.diloco import DiLoCo
 
 pytestmark = pytest.mark.timeout(60)

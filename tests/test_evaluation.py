@@ -14,9 +14,9 @@ from torch.utils.data import TensorDataset
 
 from job.evaluation import Evaluator, HostBoard, HostEvaluation, PreciseBatchNorm, Snapshots, evaluate
 from job.model import GhostBatchNorm2d, state_digest, tiny
-from metrics.jsonl import read_jsonl
-from metrics.rundir import PeerDir
-from metrics.steplog import StepLog
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import PeerDir
+from metrics.recording.steplog import StepLog
 
 pytestmark = pytest.mark.timeout(60)
 CPU = torch.device("cpu")

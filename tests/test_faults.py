@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from helpers import HIVE, assert_no_leftovers, results, run_train, start_train, summary_of, wait_for_steps
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 

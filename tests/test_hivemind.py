@@ -13,7 +13,7 @@ from helpers import (HIVE, assert_no_leftovers, compose_config, results, run_tra
 from job.errors import ConfigError
 from job.model import build_model
 from launchers.config import validate
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 from strategies.hivemind import target_epoch
 
 

@@ -21,7 +21,7 @@ from job.errors import ConfigError
 from launchers.config import group_options, validate
 from metrics.isolation import isolation_section, undilate
 from metrics.network import network_section
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from netemu.cpu import CgroupUnavailable, cgroup_mounts, find_hierarchy
 from netemu.dilation import dilate
 from strategies.stepwise import Stepwise

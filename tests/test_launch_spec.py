@@ -6,7 +6,7 @@ from helpers import compose_config, strategy_names, strategy_of
 from job.contract import SERVER, WORKER, LaunchSpec
 from job.errors import ConfigError
 from launchers.config import strategy_class, validate
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from strategies.base import Strategy
 from strategies.transport import TransportStrategy
 

@@ -9,7 +9,7 @@ from job.contract import WORKER, LaunchSpec
 from launchers.base import Launcher
 from launchers.horovod import HorovodLauncher, reported_failure
 from launchers.mpi import SIGNALLED, MpiLauncher
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(30)
 

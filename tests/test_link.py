@@ -10,7 +10,7 @@ from job.errors import ConfigError
 from launchers.config import strategy_class, validate
 from launchers.placement import NamespacePlacement
 from metrics.link import link_section
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from netemu.auto import choose_link, link_line
 from netemu.goodput import FAITHFUL_SHARE, MIN_BUSY_S, DirectionTally, judge
 

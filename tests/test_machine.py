@@ -1,5 +1,5 @@
 """What a run records about the CPUs: per step, the peer process's CPU time and run-queue delay
-(metrics.machine.ProcessClock); per run, the machine around it (MachineSampler, summary.json `machine`).
+(metrics.recording.machine.ProcessClock); per run, the machine around it (MachineSampler, summary.json `machine`).
 
 Each figure is checked against an independent clock or process: a sleeping step uses no CPU; a busy
 step was either on a CPU or waiting for one for its whole wall time; a busy process outside the run shows
@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from helpers import run_train, steps_of, summary_of
-from metrics.jsonl import read_jsonl
-from metrics.machine import MachineSampler, ProcessClock, machine_section
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.machine import MachineSampler, ProcessClock, machine_section
 
 BUSY = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass"
 

@@ -22,8 +22,8 @@ from helpers import (ROOT, assert_no_leftovers, param_digests, run_train, start_
                      wait_for_steps)
 from launchers.placement import NamespacePlacement
 from metrics.bounds import round_link_time
-from metrics.jsonl import read_jsonl
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
 from netemu import Fabric, processes_in
 from netemu.checks import emulation_problem, has_netem
 
@@ -41,7 +41,7 @@ EMULATED = ["strategy=allreduce", "network=emulated", "eval_every=0"]
 SEND = "import socket, sys; s = socket.create_connection((sys.argv[1], 5000)); s.sendall(b'x' * int(sys.argv[2]))"
 RECEIVE = ("import socket; s = socket.socket(); s.bind(('0.0.0.0', 5000)); s.listen(); c, _ = s.accept(); n = 0\n"
            "while (d := c.recv(1 << 16)): n += len(d)\nprint(n)")
-COUNTERS = "import json; from metrics.sampler import net_totals; print(json.dumps(net_totals()))"
+COUNTERS = "import json; from metrics.recording.sampler import net_totals; print(json.dumps(net_totals()))"
 
 
 def in_host(host, code: str, *args: str, **kwargs) -> subprocess.Popen:

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from launchers.placement import SHIMS, HostPlacement, NamespacePlacement, make_placement
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from netemu import Host
 
 pytestmark = pytest.mark.timeout(30)

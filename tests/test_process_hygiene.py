@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from helpers import assert_no_leftovers, run_train, start_train, summary_of, wait_for_steps
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

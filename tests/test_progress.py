@@ -15,7 +15,7 @@ import time
 import pytest
 
 from helpers import QUICK, ROOT, train_command
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -18,7 +18,7 @@ from PIL import Image
 
 from helpers import QUICK, ROOT, run_train
 from metrics import report
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 from metrics.report.runs import Run, flatten, group_runs, load_run
 
 REPORT_FILES = ("report.html", "report.md", "runs.csv")

@@ -12,7 +12,7 @@ from helpers import compose_config, stepwise_rounds, toy_batch, toy_sgd, worker_
 from job.errors import ConfigError
 from launchers.base import free_port
 from launchers.config import validate
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from strategies.base import PeerContext
 from strategies.ps import ShardClient, ShardServer, shard_of
 from strategies.transport import GlooTransport

@@ -1,7 +1,7 @@
 """The run directory layout (unit tier): one definition of every path, peers in rank order."""
 import pytest
 
-from metrics.rundir import PeerDir, RunDir, run_dirs_under, started_runs_under
+from metrics.recording.rundir import PeerDir, RunDir, run_dirs_under, started_runs_under
 
 pytestmark = pytest.mark.timeout(30)
 

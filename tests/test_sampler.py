@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from metrics.jsonl import read_jsonl
-from metrics.sampler import ResourceSampler, read_net_dev
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.sampler import ResourceSampler, read_net_dev
 
 
 @pytest.mark.integration

@@ -18,7 +18,7 @@ from helpers import ROOT, TINY_DIGITS_BYTES, compose_config
 from job.process import wait_until
 from launchers import slurm as slurm_launcher
 from launchers.local import node_network
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 from slurm_cluster import SlurmCluster, why_no_slurm
 
 DOCS = ("docs", "docs-notes")

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from metrics.summary import build_summary
 
 pytestmark = pytest.mark.timeout(30)

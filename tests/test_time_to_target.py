@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from metrics.summary import build_summary
 from metrics.target import crossing_step, time_to_target
 from test_summary import config, outcome, write_lines

@@ -7,8 +7,8 @@ import pytest
 
 from helpers import (TINY_DIGITS_BYTES, launch_spec_of, param_digests, quick_run, results, run_train, steps_of,
                      strategy_names, summary_of)
-from metrics.jsonl import read_jsonl
-from metrics.steplog import STEP_FIELDS
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.steplog import STEP_FIELDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

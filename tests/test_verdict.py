@@ -322,7 +322,7 @@ def test_the_report_package_imports_nothing_above_metrics():
                     module = ROOT.joinpath(*name.split("."))
                     to_visit += [p for p in (module.with_suffix(".py"), module / "__init__.py") if p.exists()]
     assert not [name for name in imported if name.split(".")[0] in forbidden]
-    assert "metrics.report.runs" in imported and "metrics.rundir" in imported  # the walk went through them
+    assert "metrics.report.runs" in imported and "metrics.recording.rundir" in imported  # the walk went through them
 
 
 # --- a run over several nodes: its node folders are one run ---------------------------------------

@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 from helpers import assert_no_leftovers, run_train
 from job.data import load_splits
 from job.model import build_model
-from metrics.jsonl import read_jsonl
+from metrics.recording.jsonl import read_jsonl
 from netemu.checks import emulation_problem
 
 pytestmark = pytest.mark.integration

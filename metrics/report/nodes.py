@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 
 from metrics.report.runs import Run, load_run
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from metrics.target import time_to_target
 
 NODE_FOLDER = re.compile(r"node(\d+)")

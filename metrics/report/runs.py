@@ -3,7 +3,7 @@
 A run is a directory holding summary.json (metrics/summary.py), or the node<R> folders of a run over several
 nodes (metrics/report/nodes.py reads them as one run). Runs that differ only in `seed` and `block` are repeats of
 one configuration (a Group). Groups are ranked only against groups on the same (dataset, model): a Section. A
-multirun's plan (metrics/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before its first
+multirun's plan (metrics/recording/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before its first
 run; attempts a resumed sweep moved aside (below `superseded/`) are kept as attempts of their configuration, never
 as its runs.
 """
@@ -12,8 +12,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metrics.jsonl import read_jsonl
-from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.", "lock",

@@ -7,7 +7,7 @@ from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run
 from metrics.stats import Ratio, factor, olympic_mean
-from metrics.steplog import PHASES
+from metrics.recording.steplog import PHASES
 
 MISSING = "–"
 

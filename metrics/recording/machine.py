@@ -22,8 +22,8 @@ import statistics
 import time
 from pathlib import Path
 
-from metrics.jsonl import read_jsonl
-from metrics.sampler import IntervalSampler
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.sampler import IntervalSampler
 
 PRESSURE = Path("/proc/pressure/cpu")
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")

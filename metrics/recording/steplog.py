@@ -7,7 +7,7 @@ wire_rx_bytes: bytes on this peer's own network interface from the first step on
 (cumulative, headers and all traffic included).
 
 Beside the time breakdown (job/loop.py), every step records what the peer process got from the CPUs
-over the step's span (metrics/machine.py: ProcessClock):
+over the step's span (metrics/recording/machine.py: ProcessClock):
   cpu_s    CPU time of the peer process, all its threads (CLOCK_PROCESS_CPUTIME_ID)
   runq_s   run-queue delay of its threads: time they were ready to run but waited for a CPU
            (sum over /proc/self/task/*/schedstat field 2, ns -> s; null without schedstat)
@@ -16,8 +16,8 @@ a step that waits for a peer has cpu_s well below its wall time.
 """
 from pathlib import Path
 
-from metrics.jsonl import JsonlWriter
-from metrics.rundir import PeerDir
+from metrics.recording.jsonl import JsonlWriter
+from metrics.recording.rundir import PeerDir
 
 STEP_FIELDS = (
     "step", "wall_s", "train_s", "samples", "loss",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from metrics.jsonl import JsonlWriter
+from metrics.recording.jsonl import JsonlWriter
 
 
 def read_net_dev(path: str = "/proc/net/dev") -> dict[str, tuple[int, int]]:
