@@ -23,7 +23,7 @@ from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
 from metrics.recording.rundir import RunDir
-from metrics.summary import write_summary
+from metrics.summary.build import write_summary
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import dilate

@@ -1,4 +1,4 @@
-"""Collective (link) efficiency: the link floor / the measured link time (metrics/bounds.py).
+"""Collective (link) efficiency: the link floor / the measured link time (metrics/summary/bounds.py).
 
 Each averaging strategy of conf/strategy/ trains `steps` steps of the payload model (model=mlp, width set below),
 with what it declares a benchmark's few steps need to reach its averaging (Strategy.benchmark_overrides, e.g.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from metrics.bounds import MBIT, Round, round_records
+from metrics.summary.bounds import MBIT, Round, round_records
 from metrics.cost import Cost
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir, run_dirs_under

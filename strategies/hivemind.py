@@ -40,7 +40,7 @@ from job.model import parameter_digest
 from job.optim import build_optimizer
 from job.process import exit_on_sigterm, wait_until
 from strategies import hivemind_internals
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.recording.jsonl import JsonlWriter
 from metrics.cost import Cost
 from metrics.recording.rundir import RunDir

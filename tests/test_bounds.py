@@ -1,10 +1,10 @@
 """Lower bounds of one averaging round (each strategy's link_bound) and link efficiency
-(metrics.bounds) on synthetic step records (unit tier). Expected values are derived
+(metrics.summary.bounds) on synthetic step records (unit tier). Expected values are derived
 here from the hops each algorithm needs, not from the formulas in the code."""
 import pytest
 
 from helpers import strategy_names, strategy_of
-from metrics.bounds import MBIT, Round, link_efficiency, round_records
+from metrics.summary.bounds import MBIT, Round, link_efficiency, round_records
 from strategies.allreduce import AllReduce
 from strategies.hivemind import Hivemind
 from strategies.ps import ParameterServer

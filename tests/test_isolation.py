@@ -19,8 +19,8 @@ import pytest
 from helpers import ROOT, compose_config, run_train, start_train, steps_of, summary_of, wait_for_steps
 from job.errors import ConfigError
 from launchers.config import group_options, validate
-from metrics.isolation import isolation_section, undilate
-from metrics.network import network_section
+from metrics.summary.isolation import isolation_section, undilate
+from metrics.summary.network import network_section
 from metrics.recording.rundir import RunDir
 from netemu.cpu import CgroupUnavailable, cgroup_mounts, find_hierarchy
 from netemu.dilation import dilate

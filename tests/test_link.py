@@ -9,7 +9,7 @@ from helpers import compose_config
 from job.errors import ConfigError
 from launchers.config import strategy_class, validate
 from launchers.placement import NamespacePlacement
-from metrics.link import link_section
+from metrics.summary.link import link_section
 from metrics.recording.rundir import RunDir
 from netemu.auto import choose_link, link_line
 from netemu.goodput import FAITHFUL_SHARE, MIN_BUSY_S, DirectionTally, judge

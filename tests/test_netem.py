@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from helpers import (ROOT, assert_no_leftovers, param_digests, run_train, start_train, summary_of, train_command,
                      wait_for_steps)
 from launchers.placement import NamespacePlacement
-from metrics.bounds import round_link_time
+from metrics.summary.bounds import round_link_time
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from netemu import Fabric, processes_in

@@ -6,7 +6,7 @@ import pytest
 
 from bench.projection import error, grid, model_overrides, summarize
 from helpers import strategy_names, strategy_of, write_run
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.cost import Cost
 from metrics.project import Link, main, measure, parse_link, stops_scaling
 from strategies.allreduce import AllReduce

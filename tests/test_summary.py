@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from metrics.recording.rundir import RunDir
-from metrics.summary import build_summary
+from metrics.summary.build import build_summary
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -160,7 +160,7 @@ def test_an_empty_run_has_no_rates(tmp_path):
 def test_round_records_join_by_group_and_count_each_round_once():
     """Two members' records of one round make one round (bytes summed, the longer duration); a round whose second
     member failed is a failed round; group sizes count rounds, not member records."""
-    from metrics.rounds import join_rounds
+    from metrics.summary.rounds import join_rounds
 
     def member(rank, group, duration, sent, success=True, size=2):
         return {"rank": rank, "group_id": group, "kind": "gradients", "epoch": 0, "group_size": size,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from metrics.recording.rundir import RunDir
-from metrics.summary import build_summary
-from metrics.target import crossing_step, time_to_target
+from metrics.summary.build import build_summary
+from metrics.summary.target import crossing_step, time_to_target
 from test_summary import config, outcome, write_lines
 
 pytestmark = pytest.mark.timeout(30)

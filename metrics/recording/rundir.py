@@ -27,7 +27,7 @@ class PeerDir:
     output_log = property(lambda self: self.path / "output.log")
     error = property(lambda self: self.path / "error.txt")
     fault = property(lambda self: self.path / "fault.json")
-    rounds = property(lambda self: self.path / "rounds.jsonl")  # one record per averaging round (metrics/rounds.py)
+    rounds = property(lambda self: self.path / "rounds.jsonl")  # one record per averaging round (summary/rounds.py)
     snapshots = property(lambda self: self.path / "snapshots")  # weights saved for evaluation after training
     weights = property(lambda self: self.path / "weights")  # the snapshots, kept after evaluation (keep_weights)
     eval_samples = property(lambda self: self.path / "eval_samples.npz")  # each test sample's outcome per evaluation

@@ -2,7 +2,7 @@
 
 Reads RUN/.avgbench/link.json (the link train.py chose, netemu/auto.py) and RUN/.avgbench/link_meter.json (the
 emulated links' counters during the run, netemu/goodput.py). Communication's share of a step is
-time_breakdown_share.comm_s (metrics/summary.py), one figure for every kind of link.
+time_breakdown_share.comm_s (metrics/summary/build.py), one figure for every kind of link.
 """
 import json
 

@@ -25,8 +25,9 @@ LEVEL = 0.95  # the bootstrap interval's coverage
 BOOTSTRAP_SEED = 0  # the resamples: the same for every run, so a summary is reproducible
 
 METHODS = {
-    "target": "metric, value and estimator of time-to-target (metrics/target.py: confirmed_crossing = the first "
-              "evaluation reaching the target whose next evaluation reaches it too, interpolated from the one before; "
+    "target": "metric, value and estimator of time-to-target (metrics/summary/target.py: confirmed_crossing = the "
+              "first evaluation reaching the target whose next evaluation reaches it too, interpolated from the one "
+              "before; "
               "isotonic = the first point where the monotone least-squares fit of the curve, read linearly between "
               "the centres of its pooled blocks, reaches the target); never extrapolated past the last evaluation",
     "time_to_target_s": "training time (snapshot pauses excluded) at which the worst worker's learning curve reaches "

@@ -7,19 +7,19 @@ import json
 import os
 import statistics
 
-from metrics.isolation import METHODS as ISOLATION_METHODS
-from metrics.isolation import isolation_section, undilate
+from metrics.summary.isolation import METHODS as ISOLATION_METHODS
+from metrics.summary.isolation import isolation_section, undilate
 from metrics.recording.jsonl import read_jsonl
-from metrics.link import METHODS as LINK_METHODS
-from metrics.link import link_section
+from metrics.summary.link import METHODS as LINK_METHODS
+from metrics.summary.link import link_section
 from metrics.recording.machine import METHODS as MACHINE_METHODS
 from metrics.recording.machine import machine_section
-from metrics.network import METHODS as NETWORK_METHODS
-from metrics.network import network_section
-from metrics.rounds import rounds_section
+from metrics.summary.network import METHODS as NETWORK_METHODS
+from metrics.summary.network import network_section
+from metrics.summary.rounds import rounds_section
 from metrics.recording.rundir import PeerDir, RunDir
-from metrics.target import METHODS as TARGET_METHODS
-from metrics.target import samples_by_step, time_to_target
+from metrics.summary.target import METHODS as TARGET_METHODS
+from metrics.summary.target import samples_by_step, time_to_target
 from metrics.recording.steplog import PHASES
 
 
@@ -36,7 +36,7 @@ METHODS = {
                       "boundary never reach it); null for strategies where every trained sample counts",
     "startup_wait_s": "the longest worker's start-up wait inside its steps (not training time: left out of train_s "
                       "and of the step's phases)",
-    "averaging_rounds": "see metrics/rounds.py METHOD (null: the strategy records no rounds one by one)",
+    "averaging_rounds": "see metrics/summary/rounds.py METHOD (null: the strategy records no rounds one by one)",
     "time_breakdown_s": "mean per step over all workers (perf_counter), the same for every strategy: data_s = "
                         "fetching the batch; compute_s = forward and backward up to the moment the last gradient "
                         "was accumulated; opt_s = the optimizer update wherever it runs (a parameter server's "
@@ -172,7 +172,7 @@ def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[in
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None) -> dict:
-    """knobs, bound (a function of metrics.bounds.Round), bound_formula, is_baseline (a single-process
+    """knobs, bound (a function of metrics.summary.bounds.Round), bound_formula, is_baseline (a single-process
     run that others are compared with), rounds_overlap and failure_counters (the keys of its peers'
     figures that count failures) come from the run's strategy; shape (the run against this host's
     cores) and lock (the machine lock at the start) from the launch side."""

@@ -1,5 +1,5 @@
 """summary.json's "network" section: measured wire bytes beside payload accounting, and
-measured communication time beside the link's lower bound (metrics/bounds.py).
+measured communication time beside the link's lower bound (metrics/summary/bounds.py).
 
 Only with network=emulated, where every process has its own interface: wire bytes are that
 interface's counters over the training loop (the step log's wire_tx/rx_bytes), so they
@@ -8,7 +8,7 @@ traffic included. Link rates come from the placement's record, RUN/.avgbench/net
 """
 import json
 
-from metrics.bounds import link_efficiency
+from metrics.summary.bounds import link_efficiency
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 
