@@ -13,7 +13,7 @@ invariance: every averaging strategy of the registry at peers=2 (ps: 2 workers +
   block. A strategy is offered dilation up to the largest factor at which the ratio of every block, and of
   every smaller factor, lies within +-TOLERANCE, both in its invariance check and in the linearity check (a
   dilated peer's compute must hold too): its `checked_dilation` (docs/emulation.md).
-Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/stats.py).
+Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/report/stats.py).
 """
 import os
 import random
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
 from metrics.report.baselines import load_runs
-from metrics.stats import Ratio
+from metrics.report.stats import Ratio
 
 TOLERANCE = 0.05
 FACTORS = (1, 2, 4)

@@ -7,7 +7,7 @@ one 16-vCPU process, and where does the time go as target batch size, local upda
 Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
 configuration and its equal-resource baseline (one process with all the CPUs) in a Williams order, so speedups
 and time-to-target ratios are paired per block, with 95 % intervals and Holm-corrected claims
-(metrics/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
+(metrics/report/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
 batch 32, lr 0.01; run lengths are shortened (max_steps = AVGBENCH_THESIS_STEPS per peer), target batch sizes
 never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
 AVGBENCH_THESIS_FAMILIES names the families to run (an unknown name fails before any run); AVGBENCH_THESIS_DIR
@@ -64,7 +64,7 @@ from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
 from metrics.report.runs import find_runs
 from metrics.report.tables import reached_count
 from metrics.report.verdict import analyse
-from metrics.stats import ALPHA
+from metrics.report.stats import ALPHA
 
 FULL_CORES = 16
 STEPS = int(os.environ.get("AVGBENCH_THESIS_STEPS", 300))

@@ -1,10 +1,10 @@
-"""metrics/stats.py against cases computed by hand (df = 2, where Student's t has a closed form:
+"""metrics/report/stats.py against cases computed by hand (df = 2, where Student's t has a closed form:
 CDF(t) = 1/2 + t / (2 sqrt(2 + t^2)), quantile(p) = (2p - 1) / sqrt(2 p (1 - p)))."""
 import math
 
 import pytest
 
-from metrics.stats import (CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, Bound, CensoredRatio, Ratio,
+from metrics.report.stats import (CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, Bound, CensoredRatio, Ratio,
                            blocks_for, decide, detectable, holm, olympic_mean, pooled_log_sd, rank_test_blocks,
                            signed_rank_p)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
-from metrics.stats import Ratio
+from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.", "lock",
                      "launch.node_rank", "launch.master_addr")  # repeats of one configuration differ only in these
