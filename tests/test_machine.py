@@ -14,7 +14,8 @@ import pytest
 
 from helpers import run_train, steps_of, summary_of
 from metrics.recording.jsonl import read_jsonl
-from metrics.recording.machine import MachineSampler, ProcessClock, machine_section
+from metrics.recording.machine import MachineSampler, ProcessClock
+from metrics.summary.machine import machine_section
 
 BUSY = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass"
 

@@ -12,8 +12,8 @@ from metrics.summary.isolation import isolation_section, undilate
 from metrics.recording.jsonl import read_jsonl
 from metrics.summary.link import METHODS as LINK_METHODS
 from metrics.summary.link import link_section
-from metrics.recording.machine import METHODS as MACHINE_METHODS
-from metrics.recording.machine import machine_section
+from metrics.summary.machine import METHODS as MACHINE_METHODS
+from metrics.summary.machine import machine_section
 from metrics.summary.network import METHODS as NETWORK_METHODS
 from metrics.summary.network import network_section
 from metrics.summary.rounds import rounds_section
