@@ -9,10 +9,10 @@ from helpers import compose_config
 from job.errors import ConfigError
 from launchers.config import strategy_class, validate
 from launchers.placement import NamespacePlacement
-from metrics.summary.link import link_section
 from metrics.recording.rundir import RunDir
+from metrics.summary.link import FAITHFUL_SHARE, MIN_BUSY_S, judge, link_section
 from netemu.auto import choose_link, link_line
-from netemu.goodput import FAITHFUL_SHARE, MIN_BUSY_S, DirectionTally, judge
+from netemu.goodput import DirectionTally
 
 pytestmark = pytest.mark.timeout(60)
 

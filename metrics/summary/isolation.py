@@ -8,8 +8,8 @@ and each peer's result.json "cpu" figures (job/cpugroup.py, measured inside the 
 import json
 
 from metrics.recording.rundir import RunDir
-from netemu.dilation import RATE_SUFFIXES as DILATED_RATE_SUFFIXES
-from netemu.dilation import TIME_SUFFIXES
+from metrics.recording.units import RATE_SUFFIXES as KNOB_RATE_SUFFIXES
+from metrics.recording.units import TIME_SUFFIXES
 
 SHARE_TOLERANCE = 0.05  # a peer received its promise when received >= (1 - this) x promised
 WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of the peer's time in its group
@@ -92,13 +92,13 @@ def isolation_section(run: RunDir, results: dict[int, dict | None]) -> dict:
             "faithful": (not unfaithful) if measured else None, "unfaithful": unfaithful, "by_rank": by_rank}
 
 
-# A figure's unit is in its name, as for the knobs (netemu/dilation.py): seconds end in a time suffix or hold
+# A figure's unit is in its name, as for the knobs (metrics/recording/units.py): seconds end in a time suffix or hold
 # "_s_per_" (seconds per step, per round); rates end in "_per_s" or "_mbit"; shares and ratios (time_breakdown_share,
 # whose parts are named like the seconds they divide) have none. A section named with a unit passes it to all it
 # holds. NAME_by_rank has NAME's unit (that of the figure NAME_s beside it where NAME carries none:
 # time_to_target_by_rank).
 SECONDS_SUFFIXES = (*TIME_SUFFIXES, "_ns")
-RATE_SUFFIXES = ("_per_s", *DILATED_RATE_SUFFIXES)
+RATE_SUFFIXES = ("_per_s", *KNOB_RATE_SUFFIXES)
 UNITLESS_SUFFIXES = ("_share", "_ratio")
 # Measured on the real clock by design, or already in the emulated cluster's terms: left as they are.
 NOT_CONVERTED = ("config", "methods", "isolation", "machine", "cpu")
