@@ -10,10 +10,10 @@ from helpers import TINY_DIGITS_BYTES, compose_config, run_two_peers_that_learn_
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.mark.parametrize("benchmark, variable", [(collectives, "AVGBENCH_COLLECTIVES"),
-                                                 (projection, "AVGBENCH_PROJECTION")])
-def test_benchmark_runs_reach_a_periodic_average(benchmark, variable):
-    steps = int(grid_settings(benchmark.DEFAULT_GRID, variable, "")["steps"])
+@pytest.mark.parametrize("benchmark, option", [(collectives, "--collectives-grid"),
+                                               (projection, "--projection-grid")])
+def test_benchmark_runs_reach_a_periodic_average(benchmark, option):
+    steps = int(grid_settings(benchmark.DEFAULT_GRID, option)["steps"])
     knobs = compose_config(*benchmark.STRATEGIES["localsgd"], f"max_steps={steps}").localsgd
     # the first average after warm-up comes at warmup_steps + every; the last step's forced one is no period
     assert knobs.warmup_steps + knobs.every < steps
