@@ -207,7 +207,9 @@ def _ps_member(transport, workers: int, servers: int, steps: int):
         model.zero_grad()
         x, y = toy_batch(step, transport.rank)
         torch.nn.functional.cross_entropy(model(x), y).backward()
-        exchanged.append(client.push_pull(len(y), last=step == steps - 1))
+        started = time.perf_counter()
+        exchange = client.push_pull(len(y), last=step == steps - 1)
+        exchanged.append((exchange, time.perf_counter() - started))
     return [p.detach().clone() for p in model.parameters()], exchanged
 
 
@@ -229,9 +231,10 @@ def test_sync_ps_is_sgd_on_the_union_batch_with_exact_bytes():
             torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
         # per step, to each of the 2 servers (ranks 3, 4): its shard's gradient + a 12-byte header, and back its
         # shard's parameters + a 12-byte header (version, staleness, the server's update time)
-        for exchange in exchanged:
+        for exchange, round_trip in exchanged:
             assert exchange.peer_bytes == {3: [384 + 12, 384 + 12], 4: [268 + 12, 268 + 12]}
-            assert len(exchange.update_s) == 2 and all(0 < u < 1 for u in exchange.update_s)
+            # each server's update ran between this worker's push and its reply: within the worker's round trip
+            assert len(exchange.update_s) == 2 and all(0 < u <= round_trip for u in exchange.update_s)
     shard_bytes = {0: 384, 1: 268}  # 96 floats | 67 floats
     for index, stats in enumerate(outputs[workers:]):
         assert (stats.updates, stats.pushes) == (steps, steps * workers)
