@@ -26,10 +26,10 @@ from pathlib import Path
 
 import yaml
 
-from metrics.bounds import MBIT, Round, round_records
+from metrics.summary.bounds import MBIT, Round, round_records
 from metrics.cost import Cost
-from metrics.jsonl import read_jsonl
-from metrics.rundir import RunDir, run_dirs_under
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir, run_dirs_under
 
 NETWORK_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "network"
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this

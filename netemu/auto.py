@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from metrics.loopback import ONLY_COMPUTE_DIFFERS
+from metrics.summary.link import ONLY_COMPUTE_DIFFERS
 from netemu.checks import emulation_problem, rank_bandwidths
 from netemu.fabric import MAX_HOSTS
 

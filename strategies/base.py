@@ -29,9 +29,9 @@ from torch import nn
 
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.cost import Cost
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
 
@@ -110,7 +110,7 @@ class Strategy(ABC):
 
     @classmethod
     def rounds_overlap(cls, knobs: dict) -> bool:
-        """Whether a round can start before the last one ended everywhere (metrics/bounds.py then measures
+        """Whether a round can start before the last one ended everywhere (metrics/summary/bounds.py then measures
         link efficiency over the span of the run's rounds, not round by round)."""
         return False
 

@@ -40,10 +40,10 @@ from job.model import parameter_digest
 from job.optim import build_optimizer
 from job.process import exit_on_sigterm, wait_until
 from strategies import hivemind_internals
-from metrics.bounds import Round
-from metrics.jsonl import JsonlWriter
+from metrics.summary.bounds import Round
+from metrics.recording.jsonl import JsonlWriter
 from metrics.cost import Cost
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 from strategies.base import LaunchSpec, StepReport, Strategy
 
 MADDRS_FILE = "hivemind_maddrs"             # RUN/.avgbench/: rank 0's multiaddrs

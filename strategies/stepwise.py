@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from job.errors import ConfigError
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.cost import Cost
 from strategies.base import LaunchSpec, StepReport
 from strategies.transport import (Transport, TransportStrategy, broadcast_initial_state, flatten, payload_bytes,

@@ -18,7 +18,7 @@ from datetime import timedelta
 import torch
 
 from job.errors import BackendUnavailable, ConfigError
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from strategies.base import LaunchSpec, Strategy
 
 TRANSPORTS = ("gloo", "mpi")

@@ -4,8 +4,8 @@ repeats, apart (the noise floor).
 
 A comparison pairs the two configurations' runs by block, leaving out the blocks where either run is unfaithful
 (metrics/report/runs.py Run.unfaithful). Its ratio is > 1 when `this` is the faster: time-to-target of the other
-/ this one's (metrics.stats.CensoredRatio: a miss is censored, never dropped), throughput of this one / the
-other's (metrics.stats.Ratio). The test behind a claim: the paired t-test where every block was observed, the
+/ this one's (metrics.report.stats.CensoredRatio: a miss is censored, never dropped), throughput of this one / the
+other's (metrics.report.stats.Ratio). The test behind a claim: the paired t-test where every block was observed, the
 exact signed-rank test (a miss ranks as the slowest) where some block was censored.
 """
 import math
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.stats import Bound, CensoredRatio, Ratio, decide, holm, signed_rank_p
+from metrics.report.stats import Bound, CensoredRatio, Ratio, decide, holm, signed_rank_p
 
 PAIRED_T, RANK_TEST = "paired t-test", "exact signed-rank test (a miss ranks as the slowest)"
 
@@ -57,7 +57,7 @@ class Comparison:
 
     @property
     def decision(self) -> str:
-        """metrics.stats.decide on the deciding test (under censoring the rank test, with its own direction)."""
+        """metrics.report.stats.decide on the deciding test (under censoring the rank test, with its own direction)."""
         tested = self.adjusted_p if self.p is not None else None
         return decide(self.ratio, tested, self.margin, self.signs > 0 if self.censored else None)
 

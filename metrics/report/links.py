@@ -1,9 +1,9 @@
 """The verdict's network lines, per (dataset, model): the link each configuration was measured on (summary.json's
-`link`, metrics/link.py), the link's goodput while busy, and every configuration's communication share of a step
-(time_breakdown_share.comm_s, metrics/summary.py), each the median over runs with its range."""
+`link`, metrics/summary/link.py), the link's goodput while busy, and every configuration's communication share of a
+step (time_breakdown_share.comm_s, metrics/summary/build.py), each the median over runs with its range."""
 import statistics
 
-from metrics.loopback import ONLY_COMPUTE_DIFFERS
+from metrics.summary.link import ONLY_COMPUTE_DIFFERS
 from metrics.report.runs import Group, Run
 from metrics.report.tables import number
 

@@ -6,8 +6,8 @@ import statistics
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.stats import Ratio, factor, olympic_mean
-from metrics.steplog import PHASES
+from metrics.report.stats import Ratio, factor, olympic_mean
+from metrics.recording.steplog import PHASES
 
 MISSING = "–"
 
@@ -73,7 +73,7 @@ def stat(group: Group, figure, fmt=number) -> str:
 
 def interval_stat(group: Group, figure, fmt=number) -> str:
     """A positive figure over the group's repeats (one run per block in a multirun): its geometric mean with the 95 %
-    Student-t interval on the logs (metrics/stats.py Ratio, as for the speedups), "est [low, high] (n blocks)";
+    Student-t interval on the logs (metrics/report/stats.py Ratio, as for the speedups), "est [low, high] (n blocks)";
     one run gives no interval; "(k of n blocks)" when some runs lack the figure."""
     values = [v for v in group.values(figure) if v > 0]
     if not values:

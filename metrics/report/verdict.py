@@ -14,8 +14,8 @@ from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section
 from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
                                    mlperf_time, number, ranked, reached_count)
-from metrics.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable, pooled_log_sd,
-                           rank_test_blocks)
+from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
+                                  pooled_log_sd, rank_test_blocks)
 
 DEFAULT_MARGIN = 0.05  # report.equivalence_margin of runs that predate it
 
