@@ -22,8 +22,8 @@ from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
-from metrics.rundir import RunDir
-from metrics.summary import write_summary
+from metrics.recording.rundir import RunDir
+from metrics.summary.build import write_summary
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import dilate

@@ -4,7 +4,7 @@ with it (metrics/projection/link.py, payload_rate), in the command line, the rep
 validation alike.
 
     python bench/run.py goodput
-    AVGBENCH_GOODPUT="rates=20,100 repeats=2 seconds=3" python bench/run.py goodput
+    python bench/run.py goodput --goodput-grid "rates=20,100 repeats=2 seconds=3"
 
 For each rate and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way), each sending one TCP
 stream to the other for `seconds`, so that both directions are busy as in a ring's step (each direction carries one
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.jobs import grid_settings, ints
+from bench.jobs import add_grid_option, grid_settings, ints
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4"
 PROBE_PORT = 5001
@@ -68,7 +68,7 @@ def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = Non
 
 def measure_rate(mbit: float, seconds: float, tmp: Path) -> dict:
     """One repeat at one rate: each stream's payload goodput and share, and the links' verdict (netemu.goodput)."""
-    from netemu.goodput import judge
+    from metrics.summary.link import judge
 
     meter = tmp / f"meter-{mbit:g}-{time.monotonic_ns()}.json"
     streams = probe(2, mbit, seconds, meter)
@@ -95,8 +95,12 @@ def figures(rows: list[dict]) -> dict:
             "by_rate": by_rate, "not_counted": len(rows) - len(counted)}
 
 
+def add_arguments(parser) -> None:
+    add_grid_option(parser, "goodput", DEFAULT_GRID)
+
+
 def run(text: str | None = None) -> dict:
-    settings = grid_settings(DEFAULT_GRID, "AVGBENCH_GOODPUT", text)
+    settings = grid_settings(DEFAULT_GRID, "--goodput-grid", text)
     rates, repeats, seconds = ints(settings["rates"]), int(settings["repeats"]), float(settings["seconds"])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,8 +2,8 @@
 calibrated on N = 2 and validated on peer counts the models were not fitted to.
 
     python bench/run.py projection                      # the full grid (below)
-    AVGBENCH_PROJECTION="rates=20 peers=2,4,8 strategies=ps,stepwise" python bench/run.py projection
-    AVGBENCH_PROJECTION="rates=20 peers=2,4 strategies=allreduce model=resnet18 steps=5" python bench/run.py projection
+    python bench/run.py projection --projection-grid "rates=20 peers=2,4,8 strategies=ps,stepwise"
+    python bench/run.py projection --projection-grid "rates=20 peers=2,4 strategies=allreduce model=resnet18 steps=5"
 
 For each model, link rate and strategy (every synchronous averaging strategy of the registry,
 Strategy.synchronous, with ring on Horovod's MPI controller; the others, hivemind, where asked for;
@@ -44,11 +44,11 @@ import sys
 import time
 
 from bench.goodput import probe
-from bench.jobs import averaging_strategies, grid_settings, ints, synchronous_strategies, train
-from metrics.bounds import MBIT
+from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, synchronous_strategies, train
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
+from metrics.summary.bounds import MBIT
 
 STRATEGIES = averaging_strategies(tweaks={
     "ring": ["ring.controller=mpi"],
@@ -153,11 +153,11 @@ def grid(text: str | None = None) -> dict:
     model may list several, e.g. model=mlp,resnet18)."""
     from launchers.config import group_options
 
-    settings = grid_settings(DEFAULT_GRID, "AVGBENCH_PROJECTION", text)
+    settings = grid_settings(DEFAULT_GRID, "--projection-grid", text)
     models = settings["model"].split(",")
     unknown = [m for m in models if m not in group_options("model")]
     if unknown:
-        raise ValueError(f"AVGBENCH_PROJECTION: unknown model {', '.join(unknown)} "
+        raise ValueError(f"--projection-grid: unknown model {', '.join(unknown)} "
                          f"(choose from: {', '.join(group_options('model'))})")
     return {"rates": ints(settings["rates"]), "peers": sorted({2, *ints(settings["peers"])}),
             "strategies": settings["strategies"].split(","), "models": models, "steps": int(settings["steps"])}
@@ -197,6 +197,10 @@ def failed_row(model: str, strategy: str, peers: int, rate: int, failure: Except
             "role": "calibration" if peers == 2 else "held-out", "counted": False,
             "failed": str(failure).strip()[-FAILURE_CHARS:], "probe_mbit_per_stream": min(probes),
             "probe_streams": peers}
+
+
+def add_arguments(parser) -> None:
+    add_grid_option(parser, "projection", DEFAULT_GRID)
 
 
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:

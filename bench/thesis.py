@@ -2,19 +2,19 @@
 one 16-vCPU process, and where does the time go as target batch size, local updates and batch size change?
 
     python bench/run.py thesis      # >= 16 cores: the full grid; fewer: the slice this machine runs faithfully
-    AVGBENCH_THESIS_FAMILIES=hivemind python bench/run.py thesis    # only these families (comma list; default all)
+    python bench/run.py thesis --thesis-families hivemind    # only these families (comma list; default all)
 
 Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
 configuration and its equal-resource baseline (one process with all the CPUs) in a Williams order, so speedups
 and time-to-target ratios are paired per block, with 95 % intervals and Holm-corrected claims
-(metrics/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
-batch 32, lr 0.01; run lengths are shortened (max_steps = AVGBENCH_THESIS_STEPS per peer), target batch sizes
+(metrics/report/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
+batch 32, lr 0.01; run lengths are shortened (max_steps = --thesis-steps per peer), target batch sizes
 never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
-AVGBENCH_THESIS_FAMILIES names the families to run (an unknown name fails before any run); AVGBENCH_THESIS_DIR
+--thesis-families names the families to run (an unknown name fails before any run); --thesis-dir
 (default multirun/thesis-DATE) holds one sweep per family: run again with the same directory, a family's
 completed runs are kept (the sweeper resumes), and bench/run.py keeps the saved families it did not rerun (merge).
 
-Full grid (>= 16 cores), AVGBENCH_THESIS_REPEATS blocks (default 3):
+Full grid (>= 16 cores), --thesis-repeats blocks (default 3):
   hivemind    peers 2, 4, 8, 16 at 16/N vCPUs x local updates on/off x target batch 10000 ... 625
               (experiment=thesis_hivemind scale=1: 40 configurations + the 1 x 16 baseline)
   batch       hivemind 8 x 2, target batch 2500, local updates on/off x batch size 32, 64, 128 (6 + 3 baselines)
@@ -31,16 +31,17 @@ Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus
 The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
 above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (through
 metrics.projection.project.project_link, the link's payload rate by the recorded payload share) at its N on one link,
-AVGBENCH_THESIS_LINK (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error
-band and EXTRAPOLATION mark (bench/results.json projection_validation); no number where the strategy's model failed
-its validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed
-since, or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come from the slice: S, hidden communication, server update from the
+--thesis-link (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error band and
+EXTRAPOLATION mark (bench/results.json projection_validation); no number where the strategy's model failed its
+validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed since,
+or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come
+from the slice: S, hidden communication, server update from the
 strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
 model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU peer's from the one-process 2-core
 baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
 baseline (one process with 16 vCPUs), gets no number, with why: thread scaling is not extrapolated, so no speedup
 over 1 x 16 is computed either (each row says so). The slice's runs are read from every family's sweep under
-AVGBENCH_THESIS_DIR, whichever families this invocation ran; a configuration whose strategy has no slice run there
+--thesis-dir, whichever families this invocation ran; a configuration whose strategy has no slice run there
 keeps its saved projected row (bench/run.py's merge), with that row's date.
 
 Per configuration (each family's report model, metrics/report/): against its equal-resource baseline, the speedup
@@ -49,6 +50,7 @@ Per configuration (each family's report model, metrics/report/): against its equ
 blocks that reached the target; samples-to-target and time per sample (means over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
 (summary.json averaging_rounds, summed over blocks) and failed rounds.
 """
+import argparse
 import dataclasses
 import json
 import os
@@ -68,26 +70,27 @@ from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
 from metrics.report.runs import find_runs
 from metrics.report.tables import reached_count
 from metrics.report.verdict import analyse
-from metrics.stats import ALPHA
+from metrics.report.stats import ALPHA
 
 FULL_CORES = 16
-STEPS = int(os.environ.get("AVGBENCH_THESIS_STEPS", 300))
-REPEATS = int(os.environ.get("AVGBENCH_THESIS_REPEATS", 3))
-DEFAULT_LINK = "lan"  # the projected remainder's link (AVGBENCH_THESIS_LINK): a conf/network preset or MBIT[,MS]
+STEPS = 300  # max_steps of a full-grid run (--thesis-steps)
+REPEATS = 3  # paired blocks (--thesis-repeats)
+DEFAULT_LINK = "lan"  # the projected remainder's link (--thesis-link): a conf/network preset or MBIT[,MS]
 JOB = ["model=resnet18", "data=digits", "batch_size=32", "lr=0.01", "progress=false", "lock=off"]
 COMPARED = "allreduce,stepwise,ps,ring"  # the strategies family: the thesis issue's four besides hivemind
 SLICE_SHAPE = (2, 1)  # the slice's runs: 2 peers of 1 vCPU (a 1-vCPU peer's compute comes from them)
 BASELINE_CPUS = 2     # the slice's baseline: one process on 2 vCPUs (a 2-vCPU peer's compute comes from it)
 
 
-def families(cores: int) -> dict[str, list[str]]:
-    """Family -> its multirun's overrides: the full grid on >= 16 cores, else the slice at these cores."""
+def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
+    """Family -> its multirun's overrides: the full grid on >= 16 cores (`steps` steps a run), else the slice at
+    these cores."""
     if cores >= FULL_CORES:
         return {
-            "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={STEPS}"],
+            "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={steps}"],
             "batch": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", "peers=8",
-                      "target_batch_base=2500", "batch_size=32,64,128", f"max_steps={STEPS}"],
-            "strategies": [f"strategy={COMPARED}", "peers=8", "peer_cpus=2", f"max_steps={STEPS}"],
+                      "target_batch_base=2500", "batch_size=32,64,128", f"max_steps={steps}"],
+            "strategies": [f"strategy={COMPARED}", "peers=8", "peer_cpus=2", f"max_steps={steps}"],
         }
     return {
         "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={cores}", "peers=2",
@@ -96,13 +99,12 @@ def families(cores: int) -> dict[str, list[str]]:
     }
 
 
-def chosen(plan: dict[str, list[str]], text: str | None = None) -> dict[str, list[str]]:
-    """The plan's families that AVGBENCH_THESIS_FAMILIES (or `text`) names, a comma list; unset or empty: all."""
-    given = text if text is not None else os.environ.get("AVGBENCH_THESIS_FAMILIES", "")
-    names = [n.strip() for n in given.split(",") if n.strip()]
+def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
+    """The plan's families that `text` (--thesis-families) names, a comma list; empty: all."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in plan]
     if unknown:
-        raise ValueError(f"AVGBENCH_THESIS_FAMILIES: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
+        raise ValueError(f"--thesis-families: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
     return {name: overrides for name, overrides in plan.items() if not names or name in names}
 
 
@@ -112,9 +114,9 @@ def family_overrides(overrides: list[str]) -> list[str]:
     return [*JOB, *overrides]
 
 
-def multirun(name: str, overrides: list[str], out: Path) -> Path:
+def multirun(name: str, overrides: list[str], out: Path, repeats: int) -> Path:
     sweep = out / name
-    command = [sys.executable, "train.py", "-m", *family_overrides(overrides), f"repeats={REPEATS}",
+    command = [sys.executable, "train.py", "-m", *family_overrides(overrides), f"repeats={repeats}",
                f"hydra.sweep.dir={sweep}"]
     print(f"thesis: {name}: {' '.join(command[2:])}", file=sys.stderr, flush=True)
     subprocess.run(command, cwd=ROOT, check=False)  # failed runs are findings: the report says which
@@ -272,7 +274,7 @@ def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores:
         return None, (f"a peer with {cpus} vCPUs: its compute per step cannot be measured on {cores} cores (thread "
                       "scaling is what the thesis varies; not extrapolated)")
     if not sources:
-        return None, f"no completed run of {what} (AVGBENCH_THESIS_FAMILIES, or the runs failed)"
+        return None, f"no completed run of {what} (--thesis-families, or the runs failed)"
     measured_batch = statistics.fmean(r.measured.batch for r in sources)
     per_sample = statistics.fmean(r.measured.compute_s / r.measured.batch for r in sources)
     scaled = "" if measured_batch == batch else (f"; measured at batch {measured_batch:g}, taken per sample "
@@ -389,8 +391,8 @@ def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
 
 def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> dict | None:
     """The new run's projected remainder, except that a configuration whose strategy had no slice run at hand this
-    time (its family's sweep not under AVGBENCH_THESIS_DIR) keeps its saved projected row, with that row's date,
-    judged against today's evidence (bench/results.json)."""
+    time (its family's sweep not under --thesis-dir) keeps its saved projected row, with that row's date, judged
+    against today's evidence (bench/results.json)."""
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
@@ -404,15 +406,32 @@ def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> 
                     "from_sweeps": sorted({*fresh["from_sweeps"], *saved.get("from_sweeps", [])})}
 
 
-def run() -> dict:
+def add_arguments(parser) -> None:
+    parser.add_argument("--thesis-families", dest="thesis_names", metavar="NAMES", default=argparse.SUPPRESS,
+                        help="the families to run, a comma list (default: all)")
+    parser.add_argument("--thesis-dir", dest="thesis_out", type=Path, metavar="DIR", default=argparse.SUPPRESS,
+                        help="one sweep per family; a rerun with the same DIR keeps completed runs (default: "
+                             "multirun/thesis-DATE)")
+    parser.add_argument("--thesis-steps", type=int, metavar="N", default=argparse.SUPPRESS,
+                        help=f"max_steps of a full-grid run (default {STEPS}; the slice runs 100)")
+    parser.add_argument("--thesis-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
+                        help=f"paired blocks (default {REPEATS})")
+    parser.add_argument("--thesis-link", metavar="LINK", default=argparse.SUPPRESS,
+                        help=f"the projected remainder's link: a conf/network preset or MBIT[,LATENCY_MS] "
+                             f"(default {DEFAULT_LINK})")
+
+
+def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: int = REPEATS,
+        link: str = DEFAULT_LINK) -> dict:
+    """The families `names` names (a comma list; empty: all), one sweep each under `out`."""
     started = time.monotonic()
     cores = len(os.sched_getaffinity(0))
-    out = Path(os.environ.get("AVGBENCH_THESIS_DIR", ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"))
+    out = out or ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"
     full = cores >= FULL_CORES
-    link = parse_link(os.environ.get("AVGBENCH_THESIS_LINK", DEFAULT_LINK))  # a bad link fails before the runs
+    link = parse_link(link)  # a bad link fails before the runs
     evidence = load_evidence()  # and so does a results file without the payload share
-    plan = chosen(families(cores))
-    results = {name: rows_of(multirun(name, overrides, out)) for name, overrides in plan.items()}
+    plan = chosen(families(cores, steps), names)
+    results = {name: rows_of(multirun(name, overrides, out, repeats)) for name, overrides in plan.items()}
     speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"] and not r["baseline"]]
     sweeps = [out / name for name in families(cores) if (out / name).is_dir()]
     return {
@@ -425,7 +444,7 @@ def run() -> dict:
         "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
                     "summary": f"families.{name}" if name in plan else "projected_remainder"}
                    for name in families(cores) if name in plan or out / name in sweeps],
-        "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
+        "setup": f"{cores} cores, {repeats} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
                  f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,

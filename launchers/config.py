@@ -13,7 +13,7 @@ from job.optim import OPTIMIZERS, SCALINGS
 from job.registry import resolve
 from launchers.lock import LOCK_MODES
 from launchers.shape import fit_peers
-from metrics.target import check_target
+from metrics.summary.target import check_target
 from metrics.report.primary import CHOICES as PRIMARY_CHOICES
 from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config

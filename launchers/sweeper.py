@@ -38,7 +38,7 @@ from metrics.report.design import block_order, control_jobs, declaration, order_
 from metrics.report.primary import from_dict
 from metrics.report.nodes import load, run_folders
 from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
-from metrics.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
+from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
 
 NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", "hydra.launcher.nodes",
               *STRATEGY_BLOCKS)  # not for baselines

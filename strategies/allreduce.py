@@ -46,7 +46,7 @@ class CountedCollectives:
 
     The hooks look up `dist.all_reduce` in their own module at call time (PowerSGD all-reduces Q
     in a callback, after P is done), so standing in for their module attribute `dist` counts each
-    tensor actually handed to the collective, compressed or not. Private layout: tests/test_private_apis.py
+    tensor actually handed to the collective, compressed or not. Private layout: tests/unit/test_private_apis.py
     fails if a torch upgrade stops calling dist.all_reduce from these modules.
     """
 

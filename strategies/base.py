@@ -32,7 +32,7 @@ from torch import nn
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
 from metrics.projection.cost import CostModel
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
 

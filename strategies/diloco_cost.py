@@ -1,5 +1,5 @@
 """diloco's cost model: one ring all-reduce every diloco.inner_steps steps (strategies/diloco.py)."""
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost, RingAllReduceCost, ring_allreduce_s
 
 

@@ -40,8 +40,8 @@ from job.model import parameter_digest
 from job.optim import build_optimizer
 from job.process import exit_on_sigterm, wait_until
 from strategies import hivemind_internals
-from metrics.jsonl import JsonlWriter
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import JsonlWriter
+from metrics.recording.rundir import RunDir
 from strategies.base import LaunchSpec, StepReport, Strategy
 from strategies.hivemind_cost import HivemindCost
 

@@ -1,7 +1,7 @@
 """hivemind's cost model: epochs of local steps, matchmaking and a butterfly all-reduce (strategies/hivemind.py)."""
 import math
 
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost, CostModel
 
 

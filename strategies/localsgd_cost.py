@@ -1,5 +1,5 @@
 """localsgd's cost model: one ring all-reduce of the parameters every localsgd.every steps (strategies/localsgd.py)."""
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost, ring_allreduce_s
 from strategies.allreduce_cost import AllReduceCost
 

@@ -1,7 +1,7 @@
 """ps's cost model: the servers' in-cast, update and replies (strategies/ps.py)."""
 from dataclasses import replace
 
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost, CostModel
 
 

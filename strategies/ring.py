@@ -72,7 +72,7 @@ def handed_bytes(hvd, handles) -> int:
     """Bytes of the tensors handed to Horovod's all-reduces `handles` (before they are synchronised).
 
     Private API: horovod.torch.mpi_ops._handle_map (handle -> (input tensor(s), output)) holds the
-    compressed input until synchronize(); tests/test_private_apis.py checks it exists.
+    compressed input until synchronize(); tests/unit/test_private_apis.py checks it exists.
     """
     total = 0
     for handle in handles:
@@ -86,7 +86,7 @@ def pending_allreduces(optimizer) -> list:
 
     Private API: Horovod 0.28.1 keeps them in DistributedOptimizer._handles (parameter ->
     (handle, ctx)); its public synchronize() waits with no deadline, and a dead peer must
-    not hang us. tests/test_private_apis.py fails if a Horovod upgrade drops the attribute.
+    not hang us. tests/unit/test_private_apis.py fails if a Horovod upgrade drops the attribute.
     """
     return [handle for handle, _ in optimizer._handles.values() if handle is not None]
 

@@ -1,5 +1,5 @@
 """stepwise's cost model: overlapping one-pass rounds along a rotating ring (strategies/stepwise.py)."""
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost, CostModel
 
 

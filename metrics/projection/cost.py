@@ -4,12 +4,12 @@ Each strategy's model is a class of its own beside the strategy (strategies/<nam
 and runtime code, as Bagua splits an Algorithm's configuration from the implementation it reifies: the model knows
 the knobs and the round's schedule, never a process, a tensor or a backend. The strategy names it
 (Strategy.cost_model): the summary reads its link floor; metrics/projection/models.py names every model for the
-projection. A cost model module imports only this module and metrics.bounds.
+projection. A cost model module imports only this module and metrics.summary.bounds.
 """
 import inspect
 from dataclasses import dataclass, field
 
-from metrics.bounds import Round
+from metrics.summary.bounds import Round
 
 
 @dataclass
@@ -60,7 +60,7 @@ class CostModel:
 
     @classmethod
     def rounds_overlap(cls, knobs: dict) -> bool:
-        """Whether a round can start before the last one ended everywhere (metrics/bounds.py then measures
+        """Whether a round can start before the last one ended everywhere (metrics/summary/bounds.py then measures
         link efficiency over the span of the run's rounds, not round by round)."""
         return False
 

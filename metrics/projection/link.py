@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from metrics.bounds import MBIT
+from metrics.summary.bounds import MBIT
 
 NETWORK_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "network"
 

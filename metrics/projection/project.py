@@ -23,13 +23,13 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from metrics.bounds import Round, round_records
-from metrics.jsonl import read_jsonl
+from metrics.summary.bounds import Round, round_records
+from metrics.recording.jsonl import read_jsonl
 from metrics.projection.cost import Cost, CostModel, first_paragraph
 from metrics.projection.evidence import RESULTS, Evidence, Validation, extrapolation, load_evidence
 from metrics.projection.link import Link, parse_link, payload_rate
 from metrics.projection.models import cost_model
-from metrics.rundir import RunDir, run_dirs_under
+from metrics.recording.rundir import RunDir, run_dirs_under
 
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)

@@ -57,7 +57,7 @@ METHOD = {
     "noise": "The primary figure's own noise: the sd of the log ratios of the comparisons with the baselines and "
              "of the control arms, over blocks observed exactly, pooled by degrees of freedom. The detectable "
              "ratio: (t(1 - 0.05/(2m), n - 1) + t(0.8, n - 1)) x sd / sqrt(n), exp'd, for n blocks and m declared "
-             "comparisons (Holm's first step), 80 % power (metrics/stats.py detectable).",
+             "comparisons (Holm's first step), 80 % power (metrics/report/stats.py detectable).",
     "ranking": "On the primary figure: time-to-target: configurations that reached the target in every block "
                "first, then by blocks reached, then by MLPerf's summary (the olympic mean over blocks: fastest and "
                "slowest dropped, a miss counted as the slowest); throughput: mean global throughput. The order "
