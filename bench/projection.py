@@ -17,7 +17,7 @@ one (ps), not its communication time. Every other N is a held-out case: predicte
 alone. beta is the link's payload rate through the one conversion every projection uses
 (metrics.projection.link.payload_rate: the nominal rate x the payload share bench/results.json records in
 link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes.
-Predicted: the strategy's cost model (step_time, strategies/<name>_cost.py) at the case's N, that beta,
+Predicted: the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta,
 alpha = 0 (no netem here). Measured: the case run's period (mean over workers of each worker's mean step
 over steps 2..last, evaluations excluded). error = predicted / measured - 1. A probe of N hosts, each
 sending one TCP stream to the next at once for `probe_s` seconds (bench/goodput.py), decides before the

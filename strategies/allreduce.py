@@ -31,7 +31,7 @@ import threading
 import time
 
 from job.errors import BackendUnavailable, ConfigError
-from strategies.allreduce_cost import AllReduceCost
+from strategies.cost_models.allreduce import AllReduceCost
 from strategies.base import StepReport
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   ring_allreduce_bytes, unflatten_into)

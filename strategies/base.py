@@ -10,7 +10,7 @@ A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
   gradient hooks to communicate during backward), `step` (communicate and update),
   `summary`.
 
-Its cost model is a class of its own beside it (`cost_model`, strategies/<name>_cost.py): the
+Its cost model is a class of its own beside it (`cost_model`, strategies/cost_models/<name>.py): the
 bytes a round puts on each link, the round's link floor (`link_bound`, formula and
 derivation in its docstring) and the step time the projection predicts.
 
@@ -69,7 +69,7 @@ class StepReport:
 
 
 class Strategy(ABC):
-    cost_model: type[CostModel] = CostModel  # its cost model (strategies/<name>_cost.py); the default states none
+    cost_model: type[CostModel] = CostModel  # its cost model (strategies/cost_models/<name>.py); the default states none
     is_baseline = False  # a single-process run without communication, that others are compared with
     checked_dilation = 1.0  # largest emulate.dilation its invariance check passed (bench/emulation.py); 1: unchecked
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints

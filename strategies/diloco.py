@@ -26,7 +26,7 @@ import torch
 
 from job.errors import ConfigError
 from strategies.base import LaunchSpec, StepReport
-from strategies.diloco_cost import DiLoCoCost
+from strategies.cost_models.diloco import DiLoCoCost
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten,
                                   payload_bytes, ring_allreduce_bytes, unflatten_into)
 

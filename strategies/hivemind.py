@@ -43,7 +43,7 @@ from strategies import hivemind_internals
 from metrics.recording.jsonl import JsonlWriter
 from metrics.recording.rundir import RunDir
 from strategies.base import LaunchSpec, StepReport, Strategy
-from strategies.hivemind_cost import HivemindCost
+from strategies.cost_models.hivemind import HivemindCost
 
 MADDRS_FILE = "hivemind_maddrs"             # RUN/.avgbench/: rank 0's multiaddrs
 OWN_FILES = "hivemind_files.json"           # peer<RANK>/: its process ids and sockets

@@ -27,7 +27,7 @@ import time
 from job.errors import ConfigError
 from strategies.allreduce import AllReduce
 from strategies.base import LaunchSpec, StepReport
-from strategies.localsgd_cost import LocalSGDCost
+from strategies.cost_models.localsgd import LocalSGDCost
 from strategies.transport import payload_bytes, ring_allreduce_bytes
 
 

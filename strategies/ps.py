@@ -36,7 +36,7 @@ import torch
 
 from job.errors import ConfigError
 from strategies.base import SERVER, WORKER, LaunchSpec, StepReport
-from strategies.ps_cost import ParameterServerCost
+from strategies.cost_models.ps import ParameterServerCost
 from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 
 MODES = ("sync", "async")

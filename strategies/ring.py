@@ -27,7 +27,7 @@ import time
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from strategies.base import LaunchSpec, StepReport, Strategy
-from strategies.ring_cost import RingCost
+from strategies.cost_models.ring import RingCost
 from strategies.transport import ring_allreduce_bytes
 
 CONTROLLERS = ("gloo", "mpi")

@@ -7,7 +7,7 @@ batch of N*batch_size (the global batch of a synchronous N-peer step), max_steps
 so it trains the same samples.
 """
 from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
-from strategies.single_cost import SingleCost
+from strategies.cost_models.single import SingleCost
 
 
 class Single(Strategy):

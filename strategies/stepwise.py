@@ -33,7 +33,7 @@ import torch
 
 from job.errors import ConfigError
 from strategies.base import LaunchSpec, StepReport
-from strategies.stepwise_cost import StepwiseCost
+from strategies.cost_models.stepwise import StepwiseCost
 from strategies.transport import (Transport, TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   unflatten_into)
 

@@ -1,6 +1,6 @@
 """A strategy's cost model: what it receives (Cost, Round) and the base class every model extends (CostModel).
 
-Each strategy's model is a class of its own beside the strategy (strategies/<name>_cost.py), apart from its launch
+Each strategy's model is a class of its own beside the strategy (strategies/cost_models/<name>.py), apart from its launch
 and runtime code, as Bagua splits an Algorithm's configuration from the implementation it reifies: the model knows
 the knobs and the round's schedule, never a process, a tensor or a backend. The strategy names it
 (Strategy.cost_model): the summary reads its link floor; metrics/projection/models.py names every model for the

@@ -4,7 +4,7 @@
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...] [-o OUT]
 
 Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time in
-strategies/<name>_cost.py, the model in its docstring), not a measurement. The model's parameters come from one
+strategies/cost_models/<name>.py, the model in its docstring), not a measurement. The model's parameters come from one
 measured run (RUN_DIR, or every run below it): compute per step, S (the bytes averaged per round), the link's payload
 rate beta (its nominal rate x the payload share bench/results.json records, link.py) and latency alpha (the run's own
 link, or each --link). A --link is a preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s,
@@ -91,7 +91,7 @@ class Measured:
 
     run: Path
     strategy: str
-    model: type[CostModel]           # the strategy's cost model (strategies/<name>_cost.py)
+    model: type[CostModel]           # the strategy's cost model (strategies/cost_models/<name>.py)
     workers: int
     batch: int                       # samples per worker and step
     knobs: dict

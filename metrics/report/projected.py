@@ -84,7 +84,7 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
 
 
 def note(evidence: Evidence) -> str:
-    return ("PREDICTED, not measured. Each averaging configuration's strategy cost model (strategies/<name>_cost.py), "
+    return ("PREDICTED, not measured. Each averaging configuration's strategy cost model (strategies/cost_models/<name>.py), "
             "its parameters taken from each of the configuration's completed runs (compute, hidden communication, "
             "server update, S; python -m metrics.projection), at the target's N on the target link's payload rate "
             f"(nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted step: mean over the "

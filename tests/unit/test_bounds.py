@@ -5,11 +5,11 @@ import pytest
 
 from helpers import strategy_names, strategy_of
 from metrics.summary.bounds import MBIT, Round, link_efficiency, round_records
-from strategies.allreduce_cost import AllReduceCost
-from strategies.hivemind_cost import HivemindCost
-from strategies.ps_cost import ParameterServerCost
-from strategies.ring_cost import RingCost
-from strategies.stepwise_cost import StepwiseCost
+from strategies.cost_models.allreduce import AllReduceCost
+from strategies.cost_models.hivemind import HivemindCost
+from strategies.cost_models.ps import ParameterServerCost
+from strategies.cost_models.ring import RingCost
+from strategies.cost_models.stepwise import StepwiseCost
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""Cost models (strategies/<name>_cost.py) against hand-computed cases, projection from a hand-written run
+"""Cost models (strategies/cost_models/<name>.py) against hand-computed cases, projection from a hand-written run
 directory, and the validation benchmark's error arithmetic. No process is launched."""
 import json
 from pathlib import Path
@@ -11,12 +11,12 @@ from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import main, measure, stops_scaling
-from strategies.allreduce_cost import AllReduceCost
-from strategies.hivemind_cost import HivemindCost
-from strategies.ps_cost import ParameterServerCost
-from strategies.ring_cost import RingCost
-from strategies.single_cost import SingleCost
-from strategies.stepwise_cost import StepwiseCost
+from strategies.cost_models.allreduce import AllReduceCost
+from strategies.cost_models.hivemind import HivemindCost
+from strategies.cost_models.ps import ParameterServerCost
+from strategies.cost_models.ring import RingCost
+from strategies.cost_models.single import SingleCost
+from strategies.cost_models.stepwise import StepwiseCost
 
 MB = 1e6
 pytestmark = pytest.mark.timeout(60)
@@ -222,7 +222,7 @@ def test_each_strategy_names_the_cost_model_the_projection_uses(name):
     from metrics.projection.models import cost_model
 
     assert strategy_of(name).cost_model is cost_model(name)
-    assert strategy_of(name).cost_model.__module__ == f"strategies.{name}_cost"
+    assert strategy_of(name).cost_model.__module__ == f"strategies.cost_models.{name}"
 
 
 def test_cost_models_import_no_runtime():
@@ -240,12 +240,14 @@ def test_cost_models_import_no_runtime():
                 yield node.module
 
     allowed = {"math", "dataclasses", "metrics.summary.bounds", "metrics.projection.cost"}
-    models = sorted((ROOT / "strategies").glob("*_cost.py"))
+    models = sorted((ROOT / "strategies" / "cost_models").glob("[!_]*.py"))
     assert len(models) == len(strategy_names())
     for path in models:
-        assert not [m for m in imported(path) if m not in allowed and not m.endswith("_cost")], path.name
+        assert not [m for m in imported(path) if m not in allowed and not m.startswith("strategies.cost_models")], \
+            path.name
     for path in (ROOT / "metrics" / "projection").glob("*.py"):
-        assert not [m for m in imported(path) if m.startswith("strategies.") and not m.endswith("_cost")], path.name
+        assert not [m for m in imported(path) if m.startswith("strategies.")
+                    and not m.startswith("strategies.cost_models")], path.name
 
 
 def test_averaged_bytes_inverts_the_payload_relation():

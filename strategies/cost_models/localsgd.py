@@ -1,7 +1,7 @@
 """localsgd's cost model: one ring all-reduce of the parameters every localsgd.every steps (strategies/localsgd.py)."""
 from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost, ring_allreduce_s
-from strategies.allreduce_cost import AllReduceCost
+from strategies.cost_models.allreduce import AllReduceCost
 
 
 class LocalSGDCost(AllReduceCost):
