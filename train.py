@@ -22,8 +22,8 @@ from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
-from metrics.rundir import RunDir
-from metrics.summary import write_summary
+from metrics.recording.rundir import RunDir
+from metrics.summary.build import write_summary
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import dilate
@@ -72,8 +72,9 @@ def run(cfg) -> int:
     for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
-    summary = write_summary(run, asked, outcome, knobs, strategy.link_bound, strategy.bound_formula(),
-                            strategy.is_baseline, strategy.rounds_overlap(knobs), strategy.failure_counters,
+    model = strategy.cost_model
+    summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
+                            strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
                             shape, lock)
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if outcome.exit_code:

@@ -1,4 +1,4 @@
-"""Collective (link) efficiency: the link floor / the measured link time (metrics/bounds.py).
+"""Collective (link) efficiency: the link floor / the measured link time (metrics/summary/bounds.py).
 
 Each averaging strategy of conf/strategy/ trains `steps` steps of the payload model (model=mlp, width set below),
 with what it declares a benchmark's few steps need to reach its averaging (Strategy.benchmark_overrides, e.g.
@@ -11,12 +11,12 @@ to round R's end; round 1 (set-up) is left out. Goal: >= 0.85 for ps, stepwise a
 allreduce; no efficiency may exceed 1 (run() fails if one does). ring is Horovod with the
 MPI controller. The isolated-round latency formula of each strategy is recorded beside it.
 
-    AVGBENCH_COLLECTIVES="rates=20 peers=2,4,8 strategies=ps,ring" python bench/run.py collectives
+    python bench/run.py collectives --collectives-grid "rates=20 peers=2,4,8 strategies=ps,ring"
 runs a part of the grid (DEFAULT_GRID where a key is missing).
 """
 import statistics
 
-from bench.jobs import averaging_strategies, grid_settings, ints, summary_of
+from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, summary_of
 
 # every averaging strategy of conf/strategy/, some with settings of this benchmark
 STRATEGIES = averaging_strategies(tweaks={
@@ -50,8 +50,12 @@ def check_at_most_one(rows: list[dict]) -> None:
 DEFAULT_GRID = f"rates=20,50,200 peers=2,4,8 strategies={','.join(STRATEGIES)} width=768 steps=6"
 
 
+def add_arguments(parser) -> None:
+    add_grid_option(parser, "collectives", DEFAULT_GRID)
+
+
 def run(text: str | None = None) -> dict:
-    settings = grid_settings(DEFAULT_GRID, "AVGBENCH_COLLECTIVES", text)
+    settings = grid_settings(DEFAULT_GRID, "--collectives-grid", text)
     peers, rates, width, steps = (ints(settings["peers"]), ints(settings["rates"]), int(settings["width"]),
                                   int(settings["steps"]))
     chosen = settings["strategies"].split(",")

@@ -1,7 +1,7 @@
 """Does the emulation hold? Three checks, each measured side by side in interleaved blocks.
 
 headline: the headline multirun (`python train.py -m strategy=ring,stepwise,ps` at its default shape and
-  repeats), read from AVGBENCH_HEADLINE_SWEEP (a finished sweep directory) or run here. Per strategy, the
+  repeats), read from --emulation-headline-sweep (a finished sweep directory) or run here. Per strategy, the
   spread ((max - min) / mean) over blocks of its speedup over the baseline run in the same block (a paired
   ratio), beside the spread of its absolute throughput. Goal: paired spread <= 5 %.
 linearity: ResNet18 on digits, strategy=single peers=1, LINEARITY_JOB. Arms: a dedicated core (emulate.isolate=off),
@@ -13,9 +13,11 @@ invariance: every averaging strategy of the registry at peers=2 (ps: 2 workers +
   block. A strategy is offered dilation up to the largest factor at which the ratio of every block, and of
   every smaller factor, lies within +-TOLERANCE, both in its invariance check and in the linearity check (a
   dilated peer's compute must hold too): its `checked_dilation` (docs/emulation.md).
-Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/stats.py).
+Options: --emulation-repeats (blocks of linearity and invariance, default REPEATS), --emulation-strategies (the
+invariance check's strategies, a comma list; default every averaging strategy), --emulation-headline-sweep.
+Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/report/stats.py).
 """
-import os
+import argparse
 import random
 import statistics
 import sys
@@ -24,10 +26,11 @@ from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
 from metrics.report.baselines import load_runs
-from metrics.stats import Ratio
+from metrics.report.stats import Ratio
 
 TOLERANCE = 0.05
 FACTORS = (1, 2, 4)
+REPEATS = 2  # interleaved blocks of the linearity and invariance checks
 LINEARITY_JOB = ["strategy=single", "peers=1", "model=resnet18", "max_steps=20", "eval_every=0",
                  "emulate.allow_unchecked_dilation=true"]
 INVARIANCE_JOB = ["peers=2", "model=mlp", "model.width=1024", "network=emulated", "network.bandwidth_mbit=100",
@@ -107,14 +110,20 @@ def linear_factor(linearity: dict) -> int:
                            **{k: linearity["ratios"][f"quota 1/{k}"] for k in FACTORS if k != 1}})
 
 
-def invariance(repeats: int) -> dict:
-    """Every averaging strategy, or those named in AVGBENCH_EMULATION_STRATEGIES (comma-separated): the others
-    keep checked_dilation 1."""
-    chosen = os.environ.get("AVGBENCH_EMULATION_STRATEGIES")
+def chosen_strategies(names: str) -> dict[str, list[str]]:
+    """The averaging strategies a comma list names (empty: all), with their overrides; an unknown name is an error."""
+    every = averaging_strategies(INVARIANCE_TWEAKS)
+    given = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in given if n not in every]
+    if unknown:
+        raise ValueError(f"--emulation-strategies: unknown strategy {', '.join(unknown)} (here: {', '.join(every)})")
+    return {name: overrides for name, overrides in every.items() if not given or name in given}
+
+
+def invariance(repeats: int, strategies: dict[str, list[str]]) -> dict:
+    """These strategies' invariance; the others keep checked_dilation 1."""
     rows = {}
-    for name, overrides in averaging_strategies(INVARIANCE_TWEAKS).items():
-        if chosen and name not in chosen.split(","):
-            continue
+    for name, overrides in strategies.items():
         arms = {k: [*overrides, *INVARIANCE_JOB, f"emulate.dilation={k}"] for k in FACTORS}
         found = interleaved(arms, repeats, f"invariance {name}")
         ratios = {k: ratio_figures([v / ref for v, ref in zip(found[k], found[1])]) for k in FACTORS if k != 1}
@@ -135,11 +144,20 @@ def report(result: dict) -> None:
             for k, r in row["ratios"].items()) + f" -> checked up to {row['checked_dilation']}")
 
 
-def run(repeats: int = int(os.environ.get("AVGBENCH_EMULATION_REPEATS", 2))) -> dict:
+def add_arguments(parser) -> None:
+    parser.add_argument("--emulation-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
+                        help=f"interleaved blocks of the linearity and invariance checks (default {REPEATS})")
+    parser.add_argument("--emulation-strategies", metavar="NAMES", default=argparse.SUPPRESS,
+                        help="the invariance check's strategies, a comma list (default: every averaging strategy)")
+    parser.add_argument("--emulation-headline-sweep", type=Path, metavar="DIR", default=argparse.SUPPRESS,
+                        help="a finished headline sweep to read (default: run it here)")
+
+
+def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | None = None) -> dict:
     started = time.monotonic()
-    sweep = os.environ.get("AVGBENCH_HEADLINE_SWEEP")
-    result = {"headline": headline(Path(sweep) if sweep else None), "linearity": linearity(repeats),
-              "invariance": invariance(repeats)}
+    chosen = chosen_strategies(strategies)  # a wrong name fails before any run
+    result = {"headline": headline(headline_sweep), "linearity": linearity(repeats),
+              "invariance": invariance(repeats, chosen)}
     report(result)
     return {
         "name": "emulation",

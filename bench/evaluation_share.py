@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run import recorded, save, under_machine_lock  # noqa: E402
 from launchers.lock import LOCK_MODES  # noqa: E402
-from metrics.jsonl import read_jsonl  # noqa: E402
-from metrics.rundir import RunDir  # noqa: E402
+from metrics.recording.jsonl import read_jsonl  # noqa: E402
+from metrics.recording.rundir import RunDir  # noqa: E402
 
 GOAL = 0.15  # evaluation after training, at most this share of the default run's wall clock
 

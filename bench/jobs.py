@@ -1,22 +1,34 @@
 """Run one avgbench job from a benchmark and read what it left behind."""
+import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def grid_settings(default: str, variable: str, text: str | None = None) -> dict[str, str]:
-    """A benchmark's grid as `key=value` words: its defaults, overridden by `text` or else the environment
-    variable (e.g. AVGBENCH_PROJECTION="rates=20 peers=2,4")."""
-    given = text if text is not None else os.environ.get(variable, "")
-    return dict(item.split("=", 1) for item in (default + " " + given).split())
+def grid_settings(default: str, option: str, text: str | None = None) -> dict[str, str]:
+    """A benchmark's grid as `key=value` words: its defaults, overridden by `text`, the value of its command-line
+    `option` (e.g. --projection-grid "rates=20 peers=2,4"); a word that is not one of the defaults' keys is an
+    error."""
+    settings = dict(item.split("=", 1) for item in default.split())
+    for word in (text or "").split():
+        key, equals, value = word.partition("=")
+        if not equals or key not in settings:
+            raise ValueError(f"{option}: {word!r} is not KEY=VALUE with KEY one of {', '.join(settings)}")
+        settings[key] = value
+    return settings
+
+
+def add_grid_option(parser, name: str, default: str) -> None:
+    """--NAME-grid "KEY=VALUE ...": the part of a benchmark's grid to run, passed to its run() as `text`."""
+    parser.add_argument(f"--{name}-grid", dest=f"{name}_text", metavar="GRID", default=argparse.SUPPRESS,
+                        help=f"KEY=VALUE words that replace those of the default grid: {default}")
 
 
 def ints(text: str) -> list[int]:

@@ -47,10 +47,11 @@ from bench.jobs import train  # noqa: E402
 from bench.run import recorded, save, under_machine_lock  # noqa: E402
 from launchers.lock import LOCK_MODES  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
-from metrics.jsonl import read_jsonl  # noqa: E402
-from metrics.rundir import RunDir  # noqa: E402
+from metrics.recording.jsonl import read_jsonl  # noqa: E402
+from metrics.recording.rundir import RunDir  # noqa: E402
+from metrics.summary.link import direction_name, goodput_mbit  # noqa: E402
 from netemu import Fabric  # noqa: E402
-from netemu.goodput import LinkMeter, direction_name, goodput_mbit  # noqa: E402
+from netemu.goodput import LinkMeter  # noqa: E402
 
 PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
 JOB = ["model=resnet18", "data=digits", "eval_every=0"]

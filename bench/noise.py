@@ -2,7 +2,7 @@
 
 Arms (ResNet18 on digits, 40 steps of batch 32, eval_every=0): `strategy=single peers=1` (one process
 pinned to one core) and `strategy=stepwise peers=2` (two processes, a core each), alternated `repeats`
-times. Per run, over every worker's steps after the first WARMUP: the mean wall time per step (data +
+times (--noise-repeats). Per run, over every worker's steps after the first WARMUP: the mean wall time per step (data +
 compute + opt + comm, the step's span), CPU time (cpu_s) and run-queue delay (runq_s) per step, and
 other = wall - cpu - runq (time the process neither ran nor waited for a CPU: waiting for its peer, I/O;
 it goes below 0 when several threads ran at once); the machine around the run from its summary
@@ -18,21 +18,22 @@ of each run's wall time per step relative to its arm's mean with each factor (fe
 clock_cost_us: the median cost of one step's ProcessClock readings (start + since_start) in a process
 with as many threads as a gloo peer (6).
 """
+import argparse
 import json
-import os
 import statistics
 import sys
 import threading
 import time
 
 from bench.jobs import train
-from metrics.jsonl import read_jsonl
-from metrics.machine import ProcessClock
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.machine import ProcessClock
+from metrics.recording.rundir import RunDir
 
 ARMS = {"single_1x1": ["strategy=single", "peers=1"], "stepwise_2x1": ["strategy=stepwise", "peers=2"]}
 JOB = ["model=resnet18", "max_steps=40", "eval_every=0"]
 WARMUP = 5
+REPEATS = 4  # alternations of the arms (--noise-repeats)
 PARTS = ("cpu_s", "runq_s", "other_s")
 MACHINE = ("cpu_pressure_share", "steal_share", "load_mean", "other_cpu_share")
 
@@ -112,7 +113,12 @@ def report(arms: dict, correlations: dict) -> None:
           ", ".join(f"{k} {'n/a' if v is None else f'{v:+.2f}'}" for k, v in correlations.items()))
 
 
-def run(repeats: int = int(os.environ.get("AVGBENCH_NOISE_REPEATS", 4))) -> dict:
+def add_arguments(parser) -> None:
+    parser.add_argument("--noise-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
+                        help=f"alternations of the two arms (default {REPEATS})")
+
+
+def run(repeats: int = REPEATS) -> dict:
     started = time.monotonic()
     runs = {name: [] for name in ARMS}
     steps = {name: [] for name in ARMS}

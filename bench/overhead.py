@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 from bench.jobs import ROOT, train
-from metrics.jsonl import read_jsonl
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
 
 
 def raw_step_times(model: str, batch: int, steps: int) -> list[float]:

@@ -10,7 +10,7 @@ test accuracy and loss on the held-out split. Per size: the largest and the mean
 whole split's figures over steps and draws, and the largest in units of the test set's own noise at that step
 (the standard error of the accuracy, sqrt(p(1-p)/n) but at least one test sample, and of the mean loss, sd of
 the samples' losses / sqrt(n), both from the whole split's evaluation); and, for the run's target and a test_loss
-target, the step at which each draw's learning curve reaches it (metrics/target.py: the run's estimator) against
+target, the step at which each draw's learning curve reaches it (metrics/summary/target.py: the run's estimator) against
 the whole split's, as |log ratio|, beside the test-set bootstrap log sd of the whole split's crossing.
 """
 import argparse
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import job.evaluation as evaluation  # noqa: E402
 from job.data import load_splits  # noqa: E402
 from job.model import build_model  # noqa: E402
-from metrics.rundir import RunDir  # noqa: E402
-from metrics.target import Curve, bootstrap, crossing_step  # noqa: E402
+from metrics.recording.rundir import RunDir  # noqa: E402
+from metrics.summary.target import Curve, bootstrap, crossing_step  # noqa: E402
 
 WHOLE = "whole"
 
@@ -47,7 +47,7 @@ def precise_for(train, size: int, batch_size: int, seed: int) -> evaluation.Prec
 
 
 def save_outcomes(by_step: dict, path: Path) -> Path:
-    """Each test sample's outcome by step, as eval_samples.npz holds them (metrics/target.py reads them)."""
+    """Each test sample's outcome by step, as eval_samples.npz holds them (metrics/summary/target.py reads them)."""
     steps = sorted(by_step)
     np.savez(path, step=np.array(steps), correct=np.stack([by_step[s]["correct"] for s in steps]),
              loss=np.stack([by_step[s]["loss"] for s in steps]))

@@ -2,8 +2,8 @@
 calibrated on N = 2 and validated on peer counts the models were not fitted to.
 
     python bench/run.py projection                      # the full grid (below)
-    AVGBENCH_PROJECTION="rates=20 peers=2,4,8 strategies=ps,stepwise" python bench/run.py projection
-    AVGBENCH_PROJECTION="rates=20 peers=2,4 strategies=allreduce model=resnet18 steps=5" python bench/run.py projection
+    python bench/run.py projection --projection-grid "rates=20 peers=2,4,8 strategies=ps,stepwise"
+    python bench/run.py projection --projection-grid "rates=20 peers=2,4 strategies=allreduce model=resnet18 steps=5"
 
 For each model, link rate and strategy (every synchronous averaging strategy of the registry,
 Strategy.synchronous, with ring on Horovod's MPI controller; the others, hivemind, where asked for;
@@ -11,23 +11,25 @@ with what each declares a benchmark's few steps need, Strategy.benchmark_overrid
 emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
 width set per rate so that S/beta is 0.3-0.4 s; model=resnet18 (or any other conf/model option) runs
 as configured, its payload fixed (ResNet18: about 45 MB). The N=2 run is the calibration case:
-metrics.project.measure takes its compute per step, hidden communication, server update and S (its
+metrics.projection.project.measure takes its compute per step, hidden communication, server update and S (its
 payload through the strategy's payload relation) and fits the strategy's overlap share where it has
 one (ps), not its communication time. Every other N is a held-out case: predicted from the N=2 run
-alone. beta is measured per rate (the models share it), as a user would on a real link: two emulated
-hosts (netemu.Fabric, same rate) each sending one TCP stream to the other at once for `probe_s`
-seconds; beta = the mean of the receivers' bytes / (last - first byte time) (below the token-bucket
-rate by the TCP and IP headers, about 7 %). Predicted: the strategy's cost model
-(Strategy.step_time) at the case's N, that beta, alpha = 0 (no netem here). Measured: the case run's
-period (mean over workers of each worker's mean step over steps 2..last, evaluations excluded).
-error = predicted / measured - 1. The same probe with N hosts, each sending to the next at once,
-decides before the case runs whether this machine can emulate N links of that rate: a case is
-counted when each of the N streams got at least LINK_BOUND of the rate, else it is not counted (the
-CPU, not the link, would set the pace) and not run (the N=2 case still runs: it calibrates the
-others). Figures: every case's error, and the worst and median |error|, for held-out counted cases
-apart from calibration cases; a case is counted or not, never both. A case whose run fails (or outlasts its
-timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes on; a failed
-N=2 case leaves its strategy's held-out cases unrun (nothing to calibrate on).
+alone. beta is the link's payload rate through the one conversion every projection uses
+(metrics.projection.link.payload_rate: the nominal rate x the payload share bench/results.json records in
+link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes.
+Predicted: the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta,
+alpha = 0 (no netem here). Measured: the case run's period (mean over workers of each worker's mean step
+over steps 2..last, evaluations excluded). error = predicted / measured - 1. A probe of N hosts, each
+sending one TCP stream to the next at once for `probe_s` seconds (bench/goodput.py), decides before the
+case runs whether this machine can emulate N links of that rate: a case is counted when each of the N
+streams got at least LINK_BOUND of the rate, else it is not counted (the CPU, not the link, would set the
+pace) and not run (the N=2 case still runs: it calibrates the others). Figures: every case's error, and
+the worst and median |error|, for held-out counted cases apart from calibration cases; a case is counted
+or not, never both; per strategy, a verdict: its goal met or missed, with its worst held-out case (the
+projection gives no number for a strategy whose verdict is missed). A case whose run fails (or outlasts
+its timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes
+on; a failed N=2 case leaves its strategy's held-out cases unrun (nothing to calibrate on). Rows saved
+before the conversion existed carry beta from the 2-host probe of their own day (beta_source).
 
 Saving (bench/run.py calls merge): a case is (model, link rate, strategy, N). The rows of a new run
 replace only the saved rows of the same cases; the others are kept, each with its own measured_at
@@ -41,8 +43,12 @@ import subprocess
 import sys
 import time
 
-from bench.jobs import averaging_strategies, grid_settings, ints, synchronous_strategies, train
-from metrics.project import Link, measure
+from bench.goodput import probe
+from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, synchronous_strategies, train
+from metrics.projection.evidence import load_evidence
+from metrics.projection.link import Link, payload_rate
+from metrics.projection.project import measure
+from metrics.summary.bounds import MBIT
 
 STRATEGIES = averaging_strategies(tweaks={
     "ring": ["ring.controller=mpi"],
@@ -56,38 +62,6 @@ UNSTAMPED_MODEL = "mlp"  # rows saved before rows carried their model: the grid 
 CASE_TIMEOUT_S = 900     # a case's run at least; a held-out case: also 3x its predicted steps
 FAILURE_CHARS = 600  # the end of a failed case's error kept in its row
 LINK_BOUND = 0.85  # share of the rate each of N concurrent probe streams must get for a case to test the link
-PROBE_PORT = 5001
-PROBE_SEND = ("import socket, sys, time\nend = time.monotonic() + 30\nwhile True:\n"
-              "    try:\n        s = socket.create_connection((sys.argv[1], %d)); break\n"
-              "    except OSError:\n        assert time.monotonic() < end; time.sleep(0.1)\n"
-              "block = bytes(1 << 16); end = time.monotonic() + float(sys.argv[2])\n"
-              "while time.monotonic() < end: s.sendall(block)\n" % PROBE_PORT)
-PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %d)); s.listen(); c, _ = s.accept()\n"
-                 "n, first = 0, None\nwhile (d := c.recv(1 << 16)):\n"
-                 "    first = first or time.perf_counter(); n += len(d); last = time.perf_counter()\n"
-                 "print(n / (last - first))\n" % PROBE_PORT)
-
-
-def probe(hosts: int, mbit: float, seconds: float) -> list[float]:
-    """Goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (mod hosts)."""
-    from netemu import Fabric
-
-    started = []
-    with Fabric(hosts, [mbit] * hosts) as fabric:
-        try:
-            receivers = [subprocess.Popen([*h.enter, sys.executable, "-c", PROBE_RECEIVE], stdout=subprocess.PIPE,
-                                          text=True) for h in fabric.hosts]
-            started += receivers
-            started += [subprocess.Popen([*h.enter, sys.executable, "-c", PROBE_SEND,
-                                          fabric.hosts[(h.index + 1) % hosts].addr, str(seconds)])
-                        for h in fabric.hosts]
-            rates = [float(r.communicate(timeout=seconds + 60)[0]) * 8 / 1e6 for r in receivers]
-        finally:
-            for proc in started:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait()
-    return rates
 
 
 def error(predicted: float, measured: float) -> float:
@@ -132,12 +106,28 @@ def summarize_cases(rows: list[dict]) -> dict:
         goals_met["every asynchronous held-out case within 25 %"] = all(abs(r["error"]) <= GOALS["asynchronous"]
                                                                         for r in asynchronous)
     calibration = [r for r in rows if r["role"] == "calibration" and "failed" not in r]
-    return {"held_out": figures(held_out), "calibration": figures(calibration),
+    return {"held_out": figures(held_out), "calibration": figures(calibration), "verdicts": verdicts(held_out),
             "not_counted": [{"model": r.get("model", UNSTAMPED_MODEL)}
                             | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream", "failed")
                                if k in r}
                             for r in rows if not r["counted"]],
             "goals_met": goals_met}
+
+
+def goal_of(strategy: str) -> float:
+    """The largest held-out |error| a strategy's model may show: GOALS by whether its workers step in lockstep."""
+    return GOALS["synchronous"] if strategy in SYNCHRONOUS else GOALS["asynchronous"]
+
+
+def verdicts(held_out: list[dict]) -> dict:
+    """Per strategy: its goal, whether every held-out counted case met it, and its worst case."""
+    found = {}
+    for strategy in dict.fromkeys(r["strategy"] for r in held_out):
+        worst = max((r for r in held_out if r["strategy"] == strategy), key=lambda r: abs(r["error"]))
+        found[strategy] = {"goal": goal_of(strategy), "met": abs(worst["error"]) <= goal_of(strategy),
+                           "worst": {"error": worst["error"], "peers": worst["peers"], "link_mbit": worst["link_mbit"],
+                                     "model": worst.get("model", UNSTAMPED_MODEL)}}
+    return found
 
 
 def width(model: str, rate: int) -> int | None:
@@ -149,13 +139,13 @@ def model_overrides(model: str, rate: int) -> list[str]:
     return [f"model={model}"] + ([f"model.width={width(model, rate)}"] if model == PAYLOAD_MODEL else [])
 
 
-def run_case(model: str, strategy: str, peers: int, rate: int, steps: int, beta: Link, timeout: float):
+def run_case(model: str, strategy: str, peers: int, rate: int, steps: int, payload_share: float, timeout: float):
     # a collective may take as long as the case: ResNet18's start-up broadcast (45 MB from rank 0 to N - 1 peers
     # through its one emulated link) outlasts the default 60 s at 20 Mbit/s and N = 8
     with train(*STRATEGIES[strategy], f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
                *model_overrides(model, rate), f"max_steps={steps}", "eval_every=0",
                f"timeouts.collective_s={int(timeout)}", timeout=timeout) as run_dir:
-        return measure(run_dir, fit_link=beta)
+        return measure(run_dir, payload_share)
 
 
 def grid(text: str | None = None) -> dict:
@@ -163,11 +153,11 @@ def grid(text: str | None = None) -> dict:
     model may list several, e.g. model=mlp,resnet18)."""
     from launchers.config import group_options
 
-    settings = grid_settings(DEFAULT_GRID, "AVGBENCH_PROJECTION", text)
+    settings = grid_settings(DEFAULT_GRID, "--projection-grid", text)
     models = settings["model"].split(",")
     unknown = [m for m in models if m not in group_options("model")]
     if unknown:
-        raise ValueError(f"AVGBENCH_PROJECTION: unknown model {', '.join(unknown)} "
+        raise ValueError(f"--projection-grid: unknown model {', '.join(unknown)} "
                          f"(choose from: {', '.join(group_options('model'))})")
     return {"rates": ints(settings["rates"]), "peers": sorted({2, *ints(settings["peers"])}),
             "strategies": settings["strategies"].split(","), "models": models, "steps": int(settings["steps"])}
@@ -209,12 +199,17 @@ def failed_row(model: str, strategy: str, peers: int, rate: int, failure: Except
             "probe_streams": peers}
 
 
+def add_arguments(parser) -> None:
+    add_grid_option(parser, "projection", DEFAULT_GRID)
+
+
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:
     chosen = grid(text)
+    share = load_evidence().payload_share
     rows = []
     for rate in chosen["rates"]:
         probes = {n: probe(n, rate, probe_s) for n in chosen["peers"]}
-        beta = Link("probe", statistics.fmean(probes[2]), 0.0, "probe goodput, 2 hosts")
+        link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
         counted = {n: min(probes[n]) >= LINK_BOUND * rate for n in chosen["peers"]}
         for model, strategy in itertools.product(chosen["models"], chosen["strategies"]):
             calibration = None
@@ -224,10 +219,10 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
                           f"stream < {LINK_BOUND:.0%} of the rate)", file=sys.stderr, flush=True)
                     continue
                 print(f"  {model} {strategy} N={n} {rate} Mbit/s ...", file=sys.stderr, flush=True)
-                timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * calibration.step_s(n, beta)) \
+                timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * calibration.step_s(n, link)) \
                     if calibration else CASE_TIMEOUT_S
                 try:
-                    case = run_case(model, strategy, n, rate, chosen["steps"], beta, timeout)
+                    case = run_case(model, strategy, n, rate, chosen["steps"], share, timeout)
                 except (RuntimeError, subprocess.TimeoutExpired) as failure:
                     rows.append(failed_row(model, strategy, n, rate, failure, probes[n]))
                     print(f"  {model} {strategy} N={n} {rate} Mbit/s failed: not counted"
@@ -237,12 +232,13 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
                         break
                     continue
                 calibration = calibration or case
-                predicted = calibration.step_s(n, beta)
+                predicted = calibration.step_s(n, link)
                 rows.append({
                     "model": model, "strategy": strategy, "peers": n, "link_mbit": rate, "width": width(model, rate),
                     "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                     "role": "calibration" if n == 2 else "held-out", "counted": counted[n],
-                    "beta_mbit": beta.mbit, "beta_source": beta.source,
+                    "latency_ms": link.latency_ms, "beta_mbit": payload_rate(link, share) / MBIT,
+                    "beta_source": f"nominal x payload share {share:.3f} (bench/results.json link_goodput)",
                     "compute_s": calibration.compute_s, "hidden_s": calibration.hidden_s,
                     "server_s": calibration.server_s, "overlap": calibration.overlap,
                     "size_bytes": calibration.size_bytes,

@@ -5,6 +5,11 @@
     python bench/run.py overhead sampler    # some (the file keeps the others' last results)
     python bench/run.py --out results.json
     python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
+    python bench/run.py thesis --thesis-families hivemind --thesis-dir multirun/thesis   # a benchmark's options
+
+A benchmark's own options are named --NAME-...: its module's add_arguments(parser) declares them, and run() gets
+each given one as a keyword argument (the option's dest less its NAME_ prefix); options left out keep run()'s
+defaults.
 
 Each result records when and on which machine it was measured (machine(): the one fingerprint), the sweeps it
 rests on, and no absolute path (bench/results.json moves between machines); it replaces the benchmark's saved
@@ -31,11 +36,11 @@ BENCHMARKS = {
     "stepwise_vs_ring": "bench.stepwise_vs_ring:run",
     "ddp_overlap": "bench.ddp_overlap:run",
     "sampler": "bench.sampler_cost:run",
+    "goodput": "bench.goodput:run",
     "projection": "bench.projection:run",
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",
     "emulation": "bench.emulation:run",
-    "simgrid": "bench.simgrid:run",
 }
 
 
@@ -134,22 +139,49 @@ def save(path: Path, results: list[dict], merges: dict | None = None) -> None:
     path.write_text(json.dumps({"results": [r for r in kept if r["name"] not in names] + new}, indent=1) + "\n")
 
 
+def module_of(spec: str):
+    """The module of a benchmark's run function ("module:run")."""
+    return importlib.import_module(spec.split(":")[0])
+
+
 def merge_of(spec: str):
     """The `merge` beside a benchmark's run function ("module:run"), or None: its new entry replaces the saved."""
-    return getattr(importlib.import_module(spec.split(":")[0]), "merge", None)
+    return getattr(module_of(spec), "merge", None)
 
 
-def main() -> int:
+def options_of(name: str, args: argparse.Namespace) -> dict:
+    """The benchmark's own options that were given (--NAME-...), as keyword arguments of its run()."""
+    return {dest.removeprefix(f"{name}_"): value for dest, value in vars(args).items() if dest.startswith(f"{name}_")}
+
+
+def idle_options(args: argparse.Namespace) -> list[str]:
+    """The benchmarks given options that the command does not run."""
+    return [name for name in BENCHMARKS if args.names and name not in args.names and options_of(name, args)]
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
                         help="when another benchmark or sweep holds the machine lock: wait (default), refuse, off")
-    args = parser.parse_args()
+    for name, spec in BENCHMARKS.items():
+        if add_arguments := getattr(module_of(spec), "add_arguments", None):
+            add_arguments(parser.add_argument_group(f"{name} options"))
+    return parser
+
+
+def main() -> int:
+    cli = parser()
+    args = cli.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:
-        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
-    return under_machine_lock(args.lock, lambda: run_benchmarks(args.names or list(BENCHMARKS), args.out))
+        cli.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    if idle := idle_options(args):
+        cli.error(f"options given for {', '.join(idle)}, which this command does not run")
+    names = args.names or list(BENCHMARKS)
+    options = {name: options_of(name, args) for name in names}
+    return under_machine_lock(args.lock, lambda: run_benchmarks(names, args.out, options))
 
 
 def under_machine_lock(mode: str, work) -> int:
@@ -167,11 +199,12 @@ def under_machine_lock(mode: str, work) -> int:
     return 0
 
 
-def run_benchmarks(names: list[str], out: Path) -> None:
+def run_benchmarks(names: list[str], out: Path, options: dict[str, dict] | None = None) -> None:
+    """Run these benchmarks, each with its options (name -> run()'s keyword arguments), and save their results."""
     results, merges = [], {}
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results.append(recorded(resolve(BENCHMARKS[name])()))
+        results.append(recorded(resolve(BENCHMARKS[name])(**(options or {}).get(name, {}))))
         if merge := merge_of(BENCHMARKS[name]):
             merges[results[-1]["name"]] = merge
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")

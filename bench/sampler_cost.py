@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from metrics.sampler import ResourceSampler
+from metrics.recording.sampler import ResourceSampler
 
 
 def thread_cpu_s(native_id: int) -> float:

@@ -2,19 +2,19 @@
 one 16-vCPU process, and where does the time go as target batch size, local updates and batch size change?
 
     python bench/run.py thesis      # >= 16 cores: the full grid; fewer: the slice this machine runs faithfully
-    AVGBENCH_THESIS_FAMILIES=hivemind python bench/run.py thesis    # only these families (comma list; default all)
+    python bench/run.py thesis --thesis-families hivemind    # only these families (comma list; default all)
 
 Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
 configuration and its equal-resource baseline (one process with all the CPUs) in a Williams order, so speedups
 and time-to-target ratios are paired per block, with 95 % intervals and Holm-corrected claims
-(metrics/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
-batch 32, lr 0.01; run lengths are shortened (max_steps = AVGBENCH_THESIS_STEPS per peer), target batch sizes
+(metrics/report/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
+batch 32, lr 0.01; run lengths are shortened (max_steps = --thesis-steps per peer), target batch sizes
 never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
-AVGBENCH_THESIS_FAMILIES names the families to run (an unknown name fails before any run); AVGBENCH_THESIS_DIR
+--thesis-families names the families to run (an unknown name fails before any run); --thesis-dir
 (default multirun/thesis-DATE) holds one sweep per family: run again with the same directory, a family's
 completed runs are kept (the sweeper resumes), and bench/run.py keeps the saved families it did not rerun (merge).
 
-Full grid (>= 16 cores), AVGBENCH_THESIS_REPEATS blocks (default 3):
+Full grid (>= 16 cores), --thesis-repeats blocks (default 3):
   hivemind    peers 2, 4, 8, 16 at 16/N vCPUs x local updates on/off x target batch 10000 ... 625
               (experiment=thesis_hivemind scale=1: 40 configurations + the 1 x 16 baseline)
   batch       hivemind 8 x 2, target batch 2500, local updates on/off x batch size 32, 64, 128 (6 + 3 baselines)
@@ -29,16 +29,19 @@ Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus
   one on 1 core (batch 32). Per block: hivemind 2 + 3 runs, strategies 4 + 3.
 
 The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
-above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (Strategy.step_time,
-through metrics.project.project_link) at its N on one link, AVGBENCH_THESIS_LINK (default lan: a conf/network preset
-or MBIT[,LATENCY_MS]), with the strategy's validated error band and EXTRAPOLATION mark (bench/results.json
-projection_validation). Its parameters come from the slice: S, hidden communication, server update from the
+above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (through
+metrics.projection.project.project_link, the link's payload rate by the recorded payload share) at its N on one link,
+--thesis-link (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error band and
+EXTRAPOLATION mark (bench/results.json projection_validation); no number where the strategy's model failed its
+validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed since,
+or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come
+from the slice: S, hidden communication, server update from the
 strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
 model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU peer's from the one-process 2-core
 baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
 baseline (one process with 16 vCPUs), gets no number, with why: thread scaling is not extrapolated, so no speedup
 over 1 x 16 is computed either (each row says so). The slice's runs are read from every family's sweep under
-AVGBENCH_THESIS_DIR, whichever families this invocation ran; a configuration whose strategy has no slice run there
+--thesis-dir, whichever families this invocation ran; a configuration whose strategy has no slice run there
 keeps its saved projected row (bench/run.py's merge), with that row's date.
 
 Per configuration (each family's report model, metrics/report/): against its equal-resource baseline, the speedup
@@ -47,6 +50,7 @@ Per configuration (each family's report model, metrics/report/): against its equ
 blocks that reached the target; samples-to-target and time per sample (means over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
 (summary.json averaging_rounds, summed over blocks) and failed rounds.
 """
+import argparse
 import dataclasses
 import json
 import os
@@ -57,33 +61,36 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT
-from metrics.project import VALIDATION, Link, Measured, load_validation, measure, parse_link, project_link
+from metrics.projection.evidence import Evidence, extrapolation, load_evidence
+from metrics.projection.link import Link, parse_link
+from metrics.projection.project import Measured, measure, project_link
 from metrics.report.baselines import load_runs
 from metrics.report.compare import family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
 from metrics.report.runs import find_runs
 from metrics.report.tables import reached_count
 from metrics.report.verdict import analyse
-from metrics.stats import ALPHA
+from metrics.report.stats import ALPHA
 
 FULL_CORES = 16
-STEPS = int(os.environ.get("AVGBENCH_THESIS_STEPS", 300))
-REPEATS = int(os.environ.get("AVGBENCH_THESIS_REPEATS", 3))
-DEFAULT_LINK = "lan"  # the projected remainder's link (AVGBENCH_THESIS_LINK): a conf/network preset or MBIT[,MS]
+STEPS = 300  # max_steps of a full-grid run (--thesis-steps)
+REPEATS = 3  # paired blocks (--thesis-repeats)
+DEFAULT_LINK = "lan"  # the projected remainder's link (--thesis-link): a conf/network preset or MBIT[,MS]
 JOB = ["model=resnet18", "data=digits", "batch_size=32", "lr=0.01", "progress=false", "lock=off"]
 COMPARED = "allreduce,stepwise,ps,ring"  # the strategies family: the thesis issue's four besides hivemind
 SLICE_SHAPE = (2, 1)  # the slice's runs: 2 peers of 1 vCPU (a 1-vCPU peer's compute comes from them)
 BASELINE_CPUS = 2     # the slice's baseline: one process on 2 vCPUs (a 2-vCPU peer's compute comes from it)
 
 
-def families(cores: int) -> dict[str, list[str]]:
-    """Family -> its multirun's overrides: the full grid on >= 16 cores, else the slice at these cores."""
+def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
+    """Family -> its multirun's overrides: the full grid on >= 16 cores (`steps` steps a run), else the slice at
+    these cores."""
     if cores >= FULL_CORES:
         return {
-            "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={STEPS}"],
+            "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={steps}"],
             "batch": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", "peers=8",
-                      "target_batch_base=2500", "batch_size=32,64,128", f"max_steps={STEPS}"],
-            "strategies": [f"strategy={COMPARED}", "peers=8", "peer_cpus=2", f"max_steps={STEPS}"],
+                      "target_batch_base=2500", "batch_size=32,64,128", f"max_steps={steps}"],
+            "strategies": [f"strategy={COMPARED}", "peers=8", "peer_cpus=2", f"max_steps={steps}"],
         }
     return {
         "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={cores}", "peers=2",
@@ -92,13 +99,12 @@ def families(cores: int) -> dict[str, list[str]]:
     }
 
 
-def chosen(plan: dict[str, list[str]], text: str | None = None) -> dict[str, list[str]]:
-    """The plan's families that AVGBENCH_THESIS_FAMILIES (or `text`) names, a comma list; unset or empty: all."""
-    given = text if text is not None else os.environ.get("AVGBENCH_THESIS_FAMILIES", "")
-    names = [n.strip() for n in given.split(",") if n.strip()]
+def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
+    """The plan's families that `text` (--thesis-families) names, a comma list; empty: all."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in plan]
     if unknown:
-        raise ValueError(f"AVGBENCH_THESIS_FAMILIES: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
+        raise ValueError(f"--thesis-families: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
     return {name: overrides for name, overrides in plan.items() if not names or name in names}
 
 
@@ -108,9 +114,9 @@ def family_overrides(overrides: list[str]) -> list[str]:
     return [*JOB, *overrides]
 
 
-def multirun(name: str, overrides: list[str], out: Path) -> Path:
+def multirun(name: str, overrides: list[str], out: Path, repeats: int) -> Path:
     sweep = out / name
-    command = [sys.executable, "train.py", "-m", *family_overrides(overrides), f"repeats={REPEATS}",
+    command = [sys.executable, "train.py", "-m", *family_overrides(overrides), f"repeats={repeats}",
                f"hydra.sweep.dir={sweep}"]
     print(f"thesis: {name}: {' '.join(command[2:])}", file=sys.stderr, flush=True)
     subprocess.run(command, cwd=ROOT, check=False)  # failed runs are findings: the report says which
@@ -220,7 +226,7 @@ class SliceRun:
     measured: Measured
 
 
-def slice_runs(sweeps: list[Path]) -> list[SliceRun]:
+def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
     """The completed runs under the slice's sweeps (runs moved aside by a resumed sweep left out)."""
     found = []
     for path in find_runs(sweeps)[0]:
@@ -229,7 +235,7 @@ def slice_runs(sweeps: list[Path]) -> list[SliceRun]:
             continue
         config = summary["config"]
         try:
-            measured = measure(path)
+            measured = measure(path, payload_share)
         except ValueError as exc:
             print(f"thesis: {path} left out of the projection: {exc}", file=sys.stderr)
             continue
@@ -246,11 +252,12 @@ def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
 
 
 def mean_measured(runs: list[SliceRun]) -> Measured:
-    """The first run's parameters with compute, hidden communication, server update and S averaged over the runs."""
+    """The first run's parameters with compute, hidden communication, server update, S and the fitted overlap
+    averaged over the runs."""
     def mean(field):
         return statistics.fmean(getattr(r.measured, field) for r in runs)
     return dataclasses.replace(runs[0].measured, compute_s=mean("compute_s"), hidden_s=mean("hidden_s"),
-                               server_s=mean("server_s"), size_bytes=mean("size_bytes"))
+                               server_s=mean("server_s"), size_bytes=mean("size_bytes"), overlap=mean("overlap"))
 
 
 def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores: int) -> tuple[float | None, str]:
@@ -267,7 +274,7 @@ def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores:
         return None, (f"a peer with {cpus} vCPUs: its compute per step cannot be measured on {cores} cores (thread "
                       "scaling is what the thesis varies; not extrapolated)")
     if not sources:
-        return None, f"no completed run of {what} (AVGBENCH_THESIS_FAMILIES, or the runs failed)"
+        return None, f"no completed run of {what} (--thesis-families, or the runs failed)"
     measured_batch = statistics.fmean(r.measured.batch for r in sources)
     per_sample = statistics.fmean(r.measured.compute_s / r.measured.batch for r in sources)
     scaled = "" if measured_batch == batch else (f"; measured at batch {measured_batch:g}, taken per sample "
@@ -276,10 +283,10 @@ def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores:
 
 
 def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: int,
-                   validation_path: Path = VALIDATION) -> list[dict]:
+                   evidence: Evidence) -> list[dict]:
     """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
     cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
-    validated error band and extrapolation mark (metrics.project.project_link); no number where a peer's compute
+    validated error band and extrapolation mark (metrics.projection.project.project_link); no number where a peer's compute
     cannot be measured here, with why."""
     rows = []
     for config in grid:
@@ -302,20 +309,25 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
             continue
         params = mean_measured(own)
         m = dataclasses.replace(params, compute_s=compute, hidden_s=min(params.hidden_s, compute), batch=batch,
-                                knobs=config["knobs"], samples_to_target=None, link=None, fit_link=None)
-        validation = load_validation(validation_path, config["strategy"])
+                                knobs=config["knobs"], samples_to_target=None, link=None,
+                                payload_share=evidence.payload_share)
+        validation = evidence.validation(config["strategy"])
         try:
             (projected,) = project_link(m, link, [peers], validation)["rows"]
         except ValueError as exc:
             rows.append(row | {"step_s": None, "not_projected": str(exc)})
             continue
+        if projected["withheld"]:
+            rows.append(row | {"step_s": None, "not_projected": projected["withheld"]})
+            continue
         rows.append(row | {
             "not_projected": None, "compute_s": compute, "compute_from": source, "size_bytes": m.size_bytes,
-            "parameters_from": [str(r.measured.run) for r in own],
+            "parameters_from": [str(r.measured.run) for r in own], "payload_share": evidence.payload_share,
             "step_s": projected["step_s"], "band_step_s": projected["band_step_s"],
-            "extrapolation": projected["extrapolation"],
+            "extrapolation": projected["extrapolation"], "extrapolation_why": projected["extrapolation_why"],
             "throughput_samples_per_s": projected["throughput_samples_per_s"],
-            "validation": {k: validation[k] for k in ("cases", "largest_peers", "errors")} if validation else None,
+            "validation": {"cases": validation.cases, "largest_peers": validation.largest_peers,
+                           "rates_mbit": validation.rates_mbit, "errors": validation.errors} if validation else None,
         })
     baselines = {(c["peers"], c["peer_cpus"], c["batch_size"]): c.get("family") for c in grid}
     for (peers, cpus, batch), family in baselines.items():
@@ -328,10 +340,10 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
     return rows
 
 
-def projected_remainder(sweeps: list[Path], link: Link, cores: int, validation_path: Path = VALIDATION) -> dict:
+def projected_remainder(sweeps: list[Path], link: Link, cores: int, evidence: Evidence) -> dict:
     grid = [c | {"family": name} for name, overrides in families(FULL_CORES).items()
             for c in configurations(overrides)]
-    rows = projected_rows(grid, slice_runs(sweeps), link, cores, validation_path)
+    rows = projected_rows(grid, slice_runs(sweeps, evidence.payload_share), link, cores, evidence)
     return {"link": dataclasses.asdict(link), "from_sweeps": [str(s) for s in sweeps], **projected_counts(rows),
             "rows": rows}
 
@@ -341,9 +353,27 @@ def projected_counts(rows: list[dict]) -> dict:
             "not_projected": sum(r["step_s"] is None for r in rows)}
 
 
-def merge(kept: dict, new: dict) -> dict:
+STALE = ("projected with the link's nominal rate, before the payload-share conversion (bench/results.json "
+         "link_goodput) existed: run `python bench/run.py thesis` again to project it")
+
+
+def judged(row: dict, evidence: Evidence) -> dict:
+    """A projected row held to today's evidence: no number where its strategy's model failed its validation or the
+    row was projected before the payload-share conversion (STALE); its extrapolation mark against today's cases."""
+    if row.get("step_s") is None:
+        return row
+    validation = evidence.validation(row["strategy"])
+    why = validation.failed if validation and validation.failed else None if "payload_share" in row else STALE
+    if why:
+        return row | {"step_s": None, "band_step_s": None, "throughput_samples_per_s": None, "not_projected": why}
+    beyond = extrapolation(validation, row["peers"], Link(**row["link"]))
+    return row | {"extrapolation": bool(beyond), "extrapolation_why": beyond}
+
+
+def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
     """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected)."""
+    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected, judged
+    against `evidence`, by default bench/results.json's)."""
     def dated(entry: dict) -> dict:
         return {name: {"measured_at": entry.get("measured_at"), "machine": entry.get("machine")} | family
                 for name, family in (entry.get("families") or {}).items()}
@@ -356,17 +386,19 @@ def merge(kept: dict, new: dict) -> dict:
     sweeps |= {s["path"]: s for s in new.get("sweeps", [])
                if s["path"] not in sweeps or s["summary"] != "projected_remainder"}
     return new | {"families": families_now, "ratio": max(speedups, default=0.0), "sweeps": list(sweeps.values()),
-                  "projected_remainder": merge_projected(kept, new)}
+                  "projected_remainder": merge_projected(kept, new, evidence)}
 
 
-def merge_projected(kept: dict, new: dict) -> dict | None:
+def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> dict | None:
     """The new run's projected remainder, except that a configuration whose strategy had no slice run at hand this
-    time (its family's sweep not under AVGBENCH_THESIS_DIR) keeps its saved projected row, with that row's date."""
+    time (its family's sweep not under --thesis-dir) keeps its saved projected row, with that row's date, judged
+    against today's evidence (bench/results.json)."""
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
-    saved_rows = {(r["family"], r["configuration"]): {"measured_at": kept.get("measured_at"),
-                                                       "machine": kept.get("machine")} | r
+    evidence = evidence or load_evidence()
+    saved_rows = {(r["family"], r["configuration"]): judged({"measured_at": kept.get("measured_at"),
+                                                              "machine": kept.get("machine")} | r, evidence)
                   for r in saved["rows"] if r.get("step_s") is not None}
     rows = [saved_rows.get((r["family"], r["configuration"]), r) if r.get("slice_runs") == 0 else r
             for r in fresh["rows"]]
@@ -374,14 +406,32 @@ def merge_projected(kept: dict, new: dict) -> dict | None:
                     "from_sweeps": sorted({*fresh["from_sweeps"], *saved.get("from_sweeps", [])})}
 
 
-def run() -> dict:
+def add_arguments(parser) -> None:
+    parser.add_argument("--thesis-families", dest="thesis_names", metavar="NAMES", default=argparse.SUPPRESS,
+                        help="the families to run, a comma list (default: all)")
+    parser.add_argument("--thesis-dir", dest="thesis_out", type=Path, metavar="DIR", default=argparse.SUPPRESS,
+                        help="one sweep per family; a rerun with the same DIR keeps completed runs (default: "
+                             "multirun/thesis-DATE)")
+    parser.add_argument("--thesis-steps", type=int, metavar="N", default=argparse.SUPPRESS,
+                        help=f"max_steps of a full-grid run (default {STEPS}; the slice runs 100)")
+    parser.add_argument("--thesis-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
+                        help=f"paired blocks (default {REPEATS})")
+    parser.add_argument("--thesis-link", metavar="LINK", default=argparse.SUPPRESS,
+                        help=f"the projected remainder's link: a conf/network preset or MBIT[,LATENCY_MS] "
+                             f"(default {DEFAULT_LINK})")
+
+
+def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: int = REPEATS,
+        link: str = DEFAULT_LINK) -> dict:
+    """The families `names` names (a comma list; empty: all), one sweep each under `out`."""
     started = time.monotonic()
     cores = len(os.sched_getaffinity(0))
-    out = Path(os.environ.get("AVGBENCH_THESIS_DIR", ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"))
+    out = out or ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"
     full = cores >= FULL_CORES
-    link = parse_link(os.environ.get("AVGBENCH_THESIS_LINK", DEFAULT_LINK))  # a bad link fails before the runs
-    plan = chosen(families(cores))
-    results = {name: rows_of(multirun(name, overrides, out)) for name, overrides in plan.items()}
+    link = parse_link(link)  # a bad link fails before the runs
+    evidence = load_evidence()  # and so does a results file without the payload share
+    plan = chosen(families(cores, steps), names)
+    results = {name: rows_of(multirun(name, overrides, out, repeats)) for name, overrides in plan.items()}
     speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"] and not r["baseline"]]
     sweeps = [out / name for name in families(cores) if (out / name).is_dir()]
     return {
@@ -390,11 +440,11 @@ def run() -> dict:
         "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
         "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
         "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
-        "projected_remainder": None if full else projected_remainder(sweeps, link, cores),
+        "projected_remainder": None if full else projected_remainder(sweeps, link, cores, evidence),
         "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
                     "summary": f"families.{name}" if name in plan else "projected_remainder"}
                    for name in families(cores) if name in plan or out / name in sweeps],
-        "setup": f"{cores} cores, {REPEATS} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
+        "setup": f"{cores} cores, {repeats} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
                  f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,

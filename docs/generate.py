@@ -289,10 +289,25 @@ def bench_projection_goals(entry: dict) -> list[str]:
         "", "Goals over every kept row: " + "; ".join(goals) + "."]
 
 
-def bench_simgrid(entry: dict) -> list[str]:
-    body = [[f"`{key}`", f"{lo:.3f} – {hi:.3f}"] for key, (lo, hi) in entry["range_by_schedule_and_model"].items()]
+def bench_link_goodput(entry: dict) -> list[str]:
+    body = [[f"{rate} Mbit/s", num(s["mean"], 3), f"{num(s['min'], 3)} – {num(s['max'], 3)}", str(s["streams"])]
+            for rate, s in entry["by_rate"].items()]
+    spread = entry["spread"]
     return [stamp(entry), "", f"Setup: {entry['setup']}.", ""] + table(
-        ["schedule and SimGrid model", "simulated time / formula (min – max over the cases)"], body)
+        ["nominal rate", "payload share (mean)", "min – max", "streams"], body) + [
+        "", f"Payload share used by every projection: **{num(entry['payload_share'], 3)}** (min "
+            f"{num(spread['min'], 3)}, max {num(spread['max'], 3)}, {spread['streams']} streams; protocol overhead "
+            f"{pct(entry['protocol_overhead'])} of the payload); repeats not counted (the link did not hold its rate): "
+            f"{entry['not_counted']}."]
+
+
+def bench_projection_verdicts(entry: dict) -> list[str]:
+    body = [[f"`{s}`", f"±{v['goal']:.0%}", f"{v['worst']['error']:+.3f} (N={v['worst']['peers']}, "
+             f"{v['worst']['link_mbit']:g} Mbit/s, {v['worst']['model']})",
+             "met: predicts with its band" if v["met"] else "**missed: no number anywhere**"]
+            for s, v in entry["verdicts"].items()]
+    return [stamp_rows(entry, entry["rows"]), ""] + table(
+        ["strategy", "goal", "worst held-out error", "verdict"], body)
 
 
 def bench_thesis(entry: dict, family: str) -> list[str]:
@@ -317,13 +332,19 @@ def bench_thesis_projected(entry: dict) -> list[str]:
     link = remainder["link"]
     body = [[r["family"], f"`{r['configuration']}`", f"{r['peers']} x {r['peer_cpus']}", num(r["step_s"], 3),
              f"[{num(r['band_step_s'][0], 3)}, {num(r['band_step_s'][1], 3)}]" if r.get("band_step_s") else "–",
-             num(r["throughput_samples_per_s"], 0), "yes" if r.get("extrapolation") else "no"]
+             num(r["throughput_samples_per_s"], 0), "; ".join(r.get("extrapolation_why") or []) or
+             ("yes" if r.get("extrapolation") else "no")]
             for r in remainder["rows"] if r.get("step_s") is not None]
+    withheld: dict[str, int] = {}
+    for r in remainder["rows"]:
+        if r.get("step_s") is None and r.get("link") and "vCPUs" not in (r["not_projected"] or ""):
+            withheld[r["not_projected"]] = withheld.get(r["not_projected"], 0) + 1
     return [stamp(entry, "projected_remainder"), "", f"PREDICTED, not measured: {remainder['projected']} "
             f"configurations projected on `{link['name']}` ({num(link['mbit'], 0)} Mbit/s), "
-            f"{remainder['not_projected']} not projected (each row in the file says why).", ""] + table(
+            f"{remainder['not_projected']} not projected (each row in the file says why).", ""] + (table(
         ["family", "configuration", "peers x vCPUs", "predicted step (s)", "error band (s)", "samples/s",
-         "extrapolation"], body)
+         "extrapolation"], body) + [""] if body else []) + [
+        f"- No number for {count} configuration{'s' if count > 1 else ''}: {why}." for why, count in withheld.items()]
 
 
 def bench_evaluation_share(entry: dict, part: str = "table") -> list[str]:
@@ -363,9 +384,11 @@ def verdict() -> str:
 BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
-         "projection_goals": bench_projection_goals, "simgrid": bench_simgrid, "thesis": bench_thesis,
+         "projection_goals": bench_projection_goals, "projection_verdicts": bench_projection_verdicts,
+         "link_goodput": bench_link_goodput, "thesis": bench_thesis,
          "thesis_projected": bench_thesis_projected, "evaluation_share": bench_evaluation_share}
-SOURCE = {"projection_goals": "projection_validation", "thesis_projected": "thesis"}  # tables of another entry
+SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
+          "thesis_projected": "thesis"}  # tables of another entry
 
 
 def bench(name: str, *args: str) -> str:

@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from metrics.rundir import PeerDir, RunDir
+from metrics.recording.rundir import PeerDir, RunDir
 
 WORKER, SERVER = "worker", "server"
 

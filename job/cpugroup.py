@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
-from metrics.machine import thread_run_delays
-from metrics.rundir import RunDir
+from metrics.recording.machine import thread_run_delays
+from metrics.recording.rundir import RunDir
 
 
 def write(path: str, value) -> None:

@@ -27,7 +27,7 @@ and buffers evaluated: workers whose digests match evaluated the same model), sn
 evaluated_by (the rank that evaluated it: another rank's when this record is a copy of its
 evaluation of the identical state; precise_bn_s and eval_s are that evaluation's).
 eval_samples.npz keeps every test sample's outcome at every evaluation (correct, loss) for the
-test-set bootstrap of the crossing (metrics/target.py).
+test-set bootstrap of the crossing (metrics/summary/target.py).
 
 Precise BatchNorm makes the evaluated model a function of the parameters alone: BatchNorm's running
 statistics, which each worker otherwise accumulates from its own batches, are replaced by the mean
@@ -50,7 +50,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 from job.model import state_digest
-from metrics.steplog import StepLog
+from metrics.recording.steplog import StepLog
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
 EVALUATION_BATCH = 32  # held-out samples per forward pass (ResNet18 on one CPU thread: 2.8 s for 359 samples; 3.4 s at 256)

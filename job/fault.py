@@ -9,7 +9,7 @@ import signal
 import time
 
 from job.errors import ConfigError
-from metrics.rundir import PeerDir
+from metrics.recording.rundir import PeerDir
 
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 

@@ -6,7 +6,7 @@
     opt_s      the optimizer update (the strategy measures it)
     comm_s     exposed communication = step wall - data - compute - opt
     cpu_s, runq_s   CPU time of this peer process over the step, and its threads' wait for a CPU
-               (metrics/machine.py: ProcessClock)
+               (metrics/recording/machine.py: ProcessClock)
     hidden_comm_s  link time the strategy measured (link_s) beyond the exposed part: communication
                that ran behind compute (DDP buckets, Horovod), not in the step's sum
     ended_at   the step's end on the host clock (epoch seconds): rounds are lined up across peers by it
@@ -25,9 +25,9 @@ from job.data import GlobalOrder, batches
 from job.device import PeerDevice
 from job.evaluation import Snapshots
 from job.fault import inject
-from metrics.machine import ProcessClock
-from metrics.sampler import WireCounter
-from metrics.steplog import StepLog
+from metrics.recording.machine import ProcessClock
+from metrics.recording.sampler import WireCounter
+from metrics.recording.steplog import StepLog
 
 
 class GradientClock:

@@ -2,7 +2,7 @@
 
 Any launcher may start it (our local launcher, mpirun, horovodrun, a remote
 shell): it reads rank and rendezvous from the torchrun environment contract, and
-the resolved config and launch spec from the run directory (metrics/rundir.py). The
+the resolved config and launch spec from the run directory (metrics/recording/rundir.py). The
 strategy class is the one the config names (strategy.target). On failure it writes
 its traceback to peer<RANK>/error.txt for the launcher to report.
 """
@@ -27,9 +27,9 @@ from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
 from job.process import die_with_parent, exit_on_sigterm, pin_cpus
 from job.registry import resolve
-from metrics.rundir import RunDir
-from metrics.sampler import ResourceSampler
-from metrics.steplog import StepLog
+from metrics.recording.rundir import RunDir
+from metrics.recording.sampler import ResourceSampler
+from metrics.recording.steplog import StepLog
 
 def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     peer = ctx.peer

@@ -23,8 +23,8 @@ from job.contract import LaunchSpec
 from job.process import RUN_ID_ENV, kill_processes, processes_of_run
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
-from metrics.machine import MachineSampler
-from metrics.rundir import PeerDir, RunDir
+from metrics.recording.machine import MachineSampler
+from metrics.recording.rundir import PeerDir, RunDir
 from netemu.cpu import CgroupUnavailable, CpuGroups
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

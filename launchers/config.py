@@ -1,7 +1,8 @@
 """Checks on the composed config, run before any process starts, and the strategy it names."""
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import ListConfig, OmegaConf
 
 from job.data import DATASETS, check_data_config
 from job.device import resolve_device
@@ -12,8 +13,9 @@ from job.optim import OPTIMIZERS, SCALINGS
 from job.registry import resolve
 from launchers.lock import LOCK_MODES
 from launchers.shape import fit_peers
-from metrics.target import check_target
+from metrics.summary.target import check_target
 from metrics.report.primary import CHOICES as PRIMARY_CHOICES
+from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
 
@@ -66,6 +68,23 @@ def check_overrides(args: list[str]) -> None:
                 raise ConfigError(f"unknown {key} '{choice}' (choose from: {', '.join(options)})")
 
 
+PROJECT = "report.project"
+
+
+def project_targets(value, overrides: list[str]) -> list[str]:
+    """report.project's LINK:N targets, each checked (ConfigError where one is bad): its override among a command's
+    `overrides` (`report.project=lan:8,1000:16` is one list, not a sweep of the jobs), else `value`."""
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.get_key_element() == PROJECT:
+            value = override.value().list if override.is_sweep_override() else override.value()
+    specs = [str(v) for v in value] if isinstance(value, (list, ListConfig)) else [] if value is None else [str(value)]
+    try:
+        parse_targets(specs)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return specs
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
@@ -96,6 +115,7 @@ def validate(cfg) -> None:
     _require(isinstance(margin, (int, float)) and 0 < margin < 1,
              f"report.equivalence_margin must be a fraction in (0, 1), got {margin}")
     check_repeats(cfg.repeats)
+    project_targets(cfg.report.project, [])
     _require(cfg.block is None or (isinstance(cfg.block, int) and cfg.block >= 0),
              f"block must be null or an integer >= 0 (the multirun sets it), got {cfg.block}")
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")

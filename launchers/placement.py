@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 SHIMS = Path(__file__).resolve().parent.parent / "netemu" / "shims"
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from job.evaluation import EvaluationState, evaluation_state
-from metrics.jsonl import JsonlTail
-from metrics.rundir import RunDir
+from metrics.recording.jsonl import JsonlTail
+from metrics.recording.rundir import RunDir
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"

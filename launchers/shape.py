@@ -31,7 +31,7 @@ def peers_from_default(cfg) -> bool:
 
 
 def shape_of(cfg, spec, peers_default: bool) -> dict:
-    """summary.json `shape` (method in metrics.summary.METHODS['shape'])."""
+    """summary.json `shape` (method in metrics.summary.build.METHODS['shape'])."""
     cores = usable_cores()
     processes = spec.processes // int(cfg.launch.nnodes)  # those on this host
     dilation = float(OmegaConf.select(cfg, "emulate.dilation", default=1) or 1)

@@ -8,7 +8,9 @@ import traceback
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
+from launchers.config import project_targets
 from metrics.report import build_report, report_errors
 
 
@@ -16,7 +18,9 @@ class SweepReport(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            paths = build_report([sweep_dir], sweep_dir)
+            project = project_targets(OmegaConf.select(config, "report.project"),
+                                      list(OmegaConf.select(config, "hydra.overrides.task", default=[])))
+            paths = build_report([sweep_dir], sweep_dir, project)
         except Exception as exc:  # the multirun's results stay; the exit code says the report failed
             report_errors.append(f"{sweep_dir}: {exc}")
             print(f"avgbench: error: comparison report for {sweep_dir} failed: {exc}\n{traceback.format_exc()}",

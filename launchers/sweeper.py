@@ -30,7 +30,7 @@ from omegaconf import OmegaConf, open_dict
 
 from job.device import resolve_device
 from job.errors import ConfigError
-from launchers.config import check_repeats, strategy_class
+from launchers.config import PROJECT, check_repeats, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
 from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report.baselines import missing_baselines, override_args
@@ -38,7 +38,7 @@ from metrics.report.design import block_order, control_jobs, declaration, order_
 from metrics.report.primary import from_dict
 from metrics.report.nodes import load, run_folders
 from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
-from metrics.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
+from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
 
 NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", "hydra.launcher.nodes",
               *STRATEGY_BLOCKS)  # not for baselines
@@ -66,6 +66,8 @@ class BlockSweeper(BasicSweeper):
         parsed = parser.parse_overrides(self._parse_config() + list(arguments))
         try:
             repeats = check_repeats(self.config.repeats)
+            project_targets(self.config.report.project, [o.input_line for o in parsed])
+            parsed = [o for o in parsed if o.get_key_element() != PROJECT]  # the report's targets, not the jobs'
             jobs = self.configurations(parsed)
             if self.config.report.baselines == "auto":
                 jobs += self.baselines(jobs, [o.input_line for o in parsed if not o.is_sweep_override()])

@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from metrics.summary.link import ONLY_COMPUTE_DIFFERS
 from netemu.checks import emulation_problem, rank_bandwidths
 from netemu.fabric import MAX_HOSTS
 
@@ -82,7 +83,7 @@ def link_line(choice: LinkChoice, shape: dict) -> str | None:
         warning, why = ("warning: ", f"network=auto could not emulate per-host links here ({choice.reason}); ") \
             if choice.asked == AUTO else ("", "")
         return (f"avgbench: {warning}link: this machine's loopback, shared by all {choice.processes} processes and "
-                f"unshaped: {why}on loopback strategies differ only by their compute share. {ASK_FOR_A_LINK}")
+                f"unshaped: {why}{ONLY_COMPUTE_DIFFERS}. {ASK_FOR_A_LINK}")
     latency = f", {choice.latency_ms:g} ms one-way latency" if choice.latency_ms else ", no added latency"
     hosts = f"{choice.processes} emulated hosts"
     if not shape["fits"]:

@@ -19,7 +19,7 @@ import time
 
 from job.cpugroup import CpuGroup, write
 from job.errors import ConfigError
-from metrics.rundir import RunDir
+from metrics.recording.rundir import RunDir
 
 ISOLATE_MODES = ("auto", "on", "off")
 NOT_ISOLATED, ISOLATED = "not isolated", "isolated"

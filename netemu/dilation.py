@@ -9,8 +9,8 @@ The guest clock is not dilated: what runs on the kernel's own timers is not (see
 """
 from omegaconf import OmegaConf
 
-TIME_SUFFIXES = ("_s", "_ms", "_us", "_time", "_timeout")
-RATE_SUFFIXES = ("_mbit",)
+from metrics.recording.units import RATE_SUFFIXES, TIME_SUFFIXES
+
 RATE_LISTS = ("per_peer",)  # lists of link rates by rank (network.per_peer)
 NOT_DILATED = ("emulate",)  # top-level blocks left as they are
 

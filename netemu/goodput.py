@@ -7,12 +7,11 @@ reads each shaped direction's qdisc counters (bytes it sent, bytes queued):
     host i egress    the tbf on eth0 in host i's namespace (its root, or the tbf under netem's delay)
     host i ingress   the tbf on v<i>, the bridge's end of host i's link, in the hub namespace
 
-An interval is busy when the direction had a queue at both of its ends; goodput = the bytes sent in busy
-intervals / their length, in Mbit/s (frames with their headers: what tbf meters against its rate). A
-direction with at least MIN_BUSY_S of busy intervals is judged: faithful when its goodput is at least
-FAITHFUL_SHARE of its nominal rate. Interface counters alone cannot tell a link that is slow from a flow
-that is slow elsewhere (a parameter server's workers send at half their rate: the server's link is the
-bottleneck), hence the queue.
+An interval is busy when the direction had a queue at both of its ends; each direction's tally adds up the
+bytes it carried in all and in busy intervals, and the busy time; the summary judges the tallies
+(metrics/summary/link.py: goodput = bytes in busy intervals / their length). Interface counters alone cannot tell
+a link that is slow from a flow that is slow elsewhere (a parameter server's workers send at half their rate: the
+server's link is the bottleneck), hence the queue.
 
 The counters come from one `tc -s -j -batch -` process per namespace (the hub and each host), fed one
 `qdisc show` line per direction and tick; they end when the meter closes their input (or the launcher dies).
@@ -26,8 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 SAMPLE_S = 0.1        # seconds between readings of every direction's counters
-FAITHFUL_SHARE = 0.9  # faithful: goodput while busy >= this share of the nominal rate
-MIN_BUSY_S = 1.0      # a direction is judged once it was busy this long
 WRITE_EVERY_S = 5.0   # the tallies are written this often (a killed launcher leaves its last figures)
 READ_TIMEOUT_S = 2.0  # a tc process that does not answer within this ends the metering (never the run)
 
@@ -58,38 +55,6 @@ class DirectionTally:
         figures = asdict(self)
         figures.pop("last")
         return figures
-
-
-def goodput_mbit(tally: dict) -> float | None:
-    """Mbit/s a direction carried while busy (None: never busy)."""
-    return tally["busy_bytes"] * 8 / tally["busy_s"] / 1e6 if tally["busy_s"] > 0 else None
-
-
-def direction_name(tally: dict) -> str:
-    return f"host {tally['host']} {tally['direction']}"
-
-
-def judge(tallies: list[dict]) -> dict:
-    """The link's verdict from its directions' tallies: goodput, busy time and nominal rate of the direction that
-    did worst against its rate among those busy at least MIN_BUSY_S, faithful (None: none was), and why."""
-    judged = [t for t in tallies if t["busy_s"] >= MIN_BUSY_S]
-    nominal = min((t["nominal_mbit"] for t in tallies), default=None)
-    if not judged:
-        longest = max((t["busy_s"] for t in tallies), default=0.0)
-        return {"nominal_mbit": nominal, "goodput_mbit": None, "goodput_share": None, "busy_s": longest,
-                "worst_direction": None, "faithful": None,
-                "reason": f"no direction had a queue for {MIN_BUSY_S:g} s (longest {longest:.1f} s): the link was "
-                          "never the bottleneck long enough to check its rate"}
-    worst = min(judged, key=lambda t: goodput_mbit(t) / t["nominal_mbit"])
-    goodput = goodput_mbit(worst)
-    share = goodput / worst["nominal_mbit"]
-    faithful = share >= FAITHFUL_SHARE
-    verdict = "held" if faithful else "did not hold"
-    return {"nominal_mbit": worst["nominal_mbit"], "goodput_mbit": goodput, "goodput_share": share,
-            "busy_s": worst["busy_s"], "worst_direction": direction_name(worst), "faithful": faithful,
-            "reason": f"{direction_name(worst)} carried {goodput:.1f} of its {worst['nominal_mbit']:g} Mbit/s "
-                      f"({share:.0%}) over {worst['busy_s']:.1f} s with a queue: the link {verdict} (faithful "
-                      f"from {FAITHFUL_SHARE:.0%}; worst of {len(judged)} directions busy >= {MIN_BUSY_S:g} s)"}
 
 
 def pick_shaper(qdiscs: list[dict]) -> dict | None:

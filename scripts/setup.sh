@@ -10,8 +10,7 @@ log() { echo "[setup +$((SECONDS - T0))s] $*"; }
 
 # 1. System packages (only those missing).
 # munge + slurm-wlm: the SLURM test's own one-node cluster (about 15 s to install)
-# python3-simgrid: bench/simgrid.py's network simulator (PyPI has only its sources)
-APT_PKGS=(openmpi-bin libopenmpi-dev iproute2 chromium fonts-dejavu-core g++ cmake make munge slurm-wlm python3-simgrid)
+APT_PKGS=(openmpi-bin libopenmpi-dev iproute2 chromium fonts-dejavu-core g++ cmake make munge slurm-wlm)
 python3 -c "import ensurepip, sysconfig, os; assert os.path.exists(sysconfig.get_paths()['include'] + '/Python.h')" 2>/dev/null \
   || APT_PKGS+=(python3-venv python3-dev)
 missing=()

@@ -31,10 +31,10 @@ import threading
 import time
 
 from job.errors import BackendUnavailable, ConfigError
-from metrics.cost import Cost, exposed_s, ring_allreduce_s
+from strategies.cost_models.allreduce import AllReduceCost
 from strategies.base import StepReport
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
-                                  RingAllReduceRounds, ring_allreduce_bytes, unflatten_into)
+                                  ring_allreduce_bytes, unflatten_into)
 
 
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
@@ -46,7 +46,7 @@ class CountedCollectives:
 
     The hooks look up `dist.all_reduce` in their own module at call time (PowerSGD all-reduces Q
     in a callback, after P is done), so standing in for their module attribute `dist` counts each
-    tensor actually handed to the collective, compressed or not. Private layout: tests/test_private_apis.py
+    tensor actually handed to the collective, compressed or not. Private layout: tests/unit/test_private_apis.py
     fails if a torch upgrade stops calling dist.all_reduce from these modules.
     """
 
@@ -105,30 +105,8 @@ def bf16_allreduce_problem() -> str | None:
     return None
 
 
-class AllReduce(RingAllReduceRounds, TransportStrategy):
-    @classmethod
-    def step_time(cls, m: Cost) -> float:
-        """compute + comm, comm = 2(N-1)·(α + S/(N·β)); with DDP only max(0, comm - H) is exposed, H = the
-        communication per step the calibration run measured behind backward.
-
-        A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps; in each, a worker sends
-        and receives one message of S/N bytes (α + S/(N·β)). DDP (transport=gloo, allreduce.ddp)
-        all-reduces buckets while backward runs; how much of that ran behind backward is measured in
-        the calibration run (H: hidden_comm_s, else link_s - comm_s: first bucket to last bucket
-        done, less what was exposed after backward); the same backward hides as much at any N.
-        Gradients that fit in one bucket start only after backward and hide nothing (H = 0 then).
-        The flat all-reduce (allreduce.ddp=false, transport=mpi) starts after backward: all of it
-        is exposed.
-        """
-        comm = ring_allreduce_s(m)
-        ddp = m.knobs.get("transport", "gloo") == "gloo" and m.knobs.get("ddp", True)
-        return m.compute + (exposed_s(m, comm) if ddp else comm)
-
-    @classmethod
-    def steady_from_step(cls, knobs: dict) -> int:
-        """With PowerSGD, its first compressed step: torch's hook all-reduces plain gradients for the first
-        powersgd_start_iter steps, which the steady state never sends again."""
-        return int(knobs["powersgd_start_iter"]) + 1 if knobs.get("comm_hook") == "powersgd" else 1
+class AllReduce(TransportStrategy):
+    cost_model = AllReduceCost
 
     @classmethod
     def validate(cls, cfg) -> None:

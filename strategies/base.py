@@ -5,11 +5,14 @@ A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
 
 - before launch (class methods, called by train.py and the launchers): its knobs and
   their validation, whether its backend is installed, how its processes start
-  (`launch_spec`: the launchers read no strategy knob), and the lower bound of one
-  averaging round on a link (`link_bound`, formula and derivation in its docstring);
+  (`launch_spec`: the launchers read no strategy knob);
 - inside each process: `setup` (may wrap the model, e.g. in DDP, or register its own
   gradient hooks to communicate during backward), `step` (communicate and update),
   `summary`.
+
+Its cost model is a class of its own beside it (`cost_model`, strategies/cost_models/<name>.py): the
+bytes a round puts on each link, the round's link floor (`link_bound`, formula and
+derivation in its docstring) and the step time the projection predicts.
 
 What the launch side and the report read of a strategy is declared here, not guessed
 from names: `summed_counters` and `failure_counters` (keys of its `summary()`), the overlap
@@ -19,7 +22,6 @@ figure (`StepReport.link_s`), `quick` (overrides for a short run) and `benchmark
 The training loop (job/loop.py) is the same for every strategy and owns the time
 breakdown; a strategy reports only its optimizer time and the bytes it moved.
 """
-import inspect
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -29,9 +31,8 @@ from torch import nn
 
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
-from metrics.bounds import Round
-from metrics.cost import Cost
-from metrics.rundir import RunDir
+from metrics.projection.cost import CostModel
+from metrics.recording.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
 
@@ -68,6 +69,7 @@ class StepReport:
 
 
 class Strategy(ABC):
+    cost_model: type[CostModel] = CostModel  # its cost model (strategies/cost_models/<name>.py); the default states none
     is_baseline = False  # a single-process run without communication, that others are compared with
     checked_dilation = 1.0  # largest emulate.dilation its invariance check passed (bench/emulation.py); 1: unchecked
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
@@ -102,49 +104,6 @@ class Strategy(ABC):
         gradients synchronously (an update holds every worker's batch)."""
         return LaunchSpec(roles=[WORKER] * cfg.peers, threads=cfg.peer_cpus, batch_size=cfg.batch_size,
                           effective_batch=cfg.peers * cfg.batch_size)
-
-    @classmethod
-    def link_bound(cls, r: Round) -> float | None:
-        """Lower bound in seconds on one averaging round over links of r.rate bytes/s; None: no formula."""
-        return None
-
-    @classmethod
-    def rounds_overlap(cls, knobs: dict) -> bool:
-        """Whether a round can start before the last one ended everywhere (metrics/bounds.py then measures
-        link efficiency over the span of the run's rounds, not round by round)."""
-        return False
-
-    @classmethod
-    def bound_formula(cls) -> str | None:
-        """The first paragraph of link_bound's docstring: the formula reports state (None: no bound)."""
-        if cls.link_bound.__func__ is Strategy.link_bound.__func__:
-            return None
-        doc = inspect.getdoc(cls.link_bound) or ""
-        return " ".join(doc.split("\n\n")[0].split()) or None
-
-    @classmethod
-    def step_time(cls, m: Cost) -> float | None:
-        """Predicted seconds per step of one worker among m.workers (compute + exposed communication), the
-        model as the docstring's first paragraph and its derivation below it; None: no cost model."""
-        return None
-
-    @classmethod
-    def fit_overlap(cls, m: Cost, step_s: float) -> float:
-        """Cost.overlap fitted on the calibration run (m at its own N and link, step_s its measured mean step), for
-        models with an overlap share they do not derive. Default: 0 (nothing fitted)."""
-        return 0.0
-
-    @classmethod
-    def averaged_bytes(cls, r: Round) -> float:
-        """S, the bytes averaged per round, from the largest payload one worker moved in a round (r.payload):
-        the inverse of the strategy's payload relation. Default: S = P."""
-        return r.payload
-
-    @classmethod
-    def steady_from_step(cls, knobs: dict) -> int:
-        """The first step of the steady state the cost model describes: metrics.project measures the payload over the
-        rounds from this step on, leaving out a warm-up that moves other bytes. Default: 1 (every round)."""
-        return 1
 
     @classmethod
     def after_run(cls, cfg, run: RunDir) -> None:

@@ -25,36 +25,17 @@ import time
 import torch
 
 from job.errors import ConfigError
-from metrics.cost import Cost, ring_allreduce_s
 from strategies.base import LaunchSpec, StepReport
-from strategies.transport import (RingAllReduceRounds, TransportStrategy, broadcast_initial_state, flatten,
+from strategies.cost_models.diloco import DiLoCoCost
+from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten,
                                   payload_bytes, ring_allreduce_bytes, unflatten_into)
 
 
-class DiLoCo(RingAllReduceRounds, TransportStrategy):
+class DiLoCo(TransportStrategy):
+    cost_model = DiLoCoCost
     summed_counters = ("outer_steps",)
     knobs_elsewhere = {"inner_optim": "the inner optimizer is the optim group, e.g. optim=adamw (the preset's) or "
                                       "optim=sgd, so that the one-process baseline trains with it too"}
-
-    @classmethod
-    def link_bound(cls, r):
-        """P/B, P = 2(N-1)/N x S: one sync is one all-reduce of the S-byte pseudo-gradient.
-
-        A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker
-        sending and receiving one piece per step, so its link carries P each way in a sync; the H
-        inner steps between syncs move nothing.
-        """
-        return r.payload / r.rate
-
-    @classmethod
-    def step_time(cls, m: Cost) -> float:
-        """compute + 2(N-1)·(α + S/(N·β)) / H, H = diloco.inner_steps.
-
-        One ring all-reduce of the S-byte pseudo-gradient (N-1 reduce-scatter and N-1 all-gather
-        steps, one message of S/N bytes each) every H steps, after the step's update (no overlap);
-        the outer update on the host vector is counted in compute.
-        """
-        return m.compute + ring_allreduce_s(m) / int(m.knobs.get("inner_steps", 1))
 
     @classmethod
     def validate(cls, cfg) -> None:

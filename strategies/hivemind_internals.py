@@ -1,6 +1,6 @@
 """Every use of hivemind 1.1.12's private API, in one place, each with its reason.
 
-tests/test_private_apis.py fails loudly if an upgrade moves any of them:
+tests/unit/test_private_apis.py fails loudly if an upgrade moves any of them:
 - byte accounting (install): hivemind has no public counters of what its all-reduce
   sends, so we wrap its serialization points and its round runner (below);
 - cloning_state_averager: TrainingStateAverager.get_current_state hands late peers the

@@ -25,37 +25,18 @@ the averager all-reduces); other local steps move nothing. After warm-up, bytes 
 import time
 
 from job.errors import ConfigError
-from metrics.cost import Cost, ring_allreduce_s
 from strategies.allreduce import AllReduce
 from strategies.base import LaunchSpec, StepReport
+from strategies.cost_models.localsgd import LocalSGDCost
 from strategies.transport import payload_bytes, ring_allreduce_bytes
 
 
 class LocalSGD(AllReduce):
     summed_counters = ("averaging_rounds",)
+    cost_model = LocalSGDCost
     # the default 10 warm-up steps outlast a benchmark's 6-10 steps: periodic averages from step 4 instead
     benchmark_overrides = ("localsgd.warmup_steps=2", "localsgd.every=2")
     uses_ddp = True  # DDP runs the warm-up's gradient all-reduce (and nothing after it)
-
-    @classmethod
-    def link_bound(cls, r):
-        """P/B, P = 2(N-1)/N x S: a round is one all-reduce of S bytes, of gradients (warm-up) or parameters.
-
-        A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker
-        sending and receiving one piece per step, so its link carries P each way. Warm-up rounds
-        overlap backward (measured by link_s), averaging rounds come after the update (comm_s).
-        """
-        return r.payload / r.rate
-
-    @classmethod
-    def step_time(cls, m: Cost) -> float:
-        """compute + 2(N-1)·(α + S/(N·β)) / every, after warm-up.
-
-        The steady state: one ring all-reduce of the S-byte parameter vector (N-1 reduce-scatter and
-        N-1 all-gather steps, one message of S/N bytes each) every `every` steps, after the update (no
-        overlap). The warm-up's synchronous steps are allreduce's (see strategies/allreduce.py).
-        """
-        return m.compute + ring_allreduce_s(m) / int(m.knobs.get("every", 1))
 
     @classmethod
     def validate(cls, cfg) -> None:

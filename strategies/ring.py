@@ -26,9 +26,9 @@ import time
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
-from metrics.cost import Cost, exposed_s, ring_allreduce_s
 from strategies.base import LaunchSpec, StepReport, Strategy
-from strategies.transport import RingAllReduceRounds, ring_allreduce_bytes
+from strategies.cost_models.ring import RingCost
+from strategies.transport import ring_allreduce_bytes
 
 CONTROLLERS = ("gloo", "mpi")
 COMPRESSIONS = ("none", "fp16")
@@ -72,7 +72,7 @@ def handed_bytes(hvd, handles) -> int:
     """Bytes of the tensors handed to Horovod's all-reduces `handles` (before they are synchronised).
 
     Private API: horovod.torch.mpi_ops._handle_map (handle -> (input tensor(s), output)) holds the
-    compressed input until synchronize(); tests/test_private_apis.py checks it exists.
+    compressed input until synchronize(); tests/unit/test_private_apis.py checks it exists.
     """
     total = 0
     for handle in handles:
@@ -86,28 +86,13 @@ def pending_allreduces(optimizer) -> list:
 
     Private API: Horovod 0.28.1 keeps them in DistributedOptimizer._handles (parameter ->
     (handle, ctx)); its public synchronize() waits with no deadline, and a dead peer must
-    not hang us. tests/test_private_apis.py fails if a Horovod upgrade drops the attribute.
+    not hang us. tests/unit/test_private_apis.py fails if a Horovod upgrade drops the attribute.
     """
     return [handle for handle, _ in optimizer._handles.values() if handle is not None]
 
 
-class Ring(RingAllReduceRounds, Strategy):
-    @classmethod
-    def step_time(cls, m: Cost) -> float:
-        """compute + max(0, 2(N-1)·(α + S/(N·β)) - H) / k, H = the communication per step the calibration run
-        measured behind backward, k = ring.backward_passes_per_step.
-
-        Horovod all-reduces each gradient (fused) over a ring as soon as backward produces it: N-1
-        reduce-scatter and N-1 all-gather steps, in each one message of S/N bytes per worker
-        (α + S/(N·β)). The part that ran while backward still did is measured in the calibration
-        run, per step (H: its hidden_comm_s, else link_s - comm_s: from the first gradient handed
-        to Horovod to the end of the all-reduce, less what was exposed after backward); the same
-        backward hides as much at any N, so only what exceeds H is exposed. With k backward passes
-        per step only every k-th step all-reduces. Horovod's cycle time and fusion buffer are not
-        modelled.
-        """
-        passes = int(m.knobs.get("backward_passes_per_step", 1))
-        return m.compute + exposed_s(m, ring_allreduce_s(m)) / passes
+class Ring(Strategy):
+    cost_model = RingCost
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

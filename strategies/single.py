@@ -6,21 +6,13 @@ would share them, and so does this process: it runs one thread per available cor
 batch of N*batch_size (the global batch of a synchronous N-peer step), max_steps steps,
 so it trains the same samples.
 """
-from metrics.cost import Cost
 from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
+from strategies.cost_models.single import SingleCost
 
 
 class Single(Strategy):
     is_baseline = True
-
-    @classmethod
-    def step_time(cls, m: Cost) -> float:
-        """compute: no communication.
-
-        Projected to N peers, it is N independent copies of the measured process: the ceiling of
-        linear scaling that the other strategies are compared with.
-        """
-        return m.compute
+    cost_model = SingleCost
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

@@ -18,7 +18,6 @@ from datetime import timedelta
 import torch
 
 from job.errors import BackendUnavailable, ConfigError
-from metrics.bounds import Round
 from strategies.base import LaunchSpec, Strategy
 
 TRANSPORTS = ("gloo", "mpi")
@@ -228,21 +227,6 @@ def payload_bytes(tensor: torch.Tensor) -> int:
 def ring_allreduce_bytes(size: int, peers: int) -> int:
     """Bytes one worker sends (and receives) in a ring all-reduce of `size` bytes: 2(N-1)/N x size."""
     return round(2 * (peers - 1) / peers * size)
-
-
-class RingAllReduceRounds:
-    """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring)."""
-
-    @classmethod
-    def link_bound(cls, r: Round) -> float:
-        """P/B, P = 2(N-1)/N x S: a ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N
-        bytes, each worker sending and receiving one piece per step, so its link carries P each way."""
-        return r.payload / r.rate
-
-    @classmethod
-    def averaged_bytes(cls, r: Round) -> float:
-        """S = P·N/(2(N-1)): a ring all-reduce moves 2(N-1)/N·S per worker and direction."""
-        return r.payload * r.workers / (2 * (r.workers - 1))
 
 
 def broadcast_initial_state(transport: Transport, model: torch.nn.Module, src: int = 0) -> None:

@@ -1,8 +1,9 @@
-"""Test set-up: the import path, the run_dir fixture, and the unit tier's no-process rule.
+"""Test set-up: the import path, the run_dir fixture, the tiers and the unit tier's no-process rule.
 
-Shared helpers live in tests/helpers.py. Two tiers:
-    pytest -m "not integration"     unit tier: no test may start a process (enforced below)
-    pytest -m integration           real runs, collectives, mpirun, horovodrun, namespaces
+Shared helpers live in tests/helpers.py. Two tiers, one folder each (a test's folder and its marker agree,
+enforced below):
+    pytest tests/unit           unit tier: no test may start a process (enforced below)
+    pytest tests/integration    real runs, collectives, mpirun, horovodrun, namespaces (marked integration)
 """
 import _posixsubprocess
 import contextlib
@@ -23,6 +24,7 @@ import helpers  # noqa: E402  (needs the sys.path entry above)
 import matplotlib.font_manager  # noqa: E402,F401
 
 INTEGRATION = "integration"
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,6 +48,15 @@ def run_dir(tmp_path):
     if (tmp_path / "run" / ".avgbench" / "run_id").exists():  # never leak processes into the next test
         for proc in helpers.leftover_processes(tmp_path / "run"):
             os.kill(proc.pid, signal.SIGKILL)
+
+
+# --- a test's folder is its tier ------------------------------------------------------
+def pytest_collection_modifyitems(config, items):
+    misplaced = [item.nodeid for item in items
+                 if (TESTS / INTEGRATION in Path(item.path).parents) != bool(item.get_closest_marker(INTEGRATION))]
+    if misplaced:
+        raise pytest.UsageError(f"tests/{INTEGRATION}/ holds the tests marked {INTEGRATION}, tests/unit/ the others; "
+                                f"misplaced: {', '.join(misplaced)}")
 
 
 # --- the unit tier starts no process --------------------------------------------------

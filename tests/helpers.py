@@ -9,12 +9,20 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+import torch
 import yaml
+from torch import nn
+from torch.utils.data import TensorDataset
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from job.process import processes_of_run  # noqa: E402  (conftest put ROOT on sys.path)
-from metrics.jsonl import read_jsonl  # noqa: E402
+# conftest put ROOT on sys.path
+from job.evaluation import Evaluator, HostBoard, HostEvaluation, Snapshots  # noqa: E402
+from job.model import tiny  # noqa: E402
+from job.process import processes_of_run  # noqa: E402
+from metrics.recording.jsonl import read_jsonl  # noqa: E402
+from metrics.recording.rundir import PeerDir  # noqa: E402
 
 # Small and quick: the tiny CNN on digits, frequent samples, loopback (a test of the emulated links asks for them:
 # a later network=... wins).
@@ -24,7 +32,34 @@ QUICK = ["model=tiny", "eval_every=10", "sampler.interval=0.2", "progress=false"
 #   conv 1->16 3x3 no bias 144 | BN(16) 32 | conv 16->32 3x3 no bias 4608 | BN(32) 64 | linear 512->10 5130
 TINY_DIGITS_PARAMS = 144 + 32 + 4608 + 64 + 5130  # 9978
 TINY_DIGITS_BYTES = 4 * TINY_DIGITS_PARAMS         # float32: 39912
+# its trainable parameter shapes: conv, BN weight and bias, conv, BN, linear
+TINY_SHAPES = [(16, 1, 3, 3), (16,), (16,), (32, 16, 3, 3), (32,), (32,), (10, 512), (10,)]
 
+
+def powersgd_floats(shapes, rank: int) -> int:
+    """Floats torch's PowerSGD all-reduces per step for gradients of these shapes, derived by hand (a comm hook
+    hands the all-reduce 4 bytes x 9978 parameters = 39912 per step without compression, 2 x 9978 = 19956 with
+    fp16 or bf16). PowerSGD views each gradient of 2+ dimensions as an n x m matrix (n = its first dimension) and
+    all-reduces P (n x r) and Q (m x r) instead, if (n + m) r x 2 < n m (min_compression_rate 2); 1-dimensional
+    gradients go uncompressed. Plain all-reduce for the first powersgd_start_iter steps."""
+    total = 0
+    for shape in shapes:
+        numel = 1
+        for d in shape:
+            numel *= d
+        if len(shape) < 2:
+            total += numel
+            continue
+        n, m = shape[0], numel // shape[0]
+        r = min(n, m, rank)
+        total += (n + m) * r if (n + m) * r * 2 < n * m else numel
+    return total
+
+
+
+HAS_GPU = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch sees none here)")
+needs_no_gpu = pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
 
 
 # --- the strategy registry: conf/strategy/NAME.yaml ------------------------------------
@@ -248,8 +283,8 @@ def write_report_run(path: Path, strategy: str, peers: int, throughput: float, t
 
 def write_sweep(sweep: Path, jobs: dict, plan: dict | None = None) -> Path:
     """A multirun's directory: jobs = {job name: [(strategy, peers, peer_cpus, throughput, time_to_target,
-    extra keyword arguments of write_report_run) per block]}; the plan file (metrics/rundir.py SWEEP_PLAN) with
-    `plan`'s fields."""
+    extra keyword arguments of write_report_run) per block]}; the plan file (metrics/recording/rundir.py
+    SWEEP_PLAN) with `plan`'s fields."""
     (sweep / ".avgbench").mkdir(parents=True)
     (sweep / ".avgbench" / "sweep.json").write_text(json.dumps({"jobs": [], "kept": [], "to_run": 0} | (plan or {})))
     for name, blocks in jobs.items():
@@ -264,3 +299,78 @@ def report_of(*dirs: Path, out: Path) -> str:
 
     build_report(list(dirs), out)
     return (out / "report.md").read_text()
+
+
+# --- evaluation snapshots (job/evaluation.py) ------------------------------------------
+CPU = torch.device("cpu")
+
+
+def images(count: int, seed: int, shift: float = 0.0) -> TensorDataset:
+    gen = torch.Generator().manual_seed(seed)
+    return TensorDataset(torch.randn(count, 1, 8, 8, generator=gen) * 2 + shift,
+                         torch.randint(0, 10, (count,), generator=gen))
+
+
+def trained_on(model: nn.Module, data: TensorDataset) -> nn.Module:
+    """The model after a few training-mode forward passes: its BatchNorm running statistics are data's."""
+    model.train()
+    with torch.no_grad():
+        for x in data.tensors[0].split(16):
+            model(x)
+    return model
+
+
+class CountingEvaluator(Evaluator):
+    """An evaluator that remembers the state (parameters and buffers, as saved) of every snapshot it evaluated."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.states = []
+
+    def __call__(self, path):
+        saved = torch.load(path, weights_only=True)
+        self.states.append(b"".join(v.numpy().tobytes() for k, v in saved.items() if "running" not in k
+                                    and "num_batches" not in k))
+        return super().__call__(path)
+
+
+def host_evaluation(board_dir, rank, test, precise, patience_s=60.0, counting=False) -> HostEvaluation:
+    board = HostBoard(board_dir, rank)
+    board.register()
+    torch.manual_seed(1)
+    evaluator = (CountingEvaluator if counting else Evaluator)(tiny(10, 1), test, CPU, precise)
+    return HostEvaluation(board, evaluator, patience_s)
+
+
+def trajectory(peer: PeerDir, steps, statistics_seed: int, precise: bool = True, parameters_seed: int = 0) -> Snapshots:
+    """Snapshots of a model whose parameters change at every step the same way for a given parameters_seed (the
+    states of a synchronous strategy's workers), while its BatchNorm statistics come from each worker's own batches
+    (statistics_seed)."""
+    torch.manual_seed(parameters_seed)
+    model = tiny(10, 1)
+    snapshots = Snapshots(peer.snapshots, CPU, precise=precise)
+    for step in steps:
+        with torch.no_grad():
+            model[-1].bias += 0.3 * step
+        trained_on(model, images(32, seed=statistics_seed + step))
+        snapshots.take(model, step=step, wall_s=float(step), train_s=float(step), samples=32 * step)
+    return snapshots
+
+
+# --- what the projection reads from bench/results.json ------------------------------------
+def validation_case(strategy: str, peers: int, error: float, role: str = "held-out", counted: bool = True,
+                    link_mbit: float = 20, **more) -> dict:
+    """A row of the projection validation (bench/projection.py)."""
+    return {"model": "mlp", "strategy": strategy, "peers": peers, "link_mbit": link_mbit, "role": role,
+            "counted": counted, "error": error} | more
+
+
+def write_results(path: Path, rows: list[dict], payload_share: float = 0.8) -> Path:
+    """A results file as the projection reads it: the payload share (link_goodput) and a projection validation of
+    these rows, with the figures and verdicts bench/projection.py saves with them."""
+    from bench.projection import figures_of
+
+    path.write_text(json.dumps({"results": [
+        {"name": "link_goodput", "payload_share": payload_share, "measured_at": "then"},
+        {"name": "projection_validation", "measured_at": "then", "rows": rows} | figures_of(rows)]}))
+    return path

@@ -7,12 +7,14 @@ the `with` block."""
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
+from helpers import ROOT
 from job.process import wait_until
 from netemu import Fabric, processes_in
 from netemu.fabric import INTERFACE, hosts_table, machine_prefix, processes_on
@@ -21,6 +23,24 @@ COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sin
 LOGIN, PARTITION = "login", "avgbench"
 SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818  # each daemon in a namespace of its own: the standard ports clash with none
 SLURMD_TIMEOUT_S = 5                     # a node whose slurmd stops answering is down after this (default 300)
+
+
+DOCS = ("docs", "docs-notes")
+# in a comment just above the documented recipe
+RECIPE_MARK = "tests/integration/test_slurm.py runs this command as written"
+
+
+def doc_recipe() -> list[str]:
+    """The two-node command the documentation shows: the first command of the code block after RECIPE_MARK, as its
+    words (the same command wherever the documentation holds it)."""
+    found = set()
+    for doc in sorted(p for folder in DOCS for p in (ROOT / folder).glob("*.md")):
+        text = doc.read_text()
+        if RECIPE_MARK in text:
+            block = text.split(RECIPE_MARK, 1)[1].split("```", 2)[1]  # the block's info string, then its lines
+            found.add(block.splitlines()[1].strip())
+    assert len(found) == 1, f"the documentation shows {len(found)} commands marked {RECIPE_MARK!r}: {found}"
+    return shlex.split(found.pop())
 
 
 def why_no_slurm() -> str | None:

@@ -1,11 +1,12 @@
 """Comparison report over runs: report.html (self-contained, plots embedded), report.md, runs.csv.
 
-    python -m metrics.report DIR [DIR ...] [-o OUT] [--record-noise bench/results.json]
+    python -m metrics.report DIR [DIR ...] [-o OUT] [--record-noise bench/results.json] [--project lan:8 ...]
 
 DIR: run or multirun directories; every directory below holding summary.json is a run.
 After `train.py -m ...` the Hydra callback launchers.sweep.SweepReport writes the report
 into the multirun directory. --record-noise: also record the primary figure's measured noise
-(the `primary_noise` entry that `repeats=auto` plans from).
+(the `primary_noise` entry that `repeats=auto` plans from). --project: also predict each averaging
+configuration on these clusters, LINK:N each (report.project in a multirun).
 
 The package reads run directories and writes files; it imports nothing above metrics/.
 """
@@ -13,14 +14,16 @@ import argparse
 from pathlib import Path
 
 from metrics.report.build import NoRuns, build
+from metrics.report.projected import parse_targets
 from metrics.report.render import write
 
 report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
 
 
-def build_report(sources: list[Path], out_dir: Path) -> dict[str, Path]:
-    """Write report.html, report.md and runs.csv into out_dir; returns their paths."""
-    return write(build(sources), out_dir)
+def build_report(sources: list[Path], out_dir: Path, project: list[str] | None = None) -> dict[str, Path]:
+    """Write report.html, report.md and runs.csv into out_dir (with project: the section "Projected to your
+    cluster" for these LINK:N targets); returns their paths."""
+    return write(build(sources, project), out_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,14 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: DIR when only one is given)")
     parser.add_argument("--record-noise", type=Path, metavar="RESULTS_JSON",
                         help="record the primary figure's noise measured here into this results file")
+    parser.add_argument("--project", nargs="+", default=[], metavar="LINK:N",
+                        help="also project each averaging configuration to N peers on LINK (e.g. lan:8 1000,0.2:16)")
     args = parser.parse_args(argv)
+    try:
+        parse_targets(args.project)
+    except ValueError as exc:
+        parser.exit(2, f"avgbench: error: {exc}\n")
     missing = [d for d in args.dirs if not d.is_dir()]
     if missing:
         parser.exit(2, f"avgbench: error: not a directory: {', '.join(map(str, missing))}\n")
     if args.out is None and len(args.dirs) > 1:
         parser.exit(2, "avgbench: error: several directories: name the output directory with -o OUT\n")
     try:
-        report = build(args.dirs)
+        report = build(args.dirs, args.project)
     except NoRuns as exc:
         parser.exit(2, f"avgbench: error: {exc}\n")
     paths = write(report, args.out or args.dirs[0])

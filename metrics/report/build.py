@@ -7,6 +7,7 @@ from metrics.report.baselines import load_runs
 from metrics.report.compare import PAIRED_T, RANK_TEST
 from metrics.report.model import Report, SectionReport
 from metrics.report.primary import time_observation
+from metrics.report.projected import projected_tables
 from metrics.report.runs import Run, Section, flatten, read_plan
 from metrics.report.tables import error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
@@ -56,7 +57,7 @@ METHOD = {
     "noise": "The primary figure's own noise: the sd of the log ratios of the comparisons with the baselines and "
              "of the control arms, over blocks observed exactly, pooled by degrees of freedom. The detectable "
              "ratio: (t(1 - 0.05/(2m), n - 1) + t(0.8, n - 1)) x sd / sqrt(n), exp'd, for n blocks and m declared "
-             "comparisons (Holm's first step), 80 % power (metrics/stats.py detectable).",
+             "comparisons (Holm's first step), 80 % power (metrics/report/stats.py detectable).",
     "ranking": "On the primary figure: time-to-target: configurations that reached the target in every block "
                "first, then by blocks reached, then by MLPerf's summary (the olympic mean over blocks: fastest and "
                "slowest dropped, a miss counted as the slowest); throughput: mean global throughput. The order "
@@ -180,8 +181,9 @@ def csv_rows(sections: list[Section]) -> list[dict]:
     return rows
 
 
-def build(sources: list[Path]) -> Report:
-    """The report over the runs under these directories."""
+def build(sources: list[Path], project: list[str] | None = None) -> Report:
+    """The report over the runs under these directories; project: report.project's targets (LINK:N), each
+    averaging configuration projected to them (metrics/report/projected.py)."""
     from metrics.report.plots import section_plots  # matplotlib only when a report is built
 
     sections, left_out = load_runs(sources)
@@ -196,4 +198,5 @@ def build(sources: list[Path]) -> Report:
                                    section_tables(shown, analysis.primary, analysis.comparisons, analysis.controls),
                                    section_plots(section, shown)))
     return Report(time.strftime("%Y-%m-%d %H:%M:%S %Z"), [str(s) for s in sources], intro(sections), parts,
-                  notes(sections, left_out), errors(sections), methods(sections), csv_rows(sections))
+                  notes(sections, left_out), errors(sections), methods(sections), csv_rows(sections),
+                  projected_tables(sections, project) if project else [])

@@ -4,8 +4,8 @@ repeats, apart (the noise floor).
 
 A comparison pairs the two configurations' runs by block, leaving out the blocks where either run is unfaithful
 (metrics/report/runs.py Run.unfaithful). Its ratio is > 1 when `this` is the faster: time-to-target of the other
-/ this one's (metrics.stats.CensoredRatio: a miss is censored, never dropped), throughput of this one / the
-other's (metrics.stats.Ratio). The test behind a claim: the paired t-test where every block was observed, the
+/ this one's (metrics.report.stats.CensoredRatio: a miss is censored, never dropped), throughput of this one / the
+other's (metrics.report.stats.Ratio). The test behind a claim: the paired t-test where every block was observed, the
 exact signed-rank test (a miss ranks as the slowest) where some block was censored.
 """
 import math
@@ -15,9 +15,20 @@ from dataclasses import dataclass, field
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.stats import Bound, CensoredRatio, Ratio, decide, holm, signed_rank_p
+from metrics.report.stats import Bound, CensoredRatio, Ratio, decide, holm, signed_rank_p
 
 PAIRED_T, RANK_TEST = "paired t-test", "exact signed-rank test (a miss ranks as the slowest)"
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """An unfaithful run whose block a comparison left out, with the figure that failed."""
+    block: object
+    label: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"block {self.block}, {self.label}: {self.why}"
 
 
 @dataclass
@@ -29,7 +40,7 @@ class Comparison:
     blocks: int = 0             # blocks holding a faithful run of both
     censored: int = 0           # of those, blocks where a run did not reach the target (or crossed at once)
     rank_p: float | None = None
-    left_out: list[str] = field(default_factory=list)  # blocks left out as unfaithful, with the figure that failed
+    left_out: list[LeftOut] = field(default_factory=list)  # unfaithful runs whose blocks were left out
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
     family: int = 1
     signs: int = 0  # blocks where this one was faster minus blocks where it was slower (rank test's direction)
@@ -46,7 +57,7 @@ class Comparison:
 
     @property
     def decision(self) -> str:
-        """metrics.stats.decide on the deciding test (under censoring the rank test, with its own direction)."""
+        """metrics.report.stats.decide on the deciding test (under censoring the rank test, with its own direction)."""
         tested = self.adjusted_p if self.p is not None else None
         return decide(self.ratio, tested, self.margin, self.signs > 0 if self.censored else None)
 
@@ -87,11 +98,11 @@ def compare(this: Group, other: Group, primary: Primary, margin: float = 0.05) -
     shared = sorted(ours.keys() & theirs.keys(), key=str)
     left_out, used = [], []
     for block in shared:
-        unfaithful = [f"{label}: {why}" for label, runs in ((this.label, ours[block]), (other.label, theirs[block]))
-                      for run in runs for why in run.unfaithful()]
-        if unfaithful:
-            left_out.append(f"block {block[1]} ({'; '.join(unfaithful)})")
-        else:
+        unfaithful = [LeftOut(block[1], label, "; ".join(run.unfaithful()))
+                      for label, runs in ((this.label, ours[block]), (other.label, theirs[block]))
+                      for run in runs if run.unfaithful()]
+        left_out += unfaithful
+        if not unfaithful:
             used.append(block)
     found = Comparison(this, other, primary, left_out=left_out, margin=margin)
     if not primary.is_time:

@@ -33,12 +33,15 @@ class Verdict:
     answer: str           # what may be claimed, or why nothing may
     method: str           # one sentence: how the answer was reached (the full method: Methods)
     findings: list[str]   # per configuration: reached k of n, its claim against the baseline
-    lines: list[str]      # the control arm, the noise, the rank test's reach, the order, runs left out
+    network: list[str]    # the link each configuration was measured on, its goodput, their communication shares
+    lines: list[str]      # the control arm, the noise, the rank test's reach, the order
+    left_out: list[str]   # one line per unfaithful run whose block was left out of the claims
     entries: list[Entry]  # ranked on the primary figure; the other figures beside it
     references: list[Entry]  # single-process runs on fewer CPUs, kept for scaling efficiency, not ranked
     commands: list[str]   # train.py commands producing the missing baselines
     references_note: str = ""
     commands_note: str = ""
+    left_out_note: str = ""
 
 
 @dataclass
@@ -59,3 +62,4 @@ class Report:
     errors: list[tuple[str, str]]  # (run, full error)
     methods: list[tuple[str, str]]
     runs: list[dict] = field(default_factory=list)  # runs.csv: one row per run and per superseded attempt
+    projected: list[Table] = field(default_factory=list)  # "Projected to your cluster" (report.project)

@@ -1,6 +1,6 @@
 """A run over several nodes (launch.nnodes > 1, e.g. experiment=slurm hydra.launcher.nodes=2): each node's launcher
 writes its own folder RUN/node<R> holding its own peers' logs and its own summary.json, of its own peers
-(metrics/summary.py). The report reads a job's node folders as ONE run at RUN, its figures by the definitions one
+(metrics/summary/build.py). The report reads a job's node folders as ONE run at RUN, its figures by the definitions one
 node's summary states, over every node's workers:
 
   status           the worst node's (failed > interrupted > completed); a node that wrote no summary fails the run;
@@ -10,7 +10,7 @@ node's summary states, over every node's workers:
                    across nodes
   time-to-target   the worst worker's crossing over every node's workers (each worker's crossing time as its
                    node's summary gives it); samples-to-target: every worker's samples at that crossing, from all
-                   workers' logs (metrics/target.py); accuracy by worker over all workers
+                   workers' logs (metrics/summary/target.py); accuracy by worker over all workers
   per step         time breakdown and bytes per step: means over every worker's steps (each node's mean weighted
                    by its steps); bytes per sample: all workers' bytes / all workers' samples
   setting          shape, machine and link of the node that is worst off (the most oversubscribed, the least
@@ -24,8 +24,8 @@ import statistics
 from pathlib import Path
 
 from metrics.report.runs import Run, load_run
-from metrics.rundir import RunDir
-from metrics.target import time_to_target
+from metrics.recording.rundir import RunDir
+from metrics.summary.target import time_to_target
 
 NODE_FOLDER = re.compile(r"node(\d+)")
 WORST_LAST = ("completed", "interrupted", "failed")  # a status not listed counts as failed
@@ -129,9 +129,9 @@ def outcome(nodes: list[Run], ranks: list[int], missing: list[int]) -> dict:
 
 
 def learning_curves(nodes: list[Run]) -> dict:
-    """Time-to-target by the worst worker over every node's workers (metrics/target.py: its samples and steps from
-    every worker's logs; its seconds from each worker's crossing as its node's summary converted them) and the
-    accuracy of every worker."""
+    """Time-to-target by the worst worker over every node's workers (metrics/summary/target.py: its samples and
+    steps from every worker's logs; its seconds from each worker's crossing as its node's summary converted them)
+    and the accuracy of every worker."""
     summaries = [n.summary for n in nodes]
     workers = [(n, w) for n in nodes for w in n.workers]
     found = time_to_target({w.rank: w.evals for _, w in workers}, {w.rank: w.steps for _, w in workers},

@@ -13,7 +13,7 @@ from pathlib import Path
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.primary import Primary
 from metrics.report.verdict import analyse
-from metrics.stats import pooled_log_sd
+from metrics.report.stats import pooled_log_sd
 
 ENTRY = "primary_noise"
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from metrics.report.model import Figure  # noqa: E402
 from metrics.report.runs import Group, Run, Section  # noqa: E402
-from metrics.steplog import PHASES  # noqa: E402
+from metrics.recording.steplog import PHASES  # noqa: E402
 
 MAX_RESOURCE_RUNS = 12  # rows of the per-worker small multiples
 PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2"}

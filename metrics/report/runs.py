@@ -1,9 +1,9 @@
 """The runs a comparison report covers: summary.json plus per-peer logs, grouped.
 
-A run is a directory holding summary.json (metrics/summary.py), or the node<R> folders of a run over several
+A run is a directory holding summary.json (metrics/summary/build.py), or the node<R> folders of a run over several
 nodes (metrics/report/nodes.py reads them as one run). Runs that differ only in `seed` and `block` are repeats of
 one configuration (a Group). Groups are ranked only against groups on the same (dataset, model): a Section. A
-multirun's plan (metrics/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before its first
+multirun's plan (metrics/recording/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before its first
 run; attempts a resumed sweep moved aside (below `superseded/`) are kept as attempts of their configuration, never
 as its runs.
 """
@@ -12,9 +12,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metrics.jsonl import read_jsonl
-from metrics.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
-from metrics.stats import Ratio
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
+from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.", "lock",
                      "launch.node_rank", "launch.master_addr")  # repeats of one configuration differ only in these
@@ -118,12 +118,19 @@ class Run:
         isolation = self.summary.get("isolation") or {}
         if isolation.get("faithful") is False:
             found.append("isolation: " + ("; ".join(isolation.get("unfaithful") or []) or "not faithful"))
-        link = self.summary.get("link") or {}
+        link = self.link
         if link.get("faithful") is False:
-            measured = (f"goodput {link['goodput_mbit']:.3g} of {link['nominal_mbit']:.3g} Mbit/s"
-                        if link.get("goodput_mbit") is not None and link.get("nominal_mbit") else "")
-            found.append("link: " + "; ".join(filter(None, [link.get("reason"), measured])) or "link: not faithful")
+            measured = link.get("goodput_mbit") is not None and link.get("nominal_mbit")
+            found.append("link: " + (f"{link.get('worst_direction') or 'its worst direction'} carried "
+                                     f"{link['goodput_mbit']:.3g} of {link['nominal_mbit']:.3g} Mbit/s "
+                                     f"({link['goodput_mbit'] / link['nominal_mbit']:.0%}) while busy" if measured
+                                     else link.get("reason") or "not faithful"))
         return found
+
+    @property
+    def link(self) -> dict:
+        """summary.json's link section (metrics/summary/link.py): the link the run measured; {} where not recorded."""
+        return self.summary.get("link") or {}
 
     def worst_worker_accuracy(self) -> float | None:
         """The lowest final test accuracy over workers: summary.json's accuracy_by_worker.worst, else the last

@@ -6,8 +6,8 @@ import statistics
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.stats import Ratio, factor, olympic_mean
-from metrics.steplog import PHASES
+from metrics.report.stats import Ratio, factor, olympic_mean
+from metrics.recording.steplog import PHASES
 
 MISSING = "–"
 
@@ -73,7 +73,7 @@ def stat(group: Group, figure, fmt=number) -> str:
 
 def interval_stat(group: Group, figure, fmt=number) -> str:
     """A positive figure over the group's repeats (one run per block in a multirun): its geometric mean with the 95 %
-    Student-t interval on the logs (metrics/stats.py Ratio, as for the speedups), "est [low, high] (n blocks)";
+    Student-t interval on the logs (metrics/report/stats.py Ratio, as for the speedups), "est [low, high] (n blocks)";
     one run gives no interval; "(k of n blocks)" when some runs lack the figure."""
     values = [v for v in group.values(figure) if v > 0]
     if not values:
@@ -429,7 +429,7 @@ def comparisons_table(comparisons, control) -> Table:
                      c.test if c.p is not None else MISSING, number(c.p, 2),
                      number(c.adjusted_p, 2) if counted else "control: not in the family",
                      c.decision if counted else ("excludes 1" if excludes_one(c.ratio) else "within noise"),
-                     "; ".join(c.left_out) or MISSING])
+                     "; ".join(map(str, c.left_out)) or MISSING])
     return Table("Comparisons (declared before the data)",
                  ["configuration", "against", "ratio [95 % interval]", "signed-rank p", "test deciding", "p",
                   "Holm-adjusted p", "claim", "left out (unfaithful)"], rows,

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 
 from metrics.report.baselines import averaging, missing_baselines, override_command
 from metrics.report.compare import Comparison, control_comparison, family
+from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section
 from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
                                    mlperf_time, number, ranked, reached_count)
-from metrics.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable, pooled_log_sd,
-                           rank_test_blocks)
+from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
+                                  pooled_log_sd, rank_test_blocks)
 
 DEFAULT_MARGIN = 0.05  # report.equivalence_margin of runs that predate it
 
@@ -23,6 +24,9 @@ REFERENCES_NOTE = ("Reference runs, not ranked: one process on fewer CPUs than a
 SEVERAL_SECTIONS = ("These runs cover {count} (dataset / model) combinations: {combos}. Accuracy, time-to-target and "
                     "throughput depend on the dataset and the model, so runs are ranked only within each combination "
                     "(one ranking each), never against each other.")
+LEFT_OUT_NOTE = ("Left out of the claims: unfaithful runs (their link carried under its rate while busy, or a peer "
+                 "was starved of its CPU), each with the figure that failed; their block is left out of every "
+                 "comparison the run is in.")
 COMMANDS_NOTE = ("Baselines missing from this comparison: these commands produce them (add hydra.run.dir=... as "
                  "you like), then rebuild the report over the old and the new run directories with "
                  "`python -m metrics.report DIR [DIR ...] -o OUT`.")
@@ -255,11 +259,10 @@ def rank_test_line(a: Analysis) -> str | None:
             f"comparisons; these comparisons have at most {most} blocks, {reach}.")
 
 
-def left_out_line(a: Analysis) -> str | None:
-    found = {why for c in [*a.comparisons, *a.controls] for why in c.left_out}
-    if not found:
-        return None
-    return "Left out of the claims (unfaithful runs, by block): " + "; ".join(sorted(found)) + "."
+def left_out(a: Analysis) -> list[str]:
+    """One line per unfaithful run whose block a comparison left out, with the figure that failed."""
+    found = {run for c in [*a.comparisons, *a.controls] for run in c.left_out}
+    return [str(run) for run in sorted(found, key=lambda r: (str(r.block), r.label))]
 
 
 # Each configuration's entry: the primary figure first, every other figure beside it.
@@ -417,13 +420,15 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
 
 def section_verdict(section: Section) -> tuple[Verdict, Analysis]:
     a = analyse(section)
-    lines = [control_line(a), noise_line(a), rank_test_line(a), *a.notes, left_out_line(a)]
+    lines = [control_line(a), noise_line(a), rank_test_line(a), *a.notes]
     configurations = averaging(a.ranking) + [g for g in a.ranking if g.first.is_baseline]
     verdict = Verdict(f"Primary figure (declared before the first run): {a.primary.text}.", answer_of(a),
-                      method_of(a), [finding_of(g, a) for g in configurations], [line for line in lines if line],
+                      method_of(a), [finding_of(g, a) for g in configurations], network_lines(a.ranking + a.references),
+                      [line for line in lines if line], left_out(a),
                       [Entry(g.label, figures_of(g, a), caveats_of(g, section)) for g in a.ranking],
                       [Entry(g.label, figures_of(g, a), caveats_of(g, section)) for g in a.references],
-                      [override_command(o) for o in missing_baselines(section.runs)], REFERENCES_NOTE, COMMANDS_NOTE)
+                      [override_command(o) for o in missing_baselines(section.runs)], REFERENCES_NOTE, COMMANDS_NOTE,
+                      LEFT_OUT_NOTE)
     return verdict, a
 
 

@@ -1,0 +1,124 @@
+"""The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload, measured
+once here and recorded in bench/results.json (`link_goodput`). The projection converts every link's nominal rate
+with it (metrics/projection/link.py, payload_rate), in the command line, the report, the thesis rows and the
+validation alike.
+
+    python bench/run.py goodput
+    python bench/run.py goodput --goodput-grid "rates=20,100 repeats=2 seconds=3"
+
+For each rate and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way), each sending one TCP
+stream to the other for `seconds`, so that both directions are busy as in a ring's step (each direction carries one
+stream's data and the other's acknowledgements). Payload goodput of a stream = the bytes its receiver read / (last -
+first byte time). Meanwhile the links' token buckets are metered (netemu/goodput.py, the runs' own check): where a
+direction's wire goodput while queued fell below FAITHFUL_SHARE of the rate, the link did not hold its rate (the CPU,
+not the protocol, set the pace) and the repeat is not counted. payload_share = payload goodput / nominal rate over
+the counted streams: the mean is the conversion, min-max and count its spread; protocol_overhead = 1/payload_share -
+1 (headers, acknowledgements and TCP's pauses, per payload byte).
+"""
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.jobs import add_grid_option, grid_settings, ints
+
+DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4"
+PROBE_PORT = 5001
+PROBE_SEND = ("import socket, sys, time\nend = time.monotonic() + 30\nwhile True:\n"
+              "    try:\n        s = socket.create_connection((sys.argv[1], %d)); break\n"
+              "    except OSError:\n        assert time.monotonic() < end; time.sleep(0.1)\n"
+              "block = bytes(1 << 16); end = time.monotonic() + float(sys.argv[2])\n"
+              "while time.monotonic() < end: s.sendall(block)\n" % PROBE_PORT)
+PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %d)); s.listen(); c, _ = s.accept()\n"
+                 "n, first = 0, None\nwhile (d := c.recv(1 << 16)):\n"
+                 "    first = first or time.perf_counter(); n += len(d); last = time.perf_counter()\n"
+                 "print(n / (last - first))\n" % PROBE_PORT)
+
+
+def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None) -> list[float]:
+    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (mod hosts); with
+    meter_path, the links' token buckets metered meanwhile into it (netemu.goodput.LinkMeter)."""
+    from netemu import Fabric
+    from netemu.goodput import LinkMeter
+
+    started = []
+    with Fabric(hosts, [mbit] * hosts) as fabric:
+        meter = None
+        try:
+            receivers = [subprocess.Popen([*h.enter, sys.executable, "-c", PROBE_RECEIVE], stdout=subprocess.PIPE,
+                                          text=True) for h in fabric.hosts]
+            started += receivers
+            meter = LinkMeter(fabric, meter_path).start() if meter_path else None
+            started += [subprocess.Popen([*h.enter, sys.executable, "-c", PROBE_SEND,
+                                          fabric.hosts[(h.index + 1) % hosts].addr, str(seconds)])
+                        for h in fabric.hosts]
+            rates = [float(r.communicate(timeout=seconds + 60)[0]) * 8 / 1e6 for r in receivers]
+        finally:
+            if meter:
+                meter.stop()
+            for proc in started:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+    return rates
+
+
+def measure_rate(mbit: float, seconds: float, tmp: Path) -> dict:
+    """One repeat at one rate: each stream's payload goodput and share, and the links' verdict (netemu.goodput)."""
+    from metrics.summary.link import judge
+
+    meter = tmp / f"meter-{mbit:g}-{time.monotonic_ns()}.json"
+    streams = probe(2, mbit, seconds, meter)
+    link = judge(json.loads(meter.read_text())["directions"])
+    return {"link_mbit": mbit, "payload_mbit_by_stream": streams, "payload_share_by_stream": [s / mbit for s in streams],
+            "wire_goodput_share": link["goodput_share"], "faithful": bool(link["faithful"]), "link": link["reason"]}
+
+
+def figures(rows: list[dict]) -> dict:
+    """payload_share over the counted repeats' streams: mean (the conversion), min, max, streams; per rate too."""
+    counted = [r for r in rows if r["faithful"]]
+    if not counted:
+        raise RuntimeError("no repeat held its link rate (every one's wire goodput fell below its share): nothing "
+                           "measures the protocol here; run it on a quieter machine")
+
+    def spread(shares: list[float]) -> dict:
+        return {"mean": statistics.fmean(shares), "min": min(shares), "max": max(shares), "streams": len(shares)}
+
+    shares = [s for r in counted for s in r["payload_share_by_stream"]]
+    by_rate = {str(rate): spread([s for r in counted if r["link_mbit"] == rate for s in r["payload_share_by_stream"]])
+               for rate in dict.fromkeys(r["link_mbit"] for r in counted)}
+    share = statistics.fmean(shares)
+    return {"payload_share": share, "protocol_overhead": 1 / share - 1, "spread": spread(shares),
+            "by_rate": by_rate, "not_counted": len(rows) - len(counted)}
+
+
+def add_arguments(parser) -> None:
+    add_grid_option(parser, "goodput", DEFAULT_GRID)
+
+
+def run(text: str | None = None) -> dict:
+    settings = grid_settings(DEFAULT_GRID, "--goodput-grid", text)
+    rates, repeats, seconds = ints(settings["rates"]), int(settings["repeats"]), float(settings["seconds"])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(repeats):
+            for mbit in rates if repeat % 2 == 0 else rates[::-1]:  # alternated: a drift does not favour a rate
+                row = measure_rate(mbit, seconds, Path(tmp)) | {"repeat": repeat}
+                print(f"goodput: {mbit} Mbit/s repeat {repeat}: payload share "
+                      f"{', '.join(f'{s:.3f}' for s in row['payload_share_by_stream'])}; {row['link']}",
+                      file=sys.stderr, flush=True)
+                rows.append(row)
+    found = figures(rows)
+    return {
+        "name": "link_goodput",
+        "ratio": found["payload_share"],
+        "goal": "measured (no goal): the payload share of a link's nominal rate the projection converts with",
+        **found,
+        "rows": rows,
+        "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, {repeats} alternated "
+                 f"repeats of {seconds:g} s",
+        "method": __doc__.strip(),
+    }

@@ -1,0 +1,5 @@
+import sys
+
+from metrics.projection.project import main
+
+sys.exit(main())

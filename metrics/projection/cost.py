@@ -1,0 +1,110 @@
+"""A strategy's cost model: what it receives (Cost, Round) and the base class every model extends (CostModel).
+
+Each strategy's model is a class of its own beside the strategy (strategies/cost_models/<name>.py), apart from its launch
+and runtime code, as Bagua splits an Algorithm's configuration from the implementation it reifies: the model knows
+the knobs and the round's schedule, never a process, a tensor or a backend. The strategy names it
+(Strategy.cost_model): the summary reads its link floor; metrics/projection/models.py names every model for the
+projection. A cost model module imports only this module and metrics.summary.bounds.
+"""
+import inspect
+from dataclasses import dataclass, field
+
+from metrics.summary.bounds import Round
+
+
+@dataclass
+class Cost:
+    """What a strategy's cost model (CostModel.step_time) receives: one step of N workers over links of rate beta,
+    with what the calibration run measured (compute, hidden communication, server updates)."""
+
+    workers: int              # N
+    size: float               # S: bytes averaged per round (one worker's gradients or parameters)
+    rate: float               # beta: link rate, bytes/s per direction (full duplex)
+    latency: float = 0.0      # alpha: one-way latency per message, s
+    compute: float = 0.0      # s per step outside communication: data + forward/backward + optimizer
+    batch: int = 1            # samples per worker and step
+    knobs: dict = field(default_factory=dict)  # the strategy's knobs (Strategy.knobs)
+    hidden: float = 0.0       # s of communication per step the calibration run ran behind compute (measured)
+    server: float = 0.0       # s a server spends on one update (measured on the servers; ps)
+    overlap: float = 0.0      # share of a strategy's overlappable transfers the calibration run overlapped (fitted)
+
+
+def ring_allreduce_s(m: Cost) -> float:
+    """2(N-1)·(alpha + S/(N·beta)): N-1 reduce-scatter and N-1 all-gather steps, each one message of S/N bytes."""
+    return 2 * (m.workers - 1) * (m.latency + m.size / (m.workers * m.rate))
+
+
+def exposed_s(m: Cost, comm_s: float) -> float:
+    """The part of comm_s not hidden behind compute: max(0, comm - hidden), hidden = the communication per step the
+    calibration run measured running behind backward (the same compute hides as much at any N)."""
+    return max(0.0, comm_s - m.hidden)
+
+
+class CostModel:
+    """A strategy's cost model: the bytes a round puts on each link, the round's link floor and the step time.
+    Every method is a class method of the knobs (in Cost.knobs, Round.knobs); the defaults state no model."""
+
+    communicates = True  # false: the strategy moves no bytes (the single-process baseline)
+
+    @classmethod
+    def link_bound(cls, r: Round) -> float | None:
+        """Lower bound in seconds on one averaging round over links of r.rate bytes/s; None: no formula."""
+        return None
+
+    @classmethod
+    def bound_formula(cls) -> str | None:
+        """The first paragraph of link_bound's docstring: the formula reports state (None: no bound)."""
+        if cls.link_bound.__func__ is CostModel.link_bound.__func__:
+            return None
+        return first_paragraph(cls.link_bound)
+
+    @classmethod
+    def rounds_overlap(cls, knobs: dict) -> bool:
+        """Whether a round can start before the last one ended everywhere (metrics/summary/bounds.py then measures
+        link efficiency over the span of the run's rounds, not round by round)."""
+        return False
+
+    @classmethod
+    def step_time(cls, m: Cost) -> float | None:
+        """Predicted seconds per step of one worker among m.workers (compute + exposed communication), the
+        model as the docstring's first paragraph and its derivation below it; None: no cost model."""
+        return None
+
+    @classmethod
+    def fit_overlap(cls, m: Cost, step_s: float) -> float:
+        """Cost.overlap fitted on the calibration run (m at its own N and link, step_s its measured mean step), for
+        models with an overlap share they do not derive. Default: 0 (nothing fitted)."""
+        return 0.0
+
+    @classmethod
+    def averaged_bytes(cls, r: Round) -> float:
+        """S, the bytes averaged per round, from the largest payload one worker moved in a round (r.payload):
+        the inverse of the strategy's payload relation. Default: S = P."""
+        return r.payload
+
+    @classmethod
+    def steady_from_step(cls, knobs: dict) -> int:
+        """The first step of the steady state the cost model describes: the projection measures the payload over
+        the rounds from this step on, leaving out a warm-up that moves other bytes. Default: 1 (every round)."""
+        return 1
+
+
+class RingAllReduceCost(CostModel):
+    """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring, diloco)."""
+
+    @classmethod
+    def link_bound(cls, r: Round) -> float:
+        """P/B, P = 2(N-1)/N x S: a ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N
+        bytes, each worker sending and receiving one piece per step, so its link carries P each way."""
+        return r.payload / r.rate
+
+    @classmethod
+    def averaged_bytes(cls, r: Round) -> float:
+        """S = P·N/(2(N-1)): a ring all-reduce moves 2(N-1)/N·S per worker and direction."""
+        return r.payload * r.workers / (2 * (r.workers - 1))
+
+
+def first_paragraph(method) -> str | None:
+    """A method's docstring's first paragraph on one line (a cost model's formula)."""
+    doc = inspect.getdoc(method) or ""
+    return " ".join(doc.split("\n\n")[0].split()) or None

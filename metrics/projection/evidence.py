@@ -1,0 +1,115 @@
+"""What bench/results.json records for the projection, and what a prediction may say with it.
+
+- `link_goodput` (bench/goodput.py): the payload share of a link's nominal rate, the one conversion (link.py).
+- `projection_validation` (bench/projection.py): each cost model's held-out cases (calibrated on N = 2, predicted
+  at other N, error = predicted / measured step - 1) and whether the model met its goal.
+
+A model that missed its goal gives no number anywhere, only why (its worst case against the goal). A model that met
+it gives its prediction with an error band (predicted / (1 + e) over its held-out errors e), marked EXTRAPOLATION
+beyond what the held-out cases covered: more peers than the largest validated N, a rate outside the validated
+rates, a latency above the validated latencies. A model without validated cases: every prediction EXTRAPOLATION,
+no band.
+"""
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from metrics.projection.link import Link
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
+
+
+@dataclass
+class Validation:
+    """One cost model's held-out, counted validation cases."""
+
+    strategy: str
+    errors: list[float]      # predicted / measured step - 1, one per case
+    largest_peers: int
+    rates_mbit: list[float]  # the nominal link rates the cases ran on
+    latency_ms: float        # the largest one-way latency they ran with
+    failed: str | None       # why the model failed its validation; None: it met its goal
+    source: str              # where and when
+
+    @property
+    def cases(self) -> int:
+        return len(self.errors)
+
+    @property
+    def rates_text(self) -> str:
+        low, high = min(self.rates_mbit), max(self.rates_mbit)
+        return f"{low:g} Mbit/s" if low == high else f"{low:g}-{high:g} Mbit/s"
+
+    def band(self, step_s: float) -> list[float]:
+        """[low, high] of the step the validated errors allow: step / (1 + e) over the held-out errors e."""
+        return [step_s / (1 + max(self.errors)), step_s / (1 + min(self.errors))]
+
+    def beyond(self, peers: int, link: Link) -> list[str]:
+        """Where (peers, link) lies outside what the held-out cases covered (empty: inside)."""
+        low, high = min(self.rates_mbit), max(self.rates_mbit)
+        return [why for outside, why in (
+            (peers > self.largest_peers, f"N={peers} > the largest validated N={self.largest_peers}"),
+            (not low <= link.mbit <= high, f"{link.mbit:g} Mbit/s outside the validated {self.rates_text}"),
+            (link.latency_ms > self.latency_ms, f"latency {link.latency_ms:g} ms > the validated "
+                                                f"{self.latency_ms:g} ms")) if outside]
+
+
+@dataclass
+class Evidence:
+    payload_share: float     # payload / nominal rate of a link (link_goodput)
+    goodput_source: str
+    validations: dict[str, Validation]
+
+    def validation(self, strategy: str) -> Validation | None:
+        return self.validations.get(strategy)
+
+
+NO_CASE = "the strategy's cost model has no validated case"
+
+
+def extrapolation(validation: Validation | None, peers: int, link: Link) -> list[str]:
+    """Why a prediction at (peers, link) is an extrapolation (empty: it is not)."""
+    return validation.beyond(peers, link) if validation else [NO_CASE]
+
+
+def failure(strategy: str, verdict: dict) -> str | None:
+    """Why a model failed its validation (its worst held-out case against its goal), from the verdict
+    bench/projection.py recorded; None where it met the goal."""
+    if verdict["met"]:
+        return None
+    worst = verdict["worst"]
+    return (f"{strategy}'s cost model failed its validation: held-out error {worst['error']:+.1%} at N={worst['peers']}, "
+            f"{worst['link_mbit']:g} Mbit/s (model {worst['model']}), beyond its goal of ±{verdict['goal']:.0%}")
+
+
+def validations(entry: dict, source: str) -> dict[str, Validation]:
+    rows = [r for r in entry.get("rows", []) if r.get("role") == "held-out" and r.get("counted")]
+    found = {}
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == strategy]
+        verdicts = entry.get("verdicts") or {}
+        if strategy not in verdicts:
+            raise ValueError(f"{source}: projection_validation has held-out cases of {strategy} but no verdict: save "
+                             "it again (python bench/run.py projection, or bench.projection.merge)")
+        found[strategy] = Validation(
+            strategy, [r["error"] for r in mine], max(r["peers"] for r in mine),
+            sorted({float(r["link_mbit"]) for r in mine}), max(float(r.get("latency_ms") or 0.0) for r in mine),
+            failure(strategy, verdicts[strategy]), source)
+    return found
+
+
+def load_evidence(path: Path = RESULTS) -> Evidence:
+    """The payload share and the validations recorded in a results file (bench/results.json)."""
+    if not path.exists():
+        raise ValueError(f"no results file {path}: the projection needs its link_goodput (python bench/run.py goodput)")
+    entries = {r["name"]: r for r in json.loads(path.read_text())["results"]}
+    goodput = entries.get("link_goodput")
+    if goodput is None:
+        raise ValueError(f"{path} holds no link_goodput: run `python bench/run.py goodput` to measure the payload "
+                         "share a projection converts a link's nominal rate with")
+    validation = entries.get("projection_validation") or {}
+    return Evidence(goodput["payload_share"],
+                    f"{path} link_goodput, measured {goodput.get('measured_at')}: payload share "
+                    f"{goodput['payload_share']:.3f} of the nominal rate",
+                    validations(validation, f"{path} projection_validation, measured up to "
+                                            f"{validation.get('measured_at')}"))

@@ -1,0 +1,467 @@
+"""Projected step time, throughput and time-to-target at other peer counts and links.
+
+    python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
+                              [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...] [-o OUT]
+
+Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time in
+strategies/cost_models/<name>.py, the model in its docstring), not a measurement. The model's parameters come from one
+measured run (RUN_DIR, or every run below it): compute per step, S (the bytes averaged per round), the link's payload
+rate beta (its nominal rate x the payload share bench/results.json records, link.py) and latency alpha (the run's own
+link, or each --link). A --link is a preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s,
+each with an optional one-way latency in ms (`wan,40`, `1000,0.2`). A model that failed its validation predicts
+nothing, and says why; a prediction beyond what its validation covered is marked EXTRAPOLATION (evidence.py).
+
+Writes projection.json and projection.png (throughput against peers, one panel per link)
+into the directory given, or into OUT when several are given. The run's cost model is the one
+metrics/projection/models.py names for its strategy (config strategy.name).
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from metrics.summary.bounds import Round, round_records
+from metrics.recording.jsonl import read_jsonl
+from metrics.projection.cost import Cost, CostModel, first_paragraph
+from metrics.projection.evidence import RESULTS, Evidence, Validation, extrapolation, load_evidence
+from metrics.projection.link import Link, parse_link, payload_rate
+from metrics.projection.models import cost_model
+from metrics.recording.rundir import RunDir, run_dirs_under
+
+STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
+DEFAULT_PEERS = (16, 32, 64, 128, 256)
+
+METHODS = {
+    "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
+                 "step 1 is left out (connections and buffers are set up in it). Where the run was "
+                 "oversubscribed (processes x threads > cores: summary.json shape.oversubscription, else the "
+                 "launch spec and the run's recorded core count) it is divided by that factor (CPU-bound steps "
+                 "time-share the cores evenly); compute_note says which applied",
+    "hidden_s": "measured: communication per step that ran behind backward, mean over workers and steps 2..last: "
+                "hidden_comm_s where logged, else link_s - comm_s (0 for strategies that log neither); at most "
+                "compute_s",
+    "server_s": "measured: one server update, opt_s / updates in each server's result.json (ps), mean over servers",
+    "overlap": "fitted: the cost model's fit_overlap on the run's own N and link (ps: the share of replies that crossed "
+               "the next pushes); the model check on the run itself then holds by construction",
+    "payload_bytes": "measured: P, the largest payload (bytes_sent or bytes_recv) one worker moved in an "
+                     "averaging round, mean over the rounds of the strategy's steady state (steps.jsonl, payload "
+                     "accounting; rounds from the cost model's steady_from_step on: allreduce with PowerSGD leaves out its "
+                     "uncompressed first powersgd_start_iter steps)",
+    "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
+                  "(the cost model's averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
+    "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
+            "network.latency_ms (0 when absent); a --link: conf/network/NAME.yaml or the given numbers",
+    "measured_step_s": "measured: mean over workers of each worker's mean step over steps 2..last (train_s of its "
+                       "last step minus that of its first, over the steps between; evaluations excluded). The "
+                       "mean over workers is the run's period: a single worker's mean carries where it sat in "
+                       "the first and last round (stepwise's rotating ring)",
+    "step_s": "predicted: the strategy's steady-state cost model (step_time) with N workers, S, beta = the link's "
+              "payload rate (nominal rate x the payload share of bench/results.json link_goodput: the bytes a TCP "
+              "stream carried as payload on an emulated link with both directions busy, bench/goodput.py), alpha = "
+              "its latency, and the measured compute, hidden communication, server update and fitted overlap. "
+              "None where the strategy's model failed its validation (withheld says why)",
+    "withheld": "why there is no number: the strategy's cost model missed its goal in the held-out validation "
+                "(bench/results.json projection_validation: its worst case against its goal)",
+    "band_step_s": "the range the measured step fell in for this prediction's error: predicted / (1 + e) over the "
+                   "held-out validation errors e of the strategy (bench/results.json projection_validation, "
+                   "counted held-out cases only); none where the strategy has no validated case",
+    "extrapolation": "true where the prediction lies beyond the strategy's held-out validation: N above its largest "
+                     "validated N, a link rate outside its validated rates, a latency above its validated "
+                     "latencies (extrapolation_why says which), or no validated case at all",
+    "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
+    "time_to_target_s": "predicted only where the global batch (N x batch per worker) is at most the measured "
+                        "run's: the measured run's samples_to_target (summary.json: all workers' samples when the "
+                        "worst worker reached the target) / predicted throughput (a smaller batch needs at most as "
+                        "many samples, so it is an upper bound). Beyond the measured global batch it is unknown (null): past the "
+                        "critical batch size more samples are needed (McCandlish et al. 2018), which one run "
+                        "does not tell",
+    "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
+                        f"projected N is below {STOP_GAIN:.0%}",
+}
+
+
+# --- what a run measured -------------------------------------------------------------
+
+@dataclass
+class Measured:
+    """A measured run, reduced to the parameters of its strategy's cost model."""
+
+    run: Path
+    strategy: str
+    model: type[CostModel]           # the strategy's cost model (strategies/cost_models/<name>.py)
+    workers: int
+    batch: int                       # samples per worker and step
+    knobs: dict
+    compute_s: float                 # per step on a peer's own cores (corrected where the run was oversubscribed)
+    compute_note: str                # how compute_s was obtained
+    oversubscription: float | None   # processes x threads / cores of the run (None: unknown)
+    hidden_s: float                  # communication per step that ran behind backward
+    server_s: float                  # one server update
+    payload_bytes: float             # P
+    size_bytes: float                # S
+    link: Link | None                # the run's own link; None: unshaped
+    measured_step_s: float
+    samples_to_target: float | None
+    payload_share: float             # payload / nominal rate of a link (bench/results.json link_goodput)
+    overlap: float = 0.0             # the model's overlap share, fitted on the run's own N and link (fit_overlap)
+
+    def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
+        return Cost(workers, self.size_bytes, payload_rate(link, self.payload_share), link.latency_ms / 1e3,
+                    self.compute_s, self.batch, self.knobs, hidden=self.hidden_s, server=self.server_s,
+                    overlap=overlap)
+
+    def step_s(self, workers: int, link: Link) -> float:
+        """Predicted seconds per step at `workers` workers on `link`."""
+        step = self.model.step_time(self.cost(workers, link, self.overlap))
+        if step is None:
+            raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (its step_time)")
+        return step
+
+
+def run_link(run: RunDir, config: dict) -> Link | None:
+    """The slowest link of the run's emulated hosts (network.json); None: loopback or an unshaped host."""
+    if not run.network.exists():
+        return None
+    rates = [h["bandwidth_mbit"] for h in json.loads(run.network.read_text())["hosts"]]
+    if None in rates:
+        return None
+    latency = float(config["network"].get("latency_ms") or 0.0)
+    return Link("measured run's link", float(min(rates)), latency, f"{run.network} (slowest host), network.latency_ms")
+
+
+def steady(steps: list[dict]) -> list[dict]:
+    """Steps 2..last (step 1 sets up connections and buffers); all of them if there is only one."""
+    return steps[1:] or steps
+
+
+def mean_step_s(steps: list[dict]) -> float:
+    """Mean wall time of steps 2..last: train_s of the last step minus that of the first, over the steps
+    between (a lone step: its own train_s)."""
+    if len(steps) < 2:
+        return steps[0]["train_s"]
+    return (steps[-1]["train_s"] - steps[0]["train_s"]) / (len(steps) - 1)
+
+
+def hidden_comm_s(step: dict) -> float:
+    """Communication of one step that ran behind backward: hidden_comm_s where logged, else link_s - comm_s
+    (the strategy's communication span less its exposed part), else 0."""
+    if step.get("hidden_comm_s") is not None:
+        return step["hidden_comm_s"]
+    if step.get("link_s") is not None:
+        return max(0.0, step["link_s"] - step["comm_s"])
+    return 0.0
+
+
+def server_update_s(run: RunDir) -> float:
+    """Mean time of one server update (opt_s / updates in the servers' result.json); 0 without servers."""
+    times = []
+    for peer in run.peers():
+        figures = (json.loads(peer.result.read_text()).get("strategy") or {}) if peer.result.exists() else {}
+        if figures.get("role") == "server" and figures.get("updates"):
+            times.append(figures["opt_s"] / figures["updates"])
+    return statistics.fmean(times) if times else 0.0
+
+
+def oversubscription(summary: dict, launch: dict) -> tuple[float | None, str]:
+    """processes x threads / cores: summary.json shape.oversubscription, else from the launch spec and the core
+    count the run recorded (shape.cores or machine.cores); None when the run records neither."""
+    shape = summary.get("shape") or {}
+    if shape.get("oversubscription") is not None:
+        return float(shape["oversubscription"]), "summary.json shape.oversubscription"
+    cores = shape.get("cores") or (summary.get("machine") or {}).get("cores")
+    if cores:
+        return len(launch["roles"]) * launch["threads"] / cores, f"{len(launch['roles'])} processes x " \
+               f"{launch['threads']} threads / {cores} cores (launch.json, summary.json)"
+    return None, "the run records no core count"
+
+
+def own_cores_compute(measured: float, factor: float | None, source: str) -> tuple[float, str]:
+    """Compute per step as on a peer's own cores. An oversubscribed run (factor > 1) time-shared its cores: a
+    CPU-bound step took `factor` times its own-core time, so the estimate is measured / factor."""
+    if factor is None:
+        return measured, f"as measured; whether the run was oversubscribed is unknown ({source})"
+    if factor <= 1:
+        return measured, f"as measured (not oversubscribed: {factor:.2g}, {source})"
+    return measured / factor, (f"CORRECTED: the run was oversubscribed {factor:.2g}x ({source}); measured "
+                               f"{measured:.4g} s / {factor:.2g}, assuming CPU-bound steps share the cores evenly")
+
+
+def measure(path: Path, payload_share: float) -> Measured:
+    """The cost-model parameters of one run (see METHODS); payload_share: payload / nominal rate of a link
+    (Evidence.payload_share), the conversion every prediction from it uses."""
+    run = RunDir(path)
+    summary = json.loads(run.summary.read_text())
+    config = summary["config"]
+    model = cost_model(config["strategy"]["name"])
+    steps_by_rank = {p.rank: s for p in run.peers() if (s := read_jsonl(p.steps))}
+    if not steps_by_rank:
+        raise ValueError(f"{path}: no worker logged a step")
+    workers = len(steps_by_rank)
+    knobs = summary.get("strategy_knobs") or {}
+    first = model.steady_from_step(knobs)
+    rounds = [records for records in round_records(steps_by_rank).values()
+              if min(r["step"] for r in records) >= first]
+    payload = statistics.fmean(max(max(r["bytes_sent"], r["bytes_recv"]) for r in records)
+                               for records in rounds) if rounds else 0.0
+    if not payload and first > 1:
+        raise ValueError(f"{path}: no averaging round from step {first} on, where {config['strategy']['name']}'s "
+                         "steady state starts (its cost model's steady_from_step), so S cannot be derived")
+    if not payload and model.communicates:
+        raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
+    link = run_link(run, config)
+    rate = payload_rate(link, payload_share) if link else 0.0
+    size = model.averaged_bytes(Round(payload, workers, rate, knobs)) if payload else 0.0
+    launch = json.loads(run.launch_spec.read_text())
+    steady_steps = [s for steps in steps_by_rank.values() for s in steady(steps)]
+    factor, source = oversubscription(summary, launch)
+    compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
+                                                       for s in steady_steps), factor, source)
+    m = Measured(
+        run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
+        knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
+        hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps)), server_s=server_update_s(run),
+        payload_bytes=payload, size_bytes=size, link=link,
+        measured_step_s=statistics.fmean(mean_step_s(steps) for steps in steps_by_rank.values()),
+        samples_to_target=summary.get("samples_to_target"), payload_share=payload_share,
+    )
+    if link:  # the share of overlappable transfers the run overlapped (CostModel.fit_overlap; 0: no link)
+        m.overlap = model.fit_overlap(m.cost(workers, link), m.measured_step_s)
+    return m
+
+
+# --- projection ------------------------------------------------------------------------
+
+def project_link(m: Measured, link: Link, peers: list[int], validation: Validation | None) -> dict:
+    """The predictions on one link: per N the step, its band, where it extrapolates, throughput and time-to-target;
+    none where the model failed its validation (each row says why)."""
+    rows = []
+    for n in peers:
+        beyond = extrapolation(validation, n, link)
+        row = {"peers": n, "extrapolation": bool(beyond), "extrapolation_why": beyond}
+        if validation and validation.failed:
+            rows.append(row | {"step_s": None, "withheld": validation.failed, "band_step_s": None,
+                               "throughput_samples_per_s": None, "time_to_target_s": None})
+            continue
+        step = m.step_s(n, link)
+        throughput = n * m.batch / step
+        known = m.samples_to_target and n <= m.workers
+        rows.append(row | {"step_s": step, "withheld": None, "band_step_s": validation.band(step) if validation else None,
+                           "throughput_samples_per_s": throughput,
+                           "time_to_target_s": m.samples_to_target / throughput if known else None})
+    return {"link": asdict(link), "rows": rows, **stops_scaling(rows)}
+
+
+def stops_scaling(rows: list[dict]) -> dict:
+    """The first N whose throughput gain per doubling over the previous N is below STOP_GAIN (None: never, or no
+    numbers)."""
+    for before, after in zip(rows, rows[1:]):
+        if before["throughput_samples_per_s"] is None or after["throughput_samples_per_s"] is None:
+            return {"stops_scaling_at": None}
+        doublings = math.log2(after["peers"] / before["peers"])
+        gain = (after["throughput_samples_per_s"] / before["throughput_samples_per_s"]) ** (1 / doublings) - 1
+        if gain < STOP_GAIN:
+            return {"stops_scaling_at": after["peers"], "gain_per_doubling": gain, "from_peers": before["peers"]}
+    return {"stops_scaling_at": None}
+
+
+def validation_record(validation: Validation | None) -> dict | None:
+    if validation is None:
+        return None
+    return {"source": validation.source, "cases": validation.cases, "errors": validation.errors,
+            "largest_peers": validation.largest_peers, "rates_mbit": validation.rates_mbit,
+            "latency_ms": validation.latency_ms, "failed": validation.failed}
+
+
+def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence) -> dict:
+    validation = evidence.validation(m.strategy)
+    check = None
+    if m.link is not None:
+        predicted = m.step_s(m.workers, m.link)
+        check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
+                 "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
+    return {
+        "run": str(m.run), "strategy": m.strategy,
+        "model": first_paragraph(m.model.step_time),
+        "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
+                     "compute_note": m.compute_note, "oversubscription": m.oversubscription,
+                     "hidden_s": m.hidden_s, "server_s": m.server_s, "overlap": m.overlap,
+                     "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
+                     "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
+                     "samples_to_target": m.samples_to_target},
+        "payload_share": {"share": m.payload_share, "source": evidence.goodput_source},
+        "model_check": check,
+        "validation": validation_record(validation),
+        "projections": [project_link(m, link, peers, validation) for link in links],
+    }
+
+
+# --- output --------------------------------------------------------------------------------
+
+def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}g}" + (f" {unit}" if unit else "")
+
+
+def band_text(row: dict) -> str:
+    low_high = row["band_step_s"]
+    return "no validated band" if low_high is None else f"{low_high[0]:.4g}-{low_high[1]:.4g}"
+
+
+def validation_text(validation: dict | None) -> str:
+    if validation is None:
+        return ("  validation: none of this strategy's cost model in bench/results.json: no error band; every "
+                "prediction is an extrapolation")
+    if validation["failed"]:
+        return f"  NO PREDICTION: {validation['failed']} ({validation['source']})"
+    errors, rates = validation["errors"], validation["rates_mbit"]
+    return (f"  validation ({validation['source']}): {validation['cases']} held-out cases up to "
+            f"N={validation['largest_peers']} at {', '.join(f'{r:g}' for r in rates)} Mbit/s and latency <= "
+            f"{validation['latency_ms']:g} ms, errors {min(errors):+.0%} to {max(errors):+.0%}; band = predicted / "
+            "(1 + error); beyond those N, rates or latencies marked EXTRAPOLATION")
+
+
+def row_text(row: dict) -> str:
+    marks = f"  EXTRAPOLATION ({'; '.join(row['extrapolation_why'])})" if row["extrapolation"] else ""
+    return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band_text(row):>17} "
+            f"{row['throughput_samples_per_s']:>23.4g} {fmt(row['time_to_target_s'], digits=4):>19}{marks}")
+
+
+def text_report(result: dict) -> list[str]:
+    m = result["measured"]
+    lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
+             f"  cost model (step_time): {result['model']}",
+             f"  from the run: compute {fmt(m['compute_s'], 's/step')} (mean data+compute+opt, steps 2..last; "
+             f"{m['compute_note']}); hidden communication {fmt(m['hidden_s'], 's/step')}; server update "
+             f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
+             f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
+             f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "
+             f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
+             f"  link rate: payload rate = nominal x {result['payload_share']['share']:.3f} "
+             f"({result['payload_share']['source']})",
+             validation_text(result["validation"])]
+    check = result["model_check"]
+    if check:
+        lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
+                     f"{check['link']['latency_ms']:g} ms): predicted {fmt(check['predicted_step_s'], 's/step')}, "
+                     f"measured {fmt(check['measured_step_s'], 's/step')} (steps 2..last, mean over workers), "
+                     f"error {check['error']:+.1%}" + (" (the overlap was fitted on this run: it holds by construction)"
+                                                       if m["overlap"] else ""))
+    if result["validation"] and result["validation"]["failed"]:
+        return lines
+    for p in result["projections"]:
+        link = Link(**p["link"])
+        lines.append(f"  PREDICTED on {link.label}, from {link.source}:")
+        lines.append(f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
+                     f"{'time-to-target (s)':>19}")
+        lines += [row_text(r) for r in p["rows"]]
+        if any(r["time_to_target_s"] is None for r in p["rows"]) and m["samples_to_target"]:
+            lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
+                         f"{m['batch_per_worker']}): larger batches need more samples past the critical batch size")
+        if p["stops_scaling_at"]:
+            lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> "
+                         f"{p['stops_scaling_at']} peers adds {p['gain_per_doubling']:.1%} throughput per doubling "
+                         f"(< {STOP_GAIN:.0%})")
+        else:
+            lines.append(f"    scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
+    return lines
+
+
+def plot(results: list[dict], peers: list[int], path: Path) -> None:
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    links = list({json.dumps(p["link"]): p["link"] for r in results for p in r["projections"]}.values())
+    fig, axes = plt.subplots(1, len(links), figsize=(5 * len(links), 4), squeeze=False, sharey=True)
+    for ax, link in zip(axes[0], links):
+        for result in results:
+            p = next((q for q in result["projections"] if q["link"] == link), None)
+            if p is None or (result["validation"] or {}).get("failed"):  # a failed model: no number, not even drawn
+                continue
+            rows = p["rows"]
+            throughput = [r["throughput_samples_per_s"] for r in rows]
+            line, = ax.plot(peers, throughput, marker="o", label=f"{result['strategy']} ({Path(result['run']).name})")
+            extrapolated = [r["peers"] for r in rows if r["extrapolation"]]
+            ax.plot(extrapolated, [r["throughput_samples_per_s"] for r in rows if r["extrapolation"]], "x",
+                    color="black", markersize=9)
+            if rows[0]["band_step_s"]:
+                samples = [r["throughput_samples_per_s"] * r["step_s"] for r in rows]  # N x batch
+                ax.fill_between(peers, [n / r["band_step_s"][1] for n, r in zip(samples, rows)],
+                                [n / r["band_step_s"][0] for n, r in zip(samples, rows)],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
+            if p["stops_scaling_at"]:
+                stop = next(r for r in p["rows"] if r["peers"] == p["stops_scaling_at"])
+                ax.plot(stop["peers"], stop["throughput_samples_per_s"], "s", markersize=11, fillstyle="none",
+                        color=line.get_color())
+        ax.set(yscale="log", title=Link(**link).label, xlabel="peers N")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(peers, [str(n) for n in peers], minor=False)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("predicted throughput (samples/s)")
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        axes[0][-1].legend(fontsize=8)
+    failed = sorted({r["strategy"] for r in results if (r["validation"] or {}).get("failed")})
+    fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured)\nshaded: the error "
+                 "band its held-out validation measured; x: extrapolation (beyond the validated N, rate or latency); "
+                 f"square: stops scaling (< {STOP_GAIN:.0%} per doubling)"
+                 + (f"\nnot drawn (failed their validation): {', '.join(failed)}" if failed else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m metrics.projection", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", type=Path, help="run directories (or directories holding runs)")
+    parser.add_argument("--peers", nargs="+", type=int, default=list(DEFAULT_PEERS), help="peer counts (>= 2)")
+    parser.add_argument("--link", nargs="+", dest="links", default=[],
+                        help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
+    parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="benchmark results holding the payload share (link_goodput) and the projection "
+                             "validation (default: bench/results.json)")
+    args = parser.parse_args(argv)
+    runs = [r for d in args.dirs for r in run_dirs_under(d)]
+    if not runs:
+        parser.error(f"no run (a directory holding summary.json) under {', '.join(map(str, args.dirs))}")
+    if args.out is None and len(args.dirs) > 1:
+        parser.error("several directories: name the output directory with -o")
+    if min(args.peers) < 2:
+        parser.error("--peers: a projection is of 2 or more peers")
+    peers = sorted(set(args.peers))
+    try:
+        links = [parse_link(text) for text in args.links]
+        evidence = load_evidence(args.results)
+        measured = [measure(r, evidence.payload_share) for r in runs]
+        results = []
+        for m in measured:
+            own = links or ([m.link] if m.link else [])
+            if not own:
+                raise ValueError(f"{m.run} ran on unshaped links (no rate to start from): give --link")
+            results.append(project(m, own, peers, evidence))
+    except ValueError as exc:
+        print(f"avgbench: error: {exc}", file=sys.stderr)
+        return 2
+    for result in results:
+        print("\n".join(text_report(result)), end="\n\n")
+    out = args.out or args.dirs[0]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "projection.json").write_text(json.dumps({
+        "note": "every step_s, throughput and time-to-target here is PREDICTED by the strategy's cost model, "
+                "not measured; measured figures are under 'measured' and model_check.measured_step_s; each run's "
+                "'validation' is the held-out validation its error bands come from; a strategy whose model "
+                "failed it has no number, only 'withheld'",
+        "peers": peers, "methods": METHODS, "runs": results}, indent=1, default=str))
+    plot(results, peers, out / "projection.png")
+    print(f"wrote {out / 'projection.json'} and {out / 'projection.png'} (predictions)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

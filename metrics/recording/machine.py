@@ -1,0 +1,122 @@
+"""How busy the machine was around a run, and what a peer's own threads waited for (Linux /proc).
+
+Peer side, per step (job/loop.py, fields of steps.jsonl):
+  cpu_s    CPU time of the peer process, all its threads (CLOCK_PROCESS_CPUTIME_ID), over the step
+  runq_s   run-queue delay of the peer process's threads over the step: time they were runnable but
+           waited for a CPU (sum over /proc/self/task/*/schedstat field 2, ns -> s)
+
+Launch side (launchers/base.py): MachineSampler writes one line a second into RUN/.avgbench/machine.jsonl:
+  t              seconds since the sampler started (monotonic)
+  psi_some_us    /proc/pressure/cpu "some" total: microseconds in which some runnable task waited for a
+                 CPU (null where the kernel has no PSI)
+  busy_s, steal_s, all_s   /proc/stat time of the usable cores (os.sched_getaffinity): busy = user + nice
+                 + system + irq + softirq, steal = taken by the hypervisor, all = every column but guest
+  load1          1-minute load average
+  run_cpu_s      CPU time of the launcher and every descendant it has reaped (os.times): the run's own
+                 processes, complete once they have ended (the last sample is taken after that)
+
+metrics/summary/machine.py turns the first and last samples into summary.json's `machine`.
+"""
+import os
+import time
+from pathlib import Path
+
+from metrics.recording.sampler import IntervalSampler
+
+PRESSURE = Path("/proc/pressure/cpu")
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+# --- peer side: per step ------------------------------------------------------------------------
+def thread_run_delays(pids: list[int]) -> dict[int, int]:
+    """Thread id -> ns it spent runnable but waiting for a CPU (/proc/PID/task/TID/schedstat, field 2), for every
+    thread of these processes; threads that end meanwhile are left out."""
+    found = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                fd = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                found[int(tid)] = int(os.read(fd, 128).split()[1])
+            except (IndexError, ValueError):
+                pass
+            finally:
+                os.close(fd)
+    return found
+
+
+class ProcessClock:
+    """CPU time and run-queue delay of this process, all threads. `read()` costs well under a millisecond
+    (measured by bench/noise.py: clock_cost_us)."""
+
+    def __init__(self):
+        self.runq_ns: dict[int, int] = {}
+        self.has_schedstat = os.path.exists(f"/proc/{os.getpid()}/schedstat")
+
+    def _runq_by_thread(self) -> dict[int, int]:
+        return thread_run_delays([os.getpid()])
+
+    def start(self) -> None:
+        self.cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+        if self.has_schedstat:
+            self.runq_ns = self._runq_by_thread()
+
+    def since_start(self) -> dict[str, float | None]:
+        """{cpu_s, runq_s} since start() (runq_s null where the kernel keeps no schedstat)."""
+        cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - self.cpu
+        if not self.has_schedstat:
+            return {"cpu_s": cpu, "runq_s": None}
+        now = self._runq_by_thread()
+        runq = sum(ns - self.runq_ns.get(tid, 0) for tid, ns in now.items())
+        return {"cpu_s": cpu, "runq_s": runq / 1e9}
+
+
+# --- launch side: the machine ---------------------------------------------------------------------
+def cpu_pressure_us() -> int | None:
+    """/proc/pressure/cpu 'some' total in microseconds; None where the kernel has no PSI."""
+    try:
+        some = PRESSURE.read_text().splitlines()[0]
+    except OSError:
+        return None
+    return int(some.rsplit("total=", 1)[1])
+
+
+def cpu_times(cores: set[int], path: str = "/proc/stat") -> dict[str, float]:
+    """busy, steal and all CPU seconds of these cores since boot."""
+    busy = steal = total = 0
+    with open(path) as f:
+        for line in f:
+            name, *fields = line.split()
+            if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cores:
+                continue
+            user, nice, system, idle, iowait, irq, softirq, stolen = map(int, fields[:8])
+            busy += user + nice + system + irq + softirq
+            steal += stolen
+            total += user + nice + system + idle + iowait + irq + softirq + stolen
+    return {"busy_s": busy * TICK_S, "steal_s": steal * TICK_S, "all_s": total * TICK_S}
+
+
+def own_cpu_s() -> float:
+    """CPU time of this process and of the children it has reaped (theirs include their reaped children)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class MachineSampler(IntervalSampler):
+    """Samples the machine into RUN/.avgbench/machine.jsonl every `interval` s, and once at start and stop."""
+
+    def __init__(self, path: Path, interval: float = 1.0):
+        super().__init__("avgbench-machine", path, interval)
+        self.cores = set(os.sched_getaffinity(0))
+        self._t0 = time.monotonic()
+        self.out.write(self.sample())
+
+    def sample(self) -> dict:
+        return {"t": round(time.monotonic() - self._t0, 3), "psi_some_us": cpu_pressure_us(),
+                **cpu_times(self.cores), "load1": os.getloadavg()[0], "run_cpu_s": own_cpu_s()}

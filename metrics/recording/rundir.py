@@ -1,0 +1,82 @@
+"""The run directory: every path and file name of a run, defined once for writers and readers.
+
+    RUN/
+      summary.json  launcher.log
+      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  cpu.json
+                    dilation.json  link.json  link_meter.json  evaluation/<host>/  <strategy files>
+      peer<RANK>/   steps.jsonl  eval.jsonl  eval_samples.npz  resources.jsonl  result.json  output.log
+                    error.txt  fault.json  snapshots/ (while the peer runs)  weights/ (keep_weights)
+                    <strategy files>
+"""
+from pathlib import Path
+
+PEER_PREFIX = "peer"
+SWEEP_PLAN = ".avgbench/sweep.json"  # in a multirun's directory: its jobs, block by block (launchers/sweeper.py)
+SUPERSEDED = "superseded"  # a resumed sweep moves unfinished job directories below SWEEP_DIR/superseded/
+
+
+class PeerDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.rank = int(self.path.name.removeprefix(PEER_PREFIX))
+
+    steps = property(lambda self: self.path / "steps.jsonl")
+    evals = property(lambda self: self.path / "eval.jsonl")
+    resources = property(lambda self: self.path / "resources.jsonl")
+    result = property(lambda self: self.path / "result.json")
+    output_log = property(lambda self: self.path / "output.log")
+    error = property(lambda self: self.path / "error.txt")
+    fault = property(lambda self: self.path / "fault.json")
+    rounds = property(lambda self: self.path / "rounds.jsonl")  # one record per averaging round (summary/rounds.py)
+    snapshots = property(lambda self: self.path / "snapshots")  # weights saved for evaluation after training
+    weights = property(lambda self: self.path / "weights")  # the snapshots, kept after evaluation (keep_weights)
+    eval_samples = property(lambda self: self.path / "eval_samples.npz")  # each test sample's outcome per evaluation
+
+    def file(self, name: str) -> Path:
+        """A file a strategy keeps for this peer (e.g. its own per-epoch log)."""
+        return self.path / name
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    private = property(lambda self: self.path / ".avgbench")
+    config = property(lambda self: self.private / "config.yaml")
+    launch_spec = property(lambda self: self.private / "launch.json")
+    run_id = property(lambda self: self.private / "run_id")
+    network = property(lambda self: self.private / "network.json")
+    hostfile = property(lambda self: self.private / "hostfile")
+    machine = property(lambda self: self.private / "machine.jsonl")  # the launcher's machine samples
+    cpu_groups = property(lambda self: self.private / "cpu.json")
+    dilation = property(lambda self: self.private / "dilation.json")
+    link = property(lambda self: self.private / "link.json")  # the link the run measures (netemu/auto.py)
+    link_meter = property(lambda self: self.private / "link_meter.json")  # its counters (netemu/goodput.py)
+    evaluation = property(lambda self: self.private / "evaluation")  # a host's workers share evaluations (job/evaluation.py)
+    summary = property(lambda self: self.path / "summary.json")
+    launcher_log = property(lambda self: self.path / "launcher.log")
+
+    def file(self, name: str) -> Path:
+        """A file a strategy shares between the run's processes (e.g. a rendezvous address)."""
+        return self.private / name
+
+    def peer(self, rank: int) -> PeerDir:
+        return PeerDir(self.path / f"{PEER_PREFIX}{rank}")
+
+    def peers(self) -> list[PeerDir]:
+        """Every peer directory, by rank."""
+        found = [PeerDir(p) for p in self.path.glob(f"{PEER_PREFIX}*") if p.name.removeprefix(PEER_PREFIX).isdigit()]
+        return sorted(found, key=lambda d: d.rank)
+
+    def errors(self) -> list[Path]:
+        return [d.error for d in self.peers() if d.error.exists()]
+
+
+def run_dirs_under(top: Path) -> list[Path]:
+    """Directories below `top` (itself included) that hold a finished run's summary."""
+    return sorted(p.parent for p in Path(top).rglob("summary.json"))
+
+
+def started_runs_under(top: Path) -> list[Path]:
+    """Directories below `top` where a run was started (its config was written)."""
+    return sorted(p.parent.parent for p in Path(top).rglob(".avgbench/config.yaml"))

@@ -1,0 +1,102 @@
+"""The verdict's network lines, per (dataset, model): the link each configuration was measured on (summary.json's
+`link`, metrics/summary/link.py), the link's goodput while busy, and every configuration's communication share of a
+step (time_breakdown_share.comm_s, metrics/summary/build.py), each the median over runs with its range."""
+import statistics
+
+from metrics.summary.link import ONLY_COMPUTE_DIFFERS
+from metrics.report.runs import Group, Run
+from metrics.report.tables import number
+
+GOODPUT_METHOD = ("per run, its link direction that did worst against its rate: the bytes its token bucket sent "
+                  "(frames with headers) while it had a queue at both ends / that busy time (summary.json link; "
+                  "Methods: link)")
+COMM_SHARE = ("Communication's share of a step (time_breakdown_share.comm_s: exposed communication / the mean "
+              "step over all workers, one definition for every strategy; median over runs)")
+
+
+def runs_text(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
+def median_text(values: list[float], show, unit: str) -> str:
+    """median (range low–high, n runs) of values, each shown by show(value), in unit."""
+    if min(values) == max(values):
+        return f"{show(values[0])}{unit} ({'1 run' if len(values) == 1 else f'all {len(values)} runs'})"
+    return (f"median {show(statistics.median(values))}{unit} (range {show(min(values))}–{show(max(values))}{unit}, "
+            f"{runs_text(len(values))})")
+
+
+def percent(value: float) -> str:
+    return number(100 * value, 2)
+
+
+def nominal_text(link: dict) -> str:
+    """The link's nominal rate per direction: its directions' (by_direction), else the one it was judged on."""
+    directions = link.get("by_direction")
+    if directions == []:
+        return "unshaped (the kernel's veth speed)"
+    rates = sorted({d["nominal_mbit"] for d in directions or []}) or \
+        ([link["nominal_mbit"]] if link.get("nominal_mbit") else [])
+    if not rates:
+        return f"rate not recorded ({link.get('reason') or 'the links were not metered'})"
+    rate = f"{number(rates[0])} Mbit/s" if len(rates) == 1 else \
+        f"{number(rates[0])}–{number(rates[-1])} Mbit/s by host and direction"
+    return f"{rate} nominal each way"
+
+
+def link_text(link: dict) -> str:
+    """The link a run measured, in words: kind, nominal rate per direction, one per host or a shared loopback."""
+    kind = link.get("kind")
+    if kind is None:
+        return "not recorded (runs from before the link was recorded)"
+    if "scope" not in link:
+        return f"network={kind}, {link.get('reason') or 'not recorded'}"
+    if kind == "none":
+        return "none (one process)"
+    if kind == "hosts":
+        return "the machines' own network (launch.nnodes > 1), neither shaped nor metered"
+    if kind == "loopback":
+        return f"this machine's loopback, shared by all processes and unshaped: {ONLY_COMPUTE_DIFFERS}"
+    latency = f", {number(link['latency_ms'])} ms added one-way latency" if link.get("latency_ms") else ""
+    return f"{kind}, one link per host, {nominal_text(link)}{latency}"
+
+
+def goodput_text(runs: list[Run]) -> str:
+    measured = [r.link["goodput_mbit"] for r in runs if r.link.get("goodput_mbit") is not None]
+    if not measured:
+        return (" Goodput while busy: not measured (no direction had a queue long enough to judge its rate, or the "
+                "links were not metered).")
+    unjudged = len(runs) - len(measured)
+    return (f" Goodput while busy: {median_text(measured, number, ' Mbit/s')}"
+            + (f", not judged in {unjudged} of {runs_text(len(runs))}" if unjudged else "")
+            + f"; {GOODPUT_METHOD}.")
+
+
+def link_lines(groups: list[Group]) -> list[str]:
+    """One line per distinct link among the groups' runs: the configurations measured on it, and for emulated
+    links the goodput while busy over their runs."""
+    on_link: dict[str, dict[Group, list[Run]]] = {}
+    for group in groups:
+        for run in group.runs:
+            on_link.setdefault(link_text(run.link), {}).setdefault(group, []).append(run)
+    lines = []
+    for text, by_group in on_link.items():
+        runs = [r for found in by_group.values() for r in found]
+        line = f"Link of {', '.join(g.label for g in by_group)} ({runs_text(len(runs))}): {text}."
+        if any(r.link.get("kind") == "emulated" for r in runs):
+            line += goodput_text(runs)
+        lines.append(line)
+    return lines
+
+
+def comm_share_line(groups: list[Group]) -> str:
+    """Every configuration's communication share of a step, the median over its runs with the range."""
+    parts = []
+    for group in groups:
+        values = group.values(lambda r: (r.summary.get("time_breakdown_share") or {}).get("comm_s"))
+        parts.append(f"{group.label} {median_text(values, percent, '%') if values else 'not recorded'}")
+    return f"{COMM_SHARE}: {'; '.join(parts)}."
+
+
+def network_lines(groups: list[Group]) -> list[str]:
+    return [*link_lines(groups), comm_share_line(groups)] if groups else []

@@ -1,0 +1,114 @@
+"""The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration of the
+sweep predicted on each target cluster from its own completed runs, through the projection (metrics/projection/):
+its strategy's cost model, the target link's payload rate by the recorded payload share, the error band of the
+model's held-out validation, EXTRAPOLATION beyond what that validation covered, and no number where the model
+failed its validation, only why."""
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from metrics.projection.evidence import RESULTS, Evidence, load_evidence
+from metrics.projection.link import Link, parse_link
+from metrics.projection.project import measure, project_link
+from metrics.report.baselines import averaging
+from metrics.report.model import Table
+from metrics.report.runs import Group, Section
+
+COLUMNS = ["configuration", "cluster", "predicted step (s)", "error band (s)", "throughput (samples/s)",
+           "time-to-target (s)", "from runs", "mark"]
+
+
+@dataclass
+class Target:
+    link: Link
+    peers: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.peers} x {self.link.label}"
+
+
+def parse_targets(specs: list[str]) -> list[Target]:
+    """report.project's entries: LINK:N, LINK as `python -m metrics.projection --link` takes it (`lan`, `wan,40`,
+    `1000`, `1000,0.2`), N the peers (>= 2)."""
+    targets = []
+    for spec in specs:
+        link, sep, peers = str(spec).rpartition(":")
+        if not sep or not peers.isdigit() or int(peers) < 2:
+            raise ValueError(f"report.project {spec!r}: give LINK:N with N >= 2 peers, e.g. lan:8 or 1000,0.2:16")
+        targets.append(Target(parse_link(link, "report.project"), int(peers)))
+    return targets
+
+
+def mean_or_none(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def number(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out: list[str]) -> list[list[str]]:
+    """One row per target: the mean prediction over the group's completed runs, their spread, band and marks."""
+    measured = []
+    for run in group.runs:
+        if not run.completed:
+            continue
+        try:
+            measured.append(measure(run.path, evidence.payload_share))
+        except (ValueError, KeyError, OSError) as exc:
+            left_out.append(f"{run.path}: {exc}")
+    if not measured:
+        return []
+    validation = evidence.validation(measured[0].strategy)
+    rows = []
+    for target in targets:
+        predictions = [project_link(m, target.link, [target.peers], validation)["rows"][0] for m in measured]
+        first = predictions[0]
+        if first["withheld"]:
+            rows.append([group.label, target.label, "–", "–", "–", "–", f"{len(measured)}",
+                         f"no number: {first['withheld']}"])
+            continue
+        marks = [f"EXTRAPOLATION: {'; '.join(first['extrapolation_why'])}"] if first["extrapolation"] else []
+        steps = [p["step_s"] for p in predictions]
+        step = statistics.fmean(steps)
+        band = validation.band(step) if validation else None
+        batch = statistics.fmean(m.batch for m in measured)
+        spread = f"{len(steps)} (step {min(steps):.3g}–{max(steps):.3g} s)" if len(steps) > 1 else "1"
+        rows.append([group.label, target.label, number(step), f"{band[0]:.3g}–{band[1]:.3g}" if band else "none",
+                     number(target.peers * batch / step),
+                     number(mean_or_none([p["time_to_target_s"] for p in predictions
+                                          if p["time_to_target_s"] is not None])),
+                     spread, "; ".join(marks)])
+    return rows
+
+
+def note(evidence: Evidence) -> str:
+    return ("PREDICTED, not measured. Each averaging configuration's strategy cost model (strategies/cost_models/<name>.py), "
+            "its parameters taken from each of the configuration's completed runs (compute, hidden communication, "
+            "server update, S; python -m metrics.projection), at the target's N on the target link's payload rate "
+            f"(nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted step: mean over the "
+            "runs (from runs: how many, and their range); throughput = N x batch per worker / that step; "
+            "time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over the "
+            "model's held-out validation errors e (bench/results.json projection_validation; none: no validated "
+            "case). EXTRAPOLATION: beyond the validated N, link rates or latencies. A model that failed its "
+            "validation gives no number, only why.")
+
+
+def projected_tables(sections: list[Section], specs: list[str], results: Path | None = None) -> list[Table]:
+    """One table per (dataset, model) section, from the evidence in `results` (default bench/results.json); a table
+    without rows says why where the projection cannot be made."""
+    targets = parse_targets(specs)
+    try:
+        evidence = load_evidence(results or RESULTS)
+    except ValueError as exc:
+        return [Table("Projected to your cluster", COLUMNS, [], f"No projection: {exc}")]
+    tables = []
+    for section in sections:
+        left_out: list[str] = []
+        groups = averaging(section.groups)
+        rows = [row for group in groups for row in group_rows(group, targets, evidence, left_out)]
+        text = note(evidence) + (" Left out: " + "; ".join(left_out) if left_out else "") + \
+            ("" if groups else " This section has no averaging configuration to project.")
+        tables.append(Table(f"Projected to your cluster: {section.title}", COLUMNS, rows, text))
+    return tables

@@ -1,0 +1,154 @@
+"""summary.json's "isolation" section: whether each peer ran in its own CPU group, the CPU it was
+promised and received, and whether the emulation held (Mininet-HiFi's invariants); and the
+conversion of a dilated run's times back to the emulated cluster's (DieCast).
+
+Reads RUN/.avgbench/cpu.json (the launcher's groups), RUN/.avgbench/dilation.json (train.py)
+and each peer's result.json "cpu" figures (job/cpugroup.py, measured inside the peer).
+"""
+import json
+
+from metrics.recording.rundir import RunDir
+from metrics.recording.units import RATE_SUFFIXES as KNOB_RATE_SUFFIXES
+from metrics.recording.units import TIME_SUFFIXES
+
+SHARE_TOLERANCE = 0.05  # a peer received its promise when received >= (1 - this) x promised
+WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of the peer's time in its group
+
+METHODS = {
+    "isolation": "each peer process (and every process it starts) in its own CPU cgroup (v1 cpu.cfs_quota_us / "
+                 "v2 cpu.max) of quota_cpus = peer_cpus x emulate.peer_cpu_share[rank] / emulate.dilation per "
+                 "period_us, created by the launcher and joined by the peer first thing; the launcher, mpirun/"
+                 "horovodrun and (cgroup v1) the peer's resource sampler thread stay outside (cgroup v2 keeps a "
+                 "process's threads together: there the sampler's CPU, about 1 % of a core, counts as the peer's). "
+                 "Per rank, over the peer's time in its group (in_group_s: from joining to the end of its work, "
+                 "before it released connections): cpu_promised_s = quota_cpus x in_group_s; cpu_received_s = the "
+                 "group's own accounting (cpuacct.usage / cpu.stat usage_usec); received_share = received / "
+                 "promised; throttled_periods, throttled_s from cpu.stat; runq_s = run-queue delay, summed over the "
+                 "threads of the peer's process tree of /proc/PID/task/TID/schedstat field 2 (time runnable but "
+                 "not running: waiting for a core, or for the group's next period), threads that ended before the "
+                 "measurement not included; wait_beyond_quota_s = runq_s minus the most waiting its own "
+                 "quota explains, throttled_periods x period x peer_cpus (a whole period per throttled period and "
+                 "vCPU: generous, as throttled periods undercount a busy peer's waits, 206 of 252 periods for a "
+                 "busy thread at half a core). "
+                 "host: the machine the peer ran on (its host name), named with the rank in each unfaithful mark. "
+                 f"faithful: false when some rank received under {1 - SHARE_TOLERANCE:.0%} of "
+                 f"its promise AND waited in the run queue beyond its quota's share for over {WAIT_TOLERANCE:.0%} "
+                 "of its time (it wanted CPU it was promised and did not get it: other work on its cores). A peer "
+                 "that received less because it was idle (waiting for the network) has little run-queue delay "
+                 "and is not marked; throttling counts alone say nothing (a busy-polling thread receives its "
+                 "full quota doing nothing). Thresholds from measurement: docs/lab-log.md (2026-11-23). "
+                 "null when not isolated",
+    "dilation": "emulate.dilation = k (DieCast): every peer gets peer_cpus/k CPU, link rates / k, and every time "
+                "knob (name ending in _s, _ms, _us, _time, _timeout; emulate.* excepted) x k, before the peers "
+                "read the config (RUN/.avgbench/dilation.json lists each knob before and after). summary.json "
+                "converts back by one rule on each figure's name, at any depth: seconds (ending in _s, _ms, _us, "
+                "_ns, _time, _timeout, or holding _s_per_, e.g. wall_s_per_step) / k, rates (ending in _per_s or "
+                "_mbit) x k; a section named with a unit (time_breakdown_s) converts all it holds, NAME_by_rank "
+                "has NAME's unit (time_to_target_by_rank: time_to_target_s's), shares and ratios (_share, _ratio) "
+                "and instants (started_at) stay. The network's rates and latency are the links as built, so they "
+                "come back as asked. Not converted: config (as asked, before dilation), isolation and each "
+                "peer's cpu figures and machine (the real machine's CPU accounting, on the real clock). "
+                "Per-step logs (steps.jsonl) stay in real seconds",
+}
+
+
+def wait_beyond_quota(figures: dict, period_us: int) -> float:
+    """Seconds the peer waited in the run queue beyond what its own quota explains."""
+    quota_wait = figures["throttled_periods"] * period_us / 1e6 * figures["threads"]
+    return max(0.0, figures["runq_s"] - quota_wait)
+
+
+def isolation_section(run: RunDir, results: dict[int, dict | None]) -> dict:
+    """results: rank -> the peer's result.json (None where it wrote none)."""
+    groups = json.loads(run.cpu_groups.read_text()) if run.cpu_groups.exists() else {
+        "status": "not isolated", "reason": "no cpu groups recorded (a run from before isolation existed)",
+        "cgroup": None, "period_us": None, "ranks": {}}
+    dilation = json.loads(run.dilation.read_text()) if run.dilation.exists() else {"factor": 1, "unchecked": False}
+    by_rank, unfaithful = [], []
+    for rank, result in sorted(results.items()):
+        figures = (result or {}).get("cpu") or {}
+        host = (result or {}).get("host")
+        row = {"rank": rank, "host": host, "quota_cpus": figures.get("quota_cpus"),
+               "in_group_s": figures.get("in_group_s"), "cpu_promised_s": None,
+               "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
+               "throttled_periods": figures.get("throttled_periods"), "throttled_s": figures.get("throttled_s"),
+               "runq_s": figures.get("runq_s"), "wait_beyond_quota_s": None}
+        if row["quota_cpus"] is not None:
+            row["cpu_promised_s"] = row["quota_cpus"] * row["in_group_s"]
+            row["received_share"] = row["cpu_received_s"] / row["cpu_promised_s"] if row["cpu_promised_s"] else None
+            row["wait_beyond_quota_s"] = wait_beyond_quota(figures, groups["period_us"])
+            short = row["received_share"] is not None and row["received_share"] < 1 - SHARE_TOLERANCE
+            waited = row["wait_beyond_quota_s"] > WAIT_TOLERANCE * row["in_group_s"]
+            if short and waited:
+                waited_share = row["wait_beyond_quota_s"] / row["in_group_s"]
+                unfaithful.append(f"rank {rank} on host {host or 'unknown'}: received {row['received_share']:.0%} "
+                                  f"of its promised CPU and waited {waited_share:.0%} of its time in the run queue "
+                                  "beyond its quota")
+        by_rank.append(row)
+    measured = groups["status"] == "isolated" and any(r["received_share"] is not None for r in by_rank)
+    return {"status": groups["status"], "reason": groups["reason"], "cgroup": groups["cgroup"],
+            "period_us": groups["period_us"], "dilation": dilation["factor"],
+            "dilation_unchecked": dilation["unchecked"],
+            "faithful": (not unfaithful) if measured else None, "unfaithful": unfaithful, "by_rank": by_rank}
+
+
+# A figure's unit is in its name, as for the knobs (metrics/recording/units.py): seconds end in a time suffix or hold
+# "_s_per_" (seconds per step, per round); rates end in "_per_s" or "_mbit"; shares and ratios (time_breakdown_share,
+# whose parts are named like the seconds they divide) have none. A section named with a unit passes it to all it
+# holds. NAME_by_rank has NAME's unit (that of the figure NAME_s beside it where NAME carries none:
+# time_to_target_by_rank).
+SECONDS_SUFFIXES = (*TIME_SUFFIXES, "_ns")
+RATE_SUFFIXES = ("_per_s", *KNOB_RATE_SUFFIXES)
+UNITLESS_SUFFIXES = ("_share", "_ratio")
+# Measured on the real clock by design, or already in the emulated cluster's terms: left as they are.
+NOT_CONVERTED = ("config", "methods", "isolation", "machine", "cpu")
+
+
+def time_factor(name: str, k: float, siblings: dict | None = None) -> float | None:
+    """How a figure named `name` converts back from dilation k: 1/k (seconds), k (rates), 1 (a share or ratio,
+    whatever it holds), None (its name has no unit: look at what it holds)."""
+    stem = name.removesuffix("_by_rank")
+    if stem.endswith(UNITLESS_SUFFIXES):
+        return 1.0
+    if stem.endswith(RATE_SUFFIXES):
+        return k
+    if stem.endswith(SECONDS_SUFFIXES) or "_s_per_" in stem:
+        return 1 / k
+    if stem != name and siblings is not None and f"{stem}_s" in siblings:
+        return 1 / k
+    return None
+
+
+def undilate(summary: dict, k: float) -> dict:
+    """A dilated run's reported times and rates in the emulated cluster's time (METHODS["dilation"]): every
+    figure whose name says seconds is divided by k and every rate multiplied by k, at any depth."""
+    if k == 1:
+        return summary
+
+    def scaled(value, factor):
+        if factor == 1:
+            return value
+        if isinstance(value, dict):
+            return {key: scaled(v, factor) for key, v in value.items()}
+        if isinstance(value, list):
+            return [scaled(v, factor) for v in value]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value * factor
+        return value
+
+    def walk(value):
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, v in value.items():
+            if key in NOT_CONVERTED:
+                out[key] = v
+            elif (factor := time_factor(str(key), k, value)) is None:
+                out[key] = walk(v)
+            else:
+                out[key] = scaled(v, factor)
+        return out
+
+    return walk(summary)

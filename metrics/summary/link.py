@@ -1,0 +1,87 @@
+"""summary.json's "link" section: which link the run measured, and whether it held its promise.
+
+Reads RUN/.avgbench/link.json (the link train.py chose, netemu/auto.py) and RUN/.avgbench/link_meter.json (the
+emulated links' counters during the run, netemu/goodput.py). Communication's share of a step is
+time_breakdown_share.comm_s (metrics/summary/build.py), one figure for every kind of link.
+"""
+import json
+
+from metrics.recording.rundir import RunDir
+
+FAITHFUL_SHARE = 0.9  # faithful: goodput while busy >= this share of the nominal rate
+MIN_BUSY_S = 1.0      # a direction is judged once it was busy this long
+ONLY_COMPUTE_DIFFERS = "on loopback strategies differ only by their compute share"  # the run's first line, the verdict
+
+METHODS = {
+    "link": "the link the run measured: kind = emulated (each process its own host and link, tc tbf at "
+            "nominal_mbit each way), loopback (this machine's loopback, shared and unshaped), none (one process) or "
+            "hosts (several machines' own network); asked = the network option (auto: emulated where this machine "
+            "can build the links, else loopback, with the reason). Emulated only: every sample_s seconds "
+            "(RUN/.avgbench/link_meter.json, netemu/goodput.py) the launcher reads each link direction's token "
+            "bucket (bytes sent, bytes queued: host egress on eth0 in the host's namespace, ingress on the bridge's "
+            "end of its link); a sampling interval "
+            "is busy when the direction had a queue at both its ends (the link, not a sender or receiver, set the "
+            "pace), and goodput_mbit = its bytes sent in busy intervals (frames with headers, as tbf meters them) / "
+            f"their length (busy_s). Directions busy at least {MIN_BUSY_S:g} s are judged; goodput_mbit, "
+            "goodput_share (of nominal_mbit), busy_s and worst_direction are those of the one that did worst against "
+            f"its rate; faithful = its goodput_share >= {FAITHFUL_SHARE:.0%} (null: none was busy that long, or not "
+            "emulated); by_direction: every direction's tallies (carried_bytes in all, busy_bytes, busy_s). A "
+            "competing flow on the same link is not told apart (its bytes count as the link's)",
+}
+
+
+def goodput_mbit(tally: dict) -> float | None:
+    """Mbit/s a direction carried while busy (None: never busy)."""
+    return tally["busy_bytes"] * 8 / tally["busy_s"] / 1e6 if tally["busy_s"] > 0 else None
+
+
+def direction_name(tally: dict) -> str:
+    return f"host {tally['host']} {tally['direction']}"
+
+
+def judge(tallies: list[dict]) -> dict:
+    """The link's verdict from its directions' tallies: goodput, busy time and nominal rate of the direction that
+    did worst against its rate among those busy at least MIN_BUSY_S, faithful (None: none was), and why."""
+    judged = [t for t in tallies if t["busy_s"] >= MIN_BUSY_S]
+    nominal = min((t["nominal_mbit"] for t in tallies), default=None)
+    if not judged:
+        longest = max((t["busy_s"] for t in tallies), default=0.0)
+        return {"nominal_mbit": nominal, "goodput_mbit": None, "goodput_share": None, "busy_s": longest,
+                "worst_direction": None, "faithful": None,
+                "reason": f"no direction had a queue for {MIN_BUSY_S:g} s (longest {longest:.1f} s): the link was "
+                          "never the bottleneck long enough to check its rate"}
+    worst = min(judged, key=lambda t: goodput_mbit(t) / t["nominal_mbit"])
+    goodput = goodput_mbit(worst)
+    share = goodput / worst["nominal_mbit"]
+    faithful = share >= FAITHFUL_SHARE
+    verdict = "held" if faithful else "did not hold"
+    return {"nominal_mbit": worst["nominal_mbit"], "goodput_mbit": goodput, "goodput_share": share,
+            "busy_s": worst["busy_s"], "worst_direction": direction_name(worst), "faithful": faithful,
+            "reason": f"{direction_name(worst)} carried {goodput:.1f} of its {worst['nominal_mbit']:g} Mbit/s "
+                      f"({share:.0%}) over {worst['busy_s']:.1f} s with a queue: the link {verdict} (faithful "
+                      f"from {FAITHFUL_SHARE:.0%}; worst of {len(judged)} directions busy >= {MIN_BUSY_S:g} s)"}
+
+
+def read_json(path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def link_section(run: RunDir, config: dict) -> dict:
+    choice = read_json(run.link)
+    if choice is None:  # a run from before the link was recorded: what its config says
+        name = config["network"]["name"]
+        return {"kind": name, "asked": name, "faithful": None, "reason": "not recorded (an older run)"}
+    section = {"kind": choice["kind"], "asked": choice["asked"], "scope": choice["scope"],
+               "hosts": choice["processes"] if choice["kind"] == "emulated" else None,
+               "latency_ms": choice["latency_ms"], "nominal_mbit": None, "goodput_mbit": None,
+               "goodput_share": None, "busy_s": None, "worst_direction": None, "faithful": None,
+               "reason": choice["reason"]}
+    if choice["kind"] != "emulated":
+        return section
+    meter = read_json(run.link_meter)
+    if meter is None or meter["error"]:
+        return section | {"reason": (meter or {}).get("error") or "the links' counters were not read"}
+    directions = [d | {"goodput_mbit": goodput_mbit(d)} for d in meter["directions"]]
+    if not directions:
+        return section | {"reason": "unshaped links: no rate to hold", "by_direction": []}
+    return section | judge(meter["directions"]) | {"by_direction": directions}

@@ -1,0 +1,102 @@
+"""summary.json's "network" section: measured wire bytes beside payload accounting, and
+measured communication time beside the link's lower bound (metrics/summary/bounds.py).
+
+Only with network=emulated, where every process has its own interface: wire bytes are that
+interface's counters over the training loop (the step log's wire_tx/rx_bytes), so they
+hold every frame the peer sent or received, headers, acknowledgements and control
+traffic included. Link rates come from the placement's record, RUN/.avgbench/network.json.
+"""
+import json
+
+from metrics.summary.bounds import link_efficiency
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
+
+METHODS = {
+    "network.wire": "wire measurement: wire_*_bytes are the peer's own interface counters (/proc/net/dev in its "
+                    "namespace) from just before its first step to the end of its last; payload accounting: "
+                    "payload_*_bytes, the strategy's exact count of the tensor bytes it exchanged over the same "
+                    "steps; ratio = wire / payload, protocol_overhead = ratio - 1",
+    "network.busiest": "the process whose interface carried the most bytes in one direction (wire_tx or "
+                       "wire_rx), beside the mean over processes: a mean hides the link that limits a round",
+    "network.efficiency": "link floor: per averaging round (steps with payload, grouped by the strategy's round id; "
+                          "round 1, which sets up connections, left out), the largest over links of the bytes that "
+                          "link carried in one direction (its process's counted payload; a parameter server's from "
+                          "the workers' peer_bytes) / that link's own rate. Synchronous rounds: measured = the "
+                          "longest worker's link time in the round (link_s where the strategy times its transfers: "
+                          "DDP from its first bucket handed to the all-reduce, Horovod from the first gradient "
+                          "handed over (its first fused all-reduce follows within one ring.cycle_time_ms cycle), "
+                          "hivemind its all-reduce phase without matchmaking; else exposed comm_s) "
+                          "minus known idle time (link_idle_s: a sync parameter server's update); efficiency = sum "
+                          "of floors / sum of measured. Overlapping rounds (stepwise, ps, hivemind's delayed "
+                          "averaging): efficiency = the busiest link's bytes over rounds 2..R / its rate, over the "
+                          "span from the earliest communication start of round 2 to the latest end of round R "
+                          "(steps' ended_at, one host clock) minus idle time: a link-busy measure, at most 1; "
+                          "throughput_bound_samples_per_s = the samples of those rounds / that floor (for async "
+                          "ps the only bound). isolated_round: the strategy's latency formula for one round alone "
+                          "(Strategy.link_bound), stated, not a bound on rounds that overlap",
+}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def wire_figures(steps: list[dict]) -> dict:
+    sent = sum(s["bytes_sent"] for s in steps)
+    recv = sum(s["bytes_recv"] for s in steps)
+    tx, rx = steps[-1]["wire_tx_bytes"], steps[-1]["wire_rx_bytes"]
+    return {
+        "payload_sent_bytes": sent, "payload_recv_bytes": recv,
+        "wire_tx_bytes": tx, "wire_rx_bytes": rx,
+        "tx_ratio": _ratio(tx, sent), "rx_ratio": _ratio(rx, recv),
+    }
+
+
+def built_links(run: RunDir, figure: str) -> list:
+    """A figure of each process's link as the placement built it (after any dilation): bandwidth_mbit (None:
+    unshaped) or latency_ms."""
+    hosts = json.loads(run.network.read_text())["hosts"]
+    return [h[figure] for h in sorted(hosts, key=lambda h: h["index"])]
+
+
+def link_rates(run: RunDir) -> list[float | None]:
+    """Mbit/s of each process's link, as the placement built it (None: unshaped)."""
+    return built_links(run, "bandwidth_mbit")
+
+
+def busiest(wire: dict[int, dict]) -> dict | None:
+    """The process whose interface carried the most bytes in one direction, and the mean over processes."""
+    if not wire:
+        return None
+    rank = max(wire, key=lambda r: max(wire[r]["wire_tx_bytes"], wire[r]["wire_rx_bytes"]))
+    peak = max(wire[rank]["wire_tx_bytes"], wire[rank]["wire_rx_bytes"])
+    mean = sum(max(w["wire_tx_bytes"], w["wire_rx_bytes"]) for w in wire.values()) / len(wire)
+    return {"rank": rank, "wire_bytes": peak, "mean_wire_bytes": mean, "busiest_over_mean": _ratio(peak, mean)}
+
+
+def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula: str | None = None,
+                    rounds_overlap: bool = False) -> dict:
+    network = config["network"]
+    if not run.network.exists():
+        return {"mode": network["name"], "per_peer": False}
+    steps_by_rank = {}
+    for peer in run.peers():
+        steps = read_jsonl(peer.steps)
+        if steps and "wire_tx_bytes" in steps[-1]:
+            steps_by_rank[peer.rank] = steps
+    rates = link_rates(run)
+    wire = {rank: wire_figures(steps) for rank, steps in steps_by_rank.items()}
+    sent = sum(w["payload_sent_bytes"] for w in wire.values())
+    tx = sum(w["wire_tx_bytes"] for w in wire.values())
+    return {
+        "mode": network["name"],
+        "per_peer": True,
+        "bandwidth_mbit_by_rank": rates,
+        "latency_ms": max(built_links(run, "latency_ms"), default=0),  # as built, like the rates
+        "wire_by_rank": wire,
+        "wire_tx_over_payload": _ratio(tx, sent),
+        "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,
+        "busiest": busiest(wire),
+        "efficiency": link_efficiency(rounds_overlap, bound, formula, knobs, steps_by_rank, rates),
+    }

@@ -1,0 +1,53 @@
+"""summary.json's "averaging_rounds": the averaging rounds a strategy records one by one (peer<R>/rounds.jsonl,
+written by hivemind's averagers: strategies/hivemind_internals.py), joined across peers into one record per round.
+"""
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
+
+METHOD = ("one record per all-reduce round, joined across peers by its group_id: kind (gradients | state), epoch "
+          "(the largest local epoch of a member when the round started: a gradient round in the step that ends "
+          "epoch e has e), group_size (peers in the group), members_recorded (members whose "
+          "record was written: fewer when a peer died mid-round), started_at (earliest member, unix s), duration_s "
+          "(the longest member's all-reduce, matchmaking excluded), bytes_sent / bytes_recv (summed over members: "
+          "serialized tensor parts counted in each member's averager process while its round ran; a reply still "
+          "streaming when a member's round ended is in the peers' byte totals but in no round, under 1 % here), success (every member's round succeeded), overlapped (a member ran "
+          "another round in the same process meanwhile: its bytes may be attributed to either). group_sizes: "
+          "kind -> group size -> rounds (each round once, not once per member); whole_swarm_share: kind -> share "
+          "of rounds whose group held every worker. A step that found no group has no round (see the peers' "
+          "log_no_group). Times in real seconds (not converted back under emulate.dilation)")
+
+
+def join_rounds(records: list[dict]) -> list[dict]:
+    """Member records (each with its rank) -> one record per round, in order of start."""
+    by_group: dict[str, list[dict]] = {}
+    for record in records:
+        by_group.setdefault(record["group_id"], []).append(record)
+    rounds = []
+    for group_id, members in by_group.items():
+        epochs = [m["epoch"] for m in members if isinstance(m["epoch"], int)]
+        rounds.append({"group_id": group_id, "kind": members[0]["kind"], "epoch": max(epochs, default=None),
+                       "group_size": max(m["group_size"] for m in members), "members_recorded": len(members),
+                       "ranks": sorted(m["rank"] for m in members),
+                       "started_at": min(m["started_at"] for m in members),
+                       "duration_s": max(m["duration_s"] for m in members),
+                       "bytes_sent": sum(m["bytes_sent"] for m in members),
+                       "bytes_recv": sum(m["bytes_recv"] for m in members),
+                       "success": all(m["success"] for m in members), "overlapped": any(m["overlapped"] for m in members)})
+    return sorted(rounds, key=lambda r: r["started_at"])
+
+
+def rounds_section(run: RunDir, workers: int) -> dict | None:
+    """None where no peer recorded rounds (strategies that do not)."""
+    records = [r | {"rank": p.rank} for p in run.peers() if p.rounds.exists() for r in read_jsonl(p.rounds)]
+    if not records:
+        return None
+    rounds = join_rounds(records)
+    sizes: dict[str, dict[int, int]] = {}
+    for r in rounds:
+        by_size = sizes.setdefault(r["kind"], {})
+        by_size[r["group_size"]] = by_size.get(r["group_size"], 0) + 1
+    return {"rounds": rounds,
+            "group_sizes": {kind: dict(sorted(s.items())) for kind, s in sizes.items()},
+            "whole_swarm_share": {kind: s.get(workers, 0) / sum(s.values()) for kind, s in sizes.items()},
+            "failed": sum(not r["success"] for r in rounds),
+            "method": METHOD}

@@ -1,0 +1,222 @@
+"""Time-to-target: where a learning curve reaches the target, by the estimator the config declares.
+
+A worker's learning curve is its evaluations (eval.jsonl): the target metric at steps 0, eval_every, ...
+and the last step. An estimator (target.estimator) maps the curve to the fractional step at which it
+reaches target.value, or to None when it has not reached it by the last evaluation: the run is censored,
+never extrapolated. Both see "higher is better" (a test_loss curve and target are negated):
+
+  confirmed_crossing  the first evaluation at or above the target whose next evaluation is too, interpolated
+                      linearly from the evaluation before it (a crossing at the last evaluation does not count)
+  isotonic            the monotone (isotonic, least-squares) fit of the curve, read between the centres of its
+                      pooled blocks: the first point where that line reaches the target. Noise that dips below
+                      or jumps above the trend is pooled with its neighbours instead of moving the crossing to
+                      the next lucky or unlucky evaluation; censored when the last block is below the target
+
+The step maps to training time and all workers' samples by interpolating linearly between the two evaluations
+around it. The test-set bootstrap resamples the held-out samples (eval_samples.npz: each sample's outcome at
+every evaluation, resampled together) and applies the same estimator: its interval is the crossing's noise
+from the finite test set alone, apart from the seed's (which only repeated blocks show).
+"""
+import numpy as np
+
+ESTIMATORS = ("confirmed_crossing", "isotonic")
+UNDECLARED = "confirmed_crossing"  # summaries written before the estimator was declared used this one
+LEVEL = 0.95  # the bootstrap interval's coverage
+BOOTSTRAP_SEED = 0  # the resamples: the same for every run, so a summary is reproducible
+
+METHODS = {
+    "target": "metric, value and estimator of time-to-target (metrics/summary/target.py: confirmed_crossing = the "
+              "first evaluation reaching the target whose next evaluation reaches it too, interpolated from the one "
+              "before; "
+              "isotonic = the first point where the monotone least-squares fit of the curve, read linearly between "
+              "the centres of its pooled blocks, reaches the target); never extrapolated past the last evaluation",
+    "time_to_target_s": "training time (snapshot pauses excluded) at which the worst worker's learning curve reaches "
+                        "the target by the declared estimator (target.estimator), interpolated linearly in train_s "
+                        "between the two evaluations around the crossing; the latest of the workers' crossings (null "
+                        "if any worker's curve has not reached it by its last evaluation: censored)",
+    "samples_to_target": "all workers' trained samples at the worst worker's crossing (interpolated with the same "
+                         "fraction between the two evaluations' steps; each worker's samples at a step from its "
+                         "steps.jsonl); the latest over workers. Depends on the seed, not the machine, for "
+                         "strategies whose workers step in lockstep; for asynchronous ones it counts the samples "
+                         "other workers had trained by the same step number",
+    "samples_to_target_bootstrap": "the test-set noise of samples_to_target: the held-out samples resampled with "
+                                   "replacement (`resamples` times, the same resample for every evaluation and "
+                                   "worker) and the estimator applied again; low, high = the 2.5 and 97.5 "
+                                   "percentiles (censored resamples count as never: high is null when more than "
+                                   "2.5 % are censored), log_sd = the sd of the log crossing over the resamples that "
+                                   "cross, censored = the share that do not. Seed noise is not in it",
+    "steps_to_target": "the worst worker's crossing as an interpolated step (fractional)",
+    "time_per_sample_s": "time_to_target_s / samples_to_target: training time per sample of all workers up to the "
+                         "target, so that time-to-target = samples-to-target x time per sample (the machine's share)",
+    "evaluated_states_identical": "every worker's evaluated model (parameters and precise BatchNorm buffers, "
+                                  "eval.jsonl state_sha256) was bit-identical at every evaluation: the workers have "
+                                  "one learning curve, so the worst-worker rule adds no bias (null: no digests)",
+}
+
+
+def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
+    """See the module's docstring (values: higher is better)."""
+    for i in range(len(values) - 1):
+        if values[i] >= value and values[i + 1] >= value:
+            before = i - 1 if i else i
+            span = values[i] - values[before]
+            fraction = (value - values[before]) / span if span else 1.0
+            return float(steps[before] + fraction * (steps[i] - steps[before]))
+    return None
+
+
+def pooled_blocks(values: np.ndarray) -> list[tuple[int, int, float]]:
+    """The isotonic (non-decreasing, least-squares) fit by pooling adjacent violators: (first, last, mean) of each
+    block of evaluations that the fit pools into one value."""
+    blocks: list[list] = []  # [first, last, sum]
+    for i, v in enumerate(values):
+        blocks.append([i, i, float(v)])
+        while len(blocks) > 1 and (blocks[-2][2] / (blocks[-2][1] - blocks[-2][0] + 1)
+                                   > blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1)):
+            first, last, total = blocks.pop()
+            blocks[-1][1], blocks[-1][2] = last, blocks[-1][2] + total
+    return [(first, last, total / (last - first + 1)) for first, last, total in blocks]
+
+
+def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
+    """See the module's docstring (values: higher is better)."""
+    blocks = pooled_blocks(values)
+    centres = [float(np.mean(steps[first:last + 1])) for first, last, _ in blocks]
+    means = [mean for _, _, mean in blocks]
+    for b, mean in enumerate(means):
+        if mean >= value:
+            if b == 0:
+                return float(steps[0])
+            fraction = (value - means[b - 1]) / (mean - means[b - 1])
+            return centres[b - 1] + fraction * (centres[b] - centres[b - 1])
+    return None
+
+
+def crossing_step(steps, values, target: dict) -> float | None:
+    """The fractional step at which the curve (metric values at steps) reaches the target, or None (censored)."""
+    sign = 1.0 if target["metric"] == "test_accuracy" else -1.0
+    estimator = {"confirmed_crossing": confirmed_crossing, "isotonic": isotonic}[estimator_of(target)]
+    return estimator(np.asarray(steps, dtype=float), sign * np.asarray(values, dtype=float), sign * target["value"])
+
+
+def estimator_of(target: dict) -> str:
+    return target.get("estimator", UNDECLARED)
+
+
+def check_target(target) -> str | None:
+    """What is wrong with the config's target block (None: nothing)."""
+    if target.metric not in ("test_accuracy", "test_loss"):
+        return f"target.metric must be test_accuracy or test_loss, got {target.metric}"
+    if target.estimator not in ESTIMATORS:
+        return f"target.estimator must be one of {', '.join(ESTIMATORS)}, got {target.estimator}"
+    if not (isinstance(target.bootstrap, int) and target.bootstrap >= 0):
+        return f"target.bootstrap must be an integer >= 0 (resamples; 0: none), got {target.bootstrap}"
+    return None
+
+
+def samples_by_step(steps: list[dict]):
+    """A worker's trained samples after a step (0 before its first; after its last, its total)."""
+    counts = {s["step"]: s["samples"] for s in steps}
+    ordered = sorted(counts)
+
+    def at(step: int) -> int:
+        done = [k for k in ordered if k <= step]
+        return counts[done[-1]] if done else 0
+    return at
+
+
+class Curve:
+    """One worker's learning curve: its evaluations, with the training clock at each."""
+
+    def __init__(self, evals: list[dict], metric: str):
+        self.evals = [e for e in evals if e.get(metric) is not None]
+        self.steps = np.array([e["step"] for e in self.evals], dtype=float)
+        self.values = np.array([e[metric] for e in self.evals], dtype=float)
+
+    def around(self, step: float) -> tuple[dict, dict, float]:
+        """The evaluations before and after a (fractional) step and the fraction of the way between them."""
+        i = max(0, min(int(np.searchsorted(self.steps, step, side="right")) - 1, len(self.evals) - 2))
+        before, after = self.evals[i], self.evals[min(i + 1, len(self.evals) - 1)]
+        span = after["step"] - before["step"]
+        return before, after, (step - before["step"]) / span if span else 0.0
+
+
+def interpolated(before: dict, after: dict, fraction: float, key: str) -> float:
+    return before[key] + fraction * (after[key] - before[key])
+
+
+def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]],
+                   outcomes_by_rank: dict, target: dict) -> dict:
+    """When the worst worker's curve reached the target (training time, all workers' samples, steps; see
+    METHODS), its test-set bootstrap, and whether the workers evaluated identical models. outcomes_by_rank:
+    each worker's eval_samples.npz path (a missing file: no bootstrap)."""
+    curves = {rank: Curve(evals, target["metric"]) for rank, evals in evals_by_rank.items()}
+    counters = [samples_by_step(steps) for steps in steps_by_rank.values()]
+
+    def all_samples(curve: Curve, step: float) -> float:
+        before, after, fraction = curve.around(step)
+        done = [sum(at(e["step"]) for at in counters) for e in (before, after)]
+        return done[0] + fraction * (done[1] - done[0])
+
+    crossings = {rank: crossing_step(c.steps, c.values, target) if len(c.evals) else None
+                 for rank, c in curves.items()}
+    reached = bool(crossings) and all(step is not None for step in crossings.values())
+    train_s = {rank: (interpolated(*curves[rank].around(step), "train_s") if step is not None else None)
+               for rank, step in crossings.items()}
+    samples = max(all_samples(curves[rank], step) for rank, step in crossings.items()) if reached else None
+    worst_s = max(train_s.values()) if reached else None
+    identical = identical_states(evals_by_rank)
+    return {
+        "time_to_target_s": worst_s,
+        "samples_to_target": samples,
+        "samples_to_target_bootstrap": bootstrap(curves, outcomes_by_rank, target, all_samples, identical),
+        "steps_to_target": max(crossings.values()) if reached else None,
+        "time_per_sample_s": worst_s / samples if samples else None,
+        "time_to_target_by_rank": train_s,
+        "evaluated_states_identical": identical,
+    }
+
+
+def identical_states(evals_by_rank: dict[int, list[dict]]) -> bool | None:
+    digests = [[e.get("state_sha256") for e in evals] for evals in evals_by_rank.values()]
+    if not digests or any(None in d or not d for d in digests):
+        return None
+    return all(d == digests[0] for d in digests)
+
+
+def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict, target: dict, all_samples,
+              identical: bool | None) -> dict | None:
+    """samples_to_target over test-set resamples (see METHODS); None without resamples or per-sample outcomes."""
+    resamples = int(target.get("bootstrap", 0))
+    ranks = list(curves)[:1] if identical else list(curves)  # identical workers: one curve
+    outcomes = {rank: load_outcomes(outcomes_by_rank.get(rank), curves[rank], target["metric"]) for rank in ranks}
+    if not resamples or not outcomes or any(o is None for o in outcomes.values()):
+        return None
+    tested = next(iter(outcomes.values())).shape[1]
+    weights = np.random.default_rng(BOOTSTRAP_SEED).multinomial(tested, np.full(tested, 1 / tested), resamples)
+    found = np.full(resamples, np.inf)  # the worst worker's crossing in all workers' samples; inf: censored
+    curves_of = {rank: outcomes[rank] @ weights.T / tested for rank in ranks}  # evaluations x resamples
+    for b in range(resamples):
+        worst = 0.0
+        for rank in ranks:
+            step = crossing_step(curves[rank].steps, curves_of[rank][:, b], target)
+            worst = np.inf if step is None else max(worst, all_samples(curves[rank], step))
+            if worst == np.inf:
+                break
+        found[b] = worst
+    crossed = found[np.isfinite(found) & (found > 0)]
+    low, high = np.quantile(found, [(1 - LEVEL) / 2, (1 + LEVEL) / 2], method="inverted_cdf")
+    return {"low": float(low) if np.isfinite(low) else None, "high": float(high) if np.isfinite(high) else None,
+            "level": LEVEL, "log_sd": float(np.std(np.log(crossed), ddof=1)) if len(crossed) > 1 else None,
+            "resamples": resamples, "censored": float(np.mean(~np.isfinite(found)))}
+
+
+def load_outcomes(path, curve: Curve, metric: str) -> np.ndarray | None:
+    """The per-sample values behind each evaluation of the curve (correct as 0/1, or loss), evaluations x samples;
+    None when the file is missing or does not hold the curve's evaluations."""
+    if path is None or not path.exists():
+        return None
+    with np.load(path) as saved:
+        if list(saved["step"]) != [e["step"] for e in curve.evals]:
+            return None
+        return saved["correct" if metric == "test_accuracy" else "loss"].astype(float)

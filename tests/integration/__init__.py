@@ -1,0 +1,1 @@
+"""Integration tier: real runs, collectives, mpirun, horovodrun, namespaces (each test marked integration)."""

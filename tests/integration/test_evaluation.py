@@ -1,0 +1,100 @@
+"""Evaluation after training: precise BatchNorm makes the evaluated model a function of its
+parameters alone, so that workers with equal parameters evaluate equally; every test sample's outcome is kept
+for the bootstrap; evaluated weights are deleted or kept."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import CPU, host_evaluation, images, trajectory
+from job.evaluation import Evaluator, PreciseBatchNorm
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import PeerDir
+from metrics.recording.steplog import StepLog
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --- integration tier: real workers ---------------------------------------------------------------
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_would_alone(run_dir):
+    from omegaconf import OmegaConf
+
+    from helpers import results, run_train
+    from job.data import load_splits
+    from job.model import build_model
+
+    result = run_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=20", "eval_every=5", "keep_weights=true")
+    assert result.returncode == 0, result.stderr
+    steps = [0, 5, 10, 15, 20]
+    evals = {rank: read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl") for rank in (0, 1)}
+    assert all([e["step"] for e in evals[rank]] == steps for rank in (0, 1))
+    # the workers' states were identical at every snapshot: one evaluation each, copied by the other worker
+    assert [e["snapshot_key"] for e in evals[0]] == [e["snapshot_key"] for e in evals[1]]
+    assert len({e["snapshot_key"] for e in evals[0]}) == len(steps)
+    assert sum(r["evaluated_here"] for r in results(run_dir, (0, 1))) == len(steps)
+    assert [e["evaluated_by"] for e in evals[0]] == [e["evaluated_by"] for e in evals[1]]
+
+    # what each worker would have computed alone: its own saved weights, evaluated here on one thread as it would
+    cfg = OmegaConf.load(run_dir / ".avgbench" / "config.yaml")
+    splits = load_splits(cfg)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for rank in (0, 1):
+            torch.manual_seed(cfg.seed)
+            evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels), splits.test, CPU,
+                                  PreciseBatchNorm(splits.train, cfg.precise_bn_samples, cfg.batch_size, CPU))
+            peer = PeerDir(run_dir / f"peer{rank}")
+            with np.load(peer.eval_samples) as saved:
+                assert saved["step"].tolist() == steps
+                for i, step in enumerate(steps):
+                    figures, outcome = evaluator(peer.weights / f"step{step:07d}.pt")
+                    logged = evals[rank][i]
+                    assert {k: logged[k] for k in ("test_loss", "test_accuracy", "state_sha256")} == \
+                           {k: figures[k] for k in ("test_loss", "test_accuracy", "state_sha256")}
+                    assert np.array_equal(saved["correct"][i], outcome["correct"])
+                    assert np.array_equal(saved["loss"][i], outcome["loss"])
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.integration
+def test_a_worker_killed_after_claiming_does_not_make_the_evaluation_hang(tmp_path):
+    """Worker 1, a real process, registers, publishes the same snapshots plus one of its own, claims one, and is
+    killed: worker 0 evaluates every one of its own snapshots (the claimed one too) and none of worker 1's own."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    peer, test = PeerDir(tmp_path / "peer0"), images(40, seed=8)
+    snapshots = trajectory(peer, [0, 5, 10], statistics_seed=0)
+    theirs = trajectory(PeerDir(tmp_path / "peer1"), [0, 5, 10, 15], statistics_seed=1)
+    board_dir = tmp_path / "board"
+    worker1 = f"""
+import sys, time
+from pathlib import Path
+from job.evaluation import HostBoard, Snapshot
+board = HostBoard(Path({str(board_dir)!r}), 1)
+board.register()
+board.publish([Snapshot(Path(p), {{"step": s}}, 0.0, k) for s, k, p in {[(s.clock["step"], s.key, str(s.path))
+                                                                       for s in theirs.taken]!r}])
+assert board.claim({snapshots.taken[1].key!r})
+print("claimed", flush=True)
+time.sleep(600)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", worker1], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "claimed"
+    finally:
+        proc.kill()
+        proc.wait()
+    log = StepLog(peer.path)
+    done = snapshots.evaluate_all(host_evaluation(board_dir, 0, test, None, patience_s=1e6), log, peer.eval_samples)
+    log.close()  # a wait for the claim (patience 1e6 s) would outlast the test's timeout
+    assert done["evaluated_here"] == 3
+    assert [(e["step"], e["evaluated_by"]) for e in read_jsonl(peer.evals)] == [(0, 0), (5, 0), (10, 0)]

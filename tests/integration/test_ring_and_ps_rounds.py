@@ -1,0 +1,117 @@
+"""The stepwise ring round and the parameter server's exchange, run directly over real gloo processes
+(integration tier; tests/unit/test_accounting.py runs the same code between threads in the unit tier).
+Stepwise and ps knob validation is in the unit tier here."""
+import multiprocessing
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import stepwise_rounds, toy_batch, toy_sgd, worker_tensor
+from launchers.base import free_port
+from metrics.recording.rundir import RunDir
+from strategies.base import PeerContext
+from strategies.ps import ShardClient, ShardServer, shard_of
+from strategies.transport import GlooTransport
+
+
+def _member(fn, rank: int, world_size: int, port: int, out: Path, args: tuple) -> None:
+    try:
+        ctx = PeerContext(rank, world_size, rank, world_size, "127.0.0.1", port, run=RunDir(out))
+        transport = GlooTransport(ctx, timeout_s=30)
+        try:
+            torch.save(fn(transport, *args), out / f"{rank}.pt")
+        finally:
+            transport.close()
+    except BaseException:
+        (out / f"{rank}.err").write_text(traceback.format_exc())
+        raise
+
+
+def run_group(fn, world_size: int, out: Path, *args) -> list:
+    """Run fn(transport, *args) in world_size processes over gloo on loopback; their results by rank."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    context = multiprocessing.get_context("spawn")  # fork after torch started its thread pools can deadlock
+    procs = [context.Process(target=_member, args=(fn, r, world_size, port, out, args)) for r in range(world_size)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=90)
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    errors = [p.read_text() for p in sorted(out.glob("*.err"))]
+    assert not errors and all(p.exitcode == 0 for p in procs), errors
+    return [torch.load(out / f"{r}.pt", weights_only=False) for r in range(world_size)]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_ring_round_gives_exact_prefix_means_and_full_mean_with_second_pass(tmp_path):
+    n, chunks = 4, 3
+    size = 444  # 3 x 37 floats
+    outputs = run_group(stepwise_rounds, n, tmp_path, chunks)
+    held_full = {rank: 0 for rank in range(n)}
+    for rank, results in enumerate(outputs):
+        for second_pass, ring, result in results:
+            position = ring.index(rank)
+            members = ring if second_pass else ring[:position + 1]
+            expected = torch.stack([worker_tensor(r) for r in members]).sum(0) / len(members)
+            assert result.position == position and result.count == len(members)
+            torch.testing.assert_close(result.mean, expected, rtol=1e-6, atol=1e-6)
+            if not second_pass:  # one pass: at most S each way
+                assert result.bytes_sent == (size if position < n - 1 else 0)
+                assert result.bytes_recv == (size if position > 0 else 0)
+                held_full[rank] += result.count == n
+            else:
+                assert result.bytes_recv == size * (2 if 0 < position < n - 1 else 1)
+    assert held_full == {rank: 1 for rank in range(n)}  # rotation: each worker once in n rounds
+    for round_index in range(2 * n):  # the same bytes as an all-reduce would need, on average
+        sent = sum(outputs[rank][round_index][2].bytes_sent for rank in range(n))
+        assert sent == (n - 1) * size * (2 if round_index >= n else 1)
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def _ps_member(transport, workers: int, servers: int, steps: int):
+    params = list(_model().parameters())
+    server_ranks = list(range(workers, workers + servers))
+    if transport.rank >= workers:
+        shard = shard_of(params, servers, transport.rank - workers)
+        stats = ShardServer(transport, shard, toy_sgd(shard), list(range(workers)), "sync").run()
+        return {"updates": stats.updates, "pushes": stats.pushes}
+    model = _model()
+    client = ShardClient(transport, list(model.parameters()), server_ranks)
+    client.pull_initial()
+    for step in range(steps):
+        model.zero_grad()
+        x, y = toy_batch(step, transport.rank)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        client.push_pull(len(y), last=step == steps - 1)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_sync_ps_equals_sgd_on_the_uniontoy_batch(tmp_path):
+    workers, servers, steps = 3, 2, 4
+    outputs = run_group(_ps_member, workers + servers, tmp_path, workers, servers, steps)
+    reference = _model()
+    optimizer = toy_sgd(reference.parameters())
+    for step in range(steps):
+        batches = [toy_batch(step, w) for w in range(workers)]
+        x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(reference(x), y).backward()
+        optimizer.step()
+    for worker in range(workers):
+        for got, want in zip(outputs[worker], reference.parameters()):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+    for server in outputs[workers:]:
+        assert server == {"updates": steps, "pushes": steps * workers}

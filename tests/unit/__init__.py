@@ -1,0 +1,1 @@
+"""Unit tier: no test here starts a process (tests/conftest.py refuses it)."""

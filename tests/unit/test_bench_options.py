@@ -1,0 +1,65 @@
+"""bench/run.py's command line: each benchmark's own options (--NAME-...) reach its run() as keyword arguments, the
+options left out keep run()'s defaults, and bad options fail before any benchmark runs (unit tier: nothing runs)."""
+import inspect
+from pathlib import Path
+
+import pytest
+
+from bench import collectives, projection
+from bench.jobs import grid_settings
+from bench.run import BENCHMARKS, idle_options, module_of, options_of, parser
+from job.registry import resolve
+
+
+def parsed(*argv: str):
+    return parser().parse_args(list(argv))
+
+
+def test_a_benchmarks_options_become_its_run_arguments():
+    args = parsed("thesis", "emulation", "--thesis-families", "hivemind", "--thesis-repeats", "2",
+                  "--emulation-strategies", "ps,ring", "--emulation-headline-sweep", "multirun/x")
+    assert options_of("thesis", args) == {"names": "hivemind", "repeats": 2}
+    assert options_of("emulation", args) == {"strategies": "ps,ring", "headline_sweep": Path("multirun/x")}
+    assert options_of("noise", args) == {}  # none given: run()'s defaults
+    assert options_of("collectives", parsed("collectives", "--collectives-grid", "rates=20")) == {"text": "rates=20"}
+
+
+class Declared:
+    """Stands in for the parser: the dests of the options a benchmark declares."""
+
+    def __init__(self):
+        self.dests = []
+
+    def add_argument(self, *flags, dest=None, **_):
+        self.dests.append(dest or flags[0].lstrip("-").replace("-", "_"))
+
+
+def test_every_option_names_a_parameter_of_its_benchmarks_run():
+    """An option whose name run() does not take would fail only when the benchmark starts, hours into a session."""
+    with_options = 0
+    for name, spec in BENCHMARKS.items():
+        declared = Declared()
+        if add_arguments := getattr(module_of(spec), "add_arguments", None):
+            add_arguments(declared)
+            with_options += 1
+        assert all(d.startswith(f"{name}_") for d in declared.dests), (name, declared.dests)
+        own = {d.removeprefix(f"{name}_") for d in declared.dests}
+        assert not own - set(inspect.signature(resolve(spec)).parameters), (name, own)
+    assert with_options >= 5
+
+
+def test_options_for_a_benchmark_not_run_are_refused():
+    assert idle_options(parsed("noise", "--thesis-families", "hivemind")) == ["thesis"]
+    assert idle_options(parsed("--thesis-families", "hivemind")) == []  # all benchmarks run, thesis among them
+    with pytest.raises(SystemExit):
+        parsed("thesis", "--thesis-repeats", "three")
+
+
+@pytest.mark.parametrize("benchmark, option", [(collectives, "--collectives-grid"), (projection, "--projection-grid")])
+def test_a_grid_takes_known_keys_only(benchmark, option):
+    default = grid_settings(benchmark.DEFAULT_GRID, option)
+    assert grid_settings(benchmark.DEFAULT_GRID, option, "rates=20 peers=2,4") == default | {"rates": "20",
+                                                                                           "peers": "2,4"}
+    for bad in ("rate=20", "rates", "peers=2 nonsense=1"):
+        with pytest.raises(ValueError, match=option):
+            grid_settings(benchmark.DEFAULT_GRID, option, bad)

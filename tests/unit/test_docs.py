@@ -1,0 +1,265 @@
+"""The documentation's contracts: generated blocks are fresh, no measured figure is written by hand outside one,
+the README stays short with its two commands on top, and every command block marked runnable still parses.
+
+Unit tier: nothing here starts a process. Commands are checked in a form that runs nothing: `train.py` as Hydra's
+compose (what `--cfg job` prints, every sweep value of a `-m` expanded), other scripts and modules up to their
+argument parser, `make` as a target of the Makefile.
+"""
+import argparse
+import importlib.util
+import itertools
+import re
+import runpy
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from helpers import ROOT
+
+README = ROOT / "README.md"
+LAB_LOG = ROOT / "docs" / "lab-log.md"
+USER_PAGES = [README, *sorted(p for p in (ROOT / "docs").glob("*.md") if p != LAB_LOG)]
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generate = load_generator()
+
+
+# --- generated blocks -------------------------------------------------------------------
+def test_every_generated_block_is_fresh():
+    """`make docs` on a clean checkout changes nothing (CI runs this test through `make test`)."""
+    stale = generate.stale_pages()
+    assert not stale, f"stale generated blocks in {', '.join(p.name for p in stale)}: run `make docs`"
+
+
+def test_a_stale_block_is_found_and_rewritten(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- generated:knobs conf/strategy/ps.yaml -->\n| `ps.servers` | `7` | hand-edited |\n"
+                    "<!-- end generated:knobs conf/strategy/ps.yaml -->\nafter\n")
+    fresh = generate.stale_pages([page])[page]
+    assert "| `ps.servers` | `1` |" in fresh and "hand-edited" not in fresh
+    assert fresh.startswith("intro\n") and fresh.endswith("after\n")
+    page.write_text(fresh)
+    assert generate.stale_pages([page]) == {}
+
+
+@pytest.mark.parametrize("text, error", [
+    ("<!-- generated:groups -->\nno end\n", "markers"),
+    ("<!-- generated:groups -->\n<!-- end generated:knobs conf/config.yaml -->\n", "ends as"),
+    ("<!-- generated:nonsense -->\n<!-- end generated:nonsense -->\n", "unknown generator"),
+    ("<!-- generated:bench nonsense -->\n<!-- end generated:bench nonsense -->\n", "unknown table"),
+    ("<!-- generated:knobs conf/config.yaml nothing.here -->\n<!-- end generated:knobs conf/config.yaml nothing.here -->\n",
+     "no knob"),
+])
+def test_a_malformed_block_is_an_error(tmp_path, text, error):
+    page = tmp_path / "page.md"
+    page.write_text(text)
+    with pytest.raises(ValueError, match=error):
+        generate.stale_pages([page])
+
+
+def test_knob_tables_are_read_from_the_yaml_and_its_comments():
+    rows = {key: (value, comment) for key, value, comment in generate.knobs_of(ROOT / "conf" / "config.yaml")}
+    assert rows["timeouts.collective_s"] == ("60", "any blocking communication call")
+    assert rows["report.equivalence_margin"][0] == "0.05"
+    assert not any(key.startswith(("hydra", "defaults")) for key in rows)  # wiring, not knobs
+
+
+def test_every_strategy_has_its_knob_table_in_the_docs():
+    text = (ROOT / "docs" / "strategies.md").read_text()
+    for conf in sorted((ROOT / "conf" / "strategy").glob("*.yaml")):
+        if any(key.startswith(conf.stem + ".") for key, _, _ in generate.knobs_of(conf)):
+            assert f"<!-- generated:knobs conf/strategy/{conf.name} -->" in text, conf.name
+
+
+def test_measured_tables_name_their_date_and_machine():
+    for spec in ("bench collective_efficiency", "bench thesis strategies", "bench projection_validation resnet18",
+                 "verdict", "bench-summary", "bench evaluation_share", "bench evaluation_share line"):
+        text = generate.render(spec)
+        assert re.search(r"\d{4}-\d{2}-\d{2}", text), spec
+        assert "cores" in text, spec  # the machine, from bench/run.py's fingerprint
+
+
+# --- README ------------------------------------------------------------------------------
+def test_readme_is_short_and_starts_with_its_two_commands():
+    assert README.stat().st_size <= 20_000
+    head = README.read_text().splitlines()[:40]
+    assert any(line.startswith("make run") for line in head) and any(line.startswith("make test") for line in head)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("exec make test </dev/null")
+
+
+# --- no measured figure by hand ------------------------------------------------------------
+# A measured figure: a number with a unit of time, size, rate or share, a ratio written as 0.97x or 0.97×, or an
+# interval [0.88, 1.06]. Allowed outside generated blocks only where it is quoted (inline code, fenced code: config
+# values, defaults, commands and their output), and in the lab log, which is dated narrative.
+UNIT = (r"(?:samples/s|[kMG]bit/s|[kKMG]B/s|µs|us|ns|ms|s|sec|seconds?|min|minutes?|h|hours?|[KMG]iB|[kKMG]B|%)")
+NUMBER = r"\d+(?:[.,]\d+)*"
+FIGURE = re.compile(
+    rf"(?<![\w.\-/]){NUMBER}(?:\s?(?:-|–|\.\.)\s?{NUMBER})?[\s-]?{UNIT}(?![\w/])"
+    r"|(?<![\w.])\d+(?:\.\d+)?[×x](?!\w)"
+    r"|\[\s*[-+−]?\d+(?:\.\d+)?\s*,\s*[-+−]?\d+(?:\.\d+)?\s*\]")
+NOT_MEASURED = re.compile(r"\b95 ?% (?:interval|Student|confidence|t-interval)")  # a confidence level
+QUOTED = re.compile(r"^```.*?^```|`[^`\n]*(?:\n[^`\n]*)?`|<!--.*?-->", re.S | re.M)  # inline code may wrap once
+
+
+def hand_written(text: str) -> str:
+    """The text outside generated blocks, code and comments, one line per line (numbers keep their line)."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group())  # noqa: E731
+    return QUOTED.sub(blank, generate.BLOCK.sub(blank, NOT_MEASURED.sub(blank, text)))
+
+
+def measured_figures(text: str) -> list[str]:
+    return [f"line {text[:m.start()].count(chr(10)) + 1}: {m.group()!r}" for m in FIGURE.finditer(hand_written(text))]
+
+
+@pytest.mark.parametrize("text", ["took 15 min", "at 93.8 samples/s", "ring 0.85× [0.82, 0.87]", "a 3.5-minute try",
+                                  "rank 0 carried 1.42x the payload", "12 GiB", "spread 7.1 %", "[0.5, 1.2]"])
+def test_a_measured_figure_is_found(text):
+    assert measured_figures(f"Prose: {text}.\n")
+
+
+@pytest.mark.parametrize("text", ["`network.bandwidth_mbit=20`", "peers 8 x 2 on 16 cores", "a 95 % interval",
+                                  "10.213.7.0/24", "on 2026-11-25, 3 blocks", "```\ntook 15 min\n```",
+                                  "<!-- generated:groups -->\n45 s\n<!-- end generated:groups -->"])
+def test_quoted_values_and_generated_blocks_are_not_hand_written_figures(text):
+    assert measured_figures(f"{text}\n") == []
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: p.name)
+def test_no_measured_figure_written_by_hand(page):
+    found = measured_figures(page.read_text())
+    assert not found, (f"{page.relative_to(ROOT)}: measured figures outside a generated block (generate them from "
+                       f"bench/results.json, or move the dated story to docs/lab-log.md): {found}")
+
+
+# --- runnable command blocks --------------------------------------------------------------
+FENCE = re.compile(r"^```(?P<info>[^\n]*)\n(?P<body>.*?)^```", re.S | re.M)
+
+
+def shell_blocks(page: Path) -> list[tuple[str, str]]:
+    return [(m["info"].strip(), m["body"]) for m in FENCE.finditer(page.read_text()) if m["info"].startswith("sh")]
+
+
+def commands(body: str) -> list[list[str]]:
+    """Each command of a block as words: continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", body)
+    return [words for line in joined.splitlines() if (words := shlex.split(line, comments=True))]
+
+
+RUNNABLE = [(page, words) for page in [README, *sorted((ROOT / "docs").glob("*.md"))]
+            for info, body in shell_blocks(page) if info.split()[1:] == ["runnable"] for words in commands(body)]
+
+
+def test_every_shell_block_says_whether_it_is_runnable():
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for info, _ in shell_blocks(page):
+            assert info in ("sh runnable", "sh example"), f"{page.name}: ```{info}: mark it `sh runnable` or `sh example`"
+    assert len(RUNNABLE) >= 30
+
+
+class Parsed(Exception):
+    """Raised by the argument parser once it has accepted the command line: nothing after it runs."""
+
+    def __init__(self, namespace):
+        super().__init__(namespace)
+        self.namespace = namespace
+
+
+def parse_only(monkeypatch, run, argv: list[str]) -> argparse.Namespace:
+    """Run a script or module up to its argument parser with argv; return what the parser accepted."""
+    import warnings
+
+    warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)  # runpy of an imported module
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_args(self, args=None, namespace=None):
+        raise Parsed(original(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(Parsed) as parsed:
+        run()
+    return parsed.value.namespace
+
+
+def check_train(args: list[str]) -> None:
+    """train.py as `--cfg job` would compose it: the override check train.py runs first, then every job of a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from launchers.config import check_overrides
+
+    from helpers import compose_config
+
+    multirun = "-m" in args or "--multirun" in args
+    overrides = [a for a in args if a not in ("-m", "--multirun", "--help", "--cfg", "job")]
+    check_overrides(overrides)
+    choices = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.is_sweep_override():
+            assert multirun, f"{override.input_line}: a sweep needs -m"
+            choices.append([f"{override.get_key_element()}={v}" for v in override.sweep_string_iterator()])
+        else:
+            choices.append([override.input_line])
+    for job in itertools.product(*choices):
+        cfg = compose_config(*job, return_hydra_config=any(o.lstrip("+~").startswith("hydra.") for o in job))
+        OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+
+
+def makefile_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+
+
+def check_command(monkeypatch, words: list[str]) -> None:
+    assert not re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]), f"{words[0]}: settings are options, not the environment"
+    program, *args = words
+    if program == "make":
+        target, *rest = args
+        assert target in makefile_targets(), f"make {target}: no such target"
+        make_args = dict(a.split("=", 1) for a in rest)
+        if target == "run":
+            check_train(shlex.split(make_args.get("ARGS", "")))
+        return
+    assert program in (".venv/bin/python", "python"), f"{program}: not a command form the docs use"
+    if args[0] == "train.py":
+        check_train(args[1:])
+    elif args[0] == "-m":
+        parse_only(monkeypatch, lambda: runpy.run_module(args[1], run_name="__main__"), [args[1], *args[2:]])
+    else:
+        namespace = parse_only(monkeypatch, lambda: runpy.run_path(str(ROOT / args[0]), run_name="__main__"), args)
+        if args[0] == "bench/run.py":
+            from bench.run import BENCHMARKS, idle_options
+
+            assert set(namespace.names) <= set(BENCHMARKS), f"unknown benchmark in {namespace.names}"
+            assert not idle_options(namespace), f"options for benchmarks it does not run: {idle_options(namespace)}"
+
+
+@pytest.mark.parametrize("page, words", RUNNABLE, ids=[f"{p.name}: {' '.join(w)[:70]}" for p, w in RUNNABLE])
+def test_runnable_command(monkeypatch, page, words):
+    check_command(monkeypatch, list(words))
+
+
+@pytest.mark.parametrize("command, error", [
+    (".venv/bin/python train.py strategy=nonsense", "unknown strategy"),
+    (".venv/bin/python train.py ring.nonsense=1", "ring"),
+    (".venv/bin/python train.py strategy=ring,ps", "needs -m"),
+    (".venv/bin/python -m metrics.projection --no-such-flag DIR", "2"),
+    (".venv/bin/python bench/run.py nonsense", "unknown benchmark"),
+    (".venv/bin/python bench/run.py thesis --thesis-nonsense 1", "2"),
+    (".venv/bin/python bench/run.py noise --thesis-families hivemind", "does not run"),
+    ("AVGBENCH_THESIS_FAMILIES=hivemind .venv/bin/python bench/run.py thesis", "not the environment"),
+    ("make nonsense", "no such target"),
+])
+def test_a_broken_command_fails_the_check(monkeypatch, command, error):
+    with pytest.raises((Exception, SystemExit), match=error):
+        check_command(monkeypatch, shlex.split(command))

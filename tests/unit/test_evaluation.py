@@ -1,0 +1,202 @@
+"""Evaluation after training: precise BatchNorm makes the evaluated model a function of its
+parameters alone, so that workers with equal parameters evaluate equally; every test sample's outcome is kept
+for the bootstrap; evaluated weights are deleted or kept."""
+import json
+import os
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from torch import nn
+
+from helpers import CPU, host_evaluation, images, trained_on, trajectory
+from job.evaluation import PreciseBatchNorm, Snapshots, evaluate
+from job.model import GhostBatchNorm2d, state_digest, tiny
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import PeerDir
+from metrics.recording.steplog import StepLog
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_precise_statistics_are_the_subset_batches_mean_and_variance():
+    data = images(100, seed=0, shift=3.0)
+    norm = nn.BatchNorm2d(1)
+    PreciseBatchNorm(data, samples=64, batch_size=16, device=CPU)(norm)
+    order = torch.randperm(100, generator=torch.Generator().manual_seed(0))[:64]  # the fixed subset
+    batches = data.tensors[0][order].split(16)
+    assert norm.running_mean.item() == pytest.approx(np.mean([b.mean().item() for b in batches]), abs=1e-5)
+    assert norm.running_var.item() == pytest.approx(np.mean([b.var().item() for b in batches]), abs=1e-4)
+    assert norm.momentum == 0.1  # restored
+
+
+def test_workers_with_equal_parameters_evaluate_equally_after_precise_batch_norm():
+    torch.manual_seed(0)
+    first = tiny(10, 1)
+    second = tiny(10, 1)
+    second.load_state_dict(first.state_dict())
+    trained_on(first, images(64, seed=1))  # each worker's running statistics come from its own batches
+    trained_on(second, images(64, seed=2, shift=1.0))
+    test = images(50, seed=3)
+    assert state_digest(first) != state_digest(second)
+    assert evaluate(first, test, CPU)[0] != evaluate(second, test, CPU)[0]
+    precise = PreciseBatchNorm(images(200, seed=4), samples=128, batch_size=32, device=CPU)
+    for model in (first, second):
+        precise(model)
+    assert state_digest(first) == state_digest(second)
+    assert evaluate(first, test, CPU)[0] == evaluate(second, test, CPU)[0]
+
+
+def test_a_model_without_batch_norm_is_left_as_it_is():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    before = state_digest(model)
+    PreciseBatchNorm(images(64, seed=0), samples=64, batch_size=32, device=CPU)(model)
+    assert state_digest(model) == before
+
+
+def test_ghost_batch_norm_gets_the_same_precise_statistics_as_plain_batch_norm():
+    data = images(96, seed=5)
+    ghost, plain = GhostBatchNorm2d(1, group=16), nn.BatchNorm2d(1)
+    precise = PreciseBatchNorm(data, samples=96, batch_size=16, device=CPU)
+    precise(ghost)
+    precise(plain)
+    assert torch.equal(ghost.running_mean, plain.running_mean) and torch.equal(ghost.running_var, plain.running_var)
+
+
+def test_every_test_samples_outcome_adds_up_to_the_figures():
+    torch.manual_seed(0)
+    figures, outcome = evaluate(tiny(10, 1), images(70, seed=6), CPU, batch_size=32)
+    assert figures["test_samples"] == 70 == len(outcome["correct"]) == len(outcome["loss"])
+    assert figures["test_accuracy"] == outcome["correct"].mean()
+    assert figures["test_loss"] == pytest.approx(float(outcome["loss"].astype(float).mean()), rel=1e-6)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_snapshots_are_evaluated_with_their_digest_and_outcomes_then_deleted_or_kept(tmp_path, keep):
+    peer = PeerDir(tmp_path / "peer0")
+    torch.manual_seed(0)
+    model = tiny(10, 1)
+    snapshots, log = Snapshots(peer.snapshots, CPU, precise=True), StepLog(peer.path)
+    snapshots.take(model, step=0, wall_s=0.0, train_s=0.0, samples=0)
+    trained_on(model, images(64, seed=7))
+    with torch.no_grad():
+        model[-1].bias += 1.0
+    snapshots.take(model, step=5, wall_s=1.0, train_s=0.9, samples=160)
+    test = images(40, seed=8)
+    precise = PreciseBatchNorm(images(64, seed=9), samples=64, batch_size=32, device=CPU)
+    done = snapshots.evaluate_all(host_evaluation(tmp_path / "board", 0, test, precise), log, peer.eval_samples,
+                                  peer.weights if keep else None)
+    log.close()
+    evals = read_jsonl(peer.evals)
+    assert done["evaluations"] == 2 and [e["step"] for e in evals] == [0, 5]
+    assert evals[0]["state_sha256"] != evals[1]["state_sha256"] and all(e["precise_bn_s"] > 0 for e in evals)
+    with np.load(peer.eval_samples) as saved:
+        assert saved["step"].tolist() == [0, 5] and saved["correct"].shape == saved["loss"].shape == (2, 40)
+        assert [c.mean() for c in saved["correct"]] == [e["test_accuracy"] for e in evals]
+    assert not peer.snapshots.exists()
+    kept = sorted(p.name for p in peer.weights.glob("*.pt")) if keep else []
+    assert kept == (["step0000000.pt", "step0000005.pt"] if keep else [])
+
+
+def run_together(workers: dict) -> None:
+    """Drive the workers' evaluations one action at a time, in turn, as processes of one host would run them."""
+    running = {rank: snapshots.evaluating(host, log, peer.eval_samples) for rank, (peer, snapshots, host, log)
+               in workers.items()}
+    while running:
+        for rank in list(running):
+            if next(running[rank], None) is None:
+                del running[rank]
+                workers[rank][3].close()
+
+
+def evaluations_of(peer: PeerDir) -> tuple[list[dict], dict]:
+    with np.load(peer.eval_samples) as saved:
+        return read_jsonl(peer.evals), {name: saved[name] for name in saved.files}
+
+
+FIGURES = ("step", "test_loss", "test_accuracy", "test_samples", "state_sha256", "snapshot_key")
+
+
+def test_snapshot_keys_leave_out_only_the_statistics_precise_batch_norm_recomputes(tmp_path):
+    first = trajectory(PeerDir(tmp_path / "peer0"), [0, 5], statistics_seed=100)
+    second = trajectory(PeerDir(tmp_path / "peer1"), [0, 5], statistics_seed=200)
+    assert [s.key for s in first.taken] == [s.key for s in second.taken]  # equal parameters, other statistics
+    assert first.taken[0].key != first.taken[1].key  # other parameters
+    as_trained = trajectory(PeerDir(tmp_path / "peer2"), [0, 5], statistics_seed=100, precise=False)
+    other = trajectory(PeerDir(tmp_path / "peer3"), [0, 5], statistics_seed=200, precise=False)
+    assert as_trained.taken[0].key != other.taken[0].key  # evaluated as trained, the statistics count
+
+
+def test_identical_states_are_evaluated_once_and_every_worker_gets_all_its_evaluations(tmp_path):
+    steps, test = [0, 5, 10, 15, 20], images(40, seed=8)
+    precise = PreciseBatchNorm(images(64, seed=9), samples=64, batch_size=32, device=CPU)
+    workers = {}
+    for rank in (0, 1):
+        peer = PeerDir(tmp_path / f"peer{rank}")
+        workers[rank] = (peer, trajectory(peer, steps, statistics_seed=100 * (rank + 1)),
+                         host_evaluation(tmp_path / "board", rank, test, precise, counting=True), StepLog(peer.path))
+    run_together(workers)
+
+    alone = PeerDir(tmp_path / "alone" / "peer0")
+    snapshots, log = trajectory(alone, steps, statistics_seed=100), StepLog(alone.path)
+    snapshots.evaluate_all(host_evaluation(tmp_path / "alone" / "board", 0, test, precise), log, alone.eval_samples)
+    log.close()
+    expected, expected_outcomes = evaluations_of(alone)
+
+    evaluated = [state for _, _, host, _ in workers.values() for state in host.evaluator.states]
+    assert len(evaluated) == len(set(evaluated)) == len(steps)  # every state once, over both workers
+    assert all(host.evaluated > 0 for _, _, host, _ in workers.values())  # split between them
+    for rank, (peer, _, _, _) in workers.items():
+        evals, outcomes = evaluations_of(peer)
+        assert [{k: e[k] for k in FIGURES} for e in evals] == [{k: e[k] for k in FIGURES} for e in expected]
+        assert all(np.array_equal(outcomes[k], expected_outcomes[k]) for k in ("step", "correct", "loss"))
+        assert {e["evaluated_by"] for e in evals} == {0, 1}  # some copied from the other worker, marked so
+        assert [e["wall_s"] for e in evals] == [float(s) for s in steps]  # on each worker's own clock
+        assert not peer.snapshots.exists()
+
+
+def test_a_worker_done_with_its_own_snapshots_helps_with_the_others(tmp_path):
+    """Distinct states (an asynchronous strategy): one worker has 1 snapshot, the other 5; both evaluate the 5."""
+    test = images(40, seed=8)
+    workers = {}
+    for rank, steps in ((0, [0]), (1, [0, 5, 10, 15, 20])):
+        peer = PeerDir(tmp_path / f"peer{rank}")
+        workers[rank] = (peer, trajectory(peer, steps, statistics_seed=0, parameters_seed=rank),
+                         host_evaluation(tmp_path / "board", rank, test, None, counting=True), StepLog(peer.path))
+    run_together(workers)
+    evaluated = [state for _, _, host, _ in workers.values() for state in host.evaluator.states]
+    assert len(evaluated) == len(set(evaluated)) == 6
+    assert workers[0][2].evaluated >= 2  # its own and at least one of the other's
+    assert {e["evaluated_by"] for e in read_jsonl(workers[1][0].evals)} == {0, 1}
+    assert [e["step"] for e in read_jsonl(workers[0][0].evals)] == [0]
+
+
+def claim_as(board_dir, rank, key, pid, started):
+    """A claim of `key` written by another process (pid, its start time)."""
+    (board_dir / f"{key}.claim").write_text(json.dumps({"rank": rank, "pid": pid, "started": started,
+                                                        "at": time.time()}))
+
+
+def test_a_claim_of_a_dead_worker_is_not_waited_for(tmp_path):
+    peer, test = PeerDir(tmp_path / "peer0"), images(40, seed=8)
+    snapshots, log = trajectory(peer, [0, 5], statistics_seed=0), StepLog(peer.path)
+    host = host_evaluation(tmp_path / "board", 0, test, None, patience_s=1e6)
+    # worker 1 registered, claimed step 5's state and died (this pid, started at another time: a reused pid)
+    (tmp_path / "board" / "worker1.json").write_text(json.dumps({"rank": 1, "pid": os.getpid(), "started": 0.0}))
+    claim_as(tmp_path / "board", 1, snapshots.taken[1].key, os.getpid(), 0.0)
+    done = snapshots.evaluate_all(host, log, peer.eval_samples)  # a wait for the claim would outlast the test
+    log.close()
+    assert done["evaluated_here"] == 2 and [e["evaluated_by"] for e in read_jsonl(peer.evals)] == [0, 0]
+
+
+def test_a_claim_that_stalls_past_the_patience_is_evaluated_here(tmp_path):
+    peer, test = PeerDir(tmp_path / "peer0"), images(40, seed=8)
+    snapshots, log = trajectory(peer, [0, 5], statistics_seed=0), StepLog(peer.path)
+    host = host_evaluation(tmp_path / "board", 0, test, None, patience_s=0.5)
+    me = psutil.Process()
+    claim_as(tmp_path / "board", 1, snapshots.taken[0].key, me.pid, me.create_time())  # alive, never posts
+    done = snapshots.evaluate_all(host, log, peer.eval_samples)
+    log.close()
+    assert done["evaluated_here"] == 2 and [e["step"] for e in read_jsonl(peer.evals)] == [0, 5]

@@ -1,0 +1,181 @@
+"""CPU isolation per peer (netemu/cpu.py, job/cpugroup.py) and time dilation (netemu/dilation.py).
+
+Unit tier: the dilation rule on every composed strategy config, the emulate knobs' validation,
+the fidelity check and the conversion back. Integration tier (real cgroups, skipped with the
+reason where none can be written): a busy peer receives its quota, a straggler steps about
+twice as slowly, groups are removed after every run, and the not-isolated path says so once.
+"""
+import json
+
+import pytest
+
+from helpers import compose_config
+from job.errors import ConfigError
+from launchers.config import group_options, validate
+from metrics.summary.isolation import isolation_section, undilate
+from metrics.summary.network import network_section
+from metrics.recording.rundir import RunDir
+from netemu.dilation import dilate
+from strategies.stepwise import Stepwise
+
+# Every time knob in conf/, found by reading the files (the rule must find each; a miss fails here).
+TIME_KNOBS = {
+    "progress_interval_s", "timeouts.collective_s", "timeouts.startup_s", "timeouts.shutdown_s", "fault.stall_s",
+    "network.latency_ms",
+}
+STRATEGY_TIME_KNOBS = {
+    "hivemind": {"hivemind.matchmaking_time", "hivemind.averaging_timeout", "hivemind.request_timeout",
+                 "hivemind.finish_timeout_s"},
+    "ps": {"ps.idle_timeout_s"},
+    "ring": {"ring.cycle_time_ms"},
+}
+UNSCALED = ["peers", "peer_cpus", "batch_size", "max_steps", "lr", "eval_every", "fault.at_step", "sampler.interval",
+            "emulate.period_us", "emulate.dilation", "target.value"]
+
+
+def flat(config, prefix=""):
+    out = {}
+    for key, value in config.items():
+        out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+    return out
+
+
+def as_dict(cfg):
+    from omegaconf import OmegaConf
+
+    return flat(OmegaConf.to_container(cfg, resolve=True))
+
+
+@pytest.mark.parametrize("strategy", group_options("strategy"))
+def test_dilation_scales_every_time_knob_of_every_strategy(strategy):
+    cfg = compose_config(f"strategy={strategy}", "network=home", "network.latency_ms=5", "network.per_peer=[10,null]")
+    before = as_dict(cfg)
+    changed = dilate(cfg, 4)
+    after = as_dict(cfg)
+    for knob in TIME_KNOBS | STRATEGY_TIME_KNOBS.get(strategy, set()):
+        assert after[knob] == pytest.approx(4 * before[knob]), knob
+    assert after["network.bandwidth_mbit"] == pytest.approx(20 / 4)
+    assert after["network.per_peer"] == [pytest.approx(2.5), None]
+    for knob in UNSCALED:
+        assert after[knob] == before[knob], knob
+    assert set(changed) == TIME_KNOBS | STRATEGY_TIME_KNOBS.get(strategy, set()) | {
+        "network.bandwidth_mbit", "network.per_peer"}
+
+
+def test_a_new_time_knob_is_scaled_without_code_changes():
+    cfg = compose_config("strategy=ps", "+ps.foo_s=3", "+ps.handshake_timeout=2", "+timeouts.extra_ms=7")
+    dilate(cfg, 2)
+    assert (cfg.ps.foo_s, cfg.ps.handshake_timeout, cfg.timeouts.extra_ms) == (6, 4, 14)
+
+
+def test_a_time_knob_interpolating_another_is_scaled_once():
+    cfg = compose_config("+fault.other_s=${fault.stall_s}")
+    dilate(cfg, 3)
+    assert (cfg.fault.stall_s, cfg.fault.other_s) == (90, 90)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["emulate.isolate=maybe"], "emulate.isolate must be one of auto, on, off, got maybe"),
+    (["emulate.peer_cpu_share=[1,0.5,1]"], "emulate.peer_cpu_share has 3 entries, more than the run's 2 processes"),
+    (["emulate.peer_cpu_share=[1,0]"], "emulate.peer_cpu_share[1] must be in (0, 1] (or null), got 0"),
+    (["emulate.peer_cpu_share=[1.5]"], "emulate.peer_cpu_share[0] must be in (0, 1] (or null), got 1.5"),
+    (["emulate.dilation=0.5"], "emulate.dilation must be >= 1, got 0.5"),
+    (["emulate.dilation=2", "emulate.isolate=off", "emulate.allow_unchecked_dilation=true"],
+     "emulate.dilation=2 needs CPU isolation, but emulate.isolate=off"),
+    (["emulate.dilation=8"], f"strategy stepwise is checked for emulate.dilation up to {Stepwise.checked_dilation:g} "
+                             "(bench/emulation.py), not 8; emulate.allow_unchecked_dilation=true runs it anyway"),
+    (["emulate.peer_cpu_share=[0.05]", "emulate.period_us=10000"], "raise emulate.period_us"),
+])
+def test_bad_emulate_knobs_are_refused_before_launch(overrides, message):
+    with pytest.raises(ConfigError) as raised:
+        validate(compose_config("strategy=stepwise", "peers=2", *overrides))
+    assert message in str(raised.value)
+
+
+def write_run(tmp_path, cpu_figures: dict[int, dict], period_us=10000, hosts: dict[int, str] | None = None):
+    run = RunDir(tmp_path)
+    run.private.mkdir(parents=True)
+    run.cpu_groups.write_text(json.dumps({"status": "isolated", "reason": None, "cgroup": "v1",
+                                          "period_us": period_us, "ranks": {}}))
+    return run, {rank: {"cpu": figures} | ({"host": hosts[rank]} if hosts else {})
+                 for rank, figures in cpu_figures.items()}
+
+
+def cpu(quota, received, runq, throttled=0, in_group=10.0, threads=1):
+    return {"quota_cpus": quota, "threads": threads, "in_group_s": in_group, "cpu_received_s": received,
+            "runq_s": runq, "throttled_periods": throttled, "throttled_s": 0.0}
+
+
+def test_fidelity_check(tmp_path):
+    run, results = write_run(tmp_path, {
+        0: cpu(1.0, 9.9, 0.1),                  # got its core
+        1: cpu(0.5, 5.0, 5.0, throttled=500),   # busy, throttled by its own quota: runq explained by throttling
+        2: cpu(1.0, 3.0, 0.2),                  # idle much of the time (waiting for the network): little runq
+        3: cpu(1.0, 4.8, 5.1),                  # busy on a shared core: half its promise, waiting the rest
+    }, hosts={0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"})
+    section = isolation_section(run, results)
+    assert section["faithful"] is False
+    assert [r["received_share"] for r in section["by_rank"]] == pytest.approx([0.99, 1.0, 0.3, 0.48])
+    assert [r["host"] for r in section["by_rank"]] == ["node-a", "node-a", "node-b", "node-b"]
+    assert section["unfaithful"] == ["rank 3 on host node-b: received 48% of its promised CPU and waited 51% of its "
+                                     "time in the run queue beyond its quota"]
+
+
+def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
+    run = RunDir(tmp_path)
+    run.private.mkdir(parents=True)
+    run.cpu_groups.write_text(json.dumps({"status": "not isolated", "reason": "emulate.isolate=off", "cgroup": None,
+                                          "period_us": 10000, "ranks": {}}))
+    section = isolation_section(run, {0: {"cpu": {"in_group_s": 3.0, "runq_s": 0.1}}})
+    assert (section["status"], section["faithful"], section["by_rank"][0]["runq_s"]) == ("not isolated", None, 0.1)
+
+
+def test_undilate_converts_times_back():
+    """Every figure whose name says seconds (at any depth) / k, every rate x k; instants, shares, bytes, the
+    config as asked and the real machine's CPU accounting stay."""
+    summary = {"wall_s": 40.0, "started_at": 1000.0, "time_breakdown_s": {"compute_s": 2.0, "comm_s": None},
+               "time_breakdown_share": {"compute_s": 0.5}, "time_to_target_s": 8.0,
+               "time_to_target_by_rank": {0: 8.0, 1: None}, "samples_to_target": 64.0, "time_per_sample_s": 0.125,
+               "hidden_comm_s": 0.4, "startup_wait_s": 2.0, "throughput_samples_per_s": 10.0,
+               "bytes_sent_per_step": 100.0, "evaluation": {"after_training_s": 4.0, "interval_steps": 5},
+               "averaging_rounds": {"rounds": [{"started_at": 1001.0, "duration_s": 0.8, "group_size": 2}]},
+               "peers": [{"train_s": 20.0, "wall_s_per_step": 0.2, "cpu_s_per_step": 0.16, "runq_s_per_step": 0.04,
+                          "steps": 100, "result": {"strategy": {"averaging_s": 1.2, "allreduce_ns": 4000},
+                                                   "cpu": {"in_group_s": 30.0, "cpu_received_s": 7.5}}}],
+               "network": {"bandwidth_mbit_by_rank": [5.0, None], "latency_ms": 20.0,
+                           "efficiency": {"floor_s": 0.8, "measured_s_per_round": 1.0, "efficiency": 0.8,
+                                          "throughput_bound_samples_per_s": 50.0}},
+               "strategy_knobs": {"matchmaking_time": 20.0, "target_batch_size": 64},
+               "isolation": {"by_rank": [{"in_group_s": 30.0, "runq_s": 1.0}]},
+               "machine": {"sampled_s": 41.0}, "config": {"timeouts": {"collective_s": 60}}}
+    back = undilate(summary, 4)
+    assert back["wall_s"] == 10 and back["time_breakdown_s"] == {"compute_s": 0.5, "comm_s": None}
+    assert back["time_to_target_s"] == 2 and back["time_to_target_by_rank"] == {0: 2.0, 1: None}
+    assert (back["time_per_sample_s"], back["hidden_comm_s"], back["startup_wait_s"]) == (0.03125, 0.1, 0.5)
+    assert back["throughput_samples_per_s"] == 40 and back["evaluation"]["after_training_s"] == 1
+    peer = back["peers"][0]
+    assert (peer["train_s"], peer["wall_s_per_step"], peer["cpu_s_per_step"], peer["runq_s_per_step"]) == (
+        5, 0.05, 0.04, 0.01)
+    assert peer["result"]["strategy"] == {"averaging_s": 0.3, "allreduce_ns": 1000}
+    assert back["averaging_rounds"]["rounds"] == [{"started_at": 1001.0, "duration_s": 0.2, "group_size": 2}]
+    assert back["network"]["bandwidth_mbit_by_rank"] == [20.0, None] and back["network"]["latency_ms"] == 5
+    assert back["network"]["efficiency"] == {"floor_s": 0.2, "measured_s_per_round": 0.25, "efficiency": 0.8,
+                                             "throughput_bound_samples_per_s": 200.0}
+    assert back["strategy_knobs"] == {"matchmaking_time": 5.0, "target_batch_size": 64}
+    unchanged = ("started_at", "time_breakdown_share", "samples_to_target", "bytes_sent_per_step", "isolation",
+                 "machine", "config")
+    assert {key: back[key] for key in unchanged} == {key: summary[key] for key in unchanged}
+    assert peer["steps"] == 100 and back["evaluation"]["interval_steps"] == 5
+    assert peer["result"]["cpu"] == {"in_group_s": 30.0, "cpu_received_s": 7.5}
+
+
+def test_a_dilated_links_rate_and_latency_are_reported_as_asked(tmp_path):
+    """The network section reads the links as built (rate / k, latency x k), so converting back gives what the
+    config asked for, not latency / k."""
+    run = RunDir(tmp_path)
+    run.private.mkdir(parents=True)
+    run.network.write_text(json.dumps({"hosts": [{"index": i, "bandwidth_mbit": 5.0, "latency_ms": 20.0}
+                                                 for i in range(2)]}))
+    asked = {"network": {"name": "emulated", "bandwidth_mbit": 20, "latency_ms": 5}}
+    network = undilate({"network": network_section(run, asked, {})}, 4)["network"]
+    assert (network["bandwidth_mbit_by_rank"], network["latency_ms"]) == ([20.0, 20.0], 5.0)

@@ -1,0 +1,193 @@
+"""summary.json from per-peer logs written by hand (unit tier): every figure against numbers
+computed here from its definition."""
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from metrics.recording.rundir import RunDir
+from metrics.summary.build import build_summary
+
+pytestmark = pytest.mark.timeout(30)
+
+PHASES = {"data_s", "compute_s", "comm_s", "opt_s"}
+
+
+def outcome(status="completed", ended_at=1000.0):
+    return SimpleNamespace(status=status, exit_code=0 if status == "completed" else 1, error=None,
+                           failed_rank=None, lost_peers=[], wall_s=9.0, ended_at=ended_at)
+
+
+def config(metric="test_accuracy", value=0.6):
+    return {"target": {"metric": metric, "value": value}, "data": {"name": "digits"},
+            "network": {"name": "loopback"}, "strategy": {"name": "allreduce"}, "peers": 2}
+
+
+def write_lines(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def step(n, samples, train_s, sent, recv, compute, comm):
+    return {"step": n, "wall_s": train_s + 0.5, "train_s": train_s, "samples": samples, "loss": 1.0,
+            "data_s": 0.1, "compute_s": compute, "comm_s": comm, "opt_s": 0.1,
+            "bytes_sent": sent, "bytes_recv": recv, "round": None}
+
+
+def evaluation(n, train_s, accuracy, loss):
+    return {"step": n, "train_s": train_s, "wall_s": train_s, "samples": 0, "test_accuracy": accuracy,
+            "test_loss": loss, "eval_s": 0.2}
+
+
+@pytest.fixture
+def run(tmp_path):
+    """Two workers and a server. Rank 0: 4 steps of 32 samples, done at train_s 3.0; rank 1:
+    3 steps of 48, done at 4.8 (the longest). The server (rank 2) logs no steps."""
+    run = RunDir(tmp_path / "run")
+    write_lines(run.peer(0).steps, [step(n, 32 * n, 0.75 * n, 100, 80, 0.4, 0.4) for n in range(1, 5)])
+    write_lines(run.peer(1).steps, [step(1, 48, 1.6, 50, 10, 0.6, 0.2), step(2, 96, 3.2, 0, 0, 0.6, 0.2),
+                                    step(3, 144, 4.8, 150, 30, 0.6, 0.2)])
+    write_lines(run.peer(0).evals, [evaluation(0, 0.0, 0.1, 2.3), evaluation(2, 1.4, 0.6, 1.2),
+                                    evaluation(4, 3.0, 0.8, 0.6)])
+    write_lines(run.peer(1).evals, [evaluation(0, 0.0, 0.1, 2.3), evaluation(2, 2.9, 0.5, 1.5),
+                                    evaluation(3, 4.8, 0.7, 0.9)])
+    run.peer(0).result.write_text(json.dumps({"rank": 0, "role": "worker", "effective_lr": 0.02}))
+    run.peer(2).path.mkdir()
+    run.peer(2).result.write_text(json.dumps({"rank": 2, "role": "server"}))
+    return run
+
+
+def test_throughput_is_all_samples_over_the_longest_workers_time(run):
+    summary = build_summary(run, config(), outcome())
+    assert summary["workers"] == 2  # the server trains nothing
+    assert summary["total_samples"] == 4 * 32 + 3 * 48
+    assert summary["throughput_samples_per_s"] == pytest.approx(272 / 4.8)  # rank 1 is the longest, not rank 0
+
+
+def test_accuracy_by_worker_and_final_figures_are_the_worst_workers(run):
+    summary = build_summary(run, config(), outcome())
+    accuracy = summary["accuracy_by_worker"]
+    assert accuracy["mean"] == pytest.approx(0.75)
+    assert (accuracy["worst"], accuracy["best"]) == (0.7, 0.8)
+    assert summary["final_test_accuracy"] == 0.7 and summary["final_test_loss"] == 0.9
+
+
+def test_time_to_target_needs_every_worker_to_cross_for_good(run):
+    summary = build_summary(run, config("test_accuracy", 0.6), outcome())
+    # rank 0 reaches 0.6 at 1.4 s (step 2) and holds it at step 4; rank 1 reaches it only at its last evaluation
+    assert summary["time_to_target_by_rank"] == {0: 1.4, 1: None}
+    assert summary["time_to_target_s"] is None and summary["steps_to_target"] is None
+
+
+def test_loss_target_is_reached_from_above(run):
+    summary = build_summary(run, config("test_loss", 1.2), outcome())
+    # rank 0: 1.2 at 1.4 s, held (0.6); rank 1: 1.5 at 2.9 s is not yet <= 1.2, 0.9 at its last evaluation
+    # is unconfirmed
+    assert summary["time_to_target_by_rank"] == {0: 1.4, 1: None} and summary["time_to_target_s"] is None
+
+
+def test_time_breakdown_is_the_mean_over_all_steps_and_its_shares(run):
+    summary = build_summary(run, config(), outcome())
+    breakdown, shares = summary["time_breakdown_s"], summary["time_breakdown_share"]
+    # 4 steps of rank 0 (compute 0.4, comm 0.4) and 3 of rank 1 (compute 0.6, comm 0.2): a step is 1.0 s
+    assert breakdown["compute_s"] == pytest.approx((4 * 0.4 + 3 * 0.6) / 7)
+    assert breakdown["comm_s"] == pytest.approx((4 * 0.4 + 3 * 0.2) / 7)
+    assert breakdown["data_s"] == pytest.approx(0.1) and breakdown["opt_s"] == pytest.approx(0.1)
+    assert set(shares) == PHASES
+    assert shares["compute_s"] == pytest.approx(3.4 / 7) and shares["comm_s"] == pytest.approx(2.2 / 7)
+    assert shares["data_s"] == pytest.approx(0.1) and sum(shares.values()) == pytest.approx(1.0)
+
+
+def test_hidden_communication_is_its_own_figure_outside_the_step(tmp_path):
+    """DDP-like steps: 0.3 s of link time ran behind backward (hidden_comm_s); the four phases still sum to the
+    step and the hidden time is reported beside them, as a mean and a share of the step."""
+    run = RunDir(tmp_path / "run")
+    write_lines(run.peer(0).steps, [step(n, 32 * n, float(n), 10, 10, 0.6, 0.2) | {"hidden_comm_s": 0.3}
+                                    for n in range(1, 4)])
+    summary = build_summary(run, config(), outcome())
+    assert set(summary["time_breakdown_share"]) == PHASES
+    assert summary["hidden_comm_s"] == pytest.approx(0.3) and summary["hidden_comm_share"] == pytest.approx(0.3)
+
+
+def test_bytes_per_step_and_per_sample(run):
+    summary = build_summary(run, config(), outcome())
+    sent, recv = 4 * 100 + 50 + 0 + 150, 4 * 80 + 10 + 0 + 30  # 600, 360
+    assert summary["bytes_sent_per_step"] == pytest.approx(sent / 7)
+    assert summary["bytes_recv_per_step"] == pytest.approx(recv / 7)
+    assert summary["bytes_sent_per_sample"] == pytest.approx(sent / 272)  # not per step / a batch size
+    assert summary["bytes_recv_per_sample"] == pytest.approx(recv / 272)
+
+
+def test_run_facts_are_passed_through(run):
+    summary = build_summary(run, config(), outcome(), knobs={"transport": "gloo"}, is_baseline=True)
+    assert summary["status"] == "completed" and summary["is_baseline"] is True
+    assert summary["strategy_knobs"] == {"transport": "gloo"} and summary["effective_lr"] == 0.02
+    assert summary["network"] == {"mode": "loopback", "per_peer": False}
+    assert summary["network_scope"].startswith("host-wide") and summary["fault"] is None
+    assert [p["rank"] for p in summary["peers"]] == [0, 1, 2]
+    assert summary["peers"][2]["steps"] == 0 and summary["peers"][2]["result"]["role"] == "server"
+
+
+def test_the_strategys_declared_counters_are_summed_over_peers_and_its_failure_counters_shown(run, capsys):
+    """train.py prints the counters the strategy declares, whatever their names (none guessed from words)."""
+    import train
+
+    for rank, figures in ((0, {"rounds": 3, "round_trips_failed": 1, "x": 5}), (1, {"rounds": 4, "dropped": 0})):
+        run.peer(rank).result.write_text(json.dumps({"rank": rank, "role": "worker", "strategy": figures}))
+    summary = build_summary(run, config(), outcome(), failure_counters=("dropped",))
+    train.print_result(run.path, summary, outcome(), ("rounds", "dropped"))
+    assert "avgbench: summed over peers: rounds 7, dropped 0\n" in capsys.readouterr().out
+    assert summary["failure_counters"] == ["dropped"]
+
+
+def test_the_earliest_fault_is_reported_with_the_time_to_the_outcome(run):
+    run.peer(1).fault.write_text(json.dumps({"rank": 1, "kinds": ["stall_peer"], "step": 3, "time": 990.0}))
+    run.peer(0).fault.write_text(json.dumps({"rank": 0, "kinds": ["kill_peer"], "step": 2, "time": 994.0}))
+    fault = build_summary(run, config(), outcome("failed", ended_at=1000.0))["fault"]
+    assert fault["rank"] == 1 and fault["kinds"] == ["stall_peer"]
+    assert fault["run_ended_after_s"] == pytest.approx(10.0) and fault["survived"] is False
+
+
+def test_an_empty_run_has_no_rates(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    summary = build_summary(run, config(), outcome("failed"))
+    assert summary["workers"] == 0 and summary["total_samples"] == 0
+    assert summary["throughput_samples_per_s"] is None and summary["bytes_sent_per_sample"] is None
+    assert summary["time_to_target_s"] is None and summary["time_breakdown_share"] == {}
+
+
+def test_round_records_join_by_group_and_count_each_round_once():
+    """Two members' records of one round make one round (bytes summed, the longer duration); a round whose second
+    member failed is a failed round; group sizes count rounds, not member records."""
+    from metrics.summary.rounds import join_rounds
+
+    def member(rank, group, duration, sent, success=True, size=2):
+        return {"rank": rank, "group_id": group, "kind": "gradients", "epoch": 0, "group_size": size,
+                "started_at": 100.0 + rank, "duration_s": duration, "bytes_sent": sent, "bytes_recv": sent,
+                "overlapped": False, "success": success}
+
+    rounds = join_rounds([member(0, "a", 0.5, 10), member(1, "a", 0.7, 12), member(0, "b", 0.2, 3),
+                          member(1, "b", 0.1, 0, success=False)])
+    assert [(r["group_id"], r["members_recorded"], r["bytes_sent"], r["duration_s"], r["success"]) for r in rounds] \
+        == [("a", 2, 22, 0.7, True), ("b", 2, 3, 0.2, False)]
+
+
+def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path):
+    """Two runs of 2 workers: 3 gradient rounds (two of the whole swarm, one failed of 1) -> one row."""
+    from metrics.report.runs import Group, Run
+    from metrics.report.tables import rounds_table
+
+    def run(rounds):
+        sizes = {}
+        for r in rounds:
+            sizes[str(r["group_size"])] = sizes.get(str(r["group_size"]), 0) + 1
+        return Run(tmp_path, {"workers": 2, "averaging_rounds": {"rounds": rounds, "group_sizes": {"gradients": sizes}}},
+                   [])
+
+    def round_(size, success=True, duration=1.0):
+        return {"kind": "gradients", "group_size": size, "success": success, "duration_s": duration}
+
+    table = rounds_table([Group([run([round_(2), round_(1, False, 3.0)]), run([round_(2, duration=2.0)])], "hm")])
+    assert table.rows == [["hm", "gradients", "3", "1: 1, 2: 2", "66.7", "1", "2"]]
+    assert rounds_table([Group([Run(tmp_path, {"workers": 2}, [])], "ring")]) is None

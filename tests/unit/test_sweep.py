@@ -1,0 +1,145 @@
+"""A multirun in paired blocks: its design declared before the first run (the primary figure, the comparisons, the
+blocks, a Williams order, the control arm; unit tier), configurations and their baselines interleaved block by
+block, and a sweep that resumes in its own directory after an interruption (integration tier: real runs of the tiny
+model)."""
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import compose_config, report_config
+
+
+# --- the design, without a run (unit tier) ------------------------------------------------------
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_williams_order_balances_positions_and_carry_over(n):
+    from metrics.report.design import williams
+
+    sequences = williams(n)
+    assert len(sequences) == (2 * n if n % 2 and n > 1 else n) and all(sorted(s) == list(range(n)) for s in sequences)
+    per_position = [sorted(s[p] for s in sequences) for p in range(n)]
+    assert all(found == sorted(list(range(n)) * (len(sequences) // n)) for found in per_position)
+    follows = [(a, b) for s in sequences for a, b in zip(s, s[1:])]
+    expected = len(sequences) // n  # each ordered pair of different jobs adjacent this often
+    assert all(follows.count(pair) == expected for pair in itertools.permutations(range(n), 2))
+
+
+def planned(*jobs) -> list:
+    """(name, planned run) of each (name, strategy, peers, extra config)."""
+    from metrics.report.runs import planned_run
+
+    return [(name, planned_run(report_config(strategy, peers, **extra), strategy == "single"))
+            for name, strategy, peers, extra in jobs]
+
+
+HEADLINE = [("strategy=allreduce", "allreduce", 2, {}), ("strategy=stepwise", "stepwise", 2, {}),
+            ("baseline_2x1", "single", 2, {}), ("baseline_1x1", "single", 1, {})]
+
+
+def test_the_declaration_names_the_primary_figure_and_every_comparison():
+    from metrics.report.design import control_jobs, declaration
+
+    named = planned(*HEADLINE)
+    assert control_jobs([run for _, run in named]) == [2]  # the equal-resource baseline, not the one-peer one
+    found = declaration(named, 3)
+    assert found["primary"] == {"data=digits, model=tiny": {
+        "figure": "time_to_target", "metric": "test_accuracy", "value": 0.9, "estimator": "confirmed_crossing",
+        "declared": "auto"}}
+    assert found["comparisons"] == {"data=digits, model=tiny": [
+        ["strategy=allreduce", "baseline_2x1"], ["strategy=stepwise", "baseline_2x1"],
+        ["strategy=allreduce", "strategy=stepwise"]]}
+    synthetic = planned(("a", "allreduce", 2, {"data": {"name": "synthetic"}}),
+                        ("b", "single", 2, {"data": {"name": "synthetic"}}))
+    assert declaration(synthetic, 3)["primary"]["data=synthetic, model=tiny"]["figure"] == "throughput"
+    with pytest.raises(ValueError, match="report.primary=time_to_target on synthetic data"):
+        declaration(planned(("a", "allreduce", 2, {"data": {"name": "synthetic"},
+                                                   "report": {"primary": "time_to_target"}})), 3)
+
+
+def noise_file(tmp_path, **log_sd) -> str:
+    rows = [{"figure": "time_to_target", "metric": "test_accuracy", "value": 0.9, "estimator": "confirmed_crossing",
+             "data": "digits", "model": "tiny", "strategy": name, "log_sd": sd, "blocks": 3,
+             "measured_at": "then", "machine": "here"} for name, sd in log_sd.items()]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"results": [{"name": "primary_noise", "rows": rows}]}))
+    return path
+
+
+def test_repeats_auto_plans_the_blocks_from_the_recorded_noise(tmp_path):
+    """The fewest blocks whose detectable ratio is x/÷1.10 after Holm over the 3 declared comparisons, at the
+    noise pooled over the sweep's strategies; capped, and refused where a strategy's noise is not recorded."""
+    from scipy.stats import t
+
+    from metrics.report.design import planned_blocks
+
+    path = noise_file(tmp_path, allreduce=0.04, stepwise=0.03)
+    blocks, lines = planned_blocks(planned(*HEADLINE), path, cap=30)
+    sd = ((0.04 ** 2 + 0.03 ** 2) / 2) ** 0.5
+
+    def detects(n):  # the paired t-test's power calculation, written out
+        return 2.718281828 ** ((t.ppf(1 - 0.05 / 6, n - 1) + t.ppf(0.8, n - 1)) * sd / n ** 0.5)
+    assert detects(blocks) <= 1.10 < detects(blocks - 1)
+    assert lines[0].startswith(f"repeats=auto: {blocks} blocks for data=digits, model=tiny: detect a ratio beyond "
+                               "×/÷1.10 at 80 % power after Holm over 3 comparisons")
+    assert "fixed now, no optional stopping" in lines[0]
+    capped, lines = planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.3, stepwise=0.3), cap=12)
+    assert capped == 12 and "capped" in lines[0]
+    with pytest.raises(ValueError, match=r"none for stepwise .*--record-noise"):
+        planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.04), cap=30)
+
+
+def test_a_resumed_sweep_keeps_its_first_declaration_and_says_what_changed(tmp_path):
+    from launchers.sweeper import write_plan
+
+    first = {"primary": {"s": {"figure": "time_to_target"}}, "comparisons": {"s": [["a", "b"]]}, "blocks": 3,
+             "order": {"sequences": 2}}
+    earlier = {"declaration": first, "reruns": [{"job": "block0/a", "attempts": ["superseded/t0/block0/a"]}]}
+    plan = write_plan(tmp_path, [], ["block0/b"], first | {"blocks": 5}, [], {"block1/a": "superseded/t1/block1/a"},
+                      earlier)
+    assert plan["declaration"] == first and plan["redeclared"]["blocks"] == 5
+    assert plan["changed"] == "this sweep's plan differs from the one its first runs were made under in blocks"
+    assert plan["reruns"] == [{"job": "block0/a", "attempts": ["superseded/t0/block0/a"]},
+                              {"job": "block1/a", "attempts": ["superseded/t1/block1/a"]}]
+    same = write_plan(tmp_path, [], ["block0/b"], first, [], {}, earlier)
+    assert "changed" not in same and same["declaration"] == first
+    resolved = {"s": {"figure": "time_to_target", "declared": "time_to_target"}}  # auto, now asked for by name
+    assert "changed" not in write_plan(tmp_path, [], ["block0/b"], first | {"primary": resolved}, [], {}, earlier)
+    assert json.loads((tmp_path / ".avgbench" / "sweep.json").read_text()) == same
+
+
+def write_node_summary(job: Path, node: int, config: dict, status: str = "completed") -> None:
+    """Node `node`'s summary of a SLURM job over 2 nodes: the config as the node resolved it (launch.* from SLURM's
+    variables there)."""
+    launch = config["launch"] | {"nnodes": 2, "node_rank": node, "master_addr": "10.213.7.2"}
+    (job / f"node{node}").mkdir(parents=True)
+    (job / f"node{node}" / "summary.json").write_text(json.dumps(
+        {"status": status, "config": config | {"launch": launch}, "target": config["target"], "peers": []}))
+
+
+def test_a_sweep_keeps_a_job_only_where_every_node_completed_it(tmp_path, monkeypatch):
+    """The submitting host composes launch.nnodes=1, node_rank=0, master_addr=127.0.0.1 (no SLURM variables
+    there): a job completed on both nodes is kept; one whose node 1 failed or wrote nothing, one made on another
+    number of nodes, or with another setting, runs again."""
+    from omegaconf import OmegaConf
+
+    from launchers.sweeper import completed_with
+
+    for name in ("SLURM_NNODES", "SLURM_NODEID", "SLURM_LAUNCH_NODE_IPADDR"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = compose_config("experiment=slurm", "strategy=allreduce", "peers=4", "model=tiny", "max_steps=20")
+    recorded = OmegaConf.to_container(cfg, resolve=True) | {"device": "cpu"}
+    assert recorded["launch"] == {"nnodes": 1, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": 29500,
+                                  "hostfile": None}
+    done, failed, lost, other = (tmp_path / name for name in ("done", "failed", "lost", "other"))
+    for job in (done, failed, lost):
+        write_node_summary(job, 0, recorded)
+    write_node_summary(done, 1, recorded)
+    write_node_summary(failed, 1, recorded, status="failed")
+    write_node_summary(other, 0, recorded | {"max_steps": 40})
+    write_node_summary(other, 1, recorded | {"max_steps": 40})
+    assert completed_with(done, cfg, nodes=2)
+    assert not completed_with(failed, cfg, nodes=2) and not completed_with(lost, cfg, nodes=2)
+    assert not completed_with(done, cfg, nodes=1)  # asked for one node now
+    assert not completed_with(other, cfg, nodes=2)

@@ -1,0 +1,496 @@
+"""The verdict on run folders written here (unit tier: no training, no process): one primary figure declared
+before the data, misses censored, the declared comparisons, the control arm, honest intervals, attempts kept.
+
+Each scenario is a multirun's directory as the sweeper leaves it (tests/helpers.py write_sweep), reported by
+metrics.report.build_report; the expected intervals are computed here by hand for three blocks (df = 2, where
+Student's t has a closed form: quantile(p) = (2p - 1) / sqrt(2 p (1 - p)), so t(0.975, 2) = 4.302653).
+"""
+import csv
+import json
+import math
+import re
+
+import pytest
+
+from helpers import report_config, report_of, write_report_run, write_sweep
+
+pytestmark = pytest.mark.timeout(60)
+
+T_975_DF2 = 4.302653
+BASELINE_TIMES = [10.0, 11.0, 10.5]  # the equal-resource baseline's time-to-target per block (s)
+
+
+def blocks(strategy: str, peers: int, throughputs: list[float], times: list[float | None], cpus: int = 1,
+           **extra) -> list[tuple]:
+    """A job's runs, one per block (write_sweep's format)."""
+    return [(strategy, peers, cpus, t, x, extra) for t, x in zip(throughputs, times)]
+
+
+def baselines(times: list[float] = BASELINE_TIMES, **extra) -> dict:
+    """The equal-resource baseline (2 CPUs) and the one-peer reference, as the sweeper adds them."""
+    return {"baseline_2x1": blocks("single", 2, [100.0] * len(times), times, **extra),
+            "baseline_1x1": blocks("single", 1, [60.0] * len(times), [15.0] * len(times), **extra)}
+
+
+def verdict_of(markdown: str) -> str:
+    return markdown.split("## Verdict")[1].split("\n## ")[0]
+
+
+def line_of(verdict: str, label: str) -> str:
+    """The finding under the answer for one configuration."""
+    return next(line for line in verdict.splitlines() if line.startswith(f"- {label}: "))
+
+
+def answer_of(verdict: str) -> str:
+    return re.search(r"^\*\*(.*)\*\*$", verdict, re.M)[1]
+
+
+def entry_of(verdict: str, label: str) -> str:
+    return re.search(rf"^\d+\. \*\*{re.escape(label)}\*\*: (.*)$", verdict, re.M)[1]
+
+
+def rows_of(out) -> list[dict]:
+    with open(out / "runs.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def interval(ratios: list[float]) -> tuple[float, float, float]:
+    """Geometric mean and 95 % t-interval of three ratios, by hand."""
+    logs = [math.log(r) for r in ratios]
+    centre = sum(logs) / 3
+    sd = math.sqrt(sum((x - centre) ** 2 for x in logs) / 2)
+    half = T_975_DF2 * sd / math.sqrt(3)
+    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
+
+
+# --- the scenarios: each failed on the report code before this one ------------------------------
+
+def test_a_miss_with_more_throughput_is_no_win_and_the_report_agrees_with_itself(tmp_path):
+    """Stepwise misses the target in 1 of 3 blocks, takes twice the baseline's time in the others and has 1.5x its
+    throughput: the verdict is on time-to-target alone, the miss censored, and nothing calls stepwise faster."""
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=stepwise": blocks("stepwise", 2, [150.0, 153.0, 147.0], [20.0, None, 21.0]), **baselines()})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert " is faster than" not in verdict and "faster:" not in verdict
+    assert verdict.index("Primary figure (declared before the first run): time-to-target (test_accuracy ≥ 0.9") < \
+        verdict.index("**Answer: no averaging configuration is shown faster than one process on the same CPUs in "
+                      "time-to-target to test_accuracy ≥ 0.9.")
+    finding = line_of(verdict, "stepwise 2×1cpu")
+    assert finding.startswith("- stepwise 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single "
+                              "2×1cpu: cannot tell: ")
+    assert "(3 blocks, 1 censored) (censored blocks: the exact signed-rank test decides, p = 0.25" in finding
+    # one comparison: the signed-rank test needs 6 blocks before it can ever reach p < 0.05 (2 / 2^6 < 0.05)
+    assert "it needs 6 blocks whose runs differ before it can reach p < 0.05 after Holm over 1 comparisons" in verdict
+    assert "throughput speedup 1.50× [" in entry_of(verdict, "stepwise 2×1cpu")
+    assert "vs single 2×1cpu (beside the primary figure)" in entry_of(verdict, "stepwise 2×1cpu")
+
+
+def test_a_censored_configuration_never_ranks_ahead_of_one_that_reached_every_time(tmp_path):
+    """Stepwise reaches the target faster than allreduce where it reaches it and has more throughput, but misses it
+    once; allreduce reaches it in every block. MLPerf's summary stands beside the censored estimate."""
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=stepwise": blocks("stepwise", 2, [150.0, 151.0, 149.0], [6.0, 6.5, None]),
+        "strategy=allreduce": blocks("allreduce", 2, [100.0, 99.0, 101.0], [11.0, 12.0, 11.5]), **baselines()})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    ranked = re.findall(r"^\d+\. \*\*(.+?)\*\*", verdict, re.M)
+    assert ranked.index("allreduce 2×1cpu") < ranked.index("stepwise 2×1cpu")
+    assert "faster:" not in verdict and " is faster than" not in verdict
+    assert line_of(verdict, "stepwise 2×1cpu").startswith("- stepwise 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 "
+                                                          "blocks; against single 2×1cpu: cannot tell")
+    # MLPerf: the olympic mean over blocks, the miss the slowest: the middle of 6.0, 6.5 and the miss
+    assert "MLPerf-style 6.5 s" in entry_of(verdict, "stepwise 2×1cpu")
+    assert "MLPerf-style 11.5 s" in entry_of(verdict, "allreduce 2×1cpu")
+
+
+def test_zero_spread_is_no_interval_and_no_claim(tmp_path):
+    """The same ratio (1.5) in both blocks: no spread to measure, so no interval and no test (not p = 0)."""
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, [100.0, 100.0], [8.0, 16.0]),
+                                             **baselines([12.0, 24.0])})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert " is faster than" not in verdict and "faster:" not in verdict
+    assert line_of(verdict, "allreduce 2×1cpu").endswith(
+        "against single 2×1cpu: 1.50× (2 blocks, zero spread: no interval): no result")
+
+
+def test_a_crossing_at_the_first_evaluation_is_a_crossing(tmp_path):
+    """Time-to-target 0 (the target met at the first evaluation) counts as reached, and its block counts in the
+    comparison on time-to-target: censored between the start and the next evaluation, the fastest in rank."""
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, [0.0, 9.0, 9.5]),
+                                             **baselines()})
+    out = tmp_path / "out"
+    verdict = verdict_of(report_of(sweep, out=out))
+    assert "time-to-target" in answer_of(verdict) and "throughput" not in answer_of(verdict)
+    finding = line_of(verdict, "allreduce 2×1cpu")
+    assert finding.startswith("- allreduce 2×1cpu: reached test_accuracy ≥ 0.9 in 3 of 3 blocks; against single "
+                              "2×1cpu: ")
+    assert "(3 blocks, 1 censored)" in finding
+    zero = next(r for r in rows_of(out) if r["config.strategy.name"] == "allreduce" and r["config.block"] == "0")
+    assert zero["reached_target"] == "True" and json.loads(zero["time_to_target_bounds_s"]) == [0.0, 10.0]
+
+
+def test_every_pair_is_declared_and_none_is_chosen_from_the_ranking(tmp_path):
+    """Stepwise's failed first run crossed early: unpaired means put it first, though ring is the faster wherever
+    both completed. Every pair of configurations is compared, all in one Holm family; nothing "reaches first"."""
+    failed = {"status": "failed"}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=stepwise": [("stepwise", 2, 1, 100.0, 1.0, failed), *blocks("stepwise", 2, [100.0] * 2,
+                                                                              [12.0, 12.5])],
+        "strategy=ring": blocks("ring", 2, [100.0] * 3, [10.0, 10.2, 9.9]),
+        "strategy=ps": blocks("ps", 2, [90.0] * 3, [14.0, 15.0, 14.5]), **baselines()})
+    markdown = report_of(sweep, out=tmp_path / "out")
+    verdict = verdict_of(markdown)
+    assert "first" not in answer_of(verdict)
+    assert "a claim needs p < 0.05 after Holm's correction over the 6 comparisons declared" in verdict
+    table = markdown.split("### Comparisons (declared before the data)")[1].split("\n### ")[0]
+    pairs = re.findall(r"^\| ([^|]+?) \| ([^|]+?) \| ", table, re.M)[1:]
+    assert pairs == [("ps 2×1cpu", "single 2×1cpu"), ("ring 2×1cpu", "single 2×1cpu"),
+                     ("stepwise 2×1cpu", "single 2×1cpu"), ("ps 2×1cpu", "ring 2×1cpu"),
+                     ("ps 2×1cpu", "stepwise 2×1cpu"), ("ring 2×1cpu", "stepwise 2×1cpu")]
+    assert line_of(verdict, "stepwise 2×1cpu").startswith("- stepwise 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3")
+
+
+def test_a_control_arm_whose_interval_excludes_one_forbids_every_claim(tmp_path):
+    """Allreduce is 1.5x faster than the baseline in every block, but the baseline's second run in each block (the
+    control arm) is 1.3x slower than its first: the blocks are not comparable, and the verdict claims nothing."""
+    control = {"config": {"arm": "control"}}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES,
+                                                                                            (1.50, 1.53, 1.47))]),
+        "baseline_2x1_control": blocks("single", 2, [100.0] * 3, [t * r for t, r in zip(BASELINE_TIMES,
+                                                                                         (1.30, 1.32, 1.28))],
+                                       **control), **baselines()})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    estimate, low, high = interval([1.30, 1.32, 1.28])
+    assert answer_of(verdict).startswith(
+        "No claim: the blocks are not comparable. The control arm (the same one-process run twice in every block) "
+        f"differs from itself: single 2×1cpu against its second run: {estimate:.2f}× [{low:.2f}, {high:.2f}]")
+    assert " is faster than" not in answer_of(verdict)
+    assert ("Control arm (the equal-resource baseline run twice in every block, the noise floor; > 1: the first run "
+            f"was the faster): single 2×1cpu against its second run: {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷"
+            ) in verdict
+    assert "excludes 1: runs in one block are not comparable" in verdict
+
+
+def test_a_resumed_sweep_keeps_its_failed_attempt_and_marks_the_rerun(tmp_path):
+    """Block 1's allreduce failed, was moved aside by the resumed sweep and ran again later in its block: the
+    attempt stays in runs.csv and in the report, with its error; the rerun is marked as run later."""
+    attempt = "superseded/2026-01-01_00-00-00/block1/strategy=allreduce"
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, [9.0, 9.5, 9.2]),
+                                             **baselines()},
+                        plan={"reruns": [{"job": "block1/strategy=allreduce", "attempts": [attempt]}]})
+    write_report_run(sweep / attempt, "allreduce", 2, 100.0, None, block=1, status="failed")
+    out = tmp_path / "out"
+    markdown = report_of(sweep, out=out)
+    rows = [r for r in rows_of(out) if r["config.strategy.name"] == "allreduce"]
+    assert sorted((r["config.block"], r["attempt"], r["status"]) for r in rows) == [
+        ("0", "current", "completed"), ("1", "run later", "completed"), ("1", "superseded", "failed"),
+        ("2", "current", "completed")]
+    caveats = entry_of(verdict_of(markdown), "allreduce 2×1cpu").split("⚠")[1]
+    assert "1 superseded attempt (block 1: failed, Traceback (most recent call last): … RuntimeError: allreduce " \
+           "failed in block 1)" in caveats
+    assert "block 1 run later, after an earlier attempt (not contemporaneous)" in caveats
+    assert "allreduce 2×1cpu superseded attempt block=1" in markdown.split("## Errors")[1]
+
+
+# --- what the verdict may say ---------------------------------------------------------------------
+
+def test_paired_blocks_cancel_drift_and_a_clear_win_is_called_faster(tmp_path):
+    ratios = [1.50, 1.53, 1.47]
+    drift = [1.0, 2.0, 3.0]  # the machine slows 3x between blocks: only paired ratios survive it
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [10 * d / r for d, r in zip(drift, ratios)]),
+        **baselines([10 * d for d in drift])})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    estimate, low, high = interval(ratios)
+    assert low > 1.3
+    assert answer_of(verdict) == (
+        "Answer: stepwise 2×1cpu is faster than one process on the same 2 CPUs in time-to-target to test_accuracy ≥ "
+        f"0.9: {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks).")
+
+
+def test_the_noise_and_the_detectable_ratio_use_the_primary_figure_and_holm(tmp_path):
+    """Two configurations: 3 declared comparisons. The noise is time-to-target's own (throughput varies 10x less
+    here), and the detectable ratio uses Holm's first step, 0.05 / 3."""
+    from scipy.stats import t
+
+    ratios = {"stepwise": [1.30, 0.95, 1.10], "allreduce": [1.05, 0.90, 1.20]}
+    sweep = write_sweep(tmp_path / "sweep", {
+        f"strategy={name}": blocks(name, 2, [100.0 * (1 + 0.01 * k) for k in range(3)],
+                                   [b / r for b, r in zip(BASELINE_TIMES, found)])
+        for name, found in ratios.items()} | baselines(), plan={})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    sds = [math.sqrt(sum((math.log(r) - sum(map(math.log, found)) / 3) ** 2 for r in found) / 2)
+           for found in ratios.values()]
+    pooled = math.sqrt(sum(sd * sd for sd in sds) / 2)
+    factor = math.exp((t.ppf(1 - 0.05 / 3 / 2, 2) + t.ppf(0.8, 2)) * pooled / math.sqrt(3))
+    assert (f"Noise of time-to-target: the paired ratios vary by {pooled:.1%} (sd of their logs, pooled over the "
+            f"comparisons with the baselines and the control arm, blocks observed exactly); 3 blocks detect a ratio "
+            f"beyond ×/÷{factor:.2f} (5 % two-sided after Holm over 3 comparisons, 80 % power).") in verdict
+    assert "±" not in verdict.split("Noise")[1].split("\n")[0]
+
+
+def test_no_faster_only_from_equivalence(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ps": blocks("ps", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, (0.99, 1.01, 1.0))]),
+        **baselines()})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert "against single 2×1cpu: no faster (equivalent within ±5%, TOST): " in line_of(verdict, "ps 2×1cpu")
+
+
+def emulated_link(goodput_mbit: float | None, nominal_mbit: float = 150.0, worst: str = "host 0 egress") -> dict:
+    """summary.json's link section (metrics/summary/link.py) of a run on emulated links of nominal_mbit each way, its
+    worst direction carrying goodput_mbit while busy (None: no direction was busy long enough to judge)."""
+    judged = goodput_mbit is not None
+    directions = [{"host": h, "direction": d, "nominal_mbit": nominal_mbit, "carried_bytes": 10**7,
+                   "busy_bytes": 10**6, "busy_s": 2.0 if judged else 0.2, "goodput_mbit": goodput_mbit}
+                  for h in (0, 1) for d in ("egress", "ingress")]
+    return {"kind": "emulated", "asked": "auto", "scope": "per-host", "hosts": 2, "latency_ms": 0.0,
+            "nominal_mbit": nominal_mbit, "goodput_mbit": goodput_mbit,
+            "goodput_share": goodput_mbit / nominal_mbit if judged else None, "busy_s": 2.0 if judged else 0.2,
+            "worst_direction": worst if judged else None,
+            "faithful": goodput_mbit / nominal_mbit >= 0.9 if judged else None, "reason": "as metered",
+            "by_direction": directions}
+
+
+def measured_on(link: dict, comm_shares: list[float]) -> list[dict]:
+    """write_report_run's extra arguments of a job's runs, one per block: its link and communication share."""
+    return [{"summary": {"link": link, "time_breakdown_share": {"data_s": 0.1, "compute_s": 0.9 - c, "opt_s": 0.0,
+                                                                "comm_s": c}}} for c in comm_shares]
+
+
+ONE_PROCESS = {"kind": "none", "asked": "auto", "scope": "none", "hosts": None, "latency_ms": 0.0,
+               "nominal_mbit": None, "goodput_mbit": None, "goodput_share": None, "busy_s": None,
+               "worst_direction": None, "faithful": None, "reason": "one process: nothing goes over a network"}
+
+
+def with_extras(runs: list[tuple], extras: list[dict]) -> list[tuple]:
+    return [run[:5] + (extra,) for run, extra in zip(runs, extras)]
+
+
+def test_the_verdict_names_the_link_its_goodput_and_each_configurations_communication_share(tmp_path):
+    """Ring and stepwise on emulated links of 150 Mbit/s each way (one stepwise run never busy long enough to judge
+    its link), the baselines one process each (no link): the verdict names each configuration's link, the links'
+    goodput over the section's runs and every configuration's communication share, as medians with their range."""
+    ring = with_extras(blocks("ring", 2, [100.0] * 3, [9.0, 9.5, 9.2]),
+                       [e for g, c in zip([140.0, 146.0, 137.0], [0.50, 0.60, 0.45])
+                        for e in measured_on(emulated_link(g), [c])])
+    stepwise = with_extras(blocks("stepwise", 2, [100.0] * 3, [8.0, 8.2, 8.1]),
+                           [e for g, c in zip([149.0, None, 138.0], [0.30, 0.20, 0.25])
+                            for e in measured_on(emulated_link(g), [c])])
+    alone = {"summary": {"link": ONE_PROCESS, "time_breakdown_share": {"data_s": 0.1, "compute_s": 0.9, "opt_s": 0.0,
+                                                                       "comm_s": 0.0}}}
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=ring": ring, "strategy=stepwise": stepwise,
+                                             **baselines(**alone)})
+    out = tmp_path / "out"
+    verdict = verdict_of(report_of(sweep, out=out))
+    # configurations in rank order (stepwise reaches the target first); the five judged goodputs: 137 ... 149
+    link = ("Link of stepwise 2×1cpu, ring 2×1cpu (6 runs): emulated, one link per host, 150 Mbit/s nominal each "
+            "way. Goodput while busy: median 140 Mbit/s (range 137–149 Mbit/s, 5 runs), not judged in 1 of 6 runs; "
+            "per run, its link direction that did worst against its rate: the bytes its token bucket sent")
+    assert link in verdict
+    assert "Link of single 2×1cpu, single 1×1cpu (6 runs): none (one process)." in verdict
+    shares = next(line for line in verdict.splitlines() if line.startswith("Communication's share of a step"))
+    assert "(time_breakdown_share.comm_s: exposed communication / the mean step over all workers" in shares
+    for figure in ("ring 2×1cpu median 50% (range 45–60%, 3 runs)", "stepwise 2×1cpu median 25% (range 20–30%, 3 runs)",
+                   "single 2×1cpu 0% (all 3 runs)", "single 1×1cpu 0% (all 3 runs)"):
+        assert figure in shares
+    assert "differ only by their compute share" not in verdict
+    import html
+
+    page = html.unescape((out / "report.html").read_text())
+    assert link in page and shares in page
+
+
+def test_on_loopback_the_verdict_says_strategies_differ_only_by_compute_share(tmp_path):
+    loopback = {"kind": "loopback", "asked": "auto", "scope": "shared", "hosts": None, "latency_ms": 0.0,
+                "nominal_mbit": None, "goodput_mbit": None, "goodput_share": None, "busy_s": None,
+                "worst_direction": None, "faithful": None, "reason": "no user namespaces"}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ring": with_extras(blocks("ring", 2, [100.0] * 3, [9.0, 9.5, 9.2]),
+                                     measured_on(loopback, [0.04, 0.05, 0.06])), **baselines()})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert ("Link of ring 2×1cpu (3 runs): this machine's loopback, shared by all processes and unshaped: on "
+            "loopback strategies differ only by their compute share.") in verdict
+    assert "ring 2×1cpu median 5% (range 4–6%, 3 runs)" in verdict
+    assert "Goodput" not in verdict  # an unshaped loopback has no rate to hold
+
+
+def test_unfaithful_runs_are_left_out_one_line_each_with_the_figure_that_failed(tmp_path):
+    """A run marked unfaithful (its CPU share, or its link's goodput) makes no claim: its block is left out, and
+    the verdict lists each such run on a line of its own with the figure that failed."""
+    isolation = {"summary": {"isolation": {"faithful": False, "unfaithful": ["rank 1 received 62 % of 1 CPU"]}}}
+    link = {"summary": {"link": emulated_link(12.0, nominal_mbit=20.0, worst="host 1 ingress")}}
+    runs = blocks("allreduce", 2, [100.0] * 4, [6.0, 6.1, 5.9, 6.0])
+    runs[1] = runs[1][:5] + (isolation,)
+    runs[3] = runs[3][:5] + (link,)
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": runs, **baselines(BASELINE_TIMES + [10.2])})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert ("\n- block 1, allreduce 2×1cpu: isolation: rank 1 received 62 % of 1 CPU\n"
+            "- block 3, allreduce 2×1cpu: link: host 1 ingress carried 12 of 20 Mbit/s (60%) while busy\n") in verdict
+    assert "(×/÷" in line_of(verdict, "allreduce 2×1cpu") and ", 2 blocks)" in line_of(verdict, "allreduce 2×1cpu")
+
+
+def test_a_sweep_resumed_under_another_plan_gets_no_verdict(tmp_path):
+    changed = "this sweep's plan differs from the one its first runs were made under in primary"
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [t / 1.5 for t in BASELINE_TIMES]), **baselines()},
+        plan={"declaration": {"primary": {}, "comparisons": {}, "blocks": 3}, "changed": changed})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert answer_of(verdict) == f"No verdict: the plan of {sweep} changed after its first runs ({changed})."
+
+
+def test_the_plan_names_the_primary_figure_and_the_order(tmp_path):
+    primary = {"figure": "throughput", "metric": None, "value": None, "estimator": None, "declared": "throughput"}
+    order = {"design": "williams", "jobs": 3, "sequences": 6, "blocks": 3, "balanced": False}
+    declared = {"config": {"report": {"baseline_strategy": "single", "primary": "throughput"}}}
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=stepwise": blocks("stepwise", 2, [150.0, 155.0, 148.0],
+                                                                         [None] * 3, **declared),
+                                             **baselines(**declared)},
+                        plan={"declaration": {"primary": {"data=digits, model=tiny": primary}, "blocks": 3,
+                                              "comparisons": {"data=digits, model=tiny": [["a", "b"]]},
+                                              "order": order}})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert "Primary figure (declared before the first run): throughput (all workers' samples / the longest " \
+           "worker's training time, samples/s)." in verdict
+    assert answer_of(verdict).startswith("Answer: stepwise 2×1cpu is faster than one process on the same 2 CPUs in "
+                                         "throughput: 1.51× [")
+    assert ("Order: a Williams design over the 3 jobs of a block (6 sequences, each job once in every position and "
+            "after every other job once per set); 3 blocks do not complete a balanced set (a multiple of 6 blocks "
+            "would)") in verdict
+
+
+def test_html_and_markdown_come_from_one_model(tmp_path):
+    """Both outputs render the same verdict sentences (the templates of one model)."""
+    import html
+
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=stepwise": blocks("stepwise", 2, [150.0] * 3,
+                                                                         [20.0, None, 21.0]), **baselines()})
+    out = tmp_path / "out"
+    verdict = verdict_of(report_of(sweep, out=out))
+    page = html.unescape((out / "report.html").read_text())
+    sentences = [answer_of(verdict), line_of(verdict, "stepwise 2×1cpu")[2:],
+                 next(line for line in verdict.splitlines() if line.startswith("Control arm"))]
+    assert all(sentence in page for sentence in sentences)
+    assert page.index("<section id='verdict'>") < page.index("Answer:") < page.index("Method:") < \
+        page.index("<h2>Methods</h2>")
+
+
+def test_the_report_package_imports_nothing_above_metrics():
+    """metrics/report/ and every metrics module it imports, followed to the end: no launchers, job, strategies,
+    netemu or bench; the strategies' cost models (strategies/cost_models/<name>.py, no runtime) are followed too."""
+    import ast
+
+    from helpers import ROOT
+
+    forbidden = ("launchers", "job", "strategies", "netemu", "bench", "hydra_plugins")
+
+    def cost_model(name: str) -> bool:
+        return name.startswith("strategies.cost_models")
+
+    to_visit = sorted((ROOT / "metrics" / "report").glob("*.py"))
+    seen, imported = set(), set()
+    while to_visit:
+        path = to_visit.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            for name in names:
+                imported.add(name)
+                if name.startswith("metrics.") or cost_model(name):
+                    module = ROOT.joinpath(*name.split("."))
+                    to_visit += [p for p in (module.with_suffix(".py"), module / "__init__.py") if p.exists()]
+    assert not [name for name in imported if name.split(".")[0] in forbidden and not cost_model(name)]
+    assert "metrics.report.runs" in imported and "metrics.recording.rundir" in imported  # the walk went through them
+
+
+# --- a run over several nodes: its node folders are one run ---------------------------------------
+
+def write_node(job, node: int, ranks: list[int], train_s: float, crossing_s: float, status: str = "completed",
+               error: str | None = None, sent_per_sample: float = 1000.0, **config):
+    """Node `node`'s folder of a run over 2 nodes, as its launcher writes it: its own peers' logs (each worker 2000
+    samples in 40 steps over train_s, evaluated every 10 steps, reaching 0.9 from crossing_s on) and a summary of its
+    own peers only."""
+    path = job / f"node{node}"
+    conf = report_config("allreduce", 4, block=0, **config)
+    conf["launch"] = {"nnodes": 2, "node_rank": node, "master_addr": conf.pop("master_addr", "10.0.0.2")}
+    times = [train_s * k / 4 for k in range(5)]
+    samples = 2000 * len(ranks)
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({
+        "status": status, "error": error, "exit_code": 0 if status == "completed" else 1, "config": conf,
+        "is_baseline": False, "target": conf["target"], "total_samples": samples, "workers": len(ranks),
+        "throughput_samples_per_s": samples / train_s, "time_to_target_s": crossing_s,
+        "bytes_sent_per_sample": sent_per_sample, "started_at": 1000.0 + node, "wall_s": train_s,
+        "time_to_target_by_rank": {str(r): crossing_s for r in ranks},
+        "accuracy_by_worker": {"by_rank": {str(r): 0.9 for r in ranks}, "worst": 0.9},
+        "shape": {"host": f"host{node}", "node_rank": node, "nnodes": 2, "cores": 8, "oversubscription": 0.25},
+        "peers": [{"rank": r, "train_s": train_s, "samples": 2000} for r in ranks]}))
+    for rank in ranks:
+        peer = path / f"peer{rank}"
+        peer.mkdir()
+        (peer / "steps.jsonl").write_text("".join(
+            json.dumps({"step": s, "samples": 50 * s, "train_s": train_s * s / 40, "loss": 1.0}) + "\n" for s in range(1, 41)))
+        (peer / "eval.jsonl").write_text("".join(
+            json.dumps({"step": 10 * k, "samples": 500 * k, "train_s": t, "test_loss": 1.0,
+                        "test_accuracy": 0.9 if t >= crossing_s else 0.5}) + "\n"
+            for k, t in enumerate(times)))
+
+
+def one_node_baseline(sweep, name: str = "baseline_4x1", block: int = 0, **config):
+    """The equal-resource baseline as the sweep submits it under SLURM: one process on one node (folder node0)."""
+    launch = {"nnodes": 1, "node_rank": 0, "master_addr": "10.0.0.9"}
+    write_report_run(sweep / f"block{block}" / name / "node0", "single", 4, 100.0, 20.0, block=block,
+                     config={"launch": launch, **config})
+
+
+def test_a_job_over_two_nodes_is_one_run_with_every_worker(tmp_path):
+    """Node 0's workers train 40 s and reach the target at 10 s, node 1's train 50 s and reach it at 25 s: the run
+    trained 8000 samples over its longest worker's 50 s (160 samples/s, where either node's summary says 100 or
+    80), reached the target when its worst worker did (25 s), and is compared with the one-node baseline."""
+    sweep = write_sweep(tmp_path / "sweep", {})
+    job = sweep / "block0" / "strategy=allreduce"
+    write_node(job, 0, [0, 1], train_s=40.0, crossing_s=10.0, sent_per_sample=1000.0)
+    write_node(job, 1, [2, 3], train_s=50.0, crossing_s=25.0, sent_per_sample=3000.0, master_addr="10.0.0.2")
+    one_node_baseline(sweep)
+    one_node_baseline(sweep, "baseline_4x1_control", arm="control")
+    out = tmp_path / "out"
+    markdown = report_of(sweep, out=out)
+    rows = {r["configuration"]: r for r in rows_of(out)}
+    assert sorted(rows) == ["allreduce on 2 nodes", "single", "single (control)"]
+    run = rows["allreduce on 2 nodes"]
+    assert (run["run_dir"], run["hosts"], run["status"]) == (str(job), "host0 host1", "completed")
+    assert float(run["total_samples"]) == 8000 and float(run["throughput_samples_per_s"]) == 160.0
+    assert float(run["speedup_vs_single"]) == pytest.approx(1.6)
+    assert float(run["time_to_target_s"]) == 25.0
+    assert float(run["samples_to_target"]) == 4 * 50 * 20  # every worker's samples at the worst one's step 20
+    assert float(run["bytes_sent_per_sample"]) == 2000.0
+    assert "launch.node_rank" not in markdown
+    verdict = verdict_of(markdown)
+    assert "- allreduce on 2 nodes: reached test_accuracy ≥ 0.9 in 1 of 1 blocks; against single: " in verdict
+    assert "one process with peers x peer_cpus CPUs on one node" in markdown.split("## Methods")[1]
+
+
+def test_a_failed_or_silent_node_fails_its_run_once(tmp_path):
+    """Node 1's peer 3 was killed, then node 0 failed on the lost connection: one failed run, with node 1's error
+    first and node 0's kept. A job whose node 1 wrote no summary (started, then lost) is one failed run too."""
+    sweep = write_sweep(tmp_path / "sweep", {})
+    killed = sweep / "block0" / "fault.kill_peer=3"
+    write_node(killed, 0, [0, 1], 40.0, 10.0, "failed", "node node0 (node rank 0 of 2): peer rank 0 lost node1")
+    write_node(killed, 1, [2, 3], 5.0, 10.0, "failed", "node node1 (node rank 1 of 2): peer rank 3 was killed",
+               fault={"kill_peer": 3})
+    lost = sweep / "block0" / "fault.kill_peer=null"
+    write_node(lost, 0, [0, 1], 40.0, 10.0, fault={"kill_peer": None})
+    (lost / "node1" / ".avgbench").mkdir(parents=True)
+    (lost / "node1" / ".avgbench" / "config.yaml").write_text("{}\n")  # started, never summarised
+    out = tmp_path / "out"
+    markdown = report_of(sweep, out=out)
+    rows = sorted((r["run_dir"], r["status"], r["error"]) for r in rows_of(out))
+    assert rows == [(str(killed), "failed", "node node1 (node rank 1 of 2): peer rank 3 was killed"),
+                    (str(lost), "failed", "node rank 1 wrote no summary.json (its launcher was stopped or its node "
+                                          "lost: see the job's SLURM logs)")]
+    errors = markdown.split("## Errors")[1]
+    assert "peer rank 0 lost node1" in errors and errors.count("peer rank 3 was killed") == 1
+    assert "no summary.json: the launcher itself was stopped" not in markdown  # node 1 is the run's, not left out
