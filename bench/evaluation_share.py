@@ -30,8 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.run import recorded, save, under_machine_lock  # noqa: E402
-from launchers.lock import LOCK_MODES  # noqa: E402
+from bench.run import add_saving_options, recorded, save, under_machine_lock  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 
@@ -114,10 +113,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides: a variant of the default run")
     parser.add_argument("--repeats", type=int, default=2, help="runs, one after the other (default 2)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
-    parser.add_argument("--no-save", action="store_true", help="print only")
-    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
-                        help="the project's machine lock when a sweep or benchmark holds it (default wait)")
+    add_saving_options(parser)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")

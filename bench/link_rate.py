@@ -44,8 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.jobs import train  # noqa: E402
-from bench.run import recorded, save, under_machine_lock  # noqa: E402
-from launchers.lock import LOCK_MODES  # noqa: E402
+from bench.run import add_saving_options, recorded, save, under_machine_lock  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
@@ -282,10 +281,7 @@ def main() -> int:
     parser.add_argument("--no-headline", action="store_true", help="skip the baselines and the headline estimate")
     parser.add_argument("--loopback", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the headline's strategies on loopback, for today's estimate (default on)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
-    parser.add_argument("--no-save", action="store_true", help="print only")
-    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
-                        help="the project's machine lock when a sweep or benchmark holds it (default wait)")
+    add_saving_options(parser)
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is left out)")

@@ -159,12 +159,19 @@ def idle_options(args: argparse.Namespace) -> list[str]:
     return [name for name in BENCHMARKS if args.names and name not in args.names and options_of(name, args)]
 
 
+def add_saving_options(parser: argparse.ArgumentParser, print_only: bool = True) -> None:
+    """Where a benchmark writes its entry (--out), whether (--no-save), and what it does about the machine lock."""
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    if print_only:
+        parser.add_argument("--no-save", action="store_true", help="print only")
+    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
+                        help="when another benchmark or sweep holds the machine lock: wait (default), refuse, off")
+
+
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
-    parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
-                        help="when another benchmark or sweep holds the machine lock: wait (default), refuse, off")
+    add_saving_options(parser, print_only=False)
     for name, spec in BENCHMARKS.items():
         if add_arguments := getattr(module_of(spec), "add_arguments", None):
             add_arguments(parser.add_argument_group(f"{name} options"))

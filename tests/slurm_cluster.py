@@ -25,8 +25,7 @@ SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818  # each daemon in a namespace of its ow
 SLURMD_TIMEOUT_S = 5                     # a node whose slurmd stops answering is down after this (default 300)
 
 
-DOCS = ("docs", "docs-notes")
-# in a comment just above the documented recipe
+# in a comment just above the documented recipe in docs/
 RECIPE_MARK = "tests/integration/test_slurm.py runs this command as written"
 
 
@@ -34,7 +33,7 @@ def doc_recipe() -> list[str]:
     """The two-node command the documentation shows: the first command of the code block after RECIPE_MARK, as its
     words (the same command wherever the documentation holds it)."""
     found = set()
-    for doc in sorted(p for folder in DOCS for p in (ROOT / folder).glob("*.md")):
+    for doc in sorted((ROOT / "docs").glob("*.md")):
         text = doc.read_text()
         if RECIPE_MARK in text:
             block = text.split(RECIPE_MARK, 1)[1].split("```", 2)[1]  # the block's info string, then its lines
