@@ -38,9 +38,10 @@ PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %
                  "print(n / (last - first))\n" % PROBE_PORT)
 
 
-def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None) -> list[float]:
+def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None, beside=None) -> list[float]:
     """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (mod hosts); with
-    meter_path, the links' token buckets metered meanwhile into it (netemu.goodput.LinkMeter)."""
+    meter_path, the links' token buckets metered meanwhile into it (netemu.goodput.LinkMeter); beside(fabric): the
+    processes to run beside the streams (started first, stopped after)."""
     from netemu import Fabric
     from netemu.goodput import LinkMeter
 
@@ -48,6 +49,8 @@ def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = Non
     with Fabric(hosts, [mbit] * hosts) as fabric:
         meter = None
         try:
+            if beside:
+                started += beside(fabric)
             receivers = [subprocess.Popen([*h.enter, sys.executable, "-c", PROBE_RECEIVE], stdout=subprocess.PIPE,
                                           text=True) for h in fabric.hosts]
             started += receivers

@@ -43,24 +43,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.goodput import probe as goodput_probe  # noqa: E402
 from bench.jobs import train  # noqa: E402
 from bench.run import add_saving_options, recorded, save, under_machine_lock  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.link import direction_name, goodput_mbit  # noqa: E402
-from netemu import Fabric  # noqa: E402
-from netemu.goodput import LinkMeter  # noqa: E402
 
 PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
 JOB = ["model=resnet18", "data=digits", "eval_every=0"]
 HEADLINE = {"strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
             "steps": 100, "eval_every": 5, "repeats": 3}
-PORT = 5000
-SEND = ("import socket, sys, time\ns = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n"
-        "block = b'x' * (1 << 20)\nwhile True: s.sendall(block)")
-RECEIVE = ("import socket, sys\ns = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
-           "c, _ = s.accept()\nwhile c.recv(1 << 16): pass")
 TRAIN = ("import sys, torch\nsys.path.insert(0, sys.argv[1])\nfrom job.model import resnet18\n"
          "torch.set_num_threads(1); torch.manual_seed(0)\nmodel = resnet18(10, 1)\n"
          "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
@@ -100,37 +94,22 @@ def machine_state() -> dict:
 
 
 # --- probe: a bulk flow each way, with and without training beside it -----------------------------
-def start_in(host, code: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([*host.enter, sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        proc.kill()
-    for proc in procs:
-        proc.wait()
+def training_loads(fabric) -> list[subprocess.Popen]:
+    """ResNet18 training on every host, once each has done its first step (the CPUs busy from then on)."""
+    loads = [subprocess.Popen([*host.enter, sys.executable, "-c", TRAIN, str(ROOT)], stdout=subprocess.PIPE,
+                              text=True, stdin=subprocess.DEVNULL) for host in fabric.hosts]
+    for load in loads:
+        if load.stdout.readline().strip() != "ready":
+            raise RuntimeError("the training load did not start")
+    return loads
 
 
 def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict:
-    """Goodput of a bulk TCP flow each way between two hosts at `rate`, with each host training (busy) or not."""
-    with Fabric(2, [rate, rate]) as fabric:
-        a, b = fabric.hosts
-        loads = [start_in(host, TRAIN, str(ROOT)) for host in fabric.hosts] if busy else []
-        try:
-            for load in loads:  # torch imported and the first step done: the CPUs are busy from here on
-                if load.stdout.readline().strip() != "ready":
-                    raise RuntimeError("the training load did not start")
-            receivers = [start_in(b, RECEIVE, str(PORT)), start_in(a, RECEIVE, str(PORT))]
-            time.sleep(0.5)
-            meter = LinkMeter(fabric, tmp / f"probe-{rate:g}-{busy}.json").start()
-            senders = [start_in(a, SEND, b.addr, str(PORT)), start_in(b, SEND, a.addr, str(PORT))]
-            time.sleep(seconds)
-            meter.stop()
-            stop(senders + receivers)
-        finally:
-            stop(loads)
-    metered = json.loads(meter.path.read_text())
+    """Goodput of a bulk TCP flow each way between two hosts at `rate` (bench/goodput.py's streams), with each host
+    training (busy) or not."""
+    meter_path = tmp / f"probe-{rate:g}-{busy}.json"
+    goodput_probe(2, rate, seconds, meter_path, beside=training_loads if busy else None)
+    metered = json.loads(meter_path.read_text())
     carried = {direction_name(d): d["carried_bytes"] * 8 / metered["span_s"] / 1e6 / rate for d in metered["directions"]}
     busy = {direction_name(d): goodput_mbit(d) / rate if d["busy_s"] else None for d in metered["directions"]}
     return {"worst_carried_share": min(carried.values()), "carried_share_by_direction": carried,
