@@ -144,11 +144,22 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def caveat(entry: dict, part: str = "") -> list[str]:
+    """An entry's caveat, or its part's (a known defect of how it was measured), shown above the tables made from
+    it."""
+    found = entry.get("caveat") or (entry.get("caveats") or {}).get(part)
+    return [f"**Caveat:** {found}", ""] if found else []
+
+
 def bench_summary() -> str:
-    """Every benchmark's latest ratio beside its goal, date and machine."""
-    rows = [[f"`{e['name']}`", num(e.get("ratio"), 3), cell(e["goal"]), e["measured_at"],
-             describe_machine(e["machine"])] for e in results().values()]
-    return "\n".join(table(["benchmark", "ratio", "goal", "measured", "machine"], rows))
+    """Every benchmark's latest ratio beside its goal, date and machine; a caveat marked with its entry."""
+    rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), num(e.get("ratio"), 3), cell(e["goal"]),
+             e["measured_at"], describe_machine(e["machine"])] for e in results().values()]
+    notes = [f"- `{e['name']}`: {e['caveat']}" for e in results().values() if e.get("caveat")]
+    notes += [f"- `{e['name']}` → `{part}`: {text}" for e in results().values()
+              for part, text in (e.get("caveats") or {}).items()]
+    return "\n".join(table(["benchmark", "ratio", "goal", "measured", "machine"], rows)
+                     + (["", "Caveats:", *notes] if notes else []))
 
 
 def bench_machines() -> str:
@@ -394,7 +405,8 @@ SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "p
 def bench(name: str, *args: str) -> str:
     if name not in BENCH:
         raise ValueError(f"bench {name}: unknown table (known: {', '.join(BENCH)})")
-    return "\n".join(BENCH[name](results()[SOURCE.get(name, name)], *args))
+    entry = results()[SOURCE.get(name, name)]
+    return "\n".join(caveat(entry, *args[:1]) + BENCH[name](entry, *args))
 
 
 GENERATORS = {"knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,

@@ -1,10 +1,11 @@
 """The training loop, identical for every strategy; it owns the time breakdown of a step.
 
     data_s     fetching the batch (and copying it to the GPU)
-    compute_s  forward and backward, up to the moment the last gradient is accumulated
-               (on a GPU: CUDA-event time of the kernels, not of their launches)
+    compute_s  forward and backward, up to the moment the last gradient is accumulated, less the
+               training thread's waits for a CPU in that span (compute_wait_s: on a peer's own cores,
+               its communication threads taking them); on a GPU: CUDA-event time of the kernels
     opt_s      the optimizer update (the strategy measures it)
-    comm_s     exposed communication = step wall - data - compute - opt
+    comm_s     exposed communication = step wall - data - compute - opt (compute_wait_s included)
     cpu_s, runq_s   CPU time of this peer process over the step, and its threads' wait for a CPU
                (metrics/recording/machine.py: ProcessClock)
     hidden_comm_s  link time the strategy measured (link_s) beyond the exposed part: communication
@@ -16,6 +17,7 @@ that time inside backward's span; what backward then waits for at its end, and w
 step() spends beyond the update, is exposed communication. On a GPU the step's phase
 boundaries are synchronised (job/device.py), so queued kernels land in their own phase.
 """
+import os
 import time
 
 import torch
@@ -30,34 +32,52 @@ from metrics.recording.sampler import WireCounter
 from metrics.recording.steplog import StepLog
 
 
+THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread waited runnable for a CPU
+
+
 class GradientClock:
-    """Remembers when the last gradient of backward was accumulated."""
+    """Remembers when the last gradient of backward was accumulated, and how long the training thread had waited
+    for a CPU by then (backward runs on the thread that calls it on a CPU). Create it on the training thread."""
 
     def __init__(self, params, device: PeerDevice):
         self.last_ready = 0.0
         self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
             if device.is_cuda else None  # (start of compute, last gradient) on the compute stream
+        self.schedstat = os.open(THREAD_SCHEDSTAT, os.O_RDONLY) \
+            if not self.events and os.path.exists(THREAD_SCHEDSTAT) else None
+        self.wait_at_start = self.wait_at_ready = 0
         self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params if p.requires_grad]
+
+    def _waited_ns(self) -> int:
+        return int(os.pread(self.schedstat, 128, 0).split()[1]) if self.schedstat is not None else 0
 
     def start(self) -> None:
         self.last_ready = 0.0
+        self.wait_at_start = self.wait_at_ready = self._waited_ns()
         if self.events:
             self.events[0].record()
 
     def _ready(self, param: torch.Tensor) -> None:
         self.last_ready = time.perf_counter()
+        self.wait_at_ready = self._waited_ns()
         if self.events:
             self.events[1].record()
 
+    def wait_s(self) -> float:
+        """The training thread's wait for a CPU from start() to the last gradient (0 on a GPU)."""
+        return (self.wait_at_ready - self.wait_at_start) / 1e9
+
     def compute_s(self, started: float) -> float:
-        """Forward and backward up to the last gradient; call after the step is synchronised."""
+        """Forward and backward up to the last gradient, less wait_s(); call after the step is synchronised."""
         if self.events and self.last_ready:
             return self.events[0].elapsed_time(self.events[1]) / 1000
-        return max(self.last_ready, started) - started
+        return max(0.0, max(self.last_ready, started) - started - self.wait_s())
 
     def close(self) -> None:
         for handle in self.handles:
             handle.remove()
+        if self.schedstat is not None:
+            os.close(self.schedstat)
 
 
 def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
@@ -108,7 +128,8 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             paused_s += report.startup_wait_s  # waiting for peers to start is not training
             comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s - report.startup_wait_s)
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
-                     data_s=t1 - t0, compute_s=compute_s, opt_s=report.opt_s, comm_s=comm_s,
+                     data_s=t1 - t0, compute_s=compute_s, compute_wait_s=clock.wait_s(), opt_s=report.opt_s,
+                     comm_s=comm_s,
                      hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - comm_s), ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),

@@ -68,10 +68,21 @@ def die_with_parent(grace_s: float) -> None:
     threading.Thread(target=watch, name="avgbench-parent-watch", daemon=True).start()
 
 
+def boot_id() -> str:
+    """This kernel's boot id: processes with the same one share the machine's cores (emulated hosts do)."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def core_slot(index: int, per_slot: int, available) -> list[int]:
+    """The `index`-th group of `per_slot` cores among `available`, wrapping around when there are fewer."""
+    available = sorted(available)
+    return sorted({available[(index * per_slot + i) % len(available)] for i in range(per_slot)})
+
+
 def pin_cpus(local_rank: int, peer_cpus: int) -> list[int]:
-    """Pin this process to `peer_cpus` cores, wrapping around when the machine has fewer."""
-    available = sorted(os.sched_getaffinity(0))
-    cores = sorted({available[(local_rank * peer_cpus + i) % len(available)] for i in range(peer_cpus)})
+    """Pin this process to `peer_cpus` of the cores it may use (its host's: an emulated host's own, netemu/fabric.py)."""
+    cores = core_slot(local_rank, peer_cpus, os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
     return cores
 

@@ -25,7 +25,7 @@ from job.evaluation import Evaluator, HostBoard, HostEvaluation, PreciseBatchNor
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
-from job.process import die_with_parent, exit_on_sigterm, pin_cpus
+from job.process import boot_id, die_with_parent, exit_on_sigterm, pin_cpus
 from job.registry import resolve
 from metrics.recording.rundir import RunDir
 from metrics.recording.sampler import ResourceSampler
@@ -43,7 +43,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
     strategy_class = resolve(cfg.strategy.target)
     strategy = strategy_class(cfg, ctx, spec, device)
-    result = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "role": role, **device.describe()}
+    result = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(), "role": role, **device.describe()}
     try:
         if role == WORKER:
             log = StepLog(peer.path)

@@ -64,7 +64,7 @@ class Launcher(ABC):
         self.run_id = uuid.uuid4().hex
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
         self.reaped: set[int] = set()  # lost peers whose sessions were killed
-        self.placement = make_placement(cfg, run, self.nprocs)  # where each rank lives on the network
+        self.placement = make_placement(cfg, run, self.nprocs, spec.threads)  # where each rank lives on the network
         self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs)  # and on which CPU share
 
     def base_env(self) -> dict:

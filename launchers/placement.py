@@ -5,7 +5,7 @@ and address, and where its own helper processes (mpirun, horovodrun) run.
 
 - HostPlacement (network=loopback): every rank on this host's own network, nothing changes.
 - NamespacePlacement (network=emulated): rank r on emulated host r (netemu), its own
-  namespace with address 10.213.7.<r+1> and a shaped link. Helper processes run on
+  namespace with address 10.213.7.<r+1>, a shaped link and cores of its own. Helper processes run on
   host 0, as they would on the first node of a real cluster, and reach the other
   hosts through netemu.agent (an rsh/ssh stand-in). A meter reads the links' counters while the run lasts
   (netemu/goodput.py: does each link carry its rate while busy?).
@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from job.process import core_slot
 from metrics.recording.rundir import RunDir
 
 SHIMS = Path(__file__).resolve().parent.parent / "netemu" / "shims"
@@ -61,10 +62,10 @@ class HostPlacement:
 
 
 class NamespacePlacement(HostPlacement):
-    def __init__(self, cfg, run: RunDir, nprocs: int):
+    def __init__(self, cfg, run: RunDir, nprocs: int, cores_per_host: int):
         from netemu.checks import rank_bandwidths
 
-        self.run, self.nprocs = run, nprocs
+        self.run, self.nprocs, self.cores_per_host = run, nprocs, cores_per_host
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
         self.fabric = None
@@ -77,7 +78,8 @@ class NamespacePlacement(HostPlacement):
     def start(self, env: dict) -> None:
         from netemu import Fabric, FabricError
 
-        self.fabric = Fabric(self.nprocs, self.bandwidths, self.latency_ms, env=env)
+        cores = [core_slot(i, self.cores_per_host, os.sched_getaffinity(0)) for i in range(self.nprocs)]
+        self.fabric = Fabric(self.nprocs, self.bandwidths, self.latency_ms, env=env, host_cores=cores)
         try:
             self.fabric.start()
         except FabricError as exc:
@@ -141,7 +143,8 @@ class NamespacePlacement(HostPlacement):
         return self.head_env() | {"PATH": os.pathsep.join([str(SHIMS), os.environ.get("PATH", "")])}
 
 
-def make_placement(cfg, run: RunDir, nprocs: int) -> HostPlacement:
+def make_placement(cfg, run: RunDir, nprocs: int, threads: int) -> HostPlacement:
+    """threads: CPUs of each process (an emulated host's own cores)."""
     if cfg.network.name == "emulated":
-        return NamespacePlacement(cfg, run, nprocs)
+        return NamespacePlacement(cfg, run, nprocs, threads)
     return HostPlacement()

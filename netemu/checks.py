@@ -9,7 +9,7 @@ from functools import cache
 from job.errors import BackendUnavailable, ConfigError
 from netemu.fabric import MAX_HOSTS, privilege_hint, tbf_args, unprivileged
 
-TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
+TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "taskset": "util-linux"}
 NETWORK_MODES = ("loopback", "emulated", "auto")  # auto: emulated or loopback, chosen at launch (netemu/auto.py)
 
 

@@ -8,6 +8,10 @@ Layout of one fabric (all of it private to the run):
     host i           namespace h<i>, interface eth0 = 10.213.7.<i+1>/24, the other
                      end of the veth pair (v<i>) on br0
 
+Each host is a machine of its own by its cores too: given host_cores, everything entered into host i runs on
+host_cores[i] (CPU affinity), as a real host's processes run on its own CPUs; a peer then pins its cores among its
+host's (job/process.py).
+
 Each host is a machine of its own by name too: commands entered into host i run in a UTS namespace
 whose hostname is h<i>, and the hub's mount namespace holds an /etc/hosts that maps every h<i> to its
 address (engines that find their own address from their hostname, such as Horovod's gloo process
@@ -84,17 +88,19 @@ class Host:
     bandwidth_mbit: float | None
     latency_ms: float
     netns_inode: int  # identifies the namespace (as in /proc/PID/ns/net) while it exists
-    enter: list[str]  # command prefix: runs the rest of the command line in this host's namespace
+    enter: list[str]  # command prefix: runs the rest of the command line in this host's namespace (and cores)
     tmpdir: str       # this host's own temporary directory (TMPDIR of commands the agent starts)
+    cores: list[int] | None = None  # the host's own cores (None: the launcher's, shared by every host)
 
 
 class Fabric:
     def __init__(self, hosts: int, bandwidth_mbit: list[float | None], latency_ms: float = 0.0,
-                 env: dict | None = None):
+                 env: dict | None = None, host_cores: list[list[int]] | None = None):
         if not 1 <= hosts <= MAX_HOSTS:
             raise FabricError(f"an emulated network holds 1..{MAX_HOSTS} hosts, not {hosts}")
         self.count, self.bandwidth, self.latency_ms = hosts, bandwidth_mbit, latency_ms
         self.env = env
+        self.host_cores = host_cores
         self.holder: subprocess.Popen | None = None
         self.hosts: list[Host] = []
 
@@ -177,12 +183,14 @@ class Fabric:
             parent = ["parent", "1:1", "handle", "2:"] if self.latency_ms else ["root"]  # under netem
             self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, *parent, *tbf_args(rate))
             self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
-        enter = [*self.hub_prefix(), "ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", HOST_SCRIPT,
-                 host_name(i)]
+        cores = self.host_cores[i] if self.host_cores else None
+        on_cores = ["taskset", "-c", ",".join(map(str, cores))] if cores else []
+        enter = [*self.hub_prefix(), *on_cores, "ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
+                 HOST_SCRIPT, host_name(i)]
         inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
         tmpdir = os.path.join(tempfile.gettempdir(), f"netemu-{self.holder.pid}-{ns}")
         os.makedirs(tmpdir, exist_ok=True)
-        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, inode, enter, tmpdir))
+        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, inode, enter, tmpdir, cores))
 
     # --- description --------------------------------------------------------------
     def describe(self) -> dict:
@@ -243,7 +251,7 @@ def machine_prefix(host: Host, hostname: str, hosts_file: Path) -> list[str]:
     namespace, plus a UTS namespace of its own (gethostname() = hostname) and a mount namespace of its own
     whose /etc/hosts is `hosts_file` (the cluster's names, as its DNS would give them). Everything the command
     starts (slurmd's job steps) inherits all three."""
-    hub = host.enter[:host.enter.index("ip")]  # nsenter's own --net, not `ip netns exec`: it would mount a /sys
+    hub = host.enter[:host.enter.index("ip")]  # (and the host's cores) nsenter's own --net, not `ip netns exec`: it would mount a /sys
     return [*hub, "nsenter", f"--net=/run/netns/{host.netns}",  # without the cgroup file systems slurmd needs
             "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", MACHINE_SCRIPT, hostname,
             str(hosts_file)]

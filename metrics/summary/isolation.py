@@ -37,7 +37,9 @@ METHODS = {
                  "that received less because it was idle (waiting for the network) has little run-queue delay "
                  "and is not marked; throttling counts alone say nothing (a busy-polling thread receives its "
                  "full quota doing nothing). Thresholds from measurement: docs/lab-log.md (2026-11-23). "
-                 "null when not isolated",
+                 "Also false when two ranks on one machine (one kernel boot id; emulated hosts share the machine) "
+                 "were pinned to the same core although the run's shape fits its cores (each rank's cores from its "
+                 "result.json). null when not isolated and no cores were shared",
     "dilation": "emulate.dilation = k (DieCast): every peer gets peer_cpus/k CPU, link rates / k, and every time "
                 "knob (name ending in _s, _ms, _us, _time, _timeout; emulate.* excepted) x k, before the peers "
                 "read the config (RUN/.avgbench/dilation.json lists each knob before and after). summary.json "
@@ -58,8 +60,20 @@ def wait_beyond_quota(figures: dict, period_us: int) -> float:
     return max(0.0, figures["runq_s"] - quota_wait)
 
 
-def isolation_section(run: RunDir, results: dict[int, dict | None]) -> dict:
-    """results: rank -> the peer's result.json (None where it wrote none)."""
+def shared_cores(results: dict[int, dict | None]) -> list[str]:
+    """Cores that two or more ranks of one machine (one kernel boot id: emulated hosts share it) were pinned to."""
+    on_core: dict[tuple[str, int], list[int]] = {}
+    for rank, result in sorted(results.items()):
+        if result and result.get("boot_id") and result.get("cores"):
+            for core in result["cores"]:
+                on_core.setdefault((result["boot_id"], core), []).append(rank)
+    return [f"ranks {', '.join(map(str, ranks))} were pinned to the same core {core} of one machine"
+            for (_, core), ranks in on_core.items() if len(ranks) > 1]
+
+
+def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool = True) -> dict:
+    """results: rank -> the peer's result.json (None where it wrote none); fits: the run's processes had a core
+    each (summary.json's shape.fits), so no two should share one."""
     groups = json.loads(run.cpu_groups.read_text()) if run.cpu_groups.exists() else {
         "status": "not isolated", "reason": "no cpu groups recorded (a run from before isolation existed)",
         "cgroup": None, "period_us": None, "ranks": {}}
@@ -85,7 +99,9 @@ def isolation_section(run: RunDir, results: dict[int, dict | None]) -> dict:
                                   f"of its promised CPU and waited {waited_share:.0%} of its time in the run queue "
                                   "beyond its quota")
         by_rank.append(row)
-    measured = groups["status"] == "isolated" and any(r["received_share"] is not None for r in by_rank)
+    sharing = shared_cores(results) if fits else []
+    unfaithful += [f"{mark} though it had a core for each" for mark in sharing]
+    measured = bool(sharing) or groups["status"] == "isolated" and any(r["received_share"] is not None for r in by_rank)
     return {"status": groups["status"], "reason": groups["reason"], "cgroup": groups["cgroup"],
             "period_us": groups["period_us"], "dilation": dilation["factor"],
             "dilation_unchecked": dilation["unchecked"],

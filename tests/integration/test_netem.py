@@ -135,6 +135,9 @@ def test_horovod_ring_runs_at_the_link_rate(run_dir, controller):
                        "eval_every=0", "strategy=ring", f"ring.controller={controller}", "peers=2", "max_steps=6")
     assert result.returncode == 0, result.stderr
     assert [p["result"]["host"] for p in summary_of(run_dir)["peers"]] == ["h0", "h1"]
+    first, second = (set(p["result"]["cores"]) for p in summary_of(run_dir)["peers"])
+    assert not first & second  # each host its own core (all hosts' ranks have local rank 0)
+    assert summary_of(run_dir)["isolation"]["faithful"] is not False, summary_of(run_dir)["isolation"]
     efficiency = summary_of(run_dir)["network"]["efficiency"]
     assert efficiency["bound_s_per_round"] > 0.8  # 2.3 MB at 20 Mbit/s: 0.93 s (fixed per-round costs stay small)
     assert efficiency["efficiency"] >= 0.7, efficiency
@@ -224,7 +227,7 @@ def run_on_two_hosts(tmp_path, command, extra_env, timeout: float):
     cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100}})
     run = RunDir(tmp_path)
     run.private.mkdir(parents=True, exist_ok=True)
-    placement = NamespacePlacement(cfg, run, 2)
+    placement = NamespacePlacement(cfg, run, 2, 1)
     placement.start(dict(os.environ))
     try:
         env = os.environ | extra_env(placement) | {"PYTHONPATH": str(ROOT)}

@@ -121,6 +121,20 @@ def test_fidelity_check(tmp_path):
                                      "time in the run queue beyond its quota"]
 
 
+def test_ranks_pinned_to_one_core_of_a_machine_that_fits_them_are_unfaithful(tmp_path):
+    run = RunDir(tmp_path)
+    run.private.mkdir(parents=True)
+    results = {0: {"boot_id": "machine-a", "cores": [0]}, 1: {"boot_id": "machine-a", "cores": [0]},
+               2: {"boot_id": "machine-b", "cores": [0]}}  # rank 2: core 0 of another machine
+    section = isolation_section(run, results, fits=True)
+    assert section["faithful"] is False
+    assert section["unfaithful"] == ["ranks 0, 1 were pinned to the same core 0 of one machine though it had a "
+                                     "core for each"]
+    assert isolation_section(run, results, fits=False)["faithful"] is None  # oversubscribed: sharing is expected
+    results[1]["cores"] = [1]
+    assert isolation_section(run, results, fits=True)["faithful"] is None
+
+
 def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
     run = RunDir(tmp_path)
     run.private.mkdir(parents=True)

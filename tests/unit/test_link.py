@@ -93,7 +93,7 @@ def test_hivemind_8_peers_get_hosts_of_their_own_and_are_told_of_oversubscriptio
     cfg, choice, line = chosen("strategy=hivemind", "peers=8", shape=oversubscribed)
     assert (cfg.network.name, choice.processes) == ("emulated", 8)
     assert "8 emulated hosts on 2 cores: oversubscribed 4x" in line
-    placement = NamespacePlacement(cfg, RunDir(tmp_path), choice.processes)
+    placement = NamespacePlacement(cfg, RunDir(tmp_path), choice.processes, 1)
     assert len(placement.bandwidths) == 8 and None not in placement.bandwidths
 
 

@@ -99,3 +99,4 @@ def test_on_a_gpu_compute_time_is_the_kernels_not_their_launches():
     compute = clock.compute_s(started)
     assert launched < compute <= done  # the kernels ran past the moment Python returned from backward
     clock.close()
+

@@ -27,7 +27,7 @@ def placement(tmp_path):
     cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100, "per_peer": [None, 20, None]}})
     run = RunDir(tmp_path / "run")
     run.private.mkdir(parents=True)
-    placed = make_placement(cfg, run, 3)
+    placed = make_placement(cfg, run, 3, 1)
     assert isinstance(placed, NamespacePlacement)
     placed.fabric = SimpleNamespace(hosts=[host(i, rate) for i, rate in enumerate(placed.bandwidths)])
     return placed
@@ -74,7 +74,7 @@ def test_horovodrun_gets_one_slot_per_host_and_the_ssh_shim(placement):
 
 
 def test_loopback_changes_nothing(tmp_path):
-    placed = make_placement(OmegaConf.create({"network": {"name": "loopback"}}), RunDir(tmp_path), 2)
+    placed = make_placement(OmegaConf.create({"network": {"name": "loopback"}}), RunDir(tmp_path), 2, 1)
     assert type(placed) is HostPlacement
     assert placed.wrap(1, ["x"]) == ["x"] and placed.env(1) == {} and placed.address(0) is None
     assert placed.mpirun_args() == [] and placed.horovodrun_args() == [] and placed.head(["y"]) == ["y"]
