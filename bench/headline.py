@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""The headline as typed, measured: `python train.py -m strategy=ring,stepwise,ps`, run as independent sweeps on
+this machine with nothing else running, and whether their answers replicate.
+
+    python bench/headline.py --sweeps 2       # two sweeps, one after the other (each takes the machine lock)
+    python bench/headline.py --from multirun/headline-a multirun/headline-b    # record sweeps made before
+
+A sweep runs into multirun/headline-<date>-<i> (hydra.sweep.dir); a sweep stopped half-way goes on where it
+stopped when the same folder is given again (`--from` records it as it stands, `--sweeps` resumes it).
+Per sweep, from the report's own analysis (metrics/report/verdict.py): the primary figure, the ranking, every
+declared comparison (ratio, 95 % interval, Holm-adjusted p, claim, blocks, censored blocks), the verdict's answer,
+the links and the left-out runs; its wall time (the command's wall clock; for a sweep recorded with --from, the
+first run's start to the last run's end). Across two sweeps: the same ranking, no contradicting claims (a "faster"
+in one never a "slower" in the other), and the pairs of averaging configurations separated in both (a claim of
+faster or slower after Holm, in the same direction).
+
+The result replaces the `headline` entry of bench/results.json (--out), with the machine and the date.
+"""
+import argparse
+import json
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import add_saving_options, portable, recorded, save  # noqa: E402
+from metrics.report.baselines import load_runs  # noqa: E402
+from metrics.report.stats import FASTER, SLOWER  # noqa: E402
+from metrics.report.verdict import section_verdict  # noqa: E402
+
+HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed
+SEPARATED = (FASTER, SLOWER)
+
+
+def run_sweep(folder: Path, lock: str) -> float:
+    """Run (or resume) the headline into folder (the sweep takes the machine lock itself); its wall clock in
+    seconds."""
+    import subprocess
+
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "train.py", "-m", *HEADLINE, f"hydra.sweep.dir={folder}", f"lock={lock}"],
+                          cwd=ROOT)
+    if done.returncode:
+        raise RuntimeError(f"the headline sweep into {folder} exited {done.returncode}")
+    return time.perf_counter() - started
+
+
+def span_s(runs) -> float:
+    """First run's start to the last run's end (summary.json started_at + wall_s)."""
+    starts = [r.summary["started_at"] for r in runs]
+    ends = [r.summary["started_at"] + r.summary["wall_s"] for r in runs]
+    return max(ends) - min(starts)
+
+
+def figures_of(folder: Path, wall_s: float | None) -> dict:
+    """One sweep's answer, from the report's own analysis."""
+    sections, left_out = load_runs([folder])
+    if len(sections) != 1:
+        raise RuntimeError(f"{folder}: expected one (dataset, model) section, found {len(sections)}")
+    verdict, analysis = section_verdict(sections[0])
+    runs = [run for group in sections[0].groups for run in group.runs]
+    return {
+        "folder": portable(str(folder.resolve())),
+        "runs": len(runs),
+        "wall_s": wall_s if wall_s is not None else span_s(runs),
+        "wall_method": "the command's wall clock" if wall_s is not None else "first run's start to last run's end",
+        "primary": analysis.primary.text,
+        "answer": verdict.answer,
+        "ranking": [g.label for g in analysis.ranking],
+        "comparisons": [{"this": c.this.label, "other": c.other.label,
+                         "ratio": c.ratio.estimate, "interval_95": c.ratio.interval(),
+                         "adjusted_p": c.adjusted_p, "claim": c.decision, "blocks": c.blocks,
+                         "censored": c.censored, "against_baseline": c.other.first.is_baseline}
+                        for c in analysis.comparisons],
+        "links": verdict.network,
+        "left_out": verdict.left_out,
+        "not_loaded": left_out,
+    }
+
+
+def replication(first: dict, second: dict) -> dict:
+    """Do two sweeps give the same answer?"""
+    pairs = {(c["this"], c["other"]): c for c in first["comparisons"]}
+    contradictions, separated = [], []
+    for c in second["comparisons"]:
+        other = pairs.get((c["this"], c["other"]))
+        if other is None:
+            continue
+        claims = {other["claim"], c["claim"]}
+        if claims == set(SEPARATED):
+            contradictions.append(f"{c['this']} vs {c['other']}: {other['claim']} / {c['claim']}")
+        elif len(claims) == 1 and c["claim"] in SEPARATED and not c["against_baseline"]:
+            separated.append(f"{c['this']} vs {c['other']}: {c['claim']}")
+    return {"same_ranking": first["ranking"] == second["ranking"], "contradictions": contradictions,
+            "separated_averaging_pairs": separated,
+            "replicates": first["ranking"] == second["ranking"] and not contradictions and len(separated) >= 2}
+
+
+def loopback_estimate_s(results: Path) -> float | None:
+    """bench/link_rate.py's estimate of the headline on loopback, where it was measured on this machine."""
+    from bench.run import describe_machine, machine
+
+    entries = {e["name"]: e for e in json.loads(results.read_text())["results"]} if results.exists() else {}
+    link_rate = entries.get("link_rate") or {}
+    same = "machine" in link_rate and describe_machine(link_rate["machine"]) == describe_machine(machine())
+    return link_rate.get("loopback_headline_estimate_s") if same else None
+
+
+def describe(sweep: dict) -> str:
+    lines = [f"{sweep['folder']}: {sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']})",
+             f"  {sweep['primary']}", f"  ranking: {', '.join(sweep['ranking'])}", f"  answer: {sweep['answer']}"]
+    for c in sweep["comparisons"]:
+        interval = "no interval" if c["interval_95"] is None else "[{:.2f}, {:.2f}]".format(*c["interval_95"])
+        ratio = "n/a" if c["ratio"] is None else f"{c['ratio']:.2f}x"
+        lines.append(f"  {c['this']} vs {c['other']}: {ratio} {interval}, {c['claim']} ({c['blocks']} blocks, "
+                     f"{c['censored']} censored)")
+    return "\n".join(lines)
+
+
+def run(args) -> None:
+    if args.sweeps:
+        folders = [ROOT / "multirun" / f"headline-{date.today()}-{i}" for i in range(1, args.sweeps + 1)]
+        sweeps = [figures_of(folder, run_sweep(folder, args.lock)) for folder in folders]
+    else:
+        sweeps = [figures_of(folder, None) for folder in args.from_]
+    for sweep in sweeps:
+        print(describe(sweep), flush=True)
+    loopback_s = loopback_estimate_s(args.out)
+    result = {"name": "headline", "ratio": max(s["wall_s"] for s in sweeps) / loopback_s if loopback_s else None,
+              "goal": "wall time <= 1.5x the headline's on loopback (ratio: the longest sweep / bench/link_rate.py's "
+                      "loopback estimate on the same machine); two sweeps: the same ranking, no contradicting "
+                      "claims, at least two averaging configurations separated after Holm",
+              "loopback_estimate_s": loopback_s,
+              "setup": "python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, "
+                       "control arm)", "answers": sweeps,
+              "sweeps": [{"path": s["folder"], "kept": False, "summary": f"answers[{i}]"} for i, s in enumerate(sweeps)],
+              "method": "each sweep's verdict analysis (metrics/report/verdict.py) as the report gives it; "
+                        "replication compares the declared comparisons' claims by configuration label"}
+    if len(sweeps) == 2:
+        result["replication"] = replication(*sweeps)
+        print(json.dumps(result["replication"], indent=1))
+    else:
+        result["replication"] = None  # one sweep: not yet measured
+    if not args.no_save:
+        save(args.out, [recorded(result)])
+        print(f"saved {args.out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--sweeps", type=int, choices=(1, 2), help="run this many sweeps, one after the other")
+    source.add_argument("--from", dest="from_", nargs="+", type=Path, metavar="DIR",
+                        help="record these sweep folders (one or two) instead of running")
+    add_saving_options(parser)
+    args = parser.parse_args()
+    if args.from_ and len(args.from_) > 2:
+        parser.error("--from takes one or two sweep folders")
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""bench/headline.py's replication rule: two sweeps replicate when they rank alike, no claim of one contradicts the
+other's, and at least two pairs of averaging configurations are separated in both."""
+from bench.headline import replication
+
+
+def sweep(ranking, claims):
+    return {"ranking": ranking,
+            "comparisons": [{"this": a, "other": b, "claim": claim, "against_baseline": b.startswith("single")}
+                            for (a, b), claim in claims.items()]}
+
+
+RANKING = ["stepwise", "ring", "single (2x1)", "ps"]
+AGREEING = {("ps", "ring"): "slower", ("ps", "stepwise"): "slower", ("ring", "stepwise"): "cannot tell",
+            ("ring", "single (2x1)"): "cannot tell"}
+
+
+def test_two_alike_sweeps_replicate():
+    found = replication(sweep(RANKING, AGREEING), sweep(RANKING, AGREEING))
+    assert found == {"same_ranking": True, "contradictions": [],
+                     "separated_averaging_pairs": ["ps vs ring: slower", "ps vs stepwise: slower"], "replicates": True}
+
+
+def test_a_faster_against_a_slower_is_a_contradiction():
+    flipped = AGREEING | {("ring", "stepwise"): "faster"}
+    second = sweep(RANKING, AGREEING | {("ring", "stepwise"): "slower"})
+    found = replication(sweep(RANKING, flipped), second)
+    assert found["contradictions"] == ["ring vs stepwise: faster / slower"] and not found["replicates"]
+
+
+def test_separation_against_the_baseline_does_not_count_and_one_pair_is_not_enough():
+    claims = AGREEING | {("ps", "stepwise"): "cannot tell", ("ring", "single (2x1)"): "faster"}
+    found = replication(sweep(RANKING, claims), sweep(RANKING, claims))
+    assert found["separated_averaging_pairs"] == ["ps vs ring: slower"] and not found["replicates"]
+
+
+def test_another_ranking_does_not_replicate():
+    found = replication(sweep(RANKING, AGREEING), sweep(list(reversed(RANKING)), AGREEING))
+    assert not found["same_ranking"] and not found["replicates"]
