@@ -1,9 +1,10 @@
 """The training loop, identical for every strategy; it owns the time breakdown of a step.
 
     data_s     fetching the batch (and copying it to the GPU)
-    compute_s  forward and backward, up to the moment the last gradient is accumulated, less the
-               training thread's waits for a CPU in that span (compute_wait_s: on a peer's own cores,
-               its communication threads taking them); on a GPU: CUDA-event time of the kernels
+    compute_s  forward and backward, up to the moment the last gradient is accumulated, less
+               compute_wait_s: the training thread's wait for a CPU in that span, at most the CPU time
+               the peer's other threads (its communication) used meanwhile; on a GPU: the kernels'
+               CUDA-event time
     opt_s      the optimizer update (the strategy measures it)
     comm_s     exposed communication = step wall - data - compute - opt (compute_wait_s included)
     cpu_s, runq_s   CPU time of this peer process over the step, and its threads' wait for a CPU
@@ -36,8 +37,9 @@ THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread wait
 
 
 class GradientClock:
-    """Remembers when the last gradient of backward was accumulated, and how long the training thread had waited
-    for a CPU by then (backward runs on the thread that calls it on a CPU). Create it on the training thread."""
+    """Remembers when the last gradient of backward was accumulated, and by then how long the training thread had
+    waited for a CPU and how much CPU the process's other threads had used (backward runs on the thread that calls
+    it on a CPU). Create it on the training thread."""
 
     def __init__(self, params, device: PeerDevice):
         self.last_ready = 0.0
@@ -45,27 +47,32 @@ class GradientClock:
             if device.is_cuda else None  # (start of compute, last gradient) on the compute stream
         self.schedstat = os.open(THREAD_SCHEDSTAT, os.O_RDONLY) \
             if not self.events and os.path.exists(THREAD_SCHEDSTAT) else None
-        self.wait_at_start = self.wait_at_ready = 0
+        self.at_start = self.at_ready = (0, 0.0, 0.0)  # (wait ns, process CPU s, this thread's CPU s)
         self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params if p.requires_grad]
 
-    def _waited_ns(self) -> int:
-        return int(os.pread(self.schedstat, 128, 0).split()[1]) if self.schedstat is not None else 0
+    def _clocks(self) -> tuple[int, float, float]:
+        if self.schedstat is None:
+            return 0, 0.0, 0.0
+        return int(os.pread(self.schedstat, 128, 0).split()[1]), time.process_time(), time.thread_time()
 
     def start(self) -> None:
         self.last_ready = 0.0
-        self.wait_at_start = self.wait_at_ready = self._waited_ns()
+        self.at_start = self.at_ready = self._clocks()
         if self.events:
             self.events[0].record()
 
     def _ready(self, param: torch.Tensor) -> None:
         self.last_ready = time.perf_counter()
-        self.wait_at_ready = self._waited_ns()
+        self.at_ready = self._clocks()
         if self.events:
             self.events[1].record()
 
     def wait_s(self) -> float:
-        """The training thread's wait for a CPU from start() to the last gradient (0 on a GPU)."""
-        return (self.wait_at_ready - self.wait_at_start) / 1e9
+        """From start() to the last gradient, the training thread's wait for a CPU while the process's other threads
+        ran: its wait, at most their CPU time (0 on a GPU). Waits for other processes' or throttled CPU stay in."""
+        (wait0, process0, thread0), (wait1, process1, thread1) = self.at_start, self.at_ready
+        others_cpu = (process1 - process0) - (thread1 - thread0)
+        return max(0.0, min((wait1 - wait0) / 1e9, others_cpu))
 
     def compute_s(self, started: float) -> float:
         """Forward and backward up to the last gradient, less wait_s(); call after the step is synchronised."""

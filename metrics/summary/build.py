@@ -39,12 +39,14 @@ METHODS = {
     "averaging_rounds": "see metrics/summary/rounds.py METHOD (null: the strategy records no rounds one by one)",
     "time_breakdown_s": "mean per step over all workers (perf_counter), the same for every strategy: data_s = "
                         "fetching the batch; compute_s = forward and backward up to the moment the last gradient "
-                        "was accumulated, less the training thread's waits for a CPU in that span (schedstat; on a "
-                        "peer's own cores its communication threads take them: communication's CPU cost, booked as "
-                        "exposed communication; on a GPU the kernels' CUDA-event time); opt_s = the optimizer update wherever it runs (a parameter server's "
+                        "was accumulated, less compute_wait_s: the training thread's wait for a CPU in that span "
+                        "(schedstat), at most the CPU time the peer's other threads used meanwhile (its "
+                        "communication threads on its own cores: communication's CPU cost, booked as exposed "
+                        "communication; waits for other processes or a quota stay in compute); on a GPU the "
+                        "kernels' CUDA-event time; opt_s = the optimizer update wherever it runs (a parameter server's "
                         "update, as its reply reports it; hivemind's global step inside an averaging step); "
                         "comm_s = exposed communication = step wall - data - compute - opt (waiting for other "
-                        "peers and the training thread's CPU waits during compute included). These four sum to the step. hidden_comm_s, apart: link time the "
+                        "peers and compute_wait_s included). These four sum to the step. hidden_comm_s, apart: link time the "
                         "strategy measured beyond the exposed part (link_s - comm_s), i.e. communication that "
                         "ran behind compute (DDP's buckets, Horovod's all-reduces during backward); not in the sum",
     "bytes_per_step": "payload accounting: bytes of the tensors the strategy exchanged per worker per step, from "
