@@ -18,6 +18,7 @@ The result replaces the `headline` entry of bench/results.json (--out), with the
 """
 import argparse
 import json
+import subprocess
 import sys
 import time
 from datetime import date
@@ -38,8 +39,6 @@ SEPARATED = (FASTER, SLOWER)
 def run_sweep(folder: Path, lock: str) -> float:
     """Run (or resume) the headline into folder (the sweep takes the machine lock itself); its wall clock in
     seconds."""
-    import subprocess
-
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "train.py", "-m", *HEADLINE, f"hydra.sweep.dir={folder}", f"lock={lock}"],
                           cwd=ROOT)

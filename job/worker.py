@@ -43,7 +43,8 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
     strategy_class = resolve(cfg.strategy.target)
     strategy = strategy_class(cfg, ctx, spec, device)
-    result = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(), "role": role, **device.describe()}
+    result = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(), "role": role,
+              **device.describe()}
     try:
         if role == WORKER:
             log = StepLog(peer.path)
