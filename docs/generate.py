@@ -380,16 +380,18 @@ def bench_evaluation_share(entry: dict, part: str = "table") -> list[str]:
 
 
 def verdict() -> str:
-    """A sample verdict: the thesis slice's strategies family, the headline comparison with allreduce beside it."""
-    entry = results()["thesis"]
-    found = entry["families"]["strategies"]
-    body = [[r["configuration"], times(r["speedup"], r["speedup_interval_95"]), f"**{r['speedup_claim']}**",
-             times(r["time_to_target_ratio"]), f"{r['completed']} of {r['runs']}"]
-            for r in found["rows"] if not r["baseline"]]
-    return "\n".join([f"*Measured {found['measured_at']} on {describe_machine(found['machine'])}; 3 paired blocks "
-                      "(`bench/results.json` → `thesis` → `families.strategies`).*", ""] + table(
-        ["configuration", "throughput vs one process on the same CPUs, 95 % interval", "claim",
-         "time-to-target ratio", "runs completed"], body))
+    """The sample verdict: the README's headline as typed, its first recorded sweep (bench/headline.py)."""
+    entry = results()["headline"]
+    sweep = entry["answers"][0]
+    body = [[f"{c['this']} vs {c['other']}", times(c["ratio"], c["interval_95"]), f"**{c['claim']}**",
+             num(c["adjusted_p"], 3), f"{c['blocks']} ({c['censored']} censored)"] for c in sweep["comparisons"]]
+    replication = entry.get("replication")
+    replicated = ("not yet checked: one sweep recorded" if replication is None else
+                  "replicates" if replication["replicates"] else "**does not replicate**")
+    return "\n".join([stamp(entry, "answers[0]"), "", f"{sweep['primary']}", ""] + table(
+        ["comparison", "ratio, 95 % interval", "claim", "Holm-adjusted p", "blocks"], body) + [
+        "", f"Answer: {sweep['answer']}", "", *[f"- {line}" for line in sweep["links"]], "",
+        f"{sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']}); a second sweep: {replicated}."])
 
 
 BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,

@@ -55,6 +55,13 @@ class CpuGroup:
         else:
             write(self._file("cpu.max"), f"{quota_us} {self.period_us}")
 
+    def lift_quota(self) -> None:
+        """No quota from now on (the group keeps its accounting)."""
+        if self.version == "v1":
+            write(self._file("cpu.cfs_quota_us"), -1)
+        else:
+            write(self._file("cpu.max"), f"max {self.period_us}")
+
     def join(self, pid: int) -> None:
         """Move process `pid` (all its threads) into the group; children it starts later inherit it."""
         for d in self.dirs:
@@ -130,7 +137,19 @@ class PeerCpu:
         if self.group is not None and self.group.move_thread_out(tid):
             self.excluded.add(tid)
 
+    released: dict | None = None  # the figures when the peer's quota was lifted
+
+    def release(self) -> None:
+        """Training has ended on this host: take the figures now, then lift the quota (evaluation is not measured,
+        and may use every core of the host)."""
+        self.released = self.figures()
+        if self.group is not None:
+            self.group.lift_quota()
+
     def figures(self) -> dict:
+        """From joining the group to now, or to the release."""
+        if self.released is not None:
+            return self.released
         delays = tree_run_delays(os.getpid())
         runq_ns = sum(ns - self.first_delays.get(tid, 0) for tid, ns in delays.items() if tid not in self.excluded)
         figures = {"in_group_s": time.monotonic() - self.joined, "runq_s": runq_ns / 1e9, "error": self.error}

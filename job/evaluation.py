@@ -7,7 +7,9 @@ wrapper) to peer<RANK>/snapshots/, with its key: the digest of what an evaluatio
 pause is timed and, like any measurement pause, left out of train_s.
 
 Once a worker's training has ended it evaluates its snapshots together with the other workers of
-its host, each on its own cores (job/worker.py pins them), through files in the run directory
+its host, each on its own cores (job/worker.py pins them; once every worker of the host has ended training,
+they share all the host's cores, their CPU quotas lifted: a process alone on its host evaluates on every one),
+through files in the run directory
 (HostBoard): every distinct key is evaluated once, by the first worker that claims it (its own
 snapshots first, in step order, then those of the host's other live workers), and every worker
 copies the evaluations of its own snapshots into its eval.jsonl, in step order. So the workers of a
@@ -41,7 +43,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import psutil
@@ -290,8 +292,10 @@ POLL_S = 0.05  # how often a waiting worker looks at the board
 class HostEvaluation:
     """One worker's part in evaluating its host's snapshots (see the module's docstring)."""
 
-    def __init__(self, board: HostBoard, evaluator: Evaluator, patience_s: float):
+    def __init__(self, board: HostBoard, evaluator: Evaluator, patience_s: float,
+                 host_trained: Callable[[int], None] | None = None):
         self.board, self.evaluator, self.patience_s = board, evaluator, patience_s
+        self.host_trained = host_trained  # called once, with the host's live workers, when all have ended training
         self.evaluated = 0  # evaluations done here
         self.longest_s = 0.0  # the longest of them
 
@@ -325,6 +329,9 @@ class HostEvaluation:
             while pending and (posted := self.board.result(pending[0].key)):
                 yield pending.pop(0), *posted
             others = self.board.live_workers()
+            if self.host_trained and all(others.values()):
+                self.host_trained(1 + len(others))
+                self.host_trained = None
             work = self._claim_next(pending, [rank for rank, published in others.items() if published])
             if work is None and pending and self.board.abandoned(pending[0].key,
                                                                  max(self.patience_s, 3 * self.longest_s)):

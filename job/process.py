@@ -2,8 +2,10 @@
 import ctypes
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 
 import psutil
 
@@ -19,6 +21,23 @@ def exit_on_sigterm() -> None:
 
     signal.signal(signal.SIGTERM, _raise)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def exit_with(main, *args) -> None:
+    """Run `main` and exit with its code. After a failure, exit at once: a thread a backend left running (hivemind's
+    progress tracker, when its optimizer failed half-built) must not hold the process at interpreter exit, where
+    the launcher would wait for it forever."""
+    try:
+        code = main(*args)
+    except BaseException as exc:
+        code = (exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int)
+                else 128 + signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1)
+        if not isinstance(exc, SystemExit):
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -80,9 +99,10 @@ def core_slot(index: int, per_slot: int, available) -> list[int]:
     return sorted({available[(index * per_slot + i) % len(available)] for i in range(per_slot)})
 
 
-def pin_cpus(local_rank: int, peer_cpus: int) -> list[int]:
-    """Pin this process to `peer_cpus` of the cores it may use (its host's: an emulated host's own, netemu/fabric.py)."""
-    cores = core_slot(local_rank, peer_cpus, os.sched_getaffinity(0))
+def pin_cpus(local_rank: int, peer_cpus: int, available=None) -> list[int]:
+    """Pin this process to `peer_cpus` of `available` cores (default: those it may use, its host's: an emulated
+    host's own, netemu/fabric.py). Threads started later inherit them."""
+    cores = core_slot(local_rank, peer_cpus, available or os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
     return cores
 

@@ -25,7 +25,7 @@ from job.evaluation import Evaluator, HostBoard, HostEvaluation, PreciseBatchNor
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
-from job.process import boot_id, die_with_parent, exit_on_sigterm, pin_cpus
+from job.process import boot_id, die_with_parent, exit_on_sigterm, exit_with, pin_cpus
 from job.registry import resolve
 from metrics.recording.rundir import RunDir
 from metrics.recording.sampler import ResourceSampler
@@ -33,6 +33,7 @@ from metrics.recording.steplog import StepLog
 
 def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     peer = ctx.peer
+    host_cores = sorted(os.sched_getaffinity(0))  # this host's (an emulated host's own), before pinning
     cores = pin_cpus(ctx.local_rank, spec.threads)
     torch.set_num_threads(len(cores))  # never more threads than cores: oversubscribed threads spin
     sampler = ResourceSampler(peer.resources, cfg.sampler.interval) if cfg.sampler.enabled else None
@@ -65,9 +66,17 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                                            device.device) if cfg.precise_bn_samples else None
                 evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels).to(device.device),
                                       splits.test, device.device, precise)
-                host = HostEvaluation(board, evaluator, float(cfg.timeouts.collective_s))
+
+                def evaluate_on_host_cores(workers: int) -> None:  # every worker of this host ended training
+                    cpu.release()
+                    torch.set_num_threads(len(pin_cpus(ctx.local_rank, max(1, len(host_cores) // workers),
+                                                       host_cores)))
+
+                host = HostEvaluation(board, evaluator, float(cfg.timeouts.collective_s), evaluate_on_host_cores)
                 result |= snapshots.evaluate_all(host, log, peer.eval_samples,
                                                  peer.weights if cfg.keep_weights else None)  # training has ended
+                result |= {"evaluation_cores": sorted(os.sched_getaffinity(0)),
+                           "evaluation_threads": torch.get_num_threads()}
             finally:
                 snapshots.discard()
                 log.close()
@@ -129,4 +138,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_with(main, sys.argv[1:])

@@ -124,6 +124,8 @@ class Hivemind(Strategy):
         require(0 < hm.request_timeout < hm.matchmaking_time,
                 "hivemind.request_timeout must be > 0 and below hivemind.matchmaking_time "
                 "(hivemind deadlocks otherwise)")
+        require("." not in str(hm.run_id), f"hivemind.run_id must not contain '.' (hivemind's averagers name their "
+                f"DHT keys with it), got {hm.run_id}")
         require(hm.average_state_every >= 1, f"hivemind.average_state_every must be >= 1, got {hm.average_state_every}")
         for knob in ("grad_compression", "state_averaging_compression"):
             require(hm[knob] in COMPRESSIONS,
@@ -258,6 +260,8 @@ class Hivemind(Strategy):
         bn_buffers = [b for b in model.buffers() if b.is_floating_point()] if hm.average_bn_buffers else []
         averager_opts = {"request_timeout": float(hm.request_timeout)}
         grad_factory = None if hm.use_local_updates else functools.partial(GradientAverager, **averager_opts)
+        if any(p.device.type != "cpu" for p in params):  # the state averager shares tensors in place on the CPU only
+            averager_opts["reuse_tensors"] = False  # (offload_optimizer would reuse the GPU's BatchNorm buffers)
         with hivemind_internals.cloning_state_averager():
             return hivemind.Optimizer(
                 dht=self.dht, run_id=hm.run_id, params=params,

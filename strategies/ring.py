@@ -146,6 +146,8 @@ class Ring(Strategy):
     @classmethod
     def check_available(cls, cfg) -> None:
         controller = cfg.ring.controller
+        import torch
+
         try:
             import horovod.torch as hvd
         except ImportError as exc:
@@ -153,11 +155,18 @@ class Ring(Strategy):
         if not (hvd.gloo_built() if controller == "gloo" else hvd.mpi_built()):
             raise BackendUnavailable(f"ring.controller={controller}: this Horovod was built without "
                                      f"{controller} support; {BUILD_HINT}")
-        if resolve_device(cfg.device) == "cuda" and not hvd.cuda_built():
-            raise BackendUnavailable("device=cuda: this Horovod was built without GPU support (torch was a CPU "
-                                     "build when it was compiled); install torch's CUDA build, delete the cached "
-                                     "wheel and rerun scripts/build_horovod.sh (it then builds with NCCL), or use "
-                                     "device=cpu")
+        if resolve_device(cfg.device) == "cuda":
+            if not hvd.cuda_built():
+                raise BackendUnavailable("device=cuda: this Horovod was built without GPU support (torch was a CPU "
+                                         "build when it was compiled); install torch's CUDA build, delete the cached "
+                                         "wheel and rerun scripts/build_horovod.sh (it then builds with NCCL), or "
+                                         "use device=cpu")
+            gpus, per_host = torch.cuda.device_count(), -(-int(cfg.peers) // int(cfg.launch.nnodes))
+            if hvd.nccl_built() and per_host > gpus:
+                raise BackendUnavailable(f"device=cuda: Horovod's NCCL operations need a GPU of their own for each "
+                                         f"peer (NCCL refuses two ranks on one GPU: 'ncclCommInitRank failed: "
+                                         f"invalid usage'), and this host has {gpus} GPU(s) for {per_host} peers; "
+                                         f"ask for at most {gpus} peers per host, or device=cpu")
         if controller == "mpi" and not shutil.which("mpirun"):
             raise BackendUnavailable("ring.controller=mpi needs Open MPI's mpirun on PATH (not found); "
                                      "run `make setup` (installs openmpi-bin) or use ring.controller=gloo")

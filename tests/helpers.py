@@ -334,12 +334,13 @@ class CountingEvaluator(Evaluator):
         return super().__call__(path)
 
 
-def host_evaluation(board_dir, rank, test, precise, patience_s=60.0, counting=False) -> HostEvaluation:
+def host_evaluation(board_dir, rank, test, precise, patience_s=60.0, counting=False,
+                    host_trained=None) -> HostEvaluation:
     board = HostBoard(board_dir, rank)
     board.register()
     torch.manual_seed(1)
     evaluator = (CountingEvaluator if counting else Evaluator)(tiny(10, 1), test, CPU, precise)
-    return HostEvaluation(board, evaluator, patience_s)
+    return HostEvaluation(board, evaluator, patience_s, host_trained)
 
 
 def trajectory(peer: PeerDir, steps, statistics_seed: int, precise: bool = True, parameters_seed: int = 0) -> Snapshots:

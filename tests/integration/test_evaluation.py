@@ -18,6 +18,20 @@ pytestmark = pytest.mark.timeout(60)
 
 # --- integration tier: real workers ---------------------------------------------------------------
 @pytest.mark.integration
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_one_process_evaluates_on_every_core_of_its_host_once_training_ended(run_dir):
+    """It trained on its one core (peer_cpus=1); the machine's other cores stood idle until evaluation took them."""
+    from helpers import QUICK, results, run_train
+
+    result = run_train(run_dir, *QUICK, "strategy=single", "max_steps=4", "eval_every=2")
+    assert result.returncode == 0, result.stderr
+    (worker,) = results(run_dir, (0,))
+    assert len(worker["cores"]) == 1
+    assert set(worker["evaluation_cores"]) == os.sched_getaffinity(0)
+    assert worker["evaluation_threads"] == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_would_alone(run_dir):
     from omegaconf import OmegaConf
@@ -37,13 +51,17 @@ def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_wo
     assert sum(r["evaluated_here"] for r in results(run_dir, (0, 1))) == len(steps)
     assert [e["evaluated_by"] for e in evals[0]] == [e["evaluated_by"] for e in evals[1]]
 
-    # what each worker would have computed alone: its own saved weights, evaluated here on one thread as it would
+    # once both had ended training, they evaluated on the host's cores, one share each
+    shares = [set(r["evaluation_cores"]) for r in results(run_dir, (0, 1))]
+    assert not shares[0] & shares[1] and shares[0] | shares[1] == os.sched_getaffinity(0)
+
+    # what each worker would have computed alone: its own saved weights, evaluated here on its threads
     cfg = OmegaConf.load(run_dir / ".avgbench" / "config.yaml")
     splits = load_splits(cfg)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        for rank in (0, 1):
+        for rank, result in zip((0, 1), results(run_dir, (0, 1))):
+            torch.set_num_threads(result["evaluation_threads"])
             torch.manual_seed(cfg.seed)
             evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels), splits.test, CPU,
                                   PreciseBatchNorm(splits.train, cfg.precise_bn_samples, cfg.batch_size, CPU))

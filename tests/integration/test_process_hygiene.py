@@ -1,10 +1,12 @@
 """A crashed or killed peer ends the run with its rank; Ctrl-C stops it; nothing is left running."""
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
-from helpers import assert_no_leftovers, run_train, start_train, summary_of, wait_for_steps
+from helpers import ROOT, assert_no_leftovers, run_train, start_train, summary_of, wait_for_steps
 from metrics.recording.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -50,3 +52,22 @@ def test_killed_launcher_takes_its_peers_along(run_dir):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     assert_no_leftovers(run_dir, settle_s=15)
+
+
+LINGERING = """
+import threading, time
+from job.process import exit_with
+
+def main():
+    threading.Thread(target=time.sleep, args=(3600,), name="a backend's").start()  # not a daemon thread
+    raise RuntimeError("setup failed")
+
+exit_with(main)
+"""
+
+
+def test_a_failed_peer_exits_though_a_backend_left_a_thread_running():
+    """hivemind's optimizer, failing half-built, leaves its progress tracker's thread; Python's exit would wait for
+    it, and the launcher for the peer, forever (seen on a GPU machine; the worker's entry point runs exit_with)."""
+    done = subprocess.run([sys.executable, "-c", LINGERING], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "RuntimeError: setup failed" in done.stderr

@@ -173,6 +173,30 @@ def test_a_worker_done_with_its_own_snapshots_helps_with_the_others(tmp_path):
     assert [e["step"] for e in read_jsonl(workers[0][0].evals)] == [0]
 
 
+def test_the_host_s_cores_are_handed_out_only_once_every_worker_of_the_host_ended_training(tmp_path):
+    """A worker that ends training first evaluates on its own cores while the other still trains (widening would
+    take the trainer's core); once both have ended, each is told once that the host's 2 workers are done."""
+    test, told = images(40, seed=8), {0: [], 1: []}
+    workers = {}
+    for rank, steps in ((0, [0]), (1, [0, 5])):
+        peer = PeerDir(tmp_path / f"peer{rank}")
+        workers[rank] = (peer, trajectory(peer, steps, statistics_seed=0, parameters_seed=rank),
+                         host_evaluation(tmp_path / "board", rank, test, None, host_trained=told[rank].append),
+                         StepLog(peer.path))
+    peer, snapshots, host, log = workers[0]
+    first = snapshots.evaluating(host, log, peer.eval_samples)
+    assert [next(first), next(first)] == ["evaluated", "waiting"]  # its own state, then waits for worker 1
+    assert told == {0: [], 1: []}
+    peer, snapshots, host, log = workers[1]
+    running = {0: first, 1: snapshots.evaluating(host, log, peer.eval_samples)}
+    while running:
+        for rank in list(running):
+            if next(running[rank], None) is None:
+                del running[rank]
+                workers[rank][3].close()
+    assert told == {0: [2], 1: [2]}
+
+
 def claim_as(board_dir, rank, key, pid, started):
     """A claim of `key` written by another process (pid, its start time)."""
     (board_dir / f"{key}.claim").write_text(json.dumps({"rank": rank, "pid": pid, "started": started,

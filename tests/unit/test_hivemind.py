@@ -16,6 +16,7 @@ from strategies.hivemind import target_epoch
     ("hivemind.delay_grad_averaging=true", "needs hivemind.delay_optimizer_step=true"),
     ("hivemind.use_local_updates=true hivemind.delay_optimizer_step=true", "cannot delay the optimizer step"),
     ("hivemind.request_timeout=5", "below hivemind.matchmaking_time"),
+    ("hivemind.run_id=exp.1", "hivemind.run_id must not contain '.'"),  # hivemind asserts it inside its optimizer
 ])
 def test_bad_knobs_are_config_errors(override, message):
     with pytest.raises(ConfigError, match=message):
