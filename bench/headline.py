@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bench.run import add_saving_options, portable, recorded, save  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.stats import FASTER, SLOWER  # noqa: E402
+from metrics.report.tables import excludes_one  # noqa: E402
 from metrics.report.verdict import section_verdict  # noqa: E402
 
 HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed
@@ -79,6 +80,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "span_s": span_s(runs),  # first start to last end: with any pause between sessions
         "primary": analysis.primary.text,
         "answer": verdict.answer,
+        "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
         "ranking": [g.label for g in analysis.ranking],
         "comparisons": [{"this": c.this.label, "other": c.other.label,
                          "ratio": c.ratio.estimate, "interval_95": c.ratio.interval(),
@@ -104,9 +106,11 @@ def replication(first: dict, second: dict) -> dict:
             contradictions.append(f"{c['this']} vs {c['other']}: {other['claim']} / {c['claim']}")
         elif len(claims) == 1 and c["claim"] in SEPARATED and not c["against_baseline"]:
             separated.append(f"{c['this']} vs {c['other']}: {c['claim']}")
+    withheld = first["claims_withheld"] or second["claims_withheld"]  # a verdict that refused its claims
     return {"same_ranking": first["ranking"] == second["ranking"], "contradictions": contradictions,
-            "separated_averaging_pairs": separated,
-            "replicates": first["ranking"] == second["ranking"] and not contradictions and len(separated) >= 2}
+            "separated_averaging_pairs": separated, "claims_withheld": withheld,
+            "replicates": (first["ranking"] == second["ranking"] and not contradictions and len(separated) >= 2
+                           and not withheld)}
 
 
 def loopback_estimate_s(results: Path) -> float | None:
@@ -146,7 +150,7 @@ def run(args) -> None:
               "loopback_estimate_s": loopback_s,
               "setup": "python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, "
                        "control arm)", "answers": sweeps,
-              "sweeps": [{"path": s["folder"], "kept": False, "summary": f"answers[{i}]"} for i, s in enumerate(sweeps)],
+              "sweeps": [{"path": s["folder"], "kept": False, "summary": f"answers.{i}"} for i, s in enumerate(sweeps)],
               "method": "each sweep's verdict analysis (metrics/report/verdict.py) as the report gives it; "
                         "replication compares the declared comparisons' claims by configuration label"}
     if len(sweeps) == 2:

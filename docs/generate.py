@@ -383,12 +383,13 @@ def verdict() -> str:
     """The sample verdict: the README's headline as typed, its first recorded sweep (bench/headline.py)."""
     entry = results()["headline"]
     sweep = entry["answers"][0]
-    body = [[f"{c['this']} vs {c['other']}", times(c["ratio"], c["interval_95"]), f"**{c['claim']}**",
+    claim = "withheld ({})" if sweep["claims_withheld"] else "**{}**"  # the verdict refused its claims: Answer
+    body = [[f"{c['this']} vs {c['other']}", times(c["ratio"], c["interval_95"]), claim.format(c["claim"]),
              num(c["adjusted_p"], 3), f"{c['blocks']} ({c['censored']} censored)"] for c in sweep["comparisons"]]
     replication = entry.get("replication")
     replicated = ("not yet checked: one sweep recorded" if replication is None else
                   "replicates" if replication["replicates"] else "**does not replicate**")
-    return "\n".join([stamp(entry, "answers[0]"), "", f"{sweep['primary']}", ""] + table(
+    return "\n".join([stamp(entry, "answers.0"), "", f"{sweep['primary']}", ""] + table(
         ["comparison", "ratio, 95 % interval", "claim", "Holm-adjusted p", "blocks"], body) + [
         "", f"Answer: {sweep['answer']}", "", *[f"- {line}" for line in sweep["links"]], "",
         f"{sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']}); a second sweep: {replicated}."])

@@ -120,3 +120,53 @@ class MachineSampler(IntervalSampler):
     def sample(self) -> dict:
         return {"t": round(time.monotonic() - self._t0, 3), "psi_some_us": cpu_pressure_us(),
                 **cpu_times(self.cores), "load1": os.getloadavg()[0], "run_cpu_s": own_cpu_s()}
+
+
+FINGERPRINT = {"cpu_vendor": "vendor", "cpu_model_name": "model name", "cpu_family": "family", "cpu_model": "model",
+               "cpu_mhz": "clock", "cores": "cores", "memory_gib": "memory", "kernel": "kernel",
+               "gpu": "GPU"}  # machine()'s fields and their short names
+UNKNOWN = "unknown"
+
+
+def fingerprint() -> dict:
+    """The machine a result was measured on: its fingerprint (FINGERPRINT: the first CPU's vendor, model name, family,
+    model and clock, the usable cores, memory, kernel, GPU) and the load average when the benchmark ended. The model
+    name alone does not tell hosts apart: two 2-core "AMD EPYC" machines ran ResNet18 1.75x apart."""
+    import platform
+
+    import psutil
+    import torch
+
+    first_cpu = open("/proc/cpuinfo").read().split("\n\n")[0]
+    cpu = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu.splitlines())}
+    mhz = cpu.get("cpu MHz")
+    return {
+        "cpu_vendor": cpu.get("vendor_id", UNKNOWN),
+        "cpu_model_name": cpu.get("model name", UNKNOWN),
+        "cpu_family": cpu.get("cpu family", UNKNOWN),
+        "cpu_model": cpu.get("model", UNKNOWN),
+        "cpu_mhz": round(float(mhz)) if mhz else UNKNOWN,
+        "cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU",
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+
+
+def describe_machine(fingerprint: dict) -> str:
+    """One line naming a fingerprint(), e.g. "GenuineIntel Intel(R) Xeon(R) Processor, family 6 model 167 at 2600 MHz,
+    2 cores, 23.4 GiB, kernel 6.1.0, no GPU"; fields recorded as unknown are named: "(not recorded: kernel)"."""
+    def known(key: str, text: str) -> str | None:
+        return None if fingerprint.get(key, UNKNOWN) == UNKNOWN else text
+
+    f = fingerprint
+    cpu = " ".join(filter(None, (known("cpu_vendor", f.get("cpu_vendor")),
+                                 known("cpu_model_name", f.get("cpu_model_name"))))) or "CPU unknown"
+    family = " ".join(filter(None, (known("cpu_family", f"family {f.get('cpu_family')}"),
+                                    known("cpu_model", f"model {f.get('cpu_model')}"),
+                                    known("cpu_mhz", f"at {f.get('cpu_mhz')} MHz"))))
+    parts = [cpu, family, known("cores", f"{f.get('cores')} cores"), known("memory_gib", f"{f.get('memory_gib')} GiB"),
+             known("kernel", f"kernel {f.get('kernel')}"), known("gpu", f.get("gpu"))]
+    missing = [name for key, name in FINGERPRINT.items() if not known(key, key)]
+    return ", ".join(filter(None, parts)) + (f" (not recorded: {', '.join(missing)})" if missing else "")

@@ -6,10 +6,10 @@ sweep's blocks from it.
     python -m metrics.report SWEEP_DIR --record-noise bench/results.json
 """
 import json
-import os
 import time
 from pathlib import Path
 
+from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.primary import Primary
 from metrics.report.verdict import analyse
@@ -39,15 +39,6 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
     return rows
 
 
-def cpu_model() -> str:
-    try:
-        first = open("/proc/cpuinfo").read().split("\n\n")[0]
-    except OSError:
-        return "unknown CPU"
-    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
-    return fields.get("model name", "unknown CPU")
-
-
 def record(dirs: list[Path], path: Path) -> list[str]:
     """Merge the noise measured under dirs into the results file's primary_noise entry (a row of the same
     figure, target, data, model and strategy is replaced); what was recorded, one line each."""
@@ -59,14 +50,22 @@ def record(dirs: list[Path], path: Path) -> list[str]:
         results["results"].append(entry)
     new = {tuple(r[k] for k in KEYS) for r in rows}
     entry["rows"] = [r for r in entry["rows"] if tuple(r.get(k) for k in KEYS) not in new] + \
-        [r | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": f"{cpu_model()}, "
-              f"{r['cores'] or len(os.sched_getaffinity(0))} cores"} for r in rows]
+        [r | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": fingerprint()} for r in rows]
     entry |= {"goal": "the sd of the primary figure's paired log ratios that repeats=auto plans from (no goal)",
-              "method": __doc__.strip()}
+              "method": __doc__.strip(), "measured_at": max(r["measured_at"] for r in entry["rows"]),
+              "sweeps": [{"path": path, "kept": False, "summary": "rows"}
+                         for path in sorted({p for r in entry["rows"] for p in r.get("sweeps", [])})],
+              "machine": fingerprint()}  # where it was last recorded; each row names its own machine
     path.write_text(json.dumps(results, indent=1) + "\n")
     return [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
             f"{r['blocks']} blocks" for r in rows] or [f"no noise to record under {', '.join(map(str, dirs))}: no "
                                                        "comparison with a baseline over 2 or more exact blocks"]
+
+
+def machine_of(row: dict) -> str:
+    """The row's machine: a fingerprint, or the text that rows recorded before 2026-11-26 hold."""
+    found = row.get("machine", "?")
+    return describe_machine(found) if isinstance(found, dict) else found
 
 
 def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str]) -> tuple[float, str]:
@@ -90,5 +89,5 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
             f"same data, model and target), then `python -m metrics.report multirun/noise --record-noise {path}`")
     pooled = pooled_log_sd([(r["blocks"] - 1, r["log_sd"]) for r in found])
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r['blocks']} blocks, {r.get('measured_at', '?')}, "
-                      f"{r.get('machine', '?')})" for r in found)
+                      f"{machine_of(r)})" for r in found)
     return pooled, where

@@ -33,7 +33,7 @@ def fingerprint_problems(fingerprint) -> list[str]:
 def at(entry: dict, dotted: str):
     value = entry
     for key in dotted.split("."):
-        value = value[key]
+        value = value[int(key)] if isinstance(value, list) else value[key]
     return value
 
 

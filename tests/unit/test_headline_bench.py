@@ -3,8 +3,8 @@ other's, and at least two pairs of averaging configurations are separated in bot
 from bench.headline import replication
 
 
-def sweep(ranking, claims):
-    return {"ranking": ranking,
+def sweep(ranking, claims, withheld=False):
+    return {"ranking": ranking, "claims_withheld": withheld,
             "comparisons": [{"this": a, "other": b, "claim": claim, "against_baseline": b.startswith("single")}
                             for (a, b), claim in claims.items()]}
 
@@ -17,7 +17,14 @@ AGREEING = {("ps", "ring"): "slower", ("ps", "stepwise"): "slower", ("ring", "st
 def test_two_alike_sweeps_replicate():
     found = replication(sweep(RANKING, AGREEING), sweep(RANKING, AGREEING))
     assert found == {"same_ranking": True, "contradictions": [],
-                     "separated_averaging_pairs": ["ps vs ring: slower", "ps vs stepwise: slower"], "replicates": True}
+                     "separated_averaging_pairs": ["ps vs ring: slower", "ps vs stepwise: slower"],
+                     "claims_withheld": False, "replicates": True}
+
+
+def test_a_sweep_whose_control_arm_failed_replicates_nothing():
+    """Its verdict withheld every claim (the same run twice in a block differed): no separation counts."""
+    found = replication(sweep(RANKING, AGREEING, withheld=True), sweep(RANKING, AGREEING))
+    assert found["claims_withheld"] and not found["replicates"]
 
 
 def test_a_faster_against_a_slower_is_a_contradiction():
