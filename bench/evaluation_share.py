@@ -15,7 +15,7 @@ eval_s - precise_bn_s (loading the weights and the pass over the held-out split)
 share = after_training_s / command_s. The goal: at most GOAL.
 
 The result replaces the `evaluation_share` entry of bench/results.json (--out): the repeats, their mean share as
-the ratio, the goal, the machine (bench/run.py's fingerprint) and the date. Extra arguments are Hydra overrides
+the ratio, the goal, the machine (metrics/recording/machine.py's fingerprint) and the date. Extra arguments are Hydra overrides
 (a variant of the default run; the entry then names them in its setup).
 """
 import argparse

@@ -115,11 +115,11 @@ def replication(first: dict, second: dict) -> dict:
 
 def loopback_estimate_s(results: Path) -> float | None:
     """bench/link_rate.py's estimate of the headline on loopback, where it was measured on this machine."""
-    from bench.run import describe_machine, machine
+    from metrics.recording.machine import describe_machine, fingerprint
 
     entries = {e["name"]: e for e in json.loads(results.read_text())["results"]} if results.exists() else {}
     link_rate = entries.get("link_rate") or {}
-    same = "machine" in link_rate and describe_machine(link_rate["machine"]) == describe_machine(machine())
+    same = "machine" in link_rate and describe_machine(link_rate["machine"]) == describe_machine(fingerprint())
     return link_rate.get("loopback_headline_estimate_s") if same else None
 
 

@@ -11,7 +11,7 @@ A benchmark's own options are named --NAME-...: its module's add_arguments(parse
 each given one as a keyword argument (the option's dest less its NAME_ prefix); options left out keep run()'s
 defaults.
 
-Each result records when and on which machine it was measured (machine(): the one fingerprint), the sweeps it
+Each result records when and on which machine it was measured (metrics/recording/machine.py fingerprint(): the one fingerprint), the sweeps it
 rests on, and no absolute path (bench/results.json moves between machines); it replaces the benchmark's saved
 entry, except where the benchmark's module defines merge(kept, new) (projection: a new run replaces
 only the rows of the cases it ran). Benchmarks hold the machine lock (launchers/lock.py) while they
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from job.registry import resolve  # noqa: E402
 from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
-from metrics.recording.machine import FINGERPRINT, UNKNOWN, describe_machine, fingerprint as machine  # noqa: E402,F401,E501
+from metrics.recording.machine import fingerprint  # noqa: E402
 
 BENCHMARKS = {
     "overhead": "bench.overhead:run",
@@ -71,9 +71,9 @@ def stamped(value, fingerprint: dict):
 def recorded(result: dict) -> dict:
     """A benchmark's result as saved: when and where it was measured, the sweeps it rests on (each named, with the key
     of this entry that keeps its summary; none for benchmarks whose runs are temporary), paths relative."""
-    fingerprint = machine()
-    result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": fingerprint}
-    return portable(stamped(result, fingerprint))
+    machine = fingerprint()
+    result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine}
+    return portable(stamped(result, machine))
 
 
 def save(path: Path, results: list[dict], merges: dict | None = None) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.run import describe_machine  # noqa: E402
+from metrics.recording.machine import describe_machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.run import FINGERPRINT, ROOT, UNKNOWN, describe_machine, machine, portable, recorded
+from bench.run import ROOT, portable, recorded
+from metrics.recording.machine import FINGERPRINT, UNKNOWN, describe_machine, fingerprint as machine
 
 RESULTS = ROOT / "bench" / "results.json"
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}:\d{2})?$")

@@ -86,7 +86,7 @@ def test_measured_tables_name_their_date_and_machine():
                  "verdict", "bench-summary", "bench evaluation_share", "bench evaluation_share line"):
         text = generate.render(spec)
         assert re.search(r"\d{4}-\d{2}-\d{2}", text), spec
-        assert "cores" in text, spec  # the machine, from bench/run.py's fingerprint
+        assert "cores" in text, spec  # the machine, from metrics/recording/machine.py's fingerprint
 
 
 # --- README ------------------------------------------------------------------------------
