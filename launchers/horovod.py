@@ -17,6 +17,9 @@ from launchers.base import Launcher, signal_name
 GLOO_FAILURE = re.compile(r"first process to do so was:\s*Process name: (\d+)\s*Exit code: (\d+)")
 MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 MPI_EXIT = re.compile(r"first process to do so was:\s*Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
+GLOO_EXIT = re.compile(r"^Process (\d+) exit with status code (\d+)\.", re.MULTILINE)  # one line per failed rank
+# What a rank raises when another rank went away first ("you should see the exception ... before the first shutdown").
+HOROVOD_SHUTDOWN = "Horovod has been shut down"
 
 
 def reported_failure(log: str) -> tuple[int, int | None, int | None] | None:
@@ -27,6 +30,13 @@ def reported_failure(log: str) -> tuple[int, int | None, int | None] | None:
         code = int(match[2])
         return int(match[1]), code, code - 128 if code > 128 else None
     return None
+
+
+def signalled_exits(log: str) -> list[tuple[int, int]]:
+    """(rank, exit code) of every rank horovodrun (gloo) saw end by a signal other than the SIGTERM it sends the
+    remaining ranks after a failure, in the order it saw them."""
+    return [(int(rank), int(code)) for rank, code in GLOO_EXIT.findall(log)
+            if int(code) > 128 and int(code) != 128 + signal.SIGTERM]
 
 
 class HorovodLauncher(Launcher):
@@ -40,12 +50,23 @@ class HorovodLauncher(Launcher):
         self.spawn(None, self.placement.head(self.command()), env)
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
-        """A rank that died without a traceback (e.g. SIGKILL) is the root cause: horovodrun names it."""
-        report = reported_failure(self.run_dir.launcher_log.read_text(errors="replace"))
-        if report:
+        """A rank that died without a traceback (e.g. SIGKILL) is the root cause: horovodrun names it. horovodrun
+        names the first exit it saw; a rank that only followed another's loss (Horovod's shutdown error) can win that
+        race, so then the rank that a signal ended without a traceback is named instead."""
+        log = self.run_dir.launcher_log.read_text(errors="replace")
+        if report := reported_failure(log):
             rank, code, signum = report
+            if self.followed_a_loss(rank):
+                silent = [(r, c) for r, c in signalled_exits(log) if not self.left_traceback(r)]
+                if silent:
+                    rank, code = silent[0]
+                    signum = code - 128
             if not self.left_traceback(rank):
                 how = (f"was killed by {signal_name(-signum)}" if signum in set(signal.Signals)
                        else f"exited with code {code}")
                 return rank, f"peer rank {rank} {how} (no traceback)"
         return super().first_failure(failed, codes)
+
+    def followed_a_loss(self, rank: int) -> bool:
+        error = self.run_dir.peer(rank).error
+        return error.exists() and HOROVOD_SHUTDOWN in error.read_text(errors="replace")

@@ -213,6 +213,37 @@ def test_horovod_launcher_names_the_rank_horovodrun_reports(tmp_path):
     assert (outcome.failed_rank, outcome.error) == (1, "peer rank 1 was killed by SIGKILL (no traceback)")
 
 
+# horovodrun saw rank 1 exit first, but rank 1 only raised Horovod's shutdown error after rank 2 was killed.
+HOROVOD_RACE_LOG = """\
+Process 1 exit with status code 1.
+Terminating remaining workers after failure of Process 1.
+Process 0 exit with status code 143.
+Process 2 exit with status code 137.
+RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job \
+to be terminated. The first process to do so was:
+Process name: 1
+Exit code: 1
+"""
+SHUTDOWN_ERROR = ("rank 1 failed: horovod.common.exceptions.HorovodInternalError: Horovod has been shut down. This was "
+                  "caused by an exception on one of the ranks")
+
+
+def test_horovod_launcher_names_the_killed_rank_when_a_follower_exited_first(tmp_path):
+    launcher = make(HorovodLauncher, tmp_path, {None: 1})
+    launcher.run_dir.launcher_log.write_text(HOROVOD_RACE_LOG)
+    write_error(launcher.run_dir, 1, SHUTDOWN_ERROR, mtime_ns=10**18)
+    outcome = check(launcher)
+    assert (outcome.failed_rank, outcome.error) == (2, "peer rank 2 was killed by SIGKILL (no traceback)")
+
+
+def test_horovod_launcher_keeps_a_real_error_that_exited_first(tmp_path):
+    launcher = make(HorovodLauncher, tmp_path, {None: 1})
+    launcher.run_dir.launcher_log.write_text(HOROVOD_RACE_LOG)
+    write_error(launcher.run_dir, 1, "rank 1 failed: InjectedFault", mtime_ns=10**18)
+    outcome = check(launcher)
+    assert (outcome.failed_rank, outcome.error) == (1, "rank 1 failed: InjectedFault")
+
+
 def test_horovod_launcher_reports_a_plain_exit_code(tmp_path):
     launcher = make(HorovodLauncher, tmp_path, {None: 1})
     launcher.run_dir.launcher_log.write_text(HOROVOD_GLOO_LOG.replace("137", "2"))
