@@ -188,31 +188,6 @@ def test_mpirun_signal_line_is_matched_with_rank_and_signal():
     assert SIGNALLED.search(MPIRUN_EXIT_LOG) is None
 
 
-def test_mpi_launcher_names_the_rank_mpirun_saw_killed(tmp_path):
-    launcher = make(MpiLauncher, tmp_path, {None: 1})
-    launcher.run_dir.launcher_log.write_text(MPIRUN_SIGNAL_LOG)
-    write_error(launcher.run_dir, 0, "rank 0 failed: MPI recv timed out", mtime_ns=10**18)
-    outcome = check(launcher)
-    assert outcome.failed_rank == 2
-    assert outcome.error == "peer rank 2 was killed by SIGKILL (no traceback; reported by mpirun)"
-
-
-def test_mpi_launcher_prefers_a_traceback_over_mpiruns_report(tmp_path):
-    launcher = make(MpiLauncher, tmp_path, {None: 1})
-    launcher.run_dir.launcher_log.write_text(MPIRUN_SIGNAL_LOG)
-    write_error(launcher.run_dir, 2, "rank 2 failed: InjectedFault", mtime_ns=10**18)
-    outcome = check(launcher)
-    assert (outcome.failed_rank, outcome.error) == (2, "rank 2 failed: InjectedFault")
-
-
-def test_horovod_launcher_names_the_rank_horovodrun_reports(tmp_path):
-    launcher = make(HorovodLauncher, tmp_path, {None: 1})
-    launcher.run_dir.launcher_log.write_text(HOROVOD_GLOO_LOG)
-    write_error(launcher.run_dir, 0, "rank 0 failed: Horovod all-reduce not done", mtime_ns=10**18)
-    outcome = check(launcher)
-    assert (outcome.failed_rank, outcome.error) == (1, "peer rank 1 was killed by SIGKILL (no traceback)")
-
-
 # horovodrun saw rank 1 exit first, but rank 1 only raised Horovod's shutdown error after rank 2 was killed.
 HOROVOD_RACE_LOG = """\
 Process 1 exit with status code 1.
@@ -228,24 +203,23 @@ SHUTDOWN_ERROR = ("rank 1 failed: horovod.common.exceptions.HorovodInternalError
                   "caused by an exception on one of the ranks")
 
 
-def test_horovod_launcher_names_the_killed_rank_when_a_follower_exited_first(tmp_path):
-    launcher = make(HorovodLauncher, tmp_path, {None: 1})
-    launcher.run_dir.launcher_log.write_text(HOROVOD_RACE_LOG)
-    write_error(launcher.run_dir, 1, SHUTDOWN_ERROR, mtime_ns=10**18)
+
+
+@pytest.mark.parametrize("launcher_class, log, errors, expected", [
+    (MpiLauncher, MPIRUN_SIGNAL_LOG, {0: "rank 0 failed: MPI recv timed out"},
+     (2, "peer rank 2 was killed by SIGKILL (no traceback; reported by mpirun)")),
+    (MpiLauncher, MPIRUN_SIGNAL_LOG, {2: "rank 2 failed: InjectedFault"}, (2, "rank 2 failed: InjectedFault")),
+    (HorovodLauncher, HOROVOD_GLOO_LOG, {0: "rank 0 failed: Horovod all-reduce not done"},
+     (1, "peer rank 1 was killed by SIGKILL (no traceback)")),
+    (HorovodLauncher, HOROVOD_RACE_LOG, {1: SHUTDOWN_ERROR}, (2, "peer rank 2 was killed by SIGKILL (no traceback)")),
+    (HorovodLauncher, HOROVOD_RACE_LOG, {1: "rank 1 failed: InjectedFault"}, (1, "rank 1 failed: InjectedFault")),
+    (HorovodLauncher, HOROVOD_GLOO_LOG.replace("137", "2"), {}, (1, "peer rank 1 exited with code 2 (no traceback)")),
+], ids=["mpirun-names-the-killed-rank", "mpi-traceback-wins", "horovodrun-names-the-killed-rank",
+        "horovod-shutdown-follower-exited-first", "horovod-real-error-exited-first", "horovodrun-plain-exit-code"])
+def test_launcher_names_the_root_cause_from_its_log(tmp_path, launcher_class, log, errors, expected):
+    launcher = make(launcher_class, tmp_path, {None: 1})
+    launcher.run_dir.launcher_log.write_text(log)
+    for rank, text in errors.items():
+        write_error(launcher.run_dir, rank, text, mtime_ns=10**18)
     outcome = check(launcher)
-    assert (outcome.failed_rank, outcome.error) == (2, "peer rank 2 was killed by SIGKILL (no traceback)")
-
-
-def test_horovod_launcher_keeps_a_real_error_that_exited_first(tmp_path):
-    launcher = make(HorovodLauncher, tmp_path, {None: 1})
-    launcher.run_dir.launcher_log.write_text(HOROVOD_RACE_LOG)
-    write_error(launcher.run_dir, 1, "rank 1 failed: InjectedFault", mtime_ns=10**18)
-    outcome = check(launcher)
-    assert (outcome.failed_rank, outcome.error) == (1, "rank 1 failed: InjectedFault")
-
-
-def test_horovod_launcher_reports_a_plain_exit_code(tmp_path):
-    launcher = make(HorovodLauncher, tmp_path, {None: 1})
-    launcher.run_dir.launcher_log.write_text(HOROVOD_GLOO_LOG.replace("137", "2"))
-    outcome = check(launcher)
-    assert (outcome.failed_rank, outcome.error) == (1, "peer rank 1 exited with code 2 (no traceback)")
+    assert (outcome.failed_rank, outcome.error) == expected
