@@ -42,12 +42,16 @@ class CpuGroup:
     quota_cpus: float
     period_us: int
     threads: int  # the peer's vCPUs (peer_cpus): its quota is threads x share / dilation
+    enforced: bool = True  # False: the peer's own cores bound it to its quota; a CFS quota would only throttle it
 
     def _file(self, name: str, dirs: list[str] | None = None) -> str:
         """The directory (of `dirs`) that holds the control file `name`."""
         return next(os.path.join(d, name) for d in (dirs or self.dirs) if os.path.exists(os.path.join(d, name)))
 
     def set_quota(self) -> None:
+        if not self.enforced:
+            self.lift_quota()
+            return
         quota_us = round(self.quota_cpus * self.period_us)
         if self.version == "v1":
             write(self._file("cpu.cfs_period_us"), self.period_us)
@@ -155,7 +159,8 @@ class PeerCpu:
         figures = {"in_group_s": time.monotonic() - self.joined, "runq_s": runq_ns / 1e9, "error": self.error}
         if self.group is not None:
             periods, throttled = self.group.throttling()
-            figures |= {"quota_cpus": self.group.quota_cpus, "threads": self.group.threads,
+            figures |= {"quota_cpus": self.group.quota_cpus, "quota_enforced": self.group.enforced,
+                        "threads": self.group.threads,
                         "cpu_received_s": self.group.usage_s() - self.first_usage,
                         "throttled_periods": periods - self.first_periods,
                         "throttled_s": throttled - self.first_throttled}

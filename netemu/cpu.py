@@ -7,7 +7,10 @@ its own group first thing (job/cpugroup.py), so whatever it starts is inside too
 launcher, mpirun/horovodrun and their helpers stay outside.
 
 A rank's quota is peer_cpus x emulate.peer_cpu_share[rank] / emulate.dilation CPUs per
-emulate.period_us. emulate.isolate: auto (isolate where cgroups can be written, else say
+emulate.period_us. Where every process of the host has cores of its own for all its threads and the quota is
+all of them (no share, no dilation), the cores already bound the peer: its group only accounts, with no CFS
+quota (`enforced: false`): a quota equal to the cores throttled such peers for up to 5 % of their time
+(docs/lab-log.md, 2026-11-26). emulate.isolate: auto (isolate where cgroups can be written, else say
 so once), on (an error before launch where they cannot), off.
 """
 import contextlib
@@ -134,8 +137,9 @@ def check_emulate_config(cfg, threads: int, processes: int) -> None:
 class CpuGroups:
     """The run's groups on this host: `start()` before the peers, `close()` after they all ended."""
 
-    def __init__(self, cfg, run: RunDir, run_id: str, threads: int, processes: int):
-        self.run, self.name, self.threads = run, f"avgbench-{run_id}", threads
+    def __init__(self, cfg, run: RunDir, run_id: str, threads: int, processes: int, own_cores: bool = False):
+        """own_cores: every process of this host has cores of its own for its threads (the run's shape fits)."""
+        self.run, self.name, self.threads, self.own_cores = run, f"avgbench-{run_id}", threads, own_cores
         self.emulate = emulate_of(cfg)
         launch = cfg.get("launch") or {}
         nnodes, node_rank = int(launch.get("nnodes", 1)), int(launch.get("node_rank", 0))
@@ -177,7 +181,7 @@ class CpuGroups:
             for d in dirs:
                 os.mkdir(d)
             self.groups[rank] = CpuGroup(version, dirs, list(self.parents), quota, self.emulate["period_us"],
-                                         self.threads)
+                                         self.threads, enforced=not (self.own_cores and quota >= self.threads))
             self.groups[rank].set_quota()
 
     def close(self) -> None:

@@ -17,7 +17,10 @@ WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of 
 METHODS = {
     "isolation": "each peer process (and every process it starts) in its own CPU cgroup (v1 cpu.cfs_quota_us / "
                  "v2 cpu.max) of quota_cpus = peer_cpus x emulate.peer_cpu_share[rank] / emulate.dilation per "
-                 "period_us, created by the launcher and joined by the peer first thing; the launcher, mpirun/"
+                 "period_us, created by the launcher and joined by the peer first thing (where every process of "
+                 "the host has cores of its own for all its threads and the quota is all of them, the cores bound "
+                 "the peer and the group sets no quota: quota_enforced false; a quota equal to the cores throttled "
+                 "such peers for up to 5 % of their time); the launcher, mpirun/"
                  "horovodrun and (cgroup v1) the peer's resource sampler thread stay outside (cgroup v2 keeps a "
                  "process's threads together: there the sampler's CPU, about 1 % of a core, counts as the peer's). "
                  "Per rank, over the peer's time in its group (in_group_s: from joining to the end of its work, "
@@ -83,6 +86,7 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
         figures = (result or {}).get("cpu") or {}
         host = (result or {}).get("host")
         row = {"rank": rank, "host": host, "quota_cpus": figures.get("quota_cpus"),
+               "quota_enforced": figures.get("quota_enforced"),
                "in_group_s": figures.get("in_group_s"), "cpu_promised_s": None,
                "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
                "throttled_periods": figures.get("throttled_periods"), "throttled_s": figures.get("throttled_s"),
