@@ -99,6 +99,11 @@ def core_slot(index: int, per_slot: int, available) -> list[int]:
     return sorted({available[(index * per_slot + i) % len(available)] for i in range(per_slot)})
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. a container's or a batch job's share)."""
+    return len(os.sched_getaffinity(0))
+
+
 def pin_cpus(local_rank: int, peer_cpus: int, available=None) -> list[int]:
     """Pin this process to `peer_cpus` of `available` cores (default: those it may use, its host's: an emulated
     host's own, netemu/fabric.py). Threads started later inherit them."""

@@ -23,7 +23,6 @@ from job.contract import LaunchSpec
 from job.process import RUN_ID_ENV, kill_processes, processes_of_run
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
-from launchers.shape import usable_cores
 from metrics.recording.machine import MachineSampler
 from metrics.recording.rundir import PeerDir, RunDir
 from netemu.cpu import CgroupUnavailable, CpuGroups
@@ -66,9 +65,7 @@ class Launcher(ABC):
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
         self.reaped: set[int] = set()  # lost peers whose sessions were killed
         self.placement = make_placement(cfg, run, self.nprocs, spec.threads)  # where each rank lives on the network
-        host_processes = self.nprocs // int((cfg.get("launch") or {}).get("nnodes", 1))
-        own_cores = host_processes * spec.threads <= usable_cores()  # each process's threads on cores of its own
-        self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs, own_cores)  # and its CPU share
+        self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs)  # and on which CPU share
 
     def base_env(self) -> dict:
         env = dict(os.environ) | self.spec.env

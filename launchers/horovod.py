@@ -56,11 +56,9 @@ class HorovodLauncher(Launcher):
         log = self.run_dir.launcher_log.read_text(errors="replace")
         if report := reported_failure(log):
             rank, code, signum = report
-            if self.followed_a_loss(rank):
-                silent = [(r, c) for r, c in signalled_exits(log) if not self.left_traceback(r)]
-                if silent:
-                    rank, code = silent[0]
-                    signum = code - 128
+            silent = [(r, c) for r, c in signalled_exits(log) if not self.left_traceback(r)]
+            if silent and self.followed_a_loss(rank):
+                (rank, code), signum = silent[0], silent[0][1] - 128
             if not self.left_traceback(rank):
                 how = (f"was killed by {signal_name(-signum)}" if signum in set(signal.Signals)
                        else f"exited with code {code}")

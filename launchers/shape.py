@@ -5,17 +5,13 @@ most peers, up to 4 and at least 2, whose CPUs fit this machine's usable cores, 
 not oversubscribe the machine. Each peer pins its own cores (job/process.py pin_cpus), disjoint when
 the shape fits.
 """
-import os
 import socket
 
 from omegaconf import OmegaConf
 
+from job.process import usable_cores
+
 DEFAULT_PEERS_MIN, DEFAULT_PEERS_MAX = 2, 4
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, e.g. a container's or a batch job's share)."""
-    return len(os.sched_getaffinity(0))
 
 
 def fit_peers(peer_cpus, other_processes=0) -> int:

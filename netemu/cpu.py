@@ -22,6 +22,7 @@ import time
 
 from job.cpugroup import CpuGroup, write
 from job.errors import ConfigError
+from job.process import usable_cores
 from metrics.recording.rundir import RunDir
 
 ISOLATE_MODES = ("auto", "on", "off")
@@ -137,14 +138,14 @@ def check_emulate_config(cfg, threads: int, processes: int) -> None:
 class CpuGroups:
     """The run's groups on this host: `start()` before the peers, `close()` after they all ended."""
 
-    def __init__(self, cfg, run: RunDir, run_id: str, threads: int, processes: int, own_cores: bool = False):
-        """own_cores: every process of this host has cores of its own for its threads (the run's shape fits)."""
-        self.run, self.name, self.threads, self.own_cores = run, f"avgbench-{run_id}", threads, own_cores
+    def __init__(self, cfg, run: RunDir, run_id: str, threads: int, processes: int):
+        self.run, self.name, self.threads = run, f"avgbench-{run_id}", threads
         self.emulate = emulate_of(cfg)
         launch = cfg.get("launch") or {}
         nnodes, node_rank = int(launch.get("nnodes", 1)), int(launch.get("node_rank", 0))
         local = range(node_rank * processes // nnodes, (node_rank + 1) * processes // nnodes)  # this host's ranks
         self.quotas = {r: q for r, q in rank_quotas(cfg, threads, processes).items() if r in local}
+        self.own_cores = len(local) * threads <= usable_cores()  # each process's threads on cores of its own
         self.parents: list[str] = []
         self.groups: dict[int, CpuGroup] = {}
 
