@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
-from metrics.recording.machine import thread_run_delays
+from metrics.recording.machine import cpu_times, thread_run_delays
 from metrics.recording.rundir import RunDir
 
 
@@ -99,11 +99,16 @@ class CpuGroup:
 
     @classmethod
     def of_rank(cls, run: RunDir, rank: int) -> "CpuGroup | None":
-        """The group the launcher made for `rank` (None: the run is not isolated, or not this host's rank)."""
+        """The group the launcher made for `rank` (None: the run is not isolated, or not this host's rank).
+        FileNotFoundError where the record names a group this process cannot see."""
         if not run.cpu_groups.exists():
             return None
         group = json.loads(run.cpu_groups.read_text())["ranks"].get(str(rank))
-        return cls(**group) if group and all(os.path.isdir(d) for d in group["dirs"]) else None
+        if not group:
+            return None
+        if missing := [d for d in group["dirs"] if not os.path.isdir(d)]:
+            raise FileNotFoundError(f"{missing[0]} is not visible from this process")
+        return cls(**group)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -123,18 +128,26 @@ class PeerCpu:
     time in the group, CPU received, throttling and run-queue delay, for result.json."""
 
     def __init__(self, run: RunDir, rank: int):
-        self.group = CpuGroup.of_rank(run, rank)
-        self.error = None
-        if self.group is not None:
-            try:
+        self.group, self.error = None, None
+        try:
+            self.group = CpuGroup.of_rank(run, rank)
+            if self.group is not None:
                 self.group.join(os.getpid())
-            except OSError as exc:  # e.g. the launcher's host differs from this one
-                self.error, self.group = f"could not join cpu group: {exc}", None
+        except OSError as exc:  # e.g. the launcher's host differs from this one: the summary marks it unfaithful
+            self.error, self.group = f"could not join its cpu group: {exc}", None
         self.joined = time.monotonic()
         self.excluded: set[int] = set()  # threads outside the group (the resource sampler)
         self.first_delays = tree_run_delays(os.getpid())
         self.first_usage, (self.first_periods, self.first_throttled) = (
             (self.group.usage_s(), self.group.throttling()) if self.group else (0.0, (0, 0.0)))
+        self.cores: set[int] = set()  # where the peer was pinned, and those cores' busy time then
+        self.first_cores_busy = self.usage_at_pinning = 0.0
+
+    def pinned(self, cores: list[int]) -> None:
+        """The peer is pinned to `cores` from now on: measure the other work on them (METHODS["isolation"])."""
+        self.cores = set(cores)
+        self.first_cores_busy = cpu_times(self.cores)["busy_s"]
+        self.usage_at_pinning = self.group.usage_s() if self.group else 0.0
 
     def keep_out(self, tid: int) -> None:
         """A measuring thread (the sampler) leaves the peer's group where the kernel allows it (v1)."""
@@ -164,4 +177,8 @@ class PeerCpu:
                         "cpu_received_s": self.group.usage_s() - self.first_usage,
                         "throttled_periods": periods - self.first_periods,
                         "throttled_s": throttled - self.first_throttled}
+            if self.cores:
+                cores_busy = cpu_times(self.cores)["busy_s"] - self.first_cores_busy
+                own = self.group.usage_s() - self.usage_at_pinning
+                figures |= {"cores": sorted(self.cores), "other_on_cores_s": max(0.0, cores_busy - own)}
         return figures

@@ -35,6 +35,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     peer = ctx.peer
     host_cores = sorted(os.sched_getaffinity(0))  # this host's (an emulated host's own), before pinning
     cores = pin_cpus(ctx.local_rank, spec.threads)
+    cpu.pinned(cores)
     torch.set_num_threads(len(cores))  # never more threads than cores: oversubscribed threads spin
     sampler = ResourceSampler(peer.resources, cfg.sampler.interval) if cfg.sampler.enabled else None
     if sampler:

@@ -1,8 +1,10 @@
 """The emulated cluster's CPU side: each peer in its own CPU cgroup with a quota (Mininet-HiFi).
 
 The launcher creates RUN's groups before any peer starts, under one parent per run
-(`avgbench-<run id>/rank<R>` in each hierarchy), writes them to RUN/.avgbench/cpu.json, and
-removes them once every process has ended (also after a failure or Ctrl-C). Each peer joins
+(`avgbench-<launcher pid>-<run id>/rank<R>` in each hierarchy), writes them to RUN/.avgbench/cpu.json, and
+removes them once every process has ended (also after a failure or Ctrl-C). Groups a killed launcher (SIGKILL)
+left behind are removed by the next launcher that creates groups: those whose launcher pid is gone and that hold no
+process. Each peer joins
 its own group first thing (job/cpugroup.py), so whatever it starts is inside too; the
 launcher, mpirun/horovodrun and their helpers stay outside.
 
@@ -16,9 +18,12 @@ so once), on (an error before launch where they cannot), off.
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
+
+import psutil
 
 from job.cpugroup import CpuGroup, write
 from job.errors import ConfigError
@@ -139,7 +144,7 @@ class CpuGroups:
     """The run's groups on this host: `start()` before the peers, `close()` after they all ended."""
 
     def __init__(self, cfg, run: RunDir, run_id: str, threads: int, processes: int):
-        self.run, self.name, self.threads = run, f"avgbench-{run_id}", threads
+        self.run, self.name, self.threads = run, f"avgbench-{os.getpid()}-{run_id}", threads
         self.emulate = emulate_of(cfg)
         launch = cfg.get("launch") or {}
         nnodes, node_rank = int(launch.get("nnodes", 1)), int(launch.get("node_rank", 0))
@@ -162,6 +167,7 @@ class CpuGroups:
                 record["reason"] = str(exc)
                 print(f"avgbench: peers not isolated: {exc}", file=sys.stderr)
             else:
+                remove_abandoned(roots)
                 try:
                     self._create(version, roots)
                 except OSError as exc:
@@ -193,6 +199,29 @@ class CpuGroups:
             except OSError as exc:
                 print(f"avgbench: could not remove cpu group {path}: {exc}", file=sys.stderr)
         self.groups, self.parents = {}, []
+
+
+GROUP_NAME = re.compile(r"avgbench-(?:(?P<pid>\d+)-)?[0-9a-f]{32}")  # without a pid: named before pids were
+
+
+def remove_abandoned(roots: list[str]) -> list[str]:
+    """Remove the groups that killed launchers left under these roots: named by a launcher pid that is gone (or by no
+    pid), with no process anywhere inside. Returns their paths."""
+    removed = []
+    for root in roots:
+        for name in os.listdir(root):
+            found = GROUP_NAME.fullmatch(name)
+            if not found or found["pid"] and psutil.pid_exists(int(found["pid"])):
+                continue
+            parent = os.path.join(root, name)
+            inside = [os.path.join(parent, d) for d in os.listdir(parent) if os.path.isdir(os.path.join(parent, d))]
+            if any(_read(os.path.join(d, "cgroup.procs")).strip() for d in [parent, *inside]):
+                continue
+            with contextlib.suppress(OSError):  # another launcher may be removing it too
+                for d in [*inside, parent]:
+                    os.rmdir(d)
+                removed.append(parent)
+    return removed
 
 
 def _remove(path: str, timeout_s: float = 5.0) -> None:

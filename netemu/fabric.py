@@ -185,7 +185,9 @@ class Fabric:
             self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
         cores = self.host_cores[i] if self.host_cores else None
         on_cores = ["taskset", "-c", ",".join(map(str, cores))] if cores else []
-        enter = [*self.hub_prefix(), *on_cores, "ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
+        # nsenter, not `ip netns exec`: that mounts a /sys of its own, without the cgroup file systems, and the
+        # peers could not join their CPU groups
+        enter = [*self.hub_prefix(), *on_cores, "nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "sh", "-c",
                  HOST_SCRIPT, host_name(i)]
         inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
         tmpdir = os.path.join(tempfile.gettempdir(), f"netemu-{self.holder.pid}-{ns}")
@@ -251,9 +253,8 @@ def machine_prefix(host: Host, hostname: str, hosts_file: Path) -> list[str]:
     namespace, plus a UTS namespace of its own (gethostname() = hostname) and a mount namespace of its own
     whose /etc/hosts is `hosts_file` (the cluster's names, as its DNS would give them). Everything the command
     starts (slurmd's job steps) inherits all three."""
-    hub = host.enter[:host.enter.index("ip")]  # (and the host's cores) nsenter's own --net, not `ip netns exec`: it would mount a /sys
-    return [*hub, "nsenter", f"--net=/run/netns/{host.netns}",  # without the cgroup file systems slurmd needs
-            "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", MACHINE_SCRIPT, hostname,
+    hub = host.enter[:host.enter.index("unshare")]  # the hub, the host's cores and its network namespace
+    return [*hub, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", MACHINE_SCRIPT, hostname,
             str(hosts_file)]
 
 

@@ -13,6 +13,7 @@ from metrics.recording.units import TIME_SUFFIXES
 
 SHARE_TOLERANCE = 0.05  # a peer received its promise when received >= (1 - this) x promised
 WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of the peer's time in its group
+OTHER_WORK_TOLERANCE = 0.05  # CPU time of other work on the peer's cores, as a share of its time in its group
 
 METHODS = {
     "isolation": "each peer process (and every process it starts) in its own CPU cgroup (v1 cpu.cfs_quota_us / "
@@ -29,14 +30,21 @@ METHODS = {
                  "promised; throttled_periods, throttled_s from cpu.stat; runq_s = run-queue delay, summed over the "
                  "threads of the peer's process tree of /proc/PID/task/TID/schedstat field 2 (time runnable but "
                  "not running: waiting for a core, or for the group's next period), threads that ended before the "
-                 "measurement not included; wait_beyond_quota_s = runq_s minus the most waiting its own "
+                 "measurement not included; other_on_cores_s = CPU time of everything else on the cores the peer was "
+                 "pinned to, from pinning to the end of its work: those cores' busy time in /proc/stat (user + nice "
+                 "+ system + irq + softirq, in clock ticks) minus the group's own usage (the sampler thread, about "
+                 "1 % of a core, counts as other work on cgroup v1); wait_beyond_quota_s = runq_s minus the most "
+                 "waiting its own "
                  "quota explains, throttled_periods x period x peer_cpus (a whole period per throttled period and "
                  "vCPU: generous, as throttled periods undercount a busy peer's waits, 206 of 252 periods for a "
                  "busy thread at half a core). "
                  "host: the machine the peer ran on (its host name), named with the rank in each unfaithful mark. "
                  f"faithful: false when some rank received under {1 - SHARE_TOLERANCE:.0%} of "
                  f"its promise AND waited in the run queue beyond its quota's share for over {WAIT_TOLERANCE:.0%} "
-                 "of its time (it wanted CPU it was promised and did not get it: other work on its cores). A peer "
+                 f"of its time AND other work ran on its cores for over {OTHER_WORK_TOLERANCE:.0%} of its time (it "
+                 "wanted CPU it was promised and other work had it; runs from before other_on_cores_s was measured: "
+                 "the first two alone). A peer whose own threads waited for each other on cores it had to itself "
+                 "received what it was promised and is not marked. A peer "
                  "that received less because it was idle (waiting for the network) has little run-queue delay "
                  "and is not marked; throttling counts alone say nothing (a busy-polling thread receives its "
                  "full quota doing nothing). Thresholds from measurement: docs/lab-log.md (2026-11-23). "
@@ -90,22 +98,29 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
                "in_group_s": figures.get("in_group_s"), "cpu_promised_s": None,
                "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
                "throttled_periods": figures.get("throttled_periods"), "throttled_s": figures.get("throttled_s"),
-               "runq_s": figures.get("runq_s"), "wait_beyond_quota_s": None}
+               "runq_s": figures.get("runq_s"), "wait_beyond_quota_s": None,
+               "other_on_cores_s": figures.get("other_on_cores_s")}
         if row["quota_cpus"] is not None:
             row["cpu_promised_s"] = row["quota_cpus"] * row["in_group_s"]
             row["received_share"] = row["cpu_received_s"] / row["cpu_promised_s"] if row["cpu_promised_s"] else None
             row["wait_beyond_quota_s"] = wait_beyond_quota(figures, groups["period_us"])
             short = row["received_share"] is not None and row["received_share"] < 1 - SHARE_TOLERANCE
             waited = row["wait_beyond_quota_s"] > WAIT_TOLERANCE * row["in_group_s"]
-            if short and waited:
+            other = row["other_on_cores_s"]
+            crowded = other is None or other > OTHER_WORK_TOLERANCE * row["in_group_s"]
+            if short and waited and crowded:
                 waited_share = row["wait_beyond_quota_s"] / row["in_group_s"]
+                beside = "" if other is None else f", while other work ran {other:.1f} s on its cores"
                 unfaithful.append(f"rank {rank} on host {host or 'unknown'}: received {row['received_share']:.0%} "
                                   f"of its promised CPU and waited {waited_share:.0%} of its time in the run queue "
-                                  "beyond its quota")
+                                  f"beyond its quota{beside}")
+        if figures.get("error"):
+            unfaithful.append(f"rank {rank} on host {host or 'unknown'} ran outside its CPU group: {figures['error']}")
         by_rank.append(row)
     sharing = shared_cores(results) if fits else []
     unfaithful += [f"{mark} though it had a core for each" for mark in sharing]
-    measured = bool(sharing) or groups["status"] == "isolated" and any(r["received_share"] is not None for r in by_rank)
+    measured = bool(unfaithful) or groups["status"] == "isolated" and any(r["received_share"] is not None
+                                                                          for r in by_rank)
     return {"status": groups["status"], "reason": groups["reason"], "cgroup": groups["cgroup"],
             "period_us": groups["period_us"], "dilation": dilation["factor"],
             "dilation_unchecked": dilation["unchecked"],

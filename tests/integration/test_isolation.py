@@ -5,6 +5,7 @@ the fidelity check and the conversion back. Integration tier (real cgroups, skip
 reason where none can be written): a busy peer receives its quota, a straggler steps about
 twice as slowly, groups are removed after every run, and the not-isolated path says so once.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -61,6 +62,29 @@ def test_busy_peer_on_a_core_of_its_own_is_accounted_but_never_throttled(run_dir
     row = summary_of(run_dir)["isolation"]["by_rank"][0]
     assert (row["quota_cpus"], row["quota_enforced"], row["throttled_periods"]) == (1.0, False, 0), row
     assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(1.0, abs=0.1)
+    assert row["other_on_cores_s"] < 0.05 * row["in_group_s"], row  # an idle machine: nothing else on its core
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_other_work_on_a_peers_core_is_measured_and_marks_it_unfaithful(run_dir):
+    """A busy process pinned to the peer's core (core 0) takes half of it (CFS shares one core equally between
+    the peer's group and the busy process): the peer receives about half its promise, waits, and the other work
+    on its core, measured from /proc/stat and the group's accounting, is about half of the peer's time."""
+    cgroups_or_skip()
+    busy = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        done = run_train(run_dir, "strategy=single", "max_steps=200", "eval_every=0", "batch_size=64")
+    finally:
+        busy.kill()
+        busy.wait()
+    assert done.returncode == 0, done.stderr
+    isolation = summary_of(run_dir)["isolation"]
+    row = isolation["by_rank"][0]
+    assert row["other_on_cores_s"] / row["in_group_s"] == pytest.approx(0.5, abs=0.1), row
+    assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(0.5, abs=0.1), row
+    assert isolation["faithful"] is False
+    assert "while other work ran" in isolation["unfaithful"][0]
 
 
 def steady_step_s(run_dir, warmup: int = 5) -> float:
@@ -100,6 +124,38 @@ def test_straggler_at_half_a_core_steps_twice_as_slowly(tmp_path):
                 for row in summary_of(tmp_path / "straggler")["isolation"]["by_rank"]]
     assert received[1] == pytest.approx(0.5, abs=0.05), received
     assert received[0] <= 0.8, received
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_groups_a_killed_launcher_left_go_with_the_next_run(run_dir):
+    """Empty groups named by a launcher pid that is gone (or by none: named before pids were) are removed when the
+    next run creates its groups; a group of a live launcher, or one with a process inside, stays."""
+    _, roots = cgroups_or_skip()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    names = {"gone": f"avgbench-{gone.pid}-{'a' * 32}", "unnamed": f"avgbench-{'b' * 32}",
+             "live": f"avgbench-{os.getpid()}-{'c' * 32}", "occupied": f"avgbench-{gone.pid}-{'d' * 32}"}
+    made = {key: [os.path.join(root, name) for root in roots] for key, name in names.items()}
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for paths in made.values():
+            for path in paths:
+                os.makedirs(os.path.join(path, "rank0"))
+        for path in made["occupied"]:
+            (Path(path) / "rank0" / "cgroup.procs").write_text(str(sleeper.pid))
+        done = run_train(run_dir, "strategy=single", "model=tiny", "max_steps=2", "eval_every=0")
+        assert done.returncode == 0, done.stderr
+        assert not any(os.path.exists(p) for key in ("gone", "unnamed") for p in made[key])
+        assert all(os.path.isdir(os.path.join(p, "rank0")) for key in ("live", "occupied") for p in made[key])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for paths in made.values():
+            for path in paths:
+                for d in (os.path.join(path, "rank0"), path):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(d)
 
 
 @pytest.mark.integration

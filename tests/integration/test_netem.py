@@ -346,7 +346,7 @@ LINKED = ["strategy=allreduce", "peers=2", "model=mlp", "eval_every=0", "max_ste
 def throttle(host: dict, mbit: float) -> None:
     """A second token bucket inside the host's namespace, under the one that holds the link's promise: the link
     now carries `mbit` while its fabric still promises its rate."""
-    tc = [*host["enter"][:-4], "tc", "-n", host["netns"]]  # enter = hub prefix + ip netns exec NS
+    tc = [*host["enter"][:-4], "tc", "-n", host["netns"]]  # enter = hub prefix + nsenter --net NS + unshare --uts
     shaper = json.loads(subprocess.run([*tc, "-j", "qdisc", "show", "dev", "eth0"], capture_output=True, text=True,
                                        check=True).stdout)[0]["handle"]
     subprocess.run([*tc, "qdisc", "add", "dev", "eth0", "parent", f"{shaper}1", "handle", "10:", "tbf", "rate",
@@ -362,6 +362,9 @@ def test_auto_link_is_measured_and_a_throttled_one_is_marked_unfaithful(tmp_path
     link = summary_of(tmp_path / "held")["link"]
     assert (link["kind"], link["asked"], link["nominal_mbit"], link["faithful"]) == ("emulated", "auto", 20, True), link
     assert link["goodput_share"] >= 0.9 and max(d["busy_s"] for d in link["by_direction"]) >= 4, link
+    isolation = summary_of(tmp_path / "held")["isolation"]  # each peer on its host ran in its own CPU group
+    assert [(r["host"], r["quota_cpus"]) for r in isolation["by_rank"]] == [("h0", 1.0), ("h1", 1.0)], isolation
+    assert isolation["faithful"] is True and all(r["cpu_received_s"] > 0 for r in isolation["by_rank"]), isolation
 
     proc = start_train(tmp_path / "throttled", *LINKED)
     network_file = tmp_path / "throttled" / ".avgbench" / "network.json"

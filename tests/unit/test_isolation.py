@@ -10,6 +10,7 @@ import json
 import pytest
 
 from helpers import compose_config
+from job.cpugroup import CpuGroup, PeerCpu
 from job.errors import ConfigError
 from launchers.config import group_options, validate
 from metrics.summary.isolation import isolation_section, undilate
@@ -101,9 +102,10 @@ def write_run(tmp_path, cpu_figures: dict[int, dict], period_us=10000, hosts: di
                  for rank, figures in cpu_figures.items()}
 
 
-def cpu(quota, received, runq, throttled=0, in_group=10.0, threads=1):
+def cpu(quota, received, runq, throttled=0, in_group=10.0, threads=1, other=None):
     return {"quota_cpus": quota, "threads": threads, "in_group_s": in_group, "cpu_received_s": received,
-            "runq_s": runq, "throttled_periods": throttled, "throttled_s": 0.0}
+            "runq_s": runq, "throttled_periods": throttled, "throttled_s": 0.0} | (
+        {} if other is None else {"other_on_cores_s": other})
 
 
 def test_fidelity_check(tmp_path):
@@ -112,13 +114,17 @@ def test_fidelity_check(tmp_path):
         1: cpu(0.5, 5.0, 5.0, throttled=500),   # busy, throttled by its own quota: runq explained by throttling
         2: cpu(1.0, 3.0, 0.2),                  # idle much of the time (waiting for the network): little runq
         3: cpu(1.0, 4.8, 5.1),                  # busy on a shared core: half its promise, waiting the rest
-    }, hosts={0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"})
+        4: cpu(1.0, 3.7, 0.8, other=0.2),       # idle at times, its threads waiting for each other on its own core
+        5: cpu(1.0, 4.8, 5.1, other=4.9),       # as rank 3, with the other work on its core measured
+    }, hosts={0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b", 4: "node-c", 5: "node-c"})
     section = isolation_section(run, results)
     assert section["faithful"] is False
-    assert [r["received_share"] for r in section["by_rank"]] == pytest.approx([0.99, 1.0, 0.3, 0.48])
-    assert [r["host"] for r in section["by_rank"]] == ["node-a", "node-a", "node-b", "node-b"]
+    assert [r["received_share"] for r in section["by_rank"]] == pytest.approx([0.99, 1.0, 0.3, 0.48, 0.37, 0.48])
+    assert [r["host"] for r in section["by_rank"]] == ["node-a", "node-a", "node-b", "node-b", "node-c", "node-c"]
     assert section["unfaithful"] == ["rank 3 on host node-b: received 48% of its promised CPU and waited 51% of its "
-                                     "time in the run queue beyond its quota"]
+                                     "time in the run queue beyond its quota",
+                                     "rank 5 on host node-c: received 48% of its promised CPU and waited 51% of its "
+                                     "time in the run queue beyond its quota, while other work ran 4.9 s on its cores"]
 
 
 def test_ranks_pinned_to_one_core_of_a_machine_that_fits_them_are_unfaithful(tmp_path):
@@ -133,6 +139,32 @@ def test_ranks_pinned_to_one_core_of_a_machine_that_fits_them_are_unfaithful(tmp
     assert isolation_section(run, results, fits=False)["faithful"] is None  # oversubscribed: sharing is expected
     results[1]["cores"] = [1]
     assert isolation_section(run, results, fits=True)["faithful"] is None
+
+
+def test_a_peer_outside_its_cpu_group_makes_the_run_unfaithful(tmp_path):
+    run, results = write_run(tmp_path, {0: cpu(1.0, 9.9, 0.1),
+                                        1: {"in_group_s": 10.0, "runq_s": 0.1, "error": "could not join its cpu "
+                                            "group: /sys/fs/cgroup/cpu/avgbench-x/rank1 is not visible"}},
+                             hosts={0: "h0", 1: "h1"})
+    section = isolation_section(run, results)
+    assert section["faithful"] is False
+    assert section["unfaithful"] == ["rank 1 on host h1 ran outside its CPU group: could not join its cpu group: "
+                                     "/sys/fs/cgroup/cpu/avgbench-x/rank1 is not visible"]
+
+
+def test_a_recorded_group_this_process_cannot_see_is_an_error_not_a_silent_none(tmp_path):
+    run = RunDir(tmp_path)
+    run.private.mkdir(parents=True)
+    hidden = str(tmp_path / "no-such-cgroup" / "rank0")
+    run.cpu_groups.write_text(json.dumps({"status": "isolated", "ranks": {"0": {
+        "version": "v1", "dirs": [hidden], "parents": [str(tmp_path / "no-such-cgroup")], "quota_cpus": 1.0,
+        "period_us": 10000, "threads": 1}}}))
+    with pytest.raises(FileNotFoundError, match="is not visible"):
+        CpuGroup.of_rank(run, 0)
+    assert CpuGroup.of_rank(run, 1) is None  # a rank of another host: not this process's business
+    peer = PeerCpu(run, 0)
+    assert peer.group is None and peer.error.startswith("could not join its cpu group: ")
+    assert peer.figures()["error"] == peer.error
 
 
 def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
