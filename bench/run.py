@@ -42,6 +42,7 @@ BENCHMARKS = {
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",
     "emulation": "bench.emulation:run",
+    "noise_scale": "bench.noise_scale:run",
 }
 
 

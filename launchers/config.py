@@ -119,6 +119,7 @@ def validate(cfg) -> None:
     _require(cfg.block is None or (isinstance(cfg.block, int) and cfg.block >= 0),
              f"block must be null or an integer >= 0 (the multirun sets it), got {cfg.block}")
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
+    _require(int(cfg.noise_scale_every) >= 0, f"noise_scale_every must be >= 0, got {cfg.noise_scale_every}")
     _require((problem := check_target(cfg.target)) is None, str(problem))
     _require(cfg.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),

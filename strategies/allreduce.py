@@ -23,7 +23,9 @@ vectors it leaves uncompressed), or the flat vector. `collective_bytes` (per ste
 count, S; bytes_sent / bytes_recv are the ring algorithm's share of it on this worker's link,
 2(N-1)/N x S per direction (gloo's all-reduce of large buffers and Open MPI's pinned
 algorithm are rings); what the interface carried is measured apart (network=emulated,
-wire_*). Deadlines: gloo's process group timeout (timeouts.collective_s) bounds every DDP
+wire_*). With comm_hook=none, every noise_scale_every steps, a step also logs the squared norms of this worker's
+own gradient and of the averaged one (strategies/gradient_norms.py).
+Deadlines: gloo's process group timeout (timeouts.collective_s) bounds every DDP
 collective; MPI calls poll against it.
 """
 import datetime
@@ -33,6 +35,7 @@ import time
 from job.errors import BackendUnavailable, ConfigError
 from strategies.cost_models.allreduce import AllReduceCost
 from strategies.base import StepReport
+from strategies.gradient_norms import GradientNorms
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   ring_allreduce_bytes, unflatten_into)
 
@@ -136,10 +139,16 @@ class AllReduce(TransportStrategy):
     def uses_ddp(self) -> bool:
         return self.cfg.transport == "gloo" and bool(self.cfg.allreduce.ddp)
 
+    @property
+    def averages_plainly(self) -> bool:
+        """The update is the plain average of the workers' gradients (no compression): its norms are measured."""
+        return self.knobs(self.cfg).get("comm_hook", "none") == "none"
+
     def setup(self, model, optimizer):
         super().setup(model, optimizer)
         self.connect()
         self.first_bucket_at = self.last_bucket_done_at = None
+        self.norms = GradientNorms(self.cfg.noise_scale_every if self.averages_plainly else 0)
         if not self.uses_ddp:
             broadcast_initial_state(self.transport, model)
             return model
@@ -183,11 +192,14 @@ class AllReduce(TransportStrategy):
             return self.bucket_hook(state, bucket)
         if self.first_bucket_at is None:
             self.first_bucket_at = time.perf_counter()
+        self.norms.add_local(bucket.buffer())  # before the hook averages it in place
 
         def done(future):
             self.last_bucket_done_at = time.perf_counter()
             try:
-                return future.value()
+                averaged = future.value()
+                self.norms.add_used(averaged)
+                return averaged
             except RuntimeError as exc:
                 if "timed out" in str(exc).lower():
                     raise TimeoutError(f"DDP all-reduce on rank {self.ctx.rank} timed out after "
@@ -211,13 +223,15 @@ class AllReduce(TransportStrategy):
     def _report(self, collective_bytes: int, link_s: float | None = None) -> StepReport:
         sent = ring_allreduce_bytes(collective_bytes, self.ctx.world_size)
         return StepReport(opt_s=self.timed_optimizer_step(), bytes_sent=sent, bytes_recv=sent,
-                          extra={"collective_bytes": collective_bytes}, link_s=link_s)
+                          extra={"collective_bytes": collective_bytes, **self.norms.take()}, link_s=link_s)
 
     def _flat_allreduce_step(self) -> StepReport:
         self.fill_missing_grads()
         grads = [p.grad for p in self.trainable()]
         flat = flatten(grads)
+        self.norms.add_local(flat)
         self.transport.allreduce_sum(flat)
         flat /= self.ctx.world_size
+        self.norms.add_used(flat)
         unflatten_into(flat, grads)
         return self._report(payload_bytes(flat))

@@ -7,6 +7,7 @@ batch of N*batch_size (the global batch of a synchronous N-peer step), max_steps
 so it trains the same samples.
 """
 from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
+from strategies.gradient_norms import GradientNorms
 from strategies.cost_models.single import SingleCost
 
 
@@ -19,5 +20,14 @@ class Single(Strategy):
         batch = cfg.peers * cfg.batch_size
         return LaunchSpec(roles=[WORKER], threads=cfg.peers * cfg.peer_cpus, batch_size=batch, effective_batch=batch)
 
+    def setup(self, model, optimizer):
+        self.norms = GradientNorms(self.cfg.noise_scale_every)
+        return super().setup(model, optimizer)
+
     def step(self, samples: int) -> StepReport:
-        return StepReport(opt_s=self.timed_optimizer_step())
+        """The update on the whole batch's gradient (its squared norm logged every noise_scale_every steps: the
+        gradient a synchronous N-peer step averages to)."""
+        for p in self.trainable():
+            if p.grad is not None:
+                self.norms.add_alone(p.grad)
+        return StepReport(opt_s=self.timed_optimizer_step(), extra=self.norms.take())

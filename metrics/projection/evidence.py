@@ -9,11 +9,14 @@ it gives its prediction with an error band (predicted / (1 + e) over its held-ou
 beyond what the held-out cases covered: more peers than the largest validated N, a rate outside the validated
 rates, a latency above the validated latencies. A model without validated cases: every prediction EXTRAPOLATION,
 no band.
+- `noise_scale` (bench/noise_scale.py): whether the gradient noise scale predicted samples-to-target at larger
+  global batches; only a passed check lets time-to-target go beyond a run's measured global batch.
 """
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from metrics.projection.batch_scaling import checked_noise_scale
 from metrics.projection.link import Link
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
@@ -59,9 +62,14 @@ class Evidence:
     payload_share: float     # payload / nominal rate of a link (link_goodput)
     goodput_source: str
     validations: dict[str, Validation]
+    results: list[dict] = field(default_factory=list)  # every entry of the results file
 
     def validation(self, strategy: str) -> Validation | None:
         return self.validations.get(strategy)
+
+    def batch_scaling(self, model: str, lr_scaling: str) -> dict | None:
+        """The passed noise-scale check for this model and lr rule (metrics/projection/batch_scaling.py), or None."""
+        return checked_noise_scale(self.results, model, lr_scaling)
 
 
 NO_CASE = "the strategy's cost model has no validated case"
@@ -112,4 +120,4 @@ def load_evidence(path: Path = RESULTS) -> Evidence:
                     f"{path} link_goodput, measured {goodput.get('measured_at')}: payload share "
                     f"{goodput['payload_share']:.3f} of the nominal rate",
                     validations(validation, f"{path} projection_validation, measured up to "
-                                            f"{validation.get('measured_at')}"))
+                                            f"{validation.get('measured_at')}"), list(entries.values()))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from metrics.summary.bounds import Round, round_records
 from metrics.recording.jsonl import read_jsonl
+from metrics.projection.batch_scaling import samples_at
 from metrics.projection.cost import Cost, CostModel, first_paragraph
 from metrics.projection.evidence import RESULTS, Evidence, Validation, extrapolation, load_evidence
 from metrics.projection.link import Link, parse_link, payload_rate
@@ -72,12 +73,14 @@ METHODS = {
                      "validated N, a link rate outside its validated rates, a latency above its validated "
                      "latencies (extrapolation_why says which), or no validated case at all",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
-    "time_to_target_s": "predicted only where the global batch (N x batch per worker) is at most the measured "
-                        "run's: the measured run's samples_to_target (summary.json: all workers' samples when the "
-                        "worst worker reached the target) / predicted throughput (a smaller batch needs at most as "
-                        "many samples, so it is an upper bound). Beyond the measured global batch it is unknown (null): past the "
-                        "critical batch size more samples are needed (McCandlish et al. 2018), which one run "
-                        "does not tell",
+    "time_to_target_s": "predicted samples-to-target / predicted throughput. Up to the measured run's global "
+                        "batch (N x batch per worker): the run's samples_to_target (summary.json: all workers' "
+                        "samples when the worst worker reached the target; a smaller batch needs at most as many "
+                        "samples, so it is an upper bound). Beyond it, up to the largest batch a passed noise-scale "
+                        "check covered for the run's model and lr_scaling (bench/results.json noise_scale): "
+                        "samples_to_target x (1 + B / B_noise) / (1 + B_run / B_noise) (McCandlish et al. 2018), "
+                        "B_noise as that check measured it. Elsewhere unknown (null): past the critical batch "
+                        "size more samples are needed, which one run does not tell. time_to_target_basis says which",
     "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
                         f"projected N is below {STOP_GAIN:.0%}",
 }
@@ -106,6 +109,7 @@ class Measured:
     measured_step_s: float
     samples_to_target: float | None
     payload_share: float             # payload / nominal rate of a link (bench/results.json link_goodput)
+    batch_scaling: dict | None = None  # a passed noise-scale check for the run's model and lr rule (evidence.py)
     overlap: float = 0.0             # the model's overlap share, fitted on the run's own N and link (fit_overlap)
 
     def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
@@ -189,9 +193,10 @@ def own_cores_compute(measured: float, factor: float | None, source: str) -> tup
                                f"{measured:.4g} s / {factor:.2g}, assuming CPU-bound steps share the cores evenly")
 
 
-def measure(path: Path, payload_share: float) -> Measured:
+def measure(path: Path, payload_share: float, evidence: Evidence | None = None) -> Measured:
     """The cost-model parameters of one run (see METHODS); payload_share: payload / nominal rate of a link
-    (Evidence.payload_share), the conversion every prediction from it uses."""
+    (Evidence.payload_share), the conversion every prediction from it uses; evidence: what else bench/results.json
+    allows (time-to-target at larger batches)."""
     run = RunDir(path)
     summary = json.loads(run.summary.read_text())
     config = summary["config"]
@@ -227,6 +232,9 @@ def measure(path: Path, payload_share: float) -> Measured:
         measured_step_s=statistics.fmean(mean_step_s(steps) for steps in steps_by_rank.values()),
         samples_to_target=summary.get("samples_to_target"), payload_share=payload_share,
     )
+    if evidence is not None:
+        model_name = (config.get("model") or {}).get("name")
+        m.batch_scaling = evidence.batch_scaling(model_name, config.get("lr_scaling", "none"))
     if link:  # the share of overlappable transfers the run overlapped (CostModel.fit_overlap; 0: no link)
         m.overlap = model.fit_overlap(m.cost(workers, link), m.measured_step_s)
     return m
@@ -247,11 +255,26 @@ def project_link(m: Measured, link: Link, peers: list[int], validation: Validati
             continue
         step = m.step_s(n, link)
         throughput = n * m.batch / step
-        known = m.samples_to_target and n <= m.workers
+        samples, basis = samples_to_target_at(m, n)
         rows.append(row | {"step_s": step, "withheld": None, "band_step_s": validation.band(step) if validation else None,
                            "throughput_samples_per_s": throughput,
-                           "time_to_target_s": m.samples_to_target / throughput if known else None})
+                           "time_to_target_s": samples / throughput if samples else None,
+                           "time_to_target_basis": basis})
     return {"link": asdict(link), "rows": rows, **stops_scaling(rows)}
+
+
+def samples_to_target_at(m: Measured, peers: int) -> tuple[float | None, str | None]:
+    """Samples to the target at `peers` workers and why that number (METHODS time_to_target_s)."""
+    if not m.samples_to_target:
+        return None, None
+    if peers <= m.workers:
+        return m.samples_to_target, "the measured run's samples (an upper bound at a smaller batch)"
+    scaling, batch = m.batch_scaling, peers * m.batch
+    if scaling and batch <= scaling["largest_batch"]:
+        return (samples_at(m.samples_to_target, m.workers * m.batch, batch, scaling["noise_scale"]),
+                f"noise scale {scaling['noise_scale']:.4g} samples, checked up to batch {scaling['largest_batch']} "
+                f"(bench/results.json noise_scale, {scaling['measured_at']})")
+    return None, None
 
 
 def stops_scaling(rows: list[dict]) -> dict:
@@ -358,7 +381,8 @@ def text_report(result: dict) -> list[str]:
         lines += [row_text(r) for r in p["rows"]]
         if any(r["time_to_target_s"] is None for r in p["rows"]) and m["samples_to_target"]:
             lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
-                         f"{m['batch_per_worker']}): larger batches need more samples past the critical batch size")
+                         f"{m['batch_per_worker']}) where no passed noise-scale check covers the batch: larger "
+                         "batches need more samples past the critical batch size")
         if p["stops_scaling_at"]:
             lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> "
                          f"{p['stops_scaling_at']} peers adds {p['gain_per_doubling']:.1%} throughput per doubling "
@@ -438,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         links = [parse_link(text) for text in args.links]
         evidence = load_evidence(args.results)
-        measured = [measure(r, evidence.payload_share) for r in runs]
+        measured = [measure(r, evidence.payload_share, evidence) for r in runs]
         results = []
         for m in measured:
             own = links or ([m.link] if m.link else [])

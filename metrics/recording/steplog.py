@@ -13,6 +13,9 @@ over the step's span (metrics/recording/machine.py: ProcessClock):
            (sum over /proc/self/task/*/schedstat field 2, ns -> s; null without schedstat)
 A step whose thread computes alone on its core has cpu_s close to its wall time and runq_s near 0;
 a step that waits for a peer has cpu_s well below its wall time.
+
+Every noise_scale_every steps, allreduce (comm_hook=none) and single add grad_sq_local and grad_sq_global:
+the squared norms of the peer's own gradient and of the gradient its update used (strategies/gradient_norms.py).
 """
 from pathlib import Path
 

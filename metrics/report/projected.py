@@ -55,7 +55,7 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
         if not run.completed:
             continue
         try:
-            measured.append(measure(run.path, evidence.payload_share))
+            measured.append(measure(run.path, evidence.payload_share, evidence))
         except (ValueError, KeyError, OSError) as exc:
             left_out.append(f"{run.path}: {exc}")
     if not measured:

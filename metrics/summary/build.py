@@ -16,6 +16,8 @@ from metrics.summary.machine import METHODS as MACHINE_METHODS
 from metrics.summary.machine import machine_section
 from metrics.summary.network import METHODS as NETWORK_METHODS
 from metrics.summary.network import network_section
+from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
+from metrics.summary.noise_scale import noise_scale_section
 from metrics.summary.rounds import rounds_section
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS
@@ -86,6 +88,7 @@ METHODS = {
     **NETWORK_METHODS,
     **LINK_METHODS,
     **ISOLATION_METHODS,
+    **NOISE_SCALE_METHODS,
 }
 
 
@@ -239,6 +242,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / total_samples if total_samples else None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / total_samples if total_samples else None,
         "averaging_rounds": rounds_section(run, len(workers)),
+        "noise_scale": noise_scale_section(steps_by_rank),
         "network": network_section(run, config, knobs or {}, bound, bound_formula, rounds_overlap),
         "link": link_section(run, config),
         "shape": shape,

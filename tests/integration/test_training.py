@@ -140,7 +140,7 @@ def test_allreduce_and_the_one_process_baseline_compute_the_same_updates_in_floa
     # the same samples in the same order (job/data.py GlobalOrder), the same initial weights, and BatchNorm over
     # the same groups of 32 (ghost BatchNorm in the baseline's batch of 64): the same model after 20 steps
     common = ["model=tiny", "dtype=float64", "max_steps=20", "eval_every=10", "keep_weights=true", "seed=4",
-              "peers=2", "target.value=0.5"]
+              "peers=2", "target.value=0.5", "noise_scale_every=1"]
     for name in ("allreduce", "single"):
         result = run_train(tmp_path / name, f"strategy={name}", *common)
         assert result.returncode == 0, result.stderr
@@ -156,3 +156,11 @@ def test_allreduce_and_the_one_process_baseline_compute_the_same_updates_in_floa
     curves = [[e["test_loss"] for e in read_jsonl(tmp_path / name / "peer0" / "eval.jsonl")]
               for name in ("allreduce", "single")]
     assert curves[0] == pytest.approx(curves[1], rel=1e-9)
+    # the gradient the peers averaged is the baseline's whole-batch gradient (the noise scale's large batch), and
+    # each peer's own gradient of half the batch is noisier
+    used = {name: [s["grad_sq_global"] for s in steps_of(tmp_path / name, 0)] for name in ("allreduce", "single")}
+    assert len(used["single"]) == 20 and used["allreduce"] == pytest.approx(used["single"], rel=1e-9)
+    own = [s["grad_sq_local"] for rank in (0, 1) for s in steps_of(tmp_path / "allreduce", rank)]
+    assert sum(own) / len(own) > sum(used["single"]) / 20
+    noise_scale = summary_of(tmp_path / "allreduce")["noise_scale"]
+    assert (noise_scale["steps"], noise_scale["worker_batch"], noise_scale["global_batch"]) == (20, 32, 64)

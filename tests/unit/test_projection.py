@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.projection import error, grid, model_overrides, summarize
 from helpers import report_config, strategy_names, strategy_of, validation_case, write_results, write_run
@@ -338,6 +339,35 @@ def test_projection_from_a_run_directory(tmp_path):
     assert wan["stops_scaling_at"] == 16
     assert out["runs"][0]["validation"]["errors"] == [0.1, -0.1]
     assert (run / "projection.png").stat().st_size > 0
+
+
+def noise_scale_check(passed: bool, model: str = "resnet18") -> dict:
+    """bench/noise_scale.py's entry: noise scale 100 samples, checked at global batches 128 to 512."""
+    return {"name": "noise_scale", "passed": passed, "model": model, "lr_scaling": "none", "noise_scale": 100.0,
+            "rows": [{"batch": b} for b in (128, 256, 512)], "measured_at": "then"}
+
+
+@pytest.mark.parametrize("check,expected", [
+    (noise_scale_check(True), 256 * (1 + 256 / 100) / (1 + 64 / 100)),  # E = E_min (1 + B / B_noise), from 2 x 32
+    (noise_scale_check(False), None),                                    # a failed check: unknown
+    (noise_scale_check(True, model="mlp"), None),                        # checked for another model: unknown
+])
+def test_time_to_target_beyond_the_measured_batch_only_from_a_passed_noise_scale_check(tmp_path, check, expected):
+    run = ps_run(tmp_path / "ps")
+    config = yaml.safe_load((run / ".avgbench" / "config.yaml").read_text()) | {"model": {"name": "resnet18"}}
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(summary | {"config": config}))
+    results = write_validation(tmp_path / "results.json", "ps")
+    entries = json.loads(results.read_text())
+    results.write_text(json.dumps({"results": entries["results"] + [check]}))
+    assert main([str(run), "--peers", "8", "32", "--link", "20", "--results", str(results)]) == 0
+    eight, thirty_two = json.loads((run / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
+    if expected is None:
+        assert eight["time_to_target_s"] is None
+    else:  # N=8: global batch 256, within the checked 512
+        assert eight["time_to_target_s"] == pytest.approx(expected / eight["throughput_samples_per_s"])
+        assert eight["time_to_target_basis"].startswith("noise scale 100 samples, checked up to batch 512")
+    assert thirty_two["time_to_target_s"] is None  # batch 1024: beyond what any check covered
 
 
 def test_a_model_that_failed_its_validation_predicts_nothing(tmp_path, capsys):

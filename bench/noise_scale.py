@@ -1,0 +1,90 @@
+"""Whether the gradient noise scale predicts samples-to-target at larger global batches.
+
+    python bench/run.py noise_scale [--noise_scale-grid "model=resnet18 repeats=3 batches=128,256,512"]
+
+Per repeat (seed = the repeat's number), the arms one after another, so that the machine's drift reaches them alike:
+- `allreduce`: 2 peers of batch_size each (B0 = 2 x batch_size), noise_scale_every=1, no link: the noise scale
+  B_simple (summary.json noise_scale: metrics/summary/noise_scale.py);
+- `single` at peers = B / batch_size, for B0 and every larger batch B: one process whose BatchNorm normalises
+  groups of batch_size (ghost_batch_norm), so that one pass over B samples is B / batch_size accumulated
+  micro-batches: samples_to_target, by the run's declared estimator.
+Prediction (McCandlish et al. 2018, E = E_min (1 + B / B_noise)): E(B) = E(B0) (1 + B / Bn) / (1 + B0 / Bn), E(B0) and
+Bn the geometric means over the repeats; its error against the geometric mean of the measured E(B). Goal, fixed
+before any data: every batch's |error| <= GOAL, and every run reached the target. The projection predicts
+time-to-target beyond a run's measured global batch only from a check that passed for the run's model and
+lr_scaling (metrics/projection/batch_scaling.py); elsewhere time-to-target stays unknown.
+"""
+import math
+import statistics
+
+from bench.jobs import add_grid_option, grid_settings, ints, summary_of
+from metrics.projection.batch_scaling import GOAL, samples_at
+
+DEFAULT_GRID = "model=resnet18 repeats=3 batch_size=32 batches=128,256,512 lr_scaling=none"
+BASE_STEPS = 100    # the B0 runs' max_steps (the headline's)
+STEPS_MARGIN = 1.5  # a larger batch's max_steps: this x the steps B0 took to the target (the model has it need fewer)
+EVAL_SAMPLES = 512  # samples between evaluations, whatever the batch (the crossing's resolution)
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def log_sd(values: list[float]) -> float | None:
+    return statistics.stdev(math.log(v) for v in values) if len(values) > 1 else None
+
+
+def single_run(settings: dict, batch: int, seed: int, steps: int) -> dict:
+    b = int(settings["batch_size"])
+    summary = summary_of("strategy=single", f"peers={batch // b}", f"batch_size={b}", f"model={settings['model']}",
+                         f"lr_scaling={settings['lr_scaling']}", f"seed={seed}", f"max_steps={steps}",
+                         f"eval_every={max(1, EVAL_SAMPLES // batch)}", timeout=3600)
+    return {"samples_to_target": summary["samples_to_target"], "reached": summary["samples_to_target"] is not None,
+            "throughput_samples_per_s": summary["throughput_samples_per_s"]}
+
+
+def run(text: str | None = None) -> dict:
+    settings = grid_settings(DEFAULT_GRID, "--noise_scale-grid", text)
+    b, repeats, larger = int(settings["batch_size"]), int(settings["repeats"]), ints(settings["batches"])
+    base = 2 * b
+    if any(batch <= base or batch % b for batch in larger):
+        raise ValueError(f"batches must be multiples of batch_size={b} above B0={base}, got {larger}")
+    measured: dict[int, list[dict]] = {batch: [] for batch in (base, *larger)}
+    noise_scales = []
+    for seed in range(repeats):
+        summary = summary_of("strategy=allreduce", "peers=2", f"batch_size={b}", f"model={settings['model']}",
+                             f"lr_scaling={settings['lr_scaling']}", f"seed={seed}", f"max_steps={BASE_STEPS}",
+                             "noise_scale_every=1", "eval_every=0", "network=loopback", timeout=3600)
+        noise_scales.append(summary["noise_scale"]["b_simple"])
+        measured[base].append(single_run(settings, base, seed, BASE_STEPS))
+        base_steps = (measured[base][-1]["samples_to_target"] or BASE_STEPS * base) / base
+        for batch in larger:  # E = E_min (1 + B / Bn) takes at most B0's steps at a larger batch: a margin above it
+            measured[batch].append(single_run(settings, batch, seed, math.ceil(STEPS_MARGIN * base_steps)))
+    noise_scale = geometric_mean(noise_scales) if all(v and v > 0 for v in noise_scales) else None
+    reached = all(r["reached"] for runs in measured.values() for r in runs)
+    base_samples = geometric_mean([r["samples_to_target"] for r in measured[base]]) if reached else None
+    rows = []
+    for batch in larger:
+        samples = [r["samples_to_target"] for r in measured[batch]]
+        row = {"batch": batch, "measured_samples_to_target": geometric_mean(samples) if reached else None,
+               "measured_log_sd": log_sd(samples) if reached else None, "runs": measured[batch]}
+        if reached and noise_scale:
+            row["predicted_samples_to_target"] = samples_at(base_samples, base, batch, noise_scale)
+            row["error"] = row["predicted_samples_to_target"] / row["measured_samples_to_target"] - 1
+        rows.append(row)
+    errors = [r["error"] for r in rows if "error" in r]
+    passed = reached and noise_scale is not None and len(errors) == len(rows) and max(map(abs, errors)) <= GOAL
+    result = {"name": "noise_scale", "ratio": max(map(abs, errors)) if errors else None,
+              "goal": f"every |error| <= {GOAL:.0%}", "passed": passed,
+              "setup": f"{settings['model']}, B0 = 2 x {b}, batches {larger}, lr_scaling={settings['lr_scaling']}, "
+                       f"{repeats} repeats",
+              "model": settings["model"], "lr_scaling": settings["lr_scaling"], "base_batch": base,
+              "noise_scale": noise_scale, "noise_scale_by_repeat": noise_scales,
+              "base_samples_to_target": base_samples, "base_runs": measured[base], "rows": rows, "sweeps": []}
+    if not reached:
+        result["why"] = "some run did not reach the target within its steps: no prediction is checked"
+    return result
+
+
+def add_arguments(parser) -> None:
+    add_grid_option(parser, "noise_scale", DEFAULT_GRID)

@@ -1,0 +1,54 @@
+"""summary.json's "noise_scale": the gradient noise scale (McCandlish et al. 2018, "An Empirical Model of
+Large-Batch Training", appendix A.1), from what data-parallel training measures anyway: each worker's gradient of
+its own batch before averaging, and the averaged gradient the update used.
+
+Per step, the workers' squared gradient norms (steps.jsonl grad_sq_local, grad_sq_global) at two batch sizes:
+b = a worker's batch and B = the step's global batch. Unbiased per step:
+
+    |G|^2 ~ (B |G_B|^2 - b |G_b|^2) / (B - b)          the true gradient's squared norm
+    tr(S) ~ (|G_b|^2 - |G_B|^2) / (1/b - 1/B)          the per-sample gradient covariance's trace
+
+each averaged over the run's steps apart, then B_simple = tr(S) / |G|^2 (the paper's ratio of averages).
+"""
+import statistics
+
+METHODS = {
+    "noise_scale": "the simple gradient noise scale B_simple (McCandlish et al. 2018, appendix A.1): per step, "
+                   "|G_b|^2 = the mean over workers of the squared norm of each worker's own gradient (its batch "
+                   "of b samples, before averaging; grad_sq_local) and |G_B|^2 = the squared norm of the averaged "
+                   "gradient the update used (global batch B = all workers' samples of the step; grad_sq_global), "
+                   "in float64 over every trained parameter; grad_sq = (B |G_B|^2 - b |G_b|^2) / (B - b) and "
+                   "trace_cov = (|G_b|^2 - |G_B|^2) / (1/b - 1/B), each averaged over the steps in which every "
+                   "worker measured both, then b_simple = trace_cov / grad_sq (samples). Measured by strategies "
+                   "whose update is the plain average of the workers' gradients (allreduce with comm_hook=none); "
+                   "null for the others, and where the averaged true gradient's estimate is not positive",
+}
+
+
+def noise_scale_section(steps_by_rank: dict[int, list[dict]]) -> dict | None:
+    """B_simple and its two parts from the workers' step logs (None: no step has both norms from every worker)."""
+    if len(steps_by_rank) < 2:
+        return None
+    by_step: dict[int, list[tuple[int, float, float]]] = {}
+    for steps in steps_by_rank.values():
+        previous = 0
+        for s in steps:
+            batch, previous = s["samples"] - previous, s["samples"]
+            if "grad_sq_local" in s and "grad_sq_global" in s:
+                by_step.setdefault(s["step"], []).append((batch, s["grad_sq_local"], s["grad_sq_global"]))
+    grad_sq, trace_cov = [], []
+    for rows in by_step.values():
+        batches = {batch for batch, _, _ in rows}
+        if len(rows) < len(steps_by_rank) or len(batches) != 1:
+            continue  # a step some worker did not measure, or unequal batches: b is not one number
+        b = batches.pop()
+        big = len(rows) * b
+        small_sq = statistics.fmean(local for _, local, _ in rows)
+        big_sq = statistics.fmean(averaged for _, _, averaged in rows)
+        grad_sq.append((big * big_sq - b * small_sq) / (big - b))
+        trace_cov.append((small_sq - big_sq) / (1 / b - 1 / big))
+    if not grad_sq:
+        return None
+    mean_grad_sq, mean_trace = statistics.fmean(grad_sq), statistics.fmean(trace_cov)
+    return {"b_simple": mean_trace / mean_grad_sq if mean_grad_sq > 0 else None, "grad_sq": mean_grad_sq,
+            "trace_cov": mean_trace, "steps": len(grad_sq), "worker_batch": b, "global_batch": big}

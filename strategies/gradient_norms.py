@@ -1,0 +1,51 @@
+"""The gradient noise scale's inputs, measured every noise_scale_every steps (metrics/summary/noise_scale.py): the
+squared norms (float64) of this worker's own gradient and of the gradient its update used."""
+import threading
+
+import torch
+
+
+def squared_norm(tensors) -> float:
+    return sum(float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64) ** 2) for t in tensors)
+
+
+class GradientNorms:
+    """Sums a step's squared norms bucket by bucket (DDP's callbacks may add from another thread); `take()` ends
+    the step. Measures only every `every` steps (0: never), so that its two passes over the gradients cost about
+    1/every of them a step."""
+
+    def __init__(self, every: int):
+        self.every, self.step = int(every), 1
+        self._lock, self.local, self.used = threading.Lock(), 0.0, 0.0
+
+    @property
+    def measuring(self) -> bool:
+        return self.every > 0 and self.step % self.every == 0
+
+    def add_local(self, tensor) -> None:
+        """This worker's own gradient (or a bucket of it), before averaging."""
+        self._add(tensor, local=True, used=False)
+
+    def add_used(self, tensor) -> None:
+        """The gradient the update uses (or a bucket of it): the average over workers."""
+        self._add(tensor, local=False, used=True)
+
+    def add_alone(self, tensor) -> None:
+        """One process training alone: its own gradient is the one its update uses."""
+        self._add(tensor, local=True, used=True)
+
+    def _add(self, tensor, local: bool, used: bool) -> None:
+        if not self.measuring:
+            return
+        value = squared_norm([tensor])
+        with self._lock:
+            self.local += value if local else 0.0
+            self.used += value if used else 0.0
+
+    def take(self) -> dict:
+        """The step's {grad_sq_local, grad_sq_global} (nothing on a step not measured); the next step begins."""
+        with self._lock:
+            found = {"grad_sq_local": self.local, "grad_sq_global": self.used} if self.measuring else {}
+            self.local = self.used = 0.0
+            self.step += 1
+        return found
