@@ -1,35 +1,39 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate,
-calibrated on N = 2 and validated on peer counts the models were not fitted to.
+calibrated on N = 2 at one link rate and validated at the other peer counts and rates.
 
     python bench/run.py projection                      # the full grid (below)
-    python bench/run.py projection --projection-grid "rates=20 peers=2,4,8 strategies=ps,stepwise"
-    python bench/run.py projection --projection-grid "rates=20 peers=2,4 strategies=allreduce model=resnet18 steps=5"
+    python bench/run.py projection --projection-grid "rates=20,100 peers=2,4 strategies=ps,stepwise repeats=1"
+    python bench/run.py projection --projection-grid "rates=100,150 calibration_rate=100 peers=2,4 model=resnet18 steps=5"
 
-For each model, link rate and strategy (every synchronous averaging strategy of the registry,
-Strategy.synchronous, with ring on Horovod's MPI controller; the others, hivemind, where asked for;
-with what each declares a benchmark's few steps need, Strategy.benchmark_overrides), `steps` steps run at each N, every process on its own
-emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
-width set per rate so that S/beta is 0.3-0.4 s; model=resnet18 (or any other conf/model option) runs
-as configured, its payload fixed (ResNet18: about 45 MB). The N=2 run is the calibration case:
-metrics.projection.project.measure takes its compute per step, hidden communication, server update and S (its
-payload through the strategy's payload relation) and fits the strategy's overlap share where it has
-one (ps), not its communication time. Every other N is a held-out case: predicted from the N=2 run
-alone. beta is the link's payload rate through the one conversion every projection uses
+For each model and strategy (every synchronous averaging strategy of the registry, Strategy.synchronous, with ring on
+Horovod's MPI controller; the others, hivemind, where asked for; with what each declares a benchmark's few steps
+need, Strategy.benchmark_overrides), every case (link rate, N) runs `repeats` times, `steps` steps each, every
+process on its own emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
+width set for the calibration rate so that S/beta is 0.3-0.4 s there, and the same at every rate (the link, not the
+model, changes); model=resnet18 (or any other conf/model option) runs as configured (ResNet18: about 45 MB). The runs
+at N=2 on calibration_rate calibrate: metrics.projection.project.measure takes each one's compute per step, hidden
+communication, server update and S (its payload through the strategy's payload relation) and fits the strategy's
+overlap share where it has one (ps), not its communication time. Every other case is held out: predicted from the
+calibration runs alone (the mean of their predictions), so a model whose "compute" absorbed communication at one
+rate misses at the others. beta is the link's payload rate through the one conversion every projection uses
 (metrics.projection.link.payload_rate: the nominal rate x the payload share bench/results.json records in
-link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes.
-Predicted: the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta,
-alpha = 0 (no netem here). Measured: the case run's period (mean over workers of each worker's mean step
-over steps 2..last, evaluations excluded). error = predicted / measured - 1. A probe of N hosts, each
-sending one TCP stream to the next at once for `probe_s` seconds (bench/goodput.py), decides before the
-case runs whether this machine can emulate N links of that rate: a case is counted when each of the N
-streams got at least LINK_BOUND of the rate, else it is not counted (the CPU, not the link, would set the
-pace) and not run (the N=2 case still runs: it calibrates the others). Figures: every case's error, and
-the worst and median |error|, for held-out counted cases apart from calibration cases; a case is counted
-or not, never both; per strategy, a verdict: its goal met or missed, with its worst held-out case (the
-projection gives no number for a strategy whose verdict is missed). A case whose run fails (or outlasts
-its timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes
-on; a failed N=2 case leaves its strategy's held-out cases unrun (nothing to calibrate on). Rows saved
-before the conversion existed carry beta from the 2-host probe of their own day (beta_source).
+link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes. Predicted:
+the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta, alpha = 0 (no
+netem here). Measured: the mean over the case's runs of each run's period (mean over workers of each worker's mean
+step over steps 2..last, evaluations excluded). error = predicted / measured - 1.
+
+Fidelity, fixed before the runs: a probe of N hosts, each sending one TCP stream to the next at once for `probe_s`
+seconds (bench/goodput.py), decides whether this machine can emulate N links of that rate (each stream at least
+LINK_BOUND of the rate; else the case is not run, and counts as attempted and not faithful); each run's own summary
+then says whether its link held (summary.json link.faithful: goodput while busy >= 90 % of the rate) and its peers
+got their CPU (isolation.faithful: metrics/summary/isolation.py). A case counts only where every run held both;
+rows record `faithful` and why not (`unfaithful`). Figures: every case's error; the worst and median |error| of
+held-out counted cases, calibration cases apart; coverage: held-out cases attempted / faithful / within their goal
+(goal: faithful >= COVERAGE_GOAL of attempted); per strategy, a verdict: its goal met or missed, with its worst
+held-out case (the projection gives no number for a strategy whose verdict is missed). A case whose run fails (or
+outlasts its timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes on;
+a failed calibration leaves its strategy's held-out cases unrun (nothing to calibrate on). Rows saved before runs
+were checked for fidelity carry no `faithful`: once a checked run is merged beside them they are no longer counted.
 
 Saving (bench/run.py calls merge): a case is (model, link rate, strategy, N). The rows of a new run
 replace only the saved rows of the same cases; the others are kept, each with its own measured_at
@@ -38,16 +42,19 @@ are recomputed over every kept row, together and per model (by_model). Rows save
 key existed were all model=mlp.
 """
 import itertools
+import json
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from bench.goodput import probe
 from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, synchronous_strategies, train
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
+from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 
 STRATEGIES = averaging_strategies(tweaks={
@@ -55,7 +62,9 @@ STRATEGIES = averaging_strategies(tweaks={
     "hivemind": ["hivemind.matchmaking_time=2", "hivemind.request_timeout=1", "hivemind.target_batch_size=256"]})
 SYNCHRONOUS = synchronous_strategies()
 GOALS = {"synchronous": 0.15, "median": 0.07, "asynchronous": 0.25}  # |error| of held-out counted cases
-DEFAULT_GRID = f"rates=20,100 peers=2,4,8,16 strategies={','.join(SYNCHRONOUS)} model=mlp steps=10"
+DEFAULT_GRID = (f"rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies={','.join(SYNCHRONOUS)} model=mlp "
+                "steps=10 repeats=3")
+COVERAGE_GOAL = 0.8  # faithful cases / attempted cases
 PAYLOAD_MODEL = "mlp"  # its width is set per rate; other models run as configured
 WIDTHS = {20: 320, 100: 864, 1000: 1728}  # S = 0.75, 3.9, 13.8 MB (float32 gradients of model=mlp)
 UNSTAMPED_MODEL = "mlp"  # rows saved before rows carried their model: the grid had model=mlp only
@@ -91,6 +100,16 @@ def summarize(rows: list[dict]) -> dict:
                                                  for m in models}}
 
 
+def coverage(rows: list[dict]) -> dict:
+    """Held-out cases attempted (run, failed or not run for their link), faithful, and within their goal; rows
+    saved before runs were checked for fidelity (no `faithful`) are left out."""
+    attempted = [r for r in rows if r["role"] == "held-out" and "faithful" in r]
+    faithful = [r for r in attempted if r["counted"]]
+    return {"attempted": len(attempted), "faithful": len(faithful),
+            "within_goal": sum(abs(r["error"]) <= goal_of(r["strategy"]) for r in faithful),
+            "faithful_share": len(faithful) / len(attempted) if attempted else None}
+
+
 def summarize_cases(rows: list[dict]) -> dict:
     """Held-out counted cases (what the goals judge), calibration cases apart, and the cases not counted."""
     held_out = [r for r in rows if r["role"] == "held-out" and r["counted"]]
@@ -105,11 +124,14 @@ def summarize_cases(rows: list[dict]) -> dict:
     if asynchronous:
         goals_met["every asynchronous held-out case within 25 %"] = all(abs(r["error"]) <= GOALS["asynchronous"]
                                                                         for r in asynchronous)
+    cases = coverage(rows)
+    goals_met[f"faithful cases >= {COVERAGE_GOAL:.0%} of attempted"] = (cases["faithful_share"] or 0) >= COVERAGE_GOAL
     calibration = [r for r in rows if r["role"] == "calibration" and "failed" not in r]
     return {"held_out": figures(held_out), "calibration": figures(calibration), "verdicts": verdicts(held_out),
+            "coverage": cases,
             "not_counted": [{"model": r.get("model", UNSTAMPED_MODEL)}
-                            | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream", "failed")
-                               if k in r}
+                            | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream", "failed",
+                                                 "not_run", "unfaithful") if k in r}
                             for r in rows if not r["counted"]],
             "goals_met": goals_met}
 
@@ -131,26 +153,57 @@ def verdicts(held_out: list[dict]) -> dict:
 
 
 def width(model: str, rate: int) -> int | None:
-    """model=mlp's width at this link rate (WIDTHS); None for a model that runs as configured."""
-    return WIDTHS[rate] if model == PAYLOAD_MODEL else None
+    """model=mlp's width sized for this link rate (WIDTHS); None for a model that runs as configured."""
+    if model != PAYLOAD_MODEL:
+        return None
+    if rate not in WIDTHS:
+        raise ValueError(f"--projection-grid: model=mlp is sized for a calibration rate of {', '.join(map(str, WIDTHS))} "
+                         f"Mbit/s, not {rate}")
+    return WIDTHS[rate]
 
 
-def model_overrides(model: str, rate: int) -> list[str]:
-    return [f"model={model}"] + ([f"model.width={width(model, rate)}"] if model == PAYLOAD_MODEL else [])
+def model_overrides(model: str, mlp_width: int | None) -> list[str]:
+    return [f"model={model}"] + ([f"model.width={mlp_width}"] if mlp_width else [])
 
 
-def run_case(model: str, strategy: str, peers: int, rate: int, steps: int, payload_share: float, timeout: float):
+@dataclass
+class CaseRun:
+    """One run of a case: its cost-model parameters and measured step (Measured), and whether its emulation held."""
+
+    measured: object  # metrics.projection.project.Measured
+    unfaithful: list[str]  # why the run's link or CPUs did not hold (summary.json link, isolation); empty: they held
+
+    @property
+    def faithful(self) -> bool:
+        return not self.unfaithful
+
+
+def fidelity(summary: dict) -> list[str]:
+    """Why a run's emulation did not hold: its link delivered under its promise, or a peer did not get its CPU
+    (summary.json link.faithful, isolation.faithful false; null, not judged, is no objection)."""
+    link, isolation = summary.get("link") or {}, summary.get("isolation") or {}
+    why = []
+    if link.get("faithful") is False:
+        why.append(f"link: {link.get('reason')}")
+    if isolation.get("faithful") is False:
+        why += [f"CPU: {mark}" for mark in isolation.get("unfaithful") or []]
+    return why
+
+
+def run_case(model: str, strategy: str, peers: int, rate: int, steps: int, payload_share: float, timeout: float,
+             mlp_width: int | None) -> CaseRun:
     # a collective may take as long as the case: ResNet18's start-up broadcast (45 MB from rank 0 to N - 1 peers
     # through its one emulated link) outlasts the default 60 s at 20 Mbit/s and N = 8
     with train(*STRATEGIES[strategy], f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
-               *model_overrides(model, rate), f"max_steps={steps}", "eval_every=0",
+               *model_overrides(model, mlp_width), f"max_steps={steps}", "eval_every=0",
                f"timeouts.collective_s={int(timeout)}", timeout=timeout) as run_dir:
-        return measure(run_dir, payload_share)
+        summary = json.loads(RunDir(run_dir).summary.read_text())
+        return CaseRun(measure(run_dir, payload_share), fidelity(summary))
 
 
 def grid(text: str | None = None) -> dict:
-    """`rates=20,100 peers=2,4,8,16 strategies=ps,ring model=mlp steps=10` (DEFAULT_GRID where a key is missing;
-    model may list several, e.g. model=mlp,resnet18)."""
+    """`rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies=ps,ring model=mlp steps=10 repeats=3`
+    (DEFAULT_GRID where a key is missing; model may list several, e.g. model=mlp,resnet18)."""
     from launchers.config import group_options
 
     settings = grid_settings(DEFAULT_GRID, "--projection-grid", text)
@@ -159,8 +212,12 @@ def grid(text: str | None = None) -> dict:
     if unknown:
         raise ValueError(f"--projection-grid: unknown model {', '.join(unknown)} "
                          f"(choose from: {', '.join(group_options('model'))})")
-    return {"rates": ints(settings["rates"]), "peers": sorted({2, *ints(settings["peers"])}),
-            "strategies": settings["strategies"].split(","), "models": models, "steps": int(settings["steps"])}
+    calibration_rate = int(settings["calibration_rate"])
+    for model in models:
+        width(model, calibration_rate)  # model=mlp needs a width for it
+    return {"rates": sorted({calibration_rate, *ints(settings["rates"])}), "calibration_rate": calibration_rate,
+            "peers": sorted({2, *ints(settings["peers"])}), "strategies": settings["strategies"].split(","),
+            "models": models, "steps": int(settings["steps"]), "repeats": int(settings["repeats"])}
 
 
 def case_key(row: dict) -> tuple:
@@ -182,80 +239,118 @@ def merge(kept: dict, new: dict) -> dict:
         defaults = {"model": UNSTAMPED_MODEL, "measured_at": entry.get("measured_at"), "machine": entry.get("machine")}
         return [defaults | row for row in entry.get("rows", [])]
 
+    def unchecked(row: dict) -> dict:
+        """A kept row from before runs were checked for fidelity, beside checked ones: no longer counted."""
+        if "faithful" in row or not any("faithful" in r for r in new_rows):
+            return row
+        return row | {"counted": False, "unfaithful": ["measured before runs were checked for fidelity"]}
+
     new_rows = stamped(new)
     replaced = {case_key(r) for r in new_rows}
-    still = [r for r in stamped(kept) if case_key(r) not in replaced]
+    still = [unchecked(r) for r in stamped(kept) if case_key(r) not in replaced]
     earlier = kept.get("earlier_runs", []) + [{k: kept.get(k) for k in ("measured_at", "machine", "setup")}]
     return new | figures_of(still + new_rows) | {"rows": still + new_rows,
                                                   "earlier_runs": earlier if still else []}
 
 
-def failed_row(model: str, strategy: str, peers: int, rate: int, failure: Exception, probes: list[float]) -> dict:
-    """A case whose run failed: kept with the end of its error, never counted (it has no error figure)."""
-    return {"model": model, "strategy": strategy, "peers": peers, "link_mbit": rate,
-            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "role": "calibration" if peers == 2 else "held-out", "counted": False,
-            "failed": str(failure).strip()[-FAILURE_CHARS:], "probe_mbit_per_stream": min(probes),
-            "probe_streams": peers}
+def failed_row(peers: int, rate: int, failure: str, probes: list[float]) -> dict:
+    """A case one of whose runs failed: kept with the end of its error, never counted (it has no error figure)."""
+    return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "role": "calibration" if peers == 2 else "held-out", "counted": False, "faithful": False,
+            "failed": failure, "probe_mbit_per_stream": min(probes), "probe_streams": peers}
+
+
+def not_run_row(peers: int, rate: int, probes: list[float]) -> dict:
+    """A case this machine cannot emulate: its N concurrent probe streams did not get LINK_BOUND of the rate."""
+    return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "role": "held-out", "counted": False, "faithful": False,
+            "not_run": f"{min(probes):.0f} Mbit/s per probe stream < {LINK_BOUND:.0%} of the rate",
+            "probe_mbit_per_stream": min(probes), "probe_streams": peers}
 
 
 def add_arguments(parser) -> None:
     add_grid_option(parser, "projection", DEFAULT_GRID)
 
 
+def case_runs(model: str, strategy: str, peers: int, rate: int, chosen: dict, share: float, timeout: float,
+              mlp_width: int | None) -> tuple[list[CaseRun], str | None]:
+    """The case's `repeats` runs, and the end of the error of the one that failed (the case then ends)."""
+    runs = []
+    for _ in range(chosen["repeats"]):
+        try:
+            runs.append(run_case(model, strategy, peers, rate, chosen["steps"], share, timeout, mlp_width))
+        except (RuntimeError, subprocess.TimeoutExpired) as failure:
+            return runs, str(failure).strip()[-FAILURE_CHARS:]
+    return runs, None
+
+
+def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float]) -> dict:
+    """A case that ran: predicted from the calibration runs (the mean of their predictions), measured over its own
+    runs (the mean of their periods), counted where every run's link and CPUs held."""
+    link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
+    predicted = statistics.fmean(c.step_s(peers, link) for c in calibrations)
+    measured = [r.measured.measured_step_s for r in runs]
+    unfaithful = [f"run {i + 1}: {why}" for i, r in enumerate(runs) for why in r.unfaithful]
+    return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "faithful": not unfaithful, "unfaithful": unfaithful, "counted": not unfaithful,
+            "latency_ms": link.latency_ms, "beta_mbit": payload_rate(link, share) / MBIT,
+            "beta_source": f"nominal x payload share {share:.3f} (bench/results.json link_goodput)",
+            **{key: statistics.fmean(getattr(c, key) or 0.0 for c in calibrations)
+               for key in ("compute_s", "hidden_s", "server_s", "overlap", "size_bytes")},
+            "predicted_step_s": predicted, "measured_step_s": statistics.fmean(measured),
+            "measured_step_s_by_run": measured, "error": error(predicted, statistics.fmean(measured)),
+            "probe_mbit_per_stream": min(probes), "probe_streams": peers}
+
+
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:
     chosen = grid(text)
     share = load_evidence().payload_share
+    calibration_rate = chosen["calibration_rate"]
+    probes = {(rate, n): probe(n, rate, probe_s) for rate in chosen["rates"] for n in chosen["peers"]}
     rows = []
-    for rate in chosen["rates"]:
-        probes = {n: probe(n, rate, probe_s) for n in chosen["peers"]}
-        link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
-        counted = {n: min(probes[n]) >= LINK_BOUND * rate for n in chosen["peers"]}
-        for model, strategy in itertools.product(chosen["models"], chosen["strategies"]):
-            calibration = None
-            for n in chosen["peers"]:
-                if not counted[n] and n != 2:
-                    print(f"  {model} {strategy} N={n} {rate} Mbit/s: not run ({min(probes[n]):.0f} Mbit/s per "
-                          f"stream < {LINK_BOUND:.0%} of the rate)", file=sys.stderr, flush=True)
-                    continue
-                print(f"  {model} {strategy} N={n} {rate} Mbit/s ...", file=sys.stderr, flush=True)
-                timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * calibration.step_s(n, link)) \
-                    if calibration else CASE_TIMEOUT_S
-                try:
-                    case = run_case(model, strategy, n, rate, chosen["steps"], share, timeout)
-                except (RuntimeError, subprocess.TimeoutExpired) as failure:
-                    rows.append(failed_row(model, strategy, n, rate, failure, probes[n]))
-                    print(f"  {model} {strategy} N={n} {rate} Mbit/s failed: not counted"
-                          + ("; its held-out cases not run (nothing to calibrate on)" if n == 2 else ""),
-                          file=sys.stderr, flush=True)
-                    if n == 2:
-                        break
-                    continue
-                calibration = calibration or case
-                predicted = calibration.step_s(n, link)
-                rows.append({
-                    "model": model, "strategy": strategy, "peers": n, "link_mbit": rate, "width": width(model, rate),
-                    "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                    "role": "calibration" if n == 2 else "held-out", "counted": counted[n],
-                    "latency_ms": link.latency_ms, "beta_mbit": payload_rate(link, share) / MBIT,
-                    "beta_source": f"nominal x payload share {share:.3f} (bench/results.json link_goodput)",
-                    "compute_s": calibration.compute_s, "hidden_s": calibration.hidden_s,
-                    "server_s": calibration.server_s, "overlap": calibration.overlap,
-                    "size_bytes": calibration.size_bytes,
-                    "predicted_step_s": predicted, "measured_step_s": case.measured_step_s,
-                    "error": error(predicted, case.measured_step_s),
-                    "probe_mbit_per_stream": min(probes[n]), "probe_streams": n,
-                })
-    sizes = "; ".join(f"model={m} width {WIDTHS} by rate" if m == PAYLOAD_MODEL else f"model={m} as configured"
-                      for m in chosen["models"])
+    for model, strategy in itertools.product(chosen["models"], chosen["strategies"]):
+        mlp_width = width(model, calibration_rate)
+        mine = {"model": model, "strategy": strategy, "width": mlp_width, "calibration_link_mbit": calibration_rate}
+
+        def say(n: int, rate: int, what: str) -> None:
+            print(f"  {model} {strategy} N={n} {rate} Mbit/s{what}", file=sys.stderr, flush=True)
+
+        say(2, calibration_rate, " (calibration) ...")
+        runs, failure = case_runs(model, strategy, 2, calibration_rate, chosen, share, CASE_TIMEOUT_S, mlp_width)
+        if failure:
+            rows.append(mine | failed_row(2, calibration_rate, failure, probes[calibration_rate, 2]))
+            say(2, calibration_rate, " failed: its held-out cases not run (nothing to calibrate on)")
+            continue
+        calibrations = [r.measured for r in runs]
+        rows.append(mine | {"role": "calibration"} | case_row(2, calibration_rate, runs, calibrations, share,
+                                                                probes[calibration_rate, 2]))
+        for rate, n in itertools.product(chosen["rates"], chosen["peers"]):
+            if (rate, n) == (calibration_rate, 2):
+                continue
+            if min(probes[rate, n]) < LINK_BOUND * rate:
+                rows.append(mine | not_run_row(n, rate, probes[rate, n]))
+                say(n, rate, f": not run ({min(probes[rate, n]):.0f} Mbit/s per stream < {LINK_BOUND:.0%} of the rate)")
+                continue
+            say(n, rate, " ...")
+            link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
+            timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * max(c.step_s(n, link) for c in calibrations))
+            runs, failure = case_runs(model, strategy, n, rate, chosen, share, timeout, mlp_width)
+            if failure:
+                rows.append(mine | failed_row(n, rate, failure, probes[rate, n]))
+                say(n, rate, " failed: not counted")
+                continue
+            rows.append(mine | {"role": "held-out"} | case_row(n, rate, runs, calibrations, share, probes[rate, n]))
+    sizes = "; ".join(f"model={m} width {width(m, calibration_rate)} (sized for {calibration_rate} Mbit/s)"
+                      if m == PAYLOAD_MODEL else f"model={m} as configured" for m in chosen["models"])
     return {
         "name": "projection_validation",
         "goal": f"held-out |error| <= 0.15 every synchronous case ({', '.join(SYNCHRONOUS)}), median <= 0.07; "
-                f"asynchronous ({', '.join(sorted(set(STRATEGIES) - set(SYNCHRONOUS)))}) <= 0.25",
+                f"asynchronous ({', '.join(sorted(set(STRATEGIES) - set(SYNCHRONOUS)))}) <= 0.25; faithful cases >= "
+                f"{COVERAGE_GOAL:.0%} of those attempted",
         **figures_of(rows),
         "rows": rows,
-        "setup": f"{sizes}, {chosen['steps']} steps, N={chosen['peers']}, links {chosen['rates']} Mbit/s, "
-                 f"strategies {chosen['strategies']}; calibration: the N=2 run of the same model, strategy and rate; "
-                 f"{time.strftime('%Y-%m-%d')}",
+        "setup": f"{sizes}, {chosen['steps']} steps, {chosen['repeats']} runs per case, N={chosen['peers']}, "
+                 f"links {chosen['rates']} Mbit/s, strategies {chosen['strategies']}; calibration: the N=2 runs at "
+                 f"{calibration_rate} Mbit/s of the same model and strategy; {time.strftime('%Y-%m-%d')}",
         "method": __doc__.strip(),
     }

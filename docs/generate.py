@@ -281,11 +281,17 @@ def bench_projection(entry: dict, model: str) -> list[str]:
     peers = sorted({r["peers"] for r in rows})
     body = []
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        mine = {r["peers"]: r for r in rows if r["strategy"] == strategy}
-        body.append([f"`{strategy}`", *(f"{mine[n]['error']:+.3f}" if n in mine else "not run" for n in peers)])
+        for rate in sorted({r["link_mbit"] for r in rows if r["strategy"] == strategy}):
+            mine = {r["peers"]: r for r in rows if r["strategy"] == strategy and r["link_mbit"] == rate}
+            body.append([f"`{strategy}`", f"{rate:g}", *(f"{mine[n]['error']:+.3f}" if n in mine else "not run"
+                                                         for n in peers)])
+    calibrations = sorted({r["calibration_link_mbit"] for r in rows if "calibration_link_mbit" in r})
+    calibrated = (f"N = 2 at {', '.join(f'{c:g}' for c in calibrations)} Mbit/s calibrates every rate"
+                  if calibrations else "N = 2 calibrates its own rate")
     held_out = entry["by_model"][model]["held_out"]
-    return [stamp_rows(entry, rows), "", f"Error = predicted / measured step time − 1, model `{model}`; N = 2 "
-            "calibrates, the other N are held out:", ""] + table(["strategy", *(f"N={n}" for n in peers)], body) + [
+    return [stamp_rows(entry, rows), "", f"Error = predicted / measured step time − 1, model `{model}`, counted cases; "
+            f"{calibrated}, the other cases are held out:", ""] + table(
+        ["strategy", "link (Mbit/s)", *(f"N={n}" for n in peers)], body) + [
         "", f"Held out: {held_out['cases']} cases, median |error| {num(held_out['median_abs_error'], 3)}, worst "
             f"{held_out['worst_error']:+.3f}, {pct(held_out['within_15_percent'], 0)} within 15 %."]
 
@@ -295,9 +301,13 @@ def bench_projection_goals(entry: dict) -> list[str]:
     body = [[f"`{s}`", str(f["cases"]), num(f["median_abs_error"], 3), f"{f['worst_error']:+.3f}",
              pct(f["within_15_percent"], 0)] for s, f in held["by_strategy"].items()]
     goals = [f"{goal}: {'met' if met else '**missed**'}" for goal, met in entry["goals_met"].items()]
+    cases = entry.get("coverage") or {}
+    checked = (f"Held-out cases checked for fidelity: {cases['attempted']} attempted, {cases['faithful']} faithful, "
+               f"{cases['within_goal']} within their goal." if cases.get("attempted") else
+               "No held-out case of these rows was checked for fidelity (link and CPU) when it ran.")
     return [stamp_rows(entry, entry["rows"]), ""] + table(
         ["strategy", "held-out cases", "median abs error", "worst error", "within 15 %"], body) + [
-        "", "Goals over every kept row: " + "; ".join(goals) + "."]
+        "", "Goals over every kept row: " + "; ".join(goals) + ".", "", checked]
 
 
 def bench_link_goodput(entry: dict) -> list[str]:

@@ -363,7 +363,7 @@ def validation_case(strategy: str, peers: int, error: float, role: str = "held-o
                     link_mbit: float = 20, **more) -> dict:
     """A row of the projection validation (bench/projection.py)."""
     return {"model": "mlp", "strategy": strategy, "peers": peers, "link_mbit": link_mbit, "role": role,
-            "counted": counted, "error": error} | more
+            "counted": counted, "faithful": counted, "calibration_link_mbit": 20, "error": error} | more
 
 
 def write_results(path: Path, rows: list[dict], payload_share: float = 0.8) -> Path:

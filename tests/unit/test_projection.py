@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.projection import error, grid, model_overrides, summarize
+from bench.projection import error, grid, model_overrides, summarize, width
 from helpers import report_config, strategy_names, strategy_of, validation_case, write_results, write_run
 from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost
@@ -408,8 +408,8 @@ def test_one_conversion_of_the_nominal_rate_in_every_prediction(tmp_path, monkey
     # recorded share all the same
     monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [0.93 * mbit] * hosts)
     monkeypatch.setattr(projection, "load_evidence", lambda: evidence)
-    monkeypatch.setattr(projection, "run_case", lambda model, strategy, n, rate, steps, share, timeout:
-                        measure(runs[n], share))
+    monkeypatch.setattr(projection, "run_case", lambda model, strategy, n, rate, steps, share, timeout, mlp_width:
+                        projection.CaseRun(measure(runs[n], share), []))
     rows = projection.run("rates=20 peers=2,8 strategies=ps model=mlp")["rows"]
     validated = next(r["predicted_step_s"] for r in rows if r["peers"] == 8)
 
@@ -509,8 +509,8 @@ def test_validation_error_arithmetic():
     assert error(0.8, 1.0) == pytest.approx(-0.2)
 
     def case(strategy, peers, role, counted, err):
-        return {"strategy": strategy, "peers": peers, "role": role, "counted": counted, "error": err,
-                "link_mbit": 20, "probe_mbit_per_stream": 18.0 if counted else 9.0}
+        return {"strategy": strategy, "peers": peers, "role": role, "counted": counted, "faithful": counted,
+                "error": err, "link_mbit": 20, "probe_mbit_per_stream": 18.0 if counted else 9.0}
 
     rows = [case("ps", 2, "calibration", True, 0.5), case("ps", 4, "held-out", True, 0.1),
             case("ps", 8, "held-out", True, -0.3), case("ring", 4, "held-out", True, 0.05),
@@ -526,7 +526,10 @@ def test_validation_error_arithmetic():
     assert summary["not_counted"] == [{"model": "mlp", "strategy": "ring", "peers": 8, "link_mbit": 20,
                                        "probe_mbit_per_stream": 9.0}]
     assert summary["goals_met"] == {"every synchronous held-out case within 15 %": False,
-                                    "median synchronous held-out |error| <= 7 %": False}
+                                    "median synchronous held-out |error| <= 7 %": False,
+                                    "faithful cases >= 80% of attempted": False}
+    # 4 held-out cases attempted, 3 faithful (0.75 < 0.8), 2 of them within 15 %
+    assert summary["coverage"] == {"attempted": 4, "faithful": 3, "within_goal": 2, "faithful_share": 0.75}
     # +0.05, -0.06, +0.1: every case within 15 %, median 0.06
     met = summarize([case("ps", 4, "held-out", True, 0.05), case("ring", 4, "held-out", True, -0.06),
                      case("stepwise", 8, "held-out", True, 0.1)])["goals_met"]
@@ -538,23 +541,29 @@ def test_default_grid_is_every_synchronous_strategy_of_the_registry():
     assert chosen == [n for n in strategy_names() if not strategy_of(n).is_baseline and strategy_of(n).synchronous]
     assert "hivemind" not in chosen and {"diloco", "localsgd"} <= set(chosen)  # the old hand-written list had neither
     # a strategy outside it is judged by the asynchronous goal
-    rows = [{"strategy": s, "peers": 4, "role": "held-out", "counted": True, "error": e, "link_mbit": 20,
-             "probe_mbit_per_stream": 18.0} for s, e in (("hivemind", 0.2), (chosen[0], 0.05))]
+    rows = [{"strategy": s, "peers": 4, "role": "held-out", "counted": True, "faithful": True, "error": e,
+             "link_mbit": 20, "probe_mbit_per_stream": 18.0} for s, e in (("hivemind", 0.2), (chosen[0], 0.05))]
     assert summarize(rows)["goals_met"]["every asynchronous held-out case within 25 %"]
 
 
 def test_validation_grid():
-    assert grid("rates=20 peers=4,8 strategies=ps") == {"rates": [20], "peers": [2, 4, 8], "strategies": ["ps"],
-                                                        "models": ["mlp"], "steps": 10}
+    # the calibration rate is always among the rates, N=2 among the peers
+    assert grid("rates=100 peers=4,8 strategies=ps repeats=1") == {
+        "rates": [20, 100], "calibration_rate": 20, "peers": [2, 4, 8], "strategies": ["ps"], "models": ["mlp"],
+        "steps": 10, "repeats": 1}
     assert grid("rates=20 peers=2 strategies=allreduce model=resnet18 steps=5")["models"] == ["resnet18"]
     with pytest.raises(ValueError, match="unknown model resnet50"):
         grid("model=resnet50")
+    with pytest.raises(ValueError, match="model=mlp is sized for a calibration rate of 20, 100, 1000 Mbit/s, not 150"):
+        grid("calibration_rate=150")
+    assert grid("calibration_rate=150 model=resnet18")["calibration_rate"] == 150  # runs as configured
 
 
 def test_model_overrides():
-    # the payload model is sized per rate; ResNet18 runs as configured (no width)
-    assert model_overrides("mlp", 20) == ["model=mlp", "model.width=320"]
-    assert model_overrides("resnet18", 20) == ["model=resnet18"]
+    # the payload model is sized for the calibration rate, and the same at every rate; ResNet18 runs as configured
+    assert (width("mlp", 20), width("resnet18", 20)) == (320, None)
+    assert model_overrides("mlp", 320) == ["model=mlp", "model.width=320"]
+    assert model_overrides("resnet18", None) == ["model=resnet18"]
 
 
 def validation_entry(measured_at: str, machine: str, rows: list[dict]) -> dict:
@@ -563,7 +572,7 @@ def validation_entry(measured_at: str, machine: str, rows: list[dict]) -> dict:
 
 
 def case(strategy: str, peers: int, err: float, **more) -> dict:
-    return {"strategy": strategy, "peers": peers, "link_mbit": 20, "error": err, "counted": True,
+    return {"strategy": strategy, "peers": peers, "link_mbit": 20, "error": err, "counted": True, "faithful": True,
             "role": "calibration" if peers == 2 else "held-out"} | more
 
 
@@ -610,16 +619,17 @@ def test_a_failed_case_is_a_row_not_counted_and_the_benchmark_goes_on(monkeypatc
 
     from bench import projection
 
-    def run_case(model, strategy, peers, rate, steps, beta, timeout):
+    def run_case(model, strategy, peers, rate, steps, beta, timeout, mlp_width):
         if (strategy, peers) in {("ring", 4), ("ps", 2)}:
             raise RuntimeError(f"train.py strategy={strategy} failed:\ncollective timed out")
-        return SimpleNamespace(step_s=lambda n, link: 1.0 + n / 10, compute_s=1.0, hidden_s=0.0, server_s=0.0,
-                               overlap=None, size_bytes=1000, measured_step_s=1.0 + peers / 10)
+        return projection.CaseRun(SimpleNamespace(step_s=lambda n, link: 1.0 + n / 10, compute_s=1.0, hidden_s=0.0,
+                                                  server_s=0.0, overlap=None, size_bytes=1000,
+                                                  measured_step_s=1.0 + peers / 10), [])
 
     ran = []
     monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [mbit * 0.93] * hosts)
     monkeypatch.setattr(projection, "run_case", lambda *a: ran.append((a[1], a[2])) or run_case(*a))
-    entry = projection.run("rates=20 peers=2,4,8 strategies=ring,ps model=mlp")
+    entry = projection.run("rates=20 peers=2,4,8 strategies=ring,ps model=mlp repeats=1")
     # ring N=4 failed and ring N=8 still ran; ps failed at N=2, so its held-out cases never ran
     assert ran == [("ring", 2), ("ring", 4), ("ring", 8), ("ps", 2)]
     failed = {(r["strategy"], r["peers"]): r for r in entry["rows"] if "failed" in r}
@@ -700,3 +710,66 @@ def test_report_project_targets_are_checked_before_any_run():
         project_targets([], ["report.project=lan:8,datacenter:16"])
     with pytest.raises(ConfigError, match="give LINK:N with N >= 2 peers"):
         project_targets(["lan"], [])
+
+
+def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_counted(monkeypatch):
+    """The N=2 runs at the calibration rate predict every other case, N=2 at the other rates included; a case one of
+    whose runs' links did not hold is a row, not counted, and the coverage says so."""
+    from types import SimpleNamespace
+
+    from bench import projection
+
+    calibrated_at = []
+
+    def run_case(model, strategy, peers, rate, steps, share, timeout, mlp_width):
+        assert mlp_width == 320  # sized for the calibration rate, at every rate
+        if peers == 2 and rate == 20:
+            calibrated_at.append(rate)
+        # a link model: 0.5 s of compute, 16 Mbit per step over the link; the run's own measurement 5 % slower
+        measured = SimpleNamespace(step_s=lambda n, link: 0.5 + 16 / link.mbit, compute_s=0.5, hidden_s=0.0,
+                                   server_s=0.0, overlap=0.0, size_bytes=2e6,
+                                   measured_step_s=1.05 * (0.5 + 16 / rate))
+        held = not (rate == 100 and peers == 4)
+        return projection.CaseRun(measured, [] if held else ["link: carried 70% of its rate (faithful 90%)"])
+
+    monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [mbit * 0.93] * hosts)
+    monkeypatch.setattr(projection, "run_case", run_case)
+    entry = projection.run("rates=20,100 calibration_rate=20 peers=2,4 strategies=allreduce repeats=2")
+    rows = {(r["link_mbit"], r["peers"]): r for r in entry["rows"]}
+    assert calibrated_at == [20, 20]  # two calibration runs, at 20 Mbit/s only
+    assert rows[20, 2]["role"] == "calibration" and all(r["calibration_link_mbit"] == 20 for r in rows.values())
+    # N=2 at 100 Mbit/s is held out: predicted 0.5 + 0.16 = 0.66 s from the 20 Mbit/s calibration, measured 0.693 s
+    assert rows[100, 2]["role"] == "held-out"
+    assert rows[100, 2]["predicted_step_s"] == pytest.approx(0.66)
+    assert rows[100, 2]["error"] == pytest.approx(1 / 1.05 - 1)
+    assert rows[100, 2]["measured_step_s_by_run"] == [pytest.approx(0.693)] * 2
+    assert rows[100, 4]["faithful"] is False and not rows[100, 4]["counted"]
+    assert rows[100, 4]["unfaithful"] == ["run 1: link: carried 70% of its rate (faithful 90%)",
+                                          "run 2: link: carried 70% of its rate (faithful 90%)"]
+    # 3 held-out cases attempted (20/4, 100/2, 100/4), 2 faithful, both within 15 %
+    assert entry["coverage"] == {"attempted": 3, "faithful": 2, "within_goal": 2, "faithful_share": 2 / 3}
+    assert entry["goals_met"]["faithful cases >= 80% of attempted"] is False
+
+
+def test_a_runs_fidelity_is_read_from_its_summary():
+    from bench.projection import fidelity
+
+    held = {"link": {"faithful": True}, "isolation": {"faithful": None}}
+    assert fidelity(held) == []
+    starved = {"link": {"faithful": False, "reason": "carried 70%"},
+               "isolation": {"faithful": False, "unfaithful": ["rank 1 on host h1: received 40%"]}}
+    assert fidelity(starved) == ["link: carried 70%", "CPU: rank 1 on host h1: received 40%"]
+
+
+def test_rows_from_before_fidelity_checks_stop_counting_beside_checked_ones():
+    from bench.projection import merge
+
+    old = {"strategy": "ps", "peers": 16, "link_mbit": 20, "error": -0.4, "counted": True, "role": "held-out"}
+    kept = validation_entry("2026-11-23 20:46:02", "busy", [old])
+    alone = merge(kept, validation_entry("2026-11-26 10:00:00", "quiet", [old | {"peers": 32}]))
+    assert all(r["counted"] for r in alone["rows"])  # no checked row yet: the old rows stand as they were
+    checked = merge(kept, validation_entry("2026-11-26 10:00:00", "quiet", [case("ps", 4, 0.05)]))
+    rows = {r["peers"]: r for r in checked["rows"]}
+    assert rows[4]["counted"] and not rows[16]["counted"]
+    assert rows[16]["unfaithful"] == ["measured before runs were checked for fidelity"]
+    assert checked["held_out"]["cases"] == 1 and checked["coverage"]["attempted"] == 1
