@@ -139,16 +139,12 @@ class AllReduce(TransportStrategy):
     def uses_ddp(self) -> bool:
         return self.cfg.transport == "gloo" and bool(self.cfg.allreduce.ddp)
 
-    @property
-    def averages_plainly(self) -> bool:
-        """The update is the plain average of the workers' gradients (no compression): its norms are measured."""
-        return self.knobs(self.cfg).get("comm_hook", "none") == "none"
-
     def setup(self, model, optimizer):
         super().setup(model, optimizer)
         self.connect()
         self.first_bucket_at = self.last_bucket_done_at = None
-        self.norms = GradientNorms(self.cfg.noise_scale_every if self.averages_plainly else 0)
+        plain_average = self.knobs(self.cfg).get("comm_hook", "none") == "none"  # no compression: norms measured
+        self.norms = GradientNorms(self.cfg.noise_scale_every if plain_average else 0)
         if not self.uses_ddp:
             broadcast_initial_state(self.transport, model)
             return model

@@ -5,8 +5,8 @@ import threading
 import torch
 
 
-def squared_norm(tensors) -> float:
-    return sum(float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64) ** 2) for t in tensors)
+def squared_norm(tensor) -> float:
+    return float(torch.linalg.vector_norm(tensor.detach(), dtype=torch.float64) ** 2)
 
 
 class GradientNorms:
@@ -37,7 +37,7 @@ class GradientNorms:
     def _add(self, tensor, local: bool, used: bool) -> None:
         if not self.measuring:
             return
-        value = squared_norm([tensor])
+        value = squared_norm(tensor)
         with self._lock:
             self.local += value if local else 0.0
             self.used += value if used else 0.0

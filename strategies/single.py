@@ -27,7 +27,8 @@ class Single(Strategy):
     def step(self, samples: int) -> StepReport:
         """The update on the whole batch's gradient (its squared norm logged every noise_scale_every steps: the
         gradient a synchronous N-peer step averages to)."""
-        for p in self.trainable():
-            if p.grad is not None:
-                self.norms.add_alone(p.grad)
+        if self.norms.measuring:
+            for p in self.trainable():
+                if p.grad is not None:
+                    self.norms.add_alone(p.grad)
         return StepReport(opt_s=self.timed_optimizer_step(), extra=self.norms.take())
