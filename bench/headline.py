@@ -4,6 +4,7 @@ this machine with nothing else running, and whether their answers replicate.
 
     python bench/headline.py --sweeps 2       # two sweeps, one after the other (each takes the machine lock)
     python bench/headline.py --from multirun/headline-a multirun/headline-b    # record sweeps made before
+    python bench/headline.py --from multirun/headline-c    # one new sweep, checked against the last one recorded
 
 A sweep runs into multirun/headline-<date>-<i> (hydra.sweep.dir); a sweep stopped half-way goes on where it
 stopped when the same folder is given again (`--from` records it as it stands, `--sweeps` resumes it).
@@ -13,7 +14,9 @@ the links and the left-out runs; its wall time (the command's wall clock; for a 
 sum of its runs' own wall clocks, as bench/link_rate.py estimates it: a sweep resumed in another session paused
 in between). Across two sweeps: the same ranking, no contradicting claims (a "faster"
 in one never a "slower" in the other), and the pairs of averaging configurations separated in both (a claim of
-faster or slower after Holm, in the same direction).
+faster or slower after Holm, in the same direction). One new sweep is checked against the latest sweep recorded in
+the `headline` entry on the same machine and setup (its answer is kept there, so a sweep's folder need not outlive
+its session); --alone records it without one.
 
 The result replaces the `headline` entry of bench/results.json (--out), with the machine and the date.
 """
@@ -29,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.run import add_saving_options, portable, recorded, save  # noqa: E402
+from metrics.recording.machine import describe_machine, fingerprint  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.stats import FASTER, SLOWER  # noqa: E402
 from metrics.report.tables import excludes_one  # noqa: E402
@@ -56,11 +60,14 @@ def runs_s(runs) -> float:
     return sum(r.summary["wall_s"] for r in runs)
 
 
+def span_end(runs) -> float:
+    """The last run's end (summary.json started_at + wall_s), seconds since the epoch."""
+    return max(r.summary["started_at"] + r.summary["wall_s"] for r in runs)
+
+
 def span_s(runs) -> float:
-    """First run's start to the last run's end (summary.json started_at + wall_s)."""
-    starts = [r.summary["started_at"] for r in runs]
-    ends = [r.summary["started_at"] + r.summary["wall_s"] for r in runs]
-    return max(ends) - min(starts)
+    """First run's start to the last run's end."""
+    return span_end(runs) - min(r.summary["started_at"] for r in runs)
 
 
 def figures_of(folder: Path, wall_s: float | None) -> dict:
@@ -72,6 +79,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
     runs = [run for group in sections[0].groups for run in group.runs]
     return {
         "folder": portable(str(folder.resolve())),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs))),  # the last run's end
         "runs": len(runs),
         "wall_s": wall_s if wall_s is not None else runs_s(runs),
         "wall_method": ("the command's wall clock" if wall_s is not None else
@@ -113,14 +121,31 @@ def replication(first: dict, second: dict) -> dict:
                            and not withheld)}
 
 
+def saved_entry(results: Path, name: str) -> dict:
+    entries = {e["name"]: e for e in json.loads(results.read_text())["results"]} if results.exists() else {}
+    return entries.get(name) or {}
+
+
+def on_this_machine(machine: dict | None) -> bool:
+    return machine is not None and describe_machine(machine) == describe_machine(fingerprint())
+
+
 def loopback_estimate_s(results: Path) -> float | None:
     """bench/link_rate.py's estimate of the headline on loopback, where it was measured on this machine."""
-    from metrics.recording.machine import describe_machine, fingerprint
+    link_rate = saved_entry(results, "link_rate")
+    return link_rate.get("loopback_headline_estimate_s") if on_this_machine(link_rate.get("machine")) else None
 
-    entries = {e["name"]: e for e in json.loads(results.read_text())["results"]} if results.exists() else {}
-    link_rate = entries.get("link_rate") or {}
-    same = "machine" in link_rate and describe_machine(link_rate["machine"]) == describe_machine(fingerprint())
-    return link_rate.get("loopback_headline_estimate_s") if same else None
+
+def recorded_answer(results: Path, setup: str, new_folder: str) -> dict | None:
+    """The latest sweep of the saved headline entry measured on this machine with this setup (another folder than
+    the new sweep's), with its date and machine (an answer saved without them has its entry's)."""
+    entry = saved_entry(results, "headline")
+    if entry.get("setup") != setup:
+        return None
+    answers = [{"measured_at": entry["measured_at"], "machine": entry["machine"]} | answer
+               for answer in entry.get("answers", []) if answer["folder"] != new_folder]
+    answers = [a for a in answers if on_this_machine(a["machine"])]
+    return max(answers, key=lambda a: a["measured_at"], default=None)
 
 
 def describe(sweep: dict) -> str:
@@ -140,6 +165,11 @@ def run(args) -> None:
         sweeps = [figures_of(folder, run_sweep(folder, args.lock)) for folder in folders]
     else:
         sweeps = [figures_of(folder, None) for folder in args.from_]
+    setup = ("python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, control arm)")
+    if len(sweeps) == 1 and not args.alone:
+        if earlier := recorded_answer(args.out, setup, sweeps[0]["folder"]):
+            print(f"checked against the sweep recorded {earlier['measured_at']} ({earlier['folder']})")
+            sweeps.insert(0, earlier)
     for sweep in sweeps:
         print(describe(sweep), flush=True)
     loopback_s = loopback_estimate_s(args.out)
@@ -148,8 +178,7 @@ def run(args) -> None:
                       "loopback estimate on the same machine); two sweeps: the same ranking, no contradicting "
                       "claims, at least two averaging configurations separated after Holm",
               "loopback_estimate_s": loopback_s,
-              "setup": "python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, "
-                       "control arm)", "answers": sweeps,
+              "setup": setup, "answers": sweeps,
               "sweeps": [{"path": s["folder"], "kept": False, "summary": f"answers.{i}"} for i, s in enumerate(sweeps)],
               "method": "each sweep's verdict analysis (metrics/report/verdict.py) as the report gives it; "
                         "replication compares the declared comparisons' claims by configuration label"}
@@ -169,6 +198,8 @@ def main() -> int:
     source.add_argument("--sweeps", type=int, choices=(1, 2), help="run this many sweeps, one after the other")
     source.add_argument("--from", dest="from_", nargs="+", type=Path, metavar="DIR",
                         help="record these sweep folders (one or two) instead of running")
+    parser.add_argument("--alone", action="store_true",
+                        help="one sweep: record it without checking it against the last one recorded")
     add_saving_options(parser)
     args = parser.parse_args()
     if args.from_ and len(args.from_) > 2:

@@ -322,6 +322,16 @@ def bench_link_goodput(entry: dict) -> list[str]:
             f"{entry['not_counted']}."]
 
 
+def bench_primary_noise(entry: dict) -> list[str]:
+    rows = entry["rows"]
+    body = [[r["configuration"], f"{r['data']}, {r['model']}", f"{r['figure']} ({r['metric']} {r['value']}, "
+             f"{r['estimator']})", num(r["log_sd"], 3), num(r.get("samples_log_sd"), 3), str(r["blocks"]),
+             str(r.get("blocks_for_10pct") or "–"), ", ".join(r.get("sweeps", []))] for r in rows]
+    return [stamp_rows(entry, rows), ""] + table(
+        ["configuration", "data, model", "primary figure", "sd of log ratios", "of which samples-to-target: sd",
+         "blocks", "blocks for ×/÷1.10 after Holm", "sweep"], body)
+
+
 def bench_projection_verdicts(entry: dict) -> list[str]:
     body = [[f"`{s}`", f"±{v['goal']:.0%}", f"{v['worst']['error']:+.3f} (N={v['worst']['peers']}, "
              f"{v['worst']['link_mbit']:g} Mbit/s, {v['worst']['model']})",
@@ -390,26 +400,43 @@ def bench_evaluation_share(entry: dict, part: str = "table") -> list[str]:
 
 
 def verdict() -> str:
-    """The sample verdict: the README's headline as typed, its first recorded sweep (bench/headline.py)."""
+    """The sample verdict: the README's headline as typed, its latest recorded sweep (bench/headline.py), and
+    whether it replicates the sweep before it."""
     entry = results()["headline"]
-    sweep = entry["answers"][0]
+    last = len(entry["answers"]) - 1
+    sweep = {"measured_at": entry["measured_at"], "machine": entry["machine"]} | entry["answers"][last]
     claim = "withheld ({})" if sweep["claims_withheld"] else "**{}**"  # the verdict refused its claims: Answer
     body = [[f"{c['this']} vs {c['other']}", times(c["ratio"], c["interval_95"]), claim.format(c["claim"]),
              num(c["adjusted_p"], 3), f"{c['blocks']} ({c['censored']} censored)"] for c in sweep["comparisons"]]
-    replication = entry.get("replication")
-    replicated = ("not yet checked: one sweep recorded" if replication is None else
-                  "replicates" if replication["replicates"] else "**does not replicate**")
-    return "\n".join([stamp(entry, "answers.0"), "", f"{sweep['primary']}", ""] + table(
+    return "\n".join([stamp({"name": "headline"} | sweep, f"answers.{last}"), "", f"{sweep['primary']}", ""] + table(
         ["comparison", "ratio, 95 % interval", "claim", "Holm-adjusted p", "blocks"], body) + [
-        "", f"Answer: {sweep['answer']}", "", *[f"- {line}" for line in sweep["links"]], "",
-        f"{sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']}); a second sweep: {replicated}."])
+        "", f"Answer: {sweep['answer'].removeprefix('Answer: ')}", "", *[f"- {line}" for line in sweep["links"]], "",
+        f"{sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']}).", "",
+        replication_line(entry)])
+
+
+def replication_line(entry: dict) -> str:
+    """Whether the latest sweep gives the answer of the one before it (bench/headline.py's rule)."""
+    found = entry.get("replication")
+    if found is None:
+        return "Replication: not yet checked (one sweep recorded on this machine)."
+    earlier = {"measured_at": entry["measured_at"]} | entry["answers"][0]
+    reasons = ([] if found["same_ranking"] else ["another ranking"]) + [
+        f"contradicting claims: {'; '.join(found['contradictions'])}"] * bool(found["contradictions"]) + [
+        "a verdict that withheld its claims"] * found["claims_withheld"] + [
+        f"{len(found['separated_averaging_pairs'])} pairs of averaging configurations separated in both (at least 2 "
+        "needed)"] * (len(found["separated_averaging_pairs"]) < 2)
+    pairs = "; ".join(found["separated_averaging_pairs"]) or "none"
+    said = "**replicates**" if found["replicates"] else f"**does not replicate** ({', '.join(reasons)})"
+    return (f"Replication against the sweep measured {earlier['measured_at']} on the same machine: {said}; "
+            f"separated in both: {pairs}.")
 
 
 BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
          "projection_goals": bench_projection_goals, "projection_verdicts": bench_projection_verdicts,
-         "link_goodput": bench_link_goodput, "thesis": bench_thesis,
+         "link_goodput": bench_link_goodput, "primary_noise": bench_primary_noise, "thesis": bench_thesis,
          "thesis_projected": bench_thesis_projected, "evaluation_share": bench_evaluation_share}
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry

@@ -140,13 +140,14 @@ class PeerCpu:
         self.first_delays = tree_run_delays(os.getpid())
         self.first_usage, (self.first_periods, self.first_throttled) = (
             (self.group.usage_s(), self.group.throttling()) if self.group else (0.0, (0, 0.0)))
-        self.cores: set[int] = set()  # where the peer was pinned, and those cores' busy time then
-        self.first_cores_busy = self.usage_at_pinning = 0.0
+        self.cores: set[int] = set()  # where the peer was pinned, and those cores' busy and interrupt time then
+        self.first_cores_busy = self.first_cores_irq = self.usage_at_pinning = 0.0
 
     def pinned(self, cores: list[int]) -> None:
         """The peer is pinned to `cores` from now on: measure the other work on them (METHODS["isolation"])."""
         self.cores = set(cores)
-        self.first_cores_busy = cpu_times(self.cores)["busy_s"]
+        first = cpu_times(self.cores)
+        self.first_cores_busy, self.first_cores_irq = first["busy_s"], first["irq_s"]
         self.usage_at_pinning = self.group.usage_s() if self.group else 0.0
 
     def keep_out(self, tid: int) -> None:
@@ -178,7 +179,9 @@ class PeerCpu:
                         "throttled_periods": periods - self.first_periods,
                         "throttled_s": throttled - self.first_throttled}
             if self.cores:
-                cores_busy = cpu_times(self.cores)["busy_s"] - self.first_cores_busy
+                cores = cpu_times(self.cores)
                 own = self.group.usage_s() - self.usage_at_pinning
-                figures |= {"cores": sorted(self.cores), "other_on_cores_s": max(0.0, cores_busy - own)}
+                figures |= {"cores": sorted(self.cores),
+                            "other_on_cores_s": max(0.0, cores["busy_s"] - self.first_cores_busy - own),
+                            "irq_on_cores_s": cores["irq_s"] - self.first_cores_irq}
         return figures

@@ -88,8 +88,9 @@ def cpu_pressure_us() -> int | None:
 
 
 def cpu_times(cores: set[int], path: str = "/proc/stat") -> dict[str, float]:
-    """busy, steal and all CPU seconds of these cores since boot."""
-    busy = steal = total = 0
+    """busy, steal and all CPU seconds of these cores since boot; irq: the part of busy spent in interrupts and
+    softirqs (the kernel's packet processing, for one)."""
+    busy = steal = total = interrupts = 0
     with open(path) as f:
         for line in f:
             name, *fields = line.split()
@@ -97,9 +98,10 @@ def cpu_times(cores: set[int], path: str = "/proc/stat") -> dict[str, float]:
                 continue
             user, nice, system, idle, iowait, irq, softirq, stolen = map(int, fields[:8])
             busy += user + nice + system + irq + softirq
+            interrupts += irq + softirq
             steal += stolen
             total += user + nice + system + idle + iowait + irq + softirq + stolen
-    return {"busy_s": busy * TICK_S, "steal_s": steal * TICK_S, "all_s": total * TICK_S}
+    return {"busy_s": busy * TICK_S, "irq_s": interrupts * TICK_S, "steal_s": steal * TICK_S, "all_s": total * TICK_S}
 
 
 def own_cpu_s() -> float:

@@ -7,12 +7,10 @@ from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
 from metrics.report.compare import declared_pairs
-from metrics.report.noise import planning_noise
+from metrics.report.noise import DETECT, planning_noise
 from metrics.report.primary import declare
 from metrics.report.runs import Run, group_runs, sections_of
 from metrics.report.stats import blocks_for, detectable
-
-DETECT = 1.10  # repeats=auto: the ratio to detect (x/÷ 1.10: a 10 % difference either way) at 80 % power
 
 
 def williams(n: int) -> list[list[int]]:

@@ -1,7 +1,8 @@
 """The primary figure's noise, recorded for planning: bench/results.json's `primary_noise` entry, one row per
 (figure, target, estimator, data, model, strategy) with the sd of the paired log ratios against the
-equal-resource baseline (blocks observed exactly) and its blocks; `repeats=auto` (launchers/sweeper.py) plans a
-sweep's blocks from it.
+equal-resource baseline (blocks observed exactly), its blocks and the blocks a ratio of x/÷1.10 needs; beside it,
+on time-to-target, the sd of the paired samples-to-target ratios (the convergence part of the noise).
+`repeats=auto` (launchers/sweeper.py) plans a sweep's blocks from it.
 
     python -m metrics.report SWEEP_DIR --record-noise bench/results.json
 """
@@ -12,11 +13,14 @@ from pathlib import Path
 from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.primary import Primary
+from metrics.report.runs import paired
+from metrics.report.stats import blocks_for, pooled_log_sd
+from metrics.report.tables import summary_figure
 from metrics.report.verdict import analyse
-from metrics.report.stats import pooled_log_sd
 
 ENTRY = "primary_noise"
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
+DETECT = 1.10  # repeats=auto: the ratio to detect (x/÷ 1.10: a 10 % difference either way) at 80 % power
 
 
 def measured_rows(dirs: list[Path]) -> list[dict]:
@@ -34,6 +38,9 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
                          "estimator": a.primary.estimator, "data": section.data, "model": section.model,
                          "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": exact.log_sd,
                          "blocks": exact.n, "censored": c.censored,
+                         "blocks_for_10pct": blocks_for(exact.log_sd, DETECT, c.family),
+                         "samples_log_sd": (paired(c.this, c.other, summary_figure("samples_to_target")).log_sd
+                                            if a.primary.is_time else None),
                          "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
                          "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})})
     return rows
@@ -58,7 +65,8 @@ def record(dirs: list[Path], path: Path) -> list[str]:
               "machine": fingerprint()}  # where it was last recorded; each row names its own machine
     path.write_text(json.dumps(results, indent=1) + "\n")
     return [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
-            f"{r['blocks']} blocks" for r in rows] or [f"no noise to record under {', '.join(map(str, dirs))}: no "
+            f"{r['blocks']} blocks (x/÷{DETECT:.2f} needs {r['blocks_for_10pct']}); samples-to-target log-sd "
+            f"{'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}" for r in rows] or [f"no noise to record under {', '.join(map(str, dirs))}: no "
                                                        "comparison with a baseline over 2 or more exact blocks"]
 
 

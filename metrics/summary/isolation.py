@@ -33,7 +33,12 @@ METHODS = {
                  "measurement not included; other_on_cores_s = CPU time of everything else on the cores the peer was "
                  "pinned to, from pinning to the end of its work: those cores' busy time in /proc/stat (user + nice "
                  "+ system + irq + softirq, in clock ticks) minus the group's own usage (the sampler thread, about "
-                 "1 % of a core, counts as other work on cgroup v1); wait_beyond_quota_s = runq_s minus the most "
+                 "1 % of a core, counts as other work on cgroup v1); irq_on_cores_s = those cores' interrupt and "
+                 "softirq time (/proc/stat irq + softirq, sampled at the clock tick; the emulated links' packet "
+                 "processing and token-bucket timers, for one): shown, not judged, as this kernel's accounting does "
+                 "not tell its parts apart (without CONFIG_IRQ_TIME_ACCOUNTING an interrupt of the peer's own "
+                 "threads counts in its group's usage, one that comes while the core is idle in other_on_cores_s); "
+                 "wait_beyond_quota_s = runq_s minus the most "
                  "waiting its own "
                  "quota explains, throttled_periods x period x peer_cpus (a whole period per throttled period and "
                  "vCPU: generous, as throttled periods undercount a busy peer's waits, 206 of 252 periods for a "
@@ -99,7 +104,7 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
                "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
                "throttled_periods": figures.get("throttled_periods"), "throttled_s": figures.get("throttled_s"),
                "runq_s": figures.get("runq_s"), "wait_beyond_quota_s": None,
-               "other_on_cores_s": figures.get("other_on_cores_s")}
+               "other_on_cores_s": figures.get("other_on_cores_s"), "irq_on_cores_s": figures.get("irq_on_cores_s")}
         if row["quota_cpus"] is not None:
             row["cpu_promised_s"] = row["quota_cpus"] * row["in_group_s"]
             row["received_share"] = row["cpu_received_s"] / row["cpu_promised_s"] if row["cpu_promised_s"] else None

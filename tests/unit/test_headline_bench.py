@@ -1,6 +1,9 @@
 """bench/headline.py's replication rule: two sweeps replicate when they rank alike, no claim of one contradicts the
 other's, and at least two pairs of averaging configurations are separated in both."""
-from bench.headline import replication
+import json
+
+from bench.headline import recorded_answer, replication
+from metrics.recording.machine import fingerprint
 
 
 def sweep(ranking, claims, withheld=False):
@@ -43,3 +46,26 @@ def test_separation_against_the_baseline_does_not_count_and_one_pair_is_not_enou
 def test_another_ranking_does_not_replicate():
     found = replication(sweep(RANKING, AGREEING), sweep(list(reversed(RANKING)), AGREEING))
     assert not found["same_ranking"] and not found["replicates"]
+
+
+def saved(tmp_path, answers, machine, setup="the setup"):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"results": [{"name": "headline", "setup": setup, "answers": answers,
+                                                "measured_at": "2026-11-26 04:02:13", "machine": machine}]}))
+    return results
+
+
+def test_one_new_sweep_is_checked_against_the_latest_recorded_on_this_machine(tmp_path):
+    """Its folder may be gone (another session): the recorded answer stands in for it, dated; an answer saved
+    without a date or machine has its entry's."""
+    here = fingerprint()
+    elsewhere = here | {"cpu_model": "1" + str(here["cpu_model"])}
+    answers = [{"folder": "multirun/a"},
+               {"folder": "multirun/b", "measured_at": "2026-11-26 10:35:00", "machine": here},
+               {"folder": "multirun/c", "measured_at": "2026-11-26 12:00:00", "machine": elsewhere}]
+    results = saved(tmp_path, answers, here)
+    assert recorded_answer(results, "the setup", "multirun/new")["folder"] == "multirun/b"
+    assert recorded_answer(results, "the setup", "multirun/b")["folder"] == "multirun/a"
+    assert recorded_answer(results, "the setup", "multirun/b")["measured_at"] == "2026-11-26 04:02:13"
+    assert recorded_answer(results, "another setup", "multirun/new") is None
+    assert recorded_answer(saved(tmp_path, answers[:1], elsewhere), "the setup", "multirun/new") is None

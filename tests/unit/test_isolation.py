@@ -225,3 +225,12 @@ def test_a_dilated_links_rate_and_latency_are_reported_as_asked(tmp_path):
     asked = {"network": {"name": "emulated", "bandwidth_mbit": 20, "latency_ms": 5}}
     network = undilate({"network": network_section(run, asked, {})}, 4)["network"]
     assert (network["bandwidth_mbit_by_rank"], network["latency_ms"]) == ([20.0, 20.0], 5.0)
+
+
+def test_interrupts_on_a_peers_cores_are_shown_and_not_judged(tmp_path):
+    """This kernel's accounting cannot split the cores' interrupt time between the peer's own usage and the idle
+    core: the row shows it; the judgement stays on other_on_cores_s."""
+    run, results = write_run(tmp_path, {0: cpu(1.0, 4.8, 5.1, other=4.9) | {"irq_on_cores_s": 4.5}}, hosts={0: "h0"})
+    section = isolation_section(run, results)
+    assert section["by_rank"][0]["irq_on_cores_s"] == 4.5
+    assert section["faithful"] is False and "while other work ran 4.9 s" in section["unfaithful"][0]

@@ -66,3 +66,20 @@ def test_threads_add_up_and_new_threads_count():
 
     used, wall = clocked(two_threads)
     assert 0.4 <= used["cpu_s"] <= 2.05 * wall  # both threads' 0.2 s of CPU, never more than 2 threads' wall
+
+
+def test_core_times_keep_interrupts_apart_as_part_of_busy(tmp_path):
+    """/proc/stat columns: user nice system idle iowait irq softirq steal; only the cores asked for count."""
+    import os
+
+    from metrics.recording.machine import cpu_times
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 1 1 1 1 1 1 1 0 0\n"
+                    "cpu0 100 0 20 500 3 1 9 2 0 0\n"
+                    "cpu1 50 5 10 600 0 4 16 1 0 0\n"
+                    "intr 12345\n")
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    found = cpu_times({1}, str(stat))
+    assert found == pytest.approx({"busy_s": 85 * tick, "irq_s": 20 * tick, "steal_s": 1 * tick, "all_s": 686 * tick})
+    assert cpu_times({0, 1}, str(stat))["irq_s"] == pytest.approx(30 * tick)

@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import re
+import statistics
 
 import pytest
 
@@ -494,3 +495,28 @@ def test_a_failed_or_silent_node_fails_its_run_once(tmp_path):
     errors = markdown.split("## Errors")[1]
     assert "peer rank 0 lost node1" in errors and errors.count("peer rank 3 was killed") == 1
     assert "no summary.json: the launcher itself was stopped" not in markdown  # node 1 is the run's, not left out
+
+
+def test_recorded_noise_holds_the_primary_figures_and_the_samples_to_targets_spread(tmp_path):
+    """primary_noise: the sd of the paired time-to-target log ratios, the blocks that detect x/÷1.10 after Holm,
+    and the sd of the paired samples-to-target ratios (samples = time x throughput in these runs)."""
+    from scipy.stats import t
+
+    from metrics.report.noise import record
+
+    samples_ratios = [1.0, 1.1, 0.95]
+    throughputs = [120.0, 130.0, 110.0]
+    times = [b * 100.0 * r / thr for b, r, thr in zip(BASELINE_TIMES, samples_ratios, throughputs)]
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, throughputs, times),
+                                             **baselines()})
+    results = tmp_path / "results.json"
+    record([sweep], results)
+    [row] = [r for e in json.loads(results.read_text())["results"] for r in e["rows"]]
+    time_sd = statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES))
+    assert row["log_sd"] == pytest.approx(time_sd)
+    assert row["samples_log_sd"] == pytest.approx(statistics.stdev(math.log(r) for r in samples_ratios))
+    n = row["blocks_for_10pct"]
+
+    def detects(blocks):  # the paired t-test's power calculation, written out, Holm's first step over 1 comparison
+        return math.exp((t.ppf(1 - 0.05 / 2, blocks - 1) + t.ppf(0.8, blocks - 1)) * time_sd / blocks ** 0.5)
+    assert detects(n) <= 1.10 < detects(n - 1)
