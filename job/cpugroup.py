@@ -86,6 +86,20 @@ class CpuGroup:
                 return int(f.read()) / 1e9
         return read_stat(self._file("cpu.stat"))["usage_usec"] / 1e6
 
+    def usage_on_cores_s(self, cores: set[int]) -> tuple[float, float] | None:
+        """(this group's, every task's on the machine) CPU seconds on `cores` since boot, from cgroup v1's per-core
+        accounting (cpuacct.usage_percpu of the group and of its hierarchy's root: the time tasks ran, so a core's
+        interrupts while it was idle are in neither); None on cgroup v2, which keeps no per-core accounting."""
+        if self.version != "v1":
+            return None
+        roots = [os.path.dirname(parent) for parent in self.parents]
+
+        def on_cores(dirs: list[str]) -> float:
+            with open(self._file("cpuacct.usage_percpu", dirs)) as f:
+                return sum(int(ns) for core, ns in enumerate(f.read().split()) if core in cores) / 1e9
+
+        return on_cores(self.dirs), on_cores(roots)
+
     def throttling(self) -> tuple[int, float]:
         """(periods in which the group was throttled, seconds throttled), since it was created."""
         stat = read_stat(self._file("cpu.stat"))
@@ -140,15 +154,14 @@ class PeerCpu:
         self.first_delays = tree_run_delays(os.getpid())
         self.first_usage, (self.first_periods, self.first_throttled) = (
             (self.group.usage_s(), self.group.throttling()) if self.group else (0.0, (0, 0.0)))
-        self.cores: set[int] = set()  # where the peer was pinned, and those cores' busy and interrupt time then
-        self.first_cores_busy = self.first_cores_irq = self.usage_at_pinning = 0.0
+        self.cores: set[int] = set()  # where the peer was pinned; the CPU time of tasks and interrupts there then
+        self.first_cores_irq, self.usage_at_pinning = 0.0, None
 
     def pinned(self, cores: list[int]) -> None:
         """The peer is pinned to `cores` from now on: measure the other work on them (METHODS["isolation"])."""
         self.cores = set(cores)
-        first = cpu_times(self.cores)
-        self.first_cores_busy, self.first_cores_irq = first["busy_s"], first["irq_s"]
-        self.usage_at_pinning = self.group.usage_s() if self.group else 0.0
+        self.first_cores_irq = cpu_times(self.cores)["irq_s"]
+        self.usage_at_pinning = self.group.usage_on_cores_s(self.cores) if self.group else None
 
     def keep_out(self, tid: int) -> None:
         """A measuring thread (the sampler) leaves the peer's group where the kernel allows it (v1)."""
@@ -179,9 +192,10 @@ class PeerCpu:
                         "throttled_periods": periods - self.first_periods,
                         "throttled_s": throttled - self.first_throttled}
             if self.cores:
-                cores = cpu_times(self.cores)
-                own = self.group.usage_s() - self.usage_at_pinning
-                figures |= {"cores": sorted(self.cores),
-                            "other_on_cores_s": max(0.0, cores["busy_s"] - self.first_cores_busy - own),
-                            "irq_on_cores_s": cores["irq_s"] - self.first_cores_irq}
+                figures |= {"cores": sorted(self.cores), "other_on_cores_s": None,
+                            "irq_on_cores_s": cpu_times(self.cores)["irq_s"] - self.first_cores_irq}
+                if self.usage_at_pinning is not None:
+                    own, every = self.group.usage_on_cores_s(self.cores)
+                    first_own, first_every = self.usage_at_pinning
+                    figures["other_on_cores_s"] = max(0.0, (every - first_every) - (own - first_own))
         return figures

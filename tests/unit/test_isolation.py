@@ -234,3 +234,33 @@ def test_interrupts_on_a_peers_cores_are_shown_and_not_judged(tmp_path):
     section = isolation_section(run, results)
     assert section["by_rank"][0]["irq_on_cores_s"] == 4.5
     assert section["faithful"] is False and "while other work ran 4.9 s" in section["unfaithful"][0]
+
+
+def test_other_work_is_other_tasks_time_on_the_peers_cores(tmp_path):
+    """other_on_cores_s = every task's time on the peer's cores (the cpuacct root's per-core accounting) less the
+    peer group's there: work on a core the peer was not pinned to does not count, and neither does anything
+    /proc/stat's busy ticks hold (idle-time interrupts) that no task's time does."""
+    root = tmp_path / "cpuacct"
+    group = root / "avgbench-x" / "rank0"
+    group.mkdir(parents=True)
+
+    def account(root_ns, group_ns, usage_s):
+        (root / "cpuacct.usage_percpu").write_text(" ".join(str(int(ns)) for ns in root_ns) + " \n")
+        (group / "cpuacct.usage_percpu").write_text(" ".join(str(int(ns)) for ns in group_ns) + " \n")
+        (group / "cpuacct.usage").write_text(str(int(usage_s * 1e9)))
+        (group / "cpu.stat").write_text("nr_periods 0\nnr_throttled 0\nthrottled_time 0\n")
+
+    run = RunDir(tmp_path / "run")
+    run.private.mkdir(parents=True)
+    run.cpu_groups.write_text(json.dumps({"status": "isolated", "ranks": {"0": {
+        "version": "v1", "dirs": [str(group)], "parents": [str(root / "avgbench-x")], "quota_cpus": 1.0,
+        "period_us": 10000, "threads": 1, "enforced": False}}}))
+    account([50e9, 70e9], [1e9, 2e9], 3)
+    peer = PeerCpu(run, 0)
+    peer.pinned([1])
+    # 10 s on core 0 by others; on core 1 the peer ran 2 s and everything together 3 s: 1 s of other tasks
+    account([60e9, 73e9], [1e9, 4e9], 5)
+    figures = peer.figures()
+    assert figures["other_on_cores_s"] == pytest.approx(1.0)
+    assert figures["cpu_received_s"] == pytest.approx(2.0)
+    assert figures["cores"] == [1]
