@@ -136,15 +136,19 @@ def loopback_estimate_s(results: Path) -> float | None:
     return link_rate.get("loopback_headline_estimate_s") if on_this_machine(link_rate.get("machine")) else None
 
 
+def dated_answers(entry: dict) -> list[dict]:
+    """The headline entry's sweeps, each with its date and machine (an answer saved without them has its entry's)."""
+    return [{"measured_at": entry["measured_at"], "machine": entry["machine"]} | answer
+            for answer in entry.get("answers", [])]
+
+
 def recorded_answer(results: Path, setup: str, new_folder: str) -> dict | None:
     """The latest sweep of the saved headline entry measured on this machine with this setup (another folder than
-    the new sweep's), with its date and machine (an answer saved without them has its entry's)."""
+    the new sweep's)."""
     entry = saved_entry(results, "headline")
     if entry.get("setup") != setup:
         return None
-    answers = [{"measured_at": entry["measured_at"], "machine": entry["machine"]} | answer
-               for answer in entry.get("answers", []) if answer["folder"] != new_folder]
-    answers = [a for a in answers if on_this_machine(a["machine"])]
+    answers = [a for a in dated_answers(entry) if a["folder"] != new_folder and on_this_machine(a["machine"])]
     return max(answers, key=lambda a: a["measured_at"], default=None)
 
 

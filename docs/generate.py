@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.headline import dated_answers  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
@@ -404,7 +405,7 @@ def verdict() -> str:
     whether it replicates the sweep before it."""
     entry = results()["headline"]
     last = len(entry["answers"]) - 1
-    sweep = {"measured_at": entry["measured_at"], "machine": entry["machine"]} | entry["answers"][last]
+    sweep = dated_answers(entry)[last]
     claim = "withheld ({})" if sweep["claims_withheld"] else "**{}**"  # the verdict refused its claims: Answer
     body = [[f"{c['this']} vs {c['other']}", times(c["ratio"], c["interval_95"]), claim.format(c["claim"]),
              num(c["adjusted_p"], 3), f"{c['blocks']} ({c['censored']} censored)"] for c in sweep["comparisons"]]
@@ -420,7 +421,7 @@ def replication_line(entry: dict) -> str:
     found = entry.get("replication")
     if found is None:
         return "Replication: not yet checked (one sweep recorded on this machine)."
-    earlier = {"measured_at": entry["measured_at"]} | entry["answers"][0]
+    earlier = dated_answers(entry)[0]
     reasons = ([] if found["same_ranking"] else ["another ranking"]) + [
         f"contradicting claims: {'; '.join(found['contradictions'])}"] * bool(found["contradictions"]) + [
         "a verdict that withheld its claims"] * found["claims_withheld"] + [
