@@ -185,7 +185,10 @@ def run(args) -> None:
               "setup": setup, "answers": sweeps,
               "sweeps": [{"path": s["folder"], "kept": False, "summary": f"answers.{i}"} for i, s in enumerate(sweeps)],
               "method": "each sweep's verdict analysis (metrics/report/verdict.py) as the report gives it; "
-                        "replication compares the declared comparisons' claims by configuration label"}
+                        "replication compares the declared comparisons' claims by configuration label. As typed, "
+                        "block b runs seed b in every sweep: two sweeps share their seeds, so their samples-to-target "
+                        "are equal run for run (common random numbers) and the second sweep replicates the timing "
+                        "(compute, link, machine), not the seeds' convergence noise"}
     if len(sweeps) == 2:
         result["replication"] = replication(*sweeps)
         print(json.dumps(result["replication"], indent=1))

@@ -326,11 +326,12 @@ def bench_link_goodput(entry: dict) -> list[str]:
 def bench_primary_noise(entry: dict) -> list[str]:
     rows = entry["rows"]
     body = [[r["configuration"], f"{r['data']}, {r['model']}", f"{r['figure']} ({r['metric']} {r['value']}, "
-             f"{r['estimator']})", num(r["log_sd"], 3), num(r.get("samples_log_sd"), 3), str(r["blocks"]),
+             f"{r['estimator']})", num(r["log_sd"], 3), num(r.get("samples_log_sd"), 3),
+             f"{r['blocks']} ({r['seeds']} seeds)" if "seeds" in r else str(r["blocks"]),
              str(r.get("blocks_for_10pct") or "–"), ", ".join(r.get("sweeps", []))] for r in rows]
     return [stamp_rows(entry, rows), ""] + table(
         ["configuration", "data, model", "primary figure", "sd of log ratios", "of which samples-to-target: sd",
-         "blocks", "blocks for ×/÷1.10 after Holm", "sweep"], body)
+         "blocks (distinct seeds: the sd's observations)", "blocks for ×/÷1.10 after Holm", "sweep"], body)
 
 
 def bench_projection_verdicts(entry: dict) -> list[str]:

@@ -2,18 +2,24 @@
 (figure, target, estimator, data, model, strategy) with the sd of the paired log ratios against the
 equal-resource baseline (blocks observed exactly), its blocks and the blocks a ratio of x/÷1.10 needs; beside it,
 on time-to-target, the sd of the paired samples-to-target ratios (the convergence part of the noise).
+A convergence figure's noise is counted over distinct seeds: blocks of different sweeps that share a seed trained
+the same data order from the same weights (common random numbers), so they reached the target after the same
+samples; they are one observation of that seed (`seeds`): the sd is the per-seed means' plus the timing variance
+within a seed.
 `repeats=auto` (launchers/sweeper.py) plans a sweep's blocks from it.
 
     python -m metrics.report SWEEP_DIR --record-noise bench/results.json
 """
 import json
+import math
+import statistics
 import time
 from pathlib import Path
 
 from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.primary import Primary
-from metrics.report.runs import paired
+from metrics.report.runs import Group
 from metrics.report.stats import blocks_for, pooled_log_sd
 from metrics.report.tables import summary_figure
 from metrics.report.verdict import analyse
@@ -21,6 +27,25 @@ from metrics.report.verdict import analyse
 ENTRY = "primary_noise"
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
 DETECT = 1.10  # repeats=auto: the ratio to detect (x/÷ 1.10: a 10 % difference either way) at 80 % power
+
+
+def seed_log_sd(this: Group, other: Group, figure) -> tuple[float | None, int]:
+    """The sd of one block's paired log ratio figure(this) / figure(other), with seeds as the observations: the
+    variance of the per-seed means plus the within-seed variance (blocks of one seed differ in timing only) that
+    averaging took out; and the number of seeds."""
+    top, bottom = this.by_block(figure), other.by_block(figure)
+    seed_of = {run.block: run.config.get("seed") for run in this.runs}
+    by_seed: dict = {}
+    for block in top.keys() & bottom.keys():
+        by_seed.setdefault(seed_of.get(block, block), []).append(math.log(top[block] / bottom[block]))
+    if len(by_seed) < 2:
+        return None, len(by_seed)
+    means = [statistics.fmean(logs) for logs in by_seed.values()]
+    within_df = sum(len(logs) - 1 for logs in by_seed.values())
+    within = (sum((x - statistics.fmean(logs)) ** 2 for logs in by_seed.values() for x in logs) / within_df
+              if within_df else 0.0)
+    averaged_out = statistics.fmean(1 - 1 / len(logs) for logs in by_seed.values())
+    return math.sqrt(statistics.variance(means) + within * averaged_out), len(means)
 
 
 def measured_rows(dirs: list[Path]) -> list[dict]:
@@ -34,12 +59,16 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
             exact = c.ratio.uncensored
             if c.other is not c.this.baseline or c.this not in averaging(a.ranking) or exact.log_sd is None:
                 continue
+            log_sd, seeds = (seed_log_sd(c.this, c.other, summary_figure("time_to_target_s")) if a.primary.is_time
+                             else (exact.log_sd, exact.n))
+            if log_sd is None:
+                continue
             rows.append({"figure": a.primary.figure, "metric": a.primary.metric, "value": a.primary.value,
                          "estimator": a.primary.estimator, "data": section.data, "model": section.model,
-                         "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": exact.log_sd,
-                         "blocks": exact.n, "censored": c.censored,
-                         "blocks_for_10pct": blocks_for(exact.log_sd, DETECT, c.family),
-                         "samples_log_sd": (paired(c.this, c.other, summary_figure("samples_to_target")).log_sd
+                         "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": log_sd,
+                         "blocks": exact.n, "seeds": seeds, "censored": c.censored,
+                         "blocks_for_10pct": blocks_for(log_sd, DETECT, c.family),
+                         "samples_log_sd": (seed_log_sd(c.this, c.other, summary_figure("samples_to_target"))[0]
                                             if a.primary.is_time else None),
                          "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
                          "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})})
@@ -64,10 +93,12 @@ def record(dirs: list[Path], path: Path) -> list[str]:
                          for path in sorted({p for r in entry["rows"] for p in r.get("sweeps", [])})],
               "machine": fingerprint()}  # where it was last recorded; each row names its own machine
     path.write_text(json.dumps(results, indent=1) + "\n")
-    return [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
-            f"{r['blocks']} blocks (x/÷{DETECT:.2f} needs {r['blocks_for_10pct']}); samples-to-target log-sd "
-            f"{'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}" for r in rows] or [f"no noise to record under {', '.join(map(str, dirs))}: no "
-                                                       "comparison with a baseline over 2 or more exact blocks"]
+    lines = [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
+             f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{DETECT:.2f} needs {r['blocks_for_10pct']}); "
+             f"samples-to-target log-sd {'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}"
+             for r in rows]
+    return lines or [f"no noise to record under {', '.join(map(str, dirs))}: no comparison with a baseline over 2 "
+                     "or more exact blocks"]
 
 
 def machine_of(row: dict) -> str:
@@ -95,7 +126,7 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
             f"none for {', '.join(lacking)} at {what}: measure it with a fixed number of blocks, e.g. "
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python -m metrics.report multirun/noise --record-noise {path}`")
-    pooled = pooled_log_sd([(r["blocks"] - 1, r["log_sd"]) for r in found])
-    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r['blocks']} blocks, {r.get('measured_at', '?')}, "
-                      f"{machine_of(r)})" for r in found)
+    pooled = pooled_log_sd([(r.get("seeds", r["blocks"]) - 1, r["log_sd"]) for r in found])
+    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r.get('seeds', r['blocks'])} seeds, "
+                      f"{r.get('measured_at', '?')}, {machine_of(r)})" for r in found)
     return pooled, where
