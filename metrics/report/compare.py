@@ -38,6 +38,8 @@ class Comparison:
     primary: Primary
     ratio: Ratio | CensoredRatio = None
     blocks: int = 0             # blocks holding a faithful run of both
+    used: list = field(default_factory=list)  # those blocks' keys
+    exact_logs: dict = field(default_factory=dict)  # block -> its log ratio, where observed exactly (time figure)
     censored: int = 0           # of those, blocks where a run did not reach the target (or crossed at once)
     rank_p: float | None = None
     left_out: list[LeftOut] = field(default_factory=list)  # unfaithful runs whose blocks were left out
@@ -104,7 +106,7 @@ def compare(this: Group, other: Group, primary: Primary, margin: float = 0.05) -
         left_out += unfaithful
         if not unfaithful:
             used.append(block)
-    found = Comparison(this, other, primary, left_out=left_out, margin=margin)
+    found = Comparison(this, other, primary, left_out=left_out, margin=margin, used=used)
     if not primary.is_time:
         ratios = []
         for block in used:
@@ -119,6 +121,8 @@ def compare(this: Group, other: Group, primary: Primary, margin: float = 0.05) -
         mine, yours = block_observation(ours[block]), block_observation(theirs[block])
         (my_low, my_high), (your_low, your_high) = mine.log_bounds(), yours.log_bounds()
         bounds.append(Bound(your_low - my_high, your_high - my_low))
+        if bounds[-1].exact:
+            found.exact_logs[block] = bounds[-1].low
         differences.append(rank_difference(mine, yours))
     found.ratio = CensoredRatio(bounds)
     found.blocks = len(used)

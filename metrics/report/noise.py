@@ -29,15 +29,13 @@ KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
 DETECT = 1.10  # repeats=auto: the ratio to detect (x/÷ 1.10: a 10 % difference either way) at 80 % power
 
 
-def seed_log_sd(this: Group, other: Group, figure) -> tuple[float | None, int]:
-    """The sd of one block's paired log ratio figure(this) / figure(other), with seeds as the observations: the
+def seed_log_sd(logs: dict, seed_of: dict) -> tuple[float | None, int]:
+    """The sd of one block's paired log ratio (logs: block -> log ratio), with seeds as the observations: the
     variance of the per-seed means plus the within-seed variance (blocks of one seed differ in timing only) that
     averaging took out; and the number of seeds."""
-    top, bottom = this.by_block(figure), other.by_block(figure)
-    seed_of = {run.block: run.config.get("seed") for run in this.runs}
     by_seed: dict = {}
-    for block in top.keys() & bottom.keys():
-        by_seed.setdefault(seed_of.get(block, block), []).append(math.log(top[block] / bottom[block]))
+    for block, log in logs.items():
+        by_seed.setdefault(seed_of.get(block, block), []).append(log)
     if len(by_seed) < 2:
         return None, len(by_seed)
     means = [statistics.fmean(logs) for logs in by_seed.values()]
@@ -46,6 +44,12 @@ def seed_log_sd(this: Group, other: Group, figure) -> tuple[float | None, int]:
               if within_df else 0.0)
     averaged_out = statistics.fmean(1 - 1 / len(logs) for logs in by_seed.values())
     return math.sqrt(statistics.variance(means) + within * averaged_out), len(means)
+
+
+def paired_logs(this: Group, other: Group, figure, blocks: list) -> dict:
+    """block -> log(figure(this) / figure(other)) over `blocks` where both have the figure."""
+    top, bottom = this.by_block(figure), other.by_block(figure)
+    return {b: math.log(top[b] / bottom[b]) for b in blocks if b in top and b in bottom}
 
 
 def measured_rows(dirs: list[Path]) -> list[dict]:
@@ -59,17 +63,18 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
             exact = c.ratio.uncensored
             if c.other is not c.this.baseline or c.this not in averaging(a.ranking) or exact.log_sd is None:
                 continue
-            log_sd, seeds = (seed_log_sd(c.this, c.other, summary_figure("time_to_target_s")) if a.primary.is_time
-                             else (exact.log_sd, exact.n))
+            seed_of = {run.block: run.config.get("seed") for run in c.this.runs}
+            log_sd, seeds = (seed_log_sd(c.exact_logs, seed_of) if a.primary.is_time else (exact.log_sd, exact.n))
             if log_sd is None:
                 continue
+            samples = paired_logs(c.this, c.other, summary_figure("samples_to_target"), c.used)
+            samples_sd = seed_log_sd(samples, seed_of)[0]
             rows.append({"figure": a.primary.figure, "metric": a.primary.metric, "value": a.primary.value,
                          "estimator": a.primary.estimator, "data": section.data, "model": section.model,
                          "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": log_sd,
                          "blocks": exact.n, "seeds": seeds, "censored": c.censored,
                          "blocks_for_10pct": blocks_for(log_sd, DETECT, c.family),
-                         "samples_log_sd": (seed_log_sd(c.this, c.other, summary_figure("samples_to_target"))[0]
-                                            if a.primary.is_time else None),
+                         "samples_log_sd": samples_sd if a.primary.is_time else None,
                          "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
                          "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})})
     return rows

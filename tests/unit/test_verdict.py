@@ -542,18 +542,28 @@ def test_recorded_noise_counts_a_seed_once_across_sweeps(tmp_path):
 def test_noise_over_seeds_keeps_the_timing_spread_within_a_seed():
     """Blocks of one seed that differ in time: one block's variance is the seed means' plus the within-seed part
     that averaging removed (here, 2 blocks per seed: half of the within-seed variance)."""
-    from types import SimpleNamespace
-
     from metrics.report.noise import seed_log_sd
 
-    def group(values):  # block (sweep, index) -> value; seed = index
-        runs = [SimpleNamespace(block=(s, i), config={"seed": i}, value=v) for (s, i), v in values.items()]
-        return SimpleNamespace(runs=runs, by_block=lambda figure: {r.block: r.value for r in runs})
     logs = {("a", 0): 0.1, ("b", 0): 0.3, ("a", 1): -0.2, ("b", 1): 0.0, ("a", 2): 0.0, ("b", 2): 0.4}
-    this = group({b: math.exp(v) for b, v in logs.items()})
-    other = group({b: 1.0 for b in logs})
     means = [0.2, -0.1, 0.2]
     within = ((0.1 ** 2 * 2) + (0.1 ** 2 * 2) + (0.2 ** 2 * 2)) / 3
-    sd, seeds = seed_log_sd(this, other, None)
+    sd, seeds = seed_log_sd(logs, {block: block[1] for block in logs})
     assert seeds == 3
     assert sd == pytest.approx(math.sqrt(statistics.variance(means) + within / 2))
+
+
+def test_recorded_noise_leaves_out_the_blocks_the_comparison_left_out(tmp_path):
+    """An unfaithful run's block is out of the verdict's comparison, so it is out of the recorded noise too."""
+    from metrics.report.noise import record
+
+    times = [12.0, 10.0, 11.5]
+    faithful = {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, times), **baselines()}
+    unfaithful = dict(faithful, **{"strategy=allreduce": faithful["strategy=allreduce"][:2] + [
+        ("allreduce", 2, 1, 100.0, 40.0, {"summary": {"link": {"faithful": False, "reason": "carried 50 %"}}})]})
+    results = tmp_path / "results.json"
+    record([write_sweep(tmp_path / "first", faithful), write_sweep(tmp_path / "second", unfaithful)], results)
+    [row] = [r for e in json.loads(results.read_text())["results"] for r in e["rows"]]
+    over_seeds = statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES))
+    assert (row["blocks"], row["seeds"]) == (5, 3)
+    assert row["log_sd"] == pytest.approx(over_seeds)
+    assert row["samples_log_sd"] == pytest.approx(over_seeds)
