@@ -100,9 +100,14 @@ def merge_of(spec: str):
     return getattr(module_of(spec), "merge", None)
 
 
+def owner_of(dest: str) -> str | None:
+    """The benchmark an option's dest belongs to: the longest name it starts with (noise_scale_grid: noise_scale's)."""
+    return max((name for name in BENCHMARKS if dest.startswith(f"{name}_")), key=len, default=None)
+
+
 def options_of(name: str, args: argparse.Namespace) -> dict:
     """The benchmark's own options that were given (--NAME-...), as keyword arguments of its run()."""
-    return {dest.removeprefix(f"{name}_"): value for dest, value in vars(args).items() if dest.startswith(f"{name}_")}
+    return {dest.removeprefix(f"{name}_"): value for dest, value in vars(args).items() if owner_of(dest) == name}
 
 
 def idle_options(args: argparse.Namespace) -> list[str]:

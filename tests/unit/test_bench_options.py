@@ -24,6 +24,14 @@ def test_a_benchmarks_options_become_its_run_arguments():
     assert options_of("collectives", parsed("collectives", "--collectives-grid", "rates=20")) == {"text": "rates=20"}
 
 
+
+def test_an_option_belongs_to_the_longest_benchmark_name_it_starts_with():
+    """noise_scale's options start with "noise_", so they were also taken for noise's (and refused as idle)."""
+    args = parsed("noise_scale", "--noise_scale-grid", "repeats=2")
+    assert options_of("noise_scale", args) == {"text": "repeats=2"}
+    assert options_of("noise", args) == {}
+    assert idle_options(args) == []
+
 class Declared:
     """Stands in for the parser: the dests of the options a benchmark declares."""
 
