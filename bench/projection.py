@@ -71,6 +71,7 @@ UNSTAMPED_MODEL = "mlp"  # rows saved before rows carried their model: the grid 
 CASE_TIMEOUT_S = 900     # a case's run at least; a held-out case: also 3x its predicted steps
 FAILURE_CHARS = 600  # the end of a failed case's error kept in its row
 LINK_BOUND = 0.85  # share of the rate each of N concurrent probe streams must get for a case to test the link
+BEFORE_CHECKS = "measured before runs were checked for fidelity"  # why a kept row stopped counting (merge)
 
 
 def error(predicted: float, measured: float) -> float:
@@ -127,7 +128,8 @@ def summarize_cases(rows: list[dict]) -> dict:
     cases = coverage(rows)
     goals_met[f"faithful cases >= {COVERAGE_GOAL:.0%} of attempted"] = (cases["faithful_share"] or 0) >= COVERAGE_GOAL
     calibration = [r for r in rows if r["role"] == "calibration" and "failed" not in r]
-    return {"held_out": figures(held_out), "calibration": figures(calibration), "verdicts": verdicts(held_out),
+    return {"held_out": figures(held_out), "calibration": figures(calibration),
+            "verdicts": verdicts(held_out) | unchecked_verdicts(rows, held_out),
             "coverage": cases,
             "not_counted": [{"model": r.get("model", UNSTAMPED_MODEL)}
                             | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream", "failed",
@@ -141,6 +143,15 @@ def goal_of(strategy: str) -> float:
     return GOALS["synchronous"] if strategy in SYNCHRONOUS else GOALS["asynchronous"]
 
 
+def unchecked_verdicts(rows: list[dict], held_out: list[dict]) -> dict:
+    """A strategy without counted held-out cases keeps the verdict of its cases measured before runs were checked for
+    fidelity (checked: false): a miss there still refuses its model until checked cases replace them."""
+    judged = {r["strategy"] for r in held_out}
+    before = [r for r in rows if r["role"] == "held-out" and "error" in r and "faithful" not in r
+              and r["strategy"] not in judged]
+    return {strategy: verdict | {"checked": False} for strategy, verdict in verdicts(before).items()}
+
+
 def verdicts(held_out: list[dict]) -> dict:
     """Per strategy: its goal, whether every held-out counted case met it, and its worst case."""
     found = {}
@@ -148,7 +159,7 @@ def verdicts(held_out: list[dict]) -> dict:
         worst = max((r for r in held_out if r["strategy"] == strategy), key=lambda r: abs(r["error"]))
         found[strategy] = {"goal": goal_of(strategy), "met": abs(worst["error"]) <= goal_of(strategy),
                            "worst": {"error": worst["error"], "peers": worst["peers"], "link_mbit": worst["link_mbit"],
-                                     "model": worst.get("model", UNSTAMPED_MODEL)}}
+                                     "model": worst.get("model", UNSTAMPED_MODEL)}, "checked": True}
     return found
 
 
@@ -243,7 +254,7 @@ def merge(kept: dict, new: dict) -> dict:
         """A kept row from before runs were checked for fidelity, beside checked ones: no longer counted."""
         if "faithful" in row or not any("faithful" in r for r in new_rows):
             return row
-        return row | {"counted": False, "unfaithful": ["measured before runs were checked for fidelity"]}
+        return row | {"counted": False, "unfaithful": [BEFORE_CHECKS]}
 
     new_rows = stamped(new)
     replaced = {case_key(r) for r in new_rows}

@@ -276,25 +276,33 @@ def bench_emulation(entry: dict, part: str) -> list[str]:
 
 
 def bench_projection(entry: dict, model: str) -> list[str]:
-    rows = [r for r in entry["rows"] if r.get("model") == model and r.get("counted") and "error" in r]
+    measured = [r for r in entry["rows"] if r.get("model") == model and "error" in r]
+    rows = [r for r in measured if r.get("counted") or r.get("faithful") is False]  # checked for fidelity
     if not rows:
-        raise ValueError(f"bench projection_validation {model}: no counted rows")
+        return [stamp_rows(entry, measured), "", f"No case of model `{model}` counts: its {len(measured)} rows were "
+                "measured before runs were checked for fidelity (link and CPU)."]
     peers = sorted({r["peers"] for r in rows})
+
+    def cell(row: dict | None) -> str:
+        if row is None:
+            return "not run"
+        return f"{row['error']:+.3f}" if row.get("counted") else f"({row['error']:+.3f})"
+
     body = []
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         for rate in sorted({r["link_mbit"] for r in rows if r["strategy"] == strategy}):
             mine = {r["peers"]: r for r in rows if r["strategy"] == strategy and r["link_mbit"] == rate}
-            body.append([f"`{strategy}`", f"{rate:g}", *(f"{mine[n]['error']:+.3f}" if n in mine else "not run"
-                                                         for n in peers)])
+            body.append([f"`{strategy}`", f"{rate:g}", *(cell(mine.get(n)) for n in peers)])
     calibrations = sorted({r["calibration_link_mbit"] for r in rows if "calibration_link_mbit" in r})
     calibrated = (f"N = 2 at {', '.join(f'{c:g}' for c in calibrations)} Mbit/s calibrates every rate"
                   if calibrations else "N = 2 calibrates its own rate")
     held_out = entry["by_model"][model]["held_out"]
-    return [stamp_rows(entry, rows), "", f"Error = predicted / measured step time − 1, model `{model}`, counted cases; "
-            f"{calibrated}, the other cases are held out:", ""] + table(
+    return [stamp_rows(entry, rows), "", f"Error = predicted / measured step time − 1, model `{model}`; "
+            f"{calibrated}, the other cases are held out. In parentheses: cases whose runs did not pass the link or "
+            "CPU check (not counted).", ""] + table(
         ["strategy", "link (Mbit/s)", *(f"N={n}" for n in peers)], body) + [
-        "", f"Held out: {held_out['cases']} cases, median |error| {num(held_out['median_abs_error'], 3)}, worst "
-            f"{held_out['worst_error']:+.3f}, {pct(held_out['within_15_percent'], 0)} within 15 %."]
+        "", f"Held out and counted: {held_out['cases']} cases, median |error| {num(held_out['median_abs_error'], 3)}, "
+            f"worst {held_out['worst_error']:+.3f}, {pct(held_out['within_15_percent'], 0)} within 15 %."]
 
 
 def bench_projection_goals(entry: dict) -> list[str]:
@@ -336,7 +344,8 @@ def bench_primary_noise(entry: dict) -> list[str]:
 
 def bench_projection_verdicts(entry: dict) -> list[str]:
     body = [[f"`{s}`", f"±{v['goal']:.0%}", f"{v['worst']['error']:+.3f} (N={v['worst']['peers']}, "
-             f"{v['worst']['link_mbit']:g} Mbit/s, {v['worst']['model']})",
+             f"{v['worst']['link_mbit']:g} Mbit/s, {v['worst']['model']}"
+             + ("" if v.get("checked", True) else "; not checked for fidelity") + ")",
              "met: predicts with its band" if v["met"] else "**missed: no number anywhere**"]
             for s, v in entry["verdicts"].items()]
     return [stamp_rows(entry, entry["rows"]), ""] + table(

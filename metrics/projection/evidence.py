@@ -8,7 +8,7 @@ A model that missed its goal gives no number anywhere, only why (its worst case 
 it gives its prediction with an error band (predicted / (1 + e) over its held-out errors e), marked EXTRAPOLATION
 beyond what the held-out cases covered: more peers than the largest validated N, a rate outside the validated
 rates, a latency above the validated latencies. A model without validated cases: every prediction EXTRAPOLATION,
-no band.
+no band, unless its only cases, measured before runs were checked for fidelity, missed: then it stays refused.
 - `noise_scale` (bench/noise_scale.py): whether the gradient noise scale predicted samples-to-target at larger
   global batches; only a passed check lets time-to-target go beyond a run's measured global batch.
 """
@@ -86,8 +86,11 @@ def failure(strategy: str, verdict: dict) -> str | None:
     if verdict["met"]:
         return None
     worst = verdict["worst"]
+    checked = verdict.get("checked", True)
+    unchecked = "" if checked else " (a case not checked for fidelity, until checked ones replace it)"
     return (f"{strategy}'s cost model failed its validation: held-out error {worst['error']:+.1%} at N={worst['peers']}, "
-            f"{worst['link_mbit']:g} Mbit/s (model {worst['model']}), beyond its goal of ±{verdict['goal']:.0%}")
+            f"{worst['link_mbit']:g} Mbit/s (model {worst['model']}), beyond its goal of ±{verdict['goal']:.0%}"
+            + unchecked)
 
 
 def validations(entry: dict, source: str) -> dict[str, Validation]:
@@ -103,6 +106,11 @@ def validations(entry: dict, source: str) -> dict[str, Validation]:
             strategy, [r["error"] for r in mine], max(r["peers"] for r in mine),
             sorted({float(r["link_mbit"]) for r in mine}), max(float(r.get("latency_ms") or 0.0) for r in mine),
             failure(strategy, verdicts[strategy]), source)
+    for strategy, verdict in (entry.get("verdicts") or {}).items():  # a miss in cases not checked for fidelity
+        if strategy not in found and not verdict["met"]:
+            worst = verdict["worst"]
+            found[strategy] = Validation(strategy, [worst["error"]], worst["peers"], [float(worst["link_mbit"])], 0.0,
+                                         failure(strategy, verdict), source)
     return found
 
 

@@ -773,3 +773,25 @@ def test_rows_from_before_fidelity_checks_stop_counting_beside_checked_ones():
     assert rows[4]["counted"] and not rows[16]["counted"]
     assert rows[16]["unfaithful"] == ["measured before runs were checked for fidelity"]
     assert checked["held_out"]["cases"] == 1 and checked["coverage"]["attempted"] == 1
+
+
+def test_a_model_whose_only_cases_missed_before_fidelity_checks_stays_refused(tmp_path, capsys):
+    """hivemind missed by +312 % in rows measured before runs were checked for fidelity; a later checked run of other
+    strategies makes those rows uncounted, but must not turn its refusal into an unbanded prediction."""
+    from bench.projection import merge
+
+    unchecked = {"strategy": "hivemind", "peers": 8, "link_mbit": 20, "error": 3.12, "counted": True,
+                 "role": "held-out", "model": "mlp"}
+    kept = validation_entry("2026-11-23 20:46:02", "busy", [unchecked, unchecked | {"peers": 4, "error": 0.1}])
+    entry = merge(kept, validation_entry("2026-11-27 01:00:00", "quiet", [case("ps", 4, 0.05, model="mlp")]))
+    assert entry["verdicts"]["hivemind"]["met"] is False and entry["verdicts"]["hivemind"]["checked"] is False
+    assert entry["verdicts"]["ps"]["checked"] is True
+    assert "hivemind" not in entry["held_out"]["by_strategy"]  # the figures stay the checked cases'
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"results": [{"name": "link_goodput", "payload_share": SHARE, "measured_at": "then"},
+                                               entry]}))
+    from metrics.projection.evidence import load_evidence
+
+    failed = load_evidence(results).validation("hivemind").failed
+    assert failed.startswith("hivemind's cost model failed its validation: held-out error +312.0% at N=8")
+    assert "not checked for fidelity" in failed
