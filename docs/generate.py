@@ -11,7 +11,9 @@ it was measured (bench/run.py's fingerprint). Figures measured by hand belong in
 """
 import argparse
 import json
+import math
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -443,12 +445,29 @@ def replication_line(entry: dict) -> str:
             f"separated in both: {pairs}.")
 
 
+
+def bench_noise_scale(entry: dict) -> list[str]:
+    base = entry["base_batch"]
+    rows = [[str(base), "–", num(entry["base_samples_to_target"], 0),
+             num(statistics.stdev(math.log(r["samples_to_target"]) for r in entry["base_runs"]), 3)
+             if entry["base_samples_to_target"] and len(entry["base_runs"]) > 1 else "–", "B0: the prediction's base"]]
+    rows += [[str(r["batch"]), num(r.get("predicted_samples_to_target"), 0), num(r["measured_samples_to_target"], 0),
+              num(r["measured_log_sd"], 3), f"{r['error']:+.3f}" if "error" in r else "–"] for r in entry["rows"]]
+    outcome = "**passed**" if entry["passed"] else "**not passed**" + (f" ({entry['why']})" if "why" in entry else "")
+    return [stamp(entry), "", f"Setup: {entry['setup']}. Gradient noise scale B_simple {num(entry['noise_scale'], 0)} "
+            "samples (geometric mean over the repeats' allreduce runs: "
+            f"{', '.join(num(v, 0) for v in entry['noise_scale_by_repeat'])}).", ""] + table(
+        ["global batch", "predicted samples-to-target", "measured (geometric mean)", "sd of log, over repeats",
+         "error"], rows) + ["", f"Goal, fixed before the data: {entry['goal']}, every run reaching the target: "
+                               f"{outcome}."]
+
 BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
          "projection_goals": bench_projection_goals, "projection_verdicts": bench_projection_verdicts,
          "link_goodput": bench_link_goodput, "primary_noise": bench_primary_noise, "thesis": bench_thesis,
-         "thesis_projected": bench_thesis_projected, "evaluation_share": bench_evaluation_share}
+         "thesis_projected": bench_thesis_projected, "evaluation_share": bench_evaluation_share,
+         "noise_scale": bench_noise_scale}
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
 
