@@ -11,9 +11,7 @@ it was measured (bench/run.py's fingerprint). Figures measured by hand belong in
 """
 import argparse
 import json
-import math
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.headline import dated_answers  # noqa: E402
+from bench.noise_scale import log_sd  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
@@ -445,12 +444,10 @@ def replication_line(entry: dict) -> str:
             f"separated in both: {pairs}.")
 
 
-
 def bench_noise_scale(entry: dict) -> list[str]:
-    base = entry["base_batch"]
-    rows = [[str(base), "–", num(entry["base_samples_to_target"], 0),
-             num(statistics.stdev(math.log(r["samples_to_target"]) for r in entry["base_runs"]), 3)
-             if entry["base_samples_to_target"] and len(entry["base_runs"]) > 1 else "–", "B0: the prediction's base"]]
+    base_sd = log_sd([r["samples_to_target"] for r in entry["base_runs"]]) if entry["base_samples_to_target"] else None
+    rows = [[str(entry["base_batch"]), "–", num(entry["base_samples_to_target"], 0), num(base_sd, 3),
+             "B0: the prediction's base"]]
     rows += [[str(r["batch"]), num(r.get("predicted_samples_to_target"), 0), num(r["measured_samples_to_target"], 0),
               num(r["measured_log_sd"], 3), f"{r['error']:+.3f}" if "error" in r else "–"] for r in entry["rows"]]
     outcome = "**passed**" if entry["passed"] else "**not passed**" + (f" ({entry['why']})" if "why" in entry else "")
@@ -460,6 +457,7 @@ def bench_noise_scale(entry: dict) -> list[str]:
         ["global batch", "predicted samples-to-target", "measured (geometric mean)", "sd of log, over repeats",
          "error"], rows) + ["", f"Goal, fixed before the data: {entry['goal']}, every run reaching the target: "
                                f"{outcome}."]
+
 
 BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,

@@ -86,8 +86,7 @@ def failure(strategy: str, verdict: dict) -> str | None:
     if verdict["met"]:
         return None
     worst = verdict["worst"]
-    checked = verdict.get("checked", True)
-    unchecked = "" if checked else " (a case not checked for fidelity, until checked ones replace it)"
+    unchecked = "" if verdict.get("checked", True) else " (a case not checked for fidelity, until checked ones do)"
     return (f"{strategy}'s cost model failed its validation: held-out error {worst['error']:+.1%} at N={worst['peers']}, "
             f"{worst['link_mbit']:g} Mbit/s (model {worst['model']}), beyond its goal of ±{verdict['goal']:.0%}"
             + unchecked)
