@@ -35,11 +35,12 @@ class Competitor:
     GIL) or another process."""
 
     def __init__(self, core: int, kind: str):
-        self.core, self.kind, self.stop = core, kind, threading.Event()
+        self.core, self.kind, self.stop, self.ready = core, kind, threading.Event(), threading.Event()
         self.thread = self.process = None
 
     def _spin(self) -> None:
         os.sched_setaffinity(0, {self.core})  # this thread only
+        self.ready.set()
         block = bytes(1 << 20)
         while not self.stop.is_set():
             hashlib.sha256(block).digest()
@@ -48,10 +49,12 @@ class Competitor:
         if self.kind == "thread":
             self.thread = threading.Thread(target=self._spin, daemon=True)
             self.thread.start()
-        else:
+            assert self.ready.wait(10), "the competing thread did not start"
+        else:  # it says when it is on the core, so no step is measured before it competes
             self.process = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{self.core}}})"
-                                             "\nwhile True: pass"])
-        time.sleep(0.3)
+                                             "\nprint('ready', flush=True)\nwhile True: pass"], stdout=subprocess.PIPE)
+            assert self.process.stdout.readline() == b"ready\n", "the competing process did not start"
+        time.sleep(0.05)
         return self
 
     def __exit__(self, *exc):
@@ -85,9 +88,11 @@ def test_waiting_for_the_peers_own_threads_is_not_compute_but_waiting_for_others
         os.sched_setaffinity(0, allowed)
         torch.set_num_threads(threads)
         clock.close()
+    # The core was shared, so backward took longer (about 2x; CI once saw 1.48x for the process): 1.3x still tells
+    # "shared" from "alone", and compute_s with or without the waits apart (1.0x against about 2x).
     for shared in (own, other):
-        assert shared[0] > 1.5 * alone[0], (alone, own, other)  # the core was shared: backward took longer
+        assert shared[0] > 1.3 * alone[0], (alone, own, other)
     assert own[2] > 0.3 * own[0], (alone, own)          # mostly waiting for the peer's own thread
     assert own[1] < 1.3 * alone[1], (alone, own)        # compute_s as with the core alone
     assert other[2] < 0.1 * other[0], (alone, other)    # another process's use is not subtracted
-    assert other[1] > 1.5 * alone[1], (alone, other)
+    assert other[1] > 1.3 * alone[1], (alone, other)
