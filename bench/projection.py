@@ -20,7 +20,7 @@ rate misses at the others. beta is the link's payload rate through the one conve
 link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes. Predicted:
 the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta, alpha = 0 (no
 netem here). Measured: the mean over the case's runs of each run's period (mean over workers of each worker's mean
-step over steps 2..last, evaluations excluded). error = predicted / measured - 1.
+step over its steady steps, metrics.projection.project METHODS, evaluations excluded). error = predicted / measured - 1.
 
 Fidelity, fixed before the runs: a probe of N hosts, each sending one TCP stream to the next at once for `probe_s`
 seconds (bench/goodput.py), decides whether this machine can emulate N links of that rate (each stream at least

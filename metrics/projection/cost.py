@@ -83,9 +83,17 @@ class CostModel:
         return r.payload
 
     @classmethod
-    def steady_from_step(cls, knobs: dict) -> int:
-        """The first step of the steady state the cost model describes: the projection measures the payload over
-        the rounds from this step on, leaving out a warm-up that moves other bytes. Default: 1 (every round)."""
+    def warmup_steps(cls, knobs: dict) -> int:
+        """The steps before the steady state the model describes: a warm-up of another schedule, and the steady
+        schedule's first round (it sets up connections and buffers: a gloo all-reduce's first call took 0.5-0.7 s
+        against 0.32 s, lab log 2026-11-27). The projection measures payload, compute and step time after them.
+        Default: 1 (the first step's round)."""
+        return 1
+
+    @classmethod
+    def steps_per_round(cls, knobs: dict) -> int:
+        """Steps from one round to the next in the steady state: the projection times whole periods of them.
+        Default: 1 (a round every step)."""
         return 1
 
 

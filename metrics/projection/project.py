@@ -36,29 +36,32 @@ STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds le
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
 METHODS = {
-    "compute_s": "measured: mean over workers and steps 2..last of data_s + compute_s + opt_s (steps.jsonl); "
-                 "step 1 is left out (connections and buffers are set up in it). Where the run was "
+    "steady_steps": "the steps a run is measured over: those after the cost model's warmup_steps (up to and including "
+                    "the steady schedule's first round, which sets up connections and buffers: step 1 for a round "
+                    "every step, diloco's first sync, localsgd's warm-up and first average), the most whole periods "
+                    "of its steps_per_round the log holds",
+    "compute_s": "measured: mean over workers and steady steps of data_s + compute_s + opt_s (steps.jsonl). "
+                 "Where the run was "
                  "oversubscribed (processes x threads > cores: summary.json shape.oversubscription, else the "
                  "launch spec and the run's recorded core count) it is divided by that factor (CPU-bound steps "
                  "time-share the cores evenly); compute_note says which applied",
-    "hidden_s": "measured: communication per step that ran behind backward, mean over workers and steps 2..last: "
+    "hidden_s": "measured: communication per step that ran behind backward, mean over workers and steady steps: "
                 "hidden_comm_s where logged, else link_s - comm_s (0 for strategies that log neither); at most "
                 "compute_s",
     "server_s": "measured: one server update, opt_s / updates in each server's result.json (ps), mean over servers",
     "overlap": "fitted: the cost model's fit_overlap on the run's own N and link (ps: the share of replies that crossed "
                "the next pushes); the model check on the run itself then holds by construction",
     "payload_bytes": "measured: P, the largest payload (bytes_sent or bytes_recv) one worker moved in an "
-                     "averaging round, mean over the rounds of the strategy's steady state (steps.jsonl, payload "
-                     "accounting; rounds from the cost model's steady_from_step on: allreduce with PowerSGD leaves out its "
-                     "uncompressed first powersgd_start_iter steps)",
+                     "averaging round, mean over the rounds after the cost model's warmup_steps (steps.jsonl, payload "
+                     "accounting; allreduce with PowerSGD leaves out its uncompressed first powersgd_start_iter steps)",
     "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
                   "(the cost model's averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
     "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
             "network.latency_ms (0 when absent); a --link: conf/network/NAME.yaml or the given numbers",
-    "measured_step_s": "measured: mean over workers of each worker's mean step over steps 2..last (train_s of its "
-                       "last step minus that of its first, over the steps between; evaluations excluded). The "
-                       "mean over workers is the run's period: a single worker's mean carries where it sat in "
-                       "the first and last round (stepwise's rotating ring)",
+    "measured_step_s": "measured: mean over workers of each worker's mean step over its steady steps (train_s of "
+                       "the last minus that of the warm-up's last step, over the steps between; evaluations "
+                       "excluded). The mean over workers is the run's period: a single worker's mean carries where "
+                       "it sat in the first and last round (stepwise's rotating ring)",
     "step_s": "predicted: the strategy's steady-state cost model (step_time) with N workers, S, beta = the link's "
               "payload rate (nominal rate x the payload share of bench/results.json link_goodput: the bytes a TCP "
               "stream carried as payload on an emulated link with both directions busy, bench/goodput.py), alpha = "
@@ -136,14 +139,22 @@ def run_link(run: RunDir, config: dict) -> Link | None:
     return Link("measured run's link", float(min(rates)), latency, f"{run.network} (slowest host), network.latency_ms")
 
 
-def steady(steps: list[dict]) -> list[dict]:
-    """Steps 2..last (step 1 sets up connections and buffers); all of them if there is only one."""
-    return steps[1:] or steps
+def steady(steps: list[dict], warmup: int, period: int) -> list[dict]:
+    """The steady state's steps after the cost model's warm-up, the most whole periods of `period` steps the log
+    holds, led by the warm-up's last step (the origin of their time); a lone step: itself."""
+    if len(steps) == 1:
+        return steps
+    after = [s for s in steps if s["step"] >= warmup]
+    whole = (len(after) - 1) // period * period
+    if whole < 1:
+        raise ValueError(f"{len(steps)} steps hold no whole period of {period} after the first {warmup} (the cost "
+                         "model's warm-up): run more steps")
+    return after[:whole + 1]
 
 
 def mean_step_s(steps: list[dict]) -> float:
-    """Mean wall time of steps 2..last: train_s of the last step minus that of the first, over the steps
-    between (a lone step: its own train_s)."""
+    """Mean wall time of the steps after the first (steady's): train_s of the last minus that of the first, over
+    the steps between (a lone step: its own train_s)."""
     if len(steps) < 2:
         return steps[0]["train_s"]
     return (steps[-1]["train_s"] - steps[0]["train_s"]) / (len(steps) - 1)
@@ -206,21 +217,23 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
         raise ValueError(f"{path}: no worker logged a step")
     workers = len(steps_by_rank)
     knobs = summary.get("strategy_knobs") or {}
-    first = model.steady_from_step(knobs)
-    rounds = [records for records in round_records(steps_by_rank).values()
-              if min(r["step"] for r in records) >= first]
+    warmup, period = model.warmup_steps(knobs), model.steps_per_round(knobs)
+    first = warmup + 1
+    every_round = list(round_records(steps_by_rank).values())
+    rounds = [records for records in every_round if min(r["step"] for r in records) >= first]
     payload = statistics.fmean(max(max(r["bytes_sent"], r["bytes_recv"]) for r in records)
                                for records in rounds) if rounds else 0.0
-    if not payload and first > 1:
+    if not rounds and every_round:
         raise ValueError(f"{path}: no averaging round from step {first} on, where {config['strategy']['name']}'s "
-                         "steady state starts (its cost model's steady_from_step), so S cannot be derived")
+                         "steady state starts (after its cost model's warmup_steps), so S cannot be derived")
     if not payload and model.communicates:
         raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
     link = run_link(run, config)
     rate = payload_rate(link, payload_share) if link else 0.0
     size = model.averaged_bytes(Round(payload, workers, rate, knobs)) if payload else 0.0
     launch = json.loads(run.launch_spec.read_text())
-    steady_steps = [s for steps in steps_by_rank.values() for s in steady(steps)]
+    timed = {rank: steady(steps, warmup, period) for rank, steps in steps_by_rank.items()}
+    steady_steps = [s for steps in timed.values() for s in (steps[1:] or steps)]
     factor, source = oversubscription(summary, launch)
     compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
                                                        for s in steady_steps), factor, source)
@@ -229,7 +242,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
         knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
         hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps)), server_s=server_update_s(run),
         payload_bytes=payload, size_bytes=size, link=link,
-        measured_step_s=statistics.fmean(mean_step_s(steps) for steps in steps_by_rank.values()),
+        measured_step_s=statistics.fmean(mean_step_s(steps) for steps in timed.values()),
         samples_to_target=summary.get("samples_to_target"), payload_share=payload_share,
     )
     if evidence is not None:
@@ -355,7 +368,7 @@ def text_report(result: dict) -> list[str]:
     m = result["measured"]
     lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
              f"  cost model (step_time): {result['model']}",
-             f"  from the run: compute {fmt(m['compute_s'], 's/step')} (mean data+compute+opt, steps 2..last; "
+             f"  from the run: compute {fmt(m['compute_s'], 's/step')} (mean data+compute+opt, steady steps; "
              f"{m['compute_note']}); hidden communication {fmt(m['hidden_s'], 's/step')}; server update "
              f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
              f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
@@ -368,7 +381,7 @@ def text_report(result: dict) -> list[str]:
     if check:
         lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
                      f"{check['link']['latency_ms']:g} ms): predicted {fmt(check['predicted_step_s'], 's/step')}, "
-                     f"measured {fmt(check['measured_step_s'], 's/step')} (steps 2..last, mean over workers), "
+                     f"measured {fmt(check['measured_step_s'], 's/step')} (steady steps, mean over workers), "
                      f"error {check['error']:+.1%}" + (" (the overlap was fitted on this run: it holds by construction)"
                                                        if m["overlap"] else ""))
     if result["validation"] and result["validation"]["failed"]:

@@ -22,7 +22,7 @@ class AllReduceCost(RingAllReduceCost):
         return m.compute + (exposed_s(m, comm) if ddp else comm)
 
     @classmethod
-    def steady_from_step(cls, knobs: dict) -> int:
-        """With PowerSGD, its first compressed step: torch's hook all-reduces plain gradients for the first
+    def warmup_steps(cls, knobs: dict) -> int:
+        """With PowerSGD, up to its first compressed step: torch's hook all-reduces plain gradients for the first
         powersgd_start_iter steps, which the steady state never sends again."""
         return int(knobs["powersgd_start_iter"]) + 1 if knobs.get("comm_hook") == "powersgd" else 1

@@ -23,3 +23,12 @@ class DiLoCoCost(RingAllReduceCost):
         the outer update on the host vector is counted in compute.
         """
         return m.compute + ring_allreduce_s(m) / int(m.knobs.get("inner_steps", 1))
+
+    @classmethod
+    def warmup_steps(cls, knobs: dict) -> int:
+        """Up to the first sync, at step H."""
+        return int(knobs.get("inner_steps", 1))
+
+    @classmethod
+    def steps_per_round(cls, knobs: dict) -> int:
+        return int(knobs.get("inner_steps", 1))

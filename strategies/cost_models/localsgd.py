@@ -24,3 +24,12 @@ class LocalSGDCost(AllReduceCost):
         overlap). The warm-up's synchronous steps are allreduce's (see strategies/allreduce.py).
         """
         return m.compute + ring_allreduce_s(m) / int(m.knobs.get("every", 1))
+
+    @classmethod
+    def warmup_steps(cls, knobs: dict) -> int:
+        """The synchronous warm-up and the first model average after it, at step warmup_steps + every."""
+        return int(knobs.get("warmup_steps", 0)) + int(knobs.get("every", 1))
+
+    @classmethod
+    def steps_per_round(cls, knobs: dict) -> int:
+        return int(knobs.get("every", 1))

@@ -484,16 +484,17 @@ def test_a_powersgd_run_that_never_compressed_projects_nothing(tmp_path):
     knobs = {"transport": "gloo", "ddp": True, "comm_hook": "powersgd", "powersgd_rank": 1, "powersgd_start_iter": 10}
     write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=1_000_000, mbit=100,
               train_s=[1.0, 1.2, 1.4])
-    with pytest.raises(ValueError, match="no averaging round from step 11"):
+    with pytest.raises(ValueError, match="no averaging round from step 12"):
         measure(run, SHARE)
 
 
 def test_uncompressed_allreduce_payload_is_every_rounds(tmp_path):
     run = tmp_path / "allreduce"
     knobs = {"transport": "gloo", "ddp": True, "comm_hook": "fp16", "powersgd_rank": 1, "powersgd_start_iter": 3}
-    write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=[20_000] * 2 + [10_000] * 2,
+    write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=[50_000, 20_000, 10_000, 15_000],
               mbit=100, train_s=[1.0, 1.2, 1.4, 1.6])
-    assert measure(run, SHARE).payload_bytes == 15_000  # no warm-up outside PowerSGD: the mean over every round
+    # no warm-up outside PowerSGD but the first round (connections set up): the mean over rounds 2-4
+    assert measure(run, SHARE).payload_bytes == 15_000
 
 
 def test_projection_needs_a_link_for_unshaped_runs(tmp_path, capsys):
@@ -795,3 +796,34 @@ def test_a_model_whose_only_cases_missed_before_fidelity_checks_stays_refused(tm
     failed = load_evidence(results).validation("hivemind").failed
     assert failed.startswith("hivemind's cost model failed its validation: held-out error +312.0% at N=8")
     assert "not checked for fidelity" in failed
+
+
+def cumulative(durations: list[float]) -> list[float]:
+    """train_s at the end of each step, from each step's duration."""
+    ends, total = [], 0.0
+    for d in durations:
+        total += d
+        ends.append(total)
+    return ends
+
+
+@pytest.mark.parametrize("steps, knobs, durations", [
+    # diloco, H = 2: syncs at steps 2, 4, ...; the first (connections and buffers set up) takes 0.6 s, the rest 0.3 s
+    (10, {"inner_steps": 2}, [1.0, 0.65] + [0.05, 0.35] * 4),
+    (9, {"inner_steps": 2}, [1.0, 0.65] + [0.05, 0.35] * 3 + [0.05]),  # step 9 starts a period it does not end
+])
+def test_diloco_is_timed_over_whole_sync_periods_after_its_first_sync(tmp_path, steps, knobs, durations):
+    run = tmp_path / "diloco"
+    write_run(run, "strategies.diloco:DiLoCo", knobs, workers=2, mbit=20, train_s=cumulative(durations),
+              payload=[0 if k % 2 else 1_000_000 for k in range(1, steps + 1)])
+    # the steady state the model describes: a 0.3 s sync every 2 steps of 0.05 s
+    assert measure(run, SHARE).measured_step_s == pytest.approx(0.2)
+
+
+def test_localsgd_is_timed_after_its_warm_up_and_first_average(tmp_path):
+    run = tmp_path / "localsgd"
+    # warm-up: DDP steps 1-2; then averages at steps 4 (the first: 0.6 s), 6, 8, 10 (0.3 s)
+    durations = [1.0, 0.35, 0.05, 0.65] + [0.05, 0.35] * 3
+    write_run(run, "strategies.localsgd:LocalSGD", {"warmup_steps": 2, "every": 2}, workers=2, mbit=20,
+              train_s=cumulative(durations), payload=[1_000_000, 1_000_000] + [0, 1_000_000] * 4)
+    assert measure(run, SHARE).measured_step_s == pytest.approx(0.2)
