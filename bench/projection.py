@@ -244,7 +244,7 @@ def figures_of(rows: list[dict]) -> dict:
 
 def merge(kept: dict, new: dict) -> dict:
     """The saved entry and a new run's: the new rows replace the kept rows of the same cases (case_key), the
-    kept rows of other cases stay with their own measured_at and machine (a row without them gets its entry's;
+    rows in the grid's order (model, strategy, rate, N); the kept rows of other cases stay with their own measured_at and machine (a row without them gets its entry's;
     without a model, UNSTAMPED_MODEL), and the figures are recomputed over all of them."""
     def stamped(entry: dict) -> list[dict]:
         defaults = {"model": UNSTAMPED_MODEL, "measured_at": entry.get("measured_at"), "machine": entry.get("machine")}
@@ -259,9 +259,9 @@ def merge(kept: dict, new: dict) -> dict:
     new_rows = stamped(new)
     replaced = {case_key(r) for r in new_rows}
     still = [unchecked(r) for r in stamped(kept) if case_key(r) not in replaced]
+    rows = sorted(still + new_rows, key=lambda r: (r["model"], r["strategy"], r["link_mbit"], r["peers"]))
     earlier = kept.get("earlier_runs", []) + [{k: kept.get(k) for k in ("measured_at", "machine", "setup")}]
-    return new | figures_of(still + new_rows) | {"rows": still + new_rows,
-                                                  "earlier_runs": earlier if still else []}
+    return new | figures_of(rows) | {"rows": rows, "earlier_runs": earlier if still else []}
 
 
 def failed_row(peers: int, rate: int, failure: str, probes: list[float]) -> dict:

@@ -613,6 +613,10 @@ def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
     assert entry["goals_met"]["every synchronous held-out case within 15 %"] is False
     assert entry["by_model"]["resnet18"]["goals_met"]["every synchronous held-out case within 15 %"] is False
     assert entry["earlier_runs"] == [{"measured_at": "2026-11-23 20:46:02", "machine": "busy", "setup": "busy"}]
+    # rows in the grid's order (model, strategy, rate, N), whichever run measured them
+    assert [(r["model"], r["strategy"], r["peers"]) for r in entry["rows"]] == [
+        ("mlp", "ps", 2), ("mlp", "ps", 4), ("mlp", "ps", 8), ("mlp", "ring", 4), ("resnet18", "allreduce", 2),
+        ("resnet18", "allreduce", 4)]
 
 
 def test_a_failed_case_is_a_row_not_counted_and_the_benchmark_goes_on(monkeypatch):
