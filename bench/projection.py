@@ -27,8 +27,9 @@ seconds (bench/goodput.py), decides whether this machine can emulate N links of 
 LINK_BOUND of the rate; else the case is not run, and counts as attempted and not faithful); each run's own summary
 then says whether its link held (summary.json link.faithful: goodput while busy >= 90 % of the rate) and its peers
 got their CPU (isolation.faithful: metrics/summary/isolation.py). A case counts only where every run held both;
-rows record `faithful` and why not (`unfaithful`). Figures: every case's error; the worst and median |error| of
-held-out counted cases, calibration cases apart; coverage: held-out cases attempted / faithful / within their goal
+predictions rest on the calibration runs that held both (with none, the strategy's cases do not count); rows
+record `faithful` and why not (`unfaithful`). Figures: every case's error; the worst and median |error| of held-out
+counted cases, calibration cases apart; coverage: held-out cases attempted / faithful / within their goal
 (goal: faithful >= COVERAGE_GOAL of attempted); per strategy, a verdict: its goal met or missed, with its worst
 held-out case (the projection gives no number for a strategy whose verdict is missed). A case whose run fails (or
 outlasts its timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes on;
@@ -295,15 +296,27 @@ def case_runs(model: str, strategy: str, peers: int, rate: int, chosen: dict, sh
     return runs, None
 
 
-def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float]) -> dict:
+def calibrating(runs: list[CaseRun]) -> tuple[list, list[str]]:
+    """The calibration runs' measurements a prediction rests on: those whose link and CPUs held; with none, all of
+    them, and why the cases predicted from them do not count."""
+    held = [r.measured for r in runs if r.faithful]
+    if held:
+        return held, []
+    return [r.measured for r in runs], ["calibration: none of its runs held its link and CPUs"]
+
+
+def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float],
+             uncalibrated: list[str] = ()) -> dict:
     """A case that ran: predicted from the calibration runs (the mean of their predictions), measured over its own
-    runs (the mean of their periods), counted where every run's link and CPUs held."""
+    runs (the mean of their periods), counted where every run's link and CPUs held and so did a calibration run's
+    (uncalibrated: why not)."""
     link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
     predicted = statistics.fmean(c.step_s(peers, link) for c in calibrations)
     measured = [r.measured.measured_step_s for r in runs]
     unfaithful = [f"run {i + 1}: {why}" for i, r in enumerate(runs) for why in r.unfaithful]
     return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "faithful": not unfaithful, "unfaithful": unfaithful, "counted": not unfaithful,
+            "faithful": not unfaithful, "unfaithful": [*uncalibrated, *unfaithful],
+            "counted": not unfaithful and not uncalibrated,
             "latency_ms": link.latency_ms, "beta_mbit": payload_rate(link, share) / MBIT,
             "beta_source": f"nominal x payload share {share:.3f} (bench/results.json link_goodput)",
             **{key: statistics.fmean(getattr(c, key) or 0.0 for c in calibrations)
@@ -332,7 +345,7 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
             rows.append(mine | failed_row(2, calibration_rate, failure, probes[calibration_rate, 2]))
             say(2, calibration_rate, " failed: its held-out cases not run (nothing to calibrate on)")
             continue
-        calibrations = [r.measured for r in runs]
+        calibrations, uncalibrated = calibrating(runs)
         rows.append(mine | {"role": "calibration"} | case_row(2, calibration_rate, runs, calibrations, share,
                                                                 probes[calibration_rate, 2]))
         for rate, n in itertools.product(chosen["rates"], chosen["peers"]):
@@ -350,7 +363,8 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
                 rows.append(mine | failed_row(n, rate, failure, probes[rate, n]))
                 say(n, rate, " failed: not counted")
                 continue
-            rows.append(mine | {"role": "held-out"} | case_row(n, rate, runs, calibrations, share, probes[rate, n]))
+            rows.append(mine | {"role": "held-out"} | case_row(n, rate, runs, calibrations, share, probes[rate, n],
+                                                                 uncalibrated))
     sizes = "; ".join(f"model={m} width {width(m, calibration_rate)} (sized for {calibration_rate} Mbit/s)"
                       if m == PAYLOAD_MODEL else f"model={m} as configured" for m in chosen["models"])
     return {

@@ -831,3 +831,31 @@ def test_localsgd_is_timed_after_its_warm_up_and_first_average(tmp_path):
     write_run(run, "strategies.localsgd:LocalSGD", {"warmup_steps": 2, "every": 2}, workers=2, mbit=20,
               train_s=cumulative(durations), payload=[1_000_000, 1_000_000] + [0, 1_000_000] * 4)
     assert measure(run, SHARE).measured_step_s == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("calibration_held", [[True, False], [False, False]])
+def test_held_out_cases_are_predicted_from_the_calibration_runs_that_held(monkeypatch, calibration_held):
+    """A calibration run whose CPUs or link did not hold calibrates nothing; with none that held, the held-out cases
+    run but do not count."""
+    from types import SimpleNamespace
+
+    from bench import projection
+
+    calibration_runs = iter(calibration_held)
+
+    def run_case(model, strategy, peers, rate, steps, share, timeout, mlp_width):
+        held = next(calibration_runs) if (peers, rate) == (2, 20) else True
+        compute = 0.5 if held else 0.8  # a starved calibration run measures more "compute"
+        measured = SimpleNamespace(step_s=lambda n, link: compute + 16 / link.mbit, compute_s=compute, hidden_s=0.0,
+                                   server_s=0.0, overlap=0.0, size_bytes=2e6, measured_step_s=0.5 + 16 / rate)
+        return projection.CaseRun(measured, [] if held else ["CPU: rank 0 received 59% of its promised CPU"])
+
+    monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [mbit * 0.93] * hosts)
+    monkeypatch.setattr(projection, "run_case", run_case)
+    entry = projection.run("rates=20,100 calibration_rate=20 peers=2 strategies=allreduce repeats=2")
+    held_out = next(r for r in entry["rows"] if r["role"] == "held-out")
+    if any(calibration_held):
+        assert held_out["predicted_step_s"] == pytest.approx(0.66) and held_out["counted"]
+    else:
+        assert held_out["predicted_step_s"] == pytest.approx(0.96)
+        assert not held_out["counted"] and "calibration" in held_out["unfaithful"][0]
