@@ -244,9 +244,10 @@ def figures_of(rows: list[dict]) -> dict:
 
 
 def merge(kept: dict, new: dict) -> dict:
-    """The saved entry and a new run's: the new rows replace the kept rows of the same cases (case_key), the
-    rows in the grid's order (model, strategy, rate, N); the kept rows of other cases stay with their own measured_at and machine (a row without them gets its entry's;
-    without a model, UNSTAMPED_MODEL), and the figures are recomputed over all of them."""
+    """The saved entry and a new run's: the new rows replace the kept rows of the same cases (case_key), the kept
+    rows of other cases stay with their own measured_at and machine (a row without them gets its entry's; without a
+    model, UNSTAMPED_MODEL), all in the grid's order (model, strategy, rate, N), and the figures are recomputed over
+    all of them."""
     def stamped(entry: dict) -> list[dict]:
         defaults = {"model": UNSTAMPED_MODEL, "measured_at": entry.get("measured_at"), "machine": entry.get("machine")}
         return [defaults | row for row in entry.get("rows", [])]

@@ -51,8 +51,9 @@ class Competitor:
             self.thread.start()
             assert self.ready.wait(10), "the competing thread did not start"
         else:  # it says when it is on the core, so no step is measured before it competes
-            self.process = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{self.core}}})"
-                                             "\nprint('ready', flush=True)\nwhile True: pass"], stdout=subprocess.PIPE)
+            script = (f"import os\nos.sched_setaffinity(0, {{{self.core}}})\n"
+                      "print('ready', flush=True)\nwhile True: pass")
+            self.process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
             assert self.process.stdout.readline() == b"ready\n", "the competing process did not start"
         time.sleep(0.05)
         return self
