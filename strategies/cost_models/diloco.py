@@ -22,12 +22,12 @@ class DiLoCoCost(RingAllReduceCost):
         steps, one message of S/N bytes each) every H steps, after the step's update (no overlap);
         the outer update on the host vector is counted in compute.
         """
-        return m.compute + ring_allreduce_s(m) / int(m.knobs.get("inner_steps", 1))
+        return m.compute + ring_allreduce_s(m) / cls.steps_per_round(m.knobs)
 
     @classmethod
     def warmup_steps(cls, knobs: dict) -> int:
         """Up to the first sync, at step H."""
-        return int(knobs.get("inner_steps", 1))
+        return cls.steps_per_round(knobs)
 
     @classmethod
     def steps_per_round(cls, knobs: dict) -> int:

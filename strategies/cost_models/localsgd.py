@@ -23,12 +23,12 @@ class LocalSGDCost(AllReduceCost):
         N-1 all-gather steps, one message of S/N bytes each) every `every` steps, after the update (no
         overlap). The warm-up's synchronous steps are allreduce's (see strategies/allreduce.py).
         """
-        return m.compute + ring_allreduce_s(m) / int(m.knobs.get("every", 1))
+        return m.compute + ring_allreduce_s(m) / cls.steps_per_round(m.knobs)
 
     @classmethod
     def warmup_steps(cls, knobs: dict) -> int:
         """The synchronous warm-up and the first model average after it, at step warmup_steps + every."""
-        return int(knobs.get("warmup_steps", 0)) + int(knobs.get("every", 1))
+        return int(knobs.get("warmup_steps", 0)) + cls.steps_per_round(knobs)
 
     @classmethod
     def steps_per_round(cls, knobs: dict) -> int:
