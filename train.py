@@ -26,7 +26,7 @@ from metrics.recording.rundir import RunDir
 from metrics.summary.build import write_summary
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
-from netemu.dilation import dilate
+from netemu.dilation import checked_dilation, dilate
 
 failed_jobs: list[str] = []
 jobs_started = 0
@@ -55,7 +55,7 @@ def run(cfg) -> int:
     run.config.parent.mkdir(parents=True, exist_ok=True)
     asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: as asked, before dilation and network=auto
     link = choose_network(cfg, strategy.launch_spec(cfg).processes)
-    record_dilation(run, cfg, strategy.checked_dilation)
+    record_dilation(run, cfg)
     spec = strategy.launch_spec(cfg)
     shape = shape_of(cfg, spec, peers_default)
     link.write(run.link)
@@ -105,12 +105,14 @@ def take_machine_lock(mode: str) -> dict:
     return lock
 
 
-def record_dilation(run: RunDir, cfg, checked: float) -> None:
-    """Dilate the config (emulate.dilation) once, before the peers read it, and record what changed."""
+def record_dilation(run: RunDir, cfg) -> None:
+    """Dilate the config (emulate.dilation) once, before the peers read it, and record what changed and the factor
+    checked on this machine."""
     factor = emulate_of(cfg)["dilation"]
+    checked, source = checked_dilation(cfg.strategy.name) if factor != 1 else (1.0, "not dilated")
     scaled = dilate(cfg, factor)
-    run.dilation.write_text(json.dumps({"factor": factor, "checked_up_to": checked, "unchecked": factor > checked,
-                                        "scaled": scaled}, indent=1))
+    run.dilation.write_text(json.dumps({"factor": factor, "checked_up_to": checked, "checked_by": source,
+                                        "unchecked": factor > checked, "scaled": scaled}, indent=1))
 
 
 def print_result(run_dir: Path, summary: dict, outcome, counted: tuple[str, ...]) -> None:

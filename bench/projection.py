@@ -22,11 +22,19 @@ the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the c
 netem here). Measured: the mean over the case's runs of each run's period (mean over workers of each worker's mean
 step over its steady steps, metrics.projection.project METHODS, evaluations excluded). error = predicted / measured - 1.
 
+Dilation (dilate=fit, the default; dilate=off runs every case as it is): a case whose processes (N workers, and the
+strategy's others: ps's server) ask more CPUs than this machine's cores runs under emulate.dilation = k, processes x
+peer_cpus / cores (netemu/dilation.py: each process gets peer_cpus / k, links run at rate / k, every time knob x k),
+where bench/emulation.py checked that factor for the strategy on this machine (netemu.dilation.checked_dilation);
+elsewhere it runs as it is, oversubscribed, and its CPU check judges it. A dilated run's times are converted back
+(metrics.projection.project METHODS dilation); every row records its k, and such a row tests the dilation as well as
+the cost model: coverage counts the faithful cases that were dilated apart (faithful_dilated).
+
 Fidelity, fixed before the runs: a probe of N hosts, each sending one TCP stream to the next at once for `probe_s`
-seconds (bench/goodput.py), decides whether this machine can emulate N links of that rate (each stream at least
-LINK_BOUND of the rate; else the case is not run, and counts as attempted and not faithful); each run's own summary
-then says whether its link held (summary.json link.faithful: goodput while busy >= 90 % of the rate) and its peers
-got their CPU (isolation.faithful: metrics/summary/isolation.py). A case counts only where every run held both;
+seconds (bench/goodput.py), decides whether this machine can emulate N links of the rate they are built at (each
+stream at least LINK_BOUND of it; else the case is not run, and counts as attempted and not faithful); each run's own
+summary then says whether its link held (summary.json link.faithful: goodput while busy >= 90 % of the rate) and its
+peers got their CPU (isolation.faithful: metrics/summary/isolation.py). A case counts only where every run held both;
 predictions rest on the calibration runs that held both (with none, the strategy's cases do not count); rows
 record `faithful` and why not (`unfaithful`). Figures: every case's error; the worst and median |error| of held-out
 counted cases, calibration cases apart; coverage: held-out cases attempted / faithful / within their goal
@@ -57,6 +65,7 @@ from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
+from netemu.dilation import checked_dilation
 
 STRATEGIES = averaging_strategies(tweaks={
     "ring": ["ring.controller=mpi"],
@@ -64,7 +73,8 @@ STRATEGIES = averaging_strategies(tweaks={
 SYNCHRONOUS = synchronous_strategies()
 GOALS = {"synchronous": 0.15, "median": 0.07, "asynchronous": 0.25}  # |error| of held-out counted cases
 DEFAULT_GRID = (f"rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies={','.join(SYNCHRONOUS)} model=mlp "
-                "steps=10 repeats=3")
+                "steps=10 repeats=3 dilate=fit")
+DILATE = ("fit", "off")  # fit: a case whose processes outnumber the cores runs dilated until they fit; off: as is
 COVERAGE_GOAL = 0.8  # faithful cases / attempted cases
 PAYLOAD_MODEL = "mlp"  # its width is set per rate; other models run as configured
 WIDTHS = {20: 320, 100: 864, 1000: 1728}  # S = 0.75, 3.9, 13.8 MB (float32 gradients of model=mlp)
@@ -109,7 +119,8 @@ def coverage(rows: list[dict]) -> dict:
     faithful = [r for r in attempted if r["counted"]]
     return {"attempted": len(attempted), "faithful": len(faithful),
             "within_goal": sum(abs(r["error"]) <= goal_of(r["strategy"]) for r in faithful),
-            "faithful_share": len(faithful) / len(attempted) if attempted else None}
+            "faithful_share": len(faithful) / len(attempted) if attempted else None,
+            "faithful_dilated": sum((r.get("dilation") or 1) > 1 for r in faithful)}
 
 
 def summarize_cases(rows: list[dict]) -> dict:
@@ -199,16 +210,38 @@ def fidelity(summary: dict) -> list[str]:
         why.append(f"link: {link.get('reason')}")
     if isolation.get("faithful") is False:
         why += [f"CPU: {mark}" for mark in isolation.get("unfaithful") or []]
+    if isolation.get("dilation_unchecked"):
+        why.append(f"dilation: {isolation['dilation']:g} is above the factor checked on this machine "
+                   "(summary.json isolation.dilation_unchecked; bench/emulation.py)")
     return why
 
 
-def run_case(model: str, strategy: str, peers: int, rate: int, steps: int, payload_share: float, timeout: float,
-             mlp_width: int | None) -> CaseRun:
+def dilation_to_fit(overrides: list[str]) -> float:
+    """The emulate.dilation at which a case's processes (its workers and the strategy's others, e.g. ps's servers)
+    get their peer_cpus each on this machine's usable cores: processes x peer_cpus / cores; 1 where they fit."""
+    from hydra import compose, initialize_config_dir
+
+    from job.process import usable_cores
+    from launchers.config import CONF_DIR, strategy_class
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    spec = strategy_class(cfg).launch_spec(cfg)
+    return max(1.0, spec.processes * spec.threads / usable_cores())
+
+
+def case_overrides(model: str, strategy: str, peers: int, rate: int, mlp_width: int | None) -> list[str]:
+    return [*STRATEGIES[strategy], f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
+            *model_overrides(model, mlp_width)]
+
+
+def run_case(overrides: list[str], steps: int, payload_share: float, timeout: float, dilation: float) -> CaseRun:
     # a collective may take as long as the case: ResNet18's start-up broadcast (45 MB from rank 0 to N - 1 peers
-    # through its one emulated link) outlasts the default 60 s at 20 Mbit/s and N = 8
-    with train(*STRATEGIES[strategy], f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
-               *model_overrides(model, mlp_width), f"max_steps={steps}", "eval_every=0",
-               f"timeouts.collective_s={int(timeout)}", timeout=timeout) as run_dir:
+    # through its one emulated link) outlasts the default 60 s at 20 Mbit/s and N = 8. A dilation above the factor
+    # checked on this machine runs, and its summary says so (fidelity)
+    dilated = [f"emulate.dilation={dilation:g}", "emulate.allow_unchecked_dilation=true"] if dilation > 1 else []
+    with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
+               timeout=timeout * dilation) as run_dir:
         summary = json.loads(RunDir(run_dir).summary.read_text())
         return CaseRun(measure(run_dir, payload_share), fidelity(summary))
 
@@ -227,9 +260,12 @@ def grid(text: str | None = None) -> dict:
     calibration_rate = int(settings["calibration_rate"])
     for model in models:
         width(model, calibration_rate)  # model=mlp needs a width for it
+    if settings["dilate"] not in DILATE:
+        raise ValueError(f"--projection-grid: dilate is one of {', '.join(DILATE)}, not {settings['dilate']}")
     return {"rates": sorted({calibration_rate, *ints(settings["rates"])}), "calibration_rate": calibration_rate,
             "peers": sorted({2, *ints(settings["peers"])}), "strategies": settings["strategies"].split(","),
-            "models": models, "steps": int(settings["steps"]), "repeats": int(settings["repeats"])}
+            "models": models, "steps": int(settings["steps"]), "repeats": int(settings["repeats"]),
+            "dilate": settings["dilate"]}
 
 
 def case_key(row: dict) -> tuple:
@@ -273,25 +309,27 @@ def failed_row(peers: int, rate: int, failure: str, probes: list[float]) -> dict
             "failed": failure, "probe_mbit_per_stream": min(probes), "probe_streams": peers}
 
 
-def not_run_row(peers: int, rate: int, probes: list[float]) -> dict:
-    """A case this machine cannot emulate: its N concurrent probe streams did not get LINK_BOUND of the rate."""
+def not_run_row(peers: int, rate: int, probes: list[float], dilation: float = 1.0) -> dict:
+    """A case this machine cannot emulate: its N concurrent probe streams did not get LINK_BOUND of the rate its
+    links are built at (rate / dilation)."""
     return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "role": "held-out", "counted": False, "faithful": False,
-            "not_run": f"{min(probes):.0f} Mbit/s per probe stream < {LINK_BOUND:.0%} of the rate",
-            "probe_mbit_per_stream": min(probes), "probe_streams": peers}
+            "not_run": f"{min(probes):.0f} Mbit/s per probe stream < {LINK_BOUND:.0%} of the rate its links are built "
+                       f"at ({rate / dilation:g} Mbit/s)",
+            "probe_mbit_per_stream": min(probes), "probe_streams": peers, "dilation": dilation}
 
 
 def add_arguments(parser) -> None:
     add_grid_option(parser, "projection", DEFAULT_GRID)
 
 
-def case_runs(model: str, strategy: str, peers: int, rate: int, chosen: dict, share: float, timeout: float,
-              mlp_width: int | None) -> tuple[list[CaseRun], str | None]:
+def case_runs(overrides: list[str], chosen: dict, share: float, timeout: float,
+              dilation: float) -> tuple[list[CaseRun], str | None]:
     """The case's `repeats` runs, and the end of the error of the one that failed (the case then ends)."""
     runs = []
     for _ in range(chosen["repeats"]):
         try:
-            runs.append(run_case(model, strategy, peers, rate, chosen["steps"], share, timeout, mlp_width))
+            runs.append(run_case(overrides, chosen["steps"], share, timeout, dilation))
         except (RuntimeError, subprocess.TimeoutExpired) as failure:
             return runs, str(failure).strip()[-FAILURE_CHARS:]
     return runs, None
@@ -307,7 +345,7 @@ def calibrating(runs: list[CaseRun]) -> tuple[list, list[str]]:
 
 
 def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float],
-             uncalibrated: list[str] = ()) -> dict:
+             uncalibrated: list[str] = (), dilation: float = 1.0) -> dict:
     """A case that ran: predicted from the calibration runs (the mean of their predictions), measured over its own
     runs (the mean of their periods), counted where every run's link and CPUs held and so did a calibration run's
     (uncalibrated: why not)."""
@@ -324,14 +362,21 @@ def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, sha
                for key in ("compute_s", "hidden_s", "server_s", "overlap", "size_bytes")},
             "predicted_step_s": predicted, "measured_step_s": statistics.fmean(measured),
             "measured_step_s_by_run": measured, "error": error(predicted, statistics.fmean(measured)),
-            "probe_mbit_per_stream": min(probes), "probe_streams": peers}
+            "probe_mbit_per_stream": min(probes), "probe_streams": peers, "dilation": dilation}
 
 
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:
     chosen = grid(text)
     share = load_evidence().payload_share
     calibration_rate = chosen["calibration_rate"]
-    probes = {(rate, n): probe(n, rate, probe_s) for rate in chosen["rates"] for n in chosen["peers"]}
+    probed = {}
+
+    def probes(rate: float, n: int) -> list[float]:
+        """N concurrent probe streams at the rate a case's links are built at (its rate / dilation), once each."""
+        if (rate, n) not in probed:
+            probed[rate, n] = probe(n, rate, probe_s)
+        return probed[rate, n]
+
     rows = []
     for model, strategy in itertools.product(chosen["models"], chosen["strategies"]):
         mlp_width = width(model, calibration_rate)
@@ -340,32 +385,43 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
         def say(n: int, rate: int, what: str) -> None:
             print(f"  {model} {strategy} N={n} {rate} Mbit/s{what}", file=sys.stderr, flush=True)
 
-        say(2, calibration_rate, " (calibration) ...")
-        runs, failure = case_runs(model, strategy, 2, calibration_rate, chosen, share, CASE_TIMEOUT_S, mlp_width)
+        def shaped(n: int, rate: int) -> tuple[list[str], float]:
+            """The case's overrides and its dilation: to fit, where this machine checked that dilation."""
+            overrides = case_overrides(model, strategy, n, rate, mlp_width)
+            fit = dilation_to_fit(overrides) if chosen["dilate"] == "fit" else 1.0
+            return overrides, fit if fit <= checked_dilation(strategy)[0] else 1.0
+
+        overrides, dilation = shaped(2, calibration_rate)
+        say(2, calibration_rate, f" (calibration{f', dilated {dilation:g}x' if dilation > 1 else ''}) ...")
+        runs, failure = case_runs(overrides, chosen, share, CASE_TIMEOUT_S, dilation)
         if failure:
-            rows.append(mine | failed_row(2, calibration_rate, failure, probes[calibration_rate, 2]))
+            rows.append(mine | failed_row(2, calibration_rate, failure, probes(calibration_rate / dilation, 2)))
             say(2, calibration_rate, " failed: its held-out cases not run (nothing to calibrate on)")
             continue
         calibrations, uncalibrated = calibrating(runs)
         rows.append(mine | {"role": "calibration"} | case_row(2, calibration_rate, runs, calibrations, share,
-                                                                probes[calibration_rate, 2]))
+                                                                probes(calibration_rate / dilation, 2),
+                                                                dilation=dilation))
         for rate, n in itertools.product(chosen["rates"], chosen["peers"]):
             if (rate, n) == (calibration_rate, 2):
                 continue
-            if min(probes[rate, n]) < LINK_BOUND * rate:
-                rows.append(mine | not_run_row(n, rate, probes[rate, n]))
-                say(n, rate, f": not run ({min(probes[rate, n]):.0f} Mbit/s per stream < {LINK_BOUND:.0%} of the rate)")
+            overrides, dilation = shaped(n, rate)
+            built = rate / dilation
+            if min(probes(built, n)) < LINK_BOUND * built:
+                rows.append(mine | not_run_row(n, rate, probes(built, n), dilation))
+                say(n, rate, f": not run ({min(probes(built, n)):.0f} Mbit/s per stream < {LINK_BOUND:.0%} of the "
+                             f"{built:g} Mbit/s its links are built at)")
                 continue
-            say(n, rate, " ...")
+            say(n, rate, f"{f' (dilated {dilation:g}x)' if dilation > 1 else ''} ...")
             link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
             timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * max(c.step_s(n, link) for c in calibrations))
-            runs, failure = case_runs(model, strategy, n, rate, chosen, share, timeout, mlp_width)
+            runs, failure = case_runs(overrides, chosen, share, timeout, dilation)
             if failure:
-                rows.append(mine | failed_row(n, rate, failure, probes[rate, n]))
+                rows.append(mine | failed_row(n, rate, failure, probes(built, n)))
                 say(n, rate, " failed: not counted")
                 continue
-            rows.append(mine | {"role": "held-out"} | case_row(n, rate, runs, calibrations, share, probes[rate, n],
-                                                                 uncalibrated))
+            rows.append(mine | {"role": "held-out"} | case_row(n, rate, runs, calibrations, share, probes(built, n),
+                                                                 uncalibrated, dilation))
     sizes = "; ".join(f"model={m} width {width(m, calibration_rate)} (sized for {calibration_rate} Mbit/s)"
                       if m == PAYLOAD_MODEL else f"model={m} as configured" for m in chosen["models"])
     return {

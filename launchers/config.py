@@ -18,6 +18,7 @@ from metrics.report.primary import CHOICES as PRIMARY_CHOICES
 from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
+from netemu.dilation import checked_dilation
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVERS = {  # arithmetic for experiment presets, and the strategies' default peer count
@@ -142,15 +143,17 @@ def validate(cfg) -> None:
              f"{processes} processes do not split evenly over launch.nnodes={launch.nnodes}")
     check_network_config(cfg.network, processes, launch.nnodes)
     check_emulate_config(cfg, spec.threads, processes)
-    check_dilation_checked(cfg, strategy)
+    check_dilation_checked(cfg)
     strategy.check_available(cfg)
 
 
-def check_dilation_checked(cfg, strategy) -> None:
-    """Dilation is offered only up to the factor the strategy's invariance check passed, unless asked for."""
+def check_dilation_checked(cfg) -> None:
+    """Dilation is offered only up to the factor the strategy's checks passed on this machine, unless asked for."""
     emulate = emulate_of(cfg)
-    factor, checked = emulate["dilation"], strategy.checked_dilation
-    _require(factor <= checked or emulate["allow_unchecked_dilation"],
-             f"strategy {cfg.strategy.name} is checked for emulate.dilation up to {checked:g} "
-             f"(bench/emulation.py), not {factor:g}; emulate.allow_unchecked_dilation=true runs it anyway, "
-             "marked 'dilation unchecked'")
+    if emulate["dilation"] == 1:
+        return
+    checked, source = checked_dilation(cfg.strategy.name)
+    _require(emulate["dilation"] <= checked or emulate["allow_unchecked_dilation"],
+             f"strategy {cfg.strategy.name} is checked for emulate.dilation up to {checked:g} ({source}), not "
+             f"{emulate['dilation']:g}; emulate.allow_unchecked_dilation=true runs it anyway, marked 'dilation "
+             "unchecked'")

@@ -6,9 +6,15 @@ every time knob (ending in _s, _ms, _us, _time, _timeout: timeouts, latencies, h
 matchmaking and timeouts, fault stalls, ...) x k, so a knob added later is scaled without code
 changes. The emulate block itself is not scaled. The summary converts reported times back.
 The guest clock is not dilated: what runs on the kernel's own timers is not (see docs/emulation.md).
+A strategy is offered dilation up to the factor bench/emulation.py checked on this machine (checked_dilation).
 """
+import json
+from pathlib import Path
+
 from omegaconf import OmegaConf
 
+from metrics.projection.evidence import RESULTS
+from metrics.recording.machine import describe_machine, fingerprint, same_machine
 from metrics.recording.units import RATE_SUFFIXES, TIME_SUFFIXES
 
 RATE_LISTS = ("per_peer",)  # lists of link rates by rank (network.per_peer)
@@ -45,3 +51,23 @@ def dilate(cfg, k: float) -> dict[str, tuple]:
     for path, (_, value) in changes.items():  # all computed from the resolved values first: none twice
         OmegaConf.update(cfg, path, value, merge=False)
     return changes
+
+
+def checked_dilation(strategy: str, results: Path = RESULTS) -> tuple[float, str]:
+    """The largest emulate.dilation a strategy is offered, and where that comes from: the factor bench/emulation.py
+    checked for it (invariance and linearity) on this machine; 1 where it was not checked here (the check holds
+    for the CPU and kernel that ran it only)."""
+    entries = json.loads(results.read_text())["results"] if results.exists() else []
+    entry = next((e for e in entries if e.get("name") == "emulation"), None)
+    if entry is None:
+        return 1.0, "no dilation check in bench/results.json (python bench/run.py emulation)"
+    if entry.get("caveats"):
+        return 1.0, f"bench/results.json's dilation check has a caveat: {next(iter(entry['caveats'].values()))}"
+    measured = f"bench/emulation.py on {describe_machine(entry['machine'])}, {entry['measured_at']}"
+    if not same_machine(entry["machine"], fingerprint()):
+        return 1.0, f"checked on another machine ({measured}); run python bench/run.py emulation here"
+    if strategy not in entry["checked_dilation"]:
+        return 1.0, f"{strategy} was not among the strategies checked ({measured})"
+    invariance = (entry.get("invariance") or {}).get(strategy, {}).get("checked_dilation")
+    return float(entry["checked_dilation"][strategy]), (f"{measured}: its invariance held up to {invariance}, a "
+                                                        f"quota's linearity up to {entry.get('linearity_holds_up_to')}")

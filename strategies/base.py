@@ -71,7 +71,6 @@ class StepReport:
 class Strategy(ABC):
     cost_model: type[CostModel] = CostModel  # its cost model (strategies/cost_models/<name>.py); the default states none
     is_baseline = False  # a single-process run without communication, that others are compared with
-    checked_dilation = 1.0  # largest emulate.dilation its invariance check passed (bench/emulation.py); 1: unchecked
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
     failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
     quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests)

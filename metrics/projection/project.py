@@ -56,6 +56,10 @@ METHODS = {
                      "accounting; allreduce with PowerSGD leaves out its uncompressed first powersgd_start_iter steps)",
     "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
                   "(the cost model's averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
+    "dilation": "a run under emulate.dilation = k ran k times slower in every respect, and its step logs and servers' "
+                "result.json are in real seconds: every time taken from them (compute_s, hidden_s, server_s, the "
+                "measured step) is divided by k, and the link (built at rate / k) multiplied by k, so the figures "
+                "are the emulated cluster's (k: summary.json isolation.dilation)",
     "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
             "network.latency_ms (0 when absent); a --link: conf/network/NAME.yaml or the given numbers",
     "measured_step_s": "measured: mean over workers of each worker's mean step over its steady steps (train_s of "
@@ -128,15 +132,18 @@ class Measured:
         return step
 
 
-def run_link(run: RunDir, config: dict) -> Link | None:
-    """The slowest link of the run's emulated hosts (network.json); None: loopback or an unshaped host."""
+def run_link(run: RunDir, config: dict, dilation: float = 1.0) -> Link | None:
+    """The slowest link of the run's emulated hosts (network.json, built at rate / dilation; the latency as asked);
+    None: loopback or an unshaped host."""
     if not run.network.exists():
         return None
     rates = [h["bandwidth_mbit"] for h in json.loads(run.network.read_text())["hosts"]]
     if None in rates:
         return None
     latency = float(config["network"].get("latency_ms") or 0.0)
-    return Link("measured run's link", float(min(rates)), latency, f"{run.network} (slowest host), network.latency_ms")
+    return Link("measured run's link", float(min(rates)) * dilation, latency,
+                f"{run.network} (slowest host{f', x the dilation {dilation:g}' if dilation != 1 else ''}), "
+                "network.latency_ms")
 
 
 def steady(steps: list[dict], warmup: int, period: int) -> list[dict]:
@@ -228,7 +235,8 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
                          "steady state starts (after its cost model's warmup_steps), so S cannot be derived")
     if not payload and model.communicates:
         raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
-    link = run_link(run, config)
+    dilation = float((summary.get("isolation") or {}).get("dilation") or 1)  # logs are in real seconds (METHODS)
+    link = run_link(run, config, dilation)
     rate = payload_rate(link, payload_share) if link else 0.0
     size = model.averaged_bytes(Round(payload, workers, rate, knobs)) if payload else 0.0
     launch = json.loads(run.launch_spec.read_text())
@@ -236,13 +244,14 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     steady_steps = [s for steps in timed.values() for s in (steps[1:] or steps)]
     factor, source = oversubscription(summary, launch)
     compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
-                                                       for s in steady_steps), factor, source)
+                                                       for s in steady_steps) / dilation, factor, source)
     m = Measured(
         run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
         knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
-        hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps)), server_s=server_update_s(run),
+        hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps) / dilation),
+        server_s=server_update_s(run) / dilation,
         payload_bytes=payload, size_bytes=size, link=link,
-        measured_step_s=statistics.fmean(mean_step_s(steps) for steps in timed.values()),
+        measured_step_s=statistics.fmean(mean_step_s(steps) for steps in timed.values()) / dilation,
         samples_to_target=summary.get("samples_to_target"), payload_share=payload_share,
     )
     if evidence is not None:

@@ -156,6 +156,15 @@ def fingerprint() -> dict:
     }
 
 
+SAME_MACHINE = ("cpu_vendor", "cpu_model_name", "cpu_family", "cpu_model", "cpu_mhz", "cores", "kernel")
+
+
+def same_machine(recorded: dict, current: dict) -> bool:
+    """Whether two fingerprints name the same kind of machine: the same CPU (vendor, model name, family, model,
+    clock), core count and kernel, all recorded."""
+    return all(recorded.get(key, UNKNOWN) == current.get(key, UNKNOWN) != UNKNOWN for key in SAME_MACHINE)
+
+
 def describe_machine(fingerprint: dict) -> str:
     """One line naming a fingerprint(), e.g. "GenuineIntel Intel(R) Xeon(R) Processor, family 6 model 167 at 2600 MHz,
     2 cores, 23.4 GiB, kernel 6.1.0, no GPU"; fields recorded as unknown are named: "(not recorded: kernel)"."""

@@ -408,9 +408,9 @@ def test_one_conversion_of_the_nominal_rate_in_every_prediction(tmp_path, monkey
     # recorded share all the same
     monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [0.93 * mbit] * hosts)
     monkeypatch.setattr(projection, "load_evidence", lambda: evidence)
-    monkeypatch.setattr(projection, "run_case", lambda model, strategy, n, rate, steps, share, timeout, mlp_width:
-                        projection.CaseRun(measure(runs[n], share), []))
-    rows = projection.run("rates=20 peers=2,8 strategies=ps model=mlp")["rows"]
+    monkeypatch.setattr(projection, "run_case", lambda overrides, steps, share, timeout, dilation:
+                        projection.CaseRun(measure(runs[case_of(overrides)[1]], share), []))
+    rows = projection.run("rates=20 peers=2,8 strategies=ps model=mlp dilate=off")["rows"]
     validated = next(r["predicted_step_s"] for r in rows if r["peers"] == 8)
 
     params = measure(runs[2], evidence.payload_share)
@@ -434,6 +434,24 @@ def test_run_period_is_the_mean_over_workers(tmp_path):
     write_run(run, "strategies.stepwise:Stepwise", {"chunks": 1}, workers=2, payload=1000, mbit=20,
               train_s=[[2.0, 3.5, 5.0, 6.5], [3.5, 4.5, 5.5, 6.5]])
     assert measure(run, SHARE).measured_step_s == pytest.approx(1.25)
+
+
+def test_a_dilated_run_is_measured_in_the_emulated_clusters_time(tmp_path):
+    # the same ps cluster (2 workers, 20 Mbit/s links, S = 1 MB) as it runs undilated, and under emulate.dilation=2:
+    # links built at 10 Mbit/s, every step, compute and server update twice as long in real seconds
+    plain = ps_run(tmp_path / "plain")
+    dilated = tmp_path / "dilated"
+    write_run(dilated, "strategies.ps:ParameterServer", {"transport": "gloo", "servers": 1, "mode": "sync"},
+              workers=2, payload=1_000_000, mbit=10, train_s=[4.0, 7.7, 11.4, 15.1],
+              step={"data_s": 0.02, "compute_s": 0.08}, summary={"isolation": {"dilation": 2}})
+    (dilated / "peer2").mkdir()
+    (dilated / "peer2" / "result.json").write_text(json.dumps({"strategy": {"role": "server", "opt_s": 0.6,
+                                                                            "updates": 6}}))
+    expected, m = measure(plain, SHARE), measure(dilated, SHARE)
+    assert m.link.mbit == expected.link.mbit == 20
+    for figure in ("measured_step_s", "compute_s", "server_s", "hidden_s", "size_bytes", "overlap"):
+        assert getattr(m, figure) == pytest.approx(getattr(expected, figure)), figure
+    assert m.step_s(8, Link("lan", 100, 0, "")) == pytest.approx(expected.step_s(8, Link("lan", 100, 0, "")))
 
 
 def test_compute_of_an_oversubscribed_run_is_corrected(tmp_path):
@@ -530,7 +548,8 @@ def test_validation_error_arithmetic():
                                     "median synchronous held-out |error| <= 7 %": False,
                                     "faithful cases >= 80% of attempted": False}
     # 4 held-out cases attempted, 3 faithful (0.75 < 0.8), 2 of them within 15 %
-    assert summary["coverage"] == {"attempted": 4, "faithful": 3, "within_goal": 2, "faithful_share": 0.75}
+    assert summary["coverage"] == {"attempted": 4, "faithful": 3, "within_goal": 2, "faithful_share": 0.75,
+                                   "faithful_dilated": 0}
     # +0.05, -0.06, +0.1: every case within 15 %, median 0.06
     met = summarize([case("ps", 4, "held-out", True, 0.05), case("ring", 4, "held-out", True, -0.06),
                      case("stepwise", 8, "held-out", True, 0.1)])["goals_met"]
@@ -551,7 +570,9 @@ def test_validation_grid():
     # the calibration rate is always among the rates, N=2 among the peers
     assert grid("rates=100 peers=4,8 strategies=ps repeats=1") == {
         "rates": [20, 100], "calibration_rate": 20, "peers": [2, 4, 8], "strategies": ["ps"], "models": ["mlp"],
-        "steps": 10, "repeats": 1}
+        "steps": 10, "repeats": 1, "dilate": "fit"}
+    with pytest.raises(ValueError, match="dilate is one of fit, off, not 2"):
+        grid("dilate=2")
     assert grid("rates=20 peers=2 strategies=allreduce model=resnet18 steps=5")["models"] == ["resnet18"]
     with pytest.raises(ValueError, match="unknown model resnet50"):
         grid("model=resnet50")
@@ -619,12 +640,53 @@ def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
         ("resnet18", "allreduce", 4)]
 
 
+def case_of(overrides: list[str]) -> tuple[str, int, int, str | None]:
+    """(strategy, peers, link rate, model.width) of a case's train.py overrides."""
+    knobs = dict(o.split("=", 1) for o in overrides)
+    return knobs["strategy"], int(knobs["peers"]), int(knobs["network.bandwidth_mbit"]), knobs.get("model.width")
+
+
+def test_a_case_whose_processes_outnumber_the_cores_runs_dilated_until_they_fit(monkeypatch):
+    from types import SimpleNamespace
+
+    import job.process
+    from bench import projection
+
+    monkeypatch.setattr(job.process, "usable_cores", lambda: 2)
+    monkeypatch.setattr(projection, "checked_dilation", lambda strategy: (4.0 if strategy == "allreduce" else 2.0, ""))
+    ran, probed = {}, []
+
+    def run_case(overrides, steps, share, timeout, dilation):
+        strategy, peers, rate, _ = case_of(overrides)
+        ran[strategy, peers, rate] = dilation
+        return projection.CaseRun(SimpleNamespace(step_s=lambda n, link: 1.0, compute_s=1.0, hidden_s=0.0,
+                                                  server_s=0.0, overlap=None, size_bytes=1000, measured_step_s=1.0),
+                                  [])
+
+    monkeypatch.setattr(projection, "probe",
+                        lambda hosts, mbit, seconds: probed.append((hosts, mbit)) or [mbit] * hosts)
+    monkeypatch.setattr(projection, "run_case", run_case)
+    entry = projection.run("rates=20 peers=2,4,8 strategies=allreduce,ps repeats=1")
+    # 2 cores: allreduce's N workers fit at N / 2; ps's N workers and its server at (N + 1) / 2, where that factor
+    # was checked for ps (up to 2 here): N=4 and 8 run as they are
+    assert ran == {("allreduce", 2, 20): 1, ("allreduce", 4, 20): 2, ("allreduce", 8, 20): 4,
+                   ("ps", 2, 20): 1.5, ("ps", 4, 20): 1, ("ps", 8, 20): 1}
+    assert {(r["strategy"], r["peers"]): r["dilation"] for r in entry["rows"]} == {
+        (s, n): k for (s, n, _), k in ran.items()}
+    # each case's links probed at the rate they are built at, 20 Mbit/s / k, once per (rate, N)
+    assert sorted(probed) == sorted({(2, 20.0), (4, 10.0), (8, 5.0), (2, 20 / 1.5), (4, 20.0), (8, 20.0)})
+    assert entry["coverage"]["faithful_dilated"] == 2
+    off = projection.run("rates=20 peers=4 strategies=allreduce repeats=1 dilate=off")
+    assert [r["dilation"] for r in off["rows"]] == [1.0, 1.0]
+
+
 def test_a_failed_case_is_a_row_not_counted_and_the_benchmark_goes_on(monkeypatch):
     from types import SimpleNamespace
 
     from bench import projection
 
-    def run_case(model, strategy, peers, rate, steps, beta, timeout, mlp_width):
+    def run_case(overrides, steps, beta, timeout, dilation):
+        strategy, peers, _, _ = case_of(overrides)
         if (strategy, peers) in {("ring", 4), ("ps", 2)}:
             raise RuntimeError(f"train.py strategy={strategy} failed:\ncollective timed out")
         return projection.CaseRun(SimpleNamespace(step_s=lambda n, link: 1.0 + n / 10, compute_s=1.0, hidden_s=0.0,
@@ -633,7 +695,7 @@ def test_a_failed_case_is_a_row_not_counted_and_the_benchmark_goes_on(monkeypatc
 
     ran = []
     monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [mbit * 0.93] * hosts)
-    monkeypatch.setattr(projection, "run_case", lambda *a: ran.append((a[1], a[2])) or run_case(*a))
+    monkeypatch.setattr(projection, "run_case", lambda *a: ran.append(case_of(a[0])[:2]) or run_case(*a))
     entry = projection.run("rates=20 peers=2,4,8 strategies=ring,ps model=mlp repeats=1")
     # ring N=4 failed and ring N=8 still ran; ps failed at N=2, so its held-out cases never ran
     assert ran == [("ring", 2), ("ring", 4), ("ring", 8), ("ps", 2)]
@@ -726,8 +788,9 @@ def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_
 
     calibrated_at = []
 
-    def run_case(model, strategy, peers, rate, steps, share, timeout, mlp_width):
-        assert mlp_width == 320  # sized for the calibration rate, at every rate
+    def run_case(overrides, steps, share, timeout, dilation):
+        _, peers, rate, mlp_width = case_of(overrides)
+        assert mlp_width == "320"  # sized for the calibration rate, at every rate
         if peers == 2 and rate == 20:
             calibrated_at.append(rate)
         # a link model: 0.5 s of compute, 16 Mbit per step over the link; the run's own measurement 5 % slower
@@ -739,7 +802,7 @@ def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_
 
     monkeypatch.setattr(projection, "probe", lambda hosts, mbit, seconds: [mbit * 0.93] * hosts)
     monkeypatch.setattr(projection, "run_case", run_case)
-    entry = projection.run("rates=20,100 calibration_rate=20 peers=2,4 strategies=allreduce repeats=2")
+    entry = projection.run("rates=20,100 calibration_rate=20 peers=2,4 strategies=allreduce repeats=2 dilate=off")
     rows = {(r["link_mbit"], r["peers"]): r for r in entry["rows"]}
     assert calibrated_at == [20, 20]  # two calibration runs, at 20 Mbit/s only
     assert rows[20, 2]["role"] == "calibration" and all(r["calibration_link_mbit"] == 20 for r in rows.values())
@@ -752,7 +815,8 @@ def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_
     assert rows[100, 4]["unfaithful"] == ["run 1: link: carried 70% of its rate (faithful 90%)",
                                           "run 2: link: carried 70% of its rate (faithful 90%)"]
     # 3 held-out cases attempted (20/4, 100/2, 100/4), 2 faithful, both within 15 %
-    assert entry["coverage"] == {"attempted": 3, "faithful": 2, "within_goal": 2, "faithful_share": 2 / 3}
+    assert entry["coverage"] == {"attempted": 3, "faithful": 2, "within_goal": 2, "faithful_share": 2 / 3,
+                                 "faithful_dilated": 0}
     assert entry["goals_met"]["faithful cases >= 80% of attempted"] is False
 
 
@@ -764,6 +828,9 @@ def test_a_runs_fidelity_is_read_from_its_summary():
     starved = {"link": {"faithful": False, "reason": "carried 70%"},
                "isolation": {"faithful": False, "unfaithful": ["rank 1 on host h1: received 40%"]}}
     assert fidelity(starved) == ["link: carried 70%", "CPU: rank 1 on host h1: received 40%"]
+    unchecked = {"isolation": {"faithful": True, "dilation": 2.5, "dilation_unchecked": True}}
+    assert fidelity(unchecked) == ["dilation: 2.5 is above the factor checked on this machine (summary.json "
+                                   "isolation.dilation_unchecked; bench/emulation.py)"]
 
 
 def test_rows_from_before_fidelity_checks_stop_counting_beside_checked_ones():
@@ -843,7 +910,8 @@ def test_held_out_cases_are_predicted_from_the_calibration_runs_that_held(monkey
 
     calibration_runs = iter(calibration_held)
 
-    def run_case(model, strategy, peers, rate, steps, share, timeout, mlp_width):
+    def run_case(overrides, steps, share, timeout, dilation):
+        _, peers, rate, _ = case_of(overrides)
         held = next(calibration_runs) if (peers, rate) == (2, 20) else True
         compute = 0.5 if held else 0.8  # a starved calibration run measures more "compute"
         measured = SimpleNamespace(step_s=lambda n, link: compute + 16 / link.mbit, compute_s=compute, hidden_s=0.0,
