@@ -16,7 +16,10 @@ own payload accounting:
 
 Bounds: wire / theory in [0.95, 1.10]. Every payload byte crosses the wire once, plus TCP/IP and
 Ethernet headers (66 bytes per 1448-byte segment: +4.6 %) and acknowledgements of the other
-direction (+1 to 2 %): 1.05-1.07 measured. Below 1.0 only by the last step's tail: a send completes
+direction (+1 to 2 %): 1.05-1.07 measured. Where a peer sends more than it receives (hivemind: a state
+download it serves), its receive side also carries the acknowledgements of the excess, at most one
+66-byte frame per segment (ACKS x (sent - received) on its upper bound; seen: 1.189 without it, after 3
+downloads served). Below 1.0 only by the last step's tail: a send completes
 once its data is in the kernel, so a peer's last bytes may not have left its interface when it logs
 its final step (up to 0.9 MB seen, against >= 20 MB per peer). hivemind also talks while it waits: in
 matchmaking a peer waiting as leader re-reads its group key from the DHT in a loop (about 500 rpc_find a
@@ -55,6 +58,7 @@ def emulated(mbit: int) -> list[str]:
 
 EMULATED = emulated(100)
 LOW, HIGH = 0.95, 1.10
+ACKS = 66 / 1448  # the most acknowledgement bytes per payload byte of the other direction: a frame per segment
 
 
 def model_bytes(run_dir) -> int:
@@ -71,9 +75,11 @@ def last_step(run_dir, rank: int) -> dict:
 
 def assert_wire(name: str, tx: int, rx: int, sent: float, received: float) -> None:
     ratios = tx / sent, rx / received
-    assert all(LOW <= r <= HIGH for r in ratios), (
+    highs = HIGH + ACKS * max(0.0, received - sent) / sent, HIGH + ACKS * max(0.0, sent - received) / received
+    assert all(LOW <= r <= high for r, high in zip(ratios, highs)), (
         f"{name}: wire tx {tx} / theory {sent:.0f} = {ratios[0]:.3f}, "
-        f"rx {rx} / theory {received:.0f} = {ratios[1]:.3f}; expected each in [{LOW}, {HIGH}]")
+        f"rx {rx} / theory {received:.0f} = {ratios[1]:.3f}; expected in [{LOW}, {highs[0]:.3f}] and "
+        f"[{LOW}, {highs[1]:.3f}]")
 
 
 def assert_worker_wire(run_dir, rank: int, sent: float, received: float) -> None:
