@@ -218,16 +218,16 @@ def fidelity(summary: dict) -> list[str]:
 
 def dilation_to_fit(overrides: list[str]) -> float:
     """The emulate.dilation at which a case's processes (its workers and the strategy's others, e.g. ps's servers)
-    get their peer_cpus each on this machine's usable cores: processes x peer_cpus / cores; 1 where they fit."""
+    get their peer_cpus each on this machine's usable cores: its undilated oversubscription (launchers.shape), at
+    least 1."""
     from hydra import compose, initialize_config_dir
 
-    from job.process import usable_cores
     from launchers.config import CONF_DIR, strategy_class
+    from launchers.shape import shape_of
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    spec = strategy_class(cfg).launch_spec(cfg)
-    return max(1.0, spec.processes * spec.threads / usable_cores())
+        cfg = compose(config_name="config", overrides=[*overrides, "emulate.dilation=1"])
+    return max(1.0, shape_of(cfg, strategy_class(cfg).launch_spec(cfg), False)["oversubscription"])
 
 
 def case_overrides(model: str, strategy: str, peers: int, rate: int, mlp_width: int | None) -> list[str]:

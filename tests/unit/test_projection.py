@@ -649,10 +649,10 @@ def case_of(overrides: list[str]) -> tuple[str, int, int, str | None]:
 def test_a_case_whose_processes_outnumber_the_cores_runs_dilated_until_they_fit(monkeypatch):
     from types import SimpleNamespace
 
-    import job.process
+    import launchers.shape
     from bench import projection
 
-    monkeypatch.setattr(job.process, "usable_cores", lambda: 2)
+    monkeypatch.setattr(launchers.shape, "usable_cores", lambda: 2)
     monkeypatch.setattr(projection, "checked_dilation", lambda strategy: (4.0 if strategy == "allreduce" else 2.0, ""))
     ran, probed = {}, []
 
