@@ -335,7 +335,10 @@ def bench_link_goodput(entry: dict) -> list[str]:
 def bench_primary_noise(entry: dict) -> list[str]:
     rows = entry["rows"]
     body = [[r["configuration"], f"{r['data']}, {r['model']}", f"{r['figure']} ({r['metric']} {r['value']}, "
-             f"{r['estimator']})", num(r["log_sd"], 3), num(r.get("samples_log_sd"), 3),
+             f"{r['estimator']})",
+             num(r["log_sd"], 3) if r["log_sd"] is not None else f"none: reached in {r['reached']} of the "
+                                                                   f"{r['compared']} blocks compared",
+             num(r.get("samples_log_sd"), 3),
              f"{r['blocks']} ({r['seeds']} seeds)" if "seeds" in r else str(r["blocks"]),
              str(r.get("blocks_for_10pct") or "–"), ", ".join(r.get("sweeps", []))] for r in rows]
     return [stamp_rows(entry, rows), ""] + table(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
-from metrics.report.primary import Primary
+from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group
 from metrics.report.stats import blocks_for, pooled_log_sd
 from metrics.report.tables import summary_figure
@@ -61,9 +61,13 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
         a = analyse(section)
         for c in a.comparisons:
             exact = c.ratio.uncensored
-            if c.other is not c.this.baseline or c.this not in averaging(a.ranking) or exact.log_sd is None:
+            if c.other is not c.this.baseline or c.this not in averaging(a.ranking):
                 continue
             seed_of = {run.block: run.config.get("seed") for run in c.this.runs}
+            if exact.log_sd is None:
+                if a.primary.is_time and c.censored:  # too few crossings to measure: recorded as missed
+                    rows.append(missed_row(a.primary, section, c, seed_of))
+                continue
             log_sd, seeds = (seed_log_sd(c.exact_logs, seed_of) if a.primary.is_time else (exact.log_sd, exact.n))
             if log_sd is None:
                 continue
@@ -78,6 +82,20 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
                          "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
                          "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})})
     return rows
+
+
+def missed_row(primary: Primary, section, c, seed_of: dict) -> dict:
+    """The row of a configuration whose runs reached the target in too few blocks to measure its noise: no log-sd;
+    its exact and censored blocks (repeats=auto refuses to plan from it, saying why)."""
+    return {"figure": primary.figure, "metric": primary.metric, "value": primary.value,
+            "estimator": primary.estimator, "data": section.data, "model": section.model,
+            "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": None,
+            "blocks": c.ratio.uncensored.n, "seeds": len({seed_of.get(b, b) for b in c.used}), "censored": c.censored,
+            "compared": c.blocks,
+            "reached": sum(1 for run in c.this.runs if run.block in c.used and time_observation(run).reached),
+            "blocks_for_10pct": None, "samples_log_sd": None,
+            "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
+            "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})}
 
 
 def record(dirs: list[Path], path: Path) -> list[str]:
@@ -101,6 +119,9 @@ def record(dirs: list[Path], path: Path) -> list[str]:
     lines = [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
              f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{DETECT:.2f} needs {r['blocks_for_10pct']}); "
              f"samples-to-target log-sd {'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}"
+             if r["log_sd"] is not None else
+             f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']}: no noise, it reached the target in "
+             f"{r['reached']} of the {r['compared']} blocks compared (repeats=auto will not plan from it)"
              for r in rows]
     return lines or [f"no noise to record under {', '.join(map(str, dirs))}: no comparison with a baseline over 2 "
                      "or more exact blocks"]
@@ -123,6 +144,13 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
     if primary.is_time:
         wanted |= {"metric": primary.metric, "value": primary.value, "estimator": primary.estimator}
     found = [r for r in rows if all(r.get(k) == v for k, v in wanted.items()) and r.get("strategy") in strategies]
+    missed = [r for r in found if r["log_sd"] is None]
+    if missed:
+        raise ValueError("; ".join(
+            f"{path} ({ENTRY}) records that {r['strategy']} reached {primary.target} in {r['reached']} of the "
+            f"{r['compared']} blocks compared ({', '.join(r['sweeps'])}, {r['measured_at']}, {machine_of(r)})"
+            for r in missed) + ": no noise to plan from. Measure it at a target it reaches (target.value, or more "
+                                "max_steps) with a fixed number of blocks, and record that")
     lacking = sorted(set(strategies) - {r["strategy"] for r in found})
     if lacking:
         what = ", ".join(f"{k}={v}" for k, v in wanted.items())

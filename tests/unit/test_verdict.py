@@ -567,3 +567,30 @@ def test_recorded_noise_leaves_out_the_blocks_the_comparison_left_out(tmp_path):
     assert (row["blocks"], row["seeds"]) == (5, 3)
     assert row["log_sd"] == pytest.approx(over_seeds)
     assert row["samples_log_sd"] == pytest.approx(over_seeds)
+
+
+def test_a_configuration_that_never_reached_the_target_is_recorded_as_such_and_never_planned_from(tmp_path):
+    """hivemind missed the target in all 3 blocks: it has no noise to record, and the record says so (a row with no
+    log-sd, its blocks censored) instead of staying silent; repeats=auto then refuses it for that reason, not
+    by asking for the sweep that was just run."""
+    from metrics.report.noise import planning_noise, record
+    from metrics.report.primary import declare
+
+    times = [12.0, 10.0, 11.5]
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, times),
+                                             "strategy=hivemind": blocks("hivemind", 2, [100.0] * 3, [None] * 3),
+                                             **baselines()})
+    results = tmp_path / "results.json"
+    lines = record([sweep], results)
+    rows = {r["strategy"]: r for e in json.loads(results.read_text())["results"] for r in e["rows"]}
+    assert rows["allreduce"]["log_sd"] == pytest.approx(
+        statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES)))
+    missed = rows["hivemind"]
+    assert (missed["log_sd"], missed["blocks"], missed["censored"], missed["blocks_for_10pct"]) == (None, 0, 3, None)
+    assert any(line.startswith(f"recorded in {results} (primary_noise): hivemind time_to_target: no noise, it "
+                               "reached the target in 0 of the 3 blocks compared") for line in lines)
+    primary = declare(report_config("hivemind", 2))
+    assert planning_noise(results, primary, "digits", "tiny", ["allreduce"])[0] == rows["allreduce"]["log_sd"]
+    with pytest.raises(ValueError, match=r"hivemind reached test_accuracy ≥ 0.9 in 0 of the 3 blocks compared .*: "
+                                         r"no noise to plan from.*a target it reaches"):
+        planning_noise(results, primary, "digits", "tiny", ["allreduce", "hivemind"])
