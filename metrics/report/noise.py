@@ -73,29 +73,30 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
                 continue
             samples = paired_logs(c.this, c.other, summary_figure("samples_to_target"), c.used)
             samples_sd = seed_log_sd(samples, seed_of)[0]
-            rows.append({"figure": a.primary.figure, "metric": a.primary.metric, "value": a.primary.value,
-                         "estimator": a.primary.estimator, "data": section.data, "model": section.model,
-                         "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": log_sd,
-                         "blocks": exact.n, "seeds": seeds, "censored": c.censored,
-                         "blocks_for_10pct": blocks_for(log_sd, DETECT, c.family),
-                         "samples_log_sd": samples_sd if a.primary.is_time else None,
-                         "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
-                         "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})})
+            rows.append(row_of(a.primary, section, c) | {
+                "log_sd": log_sd, "blocks": exact.n, "seeds": seeds, "censored": c.censored,
+                "blocks_for_10pct": blocks_for(log_sd, DETECT, c.family),
+                "samples_log_sd": samples_sd if a.primary.is_time else None})
     return rows
+
+
+def row_of(primary: Primary, section, c) -> dict:
+    """What a row of comparison c is about: the figure, its target, the data, model and configuration, where."""
+    return {"figure": primary.figure, "metric": primary.metric, "value": primary.value,
+            "estimator": primary.estimator, "data": section.data, "model": section.model,
+            "strategy": c.this.first.strategy, "configuration": c.this.label,
+            "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
+            "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})}
 
 
 def missed_row(primary: Primary, section, c, seed_of: dict) -> dict:
     """The row of a configuration whose runs reached the target in too few blocks to measure its noise: no log-sd;
     its exact and censored blocks (repeats=auto refuses to plan from it, saying why)."""
-    return {"figure": primary.figure, "metric": primary.metric, "value": primary.value,
-            "estimator": primary.estimator, "data": section.data, "model": section.model,
-            "strategy": c.this.first.strategy, "configuration": c.this.label, "log_sd": None,
-            "blocks": c.ratio.uncensored.n, "seeds": len({seed_of.get(b, b) for b in c.used}), "censored": c.censored,
-            "compared": c.blocks,
-            "reached": sum(1 for run in c.this.runs if run.block in c.used and time_observation(run).reached),
-            "blocks_for_10pct": None, "samples_log_sd": None,
-            "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
-            "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})}
+    return row_of(primary, section, c) | {
+        "log_sd": None, "blocks": c.ratio.uncensored.n, "seeds": len({seed_of.get(b, b) for b in c.used}),
+        "censored": c.censored, "compared": c.blocks,
+        "reached": sum(1 for run in c.this.runs if run.block in c.used and time_observation(run).reached),
+        "blocks_for_10pct": None, "samples_log_sd": None}
 
 
 def record(dirs: list[Path], path: Path) -> list[str]:
