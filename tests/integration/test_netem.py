@@ -104,8 +104,11 @@ def check_run(run_dir, result, ratio_limit: float) -> dict:
     fastest = min(round_link_time(s) for r in range(2) for s in read_jsonl(run_dir / f"peer{r}" / "steps.jsonl"))
     assert fastest >= 0.9 * efficiency["bound_s_per_round"]
     for peer in summary["peers"]:  # the sampler's counters are the peer's own, not the host's
-        assert peer["net_tx_bytes"] >= network["wire_by_rank"][str(peer["rank"])]["payload_sent_bytes"]
-        assert peer["lo_tx_bytes"] < 100_000
+        payload = network["wire_by_rank"][str(peer["rank"])]["payload_sent_bytes"]
+        assert peer["net_tx_bytes"] >= payload
+        # the payload never takes loopback; rank 0's host serves the rendezvous store, whose polling does
+        # (Horovod's gloo store: 26-37 KB here, 121 KB on a CI run; payloads 0.08-89 MB)
+        assert peer["lo_tx_bytes"] < payload / 10, (peer["rank"], peer["lo_tx_bytes"], payload)
     assert_no_leftovers(run_dir)
     assert_fabric_gone(network_of(run_dir))
     return summary
