@@ -7,17 +7,18 @@ wrapper) to peer<RANK>/snapshots/, with its key: the digest of what an evaluatio
 pause is timed and, like any measurement pause, left out of train_s.
 
 Once a worker's training has ended it evaluates its snapshots together with the other workers of
-its host, each on its own cores (job/worker.py pins them; once every worker of the host has ended training,
-they share all the host's cores, their CPU quotas lifted: a process alone on its host evaluates on every one),
-through files in the run directory
-(HostBoard): every distinct key is evaluated once, by the first worker that claims it (its own
-snapshots first, in step order, then those of the host's other live workers), and every worker
+its machine, each on its own cores (job/worker.py pins them; once every worker of the machine has ended training,
+they share their hosts' cores, their CPU quotas lifted: a process alone on its host evaluates on every one),
+through files in the run directory (MachineBoard): every distinct key is evaluated once, by the first worker that
+claims it (its own snapshots first, in step order, then those of the machine's other live workers), and every worker
 copies the evaluations of its own snapshots into its eval.jsonl, in step order. So the workers of a
 synchronous strategy, whose snapshots are identical, split them, and a worker that is done helps
 the others. A worker never waits for a worker that died (its process is gone), nor longer than
 `timeouts.collective_s` (or 3 evaluations) for a claimed evaluation: it then evaluates the
-snapshot itself. Every worker of the host waits for the other live workers to end training,
-to help them. A run over several hosts shares within each host only.
+snapshot itself. Every worker of the machine waits for the other live workers to end training,
+to help them. The machine is the kernel the workers share (its boot id and PID namespace), not the hostname:
+the emulated hosts of one machine (netemu), each with a hostname of its own, share one board; a run over several
+machines shares within each.
 
 To evaluate a snapshot, an evaluator loads it into a model of its own, recomputes its BatchNorm
 statistics on a fixed training subset (precise BatchNorm, `precise_bn_samples`), and evaluates it
@@ -38,7 +39,6 @@ variance; the subset is the same for every run and every snapshot.
 """
 import json
 import os
-import re
 import socket
 import time
 from dataclasses import dataclass
@@ -52,6 +52,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 from job.model import state_digest
+from job.process import boot_id
 from metrics.recording.steplog import StepLog
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
@@ -167,22 +168,25 @@ def write_atomically(path: Path, write) -> None:
     os.replace(temporary, path)
 
 
-class HostBoard:
-    """The files through which the workers of one host share their evaluations (RUN/.avgbench/evaluation/HOST/):
+class MachineBoard:
+    """The files through which the workers of one machine share their evaluations
+    (RUN/.avgbench/evaluation/MACHINE/, MACHINE = machine_name()):
 
-        worker<R>.json     worker R: its process (pid, start time), written before it trains
+        worker<R>.json     worker R: its process (pid, start time) and host (hostname), written before it trains
         snapshots<R>.json  worker R's snapshots (step, key, path), written when its training ended (ended_at)
         <key>.claim        who evaluates that state (rank, process, when), created by the first to claim it
         <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome
     """
 
-    def __init__(self, directory: Path, rank: int):
+    def __init__(self, directory: Path, rank: int, host: str | None = None):
         self.directory, self.rank = Path(directory), rank
+        self.host = host or socket.gethostname()  # this worker's host: an emulated host's own name
 
     @staticmethod
-    def host_name(node_rank: int) -> str:
-        """This host's folder name: its hostname and node rank (a run over several hosts shares within each)."""
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{socket.gethostname()}.node{node_rank}")
+    def machine_name() -> str:
+        """This machine's folder name: the kernel's boot id and the PID namespace (processes that share them share
+        the cores and see each other's PIDs, whatever their hostnames)."""
+        return f"boot-{boot_id()}.pidns-{os.stat('/proc/self/ns/pid').st_ino}"
 
     def _write_json(self, path: Path, record: dict) -> None:
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(record)))
@@ -195,7 +199,8 @@ class HostBoard:
 
     def register(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._write_json(self.directory / f"worker{self.rank}.json", {"rank": self.rank, **this_process()})
+        self._write_json(self.directory / f"worker{self.rank}.json",
+                         {"rank": self.rank, "host": self.host, **this_process()})
 
     def publish(self, snapshots: list[Snapshot]) -> None:
         self._write_json(self.directory / f"snapshots{self.rank}.json", {
@@ -206,11 +211,12 @@ class HostBoard:
         """What the workers that ended training published (rank, ended_at, snapshots)."""
         return [m for path in self.directory.glob("snapshots*.json") if (m := self._read_json(path))]
 
-    def live_workers(self) -> dict[int, bool]:
-        """The other registered workers still running: rank -> whether they published their snapshots."""
+    def live_workers(self) -> dict[int, dict]:
+        """The other registered workers still running: rank -> {host: its hostname, published: whether it published
+        its snapshots}."""
         workers = (self._read_json(path) for path in self.directory.glob("worker*.json"))
-        return {w["rank"]: (self.directory / f"snapshots{w['rank']}.json").exists() for w in workers
-                if w and w["rank"] != self.rank and process_alive(w["pid"], w["started"])}
+        return {w["rank"]: {"host": w["host"], "published": (self.directory / f"snapshots{w['rank']}.json").exists()}
+                for w in workers if w and w["rank"] != self.rank and process_alive(w["pid"], w["started"])}
 
     def offered(self, ranks) -> list[tuple[str, str]]:
         """(key, path) of the snapshots the workers `ranks` published, each in step order, rank by rank."""
@@ -263,7 +269,7 @@ class HostBoard:
 
 @dataclass
 class EvaluationState:
-    """How far the evaluation of a run's snapshots is, from its hosts' boards (for the launcher's progress)."""
+    """How far the evaluation of a run's snapshots is, from its machines' boards (for the launcher's progress)."""
     ended: set[int]  # workers whose training ended (they published their snapshots)
     states: int  # distinct snapshot states they published
     evaluated: int  # of those, evaluated
@@ -272,10 +278,10 @@ class EvaluationState:
 
 
 def evaluation_state(run_evaluation: Path) -> EvaluationState:
-    """The state of every host board under RUN/.avgbench/evaluation."""
+    """The state of every machine's board under RUN/.avgbench/evaluation."""
     ended, states, evaluated, since, last = set(), 0, 0, [], []
     for directory in sorted(p for p in Path(run_evaluation).glob("*") if p.is_dir()):
-        board = HostBoard(directory, rank=-1)
+        board = MachineBoard(directory, rank=-1)
         manifests = board.manifests()
         ended |= {m["rank"] for m in manifests}
         since += [m["ended_at"] for m in manifests]
@@ -289,13 +295,15 @@ def evaluation_state(run_evaluation: Path) -> EvaluationState:
 POLL_S = 0.05  # how often a waiting worker looks at the board
 
 
-class HostEvaluation:
-    """One worker's part in evaluating its host's snapshots (see the module's docstring)."""
+class MachineEvaluation:
+    """One worker's part in evaluating its machine's snapshots (see the module's docstring)."""
 
-    def __init__(self, board: HostBoard, evaluator: Evaluator, patience_s: float,
-                 host_trained: Callable[[int], None] | None = None):
+    def __init__(self, board: MachineBoard, evaluator: Evaluator, patience_s: float,
+                 all_trained: Callable[[int], None] | None = None):
         self.board, self.evaluator, self.patience_s = board, evaluator, patience_s
-        self.host_trained = host_trained  # called once, with the host's live workers, when all have ended training
+        # called once, when every live worker of the machine has ended training, with how many of them are on this
+        # worker's host (itself included): they share the host's cores
+        self.all_trained = all_trained
         self.evaluated = 0  # evaluations done here
         self.longest_s = 0.0  # the longest of them
 
@@ -320,7 +328,7 @@ class HostEvaluation:
 
     def run(self, own: list[Snapshot]) -> Iterator[tuple[Snapshot, dict, dict] | str]:
         """Publish `own`, then evaluate, wait and help until every snapshot of `own` has its evaluation and no live
-        worker of the host has anything left to claim. Yields (snapshot, record, outcome) for each of `own` as soon
+        worker of the machine has anything left to claim. Yields (snapshot, record, outcome) for each of `own` as soon
         as it and those before it have theirs, "evaluated" after evaluating a state, "waiting" when it has nothing
         to do now."""
         self.board.publish(own)
@@ -329,17 +337,17 @@ class HostEvaluation:
             while pending and (posted := self.board.result(pending[0].key)):
                 yield pending.pop(0), *posted
             others = self.board.live_workers()
-            if self.host_trained and all(others.values()):
-                self.host_trained(1 + len(others))
-                self.host_trained = None
-            work = self._claim_next(pending, [rank for rank, published in others.items() if published])
+            if self.all_trained and all(w["published"] for w in others.values()):
+                self.all_trained(1 + sum(w["host"] == self.board.host for w in others.values()))
+                self.all_trained = None
+            work = self._claim_next(pending, [rank for rank, w in others.items() if w["published"]])
             if work is None and pending and self.board.abandoned(pending[0].key,
                                                                  max(self.patience_s, 3 * self.longest_s)):
                 work = pending[0].key, str(pending[0].path)  # its evaluator died or stalls: evaluate it here
             if work is not None:
                 self._evaluate(*work)
                 yield "evaluated"
-            elif pending or not all(others.values()):  # own evaluations held by others, or workers still training
+            elif pending or not all(w["published"] for w in others.values()):  # held by others, or others train
                 yield "waiting"
             else:
                 return
@@ -365,13 +373,13 @@ class Snapshots:
         self.taken.append(Snapshot(path, clock, paused, key))
         return paused
 
-    def evaluating(self, host: HostEvaluation, log: StepLog, samples_path: Path,
+    def evaluating(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
                    keep_in: Path | None = None) -> Iterator[str]:
-        """Evaluate every snapshot with the host's other workers (host.run), one action per item; log each to
+        """Evaluate every snapshot with the machine's other workers (machine.run), one action per item; log each to
         eval.jsonl in step order, every test sample's outcome to samples_path; delete the snapshot (or move it
         into keep_in) once its evaluation is known."""
         outcomes = []
-        for item in host.run(self.taken):
+        for item in machine.run(self.taken):
             if isinstance(item, str):
                 yield item
                 continue
@@ -391,13 +399,14 @@ class Snapshots:
                                 loss=np.stack([o["loss"] for o in outcomes]))
         self.discard()
 
-    def evaluate_all(self, host: HostEvaluation, log: StepLog, samples_path: Path, keep_in: Path | None = None) -> dict:
+    def evaluate_all(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
+                     keep_in: Path | None = None) -> dict:
         """`evaluating` to its end, pausing while it waits."""
         started = time.perf_counter()
-        for action in self.evaluating(host, log, samples_path, keep_in):
+        for action in self.evaluating(machine, log, samples_path, keep_in):
             if action == "waiting":
                 time.sleep(POLL_S)
-        return {"evaluations": len(self.taken), "evaluated_here": host.evaluated,
+        return {"evaluations": len(self.taken), "evaluated_here": machine.evaluated,
                 "eval_s": time.perf_counter() - started, "snapshot_s": sum(s.snapshot_s for s in self.taken)}
 
     def discard(self) -> None:

@@ -21,7 +21,7 @@ from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
 from job.data import load_splits
 from job.device import PeerDevice
-from job.evaluation import Evaluator, HostBoard, HostEvaluation, PreciseBatchNorm, Snapshots
+from job.evaluation import Evaluator, MachineBoard, MachineEvaluation, PreciseBatchNorm, Snapshots
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
@@ -51,7 +51,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
         if role == WORKER:
             log = StepLog(peer.path)
             snapshots = Snapshots(peer.snapshots, device.device, precise=bool(cfg.precise_bn_samples))
-            board = HostBoard(ctx.run.evaluation / HostBoard.host_name(cfg.launch.node_rank), ctx.rank)
+            board = MachineBoard(ctx.run.evaluation / MachineBoard.machine_name(), ctx.rank)
             board.register()
             try:
                 torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
@@ -68,13 +68,14 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                 evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels).to(device.device),
                                       splits.test, device.device, precise)
 
-                def evaluate_on_host_cores(workers: int) -> None:  # every worker of this host ended training
+                def evaluate_on_host_cores(host_workers: int) -> None:  # every worker of the machine ended training
                     cpu.release()
-                    torch.set_num_threads(len(pin_cpus(ctx.local_rank, max(1, len(host_cores) // workers),
+                    torch.set_num_threads(len(pin_cpus(ctx.local_rank, max(1, len(host_cores) // host_workers),
                                                        host_cores)))
 
-                host = HostEvaluation(board, evaluator, float(cfg.timeouts.collective_s), evaluate_on_host_cores)
-                result |= snapshots.evaluate_all(host, log, peer.eval_samples,
+                machine = MachineEvaluation(board, evaluator, float(cfg.timeouts.collective_s),
+                                            evaluate_on_host_cores)
+                result |= snapshots.evaluate_all(machine, log, peer.eval_samples,
                                                  peer.weights if cfg.keep_weights else None)  # training has ended
                 result |= {"evaluation_cores": sorted(os.sched_getaffinity(0)),
                            "evaluation_threads": torch.get_num_threads()}

@@ -18,7 +18,7 @@ from torch.utils.data import TensorDataset
 ROOT = Path(__file__).resolve().parent.parent
 
 # conftest put ROOT on sys.path
-from job.evaluation import Evaluator, HostBoard, HostEvaluation, Snapshots  # noqa: E402
+from job.evaluation import Evaluator, MachineBoard, MachineEvaluation, Snapshots  # noqa: E402
 from job.model import tiny  # noqa: E402
 from job.process import processes_of_run  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
@@ -334,13 +334,13 @@ class CountingEvaluator(Evaluator):
         return super().__call__(path)
 
 
-def host_evaluation(board_dir, rank, test, precise, patience_s=60.0, counting=False,
-                    host_trained=None) -> HostEvaluation:
-    board = HostBoard(board_dir, rank)
+def machine_evaluation(board_dir, rank, test, precise, patience_s=60.0, counting=False, all_trained=None,
+                       host=None) -> MachineEvaluation:
+    board = MachineBoard(board_dir, rank, host)
     board.register()
     torch.manual_seed(1)
     evaluator = (CountingEvaluator if counting else Evaluator)(tiny(10, 1), test, CPU, precise)
-    return HostEvaluation(board, evaluator, patience_s, host_trained)
+    return MachineEvaluation(board, evaluator, patience_s, all_trained)
 
 
 def trajectory(peer: PeerDir, steps, statistics_seed: int, precise: bool = True, parameters_seed: int = 0) -> Snapshots:

@@ -2,13 +2,16 @@
 parameters alone, so that workers with equal parameters evaluate equally; every test sample's outcome is kept
 for the bootstrap; evaluated weights are deleted or kept."""
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import CPU, host_evaluation, images, trajectory
-from job.evaluation import Evaluator, PreciseBatchNorm
+from helpers import CPU, ROOT, images, machine_evaluation, trajectory
+from job.evaluation import Evaluator, MachineBoard, PreciseBatchNorm
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import PeerDir
 from metrics.recording.steplog import StepLog
@@ -83,11 +86,6 @@ def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_wo
 def test_a_worker_killed_after_claiming_does_not_make_the_evaluation_hang(tmp_path):
     """Worker 1, a real process, registers, publishes the same snapshots plus one of its own, claims one, and is
     killed: worker 0 evaluates every one of its own snapshots (the claimed one too) and none of worker 1's own."""
-    import subprocess
-    import sys
-
-    from helpers import ROOT
-
     peer, test = PeerDir(tmp_path / "peer0"), images(40, seed=8)
     snapshots = trajectory(peer, [0, 5, 10], statistics_seed=0)
     theirs = trajectory(PeerDir(tmp_path / "peer1"), [0, 5, 10, 15], statistics_seed=1)
@@ -95,8 +93,8 @@ def test_a_worker_killed_after_claiming_does_not_make_the_evaluation_hang(tmp_pa
     worker1 = f"""
 import sys, time
 from pathlib import Path
-from job.evaluation import HostBoard, Snapshot
-board = HostBoard(Path({str(board_dir)!r}), 1)
+from job.evaluation import MachineBoard, Snapshot
+board = MachineBoard(Path({str(board_dir)!r}), 1)
 board.register()
 board.publish([Snapshot(Path(p), {{"step": s}}, 0.0, k) for s, k, p in {[(s.clock["step"], s.key, str(s.path))
                                                                        for s in theirs.taken]!r}])
@@ -112,7 +110,24 @@ time.sleep(600)
         proc.kill()
         proc.wait()
     log = StepLog(peer.path)
-    done = snapshots.evaluate_all(host_evaluation(board_dir, 0, test, None, patience_s=1e6), log, peer.eval_samples)
+    done = snapshots.evaluate_all(machine_evaluation(board_dir, 0, test, None, patience_s=1e6), log, peer.eval_samples)
     log.close()  # a wait for the claim (patience 1e6 s) would outlast the test's timeout
     assert done["evaluated_here"] == 3
     assert [(e["step"], e["evaluated_by"]) for e in read_jsonl(peer.evals)] == [(0, 0), (5, 0), (10, 0)]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+def test_the_emulated_hosts_of_one_machine_share_its_board():
+    """An emulated host has a hostname of its own (a UTS namespace, as netemu gives it) on the machine's cores and
+    PIDs: its workers evaluate with the other hosts' workers, on one board."""
+    as_root = [] if os.geteuid() == 0 else ["--map-root-user"]
+    inside = subprocess.run(["unshare", "--uts", *as_root, "sh", "-c", 'hostname h1 && exec "$0" -c "$1"',
+                             sys.executable, "import socket; from job.evaluation import MachineBoard; "
+                             "print(socket.gethostname(), MachineBoard.machine_name())"],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                            timeout=30)
+    if inside.returncode and "unshare" in inside.stderr:
+        pytest.skip(f"no UTS namespace here: {inside.stderr.strip()}")
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.split() == ["h1", MachineBoard.machine_name()]

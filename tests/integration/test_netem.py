@@ -126,6 +126,9 @@ def test_emulated_allreduce_tiny_heterogeneous(run_dir):
     hosts = network_of(run_dir)["hosts"]
     assert [h["addr"] for h in hosts] == ["10.213.7.1", "10.213.7.2"]
     assert len(set(param_digests(run_dir, range(2)))) == 1  # still one model
+    # the hosts share the machine: each of the 2 identical states (steps 0 and 20) evaluated once, not once per host
+    workers = [p["result"] for p in summary["peers"]]
+    assert [w["evaluations"] for w in workers] == [2, 2] and sum(w["evaluated_here"] for w in workers) == 2, workers
 
 
 @pytest.mark.timeout(150)

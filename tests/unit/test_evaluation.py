@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import CPU, host_evaluation, images, trained_on, trajectory
+from helpers import CPU, images, machine_evaluation, trained_on, trajectory
 from job.evaluation import PreciseBatchNorm, Snapshots, evaluate
 from job.model import GhostBatchNorm2d, state_digest, tiny
 from metrics.recording.jsonl import read_jsonl
@@ -86,7 +86,7 @@ def test_snapshots_are_evaluated_with_their_digest_and_outcomes_then_deleted_or_
     snapshots.take(model, step=5, wall_s=1.0, train_s=0.9, samples=160)
     test = images(40, seed=8)
     precise = PreciseBatchNorm(images(64, seed=9), samples=64, batch_size=32, device=CPU)
-    done = snapshots.evaluate_all(host_evaluation(tmp_path / "board", 0, test, precise), log, peer.eval_samples,
+    done = snapshots.evaluate_all(machine_evaluation(tmp_path / "board", 0, test, precise), log, peer.eval_samples,
                                   peer.weights if keep else None)
     log.close()
     evals = read_jsonl(peer.evals)
@@ -136,12 +136,12 @@ def test_identical_states_are_evaluated_once_and_every_worker_gets_all_its_evalu
     for rank in (0, 1):
         peer = PeerDir(tmp_path / f"peer{rank}")
         workers[rank] = (peer, trajectory(peer, steps, statistics_seed=100 * (rank + 1)),
-                         host_evaluation(tmp_path / "board", rank, test, precise, counting=True), StepLog(peer.path))
+                         machine_evaluation(tmp_path / "board", rank, test, precise, counting=True), StepLog(peer.path))
     run_together(workers)
 
     alone = PeerDir(tmp_path / "alone" / "peer0")
     snapshots, log = trajectory(alone, steps, statistics_seed=100), StepLog(alone.path)
-    snapshots.evaluate_all(host_evaluation(tmp_path / "alone" / "board", 0, test, precise), log, alone.eval_samples)
+    snapshots.evaluate_all(machine_evaluation(tmp_path / "alone" / "board", 0, test, precise), log, alone.eval_samples)
     log.close()
     expected, expected_outcomes = evaluations_of(alone)
 
@@ -164,7 +164,7 @@ def test_a_worker_done_with_its_own_snapshots_helps_with_the_others(tmp_path):
     for rank, steps in ((0, [0]), (1, [0, 5, 10, 15, 20])):
         peer = PeerDir(tmp_path / f"peer{rank}")
         workers[rank] = (peer, trajectory(peer, steps, statistics_seed=0, parameters_seed=rank),
-                         host_evaluation(tmp_path / "board", rank, test, None, counting=True), StepLog(peer.path))
+                         machine_evaluation(tmp_path / "board", rank, test, None, counting=True), StepLog(peer.path))
     run_together(workers)
     evaluated = [state for _, _, host, _ in workers.values() for state in host.evaluator.states]
     assert len(evaluated) == len(set(evaluated)) == 6
@@ -173,28 +173,33 @@ def test_a_worker_done_with_its_own_snapshots_helps_with_the_others(tmp_path):
     assert [e["step"] for e in read_jsonl(workers[0][0].evals)] == [0]
 
 
-def test_the_host_s_cores_are_handed_out_only_once_every_worker_of_the_host_ended_training(tmp_path):
+@pytest.mark.parametrize("hosts", [("vm", "vm"), ("h0", "h1")])
+def test_the_host_s_cores_are_handed_out_only_once_every_worker_of_the_machine_ended_training(tmp_path, hosts):
     """A worker that ends training first evaluates on its own cores while the other still trains (widening would
-    take the trainer's core); once both have ended, each is told once that the host's 2 workers are done."""
+    take the trainer's core); once both have ended, each is told once how many workers share its host's cores: both
+    on one host, or each alone on its emulated host of the machine."""
     test, told = images(40, seed=8), {0: [], 1: []}
     workers = {}
     for rank, steps in ((0, [0]), (1, [0, 5])):
         peer = PeerDir(tmp_path / f"peer{rank}")
         workers[rank] = (peer, trajectory(peer, steps, statistics_seed=0, parameters_seed=rank),
-                         host_evaluation(tmp_path / "board", rank, test, None, host_trained=told[rank].append),
+                         machine_evaluation(tmp_path / "board", rank, test, None, all_trained=told[rank].append,
+                                            host=hosts[rank]),
                          StepLog(peer.path))
-    peer, snapshots, host, log = workers[0]
-    first = snapshots.evaluating(host, log, peer.eval_samples)
+    peer, snapshots, machine, log = workers[0]
+    first = snapshots.evaluating(machine, log, peer.eval_samples)
     assert [next(first), next(first)] == ["evaluated", "waiting"]  # its own state, then waits for worker 1
     assert told == {0: [], 1: []}
-    peer, snapshots, host, log = workers[1]
-    running = {0: first, 1: snapshots.evaluating(host, log, peer.eval_samples)}
+    peer, snapshots, machine, log = workers[1]
+    running = {0: first, 1: snapshots.evaluating(machine, log, peer.eval_samples)}
     while running:
         for rank in list(running):
             if next(running[rank], None) is None:
                 del running[rank]
                 workers[rank][3].close()
-    assert told == {0: [2], 1: [2]}
+    sharing = 2 if hosts[0] == hosts[1] else 1
+    assert told == {0: [sharing], 1: [sharing]}
+    assert sum(machine.evaluated for _, _, machine, _ in workers.values()) == 3  # each distinct state once
 
 
 def claim_as(board_dir, rank, key, pid, started):
@@ -206,7 +211,7 @@ def claim_as(board_dir, rank, key, pid, started):
 def test_a_claim_of_a_dead_worker_is_not_waited_for(tmp_path):
     peer, test = PeerDir(tmp_path / "peer0"), images(40, seed=8)
     snapshots, log = trajectory(peer, [0, 5], statistics_seed=0), StepLog(peer.path)
-    host = host_evaluation(tmp_path / "board", 0, test, None, patience_s=1e6)
+    host = machine_evaluation(tmp_path / "board", 0, test, None, patience_s=1e6)
     # worker 1 registered, claimed step 5's state and died (this pid, started at another time: a reused pid)
     (tmp_path / "board" / "worker1.json").write_text(json.dumps({"rank": 1, "pid": os.getpid(), "started": 0.0}))
     claim_as(tmp_path / "board", 1, snapshots.taken[1].key, os.getpid(), 0.0)
@@ -218,7 +223,7 @@ def test_a_claim_of_a_dead_worker_is_not_waited_for(tmp_path):
 def test_a_claim_that_stalls_past_the_patience_is_evaluated_here(tmp_path):
     peer, test = PeerDir(tmp_path / "peer0"), images(40, seed=8)
     snapshots, log = trajectory(peer, [0, 5], statistics_seed=0), StepLog(peer.path)
-    host = host_evaluation(tmp_path / "board", 0, test, None, patience_s=0.5)
+    host = machine_evaluation(tmp_path / "board", 0, test, None, patience_s=0.5)
     me = psutil.Process()
     claim_as(tmp_path / "board", 1, snapshots.taken[0].key, me.pid, me.create_time())  # alive, never posts
     done = snapshots.evaluate_all(host, log, peer.eval_samples)

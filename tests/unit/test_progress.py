@@ -47,9 +47,9 @@ def test_other_strategies_count_steps_against_max_steps(tmp_path):
 
 # --- unit tier: the evaluation after training, from the hosts' boards -------------------------------
 def board_of(tmp_path, ended: dict[int, list[str]], posted: list[str], since: float, last_posted: float):
-    """Files of a host board: each worker's snapshot keys (published: its training ended) and the posted
-    evaluations (job/evaluation.py HostBoard)."""
-    board = tmp_path / ".avgbench" / "evaluation" / "host.node0"
+    """Files of a machine board: each worker's snapshot keys (published: its training ended) and the posted
+    evaluations (job/evaluation.py MachineBoard)."""
+    board = tmp_path / ".avgbench" / "evaluation" / "machine"
     board.mkdir(parents=True)
     for rank, keys in ended.items():
         (board / f"snapshots{rank}.json").write_text(json.dumps({
