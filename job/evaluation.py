@@ -337,7 +337,8 @@ class MachineEvaluation:
             while pending and (posted := self.board.result(pending[0].key)):
                 yield pending.pop(0), *posted
             others = self.board.live_workers()
-            if self.all_trained and all(w["published"] for w in others.values()):
+            others_trained = all(w["published"] for w in others.values())
+            if self.all_trained and others_trained:
                 self.all_trained(1 + sum(w["host"] == self.board.host for w in others.values()))
                 self.all_trained = None
             work = self._claim_next(pending, [rank for rank, w in others.items() if w["published"]])
@@ -347,7 +348,7 @@ class MachineEvaluation:
             if work is not None:
                 self._evaluate(*work)
                 yield "evaluated"
-            elif pending or not all(w["published"] for w in others.values()):  # held by others, or others train
+            elif pending or not others_trained:  # own evaluations held by others, or workers still training
                 yield "waiting"
             else:
                 return
