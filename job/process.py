@@ -1,4 +1,5 @@
 """Process hygiene shared by launchers and workers: signals, parent death, CPU pinning, tree kills."""
+import contextlib
 import ctypes
 import os
 import signal
@@ -10,6 +11,7 @@ import traceback
 import psutil
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 RUN_ID_ENV = "AVGBENCH_RUN_ID"
 
 
@@ -85,6 +87,22 @@ def die_with_parent(grace_s: float) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="avgbench-parent-watch", daemon=True).start()
+
+
+def adopt_orphans() -> None:
+    """Make this process the subreaper of its descendants: one whose parent ends first (e.g. an Open MPI daemon
+    after mpirun) is re-parented here instead of to init, so that reap_orphans() adds its CPU time to this
+    process's children's (os.times) as for any child it waited for."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_orphans() -> None:
+    """Wait for every adopted descendant that has ended (call once every process this one started was waited for:
+    the others' exit codes belong to their Popen)."""
+    for child in psutil.Process().children():
+        with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, 0)
 
 
 def boot_id() -> str:

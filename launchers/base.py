@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from job.contract import LaunchSpec
-from job.process import RUN_ID_ENV, kill_processes, processes_of_run
+from job.process import RUN_ID_ENV, adopt_orphans, kill_processes, processes_of_run, reap_orphans
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
 from metrics.recording.machine import MachineSampler
@@ -94,6 +94,7 @@ class Launcher(ABC):
     # --- monitoring ----------------------------------------------------------
     def run(self) -> Outcome:
         start = time.monotonic()
+        adopt_orphans()  # so that daemons whose parent ended first count as the run's CPU, not others'
         machine = MachineSampler(self.run_dir.machine)  # from before the first process to after the last
         machine.start()
         progress = Progress(self.run_dir.path, self.cfg)
@@ -117,6 +118,7 @@ class Launcher(ABC):
             self.stop_all()
             self.cpu_groups.close()
             self.placement.close()
+            reap_orphans()
             machine.stop()
         if outcome.error and self.cfg.launch.nnodes > 1:
             outcome.error = f"{self.node_name()}: {outcome.error}"

@@ -164,6 +164,17 @@ def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def assert_cpu_faithful_unless_others(summary: dict) -> None:
+    """The run's CPU fidelity held, unless other work on the machine (not the run's own processes: the machine
+    section leaves those out) or the hypervisor took CPU during it: then an unfaithful mark is the right answer."""
+    isolation, machine = summary["isolation"], summary["machine"]
+    if machine["alone"] is False:
+        return
+    shown = [{k: r[k] for k in ("rank", "received_share", "wait_beyond_quota_s", "other_on_cores_s",
+                                "irq_on_cores_s", "in_group_s")} for r in isolation["by_rank"]]
+    assert isolation["faithful"] is True, (isolation["unfaithful"], shown, machine)
+
+
 def launch_spec_of(run_dir: Path) -> dict:
     return json.loads((run_dir / ".avgbench" / "launch.json").read_text())
 

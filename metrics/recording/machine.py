@@ -12,7 +12,8 @@ Launch side (launchers/base.py): MachineSampler writes one line a second into RU
   busy_s, steal_s, all_s   /proc/stat time of the usable cores (os.sched_getaffinity): busy = user + nice
                  + system + irq + softirq, steal = taken by the hypervisor, all = every column but guest
   load1          1-minute load average
-  run_cpu_s      CPU time of the launcher and every descendant it has reaped (os.times): the run's own
+  run_cpu_s      CPU time of the launcher and every descendant it has reaped (os.times; it adopts orphaned
+                 descendants, job/process.py adopt_orphans): the run's own
                  processes, complete once they have ended (the last sample is taken after that)
 
 metrics/summary/machine.py turns the first and last samples into summary.json's `machine`.

@@ -21,8 +21,9 @@ METHODS = {
                "cpu_pressure_share = /proc/pressure/cpu 'some' total / wall (share of the time some runnable task, "
                "ours included, waited for a CPU); steal_share = /proc/stat steal / all CPU time; load_mean, "
                "load_max = 1-minute load average; other_cpu_share = (busy CPU time of the cores - CPU time of "
-               "the launcher and the processes it reaped) / (cores x wall), at least 0 (daemons that outlive "
-               "their parent count as others); "
+               "the launcher and the processes it reaped) / (cores x wall), at least 0 (the launcher is its "
+               "descendants' subreaper: a daemon whose parent ended first, such as Open MPI's orted after mpirun, "
+               "is reaped by it and counts as the run's); "
                f"alone = other_cpu_share <= {ALONE_OTHER_CPU_SHARE} and steal_share <= {ALONE_STEAL_SHARE} and "
                "no other process held the machine lock; lock = the machine lock at the run's start "
                "(under_lock: a sweep or benchmark of which this run is part held it)",

@@ -4,6 +4,7 @@
 Each figure is checked against an independent clock or process: a sleeping step uses no CPU; a busy
 step was either on a CPU or waiting for one for its whole wall time; a busy process outside the run shows
 up as other processes' CPU, one the launcher reaped as the run's own."""
+import shlex
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from helpers import run_train, steps_of, summary_of
+from helpers import ROOT, run_train, steps_of, summary_of
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.machine import MachineSampler
 from metrics.summary.machine import machine_section
@@ -47,6 +48,35 @@ def test_machine_sampler_splits_the_runs_cpu_from_the_others(tmp_path):
     for share in ("cpu_pressure_share", "steal_share"):
         assert section[share] is None or 0 <= section[share] <= 1
     assert section["load_max"] >= section["load_mean"] > 0
+
+
+ORPHAN = """
+import subprocess, sys, time
+from job.process import adopt_orphans, reap_orphans
+from metrics.recording.machine import own_cpu_s
+if sys.argv[1] == "adopt":
+    adopt_orphans()
+before = own_cpu_s()
+subprocess.run(["sh", "-c", sys.argv[2] + " &"], check=True)  # sh ends before the busy process it started
+time.sleep(1.5)
+reap_orphans()
+print(own_cpu_s() - before)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_daemon_whose_parent_ended_first_counts_as_the_runs_cpu():
+    """Open MPI's daemons outlive mpirun: the launcher adopts them, so their CPU is the run's, not other work's."""
+    def child_cpu(mode: str) -> float:
+        busy = shlex.join([sys.executable, "-c", BUSY, "1.0"])
+        done = subprocess.run([sys.executable, "-c", ORPHAN, mode, busy], capture_output=True, text=True,
+                              timeout=30, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        return float(done.stdout)
+
+    assert child_cpu("adopt") >= 0.8  # the orphan spun 1.0 s
+    assert child_cpu("init") < 0.5    # without adopting, init reaps it and its CPU is lost to the run
 
 
 def reaped_cpu_s() -> float:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from helpers import (ROOT, assert_no_leftovers, param_digests, run_train, start_train, summary_of, train_command,
-                     wait_for_steps)
+from helpers import (ROOT, assert_cpu_faithful_unless_others, assert_no_leftovers, param_digests, run_train,
+                     start_train, summary_of, train_command, wait_for_steps)
 from launchers.placement import NamespacePlacement
 from metrics.summary.bounds import round_link_time
 from metrics.recording.jsonl import read_jsonl
@@ -143,7 +143,9 @@ def test_horovod_ring_runs_at_the_link_rate(run_dir, controller):
     assert [p["result"]["host"] for p in summary_of(run_dir)["peers"]] == ["h0", "h1"]
     first, second = (set(p["result"]["cores"]) for p in summary_of(run_dir)["peers"])
     assert not first & second  # each host its own core (all hosts' ranks have local rank 0)
-    assert summary_of(run_dir)["isolation"]["faithful"] is not False, summary_of(run_dir)["isolation"]
+    # Open MPI's daemons outlive mpirun: the run's own CPU, not other work (before the launcher adopted them: 38-41 %)
+    assert summary_of(run_dir)["machine"]["other_cpu_share"] < 0.2, summary_of(run_dir)["machine"]
+    assert_cpu_faithful_unless_others(summary_of(run_dir))
     efficiency = summary_of(run_dir)["network"]["efficiency"]
     assert efficiency["bound_s_per_round"] > 0.8  # 2.3 MB at 20 Mbit/s: 0.93 s (fixed per-round costs stay small)
     assert efficiency["efficiency"] >= 0.7, efficiency
@@ -370,7 +372,8 @@ def test_auto_link_is_measured_and_a_throttled_one_is_marked_unfaithful(tmp_path
     assert link["goodput_share"] >= 0.9 and max(d["busy_s"] for d in link["by_direction"]) >= 4, link
     isolation = summary_of(tmp_path / "held")["isolation"]  # each peer on its host ran in its own CPU group
     assert [(r["host"], r["quota_cpus"]) for r in isolation["by_rank"]] == [("h0", 1.0), ("h1", 1.0)], isolation
-    assert isolation["faithful"] is True and all(r["cpu_received_s"] > 0 for r in isolation["by_rank"]), isolation
+    assert all(r["cpu_received_s"] > 0 for r in isolation["by_rank"]), isolation
+    assert_cpu_faithful_unless_others(summary_of(tmp_path / "held"))
 
     proc = start_train(tmp_path / "throttled", *LINKED)
     network_file = tmp_path / "throttled" / ".avgbench" / "network.json"
