@@ -140,16 +140,16 @@ def test_horovod_ring_runs_at_the_link_rate(run_dir, controller):
     result = run_train(run_dir, "network=emulated", "network.bandwidth_mbit=20", "model=mlp", "model.width=640",
                        "eval_every=0", "strategy=ring", f"ring.controller={controller}", "peers=2", "max_steps=6")
     assert result.returncode == 0, result.stderr
-    assert [p["result"]["host"] for p in summary_of(run_dir)["peers"]] == ["h0", "h1"]
-    first, second = (set(p["result"]["cores"]) for p in summary_of(run_dir)["peers"])
+    workers = [p["result"] for p in summary_of(run_dir)["peers"]]
+    assert [w["host"] for w in workers] == ["h0", "h1"]
+    first, second = (set(w["cores"]) for w in workers)
     assert not first & second  # each host its own core (all hosts' ranks have local rank 0)
+    # each in its own CPU group; whether it received its CPU is not asserted here: these peers wait on the link, with
+    # 2-5 % of other work (the link's kernel work, the launcher) on their cores, at the rule's 5 % threshold (1 run in
+    # 11 marked here); tests/integration/test_isolation.py tests that rule where it is clear-cut
+    assert [w["cpu"]["error"] for w in workers] == [None, None]
     # Open MPI's daemons outlive mpirun: the run's own CPU, not other work (before the launcher adopted them: 38-41 %)
     assert summary_of(run_dir)["machine"]["other_cpu_share"] < 0.2, summary_of(run_dir)["machine"]
-    # each rank in its own group on its own core; whether it received its CPU is not asserted here: these peers wait
-    # on the link, with 2-5 % of other work (the link's kernel work, the launcher) on their cores, at the rule's 5 %
-    # threshold (1 run in 11 marked here); tests/integration/test_isolation.py tests that rule where it is clear-cut
-    marks = summary_of(run_dir)["isolation"]["unfaithful"]
-    assert not [m for m in marks if "the same core" in m or "outside its CPU group" in m], marks
     efficiency = summary_of(run_dir)["network"]["efficiency"]
     assert efficiency["bound_s_per_round"] > 0.8  # 2.3 MB at 20 Mbit/s: 0.93 s (fixed per-round costs stay small)
     assert efficiency["efficiency"] >= 0.7, efficiency
