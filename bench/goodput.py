@@ -6,7 +6,8 @@ validation alike.
     python bench/run.py goodput
     python bench/run.py goodput --goodput-grid "rates=20,100 repeats=2 seconds=3"
 
-For each rate and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way), each sending one TCP
+For each rate and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way, standard Ethernet's
+1500-byte frames, the frame size of the links a projection is for), each sending one TCP
 stream to the other for `seconds`, so that both directions are busy as in a ring's step (each direction carries one
 stream's data and the other's acknowledgements). Payload goodput of a stream = the bytes its receiver read / (last -
 first byte time). Meanwhile the links' token buckets are metered (netemu/goodput.py, the runs' own check): where a
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import add_grid_option, grid_settings, ints
+from netemu.fabric import ETHERNET_MTU
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4"
 PROBE_PORT = 5001
@@ -38,15 +40,17 @@ PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %
                  "print(n / (last - first))\n" % PROBE_PORT)
 
 
-def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None, beside=None) -> list[float]:
-    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (mod hosts); with
-    meter_path, the links' token buckets metered meanwhile into it (netemu.goodput.LinkMeter); beside(fabric): the
-    processes to run beside the streams (started first, stopped after)."""
+def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None, beside=None,
+          mtu: int = ETHERNET_MTU, host_cores: list[list[int]] | None = None) -> list[float]:
+    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (mod hosts), over links
+    of `mtu` (host i on host_cores[i]: None, every host on the launcher's cores); with meter_path, the links' token
+    buckets metered meanwhile into it (netemu.goodput.LinkMeter); beside(fabric): the processes to run beside the
+    streams (started first, stopped after)."""
     from netemu import Fabric
     from netemu.goodput import LinkMeter
 
     started = []
-    with Fabric(hosts, [mbit] * hosts) as fabric:
+    with Fabric(hosts, [mbit] * hosts, mtu=mtu, host_cores=host_cores) as fabric:
         meter = None
         try:
             if beside:
@@ -121,7 +125,7 @@ def run(text: str | None = None) -> dict:
         "goal": "measured (no goal): the payload share of a link's nominal rate the projection converts with",
         **found,
         "rows": rows,
-        "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, {repeats} alternated "
-                 f"repeats of {seconds:g} s",
+        "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, {ETHERNET_MTU}-byte "
+                 f"frames (standard Ethernet), {repeats} alternated repeats of {seconds:g} s",
         "method": __doc__.strip(),
     }

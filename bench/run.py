@@ -38,6 +38,7 @@ BENCHMARKS = {
     "ddp_overlap": "bench.ddp_overlap:run",
     "sampler": "bench.sampler_cost:run",
     "goodput": "bench.goodput:run",
+    "link_cpu": "bench.link_cpu:run",
     "projection": "bench.projection:run",
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",

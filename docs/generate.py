@@ -332,6 +332,17 @@ def bench_link_goodput(entry: dict) -> list[str]:
             f"{entry['not_counted']}."]
 
 
+def bench_link_cpu(entry: dict) -> list[str]:
+    body = [[f"{mtu} bytes", pct(s["busy_share"], 0), f"{pct(s['busy_share_range'][0], 0)} – "
+             f"{pct(s['busy_share_range'][1], 0)}", num(s["payload_share"], 3)] for mtu, s in entry["by_mtu"].items()]
+    repeats = max(r["repeat"] for r in entry["rows"]) + 1
+    held = sum(r["link_faithful"] for r in entry["rows"])
+    return [stamp(entry), "", f"Setup: {entry['setup']}.", ""] + table(
+        ["frames", "cores busy (mean)", "min – max", "payload share"], body) + [
+        "", f"Cores busy with the first frame size / with the last: **{num(entry['ratio'])}×** ({repeats} repeats "
+            f"each; the links held their rate in {held} of {len(entry['rows'])} probes)."]
+
+
 def bench_primary_noise(entry: dict) -> list[str]:
     rows = entry["rows"]
     body = [[r["configuration"], f"{r['data']}, {r['model']}", f"{r['figure']} ({r['metric']} {r['value']}, "
@@ -466,7 +477,7 @@ BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_s
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
          "projection_goals": bench_projection_goals, "projection_verdicts": bench_projection_verdicts,
-         "link_goodput": bench_link_goodput, "primary_noise": bench_primary_noise, "thesis": bench_thesis,
+         "link_goodput": bench_link_goodput, "link_cpu": bench_link_cpu, "primary_noise": bench_primary_noise, "thesis": bench_thesis,
          "thesis_projected": bench_thesis_projected, "evaluation_share": bench_evaluation_share,
          "noise_scale": bench_noise_scale}
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",

@@ -68,6 +68,7 @@ class NamespacePlacement(HostPlacement):
         self.run, self.nprocs, self.cores_per_host = run, nprocs, cores_per_host
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
+        self.mtu = int(cfg.network.mtu)
         self.fabric = None
         self.meter = None
 
@@ -79,7 +80,7 @@ class NamespacePlacement(HostPlacement):
         from netemu import Fabric, FabricError
 
         cores = [core_slot(i, self.cores_per_host, os.sched_getaffinity(0)) for i in range(self.nprocs)]
-        self.fabric = Fabric(self.nprocs, self.bandwidths, self.latency_ms, env=env, host_cores=cores)
+        self.fabric = Fabric(self.nprocs, self.bandwidths, self.latency_ms, env=env, host_cores=cores, mtu=self.mtu)
         try:
             self.fabric.start()
         except FabricError as exc:

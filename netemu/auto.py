@@ -28,6 +28,7 @@ class LinkChoice:
     processes: int                # on this machine
     rate_mbit_by_host: list       # emulated: each host's rate per direction (None: unshaped)
     latency_ms: float             # emulated: added one-way latency
+    mtu: int | None = None        # emulated: the links' frame size (bytes, the largest IP packet)
     reason: str | None = None     # why network=auto did not emulate links
 
     def write(self, path: Path) -> None:
@@ -58,12 +59,13 @@ def choose_link(cfg, processes: int, nnodes: int = 1, problem=emulation_problem)
         network.name = "loopback" if reason else "emulated"
     if network.name == "emulated":
         rates = rank_bandwidths(network, processes)
-        return LinkChoice(asked, "emulated", "per-host", processes, rates, float(network.get("latency_ms") or 0))
+        return LinkChoice(asked, "emulated", "per-host", processes, rates, float(network.get("latency_ms") or 0),
+                          int(network.mtu))
     if nnodes > 1:
-        return LinkChoice(asked, "hosts", "per-host", processes, [], 0.0, reason)
+        return LinkChoice(asked, "hosts", "per-host", processes, [], 0.0, reason=reason)
     if processes == 1:
-        return LinkChoice(asked, "none", "none", processes, [], 0.0, reason)
-    return LinkChoice(asked, "loopback", "shared", processes, [], 0.0, reason)
+        return LinkChoice(asked, "none", "none", processes, [], 0.0, reason=reason)
+    return LinkChoice(asked, "loopback", "shared", processes, [], 0.0, reason=reason)
 
 
 def rates_text(rates: list) -> str:
@@ -91,5 +93,6 @@ def link_line(choice: LinkChoice, shape: dict) -> str | None:
                   "cores, so a link may carry less than its rate (summary.json link.faithful)")
     how = "network=auto; network=loopback for this machine's loopback" if choice.asked == AUTO \
         else f"network={choice.asked}"
-    return (f"avgbench: link: emulated, per host: {rates_text(choice.rate_mbit_by_host)} each way{latency}; "
+    return (f"avgbench: link: emulated, per host: {rates_text(choice.rate_mbit_by_host)} each way in "
+            f"{choice.mtu}-byte frames{latency}; "
             f"{hosts} ({how})")

@@ -7,7 +7,7 @@ import subprocess
 from functools import cache
 
 from job.errors import BackendUnavailable, ConfigError
-from netemu.fabric import MAX_HOSTS, privilege_hint, tbf_args, unprivileged
+from netemu.fabric import MAX_HOSTS, MAX_MTU, MIN_MTU, privilege_hint, tbf_args, unprivileged
 
 TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "taskset": "util-linux"}
 NETWORK_MODES = ("loopback", "emulated", "auto")  # auto: emulated or loopback, chosen at launch (netemu/auto.py)
@@ -79,4 +79,8 @@ def check_link_knobs(network, processes: int) -> float:
     latency = float(network.get("latency_ms") or 0)
     if latency < 0:
         raise ConfigError(f"network.latency_ms must be >= 0, got {latency}")
+    mtu = network.get("mtu")
+    if not (isinstance(mtu, int) and MIN_MTU <= mtu <= MAX_MTU):
+        raise ConfigError(f"network.mtu must be a whole number of bytes from {MIN_MTU} to {MAX_MTU} (a veth pair's "
+                          f"range; 1500: standard Ethernet, 9000: jumbo frames), got {mtu}")
     return latency

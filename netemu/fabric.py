@@ -18,7 +18,9 @@ address (engines that find their own address from their hostname, such as Horovo
 sets, then find the host's, not loopback).
 
 Segmentation offload is off (gso_max_segs 1), so every frame carries its own
-headers and the interface counters see what a real wire would carry.
+headers and the interface counters see what a real wire would carry. Frames are at most `mtu` bytes
+(network.mtu; the links' veth pairs and so the bridge): the kernel handles each frame on the sending and the
+receiving host's core, so the frame size sets how much of the hosts' CPU the emulated wire itself takes.
 
 Shaping per host (tc token bucket filter, both directions): egress on eth0 inside
 the host's namespace, and egress of v<i> on the bridge side, which is the host's
@@ -41,6 +43,9 @@ PREFIX_LEN = 24
 MAX_HOSTS = 253      # .1 .. .253
 INTERFACE = "eth0"   # the host's interface, the same name in every host namespace
 QUEUE_MS = 50        # tbf queue: at most this many ms of traffic wait before drops
+ETHERNET_MTU = 1500  # the kernel's default for a veth pair
+MIN_MTU, MAX_MTU = 68, 65535  # a veth pair's range (bytes)
+FRAME_HEADER = 14    # Ethernet header: a frame is at most mtu + this many bytes
 
 HOST_SCRIPT = 'hostname "$0"; exec "$@"'  # a host's command: its own hostname, then the command
 HOLDER_SCRIPT = (  # $0: the fabric's /etc/hosts
@@ -70,11 +75,12 @@ def unprivileged() -> bool:
     return os.geteuid() != 0
 
 
-def tbf_args(rate_mbit: float) -> list[str]:
-    """Token bucket for `rate_mbit`: burst of 1 ms of traffic (at least 4 KiB, a few frames), so an
-    idle link lets at most that much through faster than the rate; queue of QUEUE_MS."""
+def tbf_args(rate_mbit: float, mtu: int = ETHERNET_MTU) -> list[str]:
+    """Token bucket for `rate_mbit`: burst of 1 ms of traffic (at least 4 KiB and two frames of `mtu`: a bucket
+    smaller than a frame never sends it), so an idle link lets at most that much through faster than the rate;
+    queue of QUEUE_MS."""
     rate_bytes = rate_mbit * 1e6 / 8
-    burst = max(4096, int(rate_bytes * 0.001))
+    burst = max(4096, 2 * (mtu + FRAME_HEADER), int(rate_bytes * 0.001))
     return ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", f"{QUEUE_MS}ms"]
 
 
@@ -87,6 +93,7 @@ class Host:
     addr: str
     bandwidth_mbit: float | None
     latency_ms: float
+    mtu: int          # the largest IP packet its link carries (bytes)
     netns_inode: int  # identifies the namespace (as in /proc/PID/ns/net) while it exists
     enter: list[str]  # command prefix: runs the rest of the command line in this host's namespace (and cores)
     tmpdir: str       # this host's own temporary directory (TMPDIR of commands the agent starts)
@@ -95,10 +102,10 @@ class Host:
 
 class Fabric:
     def __init__(self, hosts: int, bandwidth_mbit: list[float | None], latency_ms: float = 0.0,
-                 env: dict | None = None, host_cores: list[list[int]] | None = None):
+                 env: dict | None = None, host_cores: list[list[int]] | None = None, mtu: int = ETHERNET_MTU):
         if not 1 <= hosts <= MAX_HOSTS:
             raise FabricError(f"an emulated network holds 1..{MAX_HOSTS} hosts, not {hosts}")
-        self.count, self.bandwidth, self.latency_ms = hosts, bandwidth_mbit, latency_ms
+        self.count, self.bandwidth, self.latency_ms, self.mtu = hosts, bandwidth_mbit, latency_ms, mtu
         self.env = env
         self.host_cores = host_cores
         self.holder: subprocess.Popen | None = None
@@ -168,7 +175,8 @@ class Fabric:
         ns, veth, rate = host_name(i), f"v{i}", self.bandwidth[i]
         self._run("ip", "netns", "add", ns)
         self._run("ip", "-batch", "-", stdin=lines(
-            f"link add name {veth} gso_max_segs 1 type veth peer name {INTERFACE} gso_max_segs 1 netns {ns}",
+            f"link add name {veth} gso_max_segs 1 mtu {self.mtu} type veth peer name {INTERFACE} gso_max_segs 1 "
+            f"mtu {self.mtu} netns {ns}",
             f"link set {veth} master br0 up",
         ))
         self._run("ip", "-n", ns, "-batch", "-", stdin=lines(
@@ -181,8 +189,8 @@ class Fabric:
                       "netem", "delay", f"{self.latency_ms}ms")
         if rate:
             parent = ["parent", "1:1", "handle", "2:"] if self.latency_ms else ["root"]  # under netem
-            self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, *parent, *tbf_args(rate))
-            self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate))
+            self._run("tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, *parent, *tbf_args(rate, self.mtu))
+            self._run("tc", "qdisc", "add", "dev", veth, "root", *tbf_args(rate, self.mtu))
         cores = self.host_cores[i] if self.host_cores else None
         on_cores = ["taskset", "-c", ",".join(map(str, cores))] if cores else []
         # nsenter, not `ip netns exec`: that mounts a /sys of its own, without the cgroup file systems, and the
@@ -192,7 +200,7 @@ class Fabric:
         inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
         tmpdir = os.path.join(tempfile.gettempdir(), f"netemu-{self.holder.pid}-{ns}")
         os.makedirs(tmpdir, exist_ok=True)
-        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, inode, enter, tmpdir, cores))
+        self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, self.mtu, inode, enter, tmpdir, cores))
 
     # --- description --------------------------------------------------------------
     def describe(self) -> dict:

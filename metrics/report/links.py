@@ -58,7 +58,8 @@ def link_text(link: dict) -> str:
     if kind == "loopback":
         return f"this machine's loopback, shared by all processes and unshaped: {ONLY_COMPUTE_DIFFERS}"
     latency = f", {number(link['latency_ms'])} ms added one-way latency" if link.get("latency_ms") else ""
-    return f"{kind}, one link per host, {nominal_text(link)}{latency}"
+    frames = f" in {link['mtu']}-byte frames" if link.get("mtu") else ""
+    return f"{kind}, one link per host, {nominal_text(link)}{frames}{latency}"
 
 
 def goodput_text(runs: list[Run]) -> str:

@@ -14,7 +14,7 @@ ONLY_COMPUTE_DIFFERS = "on loopback strategies differ only by their compute shar
 
 METHODS = {
     "link": "the link the run measured: kind = emulated (each process its own host and link, tc tbf at "
-            "nominal_mbit each way), loopback (this machine's loopback, shared and unshaped), none (one process) or "
+            "nominal_mbit each way, frames of at most mtu bytes: the largest IP packet), loopback (this machine's loopback, shared and unshaped), none (one process) or "
             "hosts (several machines' own network); asked = the network option (auto: emulated where this machine "
             "can build the links, else loopback, with the reason). Emulated only: every sample_s seconds "
             "(RUN/.avgbench/link_meter.json, netemu/goodput.py) the launcher reads each link direction's token "
@@ -73,7 +73,7 @@ def link_section(run: RunDir, config: dict) -> dict:
         return {"kind": name, "asked": name, "faithful": None, "reason": "not recorded (an older run)"}
     section = {"kind": choice["kind"], "asked": choice["asked"], "scope": choice["scope"],
                "hosts": choice["processes"] if choice["kind"] == "emulated" else None,
-               "latency_ms": choice["latency_ms"], "nominal_mbit": None, "goodput_mbit": None,
+               "latency_ms": choice["latency_ms"], "mtu": choice.get("mtu"), "nominal_mbit": None, "goodput_mbit": None,
                "goodput_share": None, "busy_s": None, "worst_direction": None, "faithful": None,
                "reason": choice["reason"]}
     if choice["kind"] != "emulated":

@@ -26,6 +26,7 @@ from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from netemu import Fabric, processes_in
 from netemu.checks import emulation_problem, has_netem
+from netemu.fabric import tbf_args
 
 pytestmark = pytest.mark.integration
 
@@ -86,6 +87,25 @@ def test_links_are_shaped_and_counted_per_host():
         assert_fabric_gone(description)
 
 
+FRAMES = ("print(*next(line.split(':')[1].split()[8:10] for line in open('/proc/net/dev') "  # eth0's tx bytes, packets
+          "if line.strip().startswith('eth0:')))")
+
+
+@pytest.mark.timeout(60)
+def test_links_carry_frames_of_their_mtu():
+    """network.mtu reaches the wire: a bulk TCP transfer's frames average above standard Ethernet's largest frame
+    (1514 bytes) only where the links were built for 9000. At 20 Mbit/s a token bucket of 1 ms holds less than one
+    jumbo frame, and tbf drops a frame larger than its bucket: the transfer then never completes."""
+    mean_frame = {}
+    for mtu in (1500, 9000):
+        with Fabric(2, [20, 20], mtu=mtu) as fabric:
+            a, b = fabric.hosts
+            transfer(a, b, 2_000_000)
+            sent_bytes, frames = map(int, in_host(a, FRAMES).communicate(timeout=30)[0].split())
+            mean_frame[mtu] = sent_bytes / frames
+    assert mean_frame[1500] <= 1514 < 4000 < mean_frame[9000], mean_frame
+
+
 def network_of(run_dir) -> dict:
     return json.loads((run_dir / ".avgbench" / "network.json").read_text())
 
@@ -116,8 +136,10 @@ def check_run(run_dir, result, ratio_limit: float) -> dict:
 
 @pytest.mark.timeout(180)
 def test_emulated_allreduce_tiny_heterogeneous(run_dir):
+    # standard frames: the token bucket holds two frames, and two jumbo frames (18 KB, 7 ms at 20 Mbit/s) would let a
+    # third of this tiny model's exchange through faster than the link
     result = run_train(run_dir, *EMULATED, "peers=2", "max_steps=20", "network.bandwidth_mbit=40",
-                       "network.per_peer=[null,20]")
+                       "network.per_peer=[null,20]", "network.mtu=1500")
     summary = check_run(run_dir, result, ratio_limit=1.15)  # small messages: headers and acks weigh more
     network = summary["network"]
     assert network["bandwidth_mbit_by_rank"] == [40, 20]
@@ -236,7 +258,7 @@ MPI_PROGRAM = ("from mpi4py import MPI; import subprocess; c = MPI.COMM_WORLD; "
 
 def run_on_two_hosts(tmp_path, command, extra_env, timeout: float):
     """Run command(placement) on emulated host 0 of a two-host placement; (result, fabric description)."""
-    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100}})
+    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100, "mtu": 9000}})
     run = RunDir(tmp_path)
     run.private.mkdir(parents=True, exist_ok=True)
     placement = NamespacePlacement(cfg, run, 2, 1)
@@ -361,15 +383,16 @@ def throttle(host: dict, mbit: float) -> None:
     tc = [*host["enter"][:-4], "tc", "-n", host["netns"]]  # enter = hub prefix + nsenter --net NS + unshare --uts
     shaper = json.loads(subprocess.run([*tc, "-j", "qdisc", "show", "dev", "eth0"], capture_output=True, text=True,
                                        check=True).stdout)[0]["handle"]
-    subprocess.run([*tc, "qdisc", "add", "dev", "eth0", "parent", f"{shaper}1", "handle", "10:", "tbf", "rate",
-                    f"{mbit}mbit", "burst", "5000", "latency", "50ms"], check=True, capture_output=True)
+    subprocess.run([*tc, "qdisc", "add", "dev", "eth0", "parent", f"{shaper}1", "handle", "10:",
+                    *tbf_args(mbit, host["mtu"])], check=True, capture_output=True)
 
 
 @pytest.mark.timeout(240)
 def test_auto_link_is_measured_and_a_throttled_one_is_marked_unfaithful(tmp_path):
     held = run_train(tmp_path / "held", *LINKED)
     assert held.returncode == 0, held.stderr
-    assert held.stdout.startswith("avgbench: link: emulated, per host: 20 Mbit/s each way, no added latency; "
+    assert held.stdout.startswith("avgbench: link: emulated, per host: 20 Mbit/s each way in 9000-byte frames, no "
+                                  "added latency; "
                                   "2 emulated hosts (network=auto"), held.stdout
     link = summary_of(tmp_path / "held")["link"]
     assert (link["kind"], link["asked"], link["nominal_mbit"], link["faithful"]) == ("emulated", "auto", 20, True), link

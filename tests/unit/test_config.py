@@ -114,6 +114,9 @@ def test_unknown_key_and_knobs_of_another_strategy_do_not_compose():
     ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
     ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
     ("network.latency_ms=-1", "network.latency_ms must be >= 0"),
+    ("network.mtu=40", "network.mtu must be a whole number of bytes from 68 to 65535"),
+    ("network.mtu=70000", "network.mtu must be a whole number of bytes from 68 to 65535"),
+    ("network.mtu=1500.5", "network.mtu must be a whole number of bytes"),
     ("launch.nnodes=2", "network=emulated puts every peer on this machine"),
 ])
 def test_bad_network_knobs(override, message):

@@ -54,7 +54,8 @@ def test_auto_emulates_per_host_links_where_namespaces_can_be_built():
     assert cfg.network.name == "emulated"  # what the placement and the peers read
     assert (choice.kind, choice.scope, choice.processes) == ("emulated", "per-host", 3)  # 2 workers + the server
     assert choice.rate_mbit_by_host == [rate] * 3
-    assert line.startswith(f"avgbench: link: emulated, per host: {rate:g} Mbit/s each way, no added latency; "
+    assert line.startswith(f"avgbench: link: emulated, per host: {rate:g} Mbit/s each way in 9000-byte frames, no "
+                           "added latency; "
                            "3 emulated hosts (network=auto")
     assert "oversubscribed" not in line
 
@@ -114,8 +115,9 @@ def test_ring_hosts_are_refused_on_emulated_hosts(monkeypatch):
 
 
 def test_a_latency_and_per_host_rates_are_named():
-    _, _, line = chosen("strategy=ring", "peers=2", "network.per_peer=[100,20]", "network.latency_ms=5")
-    assert "Mbit/s by host 100, 20 each way, 5 ms one-way latency" in line
+    _, _, line = chosen("strategy=ring", "peers=2", "network.per_peer=[100,20]", "network.latency_ms=5",
+                        "network.mtu=1500")
+    assert "Mbit/s by host 100, 20 each way in 1500-byte frames, 5 ms one-way latency" in line
 
 
 # --- goodput while busy -------------------------------------------------------------------

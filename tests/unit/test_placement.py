@@ -17,14 +17,14 @@ pytestmark = pytest.mark.timeout(30)
 
 def host(index: int, rate) -> Host:
     addr = f"10.213.7.{index + 1}"
-    return Host(index=index, netns=f"h{index}", addr=addr, bandwidth_mbit=rate, latency_ms=0.0,
+    return Host(index=index, netns=f"h{index}", addr=addr, bandwidth_mbit=rate, latency_ms=0.0, mtu=9000,
                 netns_inode=4000 + index, enter=["nsenter", f"--net=/run/netns/h{index}", "--"],
                 tmpdir=f"/tmp/netemu-test-h{index}")
 
 
 @pytest.fixture
 def placement(tmp_path):
-    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100, "per_peer": [None, 20, None]}})
+    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100, "per_peer": [None, 20, None], "mtu": 9000}})
     run = RunDir(tmp_path / "run")
     run.private.mkdir(parents=True)
     placed = make_placement(cfg, run, 3, 1)

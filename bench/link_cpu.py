@@ -1,0 +1,81 @@
+"""What the emulated wire costs its hosts' cores, by frame size: why network.mtu defaults to 9000.
+
+    python bench/run.py link_cpu
+    python bench/run.py link_cpu --link_cpu-grid "rate=150 mtus=1500,9000 repeats=2 seconds=10"
+
+Segmentation offload is off on the emulated links (netemu/fabric.py), so the kernel handles every frame on the
+sending and the receiving host's core: the fewer, larger frames, the less of the peers' CPU the wire takes. For each
+repeat and frame size (alternated): two emulated hosts, each on a core of its own as in a run, each sending one TCP
+stream to the other for `seconds` at `rate` each way (bench/goodput.py's probe). busy_share = the machine's busy
+time (/proc/stat: every state but idle and iowait) over all its cores / (cores x wall time), over the whole probe:
+the fabric's set-up and the streams' start included, the same for every frame size. ratio = the mean busy_share at
+the first frame size / that at the last. payload_share = the streams' payload goodput / rate; the links' verdict is
+the runs' own check (netemu/goodput.py).
+"""
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.goodput import probe
+from bench.jobs import add_grid_option, grid_settings, ints
+from metrics.summary.link import judge
+
+DEFAULT_GRID = "rate=150 mtus=1500,9000 repeats=2 seconds=10"
+IDLE_STATES = (3, 4)  # /proc/stat's idle and iowait columns (after the cpu name)
+
+
+def busy_and_total() -> tuple[int, int]:
+    """The machine's busy and total clock ticks over all its cores, since boot (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]  # user .. steal; guest time is inside user
+    return sum(ticks) - sum(ticks[i] for i in IDLE_STATES), sum(ticks)
+
+
+def measure(rate: float, mtu: int, seconds: float, tmp: Path) -> dict:
+    cores = sorted(os.sched_getaffinity(0))
+    meter = tmp / f"meter-{mtu}-{time.monotonic_ns()}.json"
+    busy0, total0 = busy_and_total()
+    streams = probe(2, rate, seconds, meter, mtu=mtu, host_cores=[[cores[0]], [cores[-1]]])
+    busy1, total1 = busy_and_total()
+    link = judge(json.loads(meter.read_text())["directions"])
+    return {"mtu": mtu, "link_mbit": rate, "busy_share": (busy1 - busy0) / (total1 - total0),
+            "payload_share_by_stream": [s / rate for s in streams], "link_faithful": bool(link["faithful"]),
+            "link": link["reason"]}
+
+
+def add_arguments(parser) -> None:
+    add_grid_option(parser, "link_cpu", DEFAULT_GRID)
+
+
+def run(text: str | None = None) -> dict:
+    settings = grid_settings(DEFAULT_GRID, "--link_cpu-grid", text)
+    rate, mtus = float(settings["rate"]), ints(settings["mtus"])
+    repeats, seconds = int(settings["repeats"]), float(settings["seconds"])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(repeats):
+            for mtu in mtus if repeat % 2 == 0 else mtus[::-1]:
+                row = measure(rate, mtu, seconds, Path(tmp)) | {"repeat": repeat}
+                print(f"link_cpu: {mtu}-byte frames, repeat {repeat}: cores {row['busy_share']:.0%} busy, payload "
+                      f"share {', '.join(f'{s:.3f}' for s in row['payload_share_by_stream'])}; {row['link']}",
+                      file=sys.stderr, flush=True)
+                rows.append(row)
+    by_mtu = {str(mtu): {"busy_share": statistics.fmean(r["busy_share"] for r in rows if r["mtu"] == mtu),
+                         "busy_share_range": [f(r["busy_share"] for r in rows if r["mtu"] == mtu) for f in (min, max)],
+                         "payload_share": statistics.fmean(s for r in rows if r["mtu"] == mtu
+                                                           for s in r["payload_share_by_stream"])}
+              for mtu in mtus}
+    return {
+        "name": "link_cpu",
+        "ratio": by_mtu[str(mtus[0])]["busy_share"] / by_mtu[str(mtus[-1])]["busy_share"],
+        "goal": f"measured (no goal): the cores' busy share at {mtus[0]}-byte frames / at {mtus[-1]}-byte frames",
+        "by_mtu": by_mtu,
+        "rows": rows,
+        "setup": f"2 emulated hosts on a core each, one TCP stream each way at once at {rate:g} Mbit/s, frames of "
+                 f"{mtus} bytes, {repeats} alternated repeats of {seconds:g} s",
+        "method": __doc__.strip(),
+    }
