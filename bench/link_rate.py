@@ -2,7 +2,8 @@
 """Which rate should the default emulated link have? Measured on this machine, for conf/network/auto.yaml.
 
 For each candidate rate R (Mbit/s per host and direction):
-  probe   two emulated hosts at R (netemu.Fabric), a bulk TCP flow each way for --probe-s seconds, first on idle
+  probe   two emulated hosts at R (netemu.Fabric, the runs' frame size: conf/network/emulated.yaml mtu), a bulk TCP
+          flow each way for --probe-s seconds, first on idle
           CPUs, then while each host also trains ResNet18 (forward, backward and SGD on a random batch of 32
           digits-shaped images, 1 thread: the peers' CPUs busy). The flows always have bytes to send, so what
           the link carries is what this machine delivers at R: per direction, the bytes its token bucket sent
@@ -14,9 +15,10 @@ For each candidate rate R (Mbit/s per host and direction):
           network=emulated at R: communication's share of a step (the summary's time_breakdown_share.comm_s
           definition, over steps 2.. so that connection set-up stays out: exposed comm / (data + compute +
           opt + comm), means over all workers' steps), the mean step, and the run's own link verdict
-          (summary.json link: goodput_share, faithful).
+          (summary.json link: goodput_share, faithful), and whether its peers received the CPU they were promised
+          (summary.json isolation.faithful: a peer's core taken by other work, such as the link's own kernel work).
 Rule: the default is the highest candidate whose busy probe carried at least --goodput-share (0.95) of R, whose
-runs' links were all faithful, and at which the heaviest strategy (the largest communication share) spends at
+runs' links and CPUs were all faithful, and at which the heaviest strategy (the largest communication share) spends at
 least --comm-share (0.5) of its step communicating.
 
 The headline (`python train.py -m strategy=ring,stepwise,ps`: in each of `repeats` blocks one run of each and
@@ -40,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -52,6 +56,7 @@ from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.link import direction_name, goodput_mbit  # noqa: E402
 
 PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
+EMULATED_MTU = yaml.safe_load((ROOT / "conf" / "network" / "emulated.yaml").read_text())["mtu"]  # the runs' frames
 JOB = ["model=resnet18", "data=digits", "eval_every=0"]
 HEADLINE = {"strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
             "steps": 100, "eval_every": 5, "repeats": 3}
@@ -108,7 +113,7 @@ def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict:
     """Goodput of a bulk TCP flow each way between two hosts at `rate` (bench/goodput.py's streams), with each host
     training (busy) or not."""
     meter_path = tmp / f"probe-{rate:g}-{busy}.json"
-    goodput_probe(2, rate, seconds, meter_path, beside=training_loads if busy else None)
+    goodput_probe(2, rate, seconds, meter_path, beside=training_loads if busy else None, mtu=EMULATED_MTU)
     metered = json.loads(meter_path.read_text())
     carried = {direction_name(d): d["carried_bytes"] * 8 / metered["span_s"] / 1e6 / rate for d in metered["directions"]}
     busy = {direction_name(d): goodput_mbit(d) / rate if d["busy_s"] else None for d in metered["directions"]}
@@ -139,6 +144,7 @@ def measure_run(overrides: list[str], steps: int) -> dict:
     return {"comm_share": breakdown["comm_s"] / step_s, "step_s": step_s, "breakdown_s": breakdown,
             "link": {k: link.get(k) for k in ("kind", "nominal_mbit", "goodput_mbit", "goodput_share", "busy_s",
                                               "worst_direction", "faithful", "reason")},
+            "cpu_faithful": summary["isolation"].get("faithful"), "cpu_unfaithful": summary["isolation"].get("unfaithful"),
             "wall_s": summary["wall_s"], "train_s": train_s, "benchmark_wall_s": time.monotonic() - started,
             "other_cpu_share": summary["machine"].get("other_cpu_share"),  # CPU that others used beside the run
             "fixed_s": summary["wall_s"] - train_s - (evaluation["after_training_s"] or 0),
@@ -160,11 +166,25 @@ def headline_s(runs: dict, baselines: dict) -> float | None:
     return HEADLINE["repeats"] * block
 
 
+def judged(row: dict, goodput_share: float, comm_share: float) -> dict:
+    """The rate's row with the rule's inputs (heaviest strategy, its communication share, whether every run's link
+    and CPUs held) and whether it fits the rule."""
+    heaviest = max(row["runs"], key=lambda n: row["runs"][n]["comm_share"]) if row["runs"] else None
+    busy_share = row["probe_busy"]["worst_carried_share"]
+    row |= {"heaviest": heaviest,
+            "heaviest_comm_share": row["runs"][heaviest]["comm_share"] if heaviest else None,
+            "runs_faithful": all(r["link"]["faithful"] is not False and r["cpu_faithful"] is not False
+                                 for r in row["runs"].values())}
+    row["fits"] = bool(busy_share is not None and busy_share >= goodput_share and row["runs_faithful"]
+                       and heaviest and row["heaviest_comm_share"] >= comm_share)
+    return row
+
+
 def choose(rows: list[dict], goodput_share: float, comm_share: float) -> dict:
     fitting = [r for r in rows if r["fits"]]
     rate = max((r["rate_mbit"] for r in fitting), default=None)
     return {"rate_mbit": rate, "rule": f"the highest rate whose busy probe carried >= {goodput_share:.0%} of it, "
-                                       f"whose runs' links were faithful, and where the heaviest strategy "
+                                       f"whose runs' links and CPUs were faithful, and where the heaviest strategy "
                                        f"communicates >= {comm_share:.0%} of its step"}
 
 
@@ -180,14 +200,7 @@ def measure(args) -> dict:
             print(f"rate {rate:g} Mbit/s: {name} ...", file=sys.stderr, flush=True)
             row["runs"][name] = measure_run([f"strategy={name}", "peers=2", "network=emulated",
                                              f"network.bandwidth_mbit={rate}"], args.steps)
-        heaviest = max(row["runs"], key=lambda n: row["runs"][n]["comm_share"]) if row["runs"] else None
-        busy_share = row["probe_busy"]["worst_carried_share"]
-        row |= {"heaviest": heaviest,
-                "heaviest_comm_share": row["runs"][heaviest]["comm_share"] if heaviest else None,
-                "runs_faithful": all(r["link"]["faithful"] is not False for r in row["runs"].values())}
-        row["fits"] = bool(busy_share is not None and busy_share >= args.goodput_share and row["runs_faithful"]
-                           and heaviest and row["heaviest_comm_share"] >= args.comm_share)
-        rows.append(row)
+        rows.append(judged(row, args.goodput_share, args.comm_share))
         print(summary_line(row), file=sys.stderr, flush=True)
     baselines = {}
     if not args.no_headline:
@@ -208,7 +221,8 @@ def measure(args) -> dict:
 def summary_line(row: dict) -> str:
     idle, busy = row["probe_idle"]["worst_carried_share"], row["probe_busy"]["worst_carried_share"]
     comm = ", ".join(f"{n} {r['comm_share']:.0%} (step {r['step_s']:.2f} s, link "
-                     f"{'n/a' if r['link']['goodput_share'] is None else format(r['link']['goodput_share'], '.0%')})"
+                     f"{'n/a' if r['link']['goodput_share'] is None else format(r['link']['goodput_share'], '.0%')}"
+                     f"{'' if r['cpu_faithful'] is not False else ', CPU unfaithful'})"
                      for n, r in row["runs"].items())
     return (f"{row['rate_mbit']:>6g} Mbit/s  carried idle {fmt(idle)} busy {fmt(busy)}  comm share: {comm}  "
             f"fits: {row['fits']}")
