@@ -144,7 +144,8 @@ def measure_run(overrides: list[str], steps: int) -> dict:
     return {"comm_share": breakdown["comm_s"] / step_s, "step_s": step_s, "breakdown_s": breakdown,
             "link": {k: link.get(k) for k in ("kind", "nominal_mbit", "goodput_mbit", "goodput_share", "busy_s",
                                               "worst_direction", "faithful", "reason")},
-            "cpu_faithful": summary["isolation"].get("faithful"), "cpu_unfaithful": summary["isolation"].get("unfaithful"),
+            "cpu_faithful": summary["isolation"].get("faithful"),
+            "cpu_unfaithful": summary["isolation"].get("unfaithful"),
             "wall_s": summary["wall_s"], "train_s": train_s, "benchmark_wall_s": time.monotonic() - started,
             "other_cpu_share": summary["machine"].get("other_cpu_share"),  # CPU that others used beside the run
             "fixed_s": summary["wall_s"] - train_s - (evaluation["after_training_s"] or 0),

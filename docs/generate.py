@@ -477,9 +477,9 @@ BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_s
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
          "projection_goals": bench_projection_goals, "projection_verdicts": bench_projection_verdicts,
-         "link_goodput": bench_link_goodput, "link_cpu": bench_link_cpu, "primary_noise": bench_primary_noise, "thesis": bench_thesis,
-         "thesis_projected": bench_thesis_projected, "evaluation_share": bench_evaluation_share,
-         "noise_scale": bench_noise_scale}
+         "link_goodput": bench_link_goodput, "link_cpu": bench_link_cpu, "primary_noise": bench_primary_noise,
+         "thesis": bench_thesis, "thesis_projected": bench_thesis_projected,
+         "evaluation_share": bench_evaluation_share, "noise_scale": bench_noise_scale}
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
 

@@ -14,7 +14,8 @@ ONLY_COMPUTE_DIFFERS = "on loopback strategies differ only by their compute shar
 
 METHODS = {
     "link": "the link the run measured: kind = emulated (each process its own host and link, tc tbf at "
-            "nominal_mbit each way, frames of at most mtu bytes: the largest IP packet), loopback (this machine's loopback, shared and unshaped), none (one process) or "
+            "nominal_mbit each way, frames of at most mtu bytes: the largest IP packet), loopback (this machine's "
+            "loopback, shared and unshaped), none (one process) or "
             "hosts (several machines' own network); asked = the network option (auto: emulated where this machine "
             "can build the links, else loopback, with the reason). Emulated only: every sample_s seconds "
             "(RUN/.avgbench/link_meter.json, netemu/goodput.py) the launcher reads each link direction's token "

@@ -24,7 +24,8 @@ def host(index: int, rate) -> Host:
 
 @pytest.fixture
 def placement(tmp_path):
-    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100, "per_peer": [None, 20, None], "mtu": 9000}})
+    cfg = OmegaConf.create({"network": {"name": "emulated", "bandwidth_mbit": 100, "per_peer": [None, 20, None],
+                                        "mtu": 9000}})
     run = RunDir(tmp_path / "run")
     run.private.mkdir(parents=True)
     placed = make_placement(cfg, run, 3, 1)
