@@ -27,8 +27,9 @@ the host's namespace, and egress of v<i> on the bridge side, which is the host's
 ingress. Optional one-way latency (netem, where the kernel has it) on eth0.
 
 Nothing is created in the machine's own network namespace, and nothing outlives the
-run: the holder reads its stdin until the launcher closes it (or dies), then exits,
-and the kernel frees the namespaces once the last process inside them has ended.
+run: the holder reads its stdin until the launcher closes it (or dies), then removes the fabric's
+temporary directory (its /etc/hosts and the hosts' TMPDIRs) and exits, and the kernel frees the
+namespaces once the last process inside them has ended.
 """
 import json
 import os
@@ -48,13 +49,13 @@ MIN_MTU, MAX_MTU = 68, 65535  # a veth pair's range (bytes)
 FRAME_HEADER = 14    # Ethernet header: a frame is at most mtu + this many bytes
 
 HOST_SCRIPT = 'hostname "$0"; exec "$@"'  # a host's command: its own hostname, then the command
-HOLDER_SCRIPT = (  # $0: the fabric's /etc/hosts
+HOLDER_SCRIPT = (  # $0: the fabric's /etc/hosts; $1: its temporary directory, removed when the launcher is gone
     "set -e; "
     "if [ -d /run/netns ]; then mount -t tmpfs avgbench-netns /run/netns; "
     "else mount -t tmpfs avgbench-run /run; mkdir /run/netns; fi; "
     'mount --bind "$0" /etc/hosts; '
     "ip link set lo up; ip link add name br0 type bridge; ip link set br0 up; "
-    "echo ready; exec cat >/dev/null"
+    'echo ready; cat >/dev/null; rm -rf "$1"'
 )
 
 
@@ -109,27 +110,29 @@ class Fabric:
         self.env = env
         self.host_cores = host_cores
         self.holder: subprocess.Popen | None = None
+        self.directory = ""  # the fabric's temporary directory: its /etc/hosts, one TMPDIR per host
         self.hosts: list[Host] = []
 
     # --- life cycle -------------------------------------------------------------
     def start(self) -> "Fabric":
         user = ["--user", "--map-root-user"] if unprivileged() else []
-        fd, self.hosts_file = tempfile.mkstemp(prefix="netemu-hosts-")
-        with os.fdopen(fd, "w") as f:
+        self.directory = tempfile.mkdtemp(prefix="netemu-")
+        os.chmod(self.directory, 0o755)
+        hosts_file = os.path.join(self.directory, "hosts")
+        with open(hosts_file, "w") as f:
             f.write(hosts_table({host_name(i): i for i in range(self.count)}))
-        os.chmod(self.hosts_file, 0o644)
-        self.holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--propagation", "private", *user, "sh", "-c", HOLDER_SCRIPT,
-             self.hosts_file],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
-            start_new_session=True,
-        )
-        if self.holder.stdout.readline().strip() != b"ready":
-            self.holder.wait(timeout=10)
-            raise FabricError(f"could not create the network namespaces: {self.holder.stderr.read().decode().strip()}"
-                              f"{privilege_hint()}")
-        self.holder.stdout.close()
         try:
+            self.holder = subprocess.Popen(
+                ["unshare", "--net", "--mount", "--propagation", "private", *user, "sh", "-c", HOLDER_SCRIPT,
+                 hosts_file, self.directory],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+                start_new_session=True,
+            )
+            if self.holder.stdout.readline().strip() != b"ready":
+                self.holder.wait(timeout=10)
+                raise FabricError("could not create the network namespaces: "
+                                  f"{self.holder.stderr.read().decode().strip()}{privilege_hint()}")
+            self.holder.stdout.close()
             for i in range(self.count):
                 self._add_host(i)
         except BaseException:
@@ -138,20 +141,19 @@ class Fabric:
         return self
 
     def close(self) -> None:
-        """End the holder; the namespaces go with it (and with the last process inside them)."""
-        if self.holder is None:
-            return
+        """End the holder; the namespaces go with it (and with the last process inside them), the temporary
+        directory with it too."""
         try:
-            self.holder.stdin.close()
-            self.holder.wait(timeout=5)
+            if self.holder is not None:
+                self.holder.stdin.close()
+                self.holder.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.holder.kill()
             self.holder.wait()
         finally:
-            self.holder.stderr.close()
-            for host in self.hosts:
-                shutil.rmtree(host.tmpdir, ignore_errors=True)
-            os.unlink(self.hosts_file)
+            if self.holder is not None:
+                self.holder.stderr.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> "Fabric":
         return self.start()
@@ -198,8 +200,8 @@ class Fabric:
         enter = [*self.hub_prefix(), *on_cores, "nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "sh", "-c",
                  HOST_SCRIPT, host_name(i)]
         inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
-        tmpdir = os.path.join(tempfile.gettempdir(), f"netemu-{self.holder.pid}-{ns}")
-        os.makedirs(tmpdir, exist_ok=True)
+        tmpdir = os.path.join(self.directory, ns)
+        os.mkdir(tmpdir)
         self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, self.mtu, inode, enter, tmpdir, cores))
 
     # --- description --------------------------------------------------------------
@@ -209,6 +211,7 @@ class Fabric:
         return {
             "subnet": f"{SUBNET}.0/{PREFIX_LEN}",
             "holder_pid": self.holder.pid,
+            "directory": self.directory,
             "hub_netns_inode": os.stat(hub / "net").st_ino,
             "hub_mntns_inode": os.stat(hub / "mnt").st_ino,
             "hosts": [asdict(h) for h in self.hosts],

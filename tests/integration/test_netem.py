@@ -66,10 +66,15 @@ def counters(host) -> dict:
 
 
 def assert_fabric_gone(description: dict, settle_s: float = 10.0) -> None:
+    """No process inside the fabric's namespaces and none of its temporary files (the hosts' TMPDIRs)."""
     deadline = time.monotonic() + settle_s
     while (left := processes_in(description)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes still inside the run's namespaces: {left}"
+    files = [h["tmpdir"] for h in description["hosts"]] + [description.get("directory", "")]
+    while (kept := [f for f in files if f and os.path.exists(f)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not kept, f"temporary files left behind: {kept}"
 
 
 def test_links_are_shaped_and_counted_per_host():
