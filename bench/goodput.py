@@ -73,12 +73,14 @@ def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = Non
     return rates
 
 
-def measure_rate(mbit: float, seconds: float, tmp: Path) -> dict:
-    """One repeat at one rate: each stream's payload goodput and share, and the links' verdict (netemu.goodput)."""
+def measure_rate(mbit: float, seconds: float, tmp: Path, mtu: int = ETHERNET_MTU,
+                 host_cores: list[list[int]] | None = None) -> dict:
+    """One repeat at one rate (probe's mtu and host_cores): each stream's payload goodput and share, and the links'
+    verdict (netemu.goodput)."""
     from metrics.summary.link import judge
 
-    meter = tmp / f"meter-{mbit:g}-{time.monotonic_ns()}.json"
-    streams = probe(2, mbit, seconds, meter)
+    meter = tmp / f"meter-{mbit:g}-{mtu}-{time.monotonic_ns()}.json"
+    streams = probe(2, mbit, seconds, meter, mtu=mtu, host_cores=host_cores)
     link = judge(json.loads(meter.read_text())["directions"])
     return {"link_mbit": mbit, "payload_mbit_by_stream": streams, "payload_share_by_stream": [s / mbit for s in streams],
             "wire_goodput_share": link["goodput_share"], "faithful": bool(link["faithful"]), "link": link["reason"]}

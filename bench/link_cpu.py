@@ -12,17 +12,14 @@ the fabric's set-up and the streams' start included, the same for every frame si
 the first frame size / that at the last. payload_share = the streams' payload goodput / rate; the links' verdict is
 the runs' own check (netemu/goodput.py).
 """
-import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.goodput import probe
+from bench.goodput import measure_rate
 from bench.jobs import add_grid_option, grid_settings, ints
-from metrics.summary.link import judge
 
 DEFAULT_GRID = "rate=150 mtus=1500,9000 repeats=2 seconds=10"
 IDLE_STATES = (3, 4)  # /proc/stat's idle and iowait columns (after the cpu name)
@@ -36,15 +33,14 @@ def busy_and_total() -> tuple[int, int]:
 
 
 def measure(rate: float, mtu: int, seconds: float, tmp: Path) -> dict:
+    """bench/goodput.py's repeat, its hosts on a core each, with the machine's busy share over it."""
     cores = sorted(os.sched_getaffinity(0))
-    meter = tmp / f"meter-{mtu}-{time.monotonic_ns()}.json"
     busy0, total0 = busy_and_total()
-    streams = probe(2, rate, seconds, meter, mtu=mtu, host_cores=[[cores[0]], [cores[-1]]])
+    repeat = measure_rate(rate, seconds, tmp, mtu=mtu, host_cores=[[cores[0]], [cores[-1]]])
     busy1, total1 = busy_and_total()
-    link = judge(json.loads(meter.read_text())["directions"])
     return {"mtu": mtu, "link_mbit": rate, "busy_share": (busy1 - busy0) / (total1 - total0),
-            "payload_share_by_stream": [s / rate for s in streams], "link_faithful": bool(link["faithful"]),
-            "link": link["reason"]}
+            "payload_share_by_stream": repeat["payload_share_by_stream"], "link_faithful": repeat["faithful"],
+            "link": repeat["link"]}
 
 
 def add_arguments(parser) -> None:
