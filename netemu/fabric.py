@@ -146,13 +146,13 @@ class Fabric:
         try:
             if self.holder is not None:
                 self.holder.stdin.close()
-                self.holder.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.holder.kill()
-            self.holder.wait()
-        finally:
-            if self.holder is not None:
+                try:
+                    self.holder.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.holder.kill()
+                    self.holder.wait()
                 self.holder.stderr.close()
+        finally:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> "Fabric":
