@@ -22,9 +22,9 @@ runs' links and CPUs were all faithful, and at which the heaviest strategy (the 
 least --comm-share (0.5) of its step communicating.
 
 The headline (`python train.py -m strategy=ring,stepwise,ps`: in each of `repeats` blocks one run of each and
-the equal-resource baselines single peers=2 and single peers=1, 100 steps, an evaluation every 5) is estimated
-per rate from the same runs: per run, start-up and shutdown (wall - training - evaluation after training) +
-steps x the mean step + evaluations x the time per evaluation + snapshots x the pause per snapshot; the
+the baselines single peers=2 and single peers=1, the control arm single peers=2 again, 100 steps, an evaluation
+every 5) is estimated per rate from the same runs: per run, start-up and shutdown (wall - training - evaluation after
+training) + steps x the mean step + evaluations x the time per evaluation + snapshots x the pause per snapshot; the
 baselines and (--loopback) the headline on loopback are run once here too, for the same estimate.
 
     flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
@@ -58,7 +58,9 @@ from metrics.summary.link import direction_name, goodput_mbit  # noqa: E402
 PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
 EMULATED_MTU = yaml.safe_load((ROOT / "conf" / "network" / "emulated.yaml").read_text())["mtu"]  # the runs' frames
 JOB = ["model=resnet18", "data=digits", "eval_every=0"]
+CONTROL_ARM = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["report"]["control"]
 HEADLINE = {"strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
+            "control": ("single_2",) if CONTROL_ARM else (),  # the equal-resource baseline again in each block
             "steps": 100, "eval_every": 5, "repeats": 3}
 TRAIN = ("import sys, torch\nsys.path.insert(0, sys.argv[1])\nfrom job.model import resnet18\n"
          "torch.set_num_threads(1); torch.manual_seed(0)\nmodel = resnet18(10, 1)\n"
@@ -163,7 +165,8 @@ def headline_run_s(run: dict) -> float:
 def headline_s(runs: dict, baselines: dict) -> float | None:
     if any(name not in runs for name in HEADLINE["strategies"]):
         return None
-    block = sum(headline_run_s(runs[n]) for n in HEADLINE["strategies"]) + sum(map(headline_run_s, baselines.values()))
+    block = (sum(headline_run_s(runs[n]) for n in HEADLINE["strategies"]) + sum(map(headline_run_s, baselines.values()))
+             + sum(headline_run_s(baselines[n]) for n in HEADLINE["control"]))
     return HEADLINE["repeats"] * block
 
 
