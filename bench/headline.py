@@ -5,6 +5,7 @@ this machine with nothing else running, and whether their answers replicate.
     python bench/headline.py --sweeps 2       # two sweeps, one after the other (each takes the machine lock)
     python bench/headline.py --from multirun/headline-a multirun/headline-b    # record sweeps made before
     python bench/headline.py --from multirun/headline-c    # one new sweep, checked against the last one recorded
+    python bench/headline.py --from multirun/headline-a multirun/headline-b --loopback-from multirun/headline-lo
 
 A sweep runs into multirun/headline-<date>-<i> (hydra.sweep.dir); a sweep stopped half-way goes on where it
 stopped when the same folder is given again (`--from` records it as it stands, `--sweeps` resumes it).
@@ -17,6 +18,10 @@ in one never a "slower" in the other), and the pairs of averaging configurations
 faster or slower after Holm, in the same direction). One new sweep is checked against the latest sweep recorded in
 the `headline` entry on the same machine and setup (its answer is kept there, so a sweep's folder need not outlive
 its session); --alone records it without one.
+The wall-time ratio: the longest sweep / the headline on loopback on this machine. Its denominator is measured where
+a loopback sweep was given (--loopback-from: `python train.py -m strategy=ring,stepwise,ps network=loopback`, every
+planned run completed; its wall time as a --from sweep's) or recorded in the entry from this machine; otherwise it is
+bench/link_rate.py's estimate, and the entry says which.
 
 The result replaces the `headline` entry of bench/results.json (--out), with the machine and the date.
 """
@@ -33,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run import add_saving_options, portable, recorded, save  # noqa: E402
 from metrics.recording.machine import describe_machine, fingerprint  # noqa: E402
+from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.stats import FASTER, SLOWER  # noqa: E402
 from metrics.report.tables import excludes_one  # noqa: E402
@@ -130,10 +136,34 @@ def on_this_machine(machine: dict | None) -> bool:
     return machine is not None and describe_machine(machine) == describe_machine(fingerprint())
 
 
-def loopback_estimate_s(results: Path) -> float | None:
-    """bench/link_rate.py's estimate of the headline on loopback, where it was measured on this machine."""
+def measured_loopback(folder: Path) -> dict:
+    """The headline on loopback, measured: a sweep folder whose planned runs all completed on loopback."""
+    sections, not_loaded = load_runs([folder])
+    runs = [run for section in sections for group in section.groups for run in group.runs]
+    planned = len(json.loads((folder / SWEEP_PLAN).read_text())["jobs"])
+    if not_loaded or len(runs) != planned:
+        raise RuntimeError(f"{folder}: {len(runs)} of its {planned} planned runs completed; resume it first")
+    linked = sorted({r.summary["link"]["kind"] for r in runs if not r.summary["is_baseline"]})
+    if linked != ["loopback"]:
+        raise RuntimeError(f"{folder}: not the headline on loopback (its runs' links: {', '.join(linked)})")
+    return {"folder": portable(str(folder.resolve())), "runs": len(runs), "wall_s": runs_s(runs),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs))),
+            "machine": fingerprint(), "method": "measured: the sum of its runs' wall clocks"}
+
+
+def loopback_of(results: Path, folder: Path | None) -> dict | None:
+    """The ratio's denominator: the loopback sweep given, else the one recorded from this machine, else
+    bench/link_rate.py's estimate from this machine."""
+    if folder:
+        return measured_loopback(folder)
+    recorded_sweep = saved_entry(results, "headline").get("loopback") or {}
+    if recorded_sweep.get("folder") and on_this_machine(recorded_sweep.get("machine")):
+        return recorded_sweep
     link_rate = saved_entry(results, "link_rate")
-    return link_rate.get("loopback_headline_estimate_s") if on_this_machine(link_rate.get("machine")) else None
+    if link_rate.get("loopback_headline_estimate_s") and on_this_machine(link_rate.get("machine")):
+        return {"wall_s": link_rate["loopback_headline_estimate_s"], "measured_at": link_rate["measured_at"],
+                "method": "estimated by bench/link_rate.py from one 5-step run of each configuration"}
+    return None
 
 
 def dated_answers(entry: dict) -> list[dict]:
@@ -176,12 +206,13 @@ def run(args) -> None:
             sweeps.insert(0, earlier)
     for sweep in sweeps:
         print(describe(sweep), flush=True)
-    loopback_s = loopback_estimate_s(args.out)
-    result = {"name": "headline", "ratio": max(s["wall_s"] for s in sweeps) / loopback_s if loopback_s else None,
-              "goal": "wall time <= 1.5x the headline's on loopback (ratio: the longest sweep / bench/link_rate.py's "
-                      "loopback estimate on the same machine); two sweeps: the same ranking, no contradicting "
-                      "claims, at least two averaging configurations separated after Holm",
-              "loopback_estimate_s": loopback_s,
+    loopback = loopback_of(args.out, args.loopback_from)
+    result = {"name": "headline",
+              "ratio": max(s["wall_s"] for s in sweeps) / loopback["wall_s"] if loopback else None,
+              "goal": "wall time <= 1.5x the headline's on loopback (ratio: the longest sweep / the headline on "
+                      "loopback on the same machine, as `loopback` says: measured or estimated); two sweeps: the same "
+                      "ranking, no contradicting claims, at least two averaging configurations separated after Holm",
+              "loopback": loopback,
               "setup": setup, "answers": sweeps,
               "sweeps": [{"path": s["folder"], "kept": False, "summary": f"answers.{i}"} for i, s in enumerate(sweeps)],
               "method": "each sweep's verdict analysis (metrics/report/verdict.py) as the report gives it; "
@@ -207,6 +238,8 @@ def main() -> int:
                         help="record these sweep folders (one or two) instead of running")
     parser.add_argument("--alone", action="store_true",
                         help="one sweep: record it without checking it against the last one recorded")
+    parser.add_argument("--loopback-from", type=Path, metavar="DIR",
+                        help="the headline on loopback, a completed sweep: the wall-time ratio's denominator")
     add_saving_options(parser)
     args = parser.parse_args()
     if args.from_ and len(args.from_) > 2:

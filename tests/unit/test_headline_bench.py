@@ -1,6 +1,9 @@
 """bench/headline.py's replication rule: two sweeps replicate when they rank alike, no claim of one contradicts the
-other's, and at least two pairs of averaging configurations are separated in both."""
+other's, and at least two pairs of averaging configurations are separated in both. And the wall-time ratio's
+denominator, the headline on loopback, measured from a complete loopback sweep."""
 import json
+
+import pytest
 
 from bench.headline import recorded_answer, replication
 from metrics.recording.machine import fingerprint
@@ -69,3 +72,26 @@ def test_one_new_sweep_is_checked_against_the_latest_recorded_on_this_machine(tm
     assert recorded_answer(results, "the setup", "multirun/b")["measured_at"] == "2026-11-26 04:02:13"
     assert recorded_answer(results, "another setup", "multirun/new") is None
     assert recorded_answer(saved(tmp_path, answers[:1], elsewhere), "the setup", "multirun/new") is None
+
+
+def loopback_sweep(tmp_path, link="loopback", planned=3):
+    from helpers import write_sweep
+
+    def job(strategy, peers, wall_s, started_at):
+        return [(strategy, peers, 1, 100.0, 10.0, {"summary": {
+            "wall_s": wall_s, "started_at": started_at, "link": {"kind": "none" if strategy == "single" else link}}})]
+
+    jobs = {"strategy=ring": job("allreduce", 2, 100.0, 1000.0), "strategy=ps": job("ps", 2, 200.0, 1200.0),
+            "baseline_2x1": job("single", 2, 50.0, 1500.0)}
+    return write_sweep(tmp_path / "lo", jobs, {"jobs": [["a planned run"]] * planned})
+
+
+def test_the_measured_loopback_headline_is_the_sum_of_its_runs_wall_clocks_and_only_a_complete_loopback_sweep(
+        tmp_path):
+    from bench.headline import measured_loopback
+
+    assert measured_loopback(loopback_sweep(tmp_path))["wall_s"] == 350.0  # 100 + 200 + 50 s, the pauses left out
+    with pytest.raises(RuntimeError, match="3 of its 6 planned runs completed; resume it first"):
+        measured_loopback(loopback_sweep(tmp_path / "half", planned=6))
+    with pytest.raises(RuntimeError, match="not the headline on loopback .*emulated"):
+        measured_loopback(loopback_sweep(tmp_path / "linked", link="emulated"))
