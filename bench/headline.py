@@ -71,6 +71,11 @@ def span_end(runs) -> float:
     return max(r.summary["started_at"] + r.summary["wall_s"] for r in runs)
 
 
+def ended_at(runs) -> str:
+    """The last run's end, as the entry dates a sweep."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs)))
+
+
 def span_s(runs) -> float:
     """First run's start to the last run's end."""
     return span_end(runs) - min(r.summary["started_at"] for r in runs)
@@ -85,7 +90,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
     runs = [run for group in sections[0].groups for run in group.runs]
     return {
         "folder": portable(str(folder.resolve())),
-        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs))),  # the last run's end
+        "measured_at": ended_at(runs),
         "runs": len(runs),
         "wall_s": wall_s if wall_s is not None else runs_s(runs),
         "wall_method": ("the command's wall clock" if wall_s is not None else
@@ -147,8 +152,8 @@ def measured_loopback(folder: Path) -> dict:
     if linked != ["loopback"]:
         raise RuntimeError(f"{folder}: not the headline on loopback (its runs' links: {', '.join(linked)})")
     return {"folder": portable(str(folder.resolve())), "runs": len(runs), "wall_s": runs_s(runs),
-            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs))),
-            "machine": fingerprint(), "method": "measured: the sum of its runs' wall clocks"}
+            "measured_at": ended_at(runs), "machine": fingerprint(),
+            "method": "measured: the sum of its runs' wall clocks"}
 
 
 def loopback_of(results: Path, folder: Path | None) -> dict | None:
