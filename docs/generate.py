@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.headline import dated_answers  # noqa: E402
+from bench.headline import WALL_TIME_GOAL, dated_answers  # noqa: E402
 from bench.noise_scale import log_sd  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 
@@ -438,7 +438,18 @@ def verdict() -> str:
         ["comparison", "ratio, 95 % interval", "claim", "Holm-adjusted p", "blocks"], body) + [
         "", f"Answer: {sweep['answer'].removeprefix('Answer: ')}", "", *[f"- {line}" for line in sweep["links"]], "",
         f"{sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']}).", "",
-        replication_line(entry)])
+        wall_time_line(entry), "", replication_line(entry)])
+
+
+def wall_time_line(entry: dict) -> str:
+    """The longest recorded sweep against the same headline on loopback, as bench/headline.py measured it."""
+    loopback = entry.get("loopback")
+    if not loopback:
+        return "Wall time against the headline on loopback: not measured on this machine."
+    longest = max(a["wall_s"] for a in entry["answers"])
+    return (f"Wall time: the longest recorded sweep, {longest / 60:.0f} min, is {entry['ratio']:.2f}× the same "
+            f"headline on loopback (`network=loopback`: {loopback['wall_s'] / 60:.0f} min, {loopback['method']}, "
+            f"{loopback['measured_at']}; goal at most {WALL_TIME_GOAL}×).")
 
 
 def replication_line(entry: dict) -> str:
