@@ -47,6 +47,8 @@ from metrics.report.verdict import section_verdict  # noqa: E402
 HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed
 SEPARATED = (FASTER, SLOWER)
 WALL_TIME_GOAL = 1.5  # the longest sweep's wall time / the headline's on loopback, at most
+RUNS_WALL = ("the sum of its runs' wall clocks (launch to end, evaluation included; Hydra's start-up between runs and "
+             "the report left out)")  # a sweep's wall time, for the sweeps and the loopback headline alike
 
 
 def run_sweep(folder: Path, lock: str) -> float:
@@ -77,6 +79,10 @@ def ended_at(runs) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs)))
 
 
+def runs_in(sections) -> list:
+    return [run for section in sections for group in section.groups for run in group.runs]
+
+
 def span_s(runs) -> float:
     """First run's start to the last run's end."""
     return span_end(runs) - min(r.summary["started_at"] for r in runs)
@@ -88,15 +94,13 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
     if len(sections) != 1:
         raise RuntimeError(f"{folder}: expected one (dataset, model) section, found {len(sections)}")
     verdict, analysis = section_verdict(sections[0])
-    runs = [run for group in sections[0].groups for run in group.runs]
+    runs = runs_in(sections)
     return {
         "folder": portable(str(folder.resolve())),
         "measured_at": ended_at(runs),
         "runs": len(runs),
         "wall_s": wall_s if wall_s is not None else runs_s(runs),
-        "wall_method": ("the command's wall clock" if wall_s is not None else
-                        "the sum of its runs' wall clocks (launch to end, evaluation included; Hydra's start-up "
-                        "between runs and the report left out)"),
+        "wall_method": "the command's wall clock" if wall_s is not None else RUNS_WALL,
         "span_s": span_s(runs),  # first start to last end: with any pause between sessions
         "primary": analysis.primary.text,
         "answer": verdict.answer,
@@ -145,7 +149,7 @@ def on_this_machine(machine: dict | None) -> bool:
 def measured_loopback(folder: Path) -> dict:
     """The headline on loopback, measured: a sweep folder whose planned runs all completed on loopback."""
     sections, not_loaded = load_runs([folder])
-    runs = [run for section in sections for group in section.groups for run in group.runs]
+    runs = runs_in(sections)
     planned = len(json.loads((folder / SWEEP_PLAN).read_text())["jobs"])
     if not_loaded or len(runs) != planned:
         raise RuntimeError(f"{folder}: {len(runs)} of its {planned} planned runs completed; resume it first")
@@ -154,7 +158,7 @@ def measured_loopback(folder: Path) -> dict:
         raise RuntimeError(f"{folder}: not the headline on loopback (its runs' links: {', '.join(linked)})")
     return {"folder": portable(str(folder.resolve())), "runs": len(runs), "wall_s": runs_s(runs),
             "measured_at": ended_at(runs), "machine": fingerprint(),
-            "method": "measured: the sum of its runs' wall clocks"}
+            "method": f"measured: {RUNS_WALL}"}
 
 
 def loopback_of(results: Path, folder: Path | None) -> dict | None:
