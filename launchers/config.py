@@ -115,6 +115,9 @@ def validate(cfg) -> None:
     margin = cfg.report.equivalence_margin
     _require(isinstance(margin, (int, float)) and 0 < margin < 1,
              f"report.equivalence_margin must be a fraction in (0, 1), got {margin}")
+    effect = cfg.report.smallest_effect
+    _require(isinstance(effect, (int, float)) and effect > 1,
+             f"report.smallest_effect must be a ratio > 1 (e.g. 1.25: 25 % either way), got {effect}")
     check_repeats(cfg.repeats)
     project_targets(cfg.report.project, [])
     _require(cfg.block is None or (isinstance(cfg.block, int) and cfg.block >= 0),
