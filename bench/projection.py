@@ -65,6 +65,7 @@ from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
+from metrics.summary.fidelity import unfaithful
 from netemu.dilation import checked_dilation
 
 STRATEGIES = averaging_strategies(tweaks={
@@ -201,21 +202,6 @@ class CaseRun:
         return not self.unfaithful
 
 
-def fidelity(summary: dict) -> list[str]:
-    """Why a run's emulation did not hold: its link delivered under its promise, or a peer did not get its CPU
-    (summary.json link.faithful, isolation.faithful false; null, not judged, is no objection)."""
-    link, isolation = summary.get("link") or {}, summary.get("isolation") or {}
-    why = []
-    if link.get("faithful") is False:
-        why.append(f"link: {link.get('reason')}")
-    if isolation.get("faithful") is False:
-        why += [f"CPU: {mark}" for mark in isolation.get("unfaithful") or []]
-    if isolation.get("dilation_unchecked"):
-        why.append(f"dilation: {isolation['dilation']:g} is above the factor checked on this machine "
-                   "(summary.json isolation.dilation_unchecked; bench/emulation.py)")
-    return why
-
-
 def dilation_to_fit(overrides: list[str]) -> float:
     """The emulate.dilation at which a case's processes (its workers and the strategy's others, e.g. ps's servers)
     get their peer_cpus each on this machine's usable cores: its undilated oversubscription (launchers.shape), at
@@ -243,7 +229,7 @@ def run_case(overrides: list[str], steps: int, payload_share: float, timeout: fl
     with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
                timeout=timeout * dilation) as run_dir:
         summary = json.loads(RunDir(run_dir).summary.read_text())
-        return CaseRun(measure(run_dir, payload_share), fidelity(summary))
+        return CaseRun(measure(run_dir, payload_share), unfaithful(summary))
 
 
 def grid(text: str | None = None) -> dict:

@@ -32,7 +32,7 @@ The projected remainder (fewer than 16 cores): every configuration of the full g
 above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (through
 metrics.projection.project.project_link, the link's payload rate by the recorded payload share) at its N on one link,
 --thesis-link (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error band and
-EXTRAPOLATION mark (bench/results.json projection_validation); no number where the strategy's model failed its
+UNVALIDATED mark (bench/results.json projection_validation); no number where the strategy's model failed its
 validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed since,
 or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come
 from the slice: S, hidden communication, server update from the
@@ -61,7 +61,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT
-from metrics.projection.evidence import Evidence, extrapolation, load_evidence
+from metrics.projection.evidence import Evidence, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import Measured, measure, project_link
 from metrics.report.baselines import load_runs
@@ -286,7 +286,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
                    evidence: Evidence) -> list[dict]:
     """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
     cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
-    validated error band and extrapolation mark (metrics.projection.project.project_link); no number where a peer's compute
+    validated error band and unvalidated mark (metrics.projection.project.project_link); no number where a peer's compute
     cannot be measured here, with why."""
     rows = []
     for config in grid:
@@ -324,7 +324,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
             "not_projected": None, "compute_s": compute, "compute_from": source, "size_bytes": m.size_bytes,
             "parameters_from": [str(r.measured.run) for r in own], "payload_share": evidence.payload_share,
             "step_s": projected["step_s"], "band_step_s": projected["band_step_s"],
-            "extrapolation": projected["extrapolation"], "extrapolation_why": projected["extrapolation_why"],
+            "unvalidated": projected["unvalidated"], "unvalidated_why": projected["unvalidated_why"],
             "throughput_samples_per_s": projected["throughput_samples_per_s"],
             "validation": {"cases": validation.cases, "largest_peers": validation.largest_peers,
                            "rates_mbit": validation.rates_mbit, "errors": validation.errors} if validation else None,
@@ -337,7 +337,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
                                       f"vCPUs, batch {peers * batch}",
                      "not_projected": f"one process with {peers * cpus} vCPUs: its compute per step cannot be "
                                       f"measured on {cores} cores (thread scaling; not extrapolated)"})
-    return rows
+    return [r | {"projected": r["step_s"] is not None} for r in rows]  # a refused row carries no number
 
 
 def projected_remainder(sweeps: list[Path], link: Link, cores: int, evidence: Evidence) -> dict:
@@ -357,17 +357,28 @@ STALE = ("projected with the link's nominal rate, before the payload-share conve
          "link_goodput) existed: run `python bench/run.py thesis` again to project it")
 
 
+REJUDGE = ("refused when its model had failed an earlier validation ({earlier}); today's validation does not say "
+           "so: run `python bench/run.py thesis` again to project it")
+
+
 def judged(row: dict, evidence: Evidence) -> dict:
     """A projected row held to today's evidence: no number where its strategy's model failed its validation or the
-    row was projected before the payload-share conversion (STALE); its extrapolation mark against today's cases."""
-    if row.get("step_s") is None:
-        return row
+    row was projected before the payload-share conversion (STALE); a row refused for a validation failure that
+    today's cases no longer show says so (REJUDGE); its unvalidated mark against today's cases."""
     validation = evidence.validation(row["strategy"])
-    why = validation.failed if validation and validation.failed else None if "payload_share" in row else STALE
+    failed = validation.failed if validation else None
+    if row.get("step_s") is None:
+        earlier = row.get("not_projected") or ""
+        if earlier.startswith(f"{row['strategy']}'s cost model failed its validation"):
+            return row | {"projected": False, "not_projected": failed or REJUDGE.format(earlier=earlier)}
+        return row | {"projected": False}
+    why = failed or (None if "payload_share" in row else STALE)
     if why:
-        return row | {"step_s": None, "band_step_s": None, "throughput_samples_per_s": None, "not_projected": why}
-    beyond = extrapolation(validation, row["peers"], Link(**row["link"]))
-    return row | {"extrapolation": bool(beyond), "extrapolation_why": beyond}
+        return row | {"projected": False, "step_s": None, "band_step_s": None, "throughput_samples_per_s": None,
+                      "not_projected": why}
+    beyond = unvalidated(validation, row["peers"], Link(**row["link"]))
+    band = validation.band(row["step_s"]) if validation and not beyond else None
+    return row | {"projected": True, "unvalidated": bool(beyond), "unvalidated_why": beyond, "band_step_s": band}
 
 
 def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:

@@ -361,7 +361,7 @@ def bench_projection_verdicts(entry: dict) -> list[str]:
     body = [[f"`{s}`", f"±{v['goal']:.0%}", f"{v['worst']['error']:+.3f} (N={v['worst']['peers']}, "
              f"{v['worst']['link_mbit']:g} Mbit/s, {v['worst']['model']}"
              + ("" if v.get("checked", True) else "; not checked for fidelity") + ")",
-             "met: predicts with its band" if v["met"] else "**missed: no number anywhere**"]
+             "met: a band inside its validated region" if v["met"] else "**missed: no number anywhere**"]
             for s, v in entry["verdicts"].items()]
     return [stamp_rows(entry, entry["rows"]), ""] + table(
         ["strategy", "goal", "worst held-out error", "verdict"], body)
@@ -389,8 +389,8 @@ def bench_thesis_projected(entry: dict) -> list[str]:
     link = remainder["link"]
     body = [[r["family"], f"`{r['configuration']}`", f"{r['peers']} x {r['peer_cpus']}", num(r["step_s"], 3),
              f"[{num(r['band_step_s'][0], 3)}, {num(r['band_step_s'][1], 3)}]" if r.get("band_step_s") else "–",
-             num(r["throughput_samples_per_s"], 0), "; ".join(r.get("extrapolation_why") or []) or
-             ("yes" if r.get("extrapolation") else "no")]
+             num(r["throughput_samples_per_s"], 0), "; ".join(r.get("unvalidated_why") or []) or
+             ("yes" if r.get("unvalidated") else "no")]
             for r in remainder["rows"] if r.get("step_s") is not None]
     withheld: dict[str, int] = {}
     for r in remainder["rows"]:
@@ -400,7 +400,7 @@ def bench_thesis_projected(entry: dict) -> list[str]:
             f"configurations projected on `{link['name']}` ({num(link['mbit'], 0)} Mbit/s), "
             f"{remainder['not_projected']} not projected (each row in the file says why).", ""] + (table(
         ["family", "configuration", "peers x vCPUs", "predicted step (s)", "error band (s)", "samples/s",
-         "extrapolation"], body) + [""] if body else []) + [
+         "unvalidated"], body) + [""] if body else []) + [
         f"- No number for {count} configuration{'s' if count > 1 else ''}: {why}." for why, count in withheld.items()]
 
 

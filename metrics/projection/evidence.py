@@ -5,9 +5,9 @@
   at other N, error = predicted / measured step - 1) and whether the model met its goal.
 
 A model that missed its goal gives no number anywhere, only why (its worst case against the goal). A model that met
-it gives its prediction with an error band (predicted / (1 + e) over its held-out errors e), marked EXTRAPOLATION
+it gives its prediction with an error band (predicted / (1 + e) over its held-out errors e), marked UNVALIDATED
 beyond what the held-out cases covered: more peers than the largest validated N, a rate outside the validated
-rates, a latency above the validated latencies. A model without validated cases: every prediction EXTRAPOLATION,
+rates, a latency above the validated latencies. A model without validated cases: every prediction UNVALIDATED,
 no band, unless its only cases, measured before runs were checked for fidelity, missed: then it stays refused.
 - `noise_scale` (bench/noise_scale.py): whether the gradient noise scale predicted samples-to-target at larger
   global batches; only a passed check lets time-to-target go beyond a run's measured global batch.
@@ -75,8 +75,8 @@ class Evidence:
 NO_CASE = "the strategy's cost model has no validated case"
 
 
-def extrapolation(validation: Validation | None, peers: int, link: Link) -> list[str]:
-    """Why a prediction at (peers, link) is an extrapolation (empty: it is not)."""
+def unvalidated(validation: Validation | None, peers: int, link: Link) -> list[str]:
+    """Why a prediction at (peers, link) lies outside the validated region (empty: inside)."""
     return validation.beyond(peers, link) if validation else [NO_CASE]
 
 

@@ -1,15 +1,18 @@
 """Projected step time, throughput and time-to-target at other peer counts and links.
 
     python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
-                              [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...] [-o OUT]
+                              [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...]
+                              [--compute-s S | --samples-per-s X] [--gradient-mb MB] [-o OUT]
 
 Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time in
 strategies/cost_models/<name>.py, the model in its docstring), not a measurement. The model's parameters come from one
-measured run (RUN_DIR, or every run below it): compute per step, S (the bytes averaged per round), the link's payload
-rate beta (its nominal rate x the payload share bench/results.json records, link.py) and latency alpha (the run's own
-link, or each --link). A --link is a preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s,
+measured run (RUN_DIR, or every run below it; one that did not hold its link or CPU is refused): compute per
+step (or your own device's: --compute-s, --samples-per-s), S (the bytes averaged per round, or --gradient-mb), the
+link's payload rate beta (its nominal rate x the payload share bench/results.json records, link.py) and latency
+alpha (the run's own link, or each --link). A --link is a preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s,
 each with an optional one-way latency in ms (`wan,40`, `1000,0.2`). A model that failed its validation predicts
-nothing, and says why; a prediction beyond what its validation covered is marked EXTRAPOLATION (evidence.py).
+nothing, and says why; a prediction outside the region its validation covered is marked UNVALIDATED and has no band
+(evidence.py).
 
 Writes projection.json and projection.png (throughput against peers, one panel per link)
 into the directory given, or into OUT when several are given. The run's cost model is the one
@@ -18,6 +21,7 @@ metrics/projection/models.py names for its strategy (config strategy.name).
 import argparse
 import json
 import math
+import dataclasses
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -27,10 +31,12 @@ from metrics.summary.bounds import Round, round_records
 from metrics.recording.jsonl import read_jsonl
 from metrics.projection.batch_scaling import samples_at
 from metrics.projection.cost import Cost, CostModel, first_paragraph
-from metrics.projection.evidence import RESULTS, Evidence, Validation, extrapolation, load_evidence
+from metrics.projection.evidence import RESULTS, Evidence, Validation, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link, payload_rate
 from metrics.projection.models import cost_model
+from metrics.recording.machine import describe_machine
 from metrics.recording.rundir import RunDir, run_dirs_under
+from metrics.summary.fidelity import unfaithful
 
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
@@ -75,10 +81,10 @@ METHODS = {
                 "(bench/results.json projection_validation: its worst case against its goal)",
     "band_step_s": "the range the measured step fell in for this prediction's error: predicted / (1 + e) over the "
                    "held-out validation errors e of the strategy (bench/results.json projection_validation, "
-                   "counted held-out cases only); none where the strategy has no validated case",
-    "extrapolation": "true where the prediction lies beyond the strategy's held-out validation: N above its largest "
+                   "counted held-out cases only); only inside the validated region (none where `unvalidated`)",
+    "unvalidated": "true where the prediction lies outside the validated region (no band): N above its largest "
                      "validated N, a link rate outside its validated rates, a latency above its validated "
-                     "latencies (extrapolation_why says which), or no validated case at all",
+                     "latencies (unvalidated_why says which), or no validated case at all",
     "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
     "time_to_target_s": "predicted samples-to-target / predicted throughput. Up to the measured run's global "
                         "batch (N x batch per worker): the run's samples_to_target (summary.json: all workers' "
@@ -107,6 +113,7 @@ class Measured:
     knobs: dict
     compute_s: float                 # per step on a peer's own cores (corrected where the run was oversubscribed)
     compute_note: str                # how compute_s was obtained
+    compute_of: str                  # whose compute it is: the run's machine, or the user's declaration
     oversubscription: float | None   # processes x threads / cores of the run (None: unknown)
     hidden_s: float                  # communication per step that ran behind backward
     server_s: float                  # one server update
@@ -245,9 +252,12 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     factor, source = oversubscription(summary, launch)
     compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
                                                        for s in steady_steps) / dilation, factor, source)
+    machine = (summary.get("machine") or {}).get("fingerprint")
     m = Measured(
         run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
         knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
+        compute_of="measured by this run on "
+                   + (describe_machine(machine) if machine else "its machine (not recorded)"),
         hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps) / dilation),
         server_s=server_update_s(run) / dilation,
         payload_bytes=payload, size_bytes=size, link=link,
@@ -262,15 +272,37 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     return m
 
 
+def declared(m: Measured, step_s: float | None = None, samples_per_s: float | None = None,
+             gradient_mb: float | None = None) -> Measured:
+    """The run's parameters with the user's own compute (seconds per step per device at the run's batch per worker,
+    or samples/s per device) and the model's gradient size S in MB, where declared."""
+    if step_s is None and samples_per_s is not None:
+        step_s = m.batch / samples_per_s
+    found = m
+    if step_s is not None:
+        what = f"{samples_per_s:g} samples/s per device" if samples_per_s else f"{step_s:g} s per step per device"
+        found = dataclasses.replace(found, compute_s=step_s, hidden_s=min(found.hidden_s, step_s),
+                                    compute_note=f"declared: {what} (batch {m.batch})",
+                                    compute_of=f"declared by you: {what}")
+    if gradient_mb is not None:
+        found = dataclasses.replace(found, size_bytes=gradient_mb * 1e6)
+    return found
+
+
+def calibration_problems(path: Path) -> list[str]:
+    """Why a run cannot calibrate a projection: the link or CPU figures it failed (metrics/summary/fidelity.py)."""
+    return unfaithful(json.loads(RunDir(path).summary.read_text()))
+
+
 # --- projection ------------------------------------------------------------------------
 
 def project_link(m: Measured, link: Link, peers: list[int], validation: Validation | None) -> dict:
-    """The predictions on one link: per N the step, its band, where it extrapolates, throughput and time-to-target;
-    none where the model failed its validation (each row says why)."""
+    """The predictions on one link: per N the step, its band (only inside the validated region), why it lies outside
+    that region, throughput and time-to-target; none where the model failed its validation (each row says why)."""
     rows = []
     for n in peers:
-        beyond = extrapolation(validation, n, link)
-        row = {"peers": n, "extrapolation": bool(beyond), "extrapolation_why": beyond}
+        beyond = unvalidated(validation, n, link)
+        row = {"peers": n, "unvalidated": bool(beyond), "unvalidated_why": beyond}
         if validation and validation.failed:
             rows.append(row | {"step_s": None, "withheld": validation.failed, "band_step_s": None,
                                "throughput_samples_per_s": None, "time_to_target_s": None})
@@ -278,7 +310,8 @@ def project_link(m: Measured, link: Link, peers: list[int], validation: Validati
         step = m.step_s(n, link)
         throughput = n * m.batch / step
         samples, basis = samples_to_target_at(m, n)
-        rows.append(row | {"step_s": step, "withheld": None, "band_step_s": validation.band(step) if validation else None,
+        band = validation.band(step) if validation and not beyond else None
+        rows.append(row | {"step_s": step, "withheld": None, "band_step_s": band,
                            "throughput_samples_per_s": throughput,
                            "time_to_target_s": samples / throughput if samples else None,
                            "time_to_target_basis": basis})
@@ -323,7 +356,7 @@ def validation_record(validation: Validation | None) -> dict | None:
 def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence) -> dict:
     validation = evidence.validation(m.strategy)
     check = None
-    if m.link is not None:
+    if m.link is not None and not (validation and validation.failed):
         predicted = m.step_s(m.workers, m.link)
         check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
                  "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
@@ -331,7 +364,8 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
         "run": str(m.run), "strategy": m.strategy,
         "model": first_paragraph(m.model.step_time),
         "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
-                     "compute_note": m.compute_note, "oversubscription": m.oversubscription,
+                     "compute_note": m.compute_note, "compute_of": m.compute_of,
+                     "oversubscription": m.oversubscription,
                      "hidden_s": m.hidden_s, "server_s": m.server_s, "overlap": m.overlap,
                      "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
                      "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
@@ -351,24 +385,25 @@ def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
 
 def band_text(row: dict) -> str:
     low_high = row["band_step_s"]
-    return "no validated band" if low_high is None else f"{low_high[0]:.4g}-{low_high[1]:.4g}"
+    return "none" if low_high is None else f"{low_high[0]:.4g}-{low_high[1]:.4g}"
 
 
 def validation_text(validation: dict | None) -> str:
+    """The validated region, first: where a prediction may carry a band."""
     if validation is None:
-        return ("  validation: none of this strategy's cost model in bench/results.json: no error band; every "
-                "prediction is an extrapolation")
+        return ("  validated region: none (this strategy's cost model has no held-out case in bench/results.json): "
+                "no band anywhere; every prediction is UNVALIDATED")
     if validation["failed"]:
         return f"  NO PREDICTION: {validation['failed']} ({validation['source']})"
     errors, rates = validation["errors"], validation["rates_mbit"]
-    return (f"  validation ({validation['source']}): {validation['cases']} held-out cases up to "
-            f"N={validation['largest_peers']} at {', '.join(f'{r:g}' for r in rates)} Mbit/s and latency <= "
-            f"{validation['latency_ms']:g} ms, errors {min(errors):+.0%} to {max(errors):+.0%}; band = predicted / "
-            "(1 + error); beyond those N, rates or latencies marked EXTRAPOLATION")
+    return (f"  validated region: N <= {validation['largest_peers']}, {', '.join(f'{r:g}' for r in rates)} Mbit/s, "
+            f"latency <= {validation['latency_ms']:g} ms ({validation['cases']} held-out cases, errors "
+            f"{min(errors):+.0%} to {max(errors):+.0%}; {validation['source']}). Inside it: band = predicted / "
+            "(1 + error); outside it: UNVALIDATED, no band")
 
 
 def row_text(row: dict) -> str:
-    marks = f"  EXTRAPOLATION ({'; '.join(row['extrapolation_why'])})" if row["extrapolation"] else ""
+    marks = f"  UNVALIDATED ({'; '.join(row['unvalidated_why'])})" if row["unvalidated"] else ""
     return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band_text(row):>17} "
             f"{row['throughput_samples_per_s']:>23.4g} {fmt(row['time_to_target_s'], digits=4):>19}{marks}")
 
@@ -376,16 +411,17 @@ def row_text(row: dict) -> str:
 def text_report(result: dict) -> list[str]:
     m = result["measured"]
     lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
+             validation_text(result["validation"]),
+             f"  compute: {m['compute_of']}",
              f"  cost model (step_time): {result['model']}",
-             f"  from the run: compute {fmt(m['compute_s'], 's/step')} (mean data+compute+opt, steady steps; "
-             f"{m['compute_note']}); hidden communication {fmt(m['hidden_s'], 's/step')}; server update "
+             f"  from the run: compute {fmt(m['compute_s'], 's/step')} ({m['compute_note']}); hidden communication "
+             f"{fmt(m['hidden_s'], 's/step')}; server update "
              f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
              f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
              f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "
              f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
              f"  link rate: payload rate = nominal x {result['payload_share']['share']:.3f} "
-             f"({result['payload_share']['source']})",
-             validation_text(result["validation"])]
+             f"({result['payload_share']['source']})"]
     check = result["model_check"]
     if check:
         lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
@@ -431,13 +467,15 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
             rows = p["rows"]
             throughput = [r["throughput_samples_per_s"] for r in rows]
             line, = ax.plot(peers, throughput, marker="o", label=f"{result['strategy']} ({Path(result['run']).name})")
-            extrapolated = [r["peers"] for r in rows if r["extrapolation"]]
-            ax.plot(extrapolated, [r["throughput_samples_per_s"] for r in rows if r["extrapolation"]], "x",
+            unchecked = [r["peers"] for r in rows if r["unvalidated"]]
+            ax.plot(unchecked, [r["throughput_samples_per_s"] for r in rows if r["unvalidated"]], "x",
                     color="black", markersize=9)
-            if rows[0]["band_step_s"]:
-                samples = [r["throughput_samples_per_s"] * r["step_s"] for r in rows]  # N x batch
-                ax.fill_between(peers, [n / r["band_step_s"][1] for n, r in zip(samples, rows)],
-                                [n / r["band_step_s"][0] for n, r in zip(samples, rows)],
+            banded = [r for r in rows if r["band_step_s"]]
+            if banded:
+                samples = [r["throughput_samples_per_s"] * r["step_s"] for r in banded]  # N x batch
+                ax.fill_between([r["peers"] for r in banded],
+                                [n / r["band_step_s"][1] for n, r in zip(samples, banded)],
+                                [n / r["band_step_s"][0] for n, r in zip(samples, banded)],
                                 color=line.get_color(), alpha=0.15, linewidth=0)
             if p["stops_scaling_at"]:
                 stop = next(r for r in p["rows"] if r["peers"] == p["stops_scaling_at"])
@@ -453,7 +491,8 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
         axes[0][-1].legend(fontsize=8)
     failed = sorted({r["strategy"] for r in results if (r["validation"] or {}).get("failed")})
     fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured)\nshaded: the error "
-                 "band its held-out validation measured; x: extrapolation (beyond the validated N, rate or latency); "
+                 "band its held-out validation measured (inside the validated region only); x: unvalidated "
+                 "(beyond the validated N, rate or latency; no band); "
                  f"square: stops scaling (< {STOP_GAIN:.0%} per doubling)"
                  + (f"\nnot drawn (failed their validation): {', '.join(failed)}" if failed else ""), fontsize=9)
     fig.tight_layout()
@@ -468,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", nargs="+", type=int, default=list(DEFAULT_PEERS), help="peer counts (>= 2)")
     parser.add_argument("--link", nargs="+", dest="links", default=[],
                         help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
+    compute = parser.add_mutually_exclusive_group()
+    compute.add_argument("--compute-s", type=float, help="your device's compute per step at the run's batch per "
+                                                         "worker, in seconds (default: the run's own, measured)")
+    compute.add_argument("--samples-per-s", type=float, help="your device's training rate, samples/s (instead of "
+                                                             "--compute-s)")
+    parser.add_argument("--gradient-mb", type=float, help="your model's gradient size S in MB (default: the run's)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="benchmark results holding the payload share (link_goodput) and the projection "
@@ -481,10 +526,18 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.peers) < 2:
         parser.error("--peers: a projection is of 2 or more peers")
     peers = sorted(set(args.peers))
+    for name in ("compute_s", "samples_per_s", "gradient_mb"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be > 0")
     try:
         links = [parse_link(text) for text in args.links]
         evidence = load_evidence(args.results)
-        measured = [measure(r, evidence.payload_share, evidence) for r in runs]
+        for run in runs:
+            if problems := calibration_problems(run):
+                raise ValueError(f"{run} did not hold its setting, so it cannot calibrate a projection: "
+                                 + "; ".join(problems))
+        measured = [declared(measure(r, evidence.payload_share, evidence), args.compute_s, args.samples_per_s,
+                             args.gradient_mb) for r in runs]
         results = []
         for m in measured:
             own = links or ([m.link] if m.link else [])

@@ -1,7 +1,7 @@
 """The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration of the
 sweep predicted on each target cluster from its own completed runs, through the projection (metrics/projection/):
 its strategy's cost model, the target link's payload rate by the recorded payload share, the error band of the
-model's held-out validation, EXTRAPOLATION beyond what that validation covered, and no number where the model
+model's held-out validation, UNVALIDATED beyond what that validation covered, and no number where the model
 failed its validation, only why."""
 import statistics
 from dataclasses import dataclass
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from metrics.projection.evidence import RESULTS, Evidence, load_evidence
 from metrics.projection.link import Link, parse_link
-from metrics.projection.project import measure, project_link
+from metrics.projection.project import measure, project_link, validation_record, validation_text
 from metrics.report.baselines import averaging
 from metrics.report.model import Table
 from metrics.report.runs import Group, Section
@@ -54,6 +54,10 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
     for run in group.runs:
         if not run.completed:
             continue
+        if run.unfaithful():
+            left_out.append(f"{run.path}: did not hold its setting, so it cannot calibrate "
+                            f"({'; '.join(run.unfaithful())})")
+            continue
         try:
             measured.append(measure(run.path, evidence.payload_share, evidence))
         except (ValueError, KeyError, OSError) as exc:
@@ -69,10 +73,10 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
             rows.append([group.label, target.label, "–", "–", "–", "–", f"{len(measured)}",
                          f"no number: {first['withheld']}"])
             continue
-        marks = [f"EXTRAPOLATION: {'; '.join(first['extrapolation_why'])}"] if first["extrapolation"] else []
+        marks = [f"UNVALIDATED: {'; '.join(first['unvalidated_why'])}"] if first["unvalidated"] else []
         steps = [p["step_s"] for p in predictions]
         step = statistics.fmean(steps)
-        band = validation.band(step) if validation else None
+        band = validation.band(step) if validation and not first["unvalidated"] else None
         batch = statistics.fmean(m.batch for m in measured)
         spread = f"{len(steps)} (step {min(steps):.3g}–{max(steps):.3g} s)" if len(steps) > 1 else "1"
         rows.append([group.label, target.label, number(step), f"{band[0]:.3g}–{band[1]:.3g}" if band else "none",
@@ -91,7 +95,8 @@ def note(evidence: Evidence) -> str:
             "runs (from runs: how many, and their range); throughput = N x batch per worker / that step; "
             "time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over the "
             "model's held-out validation errors e (bench/results.json projection_validation; none: no validated "
-            "case). EXTRAPOLATION: beyond the validated N, link rates or latencies. A model that failed its "
+            "case), only inside the validated region. UNVALIDATED (no band): beyond the validated N, link rates or "
+            "latencies. A model that failed its "
             "validation gives no number, only why.")
 
 
@@ -108,7 +113,10 @@ def projected_tables(sections: list[Section], specs: list[str], results: Path | 
         left_out: list[str] = []
         groups = averaging(section.groups)
         rows = [row for group in groups for row in group_rows(group, targets, evidence, left_out)]
-        text = note(evidence) + (" Left out: " + "; ".join(left_out) if left_out else "") + \
-            ("" if groups else " This section has no averaging configuration to project.")
+        regions = [f"{name}: " + validation_text(validation_record(evidence.validation(name))).strip()
+                   for name in dict.fromkeys(g.first.strategy for g in groups)]
+        text = ("".join(f"{region}. " for region in regions) + note(evidence)
+                + (" Left out: " + "; ".join(left_out) if left_out else "")
+                + ("" if groups else " This section has no averaging configuration to project."))
         tables.append(Table(f"Projected to your cluster: {section.title}", COLUMNS, rows, text))
     return tables

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
+from metrics.summary.fidelity import unfaithful
 from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.", "lock",
@@ -112,20 +113,8 @@ class Run:
         return [p for p in self.peers if p.steps]
 
     def unfaithful(self) -> list[str]:
-        """Why this run is not faithful to the setting it emulates (summary.json's isolation.faithful and
-        link.faithful false), each with the figure that failed; empty when faithful or unchecked."""
-        found = []
-        isolation = self.summary.get("isolation") or {}
-        if isolation.get("faithful") is False:
-            found.append("isolation: " + ("; ".join(isolation.get("unfaithful") or []) or "not faithful"))
-        link = self.link
-        if link.get("faithful") is False:
-            measured = link.get("goodput_mbit") is not None and link.get("nominal_mbit")
-            found.append("link: " + (f"{link.get('worst_direction') or 'its worst direction'} carried "
-                                     f"{link['goodput_mbit']:.3g} of {link['nominal_mbit']:.3g} Mbit/s "
-                                     f"({link['goodput_mbit'] / link['nominal_mbit']:.0%}) while busy" if measured
-                                     else link.get("reason") or "not faithful"))
-        return found
+        """Why this run is not faithful to the setting it emulates (metrics/summary/fidelity.py)."""
+        return unfaithful(self.summary)
 
     @property
     def link(self) -> dict:

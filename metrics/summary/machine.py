@@ -4,6 +4,7 @@ import statistics
 from pathlib import Path
 
 from metrics.recording.jsonl import read_jsonl
+from metrics.recording.machine import fingerprint
 
 ALONE_OTHER_CPU_SHARE = 0.05  # the `alone` rule: others used at most 5 % of the cores' time ...
 ALONE_STEAL_SHARE = 0.01      # ... the hypervisor took at most 1 % ...; and no other process held the machine lock
@@ -16,7 +17,8 @@ METHODS = {
               "loses its share",
     "wall_s_per_step": "per peer, mean over its steps of data_s + compute_s + opt_s + comm_s (the step's span), "
                        "beside cpu_s_per_step and runq_s_per_step (means of cpu_s and runq_s)",
-    "machine": "sampled by the launcher once a second from before the first process starts to after the last has "
+    "machine": "fingerprint = the machine the run was summarised on (metrics/recording/machine.py fingerprint); "
+               "sampled by the launcher once a second from before the first process starts to after the last has "
                "ended (RUN/.avgbench/machine.jsonl), over the usable cores (os.sched_getaffinity): "
                "cpu_pressure_share = /proc/pressure/cpu 'some' total / wall (share of the time some runnable task, "
                "ours included, waited for a CPU); steal_share = /proc/stat steal / all CPU time; load_mean, "
@@ -33,7 +35,8 @@ METHODS = {
 def machine_section(samples_path: Path, cores: int, lock: dict | None) -> dict:
     """summary.json `machine`: the machine over the run, from its samples (see METHODS['machine'])."""
     samples = read_jsonl(samples_path)
-    section = {"cores": cores, "cpu_pressure_share": None, "steal_share": None, "load_mean": None, "load_max": None,
+    section = {"cores": cores, "fingerprint": fingerprint(), "cpu_pressure_share": None, "steal_share": None,
+               "load_mean": None, "load_max": None,
                "other_cpu_share": None, "alone": None, "lock": lock, "sampled_s": 0.0, "samples": len(samples)}
     if len(samples) < 2:
         return section

@@ -323,13 +323,17 @@ def test_projection_from_a_run_directory(tmp_path):
     # N=8 on wan: 100 Mbit/s x 0.8 = 10 MB/s (0.1 s per MB): 0.1 + (16 - 0.5 · 7) · 0.1 = 1.35 s
     assert eight["step_s"] == pytest.approx(1.35)
     assert eight["throughput_samples_per_s"] == pytest.approx(256 / 1.35)
-    # the held-out errors +10 % and -10 %: the measured step was 1.35 / 1.1 to 1.35 / 0.9
-    assert eight["band_step_s"] == [pytest.approx(1.35 / 1.1), pytest.approx(1.35 / 0.9)]
-    # validated at 20 Mbit/s only: every N on wan's 100 Mbit/s extrapolates; on 20 Mbit/s, N beyond 8 does
-    assert all(r["extrapolation"] and "100 Mbit/s outside the validated 20 Mbit/s" in r["extrapolation_why"]
-               for r in wan["rows"])
-    assert [r["extrapolation"] for r in twenty["rows"]] == [False, False, True, True]
-    assert twenty["rows"][3]["extrapolation_why"] == ["N=64 > the largest validated N=8"]
+    # validated at 20 Mbit/s only: every N on wan's 100 Mbit/s lies outside the validated region, and has no band;
+    # on 20 Mbit/s, N beyond 8 does
+    assert all(r["unvalidated"] and "100 Mbit/s outside the validated 20 Mbit/s" in r["unvalidated_why"]
+               and r["band_step_s"] is None for r in wan["rows"])
+    assert [r["unvalidated"] for r in twenty["rows"]] == [False, False, True, True]
+    assert twenty["rows"][3]["unvalidated_why"] == ["N=64 > the largest validated N=8"]
+    # inside (N=8 at 20 Mbit/s: 0.1 + (16 - 0.5 · 7) · 0.5 = 6.35 s), the held-out errors +10 % and -10 %: the
+    # measured step was 6.35 / 1.1 to 6.35 / 0.9; outside, no band
+    assert twenty["rows"][1]["step_s"] == pytest.approx(6.35)
+    assert twenty["rows"][1]["band_step_s"] == [pytest.approx(6.35 / 1.1), pytest.approx(6.35 / 0.9)]
+    assert [r["band_step_s"] is None for r in twenty["rows"]] == [False, False, True, True]
     # time-to-target only where the global batch is at most the measured 2 x 32: N=2, 0.1 + (4 - 0.5) · 0.1 =
     # 0.45 s per step, the 256 samples in 256 / (64 / 0.45) s
     assert two["time_to_target_s"] == pytest.approx(256 / (64 / 0.45))
@@ -380,6 +384,7 @@ def test_a_model_that_failed_its_validation_predicts_nothing(tmp_path, capsys):
     reason = "ps's cost model failed its validation: held-out error -20.0% at N=8, 20 Mbit/s (model mlp), beyond " \
              "its goal of ±15%"
     assert f"NO PREDICTION: {reason}" in printed and "PREDICTED on" not in printed
+    assert "model check" not in printed  # a failed model's figure on the run's own link is no figure either
     (projection,) = json.loads((run / "projection.json").read_text())["runs"][0]["projections"]
     assert all(r["step_s"] is None and r["throughput_samples_per_s"] is None and r["band_step_s"] is None
                and r["time_to_target_s"] is None and r["withheld"] == reason for r in projection["rows"])
@@ -421,7 +426,7 @@ def test_one_conversion_of_the_nominal_rate_in_every_prediction(tmp_path, monkey
     (row, _) = thesis.projected_rows([configuration], [slice_run], target.link, 2, evidence)
 
     from metrics.report.projected import group_rows
-    group = SimpleNamespace(label="ps", runs=[SimpleNamespace(completed=True, path=runs[2])])
+    group = SimpleNamespace(label="ps", runs=[SimpleNamespace(completed=True, path=runs[2], unfaithful=lambda: [])])
     (report_row,) = group_rows(group, [target], evidence, [])
 
     assert cli == validated == row["step_s"] == pytest.approx(expected)
@@ -727,7 +732,7 @@ def sweep_run(path, strategy: str, target: str, knobs: dict, block: int, train_s
 
 def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
     """report.project=[20:8, lan:16] on a sweep of ps (its model validated up to N=8 at 20 Mbit/s) and ring (its
-    model failed): ps predicted from each of its runs, with its band and EXTRAPOLATION beyond N=8 or 20 Mbit/s;
+    model failed): ps predicted from each of its runs, with its band and UNVALIDATED beyond N=8 or 20 Mbit/s;
     ring gives no number, only why; report.md and report.html say the same."""
     from metrics.report import build_report, projected
 
@@ -755,15 +760,17 @@ def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
                                                                   "2 (step 6.35–6.35 s)"]
     # N=16 on lan (100 MB/s of payload, 0.01 s per MB): 0.1 + (32 - 7.5) · 0.01 = 0.345 s, beyond N=8 and 20 Mbit/s
     lan = rows["ps", "16 x lan (1000 Mbit/s, 0 ms)"]
-    assert lan[2] == "0.345" and lan[7] == ("EXTRAPOLATION: N=16 > the largest validated N=8; 1000 Mbit/s "
-                                                    "outside the validated 20 Mbit/s")
+    assert lan[2:4] == ["0.345", "none"] and lan[7] == ("UNVALIDATED: N=16 > the largest validated N=8; 1000 Mbit/s "
+                                                         "outside the validated 20 Mbit/s")
+    opening = table[:table.index("|")]  # the section opens with the validated region
+    assert "ps: validated region: N <= 8, 20 Mbit/s, latency <= 0 ms" in opening
     reason = ("no number: ring's cost model failed its validation: held-out error -70.0% at N=8, 20 Mbit/s (model "
               "mlp), beyond its goal of ±15%")
     for target in ("8 x 20 Mbit/s (20 Mbit/s, 0 ms)", "16 x lan (1000 Mbit/s, 0 ms)"):
         assert rows["ring", target][2:6] == ["–"] * 4 and rows["ring", target][7] == reason
     html = paths["html"].read_text()
     assert "Projected to your cluster" in html and "0.345" in html and "5.77–7.06" in html
-    assert html.count("ring&#39;s cost model failed its validation") == 2
+    assert html.count("ring&#39;s cost model failed its validation") == 3  # its two rows and its region
 
 
 def test_report_project_targets_are_checked_before_any_run():
@@ -821,16 +828,18 @@ def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_
 
 
 def test_a_runs_fidelity_is_read_from_its_summary():
-    from bench.projection import fidelity
+    from metrics.summary.fidelity import unfaithful
 
     held = {"link": {"faithful": True}, "isolation": {"faithful": None}}
-    assert fidelity(held) == []
+    assert unfaithful(held) == []
     starved = {"link": {"faithful": False, "reason": "carried 70%"},
                "isolation": {"faithful": False, "unfaithful": ["rank 1 on host h1: received 40%"]}}
-    assert fidelity(starved) == ["link: carried 70%", "CPU: rank 1 on host h1: received 40%"]
+    assert unfaithful(starved) == ["isolation: rank 1 on host h1: received 40%", "link: carried 70%"]
+    measured = {"link": {"faithful": False, "goodput_mbit": 14.0, "nominal_mbit": 20.0, "worst_direction": "h1 out"}}
+    assert unfaithful(measured) == ["link: h1 out carried 14 of 20 Mbit/s (70%) while busy"]
     unchecked = {"isolation": {"faithful": True, "dilation": 2.5, "dilation_unchecked": True}}
-    assert fidelity(unchecked) == ["dilation: 2.5 is above the factor checked on this machine (summary.json "
-                                   "isolation.dilation_unchecked; bench/emulation.py)"]
+    assert unfaithful(unchecked) == ["dilation: 2.5 is above the factor checked on this machine (summary.json "
+                                     "isolation.dilation_unchecked; bench/emulation.py)"]
 
 
 def test_rows_from_before_fidelity_checks_stop_counting_beside_checked_ones():
@@ -927,3 +936,77 @@ def test_held_out_cases_are_predicted_from_the_calibration_runs_that_held(monkey
     else:
         assert held_out["predicted_step_s"] == pytest.approx(0.96)
         assert not held_out["counted"] and "calibration" in held_out["unfaithful"][0]
+
+
+def allreduce_run(path, summary: dict | None = None) -> Path:
+    """An allreduce run of 2 workers on 20 Mbit/s: compute 0.05 s per step, P = 1 MB."""
+    write_run(path, "strategies.allreduce:AllReduce", {"transport": "gloo", "ddp": False}, workers=2,
+              payload=1_000_000, mbit=20, train_s=[1.0, 1.7, 2.4, 3.1], summary=summary)
+    return path
+
+
+@pytest.mark.parametrize("declared,compute", [(["--compute-s", "0.4"], 0.4), (["--samples-per-s", "40"], 32 / 40)])
+def test_your_declared_compute_sets_the_step_at_a_free_link(tmp_path, capsys, declared, compute):
+    """At a link so fast that the wire is free, the predicted step is the declared compute: doubling it doubles
+    the step; every output names whose compute it used."""
+    run = allreduce_run(tmp_path / "allreduce")
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    free = ["--peers", "2", "64", "--link", "100000000", "--results", str(results)]
+    steps = {}
+    for factor in (1, 2):
+        value = str(float(declared[1]) * factor if declared[0] == "--compute-s" else float(declared[1]) / factor)
+        assert main([str(run), *free, declared[0], value, "-o", str(tmp_path / f"x{factor}")]) == 0
+        result = json.loads((tmp_path / f"x{factor}" / "projection.json").read_text())["runs"][0]
+        steps[factor] = [r["step_s"] for r in result["projections"][0]["rows"]]
+        assert result["measured"]["compute_of"].startswith("declared by you: ")
+    assert steps[1] == [pytest.approx(compute, rel=1e-3)] * 2
+    assert steps[2] == [pytest.approx(2 * compute, rel=1e-3)] * 2
+    assert "compute: declared by you: " in capsys.readouterr().out
+
+
+def test_the_runs_own_compute_names_its_machine(tmp_path, capsys):
+    machine = {"cpu_vendor": "AuthenticAMD", "cpu_model_name": "AMD EPYC", "cpu_family": "25", "cpu_model": "17",
+               "cpu_mhz": 2596, "cores": 2, "memory_gib": 23.5, "kernel": "6.1", "gpu": "no GPU"}
+    run = allreduce_run(tmp_path / "allreduce", {"machine": {"fingerprint": machine}})
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), "--peers", "8", "--link", "20", "--results", str(results)]) == 0
+    printed = capsys.readouterr().out
+    assert "compute: measured by this run on AuthenticAMD AMD EPYC, family 25 model 17 at 2596 MHz, 2 cores" in printed
+    lines = printed.splitlines()
+    assert lines[1].startswith("  validated region: N <= 8, 20 Mbit/s, latency <= 0 ms")  # the header opens with it
+
+
+@pytest.mark.parametrize("summary,figure", [
+    ({"isolation": {"faithful": False, "unfaithful": ["rank 1 received 62 % of 1 CPU"]}},
+     "isolation: rank 1 received 62 % of 1 CPU"),
+    ({"link": {"faithful": False, "goodput_mbit": 14.0, "nominal_mbit": 20.0, "worst_direction": "host 1 out"}},
+     "link: host 1 out carried 14 of 20 Mbit/s (70%) while busy"),
+])
+def test_a_calibration_run_that_did_not_hold_its_setting_is_refused(tmp_path, capsys, summary, figure):
+    run = allreduce_run(tmp_path / "allreduce", summary)
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), "--peers", "8", "--link", "20", "--results", str(results)]) == 2
+    error = capsys.readouterr().err
+    assert "cannot calibrate a projection" in error and figure in error
+    assert not (run / "projection.json").exists()
+
+
+@pytest.mark.parametrize("bad", [["--compute-s", "0"], ["--samples-per-s", "-3"], ["--gradient-mb", "0"],
+                                 ["--compute-s", "1", "--samples-per-s", "2"]])
+def test_declared_figures_are_checked(tmp_path, bad):
+    run = allreduce_run(tmp_path / "allreduce")
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run), "--link", "20", *bad])
+    assert exit_.value.code == 2
+
+
+def test_a_declared_gradient_size_sets_the_wire_time(tmp_path):
+    """With compute declared free, the step is the ring's wire time: 2 (N-1)/N · S / rate; doubling S doubles it."""
+    run = allreduce_run(tmp_path / "allreduce")
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    for mb in (10, 20):
+        assert main([str(run), "--peers", "4", "--link", "100", "--results", str(results), "--compute-s", "1e-9",
+                     "--gradient-mb", str(mb), "-o", str(tmp_path / str(mb))]) == 0
+        (row,) = json.loads((tmp_path / str(mb) / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
+        # 100 Mbit/s x 0.8 payload share = 10 MB/s: 2 · 3/4 · mb MB / 10 MB/s
+        assert row["step_s"] == pytest.approx(1.5 * mb / 10, rel=1e-6)

@@ -86,7 +86,9 @@ def test_projected_remainder_from_the_slice(tmp_path):
             configuration("ps", 8, 2, {"servers": 1, "mode": "sync"})]
     rows = projected_rows(grid, slice_runs([tmp_path / "hivemind"], 0.8), ONE_MB_PER_S, 2, evidence)
     sixteen, eight, four, ps, *baselines = rows
-    assert all(r["projected"] for r in rows)
+    # a row with a number is projected; those refused (4 x 4: thread scaling; ps: no slice run; the baselines) are not
+    assert [r["projected"] for r in (sixteen, eight, four, ps)] == [True, True, False, False]
+    assert baselines and all(not r["projected"] and r["step_s"] is None and r["not_projected"] for r in baselines)
 
     # 16 x 1, gradients, target 10000: a 1-vCPU peer's compute from the 2 x 1 gradient runs, (0.5 + 0.7) / 2 = 0.6 s;
     # k = ceil(10000 / 512) = 20 steps per epoch; matchmaking (2 s) starts after step 17 (1.8 s left), the group
@@ -96,7 +98,7 @@ def test_projected_remainder_from_the_slice(tmp_path):
     assert sixteen["throughput_samples_per_s"] == pytest.approx(16 * 32 / 0.70375)
     # validated up to N=16 at 10 Mbit/s with errors +10 % and -20 %: the band, no extrapolation
     assert sixteen["band_step_s"] == [pytest.approx(0.70375 / 1.1), pytest.approx(0.70375 / 0.8)]
-    assert sixteen["extrapolation"] is False and sixteen["payload_share"] == 0.8
+    assert sixteen["unvalidated"] is False and sixteen["payload_share"] == 0.8
     assert sixteen["speedup"] is None and "16 vCPUs" in sixteen["speedup_unknown"]
     assert sixteen["link"]["mbit"] == 10.0
 
@@ -120,7 +122,7 @@ def test_projection_without_validation_is_extrapolation(tmp_path):
     evidence = evidence_of(tmp_path / "results.json", validation_case("ps", 4, 0.1))
     (row, *_) = projected_rows([configuration("hivemind", 16, 1, HIVEMIND)], slice_runs([tmp_path / "hivemind"], 0.8),
                                ONE_MB_PER_S, 2, evidence)
-    assert row["step_s"] is not None and row["band_step_s"] is None and row["extrapolation"] is True
+    assert row["step_s"] is not None and row["band_step_s"] is None and row["unvalidated"] is True
 
 
 def test_a_model_that_failed_its_validation_gives_no_thesis_row_a_number(tmp_path):
@@ -143,14 +145,32 @@ def test_saved_rows_are_judged_against_todays_evidence(tmp_path):
 
     def saved(strategy, peers, **more):
         return {"strategy": strategy, "peers": peers, "link": lan, "step_s": 1.0, "band_step_s": [0.9, 1.1],
-                "throughput_samples_per_s": 256.0, "extrapolation": False, "payload_share": 0.8} | more
+                "throughput_samples_per_s": 256.0, "unvalidated": False, "payload_share": 0.8} | more
 
     ring = judged(saved("ring", 8), evidence)
     assert ring["step_s"] is None and ring["throughput_samples_per_s"] is None and "-70.0%" in ring["not_projected"]
     stale = judged({k: v for k, v in saved("ps", 8).items() if k != "payload_share"}, evidence)
     assert stale["step_s"] is None and stale["not_projected"] == STALE
     ps = judged(saved("ps", 8), evidence)
-    assert ps["step_s"] == 1.0 and ps["extrapolation_why"] == ["1000 Mbit/s outside the validated 20 Mbit/s"]
+    assert ps["step_s"] == 1.0 and ps["unvalidated_why"] == ["1000 Mbit/s outside the validated 20 Mbit/s"]
+    assert ps["band_step_s"] is None and ps["projected"]  # outside the validated region: no band
+    inside = judged(saved("ps", 8, link=lan | {"mbit": 20.0}), evidence)
+    assert inside["unvalidated"] is False and inside["band_step_s"] == [pytest.approx(1 / 1.1)] * 2  # one case, +10 %
+
+
+def test_a_row_refused_under_an_earlier_validation_says_so_when_today_passes(tmp_path):
+    """A row saved without a number because its model had failed then: today's validation passes (ring met its
+    goal), so the row no longer claims the failure, and asks for a new projection; never a number it did not have."""
+    evidence = evidence_of(tmp_path / "results.json", validation_case("ring", 8, -0.05))
+    then = ("ring's cost model failed its validation: held-out error -71.1% at N=16, 20 Mbit/s (model mlp), beyond "
+            "its goal of ±15%")
+    row = judged({"strategy": "ring", "peers": 8, "step_s": None, "not_projected": then, "projected": True}, evidence)
+    assert row["step_s"] is None and row["projected"] is False
+    assert row["not_projected"].startswith("refused when its model had failed an earlier validation (ring's cost model")
+    assert "run `python bench/run.py thesis` again" in row["not_projected"]
+    thread = "a peer with 8 vCPUs: its compute per step cannot be measured on 2 cores"
+    kept = judged({"strategy": "ring", "peers": 8, "step_s": None, "not_projected": thread}, evidence)
+    assert kept["not_projected"] == thread and kept["projected"] is False
 
 
 def test_a_rerun_of_some_families_keeps_the_others():
