@@ -195,9 +195,10 @@ def configurations(overrides: list[str]) -> list[dict]:
     overrides (the swept values), strategy, peers, peer_cpus, batch_size, knobs (the strategy's block)."""
     import launchers.config  # noqa: F401  (registers the config's resolvers)
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
+
+    from launchers.hydra_internals import BasicSweeper
 
     parser = OverridesParser.create()
     command = family_overrides(overrides)

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from job.evaluation import EvaluationState, evaluation_state
+from launchers.hydra_internals import BASIC_SWEEPER
 from metrics.recording.jsonl import JsonlTail
 from metrics.recording.rundir import RunDir
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
 
 

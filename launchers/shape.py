@@ -10,6 +10,7 @@ import socket
 from omegaconf import OmegaConf
 
 from job.process import usable_cores
+from launchers.hydra_internals import raw_value
 
 DEFAULT_PEERS_MIN, DEFAULT_PEERS_MAX = 2, 4
 
@@ -23,7 +24,7 @@ def fit_peers(peer_cpus, other_processes=0) -> int:
 
 def peers_from_default(cfg) -> bool:
     """True when `peers` is still the strategy's fit_peers default (the user did not set it)."""
-    return OmegaConf.is_interpolation(cfg, "peers") and "fit_peers" in str(cfg._get_node("peers")._value())
+    return OmegaConf.is_interpolation(cfg, "peers") and "fit_peers" in raw_value(cfg, "peers")
 
 
 def shape_of(cfg, spec, peers_default: bool) -> dict:

@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from job.device import resolve_device
 from job.errors import ConfigError
+from launchers.hydra_internals import BasicSweeper
 from launchers.config import PROJECT, check_repeats, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
 from launchers.shape import peers_from_default, shape_lines, shape_of

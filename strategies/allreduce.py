@@ -36,21 +36,18 @@ from job.errors import BackendUnavailable, ConfigError
 from strategies.cost_models.allreduce import AllReduceCost
 from strategies.base import StepReport
 from strategies.gradient_norms import GradientNorms
+from strategies.torch_internals import route_ddp_hook_collectives
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   ring_allreduce_bytes, unflatten_into)
 
 
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
-HOOK_MODULES = ("default_hooks", "powerSGD_hook")  # torch's hook modules; each calls dist.all_reduce
-
-
 class CountedCollectives:
     """torch.distributed as torch's DDP hook modules see it, counting the bytes of every all_reduce.
 
     The hooks look up `dist.all_reduce` in their own module at call time (PowerSGD all-reduces Q
     in a callback, after P is done), so standing in for their module attribute `dist` counts each
-    tensor actually handed to the collective, compressed or not. Private layout: tests/unit/test_private_apis.py
-    fails if a torch upgrade stops calling dist.all_reduce from these modules.
+    tensor actually handed to the collective, compressed or not. Private layout: strategies/torch_internals.py.
     """
 
     def __init__(self, dist):
@@ -72,13 +69,10 @@ class CountedCollectives:
 
 
 def count_hook_collectives() -> CountedCollectives:
-    import importlib
-
     import torch.distributed as dist
 
     counter = CountedCollectives(dist)
-    for name in HOOK_MODULES:
-        importlib.import_module(f"torch.distributed.algorithms.ddp_comm_hooks.{name}").dist = counter
+    route_ddp_hook_collectives(counter)
     return counter
 
 

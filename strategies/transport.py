@@ -19,6 +19,7 @@ import torch
 
 from job.errors import BackendUnavailable, ConfigError
 from strategies.base import LaunchSpec, Strategy
+from strategies.torch_internals import source_rank
 
 TRANSPORTS = ("gloo", "mpi")
 
@@ -126,7 +127,7 @@ class GlooTransport(Transport):
         work = self.dist.irecv(tensor, src=None, tag=tag)
         timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
         GlooPending(work, timeout, f"recv from any peer on rank {self.rank}").wait()
-        return work._source_rank()
+        return source_rank(work)
 
     def barrier(self):
         GlooPending(self.dist.barrier(async_op=True), self.timeout, f"barrier on rank {self.rank}").wait()

@@ -65,3 +65,74 @@ def test_ddp_hooks_look_up_all_reduce_in_their_module():
     for module in (default_hooks, powerSGD_hook):
         assert "dist.all_reduce(" in inspect.getsource(module)
         assert module.dist.all_reduce is not None
+
+
+def test_ddp_hook_collectives_are_routed_through_their_module_attribute():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    from strategies.torch_internals import route_ddp_hook_collectives
+
+    original = default_hooks.dist
+    stand_in = object()
+    try:
+        route_ddp_hook_collectives(stand_in)
+        assert default_hooks.dist is stand_in and powerSGD_hook.dist is stand_in
+    finally:
+        route_ddp_hook_collectives(original)
+    assert default_hooks.dist is original
+
+
+@pytest.mark.timeout(60)
+def test_a_receive_from_any_rank_names_its_sender():
+    """strategies.torch_internals.source_rank on a real gloo receive (two in-process ranks): rank 0 hears rank 1."""
+    import datetime
+    import threading
+
+    import torch.distributed as dist
+
+    from strategies.torch_internals import source_rank
+
+    store, found, errors = dist.HashStore(), {}, []
+
+    def rank(r: int) -> None:
+        try:
+            group = dist.ProcessGroupGloo(store, r, 2, datetime.timedelta(seconds=10))
+            tensor = torch.full((4,), float(r))
+            if r == 1:
+                group.send([tensor], 0, 7).wait()
+            else:
+                work = group.recv_anysource([tensor], 7)
+                work.wait()
+                found["sender"], found["value"] = source_rank(work), tensor.tolist()
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and found == {"sender": 1, "value": [1.0] * 4}
+
+
+def test_hydra_basic_sweeper_offers_what_the_block_sweeper_uses():
+    import importlib
+
+    from launchers.hydra_internals import BASIC_SWEEPER, BasicSweeper
+
+    module, _, name = BASIC_SWEEPER.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is BasicSweeper
+    for method in ("split_arguments", "split_overrides_to_chunks", "get_job_batch", "is_done", "_parse_config",
+                   "setup", "sweep"):
+        assert callable(getattr(BasicSweeper, method)), method
+    assert {"max_batch_size", "params"} <= inspect.signature(BasicSweeper.__init__).parameters.keys()
+
+
+def test_a_nodes_value_as_written_before_interpolation():
+    from omegaconf import OmegaConf
+
+    from launchers.hydra_internals import raw_value
+
+    OmegaConf.register_new_resolver("private_api_probe", lambda x: int(x) * 2, replace=True)
+    cfg = OmegaConf.create({"peers": "${private_api_probe:3}", "plain": 4})
+    assert cfg.peers == 6 and raw_value(cfg, "peers") == "${private_api_probe:3}" and raw_value(cfg, "plain") == "4"

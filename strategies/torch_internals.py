@@ -1,0 +1,17 @@
+"""Every private torch API the strategies rely on, in one place; tests/unit/test_private_apis.py fails when an upgrade
+moves one."""
+import importlib
+
+DDP_HOOK_MODULES = ("default_hooks", "powerSGD_hook")  # torch's DDP hook modules; each calls dist.all_reduce
+
+
+def source_rank(work) -> int:
+    """The sender of a completed receive from any rank (torch.distributed irecv with src=None)."""
+    return work._source_rank()
+
+
+def route_ddp_hook_collectives(stand_in) -> None:
+    """Make torch's DDP hook modules call collectives on `stand_in` instead of torch.distributed: they look up
+    `dist.all_reduce` in their own module at call time."""
+    for name in DDP_HOOK_MODULES:
+        importlib.import_module(f"torch.distributed.algorithms.ddp_comm_hooks.{name}").dist = stand_in
