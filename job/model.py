@@ -5,6 +5,7 @@ import importlib
 from importlib.metadata import entry_points
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from job.data import data_shape
@@ -135,6 +136,8 @@ def check_model(cfg) -> None:
     data's shape to one score per class; anything else is a ConfigError saying what."""
     if cfg.model.name != "custom":
         return
+    if OmegaConf.is_missing(cfg.model, "target"):
+        raise ConfigError("model=custom needs model.target=package.module:function (or an avgbench.models entry point)")
     num_classes, channels, side = data_shape(cfg.data)
     target = cfg.model.target
     try:
