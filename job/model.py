@@ -109,12 +109,15 @@ class GhostBatchNorm2d(nn.BatchNorm2d):
 
 
 def with_ghost_batch_norm(model: nn.Module, group: int) -> nn.Module:
-    """The model with every BatchNorm2d replaced by a GhostBatchNorm2d of `group` samples, its state kept."""
+    """The model with every BatchNorm2d replaced by a GhostBatchNorm2d of `group` samples, its state and which
+    parameters train kept."""
     for name, child in model.named_children():
         if type(child) is nn.BatchNorm2d:
             ghost = GhostBatchNorm2d(child.num_features, group, eps=child.eps, momentum=child.momentum,
                                      affine=child.affine, track_running_stats=child.track_running_stats)
             ghost.load_state_dict(child.state_dict())
+            for param_name, param in child.named_parameters(recurse=False):  # a frozen BatchNorm stays frozen
+                getattr(ghost, param_name).requires_grad_(param.requires_grad)
             setattr(model, name, ghost)
         else:
             with_ghost_batch_norm(child, group)

@@ -36,3 +36,15 @@ def frozen(num_classes: int, channels: int) -> nn.Module:
 
 
 NOT_CALLABLE = 3
+
+
+def gray_only(num_classes: int, channels: int) -> nn.Module:
+    """Ignores channels: takes one-channel images whatever the data has."""
+    return SmallNet(num_classes, 1)
+
+
+def frozen_batch_norm(num_classes: int, channels: int, hidden: int = 8) -> nn.Module:
+    """Fine-tuning style: BatchNorm's scale and shift stay as initialised."""
+    model = SmallNet(num_classes, channels, hidden)
+    model.features[1].requires_grad_(False)
+    return model
