@@ -95,7 +95,7 @@ def check_data_config(data_cfg) -> None:
 
 def data_shape(data_cfg) -> tuple[int, int, int]:
     """(classes, channels, image side) of a dataset's batches, from its config alone (nothing loaded): what a model
-    is checked against before launch. An image folder's classes are its train/ subfolders, as ImageFolder counts them."""
+    is checked against before launch. An image folder's classes are its train/ subfolders (as ImageFolder counts)."""
     if data_cfg.name == "synthetic":
         return int(data_cfg.num_classes), int(data_cfg.channels), int(data_cfg.image_size)
     if data_cfg.name == "imagefolder":

@@ -47,8 +47,8 @@ def test_the_process_group_uses_nccl_only_where_each_peer_has_a_gpu_of_its_own(d
     assert PeerDevice(device, gpu_shared).collective_backend == backend
 
 
-@pytest.mark.parametrize("device, gpus, backend", [("cpu", 0, "gloo"), ("cuda", 1, "gloo"),
-                                                    ("cuda", 2, "cpu:gloo,cuda:nccl"), ("cuda", 8, "cpu:gloo,cuda:nccl")])
+@pytest.mark.parametrize("device, gpus, backend", [
+    ("cpu", 0, "gloo"), ("cuda", 1, "gloo"), ("cuda", 2, "cpu:gloo,cuda:nccl"), ("cuda", 8, "cpu:gloo,cuda:nccl")])
 def test_the_device_check_runs_single_and_two_peer_allreduce_on_the_device(device, gpus, backend):
     from bench.device_check import plan
 
