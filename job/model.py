@@ -56,6 +56,11 @@ def mlp(num_classes: int, channels: int, width: int = 1024) -> nn.Module:
 ENTRY_POINT_GROUP = "avgbench.models"  # an installed package's models, by entry-point name
 
 
+def _failure(exc: Exception) -> str:
+    """A user code's exception as one line: its type and message."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 def model_builder(target: str):
     """The callable model.target names: 'package.module:function' (importable: installed or on PYTHONPATH), or
     the name of an entry point of the group avgbench.models."""
@@ -64,7 +69,7 @@ def model_builder(target: str):
         try:
             builder = getattr(importlib.import_module(module_name), attribute)
         except Exception as exc:  # a user's module may fail in any way: say which and why, before launch
-            raise ConfigError(f"model.target={target}: cannot import it ({type(exc).__name__}: {exc}); "
+            raise ConfigError(f"model.target={target}: cannot import it ({_failure(exc)}); "
                               "is its package installed or on PYTHONPATH?") from None
     else:
         found = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == target]
@@ -149,7 +154,7 @@ def check_model(cfg) -> None:
         raise
     except Exception as exc:
         raise ConfigError(f"model.target={target}: building it for {num_classes} classes and {channels} channels "
-                          f"failed ({type(exc).__name__}: {exc})") from None
+                          f"failed ({_failure(exc)})") from None
     if not any(p.requires_grad for p in model.parameters()):
         raise ConfigError(f"model.target={target} has no trainable parameters: there is nothing to average")
     shape = (2, channels, side, side)
@@ -159,7 +164,7 @@ def check_model(cfg) -> None:
             out = model(torch.zeros(shape, dtype=DTYPES[cfg.dtype]))
     except Exception as exc:
         raise ConfigError(f"model.target={target}: its forward on a batch of shape {shape} (data.name="
-                          f"{cfg.data.name}) failed ({type(exc).__name__}: {exc})") from None
+                          f"{cfg.data.name}) failed ({_failure(exc)})") from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ConfigError(f"model.target={target} maps a batch of shape {shape} to {got}, but data.name="

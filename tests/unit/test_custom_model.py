@@ -72,6 +72,7 @@ def test_an_entry_point_of_an_installed_package_names_a_model(tmp_path, monkeypa
     (["model.target=user_models:not_a_module"], "returned a str, not a torch.nn.Module"),
     (["model.target=user_models:frozen"], "has no trainable parameters"),
     (["model.target=user_models:build", "+model.depth=3"], r"building it .* \(TypeError: .*'depth'"),
+    (["model.target=user_models:fails_loudly"], r"\(ValueError: first line second line\)"),
     (["model.target=user_models:gray_only", "data=synthetic", "data.channels=3"],
      r"its forward on a batch of shape \(2, 3, 32, 32\) \(data.name=synthetic\) failed \(RuntimeError"),
 ])

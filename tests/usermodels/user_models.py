@@ -48,3 +48,7 @@ def frozen_batch_norm(num_classes: int, channels: int, hidden: int = 8) -> nn.Mo
     model = SmallNet(num_classes, channels, hidden)
     model.features[1].requires_grad_(False)
     return model
+
+
+def fails_loudly(num_classes: int, channels: int) -> nn.Module:
+    raise ValueError("first line\nsecond line")
