@@ -57,14 +57,19 @@ def synchronous_strategies() -> list[str]:
     return [name for name in averaging_strategies() if registered_strategy(name).synchronous]
 
 
+def run_train(run_dir: Path, *overrides: str, timeout: float = 900) -> None:
+    """Run train.py with overrides into run_dir; a failure raises with the end of its stderr."""
+    result = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", "progress=false", *overrides],
+                            cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if result.returncode:
+        raise RuntimeError(f"train.py {' '.join(overrides)} failed:\n{result.stderr[-2000:]}")
+
+
 @contextmanager
 def train(*overrides: str, timeout: float = 900):
     """Run train.py with overrides in a temporary run directory; yields the directory."""
     with tempfile.TemporaryDirectory() as tmp:
-        result = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={tmp}", "progress=false", *overrides],
-                                cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        if result.returncode:
-            raise RuntimeError(f"train.py {' '.join(overrides)} failed:\n{result.stderr[-2000:]}")
+        run_train(Path(tmp), *overrides, timeout=timeout)
         yield Path(tmp)
 
 

@@ -20,6 +20,10 @@ class Splits:
     synthetic: bool = False
 
 
+FIXED_SHAPES = {"digits": (10, 1), "cifar10": (10, 3)}  # (classes, channels) of the datasets that fix them
+IMAGEFOLDER_CHANNELS = 3  # ImageFolder loads RGB
+
+
 def _split(images: torch.Tensor, labels: torch.Tensor, test_fraction: float, split_seed: int):
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(split_seed))
     n_test = int(round(len(labels) * test_fraction))
@@ -36,7 +40,7 @@ def digits(cfg) -> Splits:
     images = (images - images.mean()) / images.std()
     labels = torch.tensor(bunch.target, dtype=torch.long)
     train, test = _split(images, labels, cfg.test_fraction, cfg.split_seed)
-    return Splits(train, test, num_classes=10, channels=1)
+    return Splits(train, test, *FIXED_SHAPES["digits"])
 
 
 def synthetic(cfg) -> Splits:
@@ -60,7 +64,7 @@ def cifar10(cfg) -> Splits:
     root = str(cfg.root)
     train = datasets.CIFAR10(root, train=True, transform=tf, download=bool(cfg.download))
     test = datasets.CIFAR10(root, train=False, transform=tf, download=False)
-    return Splits(train, test, num_classes=10, channels=3)
+    return Splits(train, test, *FIXED_SHAPES["cifar10"])
 
 
 def imagefolder(cfg) -> Splits:
@@ -68,7 +72,7 @@ def imagefolder(cfg) -> Splits:
     tf = _image_transform(cfg, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
     train = datasets.ImageFolder(str(Path(cfg.root) / "train"), transform=tf)
     test = datasets.ImageFolder(str(Path(cfg.root) / "test"), transform=tf)
-    return Splits(train, test, num_classes=len(train.classes), channels=3)
+    return Splits(train, test, num_classes=len(train.classes), channels=IMAGEFOLDER_CHANNELS)
 
 
 DATASETS = {"digits": digits, "synthetic": synthetic, "cifar10": cifar10, "imagefolder": imagefolder}
@@ -87,6 +91,17 @@ def check_data_config(data_cfg) -> None:
         for split in ("train", "test"):
             if not (Path(str(data_cfg.root)) / split).is_dir():
                 raise ConfigError(f"data.root={data_cfg.root} has no '{split}/' folder of class subfolders")
+
+
+def data_shape(data_cfg) -> tuple[int, int, int]:
+    """(classes, channels, image side) of a dataset's batches, from its config alone (nothing loaded): what a model
+    is checked against before launch. An image folder's classes are its train/ subfolders (as ImageFolder counts)."""
+    if data_cfg.name == "synthetic":
+        return int(data_cfg.num_classes), int(data_cfg.channels), int(data_cfg.image_size)
+    if data_cfg.name == "imagefolder":
+        classes = [p for p in (Path(str(data_cfg.root)) / "train").iterdir() if p.is_dir()]
+        return len(classes), IMAGEFOLDER_CHANNELS, int(data_cfg.image_size)
+    return (*FIXED_SHAPES[data_cfg.name], int(data_cfg.image_size))
 
 
 def load_splits(cfg) -> Splits:

@@ -16,6 +16,7 @@ import torch
 from job.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
+GLOO_WITH_NCCL = "cpu:gloo,cuda:nccl"  # host tensors over gloo, CUDA tensors over NCCL
 
 
 def resolve_device(requested: str) -> str:
@@ -49,6 +50,12 @@ class PeerDevice:
     @property
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
+
+    @property
+    def collective_backend(self) -> str:
+        """torch.distributed's backend for this peer's process group: CUDA tensors over NCCL where the peer has a GPU
+        of its own (NCCL refuses two ranks on one GPU), host tensors over gloo; gloo alone elsewhere."""
+        return GLOO_WITH_NCCL if self.is_cuda and not self.gpu_shared else "gloo"
 
     def synchronize(self) -> None:
         if self.is_cuda:

@@ -1,9 +1,15 @@
-"""Models, by config name, in the precision `dtype`, with ghost BatchNorm (`ghost_batch_norm`)."""
+"""Models, by config name, in the precision `dtype`, with ghost BatchNorm (`ghost_batch_norm`); a user's own model
+by import path or entry point (`model=custom model.target=...`), checked against the data before launch."""
 import hashlib
+import importlib
+from importlib.metadata import entry_points
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
+from job.data import data_shape
+from job.errors import ConfigError
 from job.torchvision_guard import import_torchvision
 
 
@@ -47,7 +53,46 @@ def mlp(num_classes: int, channels: int, width: int = 1024) -> nn.Module:
     )
 
 
-MODELS = {"resnet18": resnet18, "tiny": tiny, "mlp": mlp}
+ENTRY_POINT_GROUP = "avgbench.models"  # an installed package's models, by entry-point name
+
+
+def _failure(exc: Exception) -> str:
+    """A user code's exception as one line: its type and message."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def model_builder(target: str):
+    """The callable model.target names: 'package.module:function' (importable: installed or on PYTHONPATH), or
+    the name of an entry point of the group avgbench.models."""
+    if ":" in target:
+        module_name, _, attribute = target.partition(":")
+        try:
+            builder = getattr(importlib.import_module(module_name), attribute)
+        except Exception as exc:  # a user's module may fail in any way: say which and why, before launch
+            raise ConfigError(f"model.target={target}: cannot import it ({_failure(exc)}); "
+                              "is its package installed or on PYTHONPATH?") from None
+    else:
+        found = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == target]
+        if not found:
+            names = sorted(e.name for e in entry_points(group=ENTRY_POINT_GROUP))
+            raise ConfigError(f"model.target={target} is neither package.module:function nor an entry point of "
+                              f"{ENTRY_POINT_GROUP} (installed: {', '.join(names) or 'none'})")
+        builder = found[0].load()
+    if not callable(builder):
+        raise ConfigError(f"model.target={target} is a {type(builder).__name__}, not a callable that builds a model")
+    return builder
+
+
+def custom(num_classes: int, channels: int, target: str, **options) -> nn.Module:
+    """Your model: model.target's callable, called as callable(num_classes, channels, **options) -> nn.Module,
+    its options the other keys of the model config (`+model.KEY=VALUE`)."""
+    model = model_builder(target)(num_classes, channels, **options)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model.target={target} returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+MODELS = {"resnet18": resnet18, "tiny": tiny, "mlp": mlp, "custom": custom}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -69,12 +114,15 @@ class GhostBatchNorm2d(nn.BatchNorm2d):
 
 
 def with_ghost_batch_norm(model: nn.Module, group: int) -> nn.Module:
-    """The model with every BatchNorm2d replaced by a GhostBatchNorm2d of `group` samples, its state kept."""
+    """The model with every BatchNorm2d replaced by a GhostBatchNorm2d of `group` samples, its state and which
+    parameters train kept."""
     for name, child in model.named_children():
         if type(child) is nn.BatchNorm2d:
             ghost = GhostBatchNorm2d(child.num_features, group, eps=child.eps, momentum=child.momentum,
                                      affine=child.affine, track_running_stats=child.track_running_stats)
             ghost.load_state_dict(child.state_dict())
+            for param_name, param in child.named_parameters(recurse=False):  # a frozen BatchNorm stays frozen
+                getattr(ghost, param_name).requires_grad_(param.requires_grad)
             setattr(model, name, ghost)
         else:
             with_ghost_batch_norm(child, group)
@@ -89,6 +137,38 @@ def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
     if cfg.ghost_batch_norm:
         model = with_ghost_batch_norm(model, int(cfg.batch_size))
     return model.to(DTYPES[cfg.dtype])
+
+
+def check_model(cfg) -> None:
+    """Before launch: model=custom builds (as the peers build it), has trainable parameters, and maps a batch of the
+    data's shape to one score per class; anything else is a ConfigError saying what."""
+    if cfg.model.name != "custom":
+        return
+    if OmegaConf.is_missing(cfg.model, "target"):
+        raise ConfigError("model=custom needs model.target=package.module:function (or an avgbench.models entry point)")
+    num_classes, channels, side = data_shape(cfg.data)
+    target = cfg.model.target
+    try:
+        model = build_model(cfg, num_classes, channels)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"model.target={target}: building it for {num_classes} classes and {channels} channels "
+                          f"failed ({_failure(exc)})") from None
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"model.target={target} has no trainable parameters: there is nothing to average")
+    shape = (2, channels, side, side)
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(shape, dtype=DTYPES[cfg.dtype]))
+    except Exception as exc:
+        raise ConfigError(f"model.target={target}: its forward on a batch of shape {shape} (data.name="
+                          f"{cfg.data.name}) failed ({_failure(exc)})") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(f"model.target={target} maps a batch of shape {shape} to {got}, but data.name="
+                          f"{cfg.data.name} has {num_classes} classes: it must give (batch, {num_classes}) scores")
 
 
 def _digest(tensors) -> str:

@@ -8,7 +8,7 @@ from job.data import DATASETS, check_data_config
 from job.device import resolve_device
 from job.errors import ConfigError
 from job.fault import check_fault_config
-from job.model import DTYPES, MODELS
+from job.model import DTYPES, MODELS, check_model
 from job.optim import OPTIMIZERS, SCALINGS
 from job.registry import resolve
 from launchers.lock import LOCK_MODES
@@ -136,6 +136,7 @@ def validate(cfg) -> None:
              f"launch.node_rank must be in [0, {launch.nnodes}), got {launch.node_rank}")
     _require(launch.nnodes == 1 or launch.master_port, "several hosts need a fixed launch.master_port")
     check_data_config(cfg.data)
+    check_model(cfg)
     resolve_device(cfg.device)
     strategy = strategy_class(cfg)
     strategy.validate(cfg)

@@ -198,15 +198,11 @@ class MpiPending(Pending):
         self.transport._wait(self.request, self.what)
 
 
-GLOO_WITH_NCCL = "cpu:gloo,cuda:nccl"  # host tensors over gloo, CUDA tensors over NCCL
-
-
 def connect(cfg, ctx, device) -> Transport:
     timeout_s = float(cfg.timeouts.collective_s)
     if cfg.transport == "mpi":
         return MpiTransport(ctx, timeout_s)
-    own_gpu = device.is_cuda and not device.gpu_shared  # NCCL needs one GPU per process
-    return GlooTransport(ctx, timeout_s, GLOO_WITH_NCCL if own_gpu else "gloo")
+    return GlooTransport(ctx, timeout_s, device.collective_backend)
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -65,7 +65,9 @@ class Run:
 
     @property
     def dataset(self) -> tuple[str, str]:
-        return self.config["data"]["name"], self.config["model"]["name"]
+        """(data, model) the run trained; a custom model is named by its model.target (model=custom)."""
+        model = self.config["model"]
+        return self.config["data"]["name"], model.get("target") or model["name"]
 
     @property
     def completed(self) -> bool:

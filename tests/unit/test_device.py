@@ -36,3 +36,39 @@ def test_peers_take_gpus_round_robin_and_know_when_they_share():
     assert [d.device.index for d in devices] == [*range(count), 0]
     assert all(d.gpu_shared for d in devices)
     assert not PeerDevice.for_peer("cuda", 0, count).gpu_shared
+
+
+@pytest.mark.parametrize("device, gpu_shared, backend", [
+    (torch.device("cpu"), False, "gloo"),
+    (torch.device("cuda", 1), False, "cpu:gloo,cuda:nccl"),  # a GPU of its own: CUDA tensors over NCCL
+    (torch.device("cuda", 0), True, "gloo"),                 # NCCL refuses two ranks on one GPU
+])
+def test_the_process_group_uses_nccl_only_where_each_peer_has_a_gpu_of_its_own(device, gpu_shared, backend):
+    assert PeerDevice(device, gpu_shared).collective_backend == backend
+
+
+@pytest.mark.parametrize("device, gpus, backend", [
+    ("cpu", 0, "gloo"), ("cuda", 1, "gloo"), ("cuda", 2, "cpu:gloo,cuda:nccl"), ("cuda", 8, "cpu:gloo,cuda:nccl")])
+def test_the_device_check_runs_single_and_two_peer_allreduce_on_the_device(device, gpus, backend):
+    from bench.device_check import plan
+
+    single, allreduce = plan(device, gpus, "resnet18", 50, 64)
+    assert single["backend"] is None and allreduce["backend"] == backend
+    for run, strategy, peers in ((single, "single", 1), (allreduce, "allreduce", 2)):
+        assert {f"strategy={strategy}", f"peers={peers}", f"device={device}", "model=resnet18", "max_steps=50",
+                "batch_size=64", "network=loopback"} <= set(run["overrides"])
+        validate(compose_config(*run["overrides"], "device=cpu"))  # a job train.py accepts (on this machine's device)
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--model", "custom"], "--model custom: not a built-in conf/model option"),
+    (["--steps", "1"], "--steps must be >= 2"),
+    (["--budget-s", "0"], "--budget-s > 0"),
+    pytest.param(["--device", "cuda"], "device=cuda, but torch", marks=needs_no_gpu),
+])
+def test_the_device_check_refuses_bad_input_before_any_run(tmp_path, capsys, args, error):
+    from bench.device_check import main
+
+    assert main([str(tmp_path / "out"), *args]) == 2
+    assert error in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

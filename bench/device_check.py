@@ -1,0 +1,130 @@
+#!/usr/bin/env python
+"""Device check: the ResNet18 job under `single` (one process) and a 2-process `allreduce` on this machine's
+device, their figures as JSON in an output folder. For a lent GPU machine: `python bench/device_check.py "$OUT"`.
+
+    python bench/device_check.py OUT [--device auto|cpu|cuda] [--steps 200] [--batch-size 128] [--model resnet18]
+                                     [--budget-s 480]
+
+device auto is cuda where torch sees a GPU, else cpu. allreduce's process group is NCCL for CUDA tensors where each
+of its 2 peers has a GPU of its own, else gloo (job/device.py collective_backend). The links are loopback (no ip/tc
+needed). Both runs together stay within --budget-s seconds. Writes OUT/device_check.json and keeps each run in
+OUT/runs/NAME; exits 1 when a run failed (its error is in the JSON), 2 on bad input (before any run).
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from bench.jobs import run_train  # noqa: E402
+from job.device import PeerDevice, resolve_device  # noqa: E402
+from job.errors import ConfigError  # noqa: E402
+from launchers.config import group_options  # noqa: E402
+from metrics.recording.jsonl import read_jsonl  # noqa: E402
+from metrics.recording.rundir import PeerDir, RunDir  # noqa: E402
+from metrics.recording.steplog import PHASES  # noqa: E402
+
+ALLREDUCE_PEERS = 2
+METHODS = {
+    "samples_per_s": "summary.json throughput_samples_per_s: samples trained by all workers / training time (s)",
+    "step_s_mean": "seconds per step: the sum of summary.json time_breakdown_s (each phase's mean per step over all "
+                   "workers and steps, first steps included)",
+    "step_s_steady": "seconds per step: median over rank 0's steps after the first `warmup_steps` (CUDA and cuDNN "
+                     "start-up) of data_s + compute_s + comm_s + opt_s (steps.jsonl)",
+    "time_breakdown_s": "summary.json time_breakdown_s: seconds per step in each phase, mean over workers and steps",
+    "time_breakdown_share": "summary.json time_breakdown_share: each phase's share of the step",
+    "backend": "allreduce's torch.distributed backend, chosen by job/device.py collective_backend for 2 peers on "
+               "this machine's GPUs",
+    "wall_s": "seconds from launch to the end of the run (train.py, evaluations included)",
+}
+
+
+def plan(device: str, gpus: int, model: str, steps: int, batch_size: int) -> list[dict]:
+    """The two runs on `device` (resolved: cpu or cuda) with `gpus` GPUs: their names, overrides and allreduce's
+    backend."""
+    job = [f"model={model}", f"device={device}", f"max_steps={steps}", f"batch_size={batch_size}",
+           "network=loopback", "eval_every=0", "precise_bn_samples=0"]
+    peer = PeerDevice(torch.device(device, 0) if device == "cuda" else torch.device("cpu"),
+                      gpu_shared=device == "cuda" and ALLREDUCE_PEERS > gpus)
+    return [{"name": "single", "overrides": ["strategy=single", "peers=1", *job], "backend": None},
+            {"name": "allreduce", "overrides": ["strategy=allreduce", f"peers={ALLREDUCE_PEERS}", *job],
+             "backend": peer.collective_backend}]
+
+
+def warmup_steps(steps: int) -> int:
+    """Steps left out of the steady step time: a fifth of the run, at least 1, never all."""
+    return min(max(1, steps // 5), steps - 1)
+
+
+def figures(run_dir: Path) -> dict:
+    """What a completed run measured (METHODS says how)."""
+    summary = json.loads(RunDir(run_dir).summary.read_text())
+    steps = read_jsonl(PeerDir(run_dir / "peer0").steps)
+    skip = warmup_steps(len(steps))
+    return {"samples_per_s": summary["throughput_samples_per_s"],
+            "step_s_mean": sum(summary["time_breakdown_s"].values()),
+            "step_s_steady": statistics.median(sum(s[p] for p in PHASES) for s in steps[skip:]),
+            "warmup_steps": skip, "steps": len(steps),
+            "time_breakdown_s": summary["time_breakdown_s"], "time_breakdown_share": summary["time_breakdown_share"],
+            "device": summary["device"], "workers": summary["workers"]}
+
+
+def check(out: Path, device: str, model: str, steps: int, batch_size: int, budget_s: float) -> dict:
+    resolved = resolve_device(device)
+    gpus = torch.cuda.device_count() if resolved == "cuda" else 0
+    result = {"device": resolved, "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
+              "torch": torch.__version__, "cuda": torch.version.cuda, "model": model, "steps": steps,
+              "batch_size_per_peer": batch_size, "methods": METHODS, "runs": {}}
+    deadline = time.monotonic() + budget_s
+    runs = plan(resolved, gpus, model, steps, batch_size)
+    for i, run in enumerate(runs):
+        run_dir = out / "runs" / run["name"]
+        entry = {"overrides": run["overrides"], "backend": run["backend"], "run_dir": str(run_dir)}
+        started = time.monotonic()
+        timeout = (deadline - started) / (len(runs) - i)  # this run's share of what is left
+        try:
+            run_train(run_dir, *run["overrides"], timeout=timeout)
+            entry |= figures(run_dir)
+        except Exception as exc:  # recorded, and the exit status says so: the other run still runs
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        entry["wall_s"] = time.monotonic() - started
+        result["runs"][run["name"]] = entry
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="output folder (created): device_check.json and runs/")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (auto: cuda where torch sees a GPU)")
+    parser.add_argument("--model", default="resnet18", help="a conf/model option")
+    parser.add_argument("--steps", type=int, default=200, help="steps per peer of each run")
+    parser.add_argument("--batch-size", type=int, default=128, help="samples per peer and step")
+    parser.add_argument("--budget-s", type=float, default=480, help="both runs together, seconds (default 8 minutes)")
+    args = parser.parse_args(argv)
+    try:
+        if args.steps < 2 or args.batch_size < 1 or args.budget_s <= 0:
+            raise ConfigError(f"--steps must be >= 2, --batch-size >= 1 and --budget-s > 0; got {args.steps}, "
+                              f"{args.batch_size}, {args.budget_s}")
+        built_in = [m for m in group_options("model") if m != "custom"]
+        if args.model not in built_in:
+            raise ConfigError(f"--model {args.model}: not a built-in conf/model option ({', '.join(built_in)})")
+        resolve_device(args.device)
+    except ConfigError as exc:
+        print(f"device_check: error: {exc}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = check(args.out, args.device, args.model, args.steps, args.batch_size, args.budget_s)
+    text = json.dumps(result, indent=2)
+    (args.out / "device_check.json").write_text(text + "\n")
+    print(text)
+    return 1 if any("error" in r for r in result["runs"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""A user's model, defined outside the project (tests/usermodels on PYTHONPATH), trains under single and under a
+2-peer allreduce, and the projection reads its run; the device check runs both strategies and records their
+figures (here on the CPU, gloo)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, run_train, steps_of, summary_of
+from metrics.recording.jsonl import read_jsonl
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+USER_MODELS = Path(__file__).resolve().parent.parent / "usermodels"
+USER_MODEL = ["model=custom", "model.target=user_models:build", "+model.hidden=4", "eval_every=0"]
+# SmallNet(10 classes, 1 channel, hidden=4) on digits, counted by hand: conv 36 + BN 8 + linear 170 parameters
+SMALLNET_DIGITS_BYTES = 4 * (36 + 8 + 170)  # float32: 856
+
+
+@pytest.fixture(autouse=True)
+def user_models_on_pythonpath(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(USER_MODELS))
+
+
+def test_a_users_model_trains_under_single_and_allreduce_and_its_run_projects(tmp_path):
+    single, allreduce = tmp_path / "single", tmp_path / "allreduce"
+    result = run_train(single, *USER_MODEL, "strategy=single", "max_steps=6")
+    assert result.returncode == 0, result.stderr
+    result = run_train(allreduce, *USER_MODEL, "strategy=allreduce", "peers=2", "max_steps=12")
+    assert result.returncode == 0, result.stderr
+
+    assert summary_of(single)["status"] == "completed" and len(steps_of(single, 0)) == 6
+    summary = summary_of(allreduce)
+    assert summary["status"] == "completed" and summary["config"]["model"]["target"] == "user_models:build"
+    assert summary["bytes_sent_per_step"] == SMALLNET_DIGITS_BYTES  # DDP all-reduces every gradient once
+    assert [len(steps_of(allreduce, r)) for r in (0, 1)] == [12, 12]
+
+    projected = subprocess.run([sys.executable, "-m", "metrics.projection", str(allreduce), "--peers", "4",
+                                "--link", "lan"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert projected.returncode == 0, projected.stderr
+    run = json.loads((allreduce / "projection.json").read_text())["runs"][0]
+    assert run["measured"]["payload_bytes"] == SMALLNET_DIGITS_BYTES and run["measured"]["workers"] == 2
+    assert run["projections"][0]["rows"][0]["peers"] == 4
+
+
+def test_the_device_check_records_both_runs_figures(tmp_path):
+    steps, batch = 6, 16
+    result = subprocess.run([sys.executable, "bench/device_check.py", str(tmp_path), "--device", "cpu", "--model",
+                             "tiny", "--steps", str(steps), "--batch-size", str(batch), "--budget-s", "200"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=220)
+    assert result.returncode == 0, result.stderr
+    recorded = json.loads((tmp_path / "device_check.json").read_text())
+    assert recorded["device"] == "cpu" and recorded["gpus"] == [] and set(recorded["runs"]) == {"single", "allreduce"}
+    assert recorded["runs"]["single"]["backend"] is None and recorded["runs"]["allreduce"]["backend"] == "gloo"
+    for name, workers in (("single", 1), ("allreduce", 2)):
+        run = recorded["runs"][name]
+        rank0 = read_jsonl(tmp_path / "runs" / name / "peer0" / "steps.jsonl")
+        assert run["workers"] == workers and run["steps"] == len(rank0) == steps
+        assert run["device"]["name"] == "cpu"
+        # samples/s against the step log's own clock: all workers' samples over rank 0's training time
+        assert run["samples_per_s"] == pytest.approx(steps * batch * workers / rank0[-1]["train_s"], rel=0.05)
+        # the steady step is one of rank 0's steps after the warm-up; the mean step covers the training time
+        durations = [s["data_s"] + s["compute_s"] + s["comm_s"] + s["opt_s"] for s in rank0]
+        assert min(durations[1:]) <= run["step_s_steady"] <= max(durations[1:])
+        assert run["step_s_mean"] * steps == pytest.approx(rank0[-1]["train_s"], rel=0.25)
+        assert sum(run["time_breakdown_share"].values()) == pytest.approx(1)
