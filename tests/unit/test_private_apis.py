@@ -121,7 +121,8 @@ def test_hydra_basic_sweeper_offers_what_the_block_sweeper_uses():
     from launchers.hydra_internals import BASIC_SWEEPER, BasicSweeper
 
     module, _, name = BASIC_SWEEPER.rpartition(".")
-    assert getattr(importlib.import_module(module), name) is BasicSweeper
+    found = getattr(importlib.import_module(module), name)  # by name: another test may have reloaded the module
+    assert (found.__module__, found.__qualname__) == (BasicSweeper.__module__, BasicSweeper.__qualname__)
     for method in ("split_arguments", "split_overrides_to_chunks", "get_job_batch", "is_done", "_parse_config",
                    "setup", "sweep"):
         assert callable(getattr(BasicSweeper, method)), method
