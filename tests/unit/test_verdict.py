@@ -141,7 +141,7 @@ def test_every_pair_is_declared_and_none_is_chosen_from_the_ranking(tmp_path):
     markdown = report_of(sweep, out=tmp_path / "out")
     verdict = verdict_of(markdown)
     assert "first" not in answer_of(verdict)
-    assert "a claim needs p < 0.05 after Holm's correction over the 6 comparisons declared" in verdict
+    assert "needs p < 0.05 after Holm's correction over the 6 comparisons declared" in verdict
     table = markdown.split("### Comparisons (declared before the data)")[1].split("\n### ")[0]
     pairs = re.findall(r"^\| ([^|]+?) \| ([^|]+?) \| ", table, re.M)[1:]
     assert pairs == [("ps 2×1cpu", "single 2×1cpu"), ("ring 2×1cpu", "single 2×1cpu"),
@@ -235,7 +235,7 @@ def test_no_faster_only_from_equivalence(tmp_path):
         "strategy=ps": blocks("ps", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, (0.99, 1.01, 1.0))]),
         **baselines()})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
-    assert "against single 2×1cpu: no faster (equivalent within ±5%, TOST): " in line_of(verdict, "ps 2×1cpu")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): " in line_of(verdict, "ps 2×1cpu")
 
 
 def emulated_link(goodput_mbit: float | None, nominal_mbit: float = 150.0, worst: str = "host 0 egress") -> dict:
