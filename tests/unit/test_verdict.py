@@ -615,8 +615,9 @@ def test_a_claim_never_points_away_from_its_printed_ratio(tmp_path):
     'faster'."""
     ratios = [1.30, 1.10, 1.45, 1.25, 1.20, 1.38, 1.15, 1.33, 1.28, 1.22, 1.40, None]
     times = [10.0 + 0.1 * k for k in range(12)]
+    allreduce = [t / r if r else None for t, r in zip(times, ratios)]
     sweep = write_sweep(tmp_path / "sweep", {
-        "strategy=allreduce": blocks("allreduce", 2, [100.0] * 12, [t / r if r else None for t, r in zip(times, ratios)]),
+        "strategy=allreduce": blocks("allreduce", 2, [100.0] * 12, allreduce),
         **baselines(times)})
     markdown = report_of(sweep, out=tmp_path / "out")
     finding = line_of(verdict_of(markdown), "allreduce 2×1cpu")
