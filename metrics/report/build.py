@@ -62,8 +62,8 @@ METHOD = {
              "comparisons (Holm's first step), 80 % power (metrics/report/stats.py detectable).",
     "ranking": "On the primary figure: time-to-target: configurations that reached the target in every block "
                "first, then by blocks reached, then by MLPerf's summary (the olympic mean over blocks: fastest and "
-               "slowest dropped, a miss counted as the slowest); throughput: mean global throughput. The order "
-               "alone is no finding.",
+               "slowest dropped, a miss counted as the slowest); throughput: blocks completed (a failed run is the "
+               "worst outcome), then mean global throughput. The order alone is no finding.",
     "fidelity": "A run whose summary.json says isolation.faithful = false or link.faithful = false is unfaithful to "
                 "the setting it emulates: no claim rests on it; its block is left out of the comparisons it is "
                 "in, named with the figure that failed.",

@@ -194,6 +194,8 @@ def test_a_resumed_sweep_keeps_its_failed_attempt_and_marks_the_rerun(tmp_path):
            "failed in block 1)" in caveats
     assert "block 1 run later, after an earlier attempt (not contemporaneous)" in caveats
     assert "allreduce 2×1cpu superseded attempt block=1" in markdown.split("## Errors")[1]
+    # the block's last attempt counts: 3 blocks, none censored (the failed attempt would be a miss)
+    assert line_of(verdict_of(markdown), "allreduce 2×1cpu").endswith("3 blocks)")
 
 
 # --- what the verdict may say ---------------------------------------------------------------------
