@@ -127,6 +127,9 @@ def claim_text(c: Comparison) -> str:
     decision = c.decision
     if not c.blocks:
         return "no block holds a faithful run of both: no paired ratio"
+    if c.ratio.favours_this == c.ratio.favours_other == c.blocks:  # a tie by rule in every block
+        return ("no block tells them apart (both missed, or both crossed at the first evaluation, in every block)"
+                if c.primary.is_time else "both failed in every block") + ": no ratio"
     if decision == NO_INTERVAL:
         return f"{measured}: no result"
     return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",

@@ -726,3 +726,20 @@ def test_holm_takes_an_equivalence_below_alpha_to_cannot_tell(tmp_path):
     markdown = report_of(write_sweep(tmp_path / "declared", jobs, plan=declared), out=tmp_path / "b")
     assert line_of(verdict_of(markdown), "ring 2×1cpu").endswith(
         "(×/÷1.25, 3 blocks) (TOST p = 0.025 before Holm's correction for 3 comparisons, 0.08 after)")
+
+
+def test_blocks_where_both_missed_are_ties_that_claim_nothing(tmp_path):
+    """Stepwise and the baseline both missed in every block: no ratio. Stepwise reaching it once, the baseline never:
+    the baseline's miss counts at its horizon, the both-missed blocks as ties (ratio 1), and neither side may claim
+    (each missed in a block of the comparison), so the ratio is no bound either way."""
+    never = write_sweep(tmp_path / "never", {"strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [None] * 3),
+                                             **baselines([None] * 3)})
+    assert line_of(verdict_of(report_of(never, out=tmp_path / "a")), "stepwise 2×1cpu").endswith(
+        "against single 2×1cpu: no block tells them apart (both missed, or both crossed at the first evaluation, in "
+        "every block): no ratio")
+    once = write_sweep(tmp_path / "once", {"strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [12.0, None, None]),
+                                           **baselines([None] * 3)})
+    # block 0: the baseline's horizon, 30 s (3/4 of 4000 / 100 samples/s), against 12 s; blocks 1 and 2: ties
+    ratio = (30.0 / 12.0) ** (1 / 3)
+    finding = line_of(verdict_of(report_of(once, out=tmp_path / "b")), "stepwise 2×1cpu")
+    assert f"against single 2×1cpu: cannot tell: {ratio:.2f}× [" in finding and "censored" in finding
