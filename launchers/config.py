@@ -112,9 +112,6 @@ def validate(cfg) -> None:
     _require(cfg.report.primary in PRIMARY_CHOICES,
              f"report.primary must be one of {', '.join(PRIMARY_CHOICES)}, got {cfg.report.primary}")
     _require(int(cfg.report.max_blocks) >= 2, f"report.max_blocks must be >= 2, got {cfg.report.max_blocks}")
-    margin = cfg.report.equivalence_margin
-    _require(isinstance(margin, (int, float)) and 0 < margin < 1,
-             f"report.equivalence_margin must be a fraction in (0, 1), got {margin}")
     effect = cfg.report.smallest_effect
     _require(isinstance(effect, (int, float)) and effect > 1,
              f"report.smallest_effect must be a ratio > 1 (e.g. 1.25: 25 % either way), got {effect}")

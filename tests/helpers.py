@@ -261,7 +261,7 @@ def report_config(strategy: str, peers: int, peer_cpus: int = 1, block: int | No
             "peer_cpus": peer_cpus, "batch_size": 32, "lr": 0.01, "max_steps": 40, "eval_every": 10,
             "seed": 0 if block is None else block, "block": block,
             "target": {"metric": "test_accuracy", "value": 0.9},
-            "report": {"baseline_strategy": "single", "equivalence_margin": 0.05}} | extra
+            "report": {"baseline_strategy": "single"}} | extra
 
 
 def write_report_run(path: Path, strategy: str, peers: int, throughput: float, time_to_target: float | None,

@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 
 from metrics.report.baselines import load_runs
-from metrics.report.compare import PAIRED_T, RANK_TEST
+from metrics.report.compare import PAIRED_T, TOST
 from metrics.report.model import Report, SectionReport
 from metrics.report.primary import time_observation
 from metrics.report.projected import projected_tables
@@ -26,25 +26,27 @@ METHOD = {
                "follows a Williams design (a carry-over balanced Latin square; 2n sequences for an odd number n of "
                "jobs), recorded in runs.csv (order.position, order.sequence).",
     "time-to-target ratios": "Ratio = the other's time-to-target / this one's (> 1: this one is faster). A run "
-                             "that missed the target is right-censored (its time exceeds what it covered: the "
-                             "training time of its evaluation before the last, since a crossing there could not be "
-                             "confirmed); a crossing at the first evaluation (time 0) lies between the start and the "
-                             "run's next evaluation; a failed run is censored alike (only a completed run reaches the "
-                             "target). Estimator: "
-                             "a log-normal accelerated-failure-time model of the paired ratio, log ratio ~ "
-                             "Normal(b, s) per block, a censored block contributing the probability of its bound, a "
-                             "block where both missed contributing nothing; maximum likelihood; the 95 % interval "
-                             "and the p-value by profile likelihood calibrated to Student's t on the blocks observed "
-                             "exactly (threshold n log(1 + t^2/(n - 1))), so that with nothing censored they are "
-                             "the paired t-interval and t-test on the log ratios. With fewer than 2 blocks observed "
-                             "exactly, or zero spread: no interval.",
-    "claims": f"The test that decides a claim: the {PAIRED_T} on the log ratios where every block was observed, the "
-              f"{RANK_TEST} where some block was censored (the Wilcoxon signed-rank distribution enumerated "
-              "exactly, ties at midranks; a block where both missed is a tie and drops out). Its smallest p-value "
-              "with n blocks is 2/2^n, so after Holm over m comparisons it can reach p < 0.05 only with n such "
-              "that 2m/2^n < 0.05 (m = 1: 6 blocks, m = 3: 7). 'faster' / 'slower': the p-value, Holm-adjusted "
-              "over the section's declared comparisons, is < 0.05; 'no faster' (equivalent): a TOST, the 90 % "
-              "interval inside ±report.equivalence_margin; otherwise 'cannot tell'. A declared comparison without "
+                             "that missed the target is right-censored (its time exceeds what it covered, its "
+                             "horizon: the training time of its evaluation before the last, since a crossing there "
+                             "could not be confirmed); a crossing at the first evaluation (time 0) lies between the "
+                             "start and the run's next evaluation; a failed run is a miss alike (only a completed "
+                             "run reaches the target). Nothing is dropped: a miss is counted at its horizon (its "
+                             "best case), never ahead of the other run in its block; a crossing at the first "
+                             "evaluation at its next evaluation (its worst case), never behind the other; both "
+                             "missed: a tie. Throughput: a failed run (the worst outcome) is counted as at best a "
+                             "tie. Estimator: the paired Student-t on the log ratios over all blocks (geometric mean, "
+                             "95 % t-interval, t-test: one estimator), its sd floored at the section's pooled noise "
+                             "(blocks observed exactly) so that a chance agreement of few blocks is no claim. A "
+                             "ratio resting on a side's best case is printed as a bound (≤ or ≥). One block, or zero "
+                             "spread: no interval.",
+    "claims": f"'faster' / 'slower': the {PAIRED_T} in the estimate's direction; 'no faster' (equivalent): a "
+              f"{TOST} within the declared smallest effect of interest, report.smallest_effect (a ratio x/÷, runs "
+              "that predate it: 1.25). No claim in favour of a configuration counted at its best case in some block "
+              "(it missed or failed there: MLPerf's rule, a run that does not converge cannot help a result), and "
+              "no equivalence with such a block. Each comparison enters Holm's family over the section's declared "
+              "comparisons with its permitted claim of smallest p (at most one of its two nulls, no difference or "
+              "a difference beyond the smallest effect, is true, so Holm bounds the family-wise error of every "
+              "claim); a claim needs its adjusted p < 0.05; otherwise 'cannot tell'. A declared comparison without "
               "a test counts in Holm's family with p = 1.",
     "declared comparisons": "Every configuration that averages against its equal-resource baseline (the `single` "
                             "run on the same data, model and batch per peer with as many CPUs in total), and every "
@@ -60,8 +62,8 @@ METHOD = {
              "comparisons (Holm's first step), 80 % power (metrics/report/stats.py detectable).",
     "ranking": "On the primary figure: time-to-target: configurations that reached the target in every block "
                "first, then by blocks reached, then by MLPerf's summary (the olympic mean over blocks: fastest and "
-               "slowest dropped, a miss counted as the slowest); throughput: mean global throughput. The order "
-               "alone is no finding.",
+               "slowest dropped, a miss counted as the slowest); throughput: blocks completed (a failed run is the "
+               "worst outcome), then mean global throughput. The order alone is no finding.",
     "fidelity": "A run whose summary.json says isolation.faithful = false or link.faithful = false is unfaithful to "
                 "the setting it emulates: no claim rests on it; its block is left out of the comparisons it is "
                 "in, named with the figure that failed.",

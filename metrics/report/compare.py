@@ -4,9 +4,10 @@ repeats, apart (the noise floor).
 
 A comparison pairs the two configurations' runs by block, leaving out the blocks where either run is unfaithful
 (metrics/report/runs.py Run.unfaithful). Its ratio is > 1 when `this` is the faster: time-to-target of the other
-/ this one's (metrics.report.stats.CensoredRatio: a miss is censored, never dropped), throughput of this one / the
-other's (metrics.report.stats.Ratio). The test behind a claim: the paired t-test where every block was observed, the
-exact signed-rank test (a miss ranks as the slowest) where some block was censored.
+/ this one's, throughput of this one / the other's. Nothing else is dropped: a run that missed the target, or
+failed, is counted at its best case in its block (counted_times, counted_throughputs) and may then support no claim
+in its favour (metrics.report.stats.Ratio.refused). One estimator, the paired t on the log ratios, gives the ratio,
+its interval and the test behind the claim.
 """
 import math
 import statistics
@@ -15,9 +16,9 @@ from dataclasses import dataclass, field
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.report.stats import Bound, CensoredRatio, Ratio, decide, holm, signed_rank_p
+from metrics.report.stats import EQUIVALENT, Ratio, decide, holm, pooled_log_sd
 
-PAIRED_T, RANK_TEST = "paired t-test", "exact signed-rank test (a miss ranks as the slowest)"
+PAIRED_T, TOST = "paired t-test", "TOST"
 
 
 @dataclass(frozen=True)
@@ -36,32 +37,38 @@ class Comparison:
     this: Group
     other: Group
     primary: Primary
-    ratio: Ratio | CensoredRatio = None
+    ratio: Ratio = None
     blocks: int = 0             # blocks holding a faithful run of both
     used: list = field(default_factory=list)  # those blocks' keys
-    exact_logs: dict = field(default_factory=dict)  # block -> its log ratio, where observed exactly (time figure)
-    censored: int = 0           # of those, blocks where a run did not reach the target (or crossed at once)
-    rank_p: float | None = None
+    exact_logs: dict = field(default_factory=dict)  # block -> its log ratio, where observed exactly
+    censored: int = 0           # of those, blocks where a run missed the target (or failed): counted at its horizon
     left_out: list[LeftOut] = field(default_factory=list)  # unfaithful runs whose blocks were left out
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
     family: int = 1
-    signs: int = 0  # blocks where this one was faster minus blocks where it was slower (rank test's direction)
-    margin: float = 0.05  # of the equivalence test
+    smallest_effect: float = 1.25  # the equivalence margin, a ratio x/÷
 
     @property
-    def test(self) -> str:
-        return RANK_TEST if self.censored else PAIRED_T
+    def permitted(self) -> dict[str, float]:
+        """The claims the ratio may support, with their p-values."""
+        return self.ratio.claims(self.smallest_effect)
+
+    @property
+    def claim(self) -> str | None:
+        """The permitted claim with the smallest p-value: the one that enters Holm's family (None: no test)."""
+        return min(self.permitted, key=self.permitted.get, default=None)
 
     @property
     def p(self) -> float | None:
-        """The p-value of the test that decides the claim."""
-        return self.rank_p if self.censored else self.ratio.p_value()
+        """The p-value of the claim that enters Holm's family."""
+        return self.permitted.get(self.claim)
+
+    @property
+    def test(self) -> str:
+        return TOST if self.claim == EQUIVALENT else PAIRED_T
 
     @property
     def decision(self) -> str:
-        """metrics.report.stats.decide on the deciding test (under censoring the rank test, with its own direction)."""
-        tested = self.adjusted_p if self.p is not None else None
-        return decide(self.ratio, tested, self.margin, self.signs > 0 if self.censored else None)
+        return decide(self.ratio, self.claim, self.adjusted_p)
 
 
 def block_runs(group: Group) -> dict:
@@ -84,17 +91,45 @@ def block_observation(runs: list[Run]) -> Observation:
     return max(found, key=lambda o: o.order)
 
 
-def rank_difference(this: Observation, other: Observation) -> float:
-    """The signed-rank test's difference (> 0: this one faster): the log ratio where both crossed exactly, else
-    +-inf by the MLPerf order (a miss the slowest, a crossing at the first evaluation the fastest), 0 for a tie."""
-    if this.exact and other.exact:
-        return math.log(other.low / this.low)
-    if this.order == other.order:
-        return 0.0
-    return math.inf if this.order < other.order else -math.inf
+def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, bool, bool]:
+    """The times a block counts for a pair, and whether each side is favoured (counted at its best case): an exact
+    crossing as is; a miss at its horizon, but never ahead of the other run (a miss is the slowest: at best a tie);
+    a crossing at the first evaluation at its next evaluation (its worst case, which favours the other run), never
+    behind the other; both missed, or both crossed at the first evaluation: a tie, favouring both."""
+    if mine.exact and yours.exact:
+        return mine.low, yours.low, False, False
+    if mine.order[0] == yours.order[0]:
+        return 1.0, 1.0, True, True
+    fast, slow = sorted((mine, yours), key=lambda o: o.order)
+    fast_time = fast.low if fast.exact else min(fast.high, slow.low if slow.exact else math.inf)
+    if math.isinf(fast_time):  # a crossing at the first evaluation with no later one, against a miss
+        fast_time = slow.low or 1.0
+    slow_time = slow.low if slow.exact else max(slow.low, fast_time)
+    return (fast_time, slow_time, False, True) if mine is fast else (slow_time, fast_time, True, False)
 
 
-def compare(this: Group, other: Group, primary: Primary, margin: float = 0.05) -> Comparison:
+def block_throughput(runs: list[Run]) -> tuple[float | None, bool]:
+    """One block's throughput of a group (geometric mean over its runs) and whether every run completed; a failed
+    run's recorded throughput, if any."""
+    recorded = [v for v in (r.summary.get("throughput_samples_per_s") for r in runs) if v]
+    completed = all(completed_throughput(r) for r in runs)
+    return (statistics.geometric_mean(recorded) if recorded else None), completed
+
+
+def counted_throughputs(mine: tuple[float | None, bool], yours: tuple[float | None, bool]) -> tuple:
+    """The throughputs a block counts for a pair, and whether each is its run's best case: a completed run's as is;
+    a failed run's (the worst outcome) at most the other's (at best a tie); both failed: a tie."""
+    (my_value, my_done), (your_value, your_done) = mine, yours
+    if my_done and your_done:
+        return my_value, your_value, 0, 0
+    if not my_done and not your_done:
+        return 1.0, 1.0, 1, 1
+    if my_done:
+        return my_value, min(your_value or my_value, my_value), 0, 1
+    return min(my_value or your_value, your_value), your_value, 1, 0
+
+
+def compare(this: Group, other: Group, primary: Primary, smallest_effect: float = 1.25) -> Comparison:
     """this against other on the primary figure, paired by block over faithful runs."""
     ours, theirs = block_runs(this), block_runs(other)
     shared = sorted(ours.keys() & theirs.keys(), key=str)
@@ -106,29 +141,26 @@ def compare(this: Group, other: Group, primary: Primary, margin: float = 0.05) -
         left_out += unfaithful
         if not unfaithful:
             used.append(block)
-    found = Comparison(this, other, primary, left_out=left_out, margin=margin, used=used)
-    if not primary.is_time:
-        ratios = []
-        for block in used:
-            top = [v for v in map(completed_throughput, ours[block]) if v]
-            bottom = [v for v in map(completed_throughput, theirs[block]) if v]
-            if top and bottom:
-                ratios.append(statistics.geometric_mean(top) / statistics.geometric_mean(bottom))
-        found.ratio, found.blocks = Ratio(ratios), len(ratios)
-        return found
-    bounds, differences = [], []
+    found = Comparison(this, other, primary, left_out=left_out, smallest_effect=smallest_effect, used=used)
+    values, exact, favours_this, favours_other = [], [], 0, 0
     for block in used:
-        mine, yours = block_observation(ours[block]), block_observation(theirs[block])
-        (my_low, my_high), (your_low, your_high) = mine.log_bounds(), yours.log_bounds()
-        bounds.append(Bound(your_low - my_high, your_high - my_low))
-        if bounds[-1].exact:
-            found.exact_logs[block] = bounds[-1].low
-        differences.append(rank_difference(mine, yours))
-    found.ratio = CensoredRatio(bounds)
+        if primary.is_time:  # ratio: the other's time / this one's
+            mine, yours, mine_favoured, yours_favoured = counted_times(block_observation(ours[block]),
+                                                                       block_observation(theirs[block]))
+            value = yours / mine
+        else:  # ratio: this one's throughput / the other's
+            mine, yours, mine_favoured, yours_favoured = counted_throughputs(block_throughput(ours[block]),
+                                                                             block_throughput(theirs[block]))
+            value = mine / yours
+        values.append(value)
+        exact.append(not (mine_favoured or yours_favoured))
+        favours_this += mine_favoured
+        favours_other += yours_favoured
+        if exact[-1]:
+            found.exact_logs[block] = math.log(value)
+    found.ratio = Ratio(values, exact, favours_this, favours_other)
     found.blocks = len(used)
-    found.censored = sum(not b.exact for b in bounds)
-    found.rank_p = signed_rank_p(differences)
-    found.signs = sum(d > 0 for d in differences) - sum(d < 0 for d in differences)
+    found.censored = found.ratio.imputed
     return found
 
 
@@ -142,10 +174,18 @@ def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
     return pairs
 
 
-def family(groups: list[Group], primary: Primary, margin: float, declared: int | None = None) -> list[Comparison]:
+def family(groups: list[Group], primary: Primary, smallest_effect: float,
+           declared: int | None = None) -> list[Comparison]:
     """The declared comparisons with their Holm-adjusted p-values: one family of `declared` comparisons (the
-    sweep's plan) or of those here; a declared comparison without a test counts with p = 1."""
-    found = [compare(a, b, primary, margin) for a, b in declared_pairs(groups)]
+    sweep's plan) or of those here, each entering with its best permitted claim (a difference or equivalence: at
+    most one of the two nulls is true, so Holm still bounds the family-wise error); a declared comparison without a
+    test counts with p = 1. Each ratio's spread is floored at the section's pooled noise (blocks observed exactly),
+    so that a chance agreement of a few blocks is no claim."""
+    found = [compare(a, b, primary, smallest_effect) for a, b in declared_pairs(groups)]
+    exact = [c.ratio.uncensored for c in found]
+    floor = pooled_log_sd([(r.n - 1, r.log_sd) for r in exact if r.n > 1]) or 0.0
+    for comparison in found:
+        comparison.ratio.sd_floor = floor
     size = max(declared or 0, len(found))
     tested = [c.p if c.p is not None else 1.0 for c in found] + [1.0] * (size - len(found))
     for comparison, adjusted in zip(found, holm(tested)):

@@ -34,7 +34,7 @@ class Verdict:
     method: str           # one sentence: how the answer was reached (the full method: Methods)
     findings: list[str]   # per configuration: reached k of n, its claim against the baseline
     network: list[str]    # the link each configuration was measured on, its goodput, their communication shares
-    lines: list[str]      # the control arm, the noise, the rank test's reach, the order
+    lines: list[str]      # the control arm, the noise, the order
     left_out: list[str]   # one line per unfaithful run whose block was left out of the claims
     entries: list[Entry]  # ranked on the primary figure; the other figures beside it
     references: list[Entry]  # single-process runs on fewer CPUs, kept for scaling efficiency, not ranked

@@ -41,19 +41,25 @@ def blocks_text(n: int, censored: int = 0, unit: str = "block") -> str:
     return text + (f", {censored} censored" if censored else "")
 
 
-def interval_text(ratio, unit: str = "×", censored: int = 0) -> str:
-    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %; without an interval, why (one block,
-    zero spread)."""
+def bound_sign(ratio) -> str:
+    """"≤ " where this side was counted at its best case in some block (the ratio can only be lower), "≥ " where the
+    other was; nothing where neither or both were."""
+    this, other = getattr(ratio, "favours_this", 0), getattr(ratio, "favours_other", 0)
+    return "≤ " if this and not other else "≥ " if other and not this else ""
+
+
+def interval_text(ratio, unit: str = "×") -> str:
+    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %, the estimate as a bound where a miss was
+    counted at its best case; without an interval, why (one block, zero spread)."""
     if ratio is None or not ratio.n:
         return "n/a (no paired block)"
+    censored = getattr(ratio, "imputed", 0)
+    estimate = f"{bound_sign(ratio)}{ratio.estimate:.2f}{unit}"
     interval = ratio.interval()
     if interval is None:
-        estimate = f"{ratio.estimate:.2f}{unit} " if ratio.estimate is not None else ""
-        return f"{estimate}({ratio.why_no_interval}: no interval)"
+        return f"{estimate} ({ratio.why_no_interval}: no interval)"
     low, high = interval
-    spread = f"×/÷{factor(interval):.2f}, " if not censored else ""  # censored: not symmetric on the log scale
-    return f"{ratio.estimate:.2f}{unit} [{low:.2f}, {'∞' if math.isinf(high) else f'{high:.2f}'}] " \
-           f"({spread}{blocks_text(ratio.n, censored)})"
+    return f"{estimate} [{low:.2f}, {high:.2f}] (×/÷{factor(interval):.2f}, {blocks_text(ratio.n, censored)})"
 
 
 def stat(group: Group, figure, fmt=number) -> str:
@@ -124,11 +130,11 @@ def mlperf_time(group: Group) -> float:
 
 
 def rank_key(group: Group, primary: Primary):
-    completed = any(r.completed for r in group.runs)
+    completed = sum(r.completed for r in group.runs)
     throughput = group.values(summary_figure("throughput_samples_per_s"))
     mean_throughput = statistics.fmean(throughput) if throughput else 0.0
     if not primary.is_time:
-        return (not completed, -mean_throughput, group.label)
+        return (-completed, -mean_throughput, group.label)
     reached, runs = reached_count(group)
     times = [time_observation(r).low for r in group.runs if time_observation(r).reached]
     typical = statistics.fmean(times) if times else math.inf
@@ -141,7 +147,8 @@ def ranked(groups: list[Group], primary: Primary) -> list[Group]:
 
 def rank_note(primary: Primary) -> str:
     if not primary.is_time:
-        return "Ranked by mean global throughput, the primary figure; failed runs last."
+        return ("Ranked by blocks completed (a failed run is the worst outcome), then by mean global throughput, the "
+                "primary figure.")
     return (f"Ranked on the primary figure, time-to-target ({primary.target}): configurations that reached it in "
             "every block first, then by blocks reached, then by MLPerf's summary (olympic mean, a miss counted as "
             "the slowest); the order alone is no finding.")
@@ -420,24 +427,24 @@ def rounds_table(groups: list[Group]) -> Table | None:
 
 
 def comparisons_table(comparisons, control) -> Table:
-    """Every declared comparison (and the control arm, apart) with its ratio, tests and claim."""
+    """Every declared comparison (and the control arm, apart) with its ratio, test and claim."""
     rows = []
     for c in [*comparisons, *control]:
         counted = c in comparisons
-        rows.append([c.this.label, c.other.label, interval_text(c.ratio, censored=c.censored),
-                     number(c.rank_p, 2) if c.primary.is_time else MISSING,
-                     c.test if c.p is not None else MISSING, number(c.p, 2),
+        rows.append([c.this.label, c.other.label, interval_text(c.ratio),
+                     f"{c.test} ({c.claim})" if c.p is not None else MISSING, number(c.p, 2),
                      number(c.adjusted_p, 2) if counted else "control: not in the family",
                      c.decision if counted else ("excludes 1" if excludes_one(c.ratio) else "within noise"),
                      "; ".join(map(str, c.left_out)) or MISSING])
     return Table("Comparisons (declared before the data)",
-                 ["configuration", "against", "ratio [95 % interval]", "signed-rank p", "test deciding", "p",
+                 ["configuration", "against", "ratio [95 % interval]", "test (claim tested)", "p",
                   "Holm-adjusted p", "claim", "left out (unfaithful)"], rows,
                  "Ratio > 1: the configuration is the faster (time-to-target: the other's / its own; throughput: its "
-                 "own / the other's), paired by block. Every configuration against its equal-resource baseline and "
-                 "every pair of configurations: one Holm family per section, fixed by the configurations before any "
-                 "result. The control arm (the baseline run twice in each block) is the noise floor, outside the "
-                 "family. See Methods for the estimator and the tests.")
+                 "own / the other's), paired by block; ≤ / ≥: a bound, a run that missed (or failed) counted at its "
+                 "best case. Every configuration against its equal-resource baseline and every pair of "
+                 "configurations: one Holm family per section, fixed by the configurations before any result, each "
+                 "comparison entering with its best permitted claim. The control arm (the baseline run twice in each "
+                 "block) is the noise floor, outside the family. See Methods for the estimator and the tests.")
 
 
 def excludes_one(ratio) -> bool:

@@ -15,9 +15,9 @@ from metrics.report.runs import Group, Run, Section
 from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
                                    mlperf_time, number, ranked, reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
-                                  pooled_log_sd, rank_test_blocks)
+                                  pooled_log_sd)
 
-DEFAULT_MARGIN = 0.05  # report.equivalence_margin of runs that predate it
+DEFAULT_SMALLEST_EFFECT = 1.25  # report.smallest_effect of runs that predate it
 
 REFERENCES_NOTE = ("Reference runs, not ranked: one process on fewer CPUs than any compared configuration (the "
                    "scaling-efficiency baselines).")
@@ -37,7 +37,7 @@ class Analysis:
     """What a section's verdict rests on."""
     section: Section
     primary: Primary
-    margin: float
+    margin: float             # the equivalence margin: the declared smallest effect of interest, a ratio x/÷
     ranking: list[Group]      # the compared configurations and their baselines, ranked on the primary figure
     references: list[Group]   # one process on fewer CPUs: scaling-efficiency baselines, not ranked
     comparisons: list[Comparison]  # the declared family
@@ -46,8 +46,8 @@ class Analysis:
     notes: list[str] = field(default_factory=list)     # about the plan: order, first runs without a declaration
 
 
-def margin_of(section: Section) -> float:
-    return (section.groups[0].first.config.get("report") or {}).get("equivalence_margin", DEFAULT_MARGIN)
+def smallest_effect_of(section: Section) -> float:
+    return (section.groups[0].first.config.get("report") or {}).get("smallest_effect", DEFAULT_SMALLEST_EFFECT)
 
 
 def is_reference(group: Group, groups: list[Group]) -> bool:
@@ -109,7 +109,7 @@ def order_notes(order: dict | None) -> list[str]:
 
 def analyse(section: Section) -> Analysis:
     primary, refusals, notes, declared = primary_of(section)
-    margin = margin_of(section)
+    margin = smallest_effect_of(section)
     contenders = [g for g in section.groups if not g.is_control]
     references = [g for g in contenders if is_reference(g, section.groups)]
     ranking = ranked([g for g in contenders if g not in references], primary)
@@ -123,28 +123,29 @@ def analyse(section: Section) -> Analysis:
 
 def claim_text(c: Comparison) -> str:
     """What the comparison allows saying of c.this against c.other, with the ratio it rests on."""
-    measured = interval_text(c.ratio, censored=c.censored)
+    measured = interval_text(c.ratio)
     decision = c.decision
     if not c.blocks:
         return "no block holds a faithful run of both: no paired ratio"
-    if not c.ratio.n:
-        return ("no block where either reached the target" if c.primary.is_time else
-                "no block where both completed") + ": no ratio"
+    if c.ratio.favours_this == c.ratio.favours_other == c.blocks:  # a tie by rule in every block
+        return ("no block tells them apart (both missed, or both crossed at the first evaluation, in every block)"
+                if c.primary.is_time else "both failed in every block") + ": no ratio"
     if decision == NO_INTERVAL:
         return f"{measured}: no result"
     return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",
-            EQUIVALENT: f"no faster (equivalent within ±{c.margin:.0%}, TOST): {measured}",
-            CANNOT_TELL: f"cannot tell: {measured}" + (rank_note(c) if c.censored else holm_note(c))}[decision]
+            EQUIVALENT: f"no faster (equivalent within ×/÷{c.smallest_effect:.2f}, TOST): {measured}",
+            CANNOT_TELL: f"cannot tell: {measured}" + why_no_claim(c)}[decision]
 
 
-def rank_note(c: Comparison) -> str:
-    """Why a censored comparison makes no claim: the exact signed-rank test decides."""
-    p = "no block whose runs differ" if c.rank_p is None else f"p = {c.rank_p:.2f}, {c.adjusted_p:.2f} after Holm"
-    return f" (censored blocks: the exact signed-rank test decides, {p})"
-
-
-def holm_note(c: Comparison) -> str:
-    """Why a test below alpha is no claim: Holm's correction over the section's declared comparisons."""
+def why_no_claim(c: Comparison) -> str:
+    """Why a comparison makes no claim: the direction of its ratio favours a side that missed (or failed) in some
+    block, or Holm's correction over the section's declared comparisons lifted a test below alpha."""
+    direction = c.ratio.direction
+    if c.ratio.refused(direction):
+        winner = c.this if direction == FASTER else c.other
+        what = "missed the target" if c.primary.is_time else "failed"
+        return (f" (no claim in favour of {winner.label}: it {what} in a block, counted there at its best case; "
+                "a run that does not converge cannot help a result)")
     if c.p is None or c.p >= ALPHA:
         return ""
     return (f" ({c.test} p = {c.p:.3f} before Holm's correction for {c.family} comparisons, {c.adjusted_p:.2f} "
@@ -180,7 +181,7 @@ def answer_of(a: Analysis) -> str:
     if noisy:
         return ("No claim: the blocks are not comparable. The control arm (the same one-process run twice in every "
                 "block) differs from itself: " + "; ".join(f"{c.this.label} against its second run: "
-                                                        f"{interval_text(c.ratio, censored=c.censored)}"
+                                                        f"{interval_text(c.ratio)}"
                                                         for c in noisy)
                 + ", an interval that excludes 1; no ratio below is a finding.")
     configurations = averaging(a.ranking)
@@ -192,7 +193,7 @@ def answer_of(a: Analysis) -> str:
     if faster:
         sentence = "Answer: " + "; ".join(
             f"{g.label} is faster than one process on the same {cpus(g.first.total_cpus)} in {what}: "
-            f"{interval_text(claims[g].ratio, censored=claims[g].censored)}" for g in faster) + "."
+            f"{interval_text(claims[g].ratio)}" for g in faster) + "."
         between = [c for c in a.comparisons if c.this in faster and c.other in faster]
         sentence += "".join(f" {c.this.label} against {c.other.label}: {claim_text(c)}." for c in between)
     else:
@@ -206,11 +207,14 @@ def answer_of(a: Analysis) -> str:
 
 
 def method_of(a: Analysis) -> str:
-    test = ("time-to-target ratios come from a log-normal model in which a run that missed the target is censored, "
-            "never dropped" if a.primary.is_time else "ratios are geometric means with a 95 % Student-t interval")
-    return (f"Method: each configuration is compared with the runs of the same block; {test}; a claim needs "
-            f"p < 0.05 after Holm's correction over the {a.comparisons[0].family if a.comparisons else 0} "
-            "comparisons declared for this section (details: Methods).")
+    counted = ("a run that missed the target (or failed) is counted at its horizon, never ahead of the other run, "
+               "and cannot support a claim in its favour" if a.primary.is_time else
+               "a failed run is counted as at best a tie and cannot support a claim in its favour")
+    return (f"Method: each configuration is compared with the runs of the same block; ratio, 95 % interval and test "
+            f"come from one paired Student-t on the log ratios; {counted}; a claim (faster, slower, or equivalent "
+            f"within ×/÷{a.margin:.2f}) needs p < 0.05 after Holm's correction over the "
+            f"{a.comparisons[0].family if a.comparisons else 0} comparisons declared for this section (details: "
+            "Methods).")
 
 
 def control_line(a: Analysis) -> str:
@@ -221,7 +225,7 @@ def control_line(a: Analysis) -> str:
     for c in a.controls:
         verdict = ("excludes 1: runs in one block are not comparable" if excludes_one(c.ratio) else
                    "no interval" if c.ratio.interval() is None else "includes 1")
-        parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio, censored=c.censored)}, "
+        parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio)}, "
                      f"{verdict}")
     return ("Control arm (the equal-resource baseline run twice in every block, the noise floor; > 1: the first run "
             "was the faster): " + "; ".join(parts) + ".")
@@ -244,19 +248,6 @@ def noise_line(a: Analysis) -> str | None:
     return (f"Noise of {a.primary.name}: the paired ratios vary by {spread:.1%} (sd of their logs, pooled over the "
             f"comparisons with the baselines and the control arm, blocks observed exactly); {blocks} blocks detect a "
             f"ratio beyond ×/÷{found:.2f} (5 % two-sided after Holm over {family_size} comparisons, 80 % power).")
-
-
-def rank_test_line(a: Analysis) -> str | None:
-    censored = [c for c in a.comparisons if c.censored]
-    if not censored:
-        return None
-    family_size = censored[0].family
-    needed = rank_test_blocks(ALPHA, family_size)
-    most = max(c.blocks for c in censored)
-    reach = ("fewer: no claim can rest on it here" if most < needed else "enough, where every block differs")
-    return (f"Censored blocks (a run that missed the target) make the exact signed-rank test decide: it needs "
-            f"{needed} blocks whose runs differ before it can reach p < 0.05 after Holm over {family_size} "
-            f"comparisons; these comparisons have at most {most} blocks, {reach}.")
 
 
 def left_out(a: Analysis) -> list[str]:
@@ -420,7 +411,7 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
 
 def section_verdict(section: Section) -> tuple[Verdict, Analysis]:
     a = analyse(section)
-    lines = [control_line(a), noise_line(a), rank_test_line(a), *a.notes]
+    lines = [control_line(a), noise_line(a), *a.notes]
     configurations = averaging(a.ranking) + [g for g in a.ranking if g.first.is_baseline]
     verdict = Verdict(f"Primary figure (declared before the first run): {a.primary.text}.", answer_of(a),
                       method_of(a), [finding_of(g, a) for g in configurations], network_lines(a.ranking + a.references),

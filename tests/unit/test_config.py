@@ -54,7 +54,7 @@ BAD_INPUT = [
     ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
     ("device=tpu", "device must be one of auto, cpu, cuda, got tpu"),
     ("repeats=0", "repeats must be an integer >= 1, got 0"),
-    ("report.equivalence_margin=1.5", "report.equivalence_margin must be a fraction in (0, 1), got 1.5"),
+    ("report.smallest_effect=0.8", "report.smallest_effect must be a ratio > 1 (e.g. 1.25: 25 % either way), got 0.8"),
 ]
 
 

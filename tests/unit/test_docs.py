@@ -70,7 +70,7 @@ def test_a_malformed_block_is_an_error(tmp_path, text, error):
 def test_knob_tables_are_read_from_the_yaml_and_its_comments():
     rows = {key: (value, comment) for key, value, comment in generate.knobs_of(ROOT / "conf" / "config.yaml")}
     assert rows["timeouts.collective_s"] == ("60", "any blocking communication call")
-    assert rows["report.equivalence_margin"][0] == "0.05"
+    assert rows["report.smallest_effect"][0] == "1.25"
     assert not any(key.startswith(("hydra", "defaults")) for key in rows)  # wiring, not knobs
 
 

@@ -68,20 +68,20 @@ def interval(ratios: list[float]) -> tuple[float, float, float]:
 
 def test_a_miss_with_more_throughput_is_no_win_and_the_report_agrees_with_itself(tmp_path):
     """Stepwise misses the target in 1 of 3 blocks, takes twice the baseline's time in the others and has 1.5x its
-    throughput: the verdict is on time-to-target alone, the miss censored, and nothing calls stepwise faster."""
+    throughput: the verdict is on time-to-target alone, the miss counted at its horizon, and stepwise is slower."""
     sweep = write_sweep(tmp_path / "sweep", {
         "strategy=stepwise": blocks("stepwise", 2, [150.0, 153.0, 147.0], [20.0, None, 21.0]), **baselines()})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
     assert " is faster than" not in verdict and "faster:" not in verdict
     assert verdict.index("Primary figure (declared before the first run): time-to-target (test_accuracy ≥ 0.9") < \
         verdict.index("**Answer: no averaging configuration is shown faster than one process on the same CPUs in "
-                      "time-to-target to test_accuracy ≥ 0.9.")
-    finding = line_of(verdict, "stepwise 2×1cpu")
-    assert finding.startswith("- stepwise 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single "
-                              "2×1cpu: cannot tell: ")
-    assert "(3 blocks, 1 censored) (censored blocks: the exact signed-rank test decides, p = 0.25" in finding
-    # one comparison: the signed-rank test needs 6 blocks before it can ever reach p < 0.05 (2 / 2^6 < 0.05)
-    assert "it needs 6 blocks whose runs differ before it can reach p < 0.05 after Holm over 1 comparisons" in verdict
+                      "time-to-target to test_accuracy ≥ 0.9. Every one is slower")
+    # block 1's horizon: its evaluation before the last, at 3/4 of 4000 samples / 153 samples/s
+    estimate, low, high = interval([10.0 / 20.0, 11.0 / (0.75 * 4000 / 153.0), 10.5 / 21.0])
+    assert line_of(verdict, "stepwise 2×1cpu") == (
+        "- stepwise 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single 2×1cpu: slower: "
+        f"≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, 1 censored)")
+    assert "signed-rank" not in verdict
     assert "throughput speedup 1.50× [" in entry_of(verdict, "stepwise 2×1cpu")
     assert "vs single 2×1cpu (beside the primary figure)" in entry_of(verdict, "stepwise 2×1cpu")
 
@@ -124,7 +124,10 @@ def test_a_crossing_at_the_first_evaluation_is_a_crossing(tmp_path):
     finding = line_of(verdict, "allreduce 2×1cpu")
     assert finding.startswith("- allreduce 2×1cpu: reached test_accuracy ≥ 0.9 in 3 of 3 blocks; against single "
                               "2×1cpu: ")
-    assert "(3 blocks, 1 censored)" in finding
+    # block 0 counted at its next evaluation (10 s, its worst case, never behind the baseline's 10 s): a bound
+    estimate, low, high = interval([10.0 / 10.0, 11.0 / 9.0, 10.5 / 9.5])
+    assert finding.endswith(f"≥ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, "
+                            "1 censored)")
     zero = next(r for r in rows_of(out) if r["config.strategy.name"] == "allreduce" and r["config.block"] == "0")
     assert zero["reached_target"] == "True" and json.loads(zero["time_to_target_bounds_s"]) == [0.0, 10.0]
 
@@ -141,7 +144,7 @@ def test_every_pair_is_declared_and_none_is_chosen_from_the_ranking(tmp_path):
     markdown = report_of(sweep, out=tmp_path / "out")
     verdict = verdict_of(markdown)
     assert "first" not in answer_of(verdict)
-    assert "a claim needs p < 0.05 after Holm's correction over the 6 comparisons declared" in verdict
+    assert "needs p < 0.05 after Holm's correction over the 6 comparisons declared" in verdict
     table = markdown.split("### Comparisons (declared before the data)")[1].split("\n### ")[0]
     pairs = re.findall(r"^\| ([^|]+?) \| ([^|]+?) \| ", table, re.M)[1:]
     assert pairs == [("ps 2×1cpu", "single 2×1cpu"), ("ring 2×1cpu", "single 2×1cpu"),
@@ -191,6 +194,8 @@ def test_a_resumed_sweep_keeps_its_failed_attempt_and_marks_the_rerun(tmp_path):
            "failed in block 1)" in caveats
     assert "block 1 run later, after an earlier attempt (not contemporaneous)" in caveats
     assert "allreduce 2×1cpu superseded attempt block=1" in markdown.split("## Errors")[1]
+    # the block's last attempt counts: 3 blocks, none censored (the failed attempt would be a miss)
+    assert line_of(verdict_of(markdown), "allreduce 2×1cpu").endswith("3 blocks)")
 
 
 # --- what the verdict may say ---------------------------------------------------------------------
@@ -235,7 +240,7 @@ def test_no_faster_only_from_equivalence(tmp_path):
         "strategy=ps": blocks("ps", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, (0.99, 1.01, 1.0))]),
         **baselines()})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
-    assert "against single 2×1cpu: no faster (equivalent within ±5%, TOST): " in line_of(verdict, "ps 2×1cpu")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): " in line_of(verdict, "ps 2×1cpu")
 
 
 def emulated_link(goodput_mbit: float | None, nominal_mbit: float = 150.0, worst: str = "host 0 egress") -> dict:
@@ -594,3 +599,147 @@ def test_a_configuration_that_never_reached_the_target_is_recorded_as_such_and_n
     with pytest.raises(ValueError, match=r"hivemind reached test_accuracy ≥ 0.9 in 0 of the 3 blocks compared .*: "
                                          r"no noise to plan from.*a target it reaches"):
         planning_noise(results, primary, "digits", "tiny", ["allreduce", "hivemind"])
+
+
+# --- one estimator per claim: the claim, its ratio and its interval agree ------------------------------------------
+
+def comparison_rows(markdown: str) -> list[list[str]]:
+    """The declared comparisons' rows: configuration, against, ratio [interval], test, p, Holm-adjusted p, claim."""
+    table = markdown.split("### Comparisons (declared before the data)")[1].split("\n### ")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ")][1:]
+    return [r for r in rows if not r[0].startswith("---")]
+
+
+def test_a_claim_never_points_away_from_its_printed_ratio(tmp_path):
+    """Allreduce is faster in 11 of 12 blocks and misses the target in the last: its miss cannot help it, so no
+    'faster', and the ratio printed is a bound ('≤') on what the 12 blocks show, never a ratio below 1 beside
+    'faster'."""
+    ratios = [1.30, 1.10, 1.45, 1.25, 1.20, 1.38, 1.15, 1.33, 1.28, 1.22, 1.40, None]
+    times = [10.0 + 0.1 * k for k in range(12)]
+    allreduce = [t / r if r else None for t, r in zip(times, ratios)]
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=allreduce": blocks("allreduce", 2, [100.0] * 12, allreduce),
+        **baselines(times)})
+    markdown = report_of(sweep, out=tmp_path / "out")
+    finding = line_of(verdict_of(markdown), "allreduce 2×1cpu")
+    # the miss at its horizon (30 s = 3/4 of 4000 / 100 samples/s) but never ahead of the baseline: 11.1 / 30
+    logs = [math.log(r) for r in ratios[:11]] + [math.log(11.1 / 30.0)]
+    assert finding.startswith("- allreduce 2×1cpu: reached test_accuracy ≥ 0.9 in 11 of 12 blocks; against single "
+                              f"2×1cpu: cannot tell: ≤ {math.exp(statistics.fmean(logs)):.2f}× [")
+    assert "no claim in favour of allreduce 2×1cpu: it missed the target in a block" in finding
+    for row in comparison_rows(markdown):
+        low, high = map(float, re.search(r"\[([\d.]+), ([\d.]+)\]", row[2]).groups())
+        assert (row[6] != "faster" or low > 1) and (row[6] != "slower" or high < 1), row
+
+
+def test_a_miss_never_shields_a_configuration_from_slower(tmp_path):
+    """Stepwise takes twice the baseline's time in every block: 'slower'. With its third block a miss instead (its
+    horizon, 30 s, is later than twice the baseline's time) it is still 'slower', on all three blocks."""
+    slow = write_sweep(tmp_path / "slow", {"strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [20.0, 22.4, 21.0]),
+                                           **baselines()})
+    missed = write_sweep(tmp_path / "missed", {
+        "strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [20.0, 22.4, None]), **baselines()})
+    assert "against single 2×1cpu: slower: 0.50× [" in line_of(verdict_of(report_of(slow, out=tmp_path / "a")),
+                                                                 "stepwise 2×1cpu")
+    estimate, low, high = interval([10.0 / 20.0, 11.0 / 22.4, 10.5 / 30.0])
+    assert line_of(verdict_of(report_of(missed, out=tmp_path / "b")), "stepwise 2×1cpu").endswith(
+        f"against single 2×1cpu: slower: ≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, "
+        "3 blocks, 1 censored)")
+
+
+def test_a_crashed_run_counts_as_a_miss_and_is_never_dropped(tmp_path):
+    """Allreduce crashed in block 2 before its first evaluation (it covered nothing): the block counts, at best a
+    tie with the baseline (ratio 1), and the crash cannot help allreduce to a claim."""
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES,
+                                                                                            (1.50, 1.53, 1.0))]),
+        **baselines()})
+    crashed = sweep / "block2" / "strategy=allreduce"
+    summary = json.loads((crashed / "summary.json").read_text())
+    (crashed / "summary.json").write_text(json.dumps(summary | {"status": "failed", "time_to_target_s": None}))
+    (crashed / "peer0" / "eval.jsonl").write_text("")
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    estimate, low, high = interval([1.50, 1.53, 1.0])
+    assert line_of(verdict, "allreduce 2×1cpu").endswith(
+        f"against single 2×1cpu: cannot tell: ≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷"
+        f"{math.sqrt(high / low):.2f}, 3 blocks, 1 censored) (no claim in favour of allreduce 2×1cpu: it missed the "
+        "target in a block, counted there at its best case; a run that does not converge cannot help a result)")
+
+
+def test_on_throughput_a_failed_block_is_the_worst_outcome(tmp_path):
+    """Throughput is the primary figure. Allreduce has 1.5x the baseline's throughput in 3 blocks and fails in the
+    fourth; ring has 1.2x in all four. Allreduce ranks after ring, and is not called faster."""
+    primary = {"config": {"report": {"baseline_strategy": "single", "primary": "throughput"}}}
+    failed = {"status": "failed", **primary}
+    base = [100.0, 102.0, 98.0, 101.0]
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=allreduce": [*blocks("allreduce", 2, [150.0, 155.0, 146.0], [None] * 3, **primary),
+                               ("allreduce", 2, 1, 160.0, None, failed)],
+        "strategy=ring": blocks("ring", 2, [b * r for b, r in zip(base, (1.2, 1.22, 1.18, 1.21))], [None] * 4,
+                                **primary),
+        "baseline_2x1": blocks("single", 2, base, [None] * 4, **primary),
+        "baseline_1x1": blocks("single", 1, [60.0] * 4, [None] * 4, **primary)})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    ranked = re.findall(r"^\d+\. \*\*(.+?)\*\*", verdict, re.M)
+    assert ranked.index("ring 2×1cpu") < ranked.index("allreduce 2×1cpu")
+    assert "allreduce 2×1cpu is faster" not in answer_of(verdict)
+    # the failed block counts as at best a tie: 160 samples/s recorded, counted as the baseline's 101
+    finding = line_of(verdict, "allreduce 2×1cpu")
+    logs = [math.log(r) for r in (150.0 / 100.0, 155.0 / 102.0, 146.0 / 98.0, 1.0)]
+    assert f"against single 2×1cpu: cannot tell: ≤ {math.exp(statistics.fmean(logs)):.2f}× [" in finding
+    assert "4 blocks, 1 censored) (no claim in favour of allreduce 2×1cpu: it failed in a block" in finding
+
+
+def test_null_comparisons_are_called_equivalent_within_the_smallest_effect_after_holm(tmp_path):
+    """Two configurations no faster than the baseline, 6 blocks, realistic noise (log-sd 0.12): equivalent within
+    report.smallest_effect (1.25), the TOST in Holm's family of 3."""
+    noise = [0.12, -0.10, 0.05, -0.14, 0.08, -0.01]
+    times = [10.0 + 0.2 * k for k in range(6)]
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ring": blocks("ring", 2, [100.0] * 6, [t * math.exp(e) for t, e in zip(times, noise)]),
+        "strategy=ps": blocks("ps", 2, [100.0] * 6, [t * math.exp(-e / 2) for t, e in zip(times, noise[::-1])]),
+        **baselines(times)})
+    markdown = report_of(sweep, out=tmp_path / "out")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): " in line_of(verdict_of(markdown),
+                                                                                         "ring 2×1cpu")
+    from scipy.stats import t
+    logs = [-e for e in noise]
+    centre, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(6)
+    tost = max(t.sf((centre + math.log(1.25)) / se, 5), t.sf((math.log(1.25) - centre) / se, 5))
+    row = next(r for r in comparison_rows(markdown) if r[:2] == ["ring 2×1cpu", "single 2×1cpu"])
+    assert row[3] == "TOST (equivalent)" and float(row[4]) == pytest.approx(tost, abs=0.006)
+    assert float(row[5]) >= float(row[4])  # Holm-adjusted
+
+
+def test_holm_takes_an_equivalence_below_alpha_to_cannot_tell(tmp_path):
+    """Three blocks of log-sd 0.09 around a ratio of 1: the TOST alone gives p = 0.025 (t = ln 1.25 / (0.09 /
+    sqrt 3) = 4.29 on 2 df), equivalent against one comparison; the plan declares 3 comparisons, and after Holm's
+    correction (p x 3 = 0.075) there is no claim."""
+    noise = [0.09, -0.09, 0.0]
+    jobs = {"strategy=ring": blocks("ring", 2, [100.0] * 3, [t * math.exp(e) for t, e in zip(BASELINE_TIMES, noise)]),
+            **baselines()}
+    alone = report_of(write_sweep(tmp_path / "alone", jobs), out=tmp_path / "a")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): 1.00× [" in \
+        line_of(verdict_of(alone), "ring 2×1cpu")
+    declared = {"declaration": {"comparisons": {"data=digits, model=tiny": [1, 2, 3]}}}
+    markdown = report_of(write_sweep(tmp_path / "declared", jobs, plan=declared), out=tmp_path / "b")
+    assert line_of(verdict_of(markdown), "ring 2×1cpu").endswith(
+        "(×/÷1.25, 3 blocks) (TOST p = 0.025 before Holm's correction for 3 comparisons, 0.08 after)")
+
+
+def test_blocks_where_both_missed_are_ties_that_claim_nothing(tmp_path):
+    """Stepwise and the baseline both missed in every block: no ratio. Stepwise reaching it once, the baseline never:
+    the baseline's miss counts at its horizon, the both-missed blocks as ties (ratio 1), and neither side may claim
+    (each missed in a block of the comparison), so the ratio is no bound either way."""
+    never = write_sweep(tmp_path / "never", {"strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [None] * 3),
+                                             **baselines([None] * 3)})
+    assert line_of(verdict_of(report_of(never, out=tmp_path / "a")), "stepwise 2×1cpu").endswith(
+        "against single 2×1cpu: no block tells them apart (both missed, or both crossed at the first evaluation, in "
+        "every block): no ratio")
+    once = write_sweep(tmp_path / "once", {"strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [12.0, None, None]),
+                                           **baselines([None] * 3)})
+    # block 0: the baseline's horizon, 30 s (3/4 of 4000 / 100 samples/s), against 12 s; blocks 1 and 2: ties
+    ratio = (30.0 / 12.0) ** (1 / 3)
+    finding = line_of(verdict_of(report_of(once, out=tmp_path / "b")), "stepwise 2×1cpu")
+    assert f"against single 2×1cpu: cannot tell: {ratio:.2f}× [" in finding and "censored" in finding
