@@ -1,0 +1,156 @@
+"""The configuration schema. conf/'s YAML declares every knob: its default, its type (the default's) and its meaning
+(the comment on its line, which docs/generate.py turns into the knob tables). RULES adds the allowed values of the
+knobs that need more than a type. check_keys() checks a composed config against the config composed from the same
+group choices alone (unknown keys, with the closest known one; types); check_values() applies RULES."""
+import difflib
+from dataclasses import dataclass
+from typing import Callable
+
+from omegaconf import OmegaConf
+
+from job.errors import ConfigError
+from job.model import DTYPES, MODELS
+from job.data import DATASETS
+from job.optim import OPTIMIZERS, SCALINGS
+from launchers.lock import LOCK_MODES
+from metrics.report.primary import CHOICES as PRIMARY_CHOICES
+from metrics.summary.target import ESTIMATORS
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Allowed values of one knob: `accepts(value)`, and what it `expects` in words (the error's middle)."""
+    accepts: Callable[[object], bool]
+    expects: str
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer_from(low: int) -> Rule:
+    return Rule(lambda v: _integer(v) and v >= low, f"must be an integer >= {low}")
+
+
+def above(low: float) -> Rule:
+    return Rule(lambda v: _number(v) and v > low, f"must be > {low:g}")
+
+
+def one_of(*choices: str) -> Rule:
+    return Rule(lambda v: v in choices, f"must be one of {', '.join(choices)}")
+
+
+RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without an entry: any value of its type)
+    "model.name": one_of(*MODELS),
+    "data.name": one_of(*DATASETS),
+    "optim.name": one_of(*OPTIMIZERS),
+    "peers": integer_from(1),
+    "peer_cpus": integer_from(1),
+    "batch_size": integer_from(1),
+    "max_steps": integer_from(1),
+    "lr": above(0),
+    "lr_scaling": one_of(*SCALINGS),
+    "warmup_steps": integer_from(0),
+    "repeats": Rule(lambda v: v == "auto" or _integer(v) and v >= 1,
+                    "must be an integer >= 1 (or auto: planned from the recorded noise)"),
+    "block": Rule(lambda v: v is None or _integer(v) and v >= 0,
+                  "must be null or an integer >= 0 (the multirun sets it)"),
+    "dtype": one_of(*DTYPES),
+    "eval_every": integer_from(0),
+    "precise_bn_samples": integer_from(0),
+    "noise_scale_every": integer_from(0),
+    "target.metric": one_of("test_accuracy", "test_loss"),
+    "target.estimator": one_of(*ESTIMATORS),
+    "target.bootstrap": Rule(lambda v: _integer(v) and v >= 0, "must be an integer >= 0 (resamples; 0: none)"),
+    "report.primary": one_of(*PRIMARY_CHOICES),
+    "report.baselines": one_of("auto", "off"),
+    "report.max_blocks": integer_from(2),
+    "report.equivalence_margin": Rule(lambda v: _number(v) and 0 < v < 1, "must be a fraction in (0, 1)"),
+    "report.smallest_effect": Rule(lambda v: _number(v) and v > 1,
+                                   "must be a ratio > 1 (e.g. 1.25: 25 % either way)"),
+    "lock": one_of(*LOCK_MODES),
+    "sampler.interval": above(0),
+    "timeouts.collective_s": above(0),
+    "timeouts.startup_s": above(0),
+    "timeouts.shutdown_s": above(0),
+    "launch.nnodes": integer_from(1),
+    "launch.node_rank": integer_from(0),
+}
+
+
+def check_value(key: str, value) -> None:
+    """ConfigError unless RULES allows `value` for the dotted knob `key`."""
+    rule = RULES[key]
+    if not rule.accepts(value):
+        raise ConfigError(f"{key} {rule.expects}, got {value}")
+
+
+def check_values(cfg) -> None:
+    """Each knob of RULES present in cfg holds an allowed value; ConfigError names the first that does not."""
+    for key in RULES:
+        node, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, node) if node else cfg
+        if parent is not None and leaf in parent:
+            check_value(key, parent[leaf])
+
+
+def _leaves(tree: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        keys.append(path)
+        if isinstance(value, dict):
+            keys += _leaves(value, f"{path}.")
+    return keys
+
+
+def unknown_key(key: str, known: dict) -> ConfigError:
+    """The error for a key the schema does not hold, with the closest known key where one is close."""
+    close = difflib.get_close_matches(key, _leaves(known), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else " (python train.py --help lists the knobs)"
+    return ConfigError(f"unknown key {key}{hint}")
+
+
+def holds(tree: dict, key: str) -> bool:
+    """Whether the dotted key is in the (plain) tree."""
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
+
+
+TYPE_NAMES = {bool: "true or false", int: "a number", float: "a number", list: "a list", dict: "a block of knobs"}
+
+
+def _type_fits(value, default) -> bool:
+    if value is None or default is None:  # null: off, or unset (the rules say where it is not allowed)
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, (int, float)):
+        return _number(value)  # integer-ness, where it matters, is a rule
+    if isinstance(default, str):
+        return not isinstance(value, (list, dict))  # a name may read as a number (run_id=7)
+    return isinstance(value, type(default))
+
+
+def check_keys(cfg: dict, schema: dict) -> None:
+    """Every key of the resolved config `cfg` is in `schema` (the config of the same group choices, resolved) and its
+    value has the schema default's type; ConfigError names the first that is not."""
+    def walk(tree: dict, known: dict, prefix: str) -> None:
+        for key, value in tree.items():
+            path = f"{prefix}{key}"
+            if key not in known:
+                raise unknown_key(path, schema)
+            default = known[key]
+            if isinstance(value, dict) and isinstance(default, dict):
+                walk(value, default, f"{path}.")
+            elif not _type_fits(value, default):
+                expected = TYPE_NAMES.get(type(default), "a name")
+                raise ConfigError(f"{path} must be {expected} (as its default {default!r}), got {value!r}")
+    walk(cfg, schema, "")
