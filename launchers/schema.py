@@ -6,7 +6,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Callable
 
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from job.errors import ConfigError
 from job.model import DTYPES, MODELS
@@ -15,6 +15,9 @@ from job.optim import OPTIMIZERS, SCALINGS
 from launchers.lock import LOCK_MODES
 from metrics.report.primary import CHOICES as PRIMARY_CHOICES
 from metrics.summary.target import ESTIMATORS
+from netemu.checks import NETWORK_MODES
+from netemu.cpu import ISOLATE_MODES
+from netemu.fabric import MAX_MTU, MIN_MTU
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,11 @@ def _number(value) -> bool:
 
 def _integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _by_rank(value, accepts: Callable[[object], bool]) -> bool:
+    """A list of per-rank values, each null (the default) or accepted."""
+    return isinstance(value, (list, ListConfig)) and all(v is None or accepts(v) for v in value)
 
 
 def integer_from(low: int) -> Rule:
@@ -79,6 +87,19 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "timeouts.shutdown_s": above(0),
     "launch.nnodes": integer_from(1),
     "launch.node_rank": integer_from(0),
+    "network.name": one_of(*NETWORK_MODES),
+    "network.bandwidth_mbit": Rule(lambda v: v is None or _number(v) and v > 0,
+                                   "must be > 0 Mbit/s (or null: unshaped)"),
+    "network.per_peer": Rule(lambda v: _by_rank(v, lambda r: _number(r) and r > 0),
+                             "must list rates > 0 Mbit/s by rank (null entries: network.bandwidth_mbit)"),
+    "network.latency_ms": Rule(lambda v: v is None or _number(v) and v >= 0, "must be >= 0"),
+    "network.mtu": Rule(lambda v: _integer(v) and MIN_MTU <= v <= MAX_MTU,
+                        f"must be a whole number of bytes from {MIN_MTU} to {MAX_MTU} (a veth pair's range; 1500: "
+                        "standard Ethernet, 9000: jumbo frames)"),
+    "emulate.isolate": one_of(*ISOLATE_MODES),
+    "emulate.dilation": Rule(lambda v: _number(v) and v >= 1, "must be >= 1"),
+    "emulate.period_us": Rule(lambda v: _integer(v) and 1000 <= v <= 1_000_000, "must be in [1000, 1000000]"),
+    "fault.at_step": integer_from(1),
 }
 
 

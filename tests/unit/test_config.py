@@ -136,7 +136,7 @@ def test_values_of_the_wrong_type_are_refused(override, message):
 @pytest.mark.parametrize("overrides, message", [
     (("peers=0",), "peers must be an integer >= 1, got 0"),
     (("peers=-3",), "peers must be an integer >= 1, got -3"),
-    (("network.bandwidth_mbit=-5",), "network bandwidths must be > 0"),
+    (("network.bandwidth_mbit=-5",), "network.bandwidth_mbit must be > 0 Mbit/s"),
     (("strategy=hivemind", "peers=2", "hivemind.target_batch_size=16"),
      "hivemind.target_batch_size=16 is smaller than batch_size=32"),
     (("strategy=nonsense",), "unknown strategy 'nonsense'"),
@@ -158,7 +158,7 @@ def test_every_rule_names_a_knob_of_the_default_config():
 
 @pytest.mark.parametrize("override, message", [
     ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
-    ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
+    ("network.bandwidth_mbit=0", "network.bandwidth_mbit must be > 0 Mbit/s"),
     ("network.latency_ms=-1", "network.latency_ms must be >= 0"),
     ("network.mtu=40", "network.mtu must be a whole number of bytes from 68 to 65535"),
     ("network.mtu=70000", "network.mtu must be a whole number of bytes from 68 to 65535"),
@@ -172,7 +172,7 @@ def test_bad_network_knobs(override, message):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
+    ("network.bandwidth_mbit=0", "network.bandwidth_mbit must be > 0 Mbit/s"),
     ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
 ])
 def test_bad_knobs_of_the_default_network(override, message):
