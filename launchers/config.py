@@ -137,9 +137,10 @@ def resolved(cfg) -> dict:
 def validate(cfg) -> None:
     """The config's values (the schema's RULES) and the rules across knobs, then the strategy's own (its validate)
     and what it needs of this machine. Raises ConfigError or BackendUnavailable."""
-    check_values(cfg)
     _require(cfg.strategy.name in group_options("strategy"),
              f"unknown strategy '{cfg.strategy.name}' (choose from: {', '.join(group_options('strategy'))})")
+    strategy = strategy_class(cfg)
+    check_values(cfg, cfg.strategy.name, strategy.rules)
     project_targets(cfg.report.project, [])
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
              f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
@@ -149,7 +150,6 @@ def validate(cfg) -> None:
     _require(launch.nnodes == 1 or launch.master_port, "several hosts need a fixed launch.master_port")
     check_data_config(cfg.data)
     resolve_device(cfg.device)
-    strategy = strategy_class(cfg)
     strategy.validate(cfg)
     spec = strategy.launch_spec(cfg)
     check_fault_config(cfg, spec.workers)

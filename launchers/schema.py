@@ -1,14 +1,14 @@
 """The configuration schema. conf/'s YAML declares every knob: its default, its type (the default's) and its meaning
 (the comment on its line, which docs/generate.py turns into the knob tables). RULES adds the allowed values of the
 knobs that need more than a type. check_keys() checks a composed config against the config composed from the same
-group choices alone (unknown keys, with the closest known one; types); check_values() applies RULES."""
+group choices alone (unknown keys, with the closest known one; types); check_values() applies RULES and the
+strategy's own (Strategy.rules, on its block)."""
 import difflib
-from dataclasses import dataclass
-from typing import Callable
 
-from omegaconf import ListConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from job.errors import ConfigError
+from job.rules import Rule, above, by_rank, integer, integer_from, number, one_of
 from job.model import DTYPES, MODELS
 from job.data import DATASETS
 from job.optim import OPTIMIZERS, SCALINGS
@@ -18,38 +18,6 @@ from metrics.summary.target import ESTIMATORS
 from netemu.checks import NETWORK_MODES
 from netemu.cpu import ISOLATE_MODES
 from netemu.fabric import MAX_MTU, MIN_MTU
-
-
-@dataclass(frozen=True)
-class Rule:
-    """Allowed values of one knob: `accepts(value)`, and what it `expects` in words (the error's middle)."""
-    accepts: Callable[[object], bool]
-    expects: str
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _by_rank(value, accepts: Callable[[object], bool]) -> bool:
-    """A list of per-rank values, each null (the default) or accepted."""
-    return isinstance(value, (list, ListConfig)) and all(v is None or accepts(v) for v in value)
-
-
-def integer_from(low: int) -> Rule:
-    return Rule(lambda v: _integer(v) and v >= low, f"must be an integer >= {low}")
-
-
-def above(low: float) -> Rule:
-    return Rule(lambda v: _number(v) and v > low, f"must be > {low:g}")
-
-
-def one_of(*choices: str) -> Rule:
-    return Rule(lambda v: v in choices, f"must be one of {', '.join(choices)}")
 
 
 RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without an entry: any value of its type)
@@ -63,9 +31,9 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "lr": above(0),
     "lr_scaling": one_of(*SCALINGS),
     "warmup_steps": integer_from(0),
-    "repeats": Rule(lambda v: v == "auto" or _integer(v) and v >= 1,
+    "repeats": Rule(lambda v: v == "auto" or integer(v) and v >= 1,
                     "must be an integer >= 1 (or auto: planned from the recorded noise)"),
-    "block": Rule(lambda v: v is None or _integer(v) and v >= 0,
+    "block": Rule(lambda v: v is None or integer(v) and v >= 0,
                   "must be null or an integer >= 0 (the multirun sets it)"),
     "dtype": one_of(*DTYPES),
     "eval_every": integer_from(0),
@@ -73,12 +41,12 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "noise_scale_every": integer_from(0),
     "target.metric": one_of("test_accuracy", "test_loss"),
     "target.estimator": one_of(*ESTIMATORS),
-    "target.bootstrap": Rule(lambda v: _integer(v) and v >= 0, "must be an integer >= 0 (resamples; 0: none)"),
+    "target.bootstrap": Rule(lambda v: integer(v) and v >= 0, "must be an integer >= 0 (resamples; 0: none)"),
     "report.primary": one_of(*PRIMARY_CHOICES),
     "report.baselines": one_of("auto", "off"),
     "report.max_blocks": integer_from(2),
-    "report.equivalence_margin": Rule(lambda v: _number(v) and 0 < v < 1, "must be a fraction in (0, 1)"),
-    "report.smallest_effect": Rule(lambda v: _number(v) and v > 1,
+    "report.equivalence_margin": Rule(lambda v: number(v) and 0 < v < 1, "must be a fraction in (0, 1)"),
+    "report.smallest_effect": Rule(lambda v: number(v) and v > 1,
                                    "must be a ratio > 1 (e.g. 1.25: 25 % either way)"),
     "lock": one_of(*LOCK_MODES),
     "sampler.interval": above(0),
@@ -88,35 +56,37 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "launch.nnodes": integer_from(1),
     "launch.node_rank": integer_from(0),
     "network.name": one_of(*NETWORK_MODES),
-    "network.bandwidth_mbit": Rule(lambda v: v is None or _number(v) and v > 0,
+    "network.bandwidth_mbit": Rule(lambda v: v is None or number(v) and v > 0,
                                    "must be > 0 Mbit/s (or null: unshaped)"),
-    "network.per_peer": Rule(lambda v: _by_rank(v, lambda r: _number(r) and r > 0),
+    "network.per_peer": Rule(lambda v: by_rank(v, lambda r: number(r) and r > 0),
                              "must list rates > 0 Mbit/s by rank (null entries: network.bandwidth_mbit)"),
-    "network.latency_ms": Rule(lambda v: v is None or _number(v) and v >= 0, "must be >= 0"),
-    "network.mtu": Rule(lambda v: _integer(v) and MIN_MTU <= v <= MAX_MTU,
+    "network.latency_ms": Rule(lambda v: v is None or number(v) and v >= 0, "must be >= 0"),
+    "network.mtu": Rule(lambda v: integer(v) and MIN_MTU <= v <= MAX_MTU,
                         f"must be a whole number of bytes from {MIN_MTU} to {MAX_MTU} (a veth pair's range; 1500: "
                         "standard Ethernet, 9000: jumbo frames)"),
     "emulate.isolate": one_of(*ISOLATE_MODES),
-    "emulate.dilation": Rule(lambda v: _number(v) and v >= 1, "must be >= 1"),
-    "emulate.period_us": Rule(lambda v: _integer(v) and 1000 <= v <= 1_000_000, "must be in [1000, 1000000]"),
+    "emulate.dilation": Rule(lambda v: number(v) and v >= 1, "must be >= 1"),
+    "emulate.period_us": Rule(lambda v: integer(v) and 1000 <= v <= 1_000_000, "must be in [1000, 1000000]"),
     "fault.at_step": integer_from(1),
 }
 
 
-def check_value(key: str, value) -> None:
-    """ConfigError unless RULES allows `value` for the dotted knob `key`."""
-    rule = RULES[key]
+def check_value(key: str, value, rule: Rule | None = None) -> None:
+    """ConfigError unless `rule` (default: RULES') allows `value` for the dotted knob `key`."""
+    rule = rule or RULES[key]
     if not rule.accepts(value):
         raise ConfigError(f"{key} {rule.expects}, got {value}")
 
 
-def check_values(cfg) -> None:
-    """Each knob of RULES present in cfg holds an allowed value; ConfigError names the first that does not."""
-    for key in RULES:
+def check_values(cfg, block: str, block_rules: dict[str, Rule]) -> None:
+    """Each knob of RULES, and of `block_rules` (knob -> Rule) under `block`, present in cfg holds an allowed value;
+    ConfigError names the first that does not."""
+    rules = RULES | {f"{block}.{knob}": rule for knob, rule in block_rules.items()}
+    for key, rule in rules.items():
         node, _, leaf = key.rpartition(".")
         parent = OmegaConf.select(cfg, node) if node else cfg
         if parent is not None and leaf in parent:
-            check_value(key, parent[leaf])
+            check_value(key, parent[leaf], rule)
 
 
 def _leaves(tree: dict, prefix: str = "") -> list[str]:
@@ -154,7 +124,7 @@ def _type_fits(value, default) -> bool:
     if isinstance(default, bool):
         return isinstance(value, bool)
     if isinstance(default, (int, float)):
-        return _number(value)  # integer-ness, where it matters, is a rule
+        return number(value)  # integer-ness, where it matters, is a rule
     if isinstance(default, str):
         return not isinstance(value, (list, dict))  # a name may read as a number (run_id=7)
     return isinstance(value, type(default))

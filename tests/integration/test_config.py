@@ -30,8 +30,8 @@ def test_a_fault_on_no_worker_exits_2_with_one_line(tmp_path):
 
 
 REFUSED = [  # issue 52's cases: each refused by `--cfg job` and by a run, before anything starts
-    (["peers=0"], "peers must be an integer >= 1, got 0"),
-    (["peers=-3"], "peers must be an integer >= 1, got -3"),
+    (["peers=0"], "peers must be >= 1 (a whole number), got 0"),
+    (["peers=-3"], "peers must be >= 1 (a whole number), got -3"),
     (["network.bandwidth_mbit=-5"], "network.bandwidth_mbit must be > 0 Mbit/s"),
     (["strategy=diloco", "+diloco.inner_step=5"], "unknown key diloco.inner_step (did you mean diloco.inner_steps?)"),
     (["strategy=diloco", "diloco.inner_step=5"], "unknown key diloco.inner_step (did you mean diloco.inner_steps?)"),

@@ -5,7 +5,7 @@ Integration tier: the same through train.py's command line (exit code 2, one lin
 """
 import pytest
 from omegaconf import OmegaConf
-from helpers import compose_config, strategy_names
+from helpers import compose_config, strategy_names, strategy_of
 from job.errors import ConfigError
 from launchers.config import check_command, check_overrides, group_options, validate
 from launchers.schema import RULES
@@ -45,10 +45,10 @@ BAD_INPUT = [
     ("strategy=allreduce,nonsense", "unknown strategy 'nonsense'"),
     ("model=vgg99", "unknown model 'vgg99'"),
     ("data=mnist", "unknown data 'mnist'"),
-    ("peers=0", "peers must be an integer >= 1, got 0"),
-    ("peers=-1", "peers must be an integer >= 1, got -1"),
-    ("peer_cpus=0", "peer_cpus must be an integer >= 1"),
-    ("batch_size=0", "batch_size must be an integer >= 1"),
+    ("peers=0", "peers must be >= 1 (a whole number), got 0"),
+    ("peers=-1", "peers must be >= 1 (a whole number), got -1"),
+    ("peer_cpus=0", "peer_cpus must be >= 1"),
+    ("batch_size=0", "batch_size must be >= 1"),
     ("lr=0", "lr must be > 0"),
     ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
     ("device=tpu", "device must be one of auto, cpu, cuda, got tpu"),
@@ -63,11 +63,11 @@ def test_bad_input_is_a_config_error(override, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (("strategy=diloco", "diloco.inner_steps=0"), "diloco.inner_steps must be >= 1, got 0"),
+    (("strategy=diloco", "diloco.inner_steps=0"), "diloco.inner_steps must be >= 1 (a whole number), got 0"),
     (("strategy=diloco", "diloco.outer_lr=0"), "diloco.outer_lr must be > 0, got 0"),
     (("strategy=diloco", "diloco.outer_momentum=1"), "diloco.outer_momentum must be in [0, 1), got 1"),
-    (("strategy=localsgd", "localsgd.every=0"), "localsgd.every must be >= 1, got 0"),
-    (("strategy=localsgd", "localsgd.warmup_steps=-1"), "localsgd.warmup_steps must be >= 0, got -1"),
+    (("strategy=localsgd", "localsgd.every=0"), "localsgd.every must be >= 1 (a whole number), got 0"),
+    (("strategy=localsgd", "localsgd.warmup_steps=-1"), "localsgd.warmup_steps must be >= 0 (a whole number), got -1"),
     (("strategy=localsgd", "transport=mpi"), "transport=mpi is not supported, use transport=gloo"),
 ])
 def test_bad_strategy_knobs_are_config_errors(overrides, message):
@@ -127,15 +127,15 @@ def test_unknown_keys_are_refused_with_the_closest_known_one(overrides, message)
     ("peers=abc", "peers must be a number (as its default 1), got 'abc'"),
     ("progress=1", "progress must be true or false (as its default True), got 1"),
     ("lr=[1,2]", "lr must be a number (as its default 0.01), got [1, 2]"),
-    ("peers=1.5", "peers must be an integer >= 1, got 1.5"),
+    ("peers=1.5", "peers must be >= 1 (a whole number), got 1.5"),
 ])
 def test_values_of_the_wrong_type_are_refused(override, message):
     assert command_refused(override) == message
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (("peers=0",), "peers must be an integer >= 1, got 0"),
-    (("peers=-3",), "peers must be an integer >= 1, got -3"),
+    (("peers=0",), "peers must be >= 1 (a whole number), got 0"),
+    (("peers=-3",), "peers must be >= 1 (a whole number), got -3"),
     (("network.bandwidth_mbit=-5",), "network.bandwidth_mbit must be > 0 Mbit/s"),
     (("strategy=hivemind", "peers=2", "hivemind.target_batch_size=16"),
      "hivemind.target_batch_size=16 is smaller than batch_size=32"),
@@ -154,6 +154,13 @@ def test_every_rule_names_a_knob_of_the_default_config():
     """A rule for a knob that no longer exists would silently check nothing."""
     cfg, absent = compose_config(), object()
     assert [key for key in RULES if OmegaConf.select(cfg, key, default=absent) is absent] == []
+
+
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_every_strategy_rule_names_a_knob_of_its_block(strategy):
+    cfg = compose_config(f"strategy={strategy}")
+    block = cfg.get(strategy) or {}
+    assert [knob for knob in strategy_of(strategy).rules if knob not in block] == []
 
 
 @pytest.mark.parametrize("override, message", [
