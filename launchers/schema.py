@@ -18,6 +18,7 @@ from metrics.summary.target import ESTIMATORS
 from netemu.checks import NETWORK_MODES
 from netemu.cpu import ISOLATE_MODES
 from netemu.fabric import MAX_MTU, MIN_MTU
+from strategies.transport import TRANSPORTS
 
 
 RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without an entry: any value of its type)
@@ -49,6 +50,8 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "report.smallest_effect": Rule(lambda v: number(v) and v > 1,
                                    "must be a ratio > 1 (e.g. 1.25: 25 % either way)"),
     "lock": one_of(*LOCK_MODES),
+    "transport": one_of(*TRANSPORTS),
+    "progress_interval_s": above(0),
     "sampler.interval": above(0),
     "timeouts.collective_s": above(0),
     "timeouts.startup_s": above(0),
@@ -118,6 +121,13 @@ def holds(tree: dict, key: str) -> bool:
 TYPE_NAMES = {bool: "true or false", int: "a number", float: "a number", list: "a list", dict: "a block of knobs"}
 
 
+def accepted(default, rule: Rule | None) -> str:
+    """What a knob accepts, in words (the knob tables' column): its rule, else its default's type."""
+    if rule is not None:
+        return rule.expects.removeprefix("must be ").removeprefix("must ")
+    return "any" if default is None else TYPE_NAMES.get(type(default), "text")
+
+
 def _type_fits(value, default) -> bool:
     if value is None or default is None:  # null: off, or unset (the rules say where it is not allowed)
         return True
@@ -142,6 +152,6 @@ def check_keys(cfg: dict, schema: dict) -> None:
             if isinstance(value, dict) and isinstance(default, dict):
                 walk(value, default, f"{path}.")
             elif not _type_fits(value, default):
-                expected = TYPE_NAMES.get(type(default), "a name")
+                expected = TYPE_NAMES.get(type(default), "text")
                 raise ConfigError(f"{path} must be {expected} (as its default {default!r}), got {value!r}")
     walk(cfg, schema, "")
