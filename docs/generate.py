@@ -6,8 +6,8 @@
 
 A block is the text between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`. SPEC is a generator's name
 and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Knob tables come from the
-yaml files (defaults, comments) and launchers/schema.py (what a knob accepts); measured tables from bench/results.json, each stamped with when and on which machine
-it was measured (bench/run.py's fingerprint). Figures measured by hand belong in docs/lab-log.md, nowhere else.
+yaml files (defaults, comments) and launchers/schema.py (what a knob accepts); measured tables from
+bench/results.json, each stamped with when and on which machine it was measured (bench/run.py's fingerprint). Figures measured by hand belong in docs/lab-log.md, nowhere else.
 """
 import argparse
 import json
@@ -103,8 +103,9 @@ def knobs(path: str, *selection: str) -> str:
         name = Path(path).stem
         rules |= {f"{name}.{knob}": rule for knob, rule in registered_strategy(name).rules.items()}
     lines = [f"From `{path}`:", "", "| knob | default | accepts | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{key}` | `{cell(value)}` | {cell(accepted(yaml.safe_load(value), rules.get(key)))} | {cell(comment)} |"
-              for key, value, comment in rows]
+    for key, value, comment in rows:
+        accepts = accepted(yaml.safe_load(value), rules.get(key))
+        lines.append(f"| `{key}` | `{cell(value)}` | {cell(accepts)} | {cell(comment)} |")
     return "\n".join(lines)
 
 
