@@ -168,8 +168,9 @@ def main() -> None:
     interrupt_on_signals()
     args = get_args_parser().parse_args(sys.argv[1:])
     try:
-        if args.multirun or args.help or args.hydra_help or args.info or args.shell_completion:
-            check_overrides(args.overrides)  # a sweep's jobs are composed and validated one by one
+        if (args.multirun or args.help or args.hydra_help or args.info or args.shell_completion or args.config_name
+                or args.config_path or args.config_dir):
+            check_overrides(args.overrides)  # a sweep validates each job as it runs it (unknown keys: not yet)
         else:
             check_command(args.overrides)  # a run, and --cfg: the config it would run
     except (ConfigError, BackendUnavailable) as exc:
