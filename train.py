@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
@@ -17,7 +18,7 @@ from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
 from launchers import launch
-from launchers.config import check_overrides, strategy_class, validate
+from launchers.config import check_command, check_overrides, strategy_class, validate
 from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of
@@ -165,9 +166,14 @@ def hydra_main(cfg) -> None:
 
 def main() -> None:
     interrupt_on_signals()
+    args = get_args_parser().parse_args(sys.argv[1:])
     try:
-        check_overrides(sys.argv[1:])
-    except ConfigError as exc:
+        if (args.multirun or args.help or args.hydra_help or args.info or args.shell_completion or args.config_name
+                or args.config_path or args.config_dir):
+            check_overrides(args.overrides)  # a sweep validates each job as it runs it (unknown keys: not yet)
+        else:
+            check_command(args.overrides)  # a run, and --cfg: the config it would run
+    except (ConfigError, BackendUnavailable) as exc:
         fail_input(str(exc))
     try:
         hydra_main()

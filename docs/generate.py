@@ -6,8 +6,8 @@
 
 A block is the text between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`. SPEC is a generator's name
 and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Knob tables come from the
-yaml files and their comments; measured tables from bench/results.json, each stamped with when and on which machine
-it was measured (bench/run.py's fingerprint). Figures measured by hand belong in docs/lab-log.md, nowhere else.
+yaml files (defaults, comments) and launchers/schema.py (what a knob accepts); measured tables from
+bench/results.json, each stamped with when and on which machine it was measured (bench/run.py's fingerprint). Figures measured by hand belong in docs/lab-log.md, nowhere else.
 """
 import argparse
 import json
@@ -15,11 +15,15 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.headline import WALL_TIME_GOAL, dated_answers  # noqa: E402
 from bench.noise_scale import log_sd  # noqa: E402
+from launchers.config import registered_strategy  # noqa: E402
+from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
@@ -94,8 +98,14 @@ def knobs(path: str, *selection: str) -> str:
             if (not shown or any(under(k, p) for p in shown)) and not any(under(k, p) for p in hidden)]
     if not rows:
         raise ValueError(f"knobs {path} {' '.join(selection)}: no knob matches")
-    lines = [f"From `{path}`:", "", "| knob | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{key}` | `{cell(value)}` | {cell(comment)} |" for key, value, comment in rows]
+    rules = dict(RULES)
+    if Path(path).parent.name == "strategy":
+        name = Path(path).stem
+        rules |= {f"{name}.{knob}": rule for knob, rule in registered_strategy(name).rules.items()}
+    lines = [f"From `{path}`:", "", "| knob | default | accepts | meaning |", "|---|---|---|---|"]
+    for key, value, comment in rows:
+        accepts = accepted(yaml.safe_load(value), rules.get(key))
+        lines.append(f"| `{key}` | `{cell(value)}` | {cell(accepts)} | {cell(comment)} |")
     return "\n".join(lines)
 
 

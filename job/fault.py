@@ -24,8 +24,6 @@ def check_fault_config(cfg, workers: int) -> None:
         rank = cfg.fault[kind]
         if rank is not None and not 0 <= int(rank) < workers:
             raise ConfigError(f"fault.{kind}={rank} is not a worker rank (0..{workers - 1})")
-    if int(cfg.fault.at_step) < 1:
-        raise ConfigError(f"fault.at_step must be >= 1, got {cfg.fault.at_step}")
 
 
 def injected_faults(fault_cfg, rank: int) -> list[str]:

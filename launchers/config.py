@@ -2,19 +2,18 @@
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from job.data import DATASETS, check_data_config
+from job.data import check_data_config
 from job.device import resolve_device
 from job.errors import ConfigError
 from job.fault import check_fault_config
-from job.model import DTYPES, MODELS, check_model
-from job.optim import OPTIMIZERS, SCALINGS
+from job.model import check_model
 from job.registry import resolve
-from launchers.lock import LOCK_MODES
+from launchers.schema import check_keys, check_value, check_values, unknown_key, holds
 from launchers.shape import fit_peers
-from metrics.summary.target import check_target
-from metrics.report.primary import CHOICES as PRIMARY_CHOICES
 from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
@@ -37,8 +36,6 @@ for _name, _fn in RESOLVERS.items():
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
-
-CHOICES = {"strategy": group_options("strategy"), "model": MODELS, "data": DATASETS, "optim": OPTIMIZERS}
 
 
 def strategy_class(cfg):
@@ -93,49 +90,68 @@ def _require(condition: bool, message: str) -> None:
 
 def check_repeats(value) -> int | str:
     """repeats: the blocks of a multirun, an integer >= 1, or auto (planned from the recorded noise)."""
-    _require(value == "auto" or isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-             f"repeats must be an integer >= 1, got {value} (or auto: planned from the recorded noise)")
+    check_value("repeats", value)
     return value
 
 
+def compose_config(overrides: list[str], return_hydra_config: bool = False):
+    """The config train.py composes for these overrides (in this process, no run); ConfigError where Hydra refuses
+    them (its first line)."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(str(exc).strip().splitlines()[0]) from None
+
+
+def check_command(overrides: list[str]) -> None:
+    """The one check of a run's command line before anything starts: unknown group options, the keys (each in the
+    schema: the config of the same group choices), their types, then validate(). Raises ConfigError."""
+    check_overrides(overrides)
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = [text for text, o in zip(overrides, parsed) if o.key_or_group.split("/")[0] in groups | {"hydra"}]
+    schema = resolved(compose_config(choices))
+    for override in parsed:
+        key = override.key_or_group
+        block = key.split(".")[0]
+        if key.split("/")[0] in groups | {"hydra"} or block == "hydra" or override.is_delete():
+            continue
+        if block in group_options("strategy") and block not in schema:
+            raise ConfigError(f"{key} is a knob of strategy={block}, not of strategy={schema['strategy']['name']}")
+        if not (override.is_add() or override.is_force_add()) and not holds(schema, key):
+            raise unknown_key(key, schema)
+    cfg = compose_config(overrides)
+    check_keys(resolved(cfg), schema)
+    validate(cfg)
+
+
+def resolved(cfg) -> dict:
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(exc).strip().splitlines()[0]) from None
+
+
 def validate(cfg) -> None:
-    for group, known in CHOICES.items():
-        name = cfg[group].name
-        _require(name in known, f"unknown {group} '{name}' (choose from: {', '.join(sorted(known))})")
-    for knob in ("peers", "peer_cpus", "batch_size", "max_steps"):
-        _require(int(cfg[knob]) >= 1, f"{knob} must be >= 1, got {cfg[knob]}")
-    _require(float(cfg.lr) > 0, f"lr must be > 0, got {cfg.lr}")
-    _require(cfg.lr_scaling in SCALINGS, f"lr_scaling must be one of {', '.join(SCALINGS)}, got {cfg.lr_scaling}")
-    _require(int(cfg.warmup_steps) >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
-    _require(cfg.lock in LOCK_MODES, f"lock must be one of {', '.join(LOCK_MODES)}, got {cfg.lock}")
-    _require(cfg.report.baselines in ("auto", "off"), f"report.baselines must be auto or off, got {cfg.report.baselines}")
-    _require(cfg.report.primary in PRIMARY_CHOICES,
-             f"report.primary must be one of {', '.join(PRIMARY_CHOICES)}, got {cfg.report.primary}")
-    _require(int(cfg.report.max_blocks) >= 2, f"report.max_blocks must be >= 2, got {cfg.report.max_blocks}")
-    effect = cfg.report.smallest_effect
-    _require(isinstance(effect, (int, float)) and effect > 1,
-             f"report.smallest_effect must be a ratio > 1 (e.g. 1.25: 25 % either way), got {effect}")
-    check_repeats(cfg.repeats)
+    """The config's values (the schema's RULES) and the rules across knobs, then the strategy's own (its validate)
+    and what it needs of this machine. Raises ConfigError or BackendUnavailable."""
+    _require(cfg.strategy.name in group_options("strategy"),
+             f"unknown strategy '{cfg.strategy.name}' (choose from: {', '.join(group_options('strategy'))})")
+    strategy = strategy_class(cfg)
+    check_values(cfg, cfg.strategy.name, strategy.rules)
     project_targets(cfg.report.project, [])
-    _require(cfg.block is None or (isinstance(cfg.block, int) and cfg.block >= 0),
-             f"block must be null or an integer >= 0 (the multirun sets it), got {cfg.block}")
-    _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
-    _require(int(cfg.noise_scale_every) >= 0, f"noise_scale_every must be >= 0, got {cfg.noise_scale_every}")
-    _require((problem := check_target(cfg.target)) is None, str(problem))
-    _require(cfg.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
              f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
-    _require(float(cfg.sampler.interval) > 0, f"sampler.interval must be > 0, got {cfg.sampler.interval}")
-    for name, value in cfg.timeouts.items():
-        _require(float(value) > 0, f"timeouts.{name} must be > 0, got {value}")
     launch = cfg.launch
-    _require(launch.nnodes >= 1 and 0 <= launch.node_rank < launch.nnodes,
+    _require(launch.node_rank < launch.nnodes,
              f"launch.node_rank must be in [0, {launch.nnodes}), got {launch.node_rank}")
     _require(launch.nnodes == 1 or launch.master_port, "several hosts need a fixed launch.master_port")
     check_data_config(cfg.data)
     check_model(cfg)
     resolve_device(cfg.device)
-    strategy = strategy_class(cfg)
     strategy.validate(cfg)
     spec = strategy.launch_spec(cfg)
     check_fault_config(cfg, spec.workers)

@@ -33,6 +33,7 @@ import threading
 import time
 
 from job.errors import BackendUnavailable, ConfigError
+from job.rules import Rule, above, integer, integer_from, one_of
 from strategies.cost_models.allreduce import AllReduceCost
 from strategies.base import StepReport
 from strategies.gradient_norms import GradientNorms
@@ -104,6 +105,9 @@ def bf16_allreduce_problem() -> str | None:
 
 class AllReduce(TransportStrategy):
     cost_model = AllReduceCost
+    rules = {"bucket_cap_mb": above(0), "comm_hook": one_of(*COMM_HOOKS), "powersgd_rank": integer_from(1),
+             "powersgd_start_iter": Rule(lambda v: integer(v) and v >= 2,
+                                         "must be >= 2 (torch's PowerSGD with error feedback)")}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -112,16 +116,9 @@ class AllReduce(TransportStrategy):
         if "comm_hook" not in knobs:  # a subclass with its own knobs (localsgd) runs DDP's hooks its own way
             return
         hook = knobs["comm_hook"]
-        if hook not in COMM_HOOKS:
-            raise ConfigError(f"allreduce.comm_hook must be one of {', '.join(COMM_HOOKS)}, got {hook}")
         if hook != "none" and not (cfg.transport == "gloo" and knobs["ddp"]):
             raise ConfigError(f"allreduce.comm_hook={hook} is a DDP communication hook: it needs "
                               "transport=gloo and allreduce.ddp=true")
-        if int(knobs["powersgd_rank"]) < 1:
-            raise ConfigError(f"allreduce.powersgd_rank must be >= 1, got {knobs['powersgd_rank']}")
-        if int(knobs["powersgd_start_iter"]) < 2:
-            raise ConfigError("allreduce.powersgd_start_iter must be >= 2 (torch's PowerSGD with error feedback), "
-                              f"got {knobs['powersgd_start_iter']}")
 
     @classmethod
     def check_available(cls, cfg) -> None:

@@ -31,6 +31,7 @@ from torch import nn
 
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
+from job.rules import Rule
 from metrics.projection.cost import CostModel
 from metrics.recording.rundir import RunDir
 
@@ -79,6 +80,7 @@ class Strategy(ABC):
     # tighter goal applies to its cost model
     synchronous = True
     knobs_elsewhere: dict[str, str] = {}  # NAME.knob someone may expect -> where it is set (refused before Hydra)
+    rules: dict[str, Rule] = {}  # knob of its NAME block -> its allowed values (the schema checks them before launch)
 
     # --- decided before any process starts -------------------------------
     @classmethod
@@ -91,7 +93,7 @@ class Strategy(ABC):
 
     @classmethod
     def validate(cls, cfg) -> None:
-        """Raise job.errors.ConfigError for bad knobs."""
+        """Raise job.errors.ConfigError for knobs that do not fit together or the run (`rules`: each alone)."""
 
     @classmethod
     def check_available(cls, cfg) -> None:

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from job.errors import ConfigError
+from job.rules import above, integer_from, within
 from strategies.base import LaunchSpec, StepReport
 from strategies.cost_models.diloco import DiLoCoCost
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten,
@@ -37,17 +37,7 @@ class DiLoCo(TransportStrategy):
     benchmark_overrides = ("diloco.inner_steps=2",)  # a 10-step benchmark: 4 syncs after the first
     knobs_elsewhere = {"inner_optim": "the inner optimizer is the optim group, e.g. optim=adamw (the preset's) or "
                                       "optim=sgd, so that the one-process baseline trains with it too"}
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        super().validate(cfg)
-        knobs = cfg.diloco
-        if int(knobs.inner_steps) < 1:
-            raise ConfigError(f"diloco.inner_steps must be >= 1, got {knobs.inner_steps}")
-        if float(knobs.outer_lr) <= 0:
-            raise ConfigError(f"diloco.outer_lr must be > 0, got {knobs.outer_lr}")
-        if not 0 <= float(knobs.outer_momentum) < 1:
-            raise ConfigError(f"diloco.outer_momentum must be in [0, 1), got {knobs.outer_momentum}")
+    rules = {"inner_steps": integer_from(1), "outer_lr": above(0), "outer_momentum": within(0, 1)}
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

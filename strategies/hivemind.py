@@ -36,6 +36,7 @@ import psutil
 import torch
 
 from job.errors import BackendUnavailable, ConfigError
+from job.rules import Rule, above, integer, integer_from, one_of
 from job.model import parameter_digest
 from job.optim import build_optimizer
 from job.process import exit_on_sigterm, wait_until
@@ -98,6 +99,11 @@ class Hivemind(Strategy):
              "hivemind.averaging_timeout=10", "eval_every=0")
     cost_model = HivemindCost
     synchronous = False  # a round averages whichever peers matchmaking found; the others train on
+    rules = {"matchmaking_time": above(0), "average_state_every": integer_from(1),
+             "grad_compression": one_of(*COMPRESSIONS), "state_averaging_compression": one_of(*COMPRESSIONS),
+             "run_id": Rule(lambda v: "." not in str(v), "must not contain '.' (hivemind's averagers name their DHT "
+                                                        "keys with it)"),
+             "port": Rule(lambda v: integer(v) and 0 <= v < 65536, "must be in [0, 65535]")}
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:
@@ -118,18 +124,11 @@ class Hivemind(Strategy):
 
         require(hm.target_batch_size >= cfg.batch_size,
                 f"hivemind.target_batch_size={hm.target_batch_size} is smaller than batch_size={cfg.batch_size}")
-        require(hm.matchmaking_time > 0, f"hivemind.matchmaking_time must be > 0, got {hm.matchmaking_time}")
         require(hm.averaging_timeout > hm.matchmaking_time,
                 "hivemind.averaging_timeout must exceed hivemind.matchmaking_time")
         require(0 < hm.request_timeout < hm.matchmaking_time,
                 "hivemind.request_timeout must be > 0 and below hivemind.matchmaking_time "
                 "(hivemind deadlocks otherwise)")
-        require("." not in str(hm.run_id), f"hivemind.run_id must not contain '.' (hivemind's averagers name their "
-                f"DHT keys with it), got {hm.run_id}")
-        require(hm.average_state_every >= 1, f"hivemind.average_state_every must be >= 1, got {hm.average_state_every}")
-        for knob in ("grad_compression", "state_averaging_compression"):
-            require(hm[knob] in COMPRESSIONS,
-                    f"hivemind.{knob} must be one of {', '.join(COMPRESSIONS)}, got {hm[knob]}")
         require(not hm.delay_grad_averaging or hm.delay_optimizer_step,
                 "hivemind.delay_grad_averaging needs hivemind.delay_optimizer_step=true")
         require(not (hm.use_local_updates and (hm.delay_optimizer_step or hm.delay_grad_averaging)),
@@ -140,7 +139,6 @@ class Hivemind(Strategy):
         require(len(clients) < cfg.peers, "hivemind needs at least one peer that is not in client mode")
         require(0 not in clients or hm.initial_peers, "rank 0 bootstraps the DHT and cannot be a client "
                                                       "(unless hivemind.initial_peers names a running peer)")
-        require(0 <= hm.port < 65536, f"hivemind.port must be in [0, 65535], got {hm.port}")
         require(hm.port == 0 or cfg.peers // cfg.launch.nnodes == 1,
                 "a fixed hivemind.port needs one peer per host (launch.nnodes=peers)")
 

@@ -25,6 +25,7 @@ the averager all-reduces); other local steps move nothing. After warm-up, bytes 
 import time
 
 from job.errors import ConfigError
+from job.rules import above, integer_from
 from strategies.allreduce import AllReduce
 from strategies.base import LaunchSpec, StepReport
 from strategies.cost_models.localsgd import LocalSGDCost
@@ -37,6 +38,7 @@ class LocalSGD(AllReduce):
     # the default 10 warm-up steps outlast a benchmark's 6-10 steps: periodic averages from step 4 instead
     benchmark_overrides = ("localsgd.warmup_steps=2", "localsgd.every=2")
     uses_ddp = True  # DDP runs the warm-up's gradient all-reduce (and nothing after it)
+    rules = {"every": integer_from(1), "warmup_steps": integer_from(0), "bucket_cap_mb": above(0)}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -44,13 +46,6 @@ class LocalSGD(AllReduce):
         if cfg.transport != "gloo":
             raise ConfigError("localsgd runs on torch.distributed (DDP's post-local-SGD hook and torch's model "
                               "averager): transport=mpi is not supported, use transport=gloo")
-        knobs = cfg.localsgd
-        if int(knobs.every) < 1:
-            raise ConfigError(f"localsgd.every must be >= 1, got {knobs.every}")
-        if int(knobs.warmup_steps) < 0:
-            raise ConfigError(f"localsgd.warmup_steps must be >= 0, got {knobs.warmup_steps}")
-        if float(knobs.bucket_cap_mb) <= 0:
-            raise ConfigError(f"localsgd.bucket_cap_mb must be > 0, got {knobs.bucket_cap_mb}")
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from job.errors import ConfigError
+from job.rules import above, integer_from, one_of
 from strategies.base import SERVER, WORKER, LaunchSpec, StepReport
 from strategies.cost_models.ps import ParameterServerCost
 from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
@@ -210,16 +210,7 @@ def build_server_model(cfg) -> torch.nn.Module:
 
 class ParameterServer(TransportStrategy):
     cost_model = ParameterServerCost
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        super().validate(cfg)
-        if int(cfg.ps.servers) < 1:
-            raise ConfigError(f"ps.servers must be >= 1, got {cfg.ps.servers}")
-        if float(cfg.ps.idle_timeout_s) <= 0:
-            raise ConfigError(f"ps.idle_timeout_s must be > 0, got {cfg.ps.idle_timeout_s}")
-        if cfg.ps.mode not in MODES:
-            raise ConfigError(f"ps.mode must be one of {', '.join(MODES)}, got {cfg.ps.mode}")
+    rules = {"servers": integer_from(1), "idle_timeout_s": above(0), "mode": one_of(*MODES)}
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

@@ -26,6 +26,7 @@ import time
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
+from job.rules import above, integer_from, one_of
 from strategies.base import LaunchSpec, StepReport, Strategy
 from strategies.cost_models.ring import RingCost
 from strategies.transport import ring_allreduce_bytes
@@ -93,6 +94,9 @@ def pending_allreduces(optimizer) -> list:
 
 class Ring(Strategy):
     cost_model = RingCost
+    rules = {"controller": one_of(*CONTROLLERS), "compression": one_of(*COMPRESSIONS),
+             "backward_passes_per_step": integer_from(1), "fusion_threshold_mb": integer_from(0),
+             "cycle_time_ms": above(0)}
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:
@@ -122,14 +126,6 @@ class Ring(Strategy):
     @classmethod
     def validate(cls, cfg) -> None:
         ring = cfg.ring
-        if ring.controller not in CONTROLLERS:
-            raise ConfigError(f"ring.controller must be one of {', '.join(CONTROLLERS)}, got {ring.controller}")
-        if ring.compression not in COMPRESSIONS:
-            raise ConfigError(f"ring.compression must be one of {', '.join(COMPRESSIONS)}, got {ring.compression}")
-        if int(ring.backward_passes_per_step) < 1:
-            raise ConfigError(f"ring.backward_passes_per_step must be >= 1, got {ring.backward_passes_per_step}")
-        if int(ring.fusion_threshold_mb) < 0 or float(ring.cycle_time_ms) <= 0:
-            raise ConfigError("ring.fusion_threshold_mb must be >= 0 and ring.cycle_time_ms > 0")
         if cfg.launch.nnodes != 1:
             raise ConfigError("strategy=ring starts the ranks of every host itself: use ring.hosts, not launch.nnodes")
         if cfg.network.name == "emulated" and ring.hosts:

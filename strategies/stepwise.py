@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from job.errors import ConfigError
+from job.rules import integer_from, one_of
 from strategies.base import LaunchSpec, StepReport
 from strategies.cost_models.stepwise import StepwiseCost
 from strategies.transport import (Transport, TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
@@ -105,16 +105,7 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 class Stepwise(TransportStrategy):
     summed_counters = ("rounds", "rounds_with_full_average")
     cost_model = StepwiseCost
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        super().validate(cfg)
-        knobs = cfg.stepwise
-        if knobs.average not in AVERAGES:
-            raise ConfigError(f"stepwise.average must be one of {', '.join(AVERAGES)}, got {knobs.average}")
-        for knob in ("every", "chunks"):
-            if int(knobs[knob]) < 1:
-                raise ConfigError(f"stepwise.{knob} must be >= 1, got {knobs[knob]}")
+    rules = {"average": one_of(*AVERAGES), "every": integer_from(1), "chunks": integer_from(1)}
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

@@ -207,12 +207,9 @@ def run_two_peers_that_learn_and_agree(run_dir: Path, *overrides: str) -> dict:
 # --- config without a process ---------------------------------------------------------
 def compose_config(*overrides: str, return_hydra_config: bool = False):
     """The config train.py would compose for these overrides (in this process, no run)."""
-    from hydra import compose, initialize_config_dir
+    from launchers.config import compose_config as compose
 
-    from launchers.config import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+    return compose(list(overrides), return_hydra_config)
 
 
 def toy_batch(step: int, worker: int, sizes=(3, 5, 8)):

@@ -103,17 +103,6 @@ def estimator_of(target: dict) -> str:
     return target.get("estimator", UNDECLARED)
 
 
-def check_target(target) -> str | None:
-    """What is wrong with the config's target block (None: nothing)."""
-    if target.metric not in ("test_accuracy", "test_loss"):
-        return f"target.metric must be test_accuracy or test_loss, got {target.metric}"
-    if target.estimator not in ESTIMATORS:
-        return f"target.estimator must be one of {', '.join(ESTIMATORS)}, got {target.estimator}"
-    if not (isinstance(target.bootstrap, int) and target.bootstrap >= 0):
-        return f"target.bootstrap must be an integer >= 0 (resamples; 0: none), got {target.bootstrap}"
-    return None
-
-
 def samples_by_step(steps: list[dict]):
     """A worker's trained samples after a step (0 before its first; after its last, its total)."""
     counts = {s["step"]: s["samples"] for s in steps}

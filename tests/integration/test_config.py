@@ -21,19 +21,37 @@ def test_cfg_job_and_help():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("override, message", [
-    ("strategy=nonsense", "unknown strategy 'nonsense'"),
-    ("peers=0", "peers must be >= 1"),
-    ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
-    ("hivemind.target_batch_size=16", "hivemind.target_batch_size=16 is smaller than batch_size=32"),
-])
-def test_bad_input_exits_2_with_one_line(tmp_path, override, message):
-    extra = ["strategy=hivemind", "peers=2"] if override.startswith("hivemind.") else []
-    result = cli(f"hydra.run.dir={tmp_path / 'run'}", *extra, override)
+def test_a_fault_on_no_worker_exits_2_with_one_line(tmp_path):
+    result = cli(f"hydra.run.dir={tmp_path / 'run'}", "fault.kill_peer=5")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == "avgbench: error: fault.kill_peer=5 is not a worker rank (0..0)", lines
+    assert not (tmp_path / "run").exists()  # nothing was launched
+
+
+REFUSED = [  # issue 52's cases: each refused by `--cfg job` and by a run, before anything starts
+    (["peers=0"], "peers must be >= 1 (a whole number), got 0"),
+    (["peers=-3"], "peers must be >= 1 (a whole number), got -3"),
+    (["network.bandwidth_mbit=-5"], "network.bandwidth_mbit must be > 0 Mbit/s"),
+    (["strategy=diloco", "+diloco.inner_step=5"], "unknown key diloco.inner_step (did you mean diloco.inner_steps?)"),
+    (["strategy=diloco", "diloco.inner_step=5"], "unknown key diloco.inner_step (did you mean diloco.inner_steps?)"),
+    (["strategy=hivemind", "peers=2", "batch_size=64", "hivemind.target_batch_size=32"],
+     "hivemind.target_batch_size=32 is smaller than batch_size=64"),
+    (["strategy=nonsense"], "unknown strategy 'nonsense'"),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["--cfg job", "run"])
+@pytest.mark.parametrize("overrides, message", REFUSED)
+def test_cfg_job_and_a_run_refuse_in_one_line_with_exit_2(tmp_path, mode, overrides, message):
+    shown = ["--cfg", "job"] if mode == "--cfg job" else []
+    result = cli(*shown, f"hydra.run.dir={tmp_path / 'run'}", *overrides)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("avgbench: error:") and message in lines[0], lines
-    assert not (tmp_path / "run" / "peer0").exists()  # nothing was launched
+    assert result.stdout == ""  # no config shown
+    assert not (tmp_path / "run").exists()  # refused before Hydra made the run's directory: no peer started
 
 
 @pytest.mark.integration

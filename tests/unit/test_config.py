@@ -4,12 +4,11 @@ Unit tier: launchers.config.check_overrides / validate on configs composed in th
 Integration tier: the same through train.py's command line (exit code 2, one line on stderr).
 """
 import pytest
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from helpers import compose_config, strategy_names
+from omegaconf import OmegaConf
+from helpers import compose_config, strategy_names, strategy_of
 from job.errors import ConfigError
-from launchers.config import check_overrides, group_options, validate
+from launchers.config import check_command, check_overrides, group_options, validate
+from launchers.schema import RULES
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,14 +45,14 @@ BAD_INPUT = [
     ("strategy=allreduce,nonsense", "unknown strategy 'nonsense'"),
     ("model=vgg99", "unknown model 'vgg99'"),
     ("data=mnist", "unknown data 'mnist'"),
-    ("peers=0", "peers must be >= 1, got 0"),
-    ("peers=-1", "peers must be >= 1, got -1"),
+    ("peers=0", "peers must be >= 1 (a whole number), got 0"),
+    ("peers=-1", "peers must be >= 1 (a whole number), got -1"),
     ("peer_cpus=0", "peer_cpus must be >= 1"),
     ("batch_size=0", "batch_size must be >= 1"),
     ("lr=0", "lr must be > 0"),
     ("fault.kill_peer=5", "fault.kill_peer=5 is not a worker rank"),
     ("device=tpu", "device must be one of auto, cpu, cuda, got tpu"),
-    ("repeats=0", "repeats must be an integer >= 1, got 0"),
+    ("repeats=0", "repeats must be an integer >= 1 (or auto: planned from the recorded noise), got 0"),
     ("report.smallest_effect=0.8", "report.smallest_effect must be a ratio > 1 (e.g. 1.25: 25 % either way), got 0.8"),
 ]
 
@@ -64,11 +63,11 @@ def test_bad_input_is_a_config_error(override, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (("strategy=diloco", "diloco.inner_steps=0"), "diloco.inner_steps must be >= 1, got 0"),
+    (("strategy=diloco", "diloco.inner_steps=0"), "diloco.inner_steps must be >= 1 (a whole number), got 0"),
     (("strategy=diloco", "diloco.outer_lr=0"), "diloco.outer_lr must be > 0, got 0"),
     (("strategy=diloco", "diloco.outer_momentum=1"), "diloco.outer_momentum must be in [0, 1), got 1"),
-    (("strategy=localsgd", "localsgd.every=0"), "localsgd.every must be >= 1, got 0"),
-    (("strategy=localsgd", "localsgd.warmup_steps=-1"), "localsgd.warmup_steps must be >= 0, got -1"),
+    (("strategy=localsgd", "localsgd.every=0"), "localsgd.every must be >= 1 (a whole number), got 0"),
+    (("strategy=localsgd", "localsgd.warmup_steps=-1"), "localsgd.warmup_steps must be >= 0 (a whole number), got -1"),
     (("strategy=localsgd", "transport=mpi"), "transport=mpi is not supported, use transport=gloo"),
 ])
 def test_bad_strategy_knobs_are_config_errors(overrides, message):
@@ -103,16 +102,70 @@ def test_missing_dataset_root(tmp_path, data, message):
     assert message in text and str(tmp_path / "absent") in text
 
 
-def test_unknown_key_and_knobs_of_another_strategy_do_not_compose():
-    with pytest.raises((HydraException, OmegaConfBaseException), match="no_such_knob"):
-        compose_config("no_such_knob=3")
-    with pytest.raises((HydraException, OmegaConfBaseException), match="ring"):
-        compose_config("ring.controller=mpi")  # strategy=single has no ring block
+def command_refused(*overrides: str) -> str:
+    """The ConfigError message of train.py's one check of a command line (launchers.config.check_command)."""
+    with pytest.raises(ConfigError) as caught:
+        check_command(list(overrides))
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("strategy=diloco", "diloco.inner_step=5"), "unknown key diloco.inner_step (did you mean diloco.inner_steps?)"),
+    (("strategy=diloco", "+diloco.inner_step=5"), "unknown key diloco.inner_step (did you mean diloco.inner_steps?)"),
+    (("strategy=diloco", "++diloco.inner_step=5"), "unknown key diloco.inner_step (did you mean diloco.inner_steps?)"),
+    (("+max_step=5",), "unknown key max_step (did you mean max_steps?)"),
+    (("+target.valeu=0.9",), "unknown key target.valeu (did you mean target.value?)"),
+    (("ring.controller=mpi",), "ring.controller is a knob of strategy=ring, not of strategy=single"),
+    (("+ring.controller=mpi",), "ring.controller is a knob of strategy=ring, not of strategy=single"),
+    (("no_such_knob=3",), "unknown key no_such_knob (python train.py --help lists the knobs)"),
+])
+def test_unknown_keys_are_refused_with_the_closest_known_one(overrides, message):
+    assert command_refused(*overrides) == message
+
+
+@pytest.mark.parametrize("override, message", [
+    ("peers=abc", "peers must be a number (as its default 1), got 'abc'"),
+    ("progress=1", "progress must be true or false (as its default True), got 1"),
+    ("lr=[1,2]", "lr must be a number (as its default 0.01), got [1, 2]"),
+    ("peers=1.5", "peers must be >= 1 (a whole number), got 1.5"),
+])
+def test_values_of_the_wrong_type_are_refused(override, message):
+    assert command_refused(override) == message
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("peers=0",), "peers must be >= 1 (a whole number), got 0"),
+    (("peers=-3",), "peers must be >= 1 (a whole number), got -3"),
+    (("network.bandwidth_mbit=-5",), "network.bandwidth_mbit must be > 0 Mbit/s"),
+    (("strategy=hivemind", "peers=2", "hivemind.target_batch_size=16"),
+     "hivemind.target_batch_size=16 is smaller than batch_size=32"),
+    (("strategy=nonsense",), "unknown strategy 'nonsense'"),
+])
+def test_the_command_check_runs_the_validation(overrides, message):
+    assert message in command_refused(*overrides)
+
+
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_every_strategy_preset_passes_the_command_check(strategy):
+    check_command([f"strategy={strategy}"])
+
+
+def test_every_rule_names_a_knob_of_the_default_config():
+    """A rule for a knob that no longer exists would silently check nothing."""
+    cfg, absent = compose_config(), object()
+    assert [key for key in RULES if OmegaConf.select(cfg, key, default=absent) is absent] == []
+
+
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_every_strategy_rule_names_a_knob_of_its_block(strategy):
+    cfg = compose_config(f"strategy={strategy}")
+    block = cfg.get(strategy) or {}
+    assert [knob for knob in strategy_of(strategy).rules if knob not in block] == []
 
 
 @pytest.mark.parametrize("override, message", [
     ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
-    ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
+    ("network.bandwidth_mbit=0", "network.bandwidth_mbit must be > 0 Mbit/s"),
     ("network.latency_ms=-1", "network.latency_ms must be >= 0"),
     ("network.mtu=40", "network.mtu must be a whole number of bytes from 68 to 65535"),
     ("network.mtu=70000", "network.mtu must be a whole number of bytes from 68 to 65535"),
@@ -126,7 +179,7 @@ def test_bad_network_knobs(override, message):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("network.bandwidth_mbit=0", "network bandwidths must be > 0"),
+    ("network.bandwidth_mbit=0", "network.bandwidth_mbit must be > 0 Mbit/s"),
     ("network.per_peer=[10,10,10]", "network.per_peer has 3 entries but the run has 2 processes"),
 ])
 def test_bad_knobs_of_the_default_network(override, message):
