@@ -3,7 +3,9 @@
 A worker's learning curve is its evaluations (eval.jsonl): the target metric at steps 0, eval_every, ...
 and the last step. An estimator (target.estimator) maps the curve to the fractional step at which it
 reaches target.value, or to None when it has not reached it by the last evaluation: the run is censored,
-never extrapolated. Both see "higher is better" (a test_loss curve and target are negated):
+never extrapolated. All see "higher is better" (a test_loss curve and target are negated). The causal ones
+decide at an evaluation from it and those before it and the next one only, so a run can stop there
+(eval_in_training); isotonic looks at every later evaluation:
 
   confirmed_crossing  the first evaluation at or above the target whose next evaluation is too, interpolated
                       linearly from the evaluation before it (a crossing at the last evaluation does not count)
@@ -19,7 +21,8 @@ from the finite test set alone, apart from the seed's (which only repeated block
 """
 import numpy as np
 
-ESTIMATORS = ("confirmed_crossing", "isotonic")
+ESTIMATORS = ("causal_isotonic", "confirmed_crossing", "isotonic")
+CAUSAL = ("causal_isotonic", "confirmed_crossing")  # decide at an evaluation without the ones after the next
 UNDECLARED = "confirmed_crossing"  # summaries written before the estimator was declared used this one
 LEVEL = 0.95  # the bootstrap interval's coverage
 BOOTSTRAP_SEED = 0  # the resamples: the same for every run, so a summary is reproducible
@@ -29,7 +32,9 @@ METHODS = {
               "first evaluation reaching the target whose next evaluation reaches it too, interpolated from the one "
               "before; "
               "isotonic = the first point where the monotone least-squares fit of the curve, read linearly between "
-              "the centres of its pooled blocks, reaches the target); never extrapolated past the last evaluation",
+              "the centres of its pooled blocks, reaches the target; causal_isotonic = the isotonic crossing of the "
+              "shortest head of the curve whose fit reaches the target at or before its second-to-last evaluation); "
+              "never extrapolated past the last evaluation",
     "time_to_target_s": "training time (snapshot pauses excluded) at which the worst worker's learning curve reaches "
                         "the target by the declared estimator (target.estimator), interpolated linearly in train_s "
                         "between the two evaluations around the crossing; the latest of the workers' crossings (null "
@@ -92,10 +97,20 @@ def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | Non
     return None
 
 
+def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
+    """See the module's docstring (values: higher is better)."""
+    for k in range(1, len(values)):
+        step = isotonic(steps[:k + 1], values[:k + 1], value)
+        if step is not None and step <= steps[k - 1]:
+            return step
+    return None
+
+
 def crossing_step(steps, values, target: dict) -> float | None:
     """The fractional step at which the curve (metric values at steps) reaches the target, or None (censored)."""
     sign = 1.0 if target["metric"] == "test_accuracy" else -1.0
-    estimator = {"confirmed_crossing": confirmed_crossing, "isotonic": isotonic}[estimator_of(target)]
+    estimator = {"causal_isotonic": causal_isotonic, "confirmed_crossing": confirmed_crossing,
+                 "isotonic": isotonic}[estimator_of(target)]
     return estimator(np.asarray(steps, dtype=float), sign * np.asarray(values, dtype=float), sign * target["value"])
 
 
