@@ -13,7 +13,7 @@ from job.optim import OPTIMIZERS, SCALINGS
 from job.registry import resolve
 from launchers.lock import LOCK_MODES
 from launchers.shape import fit_peers
-from metrics.summary.target import check_target
+from metrics.summary.target import CAUSAL, check_target
 from metrics.report.primary import CHOICES as PRIMARY_CHOICES
 from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config
@@ -125,6 +125,10 @@ def validate(cfg) -> None:
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
     _require(int(cfg.noise_scale_every) >= 0, f"noise_scale_every must be >= 0, got {cfg.noise_scale_every}")
     _require((problem := check_target(cfg.target)) is None, str(problem))
+    _require(isinstance(cfg.eval_in_training, bool), f"eval_in_training must be true or false, got {cfg.eval_in_training}")
+    _require(not cfg.eval_in_training or cfg.target.estimator in CAUSAL,
+             f"eval_in_training=true stops a run at its crossing: target.estimator must be one of {', '.join(CAUSAL)} "
+             f"(they never look past the next evaluation), got {cfg.target.estimator}")
     _require(cfg.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
              f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")

@@ -110,6 +110,7 @@ def bf16_allreduce_problem() -> str | None:
 
 class AllReduce(TransportStrategy):
     cost_model = AllReduceCost
+    identical_snapshots = True  # every update applies the same averaged gradient
 
     @classmethod
     def validate(cls, cfg) -> None:

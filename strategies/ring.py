@@ -93,6 +93,7 @@ def pending_allreduces(optimizer) -> list:
 
 class Ring(Strategy):
     cost_model = RingCost
+    identical_snapshots = True  # every update applies the same all-reduced gradient
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:
