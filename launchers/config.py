@@ -125,7 +125,8 @@ def validate(cfg) -> None:
     _require(int(cfg.eval_every) >= 0, f"eval_every must be >= 0, got {cfg.eval_every}")
     _require(int(cfg.noise_scale_every) >= 0, f"noise_scale_every must be >= 0, got {cfg.noise_scale_every}")
     _require((problem := check_target(cfg.target)) is None, str(problem))
-    _require(isinstance(cfg.eval_in_training, bool), f"eval_in_training must be true or false, got {cfg.eval_in_training}")
+    _require(isinstance(cfg.eval_in_training, bool),
+             f"eval_in_training must be true or false, got {cfg.eval_in_training}")
     _require(not cfg.eval_in_training or cfg.target.estimator in CAUSAL,
              f"eval_in_training=true stops a run at its crossing: target.estimator must be one of {', '.join(CAUSAL)} "
              f"(they never look past the next evaluation), got {cfg.target.estimator}")
