@@ -19,6 +19,8 @@ around it. The test-set bootstrap resamples the held-out samples (eval_samples.n
 every evaluation, resampled together) and applies the same estimator: its interval is the crossing's noise
 from the finite test set alone, apart from the seed's (which only repeated blocks show).
 """
+from typing import Iterator
+
 import numpy as np
 
 ESTIMATORS = ("causal_isotonic", "confirmed_crossing", "isotonic")
@@ -70,39 +72,53 @@ def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> f
     return None
 
 
-def pooled_blocks(values: np.ndarray) -> list[tuple[int, int, float]]:
-    """The isotonic (non-decreasing, least-squares) fit by pooling adjacent violators: (first, last, mean) of each
-    block of evaluations that the fit pools into one value."""
-    blocks: list[list] = []  # [first, last, sum]
+def pooled_heads(values: np.ndarray) -> Iterator[list[list]]:
+    """The isotonic (non-decreasing, least-squares) fit of each head of the curve (values[:1], values[:2], ...), by
+    pooling adjacent violators as each value comes: the blocks of evaluations it pools into one value, [first, last,
+    sum] each (the same list, updated: read it before the next)."""
+    blocks: list[list] = []
     for i, v in enumerate(values):
         blocks.append([i, i, float(v)])
         while len(blocks) > 1 and (blocks[-2][2] / (blocks[-2][1] - blocks[-2][0] + 1)
                                    > blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1)):
             first, last, total = blocks.pop()
             blocks[-1][1], blocks[-1][2] = last, blocks[-1][2] + total
+        yield blocks
+
+
+def pooled_blocks(values: np.ndarray) -> list[tuple[int, int, float]]:
+    """The isotonic fit of the whole curve: (first, last, mean) of each pooled block."""
+    blocks: list[list] = []
+    for blocks in pooled_heads(values):
+        pass
     return [(first, last, total / (last - first + 1)) for first, last, total in blocks]
+
+
+def fit_crossing(steps: np.ndarray, blocks, value: float) -> float | None:
+    """Where a fit's line between the centres of its pooled blocks ((first, last, mean) each) reaches the value."""
+    previous = None  # (centre, mean) of the block before
+    for first, last, mean in blocks:
+        centre = float(np.mean(steps[first:last + 1]))
+        if mean >= value:
+            if previous is None:
+                return float(steps[0])
+            return previous[0] + (value - previous[1]) / (mean - previous[1]) * (centre - previous[0])
+        previous = centre, mean
+    return None
 
 
 def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
     """See the module's docstring (values: higher is better)."""
-    blocks = pooled_blocks(values)
-    centres = [float(np.mean(steps[first:last + 1])) for first, last, _ in blocks]
-    means = [mean for _, _, mean in blocks]
-    for b, mean in enumerate(means):
-        if mean >= value:
-            if b == 0:
-                return float(steps[0])
-            fraction = (value - means[b - 1]) / (mean - means[b - 1])
-            return centres[b - 1] + fraction * (centres[b] - centres[b - 1])
-    return None
+    return fit_crossing(steps, pooled_blocks(values), value)
 
 
 def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
     """See the module's docstring (values: higher is better)."""
-    for k in range(1, len(values)):
-        step = isotonic(steps[:k + 1], values[:k + 1], value)
-        if step is not None and step <= steps[k - 1]:
-            return step
+    for k, blocks in enumerate(pooled_heads(values)):
+        if k and blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1) >= value:  # else the head's fit stays below
+            step = fit_crossing(steps, [(f, l, total / (l - f + 1)) for f, l, total in blocks], value)
+            if step <= steps[k - 1]:
+                return step
     return None
 
 
