@@ -395,8 +395,9 @@ class Snapshots:
         key = snapshot_key(model, self.precise)
         paused = time.perf_counter() - started
         self.taken.append(Snapshot(path, clock, paused, key))
-        if self.in_training:
-            self._evaluate_now(self.taken[-1])
+        if not self.in_training:
+            return paused
+        self._evaluate_now(self.taken[-1])
         return time.perf_counter() - started
 
     def _evaluate_now(self, snapshot: Snapshot) -> None:
