@@ -7,12 +7,13 @@ user types it, and the time its workers spent evaluating after training, from th
 
 Per repeat: command_s, the wall clock of the whole `python train.py hydra.run.dir=<temporary>` (interpreter and
 Hydra start-up, launch, training, evaluation, summary); and from summary.json: wall_s (the launcher's run),
-evaluation.after_training_s (the longest worker's evaluation after its training ended), evaluation.evaluations,
+evaluation.after_training_s (the longest worker's evaluation after its training ended) and, with eval_in_training,
+evaluation.in_training_s (its evaluations inside training's pauses), evaluation.evaluations,
 snapshot_pause_s, and machine.alone and other_cpu_share (whether anything else ran beside it); from steps.jsonl,
 train_s (the longest worker's training time); from eval.jsonl, the evaluations this run computed itself
 (evaluated_by = the record's own rank), summed: precise_bn_s (BatchNorm statistics recomputed) and
 eval_s - precise_bn_s (loading the weights and the pass over the held-out split).
-share = after_training_s / command_s. The goal: at most GOAL.
+share = (after_training_s + in_training_s) / command_s. The goal: at most GOAL.
 
 The result replaces the `evaluation_share` entry of bench/results.json (--out): the repeats, their mean share as
 the ratio, the goal, the machine (metrics/recording/machine.py's fingerprint) and the date. Extra arguments are Hydra overrides
@@ -58,7 +59,8 @@ def figures_of(run_dir: Path, command_s: float) -> dict:
         "precise_bn_s": precise_bn_s,
         "load_and_test_pass_s": sum(e["eval_s"] for e in computed) - precise_bn_s,
         "test_samples": evaluation["test_samples"],
-        "share": evaluation["after_training_s"] / command_s,
+        "in_training_s": evaluation.get("in_training_s", 0.0),
+        "share": (evaluation["after_training_s"] + evaluation.get("in_training_s", 0.0)) / command_s,
         "alone": summary["machine"]["alone"],  # the machine around the run (summary.json machine)
         "other_cpu_share": summary["machine"]["other_cpu_share"],
     }
@@ -80,7 +82,8 @@ def measure_once(overrides: list[str]) -> dict:
 
 def line(i: int, r: dict) -> str:
     return (f"repeat {i}: command {r['command_s']:.1f} s, run {r['wall_s']:.1f} s, training {r['train_s']:.1f} s, "
-            f"evaluation after training {r['after_training_s']:.1f} s = {r['share']:.1%} of the command "
+            f"evaluation after training {r['after_training_s']:.1f} s, in training {r['in_training_s']:.1f} s = "
+            f"{r['share']:.1%} of the command "
             f"({r['evaluations']} evaluations: precise BatchNorm {r['precise_bn_s']:.1f} s, load and test pass "
             f"{r['load_and_test_pass_s']:.1f} s); {'alone' if r['alone'] else 'NOT alone'} on the machine "
             f"(other processes' CPU {r['other_cpu_share']:.0%})")
@@ -101,7 +104,8 @@ def run(args) -> None:
               "setup": "make run as typed: python train.py " + " ".join(["hydra.run.dir=<temporary>", *args.overrides])
                        + " (conf/config.yaml defaults)",
               "method": "share = summary.json evaluation.after_training_s (the longest worker's evaluation after "
-                        "its training ended) / the wall clock of the whole command; precise_bn_s and "
+                        "its training ended) + evaluation.in_training_s (eval_in_training: its evaluations in "
+                        "training's pauses) / the wall clock of the whole command; precise_bn_s and "
                         "load_and_test_pass_s summed over the evaluations the run computed (eval.jsonl)",
               "repeats": repeats}
     if not args.no_save:

@@ -1,4 +1,5 @@
-"""Held-out evaluation, kept out of training: weights are saved during training and evaluated after it.
+"""Held-out evaluation, kept out of training: weights are saved during training and evaluated after it, or, with
+eval_in_training, as they are saved (see the end).
 
 Every `eval_every` steps (and at step 0 and the last step) the loop pauses to save the worker's
 model (state_dict: parameters and BatchNorm buffers; the model itself, not a DDP or Horovod
@@ -36,6 +37,11 @@ Precise BatchNorm makes the evaluated model a function of the parameters alone: 
 statistics, which each worker otherwise accumulates from its own batches, are replaced by the mean
 over the subset's batches (of one peer's batch_size, as in training) of each batch's mean and
 variance; the subset is the same for every run and every snapshot.
+
+eval_in_training (strategies with identical_snapshots): each worker evaluates each snapshot as it takes it, within the
+pause, and logs it at once; the run ends at the first snapshot at which target.estimator (a causal one: it never
+looks past the next evaluation) confirms the crossing. Every worker evaluates the same state at the same step, so
+every worker decides alike, alone, and all stop at the same step. Other strategies evaluate after training.
 """
 import json
 import os
@@ -54,6 +60,7 @@ from torch.utils.data import DataLoader, Subset
 from job.model import state_digest
 from job.process import boot_id
 from metrics.recording.steplog import StepLog
+from metrics.summary.target import crossing_step
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
 EVALUATION_BATCH = 32  # held-out samples per forward pass (ResNet18 on one CPU thread: 2.8 s for 359 samples; 3.4 s at 256)
@@ -354,16 +361,32 @@ class MachineEvaluation:
                 return
 
 
+@dataclass
+class InTraining:
+    """Evaluation of each snapshot as it is taken (eval_in_training): where to log it, and the target whose
+    confirmed crossing ends the run."""
+    evaluator: Evaluator
+    log: StepLog
+    target: dict  # the config's target block: metric, value, a causal estimator
+    keep_in: Path | None = None
+
+
 class Snapshots:
-    """A worker's saved weights, taken during training and evaluated after it."""
+    """A worker's saved weights, taken during training and evaluated after it, or when taken (in_training)."""
 
     def __init__(self, directory: Path, device: torch.device, precise: bool):
         self.directory, self.device, self.precise = directory, device, precise
         self.taken: list[Snapshot] = []
         self.training_started = 0.0  # perf_counter at the start of training: the clock of wall_s
+        self.in_training: InTraining | None = None
+        self.curve: list[tuple[int, float]] = []  # in training: (step, target metric) of each evaluation
+        self.outcomes: list[dict] = []  # in training: each evaluation's test sample outcomes
+        self.in_training_s = 0.0  # in training: the summed evaluation pauses
+        self.target_reached = False  # in training: the estimator confirmed the crossing
 
     def take(self, model: nn.Module, **clock) -> float:
-        """Save the model's state and its key now; returns the seconds it paused training."""
+        """Save the model's state and its key now (and evaluate it, in training); returns the seconds it paused
+        training."""
         started = time.perf_counter()
         self.training_started = started - clock["wall_s"]
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -372,7 +395,49 @@ class Snapshots:
         key = snapshot_key(model, self.precise)
         paused = time.perf_counter() - started
         self.taken.append(Snapshot(path, clock, paused, key))
-        return paused
+        if not self.in_training:
+            return paused
+        self._evaluate_now(self.taken[-1])
+        return time.perf_counter() - started
+
+    def _evaluate_now(self, snapshot: Snapshot) -> None:
+        """Evaluate the snapshot just taken, log it, and note whether the curve so far reached the target."""
+        started = time.perf_counter()
+        here = self.in_training
+        with torch.random.fork_rng(devices=[]):  # training's random draws stay as they would be without it
+            record, outcome = here.evaluator(snapshot.path)
+        self._logged(snapshot, record, here.log, here.keep_in)
+        self.outcomes.append(outcome)
+        self.curve.append((snapshot.clock["step"], record[here.target["metric"]]))
+        steps, values = zip(*self.curve)
+        self.target_reached = crossing_step(steps, values, here.target) is not None
+        self.in_training_s += time.perf_counter() - started
+
+    def _logged(self, snapshot: Snapshot, record: dict, log: StepLog, keep_in: Path | None) -> None:
+        """Log a snapshot's evaluation to eval.jsonl; delete the snapshot (or move it into keep_in)."""
+        log.eval(**snapshot.clock, **{k: v for k, v in record.items() if k != "posted_at"},
+                 snapshot_key=snapshot.key, snapshot_s=snapshot.snapshot_s,
+                 evaluated_at_s=time.perf_counter() - self.training_started)
+        if keep_in:
+            keep_in.mkdir(parents=True, exist_ok=True)
+            snapshot.path.rename(keep_in / snapshot.path.name)
+        else:
+            snapshot.path.unlink()
+
+    def save_outcomes(self, samples_path: Path, outcomes: list[dict]) -> None:
+        """Every test sample's outcome at every evaluation of the snapshots taken (for the bootstrap)."""
+        if outcomes:
+            np.savez_compressed(samples_path, step=np.array([s.clock["step"] for s in self.taken]),
+                                correct=np.stack([o["correct"] for o in outcomes]),
+                                loss=np.stack([o["loss"] for o in outcomes]))
+
+    def evaluated_in_training(self, samples_path: Path) -> dict:
+        """In training, once it ended: save the outcomes; what evaluating cost (as evaluate_all's)."""
+        self.save_outcomes(samples_path, self.outcomes)
+        self.taken, taken = [], self.taken
+        self.discard()
+        return {"evaluations": len(taken), "evaluated_here": len(taken), "eval_s": 0.0,
+                "in_training_eval_s": self.in_training_s, "snapshot_s": sum(s.snapshot_s for s in taken)}
 
     def evaluating(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
                    keep_in: Path | None = None) -> Iterator[str]:
@@ -385,19 +450,9 @@ class Snapshots:
                 yield item
                 continue
             snapshot, record, outcome = item
-            log.eval(**snapshot.clock, **{k: v for k, v in record.items() if k != "posted_at"},
-                     snapshot_key=snapshot.key, snapshot_s=snapshot.snapshot_s,
-                     evaluated_at_s=time.perf_counter() - self.training_started)
+            self._logged(snapshot, record, log, keep_in)
             outcomes.append(outcome)
-            if keep_in:
-                keep_in.mkdir(parents=True, exist_ok=True)
-                snapshot.path.rename(keep_in / snapshot.path.name)
-            else:
-                snapshot.path.unlink()
-        if outcomes:
-            np.savez_compressed(samples_path, step=np.array([s.clock["step"] for s in self.taken]),
-                                correct=np.stack([o["correct"] for o in outcomes]),
-                                loss=np.stack([o["loss"] for o in outcomes]))
+        self.save_outcomes(samples_path, outcomes)
         self.discard()
 
     def evaluate_all(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,

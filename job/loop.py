@@ -89,9 +89,9 @@ class GradientClock:
 
 def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
           workers: int, batch_size: int, device: PeerDevice, snapshots: Snapshots) -> dict:
-    """Run the strategy's step limit (max_steps) or until it says the last step came; log every step
-    and save the model's weights for evaluation after training. `trained` is what the strategy
-    trains (model, or a wrapper of it)."""
+    """Run the strategy's step limit (max_steps) or until it says the last step came, or until the snapshots
+    evaluated in training reached the target; log every step and save the model's weights for evaluation.
+    `trained` is what the strategy trains (model, or a wrapper of it)."""
     stream = batches(splits.train, GlobalOrder(len(splits.train), rank, workers, batch_size, cfg.seed),
                      cfg.data.num_workers)
     dtype = next(model.parameters()).dtype  # the batches in the model's precision (dtype)
@@ -145,7 +145,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
                 snapshot(step)
-            if report.last:
+            if report.last or snapshots.target_reached:  # target_reached: eval_in_training's confirmed crossing
                 break
     finally:
         clock.close()

@@ -21,7 +21,7 @@ from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
 from job.data import load_splits
 from job.device import PeerDevice
-from job.evaluation import Evaluator, MachineBoard, MachineEvaluation, PreciseBatchNorm, Snapshots
+from job.evaluation import Evaluator, InTraining, MachineBoard, MachineEvaluation, PreciseBatchNorm, Snapshots
 from job.loop import train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
@@ -60,25 +60,23 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                 optimizer = build_optimizer(model.parameters(), cfg, spec.effective_batch)
                 result["effective_lr"] = scaled_lr(cfg, spec.effective_batch)
                 trained = strategy.setup(model, optimizer)
+                with torch.random.fork_rng(devices=[]):  # the evaluator takes none of training's random draws
+                    precise = PreciseBatchNorm(splits.train, int(cfg.precise_bn_samples), cfg.batch_size,
+                                               device.device) if cfg.precise_bn_samples else None
+                    evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels).to(device.device),
+                                          splits.test, device.device, precise)
+                result["evaluation"] = evaluation_mode(cfg, strategy_class)
+                if result["evaluation"]["mode"] == "in_training":
+                    snapshots.in_training = InTraining(evaluator, log, OmegaConf.to_container(cfg.target),
+                                                       peer.weights if cfg.keep_weights else None)
                 result |= train(cfg, strategy, model, trained, splits, log, ctx.rank, spec.workers, spec.batch_size,
                                 device, snapshots)
                 result["param_sha256"] = parameter_digest(model)
-                precise = PreciseBatchNorm(splits.train, int(cfg.precise_bn_samples), cfg.batch_size,
-                                           device.device) if cfg.precise_bn_samples else None
-                evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels).to(device.device),
-                                      splits.test, device.device, precise)
-
-                def evaluate_on_host_cores(host_workers: int) -> None:  # every worker of the machine ended training
-                    cpu.release()
-                    torch.set_num_threads(len(pin_cpus(ctx.local_rank, max(1, len(host_cores) // host_workers),
-                                                       host_cores)))
-
-                machine = MachineEvaluation(board, evaluator, float(cfg.timeouts.collective_s),
-                                            evaluate_on_host_cores)
-                result |= snapshots.evaluate_all(machine, log, peer.eval_samples,
-                                                 peer.weights if cfg.keep_weights else None)  # training has ended
-                result |= {"evaluation_cores": sorted(os.sched_getaffinity(0)),
-                           "evaluation_threads": torch.get_num_threads()}
+                if snapshots.in_training:
+                    result |= snapshots.evaluated_in_training(peer.eval_samples)
+                    result["stopped_at_target"] = snapshots.target_reached
+                else:
+                    result |= evaluate_after_training(cfg, ctx, cpu, board, evaluator, snapshots, log, host_cores)
             finally:
                 snapshots.discard()
                 log.close()
@@ -94,6 +92,30 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
         strategy.close()
         if sampler:
             sampler.stop()
+
+
+def evaluation_mode(cfg, strategy_class) -> dict:
+    """When this run evaluates its snapshots (mode: in_training or after_training), and why not in training where it
+    was asked for."""
+    if not cfg.eval_in_training:
+        return {"mode": "after_training"}
+    if not strategy_class.identical_snapshots:
+        return {"mode": "after_training", "why": "eval_in_training asked, but this strategy's workers may hold "
+                "different states at a snapshot (or a pause would change what is measured): they cannot each "
+                "decide alone when to stop, so they evaluated after training and ran to max_steps"}
+    return {"mode": "in_training"}
+
+
+def evaluate_after_training(cfg, ctx: PeerContext, cpu: PeerCpu, board: MachineBoard, evaluator: Evaluator,
+                            snapshots: Snapshots, log: StepLog, host_cores: list[int]) -> dict:
+    """Evaluate the worker's snapshots with its machine's other workers, once its training ended."""
+    def evaluate_on_host_cores(host_workers: int) -> None:  # every worker of the machine ended training
+        cpu.release()
+        torch.set_num_threads(len(pin_cpus(ctx.local_rank, max(1, len(host_cores) // host_workers), host_cores)))
+
+    machine = MachineEvaluation(board, evaluator, float(cfg.timeouts.collective_s), evaluate_on_host_cores)
+    done = snapshots.evaluate_all(machine, log, ctx.peer.eval_samples, ctx.peer.weights if cfg.keep_weights else None)
+    return done | {"evaluation_cores": sorted(os.sched_getaffinity(0)), "evaluation_threads": torch.get_num_threads()}
 
 
 def record_failure(ctx: PeerContext) -> None:

@@ -14,6 +14,7 @@ from job.model import check_model
 from job.registry import resolve
 from launchers.schema import check_keys, check_value, check_values, unknown_key, holds
 from launchers.shape import fit_peers
+from metrics.summary.target import CAUSAL
 from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
@@ -143,6 +144,9 @@ def validate(cfg) -> None:
     strategy = strategy_class(cfg)
     check_values(cfg, cfg.strategy.name, strategy.rules)
     project_targets(cfg.report.project, [])
+    _require(not cfg.eval_in_training or cfg.target.estimator in CAUSAL,
+             f"eval_in_training=true stops a run at its crossing: target.estimator must be one of {', '.join(CAUSAL)} "
+             f"(they never look past the next evaluation), got {cfg.target.estimator}")
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
              f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
     launch = cfg.launch

@@ -108,6 +108,7 @@ class AllReduce(TransportStrategy):
     rules = {"bucket_cap_mb": above(0), "comm_hook": one_of(*COMM_HOOKS), "powersgd_rank": integer_from(1),
              "powersgd_start_iter": Rule(lambda v: integer(v) and v >= 2,
                                          "must be >= 2 (torch's PowerSGD with error feedback)")}
+    identical_snapshots = True  # every update applies the same averaged gradient
 
     @classmethod
     def validate(cls, cfg) -> None:

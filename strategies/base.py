@@ -79,6 +79,9 @@ class Strategy(ABC):
     # its workers step in lockstep, every round holding every worker (default settings): bench/projection.py's
     # tighter goal applies to its cost model
     synchronous = True
+    # every worker holds the same parameters at every snapshot (default settings), so each can decide alone, on its
+    # own evaluation, that the run reached its target (eval_in_training); false: evaluated after training instead
+    identical_snapshots = False
     knobs_elsewhere: dict[str, str] = {}  # NAME.knob someone may expect -> where it is set (refused before Hydra)
     rules: dict[str, Rule] = {}  # knob of its NAME block -> its allowed values (the schema checks them before launch)
 

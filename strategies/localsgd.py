@@ -33,6 +33,7 @@ from strategies.transport import payload_bytes, ring_allreduce_bytes
 
 
 class LocalSGD(AllReduce):
+    identical_snapshots = False  # workers step alone between averages
     summed_counters = ("averaging_rounds",)
     cost_model = LocalSGDCost
     # the default 10 warm-up steps outlast a benchmark's 6-10 steps: periodic averages from step 4 instead

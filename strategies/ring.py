@@ -97,6 +97,7 @@ class Ring(Strategy):
     rules = {"controller": one_of(*CONTROLLERS), "compression": one_of(*COMPRESSIONS),
              "backward_passes_per_step": integer_from(1), "fusion_threshold_mb": integer_from(0),
              "cycle_time_ms": above(0)}
+    identical_snapshots = True  # every update applies the same all-reduced gradient
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

@@ -13,6 +13,7 @@ from strategies.cost_models.single import SingleCost
 
 class Single(Strategy):
     is_baseline = True
+    identical_snapshots = True
     cost_model = SingleCost
 
     @classmethod

@@ -66,7 +66,12 @@ METHODS = {
                   "workers' samples between two evaluations) and test_samples (held-out split; one sample = "
                   "1/test_samples of accuracy) are the time-to-target resolution; after_training_s = the longest "
                   "worker's evaluation time after training (in wall_s, not in any training time); "
-                  "snapshot_pause_s = the longest worker's summed pauses to save weights (left out of train_s)",
+                  "snapshot_pause_s = the longest worker's summed pauses to save weights (left out of train_s). "
+                  "mode: after_training, or in_training (eval_in_training: each snapshot evaluated when taken, "
+                  "within the pause; in_training_s = the longest worker's summed evaluation time, also left out of "
+                  "train_s; stopped_at_target = every worker ended at the step where target.estimator confirmed the "
+                  "crossing, not at max_steps); why: where eval_in_training was asked but the strategy evaluates "
+                  "after training",
     "effective_lr": "the learning rate after lr_scaling to the strategy's effective batch (samples behind one "
                     "optimizer update, launch.json), before any warm-up; as the first worker reports it",
     "device": "where the workers trained: the device knob resolved before launch (auto: cuda when torch sees a "
@@ -173,7 +178,17 @@ def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[in
         "evaluations": max((r.get("evaluations", 0) for r in results), default=0),
         "after_training_s": max((r["eval_s"] for r in results if "eval_s" in r), default=None),
         "snapshot_pause_s": max((r["snapshot_s"] for r in results if "snapshot_s" in r), default=None),
+        **evaluation_mode(results),
     }
+
+
+def evaluation_mode(results: list[dict]) -> dict:
+    """When the run evaluated (see METHODS["evaluation"]); a run without the record evaluated after training."""
+    mode = next((r["evaluation"] for r in results if "evaluation" in r), {"mode": "after_training"})
+    if mode["mode"] != "in_training":
+        return mode
+    return mode | {"in_training_s": max(r.get("in_training_eval_s", 0.0) for r in results),
+                   "stopped_at_target": all(r.get("stopped_at_target") for r in results)}
 
 
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,

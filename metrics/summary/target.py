@@ -3,7 +3,9 @@
 A worker's learning curve is its evaluations (eval.jsonl): the target metric at steps 0, eval_every, ...
 and the last step. An estimator (target.estimator) maps the curve to the fractional step at which it
 reaches target.value, or to None when it has not reached it by the last evaluation: the run is censored,
-never extrapolated. Both see "higher is better" (a test_loss curve and target are negated):
+never extrapolated. All see "higher is better" (a test_loss curve and target are negated). The causal ones
+decide at an evaluation from it and those before it and the next one only, so a run can stop there
+(eval_in_training); isotonic looks at every later evaluation:
 
   confirmed_crossing  the first evaluation at or above the target whose next evaluation is too, interpolated
                       linearly from the evaluation before it (a crossing at the last evaluation does not count)
@@ -17,9 +19,12 @@ around it. The test-set bootstrap resamples the held-out samples (eval_samples.n
 every evaluation, resampled together) and applies the same estimator: its interval is the crossing's noise
 from the finite test set alone, apart from the seed's (which only repeated blocks show).
 """
+from typing import Iterator
+
 import numpy as np
 
-ESTIMATORS = ("confirmed_crossing", "isotonic")
+ESTIMATORS = ("causal_isotonic", "confirmed_crossing", "isotonic")
+CAUSAL = ("causal_isotonic", "confirmed_crossing")  # decide at an evaluation without the ones after the next
 UNDECLARED = "confirmed_crossing"  # summaries written before the estimator was declared used this one
 LEVEL = 0.95  # the bootstrap interval's coverage
 BOOTSTRAP_SEED = 0  # the resamples: the same for every run, so a summary is reproducible
@@ -29,7 +34,9 @@ METHODS = {
               "first evaluation reaching the target whose next evaluation reaches it too, interpolated from the one "
               "before; "
               "isotonic = the first point where the monotone least-squares fit of the curve, read linearly between "
-              "the centres of its pooled blocks, reaches the target); never extrapolated past the last evaluation",
+              "the centres of its pooled blocks, reaches the target; causal_isotonic = the isotonic crossing of the "
+              "shortest head of the curve whose fit reaches the target at or before its second-to-last evaluation); "
+              "never extrapolated past the last evaluation",
     "time_to_target_s": "training time (snapshot pauses excluded) at which the worst worker's learning curve reaches "
                         "the target by the declared estimator (target.estimator), interpolated linearly in train_s "
                         "between the two evaluations around the crossing; the latest of the workers' crossings (null "
@@ -65,37 +72,61 @@ def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> f
     return None
 
 
-def pooled_blocks(values: np.ndarray) -> list[tuple[int, int, float]]:
-    """The isotonic (non-decreasing, least-squares) fit by pooling adjacent violators: (first, last, mean) of each
-    block of evaluations that the fit pools into one value."""
-    blocks: list[list] = []  # [first, last, sum]
+def pooled_heads(values: np.ndarray) -> Iterator[list[list]]:
+    """The isotonic (non-decreasing, least-squares) fit of each head of the curve (values[:1], values[:2], ...), by
+    pooling adjacent violators as each value comes: the blocks of evaluations it pools into one value, [first, last,
+    sum] each (the same list, updated: read it before the next)."""
+    blocks: list[list] = []
     for i, v in enumerate(values):
         blocks.append([i, i, float(v)])
         while len(blocks) > 1 and (blocks[-2][2] / (blocks[-2][1] - blocks[-2][0] + 1)
                                    > blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1)):
             first, last, total = blocks.pop()
             blocks[-1][1], blocks[-1][2] = last, blocks[-1][2] + total
+        yield blocks
+
+
+def pooled_blocks(values: np.ndarray) -> list[tuple[int, int, float]]:
+    """The isotonic fit of the whole curve: (first, last, mean) of each pooled block."""
+    blocks: list[list] = []
+    for blocks in pooled_heads(values):
+        pass
     return [(first, last, total / (last - first + 1)) for first, last, total in blocks]
+
+
+def fit_crossing(steps: np.ndarray, blocks, value: float) -> float | None:
+    """Where a fit's line between the centres of its pooled blocks ((first, last, mean) each) reaches the value."""
+    previous = None  # (centre, mean) of the block before
+    for first, last, mean in blocks:
+        centre = float(np.mean(steps[first:last + 1]))
+        if mean >= value:
+            if previous is None:
+                return float(steps[0])
+            return previous[0] + (value - previous[1]) / (mean - previous[1]) * (centre - previous[0])
+        previous = centre, mean
+    return None
 
 
 def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
     """See the module's docstring (values: higher is better)."""
-    blocks = pooled_blocks(values)
-    centres = [float(np.mean(steps[first:last + 1])) for first, last, _ in blocks]
-    means = [mean for _, _, mean in blocks]
-    for b, mean in enumerate(means):
-        if mean >= value:
-            if b == 0:
-                return float(steps[0])
-            fraction = (value - means[b - 1]) / (mean - means[b - 1])
-            return centres[b - 1] + fraction * (centres[b] - centres[b - 1])
+    return fit_crossing(steps, pooled_blocks(values), value)
+
+
+def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
+    """See the module's docstring (values: higher is better)."""
+    for k, blocks in enumerate(pooled_heads(values)):
+        if k and blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1) >= value:  # else the head's fit stays below
+            step = fit_crossing(steps, [(f, l, total / (l - f + 1)) for f, l, total in blocks], value)
+            if step <= steps[k - 1]:
+                return step
     return None
 
 
 def crossing_step(steps, values, target: dict) -> float | None:
     """The fractional step at which the curve (metric values at steps) reaches the target, or None (censored)."""
     sign = 1.0 if target["metric"] == "test_accuracy" else -1.0
-    estimator = {"confirmed_crossing": confirmed_crossing, "isotonic": isotonic}[estimator_of(target)]
+    estimator = {"causal_isotonic": causal_isotonic, "confirmed_crossing": confirmed_crossing,
+                 "isotonic": isotonic}[estimator_of(target)]
     return estimator(np.asarray(steps, dtype=float), sign * np.asarray(values, dtype=float), sign * target["value"])
 
 

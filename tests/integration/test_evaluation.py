@@ -83,6 +83,36 @@ def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_wo
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_two_allreduce_workers_evaluating_in_training_end_together_where_their_curve_confirms_the_target(run_dir):
+    """Each worker decides alone on its own evaluation of the same state: both end at the first evaluation at which
+    the curve logged so far reaches the target, well before max_steps, with the evaluations left out of train_s."""
+    from helpers import QUICK, results, run_train, summary_of
+    from metrics.summary.target import crossing_step
+
+    result = run_train(run_dir, *QUICK, "strategy=allreduce", "peers=2", "max_steps=60", "eval_every=4",
+                       "eval_in_training=true", "target.value=0.5")
+    assert result.returncode == 0, result.stderr
+    target = {"metric": "test_accuracy", "value": 0.5, "estimator": "causal_isotonic"}
+    evals = {rank: read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl") for rank in (0, 1)}
+    steps = [e["step"] for e in evals[0]]
+    accuracy = [e["test_accuracy"] for e in evals[0]]
+    first = next(k for k in range(1, len(steps) + 1) if crossing_step(steps[:k], accuracy[:k], target) is not None)
+    stop = steps[first - 1]
+    assert stop < 60 and steps == list(range(0, stop + 1, 4))  # nothing evaluated after the confirming evaluation
+    for rank in (0, 1):
+        assert [e["state_sha256"] for e in evals[rank]] == [e["state_sha256"] for e in evals[0]]
+        trained = read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")
+        assert trained[-1]["step"] == stop  # both stopped there
+        assert trained[-1]["wall_s"] - trained[-1]["train_s"] >= sum(e["eval_s"] for e in evals[rank][:-1])
+    assert all(r["stopped_at_target"] and r["steps"] == stop for r in results(run_dir, (0, 1)))
+    summary = summary_of(run_dir)
+    assert summary["evaluation"]["mode"] == "in_training" and summary["evaluation"]["stopped_at_target"]
+    assert summary["steps_to_target"] == pytest.approx(crossing_step(steps, accuracy, target))
+    assert summary["evaluated_states_identical"] is True
+
+
+@pytest.mark.integration
 def test_a_worker_killed_after_claiming_does_not_make_the_evaluation_hang(tmp_path):
     """Worker 1, a real process, registers, publishes the same snapshots plus one of its own, claims one, and is
     killed: worker 0 evaluates every one of its own snapshots (the claimed one too) and none of worker 1's own."""

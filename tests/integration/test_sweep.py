@@ -43,7 +43,7 @@ def test_repeats_interleave_configurations_and_baselines_in_blocks(tmp_path):
     first = done.stdout.splitlines()[:3]
     assert first[0] == ("avgbench: primary figure of data=digits, model=tiny, fixed before the first run (the verdict "
                         "ranks and claims on it alone): time-to-target (test_accuracy ≥ 0.95, estimator "
-                        "isotonic; seconds of training)")
+                        "causal_isotonic; seconds of training)")
     assert first[1] == ("avgbench: 2 blocks of 5 jobs (control arm: baseline_2x1_control), in a Williams order of 10 "
                         "sequences (not balanced: a multiple of 10 blocks would be); 3 comparisons declared, "
                         "Holm-corrected per (dataset, model)")

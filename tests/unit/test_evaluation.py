@@ -229,3 +229,75 @@ def test_a_claim_that_stalls_past_the_patience_is_evaluated_here(tmp_path):
     done = snapshots.evaluate_all(host, log, peer.eval_samples)
     log.close()
     assert done["evaluated_here"] == 2 and [e["step"] for e in read_jsonl(peer.evals)] == [0, 5]
+
+
+# --- evaluation in training (eval_in_training) -----------------------------------------------------------
+
+LOSS_CURVE = [2.0, 1.0, 0.5, 0.35, 0.45, 0.3, 0.25, 0.2]  # test_loss at steps 0, 5, ..., 35
+LOSS_TARGET = 0.41  # the dip to 0.35 at step 15 is pooled with 0.45 after it (0.40 at step 17.5)
+
+
+def predicting_class_0_with_loss(loss: float) -> nn.Module:
+    """tiny() whose logits are its last bias alone: [b, 0, ..., 0] with b such that every sample of class 0 has
+    cross-entropy log(1 + 9 exp(-b)) = loss."""
+    model = tiny(10, 1)
+    with torch.no_grad():
+        model[-1].weight.zero_()
+        model[-1].bias.zero_()
+        model[-1].bias[0] = -np.log((np.exp(loss) - 1) / 9)
+    return model
+
+
+@pytest.mark.parametrize("estimator, stop_step, crossing", [
+    ("causal_isotonic", 25, 16.75),  # 0.41 between 0.5 (step 10) and the pooled 0.40 (17.5); 0.30 at 25 confirms it
+    ("confirmed_crossing", 30, 20 + 5 * 0.04 / 0.15),  # 0.35 at 15 not held at 20; 0.30 at 25 held at 30, from 0.45
+])
+def test_snapshots_evaluated_in_training_reach_the_target_where_the_next_evaluation_confirms_it(
+        tmp_path, estimator, stop_step, crossing):
+    from job.evaluation import Evaluator, InTraining
+    from metrics.summary.target import crossing_step
+
+    peer = PeerDir(tmp_path / "peer0")
+    test = torch.utils.data.TensorDataset(torch.randn(20, 1, 8, 8), torch.zeros(20, dtype=torch.long))
+    target = {"metric": "test_loss", "value": LOSS_TARGET, "estimator": estimator}
+    snapshots, log = Snapshots(peer.snapshots, CPU, precise=False), StepLog(peer.path)
+    snapshots.in_training = InTraining(Evaluator(tiny(10, 1), test, CPU, None), log, target)
+    reached = []
+    for i, loss in enumerate(LOSS_CURVE):
+        paused = snapshots.take(predicting_class_0_with_loss(loss), step=5 * i, wall_s=float(i), train_s=float(i),
+                                samples=32 * i)
+        reached.append(snapshots.target_reached)
+        assert paused >= snapshots.taken[-1].snapshot_s and not snapshots.taken[-1].path.exists()
+    done = snapshots.evaluated_in_training(peer.eval_samples)
+    log.close()
+    assert reached == [5 * i >= stop_step for i in range(len(LOSS_CURVE))]
+    evals = read_jsonl(peer.evals)
+    assert [e["test_loss"] for e in evals] == pytest.approx(LOSS_CURVE, abs=1e-5)
+    head = [e for e in evals if e["step"] <= stop_step]
+    assert crossing_step([e["step"] for e in head], [e["test_loss"] for e in head], target) == \
+        pytest.approx(crossing, abs=1e-3)
+    assert done["evaluations"] == len(LOSS_CURVE) and done["eval_s"] == 0.0 and done["in_training_eval_s"] > 0
+    with np.load(peer.eval_samples) as saved:
+        assert saved["step"].tolist() == [e["step"] for e in evals] and saved["loss"].shape == (len(LOSS_CURVE), 20)
+    assert not peer.snapshots.exists()
+
+
+def test_a_look_ahead_estimator_is_refused_for_a_run_that_stops_at_its_crossing():
+    from .test_config import rejected
+
+    assert "eval_in_training=true stops a run at its crossing: target.estimator must be one of causal_isotonic, " \
+           "confirmed_crossing" in rejected("eval_in_training=true", "target.estimator=isotonic")
+    assert "eval_in_training must be true or false, got 3" in rejected("eval_in_training=3")
+
+
+@pytest.mark.parametrize("strategy, mode", [("allreduce", "in_training"), ("ring", "in_training"),
+                                            ("single", "in_training"), ("localsgd", "after_training"),
+                                            ("diloco", "after_training"), ("hivemind", "after_training"),
+                                            ("ps", "after_training"), ("stepwise", "after_training")])
+def test_only_strategies_whose_workers_hold_one_state_evaluate_in_training_and_the_others_say_why(strategy, mode):
+    from helpers import compose_config, strategy_of
+    from job.worker import evaluation_mode
+
+    asked = evaluation_mode(compose_config(f"strategy={strategy}", "eval_in_training=true"), strategy_of(strategy))
+    assert asked["mode"] == mode and ("why" in asked) == (mode == "after_training")
+    assert evaluation_mode(compose_config(f"strategy={strategy}"), strategy_of(strategy)) == {"mode": "after_training"}

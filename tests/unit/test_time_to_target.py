@@ -9,10 +9,13 @@ import json
 
 import numpy as np
 import pytest
+import yaml
+
+from helpers import ROOT
 
 from metrics.recording.rundir import RunDir
 from metrics.summary.build import build_summary
-from metrics.summary.target import crossing_step, time_to_target
+from metrics.summary.target import CAUSAL, crossing_step, time_to_target
 from .test_summary import config, outcome, write_lines
 
 pytestmark = pytest.mark.timeout(30)
@@ -128,6 +131,40 @@ def test_isotonic_meets_a_loss_target_from_above(tmp_path):
     assert summary["steps_to_target"] == pytest.approx(12.5)
 
 
+# --- the default never looks past the next evaluation --------------------------------------------------
+
+DEFAULT_TARGET = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["target"]
+SCENARIO_STEPS = np.arange(0, 41, 10.0)
+
+
+@pytest.mark.parametrize("curve, expected", [
+    ([0.5, 0.6, 0.7, 0.8, 0.96], None),  # 0.96 at the last evaluation, unconfirmed: not reached
+    ([0.5, 0.96, 0.97, 0.9, 0.9], 0.45 / 0.46 * 10),  # confirmed at step 20; later dips do not undo it
+])
+def test_the_default_estimator_decides_at_an_evaluation_from_the_next_one_alone(curve, expected):
+    """Reaching 0.95 by the configured default: the crossing that the evaluations up to the one after it confirm."""
+    step = crossing_step(SCENARIO_STEPS, curve, DEFAULT_TARGET | {"value": 0.95})
+    assert step == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize("estimator", CAUSAL)
+def test_a_causal_estimator_reads_the_same_crossing_off_every_longer_curve(estimator):
+    """What a run that stopped at its crossing shows is what the whole run would have: on noisy curves, the
+    crossing of the head of the curve up to the evaluation that confirms it equals the whole curve's."""
+    rng = np.random.default_rng(1)
+    target = {"metric": "test_accuracy", "value": 0.9, "estimator": estimator}
+    checked = 0
+    for _ in range(200):
+        accuracy = rng.binomial(TEST_SAMPLES, CURVES["saturating"](EVAL_STEPS)) / TEST_SAMPLES
+        whole = crossing_step(EVAL_STEPS, accuracy, target)
+        heads = [crossing_step(EVAL_STEPS[:k], accuracy[:k], target) for k in range(2, len(EVAL_STEPS) + 1)]
+        stop = next((k for k, step in enumerate(heads) if step is not None), None)  # the first head that crosses
+        if stop is not None:
+            assert heads[stop] == whole and all(step == whole for step in heads[stop:])
+            checked += 1
+    assert checked > 150
+
+
 # --- synthetic learning curves with known crossings ---------------------------------------------------
 
 EVAL_STEPS = np.arange(0, 101, 5.0)  # eval_every=5 over 100 steps
@@ -158,13 +195,14 @@ def relative_errors(curve, value: float, estimator: str, draws: int = 1000) -> n
     return np.array(found)
 
 
+@pytest.mark.parametrize("estimator", ["isotonic", "causal_isotonic"])
 @pytest.mark.parametrize("shape", sorted(CURVES))
-def test_isotonic_finds_known_crossings_within_two_percent(shape):
+def test_isotonic_finds_known_crossings_within_two_percent(shape, estimator):
     for value in STEEP:
         noiseless = crossing_step(EVAL_STEPS, CURVES[shape](EVAL_STEPS), {"metric": "test_accuracy", "value": value,
-                                                                         "estimator": "isotonic"})
+                                                                         "estimator": estimator})
         assert noiseless == pytest.approx(known_crossing(CURVES[shape], value), rel=0.01)
-        errors = relative_errors(CURVES[shape], value, "isotonic")
+        errors = relative_errors(CURVES[shape], value, estimator)
         assert not np.isnan(errors).any(), f"censored at {value}"
         assert abs(errors.mean()) < 0.02, f"bias {errors.mean():+.3f} at {value}"
 
@@ -182,6 +220,18 @@ def test_isotonic_is_less_noisy_than_confirmed_crossing_and_less_biased_near_the
                for estimator in ("isotonic", "confirmed_crossing")}
     assert 0.02 < abs(np.nanmean(plateau["isotonic"])) < 0.6 * abs(np.nanmean(plateau["confirmed_crossing"]))
     assert np.isnan(plateau["isotonic"]).mean() < 0.5 * np.isnan(plateau["confirmed_crossing"]).mean()
+
+
+def test_causal_isotonic_is_less_noisy_than_confirmed_crossing_and_censors_less_near_the_plateau():
+    """Why the default is causal_isotonic among the estimators that never look past the next evaluation."""
+    spread = {estimator: [relative_errors(CURVES[shape], value, estimator).std() for shape in sorted(CURVES)
+                          for value in STEEP] for estimator in CAUSAL}
+    assert all(iso <= confirmed + 1e-3 for iso, confirmed in zip(spread["causal_isotonic"],
+                                                                  spread["confirmed_crossing"]))
+    assert np.mean(spread["causal_isotonic"]) < 0.92 * np.mean(spread["confirmed_crossing"])
+    censored = {estimator: np.isnan(relative_errors(CURVES["saturating"], 0.95, estimator)).mean()
+                for estimator in CAUSAL}
+    assert censored["causal_isotonic"] < 0.75 * censored["confirmed_crossing"]
 
 
 # --- the test-set bootstrap ------------------------------------------------------------------------------
