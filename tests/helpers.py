@@ -212,6 +212,16 @@ def compose_config(*overrides: str, return_hydra_config: bool = False):
     return compose(list(overrides), return_hydra_config)
 
 
+def refused(*overrides: str) -> str:
+    """The one-line error train.py gives for these overrides before anything starts (launchers.config.check_command)."""
+    from job.errors import ConfigError
+    from launchers.config import check_command
+
+    with pytest.raises(ConfigError) as caught:
+        check_command(list(overrides))
+    return str(caught.value)
+
+
 def toy_batch(step: int, worker: int, sizes=(3, 5, 8)):
     """A deterministic batch of 6 features and 3 classes for the toy model of the collective tests."""
     import torch
