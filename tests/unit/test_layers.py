@@ -68,20 +68,21 @@ def test_metrics_package_imports_nothing():
     assert GRAPH.find_modules_directly_imported_by("metrics") == set()
 
 
-def imported_names(path) -> set[str]:
-    """Top-level names of every module a source file imports, at any depth."""
+def imported_modules(path) -> set[str]:
+    """Every module a source file imports, at any depth (relative ones as written, without their dots)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found |= {node.module} if node.module else {alias.name for alias in node.names}
     return found
 
 
 @pytest.mark.parametrize("module", TOP_MODULES)
 def test_top_level_modules_import_only_down(module):
-    above_or_beside = imported_names(ROOT / f"{module.replace('.', '/')}.py") & TOP_MODULES[module]
+    imported = {name.split(".")[0] for name in imported_modules(ROOT / f"{module.replace('.', '/')}.py")}
+    above_or_beside = imported & TOP_MODULES[module]
     assert not above_or_beside, f"{module} imports {above_or_beside}, above or beside it"
 
 
@@ -89,6 +90,13 @@ def test_no_package_imports_a_top_level_module():
     found = {(importer, top) for top in {m.split(".")[0] for m in TOP_MODULES} if top in GRAPH.modules
              for importer in GRAPH.find_modules_that_directly_import(top)}
     assert not found, found
+
+
+def test_no_test_imports_another_test():
+    """What tests share lives in tests/helpers.py (or conftest.py)."""
+    found = [f"{path.relative_to(ROOT)} imports {name}" for path in sorted((ROOT / "tests").rglob("test_*.py"))
+             for name in imported_modules(path) if name.rpartition(".")[2].startswith("test_")]
+    assert not found, "\n".join(found)
 
 
 def dynamic_imports(module: str, source: str) -> list[str]:
