@@ -6,12 +6,17 @@ importing no module by name (strategies are found by name at run time, by job/re
 import ast
 import copy
 
-import grimp
 import pytest
-from importlinter import configuration
-from importlinter.application import use_cases
-from importlinter.contracts.forbidden import ForbiddenContract
-from importlinter.contracts.layers import LayersContract
+
+try:
+    import grimp
+    from importlinter import configuration
+    from importlinter.application import use_cases
+    from importlinter.contracts.forbidden import ForbiddenContract
+    from importlinter.contracts.layers import LayersContract
+except ImportError as exc:
+    raise ImportError(f"{exc}: import-linter is a test dependency (requirements-dev.txt; scripts/setup.sh installs it)") \
+        from None
 
 from helpers import ROOT
 
