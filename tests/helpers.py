@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -393,3 +394,21 @@ def write_results(path: Path, rows: list[dict], payload_share: float = 0.8) -> P
         {"name": "link_goodput", "payload_share": payload_share, "measured_at": "then"},
         {"name": "projection_validation", "measured_at": "then", "rows": rows} | figures_of(rows)]}))
     return path
+
+
+def summary_outcome(status="completed", ended_at=1000.0):
+    """A run's outcome as build_summary receives it."""
+    return SimpleNamespace(status=status, exit_code=0 if status == "completed" else 1, error=None,
+                           failed_rank=None, lost_peers=[], wall_s=9.0, ended_at=ended_at)
+
+
+def summary_config(metric="test_accuracy", value=0.6):
+    """The config keys build_summary reads."""
+    return {"target": {"metric": metric, "value": value}, "data": {"name": "digits"},
+            "network": {"name": "loopback"}, "strategy": {"name": "allreduce"}, "peers": 2}
+
+
+def write_lines(path, records):
+    """JSON lines, one record a line (a peer's log)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))

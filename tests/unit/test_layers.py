@@ -1,107 +1,107 @@
-"""Import layers, read from the source (AST parsing only: nothing is imported, no process starts).
-
-Top to bottom. A module may import its own package and any layer below it, never one above it (no import runs
-back up); packages side by side in one layer are independent of each other.
-
-    docs                           docs/generate.py: renders the pages from the benchmarks' results
-    bench, train, hydra_plugins    the benchmarks, the Hydra entry point, its plugin shims (hydra_plugins/avgbench_*:
-                                   hydra_plugins is a namespace that installed plugins share)
-    launchers                      starting and watching a run's processes, the config's checks, sweeps
-    netemu, strategies             the emulated cluster; the averaging strategies
-    job                            the peer side: a worker's training loop, data, model, evaluation
-    metrics.report                 comparing runs (python -m metrics.report)
-    metrics.projection             predictions on other links and peer counts (python -m metrics.projection)
-    strategies.cost_models         each strategy's cost model: configuration only, named by the projection
-    metrics.projection.cost        what a cost model receives, and the base class every model extends
-    metrics.summary                one run's summary.json
-    metrics.recording              what runs while a run runs: run directory, step log, samplers, unit names
-
-Strategies are found by name at run time (job/registry.py resolves the config's strategy.target): below them no
-module imports one (a cost model is no strategy: strategies/cost_models/ holds configuration only, no runtime), and
-metrics imports no module by name at run time either. The tests may import any layer.
+"""Import layers: the import-linter contracts of pyproject.toml ([tool.importlinter]), checked in this process, and
+the rules import-linter cannot express: the top-level modules (train.py, avgbench_cli.py, docs/generate.py are no
+packages, so no root of its graph), every package in a layer, metrics/__init__.py importing nothing, and metrics
+importing no module by name (strategies are found by name at run time, by job/registry.py only).
 """
 import ast
-from pathlib import Path
+import copy
 
 import pytest
 
+try:
+    import grimp
+    from importlinter import configuration
+    from importlinter.application import use_cases
+    from importlinter.contracts.forbidden import ForbiddenContract
+    from importlinter.contracts.layers import LayersContract
+except ImportError as exc:
+    raise ImportError(f"{exc}: import-linter is a test dependency (requirements-dev.txt; scripts/setup.sh installs it)") \
+        from None
+
 from helpers import ROOT
 
-LAYERS = [
-    ("docs",),
-    ("bench", "train", "hydra_plugins.avgbench_launcher", "hydra_plugins.avgbench_sweeper"),
-    ("launchers",),
-    ("netemu", "strategies"),
-    ("job",),
-    ("metrics.report",),
-    ("metrics.projection",),
-    ("strategies.cost_models",),
-    ("metrics.projection.cost",),
-    ("metrics.summary",),
-    ("metrics.recording",),
-]
-GROUPS = ("metrics",)  # a package that only holds layers: its __init__ imports nothing
-NOT_CHECKED = ("tests",)
+pytestmark = pytest.mark.timeout(120)
+
+PYPROJECT = ROOT / "pyproject.toml"
+configuration.configure()
+OPTIONS = use_cases.read_user_options(str(PYPROJECT))
+ROOTS = OPTIONS.session_options["root_packages"]
+CONTRACTS = {contract["id"]: contract for contract in OPTIONS.contracts_options}
+CONTRACT_TYPES = {"layers": LayersContract, "forbidden": ForbiddenContract}
+# Modules outside the packages, top to bottom: what each may not import of the project (the packages' layers below
+# them are allowed), and every project module may import none of them.
+TOP_MODULES = {
+    "docs.generate": set(),
+    "avgbench_cli": {"docs", "bench", "hydra_plugins"},
+    "train": {"docs", "avgbench_cli", "bench", "hydra_plugins"},
+}
+NOT_CHECKED = ("tests", "scripts")
 DYNAMIC_IMPORTS = {"import_module", "__import__", "spec_from_file_location", "module_from_spec"}
 
-
-def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+GRAPH = grimp.build_graph(*ROOTS, include_external_packages=True, cache_dir=None)
 
 
-def sources() -> dict[str, Path]:
-    """Module -> file, for every .py of the repository but the tests (hidden folders left out)."""
-    found = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(ROOT).parts
-        if not any(p.startswith(".") for p in parts) and parts[0] not in NOT_CHECKED:
-            found[module_name(path)] = path
+def broken(graph: grimp.ImportGraph) -> list[str]:
+    """Names of the contracts the graph breaks."""
+    found = []
+    for options in CONTRACTS.values():
+        contract = CONTRACT_TYPES[options["type"]](name=options["name"], session_options=OPTIONS.session_options,
+                                                   contract_options=options)
+        if not contract.check(copy.deepcopy(graph), verbose=False).kept:
+            found.append(options["id"])
     return found
 
 
-def within(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
+def test_lint_imports_keeps_every_contract():
+    """The report, as `lint-imports` prints it (shown below a failure)."""
+    assert use_cases.lint_imports(str(PYPROJECT), cache_dir=None, no_logo=True) == use_cases.SUCCESS
 
 
-def place(module: str) -> tuple[int, str] | None:
-    """(layer index, package) of a module (0 = the top), or None: unplaced, a group, or not the project's."""
-    matches = [(index, package) for index, layer in enumerate(LAYERS) for package in layer if within(module, package)]
-    return max(matches, key=lambda m: len(m[1]), default=None)
+def test_every_package_has_a_layer():
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - set(NOT_CHECKED)
+    plugins = {f"hydra_plugins.{p.parent.name}" for p in ROOT.glob("hydra_plugins/*/__init__.py")}
+    assert packages | plugins == set(ROOTS), f"packages not among import-linter's root_packages: {packages | plugins}"
+    layered = {name.strip() for layer in CONTRACTS["packages"]["layers"] for name in layer.split("|")}
+    assert layered == set(ROOTS), f"root packages in no layer of the contract 'packages': {set(ROOTS) - layered}"
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in ROOT.glob("*.py")} | {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in ROOT.glob("docs/*.py")}
+    assert modules == set(TOP_MODULES), f"top-level modules: add them to TOP_MODULES in {__file__}"
 
 
-def imports(module: str, source: str, known: set[str]) -> list[tuple[int, str]]:
-    """(line, module) of every import in the source, at any depth (inside functions too); `from A import B`
-    names A.B where B is a module."""
-    is_package = any(k.startswith(module + ".") for k in known)
-    package = module if is_package else module.rpartition(".")[0]  # where a relative import starts
-    found = []
-    for node in ast.walk(ast.parse(source)):
+def test_metrics_package_imports_nothing():
+    """metrics/ only holds layers: an import in its __init__ would sit in none of them."""
+    assert GRAPH.find_modules_directly_imported_by("metrics") == set()
+
+
+def imported_modules(path) -> set[str]:
+    """Every module a source file imports, at any depth (relative ones as written, without their dots)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the importing module's package
-                parts = package.split(".")
-                base = ".".join([*parts[:len(parts) - node.level + 1], *([base] if base else [])])
-            found += [(node.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in known else base) for a in node.names]
-    return sorted(set(found))
-
-
-def violations(module: str, source: str, known: set[str]) -> list[str]:
-    """Imports of `module` that run back up a layer, or cross to a package beside it."""
-    own = place(module)
-    if own is None:
-        return []
-    found = []
-    for line, target in imports(module, source, known):
-        other = place(target)
-        if other is None or other[1] == own[1]:
-            continue
-        if other[0] < own[0]:
-            found.append(f"{module}:{line} imports {target}, a layer above it ({other[1]} over {own[1]})")
-        elif other[0] == own[0]:
-            found.append(f"{module}:{line} imports {target}, beside it in one layer ({other[1]}, {own[1]})")
+            found |= {node.module} if node.module else {alias.name for alias in node.names}
     return found
+
+
+@pytest.mark.parametrize("module", TOP_MODULES)
+def test_top_level_modules_import_only_down(module):
+    imported = {name.split(".")[0] for name in imported_modules(ROOT / f"{module.replace('.', '/')}.py")}
+    above_or_beside = imported & TOP_MODULES[module]
+    assert not above_or_beside, f"{module} imports {above_or_beside}, above or beside it"
+
+
+def test_no_package_imports_a_top_level_module():
+    found = {(importer, top) for top in {m.split(".")[0] for m in TOP_MODULES} if top in GRAPH.modules
+             for importer in GRAPH.find_modules_that_directly_import(top)}
+    assert not found, found
+
+
+def test_no_test_imports_another_test():
+    """What tests share lives in tests/helpers.py (or conftest.py)."""
+    found = [f"{path.relative_to(ROOT)} imports {name}" for path in sorted((ROOT / "tests").rglob("test_*.py"))
+             for name in imported_modules(path) if name.rpartition(".")[2].startswith("test_")]
+    assert not found, "\n".join(found)
 
 
 def dynamic_imports(module: str, source: str) -> list[str]:
@@ -115,54 +115,44 @@ def dynamic_imports(module: str, source: str) -> list[str]:
     return found
 
 
-SOURCES = sources()
-KNOWN = set(SOURCES)
-
-
-def test_every_module_has_a_layer():
-    unplaced = [m for m in SOURCES if place(m) is None and m not in GROUPS]
-    assert not unplaced, f"modules in no layer (add their package to LAYERS, tests/unit/test_layers.py): {unplaced}"
-    for group in GROUPS:
-        assert not imports(group, SOURCES[group].read_text(), KNOWN), f"{group}/__init__.py imports"
-
-
-def test_no_import_runs_back_up():
-    found = [v for m, path in SOURCES.items() for v in violations(m, path.read_text(), KNOWN)]
-    assert not found, "\n".join(found)
-
-
 def test_metrics_imports_no_module_by_name():
     """Where a figure comes from a strategy, the strategy hands it over (e.g. its link bound as a function)."""
-    found = [v for m, path in SOURCES.items() if within(m, "metrics") and place(m) is not None
-             for v in dynamic_imports(m, path.read_text())]
+    found = [v for path in sorted((ROOT / "metrics").rglob("*.py"))
+             for v in dynamic_imports(str(path.relative_to(ROOT)), path.read_text())]
     assert not found, "\n".join(found)
 
 
 # --- the checks find what they are for ------------------------------------------------------
-KNOWN_HERE = KNOWN | {"netemu.dilation", "strategies.ps", "metrics.summary.bounds", "strategies.cost_models.ring"}
-
-
-@pytest.mark.parametrize("module, source, expected", [
-    ("metrics.summary.isolation", "from netemu.dilation import TIME_SUFFIXES", "a layer above it"),
-    ("job.worker", "def f():\n    import strategies.ps", "a layer above it"),
-    ("metrics.recording.steplog", "from ..summary import bounds", "a layer above it"),
-    ("netemu.cpu", "from strategies import ps", "beside it"),
-    ("metrics.projection.project", "import strategies.ps", "a layer above it"),  # a strategy's runtime
-    ("strategies.cost_models.ring", "from metrics.projection.link import Link", "a layer above it"),
+@pytest.mark.parametrize("importer, imported, contract", [
+    ("metrics.summary.isolation", "netemu.dilation", "packages"),
+    ("job.worker", "strategies.ps", "packages"),
+    ("netemu.cpu", "strategies.ps", "packages"),  # beside it in one layer
+    ("metrics.projection.project", "strategies.ps", "packages"),  # a strategy's runtime
+    ("metrics.summary.bounds", "strategies.cost_models.ring", "below-the-cost-models"),
+    ("metrics.recording.steplog", "metrics.summary.bounds", "metrics"),
+    ("strategies.cost_models.ring", "metrics.projection.link", "cost-models"),
+    ("strategies.cost_models.ring", "strategies.base", "cost-models"),
+    ("strategies.cost_models.ring", "job.worker", "cost-models"),
+    ("metrics.projection.cost", "metrics.projection.link", "below-the-cost-models"),
+    ("metrics.projection.cost", "strategies.cost_models.ring", "below-the-cost-models"),
 ])
-def test_an_import_running_back_up_is_found(module, source, expected):
-    found = violations(module, source, KNOWN_HERE)
-    assert len(found) == 1 and expected in found[0], found
+def test_an_import_running_back_up_is_found(importer, imported, contract):
+    graph = copy.deepcopy(GRAPH)
+    graph.add_import(importer=importer, imported=imported, line_number=1, line_contents=f"import {imported}")
+    assert contract in broken(graph)  # others may break too, through chains of imports that lead back up
 
 
-@pytest.mark.parametrize("module, source", [
-    ("strategies.base", "from metrics.summary.bounds import Round"),
-    ("metrics.summary.isolation", "from metrics.recording.units import TIME_SUFFIXES\nimport numpy"),
-    ("metrics.projection.models", "from strategies.cost_models.ring import RingCost"),  # a cost model: below it
-    ("strategies.cost_models.ring", "from metrics.projection.cost import CostModel"),
+@pytest.mark.parametrize("importer, imported", [
+    ("strategies.base", "metrics.summary.bounds"),
+    ("metrics.summary.isolation", "metrics.recording.units"),
+    ("metrics.projection.models", "strategies.cost_models.ring"),  # the named allowance: a cost model, below it
+    ("strategies.cost_models.ring", "metrics.projection.cost"),
+    ("metrics.report.render", "strategies.cost_models.ring"),
 ])
-def test_an_import_down_the_layers_is_allowed(module, source):
-    assert violations(module, source, KNOWN_HERE) == []
+def test_an_import_down_the_layers_is_allowed(importer, imported):
+    graph = copy.deepcopy(GRAPH)
+    graph.add_import(importer=importer, imported=imported, line_number=1, line_contents=f"import {imported}")
+    assert broken(graph) == []
 
 
 def test_an_import_by_name_is_found():

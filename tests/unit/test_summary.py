@@ -1,31 +1,17 @@
 """summary.json from per-peer logs written by hand (unit tier): every figure against numbers
 computed here from its definition."""
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from metrics.recording.rundir import RunDir
 from metrics.summary.build import build_summary
 
+from helpers import summary_config, summary_outcome, write_lines
+
 pytestmark = pytest.mark.timeout(30)
 
 PHASES = {"data_s", "compute_s", "comm_s", "opt_s"}
-
-
-def outcome(status="completed", ended_at=1000.0):
-    return SimpleNamespace(status=status, exit_code=0 if status == "completed" else 1, error=None,
-                           failed_rank=None, lost_peers=[], wall_s=9.0, ended_at=ended_at)
-
-
-def config(metric="test_accuracy", value=0.6):
-    return {"target": {"metric": metric, "value": value}, "data": {"name": "digits"},
-            "network": {"name": "loopback"}, "strategy": {"name": "allreduce"}, "peers": 2}
-
-
-def write_lines(path, records):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def step(n, samples, train_s, sent, recv, compute, comm):
@@ -58,14 +44,14 @@ def run(tmp_path):
 
 
 def test_throughput_is_all_samples_over_the_longest_workers_time(run):
-    summary = build_summary(run, config(), outcome())
+    summary = build_summary(run, summary_config(), summary_outcome())
     assert summary["workers"] == 2  # the server trains nothing
     assert summary["total_samples"] == 4 * 32 + 3 * 48
     assert summary["throughput_samples_per_s"] == pytest.approx(272 / 4.8)  # rank 1 is the longest, not rank 0
 
 
 def test_accuracy_by_worker_and_final_figures_are_the_worst_workers(run):
-    summary = build_summary(run, config(), outcome())
+    summary = build_summary(run, summary_config(), summary_outcome())
     accuracy = summary["accuracy_by_worker"]
     assert accuracy["mean"] == pytest.approx(0.75)
     assert (accuracy["worst"], accuracy["best"]) == (0.7, 0.8)
@@ -73,21 +59,21 @@ def test_accuracy_by_worker_and_final_figures_are_the_worst_workers(run):
 
 
 def test_time_to_target_needs_every_worker_to_cross_for_good(run):
-    summary = build_summary(run, config("test_accuracy", 0.6), outcome())
+    summary = build_summary(run, summary_config("test_accuracy", 0.6), summary_outcome())
     # rank 0 reaches 0.6 at 1.4 s (step 2) and holds it at step 4; rank 1 reaches it only at its last evaluation
     assert summary["time_to_target_by_rank"] == {0: 1.4, 1: None}
     assert summary["time_to_target_s"] is None and summary["steps_to_target"] is None
 
 
 def test_loss_target_is_reached_from_above(run):
-    summary = build_summary(run, config("test_loss", 1.2), outcome())
+    summary = build_summary(run, summary_config("test_loss", 1.2), summary_outcome())
     # rank 0: 1.2 at 1.4 s, held (0.6); rank 1: 1.5 at 2.9 s is not yet <= 1.2, 0.9 at its last evaluation
     # is unconfirmed
     assert summary["time_to_target_by_rank"] == {0: 1.4, 1: None} and summary["time_to_target_s"] is None
 
 
 def test_time_breakdown_is_the_mean_over_all_steps_and_its_shares(run):
-    summary = build_summary(run, config(), outcome())
+    summary = build_summary(run, summary_config(), summary_outcome())
     breakdown, shares = summary["time_breakdown_s"], summary["time_breakdown_share"]
     # 4 steps of rank 0 (compute 0.4, comm 0.4) and 3 of rank 1 (compute 0.6, comm 0.2): a step is 1.0 s
     assert breakdown["compute_s"] == pytest.approx((4 * 0.4 + 3 * 0.6) / 7)
@@ -104,13 +90,13 @@ def test_hidden_communication_is_its_own_figure_outside_the_step(tmp_path):
     run = RunDir(tmp_path / "run")
     write_lines(run.peer(0).steps, [step(n, 32 * n, float(n), 10, 10, 0.6, 0.2) | {"hidden_comm_s": 0.3}
                                     for n in range(1, 4)])
-    summary = build_summary(run, config(), outcome())
+    summary = build_summary(run, summary_config(), summary_outcome())
     assert set(summary["time_breakdown_share"]) == PHASES
     assert summary["hidden_comm_s"] == pytest.approx(0.3) and summary["hidden_comm_share"] == pytest.approx(0.3)
 
 
 def test_bytes_per_step_and_per_sample(run):
-    summary = build_summary(run, config(), outcome())
+    summary = build_summary(run, summary_config(), summary_outcome())
     sent, recv = 4 * 100 + 50 + 0 + 150, 4 * 80 + 10 + 0 + 30  # 600, 360
     assert summary["bytes_sent_per_step"] == pytest.approx(sent / 7)
     assert summary["bytes_recv_per_step"] == pytest.approx(recv / 7)
@@ -119,7 +105,7 @@ def test_bytes_per_step_and_per_sample(run):
 
 
 def test_run_facts_are_passed_through(run):
-    summary = build_summary(run, config(), outcome(), knobs={"transport": "gloo"}, is_baseline=True)
+    summary = build_summary(run, summary_config(), summary_outcome(), knobs={"transport": "gloo"}, is_baseline=True)
     assert summary["status"] == "completed" and summary["is_baseline"] is True
     assert summary["strategy_knobs"] == {"transport": "gloo"} and summary["effective_lr"] == 0.02
     assert summary["network"] == {"mode": "loopback", "per_peer": False}
@@ -134,8 +120,8 @@ def test_the_strategys_declared_counters_are_summed_over_peers_and_its_failure_c
 
     for rank, figures in ((0, {"rounds": 3, "round_trips_failed": 1, "x": 5}), (1, {"rounds": 4, "dropped": 0})):
         run.peer(rank).result.write_text(json.dumps({"rank": rank, "role": "worker", "strategy": figures}))
-    summary = build_summary(run, config(), outcome(), failure_counters=("dropped",))
-    train.print_result(run.path, summary, outcome(), ("rounds", "dropped"))
+    summary = build_summary(run, summary_config(), summary_outcome(), failure_counters=("dropped",))
+    train.print_result(run.path, summary, summary_outcome(), ("rounds", "dropped"))
     assert "avgbench: summed over peers: rounds 7, dropped 0\n" in capsys.readouterr().out
     assert summary["failure_counters"] == ["dropped"]
 
@@ -143,7 +129,7 @@ def test_the_strategys_declared_counters_are_summed_over_peers_and_its_failure_c
 def test_the_earliest_fault_is_reported_with_the_time_to_the_outcome(run):
     run.peer(1).fault.write_text(json.dumps({"rank": 1, "kinds": ["stall_peer"], "step": 3, "time": 990.0}))
     run.peer(0).fault.write_text(json.dumps({"rank": 0, "kinds": ["kill_peer"], "step": 2, "time": 994.0}))
-    fault = build_summary(run, config(), outcome("failed", ended_at=1000.0))["fault"]
+    fault = build_summary(run, summary_config(), summary_outcome("failed", ended_at=1000.0))["fault"]
     assert fault["rank"] == 1 and fault["kinds"] == ["stall_peer"]
     assert fault["run_ended_after_s"] == pytest.approx(10.0) and fault["survived"] is False
 
@@ -151,7 +137,7 @@ def test_the_earliest_fault_is_reported_with_the_time_to_the_outcome(run):
 def test_an_empty_run_has_no_rates(tmp_path):
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
-    summary = build_summary(run, config(), outcome("failed"))
+    summary = build_summary(run, summary_config(), summary_outcome("failed"))
     assert summary["workers"] == 0 and summary["total_samples"] == 0
     assert summary["throughput_samples_per_s"] is None and summary["bytes_sent_per_sample"] is None
     assert summary["time_to_target_s"] is None and summary["time_breakdown_share"] == {}

@@ -16,7 +16,7 @@ from helpers import ROOT
 from metrics.recording.rundir import RunDir
 from metrics.summary.build import build_summary
 from metrics.summary.target import CAUSAL, crossing_step, time_to_target
-from .test_summary import config, outcome, write_lines
+from helpers import summary_config, summary_outcome, write_lines
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -44,9 +44,9 @@ def summary_of(tmp_path, curves: list[dict[int, float]], step_s: list[float], ta
         write_lines(run.peer(rank).evals, evals(curve, seconds, metric))
         run.peer(rank).result.write_text(json.dumps({"rank": rank, "role": "worker", "evaluations": len(curve),
                                                      "eval_s": 1.0 * len(curve), "snapshot_s": 0.1}))
-    declared = config(metric, target)
+    declared = summary_config(metric, target)
     declared["target"] |= {"estimator": estimator, "bootstrap": 0}
-    return build_summary(run, declared | {"eval_every": eval_every}, outcome())
+    return build_summary(run, declared | {"eval_every": eval_every}, summary_outcome())
 
 
 def test_the_crossing_is_interpolated_between_the_evaluations_around_it(tmp_path):

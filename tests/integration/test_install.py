@@ -1,0 +1,72 @@
+"""`pip install .` gives an `avgbench` command that runs from any directory, on the installed copy.
+
+The fresh virtualenv sees this interpreter's site-packages through a .pth file (torch and the rest are not
+installed again) and gets only the project, from a copy of the checkout (the build writes build/ beside its sources).
+Commands run in a directory outside the checkout, so only the installed copy can be imported.
+"""
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "outputs", "multirun", "build", "dist", "*.egg-info",
+                                     "__pycache__", ".pytest_cache")
+
+
+def run(command: list, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                            stdin=subprocess.DEVNULL, check=False)
+    assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path]:
+    """(the new virtualenv, a working directory outside the checkout) after `pip install` of a copy."""
+    base = tmp_path_factory.mktemp("install")
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
+    env_dir = base / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], base).stdout.strip())
+    (site / "project_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(source)], base)
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
+    return env_dir, elsewhere
+
+
+def test_installed_modules_come_from_the_new_virtualenv(installed):
+    env_dir, elsewhere = installed
+    code = ("import train, launchers.config, hydra_plugins.avgbench_sweeper as s, hydra_plugins.avgbench_launcher as l;"
+            "print(train.__file__, s.__file__, l.__file__, launchers.config.CONF_DIR, sep='\\n')")
+    paths = [Path(p) for p in run([env_dir / "bin" / "python", "-c", code], elsewhere).stdout.split()]
+    assert len(paths) == 4 and all(p.is_relative_to(env_dir) for p in paths), paths
+    assert (paths[3] / "config.yaml").is_file() and (paths[3] / "strategy" / "ring.yaml").is_file()
+
+
+def test_hydra_finds_the_installed_sweeper_and_launcher(installed):
+    env_dir, elsewhere = installed
+    plugins = run([env_dir / "bin" / "avgbench", "--info", "plugins"], elsewhere).stdout
+    assert "hydra_plugins.avgbench_sweeper " in plugins and "hydra_plugins.avgbench_launcher " in plugins, plugins
+    assert "BlockSweeper" in plugins, plugins
+
+
+def test_avgbench_runs_a_tiny_job_in_the_current_directory(installed):
+    env_dir, elsewhere = installed
+    result = run([env_dir / "bin" / "avgbench", "model=tiny", "data=synthetic", "max_steps=3", "eval_every=0",
+                  "progress=false", "network=loopback", "sampler.interval=0.2"], elsewhere, timeout=180)
+    summaries = list((elsewhere / "outputs").glob("*/*/summary.json"))
+    assert len(summaries) == 1, result.stdout
+    assert "single x1 done" in result.stdout, result.stdout
+    report = summaries[0].parent
+    assert (report / "peer0").is_dir() and not (ROOT / "outputs" / report.relative_to(elsewhere / "outputs")).exists()
