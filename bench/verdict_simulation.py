@@ -32,7 +32,8 @@ where the control arm's interval excludes 1 or the section is refused) and for t
 (claims whose direction contradicts their printed ratio: faster with estimate < 1, slower with > 1; count over all
 decisions); coverage (share of comparisons with an interval whose 95 % interval holds the true ratio; the share
 without an interval beside it); power per true ratio (share of its comparisons claimed in the true direction,
-answer's claims); the blocks used and censored per comparison (means); draws/s.
+answer's claims); the blocks used and censored per comparison (means); the CPU seconds a cell took
+(this process's, time.process_time) and draws per CPU second overall.
 """
 import argparse
 import json
@@ -238,11 +239,13 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         for index, (scenario, count, kind) in enumerate((s, b, k) for s in chosen for b in block_counts
                                                        for k in NOISES):
             print(f"verdict_simulation: {scenario}, {count} blocks, {kind}", file=sys.stderr, flush=True)
+            cpu_started = time.process_time()
             figures = simulate(SCENARIOS[scenario], count, kind, draws, fit, seed + index, scratch)
-            cells.append({"scenario": scenario, "blocks": count, "noise": kind} | figures)
+            cells.append({"scenario": scenario, "blocks": count, "noise": kind} | figures
+                         | {"cpu_s": time.process_time() - cpu_started})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    duration = time.monotonic() - started
+    duration, cpu_s = time.monotonic() - started, sum(c["cpu_s"] for c in cells)
     nulls = [c for c in cells if c["scenario"] == "global null"]
     worst = max((c["false_claim_rate"] for c in cells), default=None)
     return {
@@ -258,6 +261,7 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         "null_cells": len(nulls),
         "contradictions": sum(c["contradictions"] for c in cells),
         "duration_s": duration,
-        "draws_per_s": draws * len(cells) / duration,
+        "cpu_s": cpu_s,
+        "draws_per_cpu_s": draws * len(cells) / cpu_s,
         "method": __doc__.strip(),
     }
