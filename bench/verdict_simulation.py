@@ -7,7 +7,8 @@ Each draw is one headline sweep (`python train.py -m strategy=ring,stepwise,ps`)
 configurations, the equal-resource baseline (single 2x1), its control arm and the one-peer reference (single 1x1),
 written as run folders (bench/run_folders.py, the ones the report's tests read) into a tmpfs folder, loaded by the
 report (metrics.report.baselines.load_runs) and judged by metrics.report.verdict.analyse; plots and HTML are skipped.
-Read back per declared comparison: its decision, adjusted p, ratio estimate and 95 % interval.
+Read back per declared comparison: its decision, ratio estimate, 95 % interval, blocks and censored blocks; per
+section: its refusals and control arms.
 
 A run's time-to-target (s): median x block effect x exp(noise). Median: BASE_S / the configuration's true speed
 (the scenario's). Block effect: exp(Normal(0, BLOCK_LOG_SD)), shared by a block's runs (assumed, not fitted:
@@ -15,11 +16,13 @@ pairing cancels it; it matters only through censoring). Noise: Normal(0, s) on t
 Student-t with 3 df / sqrt(3) (the same variance, heavy tails), with s fitted to the recorded runs:
 bench/results.json `primary_noise`, the headline configurations' sd of paired log ratios (against the baseline,
 time-to-target), pooled by degrees of freedom (blocks - 1), / sqrt(2) (a paired ratio holds two runs' noise).
-Horizon: a run trains a fixed budget, so it misses the target (censored, time_to_target None) when its time
-exceeds median x block effect x exp(z s), z = the normal quantile of 1 - the recorded miss rate. Crash: with the
+Horizon: a run trains a fixed budget, so it misses the target (time_to_target None; the report censors it at its
+evaluation before the last, 75 % of the horizon) when its time exceeds median x block effect x exp(z s), z = the
+normal quantile of 1 - the recorded miss rate. Crash: with the
 recorded crash rate a run fails (status failed: the report censors it). Both rates are Jeffreys estimates,
 (k + 1/2) / (n + 1), since the recorded sweeps hold few events: misses over the `primary_noise` rows' compared runs
-(2 per block), crashes over the `headline` sweeps' runs (a crash shows as a censored block of a comparison).
+(2 per block), crashes over the `headline` sweeps' runs (counted as the censored blocks of their comparisons
+against the baseline: a crash or a miss shows as one).
 
 Scenarios (true speed of ps, ring, stepwise against the baseline): the global null (all 1); a partial null (ring
 x2, the rest 1); effects xE for E in 1.1, 1.25, 1.5, 2 (ring E times faster, ps E times slower, stepwise 1:
@@ -51,6 +54,7 @@ from scipy.stats import beta, norm
 from bench.run_folders import write_sweep
 from metrics.report.baselines import load_runs
 from metrics.report.stats import FASTER, SLOWER
+from metrics.report.tables import excludes_one
 from metrics.report.verdict import analyse
 
 CONFIGURATIONS = ("ps", "ring", "stepwise")
@@ -127,7 +131,7 @@ def judged(folder: Path, speeds: dict) -> dict:
     """The report's analysis of one sweep folder: per declared comparison its truth and what the report says."""
     sections, _ = load_runs([folder])
     analysis = analyse(sections[0])
-    withheld = bool(analysis.refusals) or any(excludes_one(c.ratio.interval()) for c in analysis.controls)
+    withheld = bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls)
     speed = {"single": 1.0, **speeds}
     comparisons = []
     for c in analysis.comparisons:
@@ -135,10 +139,6 @@ def judged(folder: Path, speeds: dict) -> dict:
                             "decision": c.decision, "estimate": c.ratio.estimate, "interval": c.ratio.interval(),
                             "blocks": c.blocks, "censored": c.censored})
     return {"withheld": withheld, "comparisons": comparisons}
-
-
-def excludes_one(interval) -> bool:
-    return interval is not None and (interval[0] > 1 or interval[1] < 1)
 
 
 def wrong(c: dict, decision: str) -> bool:
