@@ -64,7 +64,7 @@ SCENARIOS = {"global null": {"ps": 1.0, "ring": 1.0, "stepwise": 1.0},
              **{f"effect x{e:g}": {"ps": 1 / e, "ring": e, "stepwise": 1.0} for e in EFFECTS}}
 BLOCKS = (3, 6, 10)
 NOISES = ("log-normal", "log-t3")
-DRAWS = 120  # per cell (36 cells): a full run takes about 10 minutes on one core (see the entry's draws_per_s)
+DRAWS = 45  # per cell (36 cells): about 10 minutes of one core (2.8 draws per CPU s with today's estimator)
 BASE_S = 100.0  # the baseline's median time-to-target (s); ratios are free of it
 BLOCK_LOG_SD = 0.1  # assumed
 ONE_PEER_SPEED = 0.6  # the single 1x1 reference against the baseline (not compared; there as in the headline)
