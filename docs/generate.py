@@ -499,7 +499,9 @@ def bench_verdict_simulation(entry: dict) -> list[str]:
             f"pooled over {fit['paired_df']} df, / √2); miss rate {pct(fit['miss_rate'])} ({fit['misses']} of "
             f"{fit['compared_runs']} runs, Jeffreys), so the horizon lies {num(fit['horizon_z'])} sd above a run's "
             f"median; crash rate {pct(fit['crash_rate'])} ({fit['crashes']} of {fit['runs']} runs, Jeffreys). Cost: "
-            f"{num(entry['cpu_s'], 0)} CPU s, {num(entry['draws_per_cpu_s'])} draws per CPU s.", ""] + table(
+            f"{num(entry['cpu_s'], 0)} CPU s, {num(entry['draws_per_cpu_s'])} draws per CPU s. Pooled over the cells: "
+            f"false claims in {pct(entry['ratio'])} of the draws (≤ {pct(entry['false_claim_upper'])}), "
+            f"{entry['contradictions']} contradictions.", ""] + table(
         ["scenario", "blocks", "noise", "false claims: draws with any, as answered (95 % upper bound)",
          "by the decisions alone", "draws withheld by the control arm", "contradictions: claims",
          "coverage of the true ratio", "power per true ratio", "blocks used (censored), per comparison"], body)
