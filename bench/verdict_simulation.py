@@ -60,7 +60,7 @@ from metrics.report.verdict import analyse
 CONFIGURATIONS = ("ps", "ring", "stepwise")
 EFFECTS = (1.1, 1.25, 1.5, 2.0)
 SCENARIOS = {"global null": {"ps": 1.0, "ring": 1.0, "stepwise": 1.0},
-             "partial null, ring x2": {"ps": 1.0, "ring": 2.0, "stepwise": 1.0},
+             "partial null ring x2": {"ps": 1.0, "ring": 2.0, "stepwise": 1.0},
              **{f"effect x{e:g}": {"ps": 1 / e, "ring": e, "stepwise": 1.0} for e in EFFECTS}}
 BLOCKS = (3, 6, 10)
 NOISES = ("log-normal", "log-t3")

@@ -76,6 +76,12 @@ def test_the_noise_is_fitted_to_the_recorded_runs():
     assert fit["crash_rate"] == pytest.approx(1.5 / 19)
 
 
+def test_every_scenario_can_be_chosen_by_name():
+    """--verdict_simulation-scenarios takes names separated by commas: a name holding one could not be chosen."""
+    names = list(simulation.SCENARIOS)
+    assert simulation.parse_choices(",".join(names), simulation.SCENARIOS) == names
+
+
 def test_bad_choices_fail_before_any_draw():
     with pytest.raises(SystemExit, match="unknown 4"):
         simulation.run(draws=1, blocks="4")
