@@ -44,6 +44,7 @@ BENCHMARKS = {
     "noise": "bench.noise:run",
     "emulation": "bench.emulation:run",
     "noise_scale": "bench.noise_scale:run",
+    "verdict_simulation": "bench.verdict_simulation:run",
 }
 
 

@@ -494,13 +494,36 @@ def bench_noise_scale(entry: dict) -> list[str]:
                                f"{outcome}."]
 
 
+def bench_verdict_simulation(entry: dict) -> list[str]:
+    fit = entry["fit"]
+    body = [[c["scenario"], str(c["blocks"]), c["noise"],
+             f"{pct(c['false_claim_rate'])} (≤ {pct(c['false_claim_upper'])})",
+             f"{pct(c['false_decision_rate'])} (≤ {pct(c['false_decision_upper'])})", pct(c["withheld_share"], 0),
+             f"{c['contradictions']} of {c['claims']}",
+             pct(c["coverage"]) + (f" ({pct(c['no_interval_share'], 0)} none)" if c["no_interval_share"] else ""),
+             ", ".join(f"{k}: {pct(v, 0)}" for k, v in c["power"].items()) or "–",
+             f"{num(c['blocks_used'], 1)} ({num(c['censored_blocks'], 2)})"] for c in entry["cells"]]
+    return [stamp(entry), "", f"Setup: {entry['setup']}. Fitted (`bench/results.json` → "
+            f"{', '.join(f'`{s}`' for s in fit['sources'])}): sd of a run's log time-to-target "
+            f"{num(fit['run_log_sd'], 3)} (the headline configurations' paired sd {num(fit['paired_log_sd'], 3)}, "
+            f"pooled over {fit['paired_df']} df, / √2); miss rate {pct(fit['miss_rate'])} ({fit['misses']} of "
+            f"{fit['compared_runs']} runs, Jeffreys), so the horizon lies {num(fit['horizon_z'])} sd above a run's "
+            f"median; crash rate {pct(fit['crash_rate'])} ({fit['crashes']} of {fit['runs']} runs, Jeffreys). Cost: "
+            f"{num(entry['cpu_s'], 0)} CPU s, {num(entry['draws_per_cpu_s'])} draws per CPU s. Pooled over the cells: "
+            f"false claims in {pct(entry['ratio'])} of the draws (≤ {pct(entry['false_claim_upper'])}), "
+            f"{entry['contradictions']} contradictions.", ""] + table(
+        ["scenario", "blocks", "noise", "false claims: draws with any, as answered (95 % upper bound)",
+         "by the decisions alone", "draws withheld by the control arm", "contradictions: claims",
+         "coverage of the true ratio", "power per true ratio", "blocks used (censored), per comparison"], body)
+
 BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_stepwise_vs_ring,
          "ddp_overlap": bench_ddp_overlap, "framework_overhead": bench_overhead, "sampler_overhead": bench_sampler,
          "noise": bench_noise, "emulation": bench_emulation, "projection_validation": bench_projection,
          "projection_goals": bench_projection_goals, "projection_verdicts": bench_projection_verdicts,
          "link_goodput": bench_link_goodput, "link_cpu": bench_link_cpu, "primary_noise": bench_primary_noise,
          "thesis": bench_thesis, "thesis_projected": bench_thesis_projected,
-         "evaluation_share": bench_evaluation_share, "noise_scale": bench_noise_scale}
+         "evaluation_share": bench_evaluation_share, "noise_scale": bench_noise_scale,
+         "verdict_simulation": bench_verdict_simulation}
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
 

@@ -24,6 +24,7 @@ from job.model import tiny  # noqa: E402
 from job.process import processes_of_run  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import PeerDir  # noqa: E402
+from bench.run_folders import report_config, write_report_run, write_sweep  # noqa: E402,F401
 
 # Small and quick: the tiny CNN on digits, frequent samples, loopback (a test of the emulated links asks for them:
 # a later network=... wins).
@@ -262,56 +263,7 @@ def stepwise_rounds(transport, chunks: int) -> list:
     return results
 
 
-# --- run folders for the report, without training ---------------------------------------
-def report_config(strategy: str, peers: int, peer_cpus: int = 1, block: int | None = None, **extra) -> dict:
-    """The config a run of the report's tests records: digits on the tiny model, target 0.9 test accuracy."""
-    return {"strategy": {"name": strategy}, "data": {"name": "digits"}, "model": {"name": "tiny"}, "peers": peers,
-            "peer_cpus": peer_cpus, "batch_size": 32, "lr": 0.01, "max_steps": 40, "eval_every": 10,
-            "seed": 0 if block is None else block, "block": block,
-            "target": {"metric": "test_accuracy", "value": 0.9},
-            "report": {"baseline_strategy": "single"}} | extra
-
-
-def write_report_run(path: Path, strategy: str, peers: int, throughput: float, time_to_target: float | None,
-                     peer_cpus: int = 1, block: int | None = None, status: str = "completed",
-                     summary: dict | None = None, config: dict | None = None) -> Path:
-    """A finished run as the report reads it: summary.json and one worker's eval.jsonl (evaluations every 10 of 40
-    steps at 0, 25, 50, 75, 100 % of its training time, training time = 4000 samples / throughput). It crosses the
-    target (0.9) at time_to_target (0: at the first evaluation), or never (None)."""
-    config = report_config(strategy, peers, peer_cpus, block, **(config or {}))
-    train_s = 4000 / throughput
-    times = [train_s * k / 4 for k in range(5)]
-    accuracy = [(0.95 if time_to_target is not None and t >= time_to_target else 0.5) for t in times]
-    path.mkdir(parents=True)
-    (path / "summary.json").write_text(json.dumps({
-        "status": status, "config": config, "is_baseline": strategy == "single", "target": config["target"],
-        "throughput_samples_per_s": throughput, "total_samples": 4000, "time_to_target_s": time_to_target,
-        "samples_to_target": None if time_to_target is None else time_to_target * throughput,
-        "time_per_sample_s": None if not time_to_target else 1 / throughput,
-        "bytes_sent_per_sample": 0 if strategy == "single" else 1000, "accuracy_by_worker": {"worst": 0.9},
-        "time_breakdown_share": {"compute_s": 1.0}, "error": None if status == "completed" else
-        f"Traceback (most recent call last):\nRuntimeError: {strategy} failed in block {block}", **(summary or {})}))
-    (path / "peer0").mkdir()
-    last_step = {"step": 40, "samples": 4000, "train_s": train_s, "loss": 1.0}
-    (path / "peer0" / "steps.jsonl").write_text(json.dumps(last_step) + "\n")
-    (path / "peer0" / "eval.jsonl").write_text("".join(
-        json.dumps({"step": 10 * k, "samples": 1000 * k, "train_s": t, "test_accuracy": a}) + "\n"
-        for k, (t, a) in enumerate(zip(times, accuracy))))
-    return path
-
-
-def write_sweep(sweep: Path, jobs: dict, plan: dict | None = None) -> Path:
-    """A multirun's directory: jobs = {job name: [(strategy, peers, peer_cpus, throughput, time_to_target,
-    extra keyword arguments of write_report_run) per block]}; the plan file (metrics/recording/rundir.py
-    SWEEP_PLAN) with `plan`'s fields."""
-    (sweep / ".avgbench").mkdir(parents=True)
-    (sweep / ".avgbench" / "sweep.json").write_text(json.dumps({"jobs": [], "kept": [], "to_run": 0} | (plan or {})))
-    for name, blocks in jobs.items():
-        for block, (strategy, peers, cpus, throughput, ttt, extra) in enumerate(blocks):
-            write_report_run(sweep / f"block{block}" / name, strategy, peers, throughput, ttt, cpus, block, **extra)
-    return sweep
-
-
+# --- run folders for the report, without training: bench/run_folders.py ------------------
 def report_of(*dirs: Path, out: Path) -> str:
     """The report over these directories (metrics.report.build_report, no process): its report.md."""
     from metrics.report import build_report

@@ -1,0 +1,266 @@
+"""The verdict's error rates, by simulation: synthetic sweeps of runs through the real report code.
+
+    python bench/run.py verdict_simulation                                  # the full run (DRAWS per cell)
+    python bench/run.py verdict_simulation --verdict_simulation-draws 10 --verdict_simulation-blocks 3
+
+Each draw is one headline sweep (`python train.py -m strategy=ring,stepwise,ps`): per block, the three
+configurations, the equal-resource baseline (single 2x1), its control arm and the one-peer reference (single 1x1),
+written as run folders (bench/run_folders.py, the ones the report's tests read) into a tmpfs folder, loaded by the
+report (metrics.report.baselines.load_runs) and judged by metrics.report.verdict.analyse; plots and HTML are skipped.
+Read back per declared comparison: its decision, ratio estimate, 95 % interval, blocks and censored blocks; per
+section: its refusals and control arms.
+
+A run's time-to-target (s): median x block effect x exp(noise). Median: BASE_S / the configuration's true speed
+(the scenario's). Block effect: exp(Normal(0, BLOCK_LOG_SD)), shared by a block's runs (assumed, not fitted:
+pairing cancels it; it matters only through censoring). Noise: Normal(0, s) on the log scale, or (log-t3) s x
+Student-t with 3 df / sqrt(3) (the same variance, heavy tails), with s fitted to the recorded runs:
+bench/results.json `primary_noise`, the headline configurations' sd of paired log ratios (against the baseline,
+time-to-target), pooled by degrees of freedom (blocks - 1), / sqrt(2) (a paired ratio holds two runs' noise).
+Horizon: a run trains a fixed budget, so it misses the target (time_to_target None; the report censors it at its
+evaluation before the last, 75 % of the horizon) when its time exceeds median x block effect x exp(z s), z = the
+normal quantile of 1 - the recorded miss rate. Crash: with the
+recorded crash rate a run fails (status failed: the report censors it). Both rates are Jeffreys estimates,
+(k + 1/2) / (n + 1), since the recorded sweeps hold few events: misses over the `primary_noise` rows' compared runs
+(2 per block), crashes over the `headline` sweeps' runs (counted as the censored blocks of their comparisons
+against the baseline: a crash or a miss shows as one).
+
+Scenarios (true speed of ps, ring, stepwise against the baseline): the global null (all 1); a partial null (ring
+x2, the rest 1); effects xE for E in 1.1, 1.25, 1.5, 2 (ring E times faster, ps E times slower, stepwise 1:
+comparisons with true ratios 1, E, 1/E, E^2). Each with 3, 6 and 10 blocks, log-normal and log-t3 noise.
+
+Records per cell (unit: draws or comparisons, as named): the family-wise false-claim rate, the share of draws with
+any false claim (a faster or slower claim on a comparison whose true ratio is 1, or against the true direction
+on another), with its one-sided 95 % Clopper-Pearson upper bound, for the claims as the answer makes them (none
+where the control arm's interval excludes 1 or the section is refused) and for the decisions alone; contradictions
+(claims whose direction contradicts their printed ratio: faster with estimate < 1, slower with > 1; count over all
+decisions); coverage (share of comparisons with an interval whose 95 % interval holds the true ratio; the share
+without an interval beside it); power per true ratio (share of its comparisons claimed in the true direction,
+answer's claims); the blocks used and censored per comparison (means); the CPU seconds a cell took
+(this process's, time.process_time) and draws per CPU second overall.
+"""
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import beta, norm
+
+from bench.run_folders import write_sweep
+from metrics.report.baselines import load_runs
+from metrics.report.stats import FASTER, SLOWER
+from metrics.report.tables import excludes_one
+from metrics.report.verdict import analyse
+
+CONFIGURATIONS = ("ps", "ring", "stepwise")
+EFFECTS = (1.1, 1.25, 1.5, 2.0)
+SCENARIOS = {"global null": {"ps": 1.0, "ring": 1.0, "stepwise": 1.0},
+             "partial null ring x2": {"ps": 1.0, "ring": 2.0, "stepwise": 1.0},
+             **{f"effect x{e:g}": {"ps": 1 / e, "ring": e, "stepwise": 1.0} for e in EFFECTS}}
+BLOCKS = (3, 6, 10)
+NOISES = ("log-normal", "log-t3")
+DRAWS = 45  # per cell (36 cells): about 10 minutes of one core (2.8 draws per CPU s with today's estimator)
+BASE_S = 100.0  # the baseline's median time-to-target (s); ratios are free of it
+BLOCK_LOG_SD = 0.1  # assumed
+ONE_PEER_SPEED = 0.6  # the single 1x1 reference against the baseline (not compared; there as in the headline)
+SAMPLES = 4000  # bench/run_folders.py: a run trains 4000 samples, so throughput = SAMPLES / its horizon
+CONFIDENCE = 0.95
+TMPFS = Path("/dev/shm")
+
+
+def headline_rows(results: dict) -> list[dict]:
+    """The `primary_noise` rows of the headline's configurations on time-to-target, observed exactly."""
+    return [r for r in results["primary_noise"]["rows"] if r["strategy"] in CONFIGURATIONS
+            and r["figure"] == "time_to_target" and r["log_sd"] is not None]
+
+
+def jeffreys(events: int, trials: int) -> float:
+    return (events + 0.5) / (trials + 1)
+
+
+def fitted(results: dict) -> dict:
+    """The run-level log sd, miss rate and crash rate, from bench/results.json's recorded runs (module docstring)."""
+    rows = headline_rows(results)
+    df = sum(r["blocks"] - 1 for r in rows)
+    paired_sd = math.sqrt(sum((r["blocks"] - 1) * r["log_sd"] ** 2 for r in rows) / df)
+    compared_runs = sum(2 * (r["blocks"] + r["censored"]) for r in rows)
+    misses = sum(r["censored"] for r in rows)
+    answers = results["headline"]["answers"]
+    runs = sum(a["runs"] for a in answers)
+    crashes = sum(c["censored"] for a in answers for c in a["comparisons"] if c["against_baseline"])
+    miss_rate = jeffreys(misses, compared_runs)
+    return {"paired_log_sd": paired_sd, "paired_df": df, "run_log_sd": paired_sd / math.sqrt(2),
+            "miss_rate": miss_rate, "misses": misses, "compared_runs": compared_runs,
+            "horizon_z": float(norm.ppf(1 - miss_rate)),
+            "crash_rate": jeffreys(crashes, runs), "crashes": crashes, "runs": runs,
+            "sources": ["primary_noise", "headline"]}
+
+
+def noise(rng: np.random.Generator, kind: str, log_sd: float) -> float:
+    if kind == "log-normal":
+        return log_sd * rng.standard_normal()
+    return log_sd * rng.standard_t(3) / math.sqrt(3)
+
+
+def sweep_jobs(rng: np.random.Generator, speeds: dict, blocks: int, kind: str, fit: dict) -> dict:
+    """write_sweep's jobs for one simulated sweep: every job's run in every block."""
+    jobs = {f"strategy={name}": (name, 2, {}, speed) for name, speed in speeds.items()}
+    jobs |= {"baseline_2x1": ("single", 2, {}, 1.0),
+             "baseline_2x1_control": ("single", 2, {"config": {"arm": "control"}}, 1.0),
+             "baseline_1x1": ("single", 1, {}, ONE_PEER_SPEED)}
+    found = {name: [] for name in jobs}
+    for _ in range(blocks):
+        block_effect = BLOCK_LOG_SD * rng.standard_normal()
+        for name, (strategy, peers, extra, speed) in jobs.items():
+            median = BASE_S / speed * math.exp(block_effect)
+            horizon = median * math.exp(fit["horizon_z"] * fit["run_log_sd"])
+            took = median * math.exp(noise(rng, kind, fit["run_log_sd"]))
+            crashed = rng.random() < fit["crash_rate"]
+            run = dict(extra, status="failed") if crashed else extra
+            found[name].append((strategy, peers, 1, SAMPLES / horizon, None if crashed or took > horizon else took,
+                                run))
+    return found
+
+
+def judged(folder: Path, speeds: dict) -> dict:
+    """The report's analysis of one sweep folder: per declared comparison its truth and what the report says."""
+    sections, _ = load_runs([folder])
+    analysis = analyse(sections[0])
+    withheld = bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls)
+    speed = {"single": 1.0, **speeds}
+    comparisons = []
+    for c in analysis.comparisons:
+        comparisons.append({"true": speed[c.this.first.strategy] / speed[c.other.first.strategy],
+                            "decision": c.decision, "estimate": c.ratio.estimate, "interval": c.ratio.interval(),
+                            "blocks": c.blocks, "censored": c.censored})
+    return {"withheld": withheld, "comparisons": comparisons}
+
+
+def wrong(c: dict, decision: str) -> bool:
+    """A claim that is false: any claim on a true ratio of 1, or a claim against the true direction."""
+    if decision not in (FASTER, SLOWER):
+        return False
+    return math.isclose(c["true"], 1.0) or (decision == FASTER) != (c["true"] > 1)
+
+
+def contradicts(c: dict) -> bool:
+    """A claim whose direction contradicts its printed ratio."""
+    estimate = c["estimate"]
+    return estimate is not None and ((c["decision"] == FASTER and estimate < 1)
+                                     or (c["decision"] == SLOWER and estimate > 1))
+
+
+def upper_bound(events: int, trials: int) -> float:
+    """The one-sided 95 % Clopper-Pearson upper bound of a binomial rate."""
+    return 1.0 if events == trials else float(beta.ppf(CONFIDENCE, events + 1, trials - events))
+
+
+def effect_key(true: float) -> str:
+    """A true ratio as power is keyed: its size, whichever the direction (x2 and x1/2 alike)."""
+    return f"x{max(true, 1 / true):.4g}"
+
+
+def cell_figures(draws: list[dict]) -> dict:
+    """The records of one cell (module docstring) from its draws' judgements."""
+    n = len(draws)
+    answered = sum(any(wrong(c, "" if d["withheld"] else c["decision"]) for c in d["comparisons"]) for d in draws)
+    decided = sum(any(wrong(c, c["decision"]) for c in d["comparisons"]) for d in draws)
+    every = [c for d in draws for c in d["comparisons"]]
+    claims = [c for c in every if c["decision"] in (FASTER, SLOWER)]
+    with_interval = [c for c in every if c["interval"] is not None]
+    covered = sum(c["interval"][0] <= c["true"] <= c["interval"][1] for c in with_interval)
+    power = {}
+    for d in draws:
+        for c in d["comparisons"]:
+            if math.isclose(c["true"], 1.0):
+                continue
+            hit = not d["withheld"] and c["decision"] == (FASTER if c["true"] > 1 else SLOWER)
+            power.setdefault(effect_key(c["true"]), []).append(hit)
+    return {"draws": n, "false_claim_draws": answered,
+            "false_claim_rate": answered / n, "false_claim_upper": upper_bound(answered, n),
+            "false_decision_rate": decided / n, "false_decision_upper": upper_bound(decided, n),
+            "withheld_share": sum(d["withheld"] for d in draws) / n,
+            "contradictions": sum(map(contradicts, claims)), "claims": len(claims),
+            "coverage": covered / len(with_interval) if with_interval else None,
+            "no_interval_share": 1 - len(with_interval) / len(every),
+            "power": {key: sum(hits) / len(hits) for key, hits in sorted(power.items())},
+            "blocks_used": statistics.fmean(c["blocks"] for c in every),
+            "censored_blocks": statistics.fmean(c["censored"] for c in every)}
+
+
+def simulate(speeds: dict, blocks: int, kind: str, draws: int, fit: dict, seed: int, scratch: Path) -> dict:
+    """One cell: `draws` simulated sweeps, each written, judged and removed."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for draw in range(draws):
+        folder = scratch / f"draw{draw}"
+        write_sweep(folder, sweep_jobs(rng, speeds, blocks, kind, fit))
+        found.append(judged(folder, speeds))
+        shutil.rmtree(folder)
+    return cell_figures(found)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--verdict_simulation-draws", type=int, metavar="N", default=argparse.SUPPRESS,
+                        help=f"simulated sweeps per cell (default {DRAWS})")
+    parser.add_argument("--verdict_simulation-scenarios", metavar="A,B", default=argparse.SUPPRESS,
+                        help="scenarios to run, comma-separated (default: all: " + ", ".join(SCENARIOS) + ")")
+    parser.add_argument("--verdict_simulation-blocks", metavar="3,6", default=argparse.SUPPRESS,
+                        help=f"block counts (default {','.join(map(str, BLOCKS))})")
+
+
+def parse_choices(text: str | None, known, convert=str) -> list:
+    if text is None:
+        return list(known)
+    chosen = [convert(part.strip()) for part in text.split(",")]
+    unknown = [c for c in chosen if c not in known]
+    if unknown:
+        raise SystemExit(f"verdict_simulation: unknown {', '.join(map(str, unknown))} (known: "
+                         f"{', '.join(map(str, known))})")
+    return chosen
+
+
+def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = None,
+        results_path: Path = Path(__file__).resolve().parent / "results.json", seed: int = 0) -> dict:
+    if draws < 1:
+        raise SystemExit(f"verdict_simulation: draws must be at least 1, got {draws}")
+    chosen = parse_choices(scenarios, SCENARIOS)
+    block_counts = parse_choices(blocks, BLOCKS, int)
+    fit = fitted({e["name"]: e for e in json.loads(results_path.read_text())["results"]})
+    started = time.monotonic()
+    cells = []
+    scratch = Path(tempfile.mkdtemp(prefix="verdict-simulation-", dir=TMPFS if TMPFS.is_dir() else None))
+    try:
+        for index, (scenario, count, kind) in enumerate((s, b, k) for s in chosen for b in block_counts
+                                                       for k in NOISES):
+            print(f"verdict_simulation: {scenario}, {count} blocks, {kind}", file=sys.stderr, flush=True)
+            cpu_started = time.process_time()
+            figures = simulate(SCENARIOS[scenario], count, kind, draws, fit, seed + index, scratch)
+            cells.append({"scenario": scenario, "blocks": count, "noise": kind} | figures
+                         | {"cpu_s": time.process_time() - cpu_started})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    duration, cpu_s = time.monotonic() - started, sum(c["cpu_s"] for c in cells)
+    false_draws = sum(c["false_claim_draws"] for c in cells)
+    return {
+        "name": "verdict_simulation",
+        "ratio": false_draws / (draws * len(cells)),
+        "goal": "family-wise false-claim rate <= 0.05 (pooled over cells; each cell's, with its 95 % upper bound, in "
+                "the table); 0 contradictions; coverage near 0.95",
+        "setup": f"{draws} simulated headline sweeps per cell ({len(cells)} cells: scenario x blocks x noise), "
+                 "through load_runs + analyse; ratio = the family-wise false-claim rate pooled over cells (draws)",
+        "fit": fit,
+        "draws": draws,
+        "cells": cells,
+        "false_claim_upper": upper_bound(false_draws, draws * len(cells)),
+        "contradictions": sum(c["contradictions"] for c in cells),
+        "duration_s": duration,
+        "cpu_s": cpu_s,
+        "draws_per_cpu_s": draws * len(cells) / cpu_s,
+        "method": __doc__.strip(),
+    }
