@@ -128,6 +128,12 @@ def validate(cfg) -> None:
     _require(cfg.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
              f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
+    reference = cfg.speed_reference
+    _require(int(reference.samples) >= 1, f"speed_reference.samples must be >= 1, got {reference.samples}")
+    _require(int(reference.repetitions) >= 0, f"speed_reference.repetitions must be >= 0, got {reference.repetitions}")
+    for knob in ("max_share", "tolerance"):
+        _require(0 < float(reference[knob]) < 1,
+                 f"speed_reference.{knob} must be a fraction in (0, 1), got {reference[knob]}")
     _require(float(cfg.sampler.interval) > 0, f"sampler.interval must be > 0, got {cfg.sampler.interval}")
     for name, value in cfg.timeouts.items():
         _require(float(value) > 0, f"timeouts.{name} must be > 0, got {value}")

@@ -1,0 +1,56 @@
+"""The speed reference in real runs (integration tier): it leaves the trained weights bit-identical, and a run whose
+core is taken by a busy process for part of the run is marked as having moved beyond tolerance."""
+import subprocess
+import sys
+
+import pytest
+
+from helpers import leftover_processes, param_digests, results, run_train, start_train, summary_of, wait_for_steps
+from metrics.report.runs import load_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
+    # float64 and DDP's collectives: any change to the RNG, the BatchNorm buffers or the gradients shows in the digests
+    common = ("strategy=allreduce", "peers=2", "max_steps=12", "eval_every=3", "dtype=float64",
+              "speed_reference.max_share=0.9")
+    with_reference, without = tmp_path / "with", tmp_path / "without"
+    for run_dir, repetitions in ((with_reference, 3), (without, 0)):
+        result = run_train(run_dir, *common, f"speed_reference.repetitions={repetitions}")
+        assert result.returncode == 0, result.stderr
+    measured = [r["speed_reference"]["measurements"] for r in results(with_reference, (0, 1))]
+    assert all(m[0]["step"] == 0 and m[-1]["step"] == 12 for m in measured)
+    assert "speed_reference" not in results(without, (0,))[0] and summary_of(without)["speed_reference"] is None
+    assert param_digests(with_reference, (0, 1)) == param_digests(without, (0, 1))
+
+
+def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(run_dir):
+    # the peer stalls 3 s before step 20: the busy process takes its core from then to the end of the run
+    train = start_train(run_dir, "max_steps=40", "eval_every=5", "speed_reference.samples=64",
+                        "speed_reference.repetitions=5", "speed_reference.max_share=0.9", "fault.stall_peer=0",
+                        "fault.at_step=20", "fault.stall_s=3")
+    busy = None
+    try:
+        wait_for_steps(run_dir, 0, 19)
+        worker = next(p for p in leftover_processes(run_dir) if "job.worker" in " ".join(p.cmdline()))
+        core = worker.cpu_affinity()[0]
+        busy = subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(core)])
+        _, stderr = train.communicate(timeout=180)
+        assert train.returncode == 0, stderr
+    finally:
+        if busy:
+            busy.kill()
+            busy.wait()
+        if train.poll() is None:
+            train.kill()
+    measurements = results(run_dir, (0,))[0]["speed_reference"]["measurements"]
+    before = [m["seconds"] for m in measurements if m["step"] < 20]
+    after = [m["seconds"] for m in measurements if m["step"] >= 20]
+    assert before and len(after) >= 3
+    assert min(after) > 1.3 * min(before)  # sharing its core: about twice as slow
+    reference = summary_of(run_dir)["speed_reference"]
+    assert reference["beyond_tolerance"] is True and reference["moved"] > 2 * reference["tolerance"]
+    assert "machine speed moved" in load_run(run_dir).speed_moved()
