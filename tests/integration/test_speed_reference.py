@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from helpers import leftover_processes, param_digests, results, run_train, start_train, summary_of, wait_for_steps
+from metrics.recording.jsonl import read_jsonl
 from metrics.report.runs import load_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -14,9 +15,10 @@ BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile 
 
 
 def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
-    # float64 and DDP's collectives: any change to the RNG, the BatchNorm buffers or the gradients shows in the digests
+    # float64 and DDP's collectives; BatchNorm buffers evaluated as trained (precise_bn_samples=0): any change to
+    # the RNG, the buffers or the gradients shows in the digests of the parameters and of every evaluated state
     common = ("strategy=allreduce", "peers=2", "max_steps=12", "eval_every=3", "dtype=float64",
-              "speed_reference.max_share=0.9")
+              "precise_bn_samples=0", "speed_reference.max_share=0.9")
     with_reference, without = tmp_path / "with", tmp_path / "without"
     for run_dir, repetitions in ((with_reference, 3), (without, 0)):
         result = run_train(run_dir, *common, f"speed_reference.repetitions={repetitions}")
@@ -25,6 +27,10 @@ def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
     assert all(m[0]["step"] == 0 and m[-1]["step"] == 12 for m in measured)
     assert "speed_reference" not in results(without, (0,))[0] and summary_of(without)["speed_reference"] is None
     assert param_digests(with_reference, (0, 1)) == param_digests(without, (0, 1))
+    for rank in (0, 1):
+        states = [[e["state_sha256"] for e in read_jsonl(d / f"peer{rank}" / "eval.jsonl")]
+                  for d in (with_reference, without)]
+        assert len(states[0]) == 5 and states[0] == states[1]
 
 
 def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(run_dir):
