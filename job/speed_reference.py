@@ -1,12 +1,13 @@
 """The machine's speed during a run: a fixed piece of work like the job's own, timed on the peer's own cores.
 
 At step 0, at every evaluation pause (the loop's snapshots) and after the last step, with the training clock stopped,
-a worker times forward and backward of a copy of its initial model (built apart, so it carries no strategy hook) on
-a fixed batch (the training split's first `speed_reference.samples` samples), with the run's threads:
-`repetitions` passes, their median. The copy never changes (its gradients are dropped), so every measurement does the
-same work; the training model, its gradients, BatchNorm buffers and the RNG state are untouched. A pause other than
-the first and the last is measured only while the reference's total cost stays within `max_share` of the time since
-training started, so the reference costs at most that share of a run (and the first and last passes).
+a worker times forward and backward of a copy of its initial model (its module hooks dropped: no strategy hook fires)
+on a fixed batch (the training split's first `speed_reference.samples` samples), with the run's threads:
+`repetitions` passes, their median. The copy's parameters never change (its gradients are dropped), so every
+measurement does the same work; the training model, its gradients, BatchNorm buffers and the RNG state are untouched. A pause other than
+the first and the last is measured only while the reference's cost so far, plus this pause and the final one (each
+estimated by the latest pause), stays within `max_share` of the time since training started: so a run pays at most that share, unless its first and last
+measurements alone cost more.
 Parameter servers have no model: they record none.
 """
 import copy
@@ -65,7 +66,7 @@ class SpeedReference:
         if self.measurements and self.measurements[-1]["step"] == step:
             return 0.0  # measured at this step already
         last = self.measurements[-1]["pause_s"] if self.measurements else 0.0
-        if not force and self.cost_s + last > self.max_share * train_wall_s:
+        if not force and self.cost_s + 2 * last > self.max_share * train_wall_s:  # room for this one and the final one
             return 0.0
         started = time.perf_counter()
         with torch.random.fork_rng(devices=[self.device.device] if self.device.is_cuda else []):

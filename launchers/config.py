@@ -129,7 +129,8 @@ def validate(cfg) -> None:
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
              f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
     reference = cfg.speed_reference
-    _require(int(reference.samples) >= 1, f"speed_reference.samples must be >= 1, got {reference.samples}")
+    _require(int(reference.samples) >= 2, f"speed_reference.samples must be >= 2 (BatchNorm in training needs more "
+                                          f"than one value per channel), got {reference.samples}")
     _require(int(reference.repetitions) >= 0, f"speed_reference.repetitions must be >= 0, got {reference.repetitions}")
     for knob in ("max_share", "tolerance"):
         _require(0 < float(reference[knob]) < 1,
