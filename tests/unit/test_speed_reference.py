@@ -9,8 +9,10 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from helpers import report_of, write_sweep
+from helpers import compose_config, report_of, write_sweep
 from job.device import PeerDevice
+from job.errors import ConfigError
+from launchers.config import validate
 from job.speed_reference import SpeedReference
 from metrics.summary.build import speed_reference_section
 
@@ -117,3 +119,13 @@ def test_the_report_marks_a_moved_run_and_a_slow_machine_and_leaves_neither_out(
     assert "- allreduce 2×1cpu: reached test_accuracy ≥ 0.9 in 3 of 3 blocks" in markdown  # no block left out
     assert re.search(r"- allreduce 2×1cpu: .*against single 2×1cpu: faster: .*, 3 blocks\)", markdown)
     assert json.loads((sweep / "block1" / "allreduce" / "summary.json").read_text())["speed_reference"]["moved"] == 0.3
+
+
+@pytest.mark.parametrize("override, message", [
+    ("speed_reference.samples=1", "speed_reference.samples must be >= 2"),
+    ("speed_reference.repetitions=-1", "speed_reference.repetitions must be >= 0"),
+    ("speed_reference.tolerance=0", "speed_reference.tolerance must be a fraction in (0, 1), got 0"),
+    ("speed_reference.max_share=1.5", "speed_reference.max_share must be a fraction in (0, 1), got 1.5")])
+def test_bad_settings_are_refused_before_launch(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(compose_config(override))
