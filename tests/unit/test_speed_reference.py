@@ -1,7 +1,7 @@
 """The speed reference (unit tier): its pauses leave the training model, its gradients, BatchNorm buffers, hooks and
 the RNG untouched and keep to their budget; the summary says how far it moved; the report marks a run that moved
 beyond tolerance or whose machine was slower than its block's median, and leaves no run out for it."""
-import json
+import csv
 import re
 
 import pytest
@@ -118,7 +118,10 @@ def test_the_report_marks_a_moved_run_and_a_slow_machine_and_leaves_neither_out(
     assert "block 0:" not in " ".join(marks) and "block 2:" not in " ".join(marks)
     assert "- allreduce 2×1cpu: reached test_accuracy ≥ 0.9 in 3 of 3 blocks" in markdown  # no block left out
     assert re.search(r"- allreduce 2×1cpu: .*against single 2×1cpu: faster: .*, 3 blocks\)", markdown)
-    assert json.loads((sweep / "block1" / "allreduce" / "summary.json").read_text())["speed_reference"]["moved"] == 0.3
+    rows = {(r["configuration"], r["config.block"]): r for r in csv.DictReader(open(tmp_path / "out" / "runs.csv"))}
+    assert float(rows[("allreduce 2×1cpu", "1")]["speed_reference_moved"]) == 0.3
+    assert float(rows[("allreduce 2×1cpu", "1")]["speed_reference_vs_block"]) == pytest.approx(0.5)
+    assert float(rows[("allreduce 2×1cpu", "0")]["speed_reference_vs_block"]) == 0.0
 
 
 @pytest.mark.parametrize("override, message", [
