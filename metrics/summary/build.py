@@ -31,7 +31,7 @@ METHODS = {
     "throughput_samples_per_s": "all workers' trained samples / the longest worker's training time: its wall time "
                                 "from the start of its first step to the end of its last (which holds its last "
                                 "communication, e.g. a final averaging round), minus its pauses to save weights for "
-                                "evaluation, and minus start-up waits inside a step (startup_wait_s: hivemind's wait in its "
+                                "evaluation and to time its speed reference, and minus start-up waits inside a step (startup_wait_s: hivemind's wait in its "
                                 "first step until its progress tracker sees every peer)",
     "useful_samples": "samples that went into the model the workers ended with, where the strategy says so "
                       "(hivemind: completed epochs x target_batch_size, as trained samples past the last epoch "
