@@ -100,7 +100,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     clock = GradientClock(model.parameters(), device)
     reference = SpeedReference.for_run(cfg, model, splits.train, device)
     start = time.perf_counter()
-    paused_s = 0.0  # snapshots for evaluation: not training time
+    paused_s = 0.0  # snapshots for evaluation and the speed reference: not training time
     samples = 0
 
     def snapshot(step: int) -> None:

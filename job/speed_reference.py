@@ -68,12 +68,12 @@ class SpeedReference:
         last = self.measurements[-1]["pause_s"] if self.measurements else 0.0
         if not force and self.cost_s + 2 * last > self.max_share * train_wall_s:  # room for this one and the final one
             return 0.0
-        started = time.perf_counter()
+        started, at = time.perf_counter(), time.time()
         with torch.random.fork_rng(devices=[self.device.device] if self.device.is_cuda else []):
             times = [self._pass_s() for _ in range(self.repetitions)]
         pause_s = time.perf_counter() - started
         self.cost_s += pause_s
-        self.measurements.append({"step": step, "wall_s": train_wall_s, "at": time.time(),
+        self.measurements.append({"step": step, "wall_s": train_wall_s, "at": at,
                                   "seconds": statistics.median(times), "pause_s": pause_s})
         return pause_s
 
