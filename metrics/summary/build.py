@@ -88,11 +88,11 @@ METHODS = {
                        "median of `repetitions` passes, timed by each worker with the training clock stopped at "
                        "step 0, at evaluation pauses within max_share of the time since training started, and after "
                        "the last step (peers[].result.speed_reference.measurements: step, wall_s since training "
-                       "started, at = unix time, seconds, pause_s). Per rank: median_s of its measurements, moved = "
-                       "(slowest - fastest) / median_s, cost_s = its summed pauses, cost_share = cost_s / the wall "
-                       "time from training's start to its last measurement; the run: median_s over its workers' "
-                       "medians, moved and cost_share the worst rank's, beyond_tolerance = moved > tolerance. Parameter servers have no "
-                       "model and record none",
+                       "started, at = unix time at its start, seconds, pause_s). Per rank: median_s of its "
+                       "measurements, moved = (slowest - fastest) / median_s, cost_s = its summed pauses, cost_share "
+                       "= cost_s / the wall time from training's start to its last measurement; the run: median_s "
+                       "over its workers' medians, moved and cost_share the worst rank's, beyond_tolerance = moved > "
+                       "tolerance. Parameter servers have no model and record none",
     **TARGET_METHODS,
     **MACHINE_METHODS,
     **NETWORK_METHODS,
