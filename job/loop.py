@@ -28,6 +28,7 @@ from job.data import GlobalOrder, batches
 from job.device import PeerDevice
 from job.evaluation import Snapshots
 from job.fault import inject
+from job.speed_reference import SpeedReference
 from metrics.recording.machine import ProcessClock
 from metrics.recording.sampler import WireCounter
 from metrics.recording.steplog import StepLog
@@ -97,14 +98,17 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     dtype = next(model.parameters()).dtype  # the batches in the model's precision (dtype)
     criterion = nn.CrossEntropyLoss()
     clock = GradientClock(model.parameters(), device)
+    reference = SpeedReference.for_run(cfg, model, splits.train, device)
     start = time.perf_counter()
-    paused_s = 0.0  # snapshots for evaluation: not training time
+    paused_s = 0.0  # snapshots for evaluation and the speed reference: not training time
     samples = 0
 
     def snapshot(step: int) -> None:
         nonlocal paused_s
         wall = time.perf_counter() - start
         paused_s += snapshots.take(model, step=step, wall_s=wall, train_s=wall - paused_s, samples=samples)
+        if reference:  # the machine's speed, measured in the same pause
+            paused_s += reference.measure(step, time.perf_counter() - start, force=step == 0)
 
     trained.train()
     snapshot(0)
@@ -149,4 +153,6 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
                 break
     finally:
         clock.close()
-    return {"steps": step, "samples": samples}
+    if reference:
+        reference.measure(step, time.perf_counter() - start, force=True)  # after the last step
+    return {"steps": step, "samples": samples} | ({"speed_reference": reference.record()} if reference else {})

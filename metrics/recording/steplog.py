@@ -2,7 +2,7 @@
 
 Times are seconds. `wall_s` counts from the start of training on this peer;
 `train_s` is wall_s minus this peer's pauses to save weights for evaluation
-(job/evaluation.py). With network=emulated each line also has wire_tx_bytes /
+(job/evaluation.py) and to time its speed reference (job/speed_reference.py). With network=emulated each line also has wire_tx_bytes /
 wire_rx_bytes: bytes on this peer's own network interface from the first step on
 (cumulative, headers and all traffic included).
 

@@ -148,6 +148,7 @@ def positions(run: Run) -> dict:
 
 def csv_rows(sections: list[Section]) -> list[dict]:
     rows = []
+    section_runs = {id(run): section.runs for section in sections for run in section.runs}
     for label, run in all_runs(sections):
         s = run.summary
         peers = run.peer_summaries()
@@ -165,6 +166,8 @@ def csv_rows(sections: list[Section]) -> list[dict]:
         row["reached_target"] = observation.reached
         row["time_to_target_bounds_s"] = [observation.low, observation.high]
         row["unfaithful"] = "; ".join(run.unfaithful())
+        row["speed_reference_moved"] = run.speed_reference.get("moved")
+        row["speed_reference_vs_block"] = run.slower_than_block(section_runs.get(id(run), []))
         row |= {k: s.get(k) for k in ("time_to_target_s", "samples_to_target", "time_per_sample_s",
                                       "steps_to_target", "final_test_accuracy",
                                       "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",

@@ -111,8 +111,8 @@ def convergence_plot(section: Section) -> Figure:
     return Figure(f"Convergence{synthetic}", to_png(fig),
                 "Test accuracy (%, every worker evaluating its own model on the whole held-out split at the same "
                 f"steps) and training loss (cross-entropy of each worker's own minibatches{smoothing}) against "
-                "training time (s, each worker's loop time minus its pauses to save weights for evaluation; mean over "
-                "workers) and "
+                "training time (s, each worker's loop time minus its pauses to save weights for evaluation and to "
+                "time the speed reference; mean over workers) and "
                 "against samples trained by all workers (sum of each worker's sample count at that step). "
                 "Line = mean over workers (and repeats), band = the worker spread: min to max over workers "
                 "(and repeats).")
@@ -145,8 +145,8 @@ def throughput_plot(groups: list[Group]) -> Figure:
     ax.set_xlabel("global throughput (samples/s)")
     return Figure("Throughput", to_png(fig),
                 "Global throughput in samples/s: all workers' trained samples / the longest worker's training "
-                "time (pauses to save weights for evaluation excluded). Error bars: standard deviation over "
-                "repeats.")
+                "time (pauses to save weights for evaluation and to time the speed reference excluded). Error "
+                "bars: standard deviation over repeats.")
 
 
 def breakdown_plot(groups: list[Group]) -> Figure:

@@ -119,6 +119,30 @@ class Run:
         return unfaithful(self.summary)
 
     @property
+    def speed_reference(self) -> dict:
+        """summary.json's speed_reference section (the machine's speed during the run); {} where not recorded."""
+        return self.summary.get("speed_reference") or {}
+
+    def speed_moved(self) -> str | None:
+        """How far the run's speed reference moved when beyond its tolerance (a mark, never a reason to leave the
+        run out); None within it or unrecorded."""
+        reference = self.speed_reference
+        if not reference.get("beyond_tolerance"):
+            return None
+        return (f"machine speed moved {reference['moved']:.0%} during the run (speed reference: slowest - fastest "
+                f"measurement / median, tolerance {reference['tolerance']:.0%})")
+
+    def slower_than_block(self, runs: list["Run"]) -> float | None:
+        """This run's speed reference / the median of its block's (same sweep and block among `runs`, the same work:
+        samples, threads, dtype, device) - 1: > 0 slower; None outside a block or without references."""
+        mine = self.speed_reference
+        if self.block[1] is None or not mine.get("median_s"):
+            return None
+        block = [r.speed_reference["median_s"] for r in runs if r.block == self.block
+                 and r.speed_reference.get("median_s") and r.speed_reference.get("work") == mine.get("work")]
+        return mine["median_s"] / statistics.median(block) - 1 if len(block) > 1 else None
+
+    @property
     def link(self) -> dict:
         """summary.json's link section (metrics/summary/link.py): the link the run measured; {} where not recorded."""
         return self.summary.get("link") or {}

@@ -212,7 +212,8 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
                   "time-to-target of the runs that reached it (s)", "MLPerf-style time-to-target (s)",
                   "samples-to-target", "time per sample (ms)", "worst worker's final test accuracy (%)"], rows,
                  "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' trained "
-                 "samples / the longest worker's training time (pauses to save weights for evaluation excluded). "
+                 "samples / the longest worker's training time (pauses to save weights for evaluation and to time "
+                 "the speed reference excluded). "
                  "Throughput speedup (beside the primary figure, never in its place): throughput / "
                  "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
                  "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "

@@ -344,6 +344,7 @@ def caveats_of(group: Group, section: Section) -> list[str]:
     if failed_rounds:
         caveats.append("failed averaging rounds: " + ", ".join(f"{k}={number(v)}" for k, v in failed_rounds.items()))
     caveats += setting_caveats(group.runs)
+    caveats += speed_caveats(group.runs, section.runs)
     if any((r.summary.get("device") or {}).get("gpu_shared") for r in group.runs):
         caveats.append("peers shared GPUs (more peers than GPUs on a host): not one GPU per peer")
     if section.synthetic or any(r.summary.get("data_is_synthetic") for r in group.runs):
@@ -381,6 +382,22 @@ def setting_caveats(runs: list[Run]) -> list[str]:
         share = max((m.get("other_cpu_share") or 0) for m in busy)
         caveats.append("not alone on the machine" + (f" (other processes: up to {share:.0%} of its CPU)"
                                                      if share else ""))
+    return caveats
+
+
+def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
+    """Per run, the machine's speed from its speed reference: moved beyond tolerance during the run, and slower or
+    faster than its block's median by more than that tolerance. Marks only: no run is left out for them."""
+    caveats = []
+    for run in runs:
+        block = run.config.get("block")
+        moved = run.speed_moved()
+        if moved:
+            caveats.append(f"block {block}: {moved}" if block is not None else moved)
+        off = run.slower_than_block(section_runs)
+        if off is not None and abs(off) > run.speed_reference["tolerance"]:
+            caveats.append(f"block {block}: this run's machine was {abs(off):.0%} {'slower' if off > 0 else 'faster'} "
+                           f"than its block's median (speed reference, median over the block's runs of the same work)")
     return caveats
 
 

@@ -31,7 +31,7 @@ METHODS = {
     "throughput_samples_per_s": "all workers' trained samples / the longest worker's training time: its wall time "
                                 "from the start of its first step to the end of its last (which holds its last "
                                 "communication, e.g. a final averaging round), minus its pauses to save weights for "
-                                "evaluation, and minus start-up waits inside a step (startup_wait_s: hivemind's wait in its "
+                                "evaluation and to time its speed reference, and minus start-up waits inside a step (startup_wait_s: hivemind's wait in its "
                                 "first step until its progress tracker sees every peer)",
     "useful_samples": "samples that went into the model the workers ended with, where the strategy says so "
                       "(hivemind: completed epochs x target_batch_size, as trained samples past the last epoch "
@@ -88,6 +88,16 @@ METHODS = {
              "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores); host = this "
              "host's name (gethostname), node_rank of nnodes = its place in a run over several hosts (each writes "
              "its own summary, of its own peers)",
+    "speed_reference": "the machine's speed (job/speed_reference.py): seconds of one forward and backward of a fixed "
+                       "copy of the initial model on a fixed batch (samples, threads, dtype, device: the work), the "
+                       "median of `repetitions` passes, timed by each worker with the training clock stopped at "
+                       "step 0, at evaluation pauses within max_share of the time since training started, and after "
+                       "the last step (peers[].result.speed_reference.measurements: step, wall_s since training "
+                       "started, at = unix time at its start, seconds, pause_s). Per rank: median_s of its "
+                       "measurements, moved = (slowest - fastest) / median_s, cost_s = its summed pauses, cost_share "
+                       "= cost_s / the wall time from training's start to its last measurement; the run: median_s "
+                       "over its workers' medians, moved and cost_share the worst rank's, beyond_tolerance = moved > "
+                       "tolerance. Parameter servers have no model and record none",
     **TARGET_METHODS,
     **MACHINE_METHODS,
     **NETWORK_METHODS,
@@ -191,6 +201,32 @@ def evaluation_mode(results: list[dict]) -> dict:
                    "stopped_at_target": all(r.get("stopped_at_target") for r in results)}
 
 
+def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
+    """The workers' speed references and how far each moved during the run (see METHODS); None where none was
+    recorded."""
+    by_rank = {}
+    for peer in figures:
+        recorded = (peer["result"] or {}).get("speed_reference") or {}
+        seconds = [m["seconds"] for m in recorded.get("measurements") or []]
+        if not seconds:
+            continue
+        median = statistics.median(seconds)
+        wall = recorded["measurements"][-1]["wall_s"]
+        by_rank[peer["rank"]] = {"median_s": median, "moved": (max(seconds) - min(seconds)) / median,
+                                 "measurements": len(seconds), "cost_s": recorded["cost_s"],
+                                 "cost_share": recorded["cost_s"] / wall if wall else None,
+                                 "work": {k: recorded.get(k) for k in ("samples", "threads", "dtype", "device")}}
+    if not by_rank:
+        return None
+    tolerance = float((config.get("speed_reference") or {}).get("tolerance", 0.1))
+    moved = max(r["moved"] for r in by_rank.values())
+    return {"median_s": statistics.median(r["median_s"] for r in by_rank.values()), "moved": moved,
+            "tolerance": tolerance, "beyond_tolerance": moved > tolerance,
+            "cost_share": max((r["cost_share"] for r in by_rank.values() if r["cost_share"] is not None),
+                              default=None),
+            "work": next(iter(by_rank.values()))["work"], "by_rank": by_rank}
+
+
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None) -> dict:
@@ -263,6 +299,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "shape": shape,
         "machine": machine_section(run.machine, (shape or {}).get("cores") or len(os.sched_getaffinity(0)), lock),
         "isolation": isolation,
+        "speed_reference": speed_reference_section(config, figures),
         "peers": figures,
         "methods": METHODS,
     }, isolation["dilation"])

@@ -49,8 +49,11 @@ def test_evaluations_run_after_training_and_stay_out_of_its_time(run_dir):
         steps, evals = steps_of(run_dir, rank), read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl")
         assert [e["step"] for e in evals] == list(range(0, 21, 2))
         assert all(e["evaluated_at_s"] > steps[-1]["wall_s"] for e in evals)  # every one after the last step
-        # training time leaves out only the pauses to save weights before the last step, not the evaluations
-        saved_before = sum(e["snapshot_s"] for e in evals if e["step"] < 20)
+        # training time leaves out only the pauses to save weights and time the speed reference before the last
+        # step, not the evaluations
+        timed_before = sum(m["pause_s"] for m in results(run_dir, (rank,))[0]["speed_reference"]["measurements"]
+                           if m["step"] < 20)
+        saved_before = sum(e["snapshot_s"] for e in evals if e["step"] < 20) + timed_before
         assert steps[-1]["wall_s"] - steps[-1]["train_s"] == pytest.approx(saved_before)
         assert not (run_dir / f"peer{rank}" / "snapshots").exists()
         # the untrained model is at chance (about 0.1 on ten digits); 0.6, held, takes some steps

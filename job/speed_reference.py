@@ -1,0 +1,84 @@
+"""The machine's speed during a run: a fixed piece of work like the job's own, timed on the peer's own cores.
+
+At step 0, at every evaluation pause (the loop's snapshots) and after the last step, with the training clock stopped,
+a worker times forward and backward of a copy of its initial model (its module hooks dropped: no strategy hook fires)
+on a fixed batch (the training split's first `speed_reference.samples` samples), with the run's threads:
+`repetitions` passes, their median. The copy's parameters never change (its gradients are dropped), so every
+measurement does the same work; the training model, its gradients, BatchNorm buffers and the RNG state are untouched. A pause other than
+the first and the last is measured only while the reference's cost so far, plus this pause and the final one (each
+estimated by the latest pause), stays within `max_share` of the time since training started: so a run pays at most that share, unless its first and last
+measurements alone cost more.
+Parameter servers have no model: they record none.
+"""
+import copy
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from job.device import PeerDevice
+
+
+class SpeedReference:
+    """Times the fixed work; measure() at the pauses, record() for result.json."""
+
+    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, repetitions: int, max_share: float,
+                 device: PeerDevice):
+        self.model, self.x, self.y = model, x, y
+        self.repetitions, self.max_share, self.device = repetitions, max_share, device
+        self.measurements: list[dict] = []
+        self.cost_s = 0.0
+
+    @classmethod
+    def for_run(cls, cfg, model: nn.Module, train_split, device: PeerDevice) -> "SpeedReference | None":
+        """The reference of `cfg.speed_reference` for this worker's model (None: repetitions=0, off)."""
+        settings = cfg.speed_reference
+        if not int(settings.repetitions):
+            return None
+        reference = copy.deepcopy(model)  # tensors' own hooks are not copied
+        for module in reference.modules():  # module hooks are: drop them (a strategy's must not fire)
+            module._forward_hooks.clear()
+            module._forward_pre_hooks.clear()
+            module._backward_hooks.clear()
+            module._backward_pre_hooks.clear()
+        for p in reference.parameters():
+            p.grad = None
+        samples = [train_split[i] for i in range(min(int(settings.samples), len(train_split)))]
+        dtype = next(model.parameters()).dtype
+        x = torch.stack([s[0] for s in samples]).to(device.device, dtype)
+        y = torch.as_tensor([int(s[1]) for s in samples]).to(device.device)
+        return cls(reference, x, y, int(settings.repetitions), float(settings.max_share), device)
+
+    def _pass_s(self) -> float:
+        self.device.synchronize()
+        started = time.perf_counter()
+        nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+        self.device.synchronize()
+        elapsed = time.perf_counter() - started
+        for p in self.model.parameters():
+            p.grad = None
+        return elapsed
+
+    def measure(self, step: int, train_wall_s: float, force: bool = False) -> float:
+        """Time the work at `step` (train_wall_s: seconds since training started) unless the budget says no; returns
+        the pause it cost in seconds."""
+        if self.measurements and self.measurements[-1]["step"] == step:
+            return 0.0  # measured at this step already
+        last = self.measurements[-1]["pause_s"] if self.measurements else 0.0
+        if not force and self.cost_s + 2 * last > self.max_share * train_wall_s:  # room for this one and the final one
+            return 0.0
+        started, at = time.perf_counter(), time.time()
+        with torch.random.fork_rng(devices=[self.device.device] if self.device.is_cuda else []):
+            times = [self._pass_s() for _ in range(self.repetitions)]
+        pause_s = time.perf_counter() - started
+        self.cost_s += pause_s
+        self.measurements.append({"step": step, "wall_s": train_wall_s, "at": at,
+                                  "seconds": statistics.median(times), "pause_s": pause_s})
+        return pause_s
+
+    def record(self) -> dict:
+        """What result.json keeps: every measurement, the work's description and the total cost."""
+        return {"measurements": self.measurements, "cost_s": self.cost_s, "samples": len(self.y),
+                "repetitions": self.repetitions, "threads": torch.get_num_threads(),
+                "dtype": str(self.x.dtype).removeprefix("torch."), "device": str(self.device.device)}

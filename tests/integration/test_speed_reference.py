@@ -1,0 +1,78 @@
+"""The speed reference in real runs (integration tier): it leaves the trained weights bit-identical, and a run whose
+core is taken by a busy process for part of the run is marked as having moved beyond tolerance."""
+import subprocess
+import sys
+
+import pytest
+
+from helpers import leftover_processes, param_digests, results, run_train, start_train, summary_of, wait_for_steps
+from job.cpugroup import CpuGroup
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
+from metrics.report.runs import load_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+# Busy on one core until the worker of rank 0 has ended training (its snapshots listed for evaluation: after the
+# reference's last measurement), then gone: it never outlives the peer's CPU group.
+BUSY_UNTIL_TRAINED = """
+import glob, os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+while not glob.glob(os.path.join(sys.argv[2], ".avgbench", "evaluation", "*", "snapshots0.json")):
+    started = time.monotonic()
+    while time.monotonic() - started < 0.05:
+        pass
+"""
+
+
+def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
+    # float64 and DDP's collectives; BatchNorm buffers evaluated as trained (precise_bn_samples=0): any change to
+    # the RNG, the buffers or the gradients shows in the digests of the parameters and of every evaluated state
+    common = ("strategy=allreduce", "peers=2", "max_steps=12", "eval_every=3", "dtype=float64",
+              "precise_bn_samples=0", "speed_reference.max_share=0.9")
+    with_reference, without = tmp_path / "with", tmp_path / "without"
+    for run_dir, repetitions in ((with_reference, 3), (without, 0)):
+        result = run_train(run_dir, *common, f"speed_reference.repetitions={repetitions}")
+        assert result.returncode == 0, result.stderr
+    measured = [r["speed_reference"]["measurements"] for r in results(with_reference, (0, 1))]
+    assert all(m[0]["step"] == 0 and m[-1]["step"] == 12 for m in measured)
+    assert "speed_reference" not in results(without, (0,))[0] and summary_of(without)["speed_reference"] is None
+    assert param_digests(with_reference, (0, 1)) == param_digests(without, (0, 1))
+    for rank in (0, 1):
+        states = [[e["state_sha256"] for e in read_jsonl(d / f"peer{rank}" / "eval.jsonl")]
+                  for d in (with_reference, without)]
+        assert len(states[0]) == 5 and states[0] == states[1]
+
+
+def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(run_dir):
+    # the peer stalls 3 s before step 20: then a busy process joins its CPU group, on its core, to the end of its
+    # training; so it gets half of what the peer got, whatever else loads the machine. Steps of 256 samples leave the
+    # reference's budget room for a few measurements before; the fastest before and after are compared
+    train = start_train(run_dir, "max_steps=40", "eval_every=5", "batch_size=256", "emulate.isolate=on",
+                        "speed_reference.samples=64", "speed_reference.repetitions=5", "speed_reference.max_share=0.9",
+                        "fault.stall_peer=0", "fault.at_step=20", "fault.stall_s=3")
+    busy = None
+    try:
+        wait_for_steps(run_dir, 0, 19)
+        worker = next(p for p in leftover_processes(run_dir) if "job.worker" in " ".join(p.cmdline()))
+        busy = subprocess.Popen([sys.executable, "-c", BUSY_UNTIL_TRAINED, str(worker.cpu_affinity()[0]),
+                                 str(run_dir)])
+        CpuGroup.of_rank(RunDir(run_dir), 0).join(busy.pid)
+        _, stderr = train.communicate(timeout=180)
+        assert train.returncode == 0, stderr
+        assert busy.wait(timeout=10) == 0
+    finally:
+        if busy and busy.poll() is None:
+            busy.kill()
+            busy.wait()
+        if train.poll() is None:
+            train.kill()
+    measurements = results(run_dir, (0,))[0]["speed_reference"]["measurements"]
+    before = [m["seconds"] for m in measurements if m["step"] < 20]
+    after = [m["seconds"] for m in measurements if m["step"] >= 20]
+    print("speed reference (s) before the busy process:", before, "with it:", after)
+    assert len(before) >= 2 and len(after) >= 3
+    assert min(after) > 1.3 * min(before)  # sharing its core: about twice as slow
+    reference = summary_of(run_dir)["speed_reference"]
+    assert reference["beyond_tolerance"] is True and reference["moved"] > 2 * reference["tolerance"]
+    assert "machine speed moved" in load_run(run_dir).speed_moved()
