@@ -79,6 +79,8 @@ def run(cfg) -> int:
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
+    elif str(run.path) in failed_jobs:  # a failed attempt retried in its block (launchers/sweeper.py) completed
+        failed_jobs.remove(str(run.path))
     return outcome.exit_code
 
 

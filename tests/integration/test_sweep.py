@@ -126,3 +126,28 @@ def test_an_interrupted_sweep_resumes_in_its_directory(tmp_path):
     assert next(r for r in current if r["config.block"] == "1")["attempt"] == "run later"
     plan = json.loads((sweep / ".avgbench" / "sweep.json").read_text())
     assert plan["reruns"] == [{"job": "block1/strategy=single", "attempts": [aside.relative_to(sweep).as_posix()]}]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_failed_job_is_retried_once_in_its_block(tmp_path):
+    """A job whose peer raises on its first attempt only (a one-shot fault): the sweeper runs it once more in the
+    same block, with the same seed, before the next block; the failed attempt is moved aside and reported."""
+    import os
+
+    sweep = tmp_path / "sweep"
+    env = os.environ | {"AVGBENCH_FAULT_ONCE": str(tmp_path / "fired")}
+    done = subprocess.run(multirun(sweep, "strategy=single", "peers=1", "repeats=2", "report.control=false",
+                                   "fault.raise_peer=0", "fault.at_step=2"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = sorted(runs_of(sweep), key=lambda r: float(r["started_at"]))
+    # block 0 failed, block 0 again, then block 1: the retry comes before the next block
+    assert [(r["config.block"], r["config.seed"], r["status"], r["attempt"]) for r in rows] == [
+        ("0", "0", "failed", "superseded"), ("0", "0", "completed", "run later"), ("1", "1", "completed", "current")]
+    (aside,) = sweep.glob("superseded/*_retry/block0/strategy=single")
+    assert rows[0]["run_dir"] == str(aside)
+    assert json.loads((aside / "summary.json").read_text())["status"] == "failed"
+    plan = json.loads((sweep / ".avgbench" / "sweep.json").read_text())
+    assert plan["reruns"] == [{"job": "block0/strategy=single", "attempts": [aside.relative_to(sweep).as_posix()]}]
+    assert "failed: moved to" in done.stdout and "running it once more in its block" in done.stdout
