@@ -15,13 +15,16 @@ one-node jobs where the launcher places jobs on nodes), so a rerun of the same c
 is kept and skipped; any other job directory (failed, interrupted, another configuration) is moved aside into
 SWEEP_DIR/superseded/<time>/ (kept in the report as an attempt) and the job runs again in its block, marked in the
 plan as run later. A job that fails is run once more in its block (same seed) before the next block starts, its
-failed attempt moved aside likewise; a second failure stays a failure. A resumed sweep whose declared design differs from the one its kept runs were made under gets
-no verdict (the plan says why).
+failed attempt moved aside likewise; a second failure stays a failure. A resumed sweep whose declared design differs
+from the one its kept runs were made under gets no verdict (the plan says why). The plan has an id (config `plan` of
+each run), kept when the sweep resumes or is extended in its directory (one begun before plan ids keeps none): block
+B runs seed + B, so seeds never repeat within a plan.
 """
 import json
 import re
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +44,10 @@ from metrics.report.nodes import load, run_folders
 from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
 
-NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", "hydra.launcher.nodes",
+NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "plan", "repeats",
+              "hydra.launcher.nodes",
               *STRATEGY_BLOCKS)  # not for baselines
-RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.")  # a kept run may differ in these
+RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.", "plan")  # a kept run may differ in these
 FROM_THE_NODE = "${oc.env:"  # a value the job resolves on its node (e.g. launch.node_rank from SLURM_NODEID)
 ROOT = Path(__file__).resolve().parent.parent
 DECLARED = ("primary", "comparisons", "blocks")  # a resumed sweep that changes one of these gets no verdict
@@ -87,14 +91,15 @@ class BlockSweeper(BasicSweeper):
         move_aside(sweep_dir / "multirun.yaml", aside / "multirun.yaml")  # an earlier command's
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         blocks = design["blocks"]
+        earlier = read_plan(sweep_dir)
+        plan_id = earlier.get("id") if earlier else uuid.uuid4().hex[:12]  # resumed or extended: its plan continues
         order = [(block, position, jobs[index]) for block in range(blocks)
                  for position, index in enumerate(block_order(len(jobs), block))]
-        planned = [self.job_overrides(job, block, blocks) for block, _, job in order]
+        planned = [self.job_overrides(job, block, blocks, plan_id) for block, _, job in order]
         folders = [self.job_folder(job, block) for block, _, job in order]
-        earlier = read_plan(sweep_dir)
         to_run, kept, moved = self.resume(sweep_dir, list(zip(folders, planned)), aside)
         placed = [(block, position, folder) for (block, position, _), folder in zip(order, folders)]
-        plan = write_plan(sweep_dir, planned, kept, design, placed, moved, earlier)
+        plan = write_plan(sweep_dir, planned, kept, design, placed, moved, earlier, plan_id)
         if plan.get("changed"):
             print(f"avgbench: warning: {plan['changed']}: its report will give no verdict", flush=True)
         if kept:
@@ -220,10 +225,10 @@ class BlockSweeper(BasicSweeper):
         upto = next((i for i, part in enumerate(parts) if "{name}" in part), len(parts) - 1)
         return "/".join(parts[:upto + 1]).replace("{block}", str(block)).replace("{name}", job.name)
 
-    def job_overrides(self, job: Job, block: int, blocks: int) -> list[str]:
+    def job_overrides(self, job: Job, block: int, blocks: int, plan_id: str | None) -> list[str]:
         subdir = re.sub(r"\{env:([^}]*)\}", r"${oc.env:\1}",  # resolved by the job, e.g. on its node
                         self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name))
-        return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}",
+        return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}", f"plan={plan_id or 'null'}",
                 f"hydra.sweep.subdir='{subdir}'"]
 
     # Resuming in the same sweep directory.
@@ -322,12 +327,12 @@ def changes(first: dict, now: dict) -> list[str]:
 
 
 def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
-               moved: dict, earlier: dict) -> dict:
-    """The sweep's plan: its jobs in start order (overrides; order: (block, position, job folder) of each), their
+               moved: dict, earlier: dict, plan_id: str | None = None) -> dict:
+    """The sweep's plan: its id, its jobs in start order (overrides; order: (block, position, job folder) of each), their
     block, position and Williams sequence, the design declared before the first run (an earlier plan's where its
     runs are kept: a changed design is recorded, not adopted), and the jobs run again after an earlier attempt."""
     sequences = design["order"]["sequences"]
-    plan = {"jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
+    plan = {"id": plan_id, "jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
             "order": [{"block": block, "position": position, "sequence": block % sequences, "job": folder}
                       for block, position, folder in order],
             "declaration": design}
