@@ -323,7 +323,7 @@ def power(log_sd: float, blocks: int, effect: float, comparisons: int = 1, alpha
     df = blocks - 1
     critical = student_t.ppf(1 - alpha / comparisons / 2, df)
     shift = math.log(effect) * math.sqrt(blocks) / log_sd
-    return float(nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift))
+    return float(nct.sf(critical, df, shift) + nct.sf(critical, df, -shift))  # the lower tail by symmetry
 
 
 def pooled_log_sd(spreads: list[tuple[int, float]]) -> float | None:
