@@ -128,6 +128,8 @@ def test_power_matches_simulated_paired_t_tests():
     statistic = logs.mean(axis=1) / (logs.std(axis=1, ddof=1) / 8 ** 0.5)
     rejected = np.mean(np.abs(statistic) > t.ppf(1 - 0.05 / 6 / 2, 7))
     assert abs(power(0.12, 8, 1.25, 6) - rejected) < 0.01
+    found = [power(0.13, n, 1.25, 6) for n in range(2, 41)]  # deep in the tail too: a number, rising to 1
+    assert all(0 <= a <= b <= 1 for a, b in zip(found, found[1:])) and found[-1] > 0.999
 
 
 def test_a_resumed_sweep_keeps_its_first_declaration_and_says_what_changed(tmp_path):
