@@ -112,7 +112,8 @@ class BlockSweeper(BasicSweeper):
             returns += self.launch(block_jobs)
             failed = [(folder, overrides) for folder, overrides in block_jobs if not completed_run(sweep_dir / folder)]
             if failed:
-                returns += self.launch(retried(sweep_dir, failed))
+                move_failed_aside(sweep_dir, [folder for folder, _ in failed])
+                returns += self.launch(failed)
         return returns
 
     def launch(self, jobs: list[tuple[str, list[str]]]) -> list:
@@ -228,8 +229,8 @@ class BlockSweeper(BasicSweeper):
     def job_overrides(self, job: Job, block: int, blocks: int, plan_id: str | None) -> list[str]:
         subdir = re.sub(r"\{env:([^}]*)\}", r"${oc.env:\1}",  # resolved by the job, e.g. on its node
                         self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name))
-        return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}", f"plan={plan_id or 'null'}",
-                f"hydra.sweep.subdir='{subdir}'"]
+        return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}",
+                f"plan={plan_id or 'null'}", f"hydra.sweep.subdir='{subdir}'"]
 
     # Resuming in the same sweep directory.
 
@@ -284,20 +285,17 @@ def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
     return same(flatten(run.config)) == same(flatten(config))
 
 
-def retried(sweep_dir: Path, failed: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
-    """The failed jobs of a block, to run once more in it (same seed): each failed attempt moved aside into
-    SWEEP_DIR/superseded/<time>_retry/ and listed among the plan's reruns."""
+def move_failed_aside(sweep_dir: Path, failed: list[str]) -> None:
+    """Before a block's failed jobs run once more in it (same seed): each failed attempt (job folder) moved aside
+    into SWEEP_DIR/superseded/<time>_retry/ and listed among the plan's reruns."""
     aside = sweep_dir / SUPERSEDED / (time.strftime("%Y-%m-%d_%H-%M-%S") + "_retry")
-    moved = {}
-    for folder, _ in failed:
+    for folder in failed:
         move_aside(sweep_dir / folder, aside / folder)
-        moved[folder] = (aside / folder).relative_to(sweep_dir).as_posix()
         print(f"avgbench: {sweep_dir / folder} failed: moved to {aside / folder}, running it once more in its block",
               flush=True)
     plan = read_plan(sweep_dir)
-    plan["reruns"] = with_reruns(plan.get("reruns"), moved)
+    plan["reruns"] = with_reruns(plan.get("reruns"), {f: (aside / f).relative_to(sweep_dir).as_posix() for f in failed})
     (sweep_dir / SWEEP_PLAN).write_text(json.dumps(plan, indent=1))
-    return failed
 
 
 def with_reruns(reruns: list | None, moved: dict) -> list[dict]:
@@ -328,8 +326,8 @@ def changes(first: dict, now: dict) -> list[str]:
 
 def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
                moved: dict, earlier: dict, plan_id: str | None = None) -> dict:
-    """The sweep's plan: its id, its jobs in start order (overrides; order: (block, position, job folder) of each), their
-    block, position and Williams sequence, the design declared before the first run (an earlier plan's where its
+    """The sweep's plan: its id, its jobs in start order (overrides; order: (block, position, job folder) of each),
+    their block, position and Williams sequence, the design declared before the first run (an earlier plan's where its
     runs are kept: a changed design is recorded, not adopted), and the jobs run again after an earlier attempt."""
     sequences = design["order"]["sequences"]
     plan = {"id": plan_id, "jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
