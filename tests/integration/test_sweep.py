@@ -150,4 +150,6 @@ def test_a_failed_job_is_retried_once_in_its_block(tmp_path):
     assert json.loads((aside / "summary.json").read_text())["status"] == "failed"
     plan = json.loads((sweep / ".avgbench" / "sweep.json").read_text())
     assert plan["reruns"] == [{"job": "block0/strategy=single", "attempts": [aside.relative_to(sweep).as_posix()]}]
+    assert len(plan["id"]) == 12 and {r["config.plan"] for r in rows} == {plan["id"]}  # every attempt names its plan
     assert "failed: moved to" in done.stdout and "running it once more in its block" in done.stdout
+    assert "failed, superseded (moved aside, run again)" in (sweep / "report.md").read_text()  # the Failures table
