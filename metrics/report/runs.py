@@ -426,7 +426,7 @@ def plan_refusal(plans: dict[str, dict]) -> str | None:
         return None
     return ("the sweeps " + ", ".join(f"{sweep} (plan {plan_id or 'without an id'})" for sweep, plan_id in ids.items())
             + " are not one plan: their blocks were not planned together (seeds may repeat); report each sweep "
-            "alone, or extend one sweep (its hydra.sweep.dir with more repeats)")
+            "alone")
 
 
 def shared_seeds(groups: list["Group"]) -> list[str]:

@@ -45,8 +45,7 @@ def test_sweeps_of_different_plans_with_the_same_seeds_make_no_claim(tmp_path):
     assert "no averaging configuration is shown faster" in answer(first, out=tmp_path / "out1")
     merged = answer(first, second, out=tmp_path / "out2")
     assert merged == (f"**No verdict: the sweeps {first} (plan aaa), {second} (plan bbb) are not one plan: their "
-                      "blocks were not planned together (seeds may repeat); report each sweep alone, or extend one "
-                      "sweep (its hydra.sweep.dir with more repeats).**")
+                      "blocks were not planned together (seeds may repeat); report each sweep alone.**")
 
 
 def test_sweeps_without_plan_ids_that_repeat_seeds_make_no_claim(tmp_path):
