@@ -153,3 +153,18 @@ def test_a_failed_job_is_retried_once_in_its_block(tmp_path):
     assert len(plan["id"]) == 12 and {r["config.plan"] for r in rows} == {plan["id"]}  # every attempt names its plan
     assert "failed: moved to" in done.stdout and "running it once more in its block" in done.stdout
     assert "failed, superseded (moved aside, run again)" in (sweep / "report.md").read_text()  # the Failures table
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+def test_a_job_that_fails_twice_stays_a_failure(tmp_path):
+    """The retry is once: a job whose peer raises on every attempt fails the sweep, both attempts reported."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run(multirun(sweep, "strategy=single", "peers=1", "repeats=1", "report.control=false",
+                                   "fault.raise_peer=0", "fault.at_step=2"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert f"avgbench: 1 run(s) failed: {sweep / 'block0' / 'strategy=single'}\n" in done.stderr
+    rows = sorted(runs_of(sweep), key=lambda r: float(r["started_at"]))
+    assert [(r["config.block"], r["status"], r["attempt"]) for r in rows] == [
+        ("0", "failed", "superseded"), ("0", "failed", "run later")]
