@@ -1,7 +1,7 @@
 """A multirun in paired blocks: its design declared before the first run (the primary figure, the comparisons, the
 blocks, a Williams order, the control arm; unit tier), configurations and their baselines interleaved block by
-block, and a sweep that resumes in its own directory after an interruption (integration tier: real runs of the tiny
-model)."""
+block, a sweep that resumes in its own directory after an interruption, and a failed job retried once in its block
+(integration tier: real runs of the tiny model)."""
 import csv
 import json
 import signal
