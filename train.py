@@ -78,6 +78,8 @@ def run(cfg) -> int:
                             strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
                             shape, lock)
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
+    if str(run.path) in failed_jobs:  # an attempt that failed, retried in its block (launchers/sweeper.py)
+        failed_jobs.remove(str(run.path))
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
     return outcome.exit_code

@@ -1,7 +1,8 @@
 """Fault injection at a chosen step of a chosen peer: SIGKILL, an exception, or a stall.
 
 Before acting, the peer writes peer<RANK>/fault.json (kind, step, unix time), so the
-summary can tell how long the run took to notice.
+summary can tell how long the run took to notice. Where the environment names a marker file (ONCE_MARKER, for
+tests of a retried job), the fault fires only while that file does not exist, and creates it.
 """
 import json
 import os
@@ -12,6 +13,7 @@ from job.errors import ConfigError
 from metrics.recording.rundir import PeerDir
 
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
+ONCE_MARKER = "AVGBENCH_FAULT_ONCE"  # environment: a file path; the fault fires once, in the run that creates it
 
 
 class InjectedFault(RuntimeError):
@@ -32,7 +34,7 @@ def injected_faults(fault_cfg, rank: int) -> list[str]:
 
 def inject(fault_cfg, rank: int, step: int, peer_dir) -> None:
     kinds = injected_faults(fault_cfg, rank) if step == fault_cfg.at_step else []
-    if not kinds:
+    if not kinds or not first_time():
         return
     record = {"rank": rank, "kinds": kinds, "step": step, "time": time.time()}
     PeerDir(peer_dir).fault.write_text(json.dumps(record))
@@ -42,3 +44,15 @@ def inject(fault_cfg, rank: int, step: int, peer_dir) -> None:
         raise InjectedFault(f"injected failure on rank {rank} at step {step} (fault.raise_peer)")
     if fault_cfg.kill_peer == rank:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def first_time() -> bool:
+    """False where a one-shot fault (ONCE_MARKER) has fired already; else True, marking it as fired."""
+    marker = os.environ.get(ONCE_MARKER)
+    if not marker:
+        return True
+    try:
+        with open(marker, "x"):
+            return True
+    except FileExistsError:
+        return False

@@ -14,13 +14,17 @@ one-node jobs where the launcher places jobs on nodes), so a rerun of the same c
 `hydra.sweep.dir` finds them: a job whose summary.json (every node's) says completed, with the same configuration,
 is kept and skipped; any other job directory (failed, interrupted, another configuration) is moved aside into
 SWEEP_DIR/superseded/<time>/ (kept in the report as an attempt) and the job runs again in its block, marked in the
-plan as run later. A resumed sweep whose declared design differs from the one its kept runs were made under gets
-no verdict (the plan says why).
+plan as run later. A job that fails is run once more in its block (same seed) before the next block starts, its
+failed attempt moved aside likewise; a second failure stays a failure. A resumed sweep whose declared design differs
+from the one its kept runs were made under gets no verdict (the plan says why). The plan has an id (config `plan` of
+each run), kept when the sweep resumes or is extended in its directory (one begun before plan ids keeps none): block
+B runs seed + B, so seeds never repeat within a plan.
 """
 import json
 import re
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +44,10 @@ from metrics.report.nodes import load, run_folders
 from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
 
-NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "repeats", "hydra.launcher.nodes",
+NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "plan", "repeats",
+              "hydra.launcher.nodes",
               *STRATEGY_BLOCKS)  # not for baselines
-RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.")  # a kept run may differ in these
+RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.", "plan")  # a kept run may differ in these
 FROM_THE_NODE = "${oc.env:"  # a value the job resolves on its node (e.g. launch.node_rank from SLURM_NODEID)
 ROOT = Path(__file__).resolve().parent.parent
 DECLARED = ("primary", "comparisons", "blocks")  # a resumed sweep that changes one of these gets no verdict
@@ -60,6 +65,7 @@ class BlockSweeper(BasicSweeper):
                  job_subdir: str = "block{block}/{name}") -> None:
         super().__init__(max_batch_size, params)
         self.job_subdir = job_subdir  # {block} and {name} are filled in; {env:VAR,DEFAULT} is resolved by the job
+        self.jobs_launched = 0
 
     def sweep(self, arguments: list[str]):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -85,25 +91,38 @@ class BlockSweeper(BasicSweeper):
         move_aside(sweep_dir / "multirun.yaml", aside / "multirun.yaml")  # an earlier command's
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         blocks = design["blocks"]
+        earlier = read_plan(sweep_dir)
+        plan_id = earlier.get("id") if earlier else uuid.uuid4().hex[:12]  # resumed or extended: its plan continues
         order = [(block, position, jobs[index]) for block in range(blocks)
                  for position, index in enumerate(block_order(len(jobs), block))]
-        planned = [self.job_overrides(job, block, blocks) for block, _, job in order]
+        planned = [self.job_overrides(job, block, blocks, plan_id) for block, _, job in order]
         folders = [self.job_folder(job, block) for block, _, job in order]
-        earlier = read_plan(sweep_dir)
         to_run, kept, moved = self.resume(sweep_dir, list(zip(folders, planned)), aside)
         placed = [(block, position, folder) for (block, position, _), folder in zip(order, folders)]
-        plan = write_plan(sweep_dir, planned, kept, design, placed, moved, earlier)
+        plan = write_plan(sweep_dir, planned, kept, design, placed, moved, earlier, plan_id)
         if plan.get("changed"):
             print(f"avgbench: warning: {plan['changed']}: its report will give no verdict", flush=True)
         if kept:
             print(f"avgbench: {len(kept)} of {len(planned)} runs already completed in {sweep_dir}: kept, not rerun",
                   flush=True)
-        self.overrides = list(self.split_overrides_to_chunks(to_run, self.max_batch_size)) if to_run else []
-        returns, first = [], 0
-        while not self.is_done():
-            batch = self.get_job_batch()
-            returns.append(self.launcher.launch(batch, initial_job_idx=first))
-            first += len(batch)
+        returns = []
+        block_of = {folder: block for (block, _, _), folder in zip(order, folders)}
+        for block in range(blocks):
+            block_jobs = [(folder, overrides) for folder, overrides in to_run if block_of[folder] == block]
+            returns += self.launch(block_jobs)
+            failed = [(folder, overrides) for folder, overrides in block_jobs if not completed_run(sweep_dir / folder)]
+            if failed:
+                move_failed_aside(sweep_dir, [folder for folder, _ in failed])
+                returns += self.launch(failed)
+        return returns
+
+    def launch(self, jobs: list[tuple[str, list[str]]]) -> list:
+        """Run these (job folder, overrides), in batches of max_batch_size."""
+        overrides = [o for _, o in jobs]
+        returns = []
+        for batch in (self.split_overrides_to_chunks(overrides, self.max_batch_size) if overrides else []):
+            returns.append(self.launcher.launch(batch, initial_job_idx=self.jobs_launched))
+            self.jobs_launched += len(batch)
         return returns
 
     # The plan.
@@ -166,11 +185,14 @@ class BlockSweeper(BasicSweeper):
     def design(self, jobs: list[Job], repeats: int | str) -> tuple[dict, list[str]]:
         """What the sweep declares before its first run (metrics/report/design.py), and its first lines."""
         named = list(zip([job.name for job in jobs], self.planned(jobs)))
-        lines = []
-        if repeats == "auto":
-            results = ROOT / str(self.config.report.noise_results)
-            repeats, lines = planned_blocks(named, results, int(self.config.report.max_blocks))
+        results = ROOT / str(self.config.report.noise_results)
+        blocks, power_lines, powers = planned_blocks(named, results, float(self.config.report.smallest_effect),
+                                                     int(self.config.report.max_blocks),
+                                                     None if repeats == "auto" else repeats)
+        repeats = blocks if repeats == "auto" else repeats
         design = declaration(named, repeats)
+        design["power"] = powers
+        lines = []
         at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
         design["order"] = order_of(len(jobs), repeats, at_once)
         design["repeats"] = self.config.repeats
@@ -188,7 +210,7 @@ class BlockSweeper(BasicSweeper):
                      + ("" if at_once == 1 else f"; not enforced: up to {at_once} jobs run at once, "
                                                 "hydra.launcher.array_parallelism")
                      + f"); {comparisons} comparisons declared, Holm-corrected per (dataset, model)")
-        return design, lines
+        return design, lines + power_lines
 
     def compose(self, overrides: list[str]):
         """The job's config, as the launcher will compose it, without the hydra node."""
@@ -204,22 +226,22 @@ class BlockSweeper(BasicSweeper):
         upto = next((i for i, part in enumerate(parts) if "{name}" in part), len(parts) - 1)
         return "/".join(parts[:upto + 1]).replace("{block}", str(block)).replace("{name}", job.name)
 
-    def job_overrides(self, job: Job, block: int, blocks: int) -> list[str]:
+    def job_overrides(self, job: Job, block: int, blocks: int, plan_id: str | None) -> list[str]:
         subdir = re.sub(r"\{env:([^}]*)\}", r"${oc.env:\1}",  # resolved by the job, e.g. on its node
                         self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name))
         return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}",
-                f"hydra.sweep.subdir='{subdir}'"]
+                f"plan={plan_id or 'null'}", f"hydra.sweep.subdir='{subdir}'"]
 
     # Resuming in the same sweep directory.
 
     def resume(self, sweep_dir: Path, planned: list[tuple[str, list[str]]], aside: Path) -> tuple[list, list, dict]:
-        """The jobs to run, the job directories kept, and each job directory moved into aside (job -> where), for
-        each planned (job folder, overrides)."""
+        """The jobs to run (job folder, overrides), the job directories kept, and each job directory moved into
+        aside (job -> where), for each planned (job folder, overrides)."""
         to_run, kept, moved = [], [], {}
         for folder, overrides in planned:
             job_dir = sweep_dir / folder
             if not job_dir.exists():
-                to_run.append(overrides)
+                to_run.append((folder, overrides))
                 continue
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
             nodes = cfg.hydra.launcher.get("nodes")
@@ -233,21 +255,27 @@ class BlockSweeper(BasicSweeper):
             moved[job_dir.relative_to(sweep_dir).as_posix()] = target.relative_to(sweep_dir).as_posix()
             print(f"avgbench: {job_dir} did not complete with this configuration: moved to {target}, running it "
                   "again in its block", flush=True)
-            to_run.append(overrides)
+            to_run.append((folder, overrides))
         return to_run, kept, moved
 
 
-def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
-    """The job directory holds a completed run of this composed config: its summary, or every one of its nodes'
-    (metrics/report/nodes.py reads them as one run), on `nodes` nodes where the launcher places jobs on nodes;
-    device resolved as the run resolved it, values the job resolves on its node (FROM_THE_NODE, e.g. launch.*
-    from SLURM's variables) and RERUN_FREE ones aside."""
+def completed_run(job_dir: Path):
+    """The completed run the job directory holds (its summary, or every one of its nodes': metrics/report/nodes.py
+    reads them as one run), else None."""
     folders = run_folders(run_dirs_under(job_dir)).get(job_dir)
     try:
         run = load(job_dir, folders) if folders else None
     except (OSError, ValueError, KeyError, TypeError):
-        return False
-    if run is None or not run.completed or (nodes is not None and run.nnodes != nodes):
+        return None
+    return run if run is not None and run.completed else None
+
+
+def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
+    """The job directory holds a completed run of this composed config (completed_run), on `nodes` nodes where the
+    launcher places jobs on nodes; device resolved as the run resolved it, values the job resolves on its node
+    (FROM_THE_NODE, e.g. launch.* from SLURM's variables) and RERUN_FREE ones aside."""
+    run = completed_run(job_dir)
+    if run is None or (nodes is not None and run.nnodes != nodes):
         return False
     config = OmegaConf.to_container(cfg, resolve=True)
     config["device"] = resolve_device(config["device"])
@@ -255,6 +283,27 @@ def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
                               if isinstance(value, str) and FROM_THE_NODE in value)
     same = lambda flat: {k: v for k, v in flat.items() if not k.startswith(free)}  # noqa: E731
     return same(flatten(run.config)) == same(flatten(config))
+
+
+def move_failed_aside(sweep_dir: Path, failed: list[str]) -> None:
+    """Before a block's failed jobs run once more in it (same seed): each failed attempt (job folder) moved aside
+    into SWEEP_DIR/superseded/<time>_retry/ and listed among the plan's reruns."""
+    aside = sweep_dir / SUPERSEDED / (time.strftime("%Y-%m-%d_%H-%M-%S") + "_retry")
+    for folder in failed:
+        move_aside(sweep_dir / folder, aside / folder)
+        print(f"avgbench: {sweep_dir / folder} failed: moved to {aside / folder}, running it once more in its block",
+              flush=True)
+    plan = read_plan(sweep_dir)
+    plan["reruns"] = with_reruns(plan.get("reruns"), {f: (aside / f).relative_to(sweep_dir).as_posix() for f in failed})
+    (sweep_dir / SWEEP_PLAN).write_text(json.dumps(plan, indent=1))
+
+
+def with_reruns(reruns: list | None, moved: dict) -> list[dict]:
+    """The plan's reruns (job, its earlier attempts) with these moved job folders (job -> where) added."""
+    attempts = {entry["job"]: entry["attempts"] for entry in reruns or []}
+    for job, where in moved.items():
+        attempts[job] = [*attempts.get(job, []), where]
+    return [{"job": job, "attempts": found} for job, found in attempts.items()]
 
 
 def move_aside(path: Path, target: Path) -> None:
@@ -276,12 +325,12 @@ def changes(first: dict, now: dict) -> list[str]:
 
 
 def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
-               moved: dict, earlier: dict) -> dict:
-    """The sweep's plan: its jobs in start order (overrides; order: (block, position, job folder) of each), their
-    block, position and Williams sequence, the design declared before the first run (an earlier plan's where its
+               moved: dict, earlier: dict, plan_id: str | None = None) -> dict:
+    """The sweep's plan: its id, its jobs in start order (overrides; order: (block, position, job folder) of each),
+    their block, position and Williams sequence, the design declared before the first run (an earlier plan's where its
     runs are kept: a changed design is recorded, not adopted), and the jobs run again after an earlier attempt."""
     sequences = design["order"]["sequences"]
-    plan = {"jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
+    plan = {"id": plan_id, "jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
             "order": [{"block": block, "position": position, "sequence": block % sequences, "job": folder}
                       for block, position, folder in order],
             "declaration": design}
@@ -295,10 +344,7 @@ def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], desig
             plan["redeclared"] = design
     elif kept:
         plan["first_runs_undeclared"] = True
-    reruns = {entry["job"]: entry["attempts"] for entry in earlier.get("reruns") or []}
-    for job, where in moved.items():
-        reruns[job] = [*reruns.get(job, []), where]
-    plan["reruns"] = [{"job": job, "attempts": attempts} for job, attempts in reruns.items()]
+    plan["reruns"] = with_reruns(earlier.get("reruns"), moved)
     path = sweep_dir / SWEEP_PLAN
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan, indent=1))

@@ -1,16 +1,17 @@
 """A multirun's design, declared before its first run (launchers/sweeper.py writes it into the sweep's plan):
 the primary figure of each (dataset, model), the comparisons of each (one Holm family), the number of blocks
-(`repeats`, or `repeats=auto`: from a power calculation on the recorded noise), the control arms, and the order of
+(`repeats`, or `repeats=auto`: from a power calculation on the recorded noise, for report.smallest_effect)
+and the power they have, the control arms, and the order of
 the jobs within each block (a Williams design)."""
 import json
 from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
 from metrics.report.compare import declared_pairs
-from metrics.report.noise import DETECT, planning_noise
+from metrics.report.noise import planning_noise, upper_log_sd
 from metrics.report.primary import declare
 from metrics.report.runs import Run, group_runs, sections_of
-from metrics.report.stats import blocks_for, detectable
+from metrics.report.stats import POWER, power
 
 
 def williams(n: int) -> list[list[int]]:
@@ -64,13 +65,16 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
     return {"primary": primary, "comparisons": comparisons, "blocks": blocks}
 
 
-def planned_blocks(named: list[tuple[str, Run]], results: Path, cap: int) -> tuple[int, list[str]]:
-    """repeats=auto: the fewest blocks that detect a ratio of DETECT at 80 % power after Holm over each section's
-    declared comparisons, from the noise recorded in results (at most cap); the lines that say so. ValueError,
-    saying what to run, where the noise is not recorded."""
+def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, cap: int,
+                   repeats: int | None = None) -> tuple[int, list[str], dict]:
+    """The blocks of the plan and their power at the smallest effect of interest (a ratio x/÷effect), from the 95 %
+    upper confidence bound of the noise recorded in results (metrics/report/noise.py), Holm over each section's
+    declared comparisons; repeats=None (auto): the fewest blocks with POWER (80 %) at that bound (at most cap),
+    ValueError, saying what to run, where the noise is not recorded; repeats given: their power, or a line saying
+    it is unknown. Returns the blocks, the lines that say so, and the power per section for the plan."""
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
-    needed, lines = 2, []
+    needed, lines, powers = 2, [], {}
     for section in sections_of(groups):
         primary = declare(section.groups[0].first.config)
         configurations = averaging(section.groups)
@@ -78,14 +82,33 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, cap: int) -> tup
             continue
         family = len(declared_pairs(section.groups))
         strategies = sorted({g.first.strategy for g in configurations})
-        sd, where = planning_noise(results, primary, section.data, section.model, strategies)
-        found = blocks_for(sd, DETECT, family, cap)
-        blocks = found or cap
-        needed = max(needed, blocks)
-        reach = (f"detect a ratio beyond ×/÷{DETECT:.2f}" if found else
-                 f"{DETECT:.2f} would need more than report.max_blocks={cap}: capped, they detect ×/÷"
-                 f"{detectable(sd, cap, family):.2f}")
-        lines.append(f"repeats=auto: {blocks} blocks for {section.key}: {reach} at 80 % power after Holm over "
-                     f"{family} comparisons, from the recorded noise of {primary.name} (pooled log-sd {sd:.3f}: "
-                     f"{where}); fixed now, no optional stopping")
-    return needed, lines
+        try:
+            sd, df, where = planning_noise(results, primary, section.data, section.model, strategies)
+        except ValueError:
+            if repeats is None:
+                raise
+            lines.append(f"avgbench: the power of {repeats} blocks for {section.key} at ×/÷{effect:.2f} "
+                         f"(report.smallest_effect) is unknown: {results} records no noise to compute it from")
+            continue
+        upper = upper_log_sd(sd, df)
+        if repeats is None:
+            found = next((n for n in range(2, cap + 1) if power(upper, n, effect, family) >= POWER), None)
+            blocks = found or cap
+            needed = max(needed, blocks)
+        else:
+            found, blocks = repeats, repeats
+        at_upper, at_estimate = power(upper, blocks, effect, family), power(sd, blocks, effect, family)
+        powers[section.key] = {"effect": effect, "blocks": blocks, "comparisons": family, "log_sd": sd, "df": df,
+                               "log_sd_upper": upper, "power": at_upper, "power_at_estimate": at_estimate}
+        head = f"avgbench: {'repeats=auto: ' if repeats is None else ''}{blocks} blocks for {section.key}"
+        reach = (f"{percent(at_upper)} power to detect a ratio beyond ×/÷{effect:.2f} (report.smallest_effect)"
+                 + ("" if found else f", capped at report.max_blocks={cap}: ×/÷{effect:.2f} needs more")
+                 + f" at the recorded noise's 95 % upper bound (log-sd {upper:.3f}; {percent(at_estimate)} at its "
+                 f"estimate {sd:.3f}, {df} degrees of freedom)")
+        lines.append(f"{head}: {reach}, after Holm over {family} comparisons, from the recorded noise of "
+                     f"{primary.name} ({where}); fixed now, no optional stopping")
+    return needed, lines, powers
+
+
+def percent(value: float | None) -> str:
+    return "no" if value is None else f"{value:.0%}"

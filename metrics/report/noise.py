@@ -6,7 +6,8 @@ A convergence figure's noise is counted over distinct seeds: blocks of different
 the same data order from the same weights (common random numbers), so they reached the target after the same
 samples; they are one observation of that seed (`seeds`): the sd is the per-seed means' plus the timing variance
 within a seed.
-`repeats=auto` (launchers/sweeper.py) plans a sweep's blocks from it.
+A sweep's plan (launchers/sweeper.py, metrics/report/design.py) fixes its blocks (`repeats=auto`) and states their
+power from the 95 % upper confidence bound of the pooled sd (upper_log_sd).
 
     python -m metrics.report SWEEP_DIR --record-noise bench/results.json
 """
@@ -15,6 +16,8 @@ import math
 import statistics
 import time
 from pathlib import Path
+
+from scipy.stats import chi2
 
 from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
@@ -26,7 +29,8 @@ from metrics.report.verdict import analyse
 
 ENTRY = "primary_noise"
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
-DETECT = 1.10  # repeats=auto: the ratio to detect (x/÷ 1.10: a 10 % difference either way) at 80 % power
+TEN_PERCENT = 1.10  # a recorded row's blocks_for_10pct: the blocks x/÷1.10 needs at 80 % power (plans use
+                    # report.smallest_effect)
 
 
 def seed_log_sd(logs: dict, seed_of: dict) -> tuple[float | None, int]:
@@ -75,7 +79,7 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
             samples_sd = seed_log_sd(samples, seed_of)[0]
             rows.append(row_of(a.primary, section, c) | {
                 "log_sd": log_sd, "blocks": exact.n, "seeds": seeds, "censored": c.censored,
-                "blocks_for_10pct": blocks_for(log_sd, DETECT, c.family),
+                "blocks_for_10pct": blocks_for(log_sd, TEN_PERCENT, c.family),
                 "samples_log_sd": samples_sd if a.primary.is_time else None})
     return rows
 
@@ -118,7 +122,7 @@ def record(dirs: list[Path], path: Path) -> list[str]:
               "machine": fingerprint()}  # where it was last recorded; each row names its own machine
     path.write_text(json.dumps(results, indent=1) + "\n")
     lines = [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
-             f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{DETECT:.2f} needs {r['blocks_for_10pct']}); "
+             f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{TEN_PERCENT:.2f} needs {r['blocks_for_10pct']}); "
              f"samples-to-target log-sd {'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}"
              if r["log_sd"] is not None else
              f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']}: no noise, it reached the target in "
@@ -134,9 +138,15 @@ def machine_of(row: dict) -> str:
     return describe_machine(found) if isinstance(found, dict) else found
 
 
-def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str]) -> tuple[float, str]:
-    """The pooled log-sd recorded for these strategies' primary figure, and where it comes from; ValueError, saying
-    what to run, where the results file has none for some strategy."""
+def upper_log_sd(log_sd: float, df: int, level: float = 0.95) -> float:
+    """The one-sided upper confidence bound of an sd estimated on df degrees of freedom (chi-square)."""
+    return log_sd * math.sqrt(df / chi2.ppf(1 - level, df))
+
+
+def planning_noise(path: Path, primary: Primary, data: str, model: str,
+                   strategies: list[str]) -> tuple[float, int, str]:
+    """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, and where it comes
+    from; ValueError, saying what to run, where the results file has none for some strategy."""
     try:
         rows = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY), {})["rows"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -160,7 +170,8 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
             f"none for {', '.join(lacking)} at {what}: measure it with a fixed number of blocks, e.g. "
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python -m metrics.report multirun/noise --record-noise {path}`")
-    pooled = pooled_log_sd([(r.get("seeds", r["blocks"]) - 1, r["log_sd"]) for r in found])
+    spreads = [(r.get("seeds", r["blocks"]) - 1, r["log_sd"]) for r in found]
+    pooled = pooled_log_sd(spreads)
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r.get('seeds', r['blocks'])} seeds, "
                       f"{r.get('measured_at', '?')}, {machine_of(r)})" for r in found)
-    return pooled, where
+    return pooled, sum(df for df, _ in spreads if df > 0), where

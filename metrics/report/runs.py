@@ -17,7 +17,7 @@ from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_un
 from metrics.summary.fidelity import unfaithful
 from metrics.report.stats import Ratio
 
-NOT_CONFIGURATION = ("seed", "block", "repeats", "progress", "progress_interval_s", "report.", "lock",
+NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_interval_s", "report.", "lock",
                      "launch.node_rank", "launch.master_addr")  # repeats of one configuration differ only in these
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
@@ -89,9 +89,12 @@ class Run:
 
     @property
     def block(self) -> tuple[str | None, int | None]:
-        """(sweep directory, block) of a run of a multirun's block (config `block`; launchers/sweeper.py): runs of
-        one block ran side by side. Runs outside blocks share (None, None)."""
+        """(plan, block) of a run of a multirun's block (config `block`; launchers/sweeper.py): runs of one block ran
+        side by side. The plan is config `plan` (one plan's blocks pool across sweep folders), else the sweep
+        directory. Runs outside blocks share (None, None)."""
         block = self.config.get("block")
+        if block is not None and self.config.get("plan"):
+            return f"plan {self.config['plan']}", block
         sweep = self.sweep if block is not None else None
         return str(sweep) if sweep else None, block
 
@@ -428,3 +431,27 @@ def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
         group = by_key.get(configuration_key(attempt))
         (group.attempts if group else orphans).append(attempt)
     return orphans
+
+
+def plan_refusal(plans: dict[str, dict]) -> str | None:
+    """Why runs of these sweeps (directory -> plan) are not one design: sweeps under different plans (plan ids;
+    none: a plan without one), one line; None where they continue one plan."""
+    ids = {sweep: plan.get("id") for sweep, plan in plans.items()}
+    if len(ids) < 2 or (len(set(ids.values())) == 1 and None not in ids.values()):
+        return None
+    return ("the sweeps " + ", ".join(f"{sweep} (plan {plan_id or 'without an id'})" for sweep, plan_id in ids.items())
+            + " are not one plan: their blocks were not planned together (seeds may repeat); report each sweep "
+            "alone")
+
+
+def shared_seeds(groups: list["Group"]) -> list[str]:
+    """Where two blocks of one configuration ran the same seed (not independent), one line each."""
+    found = []
+    for group in groups:
+        blocks_of: dict = {}
+        for run in group.runs:
+            if run.config.get("block") is not None:
+                blocks_of.setdefault(run.config.get("seed"), set()).add(run.block)
+        found += [f"{len(blocks)} blocks of {group.label or group.first.strategy} ran seed {seed} (not independent)"
+                  for seed, blocks in blocks_of.items() if len(blocks) > 1]
+    return found

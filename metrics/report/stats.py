@@ -12,13 +12,15 @@ ratio) cancels the machine's slow drift. Ratios are averaged on the log scale.
 - Claims: "faster" / "slower" (the t-test, in the estimate's direction) and "equivalent" (TOST within the declared
   smallest effect of interest): each comparison's best permitted claim enters Holm's correction over the
   comparisons declared for a section; a claim needs its adjusted p < 0.05; otherwise "cannot tell".
-- detectable / blocks_for: one power calculation (paired t, alpha split over the comparisons as Holm's first
-  step does) for the difference a number of blocks can detect and the blocks a difference needs.
+- detectable / blocks_for / power: one power calculation (paired t, alpha split over the comparisons as Holm's
+  first step does) for the difference a number of blocks can detect and the blocks a difference needs; power: the
+  exact power a number of blocks has at a difference.
 """
 import math
 import statistics
 from dataclasses import dataclass
 
+from scipy.stats import nct
 from scipy.stats import t as student_t
 
 LEVEL = 0.95
@@ -180,6 +182,17 @@ def detectable(log_sd: float, blocks: int, comparisons: int = 1, alpha: float = 
 def blocks_for(log_sd: float, ratio: float, comparisons: int = 1, cap: int = 1000) -> int | None:
     """The fewest blocks whose detectable() factor is at most `ratio` (e.g. 1.10), or None beyond the cap."""
     return next((n for n in range(2, cap + 1) if detectable(log_sd, n, comparisons) <= ratio), None)
+
+
+def power(log_sd: float, blocks: int, effect: float, comparisons: int = 1, alpha: float = ALPHA) -> float | None:
+    """The power of the two-sided paired t-test over `blocks` blocks to detect a ratio of x/÷effect at this sd of
+    the log ratios, alpha split over the comparisons as in detectable() (exact: noncentral t)."""
+    if blocks < 2:
+        return None
+    df = blocks - 1
+    critical = student_t.ppf(1 - alpha / comparisons / 2, df)
+    shift = math.log(effect) * math.sqrt(blocks) / log_sd
+    return float(nct.sf(critical, df, shift) + nct.sf(critical, df, -shift))  # the lower tail by symmetry
 
 
 def pooled_log_sd(spreads: list[tuple[int, float]]) -> float | None:

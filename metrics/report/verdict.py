@@ -11,7 +11,7 @@ from metrics.report.compare import Comparison, control_comparison, family
 from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
-from metrics.report.runs import Group, Run, Section
+from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
 from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
                                    mlperf_time, number, ranked, reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
@@ -64,7 +64,10 @@ def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
     """The section's primary figure (the sweeps' plans, else the runs' config), why no verdict may rest on it, notes
     on the plan, and the size of the declared comparison family (0: none declared)."""
     refusals, notes, declared, family_size = [], [], [], 0
-    for sweep, plan in section.plans().items():
+    plans = section.plans()
+    apart = plan_refusal(plans)  # sweeps of different plans; else blocks of one plan that repeat a seed
+    refusals += [apart] if apart else shared_seeds(section.groups)
+    for sweep, plan in plans.items():
         declaration = plan.get("declaration")
         if not declaration:
             notes.append(f"{sweep} has no declared plan (its runs predate declared plans): the primary figure is "

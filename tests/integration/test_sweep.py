@@ -1,7 +1,7 @@
 """A multirun in paired blocks: its design declared before the first run (the primary figure, the comparisons, the
 blocks, a Williams order, the control arm; unit tier), configurations and their baselines interleaved block by
-block, and a sweep that resumes in its own directory after an interruption (integration tier: real runs of the tiny
-model)."""
+block, a sweep that resumes in its own directory after an interruption, and a failed job retried once in its block
+(integration tier: real runs of the tiny model)."""
 import csv
 import json
 import signal
@@ -126,3 +126,45 @@ def test_an_interrupted_sweep_resumes_in_its_directory(tmp_path):
     assert next(r for r in current if r["config.block"] == "1")["attempt"] == "run later"
     plan = json.loads((sweep / ".avgbench" / "sweep.json").read_text())
     assert plan["reruns"] == [{"job": "block1/strategy=single", "attempts": [aside.relative_to(sweep).as_posix()]}]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_failed_job_is_retried_once_in_its_block(tmp_path):
+    """A job whose peer raises on its first attempt only (a one-shot fault): the sweeper runs it once more in the
+    same block, with the same seed, before the next block; the failed attempt is moved aside and reported."""
+    import os
+
+    sweep = tmp_path / "sweep"
+    env = os.environ | {"AVGBENCH_FAULT_ONCE": str(tmp_path / "fired")}
+    done = subprocess.run(multirun(sweep, "strategy=single", "peers=1", "repeats=2", "report.control=false",
+                                   "fault.raise_peer=0", "fault.at_step=2"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = sorted(runs_of(sweep), key=lambda r: float(r["started_at"]))
+    # block 0 failed, block 0 again, then block 1: the retry comes before the next block
+    assert [(r["config.block"], r["config.seed"], r["status"], r["attempt"]) for r in rows] == [
+        ("0", "0", "failed", "superseded"), ("0", "0", "completed", "run later"), ("1", "1", "completed", "current")]
+    (aside,) = sweep.glob("superseded/*_retry/block0/strategy=single")
+    assert rows[0]["run_dir"] == str(aside)
+    assert json.loads((aside / "summary.json").read_text())["status"] == "failed"
+    plan = json.loads((sweep / ".avgbench" / "sweep.json").read_text())
+    assert plan["reruns"] == [{"job": "block0/strategy=single", "attempts": [aside.relative_to(sweep).as_posix()]}]
+    assert len(plan["id"]) == 12 and {r["config.plan"] for r in rows} == {plan["id"]}  # every attempt names its plan
+    assert "failed: moved to" in done.stdout and "running it once more in its block" in done.stdout
+    assert "failed, superseded (moved aside, run again)" in (sweep / "report.md").read_text()  # the Failures table
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+def test_a_job_that_fails_twice_stays_a_failure(tmp_path):
+    """The retry is once: a job whose peer raises on every attempt fails the sweep, both attempts reported."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run(multirun(sweep, "strategy=single", "peers=1", "repeats=1", "report.control=false",
+                                   "fault.raise_peer=0", "fault.at_step=2"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert f"avgbench: 1 run(s) failed: {sweep / 'block0' / 'strategy=single'}\n" in done.stderr
+    rows = sorted(runs_of(sweep), key=lambda r: float(r["started_at"]))
+    assert [(r["config.block"], r["status"], r["attempt"]) for r in rows] == [
+        ("0", "failed", "superseded"), ("0", "failed", "run later")]

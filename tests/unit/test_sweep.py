@@ -67,27 +67,69 @@ def noise_file(tmp_path, **log_sd) -> str:
     return path
 
 
-def test_repeats_auto_plans_the_blocks_from_the_recorded_noise(tmp_path):
-    """The fewest blocks whose detectable ratio is x/÷1.10 after Holm over the 3 declared comparisons, at the
-    noise pooled over the sweep's strategies; capped, and refused where a strategy's noise is not recorded."""
-    from scipy.stats import t
+def test_repeats_auto_plans_the_blocks_from_the_upper_bound_of_the_recorded_noise(tmp_path):
+    """The fewest blocks whose detectable ratio is the smallest effect of interest after Holm over the 3 declared
+    comparisons, at the 95 % chi-square upper bound of the noise pooled over the sweep's strategies (2 rows of 3
+    blocks: 4 degrees of freedom); capped, and refused where a strategy's noise is not recorded."""
+    import numpy as np
+    from scipy.stats import chi2, t
 
     from metrics.report.design import planned_blocks
 
     path = noise_file(tmp_path, allreduce=0.04, stepwise=0.03)
-    blocks, lines = planned_blocks(planned(*HEADLINE), path, cap=30)
+    blocks, lines, powers = planned_blocks(planned(*HEADLINE), path, effect=1.10, cap=30)
     sd = ((0.04 ** 2 + 0.03 ** 2) / 2) ** 0.5
+    upper = sd * (4 / chi2.ppf(0.05, 4)) ** 0.5
+    assert 2.36 < upper / sd < 2.38  # the bound of an sd on 4 degrees of freedom: sqrt(4 / 0.711)
 
-    def detects(n):  # the paired t-test's power calculation, written out
-        return 2.718281828 ** ((t.ppf(1 - 0.05 / 6, n - 1) + t.ppf(0.8, n - 1)) * sd / n ** 0.5)
-    assert detects(blocks) <= 1.10 < detects(blocks - 1)
-    assert lines[0].startswith(f"repeats=auto: {blocks} blocks for data=digits, model=tiny: detect a ratio beyond "
-                               "×/÷1.10 at 80 % power after Holm over 3 comparisons")
-    assert "fixed now, no optional stopping" in lines[0]
-    capped, lines = planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.3, stepwise=0.3), cap=12)
+    def rejects(n):  # the share of simulated paired t-tests over n blocks at that noise that detect x/÷1.10
+        logs = np.random.default_rng(n).normal(np.log(1.10), upper, size=(20000, n))
+        statistic = logs.mean(axis=1) / (logs.std(axis=1, ddof=1) / n ** 0.5)
+        return np.mean(np.abs(statistic) > t.ppf(1 - 0.05 / 3 / 2, n - 1))
+    assert rejects(blocks) > 0.79 and rejects(blocks - 1) < 0.81
+    section = powers["data=digits, model=tiny"]
+    assert section["blocks"] == blocks and section["df"] == 4 and section["power"] >= 0.8
+    assert section["power_at_estimate"] > section["power"]
+    assert lines[0].startswith(f"avgbench: repeats=auto: {blocks} blocks for data=digits, model=tiny: "
+                               f"{section['power']:.0%} power to detect a ratio beyond ×/÷1.10")
+    assert "fixed now, no optional stopping" in lines[0] and f"log-sd {upper:.3f}" in lines[0]
+    capped, lines, _ = planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.3, stepwise=0.3),
+                                      effect=1.10, cap=12)
     assert capped == 12 and "capped" in lines[0]
     with pytest.raises(ValueError, match=r"none for stepwise .*--record-noise"):
-        planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.04), cap=30)
+        planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.04), effect=1.10, cap=30)
+
+
+def test_blocks_given_by_hand_state_their_power(tmp_path):
+    """repeats=3 keeps 3 blocks and states their power at the smallest effect; unknown without recorded noise."""
+    from metrics.report.design import planned_blocks
+
+    blocks, lines, powers = planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.13, stepwise=0.13),
+                                           effect=1.25, cap=30, repeats=3)
+    assert blocks == 2  # nothing more asked of repeats=auto: the sweep runs its 3
+    section = powers["data=digits, model=tiny"]
+    assert section["blocks"] == 3 and section["power"] < 0.2  # 3 blocks at the headline's noise: far below 80 %
+    assert lines[0].startswith("avgbench: 3 blocks for data=digits, model=tiny: ")
+    _, lines, powers = planned_blocks(planned(*HEADLINE), tmp_path / "none.json", effect=1.25, cap=30, repeats=3)
+    assert powers == {} and "is unknown" in lines[0]
+
+
+@pytest.mark.timeout(60)
+def test_power_matches_simulated_paired_t_tests():
+    """stats.power against the share of simulated paired t-tests (log ratios Normal(log 1.25, 0.12), 8 blocks,
+    alpha 0.05 split over 6 comparisons) that reject."""
+    import numpy as np
+    from scipy.stats import t
+
+    from metrics.report.stats import power
+
+    rng = np.random.default_rng(7)
+    logs = rng.normal(np.log(1.25), 0.12, size=(40000, 8))
+    statistic = logs.mean(axis=1) / (logs.std(axis=1, ddof=1) / 8 ** 0.5)
+    rejected = np.mean(np.abs(statistic) > t.ppf(1 - 0.05 / 6 / 2, 7))
+    assert abs(power(0.12, 8, 1.25, 6) - rejected) < 0.01
+    found = [power(0.13, n, 1.25, 6) for n in range(2, 41)]  # deep in the tail too: a number, rising to 1
+    assert all(0 <= a <= b <= 1 for a, b in zip(found, found[1:])) and found[-1] > 0.999
 
 
 def test_a_resumed_sweep_keeps_its_first_declaration_and_says_what_changed(tmp_path):
