@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import hydra
-from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
@@ -19,6 +18,7 @@ from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
 from launchers import launch
 from launchers.config import check_command, check_overrides, strategy_class, validate
+from launchers.hydra_internals import get_args_parser
 from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of

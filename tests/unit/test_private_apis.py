@@ -137,3 +137,10 @@ def test_a_nodes_value_as_written_before_interpolation():
     OmegaConf.register_new_resolver("private_api_probe", lambda x: int(x) * 2, replace=True)
     cfg = OmegaConf.create({"peers": "${private_api_probe:3}", "plain": 4})
     assert cfg.peers == 6 and raw_value(cfg, "peers") == "${private_api_probe:3}" and raw_value(cfg, "plain") == "4"
+
+
+def test_hydras_command_line_parser_reads_overrides_and_cfg():
+    from launchers.hydra_internals import get_args_parser
+
+    args = get_args_parser().parse_args(["--cfg", "job", "peers=2", "strategy=ring"])
+    assert args.cfg == "job" and args.overrides == ["peers=2", "strategy=ring"] and not args.multirun
