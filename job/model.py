@@ -83,10 +83,10 @@ def model_builder(target: str):
     return builder
 
 
-def custom(num_classes: int, channels: int, target: str, **options) -> nn.Module:
-    """Your model: model.target's callable, called as callable(num_classes, channels, **options) -> nn.Module,
-    its options the other keys of the model config (`+model.KEY=VALUE`)."""
-    model = model_builder(target)(num_classes, channels, **options)
+def custom(num_classes: int, channels: int, target: str, options: dict | None = None) -> nn.Module:
+    """Your model: model.target's callable, called as callable(num_classes, channels, **model.options) ->
+    nn.Module (`+model.options.KEY=VALUE`)."""
+    model = model_builder(target)(num_classes, channels, **(options or {}))
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model.target={target} returned a {type(model).__name__}, not a torch.nn.Module")
     return model

@@ -145,13 +145,16 @@ def _type_fits(value, default) -> bool:
 
 def check_keys(cfg: dict, schema: dict) -> None:
     """Every key of the resolved config `cfg` is in `schema` (the config of the same group choices, resolved) and its
-    value has the schema default's type; ConfigError names the first that is not."""
+    value has the schema default's type (an empty block, {}, takes any keys); ConfigError names the first that is
+    not."""
     def walk(tree: dict, known: dict, prefix: str) -> None:
         for key, value in tree.items():
             path = f"{prefix}{key}"
             if key not in known:
                 raise unknown_key(path, schema)
             default = known[key]
+            if default == {}:  # an open block (e.g. model.options): any keys
+                continue
             if isinstance(value, dict) and isinstance(default, dict):
                 walk(value, default, f"{path}.")
             elif not _type_fits(value, default):

@@ -14,7 +14,7 @@ from metrics.recording.jsonl import read_jsonl
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 USER_MODELS = Path(__file__).resolve().parent.parent / "usermodels"
-USER_MODEL = ["model=custom", "model.target=user_models:build", "+model.hidden=4", "eval_every=0"]
+USER_MODEL = ["model=custom", "model.target=user_models:build", "+model.options.hidden=4", "eval_every=0"]
 # SmallNet(10 classes, 1 channel, hidden=4) on digits, counted by hand: conv 36 + BN 8 + linear 170 parameters
 SMALLNET_DIGITS_BYTES = 4 * (36 + 8 + 170)  # float32: 856
 

@@ -32,7 +32,7 @@ def custom(*overrides: str):
 
 
 def test_the_peers_build_the_users_model_with_its_options_precision_and_ghost_batch_norm():
-    cfg = custom("model.target=user_models:build", "+model.hidden=4", "dtype=float64", "batch_size=16")
+    cfg = custom("model.target=user_models:build", "+model.options.hidden=4", "dtype=float64", "batch_size=16")
     validate(cfg)
     model = build_model(cfg, 10, 1)
     assert type(model).__name__ == "SmallNet"
@@ -42,7 +42,7 @@ def test_the_peers_build_the_users_model_with_its_options_precision_and_ghost_ba
 
 
 def test_ghost_batch_norm_keeps_a_frozen_batch_norm_frozen():
-    cfg = custom("model.target=user_models:frozen_batch_norm", "+model.hidden=4")
+    cfg = custom("model.target=user_models:frozen_batch_norm", "+model.options.hidden=4")
     validate(cfg)
     model = build_model(cfg, 10, 1)
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == SMALLNET_DIGITS_PARAMS - 8  # BN(4)'s 8
@@ -55,7 +55,7 @@ def test_an_entry_point_of_an_installed_package_names_a_model(tmp_path, monkeypa
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: users-package\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[avgbench.models]\nsmallnet = user_models:build\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = custom("model.target=smallnet", "+model.hidden=4")
+    cfg = custom("model.target=smallnet", "+model.options.hidden=4")
     validate(cfg)
     assert sum(p.numel() for p in build_model(cfg, 10, 1).parameters()) == SMALLNET_DIGITS_PARAMS
     with pytest.raises(ConfigError, match=r"model.target=bignet is neither .* \(installed: smallnet\)"):
@@ -102,3 +102,16 @@ def test_the_report_tells_custom_models_apart_and_runs_their_baselines_on_the_sa
     assert run("user_models:build").dataset != run("other_models:build").dataset
     overrides = baseline_overrides(run("user_models:build"), 2, 1)
     assert overrides["model"] == "custom" and overrides["model.target"] == "user_models:build"
+
+
+def test_only_model_options_take_keys_of_your_own():
+    """The schema refuses an unknown key beside model.target (a misspelt knob), and takes any key under
+    model.options (the builder's keyword arguments)."""
+    from helpers import refused
+
+    assert refused("model=custom", "model.target=user_models:build", "+model.hidden=4").startswith(
+        "unknown key model.hidden")
+    from launchers.schema import check_keys
+
+    check_keys({"model": {"name": "custom", "target": "m:f", "options": {"hidden": 4, "any": [1]}}},
+               {"model": {"name": "custom", "target": "???", "options": {}}})
