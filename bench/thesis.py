@@ -198,7 +198,7 @@ def configurations(overrides: list[str]) -> list[dict]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from launchers.hydra_internals import BasicSweeper
+    from launchers.hydra_internals import basic_sweeper
 
     parser = OverridesParser.create()
     command = family_overrides(overrides)
@@ -208,7 +208,7 @@ def configurations(overrides: list[str]) -> list[dict]:
         presets = compose(config_name="config", overrides=plain, return_hydra_config=True).hydra.sweeper.params or {}
         parsed = parser.parse_overrides([f"{k}={v}" for k, v in presets.items()] + command)
         swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
-        for combination in BasicSweeper.split_arguments(parsed, None)[0]:
+        for combination in basic_sweeper().split_arguments(parsed, None)[0]:
             cfg = compose(config_name="config", overrides=combination)
             found.append({"overrides": [o for o in combination if o.split("=", 1)[0] in swept],
                           "strategy": cfg.strategy.name, "peers": cfg.peers, "peer_cpus": cfg.peer_cpus,

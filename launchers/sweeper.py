@@ -33,7 +33,7 @@ from omegaconf import OmegaConf, open_dict
 
 from job.device import resolve_device
 from job.errors import ConfigError
-from launchers.hydra_internals import BasicSweeper
+from launchers.hydra_internals import basic_sweeper
 from launchers.config import PROJECT, check_repeats, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
 from launchers.shape import peers_from_default, shape_lines, shape_of
@@ -60,7 +60,7 @@ class Job:
     seed: int            # the configuration's own seed; block B runs seed + B
 
 
-class BlockSweeper(BasicSweeper):
+class BlockSweeper(basic_sweeper()):
     def __init__(self, max_batch_size: int | None = None, params: dict | None = None,
                  job_subdir: str = "block{block}/{name}") -> None:
         super().__init__(max_batch_size, params)

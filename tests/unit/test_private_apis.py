@@ -118,7 +118,9 @@ def test_a_receive_from_any_rank_names_its_sender():
 def test_hydra_basic_sweeper_offers_what_the_block_sweeper_uses():
     import importlib
 
-    from launchers.hydra_internals import BASIC_SWEEPER, BasicSweeper
+    from launchers.hydra_internals import BASIC_SWEEPER, basic_sweeper
+
+    BasicSweeper = basic_sweeper()
 
     module, _, name = BASIC_SWEEPER.rpartition(".")
     found = getattr(importlib.import_module(module), name)  # by name: another test may have reloaded the module
