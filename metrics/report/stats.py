@@ -136,6 +136,8 @@ class Ratio:
 
     def claims(self, smallest_effect: float) -> dict[str, float]:
         """The claims this ratio may support, each with the p-value of its test (none without spread)."""
+        if self.why_no_interval:
+            return {}
         found = {self.direction: self.p_value(), EQUIVALENT: self.equivalence_p(smallest_effect)}
         return {claim: p for claim, p in found.items() if p is not None and not self.refused(claim)}
 

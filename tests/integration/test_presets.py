@@ -50,6 +50,6 @@ def test_slurm_launcher_config_composes():
         return done.stdout
 
     assert "SlurmLauncher" in show("--cfg", "hydra", "-p", "hydra.launcher")
-    launch = show("--cfg", "job", "--resolve", "-p", "launch",
+    launch = show("strategy=allreduce", "peers=2", "--cfg", "job", "--resolve", "-p", "launch",  # --cfg job validates
                   SLURM_NNODES="2", SLURM_NODEID="1", SLURM_LAUNCH_NODE_IPADDR="10.213.7.1")
     assert "nnodes: 2" in launch and "node_rank: 1" in launch and "master_addr: 10.213.7.1" in launch

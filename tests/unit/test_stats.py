@@ -109,3 +109,9 @@ def test_mlperf_summary_counts_a_miss_as_the_slowest():
     assert olympic_mean([3.0, 1.0, 2.0]) == 2.0
     assert olympic_mean([1.0, 2.0, math.inf]) == 2.0 and olympic_mean([1.0, 2.0, 3.0, math.inf]) == 2.5
     assert olympic_mean([1.0, math.inf, math.inf]) == math.inf
+
+
+def test_a_ratio_without_blocks_supports_no_claim():
+    """A comparison whose configurations share no completed block (e.g. one block, baselines off) has no ratio and
+    no claim; it must not fail the report."""
+    assert Ratio([]).claims(1.25) == {} and Ratio([1.2]).claims(1.25) == {}
