@@ -28,7 +28,6 @@ own gradient and of the averaged one (strategies/gradient_norms.py).
 Deadlines: gloo's process group timeout (timeouts.collective_s) bounds every DDP
 collective; MPI calls poll against it.
 """
-import datetime
 import threading
 import time
 
@@ -38,7 +37,7 @@ from strategies.cost_models.allreduce import AllReduceCost
 from strategies.base import StepReport
 from strategies.gradient_norms import GradientNorms
 from strategies.torch_internals import route_ddp_hook_collectives
-from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
+from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, in_process_gloo, payload_bytes,
                                   ring_allreduce_bytes, unflatten_into)
 
 
@@ -80,24 +79,13 @@ def count_hook_collectives() -> CountedCollectives:
 def bf16_allreduce_problem() -> str | None:
     """Whether gloo all-reduces bfloat16 here (it has failed upstream): two in-process gloo ranks sum 1 + 2."""
     import torch
-    import torch.distributed as dist
 
-    store, results, errors = dist.HashStore(), {}, []
+    def rank(r: int, group) -> list[float]:
+        tensor = torch.full((8,), float(r + 1), dtype=torch.bfloat16)
+        group.allreduce([tensor]).wait()
+        return tensor.float().tolist()
 
-    def rank(r: int) -> None:
-        try:
-            group = dist.ProcessGroupGloo(store, r, 2, datetime.timedelta(seconds=10))
-            tensor = torch.full((8,), float(r + 1), dtype=torch.bfloat16)
-            group.allreduce([tensor]).wait()
-            results[r] = tensor.float().tolist()
-        except Exception as exc:  # any failure means: not usable
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
+    results, errors = in_process_gloo(rank)  # any failure means: not usable
     if errors or results != {0: [3.0] * 8, 1: [3.0] * 8}:
         return errors[0] if errors else f"wrong or missing result {results}"
     return None

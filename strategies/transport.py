@@ -203,6 +203,29 @@ def connect(cfg, ctx, device) -> Transport:
     return GlooTransport(ctx, timeout_s, device.collective_backend)
 
 
+def in_process_gloo(body, world: int = 2, timeout_s: float = 20) -> tuple[dict, list[str]]:
+    """body(rank, group) on `world` gloo ranks, each a thread of this process (a HashStore rendezvous): each rank's
+    return value, and the errors raised ("Type: message")."""
+    import threading
+
+    import torch.distributed as dist
+
+    store, results, errors = dist.HashStore(), {}, []
+
+    def rank(r: int) -> None:
+        try:
+            results[r] = body(r, dist.ProcessGroupGloo(store, r, world, timedelta(seconds=timeout_s / 2)))
+        except Exception as exc:  # reported to the caller
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    return results, errors
+
+
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One contiguous host (CPU) vector of the tensors: what every transport sends (GPU tensors are copied)."""
     return torch.cat([t.reshape(-1) for t in tensors]).cpu()

@@ -85,34 +85,19 @@ def test_ddp_hook_collectives_are_routed_through_their_module_attribute():
 @pytest.mark.timeout(60)
 def test_a_receive_from_any_rank_names_its_sender():
     """strategies.torch_internals.source_rank on a real gloo receive (two in-process ranks): rank 0 hears rank 1."""
-    import datetime
-    import threading
-
-    import torch.distributed as dist
-
     from strategies.torch_internals import source_rank
+    from strategies.transport import in_process_gloo
 
-    store, found, errors = dist.HashStore(), {}, []
+    def rank(r: int, group):
+        tensor = torch.full((4,), float(r))
+        if r == 1:
+            return group.send([tensor], 0, 7).wait()
+        work = group.recv_anysource([tensor], 7)
+        work.wait()
+        return source_rank(work), tensor.tolist()
 
-    def rank(r: int) -> None:
-        try:
-            group = dist.ProcessGroupGloo(store, r, 2, datetime.timedelta(seconds=10))
-            tensor = torch.full((4,), float(r))
-            if r == 1:
-                group.send([tensor], 0, 7).wait()
-            else:
-                work = group.recv_anysource([tensor], 7)
-                work.wait()
-                found["sender"], found["value"] = source_rank(work), tensor.tolist()
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors and found == {"sender": 1, "value": [1.0] * 4}
+    results, errors = in_process_gloo(rank)
+    assert not errors and results[0] == (1, [1.0] * 4)
 
 
 def test_hydra_basic_sweeper_offers_what_the_block_sweeper_uses():
