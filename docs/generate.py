@@ -538,6 +538,17 @@ def bench(name: str, *args: str) -> str:
     return "\n".join(caveat(entry, *args[:1]) + BENCH[name](entry, *args))
 
 
+def simulated_power(entries: dict, blocks: int, effect: float) -> str:
+    """The power the verdict itself has at the smallest effect and these blocks, by its simulation (none: '')."""
+    cells = [c for c in (entries.get("verdict_simulation") or {}).get("cells", [])
+             if c["blocks"] == blocks and c["scenario"] == f"effect x{effect:g}"]
+    found = [c["power"].get(f"x{effect:g}") for c in cells]
+    if not found or None in found:
+        return ""
+    return (f"; the verdict's own power there, by simulation (`verdict_simulation`, {', '.join(c['noise'] for c in cells)}"
+            f" noise): {' and '.join(pct(p, 0) for p in found)}")
+
+
 def commands() -> str:
     """The README's first screen: each command, what it answers, its measured elapsed time and what its blocks can
     decide (the headline's default blocks on the noise recorded for its configurations)."""
@@ -555,7 +566,7 @@ def commands() -> str:
                f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the noise's 95 % upper bound); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
-               f"{sd:.3f} on {df} df (`primary_noise`, estimator isotonic)")
+               f"{sd:.3f} on {df} df (`primary_noise`, estimator isotonic)" + simulated_power(entries, blocks, effect))
     rows = [["`make run`", "sets up, then trains ResNet18 on the digits data in one process, to the target",
              f"{runs} min ({share['measured_at']}, {describe_machine(share['machine'])})", "one run: no comparison"],
             ["`.venv/bin/python train.py -m strategy=ring,stepwise,ps`",
