@@ -111,7 +111,7 @@ class BlockSweeper(basic_sweeper()):
             block_jobs = [(folder, overrides) for folder, overrides in to_run if block_of[folder] == block]
             returns += self.launch(block_jobs)
             failed = [(folder, overrides) for folder, overrides in block_jobs if not completed_run(sweep_dir / folder)]
-            if failed:
+            if failed and self.config.retry_failed:
                 move_failed_aside(sweep_dir, [folder for folder, _ in failed])
                 returns += self.launch(failed)
         return returns
