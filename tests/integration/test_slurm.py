@@ -162,7 +162,8 @@ def test_a_killed_peer_or_node_fails_its_job_by_name_and_the_sweep_goes_on(clust
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=slurm", "hydra.launcher.nodes=2",
                "strategy=allreduce", "peers=4", "model=tiny", "max_steps=1000000", "eval_every=0", "repeats=1",
-               "progress=false", "fault.kill_peer=3,null", "report.baselines=off", "report.control=false", "retry_failed=false",
+               "progress=false", "fault.kill_peer=3,null", "report.baselines=off", "report.control=false",
+               "retry_failed=false",
                f"hydra.sweep.dir={sweep}"]
     log = tmp_path / "sweep.log"
     with log.open("w") as out:
