@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -88,11 +89,11 @@ def test_other_work_on_a_peers_core_is_measured_and_marks_it_unfaithful(run_dir)
 
 
 def steady_step_s(run_dir, warmup: int = 5) -> float:
-    """The run's mean step time after warm-up: training time per step of its slowest rank."""
+    """The run's median step time after warm-up, of its slowest rank (a median: one stalled step moves it little)."""
     per_rank = []
     for rank in (0, 1):
-        steps = steps_of(run_dir, rank)
-        per_rank.append((steps[-1]["train_s"] - steps[warmup - 1]["train_s"]) / (len(steps) - warmup))
+        clock = [step["train_s"] for step in steps_of(run_dir, rank)][warmup - 1:]
+        per_rank.append(statistics.median(b - a for a, b in zip(clock, clock[1:])))
     return max(per_rank)
 
 
@@ -106,11 +107,12 @@ STRAGGLER_RUN = ["strategy=allreduce", "peers=2", "model=tiny", "batch_size=256"
 @pytest.mark.timeout(120)
 def test_straggler_at_half_a_core_steps_twice_as_slowly(tmp_path):
     """The same synchronous 2-peer run twice, back to back: both peers at a full core, then rank 1 at
-    peer_cpu_share 0.5. The run's mean step time about doubles (measured 1.88, 1.94, 1.77: 69-75 ms a step,
-    then 132-140 ms, while the even run's peers still sat under a quota of their full core); rank 1 computes all
-    the time, so its group's own accounting shows it received half a core (0.500 each time), and rank 0, waiting
-    for it each step, well under its full core (0.44-0.50). A share that is ignored (ratio 1) or applied twice
-    (ratio about 4) misses. The even run's peers have cores of their own and no quota."""
+    peer_cpu_share 0.5. Rank 1 computes all the time, so its group's own accounting shows it received half a core
+    (0.500 each time), and rank 0, waiting for it each step, well under its full core (0.44-0.50). The step time
+    grows by less than the share's factor of 2 on some machines (a quota is not linear): 1.77-1.94 on the machines
+    of docs/lab-log.md, 1.49 on CI's. A share that is ignored (ratio 1, half a core received as a whole one) or
+    applied twice (ratio about 4, a quarter core received) misses. The even run's peers have cores of their own and
+    no quota."""
     cgroups_or_skip()
     steps = {}
     for name, shares in (("even", "[1,1]"), ("straggler", "[1,0.5]")):
@@ -119,7 +121,7 @@ def test_straggler_at_half_a_core_steps_twice_as_slowly(tmp_path):
         steps[name] = steady_step_s(tmp_path / name)
     shares = summary_of(tmp_path / "even")["time_breakdown_share"]
     assert shares["compute_s"] >= 0.5, shares  # compute dominates the step
-    assert 1.6 <= steps["straggler"] / steps["even"] <= 2.5, steps
+    assert 1.3 <= steps["straggler"] / steps["even"] <= 2.6, steps
     received = [row["cpu_received_s"] / row["in_group_s"]
                 for row in summary_of(tmp_path / "straggler")["isolation"]["by_rank"]]
     assert received[1] == pytest.approx(0.5, abs=0.05), received
