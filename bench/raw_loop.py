@@ -2,6 +2,8 @@
 
     python -m bench.raw_loop MODEL BATCH STEPS THREADS CORE  -> prints each step's seconds, one per line
 
+MODEL: a built-in model's name, or your model's package.module:function (as model.target).
+
 A step's time runs from the end of the previous step (data loading included), like
 the framework's step log.
 """
@@ -14,7 +16,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from job.data import digits
-from job.model import MODELS
+from job.model import MODELS, custom
 
 
 def main(model_name: str, batch: int, steps: int, threads: int, core: int) -> None:
@@ -22,7 +24,8 @@ def main(model_name: str, batch: int, steps: int, threads: int, core: int) -> No
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     splits = digits(OmegaConf.create({"image_size": 32, "test_fraction": 0.2, "split_seed": 0}))
-    model = MODELS[model_name](splits.num_classes, splits.channels)
+    model = (MODELS[model_name](splits.num_classes, splits.channels) if model_name in MODELS and model_name != "custom"
+             else custom(splits.num_classes, splits.channels, target=model_name))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     criterion = torch.nn.CrossEntropyLoss()
     done, last = 0, time.perf_counter()
