@@ -94,8 +94,9 @@ METHODS = {
                        "step 0, at evaluation pauses within max_share of the time since training started, and after "
                        "the last step (peers[].result.speed_reference.measurements: step, wall_s since training "
                        "started, at = unix time at its start, seconds, pause_s). Per rank: median_s of its "
-                       "measurements, moved = (slowest - fastest) / median_s, cost_s = its summed pauses, cost_share "
-                       "= cost_s / the wall time from training's start to its last measurement; the run: median_s "
+                       "measurements, moved = (second slowest - second fastest) / median_s with 4 or more "
+                       "measurements (a lone far-out measurement is a blip, not a move), else (slowest - fastest) / "
+                       "median_s, cost_s = its summed pauses, cost_share = cost_s / the wall time from training's start to its last measurement; the run: median_s "
                        "over its workers' medians, moved and cost_share the worst rank's, beyond_tolerance = moved > "
                        "tolerance. Parameter servers have no model and record none",
     **TARGET_METHODS,
@@ -105,6 +106,15 @@ METHODS = {
     **ISOLATION_METHODS,
     **NOISE_SCALE_METHODS,
 }
+
+
+def speed_moved(seconds: list[float]) -> float:
+    """How far a speed reference moved, in seconds: the range of its measurements, less one at each end once there
+    are 4 or more (a lone far-out measurement is a blip; a move lasts for two measurements or more)."""
+    ordered = sorted(seconds)
+    if len(ordered) >= 4:
+        ordered = ordered[1:-1]
+    return ordered[-1] - ordered[0]
 
 
 def _mean(values) -> float | None:
@@ -212,7 +222,7 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
             continue
         median = statistics.median(seconds)
         wall = recorded["measurements"][-1]["wall_s"]
-        by_rank[peer["rank"]] = {"median_s": median, "moved": (max(seconds) - min(seconds)) / median,
+        by_rank[peer["rank"]] = {"median_s": median, "moved": speed_moved(seconds) / median,
                                  "measurements": len(seconds), "cost_s": recorded["cost_s"],
                                  "cost_share": recorded["cost_s"] / wall if wall else None,
                                  "work": {k: recorded.get(k) for k in ("samples", "threads", "dtype", "device")}}

@@ -1,5 +1,6 @@
-"""The speed reference in real runs (integration tier): it leaves the trained weights bit-identical, and a run whose
-core is taken by a busy process for part of the run is marked as having moved beyond tolerance."""
+"""The speed reference in real runs (integration tier): it leaves the trained weights bit-identical, a run whose core
+is taken by a busy process for part of the run is marked as having moved beyond tolerance, and the same run alone is
+not."""
 import subprocess
 import sys
 
@@ -24,6 +25,10 @@ while not glob.glob(os.path.join(sys.argv[2], ".avgbench", "evaluation", "*", "s
         pass
 """
 
+# Steps of 256 samples leave the reference's budget room for a few measurements on either side of step 20
+MEASURED_RUN = ("max_steps=40", "eval_every=5", "batch_size=256", "emulate.isolate=on", "speed_reference.samples=64",
+                "speed_reference.repetitions=5", "speed_reference.max_share=0.9")
+
 
 def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
     # float64 and DDP's collectives; BatchNorm buffers evaluated as trained (precise_bn_samples=0): any change to
@@ -46,11 +51,9 @@ def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
 
 def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(run_dir):
     # the peer stalls 3 s before step 20: then a busy process joins its CPU group, on its core, to the end of its
-    # training; so it gets half of what the peer got, whatever else loads the machine. Steps of 256 samples leave the
-    # reference's budget room for a few measurements before; the fastest before and after are compared
-    train = start_train(run_dir, "max_steps=40", "eval_every=5", "batch_size=256", "emulate.isolate=on",
-                        "speed_reference.samples=64", "speed_reference.repetitions=5", "speed_reference.max_share=0.9",
-                        "fault.stall_peer=0", "fault.at_step=20", "fault.stall_s=3")
+    # training; so it gets half of what the peer got, whatever else loads the machine. The fastest measurements
+    # before and after are compared
+    train = start_train(run_dir, *MEASURED_RUN, "fault.stall_peer=0", "fault.at_step=20", "fault.stall_s=3")
     busy = None
     try:
         wait_for_steps(run_dir, 0, 19)
@@ -76,3 +79,12 @@ def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(r
     reference = summary_of(run_dir)["speed_reference"]
     assert reference["beyond_tolerance"] is True and reference["moved"] > 2 * reference["tolerance"]
     assert "machine speed moved" in load_run(run_dir).speed_moved()
+
+
+def test_the_same_run_alone_stays_within_its_tolerance(run_dir):
+    done = run_train(run_dir, *MEASURED_RUN)
+    assert done.returncode == 0, done.stderr
+    reference = summary_of(run_dir)["speed_reference"]
+    assert [r["measurements"] >= 5 for r in reference["by_rank"].values()] == [True], reference
+    assert reference["beyond_tolerance"] is False and reference["moved"] <= reference["tolerance"], reference
+    assert load_run(run_dir).speed_moved() is None
