@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from job.registry import resolve  # noqa: E402
 from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
+from metrics.recording.evidence import refresh_if_record  # noqa: E402
 from metrics.recording.machine import fingerprint  # noqa: E402
 
 BENCHMARKS = {
@@ -90,6 +91,7 @@ def save(path: Path, results: list[dict], merges: dict | None = None) -> None:
            for r in results]
     names = {r["name"] for r in results}
     path.write_text(json.dumps({"results": [r for r in kept if r["name"] not in names] + new}, indent=1) + "\n")
+    refresh_if_record(path)
 
 
 def module_of(spec: str):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from metrics.projection.evidence import RESULTS
+from metrics.recording.evidence import EVIDENCE
 from metrics.recording.machine import describe_machine, fingerprint, same_machine
 from metrics.recording.units import RATE_SUFFIXES, TIME_SUFFIXES
 
@@ -53,16 +53,16 @@ def dilate(cfg, k: float) -> dict[str, tuple]:
     return changes
 
 
-def checked_dilation(strategy: str, results: Path = RESULTS) -> tuple[float, str]:
+def checked_dilation(strategy: str, results: Path = EVIDENCE) -> tuple[float, str]:
     """The largest emulate.dilation a strategy is offered, and where that comes from: the factor bench/emulation.py
     checked for it (invariance and linearity) on this machine; 1 where it was not checked here (the check holds
     for the CPU and kernel that ran it only)."""
     entries = json.loads(results.read_text())["results"] if results.exists() else []
     entry = next((e for e in entries if e.get("name") == "emulation"), None)
     if entry is None:
-        return 1.0, "no dilation check in bench/results.json (python bench/run.py emulation)"
+        return 1.0, f"no dilation check in {results} (python bench/run.py emulation)"
     if entry.get("caveats"):
-        return 1.0, f"bench/results.json's dilation check has a caveat: {next(iter(entry['caveats'].values()))}"
+        return 1.0, f"{results}'s dilation check has a caveat: {next(iter(entry['caveats'].values()))}"
     measured = f"bench/emulation.py on {describe_machine(entry['machine'])}, {entry['measured_at']}"
     if not same_machine(entry["machine"], fingerprint()):
         return 1.0, f"checked on another machine ({measured}); run python bench/run.py emulation here"

@@ -1,6 +1,6 @@
 """Samples-to-target at a larger global batch, from the gradient noise scale (McCandlish et al. 2018: a target takes
 E = E_min (1 + B / B_noise) samples at global batch B), used only where bench/noise_scale.py checked it for the model
-and learning-rate rule (bench/results.json `noise_scale`, passed)."""
+and learning-rate rule (conf/evidence.json `noise_scale`, passed)."""
 GOAL = 0.2  # the check's goal, fixed before its data: every larger batch's predicted samples-to-target within 20 %
 
 

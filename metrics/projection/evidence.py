@@ -1,4 +1,4 @@
-"""What bench/results.json records for the projection, and what a prediction may say with it.
+"""What the evidence file (conf/evidence.json, metrics/recording/evidence.py) holds for the projection, and what a prediction may say with it.
 
 - `link_goodput` (bench/goodput.py): the payload share of a link's nominal rate, the one conversion (link.py).
 - `projection_validation` (bench/projection.py): each cost model's held-out cases (calibrated on N = 2, predicted
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from metrics.projection.batch_scaling import checked_noise_scale
 from metrics.projection.link import Link
+from metrics.recording.evidence import EVIDENCE
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 
 
 @dataclass
@@ -113,10 +113,10 @@ def validations(entry: dict, source: str) -> dict[str, Validation]:
     return found
 
 
-def load_evidence(path: Path = RESULTS) -> Evidence:
-    """The payload share and the validations recorded in a results file (bench/results.json)."""
+def load_evidence(path: Path = EVIDENCE) -> Evidence:
+    """The payload share and the validations recorded in an evidence file (or a results file of the same form)."""
     if not path.exists():
-        raise ValueError(f"no results file {path}: the projection needs its link_goodput (python bench/run.py goodput)")
+        raise ValueError(f"no evidence file {path}: the projection needs its link_goodput (python bench/run.py goodput)")
     entries = {r["name"]: r for r in json.loads(path.read_text())["results"]}
     goodput = entries.get("link_goodput")
     if goodput is None:

@@ -5,7 +5,7 @@ the validation's alike.
 A link's nominal rate is what its token bucket or line card promises, headers included; a cost model moves payload
 bytes. The share of the nominal rate a TCP stream carries as payload is measured once (bench/goodput.py: two
 emulated hosts streaming to each other at once, the links metered with netemu/goodput.py, the runs' own check) and
-recorded in bench/results.json (`link_goodput`, payload_share), in standard Ethernet's 1500-byte frames.
+recorded in conf/evidence.json (`link_goodput`, payload_share), in standard Ethernet's 1500-byte frames.
 """
 from dataclasses import dataclass
 from pathlib import Path

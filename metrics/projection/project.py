@@ -8,7 +8,7 @@ Every figure it prints is a prediction of a strategy's cost model (CostModel.ste
 strategies/cost_models/<name>.py, the model in its docstring), not a measurement. The model's parameters come from one
 measured run (RUN_DIR, or every run below it; one that did not hold its link or CPU is refused): compute per
 step (or your own device's: --compute-s, --samples-per-s), S (the bytes averaged per round, or --gradient-mb), the
-link's payload rate beta (its nominal rate x the payload share bench/results.json records, link.py) and latency
+link's payload rate beta (its nominal rate x the payload share conf/evidence.json records, link.py) and latency
 alpha (the run's own link, or each --link). A --link is a preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s,
 each with an optional one-way latency in ms (`wan,40`, `1000,0.2`). A model that failed its validation predicts
 nothing, and says why; a prediction outside the region its validation covered is marked UNVALIDATED and has no band
@@ -31,9 +31,10 @@ from metrics.summary.bounds import Round, round_records
 from metrics.recording.jsonl import read_jsonl
 from metrics.projection.batch_scaling import samples_at
 from metrics.projection.cost import Cost, CostModel, first_paragraph
-from metrics.projection.evidence import RESULTS, Evidence, Validation, load_evidence, unvalidated
+from metrics.projection.evidence import Evidence, Validation, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link, payload_rate
 from metrics.projection.models import cost_model
+from metrics.recording.evidence import EVIDENCE
 from metrics.recording.machine import describe_machine
 from metrics.recording.rundir import RunDir, run_dirs_under
 from metrics.summary.fidelity import unfaithful
@@ -73,14 +74,14 @@ METHODS = {
                        "excluded). The mean over workers is the run's period: a single worker's mean carries where "
                        "it sat in the first and last round (stepwise's rotating ring)",
     "step_s": "predicted: the strategy's steady-state cost model (step_time) with N workers, S, beta = the link's "
-              "payload rate (nominal rate x the payload share of bench/results.json link_goodput: the bytes a TCP "
+              "payload rate (nominal rate x the payload share of conf/evidence.json link_goodput: the bytes a TCP "
               "stream carried as payload on an emulated link with both directions busy, bench/goodput.py), alpha = "
               "its latency, and the measured compute, hidden communication, server update and fitted overlap. "
               "None where the strategy's model failed its validation (withheld says why)",
     "withheld": "why there is no number: the strategy's cost model missed its goal in the held-out validation "
-                "(bench/results.json projection_validation: its worst case against its goal)",
+                "(conf/evidence.json projection_validation: its worst case against its goal)",
     "band_step_s": "the range the measured step fell in for this prediction's error: predicted / (1 + e) over the "
-                   "held-out validation errors e of the strategy (bench/results.json projection_validation, "
+                   "held-out validation errors e of the strategy (conf/evidence.json projection_validation, "
                    "counted held-out cases only); only inside the validated region (none where `unvalidated`)",
     "unvalidated": "true where the prediction lies outside the validated region (no band): N above its largest "
                      "validated N, a link rate outside its validated rates, a latency above its validated "
@@ -90,7 +91,7 @@ METHODS = {
                         "batch (N x batch per worker): the run's samples_to_target (summary.json: all workers' "
                         "samples when the worst worker reached the target; a smaller batch needs at most as many "
                         "samples, so it is an upper bound). Beyond it, up to the largest batch a passed noise-scale "
-                        "check covered for the run's model and lr_scaling (bench/results.json noise_scale): "
+                        "check covered for the run's model and lr_scaling (conf/evidence.json noise_scale): "
                         "samples_to_target x (1 + B / B_noise) / (1 + B_run / B_noise) (McCandlish et al. 2018), "
                         "B_noise as that check measured it. Elsewhere unknown (null): past the critical batch "
                         "size more samples are needed, which one run does not tell. time_to_target_basis says which",
@@ -122,7 +123,7 @@ class Measured:
     link: Link | None                # the run's own link; None: unshaped
     measured_step_s: float
     samples_to_target: float | None
-    payload_share: float             # payload / nominal rate of a link (bench/results.json link_goodput)
+    payload_share: float             # payload / nominal rate of a link (conf/evidence.json link_goodput)
     batch_scaling: dict | None = None  # a passed noise-scale check for the run's model and lr rule (evidence.py)
     overlap: float = 0.0             # the model's overlap share, fitted on the run's own N and link (fit_overlap)
 
@@ -220,7 +221,7 @@ def own_cores_compute(measured: float, factor: float | None, source: str) -> tup
 
 def measure(path: Path, payload_share: float, evidence: Evidence | None = None) -> Measured:
     """The cost-model parameters of one run (see METHODS); payload_share: payload / nominal rate of a link
-    (Evidence.payload_share), the conversion every prediction from it uses; evidence: what else bench/results.json
+    (Evidence.payload_share), the conversion every prediction from it uses; evidence: what else conf/evidence.json
     allows (time-to-target at larger batches)."""
     run = RunDir(path)
     summary = json.loads(run.summary.read_text())
@@ -328,7 +329,7 @@ def samples_to_target_at(m: Measured, peers: int) -> tuple[float | None, str | N
     if scaling and batch <= scaling["largest_batch"]:
         return (samples_at(m.samples_to_target, m.workers * m.batch, batch, scaling["noise_scale"]),
                 f"noise scale {scaling['noise_scale']:.4g} samples, checked up to batch {scaling['largest_batch']} "
-                f"(bench/results.json noise_scale, {scaling['measured_at']})")
+                f"(conf/evidence.json noise_scale, {scaling['measured_at']})")
     return None, None
 
 
@@ -391,7 +392,7 @@ def band_text(row: dict) -> str:
 def validation_text(validation: dict | None) -> str:
     """The validated region, first: where a prediction may carry a band."""
     if validation is None:
-        return ("  validated region: none (this strategy's cost model has no held-out case in bench/results.json): "
+        return ("  validated region: none (this strategy's cost model has no held-out case in conf/evidence.json): "
                 "no band anywhere; every prediction is UNVALIDATED")
     if validation["failed"]:
         return f"  NO PREDICTION: {validation['failed']} ({validation['source']})"
@@ -514,9 +515,9 @@ def main(argv: list[str] | None = None) -> int:
                                                              "--compute-s)")
     parser.add_argument("--gradient-mb", type=float, help="your model's gradient size S in MB (default: the run's)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
-    parser.add_argument("--results", type=Path, default=RESULTS,
-                        help="benchmark results holding the payload share (link_goodput) and the projection "
-                             "validation (default: bench/results.json)")
+    parser.add_argument("--evidence", type=Path, default=EVIDENCE,
+                        help="the evidence file holding the payload share (link_goodput) and the projection "
+                             "validation (default: conf/evidence.json, written by bench/run.py)")
     args = parser.parse_args(argv)
     runs = [r for d in args.dirs for r in run_dirs_under(d)]
     if not runs:
@@ -531,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     try:
         links = [parse_link(text) for text in args.links]
-        evidence = load_evidence(args.results)
+        evidence = load_evidence(args.evidence)
         for run in runs:
             if problems := calibration_problems(run):
                 raise ValueError(f"{run} did not hold its setting, so it cannot calibrate a projection: "

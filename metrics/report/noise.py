@@ -9,7 +9,7 @@ within a seed.
 A sweep's plan (launchers/sweeper.py, metrics/report/design.py) fixes its blocks (`repeats=auto`) and states their
 power from the 95 % upper confidence bound of the pooled sd (upper_log_sd).
 
-    python -m metrics.report SWEEP_DIR --record-noise bench/results.json
+    python -m metrics.report SWEEP_DIR --record-noise bench/results.json  (its evidence goes to conf/evidence.json too)
 """
 import json
 import math
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from scipy.stats import chi2
 
+from metrics.recording.evidence import refresh_if_record
 from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.primary import Primary, time_observation
@@ -121,6 +122,7 @@ def record(dirs: list[Path], path: Path) -> list[str]:
                          for path in sorted({p for r in entry["rows"] for p in r.get("sweeps", [])})],
               "machine": fingerprint()}  # where it was last recorded; each row names its own machine
     path.write_text(json.dumps(results, indent=1) + "\n")
+    refresh_if_record(path)
     lines = [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
              f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{TEN_PERCENT:.2f} needs {r['blocks_for_10pct']}); "
              f"samples-to-target log-sd {'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}"

@@ -7,9 +7,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from metrics.projection.evidence import RESULTS, Evidence, load_evidence
+from metrics.projection.evidence import Evidence, load_evidence
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import measure, project_link, validation_record, validation_text
+from metrics.recording.evidence import EVIDENCE
 from metrics.report.baselines import averaging
 from metrics.report.model import Table
 from metrics.report.runs import Group, Section
@@ -94,18 +95,18 @@ def note(evidence: Evidence) -> str:
             f"(nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted step: mean over the "
             "runs (from runs: how many, and their range); throughput = N x batch per worker / that step; "
             "time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over the "
-            "model's held-out validation errors e (bench/results.json projection_validation; none: no validated "
+            "model's held-out validation errors e (conf/evidence.json projection_validation; none: no validated "
             "case), only inside the validated region. UNVALIDATED (no band): beyond the validated N, link rates or "
             "latencies. A model that failed its "
             "validation gives no number, only why.")
 
 
 def projected_tables(sections: list[Section], specs: list[str], results: Path | None = None) -> list[Table]:
-    """One table per (dataset, model) section, from the evidence in `results` (default bench/results.json); a table
+    """One table per (dataset, model) section, from the evidence in `results` (default conf/evidence.json); a table
     without rows says why where the projection cannot be made."""
     targets = parse_targets(specs)
     try:
-        evidence = load_evidence(results or RESULTS)
+        evidence = load_evidence(results or EVIDENCE)
     except ValueError as exc:
         return [Table("Projected to your cluster", COLUMNS, [], f"No projection: {exc}")]
     tables = []

@@ -316,7 +316,7 @@ def test_projection_from_a_run_directory(tmp_path):
     assert m.overlap == pytest.approx(0.5)
     results = write_validation(tmp_path / "results.json", "ps")
 
-    assert main([str(run), "--peers", "2", "8", "16", "64", "--link", "wan", "20", "--results", str(results)]) == 0
+    assert main([str(run), "--peers", "2", "8", "16", "64", "--link", "wan", "20", "--evidence", str(results)]) == 0
     out = json.loads((run / "projection.json").read_text())
     wan, twenty = out["runs"][0]["projections"]
     two, eight, sixteen, sixty_four = wan["rows"]
@@ -364,7 +364,7 @@ def test_time_to_target_beyond_the_measured_batch_only_from_a_passed_noise_scale
     results = write_validation(tmp_path / "results.json", "ps")
     entries = json.loads(results.read_text())
     results.write_text(json.dumps({"results": entries["results"] + [check]}))
-    assert main([str(run), "--peers", "8", "32", "--link", "20", "--results", str(results)]) == 0
+    assert main([str(run), "--peers", "8", "32", "--link", "20", "--evidence", str(results)]) == 0
     eight, thirty_two = json.loads((run / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
     if expected is None:
         assert eight["time_to_target_s"] is None
@@ -379,7 +379,7 @@ def test_a_model_that_failed_its_validation_predicts_nothing(tmp_path, capsys):
     # ps missed its ±15 % goal at N=8 (-20 %), at N=4 it met it: the model failed
     results = write_results(tmp_path / "results.json", [validation_case("ps", 4, 0.1), validation_case("ps", 8, -0.2),
                                                         validation_case("ps", 16, -0.4, counted=False)], SHARE)
-    assert main([str(run), "--peers", "2", "8", "--link", "wan", "--results", str(results)]) == 0
+    assert main([str(run), "--peers", "2", "8", "--link", "wan", "--evidence", str(results)]) == 0
     printed = capsys.readouterr().out
     reason = "ps's cost model failed its validation: held-out error -20.0% at N=8, 20 Mbit/s (model mlp), beyond " \
              "its goal of ±15%"
@@ -406,7 +406,7 @@ def test_one_conversion_of_the_nominal_rate_in_every_prediction(tmp_path, monkey
     # ps N=8 on 20 Mbit/s x 0.8 = 2 MB/s (0.5 s per MB), overlap 0.5 fitted on the N=2 run: 0.1 + 12.5 · 0.5
     expected = 0.1 + (16 - 0.5 * 7) * 0.5
 
-    assert main([str(runs[2]), "--peers", "8", "--link", "20", "--results", str(results)]) == 0
+    assert main([str(runs[2]), "--peers", "8", "--link", "20", "--evidence", str(results)]) == 0
     cli = json.loads((runs[2] / "projection.json").read_text())["runs"][0]["projections"][0]["rows"][0]["step_s"]
 
     # the validation benchmark: its probe saw another goodput (93 %) than the recorded share; it predicts with the
@@ -747,7 +747,7 @@ def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
                   [2.0, 3.0, 4.0, 5.0], 1_500_000)
     results = write_results(tmp_path / "results.json", [validation_case("ps", 4, 0.1), validation_case("ps", 8, -0.1),
                                                         validation_case("ring", 8, -0.7)], SHARE)
-    monkeypatch.setattr(projected, "RESULTS", results)
+    monkeypatch.setattr(projected, "EVIDENCE", results)
     paths = build_report([sweep], tmp_path / "out", ["20:8", "lan:16"])
 
     markdown = paths["md"].read_text()
@@ -951,7 +951,7 @@ def test_your_declared_compute_sets_the_step_at_a_free_link(tmp_path, capsys, de
     the step; every output names whose compute it used."""
     run = allreduce_run(tmp_path / "allreduce")
     results = write_validation(tmp_path / "results.json", "allreduce")
-    free = ["--peers", "2", "64", "--link", "100000000", "--results", str(results)]
+    free = ["--peers", "2", "64", "--link", "100000000", "--evidence", str(results)]
     steps = {}
     for factor in (1, 2):
         value = str(float(declared[1]) * factor if declared[0] == "--compute-s" else float(declared[1]) / factor)
@@ -969,7 +969,7 @@ def test_the_runs_own_compute_names_its_machine(tmp_path, capsys):
                "cpu_mhz": 2596, "cores": 2, "memory_gib": 23.5, "kernel": "6.1", "gpu": "no GPU"}
     run = allreduce_run(tmp_path / "allreduce", {"machine": {"fingerprint": machine}})
     results = write_validation(tmp_path / "results.json", "allreduce")
-    assert main([str(run), "--peers", "8", "--link", "20", "--results", str(results)]) == 0
+    assert main([str(run), "--peers", "8", "--link", "20", "--evidence", str(results)]) == 0
     printed = capsys.readouterr().out
     assert "compute: measured by this run on AuthenticAMD AMD EPYC, family 25 model 17 at 2596 MHz, 2 cores" in printed
     lines = printed.splitlines()
@@ -985,7 +985,7 @@ def test_the_runs_own_compute_names_its_machine(tmp_path, capsys):
 def test_a_calibration_run_that_did_not_hold_its_setting_is_refused(tmp_path, capsys, summary, figure):
     run = allreduce_run(tmp_path / "allreduce", summary)
     results = write_validation(tmp_path / "results.json", "allreduce")
-    assert main([str(run), "--peers", "8", "--link", "20", "--results", str(results)]) == 2
+    assert main([str(run), "--peers", "8", "--link", "20", "--evidence", str(results)]) == 2
     error = capsys.readouterr().err
     assert "cannot calibrate a projection" in error and figure in error
     assert not (run / "projection.json").exists()
@@ -1005,7 +1005,7 @@ def test_a_declared_gradient_size_sets_the_wire_time(tmp_path):
     run = allreduce_run(tmp_path / "allreduce")
     results = write_validation(tmp_path / "results.json", "allreduce")
     for mb in (10, 20):
-        assert main([str(run), "--peers", "4", "--link", "100", "--results", str(results), "--compute-s", "1e-9",
+        assert main([str(run), "--peers", "4", "--link", "100", "--evidence", str(results), "--compute-s", "1e-9",
                      "--gradient-mb", str(mb), "-o", str(tmp_path / str(mb))]) == 0
         (row,) = json.loads((tmp_path / str(mb) / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
         # 100 Mbit/s x 0.8 payload share = 10 MB/s: 2 · 3/4 · mb MB / 10 MB/s
