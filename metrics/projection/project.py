@@ -226,6 +226,10 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     run = RunDir(path)
     summary = json.loads(run.summary.read_text())
     config = summary["config"]
+    shape = summary.get("shape") or {}
+    if (shape.get("nnodes") or 1) > 1:
+        raise ValueError(f"{path} is node {shape.get('node_rank')} of a run over {shape['nnodes']} nodes, holding only "
+                         "its own workers: the projection reads runs of one node only (docs/clusters.md)")
     model = cost_model(config["strategy"]["name"])
     steps_by_rank = {p.rank: s for p in run.peers() if (s := read_jsonl(p.steps))}
     if not steps_by_rank:

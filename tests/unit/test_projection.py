@@ -459,6 +459,14 @@ def test_a_dilated_run_is_measured_in_the_emulated_clusters_time(tmp_path):
     assert m.step_s(8, Link("lan", 100, 0, "")) == pytest.approx(expected.step_s(8, Link("lan", 100, 0, "")))
 
 
+def test_one_node_of_a_run_over_several_is_refused_not_projected_as_the_whole_run(tmp_path):
+    node = tmp_path / "job" / "node1"
+    write_run(node, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
+              summary={"shape": {"nnodes": 2, "node_rank": 1}})
+    with pytest.raises(ValueError, match="node 1 of a run over 2 nodes, holding only its own workers"):
+        measure(node, SHARE)
+
+
 def test_compute_of_an_oversubscribed_run_is_corrected(tmp_path):
     recorded = tmp_path / "recorded"
     write_run(recorded, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
