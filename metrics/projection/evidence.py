@@ -1,4 +1,5 @@
-"""What the evidence file (conf/evidence.json, metrics/recording/evidence.py) holds for the projection, and what a prediction may say with it.
+"""What the evidence file (conf/evidence.json, metrics/recording/evidence.py) holds for the projection, and what a
+prediction may say with it.
 
 - `link_goodput` (bench/goodput.py): the payload share of a link's nominal rate, the one conversion (link.py).
 - `projection_validation` (bench/projection.py): each cost model's held-out cases (calibrated on N = 2, predicted
@@ -19,7 +20,6 @@ from pathlib import Path
 from metrics.projection.batch_scaling import checked_noise_scale
 from metrics.projection.link import Link
 from metrics.recording.evidence import EVIDENCE
-
 
 
 @dataclass
@@ -116,7 +116,8 @@ def validations(entry: dict, source: str) -> dict[str, Validation]:
 def load_evidence(path: Path = EVIDENCE) -> Evidence:
     """The payload share and the validations recorded in an evidence file (or a results file of the same form)."""
     if not path.exists():
-        raise ValueError(f"no evidence file {path}: the projection needs its link_goodput (python bench/run.py goodput)")
+        raise ValueError(f"no evidence file {path}: the projection needs its link_goodput "
+                         "(python bench/run.py goodput)")
     entries = {r["name"]: r for r in json.loads(path.read_text())["results"]}
     goodput = entries.get("link_goodput")
     if goodput is None:

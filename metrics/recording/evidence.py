@@ -19,8 +19,9 @@ def evidence_entry(entry: dict) -> dict:
     held-out ones, each with where and how far off it was, and the verdicts."""
     if entry["name"] != "projection_validation":
         return entry
-    return {k: entry[k] for k in VALIDATION if k in entry} | {"rows": [{k: r.get(k) for k in VALIDATION_CASE} for r in entry.get("rows", [])
-                             if r.get("role") == "held-out" and r.get("counted")]}
+    cases = [{k: r.get(k) for k in VALIDATION_CASE} for r in entry.get("rows", [])
+             if r.get("role") == "held-out" and r.get("counted")]
+    return {k: entry[k] for k in VALIDATION if k in entry} | {"rows": cases}
 
 
 def refresh_evidence(results: Path, evidence: Path | None = None) -> None:
