@@ -25,6 +25,7 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
 from metrics.recording.rundir import RunDir
 from metrics.summary.build import write_summary
+from metrics.summary.window import window_steps
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import checked_dilation, dilate
@@ -74,9 +75,10 @@ def run(cfg) -> int:
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
     model = strategy.cost_model
+    window = window_steps(cfg.measure_window.after_step, cfg.measure_window.steps, strategy.averaging_period(cfg))
     summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
                             strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
-                            shape, lock)
+                            shape, lock, window)
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if str(run.path) in failed_jobs:  # an attempt that failed, retried in its block (launchers/sweeper.py)
         failed_jobs.remove(str(run.path))

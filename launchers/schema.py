@@ -40,6 +40,8 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "eval_every": integer_from(0),
     "precise_bn_samples": integer_from(0),
     "noise_scale_every": integer_from(0),
+    "measure_window.after_step": integer_from(0),
+    "measure_window.steps": integer_from(1),
     "target.metric": one_of("test_accuracy", "test_loss"),
     "target.estimator": one_of(*ESTIMATORS),
     "target.bootstrap": Rule(lambda v: integer(v) and v >= 0, "must be an integer >= 0 (resamples; 0: none)"),

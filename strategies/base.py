@@ -110,6 +110,12 @@ class Strategy(ABC):
                           effective_batch=cfg.peers * cfg.batch_size)
 
     @classmethod
+    def averaging_period(cls, cfg) -> tuple[int, int]:
+        """(offset, every): its averaging steps are offset + k * every, k >= 1 (the measurement window covers whole
+        periods: metrics/summary/window.py). Default: every step."""
+        return 0, 1
+
+    @classmethod
     def after_run(cls, cfg, run: RunDir) -> None:
         """In the launching process, once every process of the run has ended: remove leftovers."""
 

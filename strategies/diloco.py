@@ -45,6 +45,10 @@ class DiLoCo(TransportStrategy):
         spec.effective_batch = cfg.batch_size  # every inner update is on one worker's batch
         return spec
 
+    @classmethod
+    def averaging_period(cls, cfg) -> tuple[int, int]:
+        return 0, int(cfg.diloco.inner_steps)
+
     def setup(self, model, optimizer):
         super().setup(model, optimizer)
         self.connect()

@@ -54,6 +54,10 @@ class LocalSGD(AllReduce):
         spec.effective_batch = cfg.batch_size  # after warm-up every update is on one worker's batch
         return spec
 
+    @classmethod
+    def averaging_period(cls, cfg) -> tuple[int, int]:
+        return int(cfg.localsgd.warmup_steps), int(cfg.localsgd.every)  # averages at warmup + k * every (setup)
+
     def setup(self, model, optimizer):
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 

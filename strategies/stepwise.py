@@ -114,6 +114,10 @@ class Stepwise(TransportStrategy):
             spec.effective_batch = cfg.batch_size
         return spec
 
+    @classmethod
+    def averaging_period(cls, cfg) -> tuple[int, int]:
+        return 0, int(cfg.stepwise.every)
+
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
         self.connect()

@@ -6,13 +6,14 @@ node's summary states, over every node's workers:
   status           the worst node's (failed > interrupted > completed); a node that wrote no summary fails the run;
                    error, exit code and failed rank from the node that ended first among those that did not
                    complete (the others failed after it); every node's error stays in the run's errors
-  samples          summed over nodes; throughput = all workers' samples / the longest worker's training time
-                   across nodes
+  samples          summed over nodes; throughput = all workers' samples in the measurement window / the longest
+                   worker's training time in it, across nodes
   time-to-target   the worst worker's crossing over every node's workers (each worker's crossing time as its
                    node's summary gives it); samples-to-target: every worker's samples at that crossing, from all
                    workers' logs (metrics/summary/target.py); accuracy by worker over all workers
-  per step         time breakdown and bytes per step: means over every worker's steps (each node's mean weighted
-                   by its steps); bytes per sample: all workers' bytes / all workers' samples
+  per step         time breakdown and bytes per step: means over every worker's steps in the window (each node's
+                   mean weighted by its steps there); bytes per sample: all workers' bytes / all workers' samples
+                   in the window
   setting          shape, machine and link of the node that is worst off (the most oversubscribed, the least
                    alone, an unfaithful link), with every node's host; isolation over every node's ranks
 
@@ -73,13 +74,14 @@ def merged_summary(nodes: list[Run], ranks: list[int], missing: list[int]) -> di
     merged |= outcome(nodes, ranks, missing)
     merged["peers"] = sorted((p for s in summaries for p in s.get("peers") or []), key=lambda p: p.get("rank", 0))
     merged["workers"] = sum(s.get("workers") or 0 for s in summaries)
-    total = sum(s.get("total_samples") or 0 for s in summaries)
-    longest = max((p.get("train_s") or 0.0 for p in merged["peers"]), default=0.0)
-    merged["total_samples"] = total
-    merged["throughput_samples_per_s"] = total / longest if longest else None
+    merged["total_samples"] = sum(s.get("total_samples") or 0 for s in summaries)
+    windows = [window_of(p) for p in merged["peers"] if p.get("train_s") is not None]
+    longest = max((w["train_s"] for w in windows), default=0.0)
+    merged["throughput_samples_per_s"] = sum(w["samples"] for w in windows) / longest if longest else None
     merged["useful_samples"] = largest(s.get("useful_samples") for s in summaries)
     merged["startup_wait_s"] = largest(s.get("startup_wait_s") for s in summaries)
-    steps = [sum(len(w.steps) for w in n.workers) for n in nodes]  # each node's step records, its means' weight
+    steps = [sum(window_of(p)["steps"] for p in s.get("peers") or [] if p.get("train_s") is not None)
+             for s in summaries]  # each node's steps in the window: its means' weight
     breakdown = {phase: weighted([((s.get("time_breakdown_s") or {}).get(phase), w) for s, w in zip(summaries, steps)])
                  for phase in (first.get("time_breakdown_s") or {})}
     step_total = sum(v or 0.0 for v in breakdown.values())
@@ -89,8 +91,10 @@ def merged_summary(nodes: list[Run], ranks: list[int], missing: list[int]) -> di
         merged[key] = weighted([(s.get(key), w) for s, w in zip(summaries, steps)])
     hidden = merged["hidden_comm_s"]
     merged["hidden_comm_share"] = hidden / step_total if hidden is not None and step_total else None
+    samples = [sum(window_of(p)["samples"] for p in s.get("peers") or [] if p.get("train_s") is not None)
+               for s in summaries]
     for key in ("bytes_sent_per_sample", "bytes_recv_per_sample"):
-        merged[key] = weighted([(s.get(key), s.get("total_samples") or 0) for s in summaries])
+        merged[key] = weighted([(s.get(key), n) for s, n in zip(summaries, samples)])
     merged |= learning_curves(nodes)
     merged["evaluation"] = evaluation(summaries)
     merged["device"] = device(summaries)
@@ -184,6 +188,13 @@ def worst_of(summaries: list[dict], key: str, badness) -> dict:
 
 def severity(status: str | None) -> int:
     return WORST_LAST.index(status) if status in WORST_LAST else len(WORST_LAST)
+
+
+def window_of(peer: dict) -> dict:
+    """A worker's samples, training time and steps in the measurement window (a summary from before the window:
+    all its steps)."""
+    return peer.get("window") or {"samples": peer.get("samples") or 0, "train_s": peer.get("train_s") or 0.0,
+                                  "steps": peer.get("steps") or 0}
 
 
 def weighted(pairs: list[tuple]) -> float | None:

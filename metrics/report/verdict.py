@@ -352,6 +352,7 @@ def caveats_of(group: Group, section: Section) -> list[str]:
         caveats.append("peers shared GPUs (more peers than GPUs on a host): not one GPU per peer")
     if section.synthetic or any(r.summary.get("data_is_synthetic") for r in group.runs):
         caveats.append("synthetic data: throughput only, accuracy has no meaning")
+    caveats += window_caveats(group.runs)
     length = length_caveat(group, section.groups)
     if length:
         caveats.append(length)
@@ -413,6 +414,19 @@ def shared_cores(run) -> str | None:
     if not distinct or distinct >= asked:
         return None
     return f"oversubscribed: {asked} CPUs asked, {distinct} cores on this host, so processes shared cores"
+
+
+def window_caveats(runs: list[Run]) -> list[str]:
+    """Runs whose throughput, bytes and time breakdown were measured over fewer steps than the declared measurement
+    window (they ended inside it or before it)."""
+    caveats = []
+    for run in runs:
+        window = run.summary.get("window")
+        if window and not window["complete"]:
+            block = run.config.get("block")
+            caveats.append(("" if block is None else f"block {block}: ") + "ended before the end of the measurement "
+                           f"window (steps {window['first']}-{window['last']}): its per-step figures cover fewer steps")
+    return caveats
 
 
 def length_caveat(group: Group, groups: list[Group]) -> str | None:

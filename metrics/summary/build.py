@@ -23,14 +23,18 @@ from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS
 from metrics.summary.target import samples_by_step, time_to_target
 from metrics.recording.steplog import PHASES
+from metrics.summary.window import METHOD as WINDOW_METHOD
+from metrics.summary.window import steps_in, window_section, worker_window
 
 
 METHODS = {
     "started_at": "unix time (s) the launcher started the run: the time its outcome was decided minus wall_s "
                   "(a multirun's order of runs, blocks interleaved, shows in runs.csv)",
-    "throughput_samples_per_s": "all workers' trained samples / the longest worker's training time: its wall time "
-                                "from the start of its first step to the end of its last (which holds its last "
-                                "communication, e.g. a final averaging round), minus its pauses to save weights for "
+    "window": WINDOW_METHOD,
+    "throughput_samples_per_s": "over the measurement window (window): all workers' samples trained in it / the "
+                                "longest worker's training time in it: its wall time from the end of the step before "
+                                "the window to the end of the window's last step (which holds its last "
+                                "communication, e.g. an averaging round), minus its pauses to save weights for "
                                 "evaluation and to time its speed reference, and minus start-up waits inside a step (startup_wait_s: hivemind's wait in its "
                                 "first step until its progress tracker sees every peer)",
     "useful_samples": "samples that went into the model the workers ended with, where the strategy says so "
@@ -39,7 +43,7 @@ METHODS = {
     "startup_wait_s": "the longest worker's start-up wait inside its steps (not training time: left out of train_s "
                       "and of the step's phases)",
     "averaging_rounds": "see metrics/summary/rounds.py METHOD (null: the strategy records no rounds one by one)",
-    "time_breakdown_s": "mean per step over all workers (perf_counter), the same for every strategy: data_s = "
+    "time_breakdown_s": "mean per step over all workers' steps in the measurement window (perf_counter), the same for every strategy: data_s = "
                         "fetching the batch; compute_s = forward and backward up to the moment the last gradient "
                         "was accumulated, less compute_wait_s: the training thread's wait for a CPU in that span "
                         "(schedstat), at most the CPU time the peer's other threads used meanwhile (its "
@@ -54,8 +58,8 @@ METHODS = {
     "bytes_per_step": "payload accounting: bytes of the tensors the strategy exchanged per worker per step, from "
                       "exact accounting in its send path (for library collectives, which move bytes themselves: every tensor handed "
                       "to the library is counted, per step collective_bytes = S, and bytes_* are the ring's 2(N-1)/N "
-                      "x S per worker link and direction); no protocol headers. "
-                      "Per sample: all workers' payload bytes / all workers' samples. Wire measurements are under "
+                      "x S per worker link and direction); no protocol headers; mean over all workers' steps in the "
+                      "measurement window. Per sample: all workers' payload bytes / all workers' samples in it. Wire measurements are under "
                       "network.wire (network=emulated only)",
     "accuracy_by_worker": "every worker evaluates its own model (BatchNorm statistics recomputed: precise_bn_samples) "
                           "on the whole held-out split at the same steps; "
@@ -122,7 +126,7 @@ def _mean(values) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def peer_figures(peer: PeerDir) -> dict:
+def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
     steps = read_jsonl(peer.steps)
     evals = read_jsonl(peer.evals)
     resources = read_jsonl(peer.resources)
@@ -131,6 +135,7 @@ def peer_figures(peer: PeerDir) -> dict:
         "steps": steps[-1]["step"] if steps else 0,
         "samples": steps[-1]["samples"] if steps else 0,
         "train_s": steps[-1]["train_s"] if steps else 0.0,
+        "window": worker_window(steps, window),
         "startup_wait_s": sum(s.get("startup_wait_s", 0.0) for s in steps),
         "final_eval": evals[-1] if evals else None,
         "result": json.loads(peer.result.read_text()) if peer.result.exists() else None,
@@ -239,18 +244,22 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
 
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
-                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None) -> dict:
+                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
+                  window: tuple[int, int] | None = None) -> dict:
     """knobs, bound (a function of metrics.summary.bounds.Round), bound_formula, is_baseline (a single-process
     run that others are compared with), rounds_overlap and failure_counters (the keys of its peers'
     figures that count failures) come from the run's strategy; shape (the run against this host's
-    cores) and lock (the machine lock at the start) from the launch side."""
+    cores) and lock (the machine lock at the start) from the launch side; window (first, last step: the measurement
+    window, metrics/summary/window.py) from the config and the strategy (None: all steps)."""
     peers = run.peers()
-    figures = [peer_figures(p) for p in peers]
+    figures = [peer_figures(p, window) for p in peers]
     worker_dirs = [p for p in peers if p.steps.exists()]
     workers = [f for f, p in zip(figures, peers) if p.steps.exists()]
-    all_steps = [s for p in worker_dirs for s in read_jsonl(p.steps)]
+    steps_by_rank = {p.rank: read_jsonl(p.steps) for p in worker_dirs}
+    all_steps = [s for steps in steps_by_rank.values() for s in steps_in(steps, window)[0]]  # the window's
     total_samples = sum(w["samples"] for w in workers)
-    longest = max((w["train_s"] for w in workers), default=0.0)
+    window_samples = sum(w["window"]["samples"] for w in workers)
+    longest = max((w["window"]["train_s"] for w in workers), default=0.0)
 
     breakdown = {phase: _mean(s[phase] for s in all_steps) for phase in PHASES}
     step_total = sum(v or 0.0 for v in breakdown.values())
@@ -263,7 +272,6 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     sent = _mean(s["bytes_sent"] for s in all_steps)
     recv = _mean(s["bytes_recv"] for s in all_steps)
     evals_by_rank = {p.rank: read_jsonl(p.evals) for p in worker_dirs}
-    steps_by_rank = {p.rank: read_jsonl(p.steps) for p in worker_dirs}
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
     isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, (shape or {}).get("fits", True))
@@ -288,7 +296,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "total_samples": total_samples,
         "useful_samples": useful_samples(workers),
         "startup_wait_s": max((w["startup_wait_s"] for w in workers), default=None),
-        "throughput_samples_per_s": total_samples / longest if longest else None,
+        "window": window_section(window, steps_by_rank),
+        "throughput_samples_per_s": window_samples / longest if longest else None,
         **accuracy,
         "target": config["target"],
         "evaluation": evaluation_section(config, workers, evals_by_rank, steps_by_rank),
@@ -300,8 +309,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "hidden_comm_share": hidden / step_total if hidden is not None and step_total else None,
         "bytes_sent_per_step": sent,
         "bytes_recv_per_step": recv,
-        "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / total_samples if total_samples else None,
-        "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / total_samples if total_samples else None,
+        "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / window_samples if window_samples else None,
+        "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / window_samples if window_samples else None,
         "averaging_rounds": rounds_section(run, len(workers)),
         "noise_scale": noise_scale_section(steps_by_rank),
         "network": network_section(run, config, knobs or {}, bound, bound_formula, rounds_overlap),
@@ -317,8 +326,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
-                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None) -> dict:
+                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
+                  window: tuple[int, int] | None = None) -> dict:
     summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, rounds_overlap,
-                            failure_counters, shape, lock)
+                            failure_counters, shape, lock, window)
     run.summary.write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -177,3 +177,59 @@ def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path
     table = rounds_table([Group([run([round_(2), round_(1, False, 3.0)]), run([round_(2, duration=2.0)])], "hm")])
     assert table.rows == [["hm", "gradients", "3", "1: 1, 2: 2", "66.7", "1", "2"]]
     assert rounds_table([Group([Run(tmp_path, {"workers": 2}, [])], "ring")]) is None
+
+
+# --- the measurement window (metrics/summary/window.py) -------------------------------------------------------------
+
+@pytest.mark.parametrize("after, steps, period, expected", [
+    (5, 30, (0, 1), (6, 35)),    # every step averages: steps 6..35
+    (5, 30, (0, 5), (6, 35)),    # diloco H=5: syncs at 10..35, six whole periods
+    (5, 30, (0, 4), (9, 40)),    # H=4: starts after the sync at 8, 8 periods of 4 (32 steps)
+    (5, 30, (10, 5), (11, 40)),  # localsgd: 10 warm-up steps, then averages at 15..40
+    (12, 7, (10, 5), (16, 25)),  # past the warm-up: after the average at 15, two periods
+])
+def test_the_window_starts_after_an_averaging_step_and_covers_whole_periods(after, steps, period, expected):
+    from metrics.summary.window import window_steps
+
+    assert window_steps(after, steps, period) == expected
+
+
+@pytest.fixture
+def warm_run(tmp_path):
+    """Two workers of 8 steps of 10 samples: steps 1-2 are slow warm-up (2 s each), then 0.5 s a step on rank 0 and
+    0.6 s on rank 1; step 1's bytes are a one-off broadcast (1000), then 10 sent and 20 received a step."""
+    run = RunDir(tmp_path / "run")
+    for rank, pace in ((0, 0.5), (1, 0.6)):
+        clock, records = 0.0, []
+        for n in range(1, 9):
+            clock += 2.0 if n <= 2 else pace
+            records.append(step(n, 10 * n, clock, 1000 if n == 1 else 10, 20, 1.8 if n <= 2 else pace - 0.2, 0.0))
+        write_lines(run.peer(rank).steps, records)
+    return run
+
+
+def test_throughput_bytes_and_breakdown_are_measured_in_the_window_only(warm_run):
+    summary = build_summary(warm_run, summary_config(), summary_outcome(), window=(3, 6))
+    # steps 3-6: 4 steps of 10 samples per worker; rank 1 is the slower, 4 x 0.6 s
+    assert summary["throughput_samples_per_s"] == pytest.approx(80 / 2.4)
+    assert summary["total_samples"] == 160  # what was trained, all of it
+    assert summary["bytes_sent_per_step"] == pytest.approx(10) and summary["bytes_recv_per_step"] == pytest.approx(20)
+    assert summary["bytes_sent_per_sample"] == pytest.approx(80 / 80)
+    assert summary["time_breakdown_s"]["compute_s"] == pytest.approx((0.3 + 0.4) / 2)
+    assert summary["window"] == {"first": 3, "last": 6, "complete": True}
+    assert summary["peers"][1]["window"] == {"samples": 40, "train_s": pytest.approx(2.4), "steps": 4}
+
+
+def test_without_a_window_every_step_counts(warm_run):
+    summary = build_summary(warm_run, summary_config(), summary_outcome())
+    assert summary["throughput_samples_per_s"] == pytest.approx(160 / (4.0 + 6 * 0.6))
+    assert summary["window"] is None
+
+
+def test_a_run_that_ends_inside_the_window_is_measured_to_its_end_and_marked(warm_run):
+    summary = build_summary(warm_run, summary_config(), summary_outcome(), window=(5, 12))
+    assert summary["throughput_samples_per_s"] == pytest.approx(80 / (4 * 0.6))  # steps 5-8
+    assert summary["window"] == {"first": 5, "last": 12, "complete": False}
+    early = build_summary(warm_run, summary_config(), summary_outcome(), window=(9, 12))
+    assert early["throughput_samples_per_s"] == pytest.approx(160 / (4.0 + 6 * 0.6))  # all of it
+    assert early["window"] == {"first": 1, "last": 8, "complete": False}

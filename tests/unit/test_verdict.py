@@ -415,7 +415,7 @@ def test_the_report_package_imports_nothing_above_metrics():
 # --- a run over several nodes: its node folders are one run ---------------------------------------
 
 def write_node(job, node: int, ranks: list[int], train_s: float, crossing_s: float, status: str = "completed",
-               error: str | None = None, sent_per_sample: float = 1000.0, **config):
+               error: str | None = None, sent_per_sample: float = 1000.0, window: dict | None = None, **config):
     """Node `node`'s folder of a run over 2 nodes, as its launcher writes it: its own peers' logs (each worker 2000
     samples in 40 steps over train_s, evaluated every 10 steps, reaching 0.9 from crossing_s on) and a summary of its
     own peers only."""
@@ -433,7 +433,8 @@ def write_node(job, node: int, ranks: list[int], train_s: float, crossing_s: flo
         "time_to_target_by_rank": {str(r): crossing_s for r in ranks},
         "accuracy_by_worker": {"by_rank": {str(r): 0.9 for r in ranks}, "worst": 0.9},
         "shape": {"host": f"host{node}", "node_rank": node, "nnodes": 2, "cores": 8, "oversubscription": 0.25},
-        "peers": [{"rank": r, "train_s": train_s, "samples": 2000} for r in ranks]}))
+        "peers": [{"rank": r, "train_s": train_s, "samples": 2000, **({"window": window} if window else {})}
+                  for r in ranks]}))
     for rank in ranks:
         peer = path / f"peer{rank}"
         peer.mkdir()
@@ -477,6 +478,23 @@ def test_a_job_over_two_nodes_is_one_run_with_every_worker(tmp_path):
     verdict = verdict_of(markdown)
     assert "- allreduce on 2 nodes: reached test_accuracy ≥ 0.9 in 1 of 1 blocks; against single: " in verdict
     assert "one process with peers x peer_cpus CPUs on one node" in markdown.split("## Methods")[1]
+
+
+def test_a_job_over_two_nodes_is_measured_in_every_workers_window(tmp_path):
+    """Node 0's workers trained 1000 samples in their window in 10 s, node 1's in 16 s (20 and 30 steps): the run's
+    throughput is 4000 samples over the longest 16 s, and bytes per sample weigh each node by its window's samples."""
+    sweep = write_sweep(tmp_path / "sweep", {})
+    job = sweep / "block0" / "strategy=allreduce"
+    write_node(job, 0, [0, 1], train_s=40.0, crossing_s=10.0, sent_per_sample=1000.0,
+               window={"samples": 1000, "train_s": 10.0, "steps": 20})
+    write_node(job, 1, [2, 3], train_s=50.0, crossing_s=25.0, sent_per_sample=4000.0, master_addr="10.0.0.2",
+               window={"samples": 3000, "train_s": 16.0, "steps": 30})
+    one_node_baseline(sweep)
+    out = tmp_path / "out"
+    report_of(sweep, out=out)
+    run = {r["configuration"]: r for r in rows_of(out)}["allreduce on 2 nodes"]
+    assert float(run["throughput_samples_per_s"]) == pytest.approx(8000 / 16.0)
+    assert float(run["bytes_sent_per_sample"]) == pytest.approx((2000 * 1000 + 6000 * 4000) / 8000)
 
 
 def test_a_failed_or_silent_node_fails_its_run_once(tmp_path):
@@ -743,3 +761,14 @@ def test_blocks_where_both_missed_are_ties_that_claim_nothing(tmp_path):
     ratio = (30.0 / 12.0) ** (1 / 3)
     finding = line_of(verdict_of(report_of(once, out=tmp_path / "b")), "stepwise 2×1cpu")
     assert f"against single 2×1cpu: cannot tell: {ratio:.2f}× [" in finding and "censored" in finding
+
+
+def test_a_run_measured_over_less_than_its_window_is_marked(tmp_path):
+    from metrics.report.runs import Run
+    from metrics.report.verdict import window_caveats
+
+    def run(block, complete):
+        return Run(tmp_path, {"config": {"block": block}, "window": {"first": 6, "last": 35, "complete": complete}}, [])
+
+    assert window_caveats([run(0, True), run(1, False), Run(tmp_path, {"config": {}}, [])]) == [
+        "block 1: ended before the end of the measurement window (steps 6-35): its per-step figures cover fewer steps"]
