@@ -323,7 +323,7 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
     attach_baselines(groups)
     section = sections_of(groups)[0]
     setting = ("unfaithful", "not alone", "not isolated", "oversubscribed",  # the machine's load, not these runs'
-               "machine speed moved")
+               "machine speed moved", "ended before the end of the measurement window")
     caveats = [c for c in caveats_of(groups[0], section) if not c.startswith(setting)]
     assert caveats == ["target not reached in 1 of 1", "lost peers 1", "failed averaging rounds: rounds_failed=2",
                        "unequal length: max_steps=6 (this comparison: 6, 12); 384 samples trained, 768 in the longest "

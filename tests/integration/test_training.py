@@ -30,7 +30,9 @@ def test_single_run_learns_and_leaves_complete_metrics(run_dir):
 
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["total_samples"] == 60 * 32
-    assert summary["throughput_samples_per_s"] == pytest.approx(60 * 32 / steps[-1]["train_s"])
+    # the measurement window (measure_window: after step 5, 30 steps): steps 6-35
+    assert summary["window"] == {"first": 6, "last": 35, "complete": True}
+    assert summary["throughput_samples_per_s"] == pytest.approx(30 * 32 / (steps[34]["train_s"] - steps[4]["train_s"]))
     assert steps[-1]["train_s"] < steps[-1]["wall_s"]  # evaluation pauses are not training time
     assert summary["final_test_accuracy"] == evals[-1]["test_accuracy"]
     assert abs(sum(summary["time_breakdown_share"].values()) - 1) < 1e-6
@@ -86,7 +88,9 @@ def test_single_with_two_peers_is_one_process_with_their_threads_and_batch(run_d
     assert [s["samples"] for s in steps] == [64 * n for n in range(1, 11)]  # 2 x 32 samples per step
     summary = summary_of(run_dir)
     assert summary["workers"] == 1 and summary["total_samples"] == 640 and summary["is_baseline"] is True
-    assert summary["throughput_samples_per_s"] == pytest.approx(640 / steps[-1]["train_s"])
+    # the window's steps 6-35, of which the run trained 6-10
+    assert summary["window"] == {"first": 6, "last": 35, "complete": False}
+    assert summary["throughput_samples_per_s"] == pytest.approx(5 * 64 / (steps[9]["train_s"] - steps[4]["train_s"]))
 
 
 def test_ddp_allreduce_two_peers_moves_the_rings_payload_and_stays_identical(run_dir):
