@@ -46,6 +46,7 @@ BENCHMARKS = {
     "emulation": "bench.emulation:run",
     "noise_scale": "bench.noise_scale:run",
     "verdict_simulation": "bench.verdict_simulation:run",
+    "pause_shift": "bench.pause_shift:run",
 }
 
 

@@ -211,9 +211,9 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
                   "throughput speedup vs single (x)", "scaling efficiency", "reached the target",
                   "time-to-target of the runs that reached it (s)", "MLPerf-style time-to-target (s)",
                   "samples-to-target", "time per sample (ms)", "worst worker's final test accuracy (%)"], rows,
-                 "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' trained "
-                 "samples / the longest worker's training time (pauses to save weights for evaluation and to time "
-                 "the speed reference excluded). "
+                 "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' samples "
+                 f"trained in the measurement window{window_steps(groups)} / the longest worker's training time in it "
+                 "(pauses to save weights for evaluation and to time the speed reference excluded). "
                  "Throughput speedup (beside the primary figure, never in its place): throughput / "
                  "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
                  "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "
@@ -239,8 +239,22 @@ def resolution(groups: list[Group]) -> str:
     tests = found[0][1]["test_samples"]
     intervals = "; ".join(f"{label} every {e['interval_steps']} steps = {e['interval_samples']:,} samples"
                           for label, e in found)
+    modes = {mode: [label for label, e in evaluations if (e.get("mode") or "after_training") == mode]
+             for mode in ("in_training", "after_training")}
+    when = "; ".join(f"{MODE_TEXT[mode]}: {', '.join(labels)}" for mode, labels in modes.items() if labels)
     return (f"Resolution: one test sample = 1/{tests} = {100 / tests:.2f} points of accuracy; evaluations "
-            f"(before interpolation): {intervals}.")
+            f"(before interpolation): {intervals}. {when}.")
+
+
+MODE_TEXT = {"in_training": "evaluated in training's pauses, the run ending at its confirmed crossing",
+             "after_training": "evaluated after training, the run going on to max_steps"}
+
+
+def window_steps(groups: list[Group]) -> str:
+    """The measurement windows of the runs (steps first-last), as the caption states them."""
+    windows = sorted({(w["first"], w["last"]) for g in groups for r in g.runs if (w := r.summary.get("window"))})
+    return f" (steps {', '.join(f'{a}-{b}' for a, b in windows)}: after warm-up, whole averaging periods)" \
+        if windows else ""
 
 
 def accuracy_cost_cell(group: Group, synthetic: bool) -> str:

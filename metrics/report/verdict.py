@@ -430,7 +430,8 @@ def window_caveats(runs: list[Run]) -> list[str]:
 
 
 def length_caveat(group: Group, groups: list[Group]) -> str | None:
-    """Runs of unequal length: other max_steps, or fewer samples trained than the longest configuration."""
+    """Runs of unequal length: other max_steps, or fewer samples trained than the longest configuration (unless
+    every run of the group ended at its confirmed crossing: eval_in_training's stop)."""
     parts = []
     steps = sorted({g.first.config["max_steps"] for g in groups})
     if len(steps) > 1:
@@ -438,7 +439,8 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
                      f"{', '.join(map(str, steps))})")
     samples = summary_mean(group, "total_samples") or 0
     most = max(summary_mean(g, "total_samples") or 0 for g in groups)
-    if samples < most:
+    stopped = all((r.summary.get("evaluation") or {}).get("stopped_at_target") for r in group.runs)
+    if samples < most and not stopped:
         parts.append(f"{samples:,.0f} samples trained, {most:,.0f} in the longest configuration")
     return "unequal length: " + "; ".join(parts) if parts else None
 

@@ -772,3 +772,17 @@ def test_a_run_measured_over_less_than_its_window_is_marked(tmp_path):
 
     assert window_caveats([run(0, True), run(1, False), Run(tmp_path, {"config": {}}, [])]) == [
         "block 1: ended before the end of the measurement window (steps 6-35): its per-step figures cover fewer steps"]
+
+
+def test_a_configuration_that_stopped_at_its_target_is_not_of_unequal_length(tmp_path):
+    from metrics.report.runs import Group, Run
+    from metrics.report.verdict import length_caveat
+
+    def group(name, samples, stopped):
+        return Group([Run(tmp_path, {"config": {"max_steps": 100}, "total_samples": samples,
+                                     "evaluation": {"mode": "in_training", "stopped_at_target": stopped}}, [])], name)
+
+    longest, stopped, short = group("a", 3200, False), group("b", 1600, True), group("c", 1600, False)
+    groups = [longest, stopped, short]
+    assert length_caveat(stopped, groups) is None
+    assert length_caveat(short, groups) == "unequal length: 1,600 samples trained, 3,200 in the longest configuration"
