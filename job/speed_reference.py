@@ -3,7 +3,9 @@
 At step 0, at every evaluation pause (the loop's snapshots) and after the last step, with the training clock stopped,
 a worker times forward and backward of a copy of its initial model (its module hooks dropped: no strategy hook fires)
 on a fixed batch (the training split's first `speed_reference.samples` samples), with the run's threads:
-`repetitions` passes, their median. The copy's parameters never change (its gradients are dropped), so every
+`repetitions` timings, their median, each of `passes` forward and backward passes in a row: as many as make a timing
+last MIN_TIMING_S at the first measurement (a small model's single pass is too short to time steadily), the same
+number at every later one, and the seconds of one pass recorded. The copy's parameters never change (its gradients are dropped), so every
 measurement does the same work; the training model, its gradients, BatchNorm buffers and the RNG state are untouched. A pause other than
 the first and the last is measured only while the reference's cost so far, plus this pause and the final one (each
 estimated by the latest pause), stays within `max_share` of the time since training started: so a run pays at most that share, unless its first and last
@@ -19,6 +21,8 @@ from torch import nn
 
 from job.device import PeerDevice
 
+MIN_TIMING_S = 0.02  # a timing spans at least this long, so the timer's and the scheduler's jitter stay small in it
+
 
 class SpeedReference:
     """Times the fixed work; measure() at the pauses, record() for result.json."""
@@ -29,6 +33,7 @@ class SpeedReference:
         self.repetitions, self.max_share, self.device = repetitions, max_share, device
         self.measurements: list[dict] = []
         self.cost_s = 0.0
+        self.passes = 0  # forward and backward passes per timing: set at the first measurement
 
     @classmethod
     def for_run(cls, cfg, model: nn.Module, train_split, device: PeerDevice) -> "SpeedReference | None":
@@ -50,15 +55,25 @@ class SpeedReference:
         y = torch.as_tensor([int(s[1]) for s in samples]).to(device.device)
         return cls(reference, x, y, int(settings.repetitions), float(settings.max_share), device)
 
-    def _pass_s(self) -> float:
-        self.device.synchronize()
-        started = time.perf_counter()
+    def _pass(self) -> None:
         nn.functional.cross_entropy(self.model(self.x), self.y).backward()
-        self.device.synchronize()
-        elapsed = time.perf_counter() - started
         for p in self.model.parameters():
             p.grad = None
-        return elapsed
+
+    def _timing_s(self) -> float:
+        """Seconds of one pass, timed over `passes` passes in a row."""
+        self.device.synchronize()
+        started = time.perf_counter()
+        for _ in range(self.passes):
+            self._pass()
+        self.device.synchronize()
+        return (time.perf_counter() - started) / self.passes
+
+    def _calibrate(self) -> None:
+        """The passes that make one timing last MIN_TIMING_S."""
+        self.passes = 1
+        while self._timing_s() * self.passes < MIN_TIMING_S:
+            self.passes *= 2
 
     def measure(self, step: int, train_wall_s: float, force: bool = False) -> float:
         """Time the work at `step` (train_wall_s: seconds since training started) unless the budget says no; returns
@@ -70,7 +85,9 @@ class SpeedReference:
             return 0.0
         started, at = time.perf_counter(), time.time()
         with torch.random.fork_rng(devices=[self.device.device] if self.device.is_cuda else []):
-            times = [self._pass_s() for _ in range(self.repetitions)]
+            if not self.passes:
+                self._calibrate()
+            times = [self._timing_s() for _ in range(self.repetitions)]
         pause_s = time.perf_counter() - started
         self.cost_s += pause_s
         self.measurements.append({"step": step, "wall_s": train_wall_s, "at": at,
@@ -80,5 +97,5 @@ class SpeedReference:
     def record(self) -> dict:
         """What result.json keeps: every measurement, the work's description and the total cost."""
         return {"measurements": self.measurements, "cost_s": self.cost_s, "samples": len(self.y),
-                "repetitions": self.repetitions, "threads": torch.get_num_threads(),
+                "repetitions": self.repetitions, "passes": self.passes, "threads": torch.get_num_threads(),
                 "dtype": str(self.x.dtype).removeprefix("torch."), "device": str(self.device.device)}

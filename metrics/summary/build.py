@@ -94,7 +94,8 @@ METHODS = {
              "its own summary, of its own peers)",
     "speed_reference": "the machine's speed (job/speed_reference.py): seconds of one forward and backward of a fixed "
                        "copy of the initial model on a fixed batch (samples, threads, dtype, device: the work), the "
-                       "median of `repetitions` passes, timed by each worker with the training clock stopped at "
+                       "median of `repetitions` timings, each of `passes` passes in a row (as many as last 20 ms at the first "
+                       "measurement: job/speed_reference.py), timed by each worker with the training clock stopped at "
                        "step 0, at evaluation pauses within max_share of the time since training started, and after "
                        "the last step (peers[].result.speed_reference.measurements: step, wall_s since training "
                        "started, at = unix time at its start, seconds, pause_s). Per rank: median_s of its "

@@ -143,3 +143,19 @@ def test_the_report_marks_a_moved_run_and_a_slow_machine_and_leaves_neither_out(
 def test_bad_settings_are_refused_before_launch(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         validate(compose_config(override))
+
+
+def test_a_timing_spans_enough_passes_to_last_its_minimum_and_records_one_pass():
+    from job.speed_reference import MIN_TIMING_S
+
+    reference = SpeedReference.for_run(SETTINGS, model(), split(), PeerDevice(torch.device("cpu")))
+    reference.measure(0, 0.0, force=True)
+    recorded = reference.record()
+    one_pass = recorded["measurements"][0]["seconds"]
+    assert recorded["passes"] > 1  # this model's pass takes well under MIN_TIMING_S
+    assert one_pass * recorded["passes"] >= 0.5 * MIN_TIMING_S  # a timing lasts about the minimum (not a tenth)
+    assert one_pass * recorded["passes"] / 2 < MIN_TIMING_S * 1.5  # and no more passes than twice what it needs
+    # the pause holds the repetitions' timings of `passes` passes each, and the calibration
+    assert recorded["measurements"][0]["pause_s"] >= recorded["repetitions"] * one_pass * recorded["passes"]
+    reference.measure(10, 1000.0)
+    assert reference.record()["passes"] == recorded["passes"]  # the same work at every measurement
