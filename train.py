@@ -17,7 +17,7 @@ from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
 from launchers import launch
-from launchers.config import check_command, check_overrides, strategy_class, validate
+from launchers.config import check_command, check_overrides, measurement_window, strategy_class, validate
 from launchers.hydra_internals import get_args_parser
 from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
@@ -25,7 +25,6 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
 from metrics.recording.rundir import RunDir
 from metrics.summary.build import write_summary
-from metrics.summary.window import window_steps
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import checked_dilation, dilate
@@ -75,7 +74,7 @@ def run(cfg) -> int:
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
     model = strategy.cost_model
-    window = window_steps(cfg.measure_window.after_step, cfg.measure_window.steps, strategy.averaging_period(cfg))
+    window = measurement_window(cfg)
     summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
                             strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
                             shape, lock, window)

@@ -32,12 +32,14 @@ from metrics.recording.steplog import PHASES  # noqa: E402
 
 ALLREDUCE_PEERS = 2
 METHODS = {
-    "samples_per_s": "summary.json throughput_samples_per_s: samples trained by all workers / training time (s)",
+    "samples_per_s": "summary.json throughput_samples_per_s: samples trained by all workers / training time (s), "
+                     "over the measurement window: the steps after the first `warmup_steps`",
     "step_s_mean": "seconds per step: the sum of summary.json time_breakdown_s (each phase's mean per step over all "
-                   "workers and steps, first steps included)",
+                   "workers' steps in the window)",
     "step_s_steady": "seconds per step: median over rank 0's steps after the first `warmup_steps` (CUDA and cuDNN "
                      "start-up) of data_s + compute_s + comm_s + opt_s (steps.jsonl)",
-    "time_breakdown_s": "summary.json time_breakdown_s: seconds per step in each phase, mean over workers and steps",
+    "time_breakdown_s": "summary.json time_breakdown_s: seconds per step in each phase, mean over workers and the "
+                        "window's steps",
     "time_breakdown_share": "summary.json time_breakdown_share: each phase's share of the step",
     "backend": "allreduce's torch.distributed backend, chosen by job/device.py collective_backend for 2 peers on "
                "this machine's GPUs",
@@ -48,8 +50,10 @@ METHODS = {
 def plan(device: str, gpus: int, model: str, steps: int, batch_size: int) -> list[dict]:
     """The two runs on `device` (resolved: cpu or cuda) with `gpus` GPUs: their names, overrides and allreduce's
     backend."""
+    warmup = warmup_steps(steps)
     job = [f"model={model}", f"device={device}", f"max_steps={steps}", f"batch_size={batch_size}",
-           "network=loopback", "eval_every=0", "precise_bn_samples=0"]
+           "network=loopback", "eval_every=0", "precise_bn_samples=0",
+           f"measure_window.after_step={warmup}", f"measure_window.steps={steps - warmup}"]
     peer = PeerDevice(torch.device(device, 0) if device == "cuda" else torch.device("cpu"),
                       gpu_shared=device == "cuda" and ALLREDUCE_PEERS > gpus)
     return [{"name": "single", "overrides": ["strategy=single", "peers=1", *job], "backend": None},

@@ -15,6 +15,7 @@ from job.registry import resolve
 from launchers.schema import check_keys, check_value, check_values, unknown_key, holds
 from launchers.shape import fit_peers
 from metrics.summary.target import CAUSAL
+from metrics.summary.window import window_steps
 from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
@@ -42,6 +43,13 @@ def group_options(group: str) -> list[str]:
 def strategy_class(cfg):
     """The class conf/strategy/NAME.yaml names in strategy.target (a strategies.base.Strategy)."""
     return resolve(cfg.strategy.target)
+
+
+def measurement_window(cfg) -> tuple[int, int]:
+    """The run's measurement window, (first, last) step (metrics/summary/window.py): the config's, widened to the
+    strategy's averaging periods."""
+    return window_steps(cfg.measure_window.after_step, cfg.measure_window.steps,
+                        strategy_class(cfg).averaging_period(cfg))
 
 
 def registered_strategy(name: str):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from job.evaluation import EvaluationState, evaluation_state
+from launchers.config import measurement_window
 from launchers.hydra_internals import BASIC_SWEEPER
 from metrics.recording.jsonl import JsonlTail
 from metrics.recording.rundir import RunDir
@@ -65,6 +66,9 @@ class Progress:
         self.title = " ".join(filter(None, [sweep_position(), f"{cfg.strategy.name} x{cfg.peers}"]))
         self.tails: dict[int, JsonlTail] = {}  # worker rank -> its steps.jsonl
         self.latest: dict[int, dict] = {}  # worker rank -> its last step record
+        self.window = measurement_window(cfg) if "measure_window" in cfg else None  # (first, last), as the summary
+        self.before_window: dict[int, dict] = {}  # worker rank -> its record of the step before the window
+        self.in_window: dict[int, dict] = {}  # worker rank -> its latest record inside the window
         self.comm_s: dict[int, float] = {}  # worker rank -> its communication time so far
         self.next_line = time.monotonic() + self.interval_s
         self.last_line = ""
@@ -87,13 +91,29 @@ class Progress:
             for record in tail.new_records():
                 self.comm_s[rank] = self.comm_s.get(rank, 0.0) + record["comm_s"]
                 self.latest[rank] = record
+                if self.window and record["step"] == self.window[0] - 1:
+                    self.before_window[rank] = record
+                if self.window and self.window[0] <= record["step"] <= self.window[1]:
+                    self.in_window[rank] = record
+
+    def rate(self) -> float:
+        """All workers' samples / the longest worker's training time: in the measurement window once every worker
+        is in it (as summary.json's throughput), else over all steps so far."""
+        if self.window and set(self.in_window) == set(self.latest):
+            start = {"samples": 0, "train_s": 0.0}
+            spans = [(r["samples"] - self.before_window.get(rank, start)["samples"],
+                      r["train_s"] - self.before_window.get(rank, start)["train_s"])
+                     for rank, r in self.in_window.items()]
+        else:
+            spans = [(r["samples"], r["train_s"]) for r in self.latest.values()]
+        return sum(samples for samples, _ in spans) / max(max(seconds for _, seconds in spans), 1e-9)
 
     def training(self) -> str:
-        """Step and loss of the lowest-rank worker; samples/s of all workers (their samples / the longest training
-        time, as in summary.json); comm = their communication time / their training time."""
+        """Step and loss of the lowest-rank worker; samples/s of all workers (rate()); comm = their communication
+        time / their training time."""
         records = list(self.latest.values())
         reference = self.latest[min(self.latest)]
-        rate = sum(r["samples"] for r in records) / max(max(r["train_s"] for r in records), 1e-9)
+        rate = self.rate()
         comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in records), 1e-9)
         step = (f"step {reference['step']}/{self.max_steps}" if "done" not in reference
                 else f"step {reference['step']} ({100 * self.done(reference):.0f}% done)")

@@ -45,6 +45,33 @@ def test_other_strategies_count_steps_against_max_steps(tmp_path):
     assert progress.figures().startswith("step 25/100,") and progress.figures().endswith("ETA 2:40")
 
 
+def test_samples_per_s_is_the_summarys_once_every_worker_is_in_the_measurement_window(tmp_path):
+    """Window steps 3-6 (after step 2, 4 steps): two slow first steps (5 s each) are left out once both workers are
+    in it, as summary.json leaves them out; before, the rate is over all steps so far."""
+    from omegaconf import OmegaConf
+
+    from launchers.progress import Progress
+
+    def clock(step, pace):
+        return 5.0 * min(step, 2) + pace * max(0, step - 2)
+
+    for rank, pace in ((0, 1.0), (1, 2.0)):
+        (tmp_path / f"peer{rank}").mkdir()
+        (tmp_path / f"peer{rank}" / "steps.jsonl").write_text("".join(
+            json.dumps(record(step, clock(step, pace))) + "\n" for step in range(1, 9 if rank == 0 else 3)))
+    cfg = OmegaConf.create({"progress": True, "progress_interval_s": 10, "max_steps": 8, "peers": 2,
+                            "strategy": {"name": "allreduce", "target": "strategies.allreduce:AllReduce"},
+                            "measure_window": {"after_step": 2, "steps": 4}})
+    progress = Progress(tmp_path, cfg, stream=open(os.devnull, "w"))
+    progress.read()
+    assert progress.window == (3, 6)
+    assert progress.rate() == pytest.approx((32 * 8 + 32 * 2) / 16.0)  # rank 1 not in it yet: all steps, rank 0 16 s
+    with open(tmp_path / "peer1" / "steps.jsonl", "a") as log:
+        log.write("".join(json.dumps(record(step, clock(step, 2.0))) + "\n" for step in range(3, 9)))
+    progress.read()
+    assert progress.rate() == pytest.approx(2 * 4 * 32 / (4 * 2.0))  # steps 3-6 of both; rank 1 the longer, 8 s
+
+
 # --- unit tier: the evaluation after training, from the hosts' boards -------------------------------
 def board_of(tmp_path, ended: dict[int, list[str]], posted: list[str], since: float, last_posted: float):
     """Files of a machine board: each worker's snapshot keys (published: its training ended) and the posted
