@@ -75,13 +75,12 @@ def merged_summary(nodes: list[Run], ranks: list[int], missing: list[int]) -> di
     merged["peers"] = sorted((p for s in summaries for p in s.get("peers") or []), key=lambda p: p.get("rank", 0))
     merged["workers"] = sum(s.get("workers") or 0 for s in summaries)
     merged["total_samples"] = sum(s.get("total_samples") or 0 for s in summaries)
-    windows = [window_of(p) for p in merged["peers"] if p.get("train_s") is not None]
+    windows = windows_of(merged["peers"])
     longest = max((w["train_s"] for w in windows), default=0.0)
     merged["throughput_samples_per_s"] = sum(w["samples"] for w in windows) / longest if longest else None
     merged["useful_samples"] = largest(s.get("useful_samples") for s in summaries)
     merged["startup_wait_s"] = largest(s.get("startup_wait_s") for s in summaries)
-    steps = [sum(window_of(p)["steps"] for p in s.get("peers") or [] if p.get("train_s") is not None)
-             for s in summaries]  # each node's steps in the window: its means' weight
+    steps = [sum(w["steps"] for w in windows_of(s.get("peers") or [])) for s in summaries]  # its means' weight
     breakdown = {phase: weighted([((s.get("time_breakdown_s") or {}).get(phase), w) for s, w in zip(summaries, steps)])
                  for phase in (first.get("time_breakdown_s") or {})}
     step_total = sum(v or 0.0 for v in breakdown.values())
@@ -91,8 +90,7 @@ def merged_summary(nodes: list[Run], ranks: list[int], missing: list[int]) -> di
         merged[key] = weighted([(s.get(key), w) for s, w in zip(summaries, steps)])
     hidden = merged["hidden_comm_s"]
     merged["hidden_comm_share"] = hidden / step_total if hidden is not None and step_total else None
-    samples = [sum(window_of(p)["samples"] for p in s.get("peers") or [] if p.get("train_s") is not None)
-               for s in summaries]
+    samples = [sum(w["samples"] for w in windows_of(s.get("peers") or [])) for s in summaries]
     for key in ("bytes_sent_per_sample", "bytes_recv_per_sample"):
         merged[key] = weighted([(s.get(key), n) for s, n in zip(summaries, samples)])
     merged |= learning_curves(nodes)
@@ -190,11 +188,11 @@ def severity(status: str | None) -> int:
     return WORST_LAST.index(status) if status in WORST_LAST else len(WORST_LAST)
 
 
-def window_of(peer: dict) -> dict:
-    """A worker's samples, training time and steps in the measurement window (a summary from before the window:
+def windows_of(peers: list[dict]) -> list[dict]:
+    """Each peer's samples, training time and steps in the measurement window (a summary from before the window:
     all its steps)."""
-    return peer.get("window") or {"samples": peer.get("samples") or 0, "train_s": peer.get("train_s") or 0.0,
-                                  "steps": peer.get("steps") or 0}
+    return [p.get("window") or {"samples": p.get("samples") or 0, "train_s": p.get("train_s") or 0.0,
+                                "steps": p.get("steps") or 0} for p in peers if p.get("train_s") is not None]
 
 
 def weighted(pairs: list[tuple]) -> float | None:
