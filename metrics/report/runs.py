@@ -132,8 +132,8 @@ class Run:
         reference = self.speed_reference
         if not reference.get("beyond_tolerance"):
             return None
-        return (f"machine speed moved {reference['moved']:.0%} during the run (speed reference: range of its "
-                f"measurements less one at each end / median, tolerance {reference['tolerance']:.0%})")
+        return (f"machine speed moved {reference['moved']:.0%} during the run (speed reference: its highest level held "
+                f"for two measurements in a row less its lowest / median, tolerance {reference['tolerance']:.0%})")
 
     def slower_than_block(self, runs: list["Run"]) -> float | None:
         """This run's speed reference / the median of its block's (same sweep and block among `runs`, the same work:

@@ -114,12 +114,13 @@ METHODS = {
 
 
 def speed_moved(seconds: list[float]) -> float:
-    """How far a speed reference moved, in seconds: the range of its measurements, less one at each end once there
-    are 4 or more (a lone far-out measurement is a blip; a move lasts for two measurements or more)."""
-    ordered = sorted(seconds)
-    if len(ordered) >= 4:
-        ordered = ordered[1:-1]
-    return ordered[-1] - ordered[0]
+    """How far a speed reference moved, in seconds. With 4 or more measurements, a move is a level held for two
+    measurements in a row: the highest such level less the lowest (0 where none stands apart); a lone far-out
+    measurement is a blip, however many there are. With fewer, the range of the measurements."""
+    if len(seconds) < 4:
+        return max(seconds) - min(seconds)
+    pairs = list(zip(seconds, seconds[1:]))
+    return max(0.0, max(min(pair) for pair in pairs) - min(max(pair) for pair in pairs))
 
 
 def _mean(values) -> float | None:
@@ -234,7 +235,7 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
                                  "work": {k: recorded.get(k) for k in ("samples", "threads", "dtype", "device")}}
     if not by_rank:
         return None
-    tolerance = float((config.get("speed_reference") or {}).get("tolerance", 0.1))
+    tolerance = float(config["speed_reference"]["tolerance"])
     moved = max(r["moved"] for r in by_rank.values())
     return {"median_s": statistics.median(r["median_s"] for r in by_rank.values()), "moved": moved,
             "tolerance": tolerance, "beyond_tolerance": moved > tolerance,

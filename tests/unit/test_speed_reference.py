@@ -73,18 +73,18 @@ def recorded(seconds: list[float], cost_s: float = 0.5, wall_s: float = 100.0) -
 
 
 def test_the_summary_says_how_far_each_worker_moved_and_what_it_cost():
-    steady = recorded([0.100, 0.104, 0.098, 0.101, 0.103])  # median 0.101; less each end: (0.103 - 0.100) / 0.101
+    steady = recorded([0.100, 0.104, 0.097, 0.102, 0.103])  # median 0.102; held twice: 0.102 high, 0.104 low: 0
     slowed = recorded([0.100, 0.101, 0.150, 0.152, 0.149], cost_s=1.5)  # median 0.149; (0.150 - 0.101) / 0.149
     section = speed_reference_section({"speed_reference": {"tolerance": 0.1}},
                                       [{"rank": 0, "result": {"speed_reference": steady}},
                                        {"rank": 1, "result": {"speed_reference": slowed}},
                                        {"rank": 2, "result": {"strategy": {}}}])  # a parameter server: none
     assert set(section["by_rank"]) == {0, 1}
-    assert section["by_rank"][0]["moved"] == pytest.approx(0.003 / 0.101)
-    assert section["by_rank"][0]["median_s"] == pytest.approx(0.101)
+    assert section["by_rank"][0]["moved"] == 0.0
+    assert section["by_rank"][0]["median_s"] == pytest.approx(0.102)
     assert section["by_rank"][1]["moved"] == pytest.approx(0.049 / 0.149)
     assert section["moved"] == pytest.approx(0.049 / 0.149) and section["beyond_tolerance"] is True
-    assert section["median_s"] == pytest.approx((0.101 + 0.149) / 2)
+    assert section["median_s"] == pytest.approx((0.102 + 0.149) / 2)
     assert section["cost_share"] == pytest.approx(0.015)  # 1.5 s of the 100 s to the last measurement
     alone = speed_reference_section({"speed_reference": {"tolerance": 0.1}},
                                     [{"rank": 0, "result": {"speed_reference": steady}}])
@@ -92,15 +92,21 @@ def test_the_summary_says_how_far_each_worker_moved_and_what_it_cost():
     assert speed_reference_section({}, [{"rank": 0, "result": None}]) is None
 
 
-def test_one_far_out_measurement_is_a_blip_but_two_are_a_move():
-    # a steady run with one interrupted measurement (an 80 % blip) stays within tolerance: 0.001 / 0.100
+def test_a_far_out_measurement_is_a_blip_but_a_level_held_twice_is_a_move():
+    # a steady run with one interrupted measurement (an 80 % blip), or two apart (each alone), stays within
+    # tolerance: no level stands apart for two measurements in a row
     blip = recorded([0.100, 0.101, 0.099, 0.180, 0.100])
-    # the same run slowed from its fourth measurement on: a move of 0.079 / 0.101
+    blips = recorded([0.100, 0.150, 0.100, 0.101, 0.150, 0.100])
+    # the same run slowed from its fourth measurement on: 0.179 held twice against 0.101 / median 0.101
     slowed = recorded([0.100, 0.101, 0.099, 0.180, 0.179])
+    # too few measurements for a level: their range (start and end, 0.120 - 0.100) / median 0.110
+    two = recorded([0.100, 0.120])
     sections = [speed_reference_section({"speed_reference": {"tolerance": 0.1}},
-                                        [{"rank": 0, "result": {"speed_reference": r}}]) for r in (blip, slowed)]
-    assert sections[0]["moved"] == pytest.approx(0.001 / 0.100) and sections[0]["beyond_tolerance"] is False
-    assert sections[1]["moved"] == pytest.approx(0.079 / 0.101) and sections[1]["beyond_tolerance"] is True
+                                        [{"rank": 0, "result": {"speed_reference": r}}])
+                for r in (blip, blips, slowed, two)]
+    assert [s["moved"] for s in sections[:2]] == [0.0, 0.0] and not sections[1]["beyond_tolerance"]
+    assert sections[2]["moved"] == pytest.approx(0.078 / 0.101) and sections[2]["beyond_tolerance"] is True
+    assert sections[3]["moved"] == pytest.approx(0.020 / 0.110)
 
 
 def summary_with(median_s: float, moved: float) -> dict:
