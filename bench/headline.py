@@ -51,14 +51,14 @@ RUNS_WALL = ("the sum of its runs' wall clocks (launch to end, evaluation includ
              "the report left out)")  # a sweep's wall time, for the sweeps and the loopback headline alike
 
 
-def run_sweep(folder: Path, lock: str) -> float:
-    """Run (or resume) the headline into folder (the sweep takes the machine lock itself); its wall clock in
-    seconds."""
+def run_sweep(folder: Path, lock: str, command: list[str] = HEADLINE) -> float:
+    """Run (or resume) a multirun, the headline by default, into folder (with lock=wait or refuse the sweep takes the
+    machine lock itself); its wall clock in seconds."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "train.py", "-m", *HEADLINE, f"hydra.sweep.dir={folder}", f"lock={lock}"],
+    done = subprocess.run([sys.executable, "train.py", "-m", *command, f"hydra.sweep.dir={folder}", f"lock={lock}"],
                           cwd=ROOT)
     if done.returncode:
-        raise RuntimeError(f"the headline sweep into {folder} exited {done.returncode}")
+        raise RuntimeError(f"the sweep {' '.join(command)} into {folder} exited {done.returncode}")
     return time.perf_counter() - started
 
 

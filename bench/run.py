@@ -47,6 +47,7 @@ BENCHMARKS = {
     "noise_scale": "bench.noise_scale:run",
     "verdict_simulation": "bench.verdict_simulation:run",
     "pause_shift": "bench.pause_shift:run",
+    "quick": "bench.quick:run",
 }
 
 

@@ -444,14 +444,26 @@ def verdict() -> str:
     entry = results()["headline"]
     last = len(entry["answers"]) - 1
     sweep = dated_answers(entry)[last]
+    return "\n".join([stamp({"name": "headline"} | sweep, f"answers.{last}"), "", *answer_lines(sweep), "",
+                      wall_time_line(entry), "", replication_line(entry)])
+
+
+def quick_verdict() -> str:
+    """The quick comparison's verdict as typed, its one recorded sweep (bench/quick.py)."""
+    entry = results()["quick"]
+    return "\n".join([stamp(entry, "answer"), "", *answer_lines(entry["answer"])])
+
+
+def answer_lines(sweep: dict) -> list[str]:
+    """One recorded sweep's verdict (bench/headline.py figures_of): its primary figure, the declared comparisons,
+    the answer, the links and its wall time."""
     claim = "withheld ({})" if sweep["claims_withheld"] else "**{}**"  # the verdict refused its claims: Answer
     body = [[f"{c['this']} vs {c['other']}", times(c["ratio"], c["interval_95"]), claim.format(c["claim"]),
              num(c["adjusted_p"], 3), f"{c['blocks']} ({c['censored']} censored)"] for c in sweep["comparisons"]]
-    return "\n".join([stamp({"name": "headline"} | sweep, f"answers.{last}"), "", f"{sweep['primary']}", ""] + table(
+    return [f"{sweep['primary']}", ""] + table(
         ["comparison", "ratio, 95 % interval", "claim", "Holm-adjusted p", "blocks"], body) + [
         "", f"Answer: {sweep['answer'].removeprefix('Answer: ')}", "", *[f"- {line}" for line in sweep["links"]], "",
-        f"{sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']}).", "",
-        wall_time_line(entry), "", replication_line(entry)])
+        f"{sweep['runs']} runs, {sweep['wall_s'] / 60:.0f} min ({sweep['wall_method']})."]
 
 
 def wall_time_line(entry: dict) -> str:
@@ -575,12 +587,30 @@ def commands() -> str:
              f"{describe_machine(headline['machine'])})", decides],
             ["`.venv/bin/python train.py strategy=hivemind peers=8`", "how 8 hivemind peers train, round by round, "
              "and what their averaging costs", "not recorded as a benchmark (the lab log has single runs)",
-             "one run: no comparison"]]
+             "one run: no comparison"], quick_row(entries.get("quick"))]
     return "\n".join(table(["command", "what it answers", "elapsed, measured", "what its blocks can decide"], rows))
 
 
+def quick_row(entry: dict | None) -> list[str]:
+    """The quick comparison's row: its sweep's wall clock and the ratio its blocks detect on the noise it measured
+    (bench/quick.py)."""
+    row = ["`.venv/bin/python train.py -m experiment=quick strategy=allreduce,stepwise,ps`",
+           "the first command's question on the tiny CNN, 200 steps a run, 8 blocks: allreduce, stepwise and ps "
+           "against one process on the same CPUs, and against each other"]
+    if not entry:
+        return row + ["not recorded (`python bench/run.py quick`)", "–"]
+    noise = entry["noise"]
+    decides = "no noise measured" if not (noise and noise["log_sd"]) else (
+        f"{noise['blocks']} blocks: ratios beyond ×/÷{noise['detectable']:.2f} at 80 % power after Holm over "
+        f"{noise['family']} comparisons, on the noise this sweep measured (paired log-sd {noise['log_sd']:.3f}); "
+        f"its report: [Markdown]({entry['samples'][0]}), [HTML]({entry['samples'][1]})")
+    return row + [f"{entry['answer']['wall_s'] / 60:.1f} min, one sweep (goal ≤ {entry['goal_s'] / 60:.0f} min: "
+                  f"{'met' if entry['goal_met'] else 'missed'}; {entry['measured_at']}, "
+                  f"{describe_machine(entry['machine'])})", decides]
+
+
 GENERATORS = {"commands": commands, "knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
-              "bench-machines": bench_machines, "verdict": verdict}
+              "bench-machines": bench_machines, "verdict": verdict, "quick-verdict": quick_verdict}
 
 
 # --- blocks -----------------------------------------------------------------------------

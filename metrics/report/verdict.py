@@ -234,23 +234,39 @@ def control_line(a: Analysis) -> str:
             "was the faster): " + "; ".join(parts) + ".")
 
 
-def noise_line(a: Analysis) -> str | None:
-    """The primary figure's own noise (the comparisons with the baselines and the control arms, blocks observed
-    exactly), and the smallest ratio the blocks detect after Holm over the declared comparisons."""
+@dataclass
+class Noise:
+    """The primary figure's own noise and what the blocks detect with it (METHODS["noise"])."""
+    log_sd: float | None  # pooled sd of the log ratios; None: not measured (one block, or no spread)
+    blocks: int
+    family: int           # the declared comparisons, Holm's family
+    detectable: float | None  # the smallest ratio x/÷ the blocks detect at 80 % power after Holm
+
+
+def noise_of(a: Analysis) -> Noise | None:
+    """Over the comparisons with the baselines and the control arms, blocks observed exactly; None without any."""
     measured = [c.ratio.uncensored for c in a.comparisons if c.other is c.this.baseline] + \
         [c.ratio.uncensored for c in a.controls]
     if not measured:
         return None
     blocks = max(r.n for r in measured)
-    spread = pooled_log_sd([(r.n - 1, r.log_sd) for r in measured if r.n > 1])
-    if not spread:
+    spread = pooled_log_sd([(r.n - 1, r.log_sd) for r in measured if r.n > 1]) or None
+    family = max(1, a.comparisons[0].family if a.comparisons else 1)
+    return Noise(spread, blocks, family, detectable(spread, blocks, family) if spread else None)
+
+
+def noise_line(a: Analysis) -> str | None:
+    """The primary figure's own noise, and the smallest ratio the blocks detect after Holm over the declared
+    comparisons."""
+    if not (noise := noise_of(a)):
+        return None
+    if not noise.log_sd:
         return (f"Noise of {a.primary.name}: not measured (one block, or no spread): no ratio here has an "
                 "interval; run the multirun with repeats=2 or more (the default is 3).")
-    family_size = max(1, a.comparisons[0].family if a.comparisons else 1)
-    found = detectable(spread, blocks, family_size)
-    return (f"Noise of {a.primary.name}: the paired ratios vary by {spread:.1%} (sd of their logs, pooled over the "
-            f"comparisons with the baselines and the control arm, blocks observed exactly); {blocks} blocks detect a "
-            f"ratio beyond ×/÷{found:.2f} (5 % two-sided after Holm over {family_size} comparisons, 80 % power).")
+    return (f"Noise of {a.primary.name}: the paired ratios vary by {noise.log_sd:.1%} (sd of their logs, pooled over "
+            f"the comparisons with the baselines and the control arm, blocks observed exactly); {noise.blocks} blocks "
+            f"detect a ratio beyond ×/÷{noise.detectable:.2f} (5 % two-sided after Holm over {noise.family} "
+            "comparisons, 80 % power).")
 
 
 def left_out(a: Analysis) -> list[str]:

@@ -1,0 +1,62 @@
+"""The quick comparison as the README types it, measured: `python train.py -m experiment=quick
+strategy=allreduce,stepwise,ps` (the tiny CNN, the headline's design: baselines, a control arm, blocks), one sweep
+run alone. Recorded: the command's wall clock (launch to report), the verdict from the report's own analysis (every
+declared comparison with its ratio, 95 % interval and claim), the noise it measured and the ratio its blocks detect
+(metrics/report/verdict.py Noise). Its report, Markdown and HTML, is kept as docs/samples/quick-report.*, the
+sweep's folder named by its name only. The goal: a verdict in at most GOAL_S on the machine that ran it.
+"""
+import argparse
+import shutil
+import time
+from datetime import date
+from pathlib import Path
+
+from bench.headline import figures_of, run_sweep
+from metrics.report.baselines import load_runs
+from metrics.report.verdict import analyse, noise_of
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND = ["experiment=quick", "strategy=allreduce,stepwise,ps"]  # README's quick comparison, as typed
+GOAL_S = 600.0
+SAMPLES = ROOT / "docs" / "samples"
+
+
+def keep_sample(folder: Path) -> list[str]:
+    """The sweep's report.md and report.html as docs/samples/quick-report.*, the folder's path replaced by its name."""
+    SAMPLES.mkdir(exist_ok=True)
+    kept = []
+    for suffix in ("md", "html"):
+        sample = SAMPLES / f"quick-report.{suffix}"
+        sample.write_text((folder / f"report.{suffix}").read_text().replace(str(folder.resolve()), folder.name))
+        kept.append(str(sample.relative_to(ROOT)))
+    return kept
+
+
+def run(folder: str = "") -> dict:
+    sweep = Path(folder) if folder else ROOT / "multirun" / f"quick-{date.today()}-{time.strftime('%H%M%S')}"
+    if sweep.exists():
+        shutil.rmtree(sweep)  # a resumed sweep would not time the command
+    wall_s = run_sweep(sweep, "off", COMMAND)  # bench/run.py holds the machine lock
+    answer = figures_of(sweep, wall_s)
+    sections, _ = load_runs([sweep])
+    noise = noise_of(analyse(sections[0]))
+    return {
+        "name": "quick",
+        "ratio": wall_s / GOAL_S,
+        "goal": f"a verdict in at most {GOAL_S / 60:.0f} min (the command's wall clock / {GOAL_S:.0f} s <= 1)",
+        "goal_met": wall_s <= GOAL_S,
+        "goal_s": GOAL_S,
+        "command": "python train.py -m " + " ".join(COMMAND),
+        "answer": answer,
+        "noise": {"log_sd": noise.log_sd, "blocks": noise.blocks, "family": noise.family,
+                  "detectable": noise.detectable} if noise else None,
+        "samples": keep_sample(sweep),
+        "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # the run folders stay out of the repository
+        "setup": " ".join(COMMAND) + "; one sweep, alone",
+        "method": __doc__.strip(),
+    }
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--quick-folder", dest="quick_folder", metavar="DIR", default=argparse.SUPPRESS,
+                       help="the sweep's folder (default: multirun/quick-<date>-<time>; emptied first)")
