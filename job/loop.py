@@ -155,4 +155,5 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
         clock.close()
     if reference:
         reference.measure(step, time.perf_counter() - start, force=True)  # after the last step
+    strategy.trained()
     return {"steps": step, "samples": samples} | ({"speed_reference": reference.record()} if reference else {})

@@ -151,6 +151,9 @@ class Strategy(ABC):
         """Most steps the loop runs on this peer (strategies that stop on their own may allow more)."""
         return self.cfg.max_steps
 
+    def trained(self) -> None:
+        """On a worker, after its last step and the speed reference's last measurement, before evaluation."""
+
     def summary(self) -> dict:
         """Strategy-specific figures for summary.json."""
         return {}

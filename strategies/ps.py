@@ -40,7 +40,7 @@ from strategies.cost_models.ps import ParameterServerCost
 from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 
 MODES = ("sync", "async")
-TAG_PUSH, TAG_PULL = 11, 12
+TAG_PUSH, TAG_PULL, TAG_TRAINED = 11, 12, 13
 PUSH_HEADER, PULL_HEADER = 3, 3  # [samples, version, last], [version, staleness, update_s]
 
 
@@ -233,10 +233,16 @@ class ParameterServer(TransportStrategy):
         self.connect()
         params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
         shard = shard_of(params, int(self.cfg.ps.servers), self.ctx.rank - self.cfg.peers)
-        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg, self.spec.effective_batch), list(range(self.cfg.peers)),
-                             self.cfg.ps.mode, float(self.cfg.ps.idle_timeout_s))
+        workers = list(range(self.cfg.peers))
+        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg, self.spec.effective_batch),
+                             workers, self.cfg.ps.mode, float(self.cfg.ps.idle_timeout_s))
+        # a server shares a worker's core where cores are few: it stays idle until every worker's last speed
+        # reference measurement is taken (trained()), so that its exit is not in the measurement
+        trained = [self.transport.irecv(torch.zeros(1), worker, TAG_TRAINED) for worker in workers]
         self.server_stats = server.run().as_dict() | {
             "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}
+        for pending in trained:
+            pending.wait()
 
     # --- worker -------------------------------------------------------------
     def setup(self, model, optimizer) -> None:
@@ -262,6 +268,10 @@ class ParameterServer(TransportStrategy):
                           extra={"staleness": exchange.staleness, "push_pull_s": time.perf_counter() - start,
                                  "peer_bytes": exchange.peer_bytes,
                                  "link_idle_s": min(exchange.update_s) if sync else 0.0})
+
+    def trained(self) -> None:
+        for server in self.server_ranks():
+            self.transport.send(torch.zeros(1), server, TAG_TRAINED)
 
     def summary(self) -> dict:
         if self.role == SERVER:

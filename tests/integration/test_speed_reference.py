@@ -88,3 +88,15 @@ def test_the_same_run_alone_stays_within_its_tolerance(run_dir):
     assert [r["measurements"] >= 5 for r in reference["by_rank"].values()] == [True], reference
     assert reference["beyond_tolerance"] is False and reference["moved"] <= reference["tolerance"], reference
     assert load_run(run_dir).speed_moved() is None
+
+
+def test_a_parameter_server_ends_after_its_workers_last_reference(run_dir):
+    # 2 workers and a server on this machine's cores: the server shares a worker's core, so its exit must not fall
+    # inside that worker's last measurement (which then read as the machine slowing down at the end)
+    done = run_train(run_dir, "strategy=ps", "peers=2", "max_steps=12", "speed_reference.repetitions=10",
+                     "speed_reference.max_share=0.9")
+    assert done.returncode == 0, done.stderr
+    last = [results(run_dir, (rank,))[0]["speed_reference"]["measurements"][-1] for rank in (0, 1)]
+    assert [m["step"] for m in last] == [12, 12]
+    server_ended = (run_dir / "peer2" / "result.json").stat().st_mtime
+    assert server_ended >= max(m["at"] + m["pause_s"] for m in last), (server_ended, last)
