@@ -40,9 +40,9 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
 from metrics.report.primary import from_dict
-from metrics.report.nodes import load, run_folders
+from metrics.report.nodes import load
 from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
-from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under
+from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under, run_folders
 
 NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "plan", "repeats",
               "hydra.launcher.nodes",

@@ -36,8 +36,9 @@ from metrics.projection.link import Link, parse_link, payload_rate
 from metrics.projection.models import cost_model
 from metrics.recording.evidence import EVIDENCE
 from metrics.recording.machine import describe_machine
-from metrics.recording.rundir import RunDir, run_dirs_under
+from metrics.recording.rundir import RunDir, run_dirs_under, run_folders, summary_folders
 from metrics.summary.fidelity import unfaithful
+from metrics.summary.target import time_to_target
 
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
@@ -223,15 +224,16 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     """The cost-model parameters of one run (see METHODS); payload_share: payload / nominal rate of a link
     (Evidence.payload_share), the conversion every prediction from it uses; evidence: what else conf/evidence.json
     allows (time-to-target at larger batches)."""
-    run = RunDir(path)
-    summary = json.loads(run.summary.read_text())
+    nodes = [RunDir(folder) for folder in summary_folders(path)]  # a run over several nodes: a folder per node
+    summaries = [json.loads(node.summary.read_text()) for node in nodes]
+    run, summary = nodes[0], summaries[0]
     config = summary["config"]
-    shape = summary.get("shape") or {}
-    if (shape.get("nnodes") or 1) > 1:
-        raise ValueError(f"{path} is node {shape.get('node_rank')} of a run over {shape['nnodes']} nodes, holding only "
-                         "its own workers: the projection reads runs of one node only (docs/clusters.md)")
+    expected = (summary.get("shape") or {}).get("nnodes") or 1
+    if len(nodes) != expected:
+        raise ValueError(f"{path}: a run over {expected} nodes, of which {len(nodes)} wrote a summary")
     model = cost_model(config["strategy"]["name"])
-    steps_by_rank = {p.rank: s for p in run.peers() if (s := read_jsonl(p.steps))}
+    peers = [p for node in nodes for p in node.peers()]
+    steps_by_rank = {p.rank: s for p in peers if (s := read_jsonl(p.steps))}
     if not steps_by_rank:
         raise ValueError(f"{path}: no worker logged a step")
     workers = len(steps_by_rank)
@@ -254,7 +256,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     launch = json.loads(run.launch_spec.read_text())
     timed = {rank: steady(steps, warmup, period) for rank, steps in steps_by_rank.items()}
     steady_steps = [s for steps in timed.values() for s in (steps[1:] or steps)]
-    factor, source = oversubscription(summary, launch)
+    factor, source = max((oversubscription(s, launch) for s in summaries), key=lambda found: found[0] or 0)
     compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
                                                        for s in steady_steps) / dilation, factor, source)
     machine = (summary.get("machine") or {}).get("fingerprint")
@@ -264,10 +266,13 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
         compute_of="measured by this run on "
                    + (describe_machine(machine) if machine else "its machine (not recorded)"),
         hidden_s=min(compute, statistics.fmean(hidden_comm_s(s) for s in steady_steps) / dilation),
-        server_s=server_update_s(run) / dilation,
+        server_s=max(server_update_s(node) for node in nodes) / dilation,
         payload_bytes=payload, size_bytes=size, link=link,
         measured_step_s=statistics.fmean(mean_step_s(steps) for steps in timed.values()) / dilation,
-        samples_to_target=summary.get("samples_to_target"), payload_share=payload_share,
+        samples_to_target=summary.get("samples_to_target") if len(nodes) == 1 else time_to_target(
+            {p.rank: read_jsonl(p.evals) for p in peers if p.rank in steps_by_rank}, steps_by_rank, {},
+            summary["target"] | {"bootstrap": 0})["samples_to_target"],
+        payload_share=payload_share,
     )
     if evidence is not None:
         model_name = (config.get("model") or {}).get("name")
@@ -296,7 +301,8 @@ def declared(m: Measured, step_s: float | None = None, samples_per_s: float | No
 
 def calibration_problems(path: Path) -> list[str]:
     """Why a run cannot calibrate a projection: the link or CPU figures it failed (metrics/summary/fidelity.py)."""
-    return unfaithful(json.loads(RunDir(path).summary.read_text()))
+    return [problem for folder in summary_folders(path)
+            for problem in unfaithful(json.loads(RunDir(folder).summary.read_text()))]
 
 
 # --- projection ------------------------------------------------------------------------
@@ -523,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the evidence file holding the payload share (link_goodput) and the projection "
                              "validation (default: conf/evidence.json, written by bench/run.py)")
     args = parser.parse_args(argv)
-    runs = [r for d in args.dirs for r in run_dirs_under(d)]
+    runs = [r for d in args.dirs for r in run_folders(run_dirs_under(d))]  # a run over several nodes: once
     if not runs:
         parser.error(f"no run (a directory holding summary.json) under {', '.join(map(str, args.dirs))}")
     if args.out is None and len(args.dirs) > 1:

@@ -8,6 +8,7 @@
                     error.txt  fault.json  snapshots/ (while the peer runs)  weights/ (keep_weights)
                     <strategy files>
 """
+import re
 from pathlib import Path
 
 PEER_PREFIX = "peer"
@@ -75,6 +76,40 @@ class RunDir:
 def run_dirs_under(top: Path) -> list[Path]:
     """Directories below `top` (itself included) that hold a finished run's summary."""
     return sorted(p.parent for p in Path(top).rglob("summary.json"))
+
+
+NODE_FOLDER = re.compile(r"node(\d+)")
+
+
+def node_rank_of(path: Path) -> int | None:
+    """R for a folder node<R> of a run over several nodes (its parent holds no summary of its own), else None."""
+    found = NODE_FOLDER.fullmatch(path.name)
+    return int(found[1]) if found and not (path.parent / "summary.json").exists() else None
+
+
+def run_path(path: Path) -> Path:
+    """The run a folder with a summary (or one started without) belongs to: its own, or its node folders' parent."""
+    return path.parent if node_rank_of(path) is not None else path
+
+
+def run_folders(paths: list[Path]) -> dict[Path, list[Path]]:
+    """Each run's path -> its folders holding summary.json (node folders in node-rank order)."""
+    runs: dict[Path, list[Path]] = {}
+    for path in paths:
+        runs.setdefault(run_path(path), []).append(path)
+    return {run: sorted(folders, key=lambda f: node_rank_of(f) or 0) for run, folders in runs.items()}
+
+
+def summary_folders(path: Path) -> list[Path]:
+    """The run's folders holding a summary.json: itself, or its node folders in node-rank order; none: an error."""
+    path = Path(path)
+    if (rank := node_rank_of(path)) is not None:
+        raise ValueError(f"{path} is node {rank} of the run at {path.parent}: give the run's folder (a node's folder "
+                         "holds only its own workers)")
+    folders = run_folders(run_dirs_under(path)).get(path)
+    if not folders:
+        raise ValueError(f"{path}: no summary.json, in it or in node folders below it (not a finished run)")
+    return folders
 
 
 def started_runs_under(top: Path) -> list[Path]:

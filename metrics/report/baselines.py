@@ -6,7 +6,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from metrics.report.nodes import load, run_folders, run_path
+from metrics.recording.rundir import run_folders, run_path
+from metrics.report.nodes import load
 from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, STRATEGY_BLOCKS, Group, Run, Section, attach_attempts,
                                  configuration_key, find_runs, flatten, group_runs, mark_reruns, paired,
                                  paired_differences, sections_of)

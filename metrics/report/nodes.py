@@ -20,36 +20,15 @@ node's summary states, over every node's workers:
 A folder named node<R> whose parent holds no summary.json is node R of the run at its parent; a run of one node
 (a one-node SLURM job: RUN/node0) is read the same way, at RUN.
 """
-import re
 import statistics
 from pathlib import Path
 
 from metrics.report.runs import Run, load_run
-from metrics.recording.rundir import RunDir
+from metrics.recording.rundir import RunDir, node_rank_of
 from metrics.summary.target import time_to_target
 
-NODE_FOLDER = re.compile(r"node(\d+)")
 WORST_LAST = ("completed", "interrupted", "failed")  # a status not listed counts as failed
 NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: see the job's SLURM logs)"
-
-
-def node_rank_of(path: Path) -> int | None:
-    """R for a folder node<R> of a run over several nodes (its parent holds no summary of its own), else None."""
-    found = NODE_FOLDER.fullmatch(path.name)
-    return int(found[1]) if found and not (path.parent / "summary.json").exists() else None
-
-
-def run_path(path: Path) -> Path:
-    """The run a folder with a summary (or one started without) belongs to: its own, or its node folders' parent."""
-    return path.parent if node_rank_of(path) is not None else path
-
-
-def run_folders(paths: list[Path]) -> dict[Path, list[Path]]:
-    """Each run's path -> its folders holding summary.json (node folders in node-rank order)."""
-    runs: dict[Path, list[Path]] = {}
-    for path in paths:
-        runs.setdefault(run_path(path), []).append(path)
-    return {run: sorted(folders, key=lambda f: node_rank_of(f) or 0) for run, folders in runs.items()}
 
 
 def load(path: Path, folders: list[Path]) -> Run:

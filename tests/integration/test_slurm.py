@@ -4,6 +4,7 @@ slurmd per node, each node with its own network namespace, address and hostname)
 recipe the documentation shows, as written; the fault test kills a peer, and a node's slurmd, mid-job."""
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -138,6 +139,17 @@ def test_documented_recipe_runs_each_job_across_two_nodes(cluster, tmp_path):
     for strategy in ("allreduce", "hivemind"):
         assert f"- {strategy} 4×1cpu on 2 nodes: reached" in verdict and "; against single 4×1cpu: " in verdict
     assert "Control arm (the equal-resource baseline run twice in every block" in verdict
+    # and its projection to the cluster the recipe names: each run over the two nodes read as one run, every node's
+    # workers together; where 4 peers have a core each it predicts, else it refuses the run as calibration, by its CPU
+    projected = (sweep / "report.md").read_text().split("\n## Projected to your cluster", 1)[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in projected.splitlines() if line.startswith("| allreduce 4×1cpu on 2 nodes")]
+    if len(os.sched_getaffinity(0)) >= 4:
+        assert [row[1].split(" x ")[0] for row in rows] == ["16", "64"], projected
+        assert all(float(row[2]) > 0 and row[6] == "1" for row in rows), rows  # a predicted step, from the one run
+    else:
+        refused = projected.split("block0/strategy=allreduce: ", 1)[1].split("; multirun/")[0]
+        assert rows == [] and refused.startswith("did not hold its setting, so it cannot calibrate (isolation: "), refused
+        assert "rank 0 on host node0" in refused and "rank 2 on host node1" in refused, refused
     assert "single 4×1cpu against its second run: " in verdict
     # resumed in its folder, the sweep keeps every job: each node's launch.* came from SLURM's variables there
     again = submit(cluster, [*as_typed(words), f"hydra.sweep.dir={sweep}"], tmp_path, sweep, timeout=120)

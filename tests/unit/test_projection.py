@@ -459,12 +459,40 @@ def test_a_dilated_run_is_measured_in_the_emulated_clusters_time(tmp_path):
     assert m.step_s(8, Link("lan", 100, 0, "")) == pytest.approx(expected.step_s(8, Link("lan", 100, 0, "")))
 
 
-def test_one_node_of_a_run_over_several_is_refused_not_projected_as_the_whole_run(tmp_path):
-    node = tmp_path / "job" / "node1"
-    write_run(node, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
-              summary={"shape": {"nnodes": 2, "node_rank": 1}})
-    with pytest.raises(ValueError, match="node 1 of a run over 2 nodes, holding only its own workers"):
-        measure(node, SHARE)
+def reaching_the_target(run: Path, ranks: range, steps: int) -> None:
+    """Each worker's curve: below the target, then at it at the last step."""
+    for rank in ranks:
+        (run / f"peer{rank}" / "eval.jsonl").write_text("".join(
+            json.dumps({"step": step, "samples": 32 * step, "train_s": 0.1 * step, "test_accuracy": accuracy}) + "\n"
+            for step, accuracy in ((0, 0.1), (steps, 0.95))))
+
+
+def test_a_run_over_two_nodes_is_measured_as_the_same_run_on_one(tmp_path):
+    # 4 workers of 3 steps: on one node, and split over two (ranks 2 and 3 in node1), each node's summary of its own
+    target = {"metric": "test_accuracy", "value": 0.95, "estimator": "isotonic", "bootstrap": 0}
+    train_s = [[0.1, 0.2, 0.3], [0.1, 0.2, 0.3], [0.1, 0.25, 0.4], [0.1, 0.2, 0.3]]
+    one = tmp_path / "one"
+    write_run(one, "strategies.allreduce:AllReduce", {}, workers=4, payload=1000, mbit=20, train_s=train_s,
+              summary={"target": target, "shape": {"nnodes": 1}}, launch={"roles": ["worker"] * 4})
+    reaching_the_target(one, range(4), 3)
+    job = tmp_path / "job"
+    for node in (0, 1):
+        folder = job / f"node{node}"
+        write_run(folder, "strategies.allreduce:AllReduce", {}, workers=2, payload=1000, mbit=20,
+                  train_s=train_s[2 * node:2 * node + 2], launch={"roles": ["worker"] * 4},
+                  summary={"target": target, "shape": {"nnodes": 2, "node_rank": node}, "samples_to_target": 1})
+        for rank in (1, 0) if node else ():
+            (folder / f"peer{rank}").rename(folder / f"peer{rank + 2}")
+        reaching_the_target(folder, range(2 * node, 2 * node + 2), 3)
+    alone, split = measure(one, SHARE), measure(job, SHARE)
+    fields = ("workers", "compute_s", "hidden_s", "payload_bytes", "size_bytes", "measured_step_s", "samples_to_target")
+    assert {f: getattr(split, f) for f in fields} == pytest.approx({f: getattr(alone, f) for f in fields})
+    assert split.workers == 4 and split.samples_to_target == 4 * 32 * 3
+    with pytest.raises(ValueError, match="node 1 of the run at .*job: give the run's folder"):
+        measure(job / "node1", SHARE)  # one node's folder holds only its own workers
+    (job / "node1" / "summary.json").unlink()  # a node lost before it wrote its summary
+    with pytest.raises(ValueError, match="a run over 2 nodes, of which 1 wrote a summary"):
+        measure(job, SHARE)
 
 
 def test_compute_of_an_oversubscribed_run_is_corrected(tmp_path):
