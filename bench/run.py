@@ -48,6 +48,7 @@ BENCHMARKS = {
     "verdict_simulation": "bench.verdict_simulation:run",
     "pause_shift": "bench.pause_shift:run",
     "quick": "bench.quick:run",
+    "reference_cost": "bench.reference_cost:run",
 }
 
 

@@ -1,0 +1,54 @@
+"""What the speed reference costs a run: pairs of `make run`'s default run (train.py with no overrides), one with
+the speed reference (speed_reference.repetitions as configured) and one without (repetitions=0), run one after the
+other, the order alternating from pair to pair (ABBA).
+
+Per run: wall_s, summary.json's launch to the last process's end (training, evaluation and summary). Per pair:
+ratio = with / without. The cost is the geometric mean of the pairs' ratios with its 95 % t-interval
+(metrics/report/stats.py Ratio); the goal: its upper bound at most 1 + GOAL. Beside it, the reference's own pauses
+as the run accounted them (summary.json speed_reference.cost_share: the pauses / the time to its last measurement).
+"""
+import argparse
+import json
+import statistics
+
+from bench.jobs import train
+from metrics.recording.rundir import RunDir
+from metrics.report.stats import Ratio
+
+GOAL = 0.02  # the reference may cost at most this share of a run
+
+
+def run_figures(with_reference: bool) -> dict:
+    with train(*([] if with_reference else ["speed_reference.repetitions=0"])) as run_dir:
+        summary = json.loads(RunDir(run_dir).summary.read_text())
+    if summary["status"] != "completed":
+        raise RuntimeError(f"the run {summary['status']}: {summary.get('error')}")
+    reference = summary.get("speed_reference") or {}
+    return {"wall_s": summary["wall_s"], "cost_share": reference.get("cost_share")}
+
+
+def run(pairs: int = 3) -> dict:
+    with_runs, without = [], []
+    for pair in range(pairs):
+        for with_reference in ((True, False) if pair % 2 == 0 else (False, True)):
+            (with_runs if with_reference else without).append(run_figures(with_reference))
+    ratio = Ratio([a["wall_s"] / b["wall_s"] for a, b in zip(with_runs, without)])
+    low, high = ratio.interval() or (None, None)
+    return {
+        "name": "reference_cost",
+        "ratio": ratio.estimate,
+        "interval": [low, high],
+        "goal": f"the wall clock's 95 % interval (with / without the reference) at most 1 + {GOAL:.0%}",
+        "goal_met": high is not None and high <= 1 + GOAL,
+        "pairs": pairs,
+        "with_reference": with_runs,
+        "without_reference": without,
+        "accounted_cost_share": statistics.fmean(r["cost_share"] for r in with_runs),
+        "setup": f"make run's default run (train.py, no overrides); {pairs} pairs, ABBA order",
+        "method": __doc__.strip(),
+    }
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--reference-cost-pairs", dest="reference_cost_pairs", type=int, metavar="N",
+                       default=argparse.SUPPRESS, help="pairs of runs (default 3)")
