@@ -26,6 +26,7 @@ bench/link_rate.py's estimate, and the entry says which.
 The result replaces the `headline` entry of bench/results.json (--out), with the machine and the date.
 """
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -42,7 +43,7 @@ from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.stats import FASTER, SLOWER  # noqa: E402
 from metrics.report.tables import excludes_one  # noqa: E402
-from metrics.report.verdict import section_verdict  # noqa: E402
+from metrics.report.verdict import noise_of, section_verdict  # noqa: E402
 
 HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed
 SEPARATED = (FASTER, SLOWER)
@@ -114,6 +115,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "links": verdict.network,
         "left_out": verdict.left_out,
         "not_loaded": left_out,
+        "noise": dataclasses.asdict(noise) if (noise := noise_of(analysis)) else None,  # and what its blocks detect
     }
 
 

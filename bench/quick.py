@@ -2,7 +2,7 @@
 strategy=allreduce,stepwise,ps` (the tiny CNN, the headline's design: baselines, a control arm, blocks), one sweep
 run alone. Recorded: the command's wall clock (launch to report), the verdict from the report's own analysis (every
 declared comparison with its ratio, 95 % interval and claim), the noise it measured and the ratio its blocks detect
-(metrics/report/verdict.py Noise). Its report, Markdown and HTML, is kept as docs/samples/quick-report.*, the
+(bench/headline.py figures_of). Its report, Markdown and HTML, is kept as docs/samples/quick-report.*, the
 sweep's folder named by its name only. The goal: a verdict in at most GOAL_S on the machine that ran it.
 """
 import argparse
@@ -12,8 +12,6 @@ from datetime import date
 from pathlib import Path
 
 from bench.headline import figures_of, run_sweep
-from metrics.report.baselines import load_runs
-from metrics.report.verdict import analyse, noise_of
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ["experiment=quick", "strategy=allreduce,stepwise,ps"]  # README's quick comparison, as typed
@@ -38,8 +36,6 @@ def run(folder: str = "") -> dict:
         shutil.rmtree(sweep)  # a resumed sweep would not time the command
     wall_s = run_sweep(sweep, "off", COMMAND)  # bench/run.py holds the machine lock
     answer = figures_of(sweep, wall_s)
-    sections, _ = load_runs([sweep])
-    noise = noise_of(analyse(sections[0]))
     return {
         "name": "quick",
         "ratio": wall_s / GOAL_S,
@@ -48,8 +44,6 @@ def run(folder: str = "") -> dict:
         "goal_s": GOAL_S,
         "command": "python train.py -m " + " ".join(COMMAND),
         "answer": answer,
-        "noise": {"log_sd": noise.log_sd, "blocks": noise.blocks, "family": noise.family,
-                  "detectable": noise.detectable} if noise else None,
         "samples": keep_sample(sweep),
         "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # the run folders stay out of the repository
         "setup": " ".join(COMMAND) + "; one sweep, alone",

@@ -599,7 +599,7 @@ def quick_row(entry: dict | None) -> list[str]:
            "against one process on the same CPUs, and against each other"]
     if not entry:
         return row + ["not recorded (`python bench/run.py quick`)", "–"]
-    noise = entry["noise"]
+    noise = entry["answer"]["noise"]
     decides = "no noise measured" if not (noise and noise["log_sd"]) else (
         f"{noise['blocks']} blocks: ratios beyond ×/÷{noise['detectable']:.2f} at 80 % power after Holm over "
         f"{noise['family']} comparisons, on the noise this sweep measured (paired log-sd {noise['log_sd']:.3f}); "
