@@ -22,6 +22,7 @@ from launchers.hydra_internals import get_args_parser
 from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of
+from metrics.projection.models import cost_model
 from metrics.report import report_errors
 from metrics.recording.rundir import RunDir
 from metrics.summary.build import write_summary
@@ -73,7 +74,7 @@ def run(cfg) -> int:
     for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
-    model = strategy.cost_model
+    model = cost_model(cfg.strategy)
     window = measurement_window(cfg)
     summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
                             strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,

@@ -18,11 +18,7 @@ import statistics
 
 from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, summary_of
 
-# every averaging strategy of conf/strategy/, some with settings of this benchmark
-STRATEGIES = averaging_strategies(tweaks={
-    "ring": ["ring.controller=mpi"],
-    "hivemind": ["hivemind.target_batch_size=64", "hivemind.delay_state_averaging=false"],
-})
+STRATEGIES = averaging_strategies("collectives")
 
 
 def measure(strategy: str, peers: int, rate: int, width: int, steps: int) -> dict:

@@ -35,8 +35,6 @@ LINEARITY_JOB = ["strategy=single", "peers=1", "model=resnet18", "max_steps=20",
                  "emulate.allow_unchecked_dilation=true"]
 INVARIANCE_JOB = ["peers=2", "model=mlp", "model.width=1024", "network=emulated", "network.bandwidth_mbit=100",
                   "max_steps=20", "eval_every=0", "emulate.isolate=on", "emulate.allow_unchecked_dilation=true"]
-INVARIANCE_TWEAKS = {"hivemind": ["hivemind.target_batch_size=320", "hivemind.matchmaking_time=2",
-                                  "hivemind.request_timeout=1"]}  # an epoch every 5 steps, short matchmaking
 HEADLINE = ["strategy=ring,stepwise,ps"]
 
 
@@ -112,7 +110,7 @@ def linear_factor(linearity: dict) -> int:
 
 def chosen_strategies(names: str) -> dict[str, list[str]]:
     """The averaging strategies a comma list names (empty: all), with their overrides; an unknown name is an error."""
-    every = averaging_strategies(INVARIANCE_TWEAKS)
+    every = averaging_strategies("emulation")
     given = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in given if n not in every]
     if unknown:
@@ -165,7 +163,7 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
         "goal": f"<= {TOLERANCE} (paired speedup spread); dilation offered where within +-{TOLERANCE:.0%}",
         "setup": f"headline: {' '.join(HEADLINE)} (its default shape and repeats); linearity: "
                  f"{' '.join(LINEARITY_JOB)}; invariance: {' '.join(INVARIANCE_JOB)} with "
-                 f"{INVARIANCE_TWEAKS}, factors {list(FACTORS)}; {repeats} interleaved blocks each; "
+                 f"{averaging_strategies('emulation')}, factors {list(FACTORS)}; {repeats} interleaved blocks each; "
                  f"ratio = the worst strategy's spread of paired speedups in the headline multirun",
         **result,
         "sweeps": [{"path": result["headline"]["sweep"], "kept": False, "summary": "headline"}],

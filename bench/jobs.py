@@ -35,26 +35,25 @@ def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
 
-def averaging_strategies(tweaks: dict[str, list[str]] | None = None,
-                         skip: dict[str, str] | None = None) -> dict[str, list[str]]:
-    """Every averaging strategy of the registry (conf/strategy/*.yaml, baselines left out) -> its overrides:
-    strategy=NAME, what the strategy declares a benchmark's few steps need (Strategy.benchmark_overrides), then the
-    benchmark's tweaks for it; `skip` names those a benchmark cannot measure, with why."""
-    from launchers.config import group_options, registered_strategy
+def averaging_strategies(benchmark: str) -> dict[str, list[str]]:
+    """Every averaging strategy (launchers/plugins.py; baselines left out) -> its overrides in `benchmark`
+    (bench/NAME.py): strategy=NAME and what the strategy declares its few steps need (Strategy.benchmark_overrides)."""
+    from launchers.config import registered_strategy
+    from launchers.plugins import strategy_configs
 
     chosen = {}
-    for name in group_options("strategy"):
-        strategy = registered_strategy(name)
-        if name not in (skip or {}) and not strategy.is_baseline:
-            chosen[name] = [f"strategy={name}", *strategy.benchmark_overrides, *(tweaks or {}).get(name, [])]
+    for name in strategy_configs():
+        declared = registered_strategy(name).benchmark_overrides
+        if not registered_strategy(name).is_baseline:
+            chosen[name] = [f"strategy={name}", *declared.get("*", ()), *declared.get(benchmark, ())]
     return chosen
 
 
 def synchronous_strategies() -> list[str]:
-    """The averaging strategies of the registry whose workers step in lockstep (Strategy.synchronous)."""
+    """The averaging strategies whose workers step in lockstep (Strategy.synchronous)."""
     from launchers.config import registered_strategy
 
-    return [name for name in averaging_strategies() if registered_strategy(name).synchronous]
+    return [name for name in averaging_strategies("") if registered_strategy(name).synchronous]
 
 
 def run_train(run_dir: Path, *overrides: str, timeout: float = 900) -> None:

@@ -68,9 +68,7 @@ from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
 from netemu.dilation import checked_dilation
 
-STRATEGIES = averaging_strategies(tweaks={
-    "ring": ["ring.controller=mpi"],
-    "hivemind": ["hivemind.matchmaking_time=2", "hivemind.request_timeout=1", "hivemind.target_batch_size=256"]})
+STRATEGIES = averaging_strategies("projection")
 SYNCHRONOUS = synchronous_strategies()
 GOALS = {"synchronous": 0.15, "median": 0.07, "asynchronous": 0.25}  # |error| of held-out counted cases
 DEFAULT_GRID = (f"rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies={','.join(SYNCHRONOUS)} model=mlp "

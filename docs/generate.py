@@ -43,7 +43,7 @@ KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w]*):(?: +(?P<value>[^#]*?)
 def knobs_of(path: Path) -> list[tuple[str, str, str]]:
     """(dotted key as users write it, value as written, its comment) for every leaf of a conf yaml file (a group's
     option file puts its keys under the group's name); `defaults`, `hydra` and the strategy's registration
-    (strategy.name, strategy.target) are wiring, not knobs."""
+    (strategy.name, strategy.target, strategy.cost_model) are wiring, not knobs."""
     text = path.read_text()
     group = path.parent.name if path.parent != ROOT / "conf" and "@package _global_" not in text else None
     rows, parents, skip_below = [], [], None
@@ -61,7 +61,7 @@ def knobs_of(path: Path) -> list[tuple[str, str, str]]:
             parents.pop()
         key = ".".join([p[1] for p in parents] + [match["key"]])
         value = (match["value"] or "").strip()
-        if key.split(".")[0] in ("defaults", "hydra") or key in ("strategy.name", "strategy.target"):
+        if key.split(".")[0] in ("defaults", "hydra") or key in ("strategy.name", "strategy.target", "strategy.cost_model"):
             skip_below = indent
             continue
         if value in ("", "|", ">"):

@@ -1,5 +1,4 @@
 """Checks on the composed config, run before any process starts, and the strategy it names."""
-from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -13,7 +12,9 @@ from job.fault import check_fault_config
 from job.model import check_model
 from job.registry import resolve
 from launchers.schema import check_keys, check_value, check_values, unknown_key, holds
+from launchers.plugins import CONF_DIR, strategy_configs
 from launchers.shape import fit_peers
+from metrics.projection.models import cost_model
 from metrics.summary.target import CAUSAL
 from metrics.summary.window import window_steps
 from metrics.report.projected import parse_targets
@@ -21,7 +22,6 @@ from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
 from netemu.dilation import checked_dilation
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVERS = {  # arithmetic for experiment presets, and the strategies' default peer count
     "fit_peers": fit_peers,
     "steps_for": lambda samples, batch, scale: max(1, round(samples * scale / batch)),
@@ -41,8 +41,12 @@ def group_options(group: str) -> list[str]:
 
 
 def strategy_class(cfg):
-    """The class conf/strategy/NAME.yaml names in strategy.target (a strategies.base.Strategy)."""
-    return resolve(cfg.strategy.target)
+    """The class the strategy's config names in strategy.target (a strategies.base.Strategy)."""
+    try:
+        return resolve(cfg.strategy.target)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"strategy.target={cfg.strategy.target}: cannot import it ({type(exc).__name__}: {exc}); "
+                          "is its module installed or on PYTHONPATH?") from None
 
 
 def measurement_window(cfg) -> tuple[int, int]:
@@ -52,24 +56,25 @@ def measurement_window(cfg) -> tuple[int, int]:
                         strategy_class(cfg).averaging_period(cfg))
 
 
-def registered_strategy(name: str):
-    """The class conf/strategy/NAME.yaml names in strategy.target, without composing a config."""
-    return resolve(OmegaConf.load(CONF_DIR / "strategy" / f"{name}.yaml").strategy.target)
+def registered_strategy(name: str, overrides: list[str] = ()):
+    """The class the config of strategy NAME names in strategy.target (launchers/plugins.py: where it is found; the
+    search path of `overrides`), without composing a config."""
+    return resolve(OmegaConf.load(strategy_configs(overrides)[name]).strategy.target)
 
 
 def check_overrides(args: list[str]) -> None:
     """Reject an unknown option of a config group (e.g. strategy=foo), and a strategy knob that its strategy says is
     set elsewhere (Strategy.knobs_elsewhere), before Hydra starts."""
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
-    strategies = group_options("strategy")
+    strategies = strategy_configs(args)
     for arg in args:
         key, sep, value = arg.lstrip("+~").partition("=")
         block, _, knob = key.partition(".")
-        if block in strategies and (where := registered_strategy(block).knobs_elsewhere.get(knob)):
+        if block in strategies and (where := registered_strategy(block, args).knobs_elsewhere.get(knob)):
             raise ConfigError(f"{key} is no knob of {block}: {where}")
         if not sep or key not in groups or "(" in value:
             continue
-        options = group_options(key)
+        options = sorted(strategies) if key == "strategy" else group_options(key)
         for choice in value.split(","):
             if choice and choice != "null" and choice not in options:
                 raise ConfigError(f"unknown {key} '{choice}' (choose from: {', '.join(options)})")
@@ -128,7 +133,7 @@ def check_command(overrides: list[str]) -> None:
         block = key.split(".")[0]
         if key.split("/")[0] in groups | {"hydra"} or block == "hydra" or override.is_delete():
             continue
-        if block in group_options("strategy") and block not in schema:
+        if block in strategy_configs(overrides) and block not in schema:
             raise ConfigError(f"{key} is a knob of strategy={block}, not of strategy={schema['strategy']['name']}")
         if not (override.is_add() or override.is_force_add()) and not holds(schema, key):
             raise unknown_key(key, schema)
@@ -147,9 +152,11 @@ def resolved(cfg) -> dict:
 def validate(cfg) -> None:
     """The config's values (the schema's RULES) and the rules across knobs, then the strategy's own (its validate)
     and what it needs of this machine. Raises ConfigError or BackendUnavailable."""
-    _require(cfg.strategy.name in group_options("strategy"),
-             f"unknown strategy '{cfg.strategy.name}' (choose from: {', '.join(group_options('strategy'))})")
     strategy = strategy_class(cfg)
+    try:
+        cost_model(cfg.strategy)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     check_values(cfg, cfg.strategy.name, strategy.rules)
     project_targets(cfg.report.project, [])
     _require(not cfg.eval_in_training or cfg.target.estimator in CAUSAL,

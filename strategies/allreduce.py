@@ -33,7 +33,6 @@ import time
 
 from job.errors import BackendUnavailable, ConfigError
 from job.rules import Rule, above, integer, integer_from, one_of
-from strategies.cost_models.allreduce import AllReduceCost
 from strategies.base import StepReport
 from strategies.gradient_norms import GradientNorms
 from strategies.torch_internals import route_ddp_hook_collectives
@@ -92,7 +91,6 @@ def bf16_allreduce_problem() -> str | None:
 
 
 class AllReduce(TransportStrategy):
-    cost_model = AllReduceCost
     rules = {"bucket_cap_mb": above(0), "comm_hook": one_of(*COMM_HOOKS), "powersgd_rank": integer_from(1),
              "powersgd_start_iter": Rule(lambda v: integer(v) and v >= 2,
                                          "must be >= 2 (torch's PowerSGD with error feedback)")}

@@ -1,7 +1,8 @@
 """The one Strategy interface every averaging backend implements.
 
-A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
-`strategy.target`). It has two halves, as Bagua's Algorithm and what it reifies:
+A strategy is one module (plus its config, conf/strategy/NAME.yaml, naming its class in
+`strategy.target` and its cost model in `strategy.cost_model`). It has two halves, as Bagua's
+Algorithm and what it reifies:
 
 - before launch (class methods, called by train.py and the launchers): its knobs and
   their validation, whether its backend is installed, how its processes start
@@ -10,7 +11,7 @@ A strategy is one module (plus one conf/strategy/NAME.yaml naming its class in
   gradient hooks to communicate during backward), `step` (communicate and update),
   `summary`.
 
-Its cost model is a class of its own beside it (`cost_model`, strategies/cost_models/<name>.py): the
+Its cost model is a class of its own beside it (strategies/cost_models/<name>.py, no runtime): the
 bytes a round puts on each link, the round's link floor (`link_bound`, formula and
 derivation in its docstring) and the step time the projection predicts.
 
@@ -32,7 +33,6 @@ from torch import nn
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
 from job.rules import Rule
-from metrics.projection.cost import CostModel
 from metrics.recording.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
@@ -70,12 +70,12 @@ class StepReport:
 
 
 class Strategy(ABC):
-    cost_model: type[CostModel] = CostModel  # its cost model (strategies/cost_models/<name>.py); the default states none
     is_baseline = False  # a single-process run without communication, that others are compared with
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
     failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
     quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests)
-    benchmark_overrides: tuple[str, ...] = ()  # overrides with which a benchmark's few steps reach its averaging
+    # benchmark (bench/NAME.py; "*": every one) -> the overrides with which its few steps reach this averaging
+    benchmark_overrides: dict[str, tuple[str, ...]] = {}
     # its workers step in lockstep, every round holding every worker (default settings): bench/projection.py's
     # tighter goal applies to its cost model
     synchronous = True

@@ -26,15 +26,13 @@ import torch
 
 from job.rules import above, integer_from, within
 from strategies.base import LaunchSpec, StepReport
-from strategies.cost_models.diloco import DiLoCoCost
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten,
                                   payload_bytes, ring_allreduce_bytes, unflatten_into)
 
 
 class DiLoCo(TransportStrategy):
-    cost_model = DiLoCoCost
     summed_counters = ("outer_steps",)
-    benchmark_overrides = ("diloco.inner_steps=2",)  # a 10-step benchmark: 4 syncs after the first
+    benchmark_overrides = {"*": ("diloco.inner_steps=2",)}  # a 10-step benchmark: 4 syncs after the first
     knobs_elsewhere = {"inner_optim": "the inner optimizer is the optim group, e.g. optim=adamw (the preset's) or "
                                       "optim=sgd, so that the one-process baseline trains with it too"}
     rules = {"inner_steps": integer_from(1), "outer_lr": above(0), "outer_momentum": within(0, 1)}

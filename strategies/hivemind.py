@@ -44,7 +44,6 @@ from strategies import hivemind_internals
 from metrics.recording.jsonl import JsonlWriter
 from metrics.recording.rundir import RunDir
 from strategies.base import LaunchSpec, StepReport, Strategy
-from strategies.cost_models.hivemind import HivemindCost
 
 MADDRS_FILE = "hivemind_maddrs"             # RUN/.avgbench/: rank 0's multiaddrs
 OWN_FILES = "hivemind_files.json"           # peer<RANK>/: its process ids and sockets
@@ -97,8 +96,11 @@ class Hivemind(Strategy):
     # 2 peers x 32 samples and a 64-sample target: one step per peer per epoch; short matchmaking and deadlines
     quick = ("hivemind.target_batch_size=64", "hivemind.matchmaking_time=2", "hivemind.request_timeout=1",
              "hivemind.averaging_timeout=10", "eval_every=0")
-    cost_model = HivemindCost
     synchronous = False  # a round averages whichever peers matchmaking found; the others train on
+    benchmark_overrides = {  # epochs sized to each benchmark's few steps, short matchmaking
+        "collectives": ("hivemind.target_batch_size=64", "hivemind.delay_state_averaging=false"),
+        "projection": ("hivemind.matchmaking_time=2", "hivemind.request_timeout=1", "hivemind.target_batch_size=256"),
+        "emulation": ("hivemind.target_batch_size=320", "hivemind.matchmaking_time=2", "hivemind.request_timeout=1")}
     rules = {"matchmaking_time": above(0), "average_state_every": integer_from(1),
              "grad_compression": one_of(*COMPRESSIONS), "state_averaging_compression": one_of(*COMPRESSIONS),
              "run_id": Rule(lambda v: "." not in str(v), "must not contain '.' (hivemind's averagers name their DHT "

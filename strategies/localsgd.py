@@ -28,16 +28,14 @@ from job.errors import ConfigError
 from job.rules import above, integer_from
 from strategies.allreduce import AllReduce
 from strategies.base import LaunchSpec, StepReport
-from strategies.cost_models.localsgd import LocalSGDCost
 from strategies.transport import payload_bytes, ring_allreduce_bytes
 
 
 class LocalSGD(AllReduce):
     identical_snapshots = False  # workers step alone between averages
     summed_counters = ("averaging_rounds",)
-    cost_model = LocalSGDCost
     # the default 10 warm-up steps outlast a benchmark's 6-10 steps: periodic averages from step 4 instead
-    benchmark_overrides = ("localsgd.warmup_steps=2", "localsgd.every=2")
+    benchmark_overrides = {"*": ("localsgd.warmup_steps=2", "localsgd.every=2")}
     uses_ddp = True  # DDP runs the warm-up's gradient all-reduce (and nothing after it)
     rules = {"every": integer_from(1), "warmup_steps": integer_from(0), "bucket_cap_mb": above(0)}
 

@@ -36,7 +36,6 @@ import torch
 
 from job.rules import above, integer_from, one_of
 from strategies.base import SERVER, WORKER, LaunchSpec, StepReport
-from strategies.cost_models.ps import ParameterServerCost
 from strategies.transport import Transport, TransportStrategy, flatten, payload_bytes, unflatten_into
 
 MODES = ("sync", "async")
@@ -209,7 +208,6 @@ def build_server_model(cfg) -> torch.nn.Module:
 
 
 class ParameterServer(TransportStrategy):
-    cost_model = ParameterServerCost
     rules = {"servers": integer_from(1), "idle_timeout_s": above(0), "mode": one_of(*MODES)}
 
     @classmethod

@@ -28,7 +28,6 @@ from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from job.rules import above, integer_from, one_of
 from strategies.base import LaunchSpec, StepReport, Strategy
-from strategies.cost_models.ring import RingCost
 from strategies.transport import ring_allreduce_bytes
 
 CONTROLLERS = ("gloo", "mpi")
@@ -93,11 +92,11 @@ def pending_allreduces(optimizer) -> list:
 
 
 class Ring(Strategy):
-    cost_model = RingCost
     rules = {"controller": one_of(*CONTROLLERS), "compression": one_of(*COMPRESSIONS),
              "backward_passes_per_step": integer_from(1), "fusion_threshold_mb": integer_from(0),
              "cycle_time_ms": above(0)}
     identical_snapshots = True  # every update applies the same all-reduced gradient
+    benchmark_overrides = {"collectives": ("ring.controller=mpi",), "projection": ("ring.controller=mpi",)}
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

@@ -8,13 +8,11 @@ so it trains the same samples.
 """
 from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
 from strategies.gradient_norms import GradientNorms
-from strategies.cost_models.single import SingleCost
 
 
 class Single(Strategy):
     is_baseline = True
     identical_snapshots = True
-    cost_model = SingleCost
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:

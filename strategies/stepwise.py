@@ -33,7 +33,6 @@ import torch
 
 from job.rules import integer_from, one_of
 from strategies.base import LaunchSpec, StepReport
-from strategies.cost_models.stepwise import StepwiseCost
 from strategies.transport import (Transport, TransportStrategy, broadcast_initial_state, flatten, payload_bytes,
                                   unflatten_into)
 
@@ -104,7 +103,6 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 
 class Stepwise(TransportStrategy):
     summed_counters = ("rounds", "rounds_with_full_average")
-    cost_model = StepwiseCost
     rules = {"average": one_of(*AVERAGES), "every": integer_from(1), "chunks": integer_from(1)}
 
     @classmethod

@@ -73,10 +73,18 @@ def strategy_names() -> list[str]:
 
 
 def strategy_of(name: str):
-    """The class conf/strategy/NAME.yaml names (without composing a config)."""
+    """The class the config of strategy NAME names (without composing a config)."""
     from launchers.config import registered_strategy
 
     return registered_strategy(name)
+
+
+def cost_model_of(name: str):
+    """The cost model the config of strategy NAME names (strategy.cost_model)."""
+    from launchers.plugins import strategy_configs
+    from metrics.projection.models import cost_model
+
+    return cost_model(yaml.safe_load(strategy_configs()[name].read_text())["strategy"])
 
 
 def quick_run(name: str) -> list[str]:

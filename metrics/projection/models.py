@@ -1,24 +1,29 @@
-"""Every strategy's cost model, by the strategy's name (config strategy.name): the classes beside the strategies
-(strategies/cost_models/<name>.py), imported here by name so that the projection never imports a strategy's runtime."""
+"""A strategy's cost model, the class its config names (strategy.cost_model: package.module:Class): the one place
+metrics imports a module by name, so that the projection and the report never import a strategy's runtime."""
+import importlib
+from pathlib import Path
+
+import yaml
+
 from metrics.projection.cost import CostModel
-from strategies.cost_models.allreduce import AllReduceCost
-from strategies.cost_models.diloco import DiLoCoCost
-from strategies.cost_models.hivemind import HivemindCost
-from strategies.cost_models.localsgd import LocalSGDCost
-from strategies.cost_models.ps import ParameterServerCost
-from strategies.cost_models.ring import RingCost
-from strategies.cost_models.single import SingleCost
-from strategies.cost_models.stepwise import StepwiseCost
 
-COST_MODELS: dict[str, type[CostModel]] = {
-    "allreduce": AllReduceCost, "diloco": DiLoCoCost, "hivemind": HivemindCost, "localsgd": LocalSGDCost,
-    "ps": ParameterServerCost, "ring": RingCost, "single": SingleCost, "stepwise": StepwiseCost,
-}
+CONF_STRATEGIES = Path(__file__).resolve().parents[2] / "conf" / "strategy"
 
 
-def cost_model(strategy: str) -> type[CostModel]:
-    """The cost model of the strategy named `strategy`."""
-    if strategy not in COST_MODELS:
-        raise ValueError(f"strategy {strategy!r} has no cost model here: add its strategies/cost_models/{strategy}.py to "
-                         "metrics/projection/models.py")
-    return COST_MODELS[strategy]
+def cost_model(strategy: dict) -> type[CostModel]:
+    """The cost model a config's `strategy` block names; a block that names none: the one conf/strategy/NAME.yaml
+    names for its strategy."""
+    path = strategy.get("cost_model")
+    if not path and (conf := CONF_STRATEGIES / f"{strategy['name']}.yaml").exists():
+        path = yaml.safe_load(conf.read_text())["strategy"].get("cost_model")
+    if not path:
+        raise ValueError(f"strategy {strategy['name']!r} names no cost model: set strategy.cost_model: "
+                         "package.module:Class in its config")
+    module, _, name = path.partition(":")
+    try:
+        model = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"strategy.cost_model={path}: cannot import it ({type(exc).__name__}: {exc})") from None
+    if not (isinstance(model, type) and issubclass(model, CostModel)):
+        raise ValueError(f"strategy.cost_model={path} is no subclass of metrics.projection.cost.CostModel")
+    return model

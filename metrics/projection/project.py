@@ -231,7 +231,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     expected = (summary.get("shape") or {}).get("nnodes") or 1
     if len(nodes) != expected:
         raise ValueError(f"{path}: a run over {expected} nodes, of which {len(nodes)} wrote a summary")
-    model = cost_model(config["strategy"]["name"])
+    model = cost_model(config["strategy"])
     peers = [p for node in nodes for p in node.peers()]
     steps_by_rank = {p.rank: s for p in peers if (s := read_jsonl(p.steps))}
     if not steps_by_rank:

@@ -3,7 +3,7 @@
 here from the hops each algorithm needs, not from the formulas in the code."""
 import pytest
 
-from helpers import strategy_names, strategy_of
+from helpers import cost_model_of, strategy_names, strategy_of
 from metrics.summary.bounds import MBIT, Round, link_efficiency, round_records
 from strategies.cost_models.allreduce import AllReduceCost
 from strategies.cost_models.hivemind import HivemindCost
@@ -72,7 +72,7 @@ ALLREDUCE_PAYLOAD = 2 * 3 / 4 * S  # an all-reduce of S over 4 workers: 2(N-1)/N
 
 def allreduces(name: str) -> bool:
     """The strategy's payload relation is an all-reduce's: P = 2(N-1)/N x S."""
-    return strategy_of(name).cost_model.averaged_bytes(Round(ALLREDUCE_PAYLOAD, 4, B)) == pytest.approx(S)
+    return cost_model_of(name).averaged_bytes(Round(ALLREDUCE_PAYLOAD, 4, B)) == pytest.approx(S)
 
 
 ALLREDUCE_FAMILY = [name for name in strategy_names() if allreduces(name)]
@@ -80,7 +80,7 @@ ALLREDUCE_FAMILY = [name for name in strategy_names() if allreduces(name)]
 
 @pytest.mark.parametrize("name", ALLREDUCE_FAMILY)
 def test_allreduce_family_is_payload_over_rate(name):
-    assert strategy_of(name).cost_model.link_bound(Round(payload=ALLREDUCE_PAYLOAD, workers=4, rate=B)) == pytest.approx(1.5 * T)
+    assert cost_model_of(name).link_bound(Round(payload=ALLREDUCE_PAYLOAD, workers=4, rate=B)) == pytest.approx(1.5 * T)
 
 
 def test_allreduce_family_is_found_in_the_registry():
@@ -90,7 +90,7 @@ def test_allreduce_family_is_found_in_the_registry():
 @pytest.mark.parametrize("name", strategy_names())
 def test_every_averaging_strategy_states_its_formula_and_baselines_none(name):
     strategy = strategy_of(name)
-    model = strategy.cost_model
+    model = cost_model_of(name)
     if strategy.is_baseline:
         assert model.link_bound(Round(S, 1, B)) is None and model.bound_formula() is None
     else:

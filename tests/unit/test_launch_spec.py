@@ -54,7 +54,8 @@ def test_every_strategy_names_its_class_and_launches_each_peer_as_a_worker(strat
     assert spec.workers == (1 if cls.is_baseline else 3)
     assert spec.threads == (6 if cls.is_baseline else 2) and spec.effective_batch >= 1
     assert all(isinstance(k, str) for k in (*cls.summed_counters, *cls.failure_counters, *cls.quick))
-    compose_config(f"strategy={strategy}", *cls.quick, *cls.benchmark_overrides)
+    for benchmark in cls.benchmark_overrides.values():
+        compose_config(f"strategy={strategy}", *cls.quick, *benchmark)
     assert not set(cls.knobs_elsewhere) & set(cfg.get(strategy) or {})  # a knob set elsewhere is no knob of its own
 
 

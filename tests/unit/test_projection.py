@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from bench.projection import error, grid, model_overrides, summarize, width
-from helpers import report_config, strategy_names, strategy_of, validation_case, write_results, write_run
+from helpers import cost_model_of, report_config, strategy_names, strategy_of, validation_case, write_results, write_run
 from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost
 from metrics.projection.link import Link, parse_link
@@ -219,11 +219,21 @@ def test_single_is_compute_only():
 
 
 @pytest.mark.parametrize("name", strategy_names())
-def test_each_strategy_names_the_cost_model_the_projection_uses(name):
+def test_each_strategy_names_its_cost_model_beside_it(name):
+    """Its config names it (strategy.cost_model), in strategies/cost_models/ where no runtime is imported."""
+    assert cost_model_of(name).__module__ == f"strategies.cost_models.{name}"
+
+
+def test_a_config_that_names_no_cost_model_or_a_wrong_one_is_refused():
     from metrics.projection.models import cost_model
 
-    assert strategy_of(name).cost_model is cost_model(name)
-    assert strategy_of(name).cost_model.__module__ == f"strategies.cost_models.{name}"
+    assert cost_model({"name": "ring", "target": "strategies.ring:Ring"}) is RingCost  # its conf/strategy file's
+    with pytest.raises(ValueError, match="strategy 'mine' names no cost model: set strategy.cost_model"):
+        cost_model({"name": "mine"})
+    with pytest.raises(ValueError, match=r"strategy.cost_model=strategies.cost_models.ring:Nope: cannot import it"):
+        cost_model({"name": "ring", "cost_model": "strategies.cost_models.ring:Nope"})
+    with pytest.raises(ValueError, match="is no subclass of metrics.projection.cost.CostModel"):
+        cost_model({"name": "ring", "cost_model": "metrics.summary.bounds:Round"})
 
 
 def test_cost_models_import_no_runtime():
