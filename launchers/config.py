@@ -126,7 +126,8 @@ def check_command(overrides: list[str]) -> None:
     check_overrides(overrides)
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
     parsed = OverridesParser.create().parse_overrides(overrides)
-    choices = [text for text, o in zip(overrides, parsed) if o.key_or_group.split("/")[0] in groups | {"hydra"}]
+    choices = [text for text, o in zip(overrides, parsed)
+               if o.key_or_group.split("/")[0] in groups | {"hydra"} or o.key_or_group == "hydra.searchpath"]
     schema = resolved(compose_config(choices))
     for override in parsed:
         key = override.key_or_group

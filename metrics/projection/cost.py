@@ -2,9 +2,9 @@
 
 Each strategy's model is a class of its own beside the strategy (strategies/cost_models/<name>.py), apart from its launch
 and runtime code, as Bagua splits an Algorithm's configuration from the implementation it reifies: the model knows
-the knobs and the round's schedule, never a process, a tensor or a backend. The strategy names it
-(Strategy.cost_model): the summary reads its link floor; metrics/projection/models.py names every model for the
-projection. A cost model module imports only this module and metrics.summary.bounds.
+the knobs and the round's schedule, never a process, a tensor or a backend. The strategy's config names it
+(strategy.cost_model, imported by metrics/projection/models.py): the summary reads its link floor, the projection its
+step time. A cost model module imports only this module and metrics.summary.bounds.
 """
 import inspect
 from dataclasses import dataclass, field

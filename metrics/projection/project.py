@@ -4,8 +4,8 @@
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...]
                               [--compute-s S | --samples-per-s X] [--gradient-mb MB] [-o OUT]
 
-Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time in
-strategies/cost_models/<name>.py, the model in its docstring), not a measurement. The model's parameters come from one
+Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time of the class the run's
+config names in strategy.cost_model, the model in its docstring), not a measurement. The model's parameters come from one
 measured run (RUN_DIR, or every run below it; one that did not hold its link or CPU is refused): compute per
 step (or your own device's: --compute-s, --samples-per-s), S (the bytes averaged per round, or --gradient-mb), the
 link's payload rate beta (its nominal rate x the payload share conf/evidence.json records, link.py) and latency
@@ -15,8 +15,7 @@ nothing, and says why; a prediction outside the region its validation covered is
 (evidence.py).
 
 Writes projection.json and projection.png (throughput against peers, one panel per link)
-into the directory given, or into OUT when several are given. The run's cost model is the one
-metrics/projection/models.py names for its strategy (config strategy.name).
+into the directory given, or into OUT when several are given.
 """
 import argparse
 import json
@@ -109,7 +108,7 @@ class Measured:
 
     run: Path
     strategy: str
-    model: type[CostModel]           # the strategy's cost model (strategies/cost_models/<name>.py)
+    model: type[CostModel]           # the strategy's cost model (its config's strategy.cost_model)
     workers: int
     batch: int                       # samples per worker and step
     knobs: dict

@@ -1,0 +1,58 @@
+"""A user's strategy from two files outside the project (tests/userstrategies: toy.py, the strategy and its cost
+model; strategy/toy.yaml, its config), found on Hydra's search path: a real 2-peer run on loopback, its summary, the
+report of its folder and the projection, both by the toy's own cost model."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, TINY_DIGITS_BYTES, run_train, steps_of, summary_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+USER_STRATEGIES = Path(__file__).resolve().parent.parent / "userstrategies"
+TOY = [f"hydra.searchpath=[file://{USER_STRATEGIES}]", "strategy=toy", "toy.every=2", "emulate.isolate=off"]
+
+
+@pytest.fixture(autouse=True)
+def user_strategies_on_pythonpath(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(USER_STRATEGIES))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_users_strategy_runs_and_its_run_is_summarised_reported_and_projected(tmp_path):
+    run = tmp_path / "toy"
+    result = run_train(run, *TOY, "max_steps=12")
+    assert result.returncode == 0, result.stderr
+    assert "toy x2 done" in result.stdout
+
+    summary = summary_of(run)
+    assert summary["status"] == "completed" and summary["workers"] == 2
+    assert summary["config"]["strategy"] == {"name": "toy", "target": "toy:Toy", "cost_model": "toy:ToyCost"}
+    assert summary["strategy_knobs"] == {"transport": "gloo", "every": 2}
+    # an all-reduce of the tiny CNN's gradients every other step: 2(N-1)/N x S = S at N = 2, half of it a step
+    assert summary["bytes_sent_per_step"] == TINY_DIGITS_BYTES / 2
+    assert [len(steps_of(run, r)) for r in (0, 1)] == [12, 12]
+
+    report = cli("-m", "metrics.report", str(run), "--project", "lan:4")
+    assert report.returncode == 0, report.stderr
+    text = (run / "report.md").read_text()
+    assert "| 1 | toy | toy | transport=gloo, every=2 |" in text
+    assert "| toy | 4 x lan (1000 Mbit/s, 0 ms) |" in text
+
+    projected = cli("-m", "metrics.projection", str(run), "--peers", "4", "--link", "lan")
+    assert projected.returncode == 0, projected.stderr
+    figures = json.loads((run / "projection.json").read_text())["runs"][0]
+    measured = figures["measured"]
+    assert figures["strategy"] == "toy"
+    assert figures["model"] == "compute + 2(N-1)·(α + S/(N·β)) / every: a ring all-reduce of the gradients every `every` steps."
+    assert measured["payload_bytes"] == TINY_DIGITS_BYTES and measured["workers"] == 2
+    rate = 1000e6 / 8 * figures["payload_share"]["share"]
+    # the toy's model: compute + 2(N-1)·S/(N·β) / every, at N = 4
+    expected = measured["compute_s"] + 2 * 3 * measured["size_bytes"] / (4 * rate) / 2
+    assert figures["projections"][0]["rows"][0]["step_s"] == pytest.approx(expected)
