@@ -41,19 +41,10 @@ def averaging_strategies(benchmark: str) -> dict[str, list[str]]:
     from launchers.config import registered_strategy
     from launchers.plugins import strategy_configs
 
-    chosen = {}
-    for name in strategy_configs():
-        declared = registered_strategy(name).benchmark_overrides
-        if not registered_strategy(name).is_baseline:
-            chosen[name] = [f"strategy={name}", *declared.get("*", ()), *declared.get(benchmark, ())]
-    return chosen
-
-
-def synchronous_strategies() -> list[str]:
-    """The averaging strategies whose workers step in lockstep (Strategy.synchronous)."""
-    from launchers.config import registered_strategy
-
-    return [name for name in averaging_strategies("") if registered_strategy(name).synchronous]
+    found = {name: registered_strategy(name) for name in strategy_configs()}
+    return {name: [f"strategy={name}", *strategy.benchmark_overrides.get("*", ()),
+                   *strategy.benchmark_overrides.get(benchmark, ())]
+            for name, strategy in found.items() if not strategy.is_baseline}
 
 
 def run_train(run_dir: Path, *overrides: str, timeout: float = 900) -> None:

@@ -59,7 +59,8 @@ import time
 from dataclasses import dataclass
 
 from bench.goodput import probe
-from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, synchronous_strategies, train
+from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, train
+from launchers.config import registered_strategy
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
@@ -69,7 +70,7 @@ from metrics.summary.fidelity import unfaithful
 from netemu.dilation import checked_dilation
 
 STRATEGIES = averaging_strategies("projection")
-SYNCHRONOUS = synchronous_strategies()
+SYNCHRONOUS = [name for name in STRATEGIES if registered_strategy(name).synchronous]  # Strategy.synchronous
 GOALS = {"synchronous": 0.15, "median": 0.07, "asynchronous": 0.25}  # |error| of held-out counted cases
 DEFAULT_GRID = (f"rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies={','.join(SYNCHRONOUS)} model=mlp "
                 "steps=10 repeats=3 dilate=fit")

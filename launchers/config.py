@@ -57,8 +57,7 @@ def measurement_window(cfg) -> tuple[int, int]:
 
 
 def registered_strategy(name: str, overrides: list[str] = ()):
-    """The class the config of strategy NAME names in strategy.target (launchers/plugins.py: where it is found; the
-    search path of `overrides`), without composing a config."""
+    """The class strategy NAME's config names (launchers/plugins.py), without composing a config."""
     return resolve(OmegaConf.load(strategy_configs(overrides)[name]).strategy.target)
 
 

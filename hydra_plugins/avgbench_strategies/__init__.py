@@ -1,5 +1,5 @@
-"""Hydra's search path, with the config folders of the strategies installed packages declare as entry points
-(launchers/plugins.py)."""
+"""Hydra takes search-path plugins only from its `hydra_plugins` namespace: this puts the folders of the strategies
+installed packages declare (launchers/plugins.py) on Hydra's config search path."""
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
@@ -10,8 +10,7 @@ from launchers.plugins import entry_point_folders
 class InstalledStrategies(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         try:
-            folders = entry_point_folders()
+            for folder in entry_point_folders():
+                search_path.append("avgbench-strategies", f"file://{folder}")
         except ConfigError:
-            return  # train.py has said which entry point is wrong, before Hydra started
-        for folder in folders:
-            search_path.append("avgbench-strategies", f"file://{folder}")
+            pass  # train.py said which entry point is wrong before Hydra started
