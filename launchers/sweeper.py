@@ -41,12 +41,11 @@ from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
 from metrics.report.primary import from_dict
 from metrics.report.nodes import load
-from metrics.report.runs import CONTROL, STRATEGY_BLOCKS, flatten, planned_run, read_plan
+from metrics.report.runs import CONTROL, flatten, planned_run, read_plan, strategy_blocks
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under, run_folders
 
 NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "plan", "repeats",
-              "hydra.launcher.nodes",
-              *STRATEGY_BLOCKS)  # not for baselines
+              "hydra.launcher.nodes")  # not for baselines, nor the configurations' strategies' knobs
 RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.", "plan")  # a kept run may differ in these
 FROM_THE_NODE = "${oc.env:"  # a value the job resolves on its node (e.g. launch.node_rank from SLURM_NODEID)
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,12 +160,13 @@ class BlockSweeper(basic_sweeper()):
         (not swept) overrides that concern the job (e.g. experiment=slurm), not those of a strategy, a shape,
         a fault or a seed. Each is one process: where the launcher places jobs on nodes (SLURM), on one node."""
         baselines = []
-        missing = missing_baselines(self.planned(jobs))
+        planned = self.planned(jobs)
+        missing, not_shared = missing_baselines(planned), (*NOT_SHARED, *strategy_blocks(*planned))
         one_node = ["hydra.launcher.nodes=1"] if "nodes" in self.config.hydra.launcher else []
         for overrides, name in zip(missing, baseline_names(missing)):
             own = override_args(overrides)
             keys = {key_of(o) for o in own}
-            shared = [o for o in plain if key_of(o) not in keys and not key_of(o).startswith(NOT_SHARED)]
+            shared = [o for o in plain if key_of(o) not in keys and not key_of(o).startswith(not_shared)]
             baselines.append(Job(name, shared + own + one_node, int(self.config.seed)))
         return unique_names(baselines)
 

@@ -8,9 +8,9 @@ from omegaconf import OmegaConf
 
 from metrics.recording.rundir import run_folders, run_path
 from metrics.report.nodes import load
-from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, STRATEGY_BLOCKS, Group, Run, Section, attach_attempts,
+from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, Group, Run, Section, attach_attempts,
                                  configuration_key, find_runs, flatten, group_runs, mark_reruns, paired,
-                                 paired_differences, sections_of)
+                                 paired_differences, sections_of, strategy_blocks)
 
 NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", "network",
                            "emulate.peer_cpu_share", "arm", *NOT_CONFIGURATION)
@@ -47,7 +47,8 @@ def config_distance(a: Run, b: Run) -> int:
     """How many knobs differ, besides strategy, peers and seed (the closest baseline is the fairest)."""
     flat_a, flat_b = flatten(a.config), flatten(b.config)
     return sum(flat_a.get(k) != flat_b.get(k) for k in flat_a.keys() | flat_b.keys()
-               if not k.startswith(("strategy.", "peers", "peer_cpus", "arm", *STRATEGY_BLOCKS, *NOT_CONFIGURATION)))
+               if not k.startswith(("strategy.", "peers", "peer_cpus", "arm", *strategy_blocks(a, b),
+                                    *NOT_CONFIGURATION)))
 
 
 def completed_throughput(run: Run) -> float | None:

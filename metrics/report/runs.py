@@ -22,11 +22,15 @@ NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_i
 REQUIRED_CONFIG = ("strategy.name", "data.name", "model.name", "peers", "peer_cpus", "batch_size", "lr")
 FAULT_KINDS = ("kill_peer", "raise_peer", "stall_peer")
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
-STRATEGY_BLOCKS = tuple(f"{p.stem}." for p in (CONF_DIR / "strategy").glob("*.yaml"))  # one strategy's knobs each
 NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", "arm", "launch.",
                *NOT_CONFIGURATION)  # named otherwise, or no knob (launch.nnodes: "on N nodes")
 CONTROL = "control"  # config `arm` of the control arm: the equal-resource baseline's second run in a block
 PLANNED = "planned"
+
+
+def strategy_blocks(*runs) -> tuple[str, ...]:
+    """The knob blocks of these runs' strategies (NAME.: a strategy's own knobs)."""
+    return tuple({f"{run.config['strategy']['name']}." for run in runs})
 
 
 @dataclass
@@ -362,10 +366,11 @@ def label_groups(groups: list[Group]) -> None:
     """Short labels: the strategy, then only what differs between the groups: the strategy's knobs (among groups
     of that strategy), the resource shape (peers x CPUs per peer; "on N nodes" for a run over several), any other
     config value, an injected fault; "(control)" for a control arm."""
-    flats = [flatten(g.first.config) for g in groups]
+    firsts = [g.first for g in groups]
+    flats = [flatten(run.config) for run in firsts]
     knob_names = {k for g in groups for k in flatten(g.first.knobs)}
     others = differing(flats, sorted({k for f in flats for k in f if k not in knob_names
-                                      and not k.startswith((*NOT_A_LABEL, *STRATEGY_BLOCKS))}))
+                                      and not k.startswith((*NOT_A_LABEL, *strategy_blocks(*firsts)))}))
     chosen = {k.removesuffix(".name") for k in others if k.count(".") == 1 and k.endswith(".name")}
     others = [k for k in others if k.split(".")[0] not in chosen or k.endswith(".name")]  # optim=adamw says it all
     shapes_differ = len({g.first.shape for g in groups}) > 1
