@@ -7,7 +7,7 @@ headline: the headline multirun (`python train.py -m strategy=ring,stepwise,ps` 
 linearity: ResNet18 on digits, strategy=single peers=1, LINEARITY_JOB. Arms: a dedicated core (emulate.isolate=off),
   and a CPU quota of 1, 1/2 and 1/4 core (emulate.dilation=1, 2, 4; throughput dilated back, x k). Ratio per block:
   the arm's throughput / the dedicated core's in the same block.
-invariance: every averaging strategy of the registry at peers=2 (ps: 2 workers + its server), INVARIANCE_JOB
+invariance: every averaging strategy found at peers=2 (ps: 2 workers + its server), INVARIANCE_JOB
   (the payload model behind emulated links, so both CPU quota and link rates are dilated), at emulate.dilation
   = 1, 2 and 4 (isolated; throughput dilated back). Ratio per block: throughput at k / throughput at 1 in the same
   block. A strategy is offered dilation up to the largest factor at which the ratio of every block, and of

@@ -38,10 +38,10 @@ def ints(text: str) -> list[int]:
 def averaging_strategies(benchmark: str) -> dict[str, list[str]]:
     """Every averaging strategy (launchers/plugins.py; baselines left out) -> its overrides in `benchmark`
     (bench/NAME.py): strategy=NAME and what the strategy declares its few steps need (Strategy.benchmark_overrides)."""
-    from launchers.config import registered_strategy
+    from launchers.config import strategy_by_name
     from launchers.plugins import strategy_configs
 
-    found = {name: registered_strategy(name) for name in strategy_configs()}
+    found = {name: strategy_by_name(name) for name in strategy_configs()}
     return {name: [f"strategy={name}", *strategy.benchmark_overrides.get("*", ()),
                    *strategy.benchmark_overrides.get(benchmark, ())]
             for name, strategy in found.items() if not strategy.is_baseline}

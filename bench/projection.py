@@ -5,7 +5,7 @@ calibrated on N = 2 at one link rate and validated at the other peer counts and 
     python bench/run.py projection --projection-grid "rates=20,100 peers=2,4 strategies=ps,stepwise repeats=1"
     python bench/run.py projection --projection-grid "rates=100,150 calibration_rate=100 peers=2,4 model=resnet18 steps=5"
 
-For each model and strategy (every synchronous averaging strategy of the registry, Strategy.synchronous, with ring on
+For each model and strategy (every synchronous averaging strategy found, Strategy.synchronous, with ring on
 Horovod's MPI controller; the others, hivemind, where asked for; with what each declares a benchmark's few steps
 need, Strategy.benchmark_overrides), every case (link rate, N) runs `repeats` times, `steps` steps each, every
 process on its own emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from bench.goodput import probe
 from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, train
-from launchers.config import registered_strategy
+from launchers.config import strategy_by_name
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
@@ -70,7 +70,7 @@ from metrics.summary.fidelity import unfaithful
 from netemu.dilation import checked_dilation
 
 STRATEGIES = averaging_strategies("projection")
-SYNCHRONOUS = [name for name in STRATEGIES if registered_strategy(name).synchronous]  # Strategy.synchronous
+SYNCHRONOUS = [name for name in STRATEGIES if strategy_by_name(name).synchronous]  # Strategy.synchronous
 GOALS = {"synchronous": 0.15, "median": 0.07, "asynchronous": 0.25}  # |error| of held-out counted cases
 DEFAULT_GRID = (f"rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies={','.join(SYNCHRONOUS)} model=mlp "
                 "steps=10 repeats=3 dilate=fit")

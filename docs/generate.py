@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.headline import WALL_TIME_GOAL, dated_answers  # noqa: E402
 from bench.noise_scale import log_sd  # noqa: E402
-from launchers.config import registered_strategy  # noqa: E402
+from launchers.config import strategy_by_name  # noqa: E402
 from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 from metrics.report.noise import planning_noise, upper_log_sd  # noqa: E402
@@ -104,7 +104,7 @@ def knobs(path: str, *selection: str) -> str:
     rules = dict(RULES)
     if Path(path).parent.name == "strategy":
         name = Path(path).stem
-        rules |= {f"{name}.{knob}": rule for knob, rule in registered_strategy(name).rules.items()}
+        rules |= {f"{name}.{knob}": rule for knob, rule in strategy_by_name(name).rules.items()}
     lines = [f"From `{path}`:", "", "| knob | default | accepts | meaning |", "|---|---|---|---|"]
     for key, value, comment in rows:
         accepts = accepted(yaml.safe_load(value), rules.get(key))

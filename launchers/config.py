@@ -56,7 +56,7 @@ def measurement_window(cfg) -> tuple[int, int]:
                         strategy_class(cfg).averaging_period(cfg))
 
 
-def registered_strategy(name: str, overrides: list[str] = ()):
+def strategy_by_name(name: str, overrides: list[str] = ()):
     """The class strategy NAME's config names (launchers/plugins.py), without composing a config."""
     return resolve(OmegaConf.load(strategy_configs(overrides)[name]).strategy.target)
 
@@ -69,7 +69,7 @@ def check_overrides(args: list[str]) -> None:
     for arg in args:
         key, sep, value = arg.lstrip("+~").partition("=")
         block, _, knob = key.partition(".")
-        if block in strategies and (where := registered_strategy(block, args).knobs_elsewhere.get(knob)):
+        if block in strategies and (where := strategy_by_name(block, args).knobs_elsewhere.get(knob)):
             raise ConfigError(f"{key} is no knob of {block}: {where}")
         if not sep or key not in groups or "(" in value:
             continue

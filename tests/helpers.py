@@ -64,9 +64,9 @@ needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch sees
 needs_no_gpu = pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
 
 
-# --- the strategy registry: conf/strategy/NAME.yaml ------------------------------------
+# --- the strategies: conf/strategy/NAME.yaml -------------------------------------------
 def strategy_names() -> list[str]:
-    """Every strategy the registry holds (one conf/strategy/NAME.yaml each)."""
+    """Every strategy of conf/strategy/ (one NAME.yaml each)."""
     from launchers.config import group_options
 
     return group_options("strategy")
@@ -74,9 +74,9 @@ def strategy_names() -> list[str]:
 
 def strategy_of(name: str):
     """The class the config of strategy NAME names (without composing a config)."""
-    from launchers.config import registered_strategy
+    from launchers.config import strategy_by_name
 
-    return registered_strategy(name)
+    return strategy_by_name(name)
 
 
 def cost_model_of(name: str):

@@ -29,8 +29,9 @@ PLANNED = "planned"
 
 
 def strategy_blocks(*runs) -> tuple[str, ...]:
-    """The knob blocks of these runs' strategies (NAME.: a strategy's own knobs)."""
-    return tuple({f"{run.config['strategy']['name']}." for run in runs})
+    """The knob blocks (NAME.: a strategy's own knobs) of conf/strategy/'s strategies and of these runs' own."""
+    names = {p.stem for p in (CONF_DIR / "strategy").glob("*.yaml")} | {run.config["strategy"]["name"] for run in runs}
+    return tuple(f"{name}." for name in sorted(names))
 
 
 @dataclass

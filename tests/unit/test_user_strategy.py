@@ -8,7 +8,7 @@ import pytest
 from bench.jobs import averaging_strategies
 from helpers import compose_config
 from job.errors import ConfigError
-from launchers.config import check_command, registered_strategy, validate
+from launchers.config import check_command, strategy_by_name, validate
 from launchers.plugins import strategy_configs
 from metrics.projection.models import cost_model
 
@@ -51,7 +51,7 @@ def test_an_installed_packages_entry_point_adds_a_strategy(tmp_path, monkeypatch
     check_command(["strategy=toy", "toy.every=2"])
     cfg = compose_config("strategy=toy")
     validate(cfg)
-    assert registered_strategy("toy").__name__ == "Toy" and cost_model(cfg.strategy).__name__ == "ToyCost"
+    assert strategy_by_name("toy").__name__ == "Toy" and cost_model(cfg.strategy).__name__ == "ToyCost"
     assert averaging_strategies("collectives")["toy"] == ["strategy=toy", "toy.every=2"]  # its benchmark overrides
 
 
@@ -67,3 +67,16 @@ def test_a_strategy_whose_classes_cannot_be_imported_is_one_line_before_launch()
         validate(compose_config(SEARCH_PATH, "strategy=toy", "strategy.target=toy:Nope"))
     with pytest.raises(ConfigError, match=r"strategy.cost_model=toy:Toy is no subclass of .*CostModel"):
         validate(compose_config(SEARCH_PATH, "strategy=toy", "strategy.cost_model=toy:Toy"))
+
+
+def test_the_report_labels_a_users_strategy_by_its_name_not_its_knob_block():
+    from bench.run_folders import report_config
+    from metrics.report.runs import Run, group_runs, label_groups
+
+    def run(strategy: str, **knobs) -> Run:
+        config = report_config(strategy, peers=2) | ({strategy: knobs} if knobs else {})
+        return Run(Path(f"/runs/{strategy}"), {"status": "completed", "config": config, "strategy_knobs": knobs}, [])
+
+    groups = group_runs([run("single"), run("toy", every=2)])
+    label_groups(groups)
+    assert [g.label for g in groups] == ["single", "toy"]
