@@ -73,6 +73,21 @@ LEFT_OUT = [
     "so the projection gives no number for it (docs/projection.md)",
 ]
 
+LIMITS = [
+    "overlap: the structural run (a tiny CNN, one bucket) measured almost no communication behind backward, and the "
+    "command line keeps that absolute figure under a declared compute (min(H, C)); DDP's buckets and Horovod's "
+    "fusion hide part of the all-reduce behind a GPU's backward, which these predictions do not credit",
+    "engine cost: the projection prices communication by the link rate alone; no per-byte CPU or GPU cost of the "
+    "engine (NCCL here) enters, neither this machine's nor the cluster's",
+    "payload share: a TCP stream's in 1500-byte frames on emulated links, applied to RoCE and InfiniBand",
+    "topology: NCCL's rings and the nodes' NVLink/PCIe are mapped onto the cost model's one link per worker by "
+    "giving it the node's network rate (the ring's slowest hop); per_gpu_share shows the other reading",
+    "latency: not stated by the sources, taken as 0",
+    "inputs from other sources: the Pascal GPU of Horovod's benchmark taken to be TensorFlow's P100 (DGX-1) of the "
+    "same tf_cnn_benchmarks at batch 64; parameter counts of Keras's InceptionV3 and VGG16 for tf_cnn_benchmarks' "
+    "models; the published efficiencies are whole percents",
+]
+
 
 @dataclass
 class Case:
@@ -235,6 +250,7 @@ def run() -> dict:
         "method": __doc__.strip(),
         "sources": SOURCES,
         "left_out": LEFT_OUT,
+        "limits": LIMITS,
         "payload_share": evidence.payload_share,
         "structural_runs": runs,
         "rows": rows,
