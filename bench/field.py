@@ -47,8 +47,10 @@ SOURCES = {
     "pytorch_ddp_benchmark": {
         "citation": "PyTorch, benchmarks/distributed/ddp/README.md (the DDP benchmark suite's example output: "
                     "PyTorch 1.4.0a0+05140f0, CUDA 10.0, NCCL), github.com/pytorch/pytorch",
-        "hardware": "DGX machines with 8 V100 GPUs each, '4x 100Gb InfiniBand per machine' (the README's text); "
-                    "16 GPUs = '2M/8G' (2 machines x 8 GPUs); batch 32 per GPU; bucket_cap_mb 25 (the default)",
+        "hardware": "the README's closing paragraph, of its diff example on the same PyTorch build: 'DGX machines "
+                    "with V100 GPUs', '4x 100Gb InfiniBand per machine'; the example output's nvidia-smi topology "
+                    "shows 8 NVLink-connected GPUs and 4 mlx5 cards per machine; 16 GPUs = '2M/8G' (2 machines x 8 "
+                    "GPUs); batch 32 per GPU; bucket_cap_mb 25 (the default)",
         "figure": "step_s",
     },
     "horovod_benchmarks": {
@@ -120,7 +122,8 @@ DDP_WHERE = "README example output, 'Benchmark: {} with batch size 32', p50 sec/
             "'16 GPUs -- 2M/8G'"
 TORCHVISION = "torchvision model documentation, num_params"
 P100 = "TensorFlow benchmarks, DGX-1 P100, training synthetic data, 1 GPU, batch 64: {} images/s"
-KERAS = "Keras Applications table (keras.io/api/applications, full counts as tabulated from it): {} parameters"
+KERAS = "Keras Applications table (keras.io/api/applications rounds them: 23.9M, 138.4M; full counts as an " \
+        "earlier version of that table lists them): {} parameters"
 
 CASES = [
     Case("pytorch_ddp_benchmark", DDP_WHERE.format("resnet50"), "resnet50", "allreduce", 16, 8, 400_000, 32,
