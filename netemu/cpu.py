@@ -12,7 +12,7 @@ A rank's quota is peer_cpus x emulate.peer_cpu_share[rank] / emulate.dilation CP
 emulate.period_us. Where every process of the host has cores of its own for all its threads and the quota is
 all of them (no share, no dilation), the cores already bound the peer: its group only accounts, with no CFS
 quota (`enforced: false`): a quota equal to the cores throttled such peers for up to 5 % of their time
-(docs/lab-log.md, 2026-11-26). emulate.isolate: auto (isolate where cgroups can be written, else say
+(docs/lab-log.md). emulate.isolate: auto (isolate where cgroups can be written, else say
 so once), on (an error before launch where they cannot), off.
 """
 import contextlib
