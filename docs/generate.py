@@ -342,7 +342,10 @@ def bench_link_goodput(entry: dict) -> list[str]:
         "", f"Payload share used by every projection: **{num(entry['payload_share'], 3)}** (min "
             f"{num(spread['min'], 3)}, max {num(spread['max'], 3)}, {spread['streams']} streams; protocol overhead "
             f"{pct(entry['protocol_overhead'])} of the payload); repeats not counted (the link did not hold its rate): "
-            f"{entry['not_counted']}."]
+            f"{entry['not_counted']}."] + [
+        "", "Per frame size (the same rates and repeats): " + "; ".join(
+            f"{mtu} bytes **{num(s['payload_share'], 3)}** ({num(s['spread']['min'], 3)} – {num(s['spread']['max'], 3)}, "
+            f"{s['spread']['streams']} streams)" for mtu, s in entry.get("by_mtu", {}).items()) + "."] * ("by_mtu" in entry)
 
 
 def bench_link_cpu(entry: dict) -> list[str]:
@@ -378,6 +381,30 @@ def bench_projection_verdicts(entry: dict) -> list[str]:
             for s, v in entry["verdicts"].items()]
     return [stamp_rows(entry, entry["rows"]), ""] + table(
         ["strategy", "goal", "worst held-out error", "verdict"], body)
+
+
+def bench_field(entry: dict) -> list[str]:
+    """The published cases predicted from their single-device figures (bench/field.py)."""
+    def figure(row: dict, value: float | None) -> str:
+        return "–" if value is None else (f"{value:.3g} s" if row["figure"] == "step_s" else f"{value:.1f} %")
+
+    def error(row: dict) -> str:
+        if row["error"] is None:
+            return "no number"
+        text = f"{row['error']:+.1%}" if row["figure"] == "step_s" else f"{row['error']:+.1f} points"
+        return text if row["within_goal"] else f"**{text}**"
+
+    body = [[row["source"].replace("_", " "), f"{row['model']}, {row['strategy']}", str(row["peers"]),
+             f"{row['link_mbit'] / 1000:g} Gbit/s", f"{row['compute_s']:.3g} s ({row['batch']})",
+             f"{row['gradient_mb']:.1f} MB", figure(row, row["published"]), figure(row, row["predicted"]), error(row),
+             error(row["per_gpu_share"] | {"figure": row["figure"]})] for row in entry["rows"]]
+    kept = sum(p["preserved"] for p in entry["rankings"])
+    return [stamp(entry), ""] + table(
+        ["source", "model, engine here", "N", "node's link", "one device's step (batch)", "gradient", "published",
+         "predicted", "error", "per-GPU link share (not counted)"], body) + [
+        "", f"Within the goal (±15 % of the step, or ±10 points of scaling efficiency): "
+            f"{pct(entry['share_within_goal'], 0)} of {len(entry['rows'])} cases; published pairwise rankings kept: "
+            f"{kept} of {len(entry['rankings'])}. Goal ({entry['goal']}): {'met' if entry['met'] else '**missed**'}."]
 
 
 def bench_thesis(entry: dict, family: str) -> list[str]:
@@ -538,7 +565,7 @@ BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_s
          "link_goodput": bench_link_goodput, "link_cpu": bench_link_cpu, "primary_noise": bench_primary_noise,
          "thesis": bench_thesis, "thesis_projected": bench_thesis_projected,
          "evaluation_share": bench_evaluation_share, "noise_scale": bench_noise_scale,
-         "verdict_simulation": bench_verdict_simulation}
+         "verdict_simulation": bench_verdict_simulation, "field": bench_field}
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
 
