@@ -1,6 +1,7 @@
 """A user's strategy from two files outside the project (tests/userstrategies: toy.py, the strategy and its cost
 model; strategy/toy.yaml, its config), found on Hydra's search path: a real 2-peer run on loopback, its summary, the
-report of its folder and the projection, both by the toy's own cost model."""
+report of its folder and the projection, both by the toy's own cost model; and the same strategy installed (an
+entry point of the group avgbench.strategies), run without the search path."""
 import json
 import subprocess
 import sys
@@ -56,3 +57,16 @@ def test_a_users_strategy_runs_and_its_run_is_summarised_reported_and_projected(
     # the toy's model: compute + 2(N-1)·S/(N·β) / every, at N = 4
     expected = measured["compute_s"] + 2 * 3 * measured["size_bytes"] / (4 * rate) / 2
     assert figures["projections"][0]["rows"][0]["step_s"] == pytest.approx(expected)
+
+
+def test_an_installed_packages_strategy_runs_without_the_search_path(tmp_path, monkeypatch):
+    dist = tmp_path / "site" / "users_strategies-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: users-strategies\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[avgbench.strategies]\ntoy = toy\n")
+    monkeypatch.setenv("PYTHONPATH", f"{dist.parent}:{USER_STRATEGIES}")
+    result = run_train(tmp_path / "run", "strategy=toy", "emulate.isolate=off", "max_steps=4")
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(tmp_path / "run")
+    assert summary["status"] == "completed" and summary["config"]["strategy"]["cost_model"] == "toy:ToyCost"
+    assert summary["bytes_sent_per_step"] == TINY_DIGITS_BYTES  # every step at toy.every=1, S at N = 2
