@@ -54,11 +54,12 @@ def test_installed_modules_come_from_the_new_virtualenv(installed):
     assert (paths[3] / "config.yaml").is_file() and (paths[3] / "strategy" / "ring.yaml").is_file()
 
 
-def test_hydra_finds_the_installed_sweeper_and_launcher(installed):
+def test_hydra_finds_the_installed_sweeper_launcher_and_strategies(installed):
     env_dir, elsewhere = installed
     plugins = run([env_dir / "bin" / "avgbench", "--info", "plugins"], elsewhere).stdout
     assert "hydra_plugins.avgbench_sweeper " in plugins and "hydra_plugins.avgbench_launcher " in plugins, plugins
     assert "BlockSweeper" in plugins, plugins
+    assert "InstalledStrategies" in plugins, plugins  # the installed packages' strategies on the search path
 
 
 def test_avgbench_runs_a_tiny_job_in_the_current_directory(installed):
