@@ -127,13 +127,13 @@ def check_command(overrides: list[str]) -> None:
     parsed = OverridesParser.create().parse_overrides(overrides)
     choices = [text for text, o in zip(overrides, parsed)
                if o.key_or_group.split("/")[0] in groups | {"hydra"} or o.key_or_group == "hydra.searchpath"]
-    schema = resolved(compose_config(choices))
+    schema, strategies = resolved(compose_config(choices)), strategy_configs(overrides)
     for override in parsed:
         key = override.key_or_group
         block = key.split(".")[0]
         if key.split("/")[0] in groups | {"hydra"} or block == "hydra" or override.is_delete():
             continue
-        if block in strategy_configs(overrides) and block not in schema:
+        if block in strategies and block not in schema:
             raise ConfigError(f"{key} is a knob of strategy={block}, not of strategy={schema['strategy']['name']}")
         if not (override.is_add() or override.is_force_add()) and not holds(schema, key):
             raise unknown_key(key, schema)
