@@ -19,6 +19,7 @@ from metrics.summary.network import network_section
 from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
 from metrics.summary.noise_scale import noise_scale_section
 from metrics.summary.rounds import rounds_section
+from metrics.summary.schema import Summary
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS
 from metrics.summary.target import samples_by_step, time_to_target
@@ -178,18 +179,23 @@ def device_of(config: dict, workers: list[dict]) -> dict:
 def worker_accuracy(evals_by_rank: dict[int, list[dict]]) -> dict:
     """Final accuracy over workers (mean, worst, best; see METHODS)."""
     finals = {rank: evals[-1] for rank, evals in evals_by_rank.items() if evals}
-    accuracy = {rank: e.get("test_accuracy") for rank, e in finals.items()}
+    over_workers = accuracy_over_workers({rank: e.get("test_accuracy") for rank, e in finals.items()})
+    return {"accuracy_by_worker": over_workers, "final_test_accuracy": over_workers["worst"],
+            "final_test_loss": max((e["test_loss"] for e in finals.values()), default=None)}
+
+
+def accuracy_over_workers(accuracy: dict) -> dict:
+    """summary.json accuracy_by_worker from each worker's final accuracy (rank -> accuracy or None)."""
     known = [a for a in accuracy.values() if a is not None]
-    return {
-        "accuracy_by_worker": {
-            "mean": statistics.fmean(known) if known else None,
-            "worst": min(known) if known else None,
-            "best": max(known) if known else None,
-            "by_rank": accuracy,
-        },
-        "final_test_accuracy": min(known) if known else None,
-        "final_test_loss": max((e["test_loss"] for e in finals.values()), default=None),
-    }
+    return {"mean": statistics.fmean(known) if known else None, "worst": min(known, default=None),
+            "best": max(known, default=None), "by_rank": accuracy}
+
+
+def step_shares(breakdown: dict, hidden: float | None) -> dict:
+    """time_breakdown_share and hidden_comm_share from the mean step's phases and hidden communication."""
+    step_total = sum(v or 0.0 for v in breakdown.values())
+    return {"time_breakdown_share": {p: (v or 0.0) / step_total for p, v in breakdown.items()} if step_total else {},
+            "hidden_comm_share": hidden / step_total if hidden is not None and step_total else None}
 
 
 def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[int, list[dict]],
@@ -247,7 +253,7 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
-                  window: tuple[int, int] | None = None) -> dict:
+                  window: tuple[int, int] | None = None) -> Summary:
     """knobs, bound (a function of metrics.summary.bounds.Round), bound_formula, is_baseline (a single-process
     run that others are compared with), rounds_overlap and failure_counters (the keys of its peers'
     figures that count failures) come from the run's strategy; shape (the run against this host's
@@ -264,9 +270,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     longest = max((w["window"]["train_s"] for w in workers), default=0.0)
 
     breakdown = {phase: _mean(s[phase] for s in all_steps) for phase in PHASES}
-    step_total = sum(v or 0.0 for v in breakdown.values())
-    shares = {phase: (v or 0.0) / step_total for phase, v in breakdown.items()} if step_total else {}
     hidden = _mean(s.get("hidden_comm_s", 0.0) for s in all_steps)
+    shares = step_shares(breakdown, hidden)
 
     faults = sorted((json.loads(p.fault.read_text()) for p in peers if p.fault.exists()), key=lambda f: f["time"])
     fault = faults[0] | {"survived": outcome.status == "completed",
@@ -277,7 +282,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
     isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, (shape or {}).get("fits", True))
-    return undilate({
+    return Summary.from_dict(undilate({
         "status": outcome.status,
         "exit_code": outcome.exit_code,
         "error": outcome.error,
@@ -306,9 +311,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "effective_lr": next((w["result"]["effective_lr"] for w in workers
                               if w["result"] and "effective_lr" in w["result"]), None),
         "time_breakdown_s": breakdown,
-        "time_breakdown_share": shares,
+        "time_breakdown_share": shares["time_breakdown_share"],
         "hidden_comm_s": hidden,
-        "hidden_comm_share": hidden / step_total if hidden is not None and step_total else None,
+        "hidden_comm_share": shares["hidden_comm_share"],
         "bytes_sent_per_step": sent,
         "bytes_recv_per_step": recv,
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / window_samples if window_samples else None,
@@ -323,14 +328,14 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "speed_reference": speed_reference_section(config, figures),
         "peers": figures,
         "methods": METHODS,
-    }, isolation["dilation"])
+    }, isolation["dilation"]))
 
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
-                  window: tuple[int, int] | None = None) -> dict:
+                  window: tuple[int, int] | None = None) -> Summary:
     summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, rounds_overlap,
                             failure_counters, shape, lock, window)
-    run.summary.write_text(json.dumps(summary, indent=1, default=str))
+    summary.save(run.summary)
     return summary

@@ -5,9 +5,16 @@ import json
 import pytest
 
 from metrics.recording.rundir import RunDir
-from metrics.summary.build import build_summary
+from metrics.summary.build import build_summary as build
+from metrics.summary.schema import Summary
 
 from helpers import summary_config, summary_outcome, write_lines
+
+
+def build_summary(*args, **kwargs) -> dict:
+    """The summary as summary.json holds it."""
+    return build(*args, **kwargs).to_dict()
+
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -120,10 +127,10 @@ def test_the_strategys_declared_counters_are_summed_over_peers_and_its_failure_c
 
     for rank, figures in ((0, {"rounds": 3, "round_trips_failed": 1, "x": 5}), (1, {"rounds": 4, "dropped": 0})):
         run.peer(rank).result.write_text(json.dumps({"rank": rank, "role": "worker", "strategy": figures}))
-    summary = build_summary(run, summary_config(), summary_outcome(), failure_counters=("dropped",))
+    summary = build(run, summary_config(), summary_outcome(), failure_counters=("dropped",))
     train.print_result(run.path, summary, summary_outcome(), ("rounds", "dropped"))
     assert "avgbench: summed over peers: rounds 7, dropped 0\n" in capsys.readouterr().out
-    assert summary["failure_counters"] == ["dropped"]
+    assert summary.failure_counters == ["dropped"]
 
 
 def test_the_earliest_fault_is_reported_with_the_time_to_the_outcome(run):
@@ -168,7 +175,8 @@ def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path
         sizes = {}
         for r in rounds:
             sizes[str(r["group_size"])] = sizes.get(str(r["group_size"]), 0) + 1
-        return Run(tmp_path, {"workers": 2, "averaging_rounds": {"rounds": rounds, "group_sizes": {"gradients": sizes}}},
+        return Run(tmp_path, Summary.from_dict({"workers": 2, "averaging_rounds": {"rounds": rounds,
+                                                                                "group_sizes": {"gradients": sizes}}}),
                    [])
 
     def round_(size, success=True, duration=1.0):
@@ -176,7 +184,7 @@ def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path
 
     table = rounds_table([Group([run([round_(2), round_(1, False, 3.0)]), run([round_(2, duration=2.0)])], "hm")])
     assert table.rows == [["hm", "gradients", "3", "1: 1, 2: 2", "66.7", "1", "2"]]
-    assert rounds_table([Group([Run(tmp_path, {"workers": 2}, [])], "ring")]) is None
+    assert rounds_table([Group([Run(tmp_path, Summary.from_dict({"workers": 2}), [])], "ring")]) is None
 
 
 # --- the measurement window (metrics/summary/window.py) -------------------------------------------------------------
