@@ -127,7 +127,7 @@ def group_sizes(runs) -> dict:
     """kind -> group size -> rounds, over the runs' averaging_rounds (each round once)."""
     found: dict = {}
     for run in runs:
-        for kind, sizes in ((run.summary.averaging_rounds or {}).get("group_sizes") or {}).items():
+        for kind, sizes in run.summary.averaging_rounds.group_sizes.items():
             for size, count in sizes.items():
                 found.setdefault(kind, {})[size] = found.setdefault(kind, {}).get(size, 0) + count
     return found
@@ -182,8 +182,7 @@ def rows_of(sweep: Path) -> list[dict]:
                 "time_breakdown_share": mean_shares,
                 "bottleneck": max(mean_shares, key=mean_shares.get) if mean_shares else None,
                 "averaging_group_sizes": group_sizes(runs) or None,
-                "averaging_rounds_failed": sum((r.summary.averaging_rounds or {}).get("failed", 0)
-                                               for r in runs),
+                "averaging_rounds_failed": sum(r.summary.averaging_rounds.failed for r in runs),
             })
     return rows
 

@@ -416,12 +416,12 @@ def rounds_table(groups: list[Group]) -> Table | None:
     for group in groups:
         recorded = [r.summary.averaging_rounds for r in group.runs if r.summary.averaging_rounds]
         workers = str(group.first.summary.workers)
-        for kind in sorted({k for section in recorded for k in section["group_sizes"]}):
+        for kind in sorted({k for section in recorded for k in section.group_sizes}):
             sizes: dict[str, int] = {}
             for section in recorded:
-                for size, count in section["group_sizes"].get(kind, {}).items():
+                for size, count in section.group_sizes.get(kind, {}).items():
                     sizes[size] = sizes.get(size, 0) + count
-            rounds = [r for section in recorded for r in section["rounds"] if r["kind"] == kind]
+            rounds = [r for section in recorded for r in section.rounds if r["kind"] == kind]
             total = sum(sizes.values())
             rows.append([group.label, kind, str(total),
                          ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items(), key=lambda i: int(i[0]))),

@@ -197,6 +197,70 @@ class SpeedReference(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class IsolatedRound(Section):
+    formula: str | None = None
+    latency_s_per_round: float | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Efficiency(Section):
+    """Link efficiency (metrics/summary/bounds.py link_efficiency): the floor of the rounds / their link time."""
+    bound: float | None = None
+    why: str | None = None  # where there is no floor
+    method: str | None = None
+    floor_s: float | None = None
+    measured_s: float | None = None
+    bound_s_per_round: float | None = None
+    measured_s_per_round: float | None = None
+    efficiency: float | None = None
+    isolated_round: IsolatedRound = unrecorded(IsolatedRound)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Busiest(Section):
+    rank: int | None = None
+    wire_bytes: int | None = None
+    mean_wire_bytes: float | None = None
+    busiest_over_mean: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Network(Section):
+    """The network as built and its wire bytes (metrics/summary/network.py)."""
+    mode: str | None = None
+    per_peer: bool | None = None
+    bandwidth_mbit_by_rank: list | None = None
+    latency_ms: float | None = None
+    wire_by_rank: dict | None = None
+    wire_tx_over_payload: float | None = None
+    protocol_overhead: float | None = None
+    busiest: Busiest = unrecorded(Busiest)
+    efficiency: Efficiency = unrecorded(Efficiency)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AveragingRounds(Section):
+    """Rounds recorded one by one (metrics/summary/rounds.py); rounds: one record per round."""
+    rounds: list = field(default_factory=list)
+    group_sizes: dict = field(default_factory=dict)  # kind -> group size -> rounds
+    whole_swarm_share: dict = field(default_factory=dict)
+    failed: int = 0
+    method: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoiseScale(Section):
+    """The gradient noise scale (metrics/summary/noise_scale.py)."""
+    b_simple: float | None = None
+    grad_sq: float | None = None
+    trace_cov: float | None = None
+    steps: int | None = None
+    worker_batch: int | None = None
+    global_batch: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Peer(Section):
     """One peer's figures (metrics/summary/build.py peer_figures); result is its result.json."""
     rank: int = 0
@@ -263,9 +327,9 @@ class Summary(Section):
     bytes_recv_per_step: float | None = None
     bytes_sent_per_sample: float | None = None
     bytes_recv_per_sample: float | None = None
-    averaging_rounds: dict | None = None
-    noise_scale: dict | None = None
-    network: dict | None = None
+    averaging_rounds: AveragingRounds = unrecorded(AveragingRounds)
+    noise_scale: NoiseScale = unrecorded(NoiseScale)
+    network: Network = unrecorded(Network)
     link: Link = unrecorded(Link)
     shape: Shape = unrecorded(Shape)
     machine: Machine = unrecorded(Machine)

@@ -241,3 +241,38 @@ def test_a_run_that_ends_inside_the_window_is_measured_to_its_end_and_marked(war
     early = build_summary(warm_run, summary_config(), summary_outcome(), window=(9, 12))
     assert early["throughput_samples_per_s"] == pytest.approx(160 / (4.0 + 6 * 0.6))  # all of it
     assert early["window"] == {"first": 1, "last": 8, "complete": False}
+
+
+def test_summary_json_round_trips_through_its_type_byte_for_byte(run):
+    """What write_summary writes, loaded and written again, is the same text; its figures read as attributes."""
+    from metrics.summary.build import write_summary
+
+    written = write_summary(run, summary_config(), summary_outcome(), window=(2, 3))
+    loaded = Summary.load(run.path)
+    assert json.dumps(loaded.to_dict(), indent=1) == run.summary.read_text()
+    assert loaded == Summary.from_dict(json.loads(json.dumps(written.to_dict())))
+    assert (loaded.accuracy_by_worker.worst, loaded.window.first, loaded.peers[2].result["role"]) == (0.7, 2, "server")
+
+
+def test_an_older_summary_loads_as_it_was_and_one_that_cannot_fails_in_one_line(tmp_path):
+    """A summary from before a section existed loads with that section empty and unrecorded, keeps keys the type
+    no longer names, and is written back as it was; a torn file, or one without a key its reader requires, fails
+    with one line naming the file, the key and the fix."""
+    from metrics.summary.schema import SummaryError
+
+    older = {"status": "completed", "config": {"peers": 2}, "shape": None, "retired_figure": 3,
+             "link": {"kind": "loopback", "asked": "loopback", "faithful": None, "reason": "not recorded"},
+             "peers": [{"rank": 0, "steps": 4, "samples": 128, "train_s": 3.0}]}
+    (tmp_path / "summary.json").write_text(json.dumps(older))
+    summary = Summary.load(tmp_path)
+    assert not summary.shape and summary.shape.host is None and not summary.window and not summary.speed_reference
+    assert summary.link.scope is None and summary.peers[0].samples == 128 and summary.time_to_target_s is None
+    assert summary.to_dict() == older and list(summary.to_dict()) == list(older)
+    with pytest.raises(SummaryError) as missing:
+        Summary.load(tmp_path, require=("config.peers", "config.data.name"))
+    assert str(missing.value) == (f"{tmp_path / 'summary.json'}: no config.data.name (written by an older avgbench, "
+                                  "or not by one): re-run it, or read it with the version that wrote it")
+    (tmp_path / "summary.json").write_text('{"status": "compl')
+    with pytest.raises(SummaryError, match=r"summary.json: not a readable summary .*; re-run the run") as torn:
+        Summary.load(tmp_path)
+    assert "\n" not in str(torn.value)
