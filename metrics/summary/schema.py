@@ -1,8 +1,9 @@
 """summary.json as a type: one run's figures, built by metrics/summary/build.py and read by attribute.
 
 Summary.load(path) reads a file; from_dict and to_dict convert the JSON layout both ways, keeping the keys, and
-their order, that the file had (keys the type does not name ride along in `extra`). A file that is not a summary
-fails with SummaryError: one line naming the file, what is missing and the fix.
+their order, that the file had. A section's fields are the keys code reads: add a field to read another (the keys it
+does not name ride along in `extra`, which nothing reads). A file that is not a summary fails with SummaryError: one
+line naming the file, what is missing and the fix.
 """
 import json
 import types
@@ -146,11 +147,9 @@ class Shape(Section):
     peers: int | None = None
     peer_cpus: int | None = None
     processes: int | None = None
-    cpus_asked: float | None = None
     cores: int | None = None
     oversubscription: float | None = None
     fits: bool | None = None
-    peers_default: bool | None = None
     host: str | None = None
     node_rank: int | None = None
     nnodes: int | None = None
@@ -164,11 +163,9 @@ class Machine(Section):
     cpu_pressure_share: float | None = None
     steal_share: float | None = None
     load_mean: float | None = None
-    load_max: float | None = None
     other_cpu_share: float | None = None
     alone: bool | None = None
     lock: dict | None = None
-    sampled_s: float | None = None
     samples: int | None = None
 
 
@@ -176,7 +173,6 @@ class Machine(Section):
 class Isolation(Section):
     status: str | None = None
     reason: str | None = None
-    cgroup: str | None = None
     period_us: int | None = None
     dilation: float | None = None
     dilation_unchecked: bool | None = None
@@ -198,7 +194,6 @@ class SpeedReference(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class IsolatedRound(Section):
-    formula: str | None = None
     latency_s_per_round: float | None = None
     why: str | None = None
 
@@ -206,11 +201,8 @@ class IsolatedRound(Section):
 @dataclass(frozen=True, kw_only=True)
 class Efficiency(Section):
     """Link efficiency (metrics/summary/bounds.py link_efficiency): the floor of the rounds / their link time."""
-    bound: float | None = None
     why: str | None = None  # where there is no floor
     method: str | None = None
-    floor_s: float | None = None
-    measured_s: float | None = None
     bound_s_per_round: float | None = None
     measured_s_per_round: float | None = None
     efficiency: float | None = None
@@ -220,8 +212,6 @@ class Efficiency(Section):
 @dataclass(frozen=True, kw_only=True)
 class Busiest(Section):
     rank: int | None = None
-    wire_bytes: int | None = None
-    mean_wire_bytes: float | None = None
     busiest_over_mean: float | None = None
 
 
@@ -230,11 +220,8 @@ class Network(Section):
     """The network as built and its wire bytes (metrics/summary/network.py)."""
     mode: str | None = None
     per_peer: bool | None = None
-    bandwidth_mbit_by_rank: list | None = None
     latency_ms: float | None = None
-    wire_by_rank: dict | None = None
     wire_tx_over_payload: float | None = None
-    protocol_overhead: float | None = None
     busiest: Busiest = unrecorded(Busiest)
     efficiency: Efficiency = unrecorded(Efficiency)
 
@@ -244,7 +231,6 @@ class AveragingRounds(Section):
     """Rounds recorded one by one (metrics/summary/rounds.py); rounds: one record per round."""
     rounds: list = field(default_factory=list)
     group_sizes: dict = field(default_factory=dict)  # kind -> group size -> rounds
-    whole_swarm_share: dict = field(default_factory=dict)
     failed: int = 0
     method: str | None = None
 
@@ -253,11 +239,7 @@ class AveragingRounds(Section):
 class NoiseScale(Section):
     """The gradient noise scale (metrics/summary/noise_scale.py)."""
     b_simple: float | None = None
-    grad_sq: float | None = None
-    trace_cov: float | None = None
     steps: int | None = None
-    worker_batch: int | None = None
-    global_batch: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,16 +251,12 @@ class Peer(Section):
     train_s: float | None = None
     window: dict | None = None
     startup_wait_s: float = 0.0
-    final_eval: dict | None = None
     result: dict | None = None
     error: str | None = None
     peak_rss_bytes: int | None = None  # from here on: only where its resources were sampled
     mean_cpu_percent: float | None = None
     disk_read_bytes: int | None = None
-    disk_write_bytes: int | None = None
-    net_rx_bytes: int | None = None
     net_tx_bytes: int | None = None
-    lo_rx_bytes: int | None = None
     lo_tx_bytes: int | None = None
 
 

@@ -37,8 +37,8 @@ def is_section(names: list[str]) -> bool:
 
 
 def string_key_reads(source: str) -> list[str]:
-    """Each read of a summary by key: summary[...] or summary.get(...) (sections too), a to_dict() read by key,
-    and summary.json parsed beside its type, as 'line: code'."""
+    """Each read of a summary by key: summary[...] or summary.get(...) (sections too), a to_dict() or a section's
+    extra read by key, and summary.json parsed beside its type, as 'line: code'."""
     found = []
     for node in ast.walk(ast.parse(source)):
         target = None
@@ -53,7 +53,8 @@ def string_key_reads(source: str) -> list[str]:
         names = chain(target)
         to_dict = isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) \
             and target.func.attr == "to_dict"
-        if to_dict or names is not None and is_section(names):
+        extra = isinstance(target, ast.Attribute) and target.attr == "extra"
+        if to_dict or extra or names is not None and is_section(names):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
     return found
 
@@ -73,10 +74,11 @@ first_summary["config"]
 r.summary.link["faithful"]
 s.summary.network.efficiency.get("efficiency")
 run.summary.to_dict()["status"]
+run.summary.shape.extra["cpus_asked"]
 json.loads((path / "summary.json").read_text())
 json.loads(RunDir(d).summary.read_text())
 '''
-    assert len(string_key_reads(reads)) == 8
+    assert len(string_key_reads(reads)) == 9
     allowed = '''
 run.summary.config["peers"]
 summary.time_breakdown_share.get("comm_s")
