@@ -6,6 +6,7 @@ definition for all strategies, stated in METHODS and written into the summary.
 import json
 import os
 import statistics
+from pathlib import Path
 
 from metrics.summary.isolation import METHODS as ISOLATION_METHODS
 from metrics.summary.isolation import isolation_section, undilate
@@ -19,7 +20,7 @@ from metrics.summary.network import network_section
 from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
 from metrics.summary.noise_scale import noise_scale_section
 from metrics.summary.rounds import rounds_section
-from metrics.summary.schema import Summary
+from metrics.summary.schema import Evaluation, Isolation, Peer, PeerWindow, Section, Summary
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS
 from metrics.summary.target import samples_by_step, time_to_target
@@ -339,3 +340,154 @@ def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
                             failure_counters, shape, lock, window)
     summary.save(run.summary)
     return summary
+
+WORST_LAST = ("completed", "interrupted", "failed")  # a status not listed counts as failed
+NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: see the job's SLURM logs)"
+
+
+def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
+    """The summary of a run over several nodes from its nodes' (node folders at paths, node ranks; missing: the
+    ranks that wrote none), each figure by the definition one node's states, over every node's workers:
+
+    status           the worst node's (failed > interrupted > completed); a node that wrote no summary fails the run;
+                     error, exit code and failed rank from the node that ended first among those that did not
+                     complete (the others failed after it); every node's error stays in the run's errors
+    samples          summed over nodes; throughput = all workers' samples in the measurement window / the longest
+                     worker's training time in it, across nodes
+    time-to-target   the worst worker's crossing over every node's workers (each worker's crossing time as its
+                     node's summary gives it); samples-to-target: every worker's samples at that crossing, from all
+                     workers' logs (metrics/summary/target.py); accuracy by worker over all workers
+    per step         time breakdown and bytes per step: means over every worker's steps in the window (each node's
+                     mean weighted by its steps there); bytes per sample: all workers' bytes / all workers' samples
+                     in the window
+    setting          shape, machine and link of the node that is worst off (the most oversubscribed, the least
+                     alone, an unfaithful link), with every node's host; isolation over every node's ranks
+    """
+    first = summaries[0]
+    peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
+    windows = windows_of(peers)
+    longest = max((w.train_s for w in windows), default=0.0)
+    steps = [sum(w.steps for w in windows_of(s.peers or [])) for s in summaries]  # its means' weight
+    samples = [sum(w.samples for w in windows_of(s.peers or [])) for s in summaries]
+    breakdown = {phase: weighted([((s.time_breakdown_s or {}).get(phase), w) for s, w in zip(summaries, steps)])
+                 for phase in (first.time_breakdown_s or {})}
+    hidden = weighted([(s.hidden_comm_s, w) for s, w in zip(summaries, steps)])
+    shape = worst_of([s.shape for s in summaries], lambda s: s.oversubscription or 0)
+    device = (first.device.to_dict() or {}) | {"gpus": sorted({g for s in summaries for g in s.device.gpus or []}),
+                                               "gpu_shared": any(s.device.gpu_shared for s in summaries)}
+    return Summary.from_dict(first.to_dict() | nodes_outcome(paths, summaries, ranks, missing) | {
+        "peers": [p.to_dict() for p in peers],
+        "workers": sum(s.workers or 0 for s in summaries),
+        "total_samples": sum(s.total_samples or 0 for s in summaries),
+        "throughput_samples_per_s": sum(w.samples for w in windows) / longest if longest else None,
+        "useful_samples": largest(s.useful_samples for s in summaries),
+        "startup_wait_s": largest(s.startup_wait_s for s in summaries),
+        "time_breakdown_s": breakdown,
+        "hidden_comm_s": hidden,
+        **step_shares(breakdown, hidden),
+        "bytes_sent_per_step": weighted([(s.bytes_sent_per_step, w) for s, w in zip(summaries, steps)]),
+        "bytes_recv_per_step": weighted([(s.bytes_recv_per_step, w) for s, w in zip(summaries, steps)]),
+        "bytes_sent_per_sample": weighted([(s.bytes_sent_per_sample, n) for s, n in zip(summaries, samples)]),
+        "bytes_recv_per_sample": weighted([(s.bytes_recv_per_sample, n) for s, n in zip(summaries, samples)]),
+        **nodes_learning_curves(paths, summaries),
+        "evaluation": nodes_evaluation([s.evaluation for s in summaries]),
+        "device": device,
+        "isolation": nodes_isolation([s.isolation for s in summaries]),
+        "shape": shape | {"hosts": [s.shape.host for s in summaries]} if shape else None,
+        "machine": worst_of([s.machine for s in summaries], lambda m: (m.alone is False, m.other_cpu_share or 0)),
+        "link": worst_of([s.link for s in summaries], lambda link: link.faithful is False) or first.link.to_dict(),
+    })
+
+
+def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> dict:
+    """Status, error, exit code, failed rank, lost peers, fault and times of the run; each node's own in `nodes`."""
+    listed = [{"node_rank": rank, "host": s.shape.host, "path": str(path), "status": s.status, "error": s.error}
+              for rank, path, s in zip(ranks, paths, summaries)]
+    listed += [{"node_rank": rank, "host": None, "path": None, "status": None,
+                "error": f"node rank {rank} {NO_SUMMARY}"} for rank in missing]
+    ended = [(s.started_at or 0) + (s.wall_s or 0) for s in summaries]
+    found = {"nodes": sorted(listed, key=lambda n: n["node_rank"]),
+             "status": max((s.status for s in summaries), key=severity) if not missing else "failed",
+             "started_at": min(s.started_at or 0 for s in summaries),
+             "lost_peers": sorted({r for s in summaries for r in s.lost_peers or []})}
+    found["wall_s"] = max(ended) - found["started_at"]
+    faults = sorted((s.fault for s in summaries if s.fault), key=lambda f: f.time or 0)
+    found["fault"] = faults[0].to_dict() if faults else None
+    failed = sorted(((end, s) for end, s in zip(ended, summaries) if s.status != "completed"), key=lambda f: f[0])
+    if failed:
+        cause = failed[0][1]
+        found |= {"error": cause.error, "exit_code": cause.exit_code, "failed_rank": cause.failed_rank}
+    elif missing:
+        found |= {"error": f"node rank {', '.join(map(str, missing))} {NO_SUMMARY}", "exit_code": None,
+                  "failed_rank": None}
+    return found
+
+
+def nodes_learning_curves(paths: list[Path], summaries: list[Summary]) -> dict:
+    """Time-to-target by the worst worker over every node's workers (its samples and steps from every worker's
+    logs; its seconds from each worker's crossing as its node's summary converted them) and the accuracy of every
+    worker."""
+    workers = [(peer, steps) for path in paths for peer in RunDir(path).peers() if (steps := read_jsonl(peer.steps))]
+    found = time_to_target({p.rank: read_jsonl(p.evals) for p, _ in workers}, {p.rank: s for p, s in workers},
+                           {p.rank: p.eval_samples for p, _ in workers}, summaries[0].target)
+    crossed = {rank: t for s in summaries for rank, t in (s.time_to_target_by_rank or {}).items()}
+    samples = found["samples_to_target"]
+    worst = max(crossed.values()) if samples is not None and crossed and None not in crossed.values() else None
+    accuracy = accuracy_over_workers(
+        {rank: a for s in summaries for rank, a in (s.accuracy_by_worker.by_rank or {}).items()})
+    return found | {"time_to_target_by_rank": crossed, "time_to_target_s": worst,
+                    "time_per_sample_s": worst / samples if worst is not None and samples else None,
+                    "accuracy_by_worker": accuracy, "final_test_accuracy": accuracy["worst"],
+                    "final_test_loss": largest(s.final_test_loss for s in summaries)}
+
+
+def nodes_evaluation(found: list[Evaluation]) -> dict:
+    return (found[0].to_dict() or {}) | {
+        "interval_samples": total(e.interval_samples for e in found),
+        "test_samples": largest(e.test_samples for e in found),
+        "evaluations": largest(e.evaluations for e in found),
+        "after_training_s": largest(e.after_training_s for e in found),
+        "snapshot_pause_s": largest(e.snapshot_pause_s for e in found)}
+
+
+def nodes_isolation(found: list[Isolation]) -> dict:
+    """Every node's ranks; isolated where every node was, faithful where every node measured it so."""
+    apart = next((i for i in found if i.status != "isolated"), found[0])
+    faithful = [i.faithful for i in found]
+    return (found[0].to_dict() or {}) | {
+        "status": apart.status, "reason": apart.reason,
+        "faithful": False if False in faithful else None if None in faithful else True,
+        "unfaithful": [why for i in found for why in i.unfaithful or []],
+        "by_rank": [row for i in found for row in i.by_rank or []]}
+
+
+def worst_of(sections: list[Section], badness) -> dict | None:
+    """The section of the node worst off by badness(section) (the first node's on a tie); None where no node has it."""
+    found = [s for s in sections if s]
+    return max(found, key=badness).to_dict() if found else None
+
+
+def severity(status: str | None) -> int:
+    return WORST_LAST.index(status) if status in WORST_LAST else len(WORST_LAST)
+
+
+def windows_of(peers: list[Peer]) -> list[PeerWindow]:
+    """Each peer's samples, training time and steps in the measurement window (a summary from before the window:
+    all its steps)."""
+    return [p.window or PeerWindow(samples=p.samples or 0, train_s=p.train_s or 0.0, steps=p.steps or 0)
+            for p in peers if p.train_s is not None]
+
+
+def weighted(pairs: list[tuple]) -> float | None:
+    """The mean of values weighted by their weights (pairs without a value or weight left out)."""
+    known = [(v, w) for v, w in pairs if v is not None and w]
+    return sum(v * w for v, w in known) / sum(w for _, w in known) if known else None
+
+
+def largest(values) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+def total(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None

@@ -11,6 +11,8 @@ import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from metrics.recording.rundir import RunDir
+
 Json = dict[str, typing.Any]
 
 
@@ -243,13 +245,21 @@ class NoiseScale(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PeerWindow(Section):
+    """A worker's samples, training time and steps in the measurement window."""
+    samples: int = 0
+    train_s: float = 0.0
+    steps: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Peer(Section):
     """One peer's figures (metrics/summary/build.py peer_figures); result is its result.json."""
     rank: int = 0
     steps: int = 0
     samples: int = 0
     train_s: float | None = None
-    window: dict | None = None
+    window: PeerWindow = unrecorded(PeerWindow)
     startup_wait_s: float = 0.0
     result: dict | None = None
     error: str | None = None
@@ -321,8 +331,7 @@ class Summary(Section):
     def load(cls, path: Path, require: tuple[str, ...] = ()) -> "Summary":
         """A run's summary.json (the file, or the run's folder); require: dotted keys it must hold (e.g.
         config.peers), else SummaryError."""
-        path = Path(path)
-        path = path / "summary.json" if path.is_dir() else path
+        path = RunDir(path).summary if Path(path).is_dir() else Path(path)
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as error:
@@ -344,11 +353,3 @@ class Summary(Section):
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1, default=str))
-
-    @property
-    def completed(self) -> bool:
-        return self.status == "completed"
-
-    @property
-    def host(self) -> str | None:
-        return self.shape.host

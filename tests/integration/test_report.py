@@ -313,13 +313,17 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
     from metrics.report.verdict import caveats_of
 
     run = load_run(scaling[0])
-    run.summary["lost_peers"] = [1]
-    run.summary["failure_counters"] = ["rounds_failed"]  # declared by the run's strategy
-    for peer in run.summary["peers"]:
+    summary = run.summary.to_dict()
+    summary["lost_peers"] = [1]
+    summary["failure_counters"] = ["rounds_failed"]  # declared by the run's strategy
+    for peer in summary["peers"]:
         peer["result"]["strategy"]["rounds_failed"] = 2
+    run.summary = Summary.from_dict(summary)
     longer = load_run(scaling[0])
-    longer.summary["config"]["max_steps"] = 12
-    longer.summary["total_samples"] *= 2
+    summary = longer.summary.to_dict()
+    summary["config"]["max_steps"] = 12
+    summary["total_samples"] *= 2
+    longer.summary = Summary.from_dict(summary)
     groups = group_runs([run, longer])
     attach_baselines(groups)
     section = sections_of(groups)[0]
@@ -436,9 +440,11 @@ def test_strategy_summary_figures_of_any_strategy(multirun):
     from metrics.report.tables import failures_table, strategy_table
 
     run = load_run(run_dirs(multirun[0])[0])
-    for rank, peer in enumerate(run.summary["peers"]):
+    summary = run.summary.to_dict()
+    for rank, peer in enumerate(summary["peers"]):
         peer["result"]["strategy"] = {"rounds": {"ok": 9 + rank, "failed": 1}, "group": "a", "timeouts_ok": 0}
-    run.summary["failure_counters"] = ["rounds.failed"]
+    summary["failure_counters"] = ["rounds.failed"]
+    run.summary = Summary.from_dict(summary)
     assert run.strategy_figures() == {"rounds.ok": 9.0, "rounds.failed": 1.0, "group": "a", "timeouts_ok": 0.0}
     group = group_runs([run])[0]
     table = strategy_table([group])
