@@ -342,7 +342,10 @@ def bench_link_goodput(entry: dict) -> list[str]:
         "", f"Payload share used by every projection: **{num(entry['payload_share'], 3)}** (min "
             f"{num(spread['min'], 3)}, max {num(spread['max'], 3)}, {spread['streams']} streams; protocol overhead "
             f"{pct(entry['protocol_overhead'])} of the payload); repeats not counted (the link did not hold its rate): "
-            f"{entry['not_counted']}."]
+            f"{entry['not_counted']}."] + [
+        "", "Per frame size (the same rates and repeats): " + "; ".join(
+            f"{mtu} bytes **{num(s['payload_share'], 3)}** ({num(s['spread']['min'], 3)} – {num(s['spread']['max'], 3)}, "
+            f"{s['spread']['streams']} streams)" for mtu, s in entry.get("by_mtu", {}).items()) + "."] * ("by_mtu" in entry)
 
 
 def bench_link_cpu(entry: dict) -> list[str]:
