@@ -383,6 +383,30 @@ def bench_projection_verdicts(entry: dict) -> list[str]:
         ["strategy", "goal", "worst held-out error", "verdict"], body)
 
 
+def bench_field(entry: dict) -> list[str]:
+    """The published cases predicted from their single-device figures (bench/field.py)."""
+    def figure(row: dict, value: float | None) -> str:
+        return "–" if value is None else (f"{value:.3g} s" if row["figure"] == "step_s" else f"{value:.1f} %")
+
+    def error(row: dict) -> str:
+        if row["error"] is None:
+            return "no number"
+        text = f"{row['error']:+.1%}" if row["figure"] == "step_s" else f"{row['error']:+.1f} points"
+        return text if row["within_goal"] else f"**{text}**"
+
+    body = [[row["source"].replace("_", " "), f"{row['model']}, {row['strategy']}", str(row["peers"]),
+             f"{row['link_mbit'] / 1000:g} Gbit/s", f"{row['compute_s']:.3g} s ({row['batch']})",
+             f"{row['gradient_mb']:.1f} MB", figure(row, row["published"]), figure(row, row["predicted"]), error(row),
+             error(row["per_gpu_share"] | {"figure": row["figure"]})] for row in entry["rows"]]
+    kept = sum(p["preserved"] for p in entry["rankings"])
+    return [stamp(entry), ""] + table(
+        ["source", "model, engine here", "N", "node's link", "one device's step (batch)", "gradient", "published",
+         "predicted", "error", "per-GPU link share (not counted)"], body) + [
+        "", f"Within the goal (±15 % of the step, or ±10 points of scaling efficiency): "
+            f"{pct(entry['share_within_goal'], 0)} of {len(entry['rows'])} cases; published pairwise rankings kept: "
+            f"{kept} of {len(entry['rankings'])}. Goal ({entry['goal']}): {'met' if entry['met'] else '**missed**'}."]
+
+
 def bench_thesis(entry: dict, family: str) -> list[str]:
     found = entry["families"][family]
     body = []
@@ -541,7 +565,7 @@ BENCH = {"collective_efficiency": bench_collectives, "stepwise_vs_ring": bench_s
          "link_goodput": bench_link_goodput, "link_cpu": bench_link_cpu, "primary_noise": bench_primary_noise,
          "thesis": bench_thesis, "thesis_projected": bench_thesis_projected,
          "evaluation_share": bench_evaluation_share, "noise_scale": bench_noise_scale,
-         "verdict_simulation": bench_verdict_simulation}
+         "verdict_simulation": bench_verdict_simulation, "field": bench_field}
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
 
