@@ -252,6 +252,9 @@ def test_summary_json_round_trips_through_its_type_byte_for_byte(run):
     assert json.dumps(loaded.to_dict(), indent=1) == run.summary.read_text()
     assert loaded == Summary.from_dict(json.loads(json.dumps(written.to_dict())))
     assert (loaded.accuracy_by_worker.worst, loaded.window.first, loaded.peers[2].result["role"]) == (0.7, 2, "server")
+    assert loaded.figures("status", "workers") == {"status": "completed", "workers": 2}
+    with pytest.raises(AttributeError, match="no throughput"):
+        loaded.figures("throughput")
 
 
 def test_an_older_summary_loads_as_it_was_and_one_that_cannot_fails_in_one_line(tmp_path):
