@@ -15,7 +15,7 @@ from pathlib import Path
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.summary.fidelity import unfaithful
-from metrics.summary.schema import Peer, SpeedReference, Summary, Link
+from metrics.summary.schema import Link, Peer, SpeedReference, Summary
 from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_interval_s", "report.", "lock",
