@@ -31,7 +31,7 @@ PLANNED = "planned"
 
 def strategy_blocks(*runs) -> tuple[str, ...]:
     """The knob blocks (NAME.: a strategy's own knobs) of conf/strategy/'s strategies and of these runs' own."""
-    names = {p.stem for p in (CONF_DIR / "strategy").glob("*.yaml")} | {run.config["strategy"]["name"] for run in runs}
+    names = {p.stem for p in (CONF_DIR / "strategy").glob("*.yaml")} | {run.strategy for run in runs}
     return tuple(f"{name}." for name in sorted(names))
 
 

@@ -72,10 +72,12 @@ def test_a_strategy_whose_classes_cannot_be_imported_is_one_line_before_launch()
 def test_the_report_labels_a_users_strategy_by_its_name_not_its_knob_block():
     from bench.run_folders import report_config
     from metrics.report.runs import Run, group_runs, label_groups
+    from metrics.summary.schema import Summary
 
     def run(strategy: str, **knobs) -> Run:
         config = report_config(strategy, peers=2) | ({strategy: knobs} if knobs else {})
-        return Run(Path(f"/runs/{strategy}"), {"status": "completed", "config": config, "strategy_knobs": knobs}, [])
+        summary = Summary.from_dict({"status": "completed", "config": config, "strategy_knobs": knobs})
+        return Run(Path(f"/runs/{strategy}"), summary, [])
 
     groups = group_runs([run("single"), run("toy", every=2)])
     label_groups(groups)
