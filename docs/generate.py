@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Rewrite the generated blocks of README.md and docs/*.md from conf/ and bench/results.json.
+"""Rewrite the generated blocks of README.md and docs/*.md from conf/ and bench/results/.
 
     python docs/generate.py            # rewrite every block (make docs)
     python docs/generate.py --check    # exit 1 naming each stale block, change nothing
@@ -7,10 +7,9 @@
 A block is the text between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`. SPEC is a generator's name
 and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Knob tables come from the
 yaml files (defaults, comments) and launchers/schema.py (what a knob accepts); measured tables from
-bench/results.json, each stamped with when and on which machine it was measured (bench/run.py's fingerprint). Figures measured by hand belong in docs/lab-log.md, nowhere else.
+bench/results/ (bench/results.py), each stamped with when and on which machine it was measured (bench/run.py's fingerprint). Figures measured by hand belong in docs/lab-log.md, nowhere else.
 """
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -20,16 +19,17 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.headline import WALL_TIME_GOAL, dated_answers  # noqa: E402
+from bench.headline import WALL_TIME_GOAL  # noqa: E402
 from bench.noise_scale import log_sd  # noqa: E402
+from bench.results import load_all, source  # noqa: E402
 from launchers.config import registered_strategy  # noqa: E402
 from launchers.schema import RULES, accepted  # noqa: E402
+from metrics.recording.evidence import EVIDENCE  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 from metrics.report.noise import planning_noise, upper_log_sd  # noqa: E402
 from metrics.report.primary import Primary  # noqa: E402
 from metrics.report.stats import detectable, power  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results.json"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^<!-- generated:(?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end generated:(?P<end>[^>]*?) -->$",
                    re.S | re.M)  # markers stand on lines of their own
@@ -121,15 +121,10 @@ def groups() -> str:
     return "\n".join(lines)
 
 
-# --- measured tables from bench/results.json ---------------------------------------------
-def results() -> dict:
-    return {entry["name"]: entry for entry in json.loads(RESULTS.read_text())["results"]}
-
-
+# --- measured tables from bench/results/ -------------------------------------------------
 def stamp(entry: dict, part: str = "") -> str:
     """Where a table's figures come from: the entry (or one part of it), when and on which machine."""
-    source = f"`bench/results.json` → `{entry['name']}`" + (f" → `{part}`" if part else "")
-    return f"*Measured {entry['measured_at']} on {describe_machine(entry['machine'])} ({source}).*"
+    return f"*Measured {entry['measured_at']} on {describe_machine(entry['machine'])} ({source(entry['name'], part)}).*"
 
 
 def stamp_rows(entry: dict, rows: list[dict]) -> str:
@@ -137,7 +132,7 @@ def stamp_rows(entry: dict, rows: list[dict]) -> str:
     dates = sorted(r["measured_at"] for r in rows)
     machines = sorted({describe_machine(r["machine"]) for r in rows})
     return (f"*Measured {dates[0]} to {dates[-1]} on {'; '.join(machines)} "
-            f"(`bench/results.json` → `{entry['name']}`, {len(rows)} rows).*")
+            f"({source(entry['name'])}, {len(rows)} rows).*")
 
 
 def num(x, digits: int = 2) -> str:
@@ -169,16 +164,16 @@ def caveat(entry: dict, part: str = "") -> list[str]:
 def bench_summary() -> str:
     """Every benchmark's latest ratio beside its goal, date and machine; a caveat marked with its entry."""
     rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), num(e.get("ratio"), 3), cell(e["goal"]),
-             e["measured_at"], describe_machine(e["machine"])] for e in results().values()]
-    notes = [f"- `{e['name']}`: {e['caveat']}" for e in results().values() if e.get("caveat")]
-    notes += [f"- `{e['name']}` → `{part}`: {text}" for e in results().values()
+             e["measured_at"], describe_machine(e["machine"])] for e in load_all().values()]
+    notes = [f"- `{e['name']}`: {e['caveat']}" for e in load_all().values() if e.get("caveat")]
+    notes += [f"- `{e['name']}` → `{part}`: {text}" for e in load_all().values()
               for part, text in (e.get("caveats") or {}).items()]
     return "\n".join(table(["benchmark", "ratio", "goal", "measured", "machine"], rows)
                      + (["", "Caveats:", *notes] if notes else []))
 
 
 def bench_machines() -> str:
-    """The machines bench/results.json names, with the entries (and rows) measured on each."""
+    """The machines bench/results names, with the entries (and rows) measured on each."""
     found: dict[str, list[str]] = {}
 
     def visit(value, name: str) -> None:
@@ -191,7 +186,7 @@ def bench_machines() -> str:
             for item in value:
                 visit(item, name)
 
-    for name, entry in results().items():
+    for name, entry in load_all().items():
         visit(entry, name)
     rows = [[machine, ", ".join(f"`{n}`" + (f" ({names.count(n)})" if names.count(n) > 1 else "")
                                 for n in dict.fromkeys(names))] for machine, names in sorted(found.items())]
@@ -391,8 +386,8 @@ def bench_thesis(entry: dict, family: str) -> list[str]:
                      num(r["samples_to_target"], 0), num(None if r["time_per_sample_s"] is None
                                                          else 1000 * r["time_per_sample_s"]),
                      pct(shares.get("comm_s")), pct(shares.get("opt_s"))])
-    return [f"*Measured {found['measured_at']} on {describe_machine(found['machine'])} (`bench/results.json` → "
-            f"`thesis` → `families.{family}`: `{' '.join(found['overrides'])}`).*", ""] + table(
+    return [f"*Measured {found['measured_at']} on {describe_machine(found['machine'])} ({source('thesis', f'families.{family}')}: "
+            f"`{' '.join(found['overrides'])}`).*", ""] + table(
         ["configuration", "runs completed", "throughput vs its baseline, 95 % interval", "claim",
          "time-to-target ratio", "samples to target", "ms per sample", "exposed comm", "optimizer"], body)
 
@@ -423,8 +418,8 @@ def bench_evaluation_share(entry: dict, part: str = "table") -> list[str]:
         return [f"*`make run` took {' and '.join(num(r['command_s'] / 60, 1) for r in repeats)} min in "
                 f"{len(repeats)} runs, {' and '.join(pct(r['share']) for r in repeats)} of it evaluating after "
                 f"training (goal {entry['goal']}: {'met' if entry['goal_met'] else 'missed'}), measured "
-                f"{entry['measured_at']} on {describe_machine(entry['machine'])} (`bench/results.json` → "
-                f"`evaluation_share`, [docs/usage.md](docs/usage.md#evaluation-after-training)).*"]
+                f"{entry['measured_at']} on {describe_machine(entry['machine'])} ({source('evaluation_share')}, "
+                f"[docs/usage.md](docs/usage.md#evaluation-after-training)).*"]
     if part != "table":
         raise ValueError(f"bench evaluation_share: unknown part {part!r}")
     body = [[str(i + 1), num(r["command_s"], 1), num(r["train_s"], 1), num(r["after_training_s"], 1),
@@ -441,16 +436,16 @@ def bench_evaluation_share(entry: dict, part: str = "table") -> list[str]:
 def verdict() -> str:
     """The sample verdict: the README's headline as typed, its latest recorded sweep (bench/headline.py), and
     whether it replicates the sweep before it."""
-    entry = results()["headline"]
+    entry = load_all()["headline"]
     last = len(entry["answers"]) - 1
-    sweep = dated_answers(entry)[last]
+    sweep = entry["answers"][last]
     return "\n".join([stamp({"name": "headline"} | sweep, f"answers.{last}"), "", *answer_lines(sweep), "",
                       wall_time_line(entry), "", replication_line(entry)])
 
 
 def quick_verdict() -> str:
     """The quick comparison's verdict as typed, its one recorded sweep (bench/quick.py)."""
-    entry = results()["quick"]
+    entry = load_all()["quick"]
     return "\n".join([stamp(entry, "answer"), "", *answer_lines(entry["answer"])])
 
 
@@ -482,7 +477,7 @@ def replication_line(entry: dict) -> str:
     found = entry.get("replication")
     if found is None:
         return "Replication: not yet checked (one sweep recorded on this machine)."
-    earlier = dated_answers(entry)[0]
+    earlier = entry["answers"][0]
     reasons = ([] if found["same_ranking"] else ["another ranking"]) + [
         f"contradicting claims: {'; '.join(found['contradictions'])}"] * bool(found["contradictions"]) + [
         "a verdict that withheld its claims"] * found["claims_withheld"] + [
@@ -518,8 +513,8 @@ def bench_verdict_simulation(entry: dict) -> list[str]:
              pct(c["coverage"]) + (f" ({pct(c['no_interval_share'], 0)} none)" if c["no_interval_share"] else ""),
              ", ".join(f"{k}: {pct(v, 0)}" for k, v in c["power"].items()) or "–",
              f"{num(c['blocks_used'], 1)} ({num(c['censored_blocks'], 2)})"] for c in entry["cells"]]
-    return [stamp(entry), "", f"Setup: {entry['setup']}. Fitted (`bench/results.json` → "
-            f"{', '.join(f'`{s}`' for s in fit['sources'])}): sd of a run's log time-to-target "
+    return [stamp(entry), "", f"Setup: {entry['setup']}. Fitted ("
+            f"{', '.join(source(s) for s in fit['sources'])}): sd of a run's log time-to-target "
             f"{num(fit['run_log_sd'], 3)} (the headline configurations' paired sd {num(fit['paired_log_sd'], 3)}, "
             f"pooled over {fit['paired_df']} df, / √2); miss rate {pct(fit['miss_rate'])} ({fit['misses']} of "
             f"{fit['compared_runs']} runs, Jeffreys), so the horizon lies {num(fit['horizon_z'])} sd above a run's "
@@ -546,7 +541,7 @@ SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "p
 def bench(name: str, *args: str) -> str:
     if name not in BENCH:
         raise ValueError(f"bench {name}: unknown table (known: {', '.join(BENCH)})")
-    entry = results()[SOURCE.get(name, name)]
+    entry = load_all()[SOURCE.get(name, name)]
     return "\n".join(caveat(entry, *args[:1]) + BENCH[name](entry, *args))
 
 
@@ -564,14 +559,14 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
 def commands() -> str:
     """The README's first screen: each command, what it answers, its measured elapsed time and what its blocks can
     decide (the headline's default blocks on the noise recorded for its configurations)."""
-    entries = results()
+    entries = load_all()
     share, headline = entries["evaluation_share"], entries["headline"]
     runs = " and ".join(num(r["command_s"] / 60, 1) for r in share["repeats"])
     sweeps = " and ".join(f"{a['wall_s'] / 60:.0f}" for a in headline["answers"])
     blocks, family, strategies = int(yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["repeats"]), 6, \
         ["ps", "ring", "stepwise"]
     primary = Primary("time_to_target", "test_accuracy", 0.95, "isotonic")
-    sd, df, _ = planning_noise(RESULTS, primary, "digits", "resnet18", strategies)
+    sd, df, _ = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies)
     upper = upper_log_sd(sd, df)
     effect = float(yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["report"]["smallest_effect"])
     decides = (f"{blocks} blocks: ratios beyond ×/÷{detectable(sd, blocks, family):.2f} at 80 % power after Holm over "

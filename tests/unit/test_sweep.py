@@ -96,7 +96,7 @@ def test_repeats_auto_plans_the_blocks_from_the_upper_bound_of_the_recorded_nois
     capped, lines, _ = planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.3, stepwise=0.3),
                                       effect=1.10, cap=12)
     assert capped == 12 and "capped" in lines[0]
-    with pytest.raises(ValueError, match=r"none for stepwise .*--record-noise"):
+    with pytest.raises(ValueError, match=r"none for stepwise .*bench/primary_noise.py multirun/noise"):
         planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.04), effect=1.10, cap=30)
 
 
