@@ -131,12 +131,6 @@ def recorded_lines(rows: list[dict], where: str, dirs: list[Path]) -> list[str]:
                      "or more exact blocks"]
 
 
-def machine_of(row: dict) -> str:
-    """The row's machine: a fingerprint, or the text that rows recorded before 2026-11-26 hold."""
-    found = row.get("machine", "?")
-    return describe_machine(found) if isinstance(found, dict) else found
-
-
 def upper_log_sd(log_sd: float, df: int, level: float = 0.95) -> float:
     """The one-sided upper confidence bound of an sd estimated on df degrees of freedom (chi-square)."""
     return log_sd * math.sqrt(df / chi2.ppf(1 - level, df))
@@ -158,7 +152,8 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
     if missed:
         raise ValueError("; ".join(
             f"{path} ({ENTRY}) records that {r['strategy']} reached {primary.target} in {r['reached']} of the "
-            f"{r['compared']} blocks compared ({', '.join(r['sweeps'])}, {r['measured_at']}, {machine_of(r)})"
+            f"{r['compared']} blocks compared ({', '.join(r['sweeps'])}, {r['measured_at']}, "
+            f"{describe_machine(r['machine'])})"
             for r in missed) + ": no noise to plan from. Measure it at a target it reaches (target.value, or more "
                                 "max_steps) with a fixed number of blocks, and record that")
     lacking = sorted(set(strategies) - {r["strategy"] for r in found})
@@ -173,5 +168,5 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
     spreads = [(r.get("seeds", r["blocks"]) - 1, r["log_sd"]) for r in found]
     pooled = pooled_log_sd(spreads)
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r.get('seeds', r['blocks'])} seeds, "
-                      f"{r.get('measured_at', '?')}, {machine_of(r)})" for r in found)
+                      f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
     return pooled, sum(df for df, _ in spreads if df > 0), where
