@@ -6,15 +6,17 @@ validation alike.
     python bench/run.py goodput
     python bench/run.py goodput --goodput-grid "rates=20,100 repeats=2 seconds=3"
 
-For each rate and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way, standard Ethernet's
-1500-byte frames, the frame size of the links a projection is for), each sending one TCP
+For each rate, frame size (`mtus`) and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way,
+frames of that size), each sending one TCP
 stream to the other for `seconds`, so that both directions are busy as in a ring's step (each direction carries one
 stream's data and the other's acknowledgements). Payload goodput of a stream = the bytes its receiver read / (last -
 first byte time). Meanwhile the links' token buckets are metered (netemu/goodput.py, the runs' own check): where a
 direction's wire goodput while queued fell below FAITHFUL_SHARE of the rate, the link did not hold its rate (the CPU,
 not the protocol, set the pace) and the repeat is not counted. payload_share = payload goodput / nominal rate over
 the counted streams: the mean is the conversion, min-max and count its spread; protocol_overhead = 1/payload_share -
-1 (headers, acknowledgements and TCP's pauses, per payload byte).
+1 (headers, acknowledgements and TCP's pauses, per payload byte). The conversion is standard Ethernet's 1500-byte
+frames', the frame size of the links a projection is for; by_mtu gives each measured frame size's, the runs' own
+(network.mtu) among them.
 """
 import json
 import statistics
@@ -27,7 +29,7 @@ from pathlib import Path
 from bench.jobs import add_grid_option, grid_settings, ints
 from netemu.fabric import ETHERNET_MTU
 
-DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4"
+DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4 mtus=1500,9000"
 PROBE_PORT = 5001
 PROBE_SEND = ("import socket, sys, time\nend = time.monotonic() + 30\nwhile True:\n"
               "    try:\n        s = socket.create_connection((sys.argv[1], %d)); break\n"
@@ -87,7 +89,14 @@ def measure_rate(mbit: float, seconds: float, tmp: Path, mtu: int = ETHERNET_MTU
 
 
 def figures(rows: list[dict]) -> dict:
-    """payload_share over the counted repeats' streams: mean (the conversion), min, max, streams; per rate too."""
+    """payload_share over the counted repeats' streams in standard Ethernet's frames: mean (the conversion), min,
+    max, streams; per rate too; and per frame size (by_mtu)."""
+    by_mtu = {str(mtu): shares_of([r for r in rows if r["mtu"] == mtu]) for mtu in dict.fromkeys(r["mtu"] for r in rows)}
+    return shares_of([r for r in rows if r["mtu"] == ETHERNET_MTU]) | {"by_mtu": by_mtu}
+
+
+def shares_of(rows: list[dict]) -> dict:
+    """payload_share over these repeats' counted streams, its spread, and per rate."""
     counted = [r for r in rows if r["faithful"]]
     if not counted:
         raise RuntimeError("no repeat held its link rate (every one's wire goodput fell below its share): nothing "
@@ -111,12 +120,16 @@ def add_arguments(parser) -> None:
 def run(text: str | None = None) -> dict:
     settings = grid_settings(DEFAULT_GRID, "--goodput-grid", text)
     rates, repeats, seconds = ints(settings["rates"]), int(settings["repeats"]), float(settings["seconds"])
+    mtus = ints(settings["mtus"])
+    if ETHERNET_MTU not in mtus:
+        raise ValueError(f"--goodput-grid: mtus must hold {ETHERNET_MTU}, the frames of the links a projection is for")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(repeats):
-            for mbit in rates if repeat % 2 == 0 else rates[::-1]:  # alternated: a drift does not favour a rate
-                row = measure_rate(mbit, seconds, Path(tmp)) | {"repeat": repeat}
-                print(f"goodput: {mbit} Mbit/s repeat {repeat}: payload share "
+            cases = [(mbit, mtu) for mbit in rates for mtu in mtus]
+            for mbit, mtu in cases if repeat % 2 == 0 else cases[::-1]:  # alternated: a drift favours no case
+                row = measure_rate(mbit, seconds, Path(tmp), mtu) | {"repeat": repeat, "mtu": mtu}
+                print(f"goodput: {mbit} Mbit/s, {mtu}-byte frames, repeat {repeat}: payload share "
                       f"{', '.join(f'{s:.3f}' for s in row['payload_share_by_stream'])}; {row['link']}",
                       file=sys.stderr, flush=True)
                 rows.append(row)
@@ -127,7 +140,7 @@ def run(text: str | None = None) -> dict:
         "goal": "measured (no goal): the payload share of a link's nominal rate the projection converts with",
         **found,
         "rows": rows,
-        "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, {ETHERNET_MTU}-byte "
-                 f"frames (standard Ethernet), {repeats} alternated repeats of {seconds:g} s",
+        "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, frames of {mtus} bytes "
+                 f"(payload_share: {ETHERNET_MTU}, standard Ethernet), {repeats} alternated repeats of {seconds:g} s",
         "method": __doc__.strip(),
     }

@@ -45,6 +45,7 @@ BENCHMARKS = {
     "pause_shift": "bench.pause_shift:run",
     "quick": "bench.quick:run",
     "reference_cost": "bench.reference_cost:run",
+    "reference_variance": "bench.reference_variance:run",
 }
 
 

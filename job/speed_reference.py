@@ -4,7 +4,7 @@ At step 0, at every evaluation pause (the loop's snapshots) and after the last s
 a worker times forward and backward of a copy of its initial model (its module hooks dropped: no strategy hook fires)
 on a fixed batch (the training split's first `speed_reference.samples` samples), with the run's threads:
 `repetitions` timings, their median, each of `passes` forward and backward passes in a row: as many as make a timing
-last MIN_TIMING_S at the first measurement (a small model's single pass is too short to time steadily), the same
+last MIN_TIMING_S at the first measurement (one pass timed after a first; a small model's single pass is too short to time steadily), the same
 number at every later one, and the seconds of one pass recorded. The copy's parameters never change (its gradients are dropped), so every
 measurement does the same work; the training model, its gradients, BatchNorm buffers and the RNG state are untouched. A pause other than
 the first and the last is measured only while the reference's cost so far, plus this pause and the final one (each
@@ -13,6 +13,7 @@ measurements alone cost more.
 Parameter servers have no model: they record none.
 """
 import copy
+import math
 import statistics
 import time
 
@@ -70,10 +71,10 @@ class SpeedReference:
         return (time.perf_counter() - started) / self.passes
 
     def _calibrate(self) -> None:
-        """The passes that make one timing last MIN_TIMING_S."""
+        """The passes that make one timing last MIN_TIMING_S, from one pass timed after a first (which allocates)."""
         self.passes = 1
-        while self._timing_s() * self.passes < MIN_TIMING_S:
-            self.passes *= 2
+        self._pass()
+        self.passes = max(1, math.ceil(MIN_TIMING_S / self._timing_s()))
 
     def measure(self, step: int, train_wall_s: float, force: bool = False) -> float:
         """Time the work at `step` (train_wall_s: seconds since training started) unless the budget says no; returns
