@@ -604,7 +604,8 @@ def test_default_grid_is_every_synchronous_strategy_of_the_registry():
     assert "hivemind" not in chosen and {"diloco", "localsgd"} <= set(chosen)  # the old hand-written list had neither
     # a strategy outside it is judged by the asynchronous goal
     rows = [{"model": "mlp", "strategy": s, "peers": 4, "role": "held-out", "counted": True, "faithful": True,
-             "error": e, "link_mbit": 20, "probe_mbit_per_stream": 18.0} for s, e in (("hivemind", 0.2), (chosen[0], 0.05))]
+             "error": e, "link_mbit": 20, "probe_mbit_per_stream": 18.0}
+            for s, e in (("hivemind", 0.2), (chosen[0], 0.05))]
     assert summarize(rows)["goals_met"]["every asynchronous held-out case within 25 %"]
 
 

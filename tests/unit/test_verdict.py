@@ -607,7 +607,8 @@ def test_a_configuration_that_never_reached_the_target_is_recorded_as_such_and_n
         statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES)))
     missed = rows["hivemind"]
     assert (missed["log_sd"], missed["blocks"], missed["censored"], missed["blocks_for_10pct"]) == (None, 0, 3, None)
-    assert any(line.startswith(f"recorded in {tmp_path / 'results' / 'primary_noise.json'} (primary_noise): hivemind time_to_target: no noise, it "
+    recorded = tmp_path / "results" / "primary_noise.json"
+    assert any(line.startswith(f"recorded in {recorded} (primary_noise): hivemind time_to_target: no noise, it "
                                "reached the target in 0 of the 3 blocks compared") for line in lines)
     results = tmp_path / "evidence.json"
     refresh_evidence([entry], results)
