@@ -13,6 +13,7 @@ belong in docs/lab-log.md, nowhere else.
 """
 import argparse
 import re
+from collections import Counter
 import sys
 from pathlib import Path
 
@@ -196,19 +197,6 @@ def bench_machines() -> str:
     return "\n".join(table(["machine", "entries (how many of their rows and parts)"], rows))
 
 
-def bench_collectives(entry: dict) -> list[str]:
-    rows = entry["rows"]
-    peers = sorted({r["peers"] for r in rows})
-    lines = [stamp(entry), "", f"Link efficiency (floor / measured link time) at {entry['setup']}:", ""]
-    body = []
-    for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        mine = {r["peers"]: r for r in rows if r["strategy"] == strategy}
-        wire = [mine[n]["wire_over_payload"] for n in peers if n in mine and mine[n].get("wire_over_payload")]
-        body.append([f"`{strategy}`", *(num(mine[n]["efficiency"]) if n in mine else "–" for n in peers),
-                     f"{min(wire):.2f}–{max(wire):.2f}" if wire else "–"])
-    return lines + table(["strategy", *(f"N={n}" for n in peers), "wire bytes / payload"], body)
-
-
 def bench_projection(entry: dict, model: str) -> list[str]:
     measured = [r for r in entry["rows"] if r.get("model") == model and "error" in r]
     rows = [r for r in measured if r.get("counted") or r.get("faithful") is False]  # checked for fidelity
@@ -237,26 +225,6 @@ def bench_projection(entry: dict, model: str) -> list[str]:
         ["strategy", "link (Mbit/s)", *(f"N={n}" for n in peers)], body) + [
         "", f"Held out and counted: {held_out['cases']} cases, median |error| {num(held_out['median_abs_error'], 3)}, "
             f"worst {held_out['worst_error']:+.3f}, {pct(held_out['within_15_percent'], 0)} within 15 %."]
-
-
-def bench_thesis_projected(entry: dict) -> list[str]:
-    remainder = entry["projected_remainder"]
-    link = remainder["link"]
-    body = [[r["family"], f"`{r['configuration']}`", f"{r['peers']} x {r['peer_cpus']}", num(r["step_s"], 3),
-             f"[{num(r['band_step_s'][0], 3)}, {num(r['band_step_s'][1], 3)}]" if r.get("band_step_s") else "–",
-             num(r["throughput_samples_per_s"], 0), "; ".join(r.get("unvalidated_why") or []) or
-             ("yes" if r.get("unvalidated") else "no")]
-            for r in remainder["rows"] if r.get("step_s") is not None]
-    withheld: dict[str, int] = {}
-    for r in remainder["rows"]:
-        if r.get("step_s") is None and r.get("link") and "vCPUs" not in (r["not_projected"] or ""):
-            withheld[r["not_projected"]] = withheld.get(r["not_projected"], 0) + 1
-    return [stamp(entry, "projected_remainder"), "", f"PREDICTED, not measured: {remainder['projected']} "
-            f"configurations projected on `{link['name']}` ({num(link['mbit'], 0)} Mbit/s), "
-            f"{remainder['not_projected']} not projected (each row in the file says why).", ""] + (table(
-        ["family", "configuration", "peers x vCPUs", "predicted step (s)", "error band (s)", "samples/s",
-         "unvalidated"], body) + [""] if body else []) + [
-        f"- No number for {count} configuration{'s' if count > 1 else ''}: {why}." for why, count in withheld.items()]
 
 
 def verdict() -> str:
@@ -315,8 +283,7 @@ def replication_line(entry: dict) -> str:
             f"separated in both: {pairs}.")
 
 
-BENCH = {"collective_efficiency": bench_collectives, "projection_validation": bench_projection,
-         "thesis_projected": bench_thesis_projected}  # the others: TEMPLATES/NAME.md.j2
+BENCH = {"projection_validation": bench_projection}  # the others: docs/templates/NAME.md.j2
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
 
@@ -330,8 +297,10 @@ TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "docs" / "t
 TEMPLATES.globals |= {"stamp": stamp, "stamp_rows": stamp_rows, "num": num, "pct": pct, "times": times,
                       "nums": lambda values, digits=2: ", ".join(num(v, digits) for v in values),
                       "by_number": lambda keys: sorted(set(keys), key=float), "machine": describe_machine,
-                      "source": source, "log_sd": log_sd, "fail": fail}
+                      "source": source, "log_sd": log_sd, "fail": fail,
+                      "index": lambda rows, key: {r[key]: r for r in rows}, "tally": lambda values: Counter(values).items()}
 TEMPLATES.filters["fmt"] = format
+TEMPLATES.tests["containing"] = lambda text, part: part in text
 
 
 def bench(name: str, *args: str) -> str:
