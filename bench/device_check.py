@@ -29,22 +29,10 @@ from launchers.config import group_options  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import PeerDir, RunDir  # noqa: E402
 from metrics.recording.steplog import PHASES  # noqa: E402
+from metrics.recording.methods import methods
 
 ALLREDUCE_PEERS = 2
-METHODS = {
-    "samples_per_s": "summary.json throughput_samples_per_s: samples trained by all workers / training time (s), "
-                     "over the measurement window: the steps after the first `warmup_steps`",
-    "step_s_mean": "seconds per step: the sum of summary.json time_breakdown_s (each phase's mean per step over all "
-                   "workers' steps in the window)",
-    "step_s_steady": "seconds per step: median over rank 0's steps after the first `warmup_steps` (CUDA and cuDNN "
-                     "start-up) of data_s + compute_s + comm_s + opt_s (steps.jsonl)",
-    "time_breakdown_s": "summary.json time_breakdown_s: seconds per step in each phase, mean over workers and the "
-                        "window's steps",
-    "time_breakdown_share": "summary.json time_breakdown_share: each phase's share of the step",
-    "backend": "allreduce's torch.distributed backend, chosen by job/device.py collective_backend for 2 peers on "
-               "this machine's GPUs",
-    "wall_s": "seconds from launch to the end of the run (train.py, evaluations included)",
-}
+METHODS = methods("device_check")
 
 
 def plan(device: str, gpus: int, model: str, steps: int, batch_size: int) -> list[dict]:

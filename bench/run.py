@@ -46,6 +46,7 @@ BENCHMARKS = {
     "quick": "bench.quick:run",
     "reference_cost": "bench.reference_cost:run",
     "reference_variance": "bench.reference_variance:run",
+    "field": "bench.field:run",
 }
 
 

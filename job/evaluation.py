@@ -1,48 +1,8 @@
-"""Held-out evaluation, kept out of training: weights are saved during training and evaluated after it, or, with
-eval_in_training, as they are saved (see the end).
-
-Every `eval_every` steps (and at step 0 and the last step) the loop pauses to save the worker's
-model (state_dict: parameters and BatchNorm buffers; the model itself, not a DDP or Horovod
-wrapper) to peer<RANK>/snapshots/, with its key: the digest of what an evaluation of it depends on
-(its parameters and buffers, less the BatchNorm statistics that precise BatchNorm recomputes). The
-pause is timed and, like any measurement pause, left out of train_s.
-
-Once a worker's training has ended it evaluates its snapshots together with the other workers of
-its machine, each on its own cores (job/worker.py pins them; once every worker of the machine has ended training,
-they share their hosts' cores, their CPU quotas lifted: a process alone on its host evaluates on every one),
-through files in the run directory (MachineBoard): every distinct key is evaluated once, by the first worker that
-claims it (its own snapshots first, in step order, then those of the machine's other live workers), and every worker
-copies the evaluations of its own snapshots into its eval.jsonl, in step order. So the workers of a
-synchronous strategy, whose snapshots are identical, split them, and a worker that is done helps
-the others. A worker never waits for a worker that died (its process is gone), nor longer than
-`timeouts.collective_s` (or 3 evaluations) for a claimed evaluation: it then evaluates the
-snapshot itself. Every worker of the machine waits for the other live workers to end training,
-to help them. The machine is the kernel the workers share (its boot id and PID namespace), not the hostname:
-the emulated hosts of one machine (netemu), each with a hostname of its own, share one board; a run over several
-machines shares within each.
-
-To evaluate a snapshot, an evaluator loads it into a model of its own, recomputes its BatchNorm
-statistics on a fixed training subset (precise BatchNorm, `precise_bn_samples`), and evaluates it
-on the whole held-out split. Then each worker deletes its snapshots (keep_weights: moves them to
-peer<RANK>/weights/). eval.jsonl keeps the training clock of the snapshot (step, wall_s, train_s,
-samples) beside the evaluation's own figures: evaluated_at_s (on the same clock, after the last
-step: when the evaluation was known to this worker), state_sha256 (the digest of the parameters
-and buffers evaluated: workers whose digests match evaluated the same model), snapshot_key, and
-evaluated_by (the rank that evaluated it: another rank's when this record is a copy of its
-evaluation of the identical state; precise_bn_s and eval_s are that evaluation's).
-eval_samples.npz keeps every test sample's outcome at every evaluation (correct, loss) for the
-test-set bootstrap of the crossing (metrics/summary/target.py).
-
-Precise BatchNorm makes the evaluated model a function of the parameters alone: BatchNorm's running
-statistics, which each worker otherwise accumulates from its own batches, are replaced by the mean
-over the subset's batches (of one peer's batch_size, as in training) of each batch's mean and
-variance; the subset is the same for every run and every snapshot.
-
-eval_in_training (strategies with identical_snapshots): each worker evaluates each snapshot as it takes it, within the
-pause, and logs it at once; the run ends at the first snapshot at which target.estimator (a causal one: it never
-looks past the next evaluation) confirms the crossing. Every worker evaluates the same state at the same step, so
-every worker decides alike, alone, and all stop at the same step. Other strategies evaluate after training.
-"""
+"""Held-out evaluation, kept out of training: the loop saves snapshots at its pauses (Snapshots); once training has
+ended, the workers of one machine evaluate every distinct snapshot once between them, through files in the run
+directory (MachineBoard, MachineEvaluation); with eval_in_training, each snapshot as it is taken (InTraining). Each
+evaluation recomputes BatchNorm's statistics on a fixed training subset first (PreciseBatchNorm). What the files hold
+and why: docs/usage.md (Evaluation after training) and docs/runs.md (Comparable convergence)."""
 import json
 import os
 import socket

@@ -1,23 +1,6 @@
-"""The training loop, identical for every strategy; it owns the time breakdown of a step.
-
-    data_s     fetching the batch (and copying it to the GPU)
-    compute_s  forward and backward, up to the moment the last gradient is accumulated, less
-               compute_wait_s: the training thread's wait for a CPU in that span, at most the CPU time
-               the peer's other threads (its communication) used meanwhile; on a GPU: the kernels'
-               CUDA-event time
-    opt_s      the optimizer update (the strategy measures it)
-    comm_s     exposed communication = step wall - data - compute - opt (compute_wait_s included)
-    cpu_s, runq_s   CPU time of this peer process over the step, and its threads' wait for a CPU
-               (metrics/recording/machine.py: ProcessClock)
-    hidden_comm_s  link time the strategy measured (link_s) beyond the exposed part: communication
-               that ran behind compute (DDP buckets, Horovod), not in the step's sum
-    ended_at   the step's end on the host clock (epoch seconds): rounds are lined up across peers by it
-
-A strategy that communicates during backward (its own gradient hooks, DDP buckets) hides
-that time inside backward's span; what backward then waits for at its end, and whatever
-step() spends beyond the update, is exposed communication. On a GPU the step's phase
-boundaries are synchronised (job/device.py), so queued kernels land in their own phase.
-"""
+"""The training loop, identical for every strategy; it owns the time breakdown of a step (data_s, compute_s,
+opt_s, comm_s = exposed communication, hidden_comm_s, cpu_s, runq_s, ended_at) and the pauses that leave training's
+clock: snapshots, the speed reference. The definitions: docs/runs.md (Figures: one definition each)."""
 import os
 import time
 

@@ -1,17 +1,7 @@
-"""The machine's speed during a run: a fixed piece of work like the job's own, timed on the peer's own cores.
-
-At step 0, at every evaluation pause (the loop's snapshots) and after the last step, with the training clock stopped,
-a worker times forward and backward of a copy of its initial model (its module hooks dropped: no strategy hook fires)
-on a fixed batch (the training split's first `speed_reference.samples` samples), with the run's threads:
-`repetitions` timings, their median, each of `passes` forward and backward passes in a row: as many as make a timing
-last MIN_TIMING_S at the first measurement (one pass timed after a first; a small model's single pass is too short to time steadily), the same
-number at every later one, and the seconds of one pass recorded. The copy's parameters never change (its gradients are dropped), so every
-measurement does the same work; the training model, its gradients, BatchNorm buffers and the RNG state are untouched. A pause other than
-the first and the last is measured only while the reference's cost so far, plus this pause and the final one (each
-estimated by the latest pause), stays within `max_share` of the time since training started: so a run pays at most that share, unless its first and last
-measurements alone cost more.
-Parameter servers have no model: they record none.
-"""
+"""The machine's speed during a run: forward and backward of a copy of the worker's initial model on a fixed batch,
+timed on the peer's own cores with the training clock stopped, at step 0, at evaluation pauses within its cost budget
+and after the last step; the training model, its gradients, buffers and the RNG are untouched. Parameter servers,
+with no model, record none. What it records: docs/runs.md (speed_reference)."""
 import copy
 import math
 import statistics

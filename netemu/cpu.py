@@ -1,20 +1,6 @@
-"""The emulated cluster's CPU side: each peer in its own CPU cgroup with a quota (Mininet-HiFi).
-
-The launcher creates RUN's groups before any peer starts, under one parent per run
-(`avgbench-<launcher pid>-<run id>/rank<R>` in each hierarchy), writes them to RUN/.avgbench/cpu.json, and
-removes them once every process has ended (also after a failure or Ctrl-C). Groups a killed launcher (SIGKILL)
-left behind are removed by the next launcher that creates groups: those whose launcher pid is gone and that hold no
-process. Each peer joins
-its own group first thing (job/cpugroup.py), so whatever it starts is inside too; the
-launcher, mpirun/horovodrun and their helpers stay outside.
-
-A rank's quota is peer_cpus x emulate.peer_cpu_share[rank] / emulate.dilation CPUs per
-emulate.period_us. Where every process of the host has cores of its own for all its threads and the quota is
-all of them (no share, no dilation), the cores already bound the peer: its group only accounts, with no CFS
-quota (`enforced: false`): a quota equal to the cores throttled such peers for up to 5 % of their time
-(docs/lab-log.md, 2026-11-26). emulate.isolate: auto (isolate where cgroups can be written, else say
-so once), on (an error before launch where they cannot), off.
-"""
+"""The emulated cluster's CPU side: each peer in its own CPU cgroup with a quota (after Mininet-HiFi), created by the
+launcher before any peer starts and removed once every process has ended (a killed launcher's by the next run).
+Quotas, what is accounted and when a quota is left unset: docs/emulation.md (CPU isolation)."""
 import contextlib
 import json
 import os

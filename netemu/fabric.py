@@ -1,36 +1,7 @@
-"""An emulated cluster on one machine: one network namespace per host on a private bridge.
-
-Layout of one fabric (all of it private to the run):
-
-    holder process   unshare --net --mount [--user --map-root-user]: its network
-                     namespace is the hub with bridge br0; its mount namespace
-                     has a private /run/netns that names the host namespaces
-    host i           namespace h<i>, interface eth0 = 10.213.7.<i+1>/24, the other
-                     end of the veth pair (v<i>) on br0
-
-Each host is a machine of its own by its cores too: given host_cores, everything entered into host i runs on
-host_cores[i] (CPU affinity), as a real host's processes run on its own CPUs; a peer then pins its cores among its
-host's (job/process.py).
-
-Each host is a machine of its own by name too: commands entered into host i run in a UTS namespace
-whose hostname is h<i>, and the hub's mount namespace holds an /etc/hosts that maps every h<i> to its
-address (engines that find their own address from their hostname, such as Horovod's gloo process
-sets, then find the host's, not loopback).
-
-Segmentation offload is off (gso_max_segs 1), so every frame carries its own
-headers and the interface counters see what a real wire would carry. Frames are at most `mtu` bytes
-(network.mtu; the links' veth pairs and so the bridge): the kernel handles each frame on the sending and the
-receiving host's core, so the frame size sets how much of the hosts' CPU the emulated wire itself takes.
-
-Shaping per host (tc token bucket filter, both directions): egress on eth0 inside
-the host's namespace, and egress of v<i> on the bridge side, which is the host's
-ingress. Optional one-way latency (netem, where the kernel has it) on eth0.
-
-Nothing is created in the machine's own network namespace, and nothing outlives the
-run: the holder reads its stdin until the launcher closes it (or dies), then removes the fabric's
-temporary directory (its /etc/hosts and the hosts' TMPDIRs) and exits, and the kernel frees the
-namespaces once the last process inside them has ended.
-"""
+"""An emulated cluster on one machine: one network namespace per host (h<i>, eth0 = 10.213.7.<i+1>/24) on a private
+bridge, each link shaped by tc token buckets both ways, each host on its own cores and with its own hostname. All of
+it lives in a holder process's private namespaces and ends with the run. How it is built and why:
+docs/emulation.md (How it is built)."""
 import json
 import os
 import shutil

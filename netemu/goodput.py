@@ -1,21 +1,8 @@
-"""Does an emulated link carry what it promises? Its goodput while busy, measured during the run.
-
-A link direction is busy while its token bucket (tc tbf) holds a queue: then the link, not the sender or the
-receiver, decides how fast bytes move, and a faithful link moves them at its rate. Every SAMPLE_S the meter
-reads each shaped direction's qdisc counters (bytes it sent, bytes queued):
-
-    host i egress    the tbf on eth0 in host i's namespace (its root, or the tbf under netem's delay)
-    host i ingress   the tbf on v<i>, the bridge's end of host i's link, in the hub namespace
-
-An interval is busy when the direction had a queue at both of its ends; each direction's tally adds up the
-bytes it carried in all and in busy intervals, and the busy time; the summary judges the tallies
-(metrics/summary/link.py: goodput = bytes in busy intervals / their length). Interface counters alone cannot tell
-a link that is slow from a flow that is slow elsewhere (a parameter server's workers send at half their rate: the
-server's link is the bottleneck), hence the queue.
-
-The counters come from one `tc -s -j -batch -` process per namespace (the hub and each host), fed one
-`qdisc show` line per direction and tick; they end when the meter closes their input (or the launcher dies).
-"""
+"""Does an emulated link carry what it promises? Every SAMPLE_S the meter reads each link direction's token bucket
+(bytes sent, bytes queued: host egress on eth0 in the host's namespace, ingress on the bridge's end of its link) from
+one `tc -s -j -batch -` process per namespace, and tallies the bytes of the intervals with a queue at both ends,
+when the link, not a sender or receiver, set the pace. The verdict: metrics/summary/link.py; docs/emulation.md (Did
+the link hold?)."""
 import json
 import select
 import subprocess

@@ -85,8 +85,8 @@ class CostModel:
     @classmethod
     def warmup_steps(cls, knobs: dict) -> int:
         """The steps before the steady state the model describes: a warm-up of another schedule, and the steady
-        schedule's first round (it sets up connections and buffers: a gloo all-reduce's first call took 0.5-0.7 s
-        against 0.32 s, lab log 2026-11-27). The projection measures payload, compute and step time after them.
+        schedule's first round (it sets up connections and buffers, and takes longer than the rounds after it). The
+        projection measures payload, compute and step time after them.
         Default: 1 (the first step's round)."""
         return 1
 

@@ -39,66 +39,12 @@ from metrics.recording.machine import describe_machine
 from metrics.recording.rundir import RunDir, run_dirs_under, run_folders, summary_folders
 from metrics.summary.fidelity import unfaithful
 from metrics.summary.target import time_to_target
+from metrics.recording.methods import methods
 
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
 DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
-METHODS = {
-    "steady_steps": "the steps a run is measured over: those after the cost model's warmup_steps (up to and including "
-                    "the steady schedule's first round, which sets up connections and buffers: step 1 for a round "
-                    "every step, diloco's first sync, localsgd's warm-up and first average), the most whole periods "
-                    "of its steps_per_round the log holds",
-    "compute_s": "measured: mean over workers and steady steps of data_s + compute_s + opt_s (steps.jsonl). "
-                 "Where the run was "
-                 "oversubscribed (processes x threads > cores: summary.json shape.oversubscription, else the "
-                 "launch spec and the run's recorded core count) it is divided by that factor (CPU-bound steps "
-                 "time-share the cores evenly); compute_note says which applied",
-    "hidden_s": "measured: communication per step that ran behind backward, mean over workers and steady steps: "
-                "hidden_comm_s where logged, else link_s - comm_s (0 for strategies that log neither); at most "
-                "compute_s",
-    "server_s": "measured: one server update, opt_s / updates in each server's result.json (ps), mean over servers",
-    "overlap": "fitted: the cost model's fit_overlap on the run's own N and link (ps: the share of replies that crossed "
-               "the next pushes); the model check on the run itself then holds by construction",
-    "payload_bytes": "measured: P, the largest payload (bytes_sent or bytes_recv) one worker moved in an "
-                     "averaging round, mean over the rounds after the cost model's warmup_steps (steps.jsonl, payload "
-                     "accounting; allreduce with PowerSGD leaves out its uncompressed first powersgd_start_iter steps)",
-    "size_bytes": "derived: S, the bytes averaged per round, from P through the strategy's payload relation "
-                  "(the cost model's averaged_bytes, e.g. S = P·N/(2(N-1)) for a ring all-reduce)",
-    "dilation": "a run under emulate.dilation = k ran k times slower in every respect, and its step logs and servers' "
-                "result.json are in real seconds: every time taken from them (compute_s, hidden_s, server_s, the "
-                "measured step) is divided by k, and the link (built at rate / k) multiplied by k, so the figures "
-                "are the emulated cluster's (k: summary.json isolation.dilation)",
-    "link": "the run's own link: the slowest host's bandwidth_mbit in .avgbench/network.json, latency "
-            "network.latency_ms (0 when absent); a --link: conf/network/NAME.yaml or the given numbers",
-    "measured_step_s": "measured: mean over workers of each worker's mean step over its steady steps (train_s of "
-                       "the last minus that of the warm-up's last step, over the steps between; evaluations "
-                       "excluded). The mean over workers is the run's period: a single worker's mean carries where "
-                       "it sat in the first and last round (stepwise's rotating ring)",
-    "step_s": "predicted: the strategy's steady-state cost model (step_time) with N workers, S, beta = the link's "
-              "payload rate (nominal rate x the payload share of conf/evidence.json link_goodput: the bytes a TCP "
-              "stream carried as payload on an emulated link with both directions busy, bench/goodput.py), alpha = "
-              "its latency, and the measured compute, hidden communication, server update and fitted overlap. "
-              "None where the strategy's model failed its validation (withheld says why)",
-    "withheld": "why there is no number: the strategy's cost model missed its goal in the held-out validation "
-                "(conf/evidence.json projection_validation: its worst case against its goal)",
-    "band_step_s": "the range the measured step fell in for this prediction's error: predicted / (1 + e) over the "
-                   "held-out validation errors e of the strategy (conf/evidence.json projection_validation, "
-                   "counted held-out cases only); only inside the validated region (none where `unvalidated`)",
-    "unvalidated": "true where the prediction lies outside the validated region (no band): N above its largest "
-                     "validated N, a link rate outside its validated rates, a latency above its validated "
-                     "latencies (unvalidated_why says which), or no validated case at all",
-    "throughput_samples_per_s": "predicted: N x batch per worker / predicted step_s",
-    "time_to_target_s": "predicted samples-to-target / predicted throughput. Up to the measured run's global "
-                        "batch (N x batch per worker): the run's samples_to_target (summary.json: all workers' "
-                        "samples when the worst worker reached the target; a smaller batch needs at most as many "
-                        "samples, so it is an upper bound). Beyond it, up to the largest batch a passed noise-scale "
-                        "check covered for the run's model and lr_scaling (conf/evidence.json noise_scale): "
-                        "samples_to_target x (1 + B / B_noise) / (1 + B_run / B_noise) (McCandlish et al. 2018), "
-                        "B_noise as that check measured it. Elsewhere unknown (null): past the critical batch "
-                        "size more samples are needed, which one run does not tell. time_to_target_basis says which",
-    "stops_scaling_at": f"the first projected N whose throughput gain per doubling of N over the previous "
-                        f"projected N is below {STOP_GAIN:.0%}",
-}
+METHODS = methods("projection", STOP_GAIN=STOP_GAIN)
 
 
 # --- what a run measured -------------------------------------------------------------

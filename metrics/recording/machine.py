@@ -1,23 +1,7 @@
-"""How busy the machine was around a run, and what a peer's own threads waited for (Linux /proc).
-
-Peer side, per step (job/loop.py, fields of steps.jsonl):
-  cpu_s    CPU time of the peer process, all its threads (CLOCK_PROCESS_CPUTIME_ID), over the step
-  runq_s   run-queue delay of the peer process's threads over the step: time they were runnable but
-           waited for a CPU (sum over /proc/self/task/*/schedstat field 2, ns -> s)
-
-Launch side (launchers/base.py): MachineSampler writes one line a second into RUN/.avgbench/machine.jsonl:
-  t              seconds since the sampler started (monotonic)
-  psi_some_us    /proc/pressure/cpu "some" total: microseconds in which some runnable task waited for a
-                 CPU (null where the kernel has no PSI)
-  busy_s, steal_s, all_s   /proc/stat time of the usable cores (os.sched_getaffinity): busy = user + nice
-                 + system + irq + softirq, steal = taken by the hypervisor, all = every column but guest
-  load1          1-minute load average
-  run_cpu_s      CPU time of the launcher and every descendant it has reaped (os.times; it adopts orphaned
-                 descendants, job/process.py adopt_orphans): the run's own
-                 processes, complete once they have ended (the last sample is taken after that)
-
-metrics/summary/machine.py turns the first and last samples into summary.json's `machine`.
-"""
+"""How busy the machine was around a run (the launcher's MachineSampler: RUN/.avgbench/machine.jsonl, one line a
+second: CPU pressure, the usable cores' busy and steal time, load, the run's own CPU time) and what a peer's own
+threads got over a step (ProcessClock: cpu_s, runq_s); Linux /proc. The figures: docs/runs.md (The run's shape and
+the machine around it)."""
 import os
 import time
 from pathlib import Path

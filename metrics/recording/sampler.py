@@ -1,18 +1,6 @@
-"""Background resource sampler for one peer: its process and all its children summed.
-
-Every `interval` seconds one JSON line in resources.jsonl:
-  t             seconds since the sampler started
-  cpu_percent   CPU time of the process tree over the interval / interval x 100
-                (100 = one core busy); children count from when first seen
-  rss_bytes     resident set size, summed over the tree
-  read_bytes / write_bytes   cumulative disk I/O of the tree (Linux io counters)
-  threads, procs
-  net_rx_bytes / net_tx_bytes   cumulative counters of every non-loopback
-                interface in this process's network namespace (/proc/net/dev)
-  lo_rx_bytes / lo_tx_bytes     the same for loopback
-Network counters belong to the namespace, not the process: with network=loopback
-all peers share the host's counters; with network=emulated each peer has its own.
-"""
+"""Background resource sampler for one peer, its process tree summed: every `interval` seconds one line of
+resources.jsonl (CPU, memory, disk and network counters; docs/runs.md, Files). Network counters belong to the
+peer's network namespace, not its process: with network=loopback all peers share the machine's."""
 import threading
 import time
 from pathlib import Path

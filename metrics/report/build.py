@@ -11,73 +11,9 @@ from metrics.report.projected import projected_tables
 from metrics.report.runs import Run, Section, flatten, read_plan
 from metrics.report.tables import error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
+from metrics.recording.methods import methods
 
-METHOD = {
-    "primary figure": "The verdict ranks and claims on one figure, declared before the first run (config "
-                      "report.primary, written into the sweep's plan SWEEP_DIR/.avgbench/sweep.json at launch with "
-                      "its metric, target value and estimator; auto: time-to-target on real data, throughput on "
-                      "synthetic data). Throughput and every other figure stand beside it and never replace it. A "
-                      "sweep resumed under another plan (another primary figure, number of blocks or set of "
-                      "comparisons) gets no verdict.",
-    "pairing": "A multirun runs every configuration, its baselines and the control arm once per block (`repeats` "
-               "blocks, or `repeats=auto`: the blocks a power calculation asks for, fixed before the first run). "
-               "Each configuration is compared with the runs of the same block (a paired ratio: the machine's slow "
-               "drift cancels); runs outside any block pair with each other. The order of the jobs in a block "
-               "follows a Williams design (a carry-over balanced Latin square; 2n sequences for an odd number n of "
-               "jobs), recorded in runs.csv (order.position, order.sequence).",
-    "time-to-target ratios": "Ratio = the other's time-to-target / this one's (> 1: this one is faster). A run "
-                             "that missed the target is right-censored (its time exceeds what it covered, its "
-                             "horizon: the training time of its evaluation before the last, since a crossing there "
-                             "could not be confirmed); a crossing at the first evaluation (time 0) lies between the "
-                             "start and the run's next evaluation; a failed run is a miss alike (only a completed "
-                             "run reaches the target). Nothing is dropped: a miss is counted at its horizon (its "
-                             "best case), never ahead of the other run in its block; a crossing at the first "
-                             "evaluation at its next evaluation (its worst case), never behind the other; both "
-                             "missed: a tie. Throughput: a failed run (the worst outcome) is counted as at best a "
-                             "tie. Estimator: the paired Student-t on the log ratios over all blocks (geometric mean, "
-                             "95 % t-interval, t-test: one estimator), its sd floored at the section's pooled noise "
-                             "(blocks observed exactly) so that a chance agreement of few blocks is no claim. A "
-                             "ratio resting on a side's best case is printed as a bound (≤ or ≥). One block, or zero "
-                             "spread: no interval.",
-    "claims": f"'faster' / 'slower': the {PAIRED_T} in the estimate's direction; 'no faster' (equivalent): a "
-              f"{TOST} within the declared smallest effect of interest, report.smallest_effect (a ratio x/÷, runs "
-              "that predate it: 1.25). No claim in favour of a configuration counted at its best case in some block "
-              "(it missed or failed there: MLPerf's rule, a run that does not converge cannot help a result), and "
-              "no equivalence with such a block. Each comparison enters Holm's family over the section's declared "
-              "comparisons with its permitted claim of smallest p (at most one of its two nulls, no difference or "
-              "a difference beyond the smallest effect, is true, so Holm bounds the family-wise error of every "
-              "claim); a claim needs its adjusted p < 0.05; otherwise 'cannot tell'. A declared comparison without "
-              "a test counts in Holm's family with p = 1.",
-    "declared comparisons": "Every configuration that averages against its equal-resource baseline (the `single` "
-                            "run on the same data, model and batch per peer with as many CPUs in total), and every "
-                            "pair of such configurations: one Holm family per (dataset, model), fixed by the "
-                            "configurations alone, never chosen from the ranking.",
-    "control arm": "Every block runs the equal-resource baseline twice (the second run: arm=control). The ratio of "
-                   "the two, with its interval, is the noise floor between two runs of one configuration in one "
-                   "block; when its interval excludes 1 the blocks are not comparable and the verdict makes no "
-                   "claim. The control is not in Holm's family.",
-    "noise": "The primary figure's own noise: the sd of the log ratios of the comparisons with the baselines and "
-             "of the control arms, over blocks observed exactly, pooled by degrees of freedom. The detectable "
-             "ratio: (t(1 - 0.05/(2m), n - 1) + t(0.8, n - 1)) x sd / sqrt(n), exp'd, for n blocks and m declared "
-             "comparisons (Holm's first step), 80 % power (metrics/report/stats.py detectable).",
-    "ranking": "On the primary figure: time-to-target: configurations that reached the target in every block "
-               "first, then by blocks reached, then by MLPerf's summary (the olympic mean over blocks: fastest and "
-               "slowest dropped, a miss counted as the slowest); throughput: blocks completed (a failed run is the "
-               "worst outcome), then mean global throughput. The order alone is no finding.",
-    "fidelity": "A run whose summary.json says isolation.faithful = false or link.faithful = false is unfaithful to "
-                "the setting it emulates: no claim rests on it; its block is left out of the comparisons it is "
-                "in, named with the figure that failed.",
-    "attempts": "A resumed sweep moves an attempt that did not complete below SWEEP_DIR/superseded/ and runs the "
-                "job again in the same block: the attempt stays in runs.csv and in the Failures table with its "
-                "status and error, and the run that replaced it is marked 'run later' (its block is no longer "
-                "contemporaneous).",
-    "other figures": "Speedup: throughput / that of the equal-resource baseline in the same block. Scaling "
-                     "efficiency: throughput / (peers x throughput of the `single` run with 1 peer of the same "
-                     "CPUs). Each: geometric mean over blocks [95 % t-interval on the log ratios] (x/÷ factor, "
-                     "blocks). Bytes per sample: payload bytes a worker sent per sample it trained (KiB = 1024 "
-                     "bytes). Worst worker: the lowest final test accuracy over workers. Bottleneck: the largest "
-                     "share of the mean step (data, compute and optimizer, or communication).",
-}
+METHOD = methods("report", PAIRED_T=PAIRED_T, TOST=TOST)
 
 
 SEVERAL_NODES = ("A run over several nodes (launch.nnodes > 1, e.g. under SLURM) writes one folder per node "

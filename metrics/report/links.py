@@ -6,10 +6,9 @@ import statistics
 from metrics.summary.link import ONLY_COMPUTE_DIFFERS
 from metrics.report.runs import Group, Run
 from metrics.report.tables import number
+from metrics.recording.methods import methods
 
-GOODPUT_METHOD = ("per run, its link direction that did worst against its rate: the bytes its token bucket sent "
-                  "(frames with headers) while it had a queue at both ends / that busy time (summary.json link; "
-                  "Methods: link)")
+GOODPUT_METHOD = methods("links")["method"]
 COMM_SHARE = ("Communication's share of a step (time_breakdown_share.comm_s: exposed communication / the mean "
               "step over all workers, one definition for every strategy; median over runs)")
 

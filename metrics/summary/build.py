@@ -23,94 +23,12 @@ from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS
 from metrics.summary.target import samples_by_step, time_to_target
 from metrics.recording.steplog import PHASES
-from metrics.summary.window import METHOD as WINDOW_METHOD
 from metrics.summary.window import steps_in, window_section, worker_window
+from metrics.recording.methods import methods
 
 
-METHODS = {
-    "started_at": "unix time (s) the launcher started the run: the time its outcome was decided minus wall_s "
-                  "(a multirun's order of runs, blocks interleaved, shows in runs.csv)",
-    "window": WINDOW_METHOD,
-    "throughput_samples_per_s": "over the measurement window (window): all workers' samples trained in it / the "
-                                "longest worker's training time in it: its wall time from the end of the step before "
-                                "the window to the end of the window's last step (which holds its last "
-                                "communication, e.g. an averaging round), minus its pauses to save weights for "
-                                "evaluation and to time its speed reference, and minus start-up waits inside a step (startup_wait_s: hivemind's wait in its "
-                                "first step until its progress tracker sees every peer)",
-    "useful_samples": "samples that went into the model the workers ended with, where the strategy says so "
-                      "(hivemind: completed epochs x target_batch_size, as trained samples past the last epoch "
-                      "boundary never reach it); null for strategies where every trained sample counts",
-    "startup_wait_s": "the longest worker's start-up wait inside its steps (not training time: left out of train_s "
-                      "and of the step's phases)",
-    "averaging_rounds": "see metrics/summary/rounds.py METHOD (null: the strategy records no rounds one by one)",
-    "time_breakdown_s": "mean per step over all workers' steps in the measurement window (perf_counter), the same for every strategy: data_s = "
-                        "fetching the batch; compute_s = forward and backward up to the moment the last gradient "
-                        "was accumulated, less compute_wait_s: the training thread's wait for a CPU in that span "
-                        "(schedstat), at most the CPU time the peer's other threads used meanwhile (its "
-                        "communication threads on its own cores: communication's CPU cost, booked as exposed "
-                        "communication; waits for other processes or a quota stay in compute); on a GPU the "
-                        "kernels' CUDA-event time; opt_s = the optimizer update wherever it runs (a parameter server's "
-                        "update, as its reply reports it; hivemind's global step inside an averaging step); "
-                        "comm_s = exposed communication = step wall - data - compute - opt (waiting for other "
-                        "peers and compute_wait_s included). These four sum to the step. hidden_comm_s, apart: link time the "
-                        "strategy measured beyond the exposed part (link_s - comm_s), i.e. communication that "
-                        "ran behind compute (DDP's buckets, Horovod's all-reduces during backward); not in the sum",
-    "bytes_per_step": "payload accounting: bytes of the tensors the strategy exchanged per worker per step, from "
-                      "exact accounting in its send path (for library collectives, which move bytes themselves: every tensor handed "
-                      "to the library is counted, per step collective_bytes = S, and bytes_* are the ring's 2(N-1)/N "
-                      "x S per worker link and direction); no protocol headers; mean over all workers' steps in the "
-                      "measurement window. Per sample: all workers' payload bytes / all workers' samples in it. Wire measurements are under "
-                      "network.wire (network=emulated only)",
-    "accuracy_by_worker": "every worker evaluates its own model (BatchNorm statistics recomputed: precise_bn_samples) "
-                          "on the whole held-out split at the same steps; "
-                          "mean, worst and best over workers of their last evaluation. final_test_accuracy and "
-                          "final_test_loss are the worst worker's",
-    "evaluation": "evaluations are of weights saved during training (every eval_every steps, at step 0 and at the "
-                  "last step), run after the worker's training ended: interval_steps and interval_samples (all "
-                  "workers' samples between two evaluations) and test_samples (held-out split; one sample = "
-                  "1/test_samples of accuracy) are the time-to-target resolution; after_training_s = the longest "
-                  "worker's evaluation time after training (in wall_s, not in any training time); "
-                  "snapshot_pause_s = the longest worker's summed pauses to save weights (left out of train_s). "
-                  "mode: after_training, or in_training (eval_in_training: each snapshot evaluated when taken, "
-                  "within the pause; in_training_s = the longest worker's summed evaluation time, also left out of "
-                  "train_s; stopped_at_target = every worker ended at the step where target.estimator confirmed the "
-                  "crossing, not at max_steps); why: where eval_in_training was asked but the strategy evaluates "
-                  "after training",
-    "effective_lr": "the learning rate after lr_scaling to the strategy's effective batch (samples behind one "
-                    "optimizer update, launch.json), before any warm-up; as the first worker reports it",
-    "device": "where the workers trained: the device knob resolved before launch (auto: cuda when torch sees a "
-              "GPU), the GPUs used, and gpu_shared = some host ran more peers than it has GPUs, so peers shared "
-              "a GPU (allowed for experiments; their throughput is not that of one GPU per peer)",
-    "peak_rss_bytes": "max over samples of the RSS summed over the peer's process tree",
-    "cpu_percent": "CPU time of the peer's process tree per sampler interval (100 = one core)",
-    "network": "cumulative /proc/net/dev counters of the peer's network namespace, last minus first sample",
-    "fault": "run_ended_after_s: from the injected fault (the peer's clock just before acting) "
-             "to the launcher deciding the run's outcome",
-    "shape": "the run's shape against this host: processes (of this run on this host) x threads each = cpus_asked "
-             "(divided by emulate.dilation where set), cores = usable cores (os.sched_getaffinity), "
-             "oversubscription = cpus_asked / cores, fits = cpus_asked <= cores; peers_default = peers came from "
-             "the strategy's default (the most peers, at least 2 and up to 4, whose CPUs fit the cores); host = this "
-             "host's name (gethostname), node_rank of nnodes = its place in a run over several hosts (each writes "
-             "its own summary, of its own peers)",
-    "speed_reference": "the machine's speed (job/speed_reference.py): seconds of one forward and backward of a fixed "
-                       "copy of the initial model on a fixed batch (samples, threads, dtype, device: the work), the "
-                       "median of `repetitions` timings, each of `passes` passes in a row (as many as last 20 ms at the first "
-                       "measurement: job/speed_reference.py), timed by each worker with the training clock stopped at "
-                       "step 0, at evaluation pauses within max_share of the time since training started, and after "
-                       "the last step (peers[].result.speed_reference.measurements: step, wall_s since training "
-                       "started, at = unix time at its start, seconds, pause_s). Per rank: median_s of its "
-                       "measurements, moved = (second slowest - second fastest) / median_s with 4 or more "
-                       "measurements (a lone far-out measurement is a blip, not a move), else (slowest - fastest) / "
-                       "median_s, cost_s = its summed pauses, cost_share = cost_s / the wall time from training's start to its last measurement; the run: median_s "
-                       "over its workers' medians, moved and cost_share the worst rank's, beyond_tolerance = moved > "
-                       "tolerance. Parameter servers have no model and record none",
-    **TARGET_METHODS,
-    **MACHINE_METHODS,
-    **NETWORK_METHODS,
-    **LINK_METHODS,
-    **ISOLATION_METHODS,
-    **NOISE_SCALE_METHODS,
-}
+METHODS = {**methods("summary"), **TARGET_METHODS, **MACHINE_METHODS, **NETWORK_METHODS, **LINK_METHODS,
+           **ISOLATION_METHODS, **NOISE_SCALE_METHODS}
 
 
 def speed_moved(seconds: list[float]) -> float:

@@ -10,67 +10,14 @@ import json
 from metrics.recording.rundir import RunDir
 from metrics.recording.units import RATE_SUFFIXES as KNOB_RATE_SUFFIXES
 from metrics.recording.units import TIME_SUFFIXES
+from metrics.recording.methods import methods
 
 SHARE_TOLERANCE = 0.05  # a peer received its promise when received >= (1 - this) x promised
 WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of the peer's time in its group
 OTHER_WORK_TOLERANCE = 0.05  # CPU time of other work on the peer's cores, as a share of its time in its group
 
-METHODS = {
-    "isolation": "each peer process (and every process it starts) in its own CPU cgroup (v1 cpu.cfs_quota_us / "
-                 "v2 cpu.max) of quota_cpus = peer_cpus x emulate.peer_cpu_share[rank] / emulate.dilation per "
-                 "period_us, created by the launcher and joined by the peer first thing (where every process of "
-                 "the host has cores of its own for all its threads and the quota is all of them, the cores bound "
-                 "the peer and the group sets no quota: quota_enforced false; a quota equal to the cores throttled "
-                 "such peers for up to 5 % of their time); the launcher, mpirun/"
-                 "horovodrun and (cgroup v1) the peer's resource sampler thread stay outside (cgroup v2 keeps a "
-                 "process's threads together: there the sampler's CPU, about 1 % of a core, counts as the peer's). "
-                 "Per rank, over the peer's time in its group (in_group_s: from joining to the end of its work, "
-                 "before it released connections): cpu_promised_s = quota_cpus x in_group_s; cpu_received_s = the "
-                 "group's own accounting (cpuacct.usage / cpu.stat usage_usec); received_share = received / "
-                 "promised; throttled_periods, throttled_s from cpu.stat; runq_s = run-queue delay, summed over the "
-                 "threads of the peer's process tree of /proc/PID/task/TID/schedstat field 2 (time runnable but "
-                 "not running: waiting for a core, or for the group's next period), threads that ended before the "
-                 "measurement not included; other_on_cores_s = CPU time of every other task on the cores the peer was "
-                 "pinned to, from pinning to the end of its work: the per-core accounting of the cpuacct "
-                 "hierarchy's root (every task of the machine) minus the peer group's, on those cores "
-                 "(cpuacct.usage_percpu, ns: the time tasks ran, kernel threads such as ksoftirqd included; the "
-                 "sampler thread, about 1 % of a core, counts as other work); null on cgroup v2, which keeps no "
-                 "per-core accounting. Interrupts that come while a core is idle take nothing from the peer and "
-                 "are in no task's time (before 2026-11-26 they counted as other work: /proc/stat busy ticks "
-                 "minus the group's usage); irq_on_cores_s = those cores' interrupt and softirq time (/proc/stat "
-                 "irq + softirq, sampled at the clock tick; the emulated links' packet processing and token-bucket "
-                 "timers, for one): shown, not judged (without CONFIG_IRQ_TIME_ACCOUNTING an interrupt that comes "
-                 "while a task runs counts in that task's time); "
-                 "wait_beyond_quota_s = runq_s minus the most "
-                 "waiting its own "
-                 "quota explains, throttled_periods x period x peer_cpus (a whole period per throttled period and "
-                 "vCPU: generous, as throttled periods undercount a busy peer's waits, 206 of 252 periods for a "
-                 "busy thread at half a core). "
-                 "host: the machine the peer ran on (its host name), named with the rank in each unfaithful mark. "
-                 f"faithful: false when some rank received under {1 - SHARE_TOLERANCE:.0%} of "
-                 f"its promise AND waited in the run queue beyond its quota's share for over {WAIT_TOLERANCE:.0%} "
-                 f"of its time AND other work ran on its cores for over {OTHER_WORK_TOLERANCE:.0%} of its time (it "
-                 "wanted CPU it was promised and other work had it; runs from before other_on_cores_s was measured: "
-                 "the first two alone). A peer whose own threads waited for each other on cores it had to itself "
-                 "received what it was promised and is not marked. A peer "
-                 "that received less because it was idle (waiting for the network) has little run-queue delay "
-                 "and is not marked; throttling counts alone say nothing (a busy-polling thread receives its "
-                 "full quota doing nothing). Thresholds from measurement: docs/lab-log.md (2026-11-23). "
-                 "Also false when two ranks on one machine (one kernel boot id; emulated hosts share the machine) "
-                 "were pinned to the same core although the run's shape fits its cores (each rank's cores from its "
-                 "result.json). null when not isolated and no cores were shared",
-    "dilation": "emulate.dilation = k (DieCast): every peer gets peer_cpus/k CPU, link rates / k, and every time "
-                "knob (name ending in _s, _ms, _us, _time, _timeout; emulate.* excepted) x k, before the peers "
-                "read the config (RUN/.avgbench/dilation.json lists each knob before and after). summary.json "
-                "converts back by one rule on each figure's name, at any depth: seconds (ending in _s, _ms, _us, "
-                "_ns, _time, _timeout, or holding _s_per_, e.g. wall_s_per_step) / k, rates (ending in _per_s or "
-                "_mbit) x k; a section named with a unit (time_breakdown_s) converts all it holds, NAME_by_rank "
-                "has NAME's unit (time_to_target_by_rank: time_to_target_s's), shares and ratios (_share, _ratio) "
-                "and instants (started_at) stay. The network's rates and latency are the links as built, so they "
-                "come back as asked. Not converted: config (as asked, before dilation), isolation and each "
-                "peer's cpu figures and machine (the real machine's CPU accounting, on the real clock). "
-                "Per-step logs (steps.jsonl) stay in real seconds",
-}
+METHODS = methods("isolation", RECEIVED_AT_LEAST=1 - SHARE_TOLERANCE, OTHER_WORK_TOLERANCE=OTHER_WORK_TOLERANCE,
+                  WAIT_TOLERANCE=WAIT_TOLERANCE)
 
 
 def wait_beyond_quota(figures: dict, period_us: int) -> float:

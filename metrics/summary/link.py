@@ -7,28 +7,13 @@ time_breakdown_share.comm_s (metrics/summary/build.py), one figure for every kin
 import json
 
 from metrics.recording.rundir import RunDir
+from metrics.recording.methods import methods
 
 FAITHFUL_SHARE = 0.9  # faithful: goodput while busy >= this share of the nominal rate
 MIN_BUSY_S = 1.0      # a direction is judged once it was busy this long
 ONLY_COMPUTE_DIFFERS = "on loopback strategies differ only by their compute share"  # the run's first line, the verdict
 
-METHODS = {
-    "link": "the link the run measured: kind = emulated (each process its own host and link, tc tbf at "
-            "nominal_mbit each way, frames of at most mtu bytes: the largest IP packet), loopback (this machine's "
-            "loopback, shared and unshaped), none (one process) or "
-            "hosts (several machines' own network); asked = the network option (auto: emulated where this machine "
-            "can build the links, else loopback, with the reason). Emulated only: every sample_s seconds "
-            "(RUN/.avgbench/link_meter.json, netemu/goodput.py) the launcher reads each link direction's token "
-            "bucket (bytes sent, bytes queued: host egress on eth0 in the host's namespace, ingress on the bridge's "
-            "end of its link); a sampling interval "
-            "is busy when the direction had a queue at both its ends (the link, not a sender or receiver, set the "
-            "pace), and goodput_mbit = its bytes sent in busy intervals (frames with headers, as tbf meters them) / "
-            f"their length (busy_s). Directions busy at least {MIN_BUSY_S:g} s are judged; goodput_mbit, "
-            "goodput_share (of nominal_mbit), busy_s and worst_direction are those of the one that did worst against "
-            f"its rate; faithful = its goodput_share >= {FAITHFUL_SHARE:.0%} (null: none was busy that long, or not "
-            "emulated); by_direction: every direction's tallies (carried_bytes in all, busy_bytes, busy_s). A "
-            "competing flow on the same link is not told apart (its bytes count as the link's)",
-}
+METHODS = methods("link", FAITHFUL_SHARE=FAITHFUL_SHARE, MIN_BUSY_S=MIN_BUSY_S)
 
 
 def goodput_mbit(tally: dict) -> float | None:

@@ -11,31 +11,9 @@ import json
 from metrics.summary.bounds import link_efficiency
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
+from metrics.recording.methods import methods
 
-METHODS = {
-    "network.wire": "wire measurement: wire_*_bytes are the peer's own interface counters (/proc/net/dev in its "
-                    "namespace) from just before its first step to the end of its last; payload accounting: "
-                    "payload_*_bytes, the strategy's exact count of the tensor bytes it exchanged over the same "
-                    "steps; ratio = wire / payload, protocol_overhead = ratio - 1",
-    "network.busiest": "the process whose interface carried the most bytes in one direction (wire_tx or "
-                       "wire_rx), beside the mean over processes: a mean hides the link that limits a round",
-    "network.efficiency": "link floor: per averaging round (steps with payload, grouped by the strategy's round id; "
-                          "round 1, which sets up connections, left out), the largest over links of the bytes that "
-                          "link carried in one direction (its process's counted payload; a parameter server's from "
-                          "the workers' peer_bytes) / that link's own rate. Synchronous rounds: measured = the "
-                          "longest worker's link time in the round (link_s where the strategy times its transfers: "
-                          "DDP from its first bucket handed to the all-reduce, Horovod from the first gradient "
-                          "handed over (its first fused all-reduce follows within one ring.cycle_time_ms cycle), "
-                          "hivemind its all-reduce phase without matchmaking; else exposed comm_s) "
-                          "minus known idle time (link_idle_s: a sync parameter server's update); efficiency = sum "
-                          "of floors / sum of measured. Overlapping rounds (stepwise, ps, hivemind's delayed "
-                          "averaging): efficiency = the busiest link's bytes over rounds 2..R / its rate, over the "
-                          "span from the earliest communication start of round 2 to the latest end of round R "
-                          "(steps' ended_at, one host clock) minus idle time: a link-busy measure, at most 1; "
-                          "throughput_bound_samples_per_s = the samples of those rounds / that floor (for async "
-                          "ps the only bound). isolated_round: the strategy's latency formula for one round alone "
-                          "(Strategy.link_bound), stated, not a bound on rounds that overlap",
-}
+METHODS = methods("network")
 
 
 def _ratio(a: float, b: float) -> float | None:

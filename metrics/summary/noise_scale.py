@@ -11,18 +11,9 @@ b = a worker's batch and B = the step's global batch. Unbiased per step:
 each averaged over the run's steps apart, then B_simple = tr(S) / |G|^2 (the paper's ratio of averages).
 """
 import statistics
+from metrics.recording.methods import methods
 
-METHODS = {
-    "noise_scale": "the simple gradient noise scale B_simple (McCandlish et al. 2018, appendix A.1): per step, "
-                   "|G_b|^2 = the mean over workers of the squared norm of each worker's own gradient (its batch "
-                   "of b samples, before averaging; grad_sq_local) and |G_B|^2 = the squared norm of the averaged "
-                   "gradient the update used (global batch B = all workers' samples of the step; grad_sq_global), "
-                   "in float64 over every trained parameter; grad_sq = (B |G_B|^2 - b |G_b|^2) / (B - b) and "
-                   "trace_cov = (|G_b|^2 - |G_B|^2) / (1/b - 1/B), each averaged over the steps in which every "
-                   "worker measured both, then b_simple = trace_cov / grad_sq (samples). Measured by strategies "
-                   "whose update is the plain average of the workers' gradients (allreduce with comm_hook=none); "
-                   "null for the others, and where the averaged true gradient's estimate is not positive",
-}
+METHODS = methods("noise_scale")
 
 
 def noise_scale_section(steps_by_rank: dict[int, list[dict]]) -> dict | None:

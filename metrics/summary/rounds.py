@@ -3,18 +3,9 @@ written by hivemind's averagers: strategies/hivemind_internals.py), joined acros
 """
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
+from metrics.recording.methods import methods
 
-METHOD = ("one record per all-reduce round, joined across peers by its group_id: kind (gradients | state), epoch "
-          "(the largest local epoch of a member when the round started: a gradient round in the step that ends "
-          "epoch e has e), group_size (peers in the group), members_recorded (members whose "
-          "record was written: fewer when a peer died mid-round), started_at (earliest member, unix s), duration_s "
-          "(the longest member's all-reduce, matchmaking excluded), bytes_sent / bytes_recv (summed over members: "
-          "serialized tensor parts counted in each member's averager process while its round ran; a reply still "
-          "streaming when a member's round ended is in the peers' byte totals but in no round, under 1 % here), success (every member's round succeeded), overlapped (a member ran "
-          "another round in the same process meanwhile: its bytes may be attributed to either). group_sizes: "
-          "kind -> group size -> rounds (each round once, not once per member); whole_swarm_share: kind -> share "
-          "of rounds whose group held every worker. A step that found no group has no round (see the peers' "
-          "log_no_group). Times in real seconds (not converted back under emulate.dilation)")
+METHOD = methods("rounds")["method"]
 
 
 def join_rounds(records: list[dict]) -> list[dict]:

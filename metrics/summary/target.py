@@ -22,6 +22,7 @@ from the finite test set alone, apart from the seed's (which only repeated block
 from typing import Iterator
 
 import numpy as np
+from metrics.recording.methods import methods
 
 ESTIMATORS = ("causal_isotonic", "confirmed_crossing", "isotonic")
 CAUSAL = ("causal_isotonic", "confirmed_crossing")  # decide at an evaluation without the ones after the next
@@ -29,36 +30,7 @@ UNDECLARED = "confirmed_crossing"  # summaries written before the estimator was 
 LEVEL = 0.95  # the bootstrap interval's coverage
 BOOTSTRAP_SEED = 0  # the resamples: the same for every run, so a summary is reproducible
 
-METHODS = {
-    "target": "metric, value and estimator of time-to-target (metrics/summary/target.py: confirmed_crossing = the "
-              "first evaluation reaching the target whose next evaluation reaches it too, interpolated from the one "
-              "before; "
-              "isotonic = the first point where the monotone least-squares fit of the curve, read linearly between "
-              "the centres of its pooled blocks, reaches the target; causal_isotonic = the isotonic crossing of the "
-              "shortest head of the curve whose fit reaches the target at or before its second-to-last evaluation); "
-              "never extrapolated past the last evaluation",
-    "time_to_target_s": "training time (snapshot pauses excluded) at which the worst worker's learning curve reaches "
-                        "the target by the declared estimator (target.estimator), interpolated linearly in train_s "
-                        "between the two evaluations around the crossing; the latest of the workers' crossings (null "
-                        "if any worker's curve has not reached it by its last evaluation: censored)",
-    "samples_to_target": "all workers' trained samples at the worst worker's crossing (interpolated with the same "
-                         "fraction between the two evaluations' steps; each worker's samples at a step from its "
-                         "steps.jsonl); the latest over workers. Depends on the seed, not the machine, for "
-                         "strategies whose workers step in lockstep; for asynchronous ones it counts the samples "
-                         "other workers had trained by the same step number",
-    "samples_to_target_bootstrap": "the test-set noise of samples_to_target: the held-out samples resampled with "
-                                   "replacement (`resamples` times, the same resample for every evaluation and "
-                                   "worker) and the estimator applied again; low, high = the 2.5 and 97.5 "
-                                   "percentiles (censored resamples count as never: high is null when more than "
-                                   "2.5 % are censored), log_sd = the sd of the log crossing over the resamples that "
-                                   "cross, censored = the share that do not. Seed noise is not in it",
-    "steps_to_target": "the worst worker's crossing as an interpolated step (fractional)",
-    "time_per_sample_s": "time_to_target_s / samples_to_target: training time per sample of all workers up to the "
-                         "target, so that time-to-target = samples-to-target x time per sample (the machine's share)",
-    "evaluated_states_identical": "every worker's evaluated model (parameters and precise BatchNorm buffers, "
-                                  "eval.jsonl state_sha256) was bit-identical at every evaluation: the workers have "
-                                  "one learning curve, so the worst-worker rule adds no bias (null: no digests)",
-}
+METHODS = methods("target")
 
 
 def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:

@@ -2,13 +2,6 @@
 for every strategy of a sweep (conf/config.yaml measure_window), so that runs which end at different steps (at their
 target) are measured over the same stretch of training, after warm-up."""
 
-METHOD = ("steps after_step + 1 to after_step + steps (measure_window), widened to whole averaging periods: the "
-          "window starts right after an averaging step at or past after_step and its length is a multiple of the "
-          "strategy's period (localsgd: every steps after its warm-up; diloco: inner_steps; stepwise: every); "
-          "first and last are its steps; complete = every worker trained through its last step, else it ends at "
-          "each worker's last step; a run that ended before the window's first step is measured over all its "
-          "steps (complete false)")
-
 
 def window_steps(after_step: int, steps: int, period: tuple[int, int]) -> tuple[int, int]:
     """(first, last) step of the window for a strategy whose averaging steps are offset + k * every (k >= 1)."""
@@ -39,7 +32,7 @@ def worker_window(steps: list[dict], window: tuple[int, int] | None) -> dict:
 
 
 def window_section(window: tuple[int, int] | None, steps_by_rank: dict[int, list[dict]]) -> dict | None:
-    """The window as measured (see METHOD); None: the run was measured over all its steps (no window declared)."""
+    """The window as measured (its method: metrics/methods.yaml, summary's window); None: the run was measured over all its steps (no window declared)."""
     if window is None:
         return None
     ended = [steps[-1]["step"] for steps in steps_by_rank.values() if steps]
