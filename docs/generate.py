@@ -7,9 +7,8 @@
 A block is the text between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`. SPEC is a generator's name
 and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Knob tables come from the
 yaml files (defaults, comments) and launchers/schema.py (what a knob accepts); measured tables from
-bench/results/ (bench/results.py) through the templates in docs/templates/ (NAME.md.j2; a table that pivots its rows
-keeps a renderer in BENCH), each stamped with when and on which machine it was measured. Figures measured by hand
-belong in docs/lab-log.md, nowhere else.
+bench/results/ (bench/results.py) through the templates in docs/templates/ (NAME.md.j2), each stamped with when
+and on which machine it was measured. Figures measured by hand belong in docs/lab-log.md, nowhere else.
 """
 import argparse
 import re
@@ -197,36 +196,6 @@ def bench_machines() -> str:
     return "\n".join(table(["machine", "entries (how many of their rows and parts)"], rows))
 
 
-def bench_projection(entry: dict, model: str) -> list[str]:
-    measured = [r for r in entry["rows"] if r.get("model") == model and "error" in r]
-    rows = [r for r in measured if r.get("counted") or r.get("faithful") is False]  # checked for fidelity
-    if not rows:
-        return [stamp_rows(entry, measured), "", f"No case of model `{model}` counts: its {len(measured)} rows were "
-                "measured before runs were checked for fidelity (link and CPU)."]
-    peers = sorted({r["peers"] for r in rows})
-
-    def cell(row: dict | None) -> str:
-        if row is None:
-            return "not run"
-        return f"{row['error']:+.3f}" if row.get("counted") else f"({row['error']:+.3f})"
-
-    body = []
-    for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        for rate in sorted({r["link_mbit"] for r in rows if r["strategy"] == strategy}):
-            mine = {r["peers"]: r for r in rows if r["strategy"] == strategy and r["link_mbit"] == rate}
-            body.append([f"`{strategy}`", f"{rate:g}", *(cell(mine.get(n)) for n in peers)])
-    calibrations = sorted({r["calibration_link_mbit"] for r in rows if "calibration_link_mbit" in r})
-    calibrated = (f"N = 2 at {', '.join(f'{c:g}' for c in calibrations)} Mbit/s calibrates every rate"
-                  if calibrations else "N = 2 calibrates its own rate")
-    held_out = entry["by_model"][model]["held_out"]
-    return [stamp_rows(entry, rows), "", f"Error = predicted / measured step time − 1, model `{model}`; "
-            f"{calibrated}, the other cases are held out. In parentheses: cases whose runs did not pass the link or "
-            "CPU check (not counted).", ""] + table(
-        ["strategy", "link (Mbit/s)", *(f"N={n}" for n in peers)], body) + [
-        "", f"Held out and counted: {held_out['cases']} cases, median |error| {num(held_out['median_abs_error'], 3)}, "
-            f"worst {held_out['worst_error']:+.3f}, {pct(held_out['within_15_percent'], 0)} within 15 %."]
-
-
 def verdict() -> str:
     """The sample verdict: the README's headline as typed, its latest recorded sweep (bench/headline.py), and
     whether it replicates the sweep before it."""
@@ -283,7 +252,7 @@ def replication_line(entry: dict) -> str:
             f"separated in both: {pairs}.")
 
 
-BENCH = {"projection_validation": bench_projection}  # the others: docs/templates/NAME.md.j2
+TEMPLATE_DIR = ROOT / "docs" / "templates"  # NAME.md.j2: the table `generated:bench NAME [PART]`
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
 
@@ -292,7 +261,7 @@ def fail(message: str):
     raise ValueError(message)
 
 
-TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "docs" / "templates"), trim_blocks=True,
+TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), trim_blocks=True,
                                lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 TEMPLATES.globals |= {"stamp": stamp, "stamp_rows": stamp_rows, "num": num, "pct": pct, "times": times,
                       "nums": lambda values, digits=2: ", ".join(num(v, digits) for v in values),
@@ -300,19 +269,18 @@ TEMPLATES.globals |= {"stamp": stamp, "stamp_rows": stamp_rows, "num": num, "pct
                       "source": source, "log_sd": log_sd, "fail": fail,
                       "index": lambda rows, key: {r[key]: r for r in rows}, "tally": lambda values: Counter(values).items()}
 TEMPLATES.filters["fmt"] = format
-TEMPLATES.tests["containing"] = lambda text, part: part in text
+TEMPLATES.tests |= {"containing": lambda text, part: part in text,
+                    "checked_for_fidelity": lambda row: row.get("counted") or row.get("faithful") is False}
 
 
 def bench(name: str, *args: str) -> str:
-    """A measured table: its entry's caveat, then BENCH's renderer or the template docs/templates/NAME.md.j2."""
-    known = [*BENCH, *(p.name.removesuffix(".md.j2") for p in (ROOT / "docs" / "templates").glob("*.md.j2"))]
+    """A measured table: its entry's caveat, then the template TEMPLATE_DIR/NAME.md.j2 (args[0]: its part)."""
+    known = sorted(p.name.removesuffix(".md.j2") for p in TEMPLATE_DIR.glob("*.md.j2"))
     if name not in known:
-        raise ValueError(f"bench {name}: unknown table (known: {', '.join(sorted(known))})")
+        raise ValueError(f"bench {name}: unknown table (known: {', '.join(known)})")
     entry = load_all()[SOURCE.get(name, name)]
-    body = (BENCH[name](entry, *args) if name in BENCH else
-            TEMPLATES.get_template(f"{name}.md.j2").render(entry=entry, part=args[0] if args else "").rstrip("\n")
-            .split("\n"))
-    return "\n".join(caveat(entry, *args[:1]) + body)
+    body = TEMPLATES.get_template(f"{name}.md.j2").render(entry=entry, part=args[0] if args else "")
+    return "\n".join(caveat(entry, *args[:1]) + body.rstrip("\n").split("\n"))
 
 
 def simulated_power(entries: dict, blocks: int, effect: float) -> str:
