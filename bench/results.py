@@ -42,8 +42,8 @@ def problems(value, schema: dict, where: str) -> list[str]:
 
 
 def is_type(value, name: str) -> bool:
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name in ("number", "integer"):
+        return isinstance(value, int if name == "integer" else (int, float)) and not isinstance(value, bool)
     return isinstance(value, TYPES[name])
 
 
