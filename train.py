@@ -25,6 +25,7 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report import report_errors
 from metrics.recording.rundir import RunDir
 from metrics.summary.build import write_summary
+from metrics.summary.schema import Summary
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import checked_dilation, dilate
@@ -119,39 +120,39 @@ def record_dilation(run: RunDir, cfg) -> None:
                                         "unchecked": factor > checked, "scaled": scaled}, indent=1))
 
 
-def print_result(run_dir: Path, summary: dict, outcome, counted: tuple[str, ...]) -> None:
+def print_result(run_dir: Path, summary: Summary, outcome, counted: tuple[str, ...]) -> None:
     """What the run measured, in a few lines (every figure is defined in summary.json's methods); `counted`:
     the keys of the strategy's peer figures it sums over peers (its declared counters)."""
     if outcome.status != "completed":
         print(f"avgbench: run {outcome.status}: {outcome.error}", file=sys.stderr)
         print(f"avgbench: metrics so far are in {run_dir}", file=sys.stderr)
         return
-    config, accuracy = summary["config"], summary["accuracy_by_worker"]
-    share = summary["time_breakdown_share"]
-    ttt = summary["time_to_target_s"]
+    config, accuracy = summary.config, summary.accuracy_by_worker
+    share = summary.time_breakdown_share
+    ttt = summary.time_to_target_s
     print(f"avgbench: {config['strategy']['name']} x{config['peers']} done in {outcome.wall_s:.1f} s: "
-          f"{summary['throughput_samples_per_s'] or 0:.1f} samples/s; test accuracy worst "
-          f"{fmt(accuracy['worst'])} (mean {fmt(accuracy['mean'])}, best {fmt(accuracy['best'])}); "
+          f"{summary.throughput_samples_per_s or 0:.1f} samples/s; test accuracy worst "
+          f"{fmt(accuracy.worst)} (mean {fmt(accuracy.mean)}, best {fmt(accuracy.best)}); "
           f"time to {config['target']['metric']} {config['target']['value']}: "
           f"{'not reached' if ttt is None else f'{ttt:.1f} s'}")
     print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in share.items())} "
-          f"(comm = exposed communication); payload {(summary['bytes_sent_per_sample'] or 0) / 1024:.1f} KiB "
+          f"(comm = exposed communication); payload {(summary.bytes_sent_per_sample or 0) / 1024:.1f} KiB "
           f"sent per sample")
     counters = dict.fromkeys(counted, 0)
-    for peer in summary["peers"]:
-        figures = (peer.get("result") or {}).get("strategy") or {}
+    for peer in summary.peers:
+        figures = (peer.result or {}).get("strategy") or {}
         for key in counters:
             counters[key] += figures.get(key) or 0
-    shown = {k: v for k, v in counters.items() if v or k in summary["failure_counters"]}
+    shown = {k: v for k, v in counters.items() if v or k in summary.failure_counters}
     if shown:
         print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     if outcome.lost_peers:
         print(f"avgbench: peers lost during the run: {outcome.lost_peers}")
-    if summary["link"]["faithful"] is False:
-        print(f"avgbench: link not faithful (link in summary.json): {summary['link']['reason']}")
-    if summary["isolation"]["faithful"] is False:
+    if summary.link.faithful is False:
+        print(f"avgbench: link not faithful (link in summary.json): {summary.link.reason}")
+    if summary.isolation.faithful is False:
         print(f"avgbench: emulation not faithful (isolation in summary.json): "
-              f"{'; '.join(summary['isolation']['unfaithful'])}")
+              f"{'; '.join(summary.isolation.unfaithful)}")
     print(f"avgbench: results in {run_dir}")
 
 

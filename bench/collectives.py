@@ -29,15 +29,14 @@ def measure(strategy: str, peers: int, rate: int, width: int, steps: int) -> dic
     summary = summary_of(*STRATEGIES[strategy], f"peers={peers}", "network=emulated",
                          f"network.bandwidth_mbit={rate}", "model=mlp", f"model.width={width}",
                          f"max_steps={steps}", "eval_every=0")
-    network = summary["network"]
-    eff = network["efficiency"]
-    return {"strategy": strategy, "peers": peers, "mbit": rate, "efficiency": eff.get("efficiency"),
-            "method": eff.get("method"),
-            "floor_s_per_round": eff.get("bound_s_per_round"), "measured_s_per_round": eff.get("measured_s_per_round"),
-            "isolated_round_latency_s": (eff.get("isolated_round") or {}).get("latency_s_per_round"),
-            "payload_bytes_per_step": summary["bytes_sent_per_step"],
-            "wire_over_payload": network["wire_tx_over_payload"],
-            "busiest_wire_over_mean": (network.get("busiest") or {}).get("busiest_over_mean")}
+    network = summary.network
+    eff = network.efficiency
+    return {"strategy": strategy, "peers": peers, "mbit": rate, "efficiency": eff.efficiency, "method": eff.method,
+            "floor_s_per_round": eff.bound_s_per_round, "measured_s_per_round": eff.measured_s_per_round,
+            "isolated_round_latency_s": eff.isolated_round.latency_s_per_round,
+            "payload_bytes_per_step": summary.bytes_sent_per_step,
+            "wire_over_payload": network.wire_tx_over_payload,
+            "busiest_wire_over_mean": network.busiest.busiest_over_mean}
 
 
 def check_at_most_one(rows: list[dict]) -> None:

@@ -14,7 +14,7 @@ from bench.jobs import summary_of
 def measure(ddp: bool, peers: int, model: str, steps: int) -> dict:
     summary = summary_of("strategy=allreduce", f"allreduce.ddp={str(ddp).lower()}", f"peers={peers}",
                          f"model={model}", f"max_steps={steps}", "eval_every=0")
-    return {"throughput": summary["throughput_samples_per_s"], "breakdown_s": summary["time_breakdown_s"]}
+    return {"throughput": summary.throughput_samples_per_s, "breakdown_s": summary.time_breakdown_s}
 
 
 def run(peers: int = 4, model: str = "resnet18", steps: int = 12, repeats: int = 3) -> dict:

@@ -29,7 +29,8 @@ from launchers.config import group_options  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import PeerDir, RunDir  # noqa: E402
 from metrics.recording.steplog import PHASES  # noqa: E402
-from metrics.recording.methods import methods
+from metrics.recording.methods import methods  # noqa: E402
+from metrics.summary.schema import Summary  # noqa: E402
 
 ALLREDUCE_PEERS = 2
 METHODS = methods("device_check")
@@ -56,15 +57,15 @@ def warmup_steps(steps: int) -> int:
 
 def figures(run_dir: Path) -> dict:
     """What a completed run measured (METHODS says how)."""
-    summary = json.loads(RunDir(run_dir).summary.read_text())
+    summary = Summary.load(RunDir(run_dir).summary)
     steps = read_jsonl(PeerDir(run_dir / "peer0").steps)
     skip = warmup_steps(len(steps))
-    return {"samples_per_s": summary["throughput_samples_per_s"],
-            "step_s_mean": sum(summary["time_breakdown_s"].values()),
+    return {"samples_per_s": summary.throughput_samples_per_s,
+            "step_s_mean": sum(summary.time_breakdown_s.values()),
             "step_s_steady": statistics.median(sum(s[p] for p in PHASES) for s in steps[skip:]),
             "warmup_steps": skip, "steps": len(steps),
-            "time_breakdown_s": summary["time_breakdown_s"], "time_breakdown_share": summary["time_breakdown_share"],
-            "device": summary["device"], "workers": summary["workers"]}
+            "time_breakdown_s": summary.time_breakdown_s, "time_breakdown_share": summary.time_breakdown_share,
+            "device": summary.device.to_dict(), "workers": summary.workers}
 
 
 def check(out: Path, device: str, model: str, steps: int, batch_size: int, budget_s: float) -> dict:

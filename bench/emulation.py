@@ -61,7 +61,7 @@ def headline(sweep: Path | None) -> dict:
     sections, _ = load_runs([sweep])
     rows = {}
     for group in (g for s in sections for g in s.groups if g.speedup and g.speedup.n and g.baseline is not g):
-        throughputs = group.values(lambda r: r.summary.get("throughput_samples_per_s") if r.completed else None)
+        throughputs = group.values(lambda r: r.summary.throughput_samples_per_s if r.completed else None)
         rows[group.label] = {"blocks": group.speedup.n, **ratio_figures(group.speedup.values),
                              "throughput_spread": spread(throughputs), "throughput": throughputs}
     return {"sweep": str(sweep), "strategies": rows,

@@ -20,7 +20,6 @@ the ratio, the goal, the machine (metrics/recording/machine.py's fingerprint) an
 (a variant of the default run; the entry then names them in its setup).
 """
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from bench.results import recorded, save  # noqa: E402
 from bench.run import add_saving_options, under_machine_lock  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
+from metrics.summary.schema import Summary  # noqa: E402
 
 GOAL = 0.15  # evaluation after training, at most this share of the default run's wall clock
 
@@ -42,28 +42,28 @@ GOAL = 0.15  # evaluation after training, at most this share of the default run'
 def figures_of(run_dir: Path, command_s: float) -> dict:
     """One repeat's figures from the run's own records (see the module's docstring)."""
     run = RunDir(run_dir)
-    summary = json.loads(run.summary.read_text())
-    if summary["status"] != "completed":
-        raise RuntimeError(f"the run {summary['status']}: {summary.get('error')}")
+    summary = Summary.load(run.summary)
+    if summary.status != "completed":
+        raise RuntimeError(f"the run {summary.status}: {summary.error}")
     workers = [peer for peer in run.peers() if peer.steps.exists()]
-    evaluation = summary["evaluation"]
+    evaluation = summary.evaluation
     computed = [e for peer in workers for e in read_jsonl(peer.evals) if e.get("evaluated_by", peer.rank) == peer.rank]
     precise_bn_s = sum(e["precise_bn_s"] for e in computed)
     return {
         "command_s": command_s,
-        "wall_s": summary["wall_s"],
+        "wall_s": summary.wall_s,
         "train_s": max(read_jsonl(peer.steps)[-1]["train_s"] for peer in workers),
-        "after_training_s": evaluation["after_training_s"],
-        "snapshot_pause_s": evaluation["snapshot_pause_s"],
-        "evaluations": evaluation["evaluations"],
+        "after_training_s": evaluation.after_training_s,
+        "snapshot_pause_s": evaluation.snapshot_pause_s,
+        "evaluations": evaluation.evaluations,
         "evaluations_computed": len(computed),
         "precise_bn_s": precise_bn_s,
         "load_and_test_pass_s": sum(e["eval_s"] for e in computed) - precise_bn_s,
-        "test_samples": evaluation["test_samples"],
-        "in_training_s": evaluation.get("in_training_s", 0.0),
-        "share": (evaluation["after_training_s"] + evaluation.get("in_training_s", 0.0)) / command_s,
-        "alone": summary["machine"]["alone"],  # the machine around the run (summary.json machine)
-        "other_cpu_share": summary["machine"]["other_cpu_share"],
+        "test_samples": evaluation.test_samples,
+        "in_training_s": evaluation.in_training_s or 0.0,
+        "share": (evaluation.after_training_s + (evaluation.in_training_s or 0.0)) / command_s,
+        "alone": summary.machine.alone,  # the machine around the run (summary.json machine)
+        "other_cpu_share": summary.machine.other_cpu_share,
     }
 
 

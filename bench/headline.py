@@ -68,12 +68,12 @@ def runs_s(runs) -> float:
     """The sum of the runs' own wall clocks (summary.json wall_s: launch to the last process's end, evaluation
     included), as bench/link_rate.py estimates the headline: a sweep resumed in another session has a pause that
     no user waits for."""
-    return sum(r.summary["wall_s"] for r in runs)
+    return sum(r.summary.wall_s for r in runs)
 
 
 def span_end(runs) -> float:
     """The last run's end (summary.json started_at + wall_s), seconds since the epoch."""
-    return max(r.summary["started_at"] + r.summary["wall_s"] for r in runs)
+    return max(r.summary.started_at + r.summary.wall_s for r in runs)
 
 
 def ended_at(runs) -> str:
@@ -87,7 +87,7 @@ def runs_in(sections) -> list:
 
 def span_s(runs) -> float:
     """First run's start to the last run's end."""
-    return span_end(runs) - min(r.summary["started_at"] for r in runs)
+    return span_end(runs) - min(r.summary.started_at for r in runs)
 
 
 def figures_of(folder: Path, wall_s: float | None) -> dict:
@@ -151,7 +151,7 @@ def measured_loopback(folder: Path) -> dict:
     planned = len(json.loads((folder / SWEEP_PLAN).read_text())["jobs"])
     if not_loaded or len(runs) != planned:
         raise RuntimeError(f"{folder}: {len(runs)} of its {planned} planned runs completed; resume it first")
-    linked = sorted({r.summary["link"]["kind"] for r in runs if not r.summary["is_baseline"]})
+    linked = sorted({r.summary.link.kind for r in runs if not r.summary.is_baseline})
     if linked != ["loopback"]:
         raise RuntimeError(f"{folder}: not the headline on loopback (its runs' links: {', '.join(linked)})")
     return {"folder": portable(str(folder.resolve())), "runs": len(runs), "wall_s": runs_s(runs),

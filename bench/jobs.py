@@ -1,6 +1,5 @@
 """Run one avgbench job from a benchmark and read what it left behind."""
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -8,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from metrics.recording.rundir import RunDir
+from metrics.summary.schema import Summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,6 +73,6 @@ def train(*overrides: str, timeout: float = 900):
         yield Path(tmp)
 
 
-def summary_of(*overrides: str, timeout: float = 900) -> dict:
+def summary_of(*overrides: str, timeout: float = 900) -> Summary:
     with train(*overrides, timeout=timeout) as run_dir:
-        return json.loads(RunDir(run_dir).summary.read_text())
+        return Summary.load(RunDir(run_dir).summary)

@@ -55,6 +55,7 @@ from launchers.lock import status as lock_status  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.link import direction_name, goodput_mbit  # noqa: E402
+from metrics.summary.schema import Summary  # noqa: E402
 
 PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
 EMULATED_MTU = yaml.safe_load((ROOT / "conf" / "network" / "emulated.yaml").read_text())["mtu"]  # the runs' frames
@@ -137,23 +138,24 @@ def measure_run(overrides: list[str], steps: int) -> dict:
     started = time.monotonic()
     with train(*overrides, *JOB, f"max_steps={steps}") as run_dir:
         run = RunDir(run_dir)
-        summary = json.loads(run.summary.read_text())
+        summary = Summary.load(run.summary)
         breakdown = steady_breakdown(run)
     step_s = sum(breakdown.values())
-    evaluation = summary["evaluation"]
-    evaluations = max(evaluation["evaluations"] or 1, 1)
-    train_s = max(p["train_s"] for p in summary["peers"] if p["steps"])
-    link = summary["link"]
+    evaluation = summary.evaluation
+    evaluations = max(evaluation.evaluations or 1, 1)
+    train_s = max(p.train_s for p in summary.peers if p.steps)
+    link = summary.link
     return {"comm_share": breakdown["comm_s"] / step_s, "step_s": step_s, "breakdown_s": breakdown,
-            "link": {k: link.get(k) for k in ("kind", "nominal_mbit", "goodput_mbit", "goodput_share", "busy_s",
-                                              "worst_direction", "faithful", "reason")},
-            "cpu_faithful": summary["isolation"].get("faithful"),
-            "cpu_unfaithful": summary["isolation"].get("unfaithful"),
-            "wall_s": summary["wall_s"], "train_s": train_s, "benchmark_wall_s": time.monotonic() - started,
-            "other_cpu_share": summary["machine"].get("other_cpu_share"),  # CPU that others used beside the run
-            "fixed_s": summary["wall_s"] - train_s - (evaluation["after_training_s"] or 0),
-            "eval_s": (evaluation["after_training_s"] or 0) / evaluations,
-            "snapshot_s": (evaluation["snapshot_pause_s"] or 0) / evaluations}
+            "link": {"kind": link.kind, "nominal_mbit": link.nominal_mbit, "goodput_mbit": link.goodput_mbit,
+                     "goodput_share": link.goodput_share, "busy_s": link.busy_s,
+                     "worst_direction": link.worst_direction, "faithful": link.faithful, "reason": link.reason},
+            "cpu_faithful": summary.isolation.faithful,
+            "cpu_unfaithful": summary.isolation.unfaithful,
+            "wall_s": summary.wall_s, "train_s": train_s, "benchmark_wall_s": time.monotonic() - started,
+            "other_cpu_share": summary.machine.other_cpu_share,  # CPU that others used beside the run
+            "fixed_s": summary.wall_s - train_s - (evaluation.after_training_s or 0),
+            "eval_s": (evaluation.after_training_s or 0) / evaluations,
+            "snapshot_s": (evaluation.snapshot_pause_s or 0) / evaluations}
 
 
 def headline_run_s(run: dict) -> float:

@@ -19,7 +19,6 @@ clock_cost_us: the median cost of one step's ProcessClock readings (start + sinc
 with as many threads as a gloo peer (6).
 """
 import argparse
-import json
 import statistics
 import sys
 import threading
@@ -29,6 +28,7 @@ from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.machine import ProcessClock
 from metrics.recording.rundir import RunDir
+from metrics.summary.schema import Summary
 
 ARMS = {"single_1x1": ["strategy=single", "peers=1"], "stepwise_2x1": ["strategy=stepwise", "peers=2"]}
 JOB = ["model=resnet18", "max_steps=40", "eval_every=0"]
@@ -48,7 +48,7 @@ def measure(overrides: list[str]) -> tuple[dict, list[dict]]:
     """One run: its figures, and its steps' parts about each worker's mean (for the step-to-step shares)."""
     with train(*overrides, *JOB) as run_dir:
         run = RunDir(run_dir)
-        summary = json.loads(run.summary.read_text())
+        summary = Summary.load(run.summary)
         workers = [[step_parts(s) for s in read_jsonl(peer.steps)[WARMUP:]] for peer in run.peers()]
     steps = [s for worker in workers for s in worker]
     figures = {key: statistics.fmean(s[key] for s in steps) for key in ("wall_s", *PARTS)}
@@ -56,9 +56,10 @@ def measure(overrides: list[str]) -> tuple[dict, list[dict]]:
     for worker in workers:
         means = {key: statistics.fmean(s[key] for s in worker) for key in ("wall_s", *PARTS)}
         deviations += [{key: s[key] - means[key] for key in means} for s in worker]
-    machine = summary["machine"]
-    figures |= {"samples_per_s": summary["throughput_samples_per_s"], "alone": machine["alone"],
-                **{key: machine[key] for key in MACHINE}}
+    machine = summary.machine
+    figures |= {"samples_per_s": summary.throughput_samples_per_s, "alone": machine.alone,
+                "cpu_pressure_share": machine.cpu_pressure_share, "steal_share": machine.steal_share,
+                "load_mean": machine.load_mean, "other_cpu_share": machine.other_cpu_share}
     return figures, deviations
 
 

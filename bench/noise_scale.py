@@ -39,8 +39,8 @@ def single_run(settings: dict, batch: int, seed: int, steps: int) -> dict:
     summary = summary_of("strategy=single", f"peers={batch // b}", f"batch_size={b}", f"model={settings['model']}",
                          f"lr_scaling={settings['lr_scaling']}", f"seed={seed}", f"max_steps={steps}",
                          f"eval_every={max(1, EVAL_SAMPLES // batch)}", timeout=3600)
-    return {"samples_to_target": summary["samples_to_target"], "reached": summary["samples_to_target"] is not None,
-            "throughput_samples_per_s": summary["throughput_samples_per_s"]}
+    return {"samples_to_target": summary.samples_to_target, "reached": summary.samples_to_target is not None,
+            "throughput_samples_per_s": summary.throughput_samples_per_s}
 
 
 def run(text: str | None = None) -> dict:
@@ -55,7 +55,7 @@ def run(text: str | None = None) -> dict:
         summary = summary_of("strategy=allreduce", "peers=2", f"batch_size={b}", f"model={settings['model']}",
                              f"lr_scaling={settings['lr_scaling']}", f"seed={seed}", f"max_steps={BASE_STEPS}",
                              "noise_scale_every=1", "eval_every=0", "network=loopback", timeout=3600)
-        noise_scales.append(summary["noise_scale"]["b_simple"])
+        noise_scales.append(summary.noise_scale.b_simple)
         measured[base].append(single_run(settings, base, seed, BASE_STEPS))
         base_steps = (measured[base][-1]["samples_to_target"] or BASE_STEPS * base) / base
         for batch in larger:  # E = E_min (1 + B / Bn) takes at most B0's steps at a larger batch: a margin above it

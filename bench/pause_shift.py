@@ -14,7 +14,6 @@ ratio / the after-training run's at the same steps (the steps' own positions can
 met when this within-run interval lies inside 1 ± GOAL in every configuration; the between-run ratio stands beside it
 (`between_runs_goal_met`: whether its interval did too).
 """
-import json
 import math
 import statistics
 
@@ -22,6 +21,7 @@ from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from metrics.report.stats import Ratio
+from metrics.summary.schema import Summary
 
 GOAL = 0.03  # the pause may shift step time by less than this share
 CONFIGURATIONS = {  # name -> overrides: identical-snapshot strategies, which can evaluate in training
@@ -35,14 +35,14 @@ def step_s(overrides: list[str], in_training: bool) -> tuple[float, float]:
     """The run's step time over the window, and its steps after a pause position / its other steps."""
     with train(*RUN, *overrides, f"eval_in_training={str(in_training).lower()}") as run_dir:
         run = RunDir(run_dir)
-        summary = json.loads(run.summary.read_text())
-        if summary["status"] != "completed" or not summary["window"]["complete"]:
-            raise RuntimeError(f"{overrides}: {summary['status']}, window {summary['window']}")
-        window = summary["window"]
-        after_pause = statistics.fmean(after_pause_ratio(read_jsonl(peer.steps), window["first"], window["last"])
+        summary = Summary.load(run.summary)
+        if summary.status != "completed" or not summary.window.complete:
+            raise RuntimeError(f"{overrides}: {summary.status}, window {summary.window.to_dict()}")
+        window = summary.window
+        after_pause = statistics.fmean(after_pause_ratio(read_jsonl(peer.steps), window.first, window.last)
                                        for peer in run.peers() if peer.steps.exists())
-    batch = summary["total_samples"] / max(p["steps"] for p in summary["peers"])  # all workers' samples a step
-    return batch / summary["throughput_samples_per_s"], after_pause
+    batch = summary.total_samples / max(p.steps for p in summary.peers)  # all workers' samples a step
+    return batch / summary.throughput_samples_per_s, after_pause
 
 
 def after_pause_ratio(steps: list[dict], first: int, last: int) -> float:

@@ -114,12 +114,12 @@ def summarise(rows: list[dict], sizes: list[int], targets: list[dict], test_samp
     noise = {step: {"accuracy_se": max((r["test_accuracy"] * (1 - r["test_accuracy"]) / test_samples) ** 0.5,
                                        1 / test_samples),  # at least one test sample
                     "loss_se": r["loss_sd"] / test_samples ** 0.5} for step, r in whole.items()}
-    summary = {WHOLE: {"precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in whole.values()), "targets": {}}}
+    by_size = {WHOLE: {"precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in whole.values()), "targets": {}}}
     for target in targets:
         name = f"{target['metric']} {target['value']}"
         curve = Curve(sorted(whole.values(), key=lambda r: r["step"]), target["metric"])
         spread = bootstrap({0: curve}, {0: whole_outcomes}, target | {"bootstrap": 1000}, lambda _, step: step, True)
-        summary[WHOLE]["targets"][name] = {"crossing_step": crossings(list(whole.values()), target),
+        by_size[WHOLE]["targets"][name] = {"crossing_step": crossings(list(whole.values()), target),
                                           "bootstrap_log_sd": spread["log_sd"] if spread else None}
     for size in sizes:
         arm = [r for r in rows if r["size"] == size]
@@ -134,14 +134,14 @@ def summarise(rows: list[dict], sizes: list[int], targets: list[dict], test_samp
         }
         for target in targets:
             name = f"{target['metric']} {target['value']}"
-            reference = summary[WHOLE]["targets"][name]["crossing_step"]
+            reference = by_size[WHOLE]["targets"][name]["crossing_step"]
             steps = [crossings([r for r in arm if r["seed"] == seed], target) for seed in sorted({r["seed"] for r in arm})]
             figures["targets"][name] = {"crossing_steps": steps, "abs_log_ratios": [  # None: one of them censored
                 abs(math.log(step / reference)) if step and reference else (0.0 if step == reference else None)
                 for step in steps]}
-        summary[size] = figures
-    summary["test_noise_by_step"] = noise
-    return summary
+        by_size[size] = figures
+    by_size["test_noise_by_step"] = noise
+    return by_size
 
 
 if __name__ == "__main__":

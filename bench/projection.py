@@ -50,7 +50,6 @@ replace only the saved rows of the same cases; the others are kept, each with it
 are recomputed over every kept row, together and per model (by_model).
 """
 import itertools
-import json
 import statistics
 import subprocess
 import sys
@@ -66,6 +65,7 @@ from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
 from netemu.dilation import checked_dilation
+from metrics.summary.schema import Summary
 
 STRATEGIES = averaging_strategies(tweaks={
     "ring": ["ring.controller=mpi"],
@@ -225,7 +225,7 @@ def run_case(overrides: list[str], steps: int, payload_share: float, timeout: fl
     dilated = [f"emulate.dilation={dilation:g}", "emulate.allow_unchecked_dilation=true"] if dilation > 1 else []
     with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
                timeout=timeout * dilation) as run_dir:
-        summary = json.loads(RunDir(run_dir).summary.read_text())
+        summary = Summary.load(RunDir(run_dir).summary)
         return CaseRun(measure(run_dir, payload_share), unfaithful(summary))
 
 
@@ -258,8 +258,8 @@ def case_key(row: dict) -> tuple:
 
 def figures_of(rows: list[dict]) -> dict:
     """The entry's figures over these rows: ratio (held-out median |error|, all models) and summarize's."""
-    summary = summarize(rows)
-    return {"ratio": summary["held_out"].get("median_abs_error"), **summary}
+    errors = summarize(rows)
+    return {"ratio": errors["held_out"].get("median_abs_error"), **errors}
 
 
 def merge(kept: dict, new: dict) -> dict:

@@ -8,23 +8,22 @@ ratio = with / without. The cost is the geometric mean of the pairs' ratios with
 as the run accounted them (summary.json speed_reference.cost_share: the pauses / the time to its last measurement).
 """
 import argparse
-import json
 import statistics
 
 from bench.jobs import train
 from metrics.recording.rundir import RunDir
 from metrics.report.stats import Ratio
+from metrics.summary.schema import Summary
 
 GOAL = 0.02  # the reference may cost at most this share of a run
 
 
 def run_figures(with_reference: bool) -> dict:
     with train(*([] if with_reference else ["speed_reference.repetitions=0"])) as run_dir:
-        summary = json.loads(RunDir(run_dir).summary.read_text())
-    if summary["status"] != "completed":
-        raise RuntimeError(f"the run {summary['status']}: {summary.get('error')}")
-    reference = summary.get("speed_reference") or {}
-    return {"wall_s": summary["wall_s"], "cost_share": reference.get("cost_share")}
+        summary = Summary.load(RunDir(run_dir).summary)
+    if summary.status != "completed":
+        raise RuntimeError(f"the run {summary.status}: {summary.error}")
+    return {"wall_s": summary.wall_s, "cost_share": summary.speed_reference.cost_share}
 
 
 def run(pairs: int = 3) -> dict:

@@ -43,7 +43,7 @@ def command_of(folder: Path) -> list[str]:
 
 def reference_s(runs) -> float | None:
     """The runs' speed reference (geometric mean of their summaries' median_s), None where one has none."""
-    found = [(r.summary.get("speed_reference") or {}).get("median_s") for r in runs]
+    found = [r.summary.speed_reference.median_s for r in runs]
     return statistics.geometric_mean(found) if found and all(found) else None
 
 

@@ -11,7 +11,7 @@ from bench.jobs import summary_of
 def measure(strategy: list[str], peers: int, rate: int, width: int, steps: int) -> dict:
     summary = summary_of(*strategy, f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
                          "model=mlp", f"model.width={width}", f"max_steps={steps}", "eval_every=0")
-    return {"bytes": summary["bytes_sent_per_step"], "round_s": summary["network"]["efficiency"]["measured_s_per_round"]}
+    return {"bytes": summary.bytes_sent_per_step, "round_s": summary.network.efficiency.measured_s_per_round}
 
 
 def run(peers=(2, 4, 8), rate: int = 100, width: int = 768, steps: int = 5) -> dict:

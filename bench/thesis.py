@@ -52,7 +52,6 @@ blocks that reached the target; samples-to-target and time per sample (means ove
 """
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import subprocess
@@ -71,6 +70,7 @@ from metrics.report.runs import find_runs
 from metrics.report.tables import reached_count
 from metrics.report.verdict import analyse
 from metrics.report.stats import ALPHA
+from metrics.summary.schema import Summary
 
 FULL_CORES = 16
 STEPS = 300  # max_steps of a full-grid run (--thesis-steps)
@@ -127,14 +127,15 @@ def group_sizes(runs) -> dict:
     """kind -> group size -> rounds, over the runs' averaging_rounds (each round once)."""
     found: dict = {}
     for run in runs:
-        for kind, sizes in ((run.summary.get("averaging_rounds") or {}).get("group_sizes") or {}).items():
+        for kind, sizes in run.summary.averaging_rounds.group_sizes.items():
             for size, count in sizes.items():
                 found.setdefault(kind, {})[size] = found.setdefault(kind, {}).get(size, 0) + count
     return found
 
 
-def mean_of(runs, key: str):
-    values = [r.summary.get(key) for r in runs if r.completed and r.summary.get(key) is not None]
+def mean_of(runs, figure):
+    """The mean of figure(summary) over the completed runs that have it."""
+    values = [v for r in runs if r.completed and (v := figure(r.summary)) is not None]
     return statistics.fmean(values) if values else None
 
 
@@ -166,7 +167,7 @@ def rows_of(sweep: Path) -> list[dict]:
         for group in a.ranking + a.references:
             runs = group.runs
             baseline = group.first.is_baseline
-            shares = [r.summary.get("time_breakdown_share") or {} for r in runs if r.completed]
+            shares = [r.summary.time_breakdown_share or {} for r in runs if r.completed]
             mean_shares = {k: statistics.fmean(s.get(k, 0.0) for s in shares) for k in (shares[0] if shares else {})}
             reached, blocks = reached_count(group)
             row = {"configuration": group.label, "baseline": baseline, "projected": False,
@@ -176,13 +177,12 @@ def rows_of(sweep: Path) -> list[dict]:
             for figure, comparisons in by_figure.items():
                 row |= comparison_figures(figure, None if baseline else comparisons.get(group))
             rows.append(row | {
-                "samples_to_target": mean_of(runs, "samples_to_target"),
-                "time_per_sample_s": mean_of(runs, "time_per_sample_s"),
+                "samples_to_target": mean_of(runs, lambda s: s.samples_to_target),
+                "time_per_sample_s": mean_of(runs, lambda s: s.time_per_sample_s),
                 "time_breakdown_share": mean_shares,
                 "bottleneck": max(mean_shares, key=mean_shares.get) if mean_shares else None,
                 "averaging_group_sizes": group_sizes(runs) or None,
-                "averaging_rounds_failed": sum((r.summary.get("averaging_rounds") or {}).get("failed", 0)
-                                               for r in runs),
+                "averaging_rounds_failed": sum(r.summary.averaging_rounds.failed for r in runs),
             })
     return rows
 
@@ -231,17 +231,17 @@ def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
     """The completed runs under the slice's sweeps (runs moved aside by a resumed sweep left out)."""
     found = []
     for path in find_runs(sweeps)[0]:
-        summary = json.loads((path / "summary.json").read_text())
-        if summary.get("status") != "completed":
+        summary = Summary.load(path)
+        if summary.status != "completed":
             continue
-        config = summary["config"]
+        config = summary.config
         try:
             measured = measure(path, payload_share)
         except ValueError as exc:
             print(f"thesis: {path} left out of the projection: {exc}", file=sys.stderr)
             continue
         found.append(SliceRun(config["strategy"]["name"], (config["peers"], config["peer_cpus"]),
-                              bool(summary.get("is_baseline")), summary.get("strategy_knobs") or {}, measured))
+                              bool(summary.is_baseline), summary.strategy_knobs or {}, measured))
     return found
 
 

@@ -37,6 +37,7 @@ from metrics.projection.models import cost_model
 from metrics.recording.evidence import EVIDENCE
 from metrics.recording.machine import describe_machine
 from metrics.recording.rundir import RunDir, run_dirs_under, run_folders, summary_folders
+from metrics.summary.schema import Summary
 from metrics.summary.fidelity import unfaithful
 from metrics.summary.target import time_to_target
 from metrics.recording.methods import methods
@@ -142,13 +143,13 @@ def server_update_s(run: RunDir) -> float:
     return statistics.fmean(times) if times else 0.0
 
 
-def oversubscription(summary: dict, launch: dict) -> tuple[float | None, str]:
+def oversubscription(summary: Summary, launch: dict) -> tuple[float | None, str]:
     """processes x threads / cores: summary.json shape.oversubscription, else from the launch spec and the core
     count the run recorded (shape.cores or machine.cores); None when the run records neither."""
-    shape = summary.get("shape") or {}
-    if shape.get("oversubscription") is not None:
-        return float(shape["oversubscription"]), "summary.json shape.oversubscription"
-    cores = shape.get("cores") or (summary.get("machine") or {}).get("cores")
+    shape = summary.shape
+    if shape.oversubscription is not None:
+        return float(shape.oversubscription), "summary.json shape.oversubscription"
+    cores = shape.cores or summary.machine.cores
     if cores:
         return len(launch["roles"]) * launch["threads"] / cores, f"{len(launch['roles'])} processes x " \
                f"{launch['threads']} threads / {cores} cores (launch.json, summary.json)"
@@ -171,10 +172,10 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     (Evidence.payload_share), the conversion every prediction from it uses; evidence: what else conf/evidence.json
     allows (time-to-target at larger batches)."""
     nodes = [RunDir(folder) for folder in summary_folders(path)]  # a run over several nodes: a folder per node
-    summaries = [json.loads(node.summary.read_text()) for node in nodes]
+    summaries = [Summary.load(node.summary) for node in nodes]
     run, summary = nodes[0], summaries[0]
-    config = summary["config"]
-    expected = (summary.get("shape") or {}).get("nnodes") or 1
+    config = summary.config
+    expected = summary.shape.nnodes or 1
     if len(nodes) != expected:
         raise ValueError(f"{path}: a run over {expected} nodes, of which {len(nodes)} wrote a summary")
     model = cost_model(config["strategy"]["name"])
@@ -183,7 +184,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     if not steps_by_rank:
         raise ValueError(f"{path}: no worker logged a step")
     workers = len(steps_by_rank)
-    knobs = summary.get("strategy_knobs") or {}
+    knobs = summary.strategy_knobs or {}
     warmup, period = model.warmup_steps(knobs), model.steps_per_round(knobs)
     first = warmup + 1
     every_round = list(round_records(steps_by_rank).values())
@@ -195,7 +196,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
                          "steady state starts (after its cost model's warmup_steps), so S cannot be derived")
     if not payload and model.communicates:
         raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
-    dilation = float((summary.get("isolation") or {}).get("dilation") or 1)  # logs are in real seconds (METHODS)
+    dilation = float(summary.isolation.dilation or 1)  # logs are in real seconds (METHODS)
     link = run_link(run, config, dilation)
     rate = payload_rate(link, payload_share) if link else 0.0
     size = model.averaged_bytes(Round(payload, workers, rate, knobs)) if payload else 0.0
@@ -205,7 +206,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
     factor, source = max((oversubscription(s, launch) for s in summaries), key=lambda found: found[0] or 0)
     compute, note = own_cores_compute(statistics.fmean(s["data_s"] + s["compute_s"] + s["opt_s"]
                                                        for s in steady_steps) / dilation, factor, source)
-    machine = (summary.get("machine") or {}).get("fingerprint")
+    machine = summary.machine.fingerprint
     m = Measured(
         run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
         knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
@@ -215,9 +216,9 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
         server_s=max(server_update_s(node) for node in nodes) / dilation,
         payload_bytes=payload, size_bytes=size, link=link,
         measured_step_s=statistics.fmean(mean_step_s(steps) for steps in timed.values()) / dilation,
-        samples_to_target=summary.get("samples_to_target") if len(nodes) == 1 else time_to_target(
+        samples_to_target=summary.samples_to_target if len(nodes) == 1 else time_to_target(
             {p.rank: read_jsonl(p.evals) for p in peers if p.rank in steps_by_rank}, steps_by_rank, {},
-            summary["target"] | {"bootstrap": 0})["samples_to_target"],
+            summary.target | {"bootstrap": 0})["samples_to_target"],
         payload_share=payload_share,
     )
     if evidence is not None:
@@ -248,7 +249,7 @@ def declared(m: Measured, step_s: float | None = None, samples_per_s: float | No
 def calibration_problems(path: Path) -> list[str]:
     """Why a run cannot calibrate a projection: the link or CPU figures it failed (metrics/summary/fidelity.py)."""
     return [problem for folder in summary_folders(path)
-            for problem in unfaithful(json.loads(RunDir(folder).summary.read_text()))]
+            for problem in unfaithful(Summary.load(RunDir(folder).summary))]
 
 
 # --- projection ------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def config_distance(a: Run, b: Run) -> int:
 
 
 def completed_throughput(run: Run) -> float | None:
-    return run.summary.get("throughput_samples_per_s") if run.completed else None
+    return run.summary.throughput_samples_per_s if run.completed else None
 
 
 def completed_accuracy(run: Run) -> float | None:
@@ -89,7 +89,7 @@ def attach_baselines(groups: list[Group]) -> None:
         if group.one_peer:
             group.efficiency = paired(group, group.one_peer, completed_throughput, peers)
         for run in group.runs:
-            throughput = run.summary.get("throughput_samples_per_s")
+            throughput = run.summary.throughput_samples_per_s
             if throughput is None:
                 continue
             if group.baseline and run.block in (same := group.baseline.by_block(completed_throughput)):
@@ -187,5 +187,5 @@ def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
     attach_baselines(groups)
     orphans = attach_attempts(groups, attempts)
     left_out += [f"{a.path} (a superseded attempt of a configuration with no run here; status "
-                 f"{a.summary.get('status')})" for a in orphans]
+                 f"{a.summary.status})" for a in orphans]
     return sections_of(groups), left_out

@@ -53,9 +53,9 @@ def methods(sections: list[Section]) -> list[tuple[str, str]]:
     if any(run.nnodes > 1 for _, run in all_runs(sections)):
         merged["several nodes"] = SEVERAL_NODES
     for _, run in all_runs(sections):
-        for key, text in (run.summary.get("methods") or {}).items():
+        for key, text in (run.summary.methods or {}).items():
             merged.setdefault(key, text)
-    scopes = sorted({r.summary.get("network_scope", "?") for _, r in all_runs(sections)})
+    scopes = sorted({(r.summary.network_scope or "?") for _, r in all_runs(sections)})
     merged["network_scope"] = "network counters of these runs: " + "; ".join(scopes)
     return list(merged.items())
 
@@ -92,9 +92,8 @@ def csv_rows(sections: list[Section]) -> list[dict]:
                "attempt": "superseded" if run.superseded else "run later" if run.run_later else "current",
                "arm": run.config.get("arm") or "", **positions(run),
                "hosts": " ".join(run.hosts)}
-        row |= {k: s.get(k) for k in ("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic",
-                                      "network_scope", "started_at", "wall_s", "total_samples",
-                                      "throughput_samples_per_s")}
+        row |= s.figures("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic", "network_scope",
+                         "started_at", "wall_s", "total_samples", "throughput_samples_per_s")
         row["speedup_vs_single"] = run.speedup
         row["scaling_efficiency"] = run.scaling_efficiency
         row["worst_worker_accuracy"] = run.worst_worker_accuracy()
@@ -102,20 +101,19 @@ def csv_rows(sections: list[Section]) -> list[dict]:
         row["reached_target"] = observation.reached
         row["time_to_target_bounds_s"] = [observation.low, observation.high]
         row["unfaithful"] = "; ".join(run.unfaithful())
-        row["speed_reference_moved"] = run.speed_reference.get("moved")
+        row["speed_reference_moved"] = run.speed_reference.moved
         row["speed_reference_vs_block"] = run.slower_than_block(section_runs.get(id(run), []))
-        row |= {k: s.get(k) for k in ("time_to_target_s", "samples_to_target", "time_per_sample_s",
-                                      "steps_to_target", "final_test_accuracy",
-                                      "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
-                                      "bytes_sent_per_sample", "bytes_recv_per_sample")}
-        row |= flatten({"time_breakdown_s": s.get("time_breakdown_s") or {},
-                        "time_breakdown_share": s.get("time_breakdown_share") or {}})
-        rss = [p["peak_rss_bytes"] for p in peers if p.get("peak_rss_bytes") is not None]
-        cpu = [p["mean_cpu_percent"] for p in peers if p.get("mean_cpu_percent") is not None]
+        row |= s.figures("time_to_target_s", "samples_to_target", "time_per_sample_s", "steps_to_target",
+                         "final_test_accuracy", "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
+                         "bytes_sent_per_sample", "bytes_recv_per_sample")
+        row |= flatten({"time_breakdown_s": s.time_breakdown_s or {},
+                        "time_breakdown_share": s.time_breakdown_share or {}})
+        rss = [p.peak_rss_bytes for p in peers if p.peak_rss_bytes is not None]
+        cpu = [p.mean_cpu_percent for p in peers if p.mean_cpu_percent is not None]
         row["peak_rss_bytes_max_over_peers"] = max(rss) if rss else None
         row["mean_cpu_percent_mean_over_peers"] = sum(cpu) / len(cpu) if cpu else None
         row["fault_tolerance"] = fault_tolerance(s)
-        row["error"] = error_headline(s.get("error"))
+        row["error"] = error_headline(s.error)
         row |= {f"config.{k}": v for k, v in flatten(run.config).items()}
         row |= {f"strategy_result.{k}": v for k, v in run.strategy_figures().items()}
         rows.append(row)

@@ -4,6 +4,7 @@ step (time_breakdown_share.comm_s, metrics/summary/build.py), each the median ov
 import statistics
 
 from metrics.summary.link import ONLY_COMPUTE_DIFFERS
+from metrics.summary.schema import Link
 from metrics.report.runs import Group, Run
 from metrics.report.tables import number
 from metrics.recording.methods import methods
@@ -29,40 +30,40 @@ def percent(value: float) -> str:
     return number(100 * value, 2)
 
 
-def nominal_text(link: dict) -> str:
+def nominal_text(link: Link) -> str:
     """The link's nominal rate per direction: its directions' (by_direction), else the one it was judged on."""
-    directions = link.get("by_direction")
+    directions = link.by_direction
     if directions == []:
         return "unshaped (the kernel's veth speed)"
     rates = sorted({d["nominal_mbit"] for d in directions or []}) or \
-        ([link["nominal_mbit"]] if link.get("nominal_mbit") else [])
+        ([link.nominal_mbit] if link.nominal_mbit else [])
     if not rates:
-        return f"rate not recorded ({link.get('reason') or 'the links were not metered'})"
+        return f"rate not recorded ({link.reason or 'the links were not metered'})"
     rate = f"{number(rates[0])} Mbit/s" if len(rates) == 1 else \
         f"{number(rates[0])}–{number(rates[-1])} Mbit/s by host and direction"
     return f"{rate} nominal each way"
 
 
-def link_text(link: dict) -> str:
+def link_text(link: Link) -> str:
     """The link a run measured, in words: kind, nominal rate per direction, one per host or a shared loopback."""
-    kind = link.get("kind")
+    kind = link.kind
     if kind is None:
         return "not recorded (runs from before the link was recorded)"
-    if "scope" not in link:
-        return f"network={kind}, {link.get('reason') or 'not recorded'}"
+    if link.scope is None:
+        return f"network={kind}, {link.reason or 'not recorded'}"
     if kind == "none":
         return "none (one process)"
     if kind == "hosts":
         return "the machines' own network (launch.nnodes > 1), neither shaped nor metered"
     if kind == "loopback":
         return f"this machine's loopback, shared by all processes and unshaped: {ONLY_COMPUTE_DIFFERS}"
-    latency = f", {number(link['latency_ms'])} ms added one-way latency" if link.get("latency_ms") else ""
-    frames = f" in {link['mtu']}-byte frames" if link.get("mtu") else ""
+    latency = f", {number(link.latency_ms)} ms added one-way latency" if link.latency_ms else ""
+    frames = f" in {link.mtu}-byte frames" if link.mtu else ""
     return f"{kind}, one link per host, {nominal_text(link)}{frames}{latency}"
 
 
 def goodput_text(runs: list[Run]) -> str:
-    measured = [r.link["goodput_mbit"] for r in runs if r.link.get("goodput_mbit") is not None]
+    measured = [r.link.goodput_mbit for r in runs if r.link.goodput_mbit is not None]
     if not measured:
         return (" Goodput while busy: not measured (no direction had a queue long enough to judge its rate, or the "
                 "links were not metered).")
@@ -83,7 +84,7 @@ def link_lines(groups: list[Group]) -> list[str]:
     for text, by_group in on_link.items():
         runs = [r for found in by_group.values() for r in found]
         line = f"Link of {', '.join(g.label for g in by_group)} ({runs_text(len(runs))}): {text}."
-        if any(r.link.get("kind") == "emulated" for r in runs):
+        if any(r.link.kind == "emulated" for r in runs):
             line += goodput_text(runs)
         lines.append(line)
     return lines
@@ -93,7 +94,7 @@ def comm_share_line(groups: list[Group]) -> str:
     """Every configuration's communication share of a step, the median over its runs with the range."""
     parts = []
     for group in groups:
-        values = group.values(lambda r: (r.summary.get("time_breakdown_share") or {}).get("comm_s"))
+        values = group.values(lambda r: (r.summary.time_breakdown_share or {}).get("comm_s"))
         parts.append(f"{group.label} {median_text(values, percent, '%') if values else 'not recorded'}")
     return f"{COMM_SHARE}: {'; '.join(parts)}."
 

@@ -24,7 +24,6 @@ from metrics.report.baselines import averaging, load_runs
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group
 from metrics.report.stats import blocks_for, pooled_log_sd
-from metrics.report.tables import summary_figure
 from metrics.report.verdict import analyse
 
 ENTRY = "primary_noise"
@@ -75,7 +74,7 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
             log_sd, seeds = (seed_log_sd(c.exact_logs, seed_of) if a.primary.is_time else (exact.log_sd, exact.n))
             if log_sd is None:
                 continue
-            samples = paired_logs(c.this, c.other, summary_figure("samples_to_target"), c.used)
+            samples = paired_logs(c.this, c.other, lambda r: r.summary.samples_to_target, c.used)
             samples_sd = seed_log_sd(samples, seed_of)[0]
             rows.append(row_of(a.primary, section, c) | {
                 "log_sd": log_sd, "blocks": exact.n, "seeds": seeds, "censored": c.censored,
@@ -89,7 +88,7 @@ def row_of(primary: Primary, section, c) -> dict:
     return {"figure": primary.figure, "metric": primary.metric, "value": primary.value,
             "estimator": primary.estimator, "data": section.data, "model": section.model,
             "strategy": c.this.first.strategy, "configuration": c.this.label,
-            "cores": (c.this.first.summary.get("machine") or {}).get("cores"),
+            "cores": c.this.first.summary.machine.cores,
             "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})}
 
 

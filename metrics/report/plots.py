@@ -128,8 +128,13 @@ def _bar_axes(groups: list[Group], width: float = 10):
     return fig, ax
 
 
-def _mean_sd(group: Group, key: str) -> tuple[float, float]:
-    values = group.values(lambda r: r.summary.get(key))
+THROUGHPUT, SENT, RECEIVED = (lambda s: s.throughput_samples_per_s, lambda s: s.bytes_sent_per_sample,
+                              lambda s: s.bytes_recv_per_sample)
+
+
+def _mean_sd(group: Group, figure) -> tuple[float, float]:
+    """Mean and sd over the group's runs of figure(summary)."""
+    values = group.values(lambda r: figure(r.summary))
     if not values:
         return 0.0, 0.0
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
@@ -137,7 +142,7 @@ def _mean_sd(group: Group, key: str) -> tuple[float, float]:
 
 def throughput_plot(groups: list[Group]) -> Figure:
     fig, ax = _bar_axes(groups)
-    stats = [_mean_sd(g, "throughput_samples_per_s") for g in groups]
+    stats = [_mean_sd(g, THROUGHPUT) for g in groups]
     ax.barh(range(len(groups)), [m for m, _ in stats], xerr=[s for _, s in stats],
             color=[g.color for g in groups], capsize=3)
     for i, (m, sd) in enumerate(stats):
@@ -155,7 +160,7 @@ def breakdown_plot(groups: list[Group]) -> Figure:
     for phase in PHASES:
         shares = []
         for group in groups:
-            values = group.values(lambda r: (r.summary.get("time_breakdown_share") or {}).get(phase))
+            values = group.values(lambda r: (r.summary.time_breakdown_share or {}).get(phase))
             shares.append(100 * statistics.fmean(values) if values else 0.0)
         ax.barh(range(len(groups)), shares, left=left, color=PHASE_COLORS[phase],
                 label=phase.removesuffix("_s").replace("opt", "optimizer"))
@@ -171,14 +176,13 @@ def breakdown_plot(groups: list[Group]) -> Figure:
 def bytes_plot(groups: list[Group]) -> Figure:
     fig, ax = _bar_axes(groups)
     height = 0.4
-    for offset, key, name in ((-height / 2, "bytes_sent_per_sample", "sent"),
-                              (height / 2, "bytes_recv_per_sample", "received")):
-        stats = [_mean_sd(g, key) for g in groups]
+    for offset, figure, name in ((-height / 2, SENT, "sent"), (height / 2, RECEIVED, "received")):
+        stats = [_mean_sd(g, figure) for g in groups]
         ax.barh([i + offset for i in range(len(groups))], [m / 2**10 for m, _ in stats], height,
                 xerr=[s / 2**10 for _, s in stats], label=name, alpha=0.9 if name == "sent" else 0.5,
                 color=[g.color for g in groups], edgecolor="black", hatch="" if name == "sent" else "//")
     ax.set_xlim(left=0)
-    if not any(_mean_sd(g, k)[0] for g in groups for k in ("bytes_sent_per_sample", "bytes_recv_per_sample")):
+    if not any(_mean_sd(g, figure)[0] for g in groups for figure in (SENT, RECEIVED)):
         ax.text(0.5, 0.5, "no payload exchanged (0 bytes)", transform=ax.transAxes, ha="center", color="gray")
     ax.set_xlabel("payload per worker per trained sample (KiB)")
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)
@@ -200,12 +204,12 @@ def scaling_plot(groups: list[Group]) -> Figure | None:
         families.setdefault(group.family, []).append(group)
     for family, members in families.items():
         members.sort(key=lambda g: g.first.config["peers"])
-        stats = [_mean_sd(g, "throughput_samples_per_s") for g in members]
+        stats = [_mean_sd(g, THROUGHPUT) for g in members]
         ax.errorbar([g.first.config["peers"] for g in members], [m for m, _ in stats], yerr=[s for _, s in stats],
                     marker="o", capsize=3, color=members[0].color, label=family)
     ideal_bases = {g.one_peer.label: g.one_peer for g in groups if g.one_peer is not None}
     for label, base in ideal_bases.items():
-        one_peer, _ = _mean_sd(base, "throughput_samples_per_s")
+        one_peer, _ = _mean_sd(base, THROUGHPUT)
         ax.plot(peers, [n * one_peer for n in peers], ls="--", color="gray", label=f"ideal: N × {label}")
     ax.set_xticks(peers)
     ax.set_xlabel("peers (N)")
@@ -241,7 +245,7 @@ def resources_plot(groups: list[Group]) -> Figure | None:
     fig, axes = plt.subplots(len(shown), 3, figsize=(13, 0.6 + 2.1 * len(shown)), layout="constrained",
                              squeeze=False)
     for (group, run), row in zip(shown, axes):
-        host_wide = "host-wide" in run.summary.get("network_scope", "")
+        host_wide = "host-wide" in (run.summary.network_scope or "")
         for peer in run.peers:
             if not peer.resources:
                 continue

@@ -103,19 +103,19 @@ class Observation:
 
 def training_time(run) -> float | None:
     """The longest worker's training time: all workers' samples / the throughput."""
-    samples, throughput = run.summary.get("total_samples"), run.summary.get("throughput_samples_per_s")
+    samples, throughput = run.summary.total_samples, run.summary.throughput_samples_per_s
     return samples / throughput if samples and throughput else None
 
 
 def time_observation(run) -> Observation:
     """Where the run's time-to-target lies (see the module's docstring)."""
-    reached = run.summary.get("time_to_target_s") if run.completed else None
+    reached = run.summary.time_to_target_s if run.completed else None
     if reached is not None and reached > 0:
         return Observation(reached, reached, True)
     if reached is not None:  # a crossing at the first evaluation: before the next one
         after = [w.evals[1]["train_s"] for w in run.workers if len(w.evals) > 1 and "train_s" in w.evals[1]]
         end = max(after) if after else training_time(run)
         return Observation(0.0, math.inf if end is None else end, True)
-    crossed = [t for t in (run.summary.get("time_to_target_by_rank") or {}).values() if t is not None]
+    crossed = [t for t in (run.summary.time_to_target_by_rank or {}).values() if t is not None]
     covered = [w.evals[-2]["train_s"] for w in run.workers if len(w.evals) > 1 and "train_s" in w.evals[-2]]
     return Observation(max(crossed + covered, default=0.0), math.inf, False)

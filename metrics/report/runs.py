@@ -15,6 +15,7 @@ from pathlib import Path
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.summary.fidelity import unfaithful
+from metrics.summary.schema import Link, Peer, SpeedReference, Summary
 from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_interval_s", "report.", "lock",
@@ -40,7 +41,7 @@ class PeerLogs:
 @dataclass(eq=False)  # runs and groups are compared by identity
 class Run:
     path: Path
-    summary: dict
+    summary: Summary
     peers: list[PeerLogs]
     speedup: float | None = None  # throughput / the equal-resource baseline's in the same block (attach_baselines)
     scaling_efficiency: float | None = None  # throughput / (peers x the one-peer baseline's in the same block)
@@ -49,7 +50,7 @@ class Run:
 
     @property
     def config(self) -> dict:
-        return self.summary["config"]
+        return self.summary.config
 
     @property
     def strategy(self) -> str:
@@ -57,7 +58,7 @@ class Run:
 
     @property
     def knobs(self) -> dict:
-        return self.summary.get("strategy_knobs", {})
+        return self.summary.strategy_knobs or {}
 
     @property
     def total_cpus(self) -> int:
@@ -71,12 +72,12 @@ class Run:
 
     @property
     def completed(self) -> bool:
-        return self.summary.get("status") == "completed"
+        return self.summary.status == "completed"
 
     @property
     def planned(self) -> bool:
         """A run a sweep is about to start (launchers.sweeper plans its baselines with these)."""
-        return self.summary.get("status") == PLANNED
+        return self.summary.status == PLANNED
 
     @property
     def is_control(self) -> bool:
@@ -101,7 +102,7 @@ class Run:
     @property
     def is_baseline(self) -> bool:
         """A single-process run others are compared with (summary.json's is_baseline, its strategy says so)."""
-        return bool(self.summary.get("is_baseline"))
+        return bool(self.summary.is_baseline)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -122,53 +123,53 @@ class Run:
         return unfaithful(self.summary)
 
     @property
-    def speed_reference(self) -> dict:
-        """summary.json's speed_reference section (the machine's speed during the run); {} where not recorded."""
-        return self.summary.get("speed_reference") or {}
+    def speed_reference(self) -> SpeedReference:
+        """summary.json's speed_reference section (the machine's speed during the run); empty where not recorded."""
+        return self.summary.speed_reference
 
     def speed_moved(self) -> str | None:
         """How far the run's speed reference moved when beyond its tolerance (a mark, never a reason to leave the
         run out); None within it or unrecorded."""
         reference = self.speed_reference
-        if not reference.get("beyond_tolerance"):
+        if not reference.beyond_tolerance:
             return None
-        return (f"machine speed moved {reference['moved']:.0%} during the run (speed reference: its highest level held "
-                f"for two measurements in a row less its lowest / median, tolerance {reference['tolerance']:.0%})")
+        return (f"machine speed moved {reference.moved:.0%} during the run (speed reference: its highest level held "
+                f"for two measurements in a row less its lowest / median, tolerance {reference.tolerance:.0%})")
 
     def slower_than_block(self, runs: list["Run"]) -> float | None:
         """This run's speed reference / the median of its block's (same sweep and block among `runs`, the same work:
         samples, threads, dtype, device) - 1: > 0 slower; None outside a block or without references."""
         mine = self.speed_reference
-        if self.block[1] is None or not mine.get("median_s"):
+        if self.block[1] is None or not mine.median_s:
             return None
-        block = [r.speed_reference["median_s"] for r in runs if r.block == self.block
-                 and r.speed_reference.get("median_s") and r.speed_reference.get("work") == mine.get("work")]
-        return mine["median_s"] / statistics.median(block) - 1 if len(block) > 1 else None
+        block = [r.speed_reference.median_s for r in runs if r.block == self.block
+                 and r.speed_reference.median_s and r.speed_reference.work == mine.work]
+        return mine.median_s / statistics.median(block) - 1 if len(block) > 1 else None
 
     @property
-    def link(self) -> dict:
-        """summary.json's link section (metrics/summary/link.py): the link the run measured; {} where not recorded."""
-        return self.summary.get("link") or {}
+    def link(self) -> Link:
+        """summary.json's link section (metrics/summary/link.py): the link the run measured; empty where not recorded."""
+        return self.summary.link
 
     def worst_worker_accuracy(self) -> float | None:
         """The lowest final test accuracy over workers: summary.json's accuracy_by_worker.worst, else the last
         evaluation of each worker in peer*/eval.jsonl."""
-        worst = (self.summary.get("accuracy_by_worker") or {}).get("worst")
+        worst = self.summary.accuracy_by_worker.worst
         if worst is not None:
             return worst
         finals = [p.evals[-1].get("test_accuracy") for p in self.peers if p.evals]
         finals = [a for a in finals if a is not None]
         return min(finals) if finals else None
 
-    def peer_summaries(self) -> list[dict]:
-        return self.summary.get("peers") or []
+    def peer_summaries(self) -> list[Peer]:
+        return self.summary.peers or []
 
     def strategy_figures(self) -> dict:
         """peers[*].result.strategy flattened and merged: numbers as the mean over peers, other values as
         the distinct set."""
         values: dict[str, list] = {}
         for peer in self.peer_summaries():
-            for key, value in flatten((peer.get("result") or {}).get("strategy") or {}).items():
+            for key, value in flatten((peer.result or {}).get("strategy") or {}).items():
                 values.setdefault(key, []).append(value)
         merged = {}
         for key, vals in values.items():
@@ -187,19 +188,19 @@ class Run:
     @property
     def hosts(self) -> list[str]:
         """The hosts it ran on (summary.json's shape: its host, or its nodes' hosts)."""
-        shape = self.summary.get("shape") or {}
-        return [host for host in shape.get("hosts") or [shape.get("host")] if host]
+        shape = self.summary.shape
+        return [host for host in shape.hosts or [shape.host] if host]
 
     def errors(self) -> list[str]:
         """The run's error, its nodes' (a run over several) and its peers' own tracebacks, each once."""
-        texts = [self.summary.get("error"), *(n.get("error") for n in self.summary.get("nodes") or []),
-                 *(p.get("error") for p in self.peer_summaries())]
+        texts = [self.summary.error, *(n.error for n in self.summary.nodes or []),
+                 *(p.error for p in self.peer_summaries())]
         return list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
 
 
 def planned_run(config: dict, is_baseline: bool) -> Run:
     """A run not started yet, for planning a sweep's baselines."""
-    return Run(Path(), {"status": PLANNED, "config": config, "is_baseline": is_baseline}, [])
+    return Run(Path(), Summary(status=PLANNED, config=config, is_baseline=is_baseline), [])
 
 
 def read_plan(sweep: Path | str | None) -> dict:
@@ -228,10 +229,7 @@ def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
 
 def load_run(path: Path) -> Run:
     run = RunDir(path)
-    summary = json.loads(run.summary.read_text())
-    missing = [k for k in REQUIRED_CONFIG if k not in flatten(summary.get("config") or {})]
-    if missing:
-        raise ValueError(f"its config lacks {', '.join(missing)}")
+    summary = Summary.load(run.summary, require=tuple(f"config.{key}" for key in REQUIRED_CONFIG))
     peers = [PeerLogs(d.rank, read_jsonl(d.steps), read_jsonl(d.evals), read_jsonl(d.resources)) for d in run.peers()]
     return Run(path, summary, peers)
 

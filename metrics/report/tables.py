@@ -8,6 +8,7 @@ from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run
 from metrics.report.stats import Ratio, factor, olympic_mean
 from metrics.recording.steplog import PHASES
+from metrics.summary.schema import Summary
 
 MISSING = "–"
 
@@ -94,23 +95,19 @@ def interval_stat(group: Group, figure, fmt=number) -> str:
     return f"{fmt(found.estimate)} [{fmt(low)}, {fmt(high)}] ({count} {unit})"
 
 
-def summary_figure(key: str):
-    return lambda run: run.summary.get(key)
-
-
 def status_of(group: Group) -> str:
-    statuses = [r.summary.get("status", "?") for r in group.runs]
+    statuses = [(r.summary.status or "?") for r in group.runs]
     return ", ".join(f"{s} x{statuses.count(s)}" if len(statuses) > 1 else s for s in dict.fromkeys(statuses))
 
 
-def fault_tolerance(summary: dict) -> str:
+def fault_tolerance(summary: Summary) -> str:
     """Outcome of an injected fault: survived (with the peers lost) or how long the run took to end."""
-    fault = summary.get("fault")
+    fault = summary.fault
     if not fault:
         return MISSING
-    if fault.get("survived"):
-        return f"survived (lost peers {summary.get('lost_peers') or []})"
-    return f"failed in {number(fault.get('run_ended_after_s'))} s"
+    if fault.survived:
+        return f"survived (lost peers {summary.lost_peers or []})"
+    return f"failed in {number(fault.run_ended_after_s)} s"
 
 
 def fault_tolerance_of(group: Group) -> str:
@@ -131,7 +128,7 @@ def mlperf_time(group: Group) -> float:
 
 def rank_key(group: Group, primary: Primary):
     completed = sum(r.completed for r in group.runs)
-    throughput = group.values(summary_figure("throughput_samples_per_s"))
+    throughput = group.values(lambda r: r.summary.throughput_samples_per_s)
     mean_throughput = statistics.fmean(throughput) if throughput else 0.0
     if not primary.is_time:
         return (-completed, -mean_throughput, group.label)
@@ -197,13 +194,13 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
     rows = []
     for rank, group in enumerate(groups, 1):
         convergence = (["n/a (synthetic)"] * 6 if not primary.is_time else
-                       [reached_cell(group), interval_stat(group, summary_figure("time_to_target_s")),
+                       [reached_cell(group), interval_stat(group, lambda r: r.summary.time_to_target_s),
                         number(mlperf_time(group)),
-                        interval_stat(group, summary_figure("samples_to_target"), lambda v: f"{v:.0f}"),
-                        interval_stat(group, summary_figure("time_per_sample_s"), lambda v: number(1000 * v)),
+                        interval_stat(group, lambda r: r.summary.samples_to_target, lambda v: f"{v:.0f}"),
+                        interval_stat(group, lambda r: r.summary.time_per_sample_s, lambda v: number(1000 * v)),
                         stat(group, lambda r: r.worst_worker_accuracy(), percent)])
-        rows.append([str(rank), group.label, stat(group, summary_figure("wall_s")),
-                     stat(group, summary_figure("throughput_samples_per_s")), speedup_cell(group), scaling_cell(group),
+        rows.append([str(rank), group.label, stat(group, lambda r: r.summary.wall_s),
+                     stat(group, lambda r: r.summary.throughput_samples_per_s), speedup_cell(group), scaling_cell(group),
                      *convergence])
     target = f"Target: {primary.target}, estimator {primary.estimator}; " if primary.is_time else ""
     return Table("Time, throughput and convergence",
@@ -232,14 +229,14 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
 
 def resolution(groups: list[Group]) -> str:
     """How finely time-to-target is resolved: one test sample, and the evaluation interval of each configuration."""
-    evaluations = [(g.label, g.first.summary.get("evaluation") or {}) for g in groups]
-    found = [(label, e) for label, e in evaluations if e.get("interval_steps") and e.get("test_samples")]
+    evaluations = [(g.label, g.first.summary.evaluation) for g in groups]
+    found = [(label, e) for label, e in evaluations if e.interval_steps and e.test_samples]
     if not found:
         return ""
-    tests = found[0][1]["test_samples"]
-    intervals = "; ".join(f"{label} every {e['interval_steps']} steps = {e['interval_samples']:,} samples"
+    tests = found[0][1].test_samples
+    intervals = "; ".join(f"{label} every {e.interval_steps} steps = {e.interval_samples:,} samples"
                           for label, e in found)
-    modes = {mode: [label for label, e in evaluations if (e.get("mode") or "after_training") == mode]
+    modes = {mode: [label for label, e in evaluations if (e.mode or "after_training") == mode]
              for mode in ("in_training", "after_training")}
     when = "; ".join(f"{MODE_TEXT[mode]}: {', '.join(labels)}" for mode, labels in modes.items() if labels)
     return (f"Resolution: one test sample = 1/{tests} = {100 / tests:.2f} points of accuracy; evaluations "
@@ -252,7 +249,7 @@ MODE_TEXT = {"in_training": "evaluated in training's pauses, the run ending at i
 
 def window_steps(groups: list[Group]) -> str:
     """The measurement windows of the runs (steps first-last), as the caption states them."""
-    windows = sorted({(w["first"], w["last"]) for g in groups for r in g.runs if (w := r.summary.get("window"))})
+    windows = sorted({(w.first, w.last) for g in groups for r in g.runs if (w := r.summary.window)})
     return f" (steps {', '.join(f'{a}-{b}' for a, b in windows)}: after warm-up, whole averaging periods)" \
         if windows else ""
 
@@ -274,9 +271,9 @@ def accuracy_cost_cell(group: Group, synthetic: bool) -> str:
 
 def bytes_table(groups: list[Group], synthetic: bool) -> Table:
     rows = [[group.label,
-             stat(group, summary_figure("bytes_sent_per_step")), stat(group, summary_figure("bytes_recv_per_step")),
-             stat(group, summary_figure("bytes_sent_per_sample")), stat(group, summary_figure("bytes_recv_per_sample")),
-             accuracy_cost_cell(group, synthetic), group.first.summary.get("network_scope", MISSING)]
+             stat(group, lambda r: r.summary.bytes_sent_per_step), stat(group, lambda r: r.summary.bytes_recv_per_step),
+             stat(group, lambda r: r.summary.bytes_sent_per_sample), stat(group, lambda r: r.summary.bytes_recv_per_sample),
+             accuracy_cost_cell(group, synthetic), (group.first.summary.network_scope or MISSING)]
             for group in groups]
     return Table("Communication payload",
                  ["configuration", "sent per worker per step (bytes)", "received per worker per step (bytes)",
@@ -293,7 +290,7 @@ def bytes_table(groups: list[Group], synthetic: bool) -> Table:
 
 def share_of(group: Group, phase: str) -> float | None:
     """Mean over repeats of a phase's share of the step (summary.json's time_breakdown_share)."""
-    values = group.values(lambda r: (r.summary.get("time_breakdown_share") or {}).get(phase))
+    values = group.values(lambda r: (r.summary.time_breakdown_share or {}).get(phase))
     return statistics.fmean(values) if values else None
 
 
@@ -311,11 +308,11 @@ def bottleneck(group: Group) -> tuple[str, float] | None:
 def breakdown_table(groups: list[Group]) -> Table:
     rows = []
     for group in groups:
-        shares = [stat(group, lambda r, p=p: (r.summary.get("time_breakdown_share") or {}).get(p), percent)
+        shares = [stat(group, lambda r, p=p: (r.summary.time_breakdown_share or {}).get(p), percent)
                   for p in PHASES]
-        step_ms = stat(group, lambda r: sum(v for v in (r.summary.get("time_breakdown_s") or {}).values() if v)
+        step_ms = stat(group, lambda r: sum(v for v in (r.summary.time_breakdown_s or {}).values() if v)
                        or None, lambda v: number(1000 * v))
-        hidden_ms = stat(group, lambda r: r.summary.get("hidden_comm_s"), lambda v: number(1000 * v))
+        hidden_ms = stat(group, lambda r: r.summary.hidden_comm_s, lambda v: number(1000 * v))
         found = bottleneck(group)
         rows.append([group.label, *shares, step_ms, hidden_ms,
                      f"{found[0]} ({percent(found[1])} %)" if found else MISSING])
@@ -334,12 +331,12 @@ def resources_table(groups: list[Group]) -> Table:
     for group in groups:
         for run in group.runs:
             for peer in run.peer_summaries():
-                role = (peer.get("result") or {}).get("role", MISSING)
-                cores = (peer.get("result") or {}).get("cores")
-                rows.append([group.label, str(run.config.get("seed")), str(peer["rank"]), role,
-                             ", ".join(map(str, cores)) if cores else MISSING, mib(peer.get("peak_rss_bytes")),
-                             number(peer.get("mean_cpu_percent")), mib(peer.get("net_tx_bytes")),
-                             mib(peer.get("lo_tx_bytes")), mib(peer.get("disk_read_bytes"))])
+                role = (peer.result or {}).get("role", MISSING)
+                cores = (peer.result or {}).get("cores")
+                rows.append([group.label, str(run.config.get("seed")), str(peer.rank), role,
+                             ", ".join(map(str, cores)) if cores else MISSING, mib(peer.peak_rss_bytes),
+                             number(peer.mean_cpu_percent), mib(peer.net_tx_bytes),
+                             mib(peer.lo_tx_bytes), mib(peer.disk_read_bytes)])
     return Table("Resources per peer",
                  ["configuration", "seed", "rank", "role", "cores", "peak RSS (MiB)", "mean CPU (%)",
                   "net tx (MiB)", "loopback tx (MiB)", "disk read (MiB)"], rows,
@@ -359,12 +356,12 @@ def error_headline(error: str | None) -> str | None:
 
 def failure_counters(run: Run) -> dict:
     """The peer figures the run's strategy declared as failure counters (summary.json's failure_counters)."""
-    declared = set(run.summary.get("failure_counters") or ())
+    declared = set(run.summary.failure_counters or ())
     return {k: v for k, v in run.strategy_figures().items() if k in declared}
 
 
 def attempt_status(run: Run) -> str:
-    status = run.summary.get("status", "?")
+    status = (run.summary.status or "?")
     if run.superseded:
         return f"{status}, superseded (moved aside, run again)"
     return f"{status}, run later" if run.run_later else status
@@ -378,11 +375,11 @@ def failures_table(groups: list[Group]) -> Table:
             counters = ", ".join(f"{k}={number(v) if isinstance(v, float) else v}"
                                  for k, v in failure_counters(run).items())
             rows.append([group.label, MISSING if run.config.get("block") is None else str(run.config["block"]), str(run.config.get("seed")),
-                         attempt_status(run), str(summary.get("exit_code")),
-                         MISSING if summary.get("failed_rank") is None else str(summary["failed_rank"]),
-                         ", ".join(map(str, summary.get("lost_peers") or [])) or MISSING,
+                         attempt_status(run), str(summary.exit_code),
+                         MISSING if summary.failed_rank is None else str(summary.failed_rank),
+                         ", ".join(map(str, summary.lost_peers or [])) or MISSING,
                          fault_tolerance(summary), counters or MISSING,
-                         error_headline(summary.get("error")) or MISSING])
+                         error_headline(summary.error) or MISSING])
     return Table("Failures", ["configuration", "block", "seed", "status", "exit code", "failed rank", "lost peers",
                               "fault tolerance", "strategy failure counters", "error"], rows,
                  "Every run and every attempt: an attempt a resumed sweep superseded (moved below superseded/ and "
@@ -417,14 +414,14 @@ def rounds_table(groups: list[Group]) -> Table | None:
     """Strategies that record their averaging rounds one by one (summary.json averaging_rounds: hivemind)."""
     rows = []
     for group in groups:
-        recorded = [r.summary["averaging_rounds"] for r in group.runs if r.summary.get("averaging_rounds")]
-        workers = str(group.first.summary.get("workers"))
-        for kind in sorted({k for section in recorded for k in section["group_sizes"]}):
+        recorded = [r.summary.averaging_rounds for r in group.runs if r.summary.averaging_rounds]
+        workers = str(group.first.summary.workers)
+        for kind in sorted({k for section in recorded for k in section.group_sizes}):
             sizes: dict[str, int] = {}
             for section in recorded:
-                for size, count in section["group_sizes"].get(kind, {}).items():
+                for size, count in section.group_sizes.get(kind, {}).items():
                     sizes[size] = sizes.get(size, 0) + count
-            rounds = [r for section in recorded for r in section["rounds"] if r["kind"] == kind]
+            rounds = [r for section in recorded for r in section.rounds if r["kind"] == kind]
             total = sum(sizes.values())
             rows.append([group.label, kind, str(total),
                          ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items(), key=lambda i: int(i[0]))),

@@ -282,10 +282,6 @@ def mean(group: Group, figure) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def summary_mean(group: Group, key: str) -> float | None:
-    return mean(group, lambda r: r.summary.get(key))
-
-
 def size(n_bytes: float) -> str:
     for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
         if n_bytes >= scale:
@@ -304,7 +300,7 @@ def scaling_text(group: Group) -> str:
 def figures_of(group: Group, a: Analysis) -> list[str]:
     figures = []
     if a.primary.is_time:
-        reached = [t for t in group.values(lambda r: r.summary.get("time_to_target_s"))]
+        reached = [t for t in group.values(lambda r: r.summary.time_to_target_s)]
         figures.append(reached_text(group, a.primary))
         if reached:
             figures.append(f"time-to-target {number(statistics.fmean(reached))} s (mean of the {len(reached)} that "
@@ -315,7 +311,7 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
         figures.append(f"no equal-resource baseline (a single run with {cpus(group.first.total_cpus)}; command "
                        "below)")
     figures += [f"{a.primary.name} against {c.other.label}: {claim_text(c)}" for c in a.comparisons if c.this is group]
-    throughput = summary_mean(group, "throughput_samples_per_s")
+    throughput = mean(group, lambda r: r.summary.throughput_samples_per_s)
     if throughput is not None:
         figures.append(f"{number(throughput)} samples/s")
         if group.baseline and group.baseline is not group:
@@ -323,7 +319,7 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
                            + (" (beside the primary figure)" if a.primary.is_time else ""))
         if group.one_peer is not group:
             figures.append(scaling_text(group))
-    sent = summary_mean(group, "bytes_sent_per_sample")
+    sent = mean(group, lambda r: r.summary.bytes_sent_per_sample)
     if sent is not None:
         figures.append(f"{size(sent)}/sample sent" if sent else "no payload exchanged")
     worst = mean(group, lambda r: r.worst_worker_accuracy())
@@ -341,11 +337,11 @@ def caveats_of(group: Group, section: Section) -> list[str]:
     caveats = []
     for run in group.runs:
         if not run.completed:
-            caveats.append(f"{run.summary.get('status', 'unknown status')} (seed {run.config.get('seed')}): "
-                           f"{error_headline(run.summary.get('error')) or 'no error recorded'}")
+            caveats.append(f"{(run.summary.status or 'unknown status')} (seed {run.config.get('seed')}): "
+                           f"{error_headline(run.summary.error) or 'no error recorded'}")
     if group.attempts:
-        errors = "; ".join(f"block {r.config.get('block')}: {r.summary.get('status')}"
-                           + (f", {error_headline(r.summary.get('error'))}" if r.summary.get("error") else "")
+        errors = "; ".join(f"block {r.config.get('block')}: {r.summary.status}"
+                           + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
                            for r in group.attempts)
         caveats.append(f"{len(group.attempts)} superseded attempt{'s' if len(group.attempts) > 1 else ''} ({errors})")
     later = [str(r.config.get("block")) for r in group.runs if r.run_later]
@@ -355,7 +351,7 @@ def caveats_of(group: Group, section: Section) -> list[str]:
         reached, runs = reached_count(group)
         if reached < runs:
             caveats.append(f"target not reached in {runs - reached} of {runs}")
-    lost = sorted({rank for r in group.runs for rank in r.summary.get("lost_peers") or []})
+    lost = sorted({rank for r in group.runs for rank in r.summary.lost_peers or []})
     if lost:
         caveats.append(f"lost peers {', '.join(map(str, lost))}")
     failed_rounds = {k: v for r in group.runs for k, v in failure_counters(r).items()
@@ -364,9 +360,9 @@ def caveats_of(group: Group, section: Section) -> list[str]:
         caveats.append("failed averaging rounds: " + ", ".join(f"{k}={number(v)}" for k, v in failed_rounds.items()))
     caveats += setting_caveats(group.runs)
     caveats += speed_caveats(group.runs, section.runs)
-    if any((r.summary.get("device") or {}).get("gpu_shared") for r in group.runs):
+    if any(r.summary.device.gpu_shared for r in group.runs):
         caveats.append("peers shared GPUs (more peers than GPUs on a host): not one GPU per peer")
-    if section.synthetic or any(r.summary.get("data_is_synthetic") for r in group.runs):
+    if section.synthetic or any(r.summary.data_is_synthetic for r in group.runs):
         caveats.append("synthetic data: throughput only, accuracy has no meaning")
     caveats += window_caveats(group.runs)
     length = length_caveat(group, section.groups)
@@ -379,27 +375,27 @@ def setting_caveats(runs: list[Run]) -> list[str]:
     """What limits the runs' fidelity to the setting they emulate: summary.json's shape (oversubscribed cores),
     isolation (not isolated, unfaithful CPU shares, time dilation) and machine (other load on the machine)."""
     caveats = []
-    shapes = [s for s in (r.summary.get("shape") for r in runs) if s]
-    crowded = [s for s in shapes if s.get("fits") is False or (s.get("oversubscription") or 0) > 1]
+    shapes = [s for s in (r.summary.shape for r in runs) if s]
+    crowded = [s for s in shapes if s.fits is False or (s.oversubscription or 0) > 1]
     if crowded:
-        worst = max(crowded, key=lambda s: s.get("oversubscription") or 0)
-        caveats.append(f"oversubscribed (by {number(worst.get('oversubscription'))}×, on {worst.get('cores')} cores)")
+        worst = max(crowded, key=lambda s: s.oversubscription or 0)
+        caveats.append(f"oversubscribed (by {number(worst.oversubscription)}×, on {worst.cores} cores)")
     elif not shapes:
         caveats += list(dict.fromkeys(filter(None, (shared_cores(r) for r in runs))))
-    isolation = [i for i in (r.summary.get("isolation") for r in runs) if i]
-    reasons = list(dict.fromkeys(i.get("reason") for i in isolation if i.get("status") == "not isolated"))
+    isolation = [i for i in (r.summary.isolation for r in runs) if i]
+    reasons = list(dict.fromkeys(i.reason for i in isolation if i.status == "not isolated"))
     if reasons:
         caveats.append("not isolated" + (f" ({'; '.join(filter(None, reasons))})" if any(reasons) else ""))
     unfaithful = list(dict.fromkeys(why for r in runs for why in r.unfaithful()))
     if unfaithful:
         caveats.append("unfaithful: " + "; ".join(unfaithful))
-    dilations = sorted({i["dilation"] for i in isolation if i.get("dilation") not in (None, 1, 1.0)})
+    dilations = sorted({i.dilation for i in isolation if i.dilation not in (None, 1, 1.0)})
     if dilations:
         caveats.append(f"dilated by {', '.join(number(d) for d in dilations)}")
-    machines = [m for m in (r.summary.get("machine") for r in runs) if m]
-    busy = [m for m in machines if m.get("alone") is False]
+    machines = [m for m in (r.summary.machine for r in runs) if m]
+    busy = [m for m in machines if m.alone is False]
     if busy:
-        share = max((m.get("other_cpu_share") or 0) for m in busy)
+        share = max((m.other_cpu_share or 0) for m in busy)
         caveats.append("not alone on the machine" + (f" (other processes: up to {share:.0%} of its CPU)"
                                                      if share else ""))
     return caveats
@@ -415,7 +411,7 @@ def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
         if moved:
             caveats.append(f"block {block}: {moved}" if block is not None else moved)
         off = run.slower_than_block(section_runs)
-        if off is not None and abs(off) > run.speed_reference["tolerance"]:
+        if off is not None and abs(off) > run.speed_reference.tolerance:
             caveats.append(f"block {block}: this run's machine was {abs(off):.0%} {'slower' if off > 0 else 'faster'} "
                            f"than its block's median (speed reference, median over the block's runs of the same work)")
     return caveats
@@ -423,7 +419,7 @@ def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
 
 def shared_cores(run) -> str | None:
     """Processes that asked for more CPUs than the cores they were pinned to (peers.result.cores)."""
-    pinned = [(p.get("result") or {}).get("cores") or [] for p in run.summary.get("peers") or []]
+    pinned = [(p.result or {}).get("cores") or [] for p in run.summary.peers or []]
     per_process = run.config["peer_cpus"] * (run.config["peers"] if run.is_baseline else 1)  # single: N x c threads
     asked = per_process * len(pinned)
     distinct = len({c for cores in pinned for c in cores})
@@ -437,11 +433,11 @@ def window_caveats(runs: list[Run]) -> list[str]:
     window (they ended inside it or before it)."""
     caveats = []
     for run in runs:
-        window = run.summary.get("window")
-        if window and not window["complete"]:
+        window = run.summary.window
+        if window and not window.complete:
             block = run.config.get("block")
             caveats.append(("" if block is None else f"block {block}: ") + "ended before the end of the measurement "
-                           f"window (steps {window['first']}-{window['last']}): its per-step figures cover fewer steps")
+                           f"window (steps {window.first}-{window.last}): its per-step figures cover fewer steps")
     return caveats
 
 
@@ -453,9 +449,9 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
     if len(steps) > 1:
         parts.append(f"max_steps={group.first.config['max_steps']} (this comparison: "
                      f"{', '.join(map(str, steps))})")
-    samples = summary_mean(group, "total_samples") or 0
-    most = max(summary_mean(g, "total_samples") or 0 for g in groups)
-    stopped = all((r.summary.get("evaluation") or {}).get("stopped_at_target") for r in group.runs)
+    samples = mean(group, lambda r: r.summary.total_samples) or 0
+    most = max(mean(g, lambda r: r.summary.total_samples) or 0 for g in groups)
+    stopped = all(r.summary.evaluation.stopped_at_target for r in group.runs)
     if samples < most and not stopped:
         parts.append(f"{samples:,.0f} samples trained, {most:,.0f} in the longest configuration")
     return "unequal length: " + "; ".join(parts) if parts else None

@@ -6,6 +6,7 @@ definition for all strategies, stated in METHODS and written into the summary.
 import json
 import os
 import statistics
+from pathlib import Path
 
 from metrics.summary.isolation import METHODS as ISOLATION_METHODS
 from metrics.summary.isolation import isolation_section, undilate
@@ -19,6 +20,7 @@ from metrics.summary.network import network_section
 from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
 from metrics.summary.noise_scale import noise_scale_section
 from metrics.summary.rounds import rounds_section
+from metrics.summary.schema import Evaluation, Isolation, Peer, PeerWindow, Section, Summary
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS
 from metrics.summary.target import samples_by_step, time_to_target
@@ -96,18 +98,23 @@ def device_of(config: dict, workers: list[dict]) -> dict:
 def worker_accuracy(evals_by_rank: dict[int, list[dict]]) -> dict:
     """Final accuracy over workers (mean, worst, best; see METHODS)."""
     finals = {rank: evals[-1] for rank, evals in evals_by_rank.items() if evals}
-    accuracy = {rank: e.get("test_accuracy") for rank, e in finals.items()}
+    over_workers = accuracy_over_workers({rank: e.get("test_accuracy") for rank, e in finals.items()})
+    return {"accuracy_by_worker": over_workers, "final_test_accuracy": over_workers["worst"],
+            "final_test_loss": max((e["test_loss"] for e in finals.values()), default=None)}
+
+
+def accuracy_over_workers(accuracy: dict) -> dict:
+    """summary.json accuracy_by_worker from each worker's final accuracy (rank -> accuracy or None)."""
     known = [a for a in accuracy.values() if a is not None]
-    return {
-        "accuracy_by_worker": {
-            "mean": statistics.fmean(known) if known else None,
-            "worst": min(known) if known else None,
-            "best": max(known) if known else None,
-            "by_rank": accuracy,
-        },
-        "final_test_accuracy": min(known) if known else None,
-        "final_test_loss": max((e["test_loss"] for e in finals.values()), default=None),
-    }
+    return {"mean": statistics.fmean(known) if known else None, "worst": min(known, default=None),
+            "best": max(known, default=None), "by_rank": accuracy}
+
+
+def step_shares(breakdown: dict, hidden: float | None) -> dict:
+    """time_breakdown_share and hidden_comm_share from the mean step's phases and hidden communication."""
+    step_total = sum(v or 0.0 for v in breakdown.values())
+    return {"time_breakdown_share": {p: (v or 0.0) / step_total for p, v in breakdown.items()} if step_total else {},
+            "hidden_comm_share": hidden / step_total if hidden is not None and step_total else None}
 
 
 def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[int, list[dict]],
@@ -165,7 +172,7 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
 def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
-                  window: tuple[int, int] | None = None) -> dict:
+                  window: tuple[int, int] | None = None) -> Summary:
     """knobs, bound (a function of metrics.summary.bounds.Round), bound_formula, is_baseline (a single-process
     run that others are compared with), rounds_overlap and failure_counters (the keys of its peers'
     figures that count failures) come from the run's strategy; shape (the run against this host's
@@ -182,9 +189,8 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     longest = max((w["window"]["train_s"] for w in workers), default=0.0)
 
     breakdown = {phase: _mean(s[phase] for s in all_steps) for phase in PHASES}
-    step_total = sum(v or 0.0 for v in breakdown.values())
-    shares = {phase: (v or 0.0) / step_total for phase, v in breakdown.items()} if step_total else {}
     hidden = _mean(s.get("hidden_comm_s", 0.0) for s in all_steps)
+    shares = step_shares(breakdown, hidden)
 
     faults = sorted((json.loads(p.fault.read_text()) for p in peers if p.fault.exists()), key=lambda f: f["time"])
     fault = faults[0] | {"survived": outcome.status == "completed",
@@ -195,7 +201,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
     isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, (shape or {}).get("fits", True))
-    return undilate({
+    return Summary.from_dict(undilate({
         "status": outcome.status,
         "exit_code": outcome.exit_code,
         "error": outcome.error,
@@ -224,9 +230,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "effective_lr": next((w["result"]["effective_lr"] for w in workers
                               if w["result"] and "effective_lr" in w["result"]), None),
         "time_breakdown_s": breakdown,
-        "time_breakdown_share": shares,
+        "time_breakdown_share": shares["time_breakdown_share"],
         "hidden_comm_s": hidden,
-        "hidden_comm_share": hidden / step_total if hidden is not None and step_total else None,
+        "hidden_comm_share": shares["hidden_comm_share"],
         "bytes_sent_per_step": sent,
         "bytes_recv_per_step": recv,
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / window_samples if window_samples else None,
@@ -241,14 +247,165 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "speed_reference": speed_reference_section(config, figures),
         "peers": figures,
         "methods": METHODS,
-    }, isolation["dilation"])
+    }, isolation["dilation"]))
 
 
 def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
-                  window: tuple[int, int] | None = None) -> dict:
+                  window: tuple[int, int] | None = None) -> Summary:
     summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, rounds_overlap,
                             failure_counters, shape, lock, window)
-    run.summary.write_text(json.dumps(summary, indent=1, default=str))
+    summary.save(run.summary)
     return summary
+
+WORST_LAST = ("completed", "interrupted", "failed")  # a status not listed counts as failed
+NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: see the job's SLURM logs)"
+
+
+def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
+    """The summary of a run over several nodes from its nodes' (node folders at paths, node ranks; missing: the
+    ranks that wrote none), each figure by the definition one node's states, over every node's workers:
+
+    status           the worst node's (failed > interrupted > completed); a node that wrote no summary fails the run;
+                     error, exit code and failed rank from the node that ended first among those that did not
+                     complete (the others failed after it); every node's error stays in the run's errors
+    samples          summed over nodes; throughput = all workers' samples in the measurement window / the longest
+                     worker's training time in it, across nodes
+    time-to-target   the worst worker's crossing over every node's workers (each worker's crossing time as its
+                     node's summary gives it); samples-to-target: every worker's samples at that crossing, from all
+                     workers' logs (metrics/summary/target.py); accuracy by worker over all workers
+    per step         time breakdown and bytes per step: means over every worker's steps in the window (each node's
+                     mean weighted by its steps there); bytes per sample: all workers' bytes / all workers' samples
+                     in the window
+    setting          shape, machine and link of the node that is worst off (the most oversubscribed, the least
+                     alone, an unfaithful link), with every node's host; isolation over every node's ranks
+    """
+    first = summaries[0]
+    peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
+    windows = windows_of(peers)
+    longest = max((w.train_s for w in windows), default=0.0)
+    steps = [sum(w.steps for w in windows_of(s.peers or [])) for s in summaries]  # its means' weight
+    samples = [sum(w.samples for w in windows_of(s.peers or [])) for s in summaries]
+    breakdown = {phase: weighted([((s.time_breakdown_s or {}).get(phase), w) for s, w in zip(summaries, steps)])
+                 for phase in (first.time_breakdown_s or {})}
+    hidden = weighted([(s.hidden_comm_s, w) for s, w in zip(summaries, steps)])
+    shape = worst_of([s.shape for s in summaries], lambda s: s.oversubscription or 0)
+    device = (first.device.to_dict() or {}) | {"gpus": sorted({g for s in summaries for g in s.device.gpus or []}),
+                                               "gpu_shared": any(s.device.gpu_shared for s in summaries)}
+    return Summary.from_dict(first.to_dict() | nodes_outcome(paths, summaries, ranks, missing) | {
+        "peers": [p.to_dict() for p in peers],
+        "workers": sum(s.workers or 0 for s in summaries),
+        "total_samples": sum(s.total_samples or 0 for s in summaries),
+        "throughput_samples_per_s": sum(w.samples for w in windows) / longest if longest else None,
+        "useful_samples": largest(s.useful_samples for s in summaries),
+        "startup_wait_s": largest(s.startup_wait_s for s in summaries),
+        "time_breakdown_s": breakdown,
+        "hidden_comm_s": hidden,
+        **step_shares(breakdown, hidden),
+        "bytes_sent_per_step": weighted([(s.bytes_sent_per_step, w) for s, w in zip(summaries, steps)]),
+        "bytes_recv_per_step": weighted([(s.bytes_recv_per_step, w) for s, w in zip(summaries, steps)]),
+        "bytes_sent_per_sample": weighted([(s.bytes_sent_per_sample, n) for s, n in zip(summaries, samples)]),
+        "bytes_recv_per_sample": weighted([(s.bytes_recv_per_sample, n) for s, n in zip(summaries, samples)]),
+        **nodes_learning_curves(paths, summaries),
+        "evaluation": nodes_evaluation([s.evaluation for s in summaries]),
+        "device": device,
+        "isolation": nodes_isolation([s.isolation for s in summaries]),
+        "shape": shape | {"hosts": [s.shape.host for s in summaries]} if shape else None,
+        "machine": worst_of([s.machine for s in summaries], lambda m: (m.alone is False, m.other_cpu_share or 0)),
+        "link": worst_of([s.link for s in summaries], lambda link: link.faithful is False) or first.link.to_dict(),
+    })
+
+
+def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> dict:
+    """Status, error, exit code, failed rank, lost peers, fault and times of the run; each node's own in `nodes`."""
+    listed = [{"node_rank": rank, "host": s.shape.host, "path": str(path), "status": s.status, "error": s.error}
+              for rank, path, s in zip(ranks, paths, summaries)]
+    listed += [{"node_rank": rank, "host": None, "path": None, "status": None,
+                "error": f"node rank {rank} {NO_SUMMARY}"} for rank in missing]
+    ended = [(s.started_at or 0) + (s.wall_s or 0) for s in summaries]
+    found = {"nodes": sorted(listed, key=lambda n: n["node_rank"]),
+             "status": max((s.status for s in summaries), key=severity) if not missing else "failed",
+             "started_at": min(s.started_at or 0 for s in summaries),
+             "lost_peers": sorted({r for s in summaries for r in s.lost_peers or []})}
+    found["wall_s"] = max(ended) - found["started_at"]
+    faults = sorted((s.fault for s in summaries if s.fault), key=lambda f: f.time or 0)
+    found["fault"] = faults[0].to_dict() if faults else None
+    failed = sorted(((end, s) for end, s in zip(ended, summaries) if s.status != "completed"), key=lambda f: f[0])
+    if failed:
+        cause = failed[0][1]
+        found |= {"error": cause.error, "exit_code": cause.exit_code, "failed_rank": cause.failed_rank}
+    elif missing:
+        found |= {"error": f"node rank {', '.join(map(str, missing))} {NO_SUMMARY}", "exit_code": None,
+                  "failed_rank": None}
+    return found
+
+
+def nodes_learning_curves(paths: list[Path], summaries: list[Summary]) -> dict:
+    """Time-to-target by the worst worker over every node's workers (its samples and steps from every worker's
+    logs; its seconds from each worker's crossing as its node's summary converted them) and the accuracy of every
+    worker."""
+    workers = [(peer, steps) for path in paths for peer in RunDir(path).peers() if (steps := read_jsonl(peer.steps))]
+    found = time_to_target({p.rank: read_jsonl(p.evals) for p, _ in workers}, {p.rank: s for p, s in workers},
+                           {p.rank: p.eval_samples for p, _ in workers}, summaries[0].target)
+    crossed = {rank: t for s in summaries for rank, t in (s.time_to_target_by_rank or {}).items()}
+    samples = found["samples_to_target"]
+    worst = max(crossed.values()) if samples is not None and crossed and None not in crossed.values() else None
+    accuracy = accuracy_over_workers(
+        {rank: a for s in summaries for rank, a in (s.accuracy_by_worker.by_rank or {}).items()})
+    return found | {"time_to_target_by_rank": crossed, "time_to_target_s": worst,
+                    "time_per_sample_s": worst / samples if worst is not None and samples else None,
+                    "accuracy_by_worker": accuracy, "final_test_accuracy": accuracy["worst"],
+                    "final_test_loss": largest(s.final_test_loss for s in summaries)}
+
+
+def nodes_evaluation(found: list[Evaluation]) -> dict:
+    return (found[0].to_dict() or {}) | {
+        "interval_samples": total(e.interval_samples for e in found),
+        "test_samples": largest(e.test_samples for e in found),
+        "evaluations": largest(e.evaluations for e in found),
+        "after_training_s": largest(e.after_training_s for e in found),
+        "snapshot_pause_s": largest(e.snapshot_pause_s for e in found)}
+
+
+def nodes_isolation(found: list[Isolation]) -> dict:
+    """Every node's ranks; isolated where every node was, faithful where every node measured it so."""
+    apart = next((i for i in found if i.status != "isolated"), found[0])
+    faithful = [i.faithful for i in found]
+    return (found[0].to_dict() or {}) | {
+        "status": apart.status, "reason": apart.reason,
+        "faithful": False if False in faithful else None if None in faithful else True,
+        "unfaithful": [why for i in found for why in i.unfaithful or []],
+        "by_rank": [row for i in found for row in i.by_rank or []]}
+
+
+def worst_of(sections: list[Section], badness) -> dict | None:
+    """The section of the node worst off by badness(section) (the first node's on a tie); None where no node has it."""
+    found = [s for s in sections if s]
+    return max(found, key=badness).to_dict() if found else None
+
+
+def severity(status: str | None) -> int:
+    return WORST_LAST.index(status) if status in WORST_LAST else len(WORST_LAST)
+
+
+def windows_of(peers: list[Peer]) -> list[PeerWindow]:
+    """Each peer's samples, training time and steps in the measurement window (a summary from before the window:
+    all its steps)."""
+    return [p.window or PeerWindow(samples=p.samples or 0, train_s=p.train_s or 0.0, steps=p.steps or 0)
+            for p in peers if p.train_s is not None]
+
+
+def weighted(pairs: list[tuple]) -> float | None:
+    """The mean of values weighted by their weights (pairs without a value or weight left out)."""
+    known = [(v, w) for v, w in pairs if v is not None and w]
+    return sum(v * w for v, w in known) / sum(w for _, w in known) if known else None
+
+
+def largest(values) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+def total(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None

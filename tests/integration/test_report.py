@@ -20,6 +20,7 @@ from helpers import QUICK, ROOT, run_train
 from metrics import report
 from metrics.recording.jsonl import read_jsonl
 from metrics.report.runs import Run, flatten, group_runs, load_run
+from metrics.summary.schema import Summary
 
 REPORT_FILES = ("report.html", "report.md", "runs.csv")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]  # the first test also pays for the module's runs (4 + 2 + 2 short runs)
@@ -277,14 +278,14 @@ def test_labels_name_only_what_differs(multirun):
     run = load_run(run_dirs(multirun[0])[0])
 
     def variant(strategy, peers=1, peer_cpus=1, knobs=None, from_ring_sweep=False, **config):
-        summary = copy.deepcopy(run.summary)
+        summary = copy.deepcopy(run.summary.to_dict())
         summary["config"] |= {"strategy": {"name": strategy}, "peers": peers, "peer_cpus": peer_cpus, **config}
         if knobs:
             summary["config"][strategy] = knobs
         if from_ring_sweep:  # ++ring.controller=mpi: an unused entry in every run of that sweep
             summary["config"].setdefault("ring", {"controller": "mpi"})
         summary["strategy_knobs"] = ({} if strategy == "single" else {"transport": "gloo"}) | (knobs or {})
-        return Run(run.path, summary, [])
+        return Run(run.path, Summary.from_dict(summary), [])
 
     def labels(*runs):
         groups = group_runs(list(runs))
@@ -312,13 +313,17 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
     from metrics.report.verdict import caveats_of
 
     run = load_run(scaling[0])
-    run.summary["lost_peers"] = [1]
-    run.summary["failure_counters"] = ["rounds_failed"]  # declared by the run's strategy
-    for peer in run.summary["peers"]:
+    summary = run.summary.to_dict()
+    summary["lost_peers"] = [1]
+    summary["failure_counters"] = ["rounds_failed"]  # declared by the run's strategy
+    for peer in summary["peers"]:
         peer["result"]["strategy"]["rounds_failed"] = 2
+    run.summary = Summary.from_dict(summary)
     longer = load_run(scaling[0])
-    longer.summary["config"]["max_steps"] = 12
-    longer.summary["total_samples"] *= 2
+    summary = longer.summary.to_dict()
+    summary["config"]["max_steps"] = 12
+    summary["total_samples"] *= 2
+    longer.summary = Summary.from_dict(summary)
     groups = group_runs([run, longer])
     attach_baselines(groups)
     section = sections_of(groups)[0]
@@ -435,9 +440,11 @@ def test_strategy_summary_figures_of_any_strategy(multirun):
     from metrics.report.tables import failures_table, strategy_table
 
     run = load_run(run_dirs(multirun[0])[0])
-    for rank, peer in enumerate(run.summary["peers"]):
+    summary = run.summary.to_dict()
+    for rank, peer in enumerate(summary["peers"]):
         peer["result"]["strategy"] = {"rounds": {"ok": 9 + rank, "failed": 1}, "group": "a", "timeouts_ok": 0}
-    run.summary["failure_counters"] = ["rounds.failed"]
+    summary["failure_counters"] = ["rounds.failed"]
+    run.summary = Summary.from_dict(summary)
     assert run.strategy_figures() == {"rounds.ok": 9.0, "rounds.failed": 1.0, "group": "a", "timeouts_ok": 0.0}
     group = group_runs([run])[0]
     table = strategy_table([group])
@@ -460,7 +467,7 @@ def test_bytes_table_puts_the_accuracy_cost_beside_the_bytes():
         summary = {"status": status, "config": config, "is_baseline": strategy == "single",
                    "throughput_samples_per_s": 100.0, "accuracy_by_worker": {"worst": worst},
                    "bytes_sent_per_sample": 0 if strategy == "single" else 500}
-        return Run(Path(f"/runs/{strategy}{peer_cpus}/{block}"), summary, [])
+        return Run(Path(f"/runs/{strategy}{peer_cpus}/{block}"), Summary.from_dict(summary), [])
 
     baseline = [made("single", b, a) for b, a in enumerate([0.90, 0.92, 0.94, 0.90])]
     # blocks 0-2: -0.02, -0.01, -0.04; block 3 failed and block 4 has no baseline: neither counts

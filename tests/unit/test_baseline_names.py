@@ -2,6 +2,7 @@
 import pytest
 
 from launchers.sweeper import baseline_names
+from metrics.summary.schema import Summary
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -23,8 +24,8 @@ def run_of(strategy, optim, lr=0.01, peers=2, baseline=False):
 
     config = {"strategy": {"name": strategy}, "data": {"name": "digits"}, "model": {"name": "tiny"}, "peers": peers,
               "peer_cpus": 1, "batch_size": 32, "lr": lr, "optim": optim, "report": {"baseline_strategy": "single"}}
-    return Run(f"/runs/{strategy}", {"config": config, "status": "completed", "is_baseline": baseline,
-                                     "throughput_samples_per_s": 100.0}, [])
+    return Run(f"/runs/{strategy}", Summary.from_dict({"config": config, "status": "completed", "is_baseline": baseline,
+                                                       "throughput_samples_per_s": 100.0}), [])
 
 
 def test_a_baseline_trains_with_the_runs_optimizer_and_the_missing_one_carries_it():

@@ -13,6 +13,7 @@ from job.model import GhostBatchNorm2d, build_model
 from launchers.config import validate
 from metrics.report.baselines import baseline_overrides
 from metrics.report.runs import Run
+from metrics.summary.schema import Summary
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -96,7 +97,7 @@ def test_an_image_folders_classes_are_its_train_subfolders(tmp_path):
 def test_the_report_tells_custom_models_apart_and_runs_their_baselines_on_the_same_model():
     def run(target: str) -> Run:
         cfg = custom(f"model.target={target}", "strategy=allreduce", "peers=2")
-        return Run(Path("/runs/x"), {"config": OmegaConf.to_container(cfg, resolve=True)}, [])
+        return Run(Path("/runs/x"), Summary.from_dict({"config": OmegaConf.to_container(cfg, resolve=True)}), [])
 
     assert run("user_models:build").dataset == ("digits", "user_models:build")
     assert run("user_models:build").dataset != run("other_models:build").dataset

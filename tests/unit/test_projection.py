@@ -877,16 +877,17 @@ def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_
 
 def test_a_runs_fidelity_is_read_from_its_summary():
     from metrics.summary.fidelity import unfaithful
+    from metrics.summary.schema import Summary
 
     held = {"link": {"faithful": True}, "isolation": {"faithful": None}}
-    assert unfaithful(held) == []
+    assert unfaithful(Summary.from_dict(held)) == []
     starved = {"link": {"faithful": False, "reason": "carried 70%"},
                "isolation": {"faithful": False, "unfaithful": ["rank 1 on host h1: received 40%"]}}
-    assert unfaithful(starved) == ["isolation: rank 1 on host h1: received 40%", "link: carried 70%"]
+    assert unfaithful(Summary.from_dict(starved)) == ["isolation: rank 1 on host h1: received 40%", "link: carried 70%"]
     measured = {"link": {"faithful": False, "goodput_mbit": 14.0, "nominal_mbit": 20.0, "worst_direction": "h1 out"}}
-    assert unfaithful(measured) == ["link: h1 out carried 14 of 20 Mbit/s (70%) while busy"]
+    assert unfaithful(Summary.from_dict(measured)) == ["link: h1 out carried 14 of 20 Mbit/s (70%) while busy"]
     unchecked = {"isolation": {"faithful": True, "dilation": 2.5, "dilation_unchecked": True}}
-    assert unfaithful(unchecked) == ["dilation: 2.5 is above the factor checked on this machine (summary.json "
+    assert unfaithful(Summary.from_dict(unchecked)) == ["dilation: 2.5 is above the factor checked on this machine (summary.json "
                                      "isolation.dilation_unchecked; bench/emulation.py)"]
 
 

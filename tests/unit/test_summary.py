@@ -5,9 +5,16 @@ import json
 import pytest
 
 from metrics.recording.rundir import RunDir
-from metrics.summary.build import build_summary
+from metrics.summary.build import build_summary as build
+from metrics.summary.schema import Summary
 
 from helpers import summary_config, summary_outcome, write_lines
+
+
+def build_summary(*args, **kwargs) -> dict:
+    """The summary as summary.json holds it."""
+    return build(*args, **kwargs).to_dict()
+
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -120,10 +127,10 @@ def test_the_strategys_declared_counters_are_summed_over_peers_and_its_failure_c
 
     for rank, figures in ((0, {"rounds": 3, "round_trips_failed": 1, "x": 5}), (1, {"rounds": 4, "dropped": 0})):
         run.peer(rank).result.write_text(json.dumps({"rank": rank, "role": "worker", "strategy": figures}))
-    summary = build_summary(run, summary_config(), summary_outcome(), failure_counters=("dropped",))
+    summary = build(run, summary_config(), summary_outcome(), failure_counters=("dropped",))
     train.print_result(run.path, summary, summary_outcome(), ("rounds", "dropped"))
     assert "avgbench: summed over peers: rounds 7, dropped 0\n" in capsys.readouterr().out
-    assert summary["failure_counters"] == ["dropped"]
+    assert summary.failure_counters == ["dropped"]
 
 
 def test_the_earliest_fault_is_reported_with_the_time_to_the_outcome(run):
@@ -168,7 +175,8 @@ def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path
         sizes = {}
         for r in rounds:
             sizes[str(r["group_size"])] = sizes.get(str(r["group_size"]), 0) + 1
-        return Run(tmp_path, {"workers": 2, "averaging_rounds": {"rounds": rounds, "group_sizes": {"gradients": sizes}}},
+        return Run(tmp_path, Summary.from_dict({"workers": 2, "averaging_rounds": {"rounds": rounds,
+                                                                                "group_sizes": {"gradients": sizes}}}),
                    [])
 
     def round_(size, success=True, duration=1.0):
@@ -176,7 +184,7 @@ def test_rounds_table_counts_each_round_once_over_a_configurations_runs(tmp_path
 
     table = rounds_table([Group([run([round_(2), round_(1, False, 3.0)]), run([round_(2, duration=2.0)])], "hm")])
     assert table.rows == [["hm", "gradients", "3", "1: 1, 2: 2", "66.7", "1", "2"]]
-    assert rounds_table([Group([Run(tmp_path, {"workers": 2}, [])], "ring")]) is None
+    assert rounds_table([Group([Run(tmp_path, Summary.from_dict({"workers": 2}), [])], "ring")]) is None
 
 
 # --- the measurement window (metrics/summary/window.py) -------------------------------------------------------------
@@ -233,3 +241,41 @@ def test_a_run_that_ends_inside_the_window_is_measured_to_its_end_and_marked(war
     early = build_summary(warm_run, summary_config(), summary_outcome(), window=(9, 12))
     assert early["throughput_samples_per_s"] == pytest.approx(160 / (4.0 + 6 * 0.6))  # all of it
     assert early["window"] == {"first": 1, "last": 8, "complete": False}
+
+
+def test_summary_json_round_trips_through_its_type_byte_for_byte(run):
+    """What write_summary writes, loaded and written again, is the same text; its figures read as attributes."""
+    from metrics.summary.build import write_summary
+
+    written = write_summary(run, summary_config(), summary_outcome(), window=(2, 3))
+    loaded = Summary.load(run.path)
+    assert json.dumps(loaded.to_dict(), indent=1) == run.summary.read_text()
+    assert loaded == Summary.from_dict(json.loads(json.dumps(written.to_dict())))
+    assert (loaded.accuracy_by_worker.worst, loaded.window.first, loaded.peers[2].result["role"]) == (0.7, 2, "server")
+    assert loaded.figures("status", "workers") == {"status": "completed", "workers": 2}
+    with pytest.raises(AttributeError, match="no throughput"):
+        loaded.figures("throughput")
+
+
+def test_an_older_summary_loads_as_it_was_and_one_that_cannot_fails_in_one_line(tmp_path):
+    """A summary from before a section existed loads with that section empty and unrecorded, keeps keys the type
+    no longer names, and is written back as it was; a torn file, or one without a key its reader requires, fails
+    with one line naming the file, the key and the fix."""
+    from metrics.summary.schema import SummaryError
+
+    older = {"status": "completed", "config": {"peers": 2}, "shape": None, "retired_figure": 3,
+             "link": {"kind": "loopback", "asked": "loopback", "faithful": None, "reason": "not recorded"},
+             "peers": [{"rank": 0, "steps": 4, "samples": 128, "train_s": 3.0}]}
+    (tmp_path / "summary.json").write_text(json.dumps(older))
+    summary = Summary.load(tmp_path)
+    assert not summary.shape and summary.shape.host is None and not summary.window and not summary.speed_reference
+    assert summary.link.scope is None and summary.peers[0].samples == 128 and summary.time_to_target_s is None
+    assert summary.to_dict() == older and list(summary.to_dict()) == list(older)
+    with pytest.raises(SummaryError) as missing:
+        Summary.load(tmp_path, require=("config.peers", "config.data.name"))
+    assert str(missing.value) == (f"{tmp_path / 'summary.json'}: no config.data.name (written by an older avgbench, "
+                                  "or not by one): re-run it, or read it with the version that wrote it")
+    (tmp_path / "summary.json").write_text('{"status": "compl')
+    with pytest.raises(SummaryError, match=r"summary.json: not a readable summary .*; re-run the run") as torn:
+        Summary.load(tmp_path)
+    assert "\n" not in str(torn.value)

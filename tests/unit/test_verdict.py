@@ -14,6 +14,7 @@ import statistics
 import pytest
 
 from helpers import report_config, report_of, write_report_run, write_sweep
+from metrics.summary.schema import Summary
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -768,9 +769,10 @@ def test_a_run_measured_over_less_than_its_window_is_marked(tmp_path):
     from metrics.report.verdict import window_caveats
 
     def run(block, complete):
-        return Run(tmp_path, {"config": {"block": block}, "window": {"first": 6, "last": 35, "complete": complete}}, [])
+        return Run(tmp_path, Summary.from_dict({"config": {"block": block},
+                                                "window": {"first": 6, "last": 35, "complete": complete}}), [])
 
-    assert window_caveats([run(0, True), run(1, False), Run(tmp_path, {"config": {}}, [])]) == [
+    assert window_caveats([run(0, True), run(1, False), Run(tmp_path, Summary.from_dict({"config": {}}), [])]) == [
         "block 1: ended before the end of the measurement window (steps 6-35): its per-step figures cover fewer steps"]
 
 
@@ -779,8 +781,9 @@ def test_a_configuration_that_stopped_at_its_target_is_not_of_unequal_length(tmp
     from metrics.report.verdict import length_caveat
 
     def group(name, samples, stopped):
-        return Group([Run(tmp_path, {"config": {"max_steps": 100}, "total_samples": samples,
-                                     "evaluation": {"mode": "in_training", "stopped_at_target": stopped}}, [])], name)
+        return Group([Run(tmp_path, Summary.from_dict({"config": {"max_steps": 100}, "total_samples": samples,
+                                                       "evaluation": {"mode": "in_training",
+                                                                      "stopped_at_target": stopped}}), [])], name)
 
     longest, stopped, short = group("a", 3200, False), group("b", 1600, True), group("c", 1600, False)
     groups = [longest, stopped, short]
