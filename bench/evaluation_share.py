@@ -15,7 +15,7 @@ train_s (the longest worker's training time); from eval.jsonl, the evaluations t
 eval_s - precise_bn_s (loading the weights and the pass over the held-out split).
 share = (after_training_s + in_training_s) / command_s. The goal: at most GOAL.
 
-The result replaces the `evaluation_share` entry of bench/results.json (--out): the repeats, their mean share as
+The result replaces bench/results/evaluation_share.json (--out: another folder): the repeats, their mean share as
 the ratio, the goal, the machine (metrics/recording/machine.py's fingerprint) and the date. Extra arguments are Hydra overrides
 (a variant of the default run; the entry then names them in its setup).
 """
@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.run import add_saving_options, recorded, save, under_machine_lock  # noqa: E402
+from bench.results import recorded, save  # noqa: E402
+from bench.run import add_saving_options, under_machine_lock  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.schema import Summary  # noqa: E402
@@ -109,8 +110,7 @@ def run(args) -> None:
                         "load_and_test_pass_s summed over the evaluations the run computed (eval.jsonl)",
               "repeats": repeats}
     if not args.no_save:
-        save(args.out, [recorded(result)])
-        print(f"saved {args.out}")
+        print(f"saved {save(recorded(result), args.out)}")
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
 """The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload, measured
-once here and recorded in bench/results.json (`link_goodput`). The projection converts every link's nominal rate
+once here and recorded in bench/results/link_goodput.json. The projection converts every link's nominal rate
 with it (metrics/projection/link.py, payload_rate), in the command line, the report, the thesis rows and the
 validation alike.
 

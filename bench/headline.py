@@ -23,7 +23,7 @@ a loopback sweep was given (--loopback-from: `python train.py -m strategy=ring,s
 planned run completed; its wall time as a --from sweep's) or recorded in the entry from this machine; otherwise it is
 bench/link_rate.py's estimate, and the entry says which.
 
-The result replaces the `headline` entry of bench/results.json (--out), with the machine and the date.
+The result replaces bench/results/headline.json (--out: another folder), with the machine and the date.
 """
 import argparse
 import dataclasses
@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.run import add_saving_options, portable, recorded, save  # noqa: E402
+from bench.results import load, portable, recorded, save  # noqa: E402
+from bench.run import add_saving_options  # noqa: E402
 from metrics.recording.machine import describe_machine, fingerprint  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
@@ -139,11 +140,6 @@ def replication(first: dict, second: dict) -> dict:
                            and not withheld)}
 
 
-def saved_entry(results: Path, name: str) -> dict:
-    entries = {e["name"]: e for e in json.loads(results.read_text())["results"]} if results.exists() else {}
-    return entries.get(name) or {}
-
-
 def on_this_machine(machine: dict | None) -> bool:
     return machine is not None and describe_machine(machine) == describe_machine(fingerprint())
 
@@ -168,29 +164,23 @@ def loopback_of(results: Path, folder: Path | None) -> dict | None:
     bench/link_rate.py's estimate from this machine."""
     if folder:
         return measured_loopback(folder)
-    recorded_sweep = saved_entry(results, "headline").get("loopback") or {}
+    recorded_sweep = (load("headline", results) or {}).get("loopback") or {}
     if recorded_sweep.get("folder") and on_this_machine(recorded_sweep.get("machine")):
         return recorded_sweep
-    link_rate = saved_entry(results, "link_rate")
+    link_rate = load("link_rate", results) or {}
     if link_rate.get("loopback_headline_estimate_s") and on_this_machine(link_rate.get("machine")):
         return {"wall_s": link_rate["loopback_headline_estimate_s"], "measured_at": link_rate["measured_at"],
                 "method": "estimated by bench/link_rate.py from one 5-step run of each configuration"}
     return None
 
 
-def dated_answers(entry: dict) -> list[dict]:
-    """The headline entry's sweeps, each with its date and machine (an answer saved without them has its entry's)."""
-    return [{"measured_at": entry["measured_at"], "machine": entry["machine"]} | answer
-            for answer in entry.get("answers", [])]
-
-
 def recorded_answer(results: Path, setup: str, new_folder: str) -> dict | None:
     """The latest sweep of the saved headline entry measured on this machine with this setup (another folder than
     the new sweep's)."""
-    entry = saved_entry(results, "headline")
+    entry = load("headline", results) or {}
     if entry.get("setup") != setup:
         return None
-    answers = [a for a in dated_answers(entry) if a["folder"] != new_folder and on_this_machine(a["machine"])]
+    answers = [a for a in entry["answers"] if a["folder"] != new_folder and on_this_machine(a["machine"])]
     return max(answers, key=lambda a: a["measured_at"], default=None)
 
 
@@ -242,8 +232,7 @@ def run(args) -> None:
     else:
         result["replication"] = None  # one sweep: not yet measured
     if not args.no_save:
-        save(args.out, [recorded(result)])
-        print(f"saved {args.out}")
+        print(f"saved {save(recorded(result), args.out)}")
 
 
 def main() -> int:

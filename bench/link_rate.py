@@ -30,7 +30,7 @@ baselines and (--loopback) the headline on loopback are run once here too, for t
     flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
     python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
 
-The result replaces the `link_rate` entry of bench/results.json (--out), with the machine, its load average
+The result replaces bench/results/link_rate.json (--out: another folder), with the machine, its load average
 before and after, the processes that used over 10 % of a core beside the benchmark, and the machine lock.
 """
 import argparse
@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.goodput import probe as goodput_probe  # noqa: E402
 from bench.jobs import train  # noqa: E402
-from bench.run import add_saving_options, recorded, save, under_machine_lock  # noqa: E402
+from bench.results import recorded, save  # noqa: E402
+from bench.run import add_saving_options, under_machine_lock  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
@@ -263,8 +264,7 @@ def run(args) -> None:
     print(f"choice: {choice['rate_mbit']} Mbit/s ({choice['rule']}); benchmark took {elapsed / 60:.1f} min; "
           f"load average before {before['load_average'][0]:.2f}, after {after['load_average'][0]:.2f}")
     if not args.no_save:
-        save(args.out, [recorded(result)])
-        print(f"saved {args.out}")
+        print(f"saved {save(recorded(result), args.out)}")
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ communication, server update and S (its payload through the strategy's payload r
 overlap share where it has one (ps), not its communication time. Every other case is held out: predicted from the
 calibration runs alone (the mean of their predictions), so a model whose "compute" absorbed communication at one
 rate misses at the others. beta is the link's payload rate through the one conversion every projection uses
-(metrics.projection.link.payload_rate: the nominal rate x the payload share bench/results.json records in
+(metrics.projection.link.payload_rate: the nominal rate x the payload share the evidence file records in
 link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes. Predicted:
 the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta, alpha = 0 (no
 netem here). Measured: the mean over the case's runs of each run's period (mean over workers of each worker's mean
@@ -47,8 +47,7 @@ were checked for fidelity carry no `faithful`: once a checked run is merged besi
 Saving (bench/run.py calls merge): a case is (model, link rate, strategy, N). The rows of a new run
 replace only the saved rows of the same cases; the others are kept, each with its own measured_at
 (and machine), so a reduced rerun adds to the table instead of erasing it. The figures and goals
-are recomputed over every kept row, together and per model (by_model). Rows saved before the model
-key existed were all model=mlp.
+are recomputed over every kept row, together and per model (by_model).
 """
 import itertools
 import statistics
@@ -78,7 +77,6 @@ DILATE = ("fit", "off")  # fit: a case whose processes outnumber the cores runs 
 COVERAGE_GOAL = 0.8  # faithful cases / attempted cases
 PAYLOAD_MODEL = "mlp"  # its width is set per rate; other models run as configured
 WIDTHS = {20: 320, 100: 864, 1000: 1728}  # S = 0.75, 3.9, 13.8 MB (float32 gradients of model=mlp)
-UNSTAMPED_MODEL = "mlp"  # rows saved before rows carried their model: the grid had model=mlp only
 CASE_TIMEOUT_S = 900     # a case's run at least; a held-out case: also 3x its predicted steps
 FAILURE_CHARS = 600  # the end of a failed case's error kept in its row
 LINK_BOUND = 0.85  # share of the rate each of N concurrent probe streams must get for a case to test the link
@@ -106,9 +104,8 @@ def figures(rows: list[dict]) -> dict:
 
 def summarize(rows: list[dict]) -> dict:
     """summarize_cases over all the rows, and over each model's rows apart (by_model)."""
-    models = dict.fromkeys(r.get("model", UNSTAMPED_MODEL) for r in rows)
-    return summarize_cases(rows) | {"by_model": {m: summarize_cases([r for r in rows
-                                                                     if r.get("model", UNSTAMPED_MODEL) == m])
+    models = dict.fromkeys(r["model"] for r in rows)
+    return summarize_cases(rows) | {"by_model": {m: summarize_cases([r for r in rows if r["model"] == m])
                                                  for m in models}}
 
 
@@ -143,7 +140,7 @@ def summarize_cases(rows: list[dict]) -> dict:
     return {"held_out": figures(held_out), "calibration": figures(calibration),
             "verdicts": verdicts(held_out) | unchecked_verdicts(rows, held_out),
             "coverage": cases,
-            "not_counted": [{"model": r.get("model", UNSTAMPED_MODEL)}
+            "not_counted": [{"model": r["model"]}
                             | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream", "failed",
                                                  "not_run", "unfaithful") if k in r}
                             for r in rows if not r["counted"]],
@@ -171,7 +168,7 @@ def verdicts(held_out: list[dict]) -> dict:
         worst = max((r for r in held_out if r["strategy"] == strategy), key=lambda r: abs(r["error"]))
         found[strategy] = {"goal": goal_of(strategy), "met": abs(worst["error"]) <= goal_of(strategy),
                            "worst": {"error": worst["error"], "peers": worst["peers"], "link_mbit": worst["link_mbit"],
-                                     "model": worst.get("model", UNSTAMPED_MODEL)}, "checked": True}
+                                     "model": worst["model"]}, "checked": True}
     return found
 
 
@@ -255,7 +252,7 @@ def grid(text: str | None = None) -> dict:
 
 def case_key(row: dict) -> tuple:
     """What a row measured: (model, link rate, strategy, N)."""
-    return row.get("model", UNSTAMPED_MODEL), row["link_mbit"], row["strategy"], row["peers"]
+    return row["model"], row["link_mbit"], row["strategy"], row["peers"]
 
 
 def figures_of(rows: list[dict]) -> dict:
@@ -266,22 +263,17 @@ def figures_of(rows: list[dict]) -> dict:
 
 def merge(kept: dict, new: dict) -> dict:
     """The saved entry and a new run's: the new rows replace the kept rows of the same cases (case_key), the kept
-    rows of other cases stay with their own measured_at and machine (a row without them gets its entry's; without a
-    model, UNSTAMPED_MODEL), all in the grid's order (model, strategy, rate, N), and the figures are recomputed over
-    all of them."""
-    def stamped(entry: dict) -> list[dict]:
-        defaults = {"model": UNSTAMPED_MODEL, "measured_at": entry.get("measured_at"), "machine": entry.get("machine")}
-        return [defaults | row for row in entry.get("rows", [])]
-
+    rows of other cases stay with their own measured_at and machine, all in the grid's order (model, strategy, rate,
+    N), and the figures are recomputed over all of them."""
     def unchecked(row: dict) -> dict:
         """A kept row from before runs were checked for fidelity, beside checked ones: no longer counted."""
         if "faithful" in row or not any("faithful" in r for r in new_rows):
             return row
         return row | {"counted": False, "unfaithful": [BEFORE_CHECKS]}
 
-    new_rows = stamped(new)
+    new_rows = new["rows"]
     replaced = {case_key(r) for r in new_rows}
-    still = [unchecked(r) for r in stamped(kept) if case_key(r) not in replaced]
+    still = [unchecked(r) for r in kept["rows"] if case_key(r) not in replaced]
     rows = sorted(still + new_rows, key=lambda r: (r["model"], r["strategy"], r["link_mbit"], r["peers"]))
     earlier = kept.get("earlier_runs", []) + [{k: kept.get(k) for k in ("measured_at", "machine", "setup")}]
     return new | figures_of(rows) | {"rows": rows, "earlier_runs": earlier if still else []}
@@ -342,7 +334,7 @@ def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, sha
             "faithful": not unfaithful, "unfaithful": [*uncalibrated, *unfaithful],
             "counted": not unfaithful and not uncalibrated,
             "latency_ms": link.latency_ms, "beta_mbit": payload_rate(link, share) / MBIT,
-            "beta_source": f"nominal x payload share {share:.3f} (bench/results.json link_goodput)",
+            "beta_source": f"nominal x payload share {share:.3f} (link_goodput)",
             **{key: statistics.fmean(getattr(c, key) or 0.0 for c in calibrations)
                for key in ("compute_s", "hidden_s", "server_s", "overlap", "size_bytes")},
             "predicted_step_s": predicted, "measured_step_s": statistics.fmean(measured),

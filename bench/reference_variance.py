@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.run import portable
+from bench.results import portable
 from metrics.report.baselines import load_runs
 from metrics.report.compare import block_runs, compare
 from metrics.report.primary import THROUGHPUT, Primary

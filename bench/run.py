@@ -2,8 +2,8 @@
 """Run the benchmarks, print a table of ratios, save them as JSON.
 
     python bench/run.py                     # all
-    python bench/run.py overhead sampler    # some (the file keeps the others' last results)
-    python bench/run.py --out results.json
+    python bench/run.py overhead sampler    # some (the others keep their saved entries)
+    python bench/run.py --out /tmp/results  # another folder than bench/results
     python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
     python bench/run.py thesis --thesis-families hivemind --thesis-dir multirun/thesis   # a benchmark's options
 
@@ -11,26 +11,22 @@ A benchmark's own options are named --NAME-...: its module's add_arguments(parse
 each given one as a keyword argument (the option's dest less its NAME_ prefix); options left out keep run()'s
 defaults.
 
-Each result records when and on which machine it was measured (metrics/recording/machine.py fingerprint(): the one fingerprint), the sweeps it
-rests on, and no absolute path (bench/results.json moves between machines); it replaces the benchmark's saved
-entry, except where the benchmark's module defines merge(kept, new) (projection: a new run replaces
-only the rows of the cases it ran). Benchmarks hold the machine lock (launchers/lock.py) while they
-run: another benchmark or sweep waits (or refuses) meanwhile.
+Each result is saved as bench/results/NAME.json (bench/results.py: dated, fingerprinted, paths relative); it
+replaces the benchmark's saved entry, except where the benchmark's module defines merge(kept, new) (projection: a
+new run replaces only the rows of the cases it ran). Benchmarks hold the machine lock (launchers/lock.py) while
+they run: another benchmark or sweep waits (or refuses) meanwhile.
 """
 import argparse
 import importlib
-import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.results import RESULTS, recorded, save  # noqa: E402
 from job.registry import resolve  # noqa: E402
 from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
-from metrics.recording.evidence import refresh_if_record  # noqa: E402
-from metrics.recording.machine import fingerprint  # noqa: E402
 
 BENCHMARKS = {
     "overhead": "bench.overhead:run",
@@ -52,51 +48,6 @@ BENCHMARKS = {
     "reference_variance": "bench.reference_variance:run",
     "field": "bench.field:run",
 }
-
-
-def portable(value, root: Path = ROOT):
-    """The value with every absolute path made relative to the repository (results.json holds no machine's paths);
-    a path outside the repository keeps only its name, marked as such."""
-    if isinstance(value, dict):
-        return {key: portable(item, root) for key, item in value.items()}
-    if isinstance(value, list):
-        return [portable(item, root) for item in value]
-    if isinstance(value, str) and value.startswith("/") and " " not in value:
-        path = Path(value)
-        return str(path.relative_to(root)) if path.is_relative_to(root) else f"outside the repository: {path.name}"
-    return value
-
-
-def stamped(value, fingerprint: dict):
-    """Every dict of a new result that carries its own measured_at (a row, a family) gets this machine's fingerprint."""
-    if isinstance(value, dict):
-        value = {key: stamped(item, fingerprint) for key, item in value.items()}
-        return value if "measured_at" not in value or "machine" in value else value | {"machine": fingerprint}
-    if isinstance(value, list):
-        return [stamped(item, fingerprint) for item in value]
-    return value
-
-
-def recorded(result: dict) -> dict:
-    """A benchmark's result as saved: when and where it was measured, the sweeps it rests on (each named, with the key
-    of this entry that keeps its summary; none for benchmarks whose runs are temporary), paths relative."""
-    machine = fingerprint()
-    result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine}
-    return portable(stamped(result, machine))
-
-
-def save(path: Path, results: list[dict], merges: dict | None = None) -> None:
-    """Replace these benchmarks' entries in the results file; the others keep theirs (with their dates).
-    merges: result name -> merge(kept entry, new entry) for a benchmark that combines a new run with its
-    saved entry instead (projection: rows of other cases stay)."""
-    kept = json.loads(path.read_text())["results"] if path.exists() else []
-    saved = {r["name"]: r for r in kept}
-    merges = merges or {}
-    new = [merges[r["name"]](saved[r["name"]], r) if r["name"] in merges and r["name"] in saved else r
-           for r in results]
-    names = {r["name"] for r in results}
-    path.write_text(json.dumps({"results": [r for r in kept if r["name"] not in names] + new}, indent=1) + "\n")
-    refresh_if_record(path)
 
 
 def module_of(spec: str):
@@ -126,7 +77,7 @@ def idle_options(args: argparse.Namespace) -> list[str]:
 
 def add_saving_options(parser: argparse.ArgumentParser, print_only: bool = True) -> None:
     """Where a benchmark writes its entry (--out), whether (--no-save), and what it does about the machine lock."""
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the results folder, one NAME.json per entry")
     if print_only:
         parser.add_argument("--no-save", action="store_true", help="print only")
     parser.add_argument("--lock", choices=LOCK_MODES, default="wait",
@@ -173,18 +124,16 @@ def under_machine_lock(mode: str, work) -> int:
 
 def run_benchmarks(names: list[str], out: Path, options: dict[str, dict] | None = None) -> None:
     """Run these benchmarks, each with its options (name -> run()'s keyword arguments), and save their results."""
-    results, merges = [], {}
+    results = []
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         results.append(recorded(resolve(BENCHMARKS[name])(**(options or {}).get(name, {}))))
-        if merge := merge_of(BENCHMARKS[name]):
-            merges[results[-1]["name"]] = merge
+        save(results[-1], out, merge_of(BENCHMARKS[name]))
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")
     for r in results:
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.4f}"  # e.g. a projection run of calibration cases only
         print(f"{r['name']:<26} {ratio:>10}  {r['goal']:<18} {r['setup']}")
-    save(out, results, merges)
-    print(f"\nsaved {out}")
+    print(f"\nsaved in {out}")
 
 
 if __name__ == "__main__":

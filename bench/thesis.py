@@ -32,7 +32,7 @@ The projected remainder (fewer than 16 cores): every configuration of the full g
 above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (through
 metrics.projection.project.project_link, the link's payload rate by the recorded payload share) at its N on one link,
 --thesis-link (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error band and
-UNVALIDATED mark (bench/results.json projection_validation); no number where the strategy's model failed its
+UNVALIDATED mark (the evidence file's projection_validation); no number where the strategy's model failed its
 validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed since,
 or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come
 from the slice: S, hidden communication, server update from the
@@ -354,8 +354,8 @@ def projected_counts(rows: list[dict]) -> dict:
             "not_projected": sum(r["step_s"] is None for r in rows)}
 
 
-STALE = ("projected with the link's nominal rate, before the payload-share conversion (bench/results.json "
-         "link_goodput) existed: run `python bench/run.py thesis` again to project it")
+STALE = ("projected with the link's nominal rate, before the payload-share conversion (link_goodput) "
+         "existed: run `python bench/run.py thesis` again to project it")
 
 
 REJUDGE = ("refused when its model had failed an earlier validation ({earlier}); today's validation does not say "
@@ -385,12 +385,8 @@ def judged(row: dict, evidence: Evidence) -> dict:
 def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
     """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
     others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected, judged
-    against `evidence`, by default bench/results.json's)."""
-    def dated(entry: dict) -> dict:
-        return {name: {"measured_at": entry.get("measured_at"), "machine": entry.get("machine")} | family
-                for name, family in (entry.get("families") or {}).items()}
-
-    families_now = dated(kept) | dated(new)
+    against `evidence`, by default the evidence file's)."""
+    families_now = (kept.get("families") or {}) | (new.get("families") or {})
     speedups = [r["speedup"] for f in families_now.values() for r in f["rows"]
                 if r.get("speedup") and not r.get("baseline")]
     renewed = set(new.get("families") or {})  # the sweeps behind the families kept, then the new run's
@@ -404,7 +400,7 @@ def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
 def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> dict | None:
     """The new run's projected remainder, except that a configuration whose strategy had no slice run at hand this
     time (its family's sweep not under --thesis-dir) keeps its saved projected row, with that row's date, judged
-    against today's evidence (bench/results.json)."""
+    against today's evidence (the evidence file)."""
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
@@ -451,7 +447,8 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
         "ratio": max(speedups, default=0.0),
         "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
         "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
-        "families": {name: {"overrides": plan[name], "rows": rows} for name, rows in results.items()},
+        "families": {name: {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "overrides": plan[name], "rows": rows}
+                     for name, rows in results.items()},  # each family dated: a later run may keep it beside its own
         "projected_remainder": None if full else projected_remainder(sweeps, link, cores, evidence),
         "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
                     "summary": f"families.{name}" if name in plan else "projected_remainder"}

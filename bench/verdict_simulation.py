@@ -14,7 +14,7 @@ A run's time-to-target (s): median x block effect x exp(noise). Median: BASE_S /
 (the scenario's). Block effect: exp(Normal(0, BLOCK_LOG_SD)), shared by a block's runs (assumed, not fitted:
 pairing cancels it; it matters only through censoring). Noise: Normal(0, s) on the log scale, or (log-t3) s x
 Student-t with 3 df / sqrt(3) (the same variance, heavy tails), with s fitted to the recorded runs:
-bench/results.json `primary_noise`, the headline configurations' sd of paired log ratios (against the baseline,
+bench/results `primary_noise`, the headline configurations' sd of paired log ratios (against the baseline,
 time-to-target), pooled by degrees of freedom (blocks - 1), / sqrt(2) (a paired ratio holds two runs' noise).
 Horizon: a run trains a fixed budget, so it misses the target (time_to_target None; the report censors it at its
 evaluation before the last, 75 % of the horizon) when its time exceeds median x block effect x exp(z s), z = the
@@ -39,7 +39,6 @@ answer's claims); the blocks used and censored per comparison (means); the CPU s
 (this process's, time.process_time) and draws per CPU second overall.
 """
 import argparse
-import json
 import math
 import shutil
 import statistics
@@ -51,6 +50,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import beta, norm
 
+from bench.results import RESULTS, load
 from bench.run_folders import write_sweep
 from metrics.report.baselines import load_runs
 from metrics.report.stats import FASTER, SLOWER
@@ -84,7 +84,7 @@ def jeffreys(events: int, trials: int) -> float:
 
 
 def fitted(results: dict) -> dict:
-    """The run-level log sd, miss rate and crash rate, from bench/results.json's recorded runs (module docstring)."""
+    """The run-level log sd, miss rate and crash rate, from the recorded runs of bench/results (module docstring)."""
     rows = headline_rows(results)
     df = sum(r["blocks"] - 1 for r in rows)
     paired_sd = math.sqrt(sum((r["blocks"] - 1) * r["log_sd"] ** 2 for r in rows) / df)
@@ -226,12 +226,12 @@ def parse_choices(text: str | None, known, convert=str) -> list:
 
 
 def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = None,
-        results_path: Path = Path(__file__).resolve().parent / "results.json", seed: int = 0) -> dict:
+        results: Path = RESULTS, seed: int = 0) -> dict:
     if draws < 1:
         raise SystemExit(f"verdict_simulation: draws must be at least 1, got {draws}")
     chosen = parse_choices(scenarios, SCENARIOS)
     block_counts = parse_choices(blocks, BLOCKS, int)
-    fit = fitted({e["name"]: e for e in json.loads(results_path.read_text())["results"]})
+    fit = fitted({name: load(name, results) for name in ("primary_noise", "headline")})
     started = time.monotonic()
     cells = []
     scratch = Path(tempfile.mkdtemp(prefix="verdict-simulation-", dir=TMPFS if TMPFS.is_dir() else None))

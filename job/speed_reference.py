@@ -3,7 +3,6 @@ timed on the peer's own cores with the training clock stopped, at step 0, at eva
 and after the last step; the training model, its gradients, buffers and the RNG are untouched. Parameter servers,
 with no model, record none. What it records: docs/runs.md (speed_reference)."""
 import copy
-import math
 import statistics
 import time
 
@@ -61,10 +60,10 @@ class SpeedReference:
         return (time.perf_counter() - started) / self.passes
 
     def _calibrate(self) -> None:
-        """The passes that make one timing last MIN_TIMING_S, from one pass timed after a first (which allocates)."""
+        """The passes that make one timing last MIN_TIMING_S."""
         self.passes = 1
-        self._pass()
-        self.passes = max(1, math.ceil(MIN_TIMING_S / self._timing_s()))
+        while self._timing_s() * self.passes < MIN_TIMING_S:
+            self.passes *= 2
 
     def measure(self, step: int, train_wall_s: float, force: bool = False) -> float:
         """Time the work at `step` (train_wall_s: seconds since training started) unless the budget says no; returns

@@ -1,14 +1,14 @@
 """The evidence a run or a projection needs from the benchmarks, in conf/evidence.json: the dilation check
 (`emulation`), the payload share (`link_goodput`), the cost models' held-out validation (`projection_validation`,
 counted held-out cases only), the noise-scale check (`noise_scale`) and the recorded noise (`primary_noise`).
-The benchmarks that measure them write it beside their record, bench/results.json (bench/run.py save); run them on
-your machine to make it yours. Nothing at run time reads bench/."""
+The benchmarks that measure them write it when they save their entry (bench/results.py save); run them on your
+machine to make it yours. Nothing at run time reads bench/."""
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "conf" / "evidence.json"
-RECORD = ROOT / "bench" / "results.json"  # the benchmarks' record, which the evidence is taken from
 ENTRIES = ("emulation", "link_goodput", "projection_validation", "noise_scale", "primary_noise")
 VALIDATION = ("name", "goal", "verdicts", "held_out", "coverage", "setup", "measured_at", "machine")
 VALIDATION_CASE = ("strategy", "peers", "link_mbit", "latency_ms", "error", "role", "counted")
@@ -24,19 +24,12 @@ def evidence_entry(entry: dict) -> dict:
     return {k: entry[k] for k in VALIDATION if k in entry} | {"rows": cases}
 
 
-def refresh_evidence(results: Path, evidence: Path | None = None) -> None:
-    """Copy the evidence entries of a results file into the evidence file (default EVIDENCE; the others stay as
-    they were)."""
+def refresh_evidence(entries: Iterable[dict], evidence: Path | None = None) -> None:
+    """Copy the evidence entries among these benchmark entries into the evidence file (default EVIDENCE; the others
+    stay as they were)."""
     evidence = evidence or EVIDENCE
-    recorded = {e["name"]: e for e in json.loads(results.read_text())["results"] if e["name"] in ENTRIES}
+    recorded = {e["name"]: e for e in entries if e["name"] in ENTRIES}
     kept = json.loads(evidence.read_text())["results"] if evidence.exists() else []
     entries = [e for e in kept if e["name"] not in recorded] + [evidence_entry(e) for e in recorded.values()]
     evidence.write_text(json.dumps({"results": sorted(entries, key=lambda e: ENTRIES.index(e["name"]))},
                                    indent=1) + "\n")
-
-
-def refresh_if_record(results: Path) -> None:
-    """After a results file was written: where it is the benchmarks' record, its evidence entries go to the
-    evidence file too."""
-    if results.resolve() == RECORD.resolve():
-        refresh_evidence(results)

@@ -1,12 +1,12 @@
 """Comparison report over runs: report.html (self-contained, plots embedded), report.md, runs.csv.
 
-    python -m metrics.report DIR [DIR ...] [-o OUT] [--record-noise bench/results.json] [--project lan:8 ...]
+    python -m metrics.report DIR [DIR ...] [-o OUT] [--project lan:8 ...]
 
 DIR: run or multirun directories; every directory below holding summary.json is a run.
 After `train.py -m ...` the Hydra callback launchers.sweep.SweepReport writes the report
-into the multirun directory. --record-noise: also record the primary figure's measured noise
-(the `primary_noise` entry that `repeats=auto` plans from). --project: also predict each averaging
-configuration on these clusters, LINK:N each (report.project in a multirun).
+into the multirun directory. --project: also predict each averaging configuration on these clusters,
+LINK:N each (report.project in a multirun). The noise `repeats=auto` plans from is recorded by
+bench/primary_noise.py.
 
 The package reads run directories and writes files; it imports nothing above metrics/.
 """
@@ -30,8 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m metrics.report", description=__doc__.split("\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: DIR when only one is given)")
-    parser.add_argument("--record-noise", type=Path, metavar="RESULTS_JSON",
-                        help="record the primary figure's noise measured here into this results file")
     parser.add_argument("--project", nargs="+", default=[], metavar="LINK:N",
                         help="also project each averaging configuration to N peers on LINK (e.g. lan:8 1000,0.2:16)")
     args = parser.parse_args(argv)
@@ -50,9 +48,4 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"avgbench: error: {exc}\n")
     paths = write(report, args.out or args.dirs[0])
     print(f"avgbench: comparison report: {paths['html']} (also report.md, runs.csv)")
-    if args.record_noise:
-        from metrics.report.noise import record
-
-        for line in record(args.dirs, args.record_noise):
-            print(f"avgbench: {line}")
     return 0

@@ -1,4 +1,4 @@
-"""The primary figure's noise, recorded for planning: bench/results.json's `primary_noise` entry, one row per
+"""The primary figure's noise, recorded for planning: the `primary_noise` entry, one row per
 (figure, target, estimator, data, model, strategy) with the sd of the paired log ratios against the
 equal-resource baseline (blocks observed exactly), its blocks and the blocks a ratio of x/÷1.10 needs; beside it,
 on time-to-target, the sd of the paired samples-to-target ratios (the convergence part of the noise).
@@ -9,7 +9,7 @@ within a seed.
 A sweep's plan (launchers/sweeper.py, metrics/report/design.py) fixes its blocks (`repeats=auto`) and states their
 power from the 95 % upper confidence bound of the pooled sd (upper_log_sd).
 
-    python -m metrics.report SWEEP_DIR --record-noise bench/results.json  (its evidence goes to conf/evidence.json too)
+    python bench/primary_noise.py SWEEP_DIR  (into bench/results/primary_noise.json and conf/evidence.json)
 """
 import json
 import math
@@ -19,7 +19,6 @@ from pathlib import Path
 
 from scipy.stats import chi2
 
-from metrics.recording.evidence import refresh_if_record
 from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.primary import Primary, time_observation
@@ -103,40 +102,32 @@ def missed_row(primary: Primary, section, c, seed_of: dict) -> dict:
         "blocks_for_10pct": None, "samples_log_sd": None}
 
 
-def record(dirs: list[Path], path: Path) -> list[str]:
-    """Merge the noise measured under dirs into the results file's primary_noise entry (a row of the same
-    figure, target, data, model and strategy is replaced); what was recorded, one line each."""
-    rows = measured_rows(dirs)
-    results = json.loads(path.read_text()) if path.exists() else {"results": []}
-    entry = next((r for r in results["results"] if r.get("name") == ENTRY), None)
-    if entry is None:
-        entry = {"name": ENTRY, "rows": []}
-        results["results"].append(entry)
+def merged(kept: dict | None, rows: list[dict]) -> dict:
+    """The primary_noise entry with these newly measured rows: a kept row of the same figure, target, data, model and
+    strategy is replaced, the others stay with their own date and machine."""
+    machine = fingerprint()
     new = {tuple(r[k] for k in KEYS) for r in rows}
-    entry["rows"] = [r for r in entry["rows"] if tuple(r.get(k) for k in KEYS) not in new] + \
-        [r | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": fingerprint()} for r in rows]
-    entry |= {"goal": "the sd of the primary figure's paired log ratios that repeats=auto plans from (no goal)",
-              "method": __doc__.strip(), "measured_at": max(r["measured_at"] for r in entry["rows"]),
-              "sweeps": [{"path": path, "kept": False, "summary": "rows"}
-                         for path in sorted({p for r in entry["rows"] for p in r.get("sweeps", [])})],
-              "machine": fingerprint()}  # where it was last recorded; each row names its own machine
-    path.write_text(json.dumps(results, indent=1) + "\n")
-    refresh_if_record(path)
-    lines = [f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
+    kept_rows = [r for r in (kept or {}).get("rows", []) if tuple(r.get(k) for k in KEYS) not in new]
+    rows = kept_rows + [r | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine} for r in rows]
+    return {"name": ENTRY, "rows": rows,
+            "goal": "the sd of the primary figure's paired log ratios that repeats=auto plans from (no goal)",
+            "method": __doc__.strip(), "measured_at": max(r["measured_at"] for r in rows),
+            "sweeps": [{"path": path, "kept": False, "summary": "rows"}
+                       for path in sorted({p for r in rows for p in r.get("sweeps", [])})],
+            "machine": machine}  # where it was last recorded; each row names its own machine
+
+
+def recorded_lines(rows: list[dict], where: str, dirs: list[Path]) -> list[str]:
+    """What was recorded, one line a row."""
+    lines = [f"recorded in {where} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
              f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{TEN_PERCENT:.2f} needs {r['blocks_for_10pct']}); "
              f"samples-to-target log-sd {'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}"
              if r["log_sd"] is not None else
-             f"recorded in {path} ({ENTRY}): {r['strategy']} {r['figure']}: no noise, it reached the target in "
+             f"recorded in {where} ({ENTRY}): {r['strategy']} {r['figure']}: no noise, it reached the target in "
              f"{r['reached']} of the {r['compared']} blocks compared (repeats=auto will not plan from it)"
              for r in rows]
     return lines or [f"no noise to record under {', '.join(map(str, dirs))}: no comparison with a baseline over 2 "
                      "or more exact blocks"]
-
-
-def machine_of(row: dict) -> str:
-    """The row's machine: a fingerprint, or the text that rows recorded before 2026-11-26 hold."""
-    found = row.get("machine", "?")
-    return describe_machine(found) if isinstance(found, dict) else found
 
 
 def upper_log_sd(log_sd: float, df: int, level: float = 0.95) -> float:
@@ -160,7 +151,8 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
     if missed:
         raise ValueError("; ".join(
             f"{path} ({ENTRY}) records that {r['strategy']} reached {primary.target} in {r['reached']} of the "
-            f"{r['compared']} blocks compared ({', '.join(r['sweeps'])}, {r['measured_at']}, {machine_of(r)})"
+            f"{r['compared']} blocks compared ({', '.join(r['sweeps'])}, {r['measured_at']}, "
+            f"{describe_machine(r['machine'])})"
             for r in missed) + ": no noise to plan from. Measure it at a target it reaches (target.value, or more "
                                 "max_steps) with a fixed number of blocks, and record that")
     lacking = sorted(set(strategies) - {r["strategy"] for r in found})
@@ -170,9 +162,10 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
             f"repeats=auto plans the blocks from the primary figure's noise recorded in {path} ({ENTRY}), which has "
             f"none for {', '.join(lacking)} at {what}: measure it with a fixed number of blocks, e.g. "
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
-            f"same data, model and target), then `python -m metrics.report multirun/noise --record-noise {path}`")
+            f"same data, model and target), then `python bench/primary_noise.py multirun/noise` (it records into "
+            "bench/results/primary_noise.json and conf/evidence.json)")
     spreads = [(r.get("seeds", r["blocks"]) - 1, r["log_sd"]) for r in found]
     pooled = pooled_log_sd(spreads)
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r.get('seeds', r['blocks'])} seeds, "
-                      f"{r.get('measured_at', '?')}, {machine_of(r)})" for r in found)
+                      f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
     return pooled, sum(df for df, _ in spreads if df > 0), where

@@ -82,12 +82,12 @@ def test_repeats_interleave_configurations_and_baselines_in_blocks(tmp_path):
 def test_repeats_auto_without_recorded_noise_is_refused_before_any_run(tmp_path):
     sweep = tmp_path / "sweep"
     refused = subprocess.run(multirun(sweep, "strategy=allreduce", "peers=2", "repeats=auto",
-                                      f"report.noise_results={tmp_path / 'results.json'}"),
+                                      f"report.noise_results={tmp_path / 'evidence.json'}"),
                              cwd=ROOT, capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
     assert refused.returncode == 2
     assert (f"avgbench: error: repeats=auto plans the blocks from the primary figure's noise recorded in "
-            f"{tmp_path / 'results.json'} (primary_noise), which has none for allreduce") in refused.stderr
-    assert "--record-noise" in refused.stderr and not sweep.exists()
+            f"{tmp_path / 'evidence.json'} (primary_noise), which has none for allreduce") in refused.stderr
+    assert "bench/primary_noise.py multirun/noise" in refused.stderr and not sweep.exists()
 
 
 @pytest.mark.integration

@@ -1,17 +1,20 @@
-"""bench/results.json moves between machines: no absolute path, every entry (and every row or family measured apart)
-dated and with a machine fingerprint, and the sweeps it rests on named, either kept as a summary or marked not kept."""
+"""The benchmarks' results, one file per entry (bench/results.py): every stored file follows the schema, is written
+as the API writes it, and moves between machines: no absolute path, every entry (and every row or family measured
+apart) dated and with a machine fingerprint, and the sweeps it rests on named, either kept as a summary or marked
+not kept. Nothing reads or writes a single results file any more."""
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from bench.run import ROOT, portable, recorded
+from bench.results import RESULTS, ROOT, SCHEMA_PATH, MalformedEntry, load, load_all, portable, recorded, save, split
 from metrics.recording.machine import FINGERPRINT, UNKNOWN, describe_machine, fingerprint as machine
 
-RESULTS = ROOT / "bench" / "results.json"
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}:\d{2})?$")
-ENTRIES = json.loads(RESULTS.read_text())["results"]
+ENTRIES = list(load_all().values())
+CODE = ("bench", "docs", "hydra_plugins", "job", "launchers", "metrics", "netemu", "scripts", "strategies")
+FILES = sorted(p for p in RESULTS.glob("*.json") if p != SCHEMA_PATH)
 
 
 def walk(value, path=""):
@@ -101,3 +104,65 @@ def test_a_new_result_is_saved_portable_dated_and_fingerprinted():
     assert result["sweeps"] == [] and DATE.match(result["measured_at"])
     assert result["rows"][0]["machine"] == result["machine"] and not fingerprint_problems(result["machine"])
     assert portable({"a": ["/tmp/x y"]}) == {"a": ["/tmp/x y"]}  # prose with spaces is not a path
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_every_stored_file_follows_the_schema_and_is_written_as_the_api_writes_it(path, tmp_path):
+    entry = load(path.stem)
+    assert entry["name"] == path.stem
+    assert save(entry, tmp_path).read_text() == path.read_text(), f"{path.name}: not as bench/results.py writes it"
+
+
+def entry(name: str = "probe", **more) -> dict:
+    return {"name": name, "ratio": 1.5, "goal": "none", "setup": "a test", "measured_at": "2026-11-29 06:00:00",
+            "machine": machine(), "sweeps": [], "rows": [{"x": 1.25, "label": "÷"}]} | more
+
+
+def test_an_entry_saved_is_loaded_the_same(tmp_path):
+    saved = entry()
+    path = save(saved, tmp_path)
+    assert path == tmp_path / "probe.json" and load("probe", tmp_path) == saved
+    assert load("other", tmp_path) is None
+    save(entry("earlier", measured_at="2026-11-28"), tmp_path)
+    assert list(load_all(tmp_path)) == ["earlier", "probe"]  # in the order they were measured
+    save(entry(ratio=2.0), tmp_path)  # replaces
+    assert load("probe", tmp_path)["ratio"] == 2.0 and len(list(tmp_path.glob("*.json"))) == 2
+
+
+@pytest.mark.parametrize("broken, says", [
+    ({"ratio": "fast"}, "entry.ratio is str 'fast', not number or null"),
+    ({"machine": "my laptop"}, "entry.machine is str 'my laptop', not object"),
+    ({"measured_at": "yesterday"}, "entry.measured_at 'yesterday' does not match"),
+    ({"sweeps": [{"path": "multirun/x"}]}, "entry.sweeps[0].kept is missing"),
+    ({"goal": None}, "entry.goal is NoneType None, not string"),
+])
+def test_a_malformed_entry_is_refused_in_one_line_naming_its_file_and_field(tmp_path, broken, says):
+    with pytest.raises(MalformedEntry) as refused:
+        save(entry() | broken, tmp_path)
+    assert str(refused.value).startswith(f"{tmp_path / 'probe.json'}: {says}") and "\n" not in str(refused.value)
+    assert not (tmp_path / "probe.json").exists()
+    (tmp_path / "probe.json").write_text(json.dumps({k: v for k, v in entry().items() if k != "goal"}))
+    with pytest.raises(MalformedEntry, match=r"probe.json: entry.goal is missing$"):
+        load("probe", tmp_path)
+    (tmp_path / "probe.json").write_text(json.dumps(entry("another")))
+    with pytest.raises(MalformedEntry, match="entry.name is 'another', not the file's name 'probe'"):
+        load_all(tmp_path)
+
+
+def test_a_single_results_file_splits_into_one_file_per_entry_with_the_same_values(tmp_path):
+    single = tmp_path / "results.json"
+    single.write_text(json.dumps({"results": [entry("a"), entry("b", ratio=None)]}, indent=1))
+    split(single, tmp_path / "results")
+    assert load_all(tmp_path / "results") == {"a": entry("a"), "b": entry("b", ratio=None)}
+
+
+def test_nothing_reads_or_writes_a_single_results_file():
+    """The record is bench/results/, read and written through bench/results.py only."""
+    assert not (ROOT / "bench" / "results.json").exists()
+    code = [ROOT / "Makefile", ROOT / "pyproject.toml", *ROOT.glob("*.py"), *(ROOT / "conf").rglob("*.yaml"),
+            *(path for folder in CODE for path in (ROOT / folder).rglob("*.py"))]
+    naming = [str(path.relative_to(ROOT)) for path in code if "bench/results.json" in path.read_text()]
+    assert not naming, f"these name the single results file that is gone (use bench/results.py): {naming}"
+    by_hand = [str(path.relative_to(ROOT)) for path in code if path != ROOT / "bench" / "results.py"
+               and re.search(r'/ "results"|"results\.json"', path.read_text())]
+    assert not by_hand, f"these build a path into bench/results themselves (use bench/results.py): {by_hand}"

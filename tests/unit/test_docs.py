@@ -59,12 +59,22 @@ def test_a_stale_block_is_found_and_rewritten(tmp_path):
     ("<!-- generated:bench nonsense -->\n<!-- end generated:bench nonsense -->\n", "unknown table"),
     ("<!-- generated:knobs conf/config.yaml nothing.here -->\n<!-- end generated:knobs conf/config.yaml nothing.here -->\n",
      "no knob"),
+    ("<!-- generated:bench emulation nonsense -->\n<!-- end generated:bench emulation nonsense -->\n", "unknown part"),
 ])
 def test_a_malformed_block_is_an_error(tmp_path, text, error):
     page = tmp_path / "page.md"
     page.write_text(text)
     with pytest.raises(ValueError, match=error):
         generate.stale_pages([page])
+
+
+def test_every_table_template_renders_a_block_of_the_pages():
+    """Every `generated:bench NAME ...` block is rendered by docs/templates/NAME.md.j2; a template no page uses is dead."""
+    used = {m["spec"].split()[1] for page in USER_PAGES for m in generate.BLOCK.finditer(page.read_text())
+            if m["spec"].startswith("bench ")}
+    templates = {p.name.removesuffix(".md.j2") for p in (ROOT / "docs" / "templates").glob("*.md.j2")}
+    assert templates == used, f"templates no page uses: {sorted(templates - used)}; tables without a template: " \
+                              f"{sorted(used - templates)}"
 
 
 def test_knob_tables_are_read_from_the_yaml_and_its_comments():

@@ -5,19 +5,21 @@ from pathlib import Path
 
 import pytest
 
-from bench.run import save
+from bench import results
+from bench.results import load_all, save
 from helpers import compose_config
 from launchers.sweeper import ROOT
 from metrics.projection.evidence import load_evidence
 from metrics.recording import evidence
-from metrics.recording.evidence import ENTRIES, EVIDENCE, RECORD, refresh_evidence, refresh_if_record
+from metrics.recording.evidence import ENTRIES, EVIDENCE, refresh_evidence
+from metrics.recording.machine import fingerprint
 from netemu.dilation import checked_dilation
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def test_the_shipped_evidence_is_the_records_evidence(tmp_path):
-    refresh_evidence(RECORD, tmp_path / "evidence.json")
+    refresh_evidence(load_all().values(), tmp_path / "evidence.json")
     assert json.loads((tmp_path / "evidence.json").read_text()) == json.loads(EVIDENCE.read_text())
     names = [e["name"] for e in json.loads(EVIDENCE.read_text())["results"]]
     assert names == list(ENTRIES)
@@ -40,24 +42,25 @@ def test_runs_and_projections_read_the_evidence_and_never_bench(monkeypatch):
 
 
 def test_a_benchmark_saving_its_record_refreshes_the_evidence_and_nothing_else_does(tmp_path, monkeypatch):
-    record, kept = tmp_path / "results.json", tmp_path / "evidence.json"
-    monkeypatch.setattr(evidence, "RECORD", record)
+    record, kept = tmp_path / "results", tmp_path / "evidence.json"
+    monkeypatch.setattr(results, "RESULTS", record)
     monkeypatch.setattr(evidence, "EVIDENCE", kept)
-    validation = {"name": "projection_validation", "verdicts": {"ring": {"met": True}}, "not_counted": ["big"],
-                  "rows": [{"strategy": "ring", "peers": 4, "link_mbit": 20, "latency_ms": 0, "error": 0.05,
-                            "role": "held-out", "counted": True, "log": "..."},
-                           {"strategy": "ring", "peers": 2, "role": "calibration", "counted": True}]}
-    save(tmp_path / "other.json", [{"name": "link_goodput", "payload_share": 0.9}])
-    assert not kept.exists()  # another results file is no record
-    save(record, [{"name": "link_goodput", "payload_share": 0.9}, validation, {"name": "headline", "ratio": 2}])
+    dated = {"goal": "g", "measured_at": "2026-11-29 06:00:00", "machine": fingerprint(), "sweeps": []}
+    validation = dated | {"name": "projection_validation", "verdicts": {"ring": {"met": True}}, "not_counted": ["big"],
+                          "rows": [{"strategy": "ring", "peers": 4, "link_mbit": 20, "latency_ms": 0, "error": 0.05,
+                                    "role": "held-out", "counted": True, "log": "..."},
+                                   {"strategy": "ring", "peers": 2, "role": "calibration", "counted": True}]}
+    save(dated | {"name": "link_goodput", "payload_share": 0.9}, tmp_path / "other")
+    assert not kept.exists()  # another results folder is no record
+    for entry in (dated | {"name": "link_goodput", "payload_share": 0.9}, validation, dated | {"name": "headline"}):
+        save(entry, record)
     entries = {e["name"]: e for e in json.loads(kept.read_text())["results"]}
     assert sorted(entries) == ["link_goodput", "projection_validation"]  # the headline is no evidence
     assert entries["projection_validation"] == {
-        "name": "projection_validation", "verdicts": {"ring": {"met": True}},
+        "name": "projection_validation", "goal": "g", "verdicts": {"ring": {"met": True}},
+        "measured_at": dated["measured_at"], "machine": dated["machine"],
         "rows": [{"strategy": "ring", "peers": 4, "link_mbit": 20, "latency_ms": 0, "error": 0.05,
                   "role": "held-out", "counted": True}]}
-    save(record, [{"name": "link_goodput", "payload_share": 0.8}])
+    save(dated | {"name": "link_goodput", "payload_share": 0.8}, record)
     entries = {e["name"]: e for e in json.loads(kept.read_text())["results"]}
     assert entries["link_goodput"]["payload_share"] == 0.8 and "projection_validation" in entries
-    refresh_if_record(tmp_path / "other.json")
-    assert json.loads(kept.read_text())["results"] == list(entries.values())

@@ -1,11 +1,10 @@
 """bench/headline.py's replication rule: two sweeps replicate when they rank alike, no claim of one contradicts the
 other's, and at least two pairs of averaging configurations are separated in both. And the wall-time ratio's
 denominator, the headline on loopback, measured from a complete loopback sweep."""
-import json
-
 import pytest
 
 from bench.headline import recorded_answer, replication
+from bench.results import save
 from metrics.recording.machine import fingerprint
 
 
@@ -52,18 +51,17 @@ def test_another_ranking_does_not_replicate():
 
 
 def saved(tmp_path, answers, machine, setup="the setup"):
-    results = tmp_path / "results.json"
-    results.write_text(json.dumps({"results": [{"name": "headline", "setup": setup, "answers": answers,
-                                                "measured_at": "2026-11-26 04:02:13", "machine": machine}]}))
+    results = tmp_path / "results"
+    save({"name": "headline", "goal": "replicates", "setup": setup, "answers": answers, "sweeps": [],
+          "measured_at": "2026-11-26 12:00:00", "machine": machine}, results)
     return results
 
 
 def test_one_new_sweep_is_checked_against_the_latest_recorded_on_this_machine(tmp_path):
-    """Its folder may be gone (another session): the recorded answer stands in for it, dated; an answer saved
-    without a date or machine has its entry's."""
+    """Its folder may be gone (another session): the recorded answer stands in for it, dated."""
     here = fingerprint()
     elsewhere = here | {"cpu_model": "1" + str(here["cpu_model"])}
-    answers = [{"folder": "multirun/a"},
+    answers = [{"folder": "multirun/a", "measured_at": "2026-11-26 04:02:13", "machine": here},
                {"folder": "multirun/b", "measured_at": "2026-11-26 10:35:00", "machine": here},
                {"folder": "multirun/c", "measured_at": "2026-11-26 12:00:00", "machine": elsewhere}]
     results = saved(tmp_path, answers, here)
@@ -71,7 +69,7 @@ def test_one_new_sweep_is_checked_against_the_latest_recorded_on_this_machine(tm
     assert recorded_answer(results, "the setup", "multirun/b")["folder"] == "multirun/a"
     assert recorded_answer(results, "the setup", "multirun/b")["measured_at"] == "2026-11-26 04:02:13"
     assert recorded_answer(results, "another setup", "multirun/new") is None
-    assert recorded_answer(saved(tmp_path, answers[:1], elsewhere), "the setup", "multirun/new") is None
+    assert recorded_answer(saved(tmp_path, answers[2:], here), "the setup", "multirun/new") is None
 
 
 def loopback_sweep(tmp_path, link="loopback", planned=3):

@@ -110,7 +110,7 @@ def test_a_time_knob_interpolating_another_is_scaled_once():
     (["emulate.dilation=0.5"], "emulate.dilation must be >= 1, got 0.5"),
     (["emulate.dilation=2", "emulate.isolate=off", "emulate.allow_unchecked_dilation=true"],
      "emulate.dilation=2 needs CPU isolation, but emulate.isolate=off"),
-    (["emulate.dilation=8"], "strategy stepwise is checked for emulate.dilation up to"),  # as bench/results.json says
+    (["emulate.dilation=8"], "strategy stepwise is checked for emulate.dilation up to"),  # as conf/evidence.json says
     (["emulate.dilation=8"], "not 8; emulate.allow_unchecked_dilation=true runs it anyway"),
     (["emulate.peer_cpu_share=[0.05]", "emulate.period_us=10000"], "raise emulate.period_us"),
 ])

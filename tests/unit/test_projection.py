@@ -8,6 +8,7 @@ import yaml
 
 from bench.projection import error, grid, model_overrides, summarize, width
 from helpers import cost_model_of, report_config, strategy_names, strategy_of, validation_case, write_results, write_run
+from metrics.recording.machine import FINGERPRINT, UNKNOWN
 from metrics.summary.bounds import Round
 from metrics.projection.cost import Cost
 from metrics.projection.link import Link, parse_link
@@ -579,8 +580,8 @@ def test_validation_error_arithmetic():
     assert error(0.8, 1.0) == pytest.approx(-0.2)
 
     def case(strategy, peers, role, counted, err):
-        return {"strategy": strategy, "peers": peers, "role": role, "counted": counted, "faithful": counted,
-                "error": err, "link_mbit": 20, "probe_mbit_per_stream": 18.0 if counted else 9.0}
+        return {"model": "mlp", "strategy": strategy, "peers": peers, "role": role, "counted": counted,
+                "faithful": counted, "error": err, "link_mbit": 20, "probe_mbit_per_stream": 18.0 if counted else 9.0}
 
     rows = [case("ps", 2, "calibration", True, 0.5), case("ps", 4, "held-out", True, 0.1),
             case("ps", 8, "held-out", True, -0.3), case("ring", 4, "held-out", True, 0.05),
@@ -612,8 +613,9 @@ def test_default_grid_is_every_synchronous_strategy_of_the_registry():
     assert chosen == [n for n in strategy_names() if not strategy_of(n).is_baseline and strategy_of(n).synchronous]
     assert "hivemind" not in chosen and {"diloco", "localsgd"} <= set(chosen)  # the old hand-written list had neither
     # a strategy outside it is judged by the asynchronous goal
-    rows = [{"strategy": s, "peers": 4, "role": "held-out", "counted": True, "faithful": True, "error": e,
-             "link_mbit": 20, "probe_mbit_per_stream": 18.0} for s, e in (("hivemind", 0.2), (chosen[0], 0.05))]
+    rows = [{"model": "mlp", "strategy": s, "peers": 4, "role": "held-out", "counted": True, "faithful": True,
+             "error": e, "link_mbit": 20, "probe_mbit_per_stream": 18.0}
+            for s, e in (("hivemind", 0.2), (chosen[0], 0.05))]
     assert summarize(rows)["goals_met"]["every asynchronous held-out case within 25 %"]
 
 
@@ -639,9 +641,15 @@ def test_model_overrides():
     assert model_overrides("resnet18", None) == ["model=resnet18"]
 
 
-def validation_entry(measured_at: str, machine: str, rows: list[dict]) -> dict:
-    return {"name": "projection_validation", "measured_at": measured_at, "machine": machine, "setup": machine,
-            "rows": rows}
+def machine(kernel: str) -> dict:
+    """A machine fingerprint told apart by its kernel."""
+    return dict.fromkeys(FINGERPRINT, UNKNOWN) | {"kernel": kernel}
+
+
+def validation_entry(measured_at: str, kernel: str, rows: list[dict]) -> dict:
+    return {"name": "projection_validation", "goal": "held-out |error| <= 0.15", "measured_at": measured_at,
+            "machine": machine(kernel), "setup": kernel, "sweeps": [],
+            "rows": [{"model": "mlp", "measured_at": measured_at, "machine": machine(kernel)} | r for r in rows]}
 
 
 def case(strategy: str, peers: int, err: float, **more) -> dict:
@@ -650,32 +658,35 @@ def case(strategy: str, peers: int, err: float, **more) -> dict:
 
 
 def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
-    from bench.run import BENCHMARKS, merge_of, save
+    from bench.results import load, save
+    from bench.run import BENCHMARKS, merge_of
 
-    results = tmp_path / "results.json"
-    # saved before rows carried a model or a date: ps at N=2, 4, 8 and ring at N=4, all model=mlp
+    results = tmp_path / "results"
+    # saved: ps at N=2, 4, 8 and ring at N=4, all model=mlp
     before = validation_entry("2026-11-23 20:46:02", "busy", [case("ps", 2, 0.0), case("ps", 4, 0.1),
                                                               case("ps", 8, -0.3), case("ring", 4, 0.05)])
-    other = {"name": "noise", "ratio": 0.01}
-    save(results, [before, other])
+    other = {"name": "noise", "ratio": 0.01, "goal": "none", "measured_at": "2026-11-23", "machine": machine("x"),
+             "sweeps": []}
+    save(before, results)
+    save(other, results)
     # a reduced rerun: ps at N=2 and 4 on the MLP, allreduce at N=2 and 4 on ResNet18
     new = validation_entry("2026-11-25 10:00:00", "quiet", [
         case("ps", 2, 0.0, model="mlp", measured_at="2026-11-25 09:00:00"),
         case("ps", 4, 0.02, model="mlp", measured_at="2026-11-25 09:10:00"),
         case("allreduce", 2, 0.01, model="resnet18", measured_at="2026-11-25 09:20:00"),
         case("allreduce", 4, 0.2, model="resnet18", measured_at="2026-11-25 09:30:00")])
-    save(results, [new], {"projection_validation": merge_of(BENCHMARKS["projection"])})
+    save(new, results, merge_of(BENCHMARKS["projection"]))
 
-    saved = {r["name"]: r for r in json.loads(results.read_text())["results"]}
-    assert saved["noise"] == other
-    entry = saved["projection_validation"]
+    assert load("noise", results) == other
+    entry = load("projection_validation", results)
     rows = {(r["model"], r["strategy"], r["peers"]): r for r in entry["rows"]}
     # ps N=4 was measured again: only the new row; ps N=8 and ring N=4 stay, with their own date and machine
     assert set(rows) == {("mlp", "ps", 2), ("mlp", "ps", 4), ("mlp", "ps", 8), ("mlp", "ring", 4),
                          ("resnet18", "allreduce", 2), ("resnet18", "allreduce", 4)}
     assert (rows["mlp", "ps", 4]["error"], rows["mlp", "ps", 4]["measured_at"]) == (0.02, "2026-11-25 09:10:00")
-    assert (rows["mlp", "ps", 8]["measured_at"], rows["mlp", "ps", 8]["machine"]) == ("2026-11-23 20:46:02", "busy")
-    assert rows["resnet18", "allreduce", 4]["machine"] == "quiet"
+    assert (rows["mlp", "ps", 8]["measured_at"], rows["mlp", "ps", 8]["machine"]) == ("2026-11-23 20:46:02",
+                                                                                      machine("busy"))
+    assert rows["resnet18", "allreduce", 4]["machine"] == machine("quiet")
     # held-out figures over all kept rows: -0.3, +0.05, +0.02 (mlp) and +0.2 (resnet18)
     assert (entry["held_out"]["cases"], entry["held_out"]["worst_error"]) == (4, -0.3)
     assert entry["ratio"] == entry["held_out"]["median_abs_error"] == pytest.approx(0.125)
@@ -684,7 +695,8 @@ def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
     assert (resnet18["cases"], resnet18["median_abs_error"]) == (1, pytest.approx(0.2))
     assert entry["goals_met"]["every synchronous held-out case within 15 %"] is False
     assert entry["by_model"]["resnet18"]["goals_met"]["every synchronous held-out case within 15 %"] is False
-    assert entry["earlier_runs"] == [{"measured_at": "2026-11-23 20:46:02", "machine": "busy", "setup": "busy"}]
+    assert entry["earlier_runs"] == [{"measured_at": "2026-11-23 20:46:02", "machine": machine("busy"),
+                                      "setup": "busy"}]
     # rows in the grid's order (model, strategy, rate, N), whichever run measured them
     assert [(r["model"], r["strategy"], r["peers"]) for r in entry["rows"]] == [
         ("mlp", "ps", 2), ("mlp", "ps", 4), ("mlp", "ps", 8), ("mlp", "ring", 4), ("resnet18", "allreduce", 2),

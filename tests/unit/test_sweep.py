@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import compose_config, report_config
+from metrics.recording.machine import fingerprint
 
 
 # --- the design, without a run (unit tier) ------------------------------------------------------
@@ -61,7 +62,7 @@ def test_the_declaration_names_the_primary_figure_and_every_comparison():
 def noise_file(tmp_path, **log_sd) -> str:
     rows = [{"figure": "time_to_target", "metric": "test_accuracy", "value": 0.9, "estimator": "confirmed_crossing",
              "data": "digits", "model": "tiny", "strategy": name, "log_sd": sd, "blocks": 3,
-             "measured_at": "then", "machine": "here"} for name, sd in log_sd.items()]
+             "measured_at": "then", "machine": fingerprint()} for name, sd in log_sd.items()]
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"results": [{"name": "primary_noise", "rows": rows}]}))
     return path
@@ -96,7 +97,7 @@ def test_repeats_auto_plans_the_blocks_from_the_upper_bound_of_the_recorded_nois
     capped, lines, _ = planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.3, stepwise=0.3),
                                       effect=1.10, cap=12)
     assert capped == 12 and "capped" in lines[0]
-    with pytest.raises(ValueError, match=r"none for stepwise .*--record-noise"):
+    with pytest.raises(ValueError, match=r"none for stepwise .*bench/primary_noise.py multirun/noise"):
         planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.04), effect=1.10, cap=30)
 
 

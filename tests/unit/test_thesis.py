@@ -177,15 +177,16 @@ def test_a_rerun_of_some_families_keeps_the_others():
     """Each family keeps the date, machine and sweep it was measured with."""
     def sweep(path, family):
         return {"path": path, "kept": False, "summary": f"families.{family}"}
+    def family(speedup, measured_at, machine):
+        return {"measured_at": measured_at, "machine": machine, "rows": [{"speedup": speedup}]}
     kept = {"name": "thesis", "measured_at": "then", "machine": "old", "ratio": 0.9,
-            "families": {"hivemind": {"rows": [{"speedup": 0.5}]}, "strategies": {"rows": [{"speedup": 0.9}]}},
+            "families": {"hivemind": family(0.5, "then", "old"), "strategies": family(0.9, "then", "old")},
             "sweeps": [sweep("multirun/a/hivemind", "hivemind"), sweep("multirun/a/strategies", "strategies")]}
     new = {"name": "thesis", "measured_at": "now", "machine": "new", "ratio": 0.7,
-           "families": {"hivemind": {"rows": [{"speedup": 0.7}]}}, "projected_remainder": {"rows": []},
+           "families": {"hivemind": family(0.7, "now", "new")}, "projected_remainder": {"rows": []},
            "sweeps": [sweep("multirun/b/hivemind", "hivemind")]}
     merged = merge(kept, new)
-    assert merged["families"] == {"hivemind": {"measured_at": "now", "machine": "new", "rows": [{"speedup": 0.7}]},
-                                  "strategies": {"measured_at": "then", "machine": "old", "rows": [{"speedup": 0.9}]}}
+    assert merged["families"] == {"hivemind": family(0.7, "now", "new"), "strategies": family(0.9, "then", "old")}
     assert merged["ratio"] == 0.9 and merged["projected_remainder"] == {"rows": []}
     assert merged["sweeps"] == [sweep("multirun/a/strategies", "strategies"), sweep("multirun/b/hivemind", "hivemind")]
 

@@ -526,16 +526,14 @@ def test_recorded_noise_holds_the_primary_figures_and_the_samples_to_targets_spr
     and the sd of the paired samples-to-target ratios (samples = time x throughput in these runs)."""
     from scipy.stats import t
 
-    from metrics.report.noise import record
+    from metrics.report.noise import measured_rows
 
     samples_ratios = [1.0, 1.1, 0.95]
     throughputs = [120.0, 130.0, 110.0]
     times = [b * 100.0 * r / thr for b, r, thr in zip(BASELINE_TIMES, samples_ratios, throughputs)]
     sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, throughputs, times),
                                              **baselines()})
-    results = tmp_path / "results.json"
-    record([sweep], results)
-    [row] = [r for e in json.loads(results.read_text())["results"] for r in e["rows"]]
+    [row] = measured_rows([sweep])
     time_sd = statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES))
     assert row["log_sd"] == pytest.approx(time_sd)
     assert row["samples_log_sd"] == pytest.approx(statistics.stdev(math.log(r) for r in samples_ratios))
@@ -549,14 +547,12 @@ def test_recorded_noise_holds_the_primary_figures_and_the_samples_to_targets_spr
 def test_recorded_noise_counts_a_seed_once_across_sweeps(tmp_path):
     """Two sweeps with the same seeds converge alike (common random numbers): their blocks are one observation
     per seed, so pooling them gives the sd over the distinct seeds, not over every block."""
-    from metrics.report.noise import record
+    from metrics.report.noise import measured_rows
 
     times = [12.0, 10.0, 11.5]
     jobs = {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, times), **baselines()}
     first, second = write_sweep(tmp_path / "first", jobs), write_sweep(tmp_path / "second", jobs)
-    results = tmp_path / "results.json"
-    record([first, second], results)
-    [row] = [r for e in json.loads(results.read_text())["results"] for r in e["rows"]]
+    [row] = measured_rows([first, second])
     over_seeds = statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES))
     assert (row["blocks"], row["seeds"]) == (6, 3)
     assert row["log_sd"] == pytest.approx(over_seeds)
@@ -578,15 +574,13 @@ def test_noise_over_seeds_keeps_the_timing_spread_within_a_seed():
 
 def test_recorded_noise_leaves_out_the_blocks_the_comparison_left_out(tmp_path):
     """An unfaithful run's block is out of the verdict's comparison, so it is out of the recorded noise too."""
-    from metrics.report.noise import record
+    from metrics.report.noise import measured_rows
 
     times = [12.0, 10.0, 11.5]
     faithful = {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, times), **baselines()}
     unfaithful = dict(faithful, **{"strategy=allreduce": faithful["strategy=allreduce"][:2] + [
         ("allreduce", 2, 1, 100.0, 40.0, {"summary": {"link": {"faithful": False, "reason": "carried 50 %"}}})]})
-    results = tmp_path / "results.json"
-    record([write_sweep(tmp_path / "first", faithful), write_sweep(tmp_path / "second", unfaithful)], results)
-    [row] = [r for e in json.loads(results.read_text())["results"] for r in e["rows"]]
+    [row] = measured_rows([write_sweep(tmp_path / "first", faithful), write_sweep(tmp_path / "second", unfaithful)])
     over_seeds = statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES))
     assert (row["blocks"], row["seeds"]) == (5, 3)
     assert row["log_sd"] == pytest.approx(over_seeds)
@@ -597,22 +591,28 @@ def test_a_configuration_that_never_reached_the_target_is_recorded_as_such_and_n
     """hivemind missed the target in all 3 blocks: it has no noise to record, and the record says so (a row with no
     log-sd, its blocks censored) instead of staying silent; repeats=auto then refuses it for that reason, not
     by asking for the sweep that was just run."""
-    from metrics.report.noise import planning_noise, record
+    from bench.primary_noise import record
+    from bench.results import load
+    from metrics.recording.evidence import refresh_evidence
+    from metrics.report.noise import planning_noise
     from metrics.report.primary import declare
 
     times = [12.0, 10.0, 11.5]
     sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, times),
                                              "strategy=hivemind": blocks("hivemind", 2, [100.0] * 3, [None] * 3),
                                              **baselines()})
-    results = tmp_path / "results.json"
-    lines = record([sweep], results)
-    rows = {r["strategy"]: r for e in json.loads(results.read_text())["results"] for r in e["rows"]}
+    lines = record([sweep], tmp_path / "results")
+    entry = load("primary_noise", tmp_path / "results")
+    rows = {r["strategy"]: r for r in entry["rows"]}
     assert rows["allreduce"]["log_sd"] == pytest.approx(
         statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES)))
     missed = rows["hivemind"]
     assert (missed["log_sd"], missed["blocks"], missed["censored"], missed["blocks_for_10pct"]) == (None, 0, 3, None)
-    assert any(line.startswith(f"recorded in {results} (primary_noise): hivemind time_to_target: no noise, it "
+    recorded = tmp_path / "results" / "primary_noise.json"
+    assert any(line.startswith(f"recorded in {recorded} (primary_noise): hivemind time_to_target: no noise, it "
                                "reached the target in 0 of the 3 blocks compared") for line in lines)
+    results = tmp_path / "evidence.json"
+    refresh_evidence([entry], results)
     primary = declare(report_config("hivemind", 2))
     assert planning_noise(results, primary, "digits", "tiny", ["allreduce"])[0] == rows["allreduce"]["log_sd"]
     with pytest.raises(ValueError, match=r"hivemind reached test_accuracy ≥ 0.9 in 0 of the 3 blocks compared .*: "

@@ -1,0 +1,132 @@
+"""The benchmarks' results: one file per entry, bench/results/NAME.json, checked against bench/results/schema.json.
+Benchmarks write them and the docs read them through this module only; a save into bench/results also copies the
+evidence entries into conf/evidence.json (metrics/recording/evidence.py), which is what runs read.
+
+An entry records when and on which machine it was measured (metrics/recording/machine.py fingerprint), the sweeps
+it rests on, and no absolute path (the files move between machines)."""
+import json
+import re
+import time
+from pathlib import Path
+
+from metrics.recording.evidence import refresh_evidence
+from metrics.recording.machine import fingerprint
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+SCHEMA_PATH = RESULTS / "schema.json"
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+
+
+class MalformedEntry(ValueError):
+    """An entry that does not follow the schema: one line naming its file and field."""
+
+
+def problems(value, schema: dict, where: str) -> list[str]:
+    """What breaks the schema (the JSON Schema keywords it uses: type, required, properties, items, pattern)."""
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if types and not any(is_type(value, t) for t in types):
+        return [f"{where} is {type(value).__name__} {value!r:.40}, not {' or '.join(types)}"]
+    found = []
+    if isinstance(value, dict):
+        found += [f"{where}.{key} is missing" for key in schema.get("required", []) if key not in value]
+        found += [p for key, sub in schema.get("properties", {}).items() if key in value
+                  for p in problems(value[key], sub, f"{where}.{key}")]
+    if isinstance(value, list) and "items" in schema:
+        found += [p for i, item in enumerate(value) for p in problems(item, schema["items"], f"{where}[{i}]")]
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        found.append(f"{where} {value!r} does not match {schema['pattern']}")
+    return found
+
+
+def is_type(value, name: str) -> bool:
+    if name in ("number", "integer"):
+        return isinstance(value, int if name == "integer" else (int, float)) and not isinstance(value, bool)
+    return isinstance(value, TYPES[name])
+
+
+def checked(entry: dict, path: Path) -> dict:
+    """The entry, or MalformedEntry naming the file and its first field that breaks the schema."""
+    found = problems(entry, SCHEMA, "entry")
+    if found:
+        raise MalformedEntry(f"{shown(path)}: {found[0]}" + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+    if entry["name"] != path.stem:
+        raise MalformedEntry(f"{shown(path)}: entry.name is {entry['name']!r}, not the file's name {path.stem!r}")
+    return entry
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def path_of(name: str, folder: Path = RESULTS) -> Path:
+    return folder / f"{name}.json"
+
+
+def source(name: str, part: str = "") -> str:
+    """Where a figure comes from, as the docs cite it: `bench/results/NAME.json` → `part`."""
+    return f"`{shown(path_of(name))}`" + (f" → `{part}`" if part else "")
+
+
+def load(name: str, folder: Path = RESULTS) -> dict | None:
+    """The saved entry of that name (None where there is none)."""
+    path = path_of(name, folder)
+    return checked(json.loads(path.read_text()), path) if path.exists() else None
+
+
+def load_all(folder: Path = RESULTS) -> dict[str, dict]:
+    """Every saved entry by name, in the order they were measured."""
+    entries = [checked(json.loads(path.read_text()), path) for path in folder.glob("*.json") if path != SCHEMA_PATH]
+    return {e["name"]: e for e in sorted(entries, key=lambda e: (e["measured_at"], e["name"]))}
+
+
+def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
+    """Write the entry to folder/NAME.json, replacing the saved one, or merge(saved, entry) where merge is given and an
+    entry is saved (projection: a new run replaces only the rows of the cases it ran). Saved into bench/results, its
+    evidence goes to conf/evidence.json too."""
+    kept = load(entry["name"], folder) if merge else None
+    entry = merge(kept, entry) if kept else entry
+    path = path_of(entry["name"], folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(checked(entry, path), indent=1) + "\n")
+    if folder.resolve() == RESULTS.resolve():
+        refresh_evidence(load_all(folder).values())
+    return path
+
+
+def split(results_json: Path, folder: Path = RESULTS) -> list[Path]:
+    """A single results file ({"results": [entry, ...]}) as one file per entry: each entry replaces its saved one."""
+    return [save(entry, folder) for entry in json.loads(Path(results_json).read_text())["results"]]
+
+
+def portable(value, root: Path = ROOT):
+    """The value with every absolute path made relative to the repository (results hold no machine's paths); a path
+    outside the repository keeps only its name, marked as such."""
+    if isinstance(value, dict):
+        return {key: portable(item, root) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item, root) for item in value]
+    if isinstance(value, str) and value.startswith("/") and " " not in value:
+        path = Path(value)
+        return str(path.relative_to(root)) if path.is_relative_to(root) else f"outside the repository: {path.name}"
+    return value
+
+
+def stamped(value, machine: dict):
+    """Every dict of a new result that carries its own measured_at (a row, a family) gets this machine's fingerprint."""
+    if isinstance(value, dict):
+        value = {key: stamped(item, machine) for key, item in value.items()}
+        return value if "measured_at" not in value or "machine" in value else value | {"machine": machine}
+    if isinstance(value, list):
+        return [stamped(item, machine) for item in value]
+    return value
+
+
+def recorded(result: dict) -> dict:
+    """A benchmark's result as saved: when and where it was measured, the sweeps it rests on (each named, with the key
+    of this entry that keeps its summary; none for benchmarks whose runs are temporary), paths relative."""
+    machine = fingerprint()
+    result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine}
+    return portable(stamped(result, machine))
