@@ -313,12 +313,12 @@ def test_horovodrun_mpi_hosts_over_ssh_shim(tmp_path):
 # One launch per host, as on real hosts: (strategy overrides, the rank whose parameters host 1 holds).
 # ps: the worker (rank 0) on host 0, the server (rank 1) on host 1.
 PER_HOST_LAUNCH = {
-    "allreduce": (["strategy=allreduce", "peers=2"], 1),
-    "stepwise": (["strategy=stepwise", "peers=2", "stepwise.second_pass=true"], 1),
-    "ps": (["strategy=ps", "peers=1"], None),
-    "hivemind": (["strategy=hivemind", "peers=2", "hivemind.target_batch_size=64", "hivemind.matchmaking_time=2",
-                  "hivemind.request_timeout=1", "hivemind.averaging_timeout=10",
-                  "hivemind.delay_state_averaging=false"], 1),
+    "allreduce": (["strategy=allreduce", "peers=2", "max_steps=8"], 1),
+    "stepwise": (["strategy=stepwise", "peers=2", "stepwise.second_pass=true", "max_steps=8"], 1),
+    "ps": (["strategy=ps", "peers=1", "max_steps=8"], None),
+    "hivemind": (["strategy=hivemind", "peers=2", "max_steps=4", "hivemind.target_batch_size=64",
+                  "hivemind.matchmaking_time=2", "hivemind.request_timeout=1", "hivemind.averaging_timeout=10",
+                  "hivemind.delay_state_averaging=false"], 1),  # each step an averaging round of about 2 s
 }
 
 
@@ -343,7 +343,7 @@ def test_one_launch_per_host_forms_one_run(tmp_path, strategy):
     """The README's multi-host recipe on two emulated hosts: the same command on each, launch.node_rank=k,
     master address = host 0 (hivemind: its own address, and host 0's multiaddr to join)."""
     overrides, other_rank = PER_HOST_LAUNCH[strategy]
-    common = [*overrides, "model=tiny", "max_steps=8", "eval_every=0", "progress=false", "launch.nnodes=2",
+    common = [*overrides, "model=tiny", "eval_every=0", "progress=false", "launch.nnodes=2",
               "launch.master_port=29500"]
     with Fabric(2, [100, 100]) as fabric:
         runs = [tmp_path / f"host{i}" for i in range(2)]
