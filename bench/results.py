@@ -96,11 +96,6 @@ def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
     return path
 
 
-def split(results_json: Path, folder: Path = RESULTS) -> list[Path]:
-    """A single results file ({"results": [entry, ...]}) as one file per entry: each entry replaces its saved one."""
-    return [save(entry, folder) for entry in json.loads(Path(results_json).read_text())["results"]]
-
-
 def portable(value, root: Path = ROOT):
     """The value with every absolute path made relative to the repository (results hold no machine's paths); a path
     outside the repository keeps only its name, marked as such."""

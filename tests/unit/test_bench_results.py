@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.results import RESULTS, ROOT, SCHEMA_PATH, MalformedEntry, load, load_all, portable, recorded, save, split
+from bench.results import RESULTS, ROOT, SCHEMA_PATH, MalformedEntry, load, load_all, portable, recorded, save
 from metrics.recording.machine import FINGERPRINT, UNKNOWN, describe_machine, fingerprint as machine
 
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}:\d{2})?$")
@@ -147,13 +147,6 @@ def test_a_malformed_entry_is_refused_in_one_line_naming_its_file_and_field(tmp_
     (tmp_path / "probe.json").write_text(json.dumps(entry("another")))
     with pytest.raises(MalformedEntry, match="entry.name is 'another', not the file's name 'probe'"):
         load_all(tmp_path)
-
-
-def test_a_single_results_file_splits_into_one_file_per_entry_with_the_same_values(tmp_path):
-    single = tmp_path / "results.json"
-    single.write_text(json.dumps({"results": [entry("a"), entry("b", ratio=None)]}, indent=1))
-    split(single, tmp_path / "results")
-    assert load_all(tmp_path / "results") == {"a": entry("a"), "b": entry("b", ratio=None)}
 
 
 def test_nothing_reads_or_writes_a_single_results_file():
