@@ -14,9 +14,9 @@ once C, S and the link are given. A missed goal stays missed.
 The structural run: the strategy's cost model, knobs and hidden communication come from a run of the strategy on this
 machine (model=tiny, 2 peers, the default emulated links), made by this benchmark; a run that did not hold its link
 or CPU is refused by the projection, so it is repeated up to RUN_ATTEMPTS times. Its compute is replaced by the
-declared one; what it still gives is its hidden communication H (the command line keeps min(H, C)), which for the
-tiny CNN is a few ms (its gradients fit one bucket): in effect no overlap of communication with backward is credited,
-where DDP's buckets and Horovod's fusion overlap it on a GPU.
+declared one; what it still gives is its hidden communication's share of compute (the command line scales H by the
+declared / measured compute), which for the tiny CNN is small (its gradients fit one bucket): little overlap of
+communication with backward is credited, where DDP's buckets and Horovod's fusion overlap it on a GPU.
 
 The link: a ring all-reduce (NCCL's rings, one per network card) enters and leaves each node once per ring, while its
 hops inside a node ride NVLink or PCIe, faster than the network; so the ring's slowest hop is the node's network, and
@@ -76,9 +76,9 @@ LEFT_OUT = [
 ]
 
 LIMITS = [
-    "overlap: the structural run (a tiny CNN, one bucket) measured almost no communication behind backward, and the "
-    "command line keeps that absolute figure under a declared compute (min(H, C)); DDP's buckets and Horovod's "
-    "fusion hide part of the all-reduce behind a GPU's backward, which these predictions do not credit",
+    "overlap: the structural run (a tiny CNN, one bucket) hid little communication behind backward, and the "
+    "command line keeps that share of compute under a declared compute; DDP's buckets and Horovod's fusion hide "
+    "more of the all-reduce behind a GPU's backward, which these predictions do not credit",
     "engine cost: the projection prices communication by the link rate alone; no per-byte CPU or GPU cost of the "
     "engine (NCCL here) enters, neither this machine's nor the cluster's",
     "payload share: a TCP stream's in 1500-byte frames on emulated links, applied to RoCE and InfiniBand",

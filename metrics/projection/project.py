@@ -231,13 +231,15 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
 def declared(m: Measured, step_s: float | None = None, samples_per_s: float | None = None,
              gradient_mb: float | None = None) -> Measured:
     """The run's parameters with the user's own compute (seconds per step per device at the run's batch per worker,
-    or samples/s per device) and the model's gradient size S in MB, where declared."""
+    or samples/s per device) and the model's gradient size S in MB, where declared. The hidden communication keeps
+    its share of the compute (backward hides in proportion to its length): H' = H · declared / measured compute."""
     if step_s is None and samples_per_s is not None:
         step_s = m.batch / samples_per_s
     found = m
     if step_s is not None:
         what = f"{samples_per_s:g} samples/s per device" if samples_per_s else f"{step_s:g} s per step per device"
-        found = dataclasses.replace(found, compute_s=step_s, hidden_s=min(found.hidden_s, step_s),
+        hidden_share = found.hidden_s / found.compute_s if found.compute_s > 0 else 0.0
+        found = dataclasses.replace(found, compute_s=step_s, hidden_s=hidden_share * step_s,
                                     compute_note=f"declared: {what} (batch {m.batch})",
                                     compute_of=f"declared by you: {what}")
     if gradient_mb is not None:

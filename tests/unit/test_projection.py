@@ -1059,6 +1059,21 @@ def test_declared_figures_are_checked(tmp_path, bad):
     assert exit_.value.code == 2
 
 
+@pytest.mark.parametrize("declared_s,step_s", [(0.5, 0.5 + 1.0 - 0.2), (0.005, 0.005 + 1.0 - 0.002)])
+def test_a_declared_compute_hides_its_share_of_communication(tmp_path, declared_s, step_s):
+    """DDP's hidden communication scales with the declared compute: the run hid 0.02 s behind 0.05 s of compute
+    (40 %), so a declared 0.5 s hides 0.2 s and a declared 0.005 s hides 0.002 s of the wire's 1 s."""
+    run = tmp_path / "allreduce"
+    write_run(run, "strategies.allreduce:AllReduce", {"transport": "gloo", "ddp": True}, workers=2,
+              payload=1_000_000, mbit=20, train_s=[1.0, 1.7, 2.4, 3.1], step={"hidden_comm_s": 0.02})
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), "--peers", "2", "--link", "100", "--evidence", str(results), "--compute-s",
+                 str(declared_s), "--gradient-mb", "10", "-o", str(tmp_path / "out")]) == 0
+    (row,) = json.loads((tmp_path / "out" / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
+    # the wire: 2 · 1/2 · 10 MB / (100 Mbit/s x 0.8 payload share = 10 MB/s) = 1 s
+    assert row["step_s"] == pytest.approx(step_s, rel=1e-6)
+
+
 def test_a_declared_gradient_size_sets_the_wire_time(tmp_path):
     """With compute declared free, the step is the ring's wire time: 2 (N-1)/N · S / rate; doubling S doubles it."""
     run = allreduce_run(tmp_path / "allreduce")
