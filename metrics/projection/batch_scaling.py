@@ -9,7 +9,7 @@ def samples_at(samples: float, batch: int, new_batch: int, noise_scale: float) -
     return samples * (1 + new_batch / noise_scale) / (1 + batch / noise_scale)
 
 
-def checked_noise_scale(results: list[dict], model: str, lr_scaling: str) -> dict | None:
+def checked_noise_scale(results: list[dict], model: str | None, lr_scaling: str) -> dict | None:
     """The passed check for this model and lr rule (its noise_scale and largest checked batch), or None."""
     for entry in results:
         if (entry.get("name") == "noise_scale" and entry.get("passed") and entry.get("model") == model

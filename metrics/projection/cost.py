@@ -7,6 +7,7 @@ the knobs and the round's schedule, never a process, a tensor or a backend. The 
 step time. A cost model module imports only this module and metrics.summary.bounds.
 """
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from metrics.summary.bounds import Round
@@ -54,7 +55,7 @@ class CostModel:
     @classmethod
     def bound_formula(cls) -> str | None:
         """The first paragraph of link_bound's docstring: the formula reports state (None: no bound)."""
-        if cls.link_bound.__func__ is CostModel.link_bound.__func__:
+        if getattr(cls.link_bound, "__func__") is getattr(CostModel.link_bound, "__func__"):
             return None
         return first_paragraph(cls.link_bound)
 
@@ -112,7 +113,7 @@ class RingAllReduceCost(CostModel):
         return r.payload * r.workers / (2 * (r.workers - 1))
 
 
-def first_paragraph(method) -> str | None:
+def first_paragraph(method: Callable[..., object]) -> str | None:
     """A method's docstring's first paragraph on one line (a cost model's formula)."""
     doc = inspect.getdoc(method) or ""
     return " ".join(doc.split("\n\n")[0].split()) or None

@@ -67,7 +67,7 @@ class Evidence:
     def validation(self, strategy: str) -> Validation | None:
         return self.validations.get(strategy)
 
-    def batch_scaling(self, model: str, lr_scaling: str) -> dict | None:
+    def batch_scaling(self, model: str | None, lr_scaling: str) -> dict | None:
         """The passed noise-scale check for this model and lr rule (metrics/projection/batch_scaling.py), or None."""
         return checked_noise_scale(self.results, model, lr_scaling)
 

@@ -161,7 +161,7 @@ class Shape(Section):
 @dataclass(frozen=True, kw_only=True)
 class Machine(Section):
     cores: int | None = None
-    fingerprint: str | None = None
+    fingerprint: dict | None = None
     cpu_pressure_share: float | None = None
     steal_share: float | None = None
     load_mean: float | None = None

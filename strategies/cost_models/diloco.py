@@ -5,7 +5,7 @@ from metrics.projection.cost import Cost, RingAllReduceCost, ring_allreduce_s
 
 class DiLoCoCost(RingAllReduceCost):
     @classmethod
-    def link_bound(cls, r: Round) -> float | None:
+    def link_bound(cls, r: Round) -> float:
         """P/B, P = 2(N-1)/N x S: one sync is one all-reduce of the S-byte pseudo-gradient.
 
         A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker

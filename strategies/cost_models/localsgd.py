@@ -6,7 +6,7 @@ from strategies.cost_models.allreduce import AllReduceCost
 
 class LocalSGDCost(AllReduceCost):
     @classmethod
-    def link_bound(cls, r: Round) -> float | None:
+    def link_bound(cls, r: Round) -> float:
         """P/B, P = 2(N-1)/N x S: a round is one all-reduce of S bytes, of gradients (warm-up) or parameters.
 
         A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker
