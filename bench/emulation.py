@@ -1,22 +1,6 @@
-"""Does the emulation hold? Three checks, each measured side by side in interleaved blocks.
-
-headline: the headline multirun (`python train.py -m strategy=ring,stepwise,ps` at its default shape and
-  repeats), read from --emulation-headline-sweep (a finished sweep directory) or run here. Per strategy, the
-  spread ((max - min) / mean) over blocks of its speedup over the baseline run in the same block (a paired
-  ratio), beside the spread of its absolute throughput. Goal: paired spread <= 5 %.
-linearity: ResNet18 on digits, strategy=single peers=1, LINEARITY_JOB. Arms: a dedicated core (emulate.isolate=off),
-  and a CPU quota of 1, 1/2 and 1/4 core (emulate.dilation=1, 2, 4; throughput dilated back, x k). Ratio per block:
-  the arm's throughput / the dedicated core's in the same block.
-invariance: every averaging strategy found at peers=2 (ps: 2 workers + its server), INVARIANCE_JOB
-  (the payload model behind emulated links, so both CPU quota and link rates are dilated), at emulate.dilation
-  = 1, 2 and 4 (isolated; throughput dilated back). Ratio per block: throughput at k / throughput at 1 in the same
-  block. A strategy is offered dilation up to the largest factor at which the ratio of every block, and of
-  every smaller factor, lies within +-TOLERANCE, both in its invariance check and in the linearity check (a
-  dilated peer's compute must hold too): its `checked_dilation` (docs/emulation.md).
-Options: --emulation-repeats (blocks of linearity and invariance, default REPEATS), --emulation-strategies (the
-invariance check's strategies, a comma list; default every averaging strategy), --emulation-headline-sweep.
-Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/report/stats.py).
-"""
+"""Does the emulation hold? The headline's paired spread, CPU-quota linearity and dilation invariance, each
+measured in interleaved blocks; it sets each strategy's checked dilation.
+Method (its entry's `method`): metrics/methods.yaml, bench.emulation."""
 import argparse
 import random
 import statistics
@@ -25,6 +9,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
+from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.stats import Ratio
 
@@ -171,5 +156,5 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
         "checked_dilation": {name: min(row["checked_dilation"], linear_factor(result["linearity"]))
                              for name, row in result["invariance"].items()},
         "duration_s": time.monotonic() - started,
-        "method": __doc__.strip(),
+        "method": methods("bench")["emulation"],
     }

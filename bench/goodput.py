@@ -1,23 +1,6 @@
-"""The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload, measured
-once here and recorded in bench/results/link_goodput.json. The projection converts every link's nominal rate
-with it (metrics/projection/link.py, payload_rate), in the command line, the report, the thesis rows and the
-validation alike.
-
-    python bench/run.py goodput
-    python bench/run.py goodput --goodput-grid "rates=20,100 repeats=2 seconds=3"
-
-For each rate, frame size (`mtus`) and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way,
-frames of that size), each sending one TCP
-stream to the other for `seconds`, so that both directions are busy as in a ring's step (each direction carries one
-stream's data and the other's acknowledgements). Payload goodput of a stream = the bytes its receiver read / (last -
-first byte time). Meanwhile the links' token buckets are metered (netemu/goodput.py, the runs' own check): where a
-direction's wire goodput while queued fell below FAITHFUL_SHARE of the rate, the link did not hold its rate (the CPU,
-not the protocol, set the pace) and the repeat is not counted. payload_share = payload goodput / nominal rate over
-the counted streams: the mean is the conversion, min-max and count its spread; protocol_overhead = 1/payload_share -
-1 (headers, acknowledgements and TCP's pauses, per payload byte). The conversion is standard Ethernet's 1500-byte
-frames', the frame size of the links a projection is for; by_mtu gives each measured frame size's, the runs' own
-(network.mtu) among them.
-"""
+"""The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload
+(bench/results/link_goodput.json), with which every projection converts a link's nominal rate.
+Method (its entry's `method`): metrics/methods.yaml, bench.goodput."""
 import json
 import statistics
 import subprocess
@@ -27,6 +10,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import add_grid_option, grid_settings, ints
+from metrics.recording.methods import methods
 from netemu.fabric import ETHERNET_MTU
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4 mtus=1500,9000"
@@ -142,5 +126,5 @@ def run(text: str | None = None) -> dict:
         "rows": rows,
         "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, frames of {mtus} bytes "
                  f"(payload_share: {ETHERNET_MTU}, standard Ethernet), {repeats} alternated repeats of {seconds:g} s",
-        "method": __doc__.strip(),
+        "method": methods("bench")["goodput"],
     }

@@ -1,54 +1,6 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate,
 calibrated on N = 2 at one link rate and validated at the other peer counts and rates.
-
-    python bench/run.py projection                      # the full grid (below)
-    python bench/run.py projection --projection-grid "rates=20,100 peers=2,4 strategies=ps,stepwise repeats=1"
-    python bench/run.py projection --projection-grid "rates=100,150 calibration_rate=100 peers=2,4 model=resnet18 steps=5"
-
-For each model and strategy (every synchronous averaging strategy found, Strategy.synchronous, with ring on
-Horovod's MPI controller; the others, hivemind, where asked for; with what each declares a benchmark's few steps
-need, Strategy.benchmark_overrides), every case (link rate, N) runs `repeats` times, `steps` steps each, every
-process on its own emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
-width set for the calibration rate so that S/beta is 0.3-0.4 s there, and the same at every rate (the link, not the
-model, changes); model=resnet18 (or any other conf/model option) runs as configured (ResNet18: about 45 MB). The runs
-at N=2 on calibration_rate calibrate: metrics.projection.project.measure takes each one's compute per step, hidden
-communication, server update and S (its payload through the strategy's payload relation) and fits the strategy's
-overlap share where it has one (ps), not its communication time. Every other case is held out: predicted from the
-calibration runs alone (the mean of their predictions), so a model whose "compute" absorbed communication at one
-rate misses at the others. beta is the link's payload rate through the one conversion every projection uses
-(metrics.projection.link.payload_rate: the nominal rate x the payload share the evidence file records in
-link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes. Predicted:
-the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta, alpha = 0 (no
-netem here). Measured: the mean over the case's runs of each run's period (mean over workers of each worker's mean
-step over its steady steps, metrics.projection.project METHODS, evaluations excluded). error = predicted / measured - 1.
-
-Dilation (dilate=fit, the default; dilate=off runs every case as it is): a case whose processes (N workers, and the
-strategy's others: ps's server) ask more CPUs than this machine's cores runs under emulate.dilation = k, processes x
-peer_cpus / cores (netemu/dilation.py: each process gets peer_cpus / k, links run at rate / k, every time knob x k),
-where bench/emulation.py checked that factor for the strategy on this machine (netemu.dilation.checked_dilation);
-elsewhere it runs as it is, oversubscribed, and its CPU check judges it. A dilated run's times are converted back
-(metrics.projection.project METHODS dilation); every row records its k, and such a row tests the dilation as well as
-the cost model: coverage counts the faithful cases that were dilated apart (faithful_dilated).
-
-Fidelity, fixed before the runs: a probe of N hosts, each sending one TCP stream to the next at once for `probe_s`
-seconds (bench/goodput.py), decides whether this machine can emulate N links of the rate they are built at (each
-stream at least LINK_BOUND of it; else the case is not run, and counts as attempted and not faithful); each run's own
-summary then says whether its link held (summary.json link.faithful: goodput while busy >= 90 % of the rate) and its
-peers got their CPU (isolation.faithful: metrics/summary/isolation.py). A case counts only where every run held both;
-predictions rest on the calibration runs that held both (with none, the strategy's cases do not count); rows
-record `faithful` and why not (`unfaithful`). Figures: every case's error; the worst and median |error| of held-out
-counted cases, calibration cases apart; coverage: held-out cases attempted / faithful / within their goal
-(goal: faithful >= COVERAGE_GOAL of attempted); per strategy, a verdict: its goal met or missed, with its worst
-held-out case (the projection gives no number for a strategy whose verdict is missed). A case whose run fails (or
-outlasts its timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes on;
-a failed calibration leaves its strategy's held-out cases unrun (nothing to calibrate on). Rows saved before runs
-were checked for fidelity carry no `faithful`: once a checked run is merged beside them they are no longer counted.
-
-Saving (bench/run.py calls merge): a case is (model, link rate, strategy, N). The rows of a new run
-replace only the saved rows of the same cases; the others are kept, each with its own measured_at
-(and machine), so a reduced rerun adds to the table instead of erasing it. The figures and goals
-are recomputed over every kept row, together and per model (by_model).
-"""
+Method (its entry's `method`): metrics/methods.yaml, bench.projection."""
 import itertools
 import statistics
 import subprocess
@@ -62,6 +14,7 @@ from launchers.config import strategy_by_name
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
+from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
@@ -411,5 +364,5 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
         "setup": f"{sizes}, {chosen['steps']} steps, {chosen['repeats']} runs per case, N={chosen['peers']}, "
                  f"links {chosen['rates']} Mbit/s, strategies {chosen['strategies']}; calibration: the N=2 runs at "
                  f"{calibration_rate} Mbit/s of the same model and strategy; {time.strftime('%Y-%m-%d')}",
-        "method": __doc__.strip(),
+        "method": methods("bench")["projection"],
     }

@@ -1,55 +1,6 @@
-"""The thesis's question: with 16 vCPUs, does hivemind with 2, 4, 8 or 16 peers (8, 4, 2, 1 vCPUs each) beat
-one 16-vCPU process, and where does the time go as target batch size, local updates and batch size change?
-
-    python bench/run.py thesis      # >= 16 cores: the full grid; fewer: the slice this machine runs faithfully
-    python bench/run.py thesis --thesis-families hivemind    # only these families (comma list; default all)
-
-Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
-configuration and its equal-resource baseline (one process with all the CPUs) in a Williams order, so speedups
-and time-to-target ratios are paired per block, with 95 % intervals and Holm-corrected claims
-(metrics/report/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
-batch 32, lr 0.01; run lengths are shortened (max_steps = --thesis-steps per peer), target batch sizes
-never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
---thesis-families names the families to run (an unknown name fails before any run); --thesis-dir
-(default multirun/thesis-DATE) holds one sweep per family: run again with the same directory, a family's
-completed runs are kept (the sweeper resumes), and bench/run.py keeps the saved families it did not rerun (merge).
-
-Full grid (>= 16 cores), --thesis-repeats blocks (default 3):
-  hivemind    peers 2, 4, 8, 16 at 16/N vCPUs x local updates on/off x target batch 10000 ... 625
-              (experiment=thesis_hivemind scale=1: 40 configurations + the 1 x 16 baseline)
-  batch       hivemind 8 x 2, target batch 2500, local updates on/off x batch size 32, 64, 128 (6 + 3 baselines)
-  strategies  the issue's other four: allreduce, stepwise, ps and ring at 8 x 2 (+ the 1 x 16 baseline); localsgd
-              and diloco are one `train.py -m strategy=...` away
-  Cost: about 170 runs of STEPS steps; at 300 steps, with a 2-vCPU ResNet18 step of about 0.4 s, 8-9 hours (an
-  estimate from this machine's step time, not a measurement of a 16-core machine).
-Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus = the usable cores, 100 steps:
-  hivemind    2 x 1, local updates on/off, target batch 625 (the thesis's smallest: epochs fall inside a short run)
-  strategies  allreduce, stepwise, ps and ring at 2 x 1 (ps: 2 workers + its server, oversubscribed, as it says)
-  each family with its baselines: one process on 2 cores (batch 64), run twice (the second: the control arm), and
-  one on 1 core (batch 32). Per block: hivemind 2 + 3 runs, strategies 4 + 3.
-
-The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
-above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (through
-metrics.projection.project.project_link, the link's payload rate by the recorded payload share) at its N on one link,
---thesis-link (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error band and
-UNVALIDATED mark (the evidence file's projection_validation); no number where the strategy's model failed its
-validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed since,
-or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come
-from the slice: S, hidden communication, server update from the
-strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
-model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU peer's from the one-process 2-core
-baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
-baseline (one process with 16 vCPUs), gets no number, with why: thread scaling is not extrapolated, so no speedup
-over 1 x 16 is computed either (each row says so). The slice's runs are read from every family's sweep under
---thesis-dir, whichever families this invocation ran; a configuration whose strategy has no slice run there
-keeps its saved projected row (bench/run.py's merge), with that row's date.
-
-Per configuration (each family's report model, metrics/report/): against its equal-resource baseline, the speedup
-(throughput ratio per block) and the time-to-target ratio (censored where a run missed), each with its estimate,
-95 % interval and claim in the report's declared comparisons (a baseline is never compared with itself); the
-blocks that reached the target; samples-to-target and time per sample (means over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
-(summary.json averaging_rounds, summed over blocks) and failed rounds.
-"""
+"""The thesis's question: does hivemind with 2-16 peers on 16 vCPUs beat one 16-vCPU process, and where does
+the time go? Paired multirun families; on fewer cores, a slice and the projected remainder.
+Method (its entry's `method`): metrics/methods.yaml, bench.thesis."""
 import argparse
 import dataclasses
 import os
@@ -63,6 +14,7 @@ from bench.jobs import ROOT
 from metrics.projection.evidence import Evidence, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import Measured, measure, project_link
+from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.compare import family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
@@ -457,5 +409,5 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
                  f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,
-        "method": __doc__.strip(),
+        "method": methods("bench")["thesis"],
     }
