@@ -132,8 +132,7 @@ def cli_arguments(case: Case, link_mbit: float | None = None) -> list[str]:
 
 
 def predicted_row(case: Case, run: Path, evidence: Evidence, link_mbit: float | None = None) -> dict:
-    """The projection's row for this case, through the command line's functions: the run's parameters with the
-    declared compute and gradient size, projected to N on the link."""
+    """The projection's row for this case, through the command line's functions (declared compute and size)."""
     m = declared(measure(run, evidence.payload_share, evidence), step_s=case.compute_s,
                  gradient_mb=case.gradient_mb)
     link = parse_link(f"{link_mbit or case.link_mbit:g}")
@@ -154,8 +153,7 @@ def judged(case: Case, step_s: float | None) -> dict:
 
 
 def rankings(rows: list[dict]) -> list[dict]:
-    """Every pair of cases of one source whose published figures differ, and whether the predictions order them the
-    same way."""
+    """Every pair of one source's cases whose published figures differ, and whether the predictions keep its order."""
     pairs = []
     for i, a in enumerate(rows):
         for b in rows[i + 1:]:
@@ -194,8 +192,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def structural_run(strategy: str, evidence: Evidence, cases: list[Case]) -> tuple[list[dict], dict]:
-    """Runs of the strategy on this machine until one holds its link and CPU; the rows of its cases predicted from
-    it, and what the run gave."""
+    """The strategy run here until a run holds its link and CPU; its cases' rows and what the run gave."""
     attempts = []
     for _ in range(RUN_ATTEMPTS):
         with train(f"strategy={strategy}", *STRUCTURAL) as run:

@@ -28,10 +28,9 @@ PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %
 
 def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None, beside=None,
           mtu: int = ETHERNET_MTU, host_cores: list[list[int]] | None = None) -> list[float]:
-    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (mod hosts), over links
-    of `mtu` (host i on host_cores[i]: None, every host on the launcher's cores); with meter_path, the links' token
-    buckets metered meanwhile into it (netemu.goodput.LinkMeter); beside(fabric): the processes to run beside the
-    streams (started first, stopped after)."""
+    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1, over links of `mtu`
+    (host i on host_cores[i], default the launcher's cores); meter_path: the token buckets metered into it;
+    beside(fabric): processes run beside the streams."""
     from netemu import Fabric
     from netemu.goodput import LinkMeter
 
@@ -61,8 +60,7 @@ def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = Non
 
 def measure_rate(mbit: float, seconds: float, tmp: Path, mtu: int = ETHERNET_MTU,
                  host_cores: list[list[int]] | None = None) -> dict:
-    """One repeat at one rate (probe's mtu and host_cores): each stream's payload goodput and share, and the links'
-    verdict (netemu.goodput)."""
+    """One repeat at one rate: each stream's payload goodput and share, and the links' verdict (netemu.goodput)."""
     from metrics.summary.link import judge
 
     meter = tmp / f"meter-{mbit:g}-{mtu}-{time.monotonic_ns()}.json"
@@ -73,8 +71,7 @@ def measure_rate(mbit: float, seconds: float, tmp: Path, mtu: int = ETHERNET_MTU
 
 
 def figures(rows: list[dict]) -> dict:
-    """payload_share over the counted repeats' streams in standard Ethernet's frames: mean (the conversion), min,
-    max, streams; per rate too; and per frame size (by_mtu)."""
+    """shares_of the repeats in standard Ethernet's frames (its mean: the conversion), and per frame size."""
     by_mtu = {str(mtu): shares_of([r for r in rows if r["mtu"] == mtu]) for mtu in dict.fromkeys(r["mtu"] for r in rows)}
     return shares_of([r for r in rows if r["mtu"] == ETHERNET_MTU]) | {"by_mtu": by_mtu}
 

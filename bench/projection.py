@@ -63,8 +63,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def coverage(rows: list[dict]) -> dict:
-    """Held-out cases attempted (run, failed or not run for their link), faithful, and within their goal; rows
-    saved before runs were checked for fidelity (no `faithful`) are left out."""
+    """Held-out cases attempted, faithful, and within their goal (rows from before fidelity checks left out)."""
     attempted = [r for r in rows if r["role"] == "held-out" and "faithful" in r]
     faithful = [r for r in attempted if r["counted"]]
     return {"attempted": len(attempted), "faithful": len(faithful),
@@ -106,8 +105,7 @@ def goal_of(strategy: str) -> float:
 
 
 def unchecked_verdicts(rows: list[dict], held_out: list[dict]) -> dict:
-    """A strategy without counted held-out cases keeps the verdict of its cases measured before runs were checked for
-    fidelity (checked: false): a miss there still refuses its model until checked cases replace them."""
+    """The verdicts of strategies judged only by cases from before fidelity checks (checked: false)."""
     judged = {r["strategy"] for r in held_out}
     before = [r for r in rows if r["role"] == "held-out" and "error" in r and "faithful" not in r
               and r["strategy"] not in judged]
@@ -152,9 +150,7 @@ class CaseRun:
 
 
 def dilation_to_fit(overrides: list[str]) -> float:
-    """The emulate.dilation at which a case's processes (its workers and the strategy's others, e.g. ps's servers)
-    get their peer_cpus each on this machine's usable cores: its undilated oversubscription (launchers.shape), at
-    least 1."""
+    """The emulate.dilation at which a case's processes get their peer_cpus here (its oversubscription, >= 1)."""
     from hydra import compose, initialize_config_dir
 
     from launchers.config import CONF_DIR, strategy_class
@@ -171,9 +167,8 @@ def case_overrides(model: str, strategy: str, peers: int, rate: int, mlp_width: 
 
 
 def run_case(overrides: list[str], steps: int, payload_share: float, timeout: float, dilation: float) -> CaseRun:
-    # a collective may take as long as the case: ResNet18's start-up broadcast (45 MB from rank 0 to N - 1 peers
-    # through its one emulated link) outlasts the default 60 s at 20 Mbit/s and N = 8. A dilation above the factor
-    # checked on this machine runs, and its summary says so (fidelity)
+    # a collective may take as long as the case (ResNet18's start-up broadcast at 20 Mbit/s outlasts the default);
+    # an unchecked dilation runs, and its summary says so
     dilated = [f"emulate.dilation={dilation:g}", "emulate.allow_unchecked_dilation=true"] if dilation > 1 else []
     with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
                timeout=timeout * dilation) as run_dir:
@@ -182,8 +177,7 @@ def run_case(overrides: list[str], steps: int, payload_share: float, timeout: fl
 
 
 def grid(text: str | None = None) -> dict:
-    """`rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies=ps,ring model=mlp steps=10 repeats=3`
-    (DEFAULT_GRID where a key is missing; model may list several, e.g. model=mlp,resnet18)."""
+    """The grid --projection-grid asks for (DEFAULT_GRID where a key is missing; model may list several)."""
     from launchers.config import group_options
 
     settings = grid_settings(DEFAULT_GRID, "--projection-grid", text)
@@ -215,9 +209,8 @@ def figures_of(rows: list[dict]) -> dict:
 
 
 def merge(kept: dict, new: dict) -> dict:
-    """The saved entry and a new run's: the new rows replace the kept rows of the same cases (case_key), the kept
-    rows of other cases stay with their own measured_at and machine, all in the grid's order (model, strategy, rate,
-    N), and the figures are recomputed over all of them."""
+    """The saved entry and a new run's: the new rows replace the kept rows of the same cases, the others stay (dated),
+    in the grid's order, and the figures are recomputed over all of them."""
     def unchecked(row: dict) -> dict:
         """A kept row from before runs were checked for fidelity, beside checked ones: no longer counted."""
         if "faithful" in row or not any("faithful" in r for r in new_rows):
@@ -240,8 +233,7 @@ def failed_row(peers: int, rate: int, failure: str, probes: list[float]) -> dict
 
 
 def not_run_row(peers: int, rate: int, probes: list[float], dilation: float = 1.0) -> dict:
-    """A case this machine cannot emulate: its N concurrent probe streams did not get LINK_BOUND of the rate its
-    links are built at (rate / dilation)."""
+    """A case this machine cannot emulate: its N probe streams got under LINK_BOUND of its links' rate."""
     return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "role": "held-out", "counted": False, "faithful": False,
             "not_run": f"{min(probes):.0f} Mbit/s per probe stream < {LINK_BOUND:.0%} of the rate its links are built "
@@ -266,8 +258,7 @@ def case_runs(overrides: list[str], chosen: dict, share: float, timeout: float,
 
 
 def calibrating(runs: list[CaseRun]) -> tuple[list, list[str]]:
-    """The calibration runs' measurements a prediction rests on: those whose link and CPUs held; with none, all of
-    them, and why the cases predicted from them do not count."""
+    """The calibration runs that held (with none: all, and why their cases do not count)."""
     held = [r.measured for r in runs if r.faithful]
     if held:
         return held, []
@@ -276,9 +267,8 @@ def calibrating(runs: list[CaseRun]) -> tuple[list, list[str]]:
 
 def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float],
              uncalibrated: list[str] = (), dilation: float = 1.0) -> dict:
-    """A case that ran: predicted from the calibration runs (the mean of their predictions), measured over its own
-    runs (the mean of their periods), counted where every run's link and CPUs held and so did a calibration run's
-    (uncalibrated: why not)."""
+    """A case that ran: the mean of the calibration runs' predictions against the mean of its runs' periods, counted
+    where its runs and a calibration run held (uncalibrated: why not)."""
     link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
     predicted = statistics.fmean(c.step_s(peers, link) for c in calibrations)
     measured = [r.measured.measured_step_s for r in runs]

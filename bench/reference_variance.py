@@ -88,8 +88,7 @@ def explained(rows: list[dict]) -> dict | None:
 
 
 def r2_interval(rows: list[dict], draws: int = BOOTSTRAP, seed: int = 0) -> list[float] | None:
-    """95 % percentile interval of r², the blocks of each sweep resampled with replacement (all of a block's pairs
-    together)."""
+    """95 % percentile interval of r², each sweep's blocks resampled with replacement."""
     blocks: dict = {}
     for row in rows:
         blocks.setdefault(row["sweep"], {}).setdefault(row["block"], []).append(row)

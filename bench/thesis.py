@@ -35,8 +35,7 @@ BASELINE_CPUS = 2     # the slice's baseline: one process on 2 vCPUs (a 2-vCPU p
 
 
 def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
-    """Family -> its multirun's overrides: the full grid on >= 16 cores (`steps` steps a run), else the slice at
-    these cores."""
+    """Family -> its multirun's overrides: the full grid on >= 16 cores, else the slice at these cores."""
     if cores >= FULL_CORES:
         return {
             "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={steps}"],
@@ -61,8 +60,7 @@ def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
 
 
 def family_overrides(overrides: list[str]) -> list[str]:
-    """A family's train.py overrides after the job's: Hydra keeps the last value of a key, so the family's sweeps
-    (batch_size=32,64,128) win over JOB's."""
+    """JOB, then the family's overrides: Hydra keeps a key's last value, so the family's sweeps win."""
     return [*JOB, *overrides]
 
 
@@ -104,8 +102,7 @@ def comparison_figures(prefix: str, comparison) -> dict:
 
 def rows_of(sweep: Path) -> list[dict]:
     """One row per configuration and per baseline of the sweep's report model: each configuration against its
-    equal-resource baseline on throughput (speedup) and time-to-target, in the report's declared comparisons
-    (Holm per section); a baseline is never compared with itself."""
+    equal-resource baseline on throughput (speedup) and time-to-target, in the report's declared comparisons."""
     sections, _ = load_runs([sweep])
     rows = []
     for section in sections:
@@ -142,9 +139,7 @@ def rows_of(sweep: Path) -> list[dict]:
 # --- the projected remainder --------------------------------------------------------------
 
 def configurations(overrides: list[str]) -> list[dict]:
-    """The configurations one family's multirun sweeps, composed as train.py -m would: the experiment preset's
-    hydra.sweeper.params, then JOB and the family's overrides (the last value of a key wins), expanded. Each:
-    overrides (the swept values), strategy, peers, peer_cpus, batch_size, knobs (the strategy's block)."""
+    """The configurations a family's multirun sweeps, expanded as train.py -m would, with shape and knobs."""
     import launchers.config  # noqa: F401  (registers the config's resolvers)
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -198,15 +193,14 @@ def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
 
 
 def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
-    """The strategy's knobs whose values differ across the grid's configurations, target_batch_size apart (the
-    cost model takes it as a parameter): a slice run stands for a configuration when it has their values."""
+    """The strategy's knobs that differ across the grid, target_batch_size apart (a cost-model parameter): a slice
+    run stands for a configuration when it has their values."""
     knobs = [c["knobs"] for c in grid if c["strategy"] == strategy]
     return {k for k in set().union(*knobs) if k != "target_batch_size" and len({repr(c.get(k)) for c in knobs}) > 1}
 
 
 def mean_measured(runs: list[SliceRun]) -> Measured:
-    """The first run's parameters with compute, hidden communication, server update, S and the fitted overlap
-    averaged over the runs."""
+    """The first run's parameters with compute, hidden, server, size and overlap averaged over the runs."""
     def mean(field):
         return statistics.fmean(getattr(r.measured, field) for r in runs)
     return dataclasses.replace(runs[0].measured, compute_s=mean("compute_s"), hidden_s=mean("hidden_s"),
@@ -214,9 +208,8 @@ def mean_measured(runs: list[SliceRun]) -> Measured:
 
 
 def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores: int) -> tuple[float | None, str]:
-    """Compute per step of one of the configuration's peers, and where it comes from (or why there is none): a
-    1-vCPU peer's from the strategy's own 2 x 1 slice runs, a 2-vCPU peer's from the one-process 2-vCPU baseline;
-    per sample times the configuration's batch where the batches differ."""
+    """Compute per step of one of the configuration's peers (a 1-vCPU peer's from its strategy's slice runs, a
+    2-vCPU peer's from the slice's baseline; scaled per sample), and where it comes from, or why there is none."""
     cpus, batch = config["peer_cpus"], config["batch_size"]
     if cpus == SLICE_SHAPE[1]:
         sources, what = own, f"the slice's {SLICE_SHAPE[0]} x {SLICE_SHAPE[1]} {config['strategy']} runs"
@@ -237,10 +230,8 @@ def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores:
 
 def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: int,
                    evidence: Evidence) -> list[dict]:
-    """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
-    cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
-    validated error band and unvalidated mark (metrics.projection.project.project_link); no number where a peer's compute
-    cannot be measured here, with why."""
+    """One row per full-grid configuration and equal-resource baseline: its strategy's cost model at its N on `link`
+    (project_link: band, unvalidated mark) from compute measured in the slice; no number where none, with why."""
     rows = []
     for config in grid:
         peers, cpus, batch = config["peers"], config["peer_cpus"], config["batch_size"]
@@ -283,8 +274,8 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
                            "rates_mbit": validation.rates_mbit, "errors": validation.errors} if validation else None,
         })
     baselines = {(c["peers"], c["peer_cpus"], c["batch_size"]): c.get("family") for c in grid}
-    for (peers, cpus, batch), family in baselines.items():
-        rows.append({"projected": True, "family": family, "strategy": "single", "peers": peers, "peer_cpus": cpus,
+    for (peers, cpus, batch), name in baselines.items():
+        rows.append({"projected": True, "family": name, "strategy": "single", "peers": peers, "peer_cpus": cpus,
                      "batch_size": peers * batch, "link": None, "step_s": None,
                      "configuration": f"equal-resource baseline of {peers} x {cpus}: one process, {peers * cpus} "
                                       f"vCPUs, batch {peers * batch}",
@@ -315,9 +306,8 @@ REJUDGE = ("refused when its model had failed an earlier validation ({earlier});
 
 
 def judged(row: dict, evidence: Evidence) -> dict:
-    """A projected row held to today's evidence: no number where its strategy's model failed its validation or the
-    row was projected before the payload-share conversion (STALE); a row refused for a validation failure that
-    today's cases no longer show says so (REJUDGE); its unvalidated mark against today's cases."""
+    """A projected row held to today's evidence: no number where its strategy's model failed its validation or it
+    predates the payload-share conversion (STALE); REJUDGE where a failure that refused it is gone."""
     validation = evidence.validation(row["strategy"])
     failed = validation.failed if validation else None
     if row.get("step_s") is None:
@@ -335,9 +325,7 @@ def judged(row: dict, evidence: Evidence) -> dict:
 
 
 def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
-    """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected, judged
-    against `evidence`, by default the evidence file's)."""
+    """The saved entry with a new run's families and projected rows in place of the saved ones (merge_projected)."""
     families_now = (kept.get("families") or {}) | (new.get("families") or {})
     speedups = [r["speedup"] for f in families_now.values() for r in f["rows"]
                 if r.get("speedup") and not r.get("baseline")]
@@ -350,9 +338,7 @@ def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
 
 
 def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> dict | None:
-    """The new run's projected remainder, except that a configuration whose strategy had no slice run at hand this
-    time (its family's sweep not under --thesis-dir) keeps its saved projected row, with that row's date, judged
-    against today's evidence (the evidence file)."""
+    """The new projected remainder; a configuration without slice runs keeps its saved row, judged."""
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
