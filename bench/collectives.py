@@ -25,8 +25,7 @@ def measure(strategy: str, peers: int, rate: int, width: int, steps: int) -> dic
 
 def check_at_most_one(rows: list[dict]) -> None:
     """No run beats its link floor: an efficiency above 1 is a wrong floor or a wrong measurement."""
-    above = [r for r in rows if r["efficiency"] and r["efficiency"] > 1]
-    if above:
+    if above := [r for r in rows if r["efficiency"] and r["efficiency"] > 1]:
         raise AssertionError(f"link efficiency above 1: {above}")
 
 

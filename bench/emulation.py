@@ -71,9 +71,8 @@ def linearity(repeats: int) -> dict:
     arms = {"dedicated core": [*LINEARITY_JOB, "emulate.isolate=off"]}
     arms |= {f"quota 1/{k}": [*LINEARITY_JOB, "emulate.isolate=on", f"emulate.dilation={k}"] for k in FACTORS}
     found = interleaved(arms, repeats, "linearity")
-    reference = found["dedicated core"]
     return {"throughput": found,
-            "ratios": {arm: ratio_figures([v / ref for v, ref in zip(values, reference)])
+            "ratios": {arm: ratio_figures([v / ref for v, ref in zip(values, found["dedicated core"])])
                        for arm, values in found.items() if arm != "dedicated core"}}
 
 
@@ -97,8 +96,7 @@ def chosen_strategies(names: str) -> dict[str, list[str]]:
     """The averaging strategies a comma list names (empty: all), with their overrides; an unknown name is an error."""
     every = averaging_strategies("emulation")
     given = [n.strip() for n in names.split(",") if n.strip()]
-    unknown = [n for n in given if n not in every]
-    if unknown:
+    if unknown := [n for n in given if n not in every]:
         raise ValueError(f"--emulation-strategies: unknown strategy {', '.join(unknown)} (here: {', '.join(every)})")
     return {name: overrides for name, overrides in every.items() if not given or name in given}
 

@@ -28,9 +28,8 @@ PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %
 
 def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None, beside=None,
           mtu: int = ETHERNET_MTU, host_cores: list[list[int]] | None = None) -> list[float]:
-    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1, over links of `mtu`
-    (host i on host_cores[i], default the launcher's cores); meter_path: the token buckets metered into it;
-    beside(fabric): processes run beside the streams."""
+    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (on host_cores[i]);
+    meter_path: the token buckets metered into it; beside(fabric): processes run beside the streams."""
     from netemu import Fabric
     from netemu.goodput import LinkMeter
 

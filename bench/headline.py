@@ -61,7 +61,6 @@ def span_end(runs) -> float:
 
 
 def ended_at(runs) -> str:
-    """The last run's end, as the entry dates a sweep."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs)))
 
 
@@ -203,11 +202,9 @@ def run(args) -> None:
               "setup": setup, "answers": sweeps,
               "sweeps": named,
               "method": methods("bench")["headline"]}
-    if len(sweeps) == 2:
-        result["replication"] = replication(*sweeps)
+    result["replication"] = replication(*sweeps) if len(sweeps) == 2 else None  # one sweep: not yet measured
+    if result["replication"]:
         print(json.dumps(result["replication"], indent=1))
-    else:
-        result["replication"] = None  # one sweep: not yet measured
     if not args.no_save:
         print(f"saved {save(recorded(result), args.out)}")
 

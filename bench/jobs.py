@@ -13,8 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def grid_settings(default: str, option: str, text: str | None = None) -> dict[str, str]:
-    """A benchmark's grid: the `key=value` words of `default`, overridden by `text` (the value of `option`, e.g.
-    --projection-grid "rates=20 peers=2,4"); ValueError for a word whose key is not among the defaults'."""
+    """The `key=value` words of `default`, overridden by `text` (`option`'s value); ValueError on another key."""
     settings = dict(item.split("=", 1) for item in default.split())
     for word in (text or "").split():
         key, equals, value = word.partition("=")

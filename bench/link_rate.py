@@ -92,9 +92,8 @@ def training_loads(fabric) -> list[subprocess.Popen]:
 
 
 def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict:
-    """A bulk TCP flow each way between two hosts at `rate`, each host training (busy) or not: per direction, the
-    bytes its token bucket sent (frames with headers) / the metering span as a share of `rate` (the worst counts),
-    and the goodput while it had a queue (netemu/goodput.py: a direction that keeps none is starved of CPU)."""
+    """A bulk TCP flow each way at `rate`, the hosts training (busy) or not: per direction, what its token bucket
+    sent / the span as a share of `rate`, and the goodput while queued (none kept: the senders lacked CPU)."""
     meter_path = tmp / f"probe-{rate:g}-{busy}.json"
     goodput_probe(2, rate, seconds, meter_path, beside=training_loads if busy else None, mtu=EMULATED_MTU)
     metered = json.loads(meter_path.read_text())
@@ -138,8 +137,7 @@ def measure_run(overrides: list[str], steps: int) -> dict:
 
 
 def headline_run_s(run: dict) -> float:
-    """One headline run's wall time from a shorter run of the same configuration: its start-up and shutdown +
-    steps x its mean step + evaluations x (an evaluation + a snapshot pause)."""
+    """A headline run's wall time from a shorter run: fixed_s + steps x step_s + evaluations x their cost."""
     evaluations = HEADLINE["steps"] // HEADLINE["eval_every"] + 1
     return (run["fixed_s"] + HEADLINE["steps"] * run["step_s"]
             + evaluations * (run["eval_s"] + run["snapshot_s"]))
@@ -231,8 +229,7 @@ def run(args) -> None:
               "setup": f"rates {args.rates} Mbit/s, strategies {args.strategies} at peers=2, {' '.join(JOB)} "
                        f"max_steps={args.steps}, probes {args.probe_s:g} s each way",
               "choice": choice, **figures, "benchmark_s": elapsed, "before": before, "after": after}
-    chosen = next((r for r in figures["rows"] if r["rate_mbit"] == choice["rate_mbit"]), None)
-    if chosen:
+    if chosen := next((r for r in figures["rows"] if r["rate_mbit"] == choice["rate_mbit"]), None):
         result["ratio"] = chosen["probe_busy"]["worst_carried_share"]
     print("\n".join(summary_line(r) for r in figures["rows"]))
     for row in figures["rows"]:

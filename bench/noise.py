@@ -42,8 +42,7 @@ def measure(overrides: list[str]) -> tuple[dict, list[dict]]:
         deviations += [{key: s[key] - means[key] for key in means} for s in worker]
     machine = summary.machine
     figures |= {"samples_per_s": summary.throughput_samples_per_s, "alone": machine.alone,
-                "cpu_pressure_share": machine.cpu_pressure_share, "steal_share": machine.steal_share,
-                "load_mean": machine.load_mean, "other_cpu_share": machine.other_cpu_share}
+                **{key: getattr(machine, key) for key in MACHINE}}
     return figures, deviations
 
 
@@ -105,8 +104,7 @@ def add_arguments(parser) -> None:
 
 def run(repeats: int = REPEATS) -> dict:
     started = time.monotonic()
-    runs = {name: [] for name in ARMS}
-    steps = {name: [] for name in ARMS}
+    runs, steps = {name: [] for name in ARMS}, {name: [] for name in ARMS}
     for repeat in range(repeats):
         for name, overrides in ARMS.items():  # interleaved: each block has one run of every arm
             print(f"noise: repeat {repeat + 1}/{repeats}, {name}", file=sys.stderr, flush=True)

@@ -85,8 +85,7 @@ def main() -> None:
                 whole_outcomes[step] = outcome
             print(json.dumps(rows[-1]), flush=True)
     report = {"run_dir": str(args.run_dir), "measured_at": time.strftime("%Y-%m-%d %H:%M"), "threads": args.threads,
-              "test_samples": len(splits.test), "rows": rows,
-              "sizes": {}}
+              "test_samples": len(splits.test), "rows": rows, "sizes": {}}
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = save_outcomes(whole_outcomes, Path(scratch) / "whole.npz")
         report["sizes"] = summarise(rows, args.sizes, targets, len(splits.test), outcomes)
@@ -102,9 +101,8 @@ def crossings(rows: list[dict], target: dict) -> float | None:
 
 def summarise(rows: list[dict], sizes: list[int], targets: list[dict], test_samples: int, whole_outcomes) -> dict:
     """Per size, over steps and draws: the largest and mean absolute difference from the whole split, and the
-    largest in units of the test set's standard error at that step (accuracy: sqrt(p(1-p)/n), at least 1/n; loss:
-    sd / sqrt(n)); per target (the run's and a test_loss one), the crossing step of every draw's curve (the run's
-    estimator) against the whole split's, as |log ratio|, beside the whole split's test-set bootstrap log sd."""
+    largest in units of the test set's standard error at that step; per target (the run's and a test_loss one),
+    each draw's crossing step against the whole split's as |log ratio|, beside the latter's bootstrap log sd."""
     whole = {r["step"]: r for r in rows if r["size"] == WHOLE}
     noise = {step: {"accuracy_se": max((r["test_accuracy"] * (1 - r["test_accuracy"]) / test_samples) ** 0.5,
                                        1 / test_samples),  # at least one test sample

@@ -1,6 +1,7 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate,
 calibrated on N = 2 at one link rate and validated at the other peer counts and rates.
 Method (its entry's `method`): metrics/methods.yaml, bench.projection."""
+import functools
 import itertools
 import statistics
 import subprocess
@@ -182,8 +183,7 @@ def grid(text: str | None = None) -> dict:
 
     settings = grid_settings(DEFAULT_GRID, "--projection-grid", text)
     models = settings["model"].split(",")
-    unknown = [m for m in models if m not in group_options("model")]
-    if unknown:
+    if unknown := [m for m in models if m not in group_options("model")]:
         raise ValueError(f"--projection-grid: unknown model {', '.join(unknown)} "
                          f"(choose from: {', '.join(group_options('model'))})")
     calibration_rate = int(settings["calibration_rate"])
@@ -209,8 +209,7 @@ def figures_of(rows: list[dict]) -> dict:
 
 
 def merge(kept: dict, new: dict) -> dict:
-    """The saved entry and a new run's: the new rows replace the kept rows of the same cases, the others stay (dated),
-    in the grid's order, and the figures are recomputed over all of them."""
+    """The saved entry with a new run's rows in place of those of the same cases; figures over all the rows."""
     def unchecked(row: dict) -> dict:
         """A kept row from before runs were checked for fidelity, beside checked ones: no longer counted."""
         if "faithful" in row or not any("faithful" in r for r in new_rows):
@@ -259,16 +258,14 @@ def case_runs(overrides: list[str], chosen: dict, share: float, timeout: float,
 
 def calibrating(runs: list[CaseRun]) -> tuple[list, list[str]]:
     """The calibration runs that held (with none: all, and why their cases do not count)."""
-    held = [r.measured for r in runs if r.faithful]
-    if held:
+    if held := [r.measured for r in runs if r.faithful]:
         return held, []
     return [r.measured for r in runs], ["calibration: none of its runs held its link and CPUs"]
 
 
 def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float],
              uncalibrated: list[str] = (), dilation: float = 1.0) -> dict:
-    """A case that ran: the mean of the calibration runs' predictions against the mean of its runs' periods, counted
-    where its runs and a calibration run held (uncalibrated: why not)."""
+    """A case that ran: the calibration runs' mean prediction against its runs' mean period, counted if all held."""
     link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
     predicted = statistics.fmean(c.step_s(peers, link) for c in calibrations)
     measured = [r.measured.measured_step_s for r in runs]
@@ -289,13 +286,11 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
     chosen = grid(text)
     share = load_evidence().payload_share
     calibration_rate = chosen["calibration_rate"]
-    probed = {}
 
+    @functools.cache
     def probes(rate: float, n: int) -> list[float]:
         """N concurrent probe streams at the rate a case's links are built at (its rate / dilation), once each."""
-        if (rate, n) not in probed:
-            probed[rate, n] = probe(n, rate, probe_s)
-        return probed[rate, n]
+        return probe(n, rate, probe_s)
 
     rows = []
     for model, strategy in itertools.product(chosen["models"], chosen["strategies"]):

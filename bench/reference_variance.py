@@ -72,8 +72,7 @@ def centred(rows: list[dict]) -> list[tuple[float, float]]:
 
 
 def explained(rows: list[dict]) -> dict | None:
-    """r², slope, the share the slope-1 adjustment removes, and the sd before and after (its method); None with
-    no variance to explain."""
+    """r², slope, the share the slope-1 adjustment removes, sd before and after; None: nothing to explain."""
     points = centred(rows)
     syy = sum(y * y for y, _ in points)
     sxx = sum(x * x for _, x in points)

@@ -45,8 +45,7 @@ def is_type(value, name: str) -> bool:
 
 def checked(entry: dict, path: Path) -> dict:
     """The entry, or MalformedEntry naming the file and its first field that breaks the schema."""
-    found = problems(entry, SCHEMA, "entry")
-    if found:
+    if found := problems(entry, SCHEMA, "entry"):
         raise MalformedEntry(f"{shown(path)}: {found[0]}" + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
     if entry["name"] != path.stem:
         raise MalformedEntry(f"{shown(path)}: entry.name is {entry['name']!r}, not the file's name {path.stem!r}")
@@ -79,8 +78,7 @@ def load_all(folder: Path = RESULTS) -> dict[str, dict]:
 
 
 def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
-    """Write the entry to folder/NAME.json, replacing the saved one (or merge(saved, entry) where both exist); saved
-    into bench/results, its evidence goes to conf/evidence.json too."""
+    """Write the entry (or merge(saved, entry)) to folder/NAME.json; into bench/results, conf/evidence.json too."""
     kept = load(entry["name"], folder) if merge else None
     entry = merge(kept, entry) if kept else entry
     path = path_of(entry["name"], folder)
@@ -92,8 +90,7 @@ def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
 
 
 def portable(value, root: Path = ROOT):
-    """The value with every absolute path made relative to the repository; a path outside it keeps only its name,
-    marked as such."""
+    """The value with absolute paths made relative to the repository (one outside it: its name, marked so)."""
     if isinstance(value, dict):
         return {key: portable(item, root) for key, item in value.items()}
     if isinstance(value, list):

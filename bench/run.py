@@ -91,8 +91,7 @@ def parser() -> argparse.ArgumentParser:
 def main() -> int:
     cli = parser()
     args = cli.parse_args()
-    unknown = set(args.names) - set(BENCHMARKS)
-    if unknown:
+    if unknown := set(args.names) - set(BENCHMARKS):
         cli.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     if idle := idle_options(args):
         cli.error(f"options given for {', '.join(idle)}, which this command does not run")

@@ -53,8 +53,7 @@ def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
 def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
     """The plan's families that `text` (--thesis-families) names, a comma list; empty: all."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in plan]
-    if unknown:
+    if unknown := [n for n in names if n not in plan]:
         raise ValueError(f"--thesis-families: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
     return {name: overrides for name, overrides in plan.items() if not names or name in names}
 
@@ -101,8 +100,7 @@ def comparison_figures(prefix: str, comparison) -> dict:
 
 
 def rows_of(sweep: Path) -> list[dict]:
-    """One row per configuration and per baseline of the sweep's report model: each configuration against its
-    equal-resource baseline on throughput (speedup) and time-to-target, in the report's declared comparisons."""
+    """One row per configuration and baseline of the sweep: speedup and time-to-target against its baseline."""
     sections, _ = load_runs([sweep])
     rows = []
     for section in sections:
@@ -193,8 +191,7 @@ def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
 
 
 def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
-    """The strategy's knobs that differ across the grid, target_batch_size apart (a cost-model parameter): a slice
-    run stands for a configuration when it has their values."""
+    """The strategy's knobs that vary across the grid, target_batch_size apart: a slice run must match them."""
     knobs = [c["knobs"] for c in grid if c["strategy"] == strategy]
     return {k for k in set().union(*knobs) if k != "target_batch_size" and len({repr(c.get(k)) for c in knobs}) > 1}
 
@@ -230,8 +227,7 @@ def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores:
 
 def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: int,
                    evidence: Evidence) -> list[dict]:
-    """One row per full-grid configuration and equal-resource baseline: its strategy's cost model at its N on `link`
-    (project_link: band, unvalidated mark) from compute measured in the slice; no number where none, with why."""
+    """One row per full-grid configuration and baseline: its cost model's projection on `link`, or why none."""
     rows = []
     for config in grid:
         peers, cpus, batch = config["peers"], config["peer_cpus"], config["batch_size"]
@@ -315,8 +311,7 @@ def judged(row: dict, evidence: Evidence) -> dict:
         if earlier.startswith(f"{row['strategy']}'s cost model failed its validation"):
             return row | {"projected": False, "not_projected": failed or REJUDGE.format(earlier=earlier)}
         return row | {"projected": False}
-    why = failed or (None if "payload_share" in row else STALE)
-    if why:
+    if why := failed or (None if "payload_share" in row else STALE):
         return row | {"projected": False, "step_s": None, "band_step_s": None, "throughput_samples_per_s": None,
                       "not_projected": why}
     beyond = unvalidated(validation, row["peers"], Link(**row["link"]))

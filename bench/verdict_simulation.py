@@ -97,11 +97,9 @@ def judged(folder: Path, speeds: dict) -> dict:
     analysis = analyse(sections[0])
     withheld = bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls)
     speed = {"single": 1.0, **speeds}
-    comparisons = []
-    for c in analysis.comparisons:
-        comparisons.append({"true": speed[c.this.first.strategy] / speed[c.other.first.strategy],
-                            "decision": c.decision, "estimate": c.ratio.estimate, "interval": c.ratio.interval(),
-                            "blocks": c.blocks, "censored": c.censored})
+    comparisons = [{"true": speed[c.this.first.strategy] / speed[c.other.first.strategy], "decision": c.decision,
+                    "estimate": c.ratio.estimate, "interval": c.ratio.interval(), "blocks": c.blocks,
+                    "censored": c.censored} for c in analysis.comparisons]
     return {"withheld": withheld, "comparisons": comparisons}
 
 
@@ -182,8 +180,7 @@ def parse_choices(text: str | None, known, convert=str) -> list:
     if text is None:
         return list(known)
     chosen = [convert(part.strip()) for part in text.split(",")]
-    unknown = [c for c in chosen if c not in known]
-    if unknown:
+    if unknown := [c for c in chosen if c not in known]:
         raise SystemExit(f"verdict_simulation: unknown {', '.join(map(str, unknown))} (known: "
                          f"{', '.join(map(str, known))})")
     return chosen
