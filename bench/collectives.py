@@ -1,22 +1,10 @@
-"""Collective (link) efficiency: the link floor / the measured link time (metrics/summary/bounds.py).
-
-Each averaging strategy of conf/strategy/ trains `steps` steps of the payload model (model=mlp, width set below),
-with what it declares a benchmark's few steps need to reach its averaging (Strategy.benchmark_overrides, e.g.
-localsgd's shorter warm-up), with every process on its own emulated host (network=emulated) behind a token-bucket
-link of `rate` Mbit/s. The summary's network.efficiency: the floor of a round is the
-busiest link's counted bytes in one direction / its rate; synchronous rounds (allreduce,
-ring, hivemind without delays) compare it round by round with the longest worker's link
-time, overlapping rounds (stepwise, ps) with the span from round 2's first communication
-to round R's end; round 1 (set-up) is left out. Goal: >= 0.85 for ps, stepwise and
-allreduce; no efficiency may exceed 1 (run() fails if one does). ring is Horovod with the
-MPI controller. The isolated-round latency formula of each strategy is recorded beside it.
-
-    python bench/run.py collectives --collectives-grid "rates=20 peers=2,4,8 strategies=ps,ring"
-runs a part of the grid (DEFAULT_GRID where a key is missing).
-"""
+"""Collective (link) efficiency: the link floor / the measured link time, per averaging strategy, N and
+link rate on emulated hosts.
+Method (its entry's `method`): metrics/methods.yaml, bench.collectives."""
 import statistics
 
 from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, summary_of
+from metrics.recording.methods import methods
 
 STRATEGIES = averaging_strategies("collectives")
 
@@ -37,8 +25,7 @@ def measure(strategy: str, peers: int, rate: int, width: int, steps: int) -> dic
 
 def check_at_most_one(rows: list[dict]) -> None:
     """No run beats its link floor: an efficiency above 1 is a wrong floor or a wrong measurement."""
-    above = [r for r in rows if r["efficiency"] and r["efficiency"] > 1]
-    if above:
+    if above := [r for r in rows if r["efficiency"] and r["efficiency"] > 1]:
         raise AssertionError(f"link efficiency above 1: {above}")
 
 
@@ -66,5 +53,5 @@ def run(text: str | None = None) -> dict:
         "best": max(row["efficiency"] for row in rows if row["efficiency"]),
         "rows": rows,
         "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, links {list(rates)} Mbit/s (median shown)",
-        "method": __doc__.strip(),
+        "method": methods("bench")["collectives"],
     }

@@ -1,14 +1,9 @@
-"""DDP all-reduce (buckets overlapped with backward) / one flat all-reduce after backward.
-
-Both arms run strategy=allreduce over gloo on loopback with the same model, data, peers
-and steps; only allreduce.ddp differs. The arms alternate `repeats` times in one session
-(this machine is noisy) and the ratio is of the median throughputs (summary.json's
-throughput_samples_per_s: all workers' samples / the longest worker's training time).
-The time breakdown (mean exposed communication and compute per step) is kept as the profile.
-"""
+"""DDP all-reduce (buckets overlapped with backward) against one flat all-reduce after backward.
+Method (its entry's `method`): metrics/methods.yaml, bench.ddp_overlap."""
 import statistics
 
 from bench.jobs import summary_of
+from metrics.recording.methods import methods
 
 
 def measure(ddp: bool, peers: int, model: str, steps: int) -> dict:
@@ -30,5 +25,5 @@ def run(peers: int = 4, model: str = "resnet18", steps: int = 12, repeats: int =
         "median_samples_per_s": median,
         "rows": arms,
         "setup": f"allreduce over gloo, loopback, model={model}, N={peers}, {steps} steps, {repeats} alternated repeats",
-        "method": __doc__.strip(),
+        "method": methods("bench")["ddp_overlap"],
     }

@@ -5,10 +5,8 @@ device, their figures as JSON in an output folder. For a lent GPU machine: `pyth
     python bench/device_check.py OUT [--device auto|cpu|cuda] [--steps 200] [--batch-size 128] [--model resnet18]
                                      [--budget-s 480]
 
-device auto is cuda where torch sees a GPU, else cpu. allreduce's process group is NCCL for CUDA tensors where each
-of its 2 peers has a GPU of its own, else gloo (job/device.py collective_backend). The links are loopback (no ip/tc
-needed). Both runs together stay within --budget-s seconds. Writes OUT/device_check.json and keeps each run in
-OUT/runs/NAME; exits 1 when a run failed (its error is in the JSON), 2 on bad input (before any run).
+allreduce uses NCCL where each of its 2 peers has a GPU of its own, else gloo; links are loopback. Writes
+OUT/device_check.json and OUT/runs/NAME; exits 1 when a run failed (its error is in the JSON), 2 on bad input.
 """
 import argparse
 import json
@@ -37,8 +35,7 @@ METHODS = methods("device_check")
 
 
 def plan(device: str, gpus: int, model: str, steps: int, batch_size: int) -> list[dict]:
-    """The two runs on `device` (resolved: cpu or cuda) with `gpus` GPUs: their names, overrides and allreduce's
-    backend."""
+    """The two runs on `device` (cpu or cuda) with `gpus` GPUs: their names, overrides and allreduce's backend."""
     warmup = warmup_steps(steps)
     job = [f"model={model}", f"device={device}", f"max_steps={steps}", f"batch_size={batch_size}",
            "network=loopback", "eval_every=0", "precise_bn_samples=0",

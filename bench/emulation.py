@@ -1,22 +1,6 @@
-"""Does the emulation hold? Three checks, each measured side by side in interleaved blocks.
-
-headline: the headline multirun (`python train.py -m strategy=ring,stepwise,ps` at its default shape and
-  repeats), read from --emulation-headline-sweep (a finished sweep directory) or run here. Per strategy, the
-  spread ((max - min) / mean) over blocks of its speedup over the baseline run in the same block (a paired
-  ratio), beside the spread of its absolute throughput. Goal: paired spread <= 5 %.
-linearity: ResNet18 on digits, strategy=single peers=1, LINEARITY_JOB. Arms: a dedicated core (emulate.isolate=off),
-  and a CPU quota of 1, 1/2 and 1/4 core (emulate.dilation=1, 2, 4; throughput dilated back, x k). Ratio per block:
-  the arm's throughput / the dedicated core's in the same block.
-invariance: every averaging strategy found at peers=2 (ps: 2 workers + its server), INVARIANCE_JOB
-  (the payload model behind emulated links, so both CPU quota and link rates are dilated), at emulate.dilation
-  = 1, 2 and 4 (isolated; throughput dilated back). Ratio per block: throughput at k / throughput at 1 in the same
-  block. A strategy is offered dilation up to the largest factor at which the ratio of every block, and of
-  every smaller factor, lies within +-TOLERANCE, both in its invariance check and in the linearity check (a
-  dilated peer's compute must hold too): its `checked_dilation` (docs/emulation.md).
-Options: --emulation-repeats (blocks of linearity and invariance, default REPEATS), --emulation-strategies (the
-invariance check's strategies, a comma list; default every averaging strategy), --emulation-headline-sweep.
-Each ratio is also given as a geometric mean with its 95 % t-interval over blocks (metrics/report/stats.py).
-"""
+"""Does the emulation hold? The headline's paired spread, CPU-quota linearity and dilation invariance, each
+measured in interleaved blocks; it sets each strategy's checked dilation.
+Method (its entry's `method`): metrics/methods.yaml, bench.emulation."""
 import argparse
 import random
 import statistics
@@ -25,6 +9,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
+from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.stats import Ratio
 
@@ -86,9 +71,8 @@ def linearity(repeats: int) -> dict:
     arms = {"dedicated core": [*LINEARITY_JOB, "emulate.isolate=off"]}
     arms |= {f"quota 1/{k}": [*LINEARITY_JOB, "emulate.isolate=on", f"emulate.dilation={k}"] for k in FACTORS}
     found = interleaved(arms, repeats, "linearity")
-    reference = found["dedicated core"]
     return {"throughput": found,
-            "ratios": {arm: ratio_figures([v / ref for v, ref in zip(values, reference)])
+            "ratios": {arm: ratio_figures([v / ref for v, ref in zip(values, found["dedicated core"])])
                        for arm, values in found.items() if arm != "dedicated core"}}
 
 
@@ -112,8 +96,7 @@ def chosen_strategies(names: str) -> dict[str, list[str]]:
     """The averaging strategies a comma list names (empty: all), with their overrides; an unknown name is an error."""
     every = averaging_strategies("emulation")
     given = [n.strip() for n in names.split(",") if n.strip()]
-    unknown = [n for n in given if n not in every]
-    if unknown:
+    if unknown := [n for n in given if n not in every]:
         raise ValueError(f"--emulation-strategies: unknown strategy {', '.join(unknown)} (here: {', '.join(every)})")
     return {name: overrides for name, overrides in every.items() if not given or name in given}
 
@@ -171,5 +154,5 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
         "checked_dilation": {name: min(row["checked_dilation"], linear_factor(result["linearity"]))
                              for name, row in result["invariance"].items()},
         "duration_s": time.monotonic() - started,
-        "method": __doc__.strip(),
+        "method": methods("bench")["emulation"],
     }

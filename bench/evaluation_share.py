@@ -1,23 +1,12 @@
 #!/usr/bin/env python
-"""Evaluation's share of `make run`: the default run (`train.py` with no overrides: conf/config.yaml), timed as a
-user types it, and the time its workers spent evaluating after training, from the run's own records.
+"""Evaluation's share of `make run`: the default run (`train.py` with no overrides), timed as a user types it,
+and the time its workers spent evaluating, from the run's own records (the entry's method says how).
 
     flock /tmp/avgbench-measure.lock python bench/evaluation_share.py             # 2 repeats, about 3 minutes each
     python bench/evaluation_share.py --repeats 1 --no-save eval_every=10          # a variant, printed only
 
-Per repeat: command_s, the wall clock of the whole `python train.py hydra.run.dir=<temporary>` (interpreter and
-Hydra start-up, launch, training, evaluation, summary); and from summary.json: wall_s (the launcher's run),
-evaluation.after_training_s (the longest worker's evaluation after its training ended) and, with eval_in_training,
-evaluation.in_training_s (its evaluations inside training's pauses), evaluation.evaluations,
-snapshot_pause_s, and machine.alone and other_cpu_share (whether anything else ran beside it); from steps.jsonl,
-train_s (the longest worker's training time); from eval.jsonl, the evaluations this run computed itself
-(evaluated_by = the record's own rank), summed: precise_bn_s (BatchNorm statistics recomputed) and
-eval_s - precise_bn_s (loading the weights and the pass over the held-out split).
-share = (after_training_s + in_training_s) / command_s. The goal: at most GOAL.
-
-The result replaces bench/results/evaluation_share.json (--out: another folder): the repeats, their mean share as
-the ratio, the goal, the machine (metrics/recording/machine.py's fingerprint) and the date. Extra arguments are Hydra overrides
-(a variant of the default run; the entry then names them in its setup).
+The result replaces bench/results/evaluation_share.json (--out: another folder), the repeats' mean share as its
+ratio. Extra arguments are Hydra overrides (a variant of the default run, named in the entry's setup).
 """
 import argparse
 import statistics
@@ -33,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from bench.results import recorded, save  # noqa: E402
 from bench.run import add_saving_options, under_machine_lock  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
+from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.schema import Summary  # noqa: E402
 
@@ -40,7 +30,7 @@ GOAL = 0.15  # evaluation after training, at most this share of the default run'
 
 
 def figures_of(run_dir: Path, command_s: float) -> dict:
-    """One repeat's figures from the run's own records (see the module's docstring)."""
+    """One repeat's figures from the run's own records; command_s: the whole command's wall clock."""
     run = RunDir(run_dir)
     summary = Summary.load(run.summary)
     if summary.status != "completed":
@@ -104,10 +94,7 @@ def run(args) -> None:
               "goal_met": verdict == "met",
               "setup": "make run as typed: python train.py " + " ".join(["hydra.run.dir=<temporary>", *args.overrides])
                        + " (conf/config.yaml defaults)",
-              "method": "share = summary.json evaluation.after_training_s (the longest worker's evaluation after "
-                        "its training ended) + evaluation.in_training_s (eval_in_training: its evaluations in "
-                        "training's pauses) / the wall clock of the whole command; precise_bn_s and "
-                        "load_and_test_pass_s summed over the evaluations the run computed (eval.jsonl)",
+              "method": methods("bench")["evaluation_share"],
               "repeats": repeats}
     if not args.no_save:
         print(f"saved {save(recorded(result), args.out)}")

@@ -1,32 +1,5 @@
 """Published experiments with N >= 16, predicted by the projection from their single-device figures alone.
-
-    python bench/run.py field
-
-Each case is a published data-parallel run: its source (and the table or passage), the model, the engine's strategy
-here (allreduce for torch DDP, ring for Horovod), N, the link and the published figure (step time, or scaling
-efficiency: throughput at N / (N x one device's throughput)). It is predicted through the command line's own code path
-(metrics.projection.project: measure, declared, project), as `python -m metrics.projection RUN --peers N --link MBIT
---compute-s C --gradient-mb S` would: C = the source's single-device step (batch per device / samples per s, or its
-sec/iter without DDP), S = the model's parameters x 4 bytes (fp32 gradients), the link = the node's network rate.
-Nothing is fitted to the scaled results: no input comes from them, and the projection has no free parameter left
-once C, S and the link are given. A missed goal stays missed.
-
-The structural run: the strategy's cost model, knobs and hidden communication come from a run of the strategy on this
-machine (model=tiny, 2 peers, the default emulated links), made by this benchmark; a run that did not hold its link
-or CPU is refused by the projection, so it is repeated up to RUN_ATTEMPTS times. Its compute is replaced by the
-declared one; what it still gives is its hidden communication's share of compute (the command line scales H by the
-declared / measured compute), which for the tiny CNN is small (its gradients fit one bucket): little overlap of
-communication with backward is credited, where DDP's buckets and Horovod's fusion overlap it on a GPU.
-
-The link: a ring all-reduce (NCCL's rings, one per network card) enters and leaves each node once per ring, while its
-hops inside a node ride NVLink or PCIe, faster than the network; so the ring's slowest hop is the node's network, and
-the cost model's per-worker link is given that rate (every card of the node together). `per_gpu_share` records, not
-counted, the prediction with the node's rate divided by its GPUs instead. Latency: 0 (no source states one).
-
-Goals (issue 51): at least GOAL_SHARE of the cases within STEP_GOAL of the published step time (or EFFICIENCY_GOAL
-points of scaling efficiency), and every published pairwise ranking within a source preserved (two cases whose
-published figures differ: the predicted figures order them the same way).
-"""
+Method (its entry's `method`): metrics/methods.yaml, bench.field."""
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +8,7 @@ from bench.jobs import train
 from metrics.projection.evidence import Evidence, load_evidence
 from metrics.projection.link import parse_link
 from metrics.projection.project import calibration_problems, declared, measure, project
+from metrics.recording.methods import methods
 
 STEP_GOAL = 0.15        # |predicted / published step - 1|
 EFFICIENCY_GOAL = 10.0  # |predicted - published scaling efficiency|, in points
@@ -158,8 +132,7 @@ def cli_arguments(case: Case, link_mbit: float | None = None) -> list[str]:
 
 
 def predicted_row(case: Case, run: Path, evidence: Evidence, link_mbit: float | None = None) -> dict:
-    """The projection's row for this case, through the command line's functions: the run's parameters with the
-    declared compute and gradient size, projected to N on the link."""
+    """The projection's row for this case, through the command line's functions (declared compute and size)."""
     m = declared(measure(run, evidence.payload_share, evidence), step_s=case.compute_s,
                  gradient_mb=case.gradient_mb)
     link = parse_link(f"{link_mbit or case.link_mbit:g}")
@@ -180,8 +153,7 @@ def judged(case: Case, step_s: float | None) -> dict:
 
 
 def rankings(rows: list[dict]) -> list[dict]:
-    """Every pair of cases of one source whose published figures differ, and whether the predictions order them the
-    same way."""
+    """Every pair of one source's cases whose published figures differ, and whether the predictions keep its order."""
     pairs = []
     for i, a in enumerate(rows):
         for b in rows[i + 1:]:
@@ -220,8 +192,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def structural_run(strategy: str, evidence: Evidence, cases: list[Case]) -> tuple[list[dict], dict]:
-    """Runs of the strategy on this machine until one holds its link and CPU; the rows of its cases predicted from
-    it, and what the run gave."""
+    """The strategy run here until a run holds its link and CPU; its cases' rows and what the run gave."""
     attempts = []
     for _ in range(RUN_ATTEMPTS):
         with train(f"strategy={strategy}", *STRUCTURAL) as run:
@@ -250,7 +221,7 @@ def run() -> dict:
         "goal": f">= {GOAL_SHARE:.0%} within ±{STEP_GOAL:.0%} step or ±{EFFICIENCY_GOAL:g} points, rankings kept",
         "setup": f"{len(CASES)} published cases (N = {min(c.peers for c in CASES)}-{max(c.peers for c in CASES)}) "
                  f"from {len(SOURCES)} sources, predicted from single-device compute, model size and link",
-        "method": __doc__.strip(),
+        "method": methods("bench")["field"],
         "sources": SOURCES,
         "left_out": LEFT_OUT,
         "limits": LIMITS,

@@ -1,23 +1,6 @@
-"""The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload, measured
-once here and recorded in bench/results/link_goodput.json. The projection converts every link's nominal rate
-with it (metrics/projection/link.py, payload_rate), in the command line, the report, the thesis rows and the
-validation alike.
-
-    python bench/run.py goodput
-    python bench/run.py goodput --goodput-grid "rates=20,100 repeats=2 seconds=3"
-
-For each rate, frame size (`mtus`) and repeat: two emulated hosts (netemu.Fabric, tc tbf at the rate each way,
-frames of that size), each sending one TCP
-stream to the other for `seconds`, so that both directions are busy as in a ring's step (each direction carries one
-stream's data and the other's acknowledgements). Payload goodput of a stream = the bytes its receiver read / (last -
-first byte time). Meanwhile the links' token buckets are metered (netemu/goodput.py, the runs' own check): where a
-direction's wire goodput while queued fell below FAITHFUL_SHARE of the rate, the link did not hold its rate (the CPU,
-not the protocol, set the pace) and the repeat is not counted. payload_share = payload goodput / nominal rate over
-the counted streams: the mean is the conversion, min-max and count its spread; protocol_overhead = 1/payload_share -
-1 (headers, acknowledgements and TCP's pauses, per payload byte). The conversion is standard Ethernet's 1500-byte
-frames', the frame size of the links a projection is for; by_mtu gives each measured frame size's, the runs' own
-(network.mtu) among them.
-"""
+"""The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload
+(bench/results/link_goodput.json), with which every projection converts a link's nominal rate.
+Method (its entry's `method`): metrics/methods.yaml, bench.goodput."""
 import json
 import statistics
 import subprocess
@@ -27,6 +10,7 @@ import time
 from pathlib import Path
 
 from bench.jobs import add_grid_option, grid_settings, ints
+from metrics.recording.methods import methods
 from netemu.fabric import ETHERNET_MTU
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4 mtus=1500,9000"
@@ -44,10 +28,8 @@ PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %
 
 def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None, beside=None,
           mtu: int = ETHERNET_MTU, host_cores: list[list[int]] | None = None) -> list[float]:
-    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (mod hosts), over links
-    of `mtu` (host i on host_cores[i]: None, every host on the launcher's cores); with meter_path, the links' token
-    buckets metered meanwhile into it (netemu.goodput.LinkMeter); beside(fabric): the processes to run beside the
-    streams (started first, stopped after)."""
+    """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (on host_cores[i]);
+    meter_path: the token buckets metered into it; beside(fabric): processes run beside the streams."""
     from netemu import Fabric
     from netemu.goodput import LinkMeter
 
@@ -77,8 +59,7 @@ def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = Non
 
 def measure_rate(mbit: float, seconds: float, tmp: Path, mtu: int = ETHERNET_MTU,
                  host_cores: list[list[int]] | None = None) -> dict:
-    """One repeat at one rate (probe's mtu and host_cores): each stream's payload goodput and share, and the links'
-    verdict (netemu.goodput)."""
+    """One repeat at one rate: each stream's payload goodput and share, and the links' verdict (netemu.goodput)."""
     from metrics.summary.link import judge
 
     meter = tmp / f"meter-{mbit:g}-{mtu}-{time.monotonic_ns()}.json"
@@ -89,8 +70,7 @@ def measure_rate(mbit: float, seconds: float, tmp: Path, mtu: int = ETHERNET_MTU
 
 
 def figures(rows: list[dict]) -> dict:
-    """payload_share over the counted repeats' streams in standard Ethernet's frames: mean (the conversion), min,
-    max, streams; per rate too; and per frame size (by_mtu)."""
+    """shares_of the repeats in standard Ethernet's frames (its mean: the conversion), and per frame size."""
     by_mtu = {str(mtu): shares_of([r for r in rows if r["mtu"] == mtu]) for mtu in dict.fromkeys(r["mtu"] for r in rows)}
     return shares_of([r for r in rows if r["mtu"] == ETHERNET_MTU]) | {"by_mtu": by_mtu}
 
@@ -142,5 +122,5 @@ def run(text: str | None = None) -> dict:
         "rows": rows,
         "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, frames of {mtus} bytes "
                  f"(payload_share: {ETHERNET_MTU}, standard Ethernet), {repeats} alternated repeats of {seconds:g} s",
-        "method": __doc__.strip(),
+        "method": methods("bench")["goodput"],
     }

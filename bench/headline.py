@@ -1,29 +1,15 @@
 #!/usr/bin/env python
 """The headline as typed, measured: `python train.py -m strategy=ring,stepwise,ps`, run as independent sweeps on
-this machine with nothing else running, and whether their answers replicate.
+this machine with nothing else running, and whether their answers replicate (docs/benchmarks.md).
 
     python bench/headline.py --sweeps 2       # two sweeps, one after the other (each takes the machine lock)
     python bench/headline.py --from multirun/headline-a multirun/headline-b    # record sweeps made before
     python bench/headline.py --from multirun/headline-c    # one new sweep, checked against the last one recorded
     python bench/headline.py --from multirun/headline-a multirun/headline-b --loopback-from multirun/headline-lo
 
-A sweep runs into multirun/headline-<date>-<i> (hydra.sweep.dir); a sweep stopped half-way goes on where it
-stopped when the same folder is given again (`--from` records it as it stands, `--sweeps` resumes it).
-Per sweep, from the report's own analysis (metrics/report/verdict.py): the primary figure, the ranking, every
-declared comparison (ratio, 95 % interval, Holm-adjusted p, claim, blocks, censored blocks), the verdict's answer,
-the links and the left-out runs; its wall time (the command's wall clock; for a sweep recorded with --from, the
-sum of its runs' own wall clocks, as bench/link_rate.py estimates it: a sweep resumed in another session paused
-in between). Across two sweeps: the same ranking, no contradicting claims (a "faster"
-in one never a "slower" in the other), and the pairs of averaging configurations separated in both (a claim of
-faster or slower after Holm, in the same direction). One new sweep is checked against the latest sweep recorded in
-the `headline` entry on the same machine and setup (its answer is kept there, so a sweep's folder need not outlive
-its session); --alone records it without one.
-The wall-time ratio: the longest sweep / the headline on loopback on this machine. Its denominator is measured where
-a loopback sweep was given (--loopback-from: `python train.py -m strategy=ring,stepwise,ps network=loopback`, every
-planned run completed; its wall time as a --from sweep's) or recorded in the entry from this machine; otherwise it is
-bench/link_rate.py's estimate, and the entry says which.
-
-The result replaces bench/results/headline.json (--out: another folder), with the machine and the date.
+A sweep runs into multirun/headline-<date>-<i>; a sweep stopped half-way goes on where it stopped when its folder
+is given again (`--from` records it as it stands, `--sweeps` resumes it). The result replaces
+bench/results/headline.json (--out: another folder).
 """
 import argparse
 import dataclasses
@@ -40,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from bench.results import load, portable, recorded, save  # noqa: E402
 from bench.run import add_saving_options  # noqa: E402
 from metrics.recording.machine import describe_machine, fingerprint  # noqa: E402
+from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.stats import FASTER, SLOWER  # noqa: E402
@@ -54,8 +41,7 @@ RUNS_WALL = ("the sum of its runs' wall clocks (launch to end, evaluation includ
 
 
 def run_sweep(folder: Path, lock: str, command: list[str] = HEADLINE) -> float:
-    """Run (or resume) a multirun, the headline by default, into folder (with lock=wait or refuse the sweep takes the
-    machine lock itself); its wall clock in seconds."""
+    """Run (or resume) a multirun, the headline by default, into folder; its wall clock in seconds."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "train.py", "-m", *command, f"hydra.sweep.dir={folder}", f"lock={lock}"],
                           cwd=ROOT)
@@ -65,19 +51,16 @@ def run_sweep(folder: Path, lock: str, command: list[str] = HEADLINE) -> float:
 
 
 def runs_s(runs) -> float:
-    """The sum of the runs' own wall clocks (summary.json wall_s: launch to the last process's end, evaluation
-    included), as bench/link_rate.py estimates the headline: a sweep resumed in another session has a pause that
-    no user waits for."""
+    """The sum of the runs' own wall clocks (RUNS_WALL): a resumed sweep's pause is no user's wait."""
     return sum(r.summary.wall_s for r in runs)
 
 
 def span_end(runs) -> float:
-    """The last run's end (summary.json started_at + wall_s), seconds since the epoch."""
+    """The last run's end, seconds since the epoch."""
     return max(r.summary.started_at + r.summary.wall_s for r in runs)
 
 
 def ended_at(runs) -> str:
-    """The last run's end, as the entry dates a sweep."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs)))
 
 
@@ -86,7 +69,6 @@ def runs_in(sections) -> list:
 
 
 def span_s(runs) -> float:
-    """First run's start to the last run's end."""
     return span_end(runs) - min(r.summary.started_at for r in runs)
 
 
@@ -160,8 +142,7 @@ def measured_loopback(folder: Path) -> dict:
 
 
 def loopback_of(results: Path, folder: Path | None) -> dict | None:
-    """The ratio's denominator: the loopback sweep given, else the one recorded from this machine, else
-    bench/link_rate.py's estimate from this machine."""
+    """The wall-time ratio's denominator: the sweep given, else recorded here, else link_rate's estimate."""
     if folder:
         return measured_loopback(folder)
     recorded_sweep = (load("headline", results) or {}).get("loopback") or {}
@@ -175,8 +156,7 @@ def loopback_of(results: Path, folder: Path | None) -> dict | None:
 
 
 def recorded_answer(results: Path, setup: str, new_folder: str) -> dict | None:
-    """The latest sweep of the saved headline entry measured on this machine with this setup (another folder than
-    the new sweep's)."""
+    """The latest other sweep of the saved entry measured on this machine with this setup."""
     entry = load("headline", results) or {}
     if entry.get("setup") != setup:
         return None
@@ -221,16 +201,10 @@ def run(args) -> None:
               "loopback": loopback,
               "setup": setup, "answers": sweeps,
               "sweeps": named,
-              "method": "each sweep's verdict analysis (metrics/report/verdict.py) as the report gives it; "
-                        "replication compares the declared comparisons' claims by configuration label. As typed, "
-                        "block b runs seed b in every sweep: two sweeps share their seeds, so their samples-to-target "
-                        "are equal run for run (common random numbers) and the second sweep replicates the timing "
-                        "(compute, link, machine), not the seeds' convergence noise"}
-    if len(sweeps) == 2:
-        result["replication"] = replication(*sweeps)
+              "method": methods("bench")["headline"]}
+    result["replication"] = replication(*sweeps) if len(sweeps) == 2 else None  # one sweep: not yet measured
+    if result["replication"]:
         print(json.dumps(result["replication"], indent=1))
-    else:
-        result["replication"] = None  # one sweep: not yet measured
     if not args.no_save:
         print(f"saved {save(recorded(result), args.out)}")
 

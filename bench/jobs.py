@@ -13,9 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def grid_settings(default: str, option: str, text: str | None = None) -> dict[str, str]:
-    """A benchmark's grid as `key=value` words: its defaults, overridden by `text`, the value of its command-line
-    `option` (e.g. --projection-grid "rates=20 peers=2,4"); a word that is not one of the defaults' keys is an
-    error."""
+    """The `key=value` words of `default`, overridden by `text` (`option`'s value); ValueError on another key."""
     settings = dict(item.split("=", 1) for item in default.split())
     for word in (text or "").split():
         key, equals, value = word.partition("=")
@@ -36,8 +34,7 @@ def ints(text: str) -> list[int]:
 
 
 def averaging_strategies(benchmark: str) -> dict[str, list[str]]:
-    """Every averaging strategy (launchers/plugins.py; baselines left out) -> its overrides in `benchmark`
-    (bench/NAME.py): strategy=NAME and what the strategy declares its few steps need (Strategy.benchmark_overrides)."""
+    """Every averaging strategy -> its overrides in `benchmark` (Strategy.benchmark_overrides)."""
     from launchers.config import strategy_by_name
     from launchers.plugins import strategy_configs
 

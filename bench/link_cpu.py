@@ -1,17 +1,5 @@
 """What the emulated wire costs its hosts' cores, by frame size: why network.mtu defaults to 9000.
-
-    python bench/run.py link_cpu
-    python bench/run.py link_cpu --link_cpu-grid "rate=150 mtus=1500,9000 repeats=2 seconds=10"
-
-Segmentation offload is off on the emulated links (netemu/fabric.py), so the kernel handles every frame on the
-sending and the receiving host's core: the fewer, larger frames, the less of the peers' CPU the wire takes. For each
-repeat and frame size (alternated): two emulated hosts, each on a core of its own as in a run, each sending one TCP
-stream to the other for `seconds` at `rate` each way (bench/goodput.py's probe). busy_share = the machine's busy
-time (/proc/stat: every state but idle and iowait) over all its cores / (cores x wall time), over the whole probe:
-the fabric's set-up and the streams' start included, the same for every frame size. ratio = the mean busy_share at
-the first frame size / that at the last. payload_share = the streams' payload goodput / rate; the links' verdict is
-the runs' own check (netemu/goodput.py).
-"""
+Method (its entry's `method`): metrics/methods.yaml, bench.link_cpu."""
 import os
 import statistics
 import sys
@@ -20,6 +8,7 @@ from pathlib import Path
 
 from bench.goodput import measure_rate
 from bench.jobs import add_grid_option, grid_settings, ints
+from metrics.recording.methods import methods
 
 DEFAULT_GRID = "rate=150 mtus=1500,9000 repeats=2 seconds=10"
 IDLE_STATES = (3, 4)  # /proc/stat's idle and iowait columns (after the cpu name)
@@ -73,5 +62,5 @@ def run(text: str | None = None) -> dict:
         "rows": rows,
         "setup": f"2 emulated hosts on a core each, one TCP stream each way at once at {rate:g} Mbit/s, frames of "
                  f"{mtus} bytes, {repeats} alternated repeats of {seconds:g} s",
-        "method": __doc__.strip(),
+        "method": methods("bench")["link_cpu"],
     }

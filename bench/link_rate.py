@@ -1,31 +1,9 @@
 #!/usr/bin/env python
-"""Which rate should the default emulated link have? Measured on this machine, for conf/network/auto.yaml.
-
-For each candidate rate R (Mbit/s per host and direction):
-  probe   two emulated hosts at R (netemu.Fabric, the runs' frame size: conf/network/emulated.yaml mtu), a bulk TCP
-          flow each way for --probe-s seconds, first on idle
-          CPUs, then while each host also trains ResNet18 (forward, backward and SGD on a random batch of 32
-          digits-shaped images, 1 thread: the peers' CPUs busy). The flows always have bytes to send, so what
-          the link carries is what this machine delivers at R: per direction, the bytes its token bucket sent
-          (frames with headers, data one way and the other flow's acknowledgements) / the metering span, as a
-          share of R; the worst direction counts. Beside it, goodput while the bucket had a queue
-          (netemu/goodput.py, the runs' own check): a direction whose senders cannot keep a queue is starved
-          of CPU, not slowed by its link.
-  runs    each strategy of --strategies at peers=2 on ResNet18 and digits, --steps steps, eval_every=0,
-          network=emulated at R: communication's share of a step (the summary's time_breakdown_share.comm_s
-          definition, over steps 2.. so that connection set-up stays out: exposed comm / (data + compute +
-          opt + comm), means over all workers' steps), the mean step, and the run's own link verdict
-          (summary.json link: goodput_share, faithful), and whether its peers received the CPU they were promised
-          (summary.json isolation.faithful: a peer's core taken by other work, such as the link's own kernel work).
-Rule: the default is the highest candidate whose busy probe carried at least --goodput-share (0.95) of R, whose
-runs' links and CPUs were all faithful, and at which the heaviest strategy (the largest communication share) spends at
-least --comm-share (0.5) of its step communicating.
-
-The headline (`python train.py -m strategy=ring,stepwise,ps`: in each of `repeats` blocks one run of each and
-the baselines single peers=2 and single peers=1, the control arm single peers=2 again, 100 steps, an evaluation
-every 5) is estimated per rate from the same runs: per run, start-up and shutdown (wall - training - evaluation after
-training) + steps x the mean step + evaluations x the time per evaluation + snapshots x the pause per snapshot; the
-baselines and (--loopback) the headline on loopback are run once here too, for the same estimate.
+"""Which rate should the default emulated link have? Measured on this machine, for conf/network/auto.yaml
+(docs/emulation.md). Per candidate rate: bulk TCP probes each way between two emulated hosts, idle and while both
+train, and the headline's strategies at peers=2, whose runs also estimate the headline's wall time there. The default
+is the highest rate whose busy probe carried >= --goodput-share of it, whose runs' links and CPUs held, and where the
+heaviest strategy communicates >= --comm-share of its step.
 
     flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
     python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
@@ -114,8 +92,8 @@ def training_loads(fabric) -> list[subprocess.Popen]:
 
 
 def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict:
-    """Goodput of a bulk TCP flow each way between two hosts at `rate` (bench/goodput.py's streams), with each host
-    training (busy) or not."""
+    """A bulk TCP flow each way at `rate`, the hosts training (busy) or not: per direction, what its token bucket
+    sent / the span as a share of `rate`, and the goodput while queued (none kept: the senders lacked CPU)."""
     meter_path = tmp / f"probe-{rate:g}-{busy}.json"
     goodput_probe(2, rate, seconds, meter_path, beside=training_loads if busy else None, mtu=EMULATED_MTU)
     metered = json.loads(meter_path.read_text())
@@ -129,7 +107,7 @@ def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict:
 
 # --- runs: the strategies at a rate ------------------------------------------------------------------
 def steady_breakdown(run: RunDir) -> dict:
-    """Mean seconds per step of each phase over all workers' steps after their first."""
+    """Mean seconds per step of each phase over all workers' steps after their first (connection set-up)."""
     steps = [s for peer in run.peers() for s in read_jsonl(peer.steps)[1:]]
     return {phase: statistics.fmean(s[phase] for s in steps) for phase in PHASES}
 
@@ -159,7 +137,7 @@ def measure_run(overrides: list[str], steps: int) -> dict:
 
 
 def headline_run_s(run: dict) -> float:
-    """One headline run's wall time, from a shorter run of the same configuration."""
+    """A headline run's wall time from a shorter run: fixed_s + steps x step_s + evaluations x their cost."""
     evaluations = HEADLINE["steps"] // HEADLINE["eval_every"] + 1
     return (run["fixed_s"] + HEADLINE["steps"] * run["step_s"]
             + evaluations * (run["eval_s"] + run["snapshot_s"]))
@@ -174,8 +152,7 @@ def headline_s(runs: dict, baselines: dict) -> float | None:
 
 
 def judged(row: dict, goodput_share: float, comm_share: float) -> dict:
-    """The rate's row with the rule's inputs (heaviest strategy, its communication share, whether every run's link
-    and CPUs held) and whether it fits the rule."""
+    """The rate's row with the rule's inputs (heaviest strategy, its comm share, faithful runs) and its fit."""
     heaviest = max(row["runs"], key=lambda n: row["runs"][n]["comm_share"]) if row["runs"] else None
     busy_share = row["probe_busy"]["worst_carried_share"]
     row |= {"heaviest": heaviest,
@@ -252,8 +229,7 @@ def run(args) -> None:
               "setup": f"rates {args.rates} Mbit/s, strategies {args.strategies} at peers=2, {' '.join(JOB)} "
                        f"max_steps={args.steps}, probes {args.probe_s:g} s each way",
               "choice": choice, **figures, "benchmark_s": elapsed, "before": before, "after": after}
-    chosen = next((r for r in figures["rows"] if r["rate_mbit"] == choice["rate_mbit"]), None)
-    if chosen:
+    if chosen := next((r for r in figures["rows"] if r["rate_mbit"] == choice["rate_mbit"]), None):
         result["ratio"] = chosen["probe_busy"]["worst_carried_share"]
     print("\n".join(summary_line(r) for r in figures["rows"]))
     for row in figures["rows"]:

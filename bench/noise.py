@@ -1,23 +1,6 @@
-"""Where the noise comes from: a pinned single process and a 2-peer run, repeated and interleaved.
-
-Arms (ResNet18 on digits, 40 steps of batch 32, eval_every=0): `strategy=single peers=1` (one process
-pinned to one core) and `strategy=stepwise peers=2` (two processes, a core each), alternated `repeats`
-times (--noise-repeats). Per run, over every worker's steps after the first WARMUP: the mean wall time per step (data +
-compute + opt + comm, the step's span), CPU time (cpu_s) and run-queue delay (runq_s) per step, and
-other = wall - cpu - runq (time the process neither ran nor waited for a CPU: waiting for its peer, I/O;
-it goes below 0 when several threads ran at once); the machine around the run from its summary
-(cpu_pressure_share, steal_share, load_mean, other_cpu_share).
-
-Spread of a figure over an arm's runs: (max - min) / mean, and the coefficient of variation.
-Attribution: since wall = cpu + runq + other for every run, var(wall) = cov(wall, cpu) + cov(wall, runq) +
-cov(wall, other), so share(x) = cov(wall, x) / var(wall) says how much of the run-to-run variance of the
-wall time per step moved with x; the shares sum to 1 (a share may be negative when x moved against wall).
-The same decomposition over steps (each worker's steps about that worker's mean in its run, pooled)
-attributes the step-to-step variation. Machine factors: Pearson correlation, over the runs of both arms,
-of each run's wall time per step relative to its arm's mean with each factor (few runs: indicative only).
-clock_cost_us: the median cost of one step's ProcessClock readings (start + since_start) in a process
-with as many threads as a gloo peer (6).
-"""
+"""Where the noise comes from: a pinned single process and a 2-peer run, repeated and interleaved, their
+variance attributed to CPU time, run-queue delay and the rest.
+Method (its entry's `method`): metrics/methods.yaml, bench.noise."""
 import argparse
 import statistics
 import sys
@@ -27,6 +10,7 @@ import time
 from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.machine import ProcessClock
+from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.summary.schema import Summary
 
@@ -58,8 +42,7 @@ def measure(overrides: list[str]) -> tuple[dict, list[dict]]:
         deviations += [{key: s[key] - means[key] for key in means} for s in worker]
     machine = summary.machine
     figures |= {"samples_per_s": summary.throughput_samples_per_s, "alone": machine.alone,
-                "cpu_pressure_share": machine.cpu_pressure_share, "steal_share": machine.steal_share,
-                "load_mean": machine.load_mean, "other_cpu_share": machine.other_cpu_share}
+                **{key: getattr(machine, key) for key in MACHINE}}
     return figures, deviations
 
 
@@ -121,8 +104,7 @@ def add_arguments(parser) -> None:
 
 def run(repeats: int = REPEATS) -> dict:
     started = time.monotonic()
-    runs = {name: [] for name in ARMS}
-    steps = {name: [] for name in ARMS}
+    runs, steps = {name: [] for name in ARMS}, {name: [] for name in ARMS}
     for repeat in range(repeats):
         for name, overrides in ARMS.items():  # interleaved: each block has one run of every arm
             print(f"noise: repeat {repeat + 1}/{repeats}, {name}", file=sys.stderr, flush=True)
@@ -152,5 +134,5 @@ def run(repeats: int = REPEATS) -> dict:
         "machine_correlation": correlations,
         "clock_cost_us": clock_cost_us(),
         "duration_s": time.monotonic() - started,
-        "method": __doc__.strip(),
+        "method": methods("bench")["noise"],
     }

@@ -1,18 +1,8 @@
-"""Whether the gradient noise scale predicts samples-to-target at larger global batches.
+"""Whether the gradient noise scale predicts samples-to-target at larger global batches (docs/projection.md): per
+repeat, a 2-peer allreduce run measures B_simple at B0, and one process (ghost BatchNorm) samples-to-target at B0 and
+each larger B; E(B) = E(B0) (1 + B / Bn) / (1 + B0 / Bn) on the repeats' geometric means, against the measured.
 
     python bench/run.py noise_scale [--noise_scale-grid "model=resnet18 repeats=3 batches=128,256,512"]
-
-Per repeat (seed = the repeat's number), the arms one after another, so that the machine's drift reaches them alike:
-- `allreduce`: 2 peers of batch_size each (B0 = 2 x batch_size), noise_scale_every=1, no link: the noise scale
-  B_simple (summary.json noise_scale: metrics/summary/noise_scale.py);
-- `single` at peers = B / batch_size, for B0 and every larger batch B: one process whose BatchNorm normalises
-  groups of batch_size (ghost_batch_norm), so that one pass over B samples is B / batch_size accumulated
-  micro-batches: samples_to_target, by the run's declared estimator.
-Prediction (McCandlish et al. 2018, E = E_min (1 + B / B_noise)): E(B) = E(B0) (1 + B / Bn) / (1 + B0 / Bn), E(B0) and
-Bn the geometric means over the repeats; its error against the geometric mean of the measured E(B). Goal, fixed
-before any data: every batch's |error| <= GOAL, and every run reached the target. The projection predicts
-time-to-target beyond a run's measured global batch only from a check that passed for the run's model and
-lr_scaling (metrics/projection/batch_scaling.py); elsewhere time-to-target stays unknown.
 """
 import math
 import statistics

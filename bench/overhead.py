@@ -1,15 +1,12 @@
 """Framework overhead: strategy=single step time vs the minimal raw loop, same model, data, batch, threads, core.
-
-Both arms run as separate processes pinned to the same core, alternately, `repeats`
-times; each arm's figure is its median step time after `warmup` steps.
-ratio = raw median / framework median (= framework samples/s / raw samples/s; goal >= 0.97).
-"""
+Method (its entry's `method`): metrics/methods.yaml, bench.overhead."""
 import statistics
 import subprocess
 import sys
 
 from bench.jobs import ROOT, train
 from metrics.recording.jsonl import read_jsonl
+from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 
 
@@ -38,5 +35,5 @@ def run(model: str = "resnet18", batch: int = 32, steps: int = 25, warmup: int =
         "raw_step_s": raw,
         "framework_step_s": framework,
         "setup": f"model={model} batch={batch} steps={steps} warmup={warmup} repeats={repeats}, 1 thread, core 0",
-        "method": __doc__.strip(),
+        "method": methods("bench")["overhead"],
     }

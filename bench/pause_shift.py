@@ -1,24 +1,12 @@
-"""Does evaluating in training's pauses change the step time it measures? Pairs of runs of one configuration, one
-evaluating each snapshot in its pause (eval_in_training=true), one after training (false), run one after the
-other, the order alternating from pair to pair (ABBA). The run is short enough that neither reaches the target, and
-its pauses (every eval_every steps) fall inside the measurement window (measure_window).
-
-Per run: step time = the summary's throughput over the window (samples per second) turned into seconds per step of
-all workers' batch. Per pair: ratio = in-training step / after-training step. The shift is the geometric mean of the
-pairs' ratios with its 95 % t-interval (metrics/report/stats.py Ratio); the goal: the interval inside 1 ± GOAL.
-
-Within each run as well, where the machine's drift between runs cancels: the steps just after a pause position
-(step k x eval_every + 1 in the window) against the window's other steps, each step's duration from train_s (which
-leaves the pause out), the ratio of their means per worker, averaged over workers. Per pair: the in-training run's
-ratio / the after-training run's at the same steps (the steps' own positions cancel). The same estimator. The goal is
-met when this within-run interval lies inside 1 ± GOAL in every configuration; the between-run ratio stands beside it
-(`between_runs_goal_met`: whether its interval did too).
-"""
+"""Does evaluating in training's pauses change the step time it measures? Paired runs, in training against
+after training, in ABBA order.
+Method (its entry's `method`): metrics/methods.yaml, bench.pause_shift."""
 import math
 import statistics
 
 from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
+from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.report.stats import Ratio
 from metrics.summary.schema import Summary
@@ -82,5 +70,5 @@ def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict:
         "configurations": rows,
         "setup": " ".join(RUN) + f"; {pairs} pairs, ABBA order; " + "; ".join(
             f"{n}: {' '.join(CONFIGURATIONS[n])}" for n in configurations.split(",")),
-        "method": __doc__.strip(),
+        "method": methods("bench")["pause_shift"],
     }

@@ -4,14 +4,8 @@ subsets of several sizes and on the whole training split (the reference).
 
     python bench/precise_bn.py RUN_DIR [--sizes 128 256 512] [--draws 3] [--steps 10 25 50 100] [--out F.json]
 
-RUN_DIR: a run with keep_weights=true (peer0/weights/step*.pt, as trained). For each saved step and each size,
-`draws` subsets (the project's fixed one, PRECISE_BN_SUBSET_SEED, first; then other seeds) and the whole split:
-test accuracy and loss on the held-out split. Per size: the largest and the mean absolute difference from the
-whole split's figures over steps and draws, and the largest in units of the test set's own noise at that step
-(the standard error of the accuracy, sqrt(p(1-p)/n) but at least one test sample, and of the mean loss, sd of
-the samples' losses / sqrt(n), both from the whole split's evaluation); and, for the run's target and a test_loss
-target, the step at which each draw's learning curve reaches it (metrics/summary/target.py: the run's estimator) against
-the whole split's, as |log ratio|, beside the test-set bootstrap log sd of the whole split's crossing.
+RUN_DIR: a run with keep_weights=true. Each size gets `draws` subsets, the project's fixed one
+(PRECISE_BN_SUBSET_SEED) first; summarise says what is compared.
 """
 import argparse
 import json
@@ -91,8 +85,7 @@ def main() -> None:
                 whole_outcomes[step] = outcome
             print(json.dumps(rows[-1]), flush=True)
     report = {"run_dir": str(args.run_dir), "measured_at": time.strftime("%Y-%m-%d %H:%M"), "threads": args.threads,
-              "test_samples": len(splits.test), "rows": rows,
-              "sizes": {}}
+              "test_samples": len(splits.test), "rows": rows, "sizes": {}}
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = save_outcomes(whole_outcomes, Path(scratch) / "whole.npz")
         report["sizes"] = summarise(rows, args.sizes, targets, len(splits.test), outcomes)
@@ -108,8 +101,8 @@ def crossings(rows: list[dict], target: dict) -> float | None:
 
 def summarise(rows: list[dict], sizes: list[int], targets: list[dict], test_samples: int, whole_outcomes) -> dict:
     """Per size, over steps and draws: the largest and mean absolute difference from the whole split, and the
-    largest in units of the test set's standard error at that step; per target, the crossing step of every draw's
-    curve against the whole split's, as |log ratio|, beside the whole split's test-set bootstrap log sd."""
+    largest in units of the test set's standard error at that step; per target (the run's and a test_loss one),
+    each draw's crossing step against the whole split's as |log ratio|, beside the latter's bootstrap log sd."""
     whole = {r["step"]: r for r in rows if r["size"] == WHOLE}
     noise = {step: {"accuracy_se": max((r["test_accuracy"] * (1 - r["test_accuracy"]) / test_samples) ** 0.5,
                                        1 / test_samples),  # at least one test sample

@@ -18,8 +18,7 @@ from metrics.report.noise import ENTRY, measured_rows, merged, recorded_lines  #
 
 
 def record(dirs: list[Path], out: Path, write: bool = True) -> list[str]:
-    """Measure the noise under dirs and save it into out's primary_noise entry (unless not write); what was
-    recorded, one line a row."""
+    """Measure the noise under dirs, save it into out's entry (if write); what was recorded, a line a row."""
     rows = portable(measured_rows(dirs))
     if write and rows:
         save(merged(load(ENTRY, out), rows), out)

@@ -1,54 +1,7 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate,
 calibrated on N = 2 at one link rate and validated at the other peer counts and rates.
-
-    python bench/run.py projection                      # the full grid (below)
-    python bench/run.py projection --projection-grid "rates=20,100 peers=2,4 strategies=ps,stepwise repeats=1"
-    python bench/run.py projection --projection-grid "rates=100,150 calibration_rate=100 peers=2,4 model=resnet18 steps=5"
-
-For each model and strategy (every synchronous averaging strategy found, Strategy.synchronous, with ring on
-Horovod's MPI controller; the others, hivemind, where asked for; with what each declares a benchmark's few steps
-need, Strategy.benchmark_overrides), every case (link rate, N) runs `repeats` times, `steps` steps each, every
-process on its own emulated host (network=emulated, tc tbf links). model=mlp (the default) is the payload model, its
-width set for the calibration rate so that S/beta is 0.3-0.4 s there, and the same at every rate (the link, not the
-model, changes); model=resnet18 (or any other conf/model option) runs as configured (ResNet18: about 45 MB). The runs
-at N=2 on calibration_rate calibrate: metrics.projection.project.measure takes each one's compute per step, hidden
-communication, server update and S (its payload through the strategy's payload relation) and fits the strategy's
-overlap share where it has one (ps), not its communication time. Every other case is held out: predicted from the
-calibration runs alone (the mean of their predictions), so a model whose "compute" absorbed communication at one
-rate misses at the others. beta is the link's payload rate through the one conversion every projection uses
-(metrics.projection.link.payload_rate: the nominal rate x the payload share the evidence file records in
-link_goodput, bench/goodput.py), so that what is validated here is what a user's projection computes. Predicted:
-the strategy's cost model (step_time, strategies/cost_models/<name>.py) at the case's N, that beta, alpha = 0 (no
-netem here). Measured: the mean over the case's runs of each run's period (mean over workers of each worker's mean
-step over its steady steps, metrics.projection.project METHODS, evaluations excluded). error = predicted / measured - 1.
-
-Dilation (dilate=fit, the default; dilate=off runs every case as it is): a case whose processes (N workers, and the
-strategy's others: ps's server) ask more CPUs than this machine's cores runs under emulate.dilation = k, processes x
-peer_cpus / cores (netemu/dilation.py: each process gets peer_cpus / k, links run at rate / k, every time knob x k),
-where bench/emulation.py checked that factor for the strategy on this machine (netemu.dilation.checked_dilation);
-elsewhere it runs as it is, oversubscribed, and its CPU check judges it. A dilated run's times are converted back
-(metrics.projection.project METHODS dilation); every row records its k, and such a row tests the dilation as well as
-the cost model: coverage counts the faithful cases that were dilated apart (faithful_dilated).
-
-Fidelity, fixed before the runs: a probe of N hosts, each sending one TCP stream to the next at once for `probe_s`
-seconds (bench/goodput.py), decides whether this machine can emulate N links of the rate they are built at (each
-stream at least LINK_BOUND of it; else the case is not run, and counts as attempted and not faithful); each run's own
-summary then says whether its link held (summary.json link.faithful: goodput while busy >= 90 % of the rate) and its
-peers got their CPU (isolation.faithful: metrics/summary/isolation.py). A case counts only where every run held both;
-predictions rest on the calibration runs that held both (with none, the strategy's cases do not count); rows
-record `faithful` and why not (`unfaithful`). Figures: every case's error; the worst and median |error| of held-out
-counted cases, calibration cases apart; coverage: held-out cases attempted / faithful / within their goal
-(goal: faithful >= COVERAGE_GOAL of attempted); per strategy, a verdict: its goal met or missed, with its worst
-held-out case (the projection gives no number for a strategy whose verdict is missed). A case whose run fails (or
-outlasts its timeout) is kept as a row with the end of its error ("failed"), not counted, and the benchmark goes on;
-a failed calibration leaves its strategy's held-out cases unrun (nothing to calibrate on). Rows saved before runs
-were checked for fidelity carry no `faithful`: once a checked run is merged beside them they are no longer counted.
-
-Saving (bench/run.py calls merge): a case is (model, link rate, strategy, N). The rows of a new run
-replace only the saved rows of the same cases; the others are kept, each with its own measured_at
-(and machine), so a reduced rerun adds to the table instead of erasing it. The figures and goals
-are recomputed over every kept row, together and per model (by_model).
-"""
+Method (its entry's `method`): metrics/methods.yaml, bench.projection."""
+import functools
 import itertools
 import statistics
 import subprocess
@@ -62,6 +15,7 @@ from launchers.config import strategy_by_name
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import measure
+from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
@@ -110,8 +64,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def coverage(rows: list[dict]) -> dict:
-    """Held-out cases attempted (run, failed or not run for their link), faithful, and within their goal; rows
-    saved before runs were checked for fidelity (no `faithful`) are left out."""
+    """Held-out cases attempted, faithful, and within their goal (rows from before fidelity checks left out)."""
     attempted = [r for r in rows if r["role"] == "held-out" and "faithful" in r]
     faithful = [r for r in attempted if r["counted"]]
     return {"attempted": len(attempted), "faithful": len(faithful),
@@ -153,8 +106,7 @@ def goal_of(strategy: str) -> float:
 
 
 def unchecked_verdicts(rows: list[dict], held_out: list[dict]) -> dict:
-    """A strategy without counted held-out cases keeps the verdict of its cases measured before runs were checked for
-    fidelity (checked: false): a miss there still refuses its model until checked cases replace them."""
+    """The verdicts of strategies judged only by cases from before fidelity checks (checked: false)."""
     judged = {r["strategy"] for r in held_out}
     before = [r for r in rows if r["role"] == "held-out" and "error" in r and "faithful" not in r
               and r["strategy"] not in judged]
@@ -199,9 +151,7 @@ class CaseRun:
 
 
 def dilation_to_fit(overrides: list[str]) -> float:
-    """The emulate.dilation at which a case's processes (its workers and the strategy's others, e.g. ps's servers)
-    get their peer_cpus each on this machine's usable cores: its undilated oversubscription (launchers.shape), at
-    least 1."""
+    """The emulate.dilation at which a case's processes get their peer_cpus here (its oversubscription, >= 1)."""
     from hydra import compose, initialize_config_dir
 
     from launchers.config import CONF_DIR, strategy_class
@@ -218,9 +168,8 @@ def case_overrides(model: str, strategy: str, peers: int, rate: int, mlp_width: 
 
 
 def run_case(overrides: list[str], steps: int, payload_share: float, timeout: float, dilation: float) -> CaseRun:
-    # a collective may take as long as the case: ResNet18's start-up broadcast (45 MB from rank 0 to N - 1 peers
-    # through its one emulated link) outlasts the default 60 s at 20 Mbit/s and N = 8. A dilation above the factor
-    # checked on this machine runs, and its summary says so (fidelity)
+    # a collective may take as long as the case (ResNet18's start-up broadcast at 20 Mbit/s outlasts the default);
+    # an unchecked dilation runs, and its summary says so
     dilated = [f"emulate.dilation={dilation:g}", "emulate.allow_unchecked_dilation=true"] if dilation > 1 else []
     with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
                timeout=timeout * dilation) as run_dir:
@@ -229,14 +178,12 @@ def run_case(overrides: list[str], steps: int, payload_share: float, timeout: fl
 
 
 def grid(text: str | None = None) -> dict:
-    """`rates=20,100,150 calibration_rate=20 peers=2,4,8 strategies=ps,ring model=mlp steps=10 repeats=3`
-    (DEFAULT_GRID where a key is missing; model may list several, e.g. model=mlp,resnet18)."""
+    """The grid --projection-grid asks for (DEFAULT_GRID where a key is missing; model may list several)."""
     from launchers.config import group_options
 
     settings = grid_settings(DEFAULT_GRID, "--projection-grid", text)
     models = settings["model"].split(",")
-    unknown = [m for m in models if m not in group_options("model")]
-    if unknown:
+    if unknown := [m for m in models if m not in group_options("model")]:
         raise ValueError(f"--projection-grid: unknown model {', '.join(unknown)} "
                          f"(choose from: {', '.join(group_options('model'))})")
     calibration_rate = int(settings["calibration_rate"])
@@ -262,9 +209,7 @@ def figures_of(rows: list[dict]) -> dict:
 
 
 def merge(kept: dict, new: dict) -> dict:
-    """The saved entry and a new run's: the new rows replace the kept rows of the same cases (case_key), the kept
-    rows of other cases stay with their own measured_at and machine, all in the grid's order (model, strategy, rate,
-    N), and the figures are recomputed over all of them."""
+    """The saved entry with a new run's rows in place of those of the same cases; figures over all the rows."""
     def unchecked(row: dict) -> dict:
         """A kept row from before runs were checked for fidelity, beside checked ones: no longer counted."""
         if "faithful" in row or not any("faithful" in r for r in new_rows):
@@ -287,8 +232,7 @@ def failed_row(peers: int, rate: int, failure: str, probes: list[float]) -> dict
 
 
 def not_run_row(peers: int, rate: int, probes: list[float], dilation: float = 1.0) -> dict:
-    """A case this machine cannot emulate: its N concurrent probe streams did not get LINK_BOUND of the rate its
-    links are built at (rate / dilation)."""
+    """A case this machine cannot emulate: its N probe streams got under LINK_BOUND of its links' rate."""
     return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "role": "held-out", "counted": False, "faithful": False,
             "not_run": f"{min(probes):.0f} Mbit/s per probe stream < {LINK_BOUND:.0%} of the rate its links are built "
@@ -313,19 +257,15 @@ def case_runs(overrides: list[str], chosen: dict, share: float, timeout: float,
 
 
 def calibrating(runs: list[CaseRun]) -> tuple[list, list[str]]:
-    """The calibration runs' measurements a prediction rests on: those whose link and CPUs held; with none, all of
-    them, and why the cases predicted from them do not count."""
-    held = [r.measured for r in runs if r.faithful]
-    if held:
+    """The calibration runs that held (with none: all, and why their cases do not count)."""
+    if held := [r.measured for r in runs if r.faithful]:
         return held, []
     return [r.measured for r in runs], ["calibration: none of its runs held its link and CPUs"]
 
 
 def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float],
              uncalibrated: list[str] = (), dilation: float = 1.0) -> dict:
-    """A case that ran: predicted from the calibration runs (the mean of their predictions), measured over its own
-    runs (the mean of their periods), counted where every run's link and CPUs held and so did a calibration run's
-    (uncalibrated: why not)."""
+    """A case that ran: the calibration runs' mean prediction against its runs' mean period, counted if all held."""
     link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
     predicted = statistics.fmean(c.step_s(peers, link) for c in calibrations)
     measured = [r.measured.measured_step_s for r in runs]
@@ -346,13 +286,11 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
     chosen = grid(text)
     share = load_evidence().payload_share
     calibration_rate = chosen["calibration_rate"]
-    probed = {}
 
+    @functools.cache
     def probes(rate: float, n: int) -> list[float]:
         """N concurrent probe streams at the rate a case's links are built at (its rate / dilation), once each."""
-        if (rate, n) not in probed:
-            probed[rate, n] = probe(n, rate, probe_s)
-        return probed[rate, n]
+        return probe(n, rate, probe_s)
 
     rows = []
     for model, strategy in itertools.product(chosen["models"], chosen["strategies"]):
@@ -411,5 +349,5 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
         "setup": f"{sizes}, {chosen['steps']} steps, {chosen['repeats']} runs per case, N={chosen['peers']}, "
                  f"links {chosen['rates']} Mbit/s, strategies {chosen['strategies']}; calibration: the N=2 runs at "
                  f"{calibration_rate} Mbit/s of the same model and strategy; {time.strftime('%Y-%m-%d')}",
-        "method": __doc__.strip(),
+        "method": methods("bench")["projection"],
     }

@@ -1,10 +1,6 @@
-"""The quick comparison as the README types it, measured: `python train.py -m experiment=quick
-strategy=allreduce,stepwise,ps` (the tiny CNN, the headline's design: baselines, a control arm, blocks), one sweep
-run alone. Recorded: the command's wall clock (launch to report), the verdict from the report's own analysis (every
-declared comparison with its ratio, 95 % interval and claim), the noise it measured and the ratio its blocks detect
-(bench/headline.py figures_of). Its report, Markdown and HTML, is kept as docs/samples/quick-report.*, the
-sweep's folder named by its name only. The goal: a verdict in at most GOAL_S on the machine that ran it.
-"""
+"""The quick comparison as the README types it (`train.py -m experiment=quick`), measured: wall clock,
+verdict and the noise its blocks detect; its report is kept as docs/samples/quick-report.*.
+Method (its entry's `method`): metrics/methods.yaml, bench.quick."""
 import argparse
 import shutil
 import time
@@ -12,6 +8,7 @@ from datetime import date
 from pathlib import Path
 
 from bench.headline import figures_of, run_sweep
+from metrics.recording.methods import methods
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ["experiment=quick", "strategy=allreduce,stepwise,ps"]  # README's quick comparison, as typed
@@ -47,7 +44,7 @@ def run(folder: str = "") -> dict:
         "samples": keep_sample(sweep),
         "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # the run folders stay out of the repository
         "setup": " ".join(COMMAND) + "; one sweep, alone",
-        "method": __doc__.strip(),
+        "method": methods("bench")["quick"],
     }
 
 

@@ -1,11 +1,8 @@
-"""A minimal raw PyTorch training loop: the reference for framework overhead.
+"""A minimal raw PyTorch training loop, the reference for framework overhead. A step's time runs from the end of the
+previous step (data loading included), like the framework's step log.
 
     python -m bench.raw_loop MODEL BATCH STEPS THREADS CORE  -> prints each step's seconds, one per line
-
-MODEL: a built-in model's name, or your model's package.module:function (as model.target).
-
-A step's time runs from the end of the previous step (data loading included), like
-the framework's step log.
+    (MODEL: a built-in model's name, or your model's package.module:function, as model.target)
 """
 import os
 import sys

@@ -1,16 +1,10 @@
-"""What the speed reference costs a run: pairs of `make run`'s default run (train.py with no overrides), one with
-the speed reference (speed_reference.repetitions as configured) and one without (repetitions=0), run one after the
-other, the order alternating from pair to pair (ABBA).
-
-Per run: wall_s, summary.json's launch to the last process's end (training, evaluation and summary). Per pair:
-ratio = with / without. The cost is the geometric mean of the pairs' ratios with its 95 % t-interval
-(metrics/report/stats.py Ratio); the goal: its upper bound at most 1 + GOAL. Beside it, the reference's own pauses
-as the run accounted them (summary.json speed_reference.cost_share: the pauses / the time to its last measurement).
-"""
+"""What the speed reference costs a run: `make run`'s default run with and without it, in ABBA pairs.
+Method (its entry's `method`): metrics/methods.yaml, bench.reference_cost."""
 import argparse
 import statistics
 
 from bench.jobs import train
+from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.report.stats import Ratio
 from metrics.summary.schema import Summary
@@ -44,7 +38,7 @@ def run(pairs: int = 3) -> dict:
         "without_reference": without,
         "accounted_cost_share": statistics.fmean(r["cost_share"] for r in with_runs),
         "setup": f"make run's default run (train.py, no overrides); {pairs} pairs, ABBA order",
-        "method": __doc__.strip(),
+        "method": methods("bench")["reference_cost"],
     }
 
 

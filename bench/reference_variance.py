@@ -1,20 +1,6 @@
-"""Does the speed reference explain the noise? On recorded sweeps, the share of the variance of the paired log
-ratios that the reference's paired log ratio explains, for time-to-target and for throughput.
-
-    python bench/run.py reference_variance --reference_variance-from multirun/headline-a multirun/headline-b
-
-Pairs: each declared comparison against its equal-resource baseline, and each control arm, from the report's own
-analysis (metrics/report/verdict.py, compare.py), in every block where both runs were observed exactly. Per pair: y,
-the figure's log ratio as the report takes it (> 0: this run the faster); x, the reference's log ratio, the other
-run's speed_reference median_s / this run's (> 0: this run's machine the faster). Both are centred per comparison,
-so that a configuration's own effect is no variance. Pooled over comparisons and sweeps:
-- explained: r² of y on x (least squares with a slope), and the slope;
-- adjusted: 1 - var(y - x) / var(y), the share the adjustment of slope 1 would remove (negative: it adds noise);
-- sd before and after that adjustment, and the control arms' largest adjusted |log ratio| (the issue's x/÷1.05);
-- a 95 % interval of r², blocks resampled with replacement within each sweep (BOOTSTRAP draws, percentiles).
-The goal (declared before the first headline sweep was analysed): r² >= GOAL for time-to-target on headline sweeps
-(`python train.py -m strategy=ring,stepwise,ps`); on other sweeps the figure is recorded and the goal left open.
-"""
+"""Does the speed reference explain the noise? On recorded sweeps, the share of the variance of the paired
+log ratios that the reference's paired log ratio explains.
+Method (its entry's `method`): metrics/methods.yaml, bench.reference_variance."""
 import argparse
 import math
 import random
@@ -24,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from bench.results import portable
+from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.compare import block_runs, compare
 from metrics.report.primary import THROUGHPUT, Primary
@@ -85,8 +72,7 @@ def centred(rows: list[dict]) -> list[tuple[float, float]]:
 
 
 def explained(rows: list[dict]) -> dict | None:
-    """r², slope, the share the slope-1 adjustment removes, and the sd before and after (see the module's
-    docstring); None with no variance to explain."""
+    """r², slope, the share the slope-1 adjustment removes, sd before and after; None: nothing to explain."""
     points = centred(rows)
     syy = sum(y * y for y, _ in points)
     sxx = sum(x * x for _, x in points)
@@ -101,8 +87,7 @@ def explained(rows: list[dict]) -> dict | None:
 
 
 def r2_interval(rows: list[dict], draws: int = BOOTSTRAP, seed: int = 0) -> list[float] | None:
-    """95 % percentile interval of r², the blocks of each sweep resampled with replacement (all of a block's pairs
-    together)."""
+    """95 % percentile interval of r², each sweep's blocks resampled with replacement."""
     blocks: dict = {}
     for row in rows:
         blocks.setdefault(row["sweep"], {}).setdefault(row["block"], []).append(row)
@@ -159,7 +144,7 @@ def run(from_: list[str] = ()) -> dict:
         "commands": commands,
         "sweeps": [{"path": portable(str(f.resolve())), "kept": False, "summary": "figures"} for f in folders],
         "setup": "; ".join(f"{name}: {' '.join(c)}" for name, c in commands.items()),
-        "method": __doc__.strip(),
+        "method": methods("bench")["reference_variance"],
     }
 
 

@@ -1,9 +1,5 @@
-"""The benchmarks' results: one file per entry, bench/results/NAME.json, checked against bench/results/schema.json.
-Benchmarks write them and the docs read them through this module only; a save into bench/results also copies the
-evidence entries into conf/evidence.json (metrics/recording/evidence.py), which is what runs read.
-
-An entry records when and on which machine it was measured (metrics/recording/machine.py fingerprint), the sweeps
-it rests on, and no absolute path (the files move between machines)."""
+"""The benchmarks' results, bench/results/NAME.json, checked against bench/results/schema.json: the one module that
+writes and reads them. A save into bench/results also refreshes conf/evidence.json, which runs read."""
 import json
 import re
 import time
@@ -49,8 +45,7 @@ def is_type(value, name: str) -> bool:
 
 def checked(entry: dict, path: Path) -> dict:
     """The entry, or MalformedEntry naming the file and its first field that breaks the schema."""
-    found = problems(entry, SCHEMA, "entry")
-    if found:
+    if found := problems(entry, SCHEMA, "entry"):
         raise MalformedEntry(f"{shown(path)}: {found[0]}" + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
     if entry["name"] != path.stem:
         raise MalformedEntry(f"{shown(path)}: entry.name is {entry['name']!r}, not the file's name {path.stem!r}")
@@ -83,9 +78,7 @@ def load_all(folder: Path = RESULTS) -> dict[str, dict]:
 
 
 def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
-    """Write the entry to folder/NAME.json, replacing the saved one, or merge(saved, entry) where merge is given and an
-    entry is saved (projection: a new run replaces only the rows of the cases it ran). Saved into bench/results, its
-    evidence goes to conf/evidence.json too."""
+    """Write the entry (or merge(saved, entry)) to folder/NAME.json; into bench/results, conf/evidence.json too."""
     kept = load(entry["name"], folder) if merge else None
     entry = merge(kept, entry) if kept else entry
     path = path_of(entry["name"], folder)
@@ -97,8 +90,7 @@ def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
 
 
 def portable(value, root: Path = ROOT):
-    """The value with every absolute path made relative to the repository (results hold no machine's paths); a path
-    outside the repository keeps only its name, marked as such."""
+    """The value with absolute paths made relative to the repository (one outside it: its name, marked so)."""
     if isinstance(value, dict):
         return {key: portable(item, root) for key, item in value.items()}
     if isinstance(value, list):
@@ -120,8 +112,7 @@ def stamped(value, machine: dict):
 
 
 def recorded(result: dict) -> dict:
-    """A benchmark's result as saved: when and where it was measured, the sweeps it rests on (each named, with the key
-    of this entry that keeps its summary; none for benchmarks whose runs are temporary), paths relative."""
+    """A benchmark's result as saved: when and where it was measured, its sweeps (default none), paths relative."""
     machine = fingerprint()
     result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine}
     return portable(stamped(result, machine))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run the benchmarks, print a table of ratios, save them as JSON.
+"""Run the benchmarks, print a table of ratios, save each result as bench/results/NAME.json (bench/results.py).
 
     python bench/run.py                     # all
     python bench/run.py overhead sampler    # some (the others keep their saved entries)
@@ -7,14 +7,9 @@
     python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
     python bench/run.py thesis --thesis-families hivemind --thesis-dir multirun/thesis   # a benchmark's options
 
-A benchmark's own options are named --NAME-...: its module's add_arguments(parser) declares them, and run() gets
-each given one as a keyword argument (the option's dest less its NAME_ prefix); options left out keep run()'s
-defaults.
-
-Each result is saved as bench/results/NAME.json (bench/results.py: dated, fingerprinted, paths relative); it
-replaces the benchmark's saved entry, except where the benchmark's module defines merge(kept, new) (projection: a
-new run replaces only the rows of the cases it ran). Benchmarks hold the machine lock (launchers/lock.py) while
-they run: another benchmark or sweep waits (or refuses) meanwhile.
+A benchmark's options (--NAME-..., from its module's add_arguments) reach its run() as keyword arguments. A result
+replaces the saved entry, unless the module defines merge(kept, new) (projection: only the cases it ran).
+Benchmarks hold the machine lock (launchers/lock.py) while they run.
 """
 import argparse
 import importlib
@@ -51,12 +46,11 @@ BENCHMARKS = {
 
 
 def module_of(spec: str):
-    """The module of a benchmark's run function ("module:run")."""
     return importlib.import_module(spec.split(":")[0])
 
 
 def merge_of(spec: str):
-    """The `merge` beside a benchmark's run function ("module:run"), or None: its new entry replaces the saved."""
+    """The `merge` beside a benchmark's run function, or None (its new entry replaces the saved)."""
     return getattr(module_of(spec), "merge", None)
 
 
@@ -97,8 +91,7 @@ def parser() -> argparse.ArgumentParser:
 def main() -> int:
     cli = parser()
     args = cli.parse_args()
-    unknown = set(args.names) - set(BENCHMARKS)
-    if unknown:
+    if unknown := set(args.names) - set(BENCHMARKS):
         cli.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     if idle := idle_options(args):
         cli.error(f"options given for {', '.join(idle)}, which this command does not run")

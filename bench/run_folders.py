@@ -16,9 +16,8 @@ def report_config(strategy: str, peers: int, peer_cpus: int = 1, block: int | No
 def write_report_run(path: Path, strategy: str, peers: int, throughput: float, time_to_target: float | None,
                      peer_cpus: int = 1, block: int | None = None, status: str = "completed",
                      summary: dict | None = None, config: dict | None = None) -> Path:
-    """A finished run as the report reads it: summary.json and one worker's eval.jsonl (evaluations every 10 of 40
-    steps at 0, 25, 50, 75, 100 % of its training time, training time = 4000 samples / throughput). It crosses the
-    target (0.9) at time_to_target (0: at the first evaluation), or never (None)."""
+    """A finished run as the report reads it: summary.json and one worker's eval.jsonl (5 evaluations evenly over
+    4000 samples / throughput seconds), crossing the target (0.9) at time_to_target, or never (None)."""
     config = report_config(strategy, peers, peer_cpus, block, **(config or {}))
     train_s = 4000 / throughput
     times = [train_s * k / 4 for k in range(5)]
@@ -43,8 +42,7 @@ def write_report_run(path: Path, strategy: str, peers: int, throughput: float, t
 
 def write_sweep(sweep: Path, jobs: dict, plan: dict | None = None) -> Path:
     """A multirun's directory: jobs = {job name: [(strategy, peers, peer_cpus, throughput, time_to_target,
-    extra keyword arguments of write_report_run) per block]}; the plan file (metrics/recording/rundir.py
-    SWEEP_PLAN) with `plan`'s fields."""
+    write_report_run's extra keyword arguments) per block]}, and its plan file with `plan`'s fields."""
     (sweep / ".avgbench").mkdir(parents=True)
     (sweep / ".avgbench" / "sweep.json").write_text(json.dumps({"jobs": [], "kept": [], "to_run": 0} | (plan or {})))
     for name, blocks in jobs.items():

@@ -1,9 +1,5 @@
 """Sampler overhead: CPU time of the sampler thread at 2 Hz over a peer-like process tree.
-
-The tree is this process plus `children` idle child processes (a hivemind peer has
-about four: DHT, averagers, p2pd). The sampler thread's own CPU time (kernel per-thread
-counters, user + system) divided by wall time = share of one core; goal < 1 %.
-"""
+Method (its entry's `method`): metrics/methods.yaml, bench.sampler_cost."""
 import subprocess
 import sys
 import tempfile
@@ -12,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from metrics.recording.methods import methods
 from metrics.recording.sampler import ResourceSampler
 
 
@@ -42,5 +39,5 @@ def run(seconds: float = 20.0, interval: float = 0.5, children: int = 4) -> dict
         "cpu_s": used,
         "wall_s": wall,
         "setup": f"interval={interval}s ({1 / interval:g} Hz), {children} child processes, {seconds:g} s",
-        "method": __doc__.strip(),
+        "method": methods("bench")["sampler_cost"],
     }

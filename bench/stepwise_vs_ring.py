@@ -1,11 +1,7 @@
 """Step-wise (one pass) vs ring all-reduce (Horovod): bytes per worker per round and round time.
-
-Both train `steps` steps of the payload model (model=mlp) with N peers on emulated hosts
-behind `rate` Mbit/s links. Bytes: each strategy's exact payload accounting per worker
-and step (stepwise: (N-1)/N*S on average; ring: 2(N-1)/N*S). Round time: the mean over
-rounds of the slowest worker's communication time (summary network.efficiency). Ratios are stepwise / ring.
-"""
+Method (its entry's `method`): metrics/methods.yaml, bench.stepwise_vs_ring."""
 from bench.jobs import summary_of
+from metrics.recording.methods import methods
 
 
 def measure(strategy: list[str], peers: int, rate: int, width: int, steps: int) -> dict:
@@ -28,5 +24,5 @@ def run(peers=(2, 4, 8), rate: int = 100, width: int = 768, steps: int = 5) -> d
         "goal": "< 1 (round time, largest N)",
         "rows": rows,
         "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, {rate} Mbit/s links",
-        "method": __doc__.strip(),
+        "method": methods("bench")["stepwise_vs_ring"],
     }

@@ -1,55 +1,6 @@
-"""The thesis's question: with 16 vCPUs, does hivemind with 2, 4, 8 or 16 peers (8, 4, 2, 1 vCPUs each) beat
-one 16-vCPU process, and where does the time go as target batch size, local updates and batch size change?
-
-    python bench/run.py thesis      # >= 16 cores: the full grid; fewer: the slice this machine runs faithfully
-    python bench/run.py thesis --thesis-families hivemind    # only these families (comma list; default all)
-
-Every family below is one `train.py -m` multirun in paired blocks (launchers/sweeper.py): each block runs every
-configuration and its equal-resource baseline (one process with all the CPUs) in a Williams order, so speedups
-and time-to-target ratios are paired per block, with 95 % intervals and Holm-corrected claims
-(metrics/report/stats.py); each family's report.html sits in its sweep directory. ResNet18 on the embedded digits,
-batch 32, lr 0.01; run lengths are shortened (max_steps = --thesis-steps per peer), target batch sizes
-never (a scaled-down target batch would average every step and invert the compute-to-averaging ratio studied).
---thesis-families names the families to run (an unknown name fails before any run); --thesis-dir
-(default multirun/thesis-DATE) holds one sweep per family: run again with the same directory, a family's
-completed runs are kept (the sweeper resumes), and bench/run.py keeps the saved families it did not rerun (merge).
-
-Full grid (>= 16 cores), --thesis-repeats blocks (default 3):
-  hivemind    peers 2, 4, 8, 16 at 16/N vCPUs x local updates on/off x target batch 10000 ... 625
-              (experiment=thesis_hivemind scale=1: 40 configurations + the 1 x 16 baseline)
-  batch       hivemind 8 x 2, target batch 2500, local updates on/off x batch size 32, 64, 128 (6 + 3 baselines)
-  strategies  the issue's other four: allreduce, stepwise, ps and ring at 8 x 2 (+ the 1 x 16 baseline); localsgd
-              and diloco are one `train.py -m strategy=...` away
-  Cost: about 170 runs of STEPS steps; at 300 steps, with a 2-vCPU ResNet18 step of about 0.4 s, 8-9 hours (an
-  estimate from this machine's step time, not a measurement of a 16-core machine).
-Slice (fewer than 16 cores: this machine has 2), the same families at total_cpus = the usable cores, 100 steps:
-  hivemind    2 x 1, local updates on/off, target batch 625 (the thesis's smallest: epochs fall inside a short run)
-  strategies  allreduce, stepwise, ps and ring at 2 x 1 (ps: 2 workers + its server, oversubscribed, as it says)
-  each family with its baselines: one process on 2 cores (batch 64), run twice (the second: the control arm), and
-  one on 1 core (batch 32). Per block: hivemind 2 + 3 runs, strategies 4 + 3.
-
-The projected remainder (fewer than 16 cores): every configuration of the full grid (expanded from the families
-above as train.py -m would) gets a row marked "projected": true, its strategy's cost model (through
-metrics.projection.project.project_link, the link's payload rate by the recorded payload share) at its N on one link,
---thesis-link (default lan: a conf/network preset or MBIT[,LATENCY_MS]), with the strategy's validated error band and
-UNVALIDATED mark (the evidence file's projection_validation); no number where the strategy's model failed its
-validation, only why. Saved rows are held to the same rules when merged (judged): a row of a model that failed since,
-or one projected before the payload-share conversion existed, loses its number and says why. Its parameters come
-from the slice: S, hidden communication, server update from the
-strategy's 2 x 1 runs with the same values of the knobs the grid varies (local updates; the target batch is the
-model's parameter); a 1-vCPU peer's compute per step from those runs, a 2-vCPU peer's from the one-process 2-core
-baseline (per sample x the batch where the batches differ). A peer of 4, 8 or 16 vCPUs, and every equal-resource
-baseline (one process with 16 vCPUs), gets no number, with why: thread scaling is not extrapolated, so no speedup
-over 1 x 16 is computed either (each row says so). The slice's runs are read from every family's sweep under
---thesis-dir, whichever families this invocation ran; a configuration whose strategy has no slice run there
-keeps its saved projected row (bench/run.py's merge), with that row's date.
-
-Per configuration (each family's report model, metrics/report/): against its equal-resource baseline, the speedup
-(throughput ratio per block) and the time-to-target ratio (censored where a run missed), each with its estimate,
-95 % interval and claim in the report's declared comparisons (a baseline is never compared with itself); the
-blocks that reached the target; samples-to-target and time per sample (means over blocks), the time breakdown shares and bottleneck, and for hivemind the group-size distribution per round
-(summary.json averaging_rounds, summed over blocks) and failed rounds.
-"""
+"""The thesis's question: does hivemind with 2-16 peers on 16 vCPUs beat one 16-vCPU process, and where does
+the time go? Paired multirun families; on fewer cores, a slice and the projected remainder.
+Method (its entry's `method`): metrics/methods.yaml, bench.thesis."""
 import argparse
 import dataclasses
 import os
@@ -63,6 +14,7 @@ from bench.jobs import ROOT
 from metrics.projection.evidence import Evidence, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import Measured, measure, project_link
+from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.compare import family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
@@ -83,8 +35,7 @@ BASELINE_CPUS = 2     # the slice's baseline: one process on 2 vCPUs (a 2-vCPU p
 
 
 def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
-    """Family -> its multirun's overrides: the full grid on >= 16 cores (`steps` steps a run), else the slice at
-    these cores."""
+    """Family -> its multirun's overrides: the full grid on >= 16 cores, else the slice at these cores."""
     if cores >= FULL_CORES:
         return {
             "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={steps}"],
@@ -102,15 +53,13 @@ def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
 def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
     """The plan's families that `text` (--thesis-families) names, a comma list; empty: all."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in plan]
-    if unknown:
+    if unknown := [n for n in names if n not in plan]:
         raise ValueError(f"--thesis-families: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
     return {name: overrides for name, overrides in plan.items() if not names or name in names}
 
 
 def family_overrides(overrides: list[str]) -> list[str]:
-    """A family's train.py overrides after the job's: Hydra keeps the last value of a key, so the family's sweeps
-    (batch_size=32,64,128) win over JOB's."""
+    """JOB, then the family's overrides: Hydra keeps a key's last value, so the family's sweeps win."""
     return [*JOB, *overrides]
 
 
@@ -151,9 +100,7 @@ def comparison_figures(prefix: str, comparison) -> dict:
 
 
 def rows_of(sweep: Path) -> list[dict]:
-    """One row per configuration and per baseline of the sweep's report model: each configuration against its
-    equal-resource baseline on throughput (speedup) and time-to-target, in the report's declared comparisons
-    (Holm per section); a baseline is never compared with itself."""
+    """One row per configuration and baseline of the sweep: speedup and time-to-target against its baseline."""
     sections, _ = load_runs([sweep])
     rows = []
     for section in sections:
@@ -190,9 +137,7 @@ def rows_of(sweep: Path) -> list[dict]:
 # --- the projected remainder --------------------------------------------------------------
 
 def configurations(overrides: list[str]) -> list[dict]:
-    """The configurations one family's multirun sweeps, composed as train.py -m would: the experiment preset's
-    hydra.sweeper.params, then JOB and the family's overrides (the last value of a key wins), expanded. Each:
-    overrides (the swept values), strategy, peers, peer_cpus, batch_size, knobs (the strategy's block)."""
+    """The configurations a family's multirun sweeps, expanded as train.py -m would, with shape and knobs."""
     import launchers.config  # noqa: F401  (registers the config's resolvers)
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -246,15 +191,13 @@ def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
 
 
 def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
-    """The strategy's knobs whose values differ across the grid's configurations, target_batch_size apart (the
-    cost model takes it as a parameter): a slice run stands for a configuration when it has their values."""
+    """The strategy's knobs that vary across the grid, target_batch_size apart: a slice run must match them."""
     knobs = [c["knobs"] for c in grid if c["strategy"] == strategy]
     return {k for k in set().union(*knobs) if k != "target_batch_size" and len({repr(c.get(k)) for c in knobs}) > 1}
 
 
 def mean_measured(runs: list[SliceRun]) -> Measured:
-    """The first run's parameters with compute, hidden communication, server update, S and the fitted overlap
-    averaged over the runs."""
+    """The first run's parameters with compute, hidden, server, size and overlap averaged over the runs."""
     def mean(field):
         return statistics.fmean(getattr(r.measured, field) for r in runs)
     return dataclasses.replace(runs[0].measured, compute_s=mean("compute_s"), hidden_s=mean("hidden_s"),
@@ -262,9 +205,8 @@ def mean_measured(runs: list[SliceRun]) -> Measured:
 
 
 def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores: int) -> tuple[float | None, str]:
-    """Compute per step of one of the configuration's peers, and where it comes from (or why there is none): a
-    1-vCPU peer's from the strategy's own 2 x 1 slice runs, a 2-vCPU peer's from the one-process 2-vCPU baseline;
-    per sample times the configuration's batch where the batches differ."""
+    """Compute per step of one of the configuration's peers (a 1-vCPU peer's from its strategy's slice runs, a
+    2-vCPU peer's from the slice's baseline; scaled per sample), and where it comes from, or why there is none."""
     cpus, batch = config["peer_cpus"], config["batch_size"]
     if cpus == SLICE_SHAPE[1]:
         sources, what = own, f"the slice's {SLICE_SHAPE[0]} x {SLICE_SHAPE[1]} {config['strategy']} runs"
@@ -285,10 +227,7 @@ def peer_compute(config: dict, own: list[SliceRun], runs: list[SliceRun], cores:
 
 def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: int,
                    evidence: Evidence) -> list[dict]:
-    """One row per full-grid configuration (and per equal-resource baseline), "projected": true: the strategy's
-    cost model at the configuration's N on `link`, from compute measured in the slice, with the strategy's
-    validated error band and unvalidated mark (metrics.projection.project.project_link); no number where a peer's compute
-    cannot be measured here, with why."""
+    """One row per full-grid configuration and baseline: its cost model's projection on `link`, or why none."""
     rows = []
     for config in grid:
         peers, cpus, batch = config["peers"], config["peer_cpus"], config["batch_size"]
@@ -331,8 +270,8 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
                            "rates_mbit": validation.rates_mbit, "errors": validation.errors} if validation else None,
         })
     baselines = {(c["peers"], c["peer_cpus"], c["batch_size"]): c.get("family") for c in grid}
-    for (peers, cpus, batch), family in baselines.items():
-        rows.append({"projected": True, "family": family, "strategy": "single", "peers": peers, "peer_cpus": cpus,
+    for (peers, cpus, batch), name in baselines.items():
+        rows.append({"projected": True, "family": name, "strategy": "single", "peers": peers, "peer_cpus": cpus,
                      "batch_size": peers * batch, "link": None, "step_s": None,
                      "configuration": f"equal-resource baseline of {peers} x {cpus}: one process, {peers * cpus} "
                                       f"vCPUs, batch {peers * batch}",
@@ -363,9 +302,8 @@ REJUDGE = ("refused when its model had failed an earlier validation ({earlier});
 
 
 def judged(row: dict, evidence: Evidence) -> dict:
-    """A projected row held to today's evidence: no number where its strategy's model failed its validation or the
-    row was projected before the payload-share conversion (STALE); a row refused for a validation failure that
-    today's cases no longer show says so (REJUDGE); its unvalidated mark against today's cases."""
+    """A projected row held to today's evidence: no number where its strategy's model failed its validation or it
+    predates the payload-share conversion (STALE); REJUDGE where a failure that refused it is gone."""
     validation = evidence.validation(row["strategy"])
     failed = validation.failed if validation else None
     if row.get("step_s") is None:
@@ -373,8 +311,7 @@ def judged(row: dict, evidence: Evidence) -> dict:
         if earlier.startswith(f"{row['strategy']}'s cost model failed its validation"):
             return row | {"projected": False, "not_projected": failed or REJUDGE.format(earlier=earlier)}
         return row | {"projected": False}
-    why = failed or (None if "payload_share" in row else STALE)
-    if why:
+    if why := failed or (None if "payload_share" in row else STALE):
         return row | {"projected": False, "step_s": None, "band_step_s": None, "throughput_samples_per_s": None,
                       "not_projected": why}
     beyond = unvalidated(validation, row["peers"], Link(**row["link"]))
@@ -383,9 +320,7 @@ def judged(row: dict, evidence: Evidence) -> dict:
 
 
 def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
-    """The saved entry and a new run's: the new run's families replace the saved ones of the same name, the
-    others stay (each with its measured_at, machine and sweep); so do the projected rows (merge_projected, judged
-    against `evidence`, by default the evidence file's)."""
+    """The saved entry with a new run's families and projected rows in place of the saved ones (merge_projected)."""
     families_now = (kept.get("families") or {}) | (new.get("families") or {})
     speedups = [r["speedup"] for f in families_now.values() for r in f["rows"]
                 if r.get("speedup") and not r.get("baseline")]
@@ -398,9 +333,7 @@ def merge(kept: dict, new: dict, evidence: Evidence | None = None) -> dict:
 
 
 def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> dict | None:
-    """The new run's projected remainder, except that a configuration whose strategy had no slice run at hand this
-    time (its family's sweep not under --thesis-dir) keeps its saved projected row, with that row's date, judged
-    against today's evidence (the evidence file)."""
+    """The new projected remainder; a configuration without slice runs keeps its saved row, judged."""
     fresh, saved = new.get("projected_remainder"), kept.get("projected_remainder")
     if not fresh or not saved:
         return fresh
@@ -457,5 +390,5 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
                  f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,
-        "method": __doc__.strip(),
+        "method": methods("bench")["thesis"],
     }

@@ -1,43 +1,6 @@
-"""The verdict's error rates, by simulation: synthetic sweeps of runs through the real report code.
-
-    python bench/run.py verdict_simulation                                  # the full run (DRAWS per cell)
-    python bench/run.py verdict_simulation --verdict_simulation-draws 10 --verdict_simulation-blocks 3
-
-Each draw is one headline sweep (`python train.py -m strategy=ring,stepwise,ps`): per block, the three
-configurations, the equal-resource baseline (single 2x1), its control arm and the one-peer reference (single 1x1),
-written as run folders (bench/run_folders.py, the ones the report's tests read) into a tmpfs folder, loaded by the
-report (metrics.report.baselines.load_runs) and judged by metrics.report.verdict.analyse; plots and HTML are skipped.
-Read back per declared comparison: its decision, ratio estimate, 95 % interval, blocks and censored blocks; per
-section: its refusals and control arms.
-
-A run's time-to-target (s): median x block effect x exp(noise). Median: BASE_S / the configuration's true speed
-(the scenario's). Block effect: exp(Normal(0, BLOCK_LOG_SD)), shared by a block's runs (assumed, not fitted:
-pairing cancels it; it matters only through censoring). Noise: Normal(0, s) on the log scale, or (log-t3) s x
-Student-t with 3 df / sqrt(3) (the same variance, heavy tails), with s fitted to the recorded runs:
-bench/results `primary_noise`, the headline configurations' sd of paired log ratios (against the baseline,
-time-to-target), pooled by degrees of freedom (blocks - 1), / sqrt(2) (a paired ratio holds two runs' noise).
-Horizon: a run trains a fixed budget, so it misses the target (time_to_target None; the report censors it at its
-evaluation before the last, 75 % of the horizon) when its time exceeds median x block effect x exp(z s), z = the
-normal quantile of 1 - the recorded miss rate. Crash: with the
-recorded crash rate a run fails (status failed: the report censors it). Both rates are Jeffreys estimates,
-(k + 1/2) / (n + 1), since the recorded sweeps hold few events: misses over the `primary_noise` rows' compared runs
-(2 per block), crashes over the `headline` sweeps' runs (counted as the censored blocks of their comparisons
-against the baseline: a crash or a miss shows as one).
-
-Scenarios (true speed of ps, ring, stepwise against the baseline): the global null (all 1); a partial null (ring
-x2, the rest 1); effects xE for E in 1.1, 1.25, 1.5, 2 (ring E times faster, ps E times slower, stepwise 1:
-comparisons with true ratios 1, E, 1/E, E^2). Each with 3, 6 and 10 blocks, log-normal and log-t3 noise.
-
-Records per cell (unit: draws or comparisons, as named): the family-wise false-claim rate, the share of draws with
-any false claim (a faster or slower claim on a comparison whose true ratio is 1, or against the true direction
-on another), with its one-sided 95 % Clopper-Pearson upper bound, for the claims as the answer makes them (none
-where the control arm's interval excludes 1 or the section is refused) and for the decisions alone; contradictions
-(claims whose direction contradicts their printed ratio: faster with estimate < 1, slower with > 1; count over all
-decisions); coverage (share of comparisons with an interval whose 95 % interval holds the true ratio; the share
-without an interval beside it); power per true ratio (share of its comparisons claimed in the true direction,
-answer's claims); the blocks used and censored per comparison (means); the CPU seconds a cell took
-(this process's, time.process_time) and draws per CPU second overall.
-"""
+"""The verdict's error rates by simulation: sweeps drawn from the recorded noise, miss and crash rates,
+judged by the report's own analysis (false claims, contradictions, coverage, power).
+Method (its entry's `method`): metrics/methods.yaml, bench.verdict_simulation."""
 import argparse
 import math
 import shutil
@@ -52,6 +15,7 @@ from scipy.stats import beta, norm
 
 from bench.results import RESULTS, load
 from bench.run_folders import write_sweep
+from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.stats import FASTER, SLOWER
 from metrics.report.tables import excludes_one
@@ -84,7 +48,7 @@ def jeffreys(events: int, trials: int) -> float:
 
 
 def fitted(results: dict) -> dict:
-    """The run-level log sd, miss rate and crash rate, from the recorded runs of bench/results (module docstring)."""
+    """The run-level log sd, miss rate and crash rate, from the recorded runs of bench/results (its method)."""
     rows = headline_rows(results)
     df = sum(r["blocks"] - 1 for r in rows)
     paired_sd = math.sqrt(sum((r["blocks"] - 1) * r["log_sd"] ** 2 for r in rows) / df)
@@ -133,11 +97,9 @@ def judged(folder: Path, speeds: dict) -> dict:
     analysis = analyse(sections[0])
     withheld = bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls)
     speed = {"single": 1.0, **speeds}
-    comparisons = []
-    for c in analysis.comparisons:
-        comparisons.append({"true": speed[c.this.first.strategy] / speed[c.other.first.strategy],
-                            "decision": c.decision, "estimate": c.ratio.estimate, "interval": c.ratio.interval(),
-                            "blocks": c.blocks, "censored": c.censored})
+    comparisons = [{"true": speed[c.this.first.strategy] / speed[c.other.first.strategy], "decision": c.decision,
+                    "estimate": c.ratio.estimate, "interval": c.ratio.interval(), "blocks": c.blocks,
+                    "censored": c.censored} for c in analysis.comparisons]
     return {"withheld": withheld, "comparisons": comparisons}
 
 
@@ -166,7 +128,7 @@ def effect_key(true: float) -> str:
 
 
 def cell_figures(draws: list[dict]) -> dict:
-    """The records of one cell (module docstring) from its draws' judgements."""
+    """The records of one cell (its method) from its draws' judgements."""
     n = len(draws)
     answered = sum(any(wrong(c, "" if d["withheld"] else c["decision"]) for c in d["comparisons"]) for d in draws)
     decided = sum(any(wrong(c, c["decision"]) for c in d["comparisons"]) for d in draws)
@@ -218,8 +180,7 @@ def parse_choices(text: str | None, known, convert=str) -> list:
     if text is None:
         return list(known)
     chosen = [convert(part.strip()) for part in text.split(",")]
-    unknown = [c for c in chosen if c not in known]
-    if unknown:
+    if unknown := [c for c in chosen if c not in known]:
         raise SystemExit(f"verdict_simulation: unknown {', '.join(map(str, unknown))} (known: "
                          f"{', '.join(map(str, known))})")
     return chosen
@@ -262,5 +223,5 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         "duration_s": duration,
         "cpu_s": cpu_s,
         "draws_per_cpu_s": draws * len(cells) / cpu_s,
-        "method": __doc__.strip(),
+        "method": methods("bench")["verdict_simulation"],
     }

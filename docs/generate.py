@@ -4,11 +4,10 @@
     python docs/generate.py            # rewrite every block (make docs)
     python docs/generate.py --check    # exit 1 naming each stale block, change nothing
 
-A block is the text between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`. SPEC is a generator's name
-and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Knob tables come from the
-yaml files (defaults, comments) and launchers/schema.py (what a knob accepts); measured tables from
-bench/results/ (bench/results.py) through the templates in docs/templates/ (NAME.md.j2), each stamped with when
-and on which machine it was measured. Figures measured by hand belong in docs/lab-log.md, nowhere else.
+A block lies between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`; SPEC is a generator
+and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Measured tables render
+docs/templates/NAME.md.j2, stamped with when and where they were measured; figures measured by hand belong in
+docs/lab-log.md, nowhere else.
 """
 import argparse
 import re
@@ -44,9 +43,7 @@ KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w]*):(?: +(?P<value>[^#]*?)
 
 
 def knobs_of(path: Path) -> list[tuple[str, str, str]]:
-    """(dotted key as users write it, value as written, its comment) for every leaf of a conf yaml file (a group's
-    option file puts its keys under the group's name); `defaults`, `hydra` and the strategy's registration
-    (strategy.name, strategy.target, strategy.cost_model) are wiring, not knobs."""
+    """(dotted key as users write it, value, comment) for every knob of a conf yaml file, wiring left out."""
     text = path.read_text()
     group = path.parent.name if path.parent != ROOT / "conf" and "@package _global_" not in text else None
     rows, parents, skip_below = [], [], None
@@ -158,8 +155,7 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def caveat(entry: dict, part: str = "") -> list[str]:
-    """An entry's caveat, or its part's (a known defect of how it was measured), shown above the tables made from
-    it."""
+    """An entry's caveat, or its part's (a known defect of how it was measured), for above its tables."""
     found = entry.get("caveat") or (entry.get("caveats") or {}).get(part)
     return [f"**Caveat:** {found}", ""] if found else []
 
@@ -197,8 +193,7 @@ def bench_machines() -> str:
 
 
 def verdict() -> str:
-    """The sample verdict: the README's headline as typed, its latest recorded sweep (bench/headline.py), and
-    whether it replicates the sweep before it."""
+    """The headline's latest recorded sweep (bench/headline.py), its wall time and whether it replicates."""
     entry = load_all()["headline"]
     last = len(entry["answers"]) - 1
     sweep = entry["answers"][last]
@@ -213,8 +208,7 @@ def quick_verdict() -> str:
 
 
 def answer_lines(sweep: dict) -> list[str]:
-    """One recorded sweep's verdict (bench/headline.py figures_of): its primary figure, the declared comparisons,
-    the answer, the links and its wall time."""
+    """One recorded sweep's verdict (bench/headline.py figures_of): figure, comparisons, answer, links, wall time."""
     claim = "withheld ({})" if sweep["claims_withheld"] else "**{}**"  # the verdict refused its claims: Answer
     body = [[f"{c['this']} vs {c['other']}", times(c["ratio"], c["interval_95"]), claim.format(c["claim"]),
              num(c["adjusted_p"], 3), f"{c['blocks']} ({c['censored']} censored)"] for c in sweep["comparisons"]]
@@ -295,18 +289,17 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
 
 
 def commands() -> str:
-    """The README's first screen: each command, what it answers, its measured elapsed time and what its blocks can
-    decide (the headline's default blocks on the noise recorded for its configurations)."""
+    """The README's first screen: each command, what it answers, its measured time and what its blocks decide."""
     entries = load_all()
     share, headline = entries["evaluation_share"], entries["headline"]
     runs = " and ".join(num(r["command_s"] / 60, 1) for r in share["repeats"])
     sweeps = " and ".join(f"{a['wall_s'] / 60:.0f}" for a in headline["answers"])
-    blocks, family, strategies = int(yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["repeats"]), 6, \
-        ["ps", "ring", "stepwise"]
+    config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
+    blocks, family, strategies = int(config["repeats"]), 6, ["ps", "ring", "stepwise"]
     primary = Primary("time_to_target", "test_accuracy", 0.95, "isotonic")
     sd, df, _ = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies)
     upper = upper_log_sd(sd, df)
-    effect = float(yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["report"]["smallest_effect"])
+    effect = float(config["report"]["smallest_effect"])
     decides = (f"{blocks} blocks: ratios beyond ×/÷{detectable(sd, blocks, family):.2f} at 80 % power after Holm over "
                f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the noise's 95 % upper bound); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
@@ -325,8 +318,7 @@ def commands() -> str:
 
 
 def quick_row(entry: dict | None) -> list[str]:
-    """The quick comparison's row: its sweep's wall clock and the ratio its blocks detect on the noise it measured
-    (bench/quick.py)."""
+    """The quick comparison's row (bench/quick.py): its wall clock and the ratio its blocks detect."""
     row = ["`.venv/bin/python train.py -m experiment=quick strategy=allreduce,stepwise,ps`",
            "the first command's question on the tiny CNN, 200 steps a run, 8 blocks: allreduce, stepwise and ps "
            "against one process on the same CPUs, and against each other"]
@@ -374,13 +366,9 @@ def regenerated(text: str, page: Path) -> str:
 
 def stale_pages(pages: list[Path] = PAGES) -> dict[Path, str]:
     """Page -> its text as generated, for every page whose generated blocks differ from what is on disk."""
-    stale = {}
-    for page in pages:
-        text = page.read_text()
-        fresh = regenerated(text, page)
-        if fresh != text:
-            stale[page] = fresh
-    return stale
+    texts = {page: page.read_text() for page in pages}
+    fresh = {page: regenerated(text, page) for page, text in texts.items()}
+    return {page: text for page, text in fresh.items() if text != texts[page]}
 
 
 def main(argv: list[str] | None = None) -> int:
