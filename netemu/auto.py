@@ -79,8 +79,7 @@ def link_line(choice: LinkChoice, shape: dict) -> str | None:
     if choice.kind == "none":
         return None
     if choice.kind == "hosts":
-        return (f"avgbench: link: the machines' own network (launch.nnodes > 1), neither shaped nor checked by "
-                f"avgbench")
+        return "avgbench: link: the machines' own network (launch.nnodes > 1), neither shaped nor checked by avgbench"
     if choice.kind == "loopback":
         warning, why = ("warning: ", f"network=auto could not emulate per-host links here ({choice.reason}); ") \
             if choice.asked == AUTO else ("", "")

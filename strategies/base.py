@@ -1,27 +1,6 @@
-"""The one Strategy interface every averaging backend implements.
-
-A strategy is one module (plus its config, conf/strategy/NAME.yaml, naming its class in
-`strategy.target` and its cost model in `strategy.cost_model`). It has two halves, as Bagua's
-Algorithm and what it reifies:
-
-- before launch (class methods, called by train.py and the launchers): its knobs and
-  their validation, whether its backend is installed, how its processes start
-  (`launch_spec`: the launchers read no strategy knob);
-- inside each process: `setup` (may wrap the model, e.g. in DDP, or register its own
-  gradient hooks to communicate during backward), `step` (communicate and update),
-  `summary`.
-
-Its cost model is a class of its own beside it (strategies/cost_models/<name>.py, no runtime): the
-bytes a round puts on each link, the round's link floor (`link_bound`, formula and
-derivation in its docstring) and the step time the projection predicts.
-
-What the launch side and the report read of a strategy is declared here, not guessed
-from names: `summed_counters` and `failure_counters` (keys of its `summary()`), the overlap
-figure (`StepReport.link_s`), `quick` (overrides for a short run) and `benchmark_overrides`
-(what a benchmark's few steps need to reach its averaging rounds).
-
-The training loop (job/loop.py) is the same for every strategy and owns the time
-breakdown; a strategy reports only its optimizer time and the bytes it moved.
+"""The one Strategy interface every averaging backend implements: class methods decided before launch (knobs,
+validation, availability, `launch_spec`), and inside each process `setup`, `step`, `summary`. The loop (job/loop.py)
+owns the time breakdown; a strategy reports its optimizer time and the bytes it moved. Adding one: docs/architecture.md.
 """
 import time
 from abc import ABC, abstractmethod
@@ -39,34 +18,19 @@ __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strat
 
 @dataclass
 class StepReport:
-    """What one `step()` did on this peer.
+    """What one `step()` did on this peer."""
 
-    opt_s: time in the local optimizer update (the loop counts the rest of the step,
-      after backward, as exposed communication).
-    bytes_sent / bytes_recv: payload bytes this peer put on / took off the transport,
-      from exact accounting of the tensors it exchanged.
-    round: id of the averaging round these bytes belong to (rounds are grouped by it
-      across workers); None: the step number.
-    last: this was the peer's last step (e.g. a shared epoch boundary was reached).
-    done: share of the run done after this step, for strategies that stop on their own
-      (None: step / max_steps); live progress and its ETA use it.
-    link_s: for a strategy that overlaps communication with backward: the time from the first
-      gradient handed to communication to the last transfer done (the exposed part is in the
-      loop's comm_s); link efficiency uses it instead of comm_s. None: no overlap.
-    startup_wait_s: time of this step spent waiting for the other peers to start (not training: the loop
-      leaves it out of train_s and of the step's phases, and logs it as startup_wait_s).
-    extra: strategy-specific per-step fields (e.g. its own raw collective time).
-    """
-
-    opt_s: float = 0.0
-    bytes_sent: int = 0
+    opt_s: float = 0.0  # the optimizer update (the loop counts the rest of the step, after backward, as communication)
+    bytes_sent: int = 0  # payload bytes put on / taken off the transport, from exact accounting of the tensors
     bytes_recv: int = 0
-    round: int | None = None
-    last: bool = False
-    done: float | None = None
+    round: int | None = None  # the averaging round these bytes belong to (grouped across workers); None: the step
+    last: bool = False  # the peer's last step (e.g. a shared epoch boundary was reached)
+    done: float | None = None  # share of the run done, for strategies that stop on their own (None: step / max_steps)
+    # overlap with backward: first gradient handed to communication to last transfer done (link efficiency uses it
+    # instead of comm_s); None: no overlap
     link_s: float | None = None
-    startup_wait_s: float = 0.0
-    extra: dict = field(default_factory=dict)
+    startup_wait_s: float = 0.0  # waiting for the other peers to start: left out of train_s and the step's phases
+    extra: dict = field(default_factory=dict)  # strategy-specific per-step fields
 
 
 class Strategy(ABC):
