@@ -20,8 +20,7 @@ COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 
 
 class CountedCollectives:
-    """torch.distributed as torch's DDP hook modules see it (strategies/torch_internals.py), counting the bytes of
-    every tensor handed to all_reduce, compressed or not."""
+    """torch.distributed as torch's DDP hook modules see it, counting the bytes of every tensor handed to all_reduce."""
 
     def __init__(self, dist):
         self._dist, self._lock, self.bytes = dist, threading.Lock(), 0

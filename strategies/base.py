@@ -38,13 +38,9 @@ class Strategy(ABC):
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
     failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
     quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests)
-    # benchmark (bench/NAME.py; "*": every one) -> the overrides with which its few steps reach this averaging
-    benchmark_overrides: dict[str, tuple[str, ...]] = {}
-    # its workers step in lockstep, every round holding every worker (default settings): bench/projection.py's
-    # tighter goal applies to its cost model
-    synchronous = True
-    # every worker holds the same parameters at every snapshot (default settings), so each can decide alone, on its
-    # own evaluation, that the run reached its target (eval_in_training); false: evaluated after training instead
+    benchmark_overrides: dict[str, tuple[str, ...]] = {}  # bench NAME ("*": every one) -> overrides to reach rounds
+    synchronous = True  # workers step in lockstep, every round holding every worker (bench/projection.py's goal)
+    # every worker holds the same parameters at every snapshot, so each may stop at its target (eval_in_training)
     identical_snapshots = False
     knobs_elsewhere: dict[str, str] = {}  # NAME.knob someone may expect -> where it is set (refused before Hydra)
     rules: dict[str, Rule] = {}  # knob of its NAME block -> its allowed values (the schema checks them before launch)
@@ -68,15 +64,13 @@ class Strategy(ABC):
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:
-        """Default: `peers` workers, one process each, started by the local launcher, averaging
-        gradients synchronously (an update holds every worker's batch)."""
+        """Default: `peers` workers, one process each, started by the local launcher, each update on every batch."""
         return LaunchSpec(roles=[WORKER] * cfg.peers, threads=cfg.peer_cpus, batch_size=cfg.batch_size,
                           effective_batch=cfg.peers * cfg.batch_size)
 
     @classmethod
     def averaging_period(cls, cfg) -> tuple[int, int]:
-        """(offset, every): its averaging steps are offset + k * every, k >= 1 (the measurement window covers whole
-        periods: metrics/summary/window.py). Default: every step."""
+        """(offset, every): its averaging steps are offset + k * every, k >= 1 (metrics/summary/window.py)."""
         return 0, 1
 
     @classmethod
@@ -99,8 +93,7 @@ class Strategy(ABC):
         raise NotImplementedError
 
     def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
-        """Connect to the other peers and agree on the initial state; returns the model to train
-        (the same one, or a wrapper such as DistributedDataParallel)."""
+        """Connect to the other peers and agree on the initial state; returns the model to train (or a wrapper)."""
         self.model, self.optimizer = model, optimizer
         return model
 

@@ -48,8 +48,7 @@ def target_epoch(cfg) -> int:
 
 
 def start_dht(hivemind, timeout: float, **dht_args):
-    """hivemind.DHT(start=True, **dht_args), retried for `timeout` s while no initial peer answers its bootstrap
-    ping in time (many peers starting on few cores); any other failure is raised at once."""
+    """hivemind.DHT(start=True, **dht_args), retried for `timeout` s while no initial peer answers its bootstrap."""
     deadline = time.monotonic() + timeout
     for attempt in itertools.count(1):
         try:
@@ -98,7 +97,6 @@ class Hivemind(Strategy):
         spec.effective_batch = cfg.batch_size if cfg.hivemind.use_local_updates else cfg.hivemind.target_batch_size
         return spec
 
-    # --- before launch -------------------------------------------------------
     @classmethod
     def validate(cls, cfg) -> None:
         hm = cfg.hivemind
@@ -135,7 +133,6 @@ class Hivemind(Strategy):
             raise BackendUnavailable("strategy=hivemind needs the hivemind package (pip install hivemind==1.1.12, "
                                      "see constraints.txt; `make setup` installs it)")
 
-    # --- inside the peer -----------------------------------------------------
     def setup(self, model, optimizer) -> None:
         import hivemind
 
@@ -162,14 +159,13 @@ class Hivemind(Strategy):
     global_step_s = 0.0  # time inside hivemind's optimizer update (the "global step") on the training thread
 
     def _time_global_step(self) -> None:
-        """Add the wrapped optimizer's updates that opt.step() waits for (all unless hivemind.delay_optimizer_step)
-        to global_step_s, so the time breakdown labels them optimizer."""
+        """Time the wrapped optimizer's updates that opt.step() waits for (not delayed ones) into global_step_s."""
+        if self.hm.delay_optimizer_step:
+            return
         inner = self.opt.state_averager.optimizer
         update = inner.step
 
         def timed_update(*args, **kwargs):
-            if self.hm.delay_optimizer_step:
-                return update(*args, **kwargs)
             start = time.perf_counter()
             try:
                 return update(*args, **kwargs)
@@ -259,10 +255,8 @@ class Hivemind(Strategy):
                 extra_tensors=bn_buffers, client_mode=self.client, verbose=True,
             )
 
-    # --- training ------------------------------------------------------------
     def step(self, samples: int) -> StepReport:
-        """Accumulate or average (hivemind decides); at the target epoch also the stop (`_finish`), whose time
-        and bytes count as this step's."""
+        """Accumulate or average (hivemind decides); at the target epoch also `_finish`, counted in this step."""
         start, updates_before = time.perf_counter(), self.global_step_s
         self.counters.set("local_epoch", self.opt.local_epoch)
         self.opt.step(batch_size=samples)
@@ -301,8 +295,7 @@ class Hivemind(Strategy):
         )
 
     def _wait_for_swarm(self) -> float:
-        """After the first step (peers publish progress only once they hold samples): wait until hivemind's
-        progress tracker counts every peer, so none trains its first epochs alone; returns the seconds waited."""
+        """Wait until hivemind's progress tracker counts every peer (none trains alone); returns the seconds waited."""
         started = time.perf_counter()
         timeout = float(self.cfg.timeouts.startup_s)
         if not wait_until(lambda: self.opt.tracker.global_progress.num_peers >= self.cfg.peers, timeout, 0.1):
@@ -325,8 +318,7 @@ class Hivemind(Strategy):
             self._final_state_round()
 
     def _final_state_round(self) -> None:
-        """One synchronous round that replaces (no delta rule: no local step runs any more) the parameters with
-        the swarm's average; peers then agree up to float rounding."""
+        """One synchronous round that replaces the parameters with the swarm's average (no local step follows)."""
         averager = self.opt.state_averager
         averager.delta_rule_averaging = False
         try:
@@ -339,7 +331,6 @@ class Hivemind(Strategy):
         """Safety cap if the swarm stalls: 4x the steps a lone peer needs to reach the target epoch."""
         return 4 * self.target_epoch * math.ceil(self.hm.target_batch_size / self.cfg.batch_size)
 
-    # --- peer coordination through the DHT -----------------------------------
     def _key(self, what: str) -> str:
         return f"{self.hm.run_id}_avgbench_{what}"
 
@@ -374,7 +365,6 @@ class Hivemind(Strategy):
             raise TimeoutError(message + " (no peers found: check peer*/output.log and hivemind.initial_peers)")
         print(message + "; leaving anyway", flush=True)
 
-    # --- results and shutdown ------------------------------------------------
     def summary(self) -> dict:
         counts = self.counters.snapshot()
         return {
@@ -430,9 +420,8 @@ def _is_hivemind_child(proc: psutil.Process, pids: list[int]) -> bool:
 
 
 def remove_leftovers(record: Path, ours: bool = False) -> None:
-    """Delete the hivemind sockets and /dev/shm/torch_<pid>_* files that a peer's processes left behind: the
-    shared-memory files only once all of them are gone (torch aborts if a file a live process maps vanishes), our
-    own sockets (`ours`) right after hivemind is shut down."""
+    """Delete the hivemind sockets (`ours`: at once) and /dev/shm/torch_<pid>_* files a peer's processes left, the
+    latter only once all of them are gone (torch aborts if a file a live process maps vanishes)."""
     if not record.exists():
         return
     files = json.loads(record.read_text())

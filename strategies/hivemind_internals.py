@@ -1,13 +1,11 @@
 """Every use of hivemind 1.1.12's private API, in one place (tests/unit/test_private_apis.py fails if an upgrade
 moves one): exact byte and event accounting (`install`) and `cloning_state_averager`.
 
-Counters live in one shared-memory array made before hivemind forks its averagers and DHT, so every process of a peer
-adds to the same numbers. Bytes are the serialized tensor parts (after compression) the peer's all-reduce sends and
-deserializes, exact for any group, fractions, compression or partial round; protocol framing is not counted.
-Every all-reduce round a peer joins appends one ROUND_FIELDS record to its peer<R>/rounds.jsonl, written by the
-averager's own process: epoch is the peer's local epoch when the round started, duration_s excludes matchmaking, the
-bytes are that process's while the round ran (overlapped: another round ran in it meanwhile). A step that found no
-group has no round (log_no_group).
+Counters live in shared memory made before hivemind forks its averagers and DHT, so a peer's processes add to the same
+numbers. Bytes are the serialized tensor parts (after compression) its all-reduce sends and deserializes, exact for any
+group, compression or partial round, framing not counted. Each all-reduce round a peer joins appends a ROUND_FIELDS
+record to peer<R>/rounds.jsonl from the averager's process: epoch is the peer's local epoch at the round's start,
+duration_s excludes matchmaking, bytes are that process's during the round (overlapped: another round ran in it).
 """
 import contextlib
 import json
@@ -99,8 +97,7 @@ def write_round(record: dict) -> None:
 
 
 def install(counters: Counters, rounds_file: str | None = None) -> None:
-    """Hook hivemind's all-reduce (serialization points, rounds) and logger, once per process; each round this peer
-    joins appends one record to rounds_file."""
+    """Hook hivemind's all-reduce and logger (once per process); each round appends a record to rounds_file."""
     _rounds_file[:] = [rounds_file] if rounds_file else []
     if _installed:
         _installed[0] = counters

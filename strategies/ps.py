@@ -128,15 +128,13 @@ class ShardClient:
 
     def __init__(self, transport: Transport, params: list[torch.Tensor], servers: list[int]):
         self.transport, self.servers = transport, servers
-        groups = partition([p.numel() for p in params], len(servers))
-        self.shards = [[params[i] for i in g] for g in groups]
+        self.shards = [shard_of(params, len(servers), i) for i in range(len(servers))]
         self.versions = [0] * len(servers)
 
     def pull_initial(self) -> None:
         self._pull_all()
 
     def push_pull(self, samples: int, last: bool) -> "Exchange":
-        """Push the gradient shards, pull the new parameter shards."""
         sends, pushed = [], []
         for server, shard, version in zip(self.servers, self.shards, self.versions):
             header = torch.tensor([float(samples), float(version), float(last)])
@@ -201,7 +199,6 @@ class ParameterServer(TransportStrategy):
     server_stats: dict | None = None
     staleness: list[int] | None = None
 
-    # --- server -------------------------------------------------------------
     def serve(self) -> None:
         from job.optim import build_optimizer
 
@@ -218,7 +215,6 @@ class ParameterServer(TransportStrategy):
         for pending in trained:
             pending.wait()
 
-    # --- worker -------------------------------------------------------------
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
         self.connect()

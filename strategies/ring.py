@@ -141,7 +141,6 @@ class Ring(Strategy):
             raise BackendUnavailable("ring.controller=mpi needs Open MPI's mpirun on PATH (not found); "
                                      "run `make setup` (installs openmpi-bin) or use ring.controller=gloo")
 
-    # --- inside each rank ---------------------------------------------------
     def setup(self, model, optimizer) -> None:
         import horovod.torch as hvd
 
@@ -178,8 +177,7 @@ class Ring(Strategy):
     first_gradient_at: float | None = None
 
     def _gradient_ready(self, param) -> None:
-        """link_s starts at the first gradient handed to Horovod (its first fused all-reduce follows within one
-        ring.cycle_time_ms cycle: docs/strategies.md, ring, Measurement)."""
+        """link_s starts at the first gradient handed to Horovod (docs/strategies.md, ring, Measurement)."""
         if self.first_gradient_at is None:
             self.first_gradient_at = time.perf_counter()
 
@@ -220,15 +218,10 @@ class Ring(Strategy):
 
     def summary(self) -> dict:
         ring = self.cfg.ring
-        return {
-            "controller": ring.controller,
-            "compression": ring.compression,
-            "backward_passes_per_step": int(ring.backward_passes_per_step),
-            "fusion_threshold_mb": int(ring.fusion_threshold_mb),
-            "cycle_time_ms": float(ring.cycle_time_ms),
-            "collective_bytes": self.collective_bytes,
-            "timeline": timeline_path(self.cfg, self.ctx.run),
-        }
+        return {"controller": ring.controller, "compression": ring.compression,
+                "backward_passes_per_step": int(ring.backward_passes_per_step),
+                "fusion_threshold_mb": int(ring.fusion_threshold_mb), "cycle_time_ms": float(ring.cycle_time_ms),
+                "collective_bytes": self.collective_bytes, "timeline": timeline_path(self.cfg, self.ctx.run)}
 
     def close(self) -> None:
         if self.hvd is not None and self.hvd.is_initialized():

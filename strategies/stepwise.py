@@ -34,11 +34,8 @@ def ring_order(world_size: int, round_index: int, rotate: bool) -> list[int]:
 
 def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chunks: int = 1,
                second_pass: bool = False) -> RoundResult:
-    """One pass of a running sum along `ring` (then a broadcast pass if second_pass).
-
-    Returns this worker's average over itself and the workers before it in the ring
-    (all of them with second_pass). `tensor` is not modified.
-    """
+    """One pass of a running sum along `ring` (then a broadcast pass if second_pass): this worker's average over
+    itself and the workers before it in the ring (all of them with second_pass); `tensor` is not modified."""
     n, pos = len(ring), ring.index(transport.rank)
     prev = ring[pos - 1] if pos > 0 else None
     after = ring[pos + 1] if pos < n - 1 else None

@@ -30,10 +30,8 @@ def check_transport(cfg) -> None:
         try:
             import mpi4py  # noqa: F401
         except ImportError as exc:
-            raise BackendUnavailable(
-                f"transport=mpi needs mpi4py with a real MPI ({exc}); run `make setup` "
-                "(installs Open MPI and mpi4py)"
-            ) from exc
+            raise BackendUnavailable(f"transport=mpi needs mpi4py with a real MPI ({exc}); run `make setup` "
+                                     "(installs Open MPI and mpi4py)") from exc
 
 
 class Pending(ABC):
@@ -238,7 +236,6 @@ def ring_allreduce_bytes(size: int, peers: int) -> int:
 
 
 def broadcast_initial_state(transport: Transport, model: torch.nn.Module, src: int = 0) -> None:
-    """Every peer starts from rank src's parameters and buffers."""
     state = [t.data for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
     flat = flatten(state)
     transport.broadcast(flat, src)
