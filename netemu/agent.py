@@ -1,13 +1,6 @@
-"""Remote-shell agent for emulated hosts: `python -m netemu.agent [ssh options] HOST COMMAND...`.
-
-Stands in for ssh/rsh so that a launcher built for real hosts (mpirun's
-`--mca plm_rsh_agent`, horovodrun's ssh) starts its remote commands in the
-namespace of the emulated host whose address is HOST. The hosts come from the
-run's network.json, named by $AVGBENCH_NETWORK. As with ssh, COMMAND's words are
-joined with spaces and run by sh; ssh options (-o X, -p X, ...) are ignored,
-before or after HOST. Like a real host, each has its own temporary directory
-(TMPDIR): Open MPI's daemons keep per-host session files there, and emulated hosts
-share one hostname and one /tmp.
+"""Remote-shell agent for emulated hosts: `python -m netemu.agent [ssh options] HOST COMMAND...`, a stand-in for ssh
+(mpirun's plm_rsh_agent, horovodrun) that runs COMMAND (words joined, run by sh) in the namespace and with the TMPDIR of
+the emulated host at address HOST, from the run's network.json ($AVGBENCH_NETWORK). ssh options are ignored.
 """
 import json
 import os
@@ -46,7 +39,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"netemu.agent: ${NETWORK_ENV} must name the run's network.json")
     host, words = split_ssh_args(argv)
     entry = host_entry(network_file, host)
-    os.environ["TMPDIR"] = entry["tmpdir"]
+    os.environ["TMPDIR"] = entry["tmpdir"]  # Open MPI's daemons keep per-host session files there
     enter = entry["enter"]
     os.execvp(enter[0], [*enter, "sh", "-c", " ".join(words) or "exec sh"])
 

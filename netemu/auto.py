@@ -1,9 +1,6 @@
-"""network=auto, the default: which link a run measures, decided before launch and said first.
-
-A run of several processes on one machine gets emulated per-host links (conf/network/auto.yaml: its rate) where
-this machine can build them (root or unprivileged user namespaces, iproute2's ip and tc); otherwise the machine's
-loopback, with a warning, since there strategies differ only by their compute share. One process needs no link;
-several machines (launch.nnodes > 1) talk over their own network.
+"""network=auto, the default: which link a run measures, decided before launch and said first: emulated per-host links
+where this machine can build them, else the loopback, with a warning (one process: no link; several machines: their
+own network).
 """
 import json
 from dataclasses import asdict, dataclass
@@ -48,8 +45,7 @@ def cheap_obstacle(processes: int, nnodes: int) -> str | None:
 
 def choose_link(cfg, processes: int, nnodes: int = 1, problem=emulation_problem) -> LinkChoice:
     """Resolve network=auto in cfg (network.name becomes emulated or loopback) and describe the link the run's
-    `processes` (on all `nnodes` machines) get. `problem`: why links cannot be emulated here (None: they can),
-    probed only when auto wants a link."""
+    `processes` (on all `nnodes` machines) get; `problem()` (why links cannot be emulated) only when auto wants one."""
     network = cfg.network
     processes //= nnodes  # those on this machine
     asked = network.name
@@ -61,11 +57,9 @@ def choose_link(cfg, processes: int, nnodes: int = 1, problem=emulation_problem)
         rates = rank_bandwidths(network, processes)
         return LinkChoice(asked, "emulated", "per-host", processes, rates, float(network.get("latency_ms") or 0),
                           int(network.mtu))
-    if nnodes > 1:
-        return LinkChoice(asked, "hosts", "per-host", processes, [], 0.0, reason=reason)
-    if processes == 1:
-        return LinkChoice(asked, "none", "none", processes, [], 0.0, reason=reason)
-    return LinkChoice(asked, "loopback", "shared", processes, [], 0.0, reason=reason)
+    kind, scope = (("hosts", "per-host") if nnodes > 1 else ("none", "none") if processes == 1
+                   else ("loopback", "shared"))
+    return LinkChoice(asked, kind, scope, processes, [], 0.0, reason=reason)
 
 
 def rates_text(rates: list) -> str:
@@ -79,8 +73,7 @@ def link_line(choice: LinkChoice, shape: dict) -> str | None:
     if choice.kind == "none":
         return None
     if choice.kind == "hosts":
-        return (f"avgbench: link: the machines' own network (launch.nnodes > 1), neither shaped nor checked by "
-                f"avgbench")
+        return "avgbench: link: the machines' own network (launch.nnodes > 1), neither shaped nor checked by avgbench"
     if choice.kind == "loopback":
         warning, why = ("warning: ", f"network=auto could not emulate per-host links here ({choice.reason}); ") \
             if choice.asked == AUTO else ("", "")

@@ -1,7 +1,5 @@
-"""Checks run before launch: is the emulated network possible here, and are its knobs sane?
-
-Each probe runs in a throwaway network namespace (freed as soon as the probe exits).
-"""
+"""Checks run before launch: is the emulated network possible here, and are its knobs sane? Each probe runs in a
+throwaway network namespace (freed as soon as the probe exits)."""
 import shutil
 import subprocess
 from functools import cache
@@ -34,7 +32,6 @@ def emulation_problem() -> str | None:
 
 @cache
 def has_netem() -> bool:
-    """True if the kernel has the netem qdisc (delay, loss)."""
     return probe("ip link set lo up && tc qdisc add dev lo root netem delay 1ms").returncode == 0
 
 
@@ -46,9 +43,8 @@ def rank_bandwidths(network, processes: int) -> list[float | None]:
 
 
 def check_network_config(network, processes: int, nnodes: int) -> None:
-    """ConfigError for knobs that do not fit the run (the values alone are launchers/schema.py's), BackendUnavailable
-    when the emulated network cannot be built here (network=auto is not probed here: it falls back to loopback at
-    launch)."""
+    """ConfigError for knobs that do not fit the run (each value alone: launchers/schema.py), BackendUnavailable when
+    the emulated network cannot be built here (network=auto is not probed: it falls back to loopback at launch)."""
     if network.name == "loopback":
         return
     if network.name == "auto":

@@ -1,12 +1,6 @@
-"""Time dilation (DieCast): emulate.dilation=k runs the emulated cluster k times slower in every respect.
-
-Every peer gets peer_cpus/k CPU (netemu/cpu.py), and one rule by name rewrites the config
-before the peers read it: link rates (knobs ending in _mbit, and network.per_peer) / k, and
-every time knob (ending in _s, _ms, _us, _time, _timeout: timeouts, latencies, hivemind's
-matchmaking and timeouts, fault stalls, ...) x k, so a knob added later is scaled without code
-changes. The emulate block itself is not scaled. The summary converts reported times back.
-The guest clock is not dilated: what runs on the kernel's own timers is not (see docs/emulation.md).
-A strategy is offered dilation up to the factor bench/emulation.py checked on this machine (checked_dilation).
+"""Time dilation (DieCast): emulate.dilation=k runs the emulated cluster k times slower. Every peer gets peer_cpus/k
+CPU (netemu/cpu.py); `dilate` rewrites the config by knob name: rates (_mbit, network.per_peer) / k, times (_s, _ms,
+...) x k, the emulate block left as it is (docs/emulation.md, Time dilation).
 """
 import json
 from pathlib import Path
@@ -54,9 +48,8 @@ def dilate(cfg, k: float) -> dict[str, tuple]:
 
 
 def checked_dilation(strategy: str, results: Path = EVIDENCE) -> tuple[float, str]:
-    """The largest emulate.dilation a strategy is offered, and where that comes from: the factor bench/emulation.py
-    checked for it (invariance and linearity) on this machine; 1 where it was not checked here (the check holds
-    for the CPU and kernel that ran it only)."""
+    """The largest emulate.dilation a strategy is offered, and why: the factor bench/emulation.py checked for it on
+    this machine (invariance and linearity); 1 where it was not checked here."""
     entries = json.loads(results.read_text())["results"] if results.exists() else []
     entry = next((e for e in entries if e.get("name") == "emulation"), None)
     if entry is None:

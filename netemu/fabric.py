@@ -48,9 +48,8 @@ def unprivileged() -> bool:
 
 
 def tbf_args(rate_mbit: float, mtu: int = ETHERNET_MTU) -> list[str]:
-    """Token bucket for `rate_mbit`: burst of 1 ms of traffic (at least 4 KiB and two frames of `mtu`: a bucket
-    smaller than a frame never sends it), so an idle link lets at most that much through faster than the rate;
-    queue of QUEUE_MS."""
+    """Token bucket for `rate_mbit`, queue QUEUE_MS: burst of 1 ms of traffic, at least 4 KiB and two frames of `mtu`
+    (a bucket smaller than a frame never sends it)."""
     rate_bytes = rate_mbit * 1e6 / 8
     burst = max(4096, 2 * (mtu + FRAME_HEADER), int(rate_bytes * 0.001))
     return ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", f"{QUEUE_MS}ms"]
@@ -78,13 +77,11 @@ class Fabric:
         if not 1 <= hosts <= MAX_HOSTS:
             raise FabricError(f"an emulated network holds 1..{MAX_HOSTS} hosts, not {hosts}")
         self.count, self.bandwidth, self.latency_ms, self.mtu = hosts, bandwidth_mbit, latency_ms, mtu
-        self.env = env
-        self.host_cores = host_cores
+        self.env, self.host_cores = env, host_cores
         self.holder: subprocess.Popen | None = None
         self.directory = ""  # the fabric's temporary directory: its /etc/hosts, one TMPDIR per host
         self.hosts: list[Host] = []
 
-    # --- life cycle -------------------------------------------------------------
     def start(self) -> "Fabric":
         user = ["--user", "--map-root-user"] if unprivileged() else []
         self.directory = tempfile.mkdtemp(prefix="netemu-")
@@ -112,8 +109,7 @@ class Fabric:
         return self
 
     def close(self) -> None:
-        """End the holder; the namespaces go with it (and with the last process inside them), the temporary
-        directory with it too."""
+        """End the holder: the namespaces (once their last process is gone) and the temporary directory go with it."""
         try:
             if self.holder is not None:
                 self.holder.stdin.close()
@@ -132,7 +128,6 @@ class Fabric:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # --- commands ---------------------------------------------------------------
     def hub_prefix(self) -> list[str]:
         """Runs a command in the hub (the holder's namespaces)."""
         user = ["--user", "--preserve-credentials"] if unprivileged() else []
@@ -175,7 +170,6 @@ class Fabric:
         os.mkdir(tmpdir)
         self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, self.mtu, inode, enter, tmpdir, cores))
 
-    # --- description --------------------------------------------------------------
     def describe(self) -> dict:
         """What network.json holds: enough for the MPI/ssh agent and for tests."""
         hub = Path(f"/proc/{self.holder.pid}/ns")
@@ -231,10 +225,8 @@ def hosts_table(names: dict[str, int]) -> str:
 
 
 def machine_prefix(host: Host, hostname: str, hosts_file: Path) -> list[str]:
-    """Command prefix: runs a command on `host` as a machine of its own, as a SLURM node is: the host's network
-    namespace, plus a UTS namespace of its own (gethostname() = hostname) and a mount namespace of its own
-    whose /etc/hosts is `hosts_file` (the cluster's names, as its DNS would give them). Everything the command
-    starts (slurmd's job steps) inherits all three."""
+    """Command prefix: runs a command on `host` as a machine of its own (a SLURM node): the host's network namespace,
+    its own hostname and an /etc/hosts of `hosts_file`, inherited by everything the command starts."""
     hub = host.enter[:host.enter.index("unshare")]  # the hub, the host's cores and its network namespace
     return [*hub, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", MACHINE_SCRIPT, hostname,
             str(hosts_file)]

@@ -1,8 +1,6 @@
 """Does an emulated link carry what it promises? Every SAMPLE_S the meter reads each link direction's token bucket
-(bytes sent, bytes queued: host egress on eth0 in the host's namespace, ingress on the bridge's end of its link) from
-one `tc -s -j -batch -` process per namespace, and tallies the bytes of the intervals with a queue at both ends,
-when the link, not a sender or receiver, set the pace. The verdict: metrics/summary/link.py; docs/emulation.md (Did
-the link hold?)."""
+(bytes sent, bytes queued) and tallies the bytes of the intervals with a queue at both ends, when the link set the
+pace. The verdict: metrics/summary/link.py; docs/emulation.md (Did the link hold?)."""
 import json
 import select
 import subprocess

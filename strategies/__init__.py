@@ -1,6 +1,2 @@
-"""Averaging strategies: one module each, behind the interface in strategies/base.py.
-
-conf/strategy/NAME.yaml names its class (strategy.target); backend modules import
-their heavy packages (hivemind, horovod, mpi4py) lazily, so validation stays fast and
-a missing backend gives a clear error.
-"""
+"""Averaging strategies: one module each, behind the interface in strategies/base.py; backends (hivemind, horovod,
+mpi4py) are imported lazily, so validation stays fast and a missing backend gives a clear error."""

@@ -1,32 +1,9 @@
 """allreduce: the gradient all-reduce of data-parallel training, every step.
 
-transport=gloo: torch's DistributedDataParallel itself. Gradients are all-reduced in
-buckets of allreduce.bucket_cap_mb while backward is still running (DDP's reducer fires a
-bucket as soon as its gradients are ready), so communication overlaps backward. A DDP
-communication hook times each bucket and runs allreduce.comm_hook: `none` (DDP's default:
-divide by N, all-reduce), `fp16` / `bf16` (the bucket cast to 16 bits, all-reduced, cast
-back) or `powersgd` (Vogels et al. 2019: rank-allreduce.powersgd_rank factors P and Q of each
-matrix-shaped gradient are all-reduced instead of the gradient, after
-allreduce.powersgd_start_iter plain steps), all torch's own hooks
-(torch.distributed.algorithms.ddp_comm_hooks). BatchNorm buffers stay local (broadcast_buffers off),
-as in every strategy here. Rank 0's parameters reach every peer when DDP is built. On GPUs
-the buckets go over NCCL when each peer of a host has its own GPU, else over gloo.
-
-transport=mpi, or allreduce.ddp=false: one flat all-reduce of all gradients after
-backward (no overlap) over the transport; MPI runs Open MPI's ring algorithm
-(strategies/transport.py). allreduce.ddp=false over gloo is the hand-written reference
-that DDP is benchmarked against (bench/ddp_overlap.py).
-
-Bytes are counted where tensors are handed to the library: every tensor the hook passes
-to torch.distributed.all_reduce (CountedCollectives; for powersgd its P and Q, and the
-vectors it leaves uncompressed), or the flat vector. `collective_bytes` (per step) is that
-count, S; bytes_sent / bytes_recv are the ring algorithm's share of it on this worker's link,
-2(N-1)/N x S per direction (gloo's all-reduce of large buffers and Open MPI's pinned
-algorithm are rings); what the interface carried is measured apart (network=emulated,
-wire_*). With comm_hook=none, every noise_scale_every steps, a step also logs the squared norms of this worker's
-own gradient and of the averaged one (strategies/gradient_norms.py).
-Deadlines: gloo's process group timeout (timeouts.collective_s) bounds every DDP
-collective; MPI calls poll against it.
+transport=gloo: torch's DistributedDataParallel, buckets all-reduced during backward through allreduce.comm_hook
+(torch's own DDP hooks); transport=mpi or allreduce.ddp=false: one flat all-reduce after backward. collective_bytes
+counts every tensor handed to the collective; bytes_sent / bytes_recv are the ring's 2(N-1)/N share of it
+(docs/strategies.md, allreduce).
 """
 import threading
 import time
@@ -39,15 +16,11 @@ from strategies.torch_internals import route_ddp_hook_collectives
 from strategies.transport import (TransportStrategy, broadcast_initial_state, flatten, in_process_gloo, payload_bytes,
                                   ring_allreduce_bytes, unflatten_into)
 
-
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
-class CountedCollectives:
-    """torch.distributed as torch's DDP hook modules see it, counting the bytes of every all_reduce.
 
-    The hooks look up `dist.all_reduce` in their own module at call time (PowerSGD all-reduces Q
-    in a callback, after P is done), so standing in for their module attribute `dist` counts each
-    tensor actually handed to the collective, compressed or not. Private layout: strategies/torch_internals.py.
-    """
+
+class CountedCollectives:
+    """torch.distributed as torch's DDP hook modules see it, counting the bytes of every tensor handed to all_reduce."""
 
     def __init__(self, dist):
         self._dist, self._lock, self.bytes = dist, threading.Lock(), 0
@@ -147,8 +120,7 @@ class AllReduce(TransportStrategy):
                                            random_seed=int(self.cfg.seed))
 
     def bucket_hook(self, state, bucket):
-        """What DDP does with a bucket of gradients: allreduce.comm_hook, one of torch's DDP comm hooks (its default
-        all-reduce, fp16 or bf16 compression, PowerSGD)."""
+        """What DDP does with a bucket of gradients: torch's DDP comm hook named by allreduce.comm_hook."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
         hooks = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
@@ -160,8 +132,7 @@ class AllReduce(TransportStrategy):
         return True
 
     def _counted_allreduce(self, state, bucket):
-        """bucket_hook on one bucket, with the time its first bucket went out and its last came back when it
-        communicates (the bytes it hands to the library are counted by self.counted)."""
+        """bucket_hook on one bucket, timing the step's first bucket out and last back when it communicates."""
         if not self.bucket_communicates(state):
             return self.bucket_hook(state, bucket)
         if self.first_bucket_at is None:

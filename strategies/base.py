@@ -1,27 +1,6 @@
-"""The one Strategy interface every averaging backend implements.
-
-A strategy is one module (plus its config, conf/strategy/NAME.yaml, naming its class in
-`strategy.target` and its cost model in `strategy.cost_model`). It has two halves, as Bagua's
-Algorithm and what it reifies:
-
-- before launch (class methods, called by train.py and the launchers): its knobs and
-  their validation, whether its backend is installed, how its processes start
-  (`launch_spec`: the launchers read no strategy knob);
-- inside each process: `setup` (may wrap the model, e.g. in DDP, or register its own
-  gradient hooks to communicate during backward), `step` (communicate and update),
-  `summary`.
-
-Its cost model is a class of its own beside it (strategies/cost_models/<name>.py, no runtime): the
-bytes a round puts on each link, the round's link floor (`link_bound`, formula and
-derivation in its docstring) and the step time the projection predicts.
-
-What the launch side and the report read of a strategy is declared here, not guessed
-from names: `summed_counters` and `failure_counters` (keys of its `summary()`), the overlap
-figure (`StepReport.link_s`), `quick` (overrides for a short run) and `benchmark_overrides`
-(what a benchmark's few steps need to reach its averaging rounds).
-
-The training loop (job/loop.py) is the same for every strategy and owns the time
-breakdown; a strategy reports only its optimizer time and the bytes it moved.
+"""The one Strategy interface every averaging backend implements: class methods decided before launch (knobs,
+validation, availability, `launch_spec`), and inside each process `setup`, `step`, `summary`. The loop (job/loop.py)
+owns the time breakdown; a strategy reports its optimizer time and the bytes it moved. Adding one: docs/architecture.md.
 """
 import time
 from abc import ABC, abstractmethod
@@ -39,34 +18,19 @@ __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strat
 
 @dataclass
 class StepReport:
-    """What one `step()` did on this peer.
+    """What one `step()` did on this peer."""
 
-    opt_s: time in the local optimizer update (the loop counts the rest of the step,
-      after backward, as exposed communication).
-    bytes_sent / bytes_recv: payload bytes this peer put on / took off the transport,
-      from exact accounting of the tensors it exchanged.
-    round: id of the averaging round these bytes belong to (rounds are grouped by it
-      across workers); None: the step number.
-    last: this was the peer's last step (e.g. a shared epoch boundary was reached).
-    done: share of the run done after this step, for strategies that stop on their own
-      (None: step / max_steps); live progress and its ETA use it.
-    link_s: for a strategy that overlaps communication with backward: the time from the first
-      gradient handed to communication to the last transfer done (the exposed part is in the
-      loop's comm_s); link efficiency uses it instead of comm_s. None: no overlap.
-    startup_wait_s: time of this step spent waiting for the other peers to start (not training: the loop
-      leaves it out of train_s and of the step's phases, and logs it as startup_wait_s).
-    extra: strategy-specific per-step fields (e.g. its own raw collective time).
-    """
-
-    opt_s: float = 0.0
-    bytes_sent: int = 0
+    opt_s: float = 0.0  # the optimizer update (the loop counts the rest of the step, after backward, as communication)
+    bytes_sent: int = 0  # payload bytes put on / taken off the transport, from exact accounting of the tensors
     bytes_recv: int = 0
-    round: int | None = None
-    last: bool = False
-    done: float | None = None
+    round: int | None = None  # the averaging round these bytes belong to (grouped across workers); None: the step
+    last: bool = False  # the peer's last step (e.g. a shared epoch boundary was reached)
+    done: float | None = None  # share of the run done, for strategies that stop on their own (None: step / max_steps)
+    # overlap with backward: first gradient handed to communication to last transfer done (link efficiency uses it
+    # instead of comm_s); None: no overlap
     link_s: float | None = None
-    startup_wait_s: float = 0.0
-    extra: dict = field(default_factory=dict)
+    startup_wait_s: float = 0.0  # waiting for the other peers to start: left out of train_s and the step's phases
+    extra: dict = field(default_factory=dict)  # strategy-specific per-step fields
 
 
 class Strategy(ABC):
@@ -74,13 +38,9 @@ class Strategy(ABC):
     summed_counters: tuple[str, ...] = ()   # integer keys of summary() that train.py sums over peers and prints
     failure_counters: tuple[str, ...] = ()  # keys of summary() that count failures (report: Failures, verdict)
     quick: tuple[str, ...] = ()             # overrides that keep a short run of it short (tests)
-    # benchmark (bench/NAME.py; "*": every one) -> the overrides with which its few steps reach this averaging
-    benchmark_overrides: dict[str, tuple[str, ...]] = {}
-    # its workers step in lockstep, every round holding every worker (default settings): bench/projection.py's
-    # tighter goal applies to its cost model
-    synchronous = True
-    # every worker holds the same parameters at every snapshot (default settings), so each can decide alone, on its
-    # own evaluation, that the run reached its target (eval_in_training); false: evaluated after training instead
+    benchmark_overrides: dict[str, tuple[str, ...]] = {}  # bench NAME ("*": every one) -> overrides to reach rounds
+    synchronous = True  # workers step in lockstep, every round holding every worker (bench/projection.py's goal)
+    # every worker holds the same parameters at every snapshot, so each may stop at its target (eval_in_training)
     identical_snapshots = False
     knobs_elsewhere: dict[str, str] = {}  # NAME.knob someone may expect -> where it is set (refused before Hydra)
     rules: dict[str, Rule] = {}  # knob of its NAME block -> its allowed values (the schema checks them before launch)
@@ -104,15 +64,13 @@ class Strategy(ABC):
 
     @classmethod
     def launch_spec(cls, cfg) -> LaunchSpec:
-        """Default: `peers` workers, one process each, started by the local launcher, averaging
-        gradients synchronously (an update holds every worker's batch)."""
+        """Default: `peers` workers, one process each, started by the local launcher, each update on every batch."""
         return LaunchSpec(roles=[WORKER] * cfg.peers, threads=cfg.peer_cpus, batch_size=cfg.batch_size,
                           effective_batch=cfg.peers * cfg.batch_size)
 
     @classmethod
     def averaging_period(cls, cfg) -> tuple[int, int]:
-        """(offset, every): its averaging steps are offset + k * every, k >= 1 (the measurement window covers whole
-        periods: metrics/summary/window.py). Default: every step."""
+        """(offset, every): its averaging steps are offset + k * every, k >= 1 (metrics/summary/window.py)."""
         return 0, 1
 
     @classmethod
@@ -135,8 +93,7 @@ class Strategy(ABC):
         raise NotImplementedError
 
     def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
-        """Connect to the other peers and agree on the initial state; returns the model to train
-        (the same one, or a wrapper such as DistributedDataParallel)."""
+        """Connect to the other peers and agree on the initial state; returns the model to train (or a wrapper)."""
         self.model, self.optimizer = model, optimizer
         return model
 

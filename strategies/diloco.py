@@ -1,24 +1,8 @@
 """diloco: DiLoCo (Douillard et al. 2023), H local steps, then an outer step on the averaged pseudo-gradient.
 
-Every worker trains on its own batches with the inner optimizer (the `optim` group; this
-strategy's preset chooses AdamW) for diloco.inner_steps (H) steps. Then the workers average
-the pseudo-gradient, delta = theta_sync - theta (the parameters at the last sync minus now),
-with one all-reduce over the transport (gloo or MPI; deadline timeouts.collective_s), and an
-outer optimizer, SGD with Nesterov momentum (diloco.outer_lr, diloco.outer_momentum; the
-paper's 0.7 and 0.9), steps theta_sync with delta as its gradient. Every worker continues
-from the new theta_sync; the outer optimizer's momentum is the same on every worker, since
-it sees the same averaged deltas. outer_lr=1 with outer_momentum=0 is plain periodic model
-averaging. The run's last step is always a sync, so every worker ends with the same model;
-evaluations on other steps between syncs see each worker's own model.
-
-The inner optimizer's state (AdamW's moments) and the BatchNorm buffers stay local, as in the
-paper and every strategy here. The one-process baseline of the report uses the same `optim`
-(the report carries every setting that differs from conf/'s defaults into it).
-
-Bytes per sync (S = the parameter bytes, N workers): the all-reduce's payload, 2(N-1)/N x S
-per worker and direction, the ring that gloo (large buffers) and Open MPI (see
-strategies/transport.py) run; S is counted from the vector passed to the collective. Steps
-without a sync report 0 bytes, so bytes per sample are 1/H of a per-step gradient all-reduce's.
+Every diloco.inner_steps steps (and on the run's last) the workers all-reduce delta = theta_sync - theta, and an outer
+SGD with Nesterov momentum steps theta_sync with it; every worker continues from there. The inner optimizer is the
+`optim` group (docs/strategies.md, diloco).
 """
 import time
 

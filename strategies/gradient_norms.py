@@ -1,5 +1,5 @@
-"""The gradient noise scale's inputs, measured every noise_scale_every steps (metrics/summary/noise_scale.py): the
-squared norms (float64) of this worker's own gradient and of the gradient its update used."""
+"""The gradient noise scale's inputs (metrics/summary/noise_scale.py): the squared norms (float64) of this worker's
+own gradient and of the gradient its update used."""
 import threading
 
 import torch
@@ -10,9 +10,7 @@ def squared_norm(tensor) -> float:
 
 
 class GradientNorms:
-    """Sums a step's squared norms bucket by bucket (DDP's callbacks may add from another thread); `take()` ends
-    the step. Measures only every `every` steps (0: never), so that its two passes over the gradients cost about
-    1/every of them a step."""
+    """Sums a step's squared norms (thread-safe: DDP's callbacks) every `every`-th step (0: never); take() ends it."""
 
     def __init__(self, every: int):
         self.every, self.step = int(every), 1
@@ -22,16 +20,13 @@ class GradientNorms:
     def measuring(self) -> bool:
         return self.every > 0 and self.step % self.every == 0
 
-    def add_local(self, tensor) -> None:
-        """This worker's own gradient (or a bucket of it), before averaging."""
+    def add_local(self, tensor) -> None:  # this worker's own gradient (or a bucket of it), before averaging
         self._add(tensor, local=True, used=False)
 
-    def add_used(self, tensor) -> None:
-        """The gradient the update uses (or a bucket of it): the average over workers."""
+    def add_used(self, tensor) -> None:  # the averaged gradient the update uses
         self._add(tensor, local=False, used=True)
 
-    def add_alone(self, tensor) -> None:
-        """One process training alone: its own gradient is the one its update uses."""
+    def add_alone(self, tensor) -> None:  # one process training alone: its own gradient is the one it uses
         self._add(tensor, local=True, used=True)
 
     def _add(self, tensor, local: bool, used: bool) -> None:

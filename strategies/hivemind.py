@@ -1,24 +1,8 @@
 """hivemind: decentralized averaging, each peer with its own DHT and hivemind.Optimizer.
 
-Rendezvous is the hivemind DHT: rank 0 starts first and publishes its visible
-multiaddrs, in RUN_DIR/.avgbench/hivemind_maddrs (one host) or in a TCPStore it
-serves at MASTER_ADDR:MASTER_PORT (several hosts, which share no run folder), or
-peers join the multiaddrs given in hivemind.initial_peers. Everyone listens on
-hivemind.host (loopback by default; several hosts: the host's address the launcher
-gives in AVGBENCH_PEER_ADDR), with nat_port_map off.
-
-Run length: max_steps is per peer, as for every strategy, but hivemind advances
-in epochs of target_batch_size samples gathered by all peers together, so peers
-stop together on the shared epoch boundary
-    E = ceil(max_steps x peers x batch_size / target_batch_size),
-the epoch at which the swarm has trained as many samples as max_steps steps on
-every peer would. A peer may take more or fewer than max_steps local steps (faster
-peers contribute more; samples that arrive after an epoch closed are dropped); if
-the swarm stalls, a peer stops after 4x the steps a lone peer would need.
-
-BatchNorm: running statistics are averaged with the parameters on state-averaging
-epochs (passed as extra_tensors) when hivemind.average_bn_buffers is true, so every
-peer evaluates with swarm-wide statistics; the integer batch counter stays local.
+Rank 0 bootstraps the DHT and publishes its multiaddrs (RUN_DIR/.avgbench/hivemind_maddrs on one host, a TCPStore at
+MASTER_ADDR:MASTER_PORT across hosts); every peer stops on the shared epoch boundary `target_epoch`. Rendezvous, run
+length, BatchNorm and accounting: docs/strategies.md (hivemind).
 """
 import contextlib
 import ctypes
@@ -59,14 +43,12 @@ BOOTSTRAP_FAILED = "bootstrap failed"  # hivemind DHTNode's error when no initia
 
 
 def target_epoch(cfg) -> int:
-    """The shared epoch boundary every peer stops at (see module docstring)."""
+    """The epoch at which the swarm has trained max_steps steps' samples on every peer."""
     return max(1, math.ceil(cfg.max_steps * cfg.peers * cfg.batch_size / cfg.hivemind.target_batch_size))
 
 
 def start_dht(hivemind, timeout: float, **dht_args):
-    """hivemind.DHT(start=True, **dht_args), started again while no initial peer answers its bootstrap ping
-    within hivemind's wait_timeout (3 s; a reply can take longer while many peers start on few cores),
-    until `timeout` s have passed; any other failure is raised at once."""
+    """hivemind.DHT(start=True, **dht_args), retried for `timeout` s while no initial peer answers its bootstrap."""
     deadline = time.monotonic() + timeout
     for attempt in itertools.count(1):
         try:
@@ -115,7 +97,6 @@ class Hivemind(Strategy):
         spec.effective_batch = cfg.batch_size if cfg.hivemind.use_local_updates else cfg.hivemind.target_batch_size
         return spec
 
-    # --- before launch -------------------------------------------------------
     @classmethod
     def validate(cls, cfg) -> None:
         hm = cfg.hivemind
@@ -152,7 +133,6 @@ class Hivemind(Strategy):
             raise BackendUnavailable("strategy=hivemind needs the hivemind package (pip install hivemind==1.1.12, "
                                      "see constraints.txt; `make setup` installs it)")
 
-    # --- inside the peer -----------------------------------------------------
     def setup(self, model, optimizer) -> None:
         import hivemind
 
@@ -179,15 +159,13 @@ class Hivemind(Strategy):
     global_step_s = 0.0  # time inside hivemind's optimizer update (the "global step") on the training thread
 
     def _time_global_step(self) -> None:
-        """Time the updates of the optimizer hivemind wraps that the step waits for, so the time breakdown labels
-        them optimizer. hivemind runs them in its state averager's executor thread and, unless
-        hivemind.delay_optimizer_step, waits for them inside opt.step(); delayed ones are not the step's time."""
+        """Time the wrapped optimizer's updates that opt.step() waits for (not delayed ones) into global_step_s."""
+        if self.hm.delay_optimizer_step:
+            return
         inner = self.opt.state_averager.optimizer
         update = inner.step
 
         def timed_update(*args, **kwargs):
-            if self.hm.delay_optimizer_step:
-                return update(*args, **kwargs)
             start = time.perf_counter()
             try:
                 return update(*args, **kwargs)
@@ -277,11 +255,8 @@ class Hivemind(Strategy):
                 extra_tensors=bn_buffers, client_mode=self.client, verbose=True,
             )
 
-    # --- training ------------------------------------------------------------
     def step(self, samples: int) -> StepReport:
-        """Accumulate or average (hivemind decides), then, once the swarm reached the target epoch,
-        the stop: apply background averaging, wait for the others, one last synchronous state
-        round. That end is part of this step, so its time and bytes count like any other."""
+        """Accumulate or average (hivemind decides); at the target epoch also `_finish`, counted in this step."""
         start, updates_before = time.perf_counter(), self.global_step_s
         self.counters.set("local_epoch", self.opt.local_epoch)
         self.opt.step(batch_size=samples)
@@ -320,12 +295,7 @@ class Hivemind(Strategy):
         )
 
     def _wait_for_swarm(self) -> float:
-        """After the first step: wait until hivemind's progress tracker counts every peer; returns the seconds
-        waited (a start-up wait, not training).
-
-        Peers publish progress only once they hold samples; a peer that went on before
-        seeing the others would run its first epochs alone, with local gradients.
-        """
+        """Wait until hivemind's progress tracker counts every peer (none trains alone); returns the seconds waited."""
         started = time.perf_counter()
         timeout = float(self.cfg.timeouts.startup_s)
         if not wait_until(lambda: self.opt.tracker.global_progress.num_peers >= self.cfg.peers, timeout, 0.1):
@@ -348,11 +318,7 @@ class Hivemind(Strategy):
             self._final_state_round()
 
     def _final_state_round(self) -> None:
-        """One synchronous round that replaces (not delta-updates) the parameters with the swarm's average.
-
-        No local step runs any more, so the delta rule is not needed. Peers then agree up to
-        float rounding: each gets the parts it does not own as local + (average - local).
-        """
+        """One synchronous round that replaces the parameters with the swarm's average (no local step follows)."""
         averager = self.opt.state_averager
         averager.delta_rule_averaging = False
         try:
@@ -365,7 +331,6 @@ class Hivemind(Strategy):
         """Safety cap if the swarm stalls: 4x the steps a lone peer needs to reach the target epoch."""
         return 4 * self.target_epoch * math.ceil(self.hm.target_batch_size / self.cfg.batch_size)
 
-    # --- peer coordination through the DHT -----------------------------------
     def _key(self, what: str) -> str:
         return f"{self.hm.run_id}_avgbench_{what}"
 
@@ -400,7 +365,6 @@ class Hivemind(Strategy):
             raise TimeoutError(message + " (no peers found: check peer*/output.log and hivemind.initial_peers)")
         print(message + "; leaving anyway", flush=True)
 
-    # --- results and shutdown ------------------------------------------------
     def summary(self) -> dict:
         counts = self.counters.snapshot()
         return {
@@ -432,12 +396,10 @@ class Hivemind(Strategy):
             with contextlib.suppress(Exception):
                 self._publish("done", ttl_s=3600)  # also when stopped early: nobody waits for us
             self.heartbeat_stop.set()
-        if self.opt is not None:
-            with contextlib.suppress(Exception):
-                self.opt.shutdown()
-        if self.dht is not None:
-            with contextlib.suppress(Exception):
-                self.dht.shutdown()
+        for running in (self.opt, self.dht):
+            if running is not None:
+                with contextlib.suppress(Exception):
+                    running.shutdown()
         if self.epochs is not None:
             self.epochs.close()
         psutil.wait_procs(self._hivemind_children(), timeout=float(self.cfg.timeouts.shutdown_s))
@@ -458,12 +420,8 @@ def _is_hivemind_child(proc: psutil.Process, pids: list[int]) -> bool:
 
 
 def remove_leftovers(record: Path, ours: bool = False) -> None:
-    """Delete the hivemind sockets and /dev/shm/torch_<pid>_* files that a peer's processes left behind.
-
-    Shared-memory files are removed only once all the peer's processes are gone: a live
-    process may still map files its (ended) children created, and torch aborts if they
-    vanish. Our own sockets go right after hivemind is shut down.
-    """
+    """Delete the hivemind sockets (`ours`: at once) and /dev/shm/torch_<pid>_* files a peer's processes left, the
+    latter only once all of them are gone (torch aborts if a file a live process maps vanishes)."""
     if not record.exists():
         return
     files = json.loads(record.read_text())

@@ -1,39 +1,11 @@
-"""Every use of hivemind 1.1.12's private API, in one place, each with its reason.
+"""Every use of hivemind 1.1.12's private API, in one place (tests/unit/test_private_apis.py fails if an upgrade
+moves one): exact byte and event accounting (`install`) and `cloning_state_averager`.
 
-tests/unit/test_private_apis.py fails loudly if an upgrade moves any of them:
-- byte accounting (install): hivemind has no public counters of what its all-reduce
-  sends, so we wrap its serialization points and its round runner (below);
-- cloning_state_averager: TrainingStateAverager.get_current_state hands late peers the
-  live tensors, which crashed peers with use_local_updates=True (see its docstring);
-  hivemind.Optimizer has no parameter to pass our subclass, so it is swapped in while
-  the optimizer is built.
-
-Exact byte and event accounting for hivemind, shared by a peer's whole process tree.
-
-hivemind averages in child processes (one per averager, forked from the peer) and
-its DHT runs p2pd in another child. Counters live in one shared-memory array made
-before those forks, so every process of the peer adds to the same numbers.
-
-Bytes: hivemind's all-reduce is butterfly-style. The flat vector of S bytes is cut
-into parts; peer j of the group owns a fraction f_j (load-balanced from announced
-bandwidths; client-mode peers own none). Every peer sends each other owner that
-owner's part and receives back the averaged part, so peer i sends
-(1 - f_i) S (its inputs) + (n - 1) f_i S (averages of its own part) and receives the
-same amount; with equal fractions this is 2(n-1)/n x S, a ring's payload. We do
-not use the formula: we count the serialized tensor bytes (`runtime_pb2.Tensor.buffer`,
-after compression) of every part the peer's all-reduce sends and deserializes,
-which is exact for any group size, fractions, compression and partial round.
-Protocol framing (protobuf headers, libp2p, TCP) is not payload and not counted.
-
-Rounds: every all-reduce round a peer joins appends one line to its peer<R>/rounds.jsonl (ROUND_FIELDS), written
-by the averager's own process when the round ends: kind (gradients | state), epoch (the peer's local epoch when the round started: a gradient round
-during the step that ends epoch e has epoch e),
-group_id (hex, the same for every member: it joins the members' records into one round), group_size,
-started_at (unix s), duration_s (the all-reduce, matchmaking excluded), bytes_sent / bytes_recv (that process's
-counted bytes while the round ran: a reply still streaming to another member when this member's round
-ended counts in the peer's totals but in no round, measured 128 of 39,912 bytes in one record of 12; and
-another round running in the same process meanwhile mixes the two: overlapped),
-success, error. A step that found no group has no round (counted as log_no_group).
+Counters live in shared memory made before hivemind forks its averagers and DHT, so a peer's processes add to the same
+numbers. Bytes are the serialized tensor parts (after compression) its all-reduce sends and deserializes, exact for any
+group, compression or partial round, framing not counted. Each all-reduce round a peer joins appends a ROUND_FIELDS
+record to peer<R>/rounds.jsonl from the averager's process: epoch is the peer's local epoch at the round's start,
+duration_s excludes matchmaking, bytes are that process's during the round (overlapped: another round ran in it).
 """
 import contextlib
 import json
@@ -125,8 +97,7 @@ def write_round(record: dict) -> None:
 
 
 def install(counters: Counters, rounds_file: str | None = None) -> None:
-    """Hook hivemind's all-reduce (serialization points, rounds) and logger; once per process. Every all-reduce
-    round this peer joins appends one record to rounds_file (ROUND_FIELDS)."""
+    """Hook hivemind's all-reduce and logger (once per process); each round appends a record to rounds_file."""
     _rounds_file[:] = [rounds_file] if rounds_file else []
     if _installed:
         _installed[0] = counters
@@ -200,12 +171,8 @@ def install(counters: Counters, rounds_file: str | None = None) -> None:
 
 
 def cloning_state_averager_class():
-    """TrainingStateAverager that hands late peers clones taken under the optimizer lock.
-
-    hivemind 1.1.12 returns the live tensors; pickling them for the download moves
-    their storage to shared memory while the optimizer thread writes them, which
-    crashed peers with use_local_updates=True.
-    """
+    """TrainingStateAverager that hands late peers clones taken under the optimizer lock (hivemind 1.1.12 hands
+    the live tensors, whose storage the download moves to shared memory while the optimizer writes them)."""
     from hivemind.optim.state_averager import TrainingStateAverager
 
     class CloningStateAverager(TrainingStateAverager):

@@ -1,26 +1,6 @@
-"""localsgd: post-local SGD (Lin et al. 2020), on torch's own utilities.
-
-The first localsgd.warmup_steps steps are synchronous data parallelism: DistributedDataParallel
-with torch's post-local-SGD communication hook (post_localSGD_hook), which all-reduces the
-gradient buckets during backward until its start_localSGD_iter. From then on each worker takes
-local steps with the usual optimizer (the `optim` group) on its own batches, and the hook sends
-nothing (post_local_gradient_allreduce=False: torch's default would all-reduce within each
-host, which on one machine is every worker, i.e. no local SGD at all). Every localsgd.every
-local steps torch's PeriodicModelAverager averages the parameters (one all-reduce of the flat
-parameter vector, divided by N). Its warmup is set to warmup_steps + every - 1 so that the first
-average comes after `every` local steps, not after the first. The run's last step always
-averages, so every worker ends with the same parameters.
-
-Deadlines: every collective (DDP's buckets, the averager's all-reduce) runs on the gloo
-process group created with timeouts.collective_s. transport=mpi is refused: DDP's hook and the
-averager are torch.distributed. BatchNorm buffers and the optimizer's state (momentum) stay
-local, as in every strategy here.
-
-Bytes (S = the parameter bytes, equal to the gradient bytes; N workers): a warm-up step moves
-a ring all-reduce of the gradients, 2(N-1)/N x S per worker and direction (the bucket bytes DDP
-hands to the hook); an averaging step moves the same for the parameters (the bytes of the vector
-the averager all-reduces); other local steps move nothing. After warm-up, bytes per sample are
-1/every of synchronous all-reduce's.
+"""localsgd: post-local SGD (Lin et al. 2020), on torch's own utilities: localsgd.warmup_steps synchronous DDP steps
+(post_localSGD_hook), then local steps, with torch's PeriodicModelAverager averaging the parameters every
+localsgd.every of them and on the run's last step. transport=mpi is refused (docs/strategies.md, localsgd).
 """
 import time
 

@@ -1,32 +1,9 @@
-"""ps: parameter server. Dedicated server processes hold the parameters and the optimizer.
+"""ps: parameter server. Servers (ranks peers..peers+servers-1) hold size-balanced shards of the parameters and
+their optimizer; each step a worker pushes its gradient shards and pulls the fresh parameter shards back.
 
-Ranks 0..peers-1 are workers (data shards by worker rank); ranks peers..peers+servers-1
-are servers. The trainable parameters are split over the servers by a size-balanced
-partition (largest tensor first onto the lightest server). Each step a worker pushes
-its gradient shard to every server and pulls the fresh parameter shard back.
-
-- ps.mode=sync: a server waits for one gradient from every worker, averages them
-  weighted by samples (so N workers equal one SGD step on the union batch), runs the
-  optimizer, and answers every worker with the new parameters.
-- ps.mode=async: a server applies each gradient on arrival and answers its sender at
-  once; staleness = server updates since the sender's parameters were made.
-
-Messages are float32. Push: [samples, version, last] + gradient shard. Pull: [version,
-staleness, update_s] + parameter shard. Bytes per worker and step (S = trainable parameter
-bytes, k = servers): sent S + 12k, received S + 12k (payload, headers included); each step
-record also holds what it exchanged with each server (`peer_bytes`), which gives the
-servers' links their floor. A server receives N·S_j + 12N and sends N·S_j + 12N per update
-round (S_j: its shard's bytes). Before the first step each worker pulls the initial
-parameters once (not in a step). The optimizer update runs on the servers; a reply carries
-how long it took (update_s), and a worker reports the longest of its servers' as its opt_s,
-so the time breakdown labels it optimizer, not communication. In sync mode the links carry
-nothing during that update (link_idle_s: the shortest server's, as a floor must not
-overstate idle time). BatchNorm buffers stay local to each worker (as allreduce).
-Servers end when every worker has sent its last push. A dead worker ends the run
-through the launcher at once; on its own a server waits at most ps.idle_timeout_s
-for the next push (longer than timeouts.collective_s, since every worker's
-evaluation pause is idle time for the server), and every other call at most
-timeouts.collective_s.
+Messages are float32: push [samples, version, last] + gradient shard, pull [version, staleness, update_s] + parameter
+shard. A server waits at most ps.idle_timeout_s for the next push (the workers' evaluation pauses are idle time for
+it), every other call at most timeouts.collective_s. Modes, bytes and figures: docs/strategies.md (ps).
 """
 import statistics
 import time
@@ -151,15 +128,13 @@ class ShardClient:
 
     def __init__(self, transport: Transport, params: list[torch.Tensor], servers: list[int]):
         self.transport, self.servers = transport, servers
-        groups = partition([p.numel() for p in params], len(servers))
-        self.shards = [[params[i] for i in g] for g in groups]
+        self.shards = [shard_of(params, len(servers), i) for i in range(len(servers))]
         self.versions = [0] * len(servers)
 
     def pull_initial(self) -> None:
         self._pull_all()
 
     def push_pull(self, samples: int, last: bool) -> "Exchange":
-        """Push the gradient shards, pull the new parameter shards."""
         sends, pushed = [], []
         for server, shard, version in zip(self.servers, self.shards, self.versions):
             header = torch.tensor([float(samples), float(version), float(last)])
@@ -224,7 +199,6 @@ class ParameterServer(TransportStrategy):
     server_stats: dict | None = None
     staleness: list[int] | None = None
 
-    # --- server -------------------------------------------------------------
     def serve(self) -> None:
         from job.optim import build_optimizer
 
@@ -234,15 +208,13 @@ class ParameterServer(TransportStrategy):
         workers = list(range(self.cfg.peers))
         server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg, self.spec.effective_batch),
                              workers, self.cfg.ps.mode, float(self.cfg.ps.idle_timeout_s))
-        # a server shares a worker's core where cores are few: it stays idle until every worker's last speed
-        # reference measurement is taken (trained()), so that its exit is not in the measurement
+        # a server may share a worker's core: it exits only after every worker's trained(), outside the measurement
         trained = [self.transport.irecv(torch.zeros(1), worker, TAG_TRAINED) for worker in workers]
         self.server_stats = server.run().as_dict() | {
             "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}
         for pending in trained:
             pending.wait()
 
-    # --- worker -------------------------------------------------------------
     def setup(self, model, optimizer) -> None:
         super().setup(model, optimizer)
         self.connect()

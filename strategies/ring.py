@@ -1,24 +1,7 @@
-"""ring: Horovod's DistributedOptimizer, a ring all-reduce of the gradients (gloo or MPI controller).
-
-Horovod all-reduces each gradient asynchronously as soon as backward produces it
-(fused into buffers of ring.fusion_threshold_mb, every ring.cycle_time_ms);
-step() waits for them (comm_s: the part of the communication not hidden behind
-backward) and then updates (opt_s). Rank 0's parameters and buffers, and its
-optimizer state when it has any, are broadcast at the start.
-
-Bytes are counted where tensors are handed to Horovod: the (compressed) tensor of
-every all-reduce backward started (`collective_bytes` per step, S; float16 with
-ring.compression=fp16). bytes_sent / bytes_recv are the ring algorithm's share of it
-on this worker's link, 2(N-1)/N x S per direction: Horovod's gloo controller uses
-gloo's ring all-reduce; for the MPI controller Open MPI's all-reduce is pinned to
-its ring algorithm (launch_spec). What the interface carried is measured apart
-(network=emulated, wire_*). Processes are started by
-horovodrun (launch_spec: the arguments; launchers/horovod.py runs it).
-
-Deadlines: each rank waits for its all-reduces at most timeouts.collective_s; gloo's
-own timeout is the larger of that and timeouts.startup_s, as it also bounds the rendezvous.
-Security: horovodrun --gloo serves its rendezvous over HTTP on all interfaces (a random
-port) for the length of the run; the ranks' traffic stays on ring.network_interface.
+"""ring: Horovod's DistributedOptimizer, a ring all-reduce of the gradients (gloo or MPI controller), started by
+horovodrun. Gradients are all-reduced as backward produces them; step() waits for them (at most
+timeouts.collective_s), then updates. bytes_sent / bytes_recv are the ring's 2(N-1)/N share of the tensors handed to
+Horovod. Processes, deadlines, security and measurement: docs/strategies.md (ring).
 """
 import os
 import shutil
@@ -36,10 +19,8 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1")
 TIMELINE_NAME = "horovod_timeline.json"
 # Open MPI's tuned all-reduce pinned to its ring algorithm, so the payload is the ring's.
 OMPI_RING_ARGS = "--oversubscribe -mca coll_tuned_use_dynamic_rules 1 -mca coll_tuned_allreduce_algorithm 4"
-# Messages up to 64 MiB go eagerly. Above the TCP transport's 64 KiB default a send waits for
-# the receiver's rendezvous reply, which queues behind that receiver's own outgoing data: on a
-# link-bound ring the two directions then take turns, and N=2 took 2.0x the link time
-# (measured, 20 Mbit/s; eager: 1.0x). 64 MiB covers ResNet18's fused gradients over 2 ranks.
+# Messages up to 64 MiB (ResNet18's fused gradients over 2 ranks) go eagerly: a larger send waits for the receiver's
+# rendezvous reply, queued behind its own outgoing data, and a link-bound ring's two directions take turns.
 OMPI_EAGER_ARGS = "-mca btl_tcp_eager_limit 67108864 -mca btl_tcp_max_send_size 67108864"
 # -H localhost:N hides oversubscription from Open MPI; when the ranks need more cores than
 # this machine has, ask for what Open MPI does by itself then: yield the core while polling.
@@ -69,11 +50,8 @@ def timeline_path(cfg, run) -> str | None:
 
 
 def handed_bytes(hvd, handles) -> int:
-    """Bytes of the tensors handed to Horovod's all-reduces `handles` (before they are synchronised).
-
-    Private API: horovod.torch.mpi_ops._handle_map (handle -> (input tensor(s), output)) holds the
-    compressed input until synchronize(); tests/unit/test_private_apis.py checks it exists.
-    """
+    """Bytes of the tensors handed to Horovod's all-reduces `handles`, before synchronize(). Private API:
+    mpi_ops._handle_map (handle -> (compressed input(s), output)); tests/unit/test_private_apis.py checks it."""
     total = 0
     for handle in handles:
         handed = hvd.mpi_ops._handle_map[handle][0]
@@ -82,12 +60,8 @@ def handed_bytes(hvd, handles) -> int:
 
 
 def pending_allreduces(optimizer) -> list:
-    """The handles of the all-reduces Horovod started during backward.
-
-    Private API: Horovod 0.28.1 keeps them in DistributedOptimizer._handles (parameter ->
-    (handle, ctx)); its public synchronize() waits with no deadline, and a dead peer must
-    not hang us. tests/unit/test_private_apis.py fails if a Horovod upgrade drops the attribute.
-    """
+    """The handles of the all-reduces Horovod started during backward (its synchronize() has no deadline). Private
+    API: DistributedOptimizer._handles (parameter -> (handle, ctx)); tests/unit/test_private_apis.py checks it."""
     return [handle for handle, _ in optimizer._handles.values() if handle is not None]
 
 
@@ -167,7 +141,6 @@ class Ring(Strategy):
             raise BackendUnavailable("ring.controller=mpi needs Open MPI's mpirun on PATH (not found); "
                                      "run `make setup` (installs openmpi-bin) or use ring.controller=gloo")
 
-    # --- inside each rank ---------------------------------------------------
     def setup(self, model, optimizer) -> None:
         import horovod.torch as hvd
 
@@ -204,15 +177,7 @@ class Ring(Strategy):
     first_gradient_at: float | None = None
 
     def _gradient_ready(self, param) -> None:
-        """link_s starts at the first gradient handed to Horovod, as DDP's at its first bucket handed to gloo.
-
-        Horovod 0.28.1 sends it within one cycle: its hook only enqueues the tensor; the background
-        loop (common/operations.cc RunLoopOnce) starts a cycle every cycle time (ring.cycle_time_ms,
-        passed as --cycle-time-ms: 1 ms, Horovod's own default SetCycleTimeMs(1)), negotiates the
-        tensors enqueued on every rank (controller.cc ComputeResponseList) and performs their fused
-        all-reduce in that cycle, with nothing held back to fill the fusion buffer. So the first fused
-        all-reduce starts at most one cycle plus that cycle's negotiation (a few bytes exchanged
-        among the ranks, part of Horovod's round) after this moment."""
+        """link_s starts at the first gradient handed to Horovod (docs/strategies.md, ring, Measurement)."""
         if self.first_gradient_at is None:
             self.first_gradient_at = time.perf_counter()
 
@@ -253,15 +218,10 @@ class Ring(Strategy):
 
     def summary(self) -> dict:
         ring = self.cfg.ring
-        return {
-            "controller": self.cfg.ring.controller,
-            "compression": ring.compression,
-            "backward_passes_per_step": int(ring.backward_passes_per_step),
-            "fusion_threshold_mb": int(ring.fusion_threshold_mb),
-            "cycle_time_ms": float(ring.cycle_time_ms),
-            "collective_bytes": self.collective_bytes,
-            "timeline": timeline_path(self.cfg, self.ctx.run),
-        }
+        return {"controller": ring.controller, "compression": ring.compression,
+                "backward_passes_per_step": int(ring.backward_passes_per_step),
+                "fusion_threshold_mb": int(ring.fusion_threshold_mb), "cycle_time_ms": float(ring.cycle_time_ms),
+                "collective_bytes": self.collective_bytes, "timeline": timeline_path(self.cfg, self.ctx.run)}
 
     def close(self) -> None:
         if self.hvd is not None and self.hvd.is_initialized():

@@ -1,11 +1,5 @@
-"""single: the baseline. One process, no communication.
-
-With peers=N and peer_cpus=c it is the equal-resource baseline of an N-peer run: one
-process on the same N*c cores (threads = cores; where the machine has fewer, the N peers
-would share them, and so does this process: it runs one thread per available core), a
-batch of N*batch_size (the global batch of a synchronous N-peer step), max_steps steps,
-so it trains the same samples.
-"""
+"""single: the baseline, one process without communication. With peers=N it is the equal-resource baseline of an
+N-peer run: one process on the N x peer_cpus cores with a batch of N x batch_size, max_steps steps."""
 from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
 from strategies.gradient_norms import GradientNorms
 
@@ -24,8 +18,7 @@ class Single(Strategy):
         return super().setup(model, optimizer)
 
     def step(self, samples: int) -> StepReport:
-        """The update on the whole batch's gradient (its squared norm logged every noise_scale_every steps: the
-        gradient a synchronous N-peer step averages to)."""
+        """The update on the whole batch's gradient (its squared norm logged every noise_scale_every steps)."""
         if self.norms.measuring:
             for p in self.trainable():
                 if p.grad is not None:

@@ -1,30 +1,7 @@
-"""stepwise: one-pass partial ring reduce.
-
-The workers form a ring, starting at a worker that rotates every round
-(stepwise.rotate). A running sum travels once along it: the worker at position k
-receives the sum of the k workers before it, adds its own tensor, forwards the new
-sum and continues with the average of the k+1 workers up to and including itself.
-There is no broadcast pass, so only the ring's last worker holds the full average;
-with rotation every worker is last once every N rounds. The vector travels in
-stepwise.chunks pieces, so a round takes about S/B·(1 + (N-2)/chunks) instead of
-(N-1)·S/B (see StepwiseCost.link_bound).
-
-stepwise.second_pass=true adds the classic broadcast pass: the last worker sends the
-full sum to the first, which forwards it along the chain; every worker ends with the
-full average (ring reduce + broadcast, the baseline).
-
-stepwise.average=params: a local optimizer step every step, then every
-stepwise.every steps the parameters are replaced by the partial average.
-stepwise.average=grads: every stepwise.every steps the gradients are replaced by the
-partial average before the optimizer step (local gradients on the other steps).
-
-Bytes per round (S = bytes of the averaged vector, N workers, payload only): one pass:
-a worker sends S unless it is last and receives S unless it is first, so (N-1)/N·S per
-worker on average and at most S. With second_pass each worker also receives S (except
-the last) and sends S (except the second to last): 2(N-1)/N·S on average; at N = 2
-each worker sends S and receives S, once. Steps
-without a round report 0 bytes. BatchNorm buffers and optimizer state (momentum) stay
-local to each worker.
+"""stepwise: one-pass partial ring reduce. A running sum travels once along a ring of the workers (its start rotating
+every round), in stepwise.chunks pieces; the worker at position k continues with the average of the first k+1, so only
+the last holds the full average (stepwise.second_pass=true: broadcast it back, the ring reduce + broadcast baseline).
+stepwise.average: params (after the local step) or grads (before it), every stepwise.every steps (docs/strategies.md).
 """
 import time
 from dataclasses import dataclass
@@ -57,11 +34,8 @@ def ring_order(world_size: int, round_index: int, rotate: bool) -> list[int]:
 
 def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chunks: int = 1,
                second_pass: bool = False) -> RoundResult:
-    """One pass of a running sum along `ring` (then a broadcast pass if second_pass).
-
-    Returns this worker's average over itself and the workers before it in the ring
-    (all of them with second_pass). `tensor` is not modified.
-    """
+    """One pass of a running sum along `ring` (then a broadcast pass if second_pass): this worker's average over
+    itself and the workers before it in the ring (all of them with second_pass); `tensor` is not modified."""
     n, pos = len(ring), ring.index(transport.rank)
     prev = ring[pos - 1] if pos > 0 else None
     after = ring[pos + 1] if pos < n - 1 else None

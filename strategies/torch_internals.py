@@ -1,5 +1,4 @@
-"""Every private torch API the strategies rely on, in one place; tests/unit/test_private_apis.py fails when an upgrade
-moves one."""
+"""Every private torch API the strategies rely on; tests/unit/test_private_apis.py fails when an upgrade moves one."""
 import importlib
 
 DDP_HOOK_MODULES = ("default_hooks", "powerSGD_hook")  # torch's DDP hook modules; each calls dist.all_reduce
@@ -11,7 +10,6 @@ def source_rank(work) -> int:
 
 
 def route_ddp_hook_collectives(stand_in) -> None:
-    """Make torch's DDP hook modules call collectives on `stand_in` instead of torch.distributed: they look up
-    `dist.all_reduce` in their own module at call time."""
+    """Make torch's DDP hook modules, which look up `dist.all_reduce` at call time, call `stand_in`'s instead."""
     for name in DDP_HOOK_MODULES:
         importlib.import_module(f"torch.distributed.algorithms.ddp_comm_hooks.{name}").dist = stand_in

@@ -1,13 +1,7 @@
-"""Point-to-point and collective calls over torch.distributed (gloo) or MPI (mpi4py).
+"""Point-to-point and collective calls over torch.distributed (gloo) or MPI (mpi4py), on host (CPU) tensors.
 
-Every blocking call has a deadline (timeouts.collective_s): a dead or stuck peer
-raises TimeoutError naming the call, never a hang. Tensors are CPU, contiguous: peers
-that train on a GPU stage their vectors through host memory (`flatten`), inside the
-step's exposed communication. DDP (strategies/allreduce.py) is the exception: its CUDA
-buckets go over NCCL when every peer of the host has a GPU of its own.
-Point-to-point calls take a tag; isend/irecv return a Pending whose wait() has the
-same deadline, so a strategy can pipeline chunks. recv_any takes a message from
-whichever peer sends first (parameter servers).
+Every blocking call, and every Pending's wait(), has a deadline (timeouts.collective_s): a dead or stuck peer raises
+TimeoutError naming the call, never a hang.
 """
 import os
 import shutil
@@ -36,10 +30,8 @@ def check_transport(cfg) -> None:
         try:
             import mpi4py  # noqa: F401
         except ImportError as exc:
-            raise BackendUnavailable(
-                f"transport=mpi needs mpi4py with a real MPI ({exc}); run `make setup` "
-                "(installs Open MPI and mpi4py)"
-            ) from exc
+            raise BackendUnavailable(f"transport=mpi needs mpi4py with a real MPI ({exc}); run `make setup` "
+                                     "(installs Open MPI and mpi4py)") from exc
 
 
 class Pending(ABC):
@@ -135,18 +127,14 @@ class GlooTransport(Transport):
             self.dist.destroy_process_group()
 
 
-# Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial tree for MPI_IN_PLACE:
-# reduce to rank 0, then broadcast, so rank 0 sends and receives log2(N) x S per call and a
-# leaf S. Algorithm 1 is its ring (reduce-scatter, then all-gather): 2(N-1)/N x S on every rank.
+# Open MPI's non-blocking in-place all-reduce defaults to a binomial tree (rank 0 carries log2(N) x S); algorithm 1 is
+# its ring: 2(N-1)/N x S on every rank.
 RING_IALLREDUCE = ("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1")
 
 
 class MpiTransport(Transport):
-    """mpi4py on MPI_COMM_WORLD; nonblocking calls polled against a deadline.
-
-    allreduce_sum runs Open MPI's ring (RING_IALLREDUCE, unless the environment already
-    names an algorithm): MPI reads it when it initialises, i.e. on the first import of mpi4py.MPI.
-    """
+    """mpi4py on MPI_COMM_WORLD; nonblocking calls polled against a deadline. allreduce_sum runs Open MPI's ring
+    (RING_IALLREDUCE unless the environment names an algorithm; read on the first import of mpi4py.MPI)."""
 
     def __init__(self, ctx, timeout_s: float):
         os.environ.setdefault(*RING_IALLREDUCE)
@@ -248,7 +236,6 @@ def ring_allreduce_bytes(size: int, peers: int) -> int:
 
 
 def broadcast_initial_state(transport: Transport, model: torch.nn.Module, src: int = 0) -> None:
-    """Every peer starts from rank src's parameters and buffers."""
     state = [t.data for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
     flat = flatten(state)
     transport.broadcast(flat, src)
