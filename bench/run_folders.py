@@ -6,6 +6,8 @@ from typing import Any
 
 from metrics.summary.schema import Json
 
+BlockRun = tuple[str, int, int, float, float | None, Json]  # write_sweep's run of a job in a block
+
 
 def report_config(strategy: str, peers: int, peer_cpus: int = 1, block: int | None = None, **extra: Any) -> Json:
     """The config a run of the report's tests records: digits on the tiny model, target 0.9 test accuracy."""
@@ -43,8 +45,7 @@ def write_report_run(path: Path, strategy: str, peers: int, throughput: float, t
     return path
 
 
-def write_sweep(sweep: Path, jobs: dict[str, list[tuple[str, int, int, float, float | None, Json]]],
-                plan: Json | None = None) -> Path:
+def write_sweep(sweep: Path, jobs: dict[str, list[BlockRun]], plan: Json | None = None) -> Path:
     """A multirun's directory: jobs = {job name: [(strategy, peers, peer_cpus, throughput, time_to_target,
     write_report_run's extra keyword arguments) per block]}, and its plan file with `plan`'s fields."""
     (sweep / ".avgbench").mkdir(parents=True)
