@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 from scipy.stats import beta, norm
@@ -181,7 +181,15 @@ def add_arguments(parser: argparse._ActionsContainer) -> None:
                         help=f"block counts (default {','.join(map(str, BLOCKS))})")
 
 
-def parse_choices(text: str | None, known: Collection[T], convert: Callable[[str], T]) -> list[T]:
+@overload
+def parse_choices(text: str | None, known: Collection[str]) -> list[str]: ...
+
+
+@overload
+def parse_choices(text: str | None, known: Collection[T], convert: Callable[[str], T]) -> list[T]: ...
+
+
+def parse_choices(text: str | None, known: Collection[Any], convert: Callable[[str], Any] = str) -> list[Any]:
     if text is None:
         return list(known)
     chosen = [convert(part.strip()) for part in text.split(",")]
@@ -195,7 +203,7 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         results: Path = RESULTS, seed: int = 0) -> dict:
     if draws < 1:
         raise SystemExit(f"verdict_simulation: draws must be at least 1, got {draws}")
-    chosen = parse_choices(scenarios, SCENARIOS, str)
+    chosen = parse_choices(scenarios, SCENARIOS)
     block_counts = parse_choices(blocks, BLOCKS, int)
     fit = fitted({name: load(name, results) for name in ("primary_noise", "headline")})
     started = time.monotonic()
