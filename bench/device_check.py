@@ -70,8 +70,8 @@ def check(out: Path, device: str, model: str, steps: int, batch_size: int, budge
     resolved = resolve_device(device)
     gpus = torch.cuda.device_count() if resolved == "cuda" else 0
     result: dict[str, Any] = {"device": resolved, "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
-              "torch": torch.__version__, "cuda": torch.version.cuda, "model": model, "steps": steps,
-              "batch_size_per_peer": batch_size, "methods": METHODS, "runs": {}}
+                              "torch": torch.__version__, "cuda": torch.version.cuda, "model": model, "steps": steps,
+                              "batch_size_per_peer": batch_size, "methods": METHODS, "runs": {}}
     deadline = time.monotonic() + budget_s
     runs = plan(resolved, gpus, model, steps, batch_size)
     for i, run in enumerate(runs):

@@ -52,9 +52,10 @@ class Headline(TypedDict):
     repeats: int
 
 
-HEADLINE: Headline = {"strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
-            "control": ("single_2",) if CONTROL_ARM else (),  # the equal-resource baseline again in each block
-            "steps": 100, "eval_every": 5, "repeats": 3}
+HEADLINE: Headline = {
+    "strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
+    "control": ("single_2",) if CONTROL_ARM else (),  # the equal-resource baseline again in each block
+    "steps": 100, "eval_every": 5, "repeats": 3}
 TRAIN = ("import sys, torch\nsys.path.insert(0, sys.argv[1])\nfrom job.model import resnet18\n"
          "torch.set_num_threads(1); torch.manual_seed(0)\nmodel = resnet18(10, 1)\n"
          "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
@@ -193,7 +194,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     for rate in args.rates:
         print(f"rate {rate:g} Mbit/s: probes ...", file=sys.stderr, flush=True)
         row: dict[str, Any] = {"rate_mbit": rate, "probe_idle": probe(rate, args.probe_s, False, tmp),
-               "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
+                               "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
         for name in args.strategies:
             print(f"rate {rate:g} Mbit/s: {name} ...", file=sys.stderr, flush=True)
             row["runs"][name] = measure_run([f"strategy={name}", "peers=2", "network=emulated",

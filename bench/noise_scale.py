@@ -68,7 +68,7 @@ def run(text: str | None = None) -> dict[str, Any]:
         rows.append(row)
     errors = [r["error"] for r in rows if "error" in r]
     passed = reached and noise_scale is not None and len(errors) == len(rows) and max(map(abs, errors)) <= GOAL
-    result: dict[str, Any] = {"name": "noise_scale", "ratio": max(map(abs, errors)) if errors else None,
+    result = {"name": "noise_scale", "ratio": max(map(abs, errors)) if errors else None,
               "goal": f"every |error| <= {GOAL:.0%}", "passed": passed,
               "setup": f"{settings['model']}, B0 = 2 x {b}, batches {larger}, lr_scaling={settings['lr_scaling']}, "
                        f"{repeats} repeats",

@@ -89,8 +89,8 @@ def main() -> None:
             if size == WHOLE:
                 whole_outcomes[step] = outcome
             print(json.dumps(rows[-1]), flush=True)
-    report: dict[str, Any] = {"run_dir": str(args.run_dir), "measured_at": time.strftime("%Y-%m-%d %H:%M"), "threads": args.threads,
-              "test_samples": len(splits.test), "rows": rows, "sizes": {}}
+    report: dict[str, Any] = {"run_dir": str(args.run_dir), "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                              "threads": args.threads, "test_samples": len(splits.test), "rows": rows, "sizes": {}}
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = save_outcomes(whole_outcomes, Path(scratch) / "whole.npz")
         report["sizes"] = summarise(rows, args.sizes, targets, len(splits.test), outcomes)
@@ -113,7 +113,8 @@ def summarise(rows: list[dict[str, Any]], sizes: list[int], targets: list[dict[s
     noise = {step: {"accuracy_se": max((r["test_accuracy"] * (1 - r["test_accuracy"]) / test_samples) ** 0.5,
                                        1 / test_samples),  # at least one test sample
                     "loss_se": r["loss_sd"] / test_samples ** 0.5} for step, r in whole.items()}
-    by_size: dict[str | int, Any] = {WHOLE: {"precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in whole.values()), "targets": {}}}
+    by_size: dict[str | int, Any] = {
+        WHOLE: {"precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in whole.values()), "targets": {}}}
     for target in targets:
         name = f"{target['metric']} {target['value']}"
         curve = Curve(sorted(whole.values(), key=lambda r: r["step"]), target["metric"])

@@ -78,7 +78,8 @@ def noise(rng: np.random.Generator, kind: str, log_sd: float) -> float:
 def sweep_jobs(rng: np.random.Generator, speeds: dict[str, float], blocks: int, kind: str,
                fit: dict[str, Any]) -> dict[str, list[BlockRun]]:
     """write_sweep's jobs for one simulated sweep: every job's run in every block."""
-    jobs: dict[str, tuple[str, int, Json, float]] = {f"strategy={name}": (name, 2, {}, speed) for name, speed in speeds.items()}
+    jobs: dict[str, tuple[str, int, Json, float]] = {f"strategy={name}": (name, 2, {}, speed)
+                                                     for name, speed in speeds.items()}
     jobs |= {"baseline_2x1": ("single", 2, {}, 1.0),
              "baseline_2x1_control": ("single", 2, {"config": {"arm": "control"}}, 1.0),
              "baseline_1x1": ("single", 1, {}, ONE_PEER_SPEED)}
