@@ -1,6 +1,7 @@
 """Collective (link) efficiency: the link floor / the measured link time, per averaging strategy, N and
 link rate on emulated hosts.
 Method (its entry's `method`): metrics/methods.yaml, bench.collectives."""
+import argparse
 import statistics
 
 from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, summary_of
@@ -32,7 +33,7 @@ def check_at_most_one(rows: list[dict]) -> None:
 DEFAULT_GRID = f"rates=20,50,200 peers=2,4,8 strategies={','.join(STRATEGIES)} width=768 steps=6"
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     add_grid_option(parser, "collectives", DEFAULT_GRID)
 
 

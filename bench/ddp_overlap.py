@@ -1,6 +1,7 @@
 """DDP all-reduce (buckets overlapped with backward) against one flat all-reduce after backward.
 Method (its entry's `method`): metrics/methods.yaml, bench.ddp_overlap."""
 import statistics
+from typing import Any
 
 from bench.jobs import summary_of
 from metrics.recording.methods import methods
@@ -13,7 +14,7 @@ def measure(ddp: bool, peers: int, model: str, steps: int) -> dict:
 
 
 def run(peers: int = 4, model: str = "resnet18", steps: int = 12, repeats: int = 3) -> dict:
-    arms = {"ddp": [], "flat": []}
+    arms: dict[str, list[dict[str, Any]]] = {"ddp": [], "flat": []}
     for _ in range(repeats):
         arms["ddp"].append(measure(True, peers, model, steps))
         arms["flat"].append(measure(False, peers, model, steps))

@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,12 +66,12 @@ def figures(run_dir: Path) -> dict:
             "device": summary.device.to_dict(), "workers": summary.workers}
 
 
-def check(out: Path, device: str, model: str, steps: int, batch_size: int, budget_s: float) -> dict:
+def check(out: Path, device: str, model: str, steps: int, batch_size: int, budget_s: float) -> dict[str, Any]:
     resolved = resolve_device(device)
     gpus = torch.cuda.device_count() if resolved == "cuda" else 0
-    result = {"device": resolved, "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
-              "torch": torch.__version__, "cuda": torch.version.cuda, "model": model, "steps": steps,
-              "batch_size_per_peer": batch_size, "methods": METHODS, "runs": {}}
+    result: dict[str, Any] = {"device": resolved, "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
+                              "torch": torch.__version__, "cuda": torch.version.cuda, "model": model, "steps": steps,
+                              "batch_size_per_peer": batch_size, "methods": METHODS, "runs": {}}
     deadline = time.monotonic() + budget_s
     runs = plan(resolved, gpus, model, steps, batch_size)
     for i, run in enumerate(runs):
@@ -88,7 +89,7 @@ def check(out: Path, device: str, model: str, steps: int, batch_size: int, budge
     return result
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="output folder (created): device_check.json and runs/")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (auto: cuda where torch sees a GPU)")

@@ -6,7 +6,9 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Hashable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
 from metrics.recording.methods import methods
@@ -21,6 +23,7 @@ LINEARITY_JOB = ["strategy=single", "peers=1", "model=resnet18", "max_steps=20",
 INVARIANCE_JOB = ["peers=2", "model=mlp", "model.width=1024", "network=emulated", "network.bandwidth_mbit=100",
                   "max_steps=20", "eval_every=0", "emulate.isolate=on", "emulate.allow_unchecked_dilation=true"]
 HEADLINE = ["strategy=ring,stepwise,ps"]
+Arm = TypeVar("Arm", bound=Hashable)
 
 
 def spread(values: list[float]) -> float | None:
@@ -42,22 +45,26 @@ def headline(sweep: Path | None) -> dict:
         subprocess.run([sys.executable, "train.py", "-m", *HEADLINE, f"hydra.sweep.dir={sweep}", "progress=false",
                         "lock=off"], cwd=ROOT, check=True)
     sections, _ = load_runs([sweep])
-    rows = {}
-    for group in (g for s in sections for g in s.groups if g.speedup and g.speedup.n and g.baseline is not g):
+    rows: dict[str, dict[str, Any]] = {}
+    for group in (g for s in sections for g in s.groups if g.baseline is not g):
+        if (speedup := group.speedup) is None or not speedup.n:
+            continue
         throughputs = group.values(lambda r: r.summary.throughput_samples_per_s if r.completed else None)
-        rows[group.label] = {"blocks": group.speedup.n, **ratio_figures(group.speedup.values),
+        rows[group.label] = {"blocks": speedup.n, **ratio_figures(speedup.values),
                              "throughput_spread": spread(throughputs), "throughput": throughputs}
     return {"sweep": str(sweep), "strategies": rows,
             "worst_paired_spread": max((r["spread"] or 0 for r in rows.values()), default=None)}
 
 
 def throughput(*overrides: str) -> float:
-    return summary_of(*overrides)["throughput_samples_per_s"]
+    if (found := summary_of(*overrides).throughput_samples_per_s) is None:
+        raise RuntimeError(f"{' '.join(overrides)}: no throughput in its summary")
+    return found
 
 
-def interleaved(arms: dict[str, list[str]], repeats: int, what: str) -> dict[str, list[float]]:
+def interleaved(arms: dict[Arm, list[str]], repeats: int, what: str) -> dict[Arm, list[float]]:
     """arm -> throughput per block; each block runs every arm once, in a shuffled order."""
-    found = {arm: [] for arm in arms}
+    found: dict[Arm, list[float]] = {arm: [] for arm in arms}
     for block in range(repeats):
         order = list(arms)
         random.Random(block).shuffle(order)
@@ -125,7 +132,7 @@ def report(result: dict) -> None:
             for k, r in row["ratios"].items()) + f" -> checked up to {row['checked_dilation']}")
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--emulation-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
                         help=f"interleaved blocks of the linearity and invariance checks (default {REPEATS})")
     parser.add_argument("--emulation-strategies", metavar="NAMES", default=argparse.SUPPRESS,

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -29,7 +30,7 @@ from metrics.summary.schema import Summary  # noqa: E402
 GOAL = 0.15  # evaluation after training, at most this share of the default run's wall clock
 
 
-def figures_of(run_dir: Path, command_s: float) -> dict:
+def figures_of(run_dir: Path, command_s: float) -> dict[str, Any]:
     """One repeat's figures from the run's own records; command_s: the whole command's wall clock."""
     run = RunDir(run_dir)
     summary = Summary.load(run.summary)
@@ -43,7 +44,7 @@ def figures_of(run_dir: Path, command_s: float) -> dict:
         "command_s": command_s,
         "wall_s": summary.wall_s,
         "train_s": max(read_jsonl(peer.steps)[-1]["train_s"] for peer in workers),
-        "after_training_s": evaluation.after_training_s,
+        "after_training_s": evaluation.after_training_s or 0.0,
         "snapshot_pause_s": evaluation.snapshot_pause_s,
         "evaluations": evaluation.evaluations,
         "evaluations_computed": len(computed),
@@ -51,13 +52,13 @@ def figures_of(run_dir: Path, command_s: float) -> dict:
         "load_and_test_pass_s": sum(e["eval_s"] for e in computed) - precise_bn_s,
         "test_samples": evaluation.test_samples,
         "in_training_s": evaluation.in_training_s or 0.0,
-        "share": (evaluation.after_training_s + (evaluation.in_training_s or 0.0)) / command_s,
+        "share": ((evaluation.after_training_s or 0.0) + (evaluation.in_training_s or 0.0)) / command_s,
         "alone": summary.machine.alone,  # the machine around the run (summary.json machine)
         "other_cpu_share": summary.machine.other_cpu_share,
     }
 
 
-def measure_once(overrides: list[str]) -> dict:
+def measure_once(overrides: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="avgbench-evaluation-share-") as scratch:
         run_dir = Path(scratch) / "run"
         log = Path(scratch) / "train.log"
@@ -71,7 +72,7 @@ def measure_once(overrides: list[str]) -> dict:
         return figures_of(run_dir, command_s)
 
 
-def line(i: int, r: dict) -> str:
+def line(i: int, r: dict[str, Any]) -> str:
     return (f"repeat {i}: command {r['command_s']:.1f} s, run {r['wall_s']:.1f} s, training {r['train_s']:.1f} s, "
             f"evaluation after training {r['after_training_s']:.1f} s, in training {r['in_training_s']:.1f} s = "
             f"{r['share']:.1%} of the command "
@@ -80,8 +81,8 @@ def line(i: int, r: dict) -> str:
             f"(other processes' CPU {r['other_cpu_share']:.0%})")
 
 
-def run(args) -> None:
-    repeats = []
+def run(args: argparse.Namespace) -> None:
+    repeats: list[dict[str, Any]] = []
     for i in range(args.repeats):
         repeats.append(measure_once(args.overrides))
         print(line(i, repeats[-1]), flush=True)

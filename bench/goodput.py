@@ -1,17 +1,19 @@
 """The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload
 (bench/results/link_goodput.json), with which every projection converts a link's nominal rate.
 Method (its entry's `method`): metrics/methods.yaml, bench.goodput."""
+import argparse
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.jobs import add_grid_option, grid_settings, ints
 from metrics.recording.methods import methods
-from netemu.fabric import ETHERNET_MTU
+from netemu.fabric import ETHERNET_MTU, Fabric
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4 mtus=1500,9000"
 PROBE_PORT = 5001
@@ -26,14 +28,15 @@ PROBE_RECEIVE = ("import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', %
                  "print(n / (last - first))\n" % PROBE_PORT)
 
 
-def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None, beside=None,
+def probe(hosts: int, mbit: float, seconds: float, meter_path: Path | None = None,
+          beside: Callable[[Fabric], list[subprocess.Popen[str]]] | None = None,
           mtu: int = ETHERNET_MTU, host_cores: list[list[int]] | None = None) -> list[float]:
     """Payload goodput in Mbit/s of `hosts` TCP streams at once, host i sending to host i+1 (on host_cores[i]);
     meter_path: the token buckets metered into it; beside(fabric): processes run beside the streams."""
     from netemu import Fabric
     from netemu.goodput import LinkMeter
 
-    started = []
+    started: list[subprocess.Popen[str] | subprocess.Popen[bytes]] = []
     with Fabric(hosts, [mbit] * hosts, mtu=mtu, host_cores=host_cores) as fabric:
         meter = None
         try:
@@ -93,7 +96,7 @@ def shares_of(rows: list[dict]) -> dict:
             "by_rate": by_rate, "not_counted": len(rows) - len(counted)}
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     add_grid_option(parser, "goodput", DEFAULT_GRID)
 
 

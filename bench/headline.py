@@ -29,6 +29,7 @@ from metrics.recording.machine import describe_machine, fingerprint  # noqa: E40
 from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
+from metrics.report.runs import Run, Section  # noqa: E402
 from metrics.report.stats import FASTER, SLOWER  # noqa: E402
 from metrics.report.tables import excludes_one  # noqa: E402
 from metrics.report.verdict import noise_of, section_verdict  # noqa: E402
@@ -50,25 +51,25 @@ def run_sweep(folder: Path, lock: str, command: list[str] = HEADLINE) -> float:
     return time.perf_counter() - started
 
 
-def runs_s(runs) -> float:
+def runs_s(runs: list[Run]) -> float:
     """The sum of the runs' own wall clocks (RUNS_WALL): a resumed sweep's pause is no user's wait."""
     return sum(r.summary.wall_s for r in runs)
 
 
-def span_end(runs) -> float:
+def span_end(runs: list[Run]) -> float:
     """The last run's end, seconds since the epoch."""
     return max(r.summary.started_at + r.summary.wall_s for r in runs)
 
 
-def ended_at(runs) -> str:
+def ended_at(runs: list[Run]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(span_end(runs)))
 
 
-def runs_in(sections) -> list:
+def runs_in(sections: list[Section]) -> list[Run]:
     return [run for section in sections for group in section.groups for run in group.runs]
 
 
-def span_s(runs) -> float:
+def span_s(runs: list[Run]) -> float:
     return span_end(runs) - min(r.summary.started_at for r in runs)
 
 
@@ -133,7 +134,7 @@ def measured_loopback(folder: Path) -> dict:
     planned = len(json.loads((folder / SWEEP_PLAN).read_text())["jobs"])
     if not_loaded or len(runs) != planned:
         raise RuntimeError(f"{folder}: {len(runs)} of its {planned} planned runs completed; resume it first")
-    linked = sorted({r.summary.link.kind for r in runs if not r.summary.is_baseline})
+    linked = sorted({r.summary.link.kind or "unrecorded" for r in runs if not r.summary.is_baseline})
     if linked != ["loopback"]:
         raise RuntimeError(f"{folder}: not the headline on loopback (its runs' links: {', '.join(linked)})")
     return {"folder": portable(str(folder.resolve())), "runs": len(runs), "wall_s": runs_s(runs),
@@ -175,7 +176,7 @@ def describe(sweep: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> None:
+def run(args: argparse.Namespace) -> None:
     if args.sweeps:
         folders = [ROOT / "multirun" / f"headline-{date.today()}-{i}" for i in range(1, args.sweeps + 1)]
         sweeps = [figures_of(folder, run_sweep(folder, args.lock)) for folder in folders]

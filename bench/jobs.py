@@ -3,6 +3,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def grid_settings(default: str, option: str, text: str | None = None) -> dict[st
     return settings
 
 
-def add_grid_option(parser, name: str, default: str) -> None:
+def add_grid_option(parser: argparse._ActionsContainer, name: str, default: str) -> None:
     """--NAME-grid "KEY=VALUE ...": the part of a benchmark's grid to run, passed to its run() as `text`."""
     parser.add_argument(f"--{name}-grid", dest=f"{name}_text", metavar="GRID", default=argparse.SUPPRESS,
                         help=f"KEY=VALUE words that replace those of the default grid: {default}")
@@ -53,7 +54,7 @@ def run_train(run_dir: Path, *overrides: str, timeout: float = 900) -> None:
 
 
 @contextmanager
-def train(*overrides: str, timeout: float = 900):
+def train(*overrides: str, timeout: float = 900) -> Iterator[Path]:
     """Run train.py with overrides in a temporary run directory; yields the directory."""
     with tempfile.TemporaryDirectory() as tmp:
         run_train(Path(tmp), *overrides, timeout=timeout)

@@ -1,10 +1,12 @@
 """What the emulated wire costs its hosts' cores, by frame size: why network.mtu defaults to 9000.
 Method (its entry's `method`): metrics/methods.yaml, bench.link_cpu."""
+import argparse
 import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench.goodput import measure_rate
 from bench.jobs import add_grid_option, grid_settings, ints
@@ -32,7 +34,7 @@ def measure(rate: float, mtu: int, seconds: float, tmp: Path) -> dict:
             "link": repeat["link"]}
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     add_grid_option(parser, "link_cpu", DEFAULT_GRID)
 
 
@@ -49,11 +51,12 @@ def run(text: str | None = None) -> dict:
                       f"share {', '.join(f'{s:.3f}' for s in row['payload_share_by_stream'])}; {row['link']}",
                       file=sys.stderr, flush=True)
                 rows.append(row)
-    by_mtu = {str(mtu): {"busy_share": statistics.fmean(r["busy_share"] for r in rows if r["mtu"] == mtu),
-                         "busy_share_range": [f(r["busy_share"] for r in rows if r["mtu"] == mtu) for f in (min, max)],
-                         "payload_share": statistics.fmean(s for r in rows if r["mtu"] == mtu
-                                                           for s in r["payload_share_by_stream"])}
-              for mtu in mtus}
+    by_mtu: dict[str, dict[str, Any]] = {
+        str(mtu): {"busy_share": statistics.fmean(r["busy_share"] for r in rows if r["mtu"] == mtu),
+                   "busy_share_range": [f(r["busy_share"] for r in rows if r["mtu"] == mtu) for f in (min, max)],
+                   "payload_share": statistics.fmean(s for r in rows if r["mtu"] == mtu
+                                                     for s in r["payload_share_by_stream"])}
+        for mtu in mtus}
     return {
         "name": "link_cpu",
         "ratio": by_mtu[str(mtus[0])]["busy_share"] / by_mtu[str(mtus[-1])]["busy_share"],

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, TypedDict
 
 import yaml
 
@@ -34,14 +35,27 @@ from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.link import direction_name, goodput_mbit  # noqa: E402
 from metrics.summary.schema import Summary  # noqa: E402
+from netemu.fabric import Fabric  # noqa: E402
 
 PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
 EMULATED_MTU = yaml.safe_load((ROOT / "conf" / "network" / "emulated.yaml").read_text())["mtu"]  # the runs' frames
 JOB = ["model=resnet18", "data=digits", "eval_every=0"]
 CONTROL_ARM = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["report"]["control"]
-HEADLINE = {"strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
-            "control": ("single_2",) if CONTROL_ARM else (),  # the equal-resource baseline again in each block
-            "steps": 100, "eval_every": 5, "repeats": 3}
+
+
+class Headline(TypedDict):
+    strategies: tuple[str, ...]
+    baselines: tuple[tuple[str, int], ...]
+    control: tuple[str, ...]
+    steps: int
+    eval_every: int
+    repeats: int
+
+
+HEADLINE: Headline = {
+    "strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
+    "control": ("single_2",) if CONTROL_ARM else (),  # the equal-resource baseline again in each block
+    "steps": 100, "eval_every": 5, "repeats": 3}
 TRAIN = ("import sys, torch\nsys.path.insert(0, sys.argv[1])\nfrom job.model import resnet18\n"
          "torch.set_num_threads(1); torch.manual_seed(0)\nmodel = resnet18(10, 1)\n"
          "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
@@ -75,44 +89,45 @@ def others(window_s: float = 1.0, floor: float = 10.0) -> list[str]:
     return busy
 
 
-def machine_state() -> dict:
+def machine_state() -> dict[str, Any]:
     return {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average": list(os.getloadavg()), "others": others(),
             "machine_lock": lock_status("off")}
 
 
 # --- probe: a bulk flow each way, with and without training beside it -----------------------------
-def training_loads(fabric) -> list[subprocess.Popen]:
+def training_loads(fabric: Fabric) -> list[subprocess.Popen[str]]:
     """ResNet18 training on every host, once each has done its first step (the CPUs busy from then on)."""
     loads = [subprocess.Popen([*host.enter, sys.executable, "-c", TRAIN, str(ROOT)], stdout=subprocess.PIPE,
                               text=True, stdin=subprocess.DEVNULL) for host in fabric.hosts]
     for load in loads:
-        if load.stdout.readline().strip() != "ready":
+        if load.stdout is None or load.stdout.readline().strip() != "ready":
             raise RuntimeError("the training load did not start")
     return loads
 
 
-def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict:
+def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict[str, Any]:
     """A bulk TCP flow each way at `rate`, the hosts training (busy) or not: per direction, what its token bucket
     sent / the span as a share of `rate`, and the goodput while queued (none kept: the senders lacked CPU)."""
     meter_path = tmp / f"probe-{rate:g}-{busy}.json"
     goodput_probe(2, rate, seconds, meter_path, beside=training_loads if busy else None, mtu=EMULATED_MTU)
     metered = json.loads(meter_path.read_text())
     carried = {direction_name(d): d["carried_bytes"] * 8 / metered["span_s"] / 1e6 / rate for d in metered["directions"]}
-    busy = {direction_name(d): goodput_mbit(d) / rate if d["busy_s"] else None for d in metered["directions"]}
+    queued = {direction_name(d): None if (mbit := goodput_mbit(d)) is None else mbit / rate
+              for d in metered["directions"]}
     return {"worst_carried_share": min(carried.values()), "carried_share_by_direction": carried,
-            "goodput_share_while_queued_by_direction": busy,
+            "goodput_share_while_queued_by_direction": queued,
             "busy_s_by_direction": {direction_name(d): d["busy_s"] for d in metered["directions"]},
             "span_s": metered["span_s"]}
 
 
 # --- runs: the strategies at a rate ------------------------------------------------------------------
-def steady_breakdown(run: RunDir) -> dict:
+def steady_breakdown(run: RunDir) -> dict[str, float]:
     """Mean seconds per step of each phase over all workers' steps after their first (connection set-up)."""
     steps = [s for peer in run.peers() for s in read_jsonl(peer.steps)[1:]]
     return {phase: statistics.fmean(s[phase] for s in steps) for phase in PHASES}
 
 
-def measure_run(overrides: list[str], steps: int) -> dict:
+def measure_run(overrides: list[str], steps: int) -> dict[str, Any]:
     started = time.monotonic()
     with train(*overrides, *JOB, f"max_steps={steps}") as run_dir:
         run = RunDir(run_dir)
@@ -121,7 +136,7 @@ def measure_run(overrides: list[str], steps: int) -> dict:
     step_s = sum(breakdown.values())
     evaluation = summary.evaluation
     evaluations = max(evaluation.evaluations or 1, 1)
-    train_s = max(p.train_s for p in summary.peers if p.steps)
+    train_s = max(p.train_s for p in summary.peers if p.steps and p.train_s is not None)
     link = summary.link
     return {"comm_share": breakdown["comm_s"] / step_s, "step_s": step_s, "breakdown_s": breakdown,
             "link": {"kind": link.kind, "nominal_mbit": link.nominal_mbit, "goodput_mbit": link.goodput_mbit,
@@ -136,14 +151,14 @@ def measure_run(overrides: list[str], steps: int) -> dict:
             "snapshot_s": (evaluation.snapshot_pause_s or 0) / evaluations}
 
 
-def headline_run_s(run: dict) -> float:
+def headline_run_s(run: dict[str, Any]) -> float:
     """A headline run's wall time from a shorter run: fixed_s + steps x step_s + evaluations x their cost."""
     evaluations = HEADLINE["steps"] // HEADLINE["eval_every"] + 1
     return (run["fixed_s"] + HEADLINE["steps"] * run["step_s"]
             + evaluations * (run["eval_s"] + run["snapshot_s"]))
 
 
-def headline_s(runs: dict, baselines: dict) -> float | None:
+def headline_s(runs: dict[str, dict[str, Any]], baselines: dict[str, dict[str, Any]]) -> float | None:
     if any(name not in runs for name in HEADLINE["strategies"]):
         return None
     block = (sum(headline_run_s(runs[n]) for n in HEADLINE["strategies"]) + sum(map(headline_run_s, baselines.values()))
@@ -151,7 +166,7 @@ def headline_s(runs: dict, baselines: dict) -> float | None:
     return HEADLINE["repeats"] * block
 
 
-def judged(row: dict, goodput_share: float, comm_share: float) -> dict:
+def judged(row: dict[str, Any], goodput_share: float, comm_share: float) -> dict[str, Any]:
     """The rate's row with the rule's inputs (heaviest strategy, its comm share, faithful runs) and its fit."""
     heaviest = max(row["runs"], key=lambda n: row["runs"][n]["comm_share"]) if row["runs"] else None
     busy_share = row["probe_busy"]["worst_carried_share"]
@@ -164,7 +179,7 @@ def judged(row: dict, goodput_share: float, comm_share: float) -> dict:
     return row
 
 
-def choose(rows: list[dict], goodput_share: float, comm_share: float) -> dict:
+def choose(rows: list[dict[str, Any]], goodput_share: float, comm_share: float) -> dict[str, Any]:
     fitting = [r for r in rows if r["fits"]]
     rate = max((r["rate_mbit"] for r in fitting), default=None)
     return {"rate_mbit": rate, "rule": f"the highest rate whose busy probe carried >= {goodput_share:.0%} of it, "
@@ -172,26 +187,26 @@ def choose(rows: list[dict], goodput_share: float, comm_share: float) -> dict:
                                        f"communicates >= {comm_share:.0%} of its step"}
 
 
-def measure(args) -> dict:
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(f"/tmp/avgbench-link-rate-{os.getpid()}")
     tmp.mkdir(exist_ok=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rate in args.rates:
         print(f"rate {rate:g} Mbit/s: probes ...", file=sys.stderr, flush=True)
-        row = {"rate_mbit": rate, "probe_idle": probe(rate, args.probe_s, False, tmp),
-               "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
+        row: dict[str, Any] = {"rate_mbit": rate, "probe_idle": probe(rate, args.probe_s, False, tmp),
+                               "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
         for name in args.strategies:
             print(f"rate {rate:g} Mbit/s: {name} ...", file=sys.stderr, flush=True)
             row["runs"][name] = measure_run([f"strategy={name}", "peers=2", "network=emulated",
                                              f"network.bandwidth_mbit={rate}"], args.steps)
         rows.append(judged(row, args.goodput_share, args.comm_share))
         print(summary_line(row), file=sys.stderr, flush=True)
-    baselines = {}
+    baselines: dict[str, dict[str, Any]] = {}
     if not args.no_headline:
         for name, peers in HEADLINE["baselines"]:
             print(f"baseline {name} peers={peers} ...", file=sys.stderr, flush=True)
             baselines[f"{name}_{peers}"] = measure_run([f"strategy={name}", f"peers={peers}"], args.steps)
-    loopback = {}
+    loopback: dict[str, dict[str, Any]] = {}
     if args.loopback and not args.no_headline:
         for name in HEADLINE["strategies"]:
             print(f"loopback {name} ...", file=sys.stderr, flush=True)
@@ -202,7 +217,7 @@ def measure(args) -> dict:
             "loopback_headline_estimate_s": headline_s(loopback, baselines) if loopback else None}
 
 
-def summary_line(row: dict) -> str:
+def summary_line(row: dict[str, Any]) -> str:
     idle, busy = row["probe_idle"]["worst_carried_share"], row["probe_busy"]["worst_carried_share"]
     comm = ", ".join(f"{n} {r['comm_share']:.0%} (step {r['step_s']:.2f} s, link "
                      f"{'n/a' if r['link']['goodput_share'] is None else format(r['link']['goodput_share'], '.0%')}"
@@ -216,7 +231,7 @@ def fmt(share: float | None) -> str:
     return "n/a" if share is None else f"{share:.1%}"
 
 
-def run(args) -> None:
+def run(args: argparse.Namespace) -> None:
     """Measure, print, and save (unless --no-save) the link_rate entry."""
     before = machine_state()
     started = time.monotonic()

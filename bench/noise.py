@@ -6,6 +6,7 @@ import statistics
 import sys
 import threading
 import time
+from typing import Any
 
 from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
@@ -22,20 +23,20 @@ PARTS = ("cpu_s", "runq_s", "other_s")
 MACHINE = ("cpu_pressure_share", "steal_share", "load_mean", "other_cpu_share")
 
 
-def step_parts(step: dict) -> dict:
+def step_parts(step: dict[str, Any]) -> dict[str, float]:
     wall = step["data_s"] + step["compute_s"] + step["opt_s"] + step["comm_s"]
     return {"wall_s": wall, "cpu_s": step["cpu_s"], "runq_s": step["runq_s"],
             "other_s": wall - step["cpu_s"] - step["runq_s"]}
 
 
-def measure(overrides: list[str]) -> tuple[dict, list[dict]]:
+def measure(overrides: list[str]) -> tuple[dict[str, Any], list[dict[str, float]]]:
     """One run: its figures, and its steps' parts about each worker's mean (for the step-to-step shares)."""
     with train(*overrides, *JOB) as run_dir:
         run = RunDir(run_dir)
         summary = Summary.load(run.summary)
         workers = [[step_parts(s) for s in read_jsonl(peer.steps)[WARMUP:]] for peer in run.peers()]
     steps = [s for worker in workers for s in worker]
-    figures = {key: statistics.fmean(s[key] for s in steps) for key in ("wall_s", *PARTS)}
+    figures: dict[str, Any] = {key: statistics.fmean(s[key] for s in steps) for key in ("wall_s", *PARTS)}
     deviations = []
     for worker in workers:
         means = {key: statistics.fmean(s[key] for s in worker) for key in ("wall_s", *PARTS)}
@@ -46,13 +47,13 @@ def measure(overrides: list[str]) -> tuple[dict, list[dict]]:
     return figures, deviations
 
 
-def spread(values: list[float]) -> dict:
+def spread(values: list[float]) -> dict[str, float | None]:
     mean = statistics.fmean(values)
     return {"min": min(values), "max": max(values), "spread": (max(values) - min(values)) / mean,
             "cv": statistics.stdev(values) / mean if len(values) > 1 else None}
 
 
-def shares(rows: list[dict]) -> dict | None:
+def shares(rows: list[dict[str, Any]]) -> dict[str, float] | None:
     """cov(wall, part) / var(wall) per part; they sum to 1 (wall = cpu + runq + other)."""
     walls = [r["wall_s"] for r in rows]
     if len(rows) < 2 or statistics.variance(walls) == 0:
@@ -83,7 +84,7 @@ def clock_cost_us(threads: int = 6, reps: int = 2000) -> float:
     return 1e6 * statistics.median(costs)
 
 
-def report(arms: dict, correlations: dict) -> None:
+def report(arms: dict[str, dict[str, Any]], correlations: dict[str, float | None]) -> None:
     for name, arm in arms.items():
         print(f"\n{name}: {len(arm['runs'])} runs, wall s/step " + " ".join(f"{r['wall_s']:.3f}" for r in arm["runs"]))
         for key in ("wall_s", *PARTS, "samples_per_s", *MACHINE):
@@ -97,22 +98,24 @@ def report(arms: dict, correlations: dict) -> None:
           ", ".join(f"{k} {'n/a' if v is None else f'{v:+.2f}'}" for k, v in correlations.items()))
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--noise-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
                         help=f"alternations of the two arms (default {REPEATS})")
 
 
-def run(repeats: int = REPEATS) -> dict:
+def run(repeats: int = REPEATS) -> dict[str, Any]:
     started = time.monotonic()
-    runs, steps = {name: [] for name in ARMS}, {name: [] for name in ARMS}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ARMS}
+    steps: dict[str, list[dict[str, float]]] = {name: [] for name in ARMS}
     for repeat in range(repeats):
         for name, overrides in ARMS.items():  # interleaved: each block has one run of every arm
             print(f"noise: repeat {repeat + 1}/{repeats}, {name}", file=sys.stderr, flush=True)
             figures, deviations = measure(overrides)
             runs[name].append(figures)
             steps[name] += deviations
-    arms = {}
-    relative, factors = [], {key: [] for key in MACHINE}
+    arms: dict[str, dict[str, Any]] = {}
+    relative: list[float] = []
+    factors: dict[str, list[float]] = {key: [] for key in MACHINE}
     for name, rows in runs.items():
         arms[name] = {"runs": rows,
                       "spread": {key: spread([r[key] for r in rows])

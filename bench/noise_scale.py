@@ -4,8 +4,10 @@ each larger B; E(B) = E(B0) (1 + B / Bn) / (1 + B0 / Bn) on the repeats' geometr
 
     python bench/run.py noise_scale [--noise_scale-grid "model=resnet18 repeats=3 batches=128,256,512"]
 """
+import argparse
 import math
 import statistics
+from typing import Any
 
 from bench.jobs import add_grid_option, grid_settings, ints, summary_of
 from metrics.projection.batch_scaling import GOAL, samples_at
@@ -24,7 +26,7 @@ def log_sd(values: list[float]) -> float | None:
     return statistics.stdev(math.log(v) for v in values) if len(values) > 1 else None
 
 
-def single_run(settings: dict, batch: int, seed: int, steps: int) -> dict:
+def single_run(settings: dict[str, str], batch: int, seed: int, steps: int) -> dict[str, Any]:
     b = int(settings["batch_size"])
     summary = summary_of("strategy=single", f"peers={batch // b}", f"batch_size={b}", f"model={settings['model']}",
                          f"lr_scaling={settings['lr_scaling']}", f"seed={seed}", f"max_steps={steps}",
@@ -33,14 +35,14 @@ def single_run(settings: dict, batch: int, seed: int, steps: int) -> dict:
             "throughput_samples_per_s": summary.throughput_samples_per_s}
 
 
-def run(text: str | None = None) -> dict:
+def run(text: str | None = None) -> dict[str, Any]:
     settings = grid_settings(DEFAULT_GRID, "--noise_scale-grid", text)
     b, repeats, larger = int(settings["batch_size"]), int(settings["repeats"]), ints(settings["batches"])
     base = 2 * b
     if any(batch <= base or batch % b for batch in larger):
         raise ValueError(f"batches must be multiples of batch_size={b} above B0={base}, got {larger}")
-    measured: dict[int, list[dict]] = {batch: [] for batch in (base, *larger)}
-    noise_scales = []
+    measured: dict[int, list[dict[str, Any]]] = {batch: [] for batch in (base, *larger)}
+    noise_scales: list[float | None] = []
     for seed in range(repeats):
         summary = summary_of("strategy=allreduce", "peers=2", f"batch_size={b}", f"model={settings['model']}",
                              f"lr_scaling={settings['lr_scaling']}", f"seed={seed}", f"max_steps={BASE_STEPS}",
@@ -50,15 +52,17 @@ def run(text: str | None = None) -> dict:
         base_steps = (measured[base][-1]["samples_to_target"] or BASE_STEPS * base) / base
         for batch in larger:  # E = E_min (1 + B / Bn) takes at most B0's steps at a larger batch: a margin above it
             measured[batch].append(single_run(settings, batch, seed, math.ceil(STEPS_MARGIN * base_steps)))
-    noise_scale = geometric_mean(noise_scales) if all(v and v > 0 for v in noise_scales) else None
+    positive = [v for v in noise_scales if v and v > 0]
+    noise_scale = geometric_mean(positive) if len(positive) == len(noise_scales) else None
     reached = all(r["reached"] for runs in measured.values() for r in runs)
     base_samples = geometric_mean([r["samples_to_target"] for r in measured[base]]) if reached else None
-    rows = []
+    rows: list[dict[str, Any]] = []
     for batch in larger:
         samples = [r["samples_to_target"] for r in measured[batch]]
-        row = {"batch": batch, "measured_samples_to_target": geometric_mean(samples) if reached else None,
-               "measured_log_sd": log_sd(samples) if reached else None, "runs": measured[batch]}
-        if reached and noise_scale:
+        row: dict[str, Any] = {"batch": batch,
+                               "measured_samples_to_target": geometric_mean(samples) if reached else None,
+                               "measured_log_sd": log_sd(samples) if reached else None, "runs": measured[batch]}
+        if base_samples is not None and noise_scale:  # base_samples: None unless every run reached the target
             row["predicted_samples_to_target"] = samples_at(base_samples, base, batch, noise_scale)
             row["error"] = row["predicted_samples_to_target"] / row["measured_samples_to_target"] - 1
         rows.append(row)
@@ -76,5 +80,5 @@ def run(text: str | None = None) -> dict:
     return result
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     add_grid_option(parser, "noise_scale", DEFAULT_GRID)

@@ -3,6 +3,7 @@ after training, in ABBA order.
 Method (its entry's `method`): metrics/methods.yaml, bench.pause_shift."""
 import math
 import statistics
+from typing import Any
 
 from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
@@ -24,16 +25,18 @@ def step_s(overrides: list[str], in_training: bool) -> tuple[float, float]:
     with train(*RUN, *overrides, f"eval_in_training={str(in_training).lower()}") as run_dir:
         run = RunDir(run_dir)
         summary = Summary.load(run.summary)
-        if summary.status != "completed" or not summary.window.complete:
-            raise RuntimeError(f"{overrides}: {summary.status}, window {summary.window.to_dict()}")
         window = summary.window
+        if summary.status != "completed" or not window.complete or window.first is None or window.last is None:
+            raise RuntimeError(f"{overrides}: {summary.status}, window {window.to_dict()}")
+        if summary.total_samples is None or summary.throughput_samples_per_s is None:
+            raise RuntimeError(f"{overrides}: its summary has no total_samples or throughput")
         after_pause = statistics.fmean(after_pause_ratio(read_jsonl(peer.steps), window.first, window.last)
                                        for peer in run.peers() if peer.steps.exists())
     batch = summary.total_samples / max(p.steps for p in summary.peers)  # all workers' samples a step
     return batch / summary.throughput_samples_per_s, after_pause
 
 
-def after_pause_ratio(steps: list[dict], first: int, last: int) -> float:
+def after_pause_ratio(steps: list[dict[str, Any]], first: int, last: int) -> float:
     """Mean duration of the window's steps just after a pause position / that of its other steps."""
     every = int(next(word for word in RUN if word.startswith("eval_every=")).split("=")[1])
     durations = {s["step"]: s["train_s"] - before["train_s"] for before, s in zip(steps, steps[1:])
@@ -42,24 +45,33 @@ def after_pause_ratio(steps: list[dict], first: int, last: int) -> float:
     return statistics.fmean(after) / statistics.fmean(d for step, d in durations.items() if step % every != 1)
 
 
-def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict:
-    rows = {}
+def within_goal(ratio: Ratio) -> tuple[list[float] | None, bool]:
+    """The ratio's 95 % interval (None: one pair, or no spread) and whether it lies within 1 ± GOAL."""
+    if (interval := ratio.interval()) is None:
+        return None, False
+    low, high = interval
+    return [low, high], 1 - GOAL < low and high < 1 + GOAL
+
+
+def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
     for name in configurations.split(","):
-        in_training, after = [], []
+        in_training: list[tuple[float, float]] = []
+        after: list[tuple[float, float]] = []
         for pair in range(pairs):
             for mode in ((True, False) if pair % 2 == 0 else (False, True)):
                 (in_training if mode else after).append(step_s(CONFIGURATIONS[name], mode))
         ratio = Ratio([a[0] / b[0] for a, b in zip(in_training, after)])
         within = Ratio([a[1] / b[1] for a, b in zip(in_training, after)])
-        low, high = ratio.interval()
-        within_low, within_high = within.interval()
-        rows[name] = {"ratio": ratio.estimate, "interval": [low, high], "pairs": pairs,
+        interval, goal_met = within_goal(ratio)
+        within_interval, within_goal_met = within_goal(within)
+        rows[name] = {"ratio": ratio.estimate, "interval": interval, "pairs": pairs,
                       "in_training_step_s": [a[0] for a in in_training], "after_training_step_s": [b[0] for b in after],
-                      "goal_met": 1 - GOAL < low and high < 1 + GOAL,
-                      "within_run": {"ratio": within.estimate, "interval": [within_low, within_high],
+                      "goal_met": goal_met,
+                      "within_run": {"ratio": within.estimate, "interval": within_interval,
                                      "in_training_after_pause": [a[1] for a in in_training],
                                      "after_training_same_steps": [b[1] for b in after],
-                                     "goal_met": 1 - GOAL < within_low and within_high < 1 + GOAL}}
+                                     "goal_met": within_goal_met}}
     worst = max(rows.values(), key=lambda r: abs(math.log(r["within_run"]["ratio"])))
     return {
         "name": "pause_shift",

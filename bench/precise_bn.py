@@ -14,11 +14,14 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sized
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
+from torch.utils.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,7 +34,7 @@ from metrics.summary.target import Curve, bootstrap, crossing_step  # noqa: E402
 WHOLE = "whole"
 
 
-def precise_for(train, size: int, batch_size: int, seed: int) -> evaluation.PreciseBatchNorm:
+def precise_for(train: Dataset, size: int, batch_size: int, seed: int) -> evaluation.PreciseBatchNorm:
     """PreciseBatchNorm on the subset of `size` drawn with `seed` (seed PRECISE_BN_SUBSET_SEED: the project's)."""
     kept, evaluation.PRECISE_BN_SUBSET_SEED = evaluation.PRECISE_BN_SUBSET_SEED, seed
     try:
@@ -40,7 +43,7 @@ def precise_for(train, size: int, batch_size: int, seed: int) -> evaluation.Prec
         evaluation.PRECISE_BN_SUBSET_SEED = kept
 
 
-def save_outcomes(by_step: dict, path: Path) -> Path:
+def save_outcomes(by_step: dict[int, dict[str, np.ndarray]], path: Path) -> Path:
     """Each test sample's outcome by step, as eval_samples.npz holds them (metrics/summary/target.py reads them)."""
     steps = sorted(by_step)
     np.savez(path, step=np.array(steps), correct=np.stack([by_step[s]["correct"] for s in steps]),
@@ -63,6 +66,7 @@ def main() -> None:
     run = RunDir(args.run_dir)
     cfg = OmegaConf.load(run.config)
     splits = load_splits(cfg)
+    assert isinstance(splits.train, Sized) and isinstance(splits.test, Sized)  # len() below
     weights = sorted(run.peer(0).weights.glob("step*.pt"))
     steps = [int(p.stem.removeprefix("step")) for p in weights]
     chosen = [(s, p) for s, p in zip(steps, weights) if not args.steps or s in args.steps]
@@ -70,9 +74,10 @@ def main() -> None:
     precise = {arm: precise_for(splits.train, len(splits.train) if arm[0] == WHOLE else arm[0], cfg.batch_size,
                                 arm[1]) for arm in arms}
     model = build_model(cfg, splits.num_classes, splits.channels)
-    targets = [OmegaConf.to_container(cfg.target), {**OmegaConf.to_container(cfg.target), "metric": "test_loss",
-                                                   "value": args.loss_target}]
-    rows, whole_outcomes = [], {}
+    target = cast(dict[str, Any], OmegaConf.to_container(cfg.target))  # a DictConfig's container is a dict
+    targets = [target, {**target, "metric": "test_loss", "value": args.loss_target}]
+    rows: list[dict[str, Any]] = []
+    whole_outcomes: dict[int, dict[str, np.ndarray]] = {}
     for step, path in chosen:
         for (size, seed), recompute in precise.items():
             evaluator = evaluation.Evaluator(model, splits.test, torch.device("cpu"), recompute)
@@ -84,8 +89,8 @@ def main() -> None:
             if size == WHOLE:
                 whole_outcomes[step] = outcome
             print(json.dumps(rows[-1]), flush=True)
-    report = {"run_dir": str(args.run_dir), "measured_at": time.strftime("%Y-%m-%d %H:%M"), "threads": args.threads,
-              "test_samples": len(splits.test), "rows": rows, "sizes": {}}
+    report: dict[str, Any] = {"run_dir": str(args.run_dir), "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                              "threads": args.threads, "test_samples": len(splits.test), "rows": rows, "sizes": {}}
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = save_outcomes(whole_outcomes, Path(scratch) / "whole.npz")
         report["sizes"] = summarise(rows, args.sizes, targets, len(splits.test), outcomes)
@@ -94,12 +99,13 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=1))
 
 
-def crossings(rows: list[dict], target: dict) -> float | None:
+def crossings(rows: list[dict[str, Any]], target: dict[str, Any]) -> float | None:
     curve = sorted(rows, key=lambda r: r["step"])
     return crossing_step([r["step"] for r in curve], [r[target["metric"]] for r in curve], target)
 
 
-def summarise(rows: list[dict], sizes: list[int], targets: list[dict], test_samples: int, whole_outcomes) -> dict:
+def summarise(rows: list[dict[str, Any]], sizes: list[int], targets: list[dict[str, Any]], test_samples: int,
+              whole_outcomes: Path) -> dict[str | int, Any]:
     """Per size, over steps and draws: the largest and mean absolute difference from the whole split, and the
     largest in units of the test set's standard error at that step; per target (the run's and a test_loss one),
     each draw's crossing step against the whole split's as |log ratio|, beside the latter's bootstrap log sd."""
@@ -107,7 +113,8 @@ def summarise(rows: list[dict], sizes: list[int], targets: list[dict], test_samp
     noise = {step: {"accuracy_se": max((r["test_accuracy"] * (1 - r["test_accuracy"]) / test_samples) ** 0.5,
                                        1 / test_samples),  # at least one test sample
                     "loss_se": r["loss_sd"] / test_samples ** 0.5} for step, r in whole.items()}
-    by_size = {WHOLE: {"precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in whole.values()), "targets": {}}}
+    by_size: dict[str | int, Any] = {
+        WHOLE: {"precise_bn_s": statistics.fmean(r["precise_bn_s"] for r in whole.values()), "targets": {}}}
     for target in targets:
         name = f"{target['metric']} {target['value']}"
         curve = Curve(sorted(whole.values(), key=lambda r: r["step"]), target["metric"])

@@ -1,12 +1,14 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate,
 calibrated on N = 2 at one link rate and validated at the other peer counts and rates.
 Method (its entry's `method`): metrics/methods.yaml, bench.projection."""
+import argparse
 import functools
 import itertools
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.goodput import probe
@@ -14,7 +16,7 @@ from bench.jobs import add_grid_option, averaging_strategies, grid_settings, int
 from launchers.config import strategy_by_name
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
-from metrics.projection.project import measure
+from metrics.projection.project import Measured, measure
 from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
@@ -142,7 +144,7 @@ def model_overrides(model: str, mlp_width: int | None) -> list[str]:
 class CaseRun:
     """One run of a case: its cost-model parameters and measured step (Measured), and whether its emulation held."""
 
-    measured: object  # metrics.projection.project.Measured
+    measured: Measured
     unfaithful: list[str]  # why the run's link or CPUs did not hold (summary.json link, isolation); empty: they held
 
     @property
@@ -240,7 +242,7 @@ def not_run_row(peers: int, rate: int, probes: list[float], dilation: float = 1.
             "probe_mbit_per_stream": min(probes), "probe_streams": peers, "dilation": dilation}
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     add_grid_option(parser, "projection", DEFAULT_GRID)
 
 
@@ -256,15 +258,15 @@ def case_runs(overrides: list[str], chosen: dict, share: float, timeout: float,
     return runs, None
 
 
-def calibrating(runs: list[CaseRun]) -> tuple[list, list[str]]:
+def calibrating(runs: list[CaseRun]) -> tuple[list[Measured], list[str]]:
     """The calibration runs that held (with none: all, and why their cases do not count)."""
     if held := [r.measured for r in runs if r.faithful]:
         return held, []
     return [r.measured for r in runs], ["calibration: none of its runs held its link and CPUs"]
 
 
-def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list, share: float, probes: list[float],
-             uncalibrated: list[str] = (), dilation: float = 1.0) -> dict:
+def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list[Measured], share: float,
+             probes: list[float], uncalibrated: Sequence[str] = (), dilation: float = 1.0) -> dict:
     """A case that ran: the calibration runs' mean prediction against its runs' mean period, counted if all held."""
     link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
     predicted = statistics.fmean(c.step_s(peers, link) for c in calibrations)

@@ -7,6 +7,8 @@ previous step (data loading included), like the framework's step log.
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import cast
 
 import torch
 from omegaconf import OmegaConf
@@ -21,7 +23,9 @@ def main(model_name: str, batch: int, steps: int, threads: int, core: int) -> No
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     splits = digits(OmegaConf.create({"image_size": 32, "test_fraction": 0.2, "split_seed": 0}))
-    model = (MODELS[model_name](splits.num_classes, splits.channels) if model_name in MODELS and model_name != "custom"
+    # job.model.MODELS is unannotated: mypy infers dict[str, function], whose values it cannot call
+    model = (cast(Callable[..., torch.nn.Module], MODELS[model_name])(splits.num_classes, splits.channels)
+             if model_name in MODELS and model_name != "custom"
              else custom(splits.num_classes, splits.channels, target=model_name))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     criterion = torch.nn.CrossEntropyLoss()

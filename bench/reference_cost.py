@@ -2,6 +2,7 @@
 Method (its entry's `method`): metrics/methods.yaml, bench.reference_cost."""
 import argparse
 import statistics
+from typing import Any
 
 from bench.jobs import train
 from metrics.recording.methods import methods
@@ -12,7 +13,7 @@ from metrics.summary.schema import Summary
 GOAL = 0.02  # the reference may cost at most this share of a run
 
 
-def run_figures(with_reference: bool) -> dict:
+def run_figures(with_reference: bool) -> dict[str, Any]:
     with train(*([] if with_reference else ["speed_reference.repetitions=0"])) as run_dir:
         summary = Summary.load(RunDir(run_dir).summary)
     if summary.status != "completed":
@@ -20,8 +21,9 @@ def run_figures(with_reference: bool) -> dict:
     return {"wall_s": summary.wall_s, "cost_share": summary.speed_reference.cost_share}
 
 
-def run(pairs: int = 3) -> dict:
-    with_runs, without = [], []
+def run(pairs: int = 3) -> dict[str, Any]:
+    with_runs: list[dict[str, Any]] = []
+    without: list[dict[str, Any]] = []
     for pair in range(pairs):
         for with_reference in ((True, False) if pair % 2 == 0 else (False, True)):
             (with_runs if with_reference else without).append(run_figures(with_reference))
@@ -42,6 +44,6 @@ def run(pairs: int = 3) -> dict:
     }
 
 
-def add_arguments(group) -> None:
+def add_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument("--reference-cost-pairs", dest="reference_cost_pairs", type=int, metavar="N",
                        default=argparse.SUPPRESS, help="pairs of runs (default 3)")

@@ -5,7 +5,9 @@ import argparse
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -14,6 +16,7 @@ from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.compare import block_runs, compare
 from metrics.report.primary import THROUGHPUT, Primary
+from metrics.report.runs import Run
 from metrics.report.verdict import analyse
 
 GOAL = 0.5
@@ -28,16 +31,17 @@ def command_of(folder: Path) -> list[str]:
     return [word for word in task if not word.startswith("lock=")]
 
 
-def reference_s(runs) -> float | None:
+def reference_s(runs: list[Run]) -> float | None:
     """The runs' speed reference (geometric mean of their summaries' median_s), None where one has none."""
     found = [r.summary.speed_reference.median_s for r in runs]
-    return statistics.geometric_mean(found) if found and all(found) else None
+    known = [v for v in found if v]
+    return statistics.geometric_mean(known) if found and len(known) == len(found) else None
 
 
-def pairs_of(folder: Path) -> dict[str, list[dict]]:
+def pairs_of(folder: Path) -> dict[str, list[dict[str, Any]]]:
     """figure -> one row per comparison and block observed exactly: comparison, block, y, x."""
     sections, _ = load_runs([folder])
-    found = {"time_to_target": [], THROUGHPUT: []}
+    found: dict[str, list[dict[str, Any]]] = {"time_to_target": [], THROUGHPUT: []}
     for section in sections:
         analysis = analyse(section)
         compared = [c for c in analysis.comparisons if c.other is c.this.baseline] + analysis.controls
@@ -118,11 +122,11 @@ def figure_entry(rows: list[dict]) -> dict:
                       "rows": rows}
 
 
-def run(from_: list[str] = ()) -> dict:
+def run(from_: Sequence[str] = ()) -> dict[str, Any]:
     folders = [Path(f) for f in from_]
     if not folders:
         raise ValueError("give the recorded sweeps: --reference_variance-from DIR [DIR ...]")
-    by_figure = {"time_to_target": [], THROUGHPUT: []}
+    by_figure: dict[str, list[dict[str, Any]]] = {"time_to_target": [], THROUGHPUT: []}
     for folder in folders:
         for figure, rows in pairs_of(folder).items():
             by_figure[figure] += rows
@@ -148,6 +152,6 @@ def run(from_: list[str] = ()) -> dict:
     }
 
 
-def add_arguments(group) -> None:
+def add_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument("--reference_variance-from", dest="reference_variance_from_", nargs="+", metavar="DIR",
                        default=argparse.SUPPRESS, help="the recorded sweeps' folders")

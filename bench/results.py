@@ -3,10 +3,13 @@ writes and reads them. A save into bench/results also refreshes conf/evidence.js
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from metrics.recording.evidence import refresh_evidence
 from metrics.recording.machine import fingerprint
+from metrics.summary.schema import Json
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -19,7 +22,7 @@ class MalformedEntry(ValueError):
     """An entry that does not follow the schema: one line naming its file and field."""
 
 
-def problems(value, schema: dict, where: str) -> list[str]:
+def problems(value: Any, schema: Json, where: str) -> list[str]:
     """What breaks the schema (the JSON Schema keywords it uses: type, required, properties, items, pattern)."""
     types = schema.get("type", [])
     types = [types] if isinstance(types, str) else types
@@ -37,13 +40,13 @@ def problems(value, schema: dict, where: str) -> list[str]:
     return found
 
 
-def is_type(value, name: str) -> bool:
+def is_type(value: Any, name: str) -> bool:
     if name in ("number", "integer"):
         return isinstance(value, int if name == "integer" else (int, float)) and not isinstance(value, bool)
     return isinstance(value, TYPES[name])
 
 
-def checked(entry: dict, path: Path) -> dict:
+def checked(entry: Json, path: Path) -> Json:
     """The entry, or MalformedEntry naming the file and its first field that breaks the schema."""
     if found := problems(entry, SCHEMA, "entry"):
         raise MalformedEntry(f"{shown(path)}: {found[0]}" + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
@@ -65,22 +68,22 @@ def source(name: str, part: str = "") -> str:
     return f"`{shown(path_of(name))}`" + (f" → `{part}`" if part else "")
 
 
-def load(name: str, folder: Path = RESULTS) -> dict | None:
+def load(name: str, folder: Path = RESULTS) -> Json | None:
     """The saved entry of that name (None where there is none)."""
     path = path_of(name, folder)
     return checked(json.loads(path.read_text()), path) if path.exists() else None
 
 
-def load_all(folder: Path = RESULTS) -> dict[str, dict]:
+def load_all(folder: Path = RESULTS) -> dict[str, Json]:
     """Every saved entry by name, in the order they were measured."""
     entries = [checked(json.loads(path.read_text()), path) for path in folder.glob("*.json") if path != SCHEMA_PATH]
     return {e["name"]: e for e in sorted(entries, key=lambda e: (e["measured_at"], e["name"]))}
 
 
-def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
+def save(entry: Json, folder: Path = RESULTS, merge: Callable[[Json, Json], Json] | None = None) -> Path:
     """Write the entry (or merge(saved, entry)) to folder/NAME.json; into bench/results, conf/evidence.json too."""
     kept = load(entry["name"], folder) if merge else None
-    entry = merge(kept, entry) if kept else entry
+    entry = merge(kept, entry) if merge and kept else entry
     path = path_of(entry["name"], folder)
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(checked(entry, path), indent=1) + "\n")
@@ -89,7 +92,7 @@ def save(entry: dict, folder: Path = RESULTS, merge=None) -> Path:
     return path
 
 
-def portable(value, root: Path = ROOT):
+def portable(value: Any, root: Path = ROOT) -> Any:
     """The value with absolute paths made relative to the repository (one outside it: its name, marked so)."""
     if isinstance(value, dict):
         return {key: portable(item, root) for key, item in value.items()}
@@ -101,7 +104,7 @@ def portable(value, root: Path = ROOT):
     return value
 
 
-def stamped(value, machine: dict):
+def stamped(value: Any, machine: Json) -> Any:
     """Every dict of a new result that carries its own measured_at (a row, a family) gets this machine's fingerprint."""
     if isinstance(value, dict):
         value = {key: stamped(item, machine) for key, item in value.items()}
@@ -111,7 +114,7 @@ def stamped(value, machine: dict):
     return value
 
 
-def recorded(result: dict) -> dict:
+def recorded(result: Json) -> Json:
     """A benchmark's result as saved: when and where it was measured, its sweeps (default none), paths relative."""
     machine = fingerprint()
     result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine}

@@ -14,7 +14,10 @@ Benchmarks hold the machine lock (launchers/lock.py) while they run.
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -22,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from bench.results import RESULTS, recorded, save  # noqa: E402
 from job.registry import resolve  # noqa: E402
 from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
+from metrics.summary.schema import Json  # noqa: E402
 
 BENCHMARKS = {
     "overhead": "bench.overhead:run",
@@ -45,11 +49,11 @@ BENCHMARKS = {
 }
 
 
-def module_of(spec: str):
+def module_of(spec: str) -> ModuleType:
     return importlib.import_module(spec.split(":")[0])
 
 
-def merge_of(spec: str):
+def merge_of(spec: str) -> Callable[[Json, Json], Json] | None:
     """The `merge` beside a benchmark's run function, or None (its new entry replaces the saved)."""
     return getattr(module_of(spec), "merge", None)
 
@@ -59,7 +63,7 @@ def owner_of(dest: str) -> str | None:
     return max((name for name in BENCHMARKS if dest.startswith(f"{name}_")), key=len, default=None)
 
 
-def options_of(name: str, args: argparse.Namespace) -> dict:
+def options_of(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """The benchmark's own options that were given (--NAME-...), as keyword arguments of its run()."""
     return {dest.removeprefix(f"{name}_"): value for dest, value in vars(args).items() if owner_of(dest) == name}
 
@@ -100,7 +104,7 @@ def main() -> int:
     return under_machine_lock(args.lock, lambda: run_benchmarks(names, args.out, options))
 
 
-def under_machine_lock(mode: str, work) -> int:
+def under_machine_lock(mode: str, work: Callable[[], object]) -> int:
     """work() while holding the machine lock; 0, or 2 when `mode` is refuse and another holds it (named)."""
     lock = MachineLock()
     try:
@@ -115,7 +119,7 @@ def under_machine_lock(mode: str, work) -> int:
     return 0
 
 
-def run_benchmarks(names: list[str], out: Path, options: dict[str, dict] | None = None) -> None:
+def run_benchmarks(names: list[str], out: Path, options: dict[str, dict[str, Any]] | None = None) -> None:
     """Run these benchmarks, each with its options (name -> run()'s keyword arguments), and save their results."""
     results = []
     for name in names:

@@ -2,9 +2,14 @@
 training: for the report's tests and the verdict simulation (bench/verdict_simulation.py)."""
 import json
 from pathlib import Path
+from typing import Any
+
+from metrics.summary.schema import Json
+
+BlockRun = tuple[str, int, int, float, float | None, Json]  # write_sweep's run of a job in a block
 
 
-def report_config(strategy: str, peers: int, peer_cpus: int = 1, block: int | None = None, **extra) -> dict:
+def report_config(strategy: str, peers: int, peer_cpus: int = 1, block: int | None = None, **extra: Any) -> Json:
     """The config a run of the report's tests records: digits on the tiny model, target 0.9 test accuracy."""
     return {"strategy": {"name": strategy}, "data": {"name": "digits"}, "model": {"name": "tiny"}, "peers": peers,
             "peer_cpus": peer_cpus, "batch_size": 32, "lr": 0.01, "max_steps": 40, "eval_every": 10,
@@ -15,7 +20,7 @@ def report_config(strategy: str, peers: int, peer_cpus: int = 1, block: int | No
 
 def write_report_run(path: Path, strategy: str, peers: int, throughput: float, time_to_target: float | None,
                      peer_cpus: int = 1, block: int | None = None, status: str = "completed",
-                     summary: dict | None = None, config: dict | None = None) -> Path:
+                     summary: Json | None = None, config: Json | None = None) -> Path:
     """A finished run as the report reads it: summary.json and one worker's eval.jsonl (5 evaluations evenly over
     4000 samples / throughput seconds), crossing the target (0.9) at time_to_target, or never (None)."""
     config = report_config(strategy, peers, peer_cpus, block, **(config or {}))
@@ -40,7 +45,7 @@ def write_report_run(path: Path, strategy: str, peers: int, throughput: float, t
     return path
 
 
-def write_sweep(sweep: Path, jobs: dict, plan: dict | None = None) -> Path:
+def write_sweep(sweep: Path, jobs: dict[str, list[BlockRun]], plan: Json | None = None) -> Path:
     """A multirun's directory: jobs = {job name: [(strategy, peers, peer_cpus, throughput, time_to_target,
     write_report_run's extra keyword arguments) per block]}, and its plan file with `plan`'s fields."""
     (sweep / ".avgbench").mkdir(parents=True)

@@ -23,6 +23,7 @@ def run(seconds: float = 20.0, interval: float = 0.5, children: int = 4) -> dict
         with tempfile.TemporaryDirectory() as tmp:
             sampler = ResourceSampler(Path(tmp) / "resources.jsonl", interval)
             sampler.start()
+            assert sampler.native_id is not None  # a started thread has one
             start_cpu, start = thread_cpu_s(sampler.native_id), time.monotonic()
             time.sleep(seconds)
             used, wall = thread_cpu_s(sampler.native_id) - start_cpu, time.monotonic() - start

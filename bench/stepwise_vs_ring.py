@@ -1,5 +1,7 @@
 """Step-wise (one pass) vs ring all-reduce (Horovod): bytes per worker per round and round time.
 Method (its entry's `method`): metrics/methods.yaml, bench.stepwise_vs_ring."""
+from collections.abc import Sequence
+
 from bench.jobs import summary_of
 from metrics.recording.methods import methods
 
@@ -10,7 +12,7 @@ def measure(strategy: list[str], peers: int, rate: int, width: int, steps: int) 
     return {"bytes": summary.bytes_sent_per_step, "round_s": summary.network.efficiency.measured_s_per_round}
 
 
-def run(peers=(2, 4, 8), rate: int = 100, width: int = 768, steps: int = 5) -> dict:
+def run(peers: Sequence[int] = (2, 4, 8), rate: int = 100, width: int = 768, steps: int = 5) -> dict:
     rows = []
     for n in peers:
         stepwise = measure(["strategy=stepwise"], n, rate, width, steps)

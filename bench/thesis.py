@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.jobs import ROOT
@@ -16,9 +17,9 @@ from metrics.projection.link import Link, parse_link
 from metrics.projection.project import Measured, measure, project_link
 from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
-from metrics.report.compare import family
+from metrics.report.compare import Comparison, family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
-from metrics.report.runs import find_runs
+from metrics.report.runs import Run, find_runs
 from metrics.report.tables import reached_count
 from metrics.report.verdict import analyse
 from metrics.report.stats import ALPHA
@@ -72,9 +73,9 @@ def multirun(name: str, overrides: list[str], out: Path, repeats: int) -> Path:
     return sweep
 
 
-def group_sizes(runs) -> dict:
+def group_sizes(runs: list[Run]) -> dict[str, dict[str, int]]:
     """kind -> group size -> rounds, over the runs' averaging_rounds (each round once)."""
-    found: dict = {}
+    found: dict[str, dict[str, int]] = {}
     for run in runs:
         for kind, sizes in run.summary.averaging_rounds.group_sizes.items():
             for size, count in sizes.items():
@@ -82,13 +83,13 @@ def group_sizes(runs) -> dict:
     return found
 
 
-def mean_of(runs, figure):
+def mean_of(runs: list[Run], figure: Callable[[Summary], float | None]) -> float | None:
     """The mean of figure(summary) over the completed runs that have it."""
     values = [v for r in runs if r.completed and (v := figure(r.summary)) is not None]
     return statistics.fmean(values) if values else None
 
 
-def comparison_figures(prefix: str, comparison) -> dict:
+def comparison_figures(prefix: str, comparison: Comparison | None) -> dict:
     """A configuration against its baseline (metrics/report/compare.py): estimate, 95 % interval, claim."""
     if comparison is None:
         return {prefix: None, f"{prefix}_interval_95": None, f"{prefix}_claim": None}
@@ -127,7 +128,7 @@ def rows_of(sweep: Path) -> list[dict]:
                 "samples_to_target": mean_of(runs, lambda s: s.samples_to_target),
                 "time_per_sample_s": mean_of(runs, lambda s: s.time_per_sample_s),
                 "time_breakdown_share": mean_shares,
-                "bottleneck": max(mean_shares, key=mean_shares.get) if mean_shares else None,
+                "bottleneck": max(mean_shares, key=mean_shares.__getitem__) if mean_shares else None,
                 "averaging_group_sizes": group_sizes(runs) or None,
                 "averaging_rounds_failed": sum(r.summary.averaging_rounds.failed for r in runs),
             })
@@ -147,7 +148,8 @@ def configurations(overrides: list[str]) -> list[dict]:
 
     parser = OverridesParser.create()
     command = family_overrides(overrides)
-    plain = [o.input_line for o in parser.parse_overrides(command) if not o.is_sweep_override()]
+    plain = [o.input_line for o in parser.parse_overrides(command)
+             if not o.is_sweep_override() and o.input_line is not None]  # a parsed override keeps its line
     found = []
     with initialize_config_dir(config_dir=str(launchers.config.CONF_DIR), version_base="1.3"):
         presets = compose(config_name="config", overrides=plain, return_hydra_config=True).hydra.sweeper.params or {}
@@ -198,7 +200,7 @@ def varied_knobs(grid: list[dict], strategy: str) -> set[str]:
 
 def mean_measured(runs: list[SliceRun]) -> Measured:
     """The first run's parameters with compute, hidden, server, size and overlap averaged over the runs."""
-    def mean(field):
+    def mean(field: str) -> float:
         return statistics.fmean(getattr(r.measured, field) for r in runs)
     return dataclasses.replace(runs[0].measured, compute_s=mean("compute_s"), hidden_s=mean("hidden_s"),
                                server_s=mean("server_s"), size_bytes=mean("size_bytes"), overlap=mean("overlap"))
@@ -347,7 +349,7 @@ def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> 
                     "from_sweeps": sorted({*fresh["from_sweeps"], *saved.get("from_sweeps", [])})}
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--thesis-families", dest="thesis_names", metavar="NAMES", default=argparse.SUPPRESS,
                         help="the families to run, a comma list (default: all)")
     parser.add_argument("--thesis-dir", dest="thesis_out", type=Path, metavar="DIR", default=argparse.SUPPRESS,
@@ -369,7 +371,7 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
     cores = len(os.sched_getaffinity(0))
     out = out or ROOT / "multirun" / f"thesis-{time.strftime('%Y%m%d-%H%M%S')}"
     full = cores >= FULL_CORES
-    link = parse_link(link)  # a bad link fails before the runs
+    remainder_link = parse_link(link)  # a bad link fails before the runs
     evidence = load_evidence()  # and so does a results file without the payload share
     plan = chosen(families(cores, steps), names)
     results = {name: rows_of(multirun(name, overrides, out, repeats)) for name, overrides in plan.items()}
@@ -382,12 +384,13 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
         "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
         "families": {name: {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "overrides": plan[name], "rows": rows}
                      for name, rows in results.items()},  # each family dated: a later run may keep it beside its own
-        "projected_remainder": None if full else projected_remainder(sweeps, link, cores, evidence),
+        "projected_remainder": None if full else projected_remainder(sweeps, remainder_link, cores, evidence),
         "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
                     "summary": f"families.{name}" if name in plan else "projected_remainder"}
                    for name in families(cores) if name in plan or out / name in sweeps],
         "setup": f"{cores} cores, {repeats} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
-                 f"best measured speedup's estimate" + ("" if full else f"; the remainder projected on {link.label}"),
+                 f"best measured speedup's estimate"
+                 + ("" if full else f"; the remainder projected on {remainder_link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,
         "method": methods("bench")["thesis"],

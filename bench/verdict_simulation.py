@@ -8,19 +8,23 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 import numpy as np
 from scipy.stats import beta, norm
 
 from bench.results import RESULTS, load
-from bench.run_folders import write_sweep
+from bench.run_folders import BlockRun, write_sweep
 from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.stats import FASTER, SLOWER
 from metrics.report.tables import excludes_one
 from metrics.report.verdict import analyse
+from metrics.summary.schema import Json
 
+T = TypeVar("T")
 CONFIGURATIONS = ("ps", "ring", "stepwise")
 EFFECTS = (1.1, 1.25, 1.5, 2.0)
 SCENARIOS = {"global null": {"ps": 1.0, "ring": 1.0, "stepwise": 1.0},
@@ -71,13 +75,15 @@ def noise(rng: np.random.Generator, kind: str, log_sd: float) -> float:
     return log_sd * rng.standard_t(3) / math.sqrt(3)
 
 
-def sweep_jobs(rng: np.random.Generator, speeds: dict, blocks: int, kind: str, fit: dict) -> dict:
+def sweep_jobs(rng: np.random.Generator, speeds: dict[str, float], blocks: int, kind: str,
+               fit: dict[str, Any]) -> dict[str, list[BlockRun]]:
     """write_sweep's jobs for one simulated sweep: every job's run in every block."""
-    jobs = {f"strategy={name}": (name, 2, {}, speed) for name, speed in speeds.items()}
+    jobs: dict[str, tuple[str, int, Json, float]] = {f"strategy={name}": (name, 2, {}, speed)
+                                                     for name, speed in speeds.items()}
     jobs |= {"baseline_2x1": ("single", 2, {}, 1.0),
              "baseline_2x1_control": ("single", 2, {"config": {"arm": "control"}}, 1.0),
              "baseline_1x1": ("single", 1, {}, ONE_PEER_SPEED)}
-    found = {name: [] for name in jobs}
+    found: dict[str, list[BlockRun]] = {name: [] for name in jobs}
     for _ in range(blocks):
         block_effect = BLOCK_LOG_SD * rng.standard_normal()
         for name, (strategy, peers, extra, speed) in jobs.items():
@@ -136,7 +142,7 @@ def cell_figures(draws: list[dict]) -> dict:
     claims = [c for c in every if c["decision"] in (FASTER, SLOWER)]
     with_interval = [c for c in every if c["interval"] is not None]
     covered = sum(c["interval"][0] <= c["true"] <= c["interval"][1] for c in with_interval)
-    power = {}
+    power: dict[str, list[bool]] = {}
     for d in draws:
         for c in d["comparisons"]:
             if math.isclose(c["true"], 1.0):
@@ -167,7 +173,7 @@ def simulate(speeds: dict, blocks: int, kind: str, draws: int, fit: dict, seed: 
     return cell_figures(found)
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--verdict_simulation-draws", type=int, metavar="N", default=argparse.SUPPRESS,
                         help=f"simulated sweeps per cell (default {DRAWS})")
     parser.add_argument("--verdict_simulation-scenarios", metavar="A,B", default=argparse.SUPPRESS,
@@ -176,7 +182,15 @@ def add_arguments(parser) -> None:
                         help=f"block counts (default {','.join(map(str, BLOCKS))})")
 
 
-def parse_choices(text: str | None, known, convert=str) -> list:
+@overload
+def parse_choices(text: str | None, known: Collection[str]) -> list[str]: ...
+
+
+@overload
+def parse_choices(text: str | None, known: Collection[T], convert: Callable[[str], T]) -> list[T]: ...
+
+
+def parse_choices(text: str | None, known: Collection[Any], convert: Callable[[str], Any] = str) -> list[Any]:
     if text is None:
         return list(known)
     chosen = [convert(part.strip()) for part in text.split(",")]

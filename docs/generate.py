@@ -12,8 +12,10 @@ docs/lab-log.md, nowhere else.
 import argparse
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import jinja2
 import yaml
@@ -46,7 +48,9 @@ def knobs_of(path: Path) -> list[tuple[str, str, str]]:
     """(dotted key as users write it, value, comment) for every knob of a conf yaml file, wiring left out."""
     text = path.read_text()
     group = path.parent.name if path.parent != ROOT / "conf" and "@package _global_" not in text else None
-    rows, parents, skip_below = [], [], None
+    rows: list[tuple[str, str, str]] = []
+    parents: list[tuple[int, str]] = []
+    skip_below: int | None = None
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith(("#", "-")):
             continue
@@ -135,15 +139,15 @@ def stamp_rows(entry: dict, rows: list[dict]) -> str:
             f"({source(entry['name'])}, {len(rows)} rows).*")
 
 
-def num(x, digits: int = 2) -> str:
+def num(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def pct(x, digits: int = 1) -> str:
+def pct(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{100 * x:.{digits}f} %"
 
 
-def times(x, interval=None) -> str:
+def times(x: float | None, interval: Sequence[float] | None = None) -> str:
     """A ratio with its 95 % interval: 0.97× [0.88, 1.06]."""
     if x is None:
         return "–"
@@ -175,7 +179,7 @@ def bench_machines() -> str:
     """The machines bench/results names, with the entries (and rows) measured on each."""
     found: dict[str, list[str]] = {}
 
-    def visit(value, name: str) -> None:
+    def visit(value: Any, name: str) -> None:
         if isinstance(value, dict):
             if "machine" in value and isinstance(value["machine"], dict):
                 found.setdefault(describe_machine(value["machine"]), []).append(name)
@@ -251,7 +255,7 @@ SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "p
           "thesis_projected": "thesis"}  # tables of another entry
 
 
-def fail(message: str):
+def fail(message: str) -> NoReturn:
     raise ValueError(message)
 
 
@@ -334,8 +338,9 @@ def quick_row(entry: dict | None) -> list[str]:
                   f"{describe_machine(entry['machine'])})", decides]
 
 
-GENERATORS = {"commands": commands, "knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
-              "bench-machines": bench_machines, "verdict": verdict, "quick-verdict": quick_verdict}
+GENERATORS: dict[str, Callable[..., str]] = {
+    "commands": commands, "knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
+    "bench-machines": bench_machines, "verdict": verdict, "quick-verdict": quick_verdict}
 
 
 # --- blocks -----------------------------------------------------------------------------
