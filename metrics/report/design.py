@@ -8,6 +8,7 @@ from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
 from metrics.report.compare import declared_pairs
+from metrics.report.formats import share
 from metrics.report.noise import planning_noise, upper_log_sd
 from metrics.report.primary import declare
 from metrics.report.runs import Run, group_runs, sections_of
@@ -101,14 +102,11 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         powers[section.key] = {"effect": effect, "blocks": blocks, "comparisons": family, "log_sd": sd, "df": df,
                                "log_sd_upper": upper, "power": at_upper, "power_at_estimate": at_estimate}
         head = f"avgbench: {'repeats=auto: ' if repeats is None else ''}{blocks} blocks for {section.key}"
-        reach = (f"{percent(at_upper)} power to detect a ratio beyond ×/÷{effect:.2f} (report.smallest_effect)"
+        reach = (f"{share(at_upper)} power to detect a ratio beyond ×/÷{effect:.2f} (report.smallest_effect)"
                  + ("" if found else f", capped at report.max_blocks={cap}: ×/÷{effect:.2f} needs more")
-                 + f" at the recorded noise's 95 % upper bound (log-sd {upper:.3f}; {percent(at_estimate)} at its "
+                 + f" at the recorded noise's 95 % upper bound (log-sd {upper:.3f}; {share(at_estimate)} at its "
                  f"estimate {sd:.3f}, {df} degrees of freedom)")
         lines.append(f"{head}: {reach}, after Holm over {family} comparisons, from the recorded noise of "
                      f"{primary.name} ({where}); fixed now, no optional stopping")
     return needed, lines, powers
 
-
-def percent(value: float | None) -> str:
-    return "no" if value is None else f"{value:.0%}"

@@ -12,6 +12,7 @@ from metrics.projection.link import Link, parse_link
 from metrics.projection.project import measure, project_link, validation_record, validation_text
 from metrics.recording.evidence import EVIDENCE
 from metrics.report.baselines import averaging
+from metrics.report.formats import significant
 from metrics.report.model import Table
 from metrics.report.runs import Group, Section
 
@@ -45,10 +46,6 @@ def mean_or_none(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def number(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}g}"
-
-
 def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out: list[str]) -> list[list[str]]:
     """One row per target: the mean prediction over the group's completed runs, their spread, band and marks."""
     measured = []
@@ -80,9 +77,9 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
         band = validation.band(step) if validation and not first["unvalidated"] else None
         batch = statistics.fmean(m.batch for m in measured)
         spread = f"{len(steps)} (step {min(steps):.3g}–{max(steps):.3g} s)" if len(steps) > 1 else "1"
-        rows.append([group.label, target.label, number(step), f"{band[0]:.3g}–{band[1]:.3g}" if band else "none",
-                     number(target.peers * batch / step),
-                     number(mean_or_none([p["time_to_target_s"] for p in predictions
+        rows.append([group.label, target.label, significant(step), f"{significant(band[0])}–{significant(band[1])}" if band else "none",
+                     significant(target.peers * batch / step),
+                     significant(mean_or_none([p["time_to_target_s"] for p in predictions
                                           if p["time_to_target_s"] is not None])),
                      spread, "; ".join(marks)])
     return rows

@@ -16,6 +16,7 @@ from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.summary.fidelity import unfaithful
 from metrics.summary.schema import Link, Peer, SpeedReference, Summary
+from metrics.report.formats import share
 from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_interval_s", "report.", "lock",
@@ -138,8 +139,8 @@ class Run:
         reference = self.speed_reference
         if not reference.beyond_tolerance:
             return None
-        return (f"machine speed moved {reference.moved:.0%} during the run (speed reference: its highest level held "
-                f"for two measurements in a row less its lowest / median, tolerance {reference.tolerance:.0%})")
+        return (f"machine speed moved {share(reference.moved)} during the run (speed reference: its highest level held "
+                f"for two measurements in a row less its lowest / median, tolerance {share(reference.tolerance)})")
 
     def slower_than_block(self, runs: list["Run"]) -> float | None:
         """This run's speed reference / the median of its block's (same sweep and block among `runs`, the same work:

@@ -3,64 +3,13 @@ primary figure with their intervals), as cells of the report model (metrics/repo
 import math
 import statistics
 
+from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, number, percent
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.report.stats import Ratio, factor, olympic_mean
+from metrics.report.stats import Ratio, olympic_mean
 from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
-
-MISSING = "–"
-
-
-# Number formatting: units are in the column headers.
-
-def number(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return MISSING
-    if math.isinf(value):
-        return "∞"
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
-
-
-def cpus(count: int) -> str:
-    return f"{count} CPU" + ("s" if count != 1 else "")
-
-
-def mib(value: float | None) -> str:
-    return MISSING if value is None else f"{value / 2**20:,.1f}"
-
-
-def percent(value: float | None) -> str:
-    return MISSING if value is None else f"{100 * value:.1f}"
-
-
-def blocks_text(n: int, censored: int = 0, unit: str = "block") -> str:
-    text = f"{n} {unit}{'s' if n != 1 else ''}"
-    return text + (f", {censored} censored" if censored else "")
-
-
-def bound_sign(ratio) -> str:
-    """"≤ " where this side was counted at its best case in some block (the ratio can only be lower), "≥ " where the
-    other was; nothing where neither or both were."""
-    this, other = getattr(ratio, "favours_this", 0), getattr(ratio, "favours_other", 0)
-    return "≤ " if this and not other else "≥ " if other and not this else ""
-
-
-def interval_text(ratio, unit: str = "×") -> str:
-    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %, the estimate as a bound where a miss was
-    counted at its best case; without an interval, why (one block, zero spread)."""
-    if ratio is None or not ratio.n:
-        return "n/a (no paired block)"
-    censored = getattr(ratio, "imputed", 0)
-    estimate = f"{bound_sign(ratio)}{ratio.estimate:.2f}{unit}"
-    interval = ratio.interval()
-    if interval is None:
-        return f"{estimate} ({ratio.why_no_interval}: no interval)"
-    low, high = interval
-    return f"{estimate} [{low:.2f}, {high:.2f}] (×/÷{factor(interval):.2f}, {blocks_text(ratio.n, censored)})"
 
 
 def stat(group: Group, figure, fmt=number) -> str:
@@ -265,7 +214,7 @@ def accuracy_cost_cell(group: Group, synthetic: bool) -> str:
     if not group.accuracy_change:
         return "n/a (no paired block)"
     blocks = len(group.accuracy_change)
-    return (f"{100 * statistics.fmean(group.accuracy_change):+.1f} ({blocks} block{'s' if blocks > 1 else ''}, "
+    return (f"{100 * statistics.fmean(group.accuracy_change):+.1f} ({counted(blocks, 'block')}, "
             f"vs {group.baseline.label})")
 
 

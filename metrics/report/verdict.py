@@ -12,8 +12,9 @@ from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
-from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
-                                   mlperf_time, number, ranked, reached_count)
+from metrics.report.formats import cpus, interval_text, number, share, size
+from metrics.report.tables import (bottleneck, error_headline, excludes_one, failure_counters, mlperf_time, ranked,
+                                   reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
                                   pooled_log_sd)
 
@@ -282,13 +283,6 @@ def mean(group: Group, figure) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def size(n_bytes: float) -> str:
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
-        if n_bytes >= scale:
-            return f"{number(n_bytes / scale)} {unit}"
-    return f"{number(n_bytes)} bytes"
-
-
 def scaling_text(group: Group) -> str:
     peers, per_peer = group.first.shape
     if group.one_peer is None:
@@ -395,9 +389,9 @@ def setting_caveats(runs: list[Run]) -> list[str]:
     machines = [m for m in (r.summary.machine for r in runs) if m]
     busy = [m for m in machines if m.alone is False]
     if busy:
-        share = max((m.other_cpu_share or 0) for m in busy)
-        caveats.append("not alone on the machine" + (f" (other processes: up to {share:.0%} of its CPU)"
-                                                     if share else ""))
+        other = max((m.other_cpu_share or 0) for m in busy)
+        caveats.append("not alone on the machine" + (f" (other processes: up to {share(other)} of its CPU)"
+                                                     if other else ""))
     return caveats
 
 
@@ -412,7 +406,7 @@ def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
             caveats.append(f"block {block}: {moved}" if block is not None else moved)
         off = run.slower_than_block(section_runs)
         if off is not None and abs(off) > run.speed_reference.tolerance:
-            caveats.append(f"block {block}: this run's machine was {abs(off):.0%} {'slower' if off > 0 else 'faster'} "
+            caveats.append(f"block {block}: this run's machine was {share(abs(off))} {'slower' if off > 0 else 'faster'} "
                            f"than its block's median (speed reference, median over the block's runs of the same work)")
     return caveats
 
