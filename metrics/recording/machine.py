@@ -1,7 +1,5 @@
-"""How busy the machine was around a run (the launcher's MachineSampler: RUN/.avgbench/machine.jsonl, one line a
-second: CPU pressure, the usable cores' busy and steal time, load, the run's own CPU time) and what a peer's own
-threads got over a step (ProcessClock: cpu_s, runq_s); Linux /proc. The figures: docs/runs.md (The run's shape and
-the machine around it)."""
+"""How busy the machine was around a run (MachineSampler: .avgbench/machine.jsonl, one line a second) and what a peer's
+own threads got over a step (ProcessClock: cpu_s, runq_s); Linux /proc. See docs/runs.md."""
 import os
 import time
 from pathlib import Path

@@ -1,15 +1,6 @@
 """Comparison report over runs: report.html (self-contained, plots embedded), report.md, runs.csv.
 
-    python -m metrics.report DIR [DIR ...] [-o OUT] [--project lan:8 ...]
-
-DIR: run or multirun directories; every directory below holding summary.json is a run.
-After `train.py -m ...` the Hydra callback launchers.sweep.SweepReport writes the report
-into the multirun directory. --project: also predict each averaging configuration on these clusters,
-LINK:N each (report.project in a multirun). The noise `repeats=auto` plans from is recorded by
-bench/primary_noise.py.
-
-The package reads run directories and writes files; it imports nothing above metrics/.
-"""
+    python -m metrics.report DIR [DIR ...] [-o OUT] [--project lan:8 ...]"""
 import argparse
 from pathlib import Path
 

@@ -1,14 +1,7 @@
-"""Comparisons on the primary figure, declared before the data: every configuration against its equal-resource
-baseline and every pair of configurations, one Holm family per section; the control arm against the baseline it
-repeats, apart (the noise floor).
-
-A comparison pairs the two configurations' runs by block, leaving out the blocks where either run is unfaithful
-(metrics/report/runs.py Run.unfaithful). Its ratio is > 1 when `this` is the faster: time-to-target of the other
-/ this one's, throughput of this one / the other's. Nothing else is dropped: a run that missed the target, or
-failed, is counted at its best case in its block (counted_times, counted_throughputs) and may then support no claim
-in its favour (metrics.report.stats.Ratio.refused). One estimator, the paired t on the log ratios, gives the ratio,
-its interval and the test behind the claim.
-"""
+"""Comparisons on the primary figure, declared before the data: each configuration against its equal-resource
+baseline and every pair, one Holm family per section; the control arm against its baseline apart (the noise floor).
+Runs pair by block, unfaithful runs left out; a ratio > 1 means `this` is faster; a miss or failure counts at its
+best case in its block and then supports no claim in its favour (stats.Ratio.refused)."""
 import math
 import statistics
 from dataclasses import dataclass, field

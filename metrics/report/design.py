@@ -1,8 +1,6 @@
-"""A multirun's design, declared before its first run (launchers/sweeper.py writes it into the sweep's plan):
-the primary figure of each (dataset, model), the comparisons of each (one Holm family), the number of blocks
-(`repeats`, or `repeats=auto`: from a power calculation on the recorded noise, for report.smallest_effect)
-and the power they have, the control arms, and the order of
-the jobs within each block (a Williams design)."""
+"""A multirun's design, declared before its first run (kept in the sweep's plan): each section's primary figure and
+comparisons, the blocks (`repeats`, or `repeats=auto` from a power calculation) and their power, the control arms,
+and the jobs' order within each block (a Williams design)."""
 import json
 from pathlib import Path
 

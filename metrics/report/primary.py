@@ -1,14 +1,6 @@
-"""The primary figure: the one figure the verdict ranks and claims on, declared before the first run (config
-`report.primary`, written into the sweep's plan), and each run's observation of it.
-
-time_to_target: summary.json's time_to_target_s, the target's crossing by the estimator config `target.estimator`
-names (confirmed_crossing: the first crossing confirmed at the next evaluation, interpolated). A run's time is
-known to lie in an interval: exactly, where it crossed (0, a crossing at the first evaluation, lies between the
-start and that run's next evaluation); above what it covered, where it did not cross (right-censored at the
-evaluation before its last, since a crossing there could not have been confirmed). Only a completed run reaches
-the target: a failed run is censored alike, whatever it logged. throughput: summary.json's
-throughput_samples_per_s of completed runs.
-"""
+"""The primary figure the verdict ranks and claims on, declared before the first run (`report.primary`, kept in the
+sweep's plan): time_to_target (an interval per run: exact where it crossed, right-censored where it did not or
+failed) or throughput (completed runs), and each run's observation of it."""
 import math
 from dataclasses import asdict, dataclass
 

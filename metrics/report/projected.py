@@ -1,8 +1,6 @@
-"""The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration of the
-sweep predicted on each target cluster from its own completed runs, through the projection (metrics/projection/):
-its strategy's cost model, the target link's payload rate by the recorded payload share, the error band of the
-model's held-out validation, UNVALIDATED beyond what that validation covered, and no number where the model
-failed its validation, only why."""
+"""The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration predicted on
+each target from its own completed runs by metrics/projection/, with its validation's error band, UNVALIDATED
+beyond it, and no number, only why, where the model failed its validation."""
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,11 +74,12 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
         step = statistics.fmean(steps)
         band = validation.band(step) if validation and not first["unvalidated"] else None
         batch = statistics.fmean(m.batch for m in measured)
-        spread = f"{len(steps)} (step {min(steps):.3g}–{max(steps):.3g} s)" if len(steps) > 1 else "1"
-        rows.append([group.label, target.label, significant(step), f"{significant(band[0])}–{significant(band[1])}" if band else "none",
+        spread = f"{len(steps)} (step {significant(min(steps))}–{significant(max(steps))} s)" if len(steps) > 1 else "1"
+        rows.append([group.label, target.label, significant(step),
+                     f"{significant(band[0])}–{significant(band[1])}" if band else "none",
                      significant(target.peers * batch / step),
                      significant(mean_or_none([p["time_to_target_s"] for p in predictions
-                                          if p["time_to_target_s"] is not None])),
+                                               if p["time_to_target_s"] is not None])),
                      spread, "; ".join(marks)])
     return rows
 

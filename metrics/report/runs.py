@@ -1,12 +1,6 @@
-"""The runs a comparison report covers: summary.json plus per-peer logs, grouped.
-
-A run is a directory holding summary.json (metrics/summary/build.py), or the node<R> folders of a run over several
-nodes (metrics/report/nodes.py reads them as one run). Runs that differ only in `seed` and `block` are repeats of
-one configuration (a Group). Groups are ranked only against groups on the same (dataset, model): a Section. A
-multirun's plan (metrics/recording/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before its first
-run; attempts a resumed sweep moved aside (below `superseded/`) are kept as attempts of their configuration, never
-as its runs.
-"""
+"""The runs a report covers (a directory with summary.json, or node<R> folders read as one run), grouped: repeats of
+one configuration differ only in `seed` and `block` (a Group); groups on the same (dataset, model) form a Section.
+Attempts a resumed sweep moved below `superseded/` are kept as attempts, never as runs."""
 import json
 import statistics
 from dataclasses import dataclass, field

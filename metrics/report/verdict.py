@@ -406,8 +406,9 @@ def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
             caveats.append(f"block {block}: {moved}" if block is not None else moved)
         off = run.slower_than_block(section_runs)
         if off is not None and abs(off) > run.speed_reference.tolerance:
-            caveats.append(f"block {block}: this run's machine was {share(abs(off))} {'slower' if off > 0 else 'faster'} "
-                           f"than its block's median (speed reference, median over the block's runs of the same work)")
+            caveats.append(f"block {block}: this run's machine was {share(abs(off))} "
+                           f"{'slower' if off > 0 else 'faster'} than its block's median (speed reference, median over "
+                           "the block's runs of the same work)")
     return caveats
 
 

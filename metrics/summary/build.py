@@ -1,8 +1,5 @@
-"""summary.json: one run's figures, computed from the per-peer logs after the run.
-
-Works on partial logs too (a crashed run keeps what it wrote). Every figure has one
-definition for all strategies, stated in METHODS and written into the summary.
-"""
+"""summary.json: one run's figures from its per-peer logs (partial logs too), each defined once for every strategy
+in METHODS, which the summary carries."""
 import json
 import os
 import statistics
@@ -264,23 +261,10 @@ NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: 
 
 
 def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
-    """The summary of a run over several nodes from its nodes' (node folders at paths, node ranks; missing: the
-    ranks that wrote none), each figure by the definition one node's states, over every node's workers:
-
-    status           the worst node's (failed > interrupted > completed); a node that wrote no summary fails the run;
-                     error, exit code and failed rank from the node that ended first among those that did not
-                     complete (the others failed after it); every node's error stays in the run's errors
-    samples          summed over nodes; throughput = all workers' samples in the measurement window / the longest
-                     worker's training time in it, across nodes
-    time-to-target   the worst worker's crossing over every node's workers (each worker's crossing time as its
-                     node's summary gives it); samples-to-target: every worker's samples at that crossing, from all
-                     workers' logs (metrics/summary/target.py); accuracy by worker over all workers
-    per step         time breakdown and bytes per step: means over every worker's steps in the window (each node's
-                     mean weighted by its steps there); bytes per sample: all workers' bytes / all workers' samples
-                     in the window
-    setting          shape, machine and link of the node that is worst off (the most oversubscribed, the least
-                     alone, an unfaithful link), with every node's host; isolation over every node's ranks
-    """
+    """The summary of a run over several nodes from its nodes' (node folders at paths, their node ranks; missing: the
+    ranks that wrote none), each figure by one node's definition over every node's workers: the worst node's status
+    (a missing summary fails the run), samples summed, throughput over the longest worker, time-to-target by the
+    worst worker, per-step means weighted by steps, the setting of the node worst off (docs/clusters.md)."""
     first = summaries[0]
     peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
     windows = windows_of(peers)

@@ -1,10 +1,5 @@
-"""summary.json's "isolation" section: whether each peer ran in its own CPU group, the CPU it was
-promised and received, and whether the emulation held (Mininet-HiFi's invariants); and the
-conversion of a dilated run's times back to the emulated cluster's (DieCast).
-
-Reads RUN/.avgbench/cpu.json (the launcher's groups), RUN/.avgbench/dilation.json (train.py)
-and each peer's result.json "cpu" figures (job/cpugroup.py, measured inside the peer).
-"""
+"""summary.json's "isolation" section: each peer's CPU group, the CPU it was promised and got, whether the emulation
+held, and a dilated run's times converted back (from .avgbench/cpu.json, dilation.json and each peer's result.json)."""
 import json
 
 from metrics.recording.rundir import RunDir

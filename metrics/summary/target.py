@@ -1,24 +1,7 @@
-"""Time-to-target: where a learning curve reaches the target, by the estimator the config declares.
-
-A worker's learning curve is its evaluations (eval.jsonl): the target metric at steps 0, eval_every, ...
-and the last step. An estimator (target.estimator) maps the curve to the fractional step at which it
-reaches target.value, or to None when it has not reached it by the last evaluation: the run is censored,
-never extrapolated. All see "higher is better" (a test_loss curve and target are negated). The causal ones
-decide at an evaluation from it and those before it and the next one only, so a run can stop there
-(eval_in_training); isotonic looks at every later evaluation:
-
-  confirmed_crossing  the first evaluation at or above the target whose next evaluation is too, interpolated
-                      linearly from the evaluation before it (a crossing at the last evaluation does not count)
-  isotonic            the monotone (isotonic, least-squares) fit of the curve, read between the centres of its
-                      pooled blocks: the first point where that line reaches the target. Noise that dips below
-                      or jumps above the trend is pooled with its neighbours instead of moving the crossing to
-                      the next lucky or unlucky evaluation; censored when the last block is below the target
-
-The step maps to training time and all workers' samples by interpolating linearly between the two evaluations
-around it. The test-set bootstrap resamples the held-out samples (eval_samples.npz: each sample's outcome at
-every evaluation, resampled together) and applies the same estimator: its interval is the crossing's noise
-from the finite test set alone, apart from the seed's (which only repeated blocks show).
-"""
+"""Time-to-target: the fractional step at which a worker's learning curve (eval.jsonl) reaches the target, by the
+estimator the config declares (target.estimator), or None when it has not by the last evaluation (censored, never
+extrapolated); mapped to training time and samples, with a test-set bootstrap. Definitions: metrics/methods.yaml
+target."""
 from typing import Iterator
 
 import numpy as np
