@@ -35,8 +35,7 @@ def thread_run_delays(pids: list[int]) -> dict[int, int]:
 
 
 class ProcessClock:
-    """CPU time and run-queue delay of this process, all threads. `read()` costs well under a millisecond
-    (measured by bench/noise.py: clock_cost_us)."""
+    """CPU time and run-queue delay of this process, all threads."""
 
     def __init__(self):
         self.runq_ns: dict[int, int] = {}
@@ -114,9 +113,8 @@ UNKNOWN = "unknown"
 
 
 def fingerprint() -> dict:
-    """The machine a result was measured on: its fingerprint (FINGERPRINT: the first CPU's vendor, model name, family,
-    model and clock, the usable cores, memory, kernel, GPU) and the load average when the benchmark ended. The model
-    name alone does not tell hosts apart: two 2-core "AMD EPYC" machines ran ResNet18 1.75x apart."""
+    """The machine a result was measured on (FINGERPRINT: the first CPU's vendor, model name, family, model and clock,
+    the usable cores, memory, kernel, GPU) and the load average when the benchmark ended."""
     import platform
 
     import psutil

@@ -158,9 +158,8 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
 
 
 def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
-    """The section's comparisons, fixed by its configurations alone (never by their results): every averaging
-    configuration against its equal-resource baseline, then every pair of averaging configurations, in label
-    order."""
+    """The section's comparisons, fixed by its configurations, never their results: each averaging configuration against
+    its equal-resource baseline, then every pair of them, in label order."""
     configurations = sorted(averaging(groups), key=lambda g: g.label)
     pairs = [(g, g.baseline) for g in configurations if g.baseline]
     pairs += [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]]
@@ -169,11 +168,9 @@ def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
 
 def family(groups: list[Group], primary: Primary, smallest_effect: float,
            declared: int | None = None) -> list[Comparison]:
-    """The declared comparisons with their Holm-adjusted p-values: one family of `declared` comparisons (the
-    sweep's plan) or of those here, each entering with its best permitted claim (a difference or equivalence: at
-    most one of the two nulls is true, so Holm still bounds the family-wise error); a declared comparison without a
-    test counts with p = 1. Each ratio's spread is floored at the section's pooled noise (blocks observed exactly),
-    so that a chance agreement of a few blocks is no claim."""
+    """The declared comparisons with Holm-adjusted p-values over a family of `declared` (the plan's) or of those here,
+    each with its best permitted claim (a comparison without a test counts p = 1); each spread floored at the section's
+    pooled noise (blocks observed exactly)."""
     found = [compare(a, b, primary, smallest_effect) for a, b in declared_pairs(groups)]
     exact = [c.ratio.uncensored for c in found]
     floor = pooled_log_sd([(r.n - 1, r.log_sd) for r in exact if r.n > 1]) or 0.0

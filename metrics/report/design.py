@@ -14,9 +14,8 @@ from metrics.report.stats import POWER, power
 
 
 def williams(n: int) -> list[list[int]]:
-    """A Williams design for n treatments: sequences in which each treatment takes each position equally often
-    and follows every other treatment equally often (first-order carry-over balance); n sequences for even n, 2n
-    for odd n (the square and its mirror)."""
+    """A Williams design for n treatments: each takes each position and follows every other equally often (first-order
+    carry-over balance); n sequences for even n, 2n for odd n (the square and its mirror)."""
     first, low, high = [0], 1, n - 1
     while len(first) < n:
         first.append(low)
@@ -66,11 +65,9 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
 
 def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, cap: int,
                    repeats: int | None = None) -> tuple[int, list[str], dict]:
-    """The blocks of the plan and their power at the smallest effect of interest (a ratio x/÷effect), from the 95 %
-    upper confidence bound of the noise recorded in results (metrics/report/noise.py), Holm over each section's
-    declared comparisons; repeats=None (auto): the fewest blocks with POWER (80 %) at that bound (at most cap),
-    ValueError, saying what to run, where the noise is not recorded; repeats given: their power, or a line saying
-    it is unknown. Returns the blocks, the lines that say so, and the power per section for the plan."""
+    """The plan's blocks, the lines that state their power at x/÷effect, and the power per section: Holm over each
+    section's declared comparisons, at the 95 % upper bound of the noise recorded in results. repeats=None (auto): the
+    fewest blocks with POWER at that bound (at most cap), ValueError saying what to run where no noise is recorded."""
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
     needed, lines, powers = 2, [], {}

@@ -42,9 +42,8 @@ class Primary:
 
 
 def declare(config: dict) -> Primary:
-    """The primary figure a run of this config declares: report.primary (auto: time_to_target on real data,
-    throughput on synthetic data), with the target and its estimator (target.estimator, default
-    confirmed_crossing)."""
+    """The primary figure a run of this config declares: report.primary (auto: time_to_target on real data, throughput
+    on synthetic), with the target and its estimator (default confirmed_crossing)."""
     choice = (config.get("report") or {}).get("primary", "auto")
     if choice not in CHOICES:
         raise ValueError(f"report.primary must be one of {', '.join(CHOICES)}, got {choice}")

@@ -90,9 +90,8 @@ class Run:
 
     @property
     def block(self) -> tuple[str | None, int | None]:
-        """(plan, block) of a run of a multirun's block (config `block`; launchers/sweeper.py): runs of one block ran
-        side by side. The plan is config `plan` (one plan's blocks pool across sweep folders), else the sweep
-        directory. Runs outside blocks share (None, None)."""
+        """(plan, block): runs of one block ran side by side; the plan is config `plan` (pooled across sweep folders),
+        else the sweep directory; runs outside blocks share (None, None)."""
         block = self.config.get("block")
         if block is not None and self.config.get("plan"):
             return f"plan {self.config['plan']}", block
@@ -357,9 +356,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 
 def label_groups(groups: list[Group]) -> None:
-    """Short labels: the strategy, then only what differs between the groups: the strategy's knobs (among groups
-    of that strategy), the resource shape (peers x CPUs per peer; "on N nodes" for a run over several), any other
-    config value, an injected fault; "(control)" for a control arm."""
+    """Short labels: the strategy, then only what differs between the groups (its knobs, the peers x CPUs shape, "on N
+    nodes", other config values, an injected fault); "(control)" for a control arm."""
     firsts = [g.first for g in groups]
     flats = [flatten(run.config) for run in firsts]
     knob_names = {k for g in groups for k in flatten(g.first.knobs)}

@@ -157,9 +157,8 @@ def decide(ratio: Ratio, claim: str | None, adjusted_p: float | None) -> str:
 
 def detectable(log_sd: float, blocks: int, comparisons: int = 1, alpha: float = ALPHA,
                power: float = POWER) -> float | None:
-    """The smallest ratio a paired t-test over `blocks` blocks detects with this power at this sd of the log
-    ratios, as its x/÷ factor (e.g. 1.10: a ratio beyond 1.10 or below 1/1.10), alpha split over the comparisons
-    as the first step of Holm's correction does (normal-theory approximation with t quantiles)."""
+    """The smallest ratio, as its x/÷ factor, a paired t-test over `blocks` blocks detects with this power at this
+    log-sd, alpha split over the comparisons as Holm's first step (normal-theory approximation with t quantiles)."""
     if blocks < 2:
         return None
     df = blocks - 1

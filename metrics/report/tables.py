@@ -28,9 +28,8 @@ def stat(group: Group, figure, fmt=number) -> str:
 
 
 def interval_stat(group: Group, figure, fmt=number) -> str:
-    """A positive figure over the group's repeats (one run per block in a multirun): its geometric mean with the 95 %
-    Student-t interval on the logs (metrics/report/stats.py Ratio, as for the speedups), "est [low, high] (n blocks)";
-    one run gives no interval; "(k of n blocks)" when some runs lack the figure."""
+    """A positive figure over the group's repeats: geometric mean with the 95 % t-interval on the logs (stats.Ratio),
+    "est [low, high] (n blocks)"; one run: no interval; "(k of n blocks)" when some runs lack the figure."""
     values = [v for v in group.values(figure) if v > 0]
     if not values:
         return MISSING

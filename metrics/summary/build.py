@@ -31,9 +31,8 @@ METHODS = {**methods("summary"), **TARGET_METHODS, **MACHINE_METHODS, **NETWORK_
 
 
 def speed_moved(seconds: list[float]) -> float:
-    """How far a speed reference moved, in seconds. With 4 or more measurements, a move is a level held for two
-    measurements in a row: the highest such level less the lowest (0 where none stands apart); a lone far-out
-    measurement is a blip, however many there are. With fewer, the range of the measurements."""
+    """How far a speed reference moved, in seconds: with 4 or more measurements, the highest level held for two in a row
+    less the lowest (a lone far-out measurement is a blip); with fewer, their range."""
     if len(seconds) < 4:
         return max(seconds) - min(seconds)
     pairs = list(zip(seconds, seconds[1:]))
@@ -170,11 +169,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
                   window: tuple[int, int] | None = None) -> Summary:
-    """knobs, bound (a function of metrics.summary.bounds.Round), bound_formula, is_baseline (a single-process
-    run that others are compared with), rounds_overlap and failure_counters (the keys of its peers'
-    figures that count failures) come from the run's strategy; shape (the run against this host's
-    cores) and lock (the machine lock at the start) from the launch side; window (first, last step: the measurement
-    window, metrics/summary/window.py) from the config and the strategy (None: all steps)."""
+    """knobs, bound (a function of bounds.Round), bound_formula, is_baseline, rounds_overlap and failure_counters come
+    from the run's strategy; shape and lock (the machine lock at the start) from the launch side; window: (first,
+    last) step of the measurement window (None: all steps)."""
     peers = run.peers()
     figures = [peer_figures(p, window) for p in peers]
     worker_dirs = [p for p in peers if p.steps.exists()]
@@ -326,9 +323,8 @@ def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int],
 
 
 def nodes_learning_curves(paths: list[Path], summaries: list[Summary]) -> dict:
-    """Time-to-target by the worst worker over every node's workers (its samples and steps from every worker's
-    logs; its seconds from each worker's crossing as its node's summary converted them) and the accuracy of every
-    worker."""
+    """Time-to-target by the worst worker over every node's workers (samples and steps from every worker's logs, seconds
+    as each node's summary converted them), and every worker's accuracy."""
     workers = [(peer, steps) for path in paths for peer in RunDir(path).peers() if (steps := read_jsonl(peer.steps))]
     found = time_to_target({p.rank: read_jsonl(p.evals) for p, _ in workers}, {p.rank: s for p, s in workers},
                            {p.rank: p.eval_samples for p, _ in workers}, summaries[0].target)

@@ -122,9 +122,8 @@ def interpolated(before: dict, after: dict, fraction: float, key: str) -> float:
 
 def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]],
                    outcomes_by_rank: dict, target: dict) -> dict:
-    """When the worst worker's curve reached the target (training time, all workers' samples, steps; see
-    METHODS), its test-set bootstrap, and whether the workers evaluated identical models. outcomes_by_rank:
-    each worker's eval_samples.npz path (a missing file: no bootstrap)."""
+    """When the worst worker's curve reached the target (training time, all workers' samples, steps), its test-set
+    bootstrap (outcomes_by_rank: each worker's eval_samples.npz; missing: none), whether the evaluated models match."""
     curves = {rank: Curve(evals, target["metric"]) for rank, evals in evals_by_rank.items()}
     counters = [samples_by_step(steps) for steps in steps_by_rank.values()]
 
