@@ -86,11 +86,6 @@ class Observation:
         """The time MLPerf's rule counts: a miss as infinitely slow."""
         return self.low if self.reached else math.inf
 
-    def log_bounds(self) -> tuple[float, float]:
-        def log(x: float) -> float:
-            return -math.inf if x == 0 else math.log(x)
-        return log(self.low), log(self.high)
-
 
 def training_time(run) -> float | None:
     """The longest worker's training time: all workers' samples / the throughput."""
@@ -99,7 +94,8 @@ def training_time(run) -> float | None:
 
 
 def time_observation(run) -> Observation:
-    """Where the run's time-to-target lies (see the module's docstring)."""
+    """Where the run's time-to-target lies: exactly where it crossed (a crossing at the first evaluation: between 0 and
+    the next evaluation); else, or where it did not complete, above the evaluation before its last (right-censored)."""
     reached = run.summary.time_to_target_s if run.completed else None
     if reached is not None and reached > 0:
         return Observation(reached, reached, True)

@@ -123,7 +123,6 @@ class Run:
 
     @property
     def speed_reference(self) -> SpeedReference:
-        """summary.json's speed_reference section (the machine's speed during the run); empty where not recorded."""
         return self.summary.speed_reference
 
     def speed_moved(self) -> str | None:
@@ -147,7 +146,6 @@ class Run:
 
     @property
     def link(self) -> Link:
-        """summary.json's link section (metrics/summary/link.py): the link the run measured; empty where not recorded."""
         return self.summary.link
 
     def worst_worker_accuracy(self) -> float | None:

@@ -148,8 +148,8 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
                         interval_stat(group, lambda r: r.summary.time_per_sample_s, lambda v: number(1000 * v)),
                         stat(group, lambda r: r.worst_worker_accuracy(), percent)])
         rows.append([str(rank), group.label, stat(group, lambda r: r.summary.wall_s),
-                     stat(group, lambda r: r.summary.throughput_samples_per_s), speedup_cell(group), scaling_cell(group),
-                     *convergence])
+                     stat(group, lambda r: r.summary.throughput_samples_per_s), speedup_cell(group),
+                     scaling_cell(group), *convergence])
     target = f"Target: {primary.target}, estimator {primary.estimator}; " if primary.is_time else ""
     return Table("Time, throughput and convergence",
                  ["rank", "configuration", "wall time (s)", "global throughput (samples/s)",
@@ -217,10 +217,11 @@ def accuracy_cost_cell(group: Group, synthetic: bool) -> str:
             f"vs {group.baseline.label})")
 
 
+BYTES = ("bytes_sent_per_step", "bytes_recv_per_step", "bytes_sent_per_sample", "bytes_recv_per_sample")
+
+
 def bytes_table(groups: list[Group], synthetic: bool) -> Table:
-    rows = [[group.label,
-             stat(group, lambda r: r.summary.bytes_sent_per_step), stat(group, lambda r: r.summary.bytes_recv_per_step),
-             stat(group, lambda r: r.summary.bytes_sent_per_sample), stat(group, lambda r: r.summary.bytes_recv_per_sample),
+    rows = [[group.label, *(stat(group, lambda r, k=k: getattr(r.summary, k)) for k in BYTES),
              accuracy_cost_cell(group, synthetic), (group.first.summary.network_scope or MISSING)]
             for group in groups]
     return Table("Communication payload",
@@ -322,7 +323,8 @@ def failures_table(groups: list[Group]) -> Table:
             summary = run.summary
             counters = ", ".join(f"{k}={number(v) if isinstance(v, float) else v}"
                                  for k, v in failure_counters(run).items())
-            rows.append([group.label, MISSING if run.config.get("block") is None else str(run.config["block"]), str(run.config.get("seed")),
+            block = run.config.get("block")
+            rows.append([group.label, MISSING if block is None else str(block), str(run.config.get("seed")),
                          attempt_status(run), str(summary.exit_code),
                          MISSING if summary.failed_rank is None else str(summary.failed_rank),
                          ", ".join(map(str, summary.lost_peers or [])) or MISSING,
@@ -372,7 +374,7 @@ def rounds_table(groups: list[Group]) -> Table | None:
             rounds = [r for section in recorded for r in section.rounds if r["kind"] == kind]
             total = sum(sizes.values())
             rows.append([group.label, kind, str(total),
-                         ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items(), key=lambda i: int(i[0]))),
+                         ", ".join(f"{n}: {count}" for n, count in sorted(sizes.items(), key=lambda i: int(i[0]))),
                          percent(sizes.get(workers, 0) / total if total else None),
                          str(sum(not r["success"] for r in rounds)),
                          number(sum(r["duration_s"] for r in rounds) / len(rounds) if rounds else None)])

@@ -74,7 +74,8 @@ def span(records: list[dict]) -> tuple[float, float]:
 
 def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dict,
                     steps_by_rank: dict[int, list[dict]], rates_mbit: list[float | None]) -> dict:
-    """The floor of each round (or of the run, where rounds overlap) against the measured time (module docstring)."""
+    """Each round's floor (the run's, where rounds overlap) against the measured time (methods.yaml
+    network.efficiency)."""
     if not steps_by_rank:
         return {"bound": None, "why": "no steps were logged"}
     rates = [None if m is None else m * MBIT for m in rates_mbit]

@@ -23,7 +23,8 @@ def join_rounds(records: list[dict]) -> list[dict]:
                        "duration_s": max(m["duration_s"] for m in members),
                        "bytes_sent": sum(m["bytes_sent"] for m in members),
                        "bytes_recv": sum(m["bytes_recv"] for m in members),
-                       "success": all(m["success"] for m in members), "overlapped": any(m["overlapped"] for m in members)})
+                       "success": all(m["success"] for m in members),
+                       "overlapped": any(m["overlapped"] for m in members)})
     return sorted(rounds, key=lambda r: r["started_at"])
 
 

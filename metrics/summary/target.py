@@ -17,7 +17,8 @@ METHODS = methods("target")
 
 
 def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """See the module's docstring (values: higher is better)."""
+    """The first evaluation at or above the value whose next one is too, interpolated from the one before (values:
+    higher is better; definitions of the estimators: metrics/methods.yaml target)."""
     for i in range(len(values) - 1):
         if values[i] >= value and values[i + 1] >= value:
             before = i - 1 if i else i
@@ -63,15 +64,16 @@ def fit_crossing(steps: np.ndarray, blocks, value: float) -> float | None:
 
 
 def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """See the module's docstring (values: higher is better)."""
+    """Where the isotonic fit of the whole curve, read linearly between its blocks' centres, reaches the value."""
     return fit_crossing(steps, pooled_blocks(values), value)
 
 
 def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """See the module's docstring (values: higher is better)."""
+    """The isotonic crossing of the shortest head of the curve whose fit reaches the value at or before its
+    second-to-last evaluation."""
     for k, blocks in enumerate(pooled_heads(values)):
         if k and blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1) >= value:  # else the head's fit stays below
-            step = fit_crossing(steps, [(f, l, total / (l - f + 1)) for f, l, total in blocks], value)
+            step = fit_crossing(steps, [(f, last, total / (last - f + 1)) for f, last, total in blocks], value)
             if step <= steps[k - 1]:
                 return step
     return None

@@ -32,7 +32,7 @@ def worker_window(steps: list[dict], window: tuple[int, int] | None) -> dict:
 
 
 def window_section(window: tuple[int, int] | None, steps_by_rank: dict[int, list[dict]]) -> dict | None:
-    """The window as measured (its method: metrics/methods.yaml, summary's window); None: the run was measured over all its steps (no window declared)."""
+    """The window as measured (method: metrics/methods.yaml summary.window); None: no window was declared."""
     if window is None:
         return None
     ended = [steps[-1]["step"] for steps in steps_by_rank.values() if steps]
