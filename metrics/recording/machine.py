@@ -41,20 +41,17 @@ class ProcessClock:
         self.runq_ns: dict[int, int] = {}
         self.has_schedstat = os.path.exists(f"/proc/{os.getpid()}/schedstat")
 
-    def _runq_by_thread(self) -> dict[int, int]:
-        return thread_run_delays([os.getpid()])
-
     def start(self) -> None:
         self.cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
         if self.has_schedstat:
-            self.runq_ns = self._runq_by_thread()
+            self.runq_ns = thread_run_delays([os.getpid()])
 
     def since_start(self) -> dict[str, float | None]:
         """{cpu_s, runq_s} since start() (runq_s null where the kernel keeps no schedstat)."""
         cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - self.cpu
         if not self.has_schedstat:
             return {"cpu_s": cpu, "runq_s": None}
-        now = self._runq_by_thread()
+        now = thread_run_delays([os.getpid()])
         runq = sum(ns - self.runq_ns.get(tid, 0) for tid, ns in now.items())
         return {"cpu_s": cpu, "runq_s": runq / 1e9}
 

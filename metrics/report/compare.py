@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
-from metrics.report.runs import Group, Run
+from metrics.report.runs import Group, Run, block_runs
 from metrics.report.stats import EQUIVALENT, Ratio, decide, holm, pooled_log_sd
 
 PAIRED_T, TOST = "paired t-test", "TOST"
@@ -62,14 +62,6 @@ class Comparison:
     @property
     def decision(self) -> str:
         return decide(self.ratio, self.claim, self.adjusted_p)
-
-
-def block_runs(group: Group) -> dict:
-    """block -> the group's runs in it."""
-    found: dict = {}
-    for run in group.runs:
-        found.setdefault(run.block, []).append(run)
-    return found
 
 
 def block_observation(runs: list[Run]) -> Observation:

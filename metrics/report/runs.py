@@ -274,21 +274,22 @@ class Group:
 
     def by_block(self, figure) -> dict:
         """block -> the geometric mean of figure(run) over this group's runs in that block (Nones dropped)."""
-        found: dict = {}
-        for run in self.runs:
-            value = figure(run)
-            if value is not None and value > 0:
-                found.setdefault(run.block, []).append(value)
-        return {block: statistics.geometric_mean(values) for block, values in found.items()}
+        found = {b: [v for r in runs if (v := figure(r)) is not None and v > 0] for b, runs in block_runs(self).items()}
+        return {block: statistics.geometric_mean(values) for block, values in found.items() if values}
+
+
+def block_runs(group: Group) -> dict:
+    """block -> the group's runs in it."""
+    found: dict = {}
+    for run in group.runs:
+        found.setdefault(run.block, []).append(run)
+    return found
 
 
 def block_means(group: Group, figure) -> dict:
     """block -> the mean of figure(run) over the group's runs in that block (Nones dropped)."""
-    found: dict = {}
-    for run in group.runs:
-        if (value := figure(run)) is not None:
-            found.setdefault(run.block, []).append(value)
-    return {block: statistics.fmean(values) for block, values in found.items()}
+    found = {b: [v for r in runs if (v := figure(r)) is not None] for b, runs in block_runs(group).items()}
+    return {block: statistics.fmean(values) for block, values in found.items() if values}
 
 
 def paired_differences(minuend: Group, subtrahend: Group, figure) -> list[float]:

@@ -33,7 +33,7 @@ def interval_stat(group: Group, figure, fmt=number) -> str:
     values = [v for v in group.values(figure) if v > 0]
     if not values:
         return MISSING
-    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
+    unit = repeats_unit(group)
     count = f"{len(values)} of {len(group.runs)}" if len(values) < len(group.runs) else f"{len(values)}"
     found = Ratio(values)
     if found.interval() is None:
@@ -132,10 +132,14 @@ def scaling_cell(group: Group) -> str:
     return f"{interval_text(group.efficiency, '')} (vs {group.first.config['peers']} x {group.one_peer.label})"
 
 
+def repeats_unit(group: Group) -> str:
+    """What the group's repeats are: "blocks" of a multirun, else "runs"."""
+    return "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
+
+
 def reached_cell(group: Group) -> str:
     reached, runs = reached_count(group)
-    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
-    return f"{reached} of {runs} {unit}"
+    return f"{reached} of {runs} {repeats_unit(group)}"
 
 
 def speed_table(groups: list[Group], primary: Primary) -> Table:

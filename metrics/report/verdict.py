@@ -14,7 +14,7 @@ from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
 from metrics.report.formats import cpus, interval_text, number, share, size
 from metrics.report.tables import (bottleneck, error_headline, excludes_one, failure_counters, mlperf_time, ranked,
-                                   reached_count)
+                                   reached_cell, reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
                                   pooled_log_sd)
 
@@ -161,9 +161,7 @@ def against_baseline(group: Group, comparisons: list[Comparison]) -> Comparison 
 
 
 def reached_text(group: Group, primary: Primary) -> str:
-    reached, runs = reached_count(group)
-    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
-    return f"reached {primary.target} in {reached} of {runs} {unit}"
+    return f"reached {primary.target} in {reached_cell(group)}"
 
 
 def finding_of(group: Group, a: Analysis) -> str:
@@ -229,8 +227,7 @@ def control_line(a: Analysis) -> str:
     for c in a.controls:
         verdict = ("excludes 1: runs in one block are not comparable" if excludes_one(c.ratio) else
                    "no interval" if c.ratio.interval() is None else "includes 1")
-        parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio)}, "
-                     f"{verdict}")
+        parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio)}, {verdict}")
     return ("Control arm (the equal-resource baseline run twice in every block, the noise floor; > 1: the first run "
             "was the faster): " + "; ".join(parts) + ".")
 
