@@ -22,8 +22,7 @@ def evidence_entry(entry: dict) -> dict:
 
 
 def refresh_evidence(entries: Iterable[dict], evidence: Path | None = None) -> None:
-    """Copy the evidence entries among these benchmark entries into the evidence file (default EVIDENCE; the others
-    stay as they were)."""
+    """Copy the evidence entries among these benchmark entries into the evidence file (default EVIDENCE)."""
     evidence = evidence or EVIDENCE
     recorded = {e["name"]: e for e in entries if e["name"] in ENTRIES}
     kept = json.loads(evidence.read_text())["results"] if evidence.exists() else []

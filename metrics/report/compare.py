@@ -94,8 +94,7 @@ def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, 
 
 
 def block_throughput(runs: list[Run]) -> tuple[float | None, bool]:
-    """One block's throughput of a group (geometric mean over its runs) and whether every run completed; a failed
-    run's recorded throughput, if any."""
+    """One block's throughput of a group (geometric mean over its runs, failed runs' too) and whether all completed."""
     recorded = [v for v in (r.summary.throughput_samples_per_s for r in runs) if v]
     completed = all(completed_throughput(r) for r in runs)
     return (statistics.geometric_mean(recorded) if recorded else None), completed

@@ -34,8 +34,7 @@ def block_order(n: int, block: int) -> list[int]:
 
 
 def order_of(n: int, blocks: int, at_once: int = 1) -> dict:
-    """The order's design; at_once: the jobs the launcher may run at the same time (more than 1: the order is
-    planned, not enforced)."""
+    """The order's design; at_once: jobs the launcher may run at once (above 1: the order is planned, not enforced)."""
     sequences = len(williams(n))
     return {"design": "williams", "jobs": n, "sequences": sequences, "blocks": blocks,
             "balanced": blocks % sequences == 0, "at_once": at_once}

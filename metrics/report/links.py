@@ -56,8 +56,7 @@ def goodput_text(runs: list[Run]) -> str:
 
 
 def link_lines(groups: list[Group]) -> list[str]:
-    """One line per distinct link among the groups' runs: the configurations measured on it, and for emulated
-    links the goodput while busy over their runs."""
+    """One line per distinct link among the groups' runs: the configurations on it and, if emulated, its goodput."""
     on_link: dict[str, dict[Group, list[Run]]] = {}
     for group in groups:
         for run in group.runs:

@@ -99,8 +99,7 @@ def note(evidence: Evidence) -> str:
 
 
 def projected_tables(sections: list[Section], specs: list[str], results: Path | None = None) -> list[Table]:
-    """One table per (dataset, model) section, from the evidence in `results` (default conf/evidence.json); a table
-    without rows says why where the projection cannot be made."""
+    """One table per section from the evidence in `results` (default conf/evidence.json); without rows, it says why."""
     targets = parse_targets(specs)
     try:
         evidence = load_evidence(results or EVIDENCE)

@@ -162,8 +162,7 @@ class Run:
         return self.summary.peers or []
 
     def strategy_figures(self) -> dict:
-        """peers[*].result.strategy flattened and merged: numbers as the mean over peers, other values as
-        the distinct set."""
+        """peers[*].result.strategy flattened and merged: numbers as their mean over peers, others as a distinct set."""
         values: dict[str, list] = {}
         for peer in self.peer_summaries():
             for key, value in flatten((peer.result or {}).get("strategy") or {}).items():
@@ -293,8 +292,7 @@ def block_means(group: Group, figure) -> dict:
 
 
 def paired_differences(minuend: Group, subtrahend: Group, figure) -> list[float]:
-    """figure(minuend) - figure(subtrahend), one difference per block holding both (runs in one block ran side by
-    side, with the same seed)."""
+    """figure(minuend) - figure(subtrahend), one difference per block holding both."""
     first, second = block_means(minuend, figure), block_means(subtrahend, figure)
     return [first[b] - second[b] for b in sorted(first.keys() & second.keys(), key=str)]
 

@@ -137,8 +137,7 @@ def olympic_mean(values: list[float]) -> float:
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:
-    """Holm-adjusted p-values (step-down, family-wise error <= alpha); None (no test) stays None and does not
-    count as a comparison."""
+    """Holm-adjusted p-values (step-down); None (no test) stays None and is not counted as a comparison."""
     tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
     adjusted: list[float | None] = [None] * len(p_values)
     running = 0.0

@@ -251,8 +251,7 @@ BOTTLENECKS = {"data": ("data_s",), "compute": ("compute_s", "opt_s"), "communic
 
 
 def bottleneck(group: Group) -> tuple[str, float] | None:
-    """What dominates the step: data loading, compute (forward, backward and optimizer update) or communication,
-    with its share of the step."""
+    """What dominates the step (data loading, compute with the optimizer update, or communication), with its share."""
     shares = {name: sum(share_of(group, p) or 0.0 for p in phases) for name, phases in BOTTLENECKS.items()}
     name = max(shares, key=shares.get)
     return (name, shares[name]) if shares[name] > 0 else None

@@ -165,8 +165,7 @@ def reached_text(group: Group, primary: Primary) -> str:
 
 
 def finding_of(group: Group, a: Analysis) -> str:
-    """One configuration's line under the answer: how often it reached the target, and its claim against one
-    process on the same CPUs."""
+    """One configuration's line under the answer: how often it reached the target, its claim against its baseline."""
     head = f"{group.label}: " + (reached_text(group, a.primary) + "; " if a.primary.is_time else "")
     if group.baseline is group:
         return head + f"the equal-resource baseline (one process on {cpus(group.first.total_cpus)})"
@@ -254,8 +253,7 @@ def noise_of(a: Analysis) -> Noise | None:
 
 
 def noise_line(a: Analysis) -> str | None:
-    """The primary figure's own noise, and the smallest ratio the blocks detect after Holm over the declared
-    comparisons."""
+    """The primary figure's own noise, and the smallest ratio the blocks detect after Holm."""
     if not (noise := noise_of(a)):
         return None
     if not noise.log_sd:

@@ -108,8 +108,7 @@ def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dic
 
 def isolated_round(bound, formula: str | None, knobs: dict, rounds: dict, keys: list, workers: int,
                    rates: list[float | None]) -> dict | None:
-    """The strategy's latency of one isolated round on equal links (Strategy.link_bound): not a floor where
-    rounds overlap."""
+    """The strategy's latency of one round alone on equal links (Strategy.link_bound); no floor if rounds overlap."""
     worker_rates = [rates[r] for r in range(workers) if r < len(rates)]
     if bound is None or formula is None or None in rates or not worker_rates:
         return None

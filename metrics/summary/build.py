@@ -78,8 +78,7 @@ def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
 
 
 def useful_samples(workers: list[dict]) -> int | None:
-    """Samples that went into the model the workers ended with, where the strategy says (hivemind: its epochs x
-    target batch size): trained samples past the last completed epoch did not."""
+    """Samples in the model the workers ended with, where the strategy says (hivemind: completed epochs x batch)."""
     found = [((w["result"] or {}).get("strategy") or {}).get("useful_samples") for w in workers]
     return max((v for v in found if v is not None), default=None)
 
@@ -140,8 +139,7 @@ def evaluation_mode(results: list[dict]) -> dict:
 
 
 def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
-    """The workers' speed references and how far each moved during the run (see METHODS); None where none was
-    recorded."""
+    """The workers' speed references and how far each moved in the run (see METHODS); None where none was recorded."""
     by_rank = {}
     for peer in figures:
         recorded = (peer["result"] or {}).get("speed_reference") or {}
@@ -370,8 +368,7 @@ def severity(status: str | None) -> int:
 
 
 def windows_of(peers: list[Peer]) -> list[PeerWindow]:
-    """Each peer's samples, training time and steps in the measurement window (a summary from before the window:
-    all its steps)."""
+    """Each peer's samples, training time and steps in the measurement window (all its steps in an older summary)."""
     return [p.window or PeerWindow(samples=p.samples or 0, train_s=p.train_s or 0.0, steps=p.steps or 0)
             for p in peers if p.train_s is not None]
 

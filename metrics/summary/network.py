@@ -26,8 +26,7 @@ def wire_figures(steps: list[dict]) -> dict:
 
 
 def built_links(run: RunDir, figure: str) -> list:
-    """A figure of each process's link as the placement built it (after any dilation): bandwidth_mbit (None:
-    unshaped) or latency_ms."""
+    """A figure (bandwidth_mbit, None: unshaped; or latency_ms) of each process's link as the placement built it."""
     hosts = json.loads(run.network.read_text())["hosts"]
     return [h[figure] for h in sorted(hosts, key=lambda h: h["index"])]
 

@@ -324,8 +324,7 @@ class Summary(Section):
 
     @classmethod
     def load(cls, path: Path, require: tuple[str, ...] = ()) -> "Summary":
-        """A run's summary.json (the file, or the run's folder); require: dotted keys it must hold (e.g.
-        config.peers), else SummaryError."""
+        """A run's summary.json (the file or the run's folder); require: dotted keys it must hold, else SummaryError."""
         path = RunDir(path).summary if Path(path).is_dir() else Path(path)
         try:
             data = json.loads(path.read_text())
