@@ -1,7 +1,16 @@
-"""The primary figure's noise, recorded for planning (`primary_noise`: per figure, target, data, model and strategy,
-the sd of the paired log ratios against the equal-resource baseline, over distinct seeds for convergence figures)
-and read back to plan a sweep's blocks (`repeats=auto`, metrics/report/design.py). Recorded by
-`python bench/primary_noise.py SWEEP_DIR`."""
+"""The primary figure's noise, recorded for planning: the `primary_noise` entry, one row per
+(figure, target, estimator, data, model, strategy) with the sd of the paired log ratios against the
+equal-resource baseline (blocks observed exactly), its blocks and the blocks a ratio of x/÷1.10 needs; beside it,
+on time-to-target, the sd of the paired samples-to-target ratios (the convergence part of the noise).
+A convergence figure's noise is counted over distinct seeds: blocks of different sweeps that share a seed trained
+the same data order from the same weights (common random numbers), so they reached the target after the same
+samples; they are one observation of that seed (`seeds`): the sd is the per-seed means' plus the timing variance
+within a seed.
+A sweep's plan (launchers/sweeper.py, metrics/report/design.py) fixes its blocks (`repeats=auto`) and states their
+power from the 95 % upper confidence bound of the pooled sd (upper_log_sd).
+
+    python bench/primary_noise.py SWEEP_DIR  (into bench/results/primary_noise.json and conf/evidence.json)
+"""
 import json
 import math
 import statistics

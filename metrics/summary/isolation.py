@@ -77,11 +77,9 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
             "faithful": (not unfaithful) if measured else None, "unfaithful": unfaithful, "by_rank": by_rank}
 
 
-# A figure's unit is in its name, as for the knobs (metrics/recording/units.py): seconds end in a time suffix or hold
-# "_s_per_" (seconds per step, per round); rates end in "_per_s" or "_mbit"; shares and ratios (time_breakdown_share,
-# whose parts are named like the seconds they divide) have none. A section named with a unit passes it to all it
-# holds. NAME_by_rank has NAME's unit (that of the figure NAME_s beside it where NAME carries none:
-# time_to_target_by_rank).
+# A figure's unit is in its name (as a knob's, metrics/recording/units.py): seconds end in a time suffix or hold
+# "_s_per_", rates end in "_per_s" or "_mbit", shares and ratios have none; a section named with a unit passes it to
+# all it holds; NAME_by_rank has NAME's unit, or that of NAME_s beside it (time_to_target_by_rank).
 SECONDS_SUFFIXES = (*TIME_SUFFIXES, "_ns")
 RATE_SUFFIXES = ("_per_s", *KNOB_RATE_SUFFIXES)
 UNITLESS_SUFFIXES = ("_share", "_ratio")
