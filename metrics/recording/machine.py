@@ -12,8 +12,7 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 # --- peer side: per step ------------------------------------------------------------------------
 def thread_run_delays(pids: list[int]) -> dict[int, int]:
-    """Thread id -> ns it spent runnable but waiting for a CPU (/proc/PID/task/TID/schedstat, field 2), for every
-    thread of these processes; threads that end meanwhile are left out."""
+    """Thread id -> ns runnable but waiting for a CPU (schedstat field 2), for the live threads of these processes."""
     found = {}
     for pid in pids:
         try:
@@ -67,8 +66,7 @@ def cpu_pressure_us() -> int | None:
 
 
 def cpu_times(cores: set[int], path: str = "/proc/stat") -> dict[str, float]:
-    """busy, steal and all CPU seconds of these cores since boot; irq: the part of busy spent in interrupts and
-    softirqs (the kernel's packet processing, for one)."""
+    """busy, irq (interrupts and softirqs: part of busy), steal and all CPU seconds of these cores since boot."""
     busy = steal = total = interrupts = 0
     with open(path) as f:
         for line in f:
@@ -138,8 +136,7 @@ SAME_MACHINE = ("cpu_vendor", "cpu_model_name", "cpu_family", "cpu_model", "cpu_
 
 
 def same_machine(recorded: dict, current: dict) -> bool:
-    """Whether two fingerprints name the same kind of machine: the same CPU (vendor, model name, family, model,
-    clock), core count and kernel, all recorded."""
+    """Whether two fingerprints name the same kind of machine: SAME_MACHINE's fields equal and all recorded."""
     return all(recorded.get(key, UNKNOWN) == current.get(key, UNKNOWN) != UNKNOWN for key in SAME_MACHINE)
 
 

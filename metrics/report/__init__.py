@@ -12,8 +12,7 @@ report_errors: list[str] = []  # reports that failed in this process (train.py's
 
 
 def build_report(sources: list[Path], out_dir: Path, project: list[str] | None = None) -> dict[str, Path]:
-    """Write report.html, report.md and runs.csv into out_dir (with project: the section "Projected to your
-    cluster" for these LINK:N targets); returns their paths."""
+    """Write report.html, report.md and runs.csv into out_dir (project: LINK:N targets to project to); their paths."""
     return write(build(sources, project), out_dir)
 
 

@@ -77,8 +77,7 @@ class Observation:
 
     @property
     def order(self) -> tuple:
-        """Fastest first: a crossing at the first evaluation, then crossings by their time, then misses (a miss is
-        the slowest, as MLPerf counts it)."""
+        """Fastest first: a crossing at the first evaluation, then crossings by time, then misses (the slowest)."""
         return (1, self.low) if self.exact else (0, 0.0) if self.reached else (2, 0.0)
 
     @property

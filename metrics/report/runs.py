@@ -126,8 +126,7 @@ class Run:
         return self.summary.speed_reference
 
     def speed_moved(self) -> str | None:
-        """How far the run's speed reference moved when beyond its tolerance (a mark, never a reason to leave the
-        run out); None within it or unrecorded."""
+        """A mark where the run's speed reference moved beyond its tolerance (never a reason to leave the run out)."""
         reference = self.speed_reference
         if not reference.beyond_tolerance:
             return None
@@ -149,8 +148,7 @@ class Run:
         return self.summary.link
 
     def worst_worker_accuracy(self) -> float | None:
-        """The lowest final test accuracy over workers: summary.json's accuracy_by_worker.worst, else the last
-        evaluation of each worker in peer*/eval.jsonl."""
+        """The lowest final test accuracy over workers: accuracy_by_worker.worst, else each worker's last evaluation."""
         worst = self.summary.accuracy_by_worker.worst
         if worst is not None:
             return worst
@@ -428,8 +426,7 @@ def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
 
 
 def plan_refusal(plans: dict[str, dict]) -> str | None:
-    """Why runs of these sweeps (directory -> plan) are not one design: sweeps under different plans (plan ids;
-    none: a plan without one), one line; None where they continue one plan."""
+    """Why these sweeps' runs (directory -> plan) are not one design (other plan ids), one line; None if one plan."""
     ids = {sweep: plan.get("id") for sweep, plan in plans.items()}
     if len(ids) < 2 or (len(set(ids.values())) == 1 and None not in ids.values()):
         return None

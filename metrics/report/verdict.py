@@ -419,8 +419,7 @@ def shared_cores(run) -> str | None:
 
 
 def window_caveats(runs: list[Run]) -> list[str]:
-    """Runs whose throughput, bytes and time breakdown were measured over fewer steps than the declared measurement
-    window (they ended inside it or before it)."""
+    """Runs measured over fewer steps than the declared measurement window (they ended inside or before it)."""
     caveats = []
     for run in runs:
         window = run.summary.window

@@ -74,8 +74,7 @@ def span(records: list[dict]) -> tuple[float, float]:
 
 def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dict,
                     steps_by_rank: dict[int, list[dict]], rates_mbit: list[float | None]) -> dict:
-    """Each round's floor (the run's, where rounds overlap) against the measured time (methods.yaml
-    network.efficiency)."""
+    """Each round's floor (the run's, if rounds overlap) against measured time (methods.yaml network.efficiency)."""
     if not steps_by_rank:
         return {"bound": None, "why": "no steps were logged"}
     rates = [None if m is None else m * MBIT for m in rates_mbit]

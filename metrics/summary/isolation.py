@@ -33,8 +33,7 @@ def shared_cores(results: dict[int, dict | None]) -> list[str]:
 
 
 def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool = True) -> dict:
-    """results: rank -> the peer's result.json (None where it wrote none); fits: the run's processes had a core
-    each (summary.json's shape.fits), so no two should share one."""
+    """results: rank -> the peer's result.json (None: none written); fits: each process had a core of its own."""
     groups = json.loads(run.cpu_groups.read_text()) if run.cpu_groups.exists() else {
         "status": "not isolated", "reason": "no cpu groups recorded (a run from before isolation existed)",
         "cgroup": None, "period_us": None, "ranks": {}}
