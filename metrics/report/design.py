@@ -6,7 +6,7 @@ from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
 from metrics.report.compare import declared_pairs
-from metrics.report.formats import share
+from metrics.report.formats import share, times_over
 from metrics.report.noise import planning_noise, upper_log_sd
 from metrics.report.primary import declare
 from metrics.report.runs import Run, group_runs, sections_of
@@ -82,7 +82,7 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         except ValueError:
             if repeats is None:
                 raise
-            lines.append(f"avgbench: the power of {repeats} blocks for {section.key} at ×/÷{effect:.2f} "
+            lines.append(f"avgbench: the power of {repeats} blocks for {section.key} at {times_over(effect)} "
                          f"(report.smallest_effect) is unknown: {results} records no noise to compute it from")
             continue
         upper = upper_log_sd(sd, df)
@@ -96,8 +96,8 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         powers[section.key] = {"effect": effect, "blocks": blocks, "comparisons": family, "log_sd": sd, "df": df,
                                "log_sd_upper": upper, "power": at_upper, "power_at_estimate": at_estimate}
         head = f"avgbench: {'repeats=auto: ' if repeats is None else ''}{blocks} blocks for {section.key}"
-        reach = (f"{share(at_upper)} power to detect a ratio beyond ×/÷{effect:.2f} (report.smallest_effect)"
-                 + ("" if found else f", capped at report.max_blocks={cap}: ×/÷{effect:.2f} needs more")
+        reach = (f"{share(at_upper)} power to detect a ratio beyond {times_over(effect)} (report.smallest_effect)"
+                 + ("" if found else f", capped at report.max_blocks={cap}: {times_over(effect)} needs more")
                  + f" at the recorded noise's 95 % upper bound (log-sd {upper:.3f}; {share(at_estimate)} at its "
                  f"estimate {sd:.3f}, {df} degrees of freedom)")
         lines.append(f"{head}: {reach}, after Holm over {family} comparisons, from the recorded noise of "

@@ -72,6 +72,11 @@ def median_text(values: list[float], show, unit: str) -> str:
             f"{counted(len(values), 'run')})")
 
 
+def times_over(value: float) -> str:
+    """A ratio's x/÷ factor: 1.25 -> "×/÷1.25" (a ratio beyond 1.25 or below 1/1.25)."""
+    return f"×/÷{value:.2f}"
+
+
 def bound_sign(ratio) -> str:
     """"≤ " where this side was counted at its best case in some block (the ratio can only be lower), "≥ " where the
     other was; nothing where neither or both were."""
@@ -89,5 +94,5 @@ def interval_text(ratio, unit: str = "×") -> str:
     if interval is None:
         return f"{estimate} ({ratio.why_no_interval}: no interval)"
     low, high = interval
-    return (f"{estimate} [{low:.2f}, {high:.2f}] (×/÷{factor(interval):.2f}, "
+    return (f"{estimate} [{low:.2f}, {high:.2f}] ({times_over(factor(interval))}, "
             f"{blocks_text(ratio.n, getattr(ratio, 'imputed', 0))})")

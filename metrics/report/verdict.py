@@ -12,7 +12,7 @@ from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
-from metrics.report.formats import cpus, interval_text, number, share, size
+from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
 from metrics.report.tables import (bottleneck, error_headline, excludes_one, failure_counters, mlperf_time, ranked,
                                    reached_cell, reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
@@ -137,7 +137,7 @@ def claim_text(c: Comparison) -> str:
     if decision == NO_INTERVAL:
         return f"{measured}: no result"
     return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",
-            EQUIVALENT: f"no faster (equivalent within ×/÷{c.smallest_effect:.2f}, TOST): {measured}",
+            EQUIVALENT: f"no faster (equivalent within {times_over(c.smallest_effect)}, TOST): {measured}",
             CANNOT_TELL: f"cannot tell: {measured}" + why_no_claim(c)}[decision]
 
 
@@ -213,7 +213,7 @@ def method_of(a: Analysis) -> str:
                "a failed run is counted as at best a tie and cannot support a claim in its favour")
     return (f"Method: each configuration is compared with the runs of the same block; ratio, 95 % interval and test "
             f"come from one paired Student-t on the log ratios; {counted}; a claim (faster, slower, or equivalent "
-            f"within ×/÷{a.margin:.2f}) needs p < 0.05 after Holm's correction over the "
+            f"within {times_over(a.margin)}) needs p < 0.05 after Holm's correction over the "
             f"{a.comparisons[0].family if a.comparisons else 0} comparisons declared for this section (details: "
             "Methods).")
 
@@ -261,7 +261,7 @@ def noise_line(a: Analysis) -> str | None:
                 "interval; run the multirun with repeats=2 or more (the default is 3).")
     return (f"Noise of {a.primary.name}: the paired ratios vary by {noise.log_sd:.1%} (sd of their logs, pooled over "
             f"the comparisons with the baselines and the control arm, blocks observed exactly); {noise.blocks} blocks "
-            f"detect a ratio beyond ×/÷{noise.detectable:.2f} (5 % two-sided after Holm over {noise.family} "
+            f"detect a ratio beyond {times_over(noise.detectable)} (5 % two-sided after Holm over {noise.family} "
             "comparisons, 80 % power).")
 
 
@@ -316,7 +316,7 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
         figures.append(f"worst worker {worst:.3f}")
     found = bottleneck(group)
     if found:
-        figures.append(f"{found[0]}-bound ({100 * found[1]:.0f}% of the step)")
+        figures.append(f"{found[0]}-bound ({share(found[1])} of the step)")
     if len(group.runs) > 1:
         figures.append(f"mean of {len(group.runs)} repeats")
     return figures
@@ -332,7 +332,7 @@ def caveats_of(group: Group, section: Section) -> list[str]:
         errors = "; ".join(f"block {r.config.get('block')}: {r.summary.status}"
                            + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
                            for r in group.attempts)
-        caveats.append(f"{len(group.attempts)} superseded attempt{'s' if len(group.attempts) > 1 else ''} ({errors})")
+        caveats.append(f"{counted(len(group.attempts), 'superseded attempt')} ({errors})")
     later = [str(r.config.get("block")) for r in group.runs if r.run_later]
     if later:
         caveats.append(f"block {', '.join(later)} run later, after an earlier attempt (not contemporaneous)")
