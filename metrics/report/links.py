@@ -1,6 +1,5 @@
-"""The verdict's network lines, per (dataset, model): the link each configuration was measured on (summary.json's
-`link`, metrics/summary/link.py), the link's goodput while busy, and every configuration's communication share of a
-step (time_breakdown_share.comm_s, metrics/summary/build.py), each the median over runs with its range."""
+"""The verdict's network lines per section: each configuration's link (summary.json `link`), its goodput while busy,
+and each configuration's communication share of a step, as the median over runs with its range."""
 from metrics.summary.link import ONLY_COMPUTE_DIFFERS
 from metrics.summary.schema import Link
 from metrics.report.formats import counted, median_text, number, rounded_percent

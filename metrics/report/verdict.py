@@ -1,8 +1,6 @@
-"""The verdict at the top of the report, per (dataset, model) section, on the primary figure alone: the figure
-declared before the first run (metrics/report/primary.py), the answer (what the declared comparisons allow
-claiming against one process on the same CPUs, or why nothing may be claimed), one sentence of method, each
-configuration's "reached the target in k of n blocks" and claim, the control arm's interval, the noise, and the
-configurations ranked on the primary figure with every other figure beside it and the caveats that concern it."""
+"""The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer (what the declared
+comparisons allow claiming against one process on the same CPUs, or why nothing), the method in one sentence, each
+configuration's findings and caveats, the control arm, and the noise."""
 import statistics
 from dataclasses import dataclass, field
 

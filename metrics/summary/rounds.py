@@ -1,6 +1,5 @@
-"""summary.json's "averaging_rounds": the averaging rounds a strategy records one by one (peer<R>/rounds.jsonl,
-written by hivemind's averagers: strategies/hivemind_internals.py), joined across peers into one record per round.
-"""
+"""summary.json's "averaging_rounds": the rounds a strategy records one by one (peer<R>/rounds.jsonl, hivemind's
+averagers), joined across peers into one record per round."""
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from metrics.recording.methods import methods

@@ -1,6 +1,5 @@
-"""The measurement window: the steps over which a run's throughput, bytes and time breakdown are measured, the same
-for every strategy of a sweep (conf/config.yaml measure_window), so that runs which end at different steps (at their
-target) are measured over the same stretch of training, after warm-up."""
+"""The measurement window (conf/config.yaml measure_window): the steps over which throughput, bytes and time breakdown
+are measured, the same for every strategy of a sweep, after warm-up, whichever step each run ends at."""
 
 
 def window_steps(after_step: int, steps: int, period: tuple[int, int]) -> tuple[int, int]:
