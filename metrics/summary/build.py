@@ -256,10 +256,11 @@ NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: 
 
 
 def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
-    """The summary of a run over several nodes from its nodes' (node folders at paths, their node ranks; missing: the
-    ranks that wrote none), each figure by one node's definition over every node's workers: the worst node's status
-    (a missing summary fails the run), samples summed, throughput over the longest worker, time-to-target by the
-    worst worker, per-step means weighted by steps, the setting of the node worst off (docs/clusters.md)."""
+    """The summary of a run over several nodes from its nodes' (folders at paths, node ranks; missing: ranks that wrote
+    none), each figure by one node's definition over every node's workers: the worst status (no summary fails the run;
+    error, exit code: of the first failing node to end), samples summed, throughput over the longest worker,
+    time-to-target by the worst worker, per-step means weighted by steps, the setting of the node worst off
+    (docs/clusters.md)."""
     first = summaries[0]
     peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
     windows = windows_of(peers)
