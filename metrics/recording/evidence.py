@@ -1,8 +1,5 @@
-"""The evidence a run or a projection needs from the benchmarks, in conf/evidence.json: the dilation check
-(`emulation`), the payload share (`link_goodput`), the cost models' held-out validation (`projection_validation`,
-counted held-out cases only), the noise-scale check (`noise_scale`) and the recorded noise (`primary_noise`).
-The benchmarks that measure them write it when they save their entry (bench/results.py save); run them on your
-machine to make it yours. Nothing at run time reads bench/."""
+"""The evidence runs and projections read from conf/evidence.json (emulation, link_goodput, projection_validation,
+noise_scale, primary_noise), written by the benchmarks when they save their entry (bench/results.py save)."""
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,8 +22,7 @@ def evidence_entry(entry: dict) -> dict:
 
 
 def refresh_evidence(entries: Iterable[dict], evidence: Path | None = None) -> None:
-    """Copy the evidence entries among these benchmark entries into the evidence file (default EVIDENCE; the others
-    stay as they were)."""
+    """Copy the evidence entries among these benchmark entries into the evidence file (default EVIDENCE)."""
     evidence = evidence or EVIDENCE
     recorded = {e["name"]: e for e in entries if e["name"] in ENTRIES}
     kept = json.loads(evidence.read_text())["results"] if evidence.exists() else []

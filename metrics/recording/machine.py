@@ -1,7 +1,5 @@
-"""How busy the machine was around a run (the launcher's MachineSampler: RUN/.avgbench/machine.jsonl, one line a
-second: CPU pressure, the usable cores' busy and steal time, load, the run's own CPU time) and what a peer's own
-threads got over a step (ProcessClock: cpu_s, runq_s); Linux /proc. The figures: docs/runs.md (The run's shape and
-the machine around it)."""
+"""How busy the machine was around a run (MachineSampler: .avgbench/machine.jsonl, one line a second) and what a peer's
+own threads got over a step (ProcessClock: cpu_s, runq_s); Linux /proc. See docs/runs.md."""
 import os
 import time
 from pathlib import Path
@@ -14,8 +12,7 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 # --- peer side: per step ------------------------------------------------------------------------
 def thread_run_delays(pids: list[int]) -> dict[int, int]:
-    """Thread id -> ns it spent runnable but waiting for a CPU (/proc/PID/task/TID/schedstat, field 2), for every
-    thread of these processes; threads that end meanwhile are left out."""
+    """Thread id -> ns runnable but waiting for a CPU (schedstat field 2), for the live threads of these processes."""
     found = {}
     for pid in pids:
         try:
@@ -37,27 +34,23 @@ def thread_run_delays(pids: list[int]) -> dict[int, int]:
 
 
 class ProcessClock:
-    """CPU time and run-queue delay of this process, all threads. `read()` costs well under a millisecond
-    (measured by bench/noise.py: clock_cost_us)."""
+    """CPU time and run-queue delay of this process, all threads."""
 
     def __init__(self):
         self.runq_ns: dict[int, int] = {}
         self.has_schedstat = os.path.exists(f"/proc/{os.getpid()}/schedstat")
 
-    def _runq_by_thread(self) -> dict[int, int]:
-        return thread_run_delays([os.getpid()])
-
     def start(self) -> None:
         self.cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
         if self.has_schedstat:
-            self.runq_ns = self._runq_by_thread()
+            self.runq_ns = thread_run_delays([os.getpid()])
 
     def since_start(self) -> dict[str, float | None]:
         """{cpu_s, runq_s} since start() (runq_s null where the kernel keeps no schedstat)."""
         cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - self.cpu
         if not self.has_schedstat:
             return {"cpu_s": cpu, "runq_s": None}
-        now = self._runq_by_thread()
+        now = thread_run_delays([os.getpid()])
         runq = sum(ns - self.runq_ns.get(tid, 0) for tid, ns in now.items())
         return {"cpu_s": cpu, "runq_s": runq / 1e9}
 
@@ -73,8 +66,7 @@ def cpu_pressure_us() -> int | None:
 
 
 def cpu_times(cores: set[int], path: str = "/proc/stat") -> dict[str, float]:
-    """busy, steal and all CPU seconds of these cores since boot; irq: the part of busy spent in interrupts and
-    softirqs (the kernel's packet processing, for one)."""
+    """busy, irq (interrupts and softirqs: part of busy), steal and all CPU seconds of these cores since boot."""
     busy = steal = total = interrupts = 0
     with open(path) as f:
         for line in f:
@@ -116,9 +108,8 @@ UNKNOWN = "unknown"
 
 
 def fingerprint() -> dict:
-    """The machine a result was measured on: its fingerprint (FINGERPRINT: the first CPU's vendor, model name, family,
-    model and clock, the usable cores, memory, kernel, GPU) and the load average when the benchmark ended. The model
-    name alone does not tell hosts apart: two 2-core "AMD EPYC" machines ran ResNet18 1.75x apart."""
+    """The machine a result was measured on (FINGERPRINT: the first CPU's vendor, model name, family, model and clock,
+    the usable cores, memory, kernel, GPU) and the load average when the benchmark ended."""
     import platform
 
     import psutil
@@ -145,8 +136,7 @@ SAME_MACHINE = ("cpu_vendor", "cpu_model_name", "cpu_family", "cpu_model", "cpu_
 
 
 def same_machine(recorded: dict, current: dict) -> bool:
-    """Whether two fingerprints name the same kind of machine: the same CPU (vendor, model name, family, model,
-    clock), core count and kernel, all recorded."""
+    """Whether two fingerprints name the same kind of machine: SAME_MACHINE's fields equal and all recorded."""
     return all(recorded.get(key, UNKNOWN) == current.get(key, UNKNOWN) != UNKNOWN for key in SAME_MACHINE)
 
 

@@ -53,7 +53,7 @@ class RunDir:
     dilation = property(lambda self: self.private / "dilation.json")
     link = property(lambda self: self.private / "link.json")  # the link the run measures (netemu/auto.py)
     link_meter = property(lambda self: self.private / "link_meter.json")  # its counters (netemu/goodput.py)
-    evaluation = property(lambda self: self.private / "evaluation")  # a host's workers share evaluations (job/evaluation.py)
+    evaluation = property(lambda self: self.private / "evaluation")  # shared by a host's workers (job/evaluation.py)
     summary = property(lambda self: self.path / "summary.json")
     launcher_log = property(lambda self: self.path / "launcher.log")
 

@@ -33,8 +33,7 @@ def net_totals() -> dict[str, int]:
 
 
 class WireCounter:
-    """Bytes on this namespace's non-loopback interfaces since the counter was made (per peer
-    only when each peer has its own namespace, i.e. network=emulated)."""
+    """Bytes on this namespace's non-loopback interfaces since the counter was made (per peer with network=emulated)."""
 
     def __init__(self):
         self.first = net_totals()

@@ -1,15 +1,6 @@
 """Comparison report over runs: report.html (self-contained, plots embedded), report.md, runs.csv.
 
-    python -m metrics.report DIR [DIR ...] [-o OUT] [--project lan:8 ...]
-
-DIR: run or multirun directories; every directory below holding summary.json is a run.
-After `train.py -m ...` the Hydra callback launchers.sweep.SweepReport writes the report
-into the multirun directory. --project: also predict each averaging configuration on these clusters,
-LINK:N each (report.project in a multirun). The noise `repeats=auto` plans from is recorded by
-bench/primary_noise.py.
-
-The package reads run directories and writes files; it imports nothing above metrics/.
-"""
+    python -m metrics.report DIR [DIR ...] [-o OUT] [--project lan:8 ...]"""
 import argparse
 from pathlib import Path
 
@@ -21,8 +12,7 @@ report_errors: list[str] = []  # reports that failed in this process (train.py's
 
 
 def build_report(sources: list[Path], out_dir: Path, project: list[str] | None = None) -> dict[str, Path]:
-    """Write report.html, report.md and runs.csv into out_dir (with project: the section "Projected to your
-    cluster" for these LINK:N targets); returns their paths."""
+    """Write report.html, report.md and runs.csv into out_dir (project: LINK:N targets to project to); their paths."""
     return write(build(sources, project), out_dir)
 
 

@@ -17,9 +17,8 @@ NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.
 
 
 def is_baseline_candidate(candidate: Group, run: Run) -> bool:
-    """A completed (or planned) single-process group on the same data, model, batch size per peer and optimizer (its
-    `optim` block: a strategy whose preset picks another optimizer, e.g. diloco's AdamW, is compared with a process
-    that trains with it too); never a control arm."""
+    """A completed (or planned) single-process group, never a control arm, on the same data, model, batch size per peer
+    and optimizer (`optim`: diloco's AdamW is compared with a process that trains with AdamW too)."""
     first = candidate.first
     return (first.is_baseline and not first.is_control and first.dataset == run.dataset
             and first.config["batch_size"] == run.config["batch_size"]
@@ -116,12 +115,10 @@ def missing_baselines(runs: list[Run]) -> list[dict]:
         run = group.first
         if run.is_control:
             continue
-        if baseline_for(run, groups) is None:
-            overrides = baseline_overrides(run, *run.shape)
-            missing.setdefault(json.dumps(overrides, default=str), overrides)
-        if one_peer_baseline_for(run, groups) is None:
-            overrides = baseline_overrides(run, 1, run.config["peer_cpus"])
-            missing.setdefault(json.dumps(overrides, default=str), overrides)
+        for baseline, shape in ((baseline_for, run.shape), (one_peer_baseline_for, (1, run.config["peer_cpus"]))):
+            if baseline(run, groups) is None:
+                overrides = baseline_overrides(run, *shape)
+                missing.setdefault(json.dumps(overrides, default=str), overrides)
     return list(missing.values())
 
 
@@ -137,8 +134,7 @@ def baseline_overrides(run: Run, peers: int, peer_cpus: int) -> dict:
 
 
 def default_config(config: dict) -> dict:
-    """conf/config.yaml with, for each config group, the option the run chose (its `name`), flattened; a group's
-    `name` defaults to the option config.yaml picks."""
+    """conf/config.yaml flattened, each config group's block from the option the run chose (default: config.yaml's)."""
     root = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
     chosen = {k: v for entry in root.pop("defaults") if isinstance(entry, dict) for k, v in entry.items()}
     root.pop("hydra", None)
@@ -170,8 +166,7 @@ def override_command(overrides: dict) -> str:
 
 
 def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
-    """Sections of grouped runs under dirs (baselines, control arms and superseded attempts attached), and what was
-    left out, with why."""
+    """Sections of grouped runs under dirs (baselines, control arms, attempts attached), and what was left out, why."""
     paths, superseded, incomplete = find_runs(dirs)
     found, aside = run_folders(paths), run_folders(superseded)
     incomplete = [p for p in dict.fromkeys(map(run_path, incomplete)) if p not in found and p not in aside]

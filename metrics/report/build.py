@@ -121,8 +121,7 @@ def csv_rows(sections: list[Section]) -> list[dict]:
 
 
 def build(sources: list[Path], project: list[str] | None = None) -> Report:
-    """The report over the runs under these directories; project: report.project's targets (LINK:N), each
-    averaging configuration projected to them (metrics/report/projected.py)."""
+    """The report over the runs under these directories; project: report.project's LINK:N targets."""
     from metrics.report.plots import section_plots  # matplotlib only when a report is built
 
     sections, left_out = load_runs(sources)

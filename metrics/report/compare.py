@@ -1,21 +1,14 @@
-"""Comparisons on the primary figure, declared before the data: every configuration against its equal-resource
-baseline and every pair of configurations, one Holm family per section; the control arm against the baseline it
-repeats, apart (the noise floor).
-
-A comparison pairs the two configurations' runs by block, leaving out the blocks where either run is unfaithful
-(metrics/report/runs.py Run.unfaithful). Its ratio is > 1 when `this` is the faster: time-to-target of the other
-/ this one's, throughput of this one / the other's. Nothing else is dropped: a run that missed the target, or
-failed, is counted at its best case in its block (counted_times, counted_throughputs) and may then support no claim
-in its favour (metrics.report.stats.Ratio.refused). One estimator, the paired t on the log ratios, gives the ratio,
-its interval and the test behind the claim.
-"""
+"""Comparisons on the primary figure, declared before the data: each configuration against its equal-resource
+baseline and every pair, one Holm family per section; the control arm against its baseline apart (the noise floor).
+Runs pair by block, unfaithful runs left out; a ratio > 1 means `this` is faster; a miss or failure counts at its
+best case in its block and then supports no claim in its favour (stats.Ratio.refused)."""
 import math
 import statistics
 from dataclasses import dataclass, field
 
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
-from metrics.report.runs import Group, Run
+from metrics.report.runs import Group, Run, block_runs
 from metrics.report.stats import EQUIVALENT, Ratio, decide, holm, pooled_log_sd
 
 PAIRED_T, TOST = "paired t-test", "TOST"
@@ -71,14 +64,6 @@ class Comparison:
         return decide(self.ratio, self.claim, self.adjusted_p)
 
 
-def block_runs(group: Group) -> dict:
-    """block -> the group's runs in it."""
-    found: dict = {}
-    for run in group.runs:
-        found.setdefault(run.block, []).append(run)
-    return found
-
-
 def block_observation(runs: list[Run]) -> Observation:
     """One block's time-to-target of a group: its run's; several runs in one block (runs outside any sweep): their
     geometric mean where all crossed exactly, else the slowest (a miss if any missed)."""
@@ -109,8 +94,7 @@ def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, 
 
 
 def block_throughput(runs: list[Run]) -> tuple[float | None, bool]:
-    """One block's throughput of a group (geometric mean over its runs) and whether every run completed; a failed
-    run's recorded throughput, if any."""
+    """One block's throughput of a group (geometric mean over its runs, failed runs' too) and whether all completed."""
     recorded = [v for v in (r.summary.throughput_samples_per_s for r in runs) if v]
     completed = all(completed_throughput(r) for r in runs)
     return (statistics.geometric_mean(recorded) if recorded else None), completed
@@ -165,9 +149,8 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
 
 
 def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
-    """The section's comparisons, fixed by its configurations alone (never by their results): every averaging
-    configuration against its equal-resource baseline, then every pair of averaging configurations, in label
-    order."""
+    """The section's comparisons, fixed by its configurations, never their results: each averaging configuration against
+    its equal-resource baseline, then every pair of them, in label order."""
     configurations = sorted(averaging(groups), key=lambda g: g.label)
     pairs = [(g, g.baseline) for g in configurations if g.baseline]
     pairs += [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]]
@@ -176,11 +159,9 @@ def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
 
 def family(groups: list[Group], primary: Primary, smallest_effect: float,
            declared: int | None = None) -> list[Comparison]:
-    """The declared comparisons with their Holm-adjusted p-values: one family of `declared` comparisons (the
-    sweep's plan) or of those here, each entering with its best permitted claim (a difference or equivalence: at
-    most one of the two nulls is true, so Holm still bounds the family-wise error); a declared comparison without a
-    test counts with p = 1. Each ratio's spread is floored at the section's pooled noise (blocks observed exactly),
-    so that a chance agreement of a few blocks is no claim."""
+    """The declared comparisons with Holm-adjusted p-values over a family of `declared` (the plan's) or of those here,
+    each with its best permitted claim (a comparison without a test counts p = 1); each spread floored at the section's
+    pooled noise (blocks observed exactly)."""
     found = [compare(a, b, primary, smallest_effect) for a, b in declared_pairs(groups)]
     exact = [c.ratio.uncensored for c in found]
     floor = pooled_log_sd([(r.n - 1, r.log_sd) for r in exact if r.n > 1]) or 0.0

@@ -1,13 +1,12 @@
-"""A multirun's design, declared before its first run (launchers/sweeper.py writes it into the sweep's plan):
-the primary figure of each (dataset, model), the comparisons of each (one Holm family), the number of blocks
-(`repeats`, or `repeats=auto`: from a power calculation on the recorded noise, for report.smallest_effect)
-and the power they have, the control arms, and the order of
-the jobs within each block (a Williams design)."""
+"""A multirun's design, declared before its first run (kept in the sweep's plan): each section's primary figure and
+comparisons, the blocks (`repeats`, or `repeats=auto` from a power calculation) and their power, the control arms,
+and the jobs' order within each block (a Williams design)."""
 import json
 from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
 from metrics.report.compare import declared_pairs
+from metrics.report.formats import share, times_over
 from metrics.report.noise import planning_noise, upper_log_sd
 from metrics.report.primary import declare
 from metrics.report.runs import Run, group_runs, sections_of
@@ -15,9 +14,8 @@ from metrics.report.stats import POWER, power
 
 
 def williams(n: int) -> list[list[int]]:
-    """A Williams design for n treatments: sequences in which each treatment takes each position equally often
-    and follows every other treatment equally often (first-order carry-over balance); n sequences for even n, 2n
-    for odd n (the square and its mirror)."""
+    """A Williams design for n treatments: each takes each position and follows every other equally often (first-order
+    carry-over balance); n sequences for even n, 2n for odd n (the square and its mirror)."""
     first, low, high = [0], 1, n - 1
     while len(first) < n:
         first.append(low)
@@ -36,8 +34,7 @@ def block_order(n: int, block: int) -> list[int]:
 
 
 def order_of(n: int, blocks: int, at_once: int = 1) -> dict:
-    """The order's design; at_once: the jobs the launcher may run at the same time (more than 1: the order is
-    planned, not enforced)."""
+    """The order's design; at_once: jobs the launcher may run at once (above 1: the order is planned, not enforced)."""
     sequences = len(williams(n))
     return {"design": "williams", "jobs": n, "sequences": sequences, "blocks": blocks,
             "balanced": blocks % sequences == 0, "at_once": at_once}
@@ -67,11 +64,9 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
 
 def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, cap: int,
                    repeats: int | None = None) -> tuple[int, list[str], dict]:
-    """The blocks of the plan and their power at the smallest effect of interest (a ratio x/÷effect), from the 95 %
-    upper confidence bound of the noise recorded in results (metrics/report/noise.py), Holm over each section's
-    declared comparisons; repeats=None (auto): the fewest blocks with POWER (80 %) at that bound (at most cap),
-    ValueError, saying what to run, where the noise is not recorded; repeats given: their power, or a line saying
-    it is unknown. Returns the blocks, the lines that say so, and the power per section for the plan."""
+    """The plan's blocks, the lines that state their power at x/÷effect, and the power per section: Holm over each
+    section's declared comparisons, at the 95 % upper bound of the noise recorded in results. repeats=None (auto): the
+    fewest blocks with POWER at that bound (at most cap), ValueError saying what to run where no noise is recorded."""
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
     needed, lines, powers = 2, [], {}
@@ -87,7 +82,7 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         except ValueError:
             if repeats is None:
                 raise
-            lines.append(f"avgbench: the power of {repeats} blocks for {section.key} at ×/÷{effect:.2f} "
+            lines.append(f"avgbench: the power of {repeats} blocks for {section.key} at {times_over(effect)} "
                          f"(report.smallest_effect) is unknown: {results} records no noise to compute it from")
             continue
         upper = upper_log_sd(sd, df)
@@ -101,14 +96,11 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         powers[section.key] = {"effect": effect, "blocks": blocks, "comparisons": family, "log_sd": sd, "df": df,
                                "log_sd_upper": upper, "power": at_upper, "power_at_estimate": at_estimate}
         head = f"avgbench: {'repeats=auto: ' if repeats is None else ''}{blocks} blocks for {section.key}"
-        reach = (f"{percent(at_upper)} power to detect a ratio beyond ×/÷{effect:.2f} (report.smallest_effect)"
-                 + ("" if found else f", capped at report.max_blocks={cap}: ×/÷{effect:.2f} needs more")
-                 + f" at the recorded noise's 95 % upper bound (log-sd {upper:.3f}; {percent(at_estimate)} at its "
+        reach = (f"{share(at_upper)} power to detect a ratio beyond {times_over(effect)} (report.smallest_effect)"
+                 + ("" if found else f", capped at report.max_blocks={cap}: {times_over(effect)} needs more")
+                 + f" at the recorded noise's 95 % upper bound (log-sd {upper:.3f}; {share(at_estimate)} at its "
                  f"estimate {sd:.3f}, {df} degrees of freedom)")
         lines.append(f"{head}: {reach}, after Holm over {family} comparisons, from the recorded noise of "
                      f"{primary.name} ({where}); fixed now, no optional stopping")
     return needed, lines, powers
 
-
-def percent(value: float | None) -> str:
-    return "no" if value is None else f"{value:.0%}"

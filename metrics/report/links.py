@@ -1,33 +1,14 @@
-"""The verdict's network lines, per (dataset, model): the link each configuration was measured on (summary.json's
-`link`, metrics/summary/link.py), the link's goodput while busy, and every configuration's communication share of a
-step (time_breakdown_share.comm_s, metrics/summary/build.py), each the median over runs with its range."""
-import statistics
-
+"""The verdict's network lines per section: each configuration's link (summary.json `link`), its goodput while busy,
+and each configuration's communication share of a step, as the median over runs with its range."""
 from metrics.summary.link import ONLY_COMPUTE_DIFFERS
 from metrics.summary.schema import Link
+from metrics.report.formats import counted, median_text, number, rounded_percent
 from metrics.report.runs import Group, Run
-from metrics.report.tables import number
 from metrics.recording.methods import methods
 
 GOODPUT_METHOD = methods("links")["method"]
 COMM_SHARE = ("Communication's share of a step (time_breakdown_share.comm_s: exposed communication / the mean "
               "step over all workers, one definition for every strategy; median over runs)")
-
-
-def runs_text(n: int) -> str:
-    return f"{n} run{'s' if n != 1 else ''}"
-
-
-def median_text(values: list[float], show, unit: str) -> str:
-    """median (range low–high, n runs) of values, each shown by show(value), in unit."""
-    if min(values) == max(values):
-        return f"{show(values[0])}{unit} ({'1 run' if len(values) == 1 else f'all {len(values)} runs'})"
-    return (f"median {show(statistics.median(values))}{unit} (range {show(min(values))}–{show(max(values))}{unit}, "
-            f"{runs_text(len(values))})")
-
-
-def percent(value: float) -> str:
-    return number(100 * value, 2)
 
 
 def nominal_text(link: Link) -> str:
@@ -69,13 +50,12 @@ def goodput_text(runs: list[Run]) -> str:
                 "links were not metered).")
     unjudged = len(runs) - len(measured)
     return (f" Goodput while busy: {median_text(measured, number, ' Mbit/s')}"
-            + (f", not judged in {unjudged} of {runs_text(len(runs))}" if unjudged else "")
+            + (f", not judged in {unjudged} of {counted(len(runs), 'run')}" if unjudged else "")
             + f"; {GOODPUT_METHOD}.")
 
 
 def link_lines(groups: list[Group]) -> list[str]:
-    """One line per distinct link among the groups' runs: the configurations measured on it, and for emulated
-    links the goodput while busy over their runs."""
+    """One line per distinct link among the groups' runs: the configurations on it and, if emulated, its goodput."""
     on_link: dict[str, dict[Group, list[Run]]] = {}
     for group in groups:
         for run in group.runs:
@@ -83,7 +63,7 @@ def link_lines(groups: list[Group]) -> list[str]:
     lines = []
     for text, by_group in on_link.items():
         runs = [r for found in by_group.values() for r in found]
-        line = f"Link of {', '.join(g.label for g in by_group)} ({runs_text(len(runs))}): {text}."
+        line = f"Link of {', '.join(g.label for g in by_group)} ({counted(len(runs), 'run')}): {text}."
         if any(r.link.kind == "emulated" for r in runs):
             line += goodput_text(runs)
         lines.append(line)
@@ -95,7 +75,7 @@ def comm_share_line(groups: list[Group]) -> str:
     parts = []
     for group in groups:
         values = group.values(lambda r: (r.summary.time_breakdown_share or {}).get("comm_s"))
-        parts.append(f"{group.label} {median_text(values, percent, '%') if values else 'not recorded'}")
+        parts.append(f"{group.label} {median_text(values, rounded_percent, '%') if values else 'not recorded'}")
     return f"{COMM_SHARE}: {'; '.join(parts)}."
 
 

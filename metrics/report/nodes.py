@@ -1,11 +1,6 @@
-"""A run over several nodes (launch.nnodes > 1, e.g. experiment=slurm hydra.launcher.nodes=2): each node's launcher
-writes its own folder RUN/node<R> holding its own peers' logs and its own summary.json, of its own peers. The report
-reads a job's node folders as ONE run at RUN, its summary built from its nodes' by metrics/summary/build.py
-merge_nodes (which says how each figure spans the nodes).
-
-A folder named node<R> whose parent holds no summary.json is node R of the run at its parent; a run of one node
-(a one-node SLURM job: RUN/node0) is read the same way, at RUN.
-"""
+"""A run over several nodes (launch.nnodes > 1): each node writes RUN/node<R> with its own peers and summary.json; the
+report reads them as ONE run at RUN, its summary merged by metrics/summary/build.py merge_nodes. A node<R> folder
+whose parent holds no summary.json is node R of the run at its parent (RUN/node0 of a one-node job included)."""
 from pathlib import Path
 
 from metrics.report.runs import Run, load_run

@@ -56,8 +56,7 @@ def paired_logs(this: Group, other: Group, figure, blocks: list) -> dict:
 
 
 def measured_rows(dirs: list[Path]) -> list[dict]:
-    """One row per configuration compared with its baseline: the sd of its paired log ratios on the primary
-    figure, over the blocks observed exactly (none: no row)."""
+    """One row per configuration compared with its baseline: its paired log ratios' sd (blocks observed exactly)."""
     rows = []
     sections, _ = load_runs(dirs)
     for section in sections:

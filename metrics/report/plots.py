@@ -189,7 +189,8 @@ def bytes_plot(groups: list[Group]) -> Figure:
     return Figure("Bytes per sample", to_png(fig),
                 "Payload KiB (1024 bytes) sent (solid) and received (hatched) per sample a worker trained "
                 "(summary.json's bytes_sent_per_sample / bytes_recv_per_sample): exact accounting of the tensors the "
-                "strategy exchanged (for library collectives, the ring's share of the bytes counted as handed to the library; no protocol headers). "
+                "strategy exchanged (for library collectives, the ring's share of the bytes counted as handed to the "
+                "library; no protocol headers). "
                 "Error bars: standard deviation over repeats.")
 
 

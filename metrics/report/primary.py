@@ -1,14 +1,6 @@
-"""The primary figure: the one figure the verdict ranks and claims on, declared before the first run (config
-`report.primary`, written into the sweep's plan), and each run's observation of it.
-
-time_to_target: summary.json's time_to_target_s, the target's crossing by the estimator config `target.estimator`
-names (confirmed_crossing: the first crossing confirmed at the next evaluation, interpolated). A run's time is
-known to lie in an interval: exactly, where it crossed (0, a crossing at the first evaluation, lies between the
-start and that run's next evaluation); above what it covered, where it did not cross (right-censored at the
-evaluation before its last, since a crossing there could not have been confirmed). Only a completed run reaches
-the target: a failed run is censored alike, whatever it logged. throughput: summary.json's
-throughput_samples_per_s of completed runs.
-"""
+"""The primary figure the verdict ranks and claims on, declared before the first run (`report.primary`, kept in the
+sweep's plan): time_to_target (an interval per run: exact where it crossed, right-censored where it did not or
+failed) or throughput (completed runs), and each run's observation of it."""
 import math
 from dataclasses import asdict, dataclass
 
@@ -50,9 +42,8 @@ class Primary:
 
 
 def declare(config: dict) -> Primary:
-    """The primary figure a run of this config declares: report.primary (auto: time_to_target on real data,
-    throughput on synthetic data), with the target and its estimator (target.estimator, default
-    confirmed_crossing)."""
+    """The primary figure a run of this config declares: report.primary (auto: time_to_target on real data, throughput
+    on synthetic), with the target and its estimator (default confirmed_crossing)."""
     choice = (config.get("report") or {}).get("primary", "auto")
     if choice not in CHOICES:
         raise ValueError(f"report.primary must be one of {', '.join(CHOICES)}, got {choice}")
@@ -86,19 +77,13 @@ class Observation:
 
     @property
     def order(self) -> tuple:
-        """Fastest first: a crossing at the first evaluation, then crossings by their time, then misses (a miss is
-        the slowest, as MLPerf counts it)."""
+        """Fastest first: a crossing at the first evaluation, then crossings by time, then misses (the slowest)."""
         return (1, self.low) if self.exact else (0, 0.0) if self.reached else (2, 0.0)
 
     @property
     def mlperf(self) -> float:
         """The time MLPerf's rule counts: a miss as infinitely slow."""
         return self.low if self.reached else math.inf
-
-    def log_bounds(self) -> tuple[float, float]:
-        def log(x: float) -> float:
-            return -math.inf if x == 0 else math.log(x)
-        return log(self.low), log(self.high)
 
 
 def training_time(run) -> float | None:
@@ -108,7 +93,8 @@ def training_time(run) -> float | None:
 
 
 def time_observation(run) -> Observation:
-    """Where the run's time-to-target lies (see the module's docstring)."""
+    """Where the run's time-to-target lies: exactly where it crossed (a crossing at the first evaluation: between 0 and
+    the next evaluation); else, or where it did not complete, above the evaluation before its last (right-censored)."""
     reached = run.summary.time_to_target_s if run.completed else None
     if reached is not None and reached > 0:
         return Observation(reached, reached, True)

@@ -1,8 +1,6 @@
-"""The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration of the
-sweep predicted on each target cluster from its own completed runs, through the projection (metrics/projection/):
-its strategy's cost model, the target link's payload rate by the recorded payload share, the error band of the
-model's held-out validation, UNVALIDATED beyond what that validation covered, and no number where the model
-failed its validation, only why."""
+"""The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration predicted on
+each target from its own completed runs by metrics/projection/, with its validation's error band, UNVALIDATED
+beyond it, and no number, only why, where the model failed its validation."""
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +10,7 @@ from metrics.projection.link import Link, parse_link
 from metrics.projection.project import measure, project_link, validation_record, validation_text
 from metrics.recording.evidence import EVIDENCE
 from metrics.report.baselines import averaging
+from metrics.report.formats import significant
 from metrics.report.model import Table
 from metrics.report.runs import Group, Section
 
@@ -45,10 +44,6 @@ def mean_or_none(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def number(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}g}"
-
-
 def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out: list[str]) -> list[list[str]]:
     """One row per target: the mean prediction over the group's completed runs, their spread, band and marks."""
     measured = []
@@ -79,11 +74,12 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
         step = statistics.fmean(steps)
         band = validation.band(step) if validation and not first["unvalidated"] else None
         batch = statistics.fmean(m.batch for m in measured)
-        spread = f"{len(steps)} (step {min(steps):.3g}–{max(steps):.3g} s)" if len(steps) > 1 else "1"
-        rows.append([group.label, target.label, number(step), f"{band[0]:.3g}–{band[1]:.3g}" if band else "none",
-                     number(target.peers * batch / step),
-                     number(mean_or_none([p["time_to_target_s"] for p in predictions
-                                          if p["time_to_target_s"] is not None])),
+        spread = f"{len(steps)} (step {significant(min(steps))}–{significant(max(steps))} s)" if len(steps) > 1 else "1"
+        rows.append([group.label, target.label, significant(step),
+                     f"{significant(band[0])}–{significant(band[1])}" if band else "none",
+                     significant(target.peers * batch / step),
+                     significant(mean_or_none([p["time_to_target_s"] for p in predictions
+                                               if p["time_to_target_s"] is not None])),
                      spread, "; ".join(marks)])
     return rows
 
@@ -91,7 +87,8 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
 def note(evidence: Evidence) -> str:
     return ("PREDICTED, not measured. Each averaging configuration's strategy cost model (the class its config names: "
             "strategy.cost_model), its parameters taken from each of the configuration's completed runs (compute, "
-            "hidden communication, server update, S; python -m metrics.projection), at the target's N on the target link's payload rate "
+            "hidden communication, server update, S; python -m metrics.projection), at the target's N on the target "
+            "link's payload rate "
             f"(nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted step: mean over the "
             "runs (from runs: how many, and their range); throughput = N x batch per worker / that step; "
             "time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over the "
@@ -102,8 +99,7 @@ def note(evidence: Evidence) -> str:
 
 
 def projected_tables(sections: list[Section], specs: list[str], results: Path | None = None) -> list[Table]:
-    """One table per (dataset, model) section, from the evidence in `results` (default conf/evidence.json); a table
-    without rows says why where the projection cannot be made."""
+    """One table per section from the evidence in `results` (default conf/evidence.json); without rows, it says why."""
     targets = parse_targets(specs)
     try:
         evidence = load_evidence(results or EVIDENCE)

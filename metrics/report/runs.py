@@ -1,12 +1,6 @@
-"""The runs a comparison report covers: summary.json plus per-peer logs, grouped.
-
-A run is a directory holding summary.json (metrics/summary/build.py), or the node<R> folders of a run over several
-nodes (metrics/report/nodes.py reads them as one run). Runs that differ only in `seed` and `block` are repeats of
-one configuration (a Group). Groups are ranked only against groups on the same (dataset, model): a Section. A
-multirun's plan (metrics/recording/rundir.py SWEEP_PLAN, written by its sweeper) says what was declared before its first
-run; attempts a resumed sweep moved aside (below `superseded/`) are kept as attempts of their configuration, never
-as its runs.
-"""
+"""The runs a report covers (a directory with summary.json, or node<R> folders read as one run), grouped: repeats of
+one configuration differ only in `seed` and `block` (a Group); groups on the same (dataset, model) form a Section.
+Attempts a resumed sweep moved below `superseded/` are kept as attempts, never as runs."""
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -16,6 +10,7 @@ from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.summary.fidelity import unfaithful
 from metrics.summary.schema import Link, Peer, SpeedReference, Summary
+from metrics.report.formats import share
 from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_interval_s", "report.", "lock",
@@ -95,9 +90,8 @@ class Run:
 
     @property
     def block(self) -> tuple[str | None, int | None]:
-        """(plan, block) of a run of a multirun's block (config `block`; launchers/sweeper.py): runs of one block ran
-        side by side. The plan is config `plan` (one plan's blocks pool across sweep folders), else the sweep
-        directory. Runs outside blocks share (None, None)."""
+        """(plan, block): runs of one block ran side by side; the plan is config `plan` (pooled across sweep folders),
+        else the sweep directory; runs outside blocks share (None, None)."""
         block = self.config.get("block")
         if block is not None and self.config.get("plan"):
             return f"plan {self.config['plan']}", block
@@ -129,17 +123,15 @@ class Run:
 
     @property
     def speed_reference(self) -> SpeedReference:
-        """summary.json's speed_reference section (the machine's speed during the run); empty where not recorded."""
         return self.summary.speed_reference
 
     def speed_moved(self) -> str | None:
-        """How far the run's speed reference moved when beyond its tolerance (a mark, never a reason to leave the
-        run out); None within it or unrecorded."""
+        """A mark where the run's speed reference moved beyond its tolerance (never a reason to leave the run out)."""
         reference = self.speed_reference
         if not reference.beyond_tolerance:
             return None
-        return (f"machine speed moved {reference.moved:.0%} during the run (speed reference: its highest level held "
-                f"for two measurements in a row less its lowest / median, tolerance {reference.tolerance:.0%})")
+        return (f"machine speed moved {share(reference.moved)} during the run (speed reference: its highest level held "
+                f"for two measurements in a row less its lowest / median, tolerance {share(reference.tolerance)})")
 
     def slower_than_block(self, runs: list["Run"]) -> float | None:
         """This run's speed reference / the median of its block's (same sweep and block among `runs`, the same work:
@@ -153,12 +145,10 @@ class Run:
 
     @property
     def link(self) -> Link:
-        """summary.json's link section (metrics/summary/link.py): the link the run measured; empty where not recorded."""
         return self.summary.link
 
     def worst_worker_accuracy(self) -> float | None:
-        """The lowest final test accuracy over workers: summary.json's accuracy_by_worker.worst, else the last
-        evaluation of each worker in peer*/eval.jsonl."""
+        """The lowest final test accuracy over workers: accuracy_by_worker.worst, else each worker's last evaluation."""
         worst = self.summary.accuracy_by_worker.worst
         if worst is not None:
             return worst
@@ -170,8 +160,7 @@ class Run:
         return self.summary.peers or []
 
     def strategy_figures(self) -> dict:
-        """peers[*].result.strategy flattened and merged: numbers as the mean over peers, other values as
-        the distinct set."""
+        """peers[*].result.strategy flattened and merged: numbers as their mean over peers, others as a distinct set."""
         values: dict[str, list] = {}
         for peer in self.peer_summaries():
             for key, value in flatten((peer.result or {}).get("strategy") or {}).items():
@@ -282,26 +271,26 @@ class Group:
 
     def by_block(self, figure) -> dict:
         """block -> the geometric mean of figure(run) over this group's runs in that block (Nones dropped)."""
-        found: dict = {}
-        for run in self.runs:
-            value = figure(run)
-            if value is not None and value > 0:
-                found.setdefault(run.block, []).append(value)
-        return {block: statistics.geometric_mean(values) for block, values in found.items()}
+        found = {b: [v for r in runs if (v := figure(r)) is not None and v > 0] for b, runs in block_runs(self).items()}
+        return {block: statistics.geometric_mean(values) for block, values in found.items() if values}
+
+
+def block_runs(group: Group) -> dict:
+    """block -> the group's runs in it."""
+    found: dict = {}
+    for run in group.runs:
+        found.setdefault(run.block, []).append(run)
+    return found
 
 
 def block_means(group: Group, figure) -> dict:
     """block -> the mean of figure(run) over the group's runs in that block (Nones dropped)."""
-    found: dict = {}
-    for run in group.runs:
-        if (value := figure(run)) is not None:
-            found.setdefault(run.block, []).append(value)
-    return {block: statistics.fmean(values) for block, values in found.items()}
+    found = {b: [v for r in runs if (v := figure(r)) is not None] for b, runs in block_runs(group).items()}
+    return {block: statistics.fmean(values) for block, values in found.items() if values}
 
 
 def paired_differences(minuend: Group, subtrahend: Group, figure) -> list[float]:
-    """figure(minuend) - figure(subtrahend), one difference per block holding both (runs in one block ran side by
-    side, with the same seed)."""
+    """figure(minuend) - figure(subtrahend), one difference per block holding both."""
     first, second = block_means(minuend, figure), block_means(subtrahend, figure)
     return [first[b] - second[b] for b in sorted(first.keys() & second.keys(), key=str)]
 
@@ -362,9 +351,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 
 def label_groups(groups: list[Group]) -> None:
-    """Short labels: the strategy, then only what differs between the groups: the strategy's knobs (among groups
-    of that strategy), the resource shape (peers x CPUs per peer; "on N nodes" for a run over several), any other
-    config value, an injected fault; "(control)" for a control arm."""
+    """Short labels: the strategy, then only what differs between the groups (its knobs, the peers x CPUs shape, "on N
+    nodes", other config values, an injected fault); "(control)" for a control arm."""
     firsts = [g.first for g in groups]
     flats = [flatten(run.config) for run in firsts]
     knob_names = {k for g in groups for k in flatten(g.first.knobs)}
@@ -438,8 +426,7 @@ def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
 
 
 def plan_refusal(plans: dict[str, dict]) -> str | None:
-    """Why runs of these sweeps (directory -> plan) are not one design: sweeps under different plans (plan ids;
-    none: a plan without one), one line; None where they continue one plan."""
+    """Why these sweeps' runs (directory -> plan) are not one design (other plan ids), one line; None if one plan."""
     ids = {sweep: plan.get("id") for sweep, plan in plans.items()}
     if len(ids) < 2 or (len(set(ids.values())) == 1 and None not in ids.values()):
         return None

@@ -1,21 +1,7 @@
-"""Statistics of paired repeats (Hoefler and Belli, "Scientific benchmarking of parallel computing systems",
-SC15, rules 5-7): a ratio measured in several blocks, its 95 % interval, and what may be said about it.
-
-A block holds one run of every configuration and of its baselines, so a ratio taken within one block (a paired
-ratio) cancels the machine's slow drift. Ratios are averaged on the log scale.
-
-- Ratio: one value per block (a run that missed is counted at its horizon by metrics/report/compare.py). One
-  estimator gives the estimate, the interval and the p-value: the paired Student-t on the log ratios, the spread
-  floored at the section's pooled noise where one is given. One block or zero spread: no interval, no test.
-  A block whose counted value is one side's best case (a miss at its horizon) may not support a claim in that
-  side's favour, nor equivalence.
-- Claims: "faster" / "slower" (the t-test, in the estimate's direction) and "equivalent" (TOST within the declared
-  smallest effect of interest): each comparison's best permitted claim enters Holm's correction over the
-  comparisons declared for a section; a claim needs its adjusted p < 0.05; otherwise "cannot tell".
-- detectable / blocks_for / power: one power calculation (paired t, alpha split over the comparisons as Holm's
-  first step does) for the difference a number of blocks can detect and the blocks a difference needs; power: the
-  exact power a number of blocks has at a difference.
-"""
+"""Statistics of paired repeats (Hoefler and Belli, SC15, rules 5-7): a ratio counted once per block, averaged on the
+log scale, its 95 % paired-t interval and test (spread floored at the section's pooled noise); claims (faster,
+slower, equivalent by TOST) under Holm's correction; and the power calculations that plan blocks.
+See metrics/methods.yaml report.claims."""
 import math
 import statistics
 from dataclasses import dataclass
@@ -151,8 +137,7 @@ def olympic_mean(values: list[float]) -> float:
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:
-    """Holm-adjusted p-values (step-down, family-wise error <= alpha); None (no test) stays None and does not
-    count as a comparison."""
+    """Holm-adjusted p-values (step-down); None (no test) stays None and is not counted as a comparison."""
     tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
     adjusted: list[float | None] = [None] * len(p_values)
     running = 0.0
@@ -171,9 +156,8 @@ def decide(ratio: Ratio, claim: str | None, adjusted_p: float | None) -> str:
 
 def detectable(log_sd: float, blocks: int, comparisons: int = 1, alpha: float = ALPHA,
                power: float = POWER) -> float | None:
-    """The smallest ratio a paired t-test over `blocks` blocks detects with this power at this sd of the log
-    ratios, as its x/÷ factor (e.g. 1.10: a ratio beyond 1.10 or below 1/1.10), alpha split over the comparisons
-    as the first step of Holm's correction does (normal-theory approximation with t quantiles)."""
+    """The smallest ratio, as its x/÷ factor, a paired t-test over `blocks` blocks detects with this power at this
+    log-sd, alpha split over the comparisons as Holm's first step (normal-theory approximation with t quantiles)."""
     if blocks < 2:
         return None
     df = blocks - 1

@@ -3,64 +3,13 @@ primary figure with their intervals), as cells of the report model (metrics/repo
 import math
 import statistics
 
+from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, number, percent
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run
-from metrics.report.stats import Ratio, factor, olympic_mean
+from metrics.report.stats import Ratio, olympic_mean
 from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
-
-MISSING = "–"
-
-
-# Number formatting: units are in the column headers.
-
-def number(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return MISSING
-    if math.isinf(value):
-        return "∞"
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
-
-
-def cpus(count: int) -> str:
-    return f"{count} CPU" + ("s" if count != 1 else "")
-
-
-def mib(value: float | None) -> str:
-    return MISSING if value is None else f"{value / 2**20:,.1f}"
-
-
-def percent(value: float | None) -> str:
-    return MISSING if value is None else f"{100 * value:.1f}"
-
-
-def blocks_text(n: int, censored: int = 0, unit: str = "block") -> str:
-    text = f"{n} {unit}{'s' if n != 1 else ''}"
-    return text + (f", {censored} censored" if censored else "")
-
-
-def bound_sign(ratio) -> str:
-    """"≤ " where this side was counted at its best case in some block (the ratio can only be lower), "≥ " where the
-    other was; nothing where neither or both were."""
-    this, other = getattr(ratio, "favours_this", 0), getattr(ratio, "favours_other", 0)
-    return "≤ " if this and not other else "≥ " if other and not this else ""
-
-
-def interval_text(ratio, unit: str = "×") -> str:
-    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %, the estimate as a bound where a miss was
-    counted at its best case; without an interval, why (one block, zero spread)."""
-    if ratio is None or not ratio.n:
-        return "n/a (no paired block)"
-    censored = getattr(ratio, "imputed", 0)
-    estimate = f"{bound_sign(ratio)}{ratio.estimate:.2f}{unit}"
-    interval = ratio.interval()
-    if interval is None:
-        return f"{estimate} ({ratio.why_no_interval}: no interval)"
-    low, high = interval
-    return f"{estimate} [{low:.2f}, {high:.2f}] (×/÷{factor(interval):.2f}, {blocks_text(ratio.n, censored)})"
 
 
 def stat(group: Group, figure, fmt=number) -> str:
@@ -79,13 +28,12 @@ def stat(group: Group, figure, fmt=number) -> str:
 
 
 def interval_stat(group: Group, figure, fmt=number) -> str:
-    """A positive figure over the group's repeats (one run per block in a multirun): its geometric mean with the 95 %
-    Student-t interval on the logs (metrics/report/stats.py Ratio, as for the speedups), "est [low, high] (n blocks)";
-    one run gives no interval; "(k of n blocks)" when some runs lack the figure."""
+    """A positive figure over the group's repeats: geometric mean with the 95 % t-interval on the logs (stats.Ratio),
+    "est [low, high] (n blocks)"; one run: no interval; "(k of n blocks)" when some runs lack the figure."""
     values = [v for v in group.values(figure) if v > 0]
     if not values:
         return MISSING
-    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
+    unit = repeats_unit(group)
     count = f"{len(values)} of {len(group.runs)}" if len(values) < len(group.runs) else f"{len(values)}"
     found = Ratio(values)
     if found.interval() is None:
@@ -184,10 +132,14 @@ def scaling_cell(group: Group) -> str:
     return f"{interval_text(group.efficiency, '')} (vs {group.first.config['peers']} x {group.one_peer.label})"
 
 
+def repeats_unit(group: Group) -> str:
+    """What the group's repeats are: "blocks" of a multirun, else "runs"."""
+    return "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
+
+
 def reached_cell(group: Group) -> str:
     reached, runs = reached_count(group)
-    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
-    return f"{reached} of {runs} {unit}"
+    return f"{reached} of {runs} {repeats_unit(group)}"
 
 
 def speed_table(groups: list[Group], primary: Primary) -> Table:
@@ -200,8 +152,8 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
                         interval_stat(group, lambda r: r.summary.time_per_sample_s, lambda v: number(1000 * v)),
                         stat(group, lambda r: r.worst_worker_accuracy(), percent)])
         rows.append([str(rank), group.label, stat(group, lambda r: r.summary.wall_s),
-                     stat(group, lambda r: r.summary.throughput_samples_per_s), speedup_cell(group), scaling_cell(group),
-                     *convergence])
+                     stat(group, lambda r: r.summary.throughput_samples_per_s), speedup_cell(group),
+                     scaling_cell(group), *convergence])
     target = f"Target: {primary.target}, estimator {primary.estimator}; " if primary.is_time else ""
     return Table("Time, throughput and convergence",
                  ["rank", "configuration", "wall time (s)", "global throughput (samples/s)",
@@ -265,14 +217,15 @@ def accuracy_cost_cell(group: Group, synthetic: bool) -> str:
     if not group.accuracy_change:
         return "n/a (no paired block)"
     blocks = len(group.accuracy_change)
-    return (f"{100 * statistics.fmean(group.accuracy_change):+.1f} ({blocks} block{'s' if blocks > 1 else ''}, "
+    return (f"{100 * statistics.fmean(group.accuracy_change):+.1f} ({counted(blocks, 'block')}, "
             f"vs {group.baseline.label})")
 
 
+BYTES = ("bytes_sent_per_step", "bytes_recv_per_step", "bytes_sent_per_sample", "bytes_recv_per_sample")
+
+
 def bytes_table(groups: list[Group], synthetic: bool) -> Table:
-    rows = [[group.label,
-             stat(group, lambda r: r.summary.bytes_sent_per_step), stat(group, lambda r: r.summary.bytes_recv_per_step),
-             stat(group, lambda r: r.summary.bytes_sent_per_sample), stat(group, lambda r: r.summary.bytes_recv_per_sample),
+    rows = [[group.label, *(stat(group, lambda r, k=k: getattr(r.summary, k)) for k in BYTES),
              accuracy_cost_cell(group, synthetic), (group.first.summary.network_scope or MISSING)]
             for group in groups]
     return Table("Communication payload",
@@ -298,8 +251,7 @@ BOTTLENECKS = {"data": ("data_s",), "compute": ("compute_s", "opt_s"), "communic
 
 
 def bottleneck(group: Group) -> tuple[str, float] | None:
-    """What dominates the step: data loading, compute (forward, backward and optimizer update) or communication,
-    with its share of the step."""
+    """What dominates the step (data loading, compute with the optimizer update, or communication), with its share."""
     shares = {name: sum(share_of(group, p) or 0.0 for p in phases) for name, phases in BOTTLENECKS.items()}
     name = max(shares, key=shares.get)
     return (name, shares[name]) if shares[name] > 0 else None
@@ -374,7 +326,8 @@ def failures_table(groups: list[Group]) -> Table:
             summary = run.summary
             counters = ", ".join(f"{k}={number(v) if isinstance(v, float) else v}"
                                  for k, v in failure_counters(run).items())
-            rows.append([group.label, MISSING if run.config.get("block") is None else str(run.config["block"]), str(run.config.get("seed")),
+            block = run.config.get("block")
+            rows.append([group.label, MISSING if block is None else str(block), str(run.config.get("seed")),
                          attempt_status(run), str(summary.exit_code),
                          MISSING if summary.failed_rank is None else str(summary.failed_rank),
                          ", ".join(map(str, summary.lost_peers or [])) or MISSING,
@@ -424,7 +377,7 @@ def rounds_table(groups: list[Group]) -> Table | None:
             rounds = [r for section in recorded for r in section.rounds if r["kind"] == kind]
             total = sum(sizes.values())
             rows.append([group.label, kind, str(total),
-                         ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items(), key=lambda i: int(i[0]))),
+                         ", ".join(f"{n}: {count}" for n, count in sorted(sizes.items(), key=lambda i: int(i[0]))),
                          percent(sizes.get(workers, 0) / total if total else None),
                          str(sum(not r["success"] for r in rounds)),
                          number(sum(r["duration_s"] for r in rounds) / len(rounds) if rounds else None)])

@@ -1,8 +1,6 @@
-"""The verdict at the top of the report, per (dataset, model) section, on the primary figure alone: the figure
-declared before the first run (metrics/report/primary.py), the answer (what the declared comparisons allow
-claiming against one process on the same CPUs, or why nothing may be claimed), one sentence of method, each
-configuration's "reached the target in k of n blocks" and claim, the control arm's interval, the noise, and the
-configurations ranked on the primary figure with every other figure beside it and the caveats that concern it."""
+"""The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer (what the declared
+comparisons allow claiming against one process on the same CPUs, or why nothing), the method in one sentence, each
+configuration's findings and caveats, the control arm, and the noise."""
 import statistics
 from dataclasses import dataclass, field
 
@@ -12,8 +10,9 @@ from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
-from metrics.report.tables import (bottleneck, cpus, error_headline, excludes_one, failure_counters, interval_text,
-                                   mlperf_time, number, ranked, reached_count)
+from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
+from metrics.report.tables import (bottleneck, error_headline, excludes_one, failure_counters, mlperf_time, ranked,
+                                   reached_cell, reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
                                   pooled_log_sd)
 
@@ -136,7 +135,7 @@ def claim_text(c: Comparison) -> str:
     if decision == NO_INTERVAL:
         return f"{measured}: no result"
     return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",
-            EQUIVALENT: f"no faster (equivalent within ×/÷{c.smallest_effect:.2f}, TOST): {measured}",
+            EQUIVALENT: f"no faster (equivalent within {times_over(c.smallest_effect)}, TOST): {measured}",
             CANNOT_TELL: f"cannot tell: {measured}" + why_no_claim(c)}[decision]
 
 
@@ -160,14 +159,11 @@ def against_baseline(group: Group, comparisons: list[Comparison]) -> Comparison 
 
 
 def reached_text(group: Group, primary: Primary) -> str:
-    reached, runs = reached_count(group)
-    unit = "blocks" if all(r.config.get("block") is not None for r in group.runs) else "runs"
-    return f"reached {primary.target} in {reached} of {runs} {unit}"
+    return f"reached {primary.target} in {reached_cell(group)}"
 
 
 def finding_of(group: Group, a: Analysis) -> str:
-    """One configuration's line under the answer: how often it reached the target, and its claim against one
-    process on the same CPUs."""
+    """One configuration's line under the answer: how often it reached the target, its claim against its baseline."""
     head = f"{group.label}: " + (reached_text(group, a.primary) + "; " if a.primary.is_time else "")
     if group.baseline is group:
         return head + f"the equal-resource baseline (one process on {cpus(group.first.total_cpus)})"
@@ -215,7 +211,7 @@ def method_of(a: Analysis) -> str:
                "a failed run is counted as at best a tie and cannot support a claim in its favour")
     return (f"Method: each configuration is compared with the runs of the same block; ratio, 95 % interval and test "
             f"come from one paired Student-t on the log ratios; {counted}; a claim (faster, slower, or equivalent "
-            f"within ×/÷{a.margin:.2f}) needs p < 0.05 after Holm's correction over the "
+            f"within {times_over(a.margin)}) needs p < 0.05 after Holm's correction over the "
             f"{a.comparisons[0].family if a.comparisons else 0} comparisons declared for this section (details: "
             "Methods).")
 
@@ -228,8 +224,7 @@ def control_line(a: Analysis) -> str:
     for c in a.controls:
         verdict = ("excludes 1: runs in one block are not comparable" if excludes_one(c.ratio) else
                    "no interval" if c.ratio.interval() is None else "includes 1")
-        parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio)}, "
-                     f"{verdict}")
+        parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio)}, {verdict}")
     return ("Control arm (the equal-resource baseline run twice in every block, the noise floor; > 1: the first run "
             "was the faster): " + "; ".join(parts) + ".")
 
@@ -256,8 +251,7 @@ def noise_of(a: Analysis) -> Noise | None:
 
 
 def noise_line(a: Analysis) -> str | None:
-    """The primary figure's own noise, and the smallest ratio the blocks detect after Holm over the declared
-    comparisons."""
+    """The primary figure's own noise, and the smallest ratio the blocks detect after Holm."""
     if not (noise := noise_of(a)):
         return None
     if not noise.log_sd:
@@ -265,7 +259,7 @@ def noise_line(a: Analysis) -> str | None:
                 "interval; run the multirun with repeats=2 or more (the default is 3).")
     return (f"Noise of {a.primary.name}: the paired ratios vary by {noise.log_sd:.1%} (sd of their logs, pooled over "
             f"the comparisons with the baselines and the control arm, blocks observed exactly); {noise.blocks} blocks "
-            f"detect a ratio beyond ×/÷{noise.detectable:.2f} (5 % two-sided after Holm over {noise.family} "
+            f"detect a ratio beyond {times_over(noise.detectable)} (5 % two-sided after Holm over {noise.family} "
             "comparisons, 80 % power).")
 
 
@@ -280,13 +274,6 @@ def left_out(a: Analysis) -> list[str]:
 def mean(group: Group, figure) -> float | None:
     values = group.values(figure)
     return statistics.fmean(values) if values else None
-
-
-def size(n_bytes: float) -> str:
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
-        if n_bytes >= scale:
-            return f"{number(n_bytes / scale)} {unit}"
-    return f"{number(n_bytes)} bytes"
 
 
 def scaling_text(group: Group) -> str:
@@ -327,7 +314,7 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
         figures.append(f"worst worker {worst:.3f}")
     found = bottleneck(group)
     if found:
-        figures.append(f"{found[0]}-bound ({100 * found[1]:.0f}% of the step)")
+        figures.append(f"{found[0]}-bound ({share(found[1])} of the step)")
     if len(group.runs) > 1:
         figures.append(f"mean of {len(group.runs)} repeats")
     return figures
@@ -343,7 +330,7 @@ def caveats_of(group: Group, section: Section) -> list[str]:
         errors = "; ".join(f"block {r.config.get('block')}: {r.summary.status}"
                            + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
                            for r in group.attempts)
-        caveats.append(f"{len(group.attempts)} superseded attempt{'s' if len(group.attempts) > 1 else ''} ({errors})")
+        caveats.append(f"{counted(len(group.attempts), 'superseded attempt')} ({errors})")
     later = [str(r.config.get("block")) for r in group.runs if r.run_later]
     if later:
         caveats.append(f"block {', '.join(later)} run later, after an earlier attempt (not contemporaneous)")
@@ -395,9 +382,9 @@ def setting_caveats(runs: list[Run]) -> list[str]:
     machines = [m for m in (r.summary.machine for r in runs) if m]
     busy = [m for m in machines if m.alone is False]
     if busy:
-        share = max((m.other_cpu_share or 0) for m in busy)
-        caveats.append("not alone on the machine" + (f" (other processes: up to {share:.0%} of its CPU)"
-                                                     if share else ""))
+        other = max((m.other_cpu_share or 0) for m in busy)
+        caveats.append("not alone on the machine" + (f" (other processes: up to {share(other)} of its CPU)"
+                                                     if other else ""))
     return caveats
 
 
@@ -412,8 +399,9 @@ def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
             caveats.append(f"block {block}: {moved}" if block is not None else moved)
         off = run.slower_than_block(section_runs)
         if off is not None and abs(off) > run.speed_reference.tolerance:
-            caveats.append(f"block {block}: this run's machine was {abs(off):.0%} {'slower' if off > 0 else 'faster'} "
-                           f"than its block's median (speed reference, median over the block's runs of the same work)")
+            caveats.append(f"block {block}: this run's machine was {share(abs(off))} "
+                           f"{'slower' if off > 0 else 'faster'} than its block's median (speed reference, median over "
+                           "the block's runs of the same work)")
     return caveats
 
 
@@ -429,8 +417,7 @@ def shared_cores(run) -> str | None:
 
 
 def window_caveats(runs: list[Run]) -> list[str]:
-    """Runs whose throughput, bytes and time breakdown were measured over fewer steps than the declared measurement
-    window (they ended inside it or before it)."""
+    """Runs measured over fewer steps than the declared measurement window (they ended inside or before it)."""
     caveats = []
     for run in runs:
         window = run.summary.window

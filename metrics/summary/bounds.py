@@ -1,28 +1,6 @@
-"""Link floors no run can beat, and link efficiency = floor / measured time.
-
-Floor of an averaging round: the largest, over the links, of the bytes that link carried in one
-direction in the round divided by that link's own rate (network.per_peer may give every host
-another). A link's bytes are its process's counted payload (bytes_sent / bytes_recv of its step
-record); processes that log no steps (parameter servers) get the bytes the workers' records
-say they exchanged with them (`peer_bytes`). No transfer can cross a link faster, and framing
-is not counted, so a measured time can only be longer: every efficiency is at most 1.
-
-Two measures, chosen by the strategy (Strategy.rounds_overlap):
-- synchronous rounds: per round, measured = the longest worker's link time in it (`link_s`
-  where the strategy times its transfers, else exposed `comm_s`), minus the time the link is
-  known idle inside it (`link_idle_s`, e.g. a parameter server's update); efficiency = sum of
-  floors / sum of measured.
-- overlapping rounds (the next round starts before this one ended everywhere): efficiency =
-  the busiest link's bytes over rounds 2..R / its rate, over the span from the start of round 2
-  (earliest communication start of any worker) to the end of round R (latest end), minus the
-  known idle time: a link-busy measure over the run, not one round's span. For asynchronous
-  rounds it is the aggregate bound: throughput <= min over links of rate / bytes per sample.
-Round 1 (connections are set up in it) is left out of both.
-
-Each strategy also states the latency of one isolated round on equal links (Strategy.link_bound,
-formula in its docstring); it is reported beside the floor as that, not as a bound on rounds
-that overlap.
-"""
+"""Link floors no run can beat (the bytes the busiest link carried in one direction / its rate), and link
+efficiency = floor / measured time, per synchronous round or over overlapping rounds (Strategy.rounds_overlap);
+definitions in metrics/methods.yaml network.efficiency."""
 from dataclasses import dataclass, field
 
 MBIT = 1e6 / 8  # bytes/s per Mbit/s
@@ -96,7 +74,7 @@ def span(records: list[dict]) -> tuple[float, float]:
 
 def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dict,
                     steps_by_rank: dict[int, list[dict]], rates_mbit: list[float | None]) -> dict:
-    """The floor of each round (or of the run, where rounds overlap) against the measured time (module docstring)."""
+    """Each round's floor (the run's, if rounds overlap) against measured time (methods.yaml network.efficiency)."""
     if not steps_by_rank:
         return {"bound": None, "why": "no steps were logged"}
     rates = [None if m is None else m * MBIT for m in rates_mbit]
@@ -129,8 +107,7 @@ def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dic
 
 def isolated_round(bound, formula: str | None, knobs: dict, rounds: dict, keys: list, workers: int,
                    rates: list[float | None]) -> dict | None:
-    """The strategy's latency of one isolated round on equal links (Strategy.link_bound): not a floor where
-    rounds overlap."""
+    """The strategy's latency of one round alone on equal links (Strategy.link_bound); no floor if rounds overlap."""
     worker_rates = [rates[r] for r in range(workers) if r < len(rates)]
     if bound is None or formula is None or None in rates or not worker_rates:
         return None

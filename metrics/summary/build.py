@@ -1,8 +1,5 @@
-"""summary.json: one run's figures, computed from the per-peer logs after the run.
-
-Works on partial logs too (a crashed run keeps what it wrote). Every figure has one
-definition for all strategies, stated in METHODS and written into the summary.
-"""
+"""summary.json: one run's figures from its per-peer logs (partial logs too), each defined once for every strategy
+in METHODS, which the summary carries."""
 import json
 import os
 import statistics
@@ -34,9 +31,8 @@ METHODS = {**methods("summary"), **TARGET_METHODS, **MACHINE_METHODS, **NETWORK_
 
 
 def speed_moved(seconds: list[float]) -> float:
-    """How far a speed reference moved, in seconds. With 4 or more measurements, a move is a level held for two
-    measurements in a row: the highest such level less the lowest (0 where none stands apart); a lone far-out
-    measurement is a blip, however many there are. With fewer, the range of the measurements."""
+    """How far a speed reference moved, in seconds: with 4 or more measurements, the highest level held for two in a row
+    less the lowest (a lone far-out measurement is a blip); with fewer, their range."""
     if len(seconds) < 4:
         return max(seconds) - min(seconds)
     pairs = list(zip(seconds, seconds[1:]))
@@ -82,8 +78,7 @@ def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
 
 
 def useful_samples(workers: list[dict]) -> int | None:
-    """Samples that went into the model the workers ended with, where the strategy says (hivemind: its epochs x
-    target batch size): trained samples past the last completed epoch did not."""
+    """Samples in the model the workers ended with, where the strategy says (hivemind: completed epochs x batch)."""
     found = [((w["result"] or {}).get("strategy") or {}).get("useful_samples") for w in workers]
     return max((v for v in found if v is not None), default=None)
 
@@ -144,8 +139,7 @@ def evaluation_mode(results: list[dict]) -> dict:
 
 
 def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
-    """The workers' speed references and how far each moved during the run (see METHODS); None where none was
-    recorded."""
+    """The workers' speed references and how far each moved in the run (see METHODS); None where none was recorded."""
     by_rank = {}
     for peer in figures:
         recorded = (peer["result"] or {}).get("speed_reference") or {}
@@ -173,11 +167,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
                   bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
                   failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
                   window: tuple[int, int] | None = None) -> Summary:
-    """knobs, bound (a function of metrics.summary.bounds.Round), bound_formula, is_baseline (a single-process
-    run that others are compared with), rounds_overlap and failure_counters (the keys of its peers'
-    figures that count failures) come from the run's strategy; shape (the run against this host's
-    cores) and lock (the machine lock at the start) from the launch side; window (first, last step: the measurement
-    window, metrics/summary/window.py) from the config and the strategy (None: all steps)."""
+    """knobs, bound (a function of bounds.Round), bound_formula, is_baseline, rounds_overlap and failure_counters come
+    from the run's strategy; shape and lock (the machine lock at the start) from the launch side; window: (first,
+    last) step of the measurement window (None: all steps)."""
     peers = run.peers()
     figures = [peer_figures(p, window) for p in peers]
     worker_dirs = [p for p in peers if p.steps.exists()]
@@ -264,23 +256,11 @@ NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: 
 
 
 def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
-    """The summary of a run over several nodes from its nodes' (node folders at paths, node ranks; missing: the
-    ranks that wrote none), each figure by the definition one node's states, over every node's workers:
-
-    status           the worst node's (failed > interrupted > completed); a node that wrote no summary fails the run;
-                     error, exit code and failed rank from the node that ended first among those that did not
-                     complete (the others failed after it); every node's error stays in the run's errors
-    samples          summed over nodes; throughput = all workers' samples in the measurement window / the longest
-                     worker's training time in it, across nodes
-    time-to-target   the worst worker's crossing over every node's workers (each worker's crossing time as its
-                     node's summary gives it); samples-to-target: every worker's samples at that crossing, from all
-                     workers' logs (metrics/summary/target.py); accuracy by worker over all workers
-    per step         time breakdown and bytes per step: means over every worker's steps in the window (each node's
-                     mean weighted by its steps there); bytes per sample: all workers' bytes / all workers' samples
-                     in the window
-    setting          shape, machine and link of the node that is worst off (the most oversubscribed, the least
-                     alone, an unfaithful link), with every node's host; isolation over every node's ranks
-    """
+    """The summary of a run over several nodes from its nodes' (folders at paths, node ranks; missing: ranks that wrote
+    none), each figure by one node's definition over every node's workers: the worst status (no summary fails the run;
+    error, exit code: of the first failing node to end), samples summed, throughput over the longest worker,
+    time-to-target by the worst worker, per-step means weighted by steps, the setting of the node worst off
+    (docs/clusters.md)."""
     first = summaries[0]
     peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
     windows = windows_of(peers)
@@ -342,9 +322,8 @@ def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int],
 
 
 def nodes_learning_curves(paths: list[Path], summaries: list[Summary]) -> dict:
-    """Time-to-target by the worst worker over every node's workers (its samples and steps from every worker's
-    logs; its seconds from each worker's crossing as its node's summary converted them) and the accuracy of every
-    worker."""
+    """Time-to-target by the worst worker over every node's workers (samples and steps from every worker's logs, seconds
+    as each node's summary converted them), and every worker's accuracy."""
     workers = [(peer, steps) for path in paths for peer in RunDir(path).peers() if (steps := read_jsonl(peer.steps))]
     found = time_to_target({p.rank: read_jsonl(p.evals) for p, _ in workers}, {p.rank: s for p, s in workers},
                            {p.rank: p.eval_samples for p, _ in workers}, summaries[0].target)
@@ -390,8 +369,7 @@ def severity(status: str | None) -> int:
 
 
 def windows_of(peers: list[Peer]) -> list[PeerWindow]:
-    """Each peer's samples, training time and steps in the measurement window (a summary from before the window:
-    all its steps)."""
+    """Each peer's samples, training time and steps in the measurement window (all its steps in an older summary)."""
     return [p.window or PeerWindow(samples=p.samples or 0, train_s=p.train_s or 0.0, steps=p.steps or 0)
             for p in peers if p.train_s is not None]
 

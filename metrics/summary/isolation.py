@@ -1,10 +1,5 @@
-"""summary.json's "isolation" section: whether each peer ran in its own CPU group, the CPU it was
-promised and received, and whether the emulation held (Mininet-HiFi's invariants); and the
-conversion of a dilated run's times back to the emulated cluster's (DieCast).
-
-Reads RUN/.avgbench/cpu.json (the launcher's groups), RUN/.avgbench/dilation.json (train.py)
-and each peer's result.json "cpu" figures (job/cpugroup.py, measured inside the peer).
-"""
+"""summary.json's "isolation" section: each peer's CPU group, the CPU it was promised and got, whether the emulation
+held, and a dilated run's times converted back (from .avgbench/cpu.json, dilation.json and each peer's result.json)."""
 import json
 
 from metrics.recording.rundir import RunDir
@@ -38,8 +33,7 @@ def shared_cores(results: dict[int, dict | None]) -> list[str]:
 
 
 def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool = True) -> dict:
-    """results: rank -> the peer's result.json (None where it wrote none); fits: the run's processes had a core
-    each (summary.json's shape.fits), so no two should share one."""
+    """results: rank -> the peer's result.json (None: none written); fits: each process had a core of its own."""
     groups = json.loads(run.cpu_groups.read_text()) if run.cpu_groups.exists() else {
         "status": "not isolated", "reason": "no cpu groups recorded (a run from before isolation existed)",
         "cgroup": None, "period_us": None, "ranks": {}}
@@ -82,11 +76,9 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
             "faithful": (not unfaithful) if measured else None, "unfaithful": unfaithful, "by_rank": by_rank}
 
 
-# A figure's unit is in its name, as for the knobs (metrics/recording/units.py): seconds end in a time suffix or hold
-# "_s_per_" (seconds per step, per round); rates end in "_per_s" or "_mbit"; shares and ratios (time_breakdown_share,
-# whose parts are named like the seconds they divide) have none. A section named with a unit passes it to all it
-# holds. NAME_by_rank has NAME's unit (that of the figure NAME_s beside it where NAME carries none:
-# time_to_target_by_rank).
+# A figure's unit is in its name (as a knob's, metrics/recording/units.py): seconds end in a time suffix or hold
+# "_s_per_", rates end in "_per_s" or "_mbit", shares and ratios have none; a section named with a unit passes it to
+# all it holds; NAME_by_rank has NAME's unit, or that of NAME_s beside it (time_to_target_by_rank).
 SECONDS_SUFFIXES = (*TIME_SUFFIXES, "_ns")
 RATE_SUFFIXES = ("_per_s", *KNOB_RATE_SUFFIXES)
 UNITLESS_SUFFIXES = ("_share", "_ratio")

@@ -1,9 +1,5 @@
-"""summary.json's "link" section: which link the run measured, and whether it held its promise.
-
-Reads RUN/.avgbench/link.json (the link train.py chose, netemu/auto.py) and RUN/.avgbench/link_meter.json (the
-emulated links' counters during the run, netemu/goodput.py). Communication's share of a step is
-time_breakdown_share.comm_s (metrics/summary/build.py), one figure for every kind of link.
-"""
+"""summary.json's "link" section: which link the run measured (.avgbench/link.json) and whether it held its promise
+(.avgbench/link_meter.json)."""
 import json
 
 from metrics.recording.rundir import RunDir

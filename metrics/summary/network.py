@@ -1,11 +1,5 @@
-"""summary.json's "network" section: measured wire bytes beside payload accounting, and
-measured communication time beside the link's lower bound (metrics/summary/bounds.py).
-
-Only with network=emulated, where every process has its own interface: wire bytes are that
-interface's counters over the training loop (the step log's wire_tx/rx_bytes), so they
-hold every frame the peer sent or received, headers, acknowledgements and control
-traffic included. Link rates come from the placement's record, RUN/.avgbench/network.json.
-"""
+"""summary.json's "network" section (network=emulated only): each process's interface wire bytes beside its payload
+accounting, and communication time beside the link floor (metrics/summary/bounds.py)."""
 import json
 
 from metrics.summary.bounds import link_efficiency
@@ -32,8 +26,7 @@ def wire_figures(steps: list[dict]) -> dict:
 
 
 def built_links(run: RunDir, figure: str) -> list:
-    """A figure of each process's link as the placement built it (after any dilation): bandwidth_mbit (None:
-    unshaped) or latency_ms."""
+    """A figure (bandwidth_mbit, None: unshaped; or latency_ms) of each process's link as the placement built it."""
     hosts = json.loads(run.network.read_text())["hosts"]
     return [h[figure] for h in sorted(hosts, key=lambda h: h["index"])]
 

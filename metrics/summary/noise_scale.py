@@ -1,15 +1,5 @@
-"""summary.json's "noise_scale": the gradient noise scale (McCandlish et al. 2018, "An Empirical Model of
-Large-Batch Training", appendix A.1), from what data-parallel training measures anyway: each worker's gradient of
-its own batch before averaging, and the averaged gradient the update used.
-
-Per step, the workers' squared gradient norms (steps.jsonl grad_sq_local, grad_sq_global) at two batch sizes:
-b = a worker's batch and B = the step's global batch. Unbiased per step:
-
-    |G|^2 ~ (B |G_B|^2 - b |G_b|^2) / (B - b)          the true gradient's squared norm
-    tr(S) ~ (|G_b|^2 - |G_B|^2) / (1/b - 1/B)          the per-sample gradient covariance's trace
-
-each averaged over the run's steps apart, then B_simple = tr(S) / |G|^2 (the paper's ratio of averages).
-"""
+"""summary.json's "noise_scale": the simple gradient noise scale B_simple (McCandlish et al. 2018, appendix A.1) from
+each worker's and the averaged gradient's squared norms (steps.jsonl); see metrics/methods.yaml noise_scale."""
 import statistics
 from metrics.recording.methods import methods
 

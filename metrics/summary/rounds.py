@@ -1,6 +1,5 @@
-"""summary.json's "averaging_rounds": the averaging rounds a strategy records one by one (peer<R>/rounds.jsonl,
-written by hivemind's averagers: strategies/hivemind_internals.py), joined across peers into one record per round.
-"""
+"""summary.json's "averaging_rounds": the rounds a strategy records one by one (peer<R>/rounds.jsonl, hivemind's
+averagers), joined across peers into one record per round."""
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from metrics.recording.methods import methods
@@ -23,7 +22,8 @@ def join_rounds(records: list[dict]) -> list[dict]:
                        "duration_s": max(m["duration_s"] for m in members),
                        "bytes_sent": sum(m["bytes_sent"] for m in members),
                        "bytes_recv": sum(m["bytes_recv"] for m in members),
-                       "success": all(m["success"] for m in members), "overlapped": any(m["overlapped"] for m in members)})
+                       "success": all(m["success"] for m in members),
+                       "overlapped": any(m["overlapped"] for m in members)})
     return sorted(rounds, key=lambda r: r["started_at"])
 
 

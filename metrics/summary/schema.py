@@ -1,10 +1,5 @@
-"""summary.json as a type: one run's figures, built by metrics/summary/build.py and read by attribute.
-
-Summary.load(path) reads a file; from_dict and to_dict convert the JSON layout both ways, keeping the keys, and
-their order, that the file had. A section's fields are the keys code reads: add a field to read another (the keys it
-does not name ride along in `extra`, which nothing reads). A file that is not a summary fails with SummaryError: one
-line naming the file, what is missing and the fix.
-"""
+"""summary.json as a type (frozen dataclasses), read by attribute. from_dict/to_dict keep the file's keys and their
+order; keys no field names ride along in `extra`; a file that is not a summary fails with SummaryError."""
 import json
 import types
 import typing
@@ -329,8 +324,7 @@ class Summary(Section):
 
     @classmethod
     def load(cls, path: Path, require: tuple[str, ...] = ()) -> "Summary":
-        """A run's summary.json (the file, or the run's folder); require: dotted keys it must hold (e.g.
-        config.peers), else SummaryError."""
+        """A run's summary.json (the file or the run's folder); require: dotted keys it must hold, else SummaryError."""
         path = RunDir(path).summary if Path(path).is_dir() else Path(path)
         try:
             data = json.loads(path.read_text())

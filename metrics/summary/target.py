@@ -1,24 +1,7 @@
-"""Time-to-target: where a learning curve reaches the target, by the estimator the config declares.
-
-A worker's learning curve is its evaluations (eval.jsonl): the target metric at steps 0, eval_every, ...
-and the last step. An estimator (target.estimator) maps the curve to the fractional step at which it
-reaches target.value, or to None when it has not reached it by the last evaluation: the run is censored,
-never extrapolated. All see "higher is better" (a test_loss curve and target are negated). The causal ones
-decide at an evaluation from it and those before it and the next one only, so a run can stop there
-(eval_in_training); isotonic looks at every later evaluation:
-
-  confirmed_crossing  the first evaluation at or above the target whose next evaluation is too, interpolated
-                      linearly from the evaluation before it (a crossing at the last evaluation does not count)
-  isotonic            the monotone (isotonic, least-squares) fit of the curve, read between the centres of its
-                      pooled blocks: the first point where that line reaches the target. Noise that dips below
-                      or jumps above the trend is pooled with its neighbours instead of moving the crossing to
-                      the next lucky or unlucky evaluation; censored when the last block is below the target
-
-The step maps to training time and all workers' samples by interpolating linearly between the two evaluations
-around it. The test-set bootstrap resamples the held-out samples (eval_samples.npz: each sample's outcome at
-every evaluation, resampled together) and applies the same estimator: its interval is the crossing's noise
-from the finite test set alone, apart from the seed's (which only repeated blocks show).
-"""
+"""Time-to-target: the fractional step at which a worker's learning curve (eval.jsonl) reaches the target, by the
+estimator the config declares (target.estimator), or None when it has not by the last evaluation (censored, never
+extrapolated); mapped to training time and samples, with a test-set bootstrap. Definitions: metrics/methods.yaml
+target."""
 from typing import Iterator
 
 import numpy as np
@@ -34,7 +17,8 @@ METHODS = methods("target")
 
 
 def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """See the module's docstring (values: higher is better)."""
+    """The first evaluation at or above the value whose next one is too, interpolated from the one before (values:
+    higher is better; definitions of the estimators: metrics/methods.yaml target)."""
     for i in range(len(values) - 1):
         if values[i] >= value and values[i + 1] >= value:
             before = i - 1 if i else i
@@ -80,15 +64,16 @@ def fit_crossing(steps: np.ndarray, blocks, value: float) -> float | None:
 
 
 def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """See the module's docstring (values: higher is better)."""
+    """Where the isotonic fit of the whole curve, read linearly between its blocks' centres, reaches the value."""
     return fit_crossing(steps, pooled_blocks(values), value)
 
 
 def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """See the module's docstring (values: higher is better)."""
+    """The isotonic crossing of the shortest head of the curve whose fit reaches the value at or before its
+    second-to-last evaluation."""
     for k, blocks in enumerate(pooled_heads(values)):
         if k and blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1) >= value:  # else the head's fit stays below
-            step = fit_crossing(steps, [(f, l, total / (l - f + 1)) for f, l, total in blocks], value)
+            step = fit_crossing(steps, [(f, last, total / (last - f + 1)) for f, last, total in blocks], value)
             if step <= steps[k - 1]:
                 return step
     return None
@@ -139,9 +124,8 @@ def interpolated(before: dict, after: dict, fraction: float, key: str) -> float:
 
 def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]],
                    outcomes_by_rank: dict, target: dict) -> dict:
-    """When the worst worker's curve reached the target (training time, all workers' samples, steps; see
-    METHODS), its test-set bootstrap, and whether the workers evaluated identical models. outcomes_by_rank:
-    each worker's eval_samples.npz path (a missing file: no bootstrap)."""
+    """When the worst worker's curve reached the target (training time, all workers' samples, steps), its test-set
+    bootstrap (outcomes_by_rank: each worker's eval_samples.npz; missing: none), whether the evaluated models match."""
     curves = {rank: Curve(evals, target["metric"]) for rank, evals in evals_by_rank.items()}
     counters = [samples_by_step(steps) for steps in steps_by_rank.values()]
 

@@ -1,6 +1,5 @@
-"""The measurement window: the steps over which a run's throughput, bytes and time breakdown are measured, the same
-for every strategy of a sweep (conf/config.yaml measure_window), so that runs which end at different steps (at their
-target) are measured over the same stretch of training, after warm-up."""
+"""The measurement window (conf/config.yaml measure_window): the steps over which throughput, bytes and time breakdown
+are measured, the same for every strategy of a sweep, after warm-up, whichever step each run ends at."""
 
 
 def window_steps(after_step: int, steps: int, period: tuple[int, int]) -> tuple[int, int]:
@@ -32,7 +31,7 @@ def worker_window(steps: list[dict], window: tuple[int, int] | None) -> dict:
 
 
 def window_section(window: tuple[int, int] | None, steps_by_rank: dict[int, list[dict]]) -> dict | None:
-    """The window as measured (its method: metrics/methods.yaml, summary's window); None: the run was measured over all its steps (no window declared)."""
+    """The window as measured (method: metrics/methods.yaml summary.window); None: no window was declared."""
     if window is None:
         return None
     ended = [steps[-1]["step"] for steps in steps_by_rank.values() if steps]

@@ -1,0 +1,98 @@
+"""The report's one set of formatters: numbers, shares, sizes, counts and intervals as its tables and sentences
+show them (units sit in the column headers or the sentence)."""
+import math
+import statistics
+
+from metrics.report.stats import factor
+
+MISSING = "–"
+
+
+def number(value: float | None, digits: int = 3) -> str:
+    """`digits` significant digits; from 10**digits on, whole with thousands separators; ∞ for a miss."""
+    if value is None:
+        return MISSING
+    if math.isinf(value):
+        return "∞"
+    if value == 0:
+        return "0"
+    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
+
+
+def significant(value: float | None, digits: int = 3) -> str:
+    """`digits` significant digits, whatever the size."""
+    return MISSING if value is None else f"{value:.{digits}g}"
+
+
+def percent(value: float | None) -> str:
+    """A share as percent with one decimal, no sign: 0.123 -> "12.3"."""
+    return MISSING if value is None else f"{100 * value:.1f}"
+
+
+def rounded_percent(value: float) -> str:
+    """A share as percent to two significant digits: 0.123 -> "12"."""
+    return number(100 * value, 2)
+
+
+def share(value: float | None) -> str:
+    """A share as a whole percent with its sign: 0.123 -> "12%"; None -> "no"."""
+    return "no" if value is None else f"{value:.0%}"
+
+
+def mib(n_bytes: float | None) -> str:
+    return MISSING if n_bytes is None else f"{n_bytes / 2**20:,.1f}"
+
+
+def size(n_bytes: float) -> str:
+    """Bytes in MiB, KiB or bytes, with the unit."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= scale:
+            return f"{number(n_bytes / scale)} {unit}"
+    return f"{number(n_bytes)} bytes"
+
+
+def counted(n: int, unit: str) -> str:
+    """"1 run", "2 runs"."""
+    return f"{n} {unit}{'s' if n != 1 else ''}"
+
+
+def cpus(count: int) -> str:
+    return counted(count, "CPU")
+
+
+def blocks_text(n: int, censored: int = 0, unit: str = "block") -> str:
+    return counted(n, unit) + (f", {censored} censored" if censored else "")
+
+
+def median_text(values: list[float], show, unit: str) -> str:
+    """median (range low–high, n runs) of values, each shown by show(value), in unit."""
+    if min(values) == max(values):
+        return f"{show(values[0])}{unit} ({'1 run' if len(values) == 1 else f'all {len(values)} runs'})"
+    return (f"median {show(statistics.median(values))}{unit} (range {show(min(values))}–{show(max(values))}{unit}, "
+            f"{counted(len(values), 'run')})")
+
+
+def times_over(value: float) -> str:
+    """A ratio's x/÷ factor: 1.25 -> "×/÷1.25" (a ratio beyond 1.25 or below 1/1.25)."""
+    return f"×/÷{value:.2f}"
+
+
+def bound_sign(ratio) -> str:
+    """"≤ " where this side was counted at its best case in some block (the ratio can only be lower), "≥ " where the
+    other was; nothing where neither or both were."""
+    this, other = getattr(ratio, "favours_this", 0), getattr(ratio, "favours_other", 0)
+    return "≤ " if this and not other else "≥ " if other and not this else ""
+
+
+def interval_text(ratio, unit: str = "×") -> str:
+    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %, the estimate as a bound where a miss was
+    counted at its best case; without an interval, why (one block, zero spread)."""
+    if ratio is None or not ratio.n:
+        return "n/a (no paired block)"
+    estimate = f"{bound_sign(ratio)}{ratio.estimate:.2f}{unit}"
+    interval = ratio.interval()
+    if interval is None:
+        return f"{estimate} ({ratio.why_no_interval}: no interval)"
+    low, high = interval
+    return (f"{estimate} [{low:.2f}, {high:.2f}] ({times_over(factor(interval))}, "
+            f"{blocks_text(ratio.n, getattr(ratio, 'imputed', 0))})")
