@@ -6,22 +6,12 @@ from metrics.projection.cost import Cost, RingAllReduceCost, ring_allreduce_s
 class DiLoCoCost(RingAllReduceCost):
     @classmethod
     def link_bound(cls, r: Round) -> float:
-        """P/B, P = 2(N-1)/N x S: one sync is one all-reduce of the S-byte pseudo-gradient.
-
-        A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker
-        sending and receiving one piece per step, so its link carries P each way in a sync; the H
-        inner steps between syncs move nothing.
-        """
+        """P/B, P = 2(N-1)/N x S: one sync is one all-reduce of the S-byte pseudo-gradient."""
         return r.payload / r.rate
 
     @classmethod
     def step_time(cls, m: Cost) -> float:
-        """compute + 2(N-1)·(α + S/(N·β)) / H, H = diloco.inner_steps.
-
-        One ring all-reduce of the S-byte pseudo-gradient (N-1 reduce-scatter and N-1 all-gather
-        steps, one message of S/N bytes each) every H steps, after the step's update (no overlap);
-        the outer update on the host vector is counted in compute.
-        """
+        """compute + 2(N-1)·(α + S/(N·β)) / H, H = diloco.inner_steps."""
         return m.compute + ring_allreduce_s(m) / cls.steps_per_round(m.knobs)
 
     @classmethod

@@ -7,22 +7,12 @@ from strategies.cost_models.allreduce import AllReduceCost
 class LocalSGDCost(AllReduceCost):
     @classmethod
     def link_bound(cls, r: Round) -> float:
-        """P/B, P = 2(N-1)/N x S: a round is one all-reduce of S bytes, of gradients (warm-up) or parameters.
-
-        A ring all-reduce is N-1 reduce-scatter and N-1 all-gather steps of S/N bytes, each worker
-        sending and receiving one piece per step, so its link carries P each way. Warm-up rounds
-        overlap backward (measured by link_s), averaging rounds come after the update (comm_s).
-        """
+        """P/B, P = 2(N-1)/N x S: a round is one all-reduce of S bytes, of gradients (warm-up) or parameters."""
         return r.payload / r.rate
 
     @classmethod
     def step_time(cls, m: Cost) -> float:
-        """compute + 2(N-1)·(α + S/(N·β)) / every, after warm-up.
-
-        The steady state: one ring all-reduce of the S-byte parameter vector (N-1 reduce-scatter and
-        N-1 all-gather steps, one message of S/N bytes each) every `every` steps, after the update (no
-        overlap). The warm-up's synchronous steps are allreduce's (see strategies/allreduce.py).
-        """
+        """compute + 2(N-1)·(α + S/(N·β)) / every, after warm-up."""
         return m.compute + ring_allreduce_s(m) / cls.steps_per_round(m.knobs)
 
     @classmethod

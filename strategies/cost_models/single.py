@@ -7,9 +7,5 @@ class SingleCost(CostModel):
 
     @classmethod
     def step_time(cls, m: Cost) -> float:
-        """compute: no communication.
-
-        Projected to N peers, it is N independent copies of the measured process: the ceiling of
-        linear scaling that the other strategies are compared with.
-        """
+        """compute: no communication."""
         return m.compute
