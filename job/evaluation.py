@@ -1,8 +1,6 @@
-"""Held-out evaluation, kept out of training: the loop saves snapshots at its pauses (Snapshots); once training has
-ended, the workers of one machine evaluate every distinct snapshot once between them, through files in the run
-directory (MachineBoard, MachineEvaluation); with eval_in_training, each snapshot as it is taken (InTraining). Each
-evaluation recomputes BatchNorm's statistics on a fixed training subset first (PreciseBatchNorm). What the files hold
-and why: docs/usage.md (Evaluation after training) and docs/runs.md (Comparable convergence)."""
+"""Held-out evaluation of the snapshots the loop saves: after training, the workers of one machine share the distinct
+snapshots through files (MachineBoard); with eval_in_training, each as it is taken (InTraining). See docs/usage.md
+(Evaluation after training) and docs/runs.md (Comparable convergence)."""
 import json
 import os
 import socket
@@ -23,7 +21,7 @@ from metrics.recording.steplog import StepLog
 from metrics.summary.target import crossing_step
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
-EVALUATION_BATCH = 32  # held-out samples per forward pass (ResNet18 on one CPU thread: 2.8 s for 359 samples; 3.4 s at 256)
+EVALUATION_BATCH = 32  # held-out samples per forward pass
 
 
 @torch.no_grad()
@@ -94,8 +92,7 @@ class Evaluator:
         self.model, self.dataset, self.device, self.precise = model, dataset, device, precise
 
     def __call__(self, path: Path) -> tuple[dict, dict]:
-        """The figures of the weights in `path` (evaluate's, state_sha256, precise_bn_s, eval_s) and each test
-        sample's outcome."""
+        """The figures of the weights in `path` (evaluate's, state_sha256, precise_bn_s, eval_s) and outcome."""
         started = time.perf_counter()
         self.model.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
         loaded = time.perf_counter()
@@ -179,8 +176,7 @@ class MachineBoard:
         return [m for path in self.directory.glob("snapshots*.json") if (m := self._read_json(path))]
 
     def live_workers(self) -> dict[int, dict]:
-        """The other registered workers still running: rank -> {host: its hostname, published: whether it published
-        its snapshots}."""
+        """The other registered workers still running: rank -> {host, published (its snapshots)}."""
         workers = (self._read_json(path) for path in self.directory.glob("worker*.json"))
         return {w["rank"]: {"host": w["host"], "published": (self.directory / f"snapshots{w['rank']}.json").exists()}
                 for w in workers if w and w["rank"] != self.rank and process_alive(w["pid"], w["started"])}
@@ -286,8 +282,7 @@ class MachineEvaluation:
         self.longest_s = max(self.longest_s, record["eval_s"])
 
     def _claim_next(self, pending: list[Snapshot], helped) -> tuple[str, str] | None:
-        """The first unclaimed state among this worker's pending snapshots, then among those of the live workers
-        `helped` have published; claimed."""
+        """Claim the first unclaimed state of `pending`, then of the snapshots the workers `helped` published."""
         for key, path in [(s.key, str(s.path)) for s in pending] + self.board.offered(helped):
             if not self.board.posted(key) and self.board.claim(key):
                 return key, path
@@ -323,8 +318,7 @@ class MachineEvaluation:
 
 @dataclass
 class InTraining:
-    """Evaluation of each snapshot as it is taken (eval_in_training): where to log it, and the target whose
-    confirmed crossing ends the run."""
+    """eval_in_training: where to log each evaluation, and the target whose confirmed crossing ends the run."""
     evaluator: Evaluator
     log: StepLog
     target: dict  # the config's target block: metric, value, a causal estimator
@@ -345,8 +339,7 @@ class Snapshots:
         self.target_reached = False  # in training: the estimator confirmed the crossing
 
     def take(self, model: nn.Module, **clock) -> float:
-        """Save the model's state and its key now (and evaluate it, in training); returns the seconds it paused
-        training."""
+        """Save the model's state and key (evaluate it, in training); returns the seconds training paused."""
         started = time.perf_counter()
         self.training_started = started - clock["wall_s"]
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,5 @@
-"""Optimizers by config name, with learning-rate scaling to the strategy's effective batch.
-
-`lr` is the rate for one peer's batch (batch_size). A strategy's effective batch is the
-number of samples behind one optimizer update (LaunchSpec.effective_batch: peers x batch
-for synchronous gradient averaging, target_batch_size for hivemind's gradients, one
-peer's batch for local updates). lr_scaling scales lr by k = effective batch / batch_size:
-none (x1), linear (x k, Goyal et al. 2017) or sqrt (x sqrt k). With warmup_steps > 0 the
-rate ramps linearly from lr to the scaled rate over that many optimizer updates.
-"""
+"""Optimizers by config name; `lr` (one peer's batch) scaled by lr_scaling to k = the strategy's effective batch
+(LaunchSpec.effective_batch) / batch_size: none, linear (x k) or sqrt; warmup_steps ramp it from lr."""
 import math
 
 import torch

@@ -1,7 +1,6 @@
 """The machine's speed during a run: forward and backward of a copy of the worker's initial model on a fixed batch,
-timed on the peer's own cores with the training clock stopped, at step 0, at evaluation pauses within its cost budget
-and after the last step; the training model, its gradients, buffers and the RNG are untouched. Parameter servers,
-with no model, record none. What it records: docs/runs.md (speed_reference)."""
+timed with the training clock stopped at step 0, at pauses within its budget and at the end; training's model and
+RNG are untouched. What it records: docs/runs.md (speed_reference)."""
 import copy
 import statistics
 import time
@@ -66,8 +65,7 @@ class SpeedReference:
             self.passes *= 2
 
     def measure(self, step: int, train_wall_s: float, force: bool = False) -> float:
-        """Time the work at `step` (train_wall_s: seconds since training started) unless the budget says no; returns
-        the pause it cost in seconds."""
+        """Time the work at `step` unless the budget says no; returns the pause it cost in seconds."""
         if self.measurements and self.measurements[-1]["step"] == step:
             return 0.0  # measured at this step already
         last = self.measurements[-1]["pause_s"] if self.measurements else 0.0
