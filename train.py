@@ -56,7 +56,7 @@ def run(cfg) -> int:
     cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
     strategy = strategy_class(cfg)
     run.config.parent.mkdir(parents=True, exist_ok=True)
-    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: as asked, before dilation and network=auto
+    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: before dilation and network=auto
     link = choose_network(cfg, strategy.launch_spec(cfg).processes)
     record_dilation(run, cfg)
     spec = strategy.launch_spec(cfg)
@@ -100,8 +100,7 @@ def choose_network(cfg, processes: int):
 
 
 def take_machine_lock(mode: str) -> dict:
-    """A multirun takes the machine lock before its first job (launchers/lock.py); a single run only looks.
-    Returns the lock's status for the summary."""
+    """A multirun takes the machine lock, a single run only looks; returns its status for the summary."""
     if HydraConfig.get().mode.name == "MULTIRUN":
         take_sweep_lock(mode)  # taken by the sweeper already, unless another sweeper ran this job
     lock = lock_status(mode)
@@ -112,8 +111,7 @@ def take_machine_lock(mode: str) -> dict:
 
 
 def record_dilation(run: RunDir, cfg) -> None:
-    """Dilate the config (emulate.dilation) once, before the peers read it, and record what changed and the factor
-    checked on this machine."""
+    """Dilate the config once, before the peers read it, and record what changed and the factor checked."""
     factor = emulate_of(cfg)["dilation"]
     checked, source = checked_dilation(cfg.strategy.name) if factor != 1 else (1.0, "not dilated")
     scaled = dilate(cfg, factor)
@@ -122,8 +120,7 @@ def record_dilation(run: RunDir, cfg) -> None:
 
 
 def print_result(run_dir: Path, summary: Summary, outcome, counted: tuple[str, ...]) -> None:
-    """What the run measured, in a few lines (every figure is defined in summary.json's methods); `counted`:
-    the keys of the strategy's peer figures it sums over peers (its declared counters)."""
+    """What the run measured, in a few lines; `counted`: the strategy's counters summed over peers."""
     if outcome.status != "completed":
         print(f"avgbench: run {outcome.status}: {outcome.error}", file=sys.stderr)
         print(f"avgbench: metrics so far are in {run_dir}", file=sys.stderr)
@@ -139,11 +136,8 @@ def print_result(run_dir: Path, summary: Summary, outcome, counted: tuple[str, .
     print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in share.items())} "
           f"(comm = exposed communication); payload {(summary.bytes_sent_per_sample or 0) / 1024:.1f} KiB "
           f"sent per sample")
-    counters = dict.fromkeys(counted, 0)
-    for peer in summary.peers:
-        figures = (peer.result or {}).get("strategy") or {}
-        for key in counters:
-            counters[key] += figures.get(key) or 0
+    figures = [(peer.result or {}).get("strategy") or {} for peer in summary.peers]
+    counters = {key: sum(f.get(key) or 0 for f in figures) for key in dict.fromkeys(counted)}
     shown = {k: v for k, v in counters.items() if v or k in summary.failure_counters}
     if shown:
         print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))

@@ -50,8 +50,7 @@ def strategy_class(cfg):
 
 
 def measurement_window(cfg) -> tuple[int, int]:
-    """The run's measurement window, (first, last) step (metrics/summary/window.py): the config's, widened to the
-    strategy's averaging periods."""
+    """(first, last) step of the measurement window, widened to the strategy's averaging periods."""
     return window_steps(cfg.measure_window.after_step, cfg.measure_window.steps,
                         strategy_class(cfg).averaging_period(cfg))
 
@@ -108,8 +107,7 @@ def check_repeats(value) -> int | str:
 
 
 def compose_config(overrides: list[str], return_hydra_config: bool = False):
-    """The config train.py composes for these overrides (in this process, no run); ConfigError where Hydra refuses
-    them (its first line)."""
+    """The config train.py composes for these overrides; ConfigError (first line) where Hydra refuses them."""
     from hydra import compose, initialize_config_dir
 
     try:
@@ -163,7 +161,8 @@ def validate(cfg) -> None:
              f"eval_in_training=true stops a run at its crossing: target.estimator must be one of {', '.join(CAUSAL)} "
              f"(they never look past the next evaluation), got {cfg.target.estimator}")
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
-             f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
+             f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, "
+             f"got {cfg.precise_bn_samples}")
     launch = cfg.launch
     _require(launch.node_rank < launch.nnodes,
              f"launch.node_rank must be in [0, {launch.nnodes}), got {launch.node_rank}")

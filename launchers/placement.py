@@ -1,15 +1,6 @@
-"""Placement: where each rank of a run lives on the network.
-
-A launcher asks its placement for each rank's command prefix, extra environment
-and address, and where its own helper processes (mpirun, horovodrun) run.
-
-- HostPlacement (network=loopback): every rank on this host's own network, nothing changes.
-- NamespacePlacement (network=emulated): rank r on emulated host r (netemu), its own
-  namespace with address 10.213.7.<r+1>, a shaped link and cores of its own. Helper processes run on
-  host 0, as they would on the first node of a real cluster, and reach the other
-  hosts through netemu.agent (an rsh/ssh stand-in). A meter reads the links' counters while the run lasts
-  (netemu/goodput.py: does each link carry its rate while busy?).
-"""
+"""Where each rank of a run lives on the network: its command prefix, environment and address, and where helper
+processes (mpirun, horovodrun) run. HostPlacement: this host, unchanged (network=loopback); NamespacePlacement: rank r
+on emulated host r (network=emulated), helpers on host 0. The hooks: docs/clusters.md."""
 import os
 import sys
 from pathlib import Path

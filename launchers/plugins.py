@@ -1,7 +1,5 @@
-"""Where strategies are found, each a config strategy/NAME.yaml naming its class (strategy.target) and cost model
-(strategy.cost_model): conf/; an installed package's entry point of the group avgbench.strategies (NAME =
-package.module, the strategy's module; its config in that module's folder, which hydra_plugins/avgbench_strategies
-puts on Hydra's search path); a folder of the user's on the search path (hydra.searchpath=[file://DIR])."""
+"""Where strategies' configs (strategy/NAME.yaml) are found: conf/, the folders of installed packages'
+avgbench.strategies entry points, and the user's folders on the search path (hydra.searchpath=[file://DIR])."""
 import importlib.util
 from importlib.metadata import entry_points
 from pathlib import Path

@@ -1,8 +1,5 @@
-"""The configuration schema. conf/'s YAML declares every knob: its default, its type (the default's) and its meaning
-(the comment on its line, which docs/generate.py turns into the knob tables). RULES adds the allowed values of the
-knobs that need more than a type. check_keys() checks a composed config against the config composed from the same
-group choices alone (unknown keys, with the closest known one; types); check_values() applies RULES and the
-strategy's own (Strategy.rules, on its block)."""
+"""The configuration schema: conf/'s YAML declares each knob's default, type and meaning; RULES adds allowed values.
+check_keys() checks keys and types against the config of the same group choices, check_values() the RULES."""
 import difflib
 
 from omegaconf import OmegaConf
@@ -87,8 +84,7 @@ def check_value(key: str, value, rule: Rule | None = None) -> None:
 
 
 def check_values(cfg, block: str, block_rules: dict[str, Rule]) -> None:
-    """Each knob of RULES, and of `block_rules` (knob -> Rule) under `block`, present in cfg holds an allowed value;
-    ConfigError names the first that does not."""
+    """ConfigError for the first knob of RULES, or of `block_rules` under `block`, with a value not allowed."""
     rules = RULES | {f"{block}.{knob}": rule for knob, rule in block_rules.items()}
     for key, rule in rules.items():
         node, _, leaf = key.rpartition(".")

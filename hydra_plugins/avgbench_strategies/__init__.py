@@ -1,5 +1,4 @@
-"""Hydra takes search-path plugins only from its `hydra_plugins` namespace: this puts the folders of the strategies
-installed packages declare (launchers/plugins.py) on Hydra's config search path."""
+"""Puts installed packages' strategy folders (launchers/plugins.py) on Hydra's config search path."""
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
