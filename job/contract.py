@@ -60,16 +60,15 @@ class PeerContext:
         def first(names: tuple[str, ...], default: str) -> str:
             return next((os.environ[n] for n in names if n in os.environ), default)
 
+        world_size = first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")
         return cls(
             rank=int(first(("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"), "0")),
-            world_size=int(first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")),
+            world_size=int(world_size),
             local_rank=int(first(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK"), "0")),
             local_world_size=int(first(("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"),
-                                       first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1"))),
-            master_addr=first(("MASTER_ADDR",), "127.0.0.1"),
-            master_port=int(first(("MASTER_PORT",), "0")),
-            run=RunDir(run_dir),
-        )
+                                       world_size)),
+            master_addr=first(("MASTER_ADDR",), "127.0.0.1"), master_port=int(first(("MASTER_PORT",), "0")),
+            run=RunDir(run_dir))
 
     @property
     def peer(self) -> PeerDir:

@@ -1,6 +1,5 @@
 """A peer's CPU group (a cgroup v1 or v2 with a CPU quota): its kernel files, and the peer's side. The launcher
-(netemu/cpu.py) creates one per rank and records them in RUN/.avgbench/cpu.json; each peer joins its own first thing,
-so everything it starts is in it too."""
+(netemu/cpu.py) makes one per rank; each peer joins its own first, so everything it starts is in it too."""
 import json
 import os
 import time
@@ -70,7 +69,6 @@ class CpuGroup:
         return True
 
     def usage_s(self) -> float:
-        """CPU time the group's tasks received since it was created."""
         if self.version == "v1":
             with open(self._file("cpuacct.usage")) as f:
                 return int(f.read()) / 1e9
@@ -113,7 +111,6 @@ class CpuGroup:
 
 
 def tree_run_delays(pid: int) -> dict[int, int]:
-    """thread_run_delays of `pid` and its descendants."""
     try:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:

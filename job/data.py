@@ -91,8 +91,7 @@ def check_data_config(data_cfg) -> None:
 
 
 def data_shape(data_cfg) -> tuple[int, int, int]:
-    """(classes, channels, image side) of a dataset's batches from its config alone, for the check before launch (an
-    image folder's classes: its train/ subfolders)."""
+    """(classes, channels, image side) of a dataset's batches from its config alone (nothing loaded)."""
     if data_cfg.name == "synthetic":
         return int(data_cfg.num_classes), int(data_cfg.channels), int(data_cfg.image_size)
     if data_cfg.name == "imagefolder":
@@ -138,6 +137,5 @@ class GlobalOrder(Sampler):
 
 
 def batches(dataset: Dataset, order: GlobalOrder, num_workers: int):
-    """Endless stream of this worker's batches, step after step."""
     loader = DataLoader(dataset, batch_sampler=order, num_workers=num_workers, persistent_workers=num_workers > 0)
     yield from loader

@@ -1,6 +1,5 @@
-"""Held-out evaluation of the snapshots the loop saves: after training, the workers of one machine share the distinct
-snapshots through files (MachineBoard); with eval_in_training, each as it is taken (InTraining). See docs/usage.md
-(Evaluation after training) and docs/runs.md (Comparable convergence)."""
+"""Held-out evaluation of the loop's snapshots: after training, one machine's workers share them through files
+(MachineBoard), or each as it is taken (InTraining). See docs/usage.md (Evaluation after training)."""
 import json
 import os
 import socket
@@ -58,8 +57,6 @@ def snapshot_key(model: nn.Module, precise: bool) -> str:
 
 
 class PreciseBatchNorm:
-    """BatchNorm's population statistics, recomputed on a fixed training subset (see the module's docstring)."""
-
     def __init__(self, dataset, samples: int, batch_size: int, device: torch.device):
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(PRECISE_BN_SUBSET_SEED))
         batches = min(samples, len(dataset)) // batch_size
@@ -133,8 +130,7 @@ def write_atomically(path: Path, write) -> None:
 
 
 class MachineBoard:
-    """The files through which the workers of one machine share their evaluations
-    (RUN/.avgbench/evaluation/MACHINE/, MACHINE = machine_name()):
+    """The files in RUN/.avgbench/evaluation/MACHINE/ through which one machine's workers share their evaluations:
 
         worker<R>.json     worker R: its process (pid, start time) and host (hostname), written before it trains
         snapshots<R>.json  worker R's snapshots (step, key, path), written when its training ended (ended_at)
@@ -148,8 +144,7 @@ class MachineBoard:
 
     @staticmethod
     def machine_name() -> str:
-        """This machine's folder name: the kernel's boot id and the PID namespace (processes that share them share
-        the cores and see each other's PIDs, whatever their hostnames)."""
+        """This machine's folder: boot id and PID namespace (sharing them, processes share cores and see PIDs)."""
         return f"boot-{boot_id()}.pidns-{os.stat('/proc/self/ns/pid').st_ino}"
 
     def _write_json(self, path: Path, record: dict) -> None:
@@ -187,8 +182,7 @@ class MachineBoard:
         return [(s["key"], s["path"]) for m in manifests if m for s in m["snapshots"]]
 
     def claim(self, key: str) -> bool:
-        """Take the evaluation of `key`: True for the first to ask, False for every later one (a hard link of a
-        written file: the claim appears whole, or not at mine)."""
+        """Take the evaluation of `key`: True for the first to ask only (a hard link: a claim appears whole)."""
         written = self.directory / f".{key}.claim.{os.getpid()}"
         written.write_text(json.dumps({"rank": self.rank, **this_process(), "at": time.time()}))
         try:
@@ -241,7 +235,6 @@ class EvaluationState:
 
 
 def evaluation_state(run_evaluation: Path) -> EvaluationState:
-    """The state of every machine's board under RUN/.avgbench/evaluation."""
     ended, states, evaluated, since, last = set(), 0, 0, [], []
     for directory in sorted(p for p in Path(run_evaluation).glob("*") if p.is_dir()):
         board = MachineBoard(directory, rank=-1)
@@ -259,14 +252,10 @@ POLL_S = 0.05  # how often a waiting worker looks at the board
 
 
 class MachineEvaluation:
-    """One worker's part in evaluating its machine's snapshots (see the module's docstring)."""
-
     def __init__(self, board: MachineBoard, evaluator: Evaluator, patience_s: float,
                  all_trained: Callable[[int], None] | None = None):
         self.board, self.evaluator, self.patience_s = board, evaluator, patience_s
-        # called once, when every live worker of the machine has ended training, with how many of them are on this
-        # worker's host (itself included): they share the host's cores
-        self.all_trained = all_trained
+        self.all_trained = all_trained  # called once all live workers trained, with how many are on this host
         self.evaluated = 0  # evaluations done here
         self.longest_s = 0.0  # the longest of them
 
@@ -394,9 +383,8 @@ class Snapshots:
 
     def evaluating(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
                    keep_in: Path | None = None) -> Iterator[str]:
-        """Evaluate every snapshot with the machine's other workers (machine.run), one action per item; log each to
-        eval.jsonl in step order, every test sample's outcome to samples_path; delete the snapshot (or move it
-        into keep_in) once its evaluation is known."""
+        """Evaluate with the machine's other workers (machine.run), one action per item; log each in step order, save
+        the outcomes to samples_path, and delete each snapshot (or move it into keep_in) once evaluated."""
         outcomes = []
         for item in machine.run(self.taken):
             if isinstance(item, str):

@@ -20,8 +20,7 @@ THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread wait
 
 
 class GradientClock:
-    """When backward accumulated its last gradient, and the training thread's CPU wait and the other threads' CPU
-    time by then. Create it on the training thread."""
+    """When backward's last gradient came, and the CPU waits by then (see wait_s). Create it on the training thread."""
 
     def __init__(self, params, device: PeerDevice):
         self.last_ready = 0.0

@@ -45,8 +45,7 @@ def _failure(exc: Exception) -> str:
 
 
 def model_builder(target: str):
-    """The callable model.target names: 'package.module:function' (importable: installed or on PYTHONPATH), or
-    the name of an entry point of the group avgbench.models."""
+    """model.target's callable: 'package.module:function', or an avgbench.models entry point's name."""
     if ":" in target:
         module_name, _, attribute = target.partition(":")
         try:
@@ -117,8 +116,7 @@ def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
 
 
 def check_model(cfg) -> None:
-    """Before launch: model=custom builds (as the peers build it), has trainable parameters, and maps a batch of the
-    data's shape to one score per class; anything else is a ConfigError saying what."""
+    """model=custom builds, has trainable parameters and gives one score per class; else a ConfigError saying what."""
     if cfg.model.name != "custom":
         return
     if OmegaConf.is_missing(cfg.model, "target"):
@@ -161,6 +159,5 @@ def parameter_digest(model: nn.Module) -> str:
 
 
 def state_digest(model: nn.Module, leave_out: frozenset[str] = frozenset()) -> str:
-    """SHA-256 of the parameters' and buffers' bytes (BatchNorm statistics included), but for the state_dict
-    entries named in leave_out: equal digests mean a bit-identical model, which evaluates identically."""
+    """SHA-256 of the state_dict's tensors but `leave_out`: equal digests mean a bit-identical model."""
     return _digest(v for k, v in model.state_dict().items() if k not in leave_out)

@@ -26,8 +26,7 @@ def exit_on_sigterm() -> None:
 
 
 def exit_with(main, *args) -> None:
-    """Run `main` and exit with its code; after a failure at once (os._exit), so that a thread a backend left running
-    cannot hold the process at interpreter exit."""
+    """Run `main` and exit with its code; after a failure at once, so that a backend's thread cannot hold the exit."""
     try:
         code = main(*args)
     except BaseException as exc:
@@ -50,8 +49,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def interrupt_on_signals() -> None:
-    """Ctrl-C and SIGTERM raise Interrupted once in the main thread (even where the parent ignores SIGINT); later
-    ones are ignored while the launcher stops the peers."""
+    """Ctrl-C and SIGTERM raise Interrupted once in the main thread; later ones are ignored while peers stop."""
 
     def _raise(signum, _frame):
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -63,8 +61,7 @@ def interrupt_on_signals() -> None:
 
 
 def die_with_parent(grace_s: float) -> None:
-    """End this process and its children when the parent dies: SIGTERM from the kernel (PDEATHSIG), and a watchdog
-    that kills the tree grace_s later (the main thread may be blocked in a collective)."""
+    """End this process when the parent dies (PDEATHSIG), and its tree grace_s later if it is blocked."""
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -82,8 +79,7 @@ def die_with_parent(grace_s: float) -> None:
 
 
 def adopt_orphans() -> None:
-    """Become the subreaper of our descendants: an orphan (e.g. an Open MPI daemon) is re-parented here, so that
-    reap_orphans() counts its CPU time among our children's (os.times)."""
+    """Become our descendants' subreaper: reap_orphans() then counts an orphan's CPU among our children's."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 

@@ -1,6 +1,5 @@
 """The machine's speed during a run: forward and backward of a copy of the worker's initial model on a fixed batch,
-timed with the training clock stopped at step 0, at pauses within its budget and at the end; training's model and
-RNG are untouched. What it records: docs/runs.md (speed_reference)."""
+timed with training's clock stopped and its model and RNG untouched (docs/runs.md: speed_reference)."""
 import copy
 import statistics
 import time

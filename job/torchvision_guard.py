@@ -29,12 +29,8 @@ def import_torchvision():
     global _warned
     if "torchvision" not in sys.modules and not compiled_ops_load():
         if not _warned:
-            warnings.warn(
-                "torchvision's compiled ops do not load against this torch "
-                f"({torch.__version__}); models, transforms and datasets work, torchvision.ops do not",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            warnings.warn(f"torchvision's compiled ops do not load against this torch ({torch.__version__}); models, "
+                          "transforms and datasets work, torchvision.ops do not", RuntimeWarning, stacklevel=2)
             _warned = True
         sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
     import torchvision

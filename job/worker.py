@@ -1,6 +1,5 @@
-"""One peer process, `python -m job.worker RUN_DIR`, as any launcher starts it: rank and rendezvous from the torchrun
-environment (job/contract.py), config and launch spec from the run directory; a failure's traceback goes to
-peer<RANK>/error.txt for the launcher to report."""
+"""One peer process, `python -m job.worker RUN_DIR`, as any launcher starts it (job/contract.py); a failure's
+traceback goes to peer<RANK>/error.txt for the launcher to report."""
 import json
 import os
 import socket
@@ -113,8 +112,7 @@ def evaluate_after_training(cfg, ctx: PeerContext, cpu: PeerCpu, board: MachineB
 
 
 def record_failure(ctx: PeerContext) -> None:
-    """Write the exception being handled to peer<RANK>/error.txt, once, its mtime the failure's time to the ns (the
-    launcher reports the earliest error.txt as the root cause)."""
+    """Write the exception being handled to peer<RANK>/error.txt once, its mtime the failure's ns (earliest wins)."""
     exc = sys.exc_info()[1]
     if getattr(exc, "avgbench_recorded", False) or (isinstance(exc, SystemExit) and exc.code in (0, None)):
         return
