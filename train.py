@@ -76,10 +76,9 @@ def run(cfg) -> int:
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
     model = cost_model(cfg.strategy)
-    window = measurement_window(cfg)
     summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
                             strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
-                            shape, lock, window)
+                            shape, lock, measurement_window(cfg))
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if str(run.path) in failed_jobs:  # an attempt that failed, retried in its block (launchers/sweeper.py)
         failed_jobs.remove(str(run.path))
@@ -125,15 +124,13 @@ def print_result(run_dir: Path, summary: Summary, outcome, counted: tuple[str, .
         print(f"avgbench: run {outcome.status}: {outcome.error}", file=sys.stderr)
         print(f"avgbench: metrics so far are in {run_dir}", file=sys.stderr)
         return
-    config, accuracy = summary.config, summary.accuracy_by_worker
-    share = summary.time_breakdown_share
-    ttt = summary.time_to_target_s
+    config, accuracy, ttt = summary.config, summary.accuracy_by_worker, summary.time_to_target_s
     print(f"avgbench: {config['strategy']['name']} x{config['peers']} done in {outcome.wall_s:.1f} s: "
           f"{summary.throughput_samples_per_s or 0:.1f} samples/s; test accuracy worst "
           f"{fmt(accuracy.worst)} (mean {fmt(accuracy.mean)}, best {fmt(accuracy.best)}); "
           f"time to {config['target']['metric']} {config['target']['value']}: "
           f"{'not reached' if ttt is None else f'{ttt:.1f} s'}")
-    print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in share.items())} "
+    print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in summary.time_breakdown_share.items())} "
           f"(comm = exposed communication); payload {(summary.bytes_sent_per_sample or 0) / 1024:.1f} KiB "
           f"sent per sample")
     figures = [(peer.result or {}).get("strategy") or {} for peer in summary.peers]

@@ -6,5 +6,4 @@ LAUNCHERS = {"local": "launchers.local:LocalLauncher", "mpirun": "launchers.mpi:
 
 
 def launch(cfg, run, spec):
-    """The launcher for `spec`, ready to run()."""
     return resolve(LAUNCHERS[spec.launcher])(cfg, run, spec)

@@ -1,6 +1,5 @@
-"""A launcher starts the run's processes (ours, mpirun's or horovodrun's); the shared monitor here watches them: the
-first failure ends the run (its rank and traceback reported), and at the end every process with the run's id is
-killed."""
+"""A launcher starts the run's processes; the shared monitor here watches them: the first failure ends the run (its
+rank and traceback reported), and at the end every process with the run's id is killed."""
 import contextlib
 import os
 import signal

@@ -11,7 +11,7 @@ from job.errors import ConfigError
 from job.fault import check_fault_config
 from job.model import check_model
 from job.registry import resolve
-from launchers.schema import check_keys, check_value, check_values, unknown_key, holds
+from launchers.schema import check_keys, check_values, unknown_key, holds
 from launchers.plugins import CONF_DIR, strategy_configs
 from launchers.shape import fit_peers
 from metrics.projection.models import cost_model
@@ -61,8 +61,7 @@ def strategy_by_name(name: str, overrides: list[str] = ()):
 
 
 def check_overrides(args: list[str]) -> None:
-    """Reject an unknown option of a config group (e.g. strategy=foo), and a strategy knob that its strategy says is
-    set elsewhere (Strategy.knobs_elsewhere), before Hydra starts."""
+    """Before Hydra starts: no unknown option of a config group, no strategy knob set elsewhere (knobs_elsewhere)."""
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
     strategies = strategy_configs(args)
     for arg in args:
@@ -100,12 +99,6 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def check_repeats(value) -> int | str:
-    """repeats: the blocks of a multirun, an integer >= 1, or auto (planned from the recorded noise)."""
-    check_value("repeats", value)
-    return value
-
-
 def compose_config(overrides: list[str], return_hydra_config: bool = False):
     """The config train.py composes for these overrides; ConfigError (first line) where Hydra refuses them."""
     from hydra import compose, initialize_config_dir
@@ -118,8 +111,7 @@ def compose_config(overrides: list[str], return_hydra_config: bool = False):
 
 
 def check_command(overrides: list[str]) -> None:
-    """The one check of a run's command line before anything starts: unknown group options, the keys (each in the
-    schema: the config of the same group choices), their types, then validate(). Raises ConfigError."""
+    """The one check of a run's command line: group options, keys (in the schema), types, then validate()."""
     check_overrides(overrides)
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
     parsed = OverridesParser.create().parse_overrides(overrides)
@@ -148,8 +140,8 @@ def resolved(cfg) -> dict:
 
 
 def validate(cfg) -> None:
-    """The config's values (the schema's RULES) and the rules across knobs, then the strategy's own (its validate)
-    and what it needs of this machine. Raises ConfigError or BackendUnavailable."""
+    """The config's values, rules across knobs, the strategy's own and what it needs of this machine. Raises
+    ConfigError or BackendUnavailable."""
     strategy = strategy_class(cfg)
     try:
         cost_model(cfg.strategy)

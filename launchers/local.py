@@ -40,9 +40,7 @@ class LocalLauncher(Launcher):
         for local_rank in range(per_node):
             rank = launch.node_rank * per_node + local_rank
             env = self.base_env() | network | {
-                "RANK": str(rank), "WORLD_SIZE": str(self.nprocs),
-                "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_node),
-                "GROUP_RANK": str(launch.node_rank),
-                "MASTER_ADDR": str(master_addr), "MASTER_PORT": str(port),
-            } | self.placement.env(rank)
+                "RANK": str(rank), "WORLD_SIZE": str(self.nprocs), "LOCAL_RANK": str(local_rank),
+                "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(launch.node_rank),
+                "MASTER_ADDR": str(master_addr), "MASTER_PORT": str(port)} | self.placement.env(rank)
             self.spawn(rank, self.placement.wrap(rank, self.worker_command()), env)

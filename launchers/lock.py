@@ -1,6 +1,5 @@
-"""The machine lock, taken by sweeps and benchmarks so that two do not measure each other: one file, flocked by the
-holder, which writes itself into it and exports its pid in AVGBENCH_LOCK_HOLDER for the runs it starts. The knob
-`lock`: wait, refuse or off (docs/usage.md: The machine lock)."""
+"""The machine lock, taken by sweeps and benchmarks so that two do not measure each other: a flocked file naming its
+holder, whose pid the runs it starts see in AVGBENCH_LOCK_HOLDER (docs/usage.md: The machine lock)."""
 import fcntl
 import json
 import os

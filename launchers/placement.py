@@ -1,6 +1,5 @@
-"""Where each rank of a run lives on the network: its command prefix, environment and address, and where helper
-processes (mpirun, horovodrun) run. HostPlacement: this host, unchanged (network=loopback); NamespacePlacement: rank r
-on emulated host r (network=emulated), helpers on host 0. The hooks: docs/clusters.md."""
+"""Where each rank lives on the network (its command prefix, environment, address; where mpirun or horovodrun run):
+this host (HostPlacement, network=loopback) or emulated host r (NamespacePlacement). Hooks: docs/clusters.md."""
 import os
 import sys
 from pathlib import Path
@@ -23,7 +22,6 @@ class HostPlacement:
         """Remove it again; called in the launcher's finally path."""
 
     def wrap(self, rank: int, command: list[str]) -> list[str]:
-        """The command line that runs `command` as rank `rank`."""
         return command
 
     def env(self, rank: int) -> dict:
@@ -34,14 +32,12 @@ class HostPlacement:
         return None
 
     def head(self, command: list[str]) -> list[str]:
-        """Where a launcher process (mpirun, horovodrun) runs."""
         return command
 
     def head_env(self) -> dict:
         return {}
 
     def mpirun_args(self) -> list[str]:
-        """Extra mpirun arguments that place rank r on host r."""
         return []
 
     def horovodrun_args(self) -> list[str]:
@@ -63,10 +59,6 @@ class NamespacePlacement(HostPlacement):
         self.fabric = None
         self.meter = None
 
-    @property
-    def network_file(self) -> Path:
-        return self.run.network
-
     def start(self, env: dict) -> None:
         from netemu import Fabric, FabricError
 
@@ -76,7 +68,7 @@ class NamespacePlacement(HostPlacement):
             self.fabric.start()
         except FabricError as exc:
             raise PlacementError(f"emulated network: {exc}") from exc
-        self.fabric.write(self.network_file)
+        self.fabric.write(self.run.network)
         from netemu.goodput import LinkMeter
 
         self.meter = LinkMeter(self.fabric, self.run.link_meter).start()
@@ -108,7 +100,7 @@ class NamespacePlacement(HostPlacement):
     def head_env(self):
         from netemu.agent import NETWORK_ENV
 
-        return {NETWORK_ENV: str(self.network_file), "AVGBENCH_PYTHON": sys.executable}
+        return {NETWORK_ENV: str(self.run.network), "AVGBENCH_PYTHON": sys.executable}
 
     def hostfile(self) -> Path:
         """An Open MPI hostfile: one slot per emulated host, in rank order."""
@@ -119,9 +111,8 @@ class NamespacePlacement(HostPlacement):
     def mpirun_args(self):
         from netemu import INTERFACE
 
-        return ["--hostfile", str(self.hostfile()), "--map-by", "node",
-                "--mca", "plm_rsh_agent", f"{sys.executable} -m netemu.agent",
-                "--mca", "btl", "self,tcp",
+        return ["--hostfile", str(self.hostfile()), "--map-by", "node", "--mca", "plm_rsh_agent",
+                f"{sys.executable} -m netemu.agent", "--mca", "btl", "self,tcp",
                 "--mca", "btl_tcp_if_include", INTERFACE, "--mca", "oob_tcp_if_include", INTERFACE]
 
     def horovodrun_args(self):

@@ -28,8 +28,7 @@ def entry_point_folders() -> list[Path]:
 
 
 def strategy_configs(overrides: list[str] = ()) -> dict[str, Path]:
-    """Every strategy's config, by name: conf/'s, the installed packages', then those of the file:// folders
-    `overrides` put on the search path (the first of a name wins, as in Hydra)."""
+    """Every strategy's config by name: conf/'s, installed packages', then search-path folders' (first wins)."""
     searched = [o.value() for o in OverridesParser.create().parse_overrides(list(overrides))
                 if o.key_or_group == "hydra.searchpath"]
     folders = [CONF_DIR, *entry_point_folders(),

@@ -93,8 +93,7 @@ class Progress:
                     self.in_window[rank] = record
 
     def rate(self) -> float:
-        """All workers' samples / the longest worker's training time: in the measurement window once every worker
-        is in it (as summary.json's throughput), else over all steps so far."""
+        """All workers' samples / the longest training time: in the measurement window once all are in it."""
         if self.window and set(self.in_window) == set(self.latest):
             start = {"samples": 0, "train_s": 0.0}
             spans = [(r["samples"] - self.before_window.get(rank, start)["samples"],

@@ -94,13 +94,9 @@ def check_values(cfg, block: str, block_rules: dict[str, Rule]) -> None:
 
 
 def _leaves(tree: dict, prefix: str = "") -> list[str]:
-    keys = []
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        keys.append(path)
-        if isinstance(value, dict):
-            keys += _leaves(value, f"{path}.")
-    return keys
+    """Every dotted key of the tree, each block before its keys."""
+    return [key for name, value in tree.items()
+            for key in [f"{prefix}{name}", *(_leaves(value, f"{prefix}{name}.") if isinstance(value, dict) else [])]]
 
 
 def unknown_key(key: str, known: dict) -> ConfigError:
@@ -142,9 +138,7 @@ def _type_fits(value, default) -> bool:
 
 
 def check_keys(cfg: dict, schema: dict) -> None:
-    """Every key of the resolved config `cfg` is in `schema` (the config of the same group choices, resolved) and its
-    value has the schema default's type (an empty block, {}, takes any keys); ConfigError names the first that is
-    not."""
+    """Every key of `cfg` is in `schema` with the default's type ({}: any keys); ConfigError names the first not."""
     def walk(tree: dict, known: dict, prefix: str) -> None:
         for key, value in tree.items():
             path = f"{prefix}{key}"

@@ -1,7 +1,6 @@
-"""SLURM through Hydra's submitit launcher (conf/hydra/launcher/slurm.yaml): a batch goes as job arrays (one per run
-of consecutive jobs asking for the same resources, in order where array_parallelism=1), each job awaited with squeue
-(no accounting needed); a job that ends other than COMPLETED, or without its result, becomes a failed JobReturn
-naming SLURM's state and failed nodes, and the sweep goes on. Described in docs/clusters.md."""
+"""SLURM through Hydra's submitit launcher (conf/hydra/launcher/slurm.yaml): job arrays, each job awaited with squeue;
+one that ends other than COMPLETED, or without its result, becomes a failed JobReturn saying why, and the sweep goes
+on. Described in docs/clusters.md."""
 import itertools
 import re
 import subprocess

@@ -16,8 +16,9 @@ from omegaconf import OmegaConf, open_dict
 from job.device import resolve_device
 from job.errors import ConfigError
 from launchers.hydra_internals import basic_sweeper
-from launchers.config import PROJECT, check_repeats, project_targets, strategy_class
+from launchers.config import PROJECT, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
+from launchers.schema import check_value
 from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
@@ -52,7 +53,8 @@ class BlockSweeper(basic_sweeper()):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         parsed = parser.parse_overrides(self._parse_config() + list(arguments))
         try:
-            repeats = check_repeats(self.config.repeats)
+            repeats = self.config.repeats
+            check_value("repeats", repeats)
             project_targets(self.config.report.project, [o.input_line for o in parsed])
             parsed = [o for o in parsed if o.get_key_element() != PROJECT]  # the report's targets, not the jobs'
             jobs = self.configurations(parsed)
@@ -122,8 +124,7 @@ class BlockSweeper(basic_sweeper()):
         return unique_names(jobs)
 
     def shape_notice(self, jobs: list[Job]) -> list[str]:
-        """Each configuration's shape lines (launchers/shape.py), once each, naming the configurations where not all
-        share it; none where jobs run on other hosts (SLURM): each job says its own."""
+        """Each configuration's shape lines once, naming those it holds for; none where jobs run elsewhere."""
         if not str(self.config.hydra.launcher._target_).endswith(".BasicLauncher"):
             return []
         holders: dict[str, list[str]] = {}
