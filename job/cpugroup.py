@@ -75,8 +75,7 @@ class CpuGroup:
         return read_stat(self._file("cpu.stat"))["usage_usec"] / 1e6
 
     def usage_on_cores_s(self, cores: set[int]) -> tuple[float, float] | None:
-        """(this group's, every task's on the machine) CPU seconds on `cores` since boot, from v1's cpuacct.usage_percpu
-        (the time tasks ran: idle interrupts are in neither); None on v2, which keeps no per-core accounting."""
+        """(this group's, every task's) CPU seconds on `cores` since boot (v1's cpuacct.usage_percpu; None on v2)."""
         if self.version != "v1":
             return None
         roots = [os.path.dirname(parent) for parent in self.parents]

@@ -78,7 +78,6 @@ DATASETS = {"digits": digits, "synthetic": synthetic, "cifar10": cifar10, "image
 
 
 def check_data_config(data_cfg) -> None:
-    """Fail before launch when a dataset root is missing."""
     if data_cfg.name == "cifar10":
         root = Path(str(data_cfg.root))
         if not data_cfg.download and not (root / "cifar-10-batches-py").is_dir():
@@ -105,9 +104,8 @@ def load_splits(cfg) -> Splits:
 
 
 class GlobalOrder(Sampler):
-    """This worker's batches (lists of dataset indices, a batch_sampler) from the one endless sample order every run
-    of a seed shares: a permutation per epoch from the seed and the epoch alone; step t takes the stream's global
-    slice t (workers x batch_size), worker r its sub-slice r (docs/runs.md: One sample order)."""
+    """This worker's batches (lists of dataset indices) from the one endless sample order all runs of a seed share:
+    step t takes global slice t (workers x batch_size), worker r its sub-slice r (docs/runs.md: One sample order)."""
 
     def __init__(self, size: int, rank: int, workers: int, batch_size: int, seed: int):
         if size < workers * batch_size:

@@ -25,8 +25,7 @@ EVALUATION_BATCH = 32  # held-out samples per forward pass
 
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = EVALUATION_BATCH) -> tuple[dict, dict]:
-    """Mean cross-entropy and accuracy on the whole held-out split, and its size; and each sample's
-    outcome (correct: bool, loss: float32 arrays in the split's order)."""
+    """The held-out split's test_loss, test_accuracy and test_samples, and each sample's outcome (correct, loss)."""
     was_training = model.training
     model.eval()
     dtype = next(model.parameters()).dtype
@@ -48,8 +47,7 @@ def batch_norm_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def snapshot_key(model: nn.Module, precise: bool) -> str:
-    """The digest of what an evaluation of the model depends on: its parameters and buffers, less the BatchNorm
-    statistics when precise BatchNorm recomputes them. Equal keys evaluate identically."""
+    """The digest of what evaluating the model depends on (BatchNorm statistics aside if precise BN recomputes them)."""
     layers = set(batch_norm_layers(model)) if precise else set()
     recomputed = frozenset(f"{name}.{buffer}" for name, m in model.named_modules() if m in layers
                            for buffer in ("running_mean", "running_var", "num_batches_tracked"))
@@ -135,8 +133,7 @@ class MachineBoard:
         worker<R>.json     worker R: its process (pid, start time) and host (hostname), written before it trains
         snapshots<R>.json  worker R's snapshots (step, key, path), written when its training ended (ended_at)
         <key>.claim        who evaluates that state (rank, process, when), created by the first to claim it
-        <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome
-    """
+        <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome"""
 
     def __init__(self, directory: Path, rank: int, host: str | None = None):
         self.directory, self.rank = Path(directory), rank
@@ -278,10 +275,9 @@ class MachineEvaluation:
         return None
 
     def run(self, own: list[Snapshot]) -> Iterator[tuple[Snapshot, dict, dict] | str]:
-        """Publish `own`, then evaluate, wait and help until every snapshot of `own` has its evaluation and no live
-        worker of the machine has anything left to claim. Yields (snapshot, record, outcome) for each of `own` as soon
-        as it and those before it have theirs, "evaluated" after evaluating a state, "waiting" when it has nothing
-        to do now."""
+        """Publish `own`, then evaluate, wait and help until each of `own` is evaluated and no live worker of the
+        machine has anything left to claim. Yields (snapshot, record, outcome) for each of `own` in order once known,
+        "evaluated" after evaluating a state, "waiting" when there is nothing to do now."""
         self.board.publish(own)
         pending = list(own)
         while True:

@@ -69,8 +69,8 @@ class GradientClock:
 
 def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
           workers: int, batch_size: int, device: PeerDevice, snapshots: Snapshots) -> dict:
-    """Train to the strategy's step limit, its last step, or the target reached in training; log every step and take
-    the snapshots. `trained` is what the strategy trains (model, or a wrapper of it)."""
+    """Train to the strategy's step limit, its last step, or the target reached in training, logging every step and
+    taking the snapshots; `trained` is what the strategy trains (model, or a wrapper of it)."""
     stream = batches(splits.train, GlobalOrder(len(splits.train), rank, workers, batch_size, cfg.seed),
                      cfg.data.num_workers)
     dtype = next(model.parameters()).dtype  # the batches in the model's precision (dtype)

@@ -30,8 +30,7 @@ def tiny(num_classes: int, channels: int) -> nn.Module:
 
 
 def mlp(num_classes: int, channels: int, width: int = 1024) -> nn.Module:
-    """Two hidden layers of `width` on a 16x16 pooled image, for communication benchmarks: about width^2 + 256 x
-    channels x width parameters, little compute."""
+    """Two hidden layers of `width` on a 16x16 pooled image (width^2 + 256 x channels x width parameters)."""
     return nn.Sequential(nn.AdaptiveAvgPool2d(16), nn.Flatten(), nn.Linear(channels * 256, width), nn.ReLU(),
                          nn.Linear(width, width), nn.ReLU(), nn.Linear(width, num_classes))
 
@@ -78,8 +77,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class GhostBatchNorm2d(nn.BatchNorm2d):
-    """Ghost BatchNorm: in training, each group of `group` samples of a batch is normalised on its own (so the
-    one-process baseline normalises N peers' batches as they do); at most `group` samples, and evaluation, are plain."""
+    """Ghost BatchNorm: in training, each `group` samples of a batch are normalised on their own; else plain."""
 
     def __init__(self, num_features: int, group: int, **kwargs):
         super().__init__(num_features, **kwargs)

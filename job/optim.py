@@ -11,15 +11,12 @@ def sgd(params, cfg, lr):
     return torch.optim.SGD(params, lr=lr, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
 
 
-def adam(params, cfg, lr):
-    return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
+def adam_family(kind):
+    return lambda params, cfg, lr: kind(params, lr=lr, betas=tuple(cfg.optim.betas),
+                                        weight_decay=cfg.optim.weight_decay)
 
 
-def adamw(params, cfg, lr):
-    return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
-
-
-OPTIMIZERS = {"sgd": sgd, "adam": adam, "adamw": adamw}
+OPTIMIZERS = {"sgd": sgd, "adam": adam_family(torch.optim.Adam), "adamw": adam_family(torch.optim.AdamW)}
 
 
 def scaled_lr(cfg, effective_batch: int) -> float:

@@ -31,10 +31,9 @@ class SpeedReference:
             return None
         reference = copy.deepcopy(model)  # tensors' own hooks are not copied
         for module in reference.modules():  # module hooks are: drop them (a strategy's must not fire)
-            module._forward_hooks.clear()
-            module._forward_pre_hooks.clear()
-            module._backward_hooks.clear()
-            module._backward_pre_hooks.clear()
+            for hooks in (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+                          module._backward_pre_hooks):
+                hooks.clear()
         for p in reference.parameters():
             p.grad = None
         samples = [train_split[i] for i in range(min(int(settings.samples), len(train_split)))]

@@ -25,6 +25,7 @@ from metrics.recording.rundir import RunDir
 from metrics.recording.sampler import ResourceSampler
 from metrics.recording.steplog import StepLog
 
+
 def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     peer = ctx.peer
     host_cores = sorted(os.sched_getaffinity(0))  # this host's (an emulated host's own), before pinning
