@@ -89,9 +89,8 @@ def run(cfg) -> int:
 
 def choose_network(cfg, processes: int):
     """The link the run measures (network=auto resolved in cfg, as its rates were asked: before dilation)."""
-    nnodes = int(cfg.launch.nnodes)
     try:
-        link = choose_link(cfg, processes, nnodes)
+        link = choose_link(cfg, processes, int(cfg.launch.nnodes))
         validate(cfg)  # what network=auto chose, as if asked for (a strategy may need knobs for it)
     except (ConfigError, BackendUnavailable) as exc:
         fail_input(str(exc))
@@ -113,9 +112,8 @@ def record_dilation(run: RunDir, cfg) -> None:
     """Dilate the config once, before the peers read it, and record what changed and the factor checked."""
     factor = emulate_of(cfg)["dilation"]
     checked, source = checked_dilation(cfg.strategy.name) if factor != 1 else (1.0, "not dilated")
-    scaled = dilate(cfg, factor)
     run.dilation.write_text(json.dumps({"factor": factor, "checked_up_to": checked, "checked_by": source,
-                                        "unchecked": factor > checked, "scaled": scaled}, indent=1))
+                                        "unchecked": factor > checked, "scaled": dilate(cfg, factor)}, indent=1))
 
 
 def print_result(run_dir: Path, summary: Summary, outcome, counted: tuple[str, ...]) -> None:

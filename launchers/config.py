@@ -81,8 +81,7 @@ PROJECT = "report.project"
 
 
 def project_targets(value, overrides: list[str]) -> list[str]:
-    """report.project's LINK:N targets, each checked (ConfigError where one is bad): its override among a command's
-    `overrides` (`report.project=lan:8,1000:16` is one list, not a sweep of the jobs), else `value`."""
+    """report.project's LINK:N targets, checked: its override in `overrides` (one list, not a sweep), else `value`."""
     for override in OverridesParser.create().parse_overrides(overrides):
         if override.get_key_element() == PROJECT:
             value = override.value().list if override.is_sweep_override() else override.value()

@@ -5,10 +5,10 @@ import signal
 import sys
 
 from launchers.base import Launcher, signal_name
+from launchers.mpi import SIGNALLED
 
 # How horovodrun (gloo) and mpirun report the first rank that failed.
 GLOO_FAILURE = re.compile(r"first process to do so was:\s*Process name: (\d+)\s*Exit code: (\d+)")
-MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 MPI_EXIT = re.compile(r"first process to do so was:\s*Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
 GLOO_EXIT = re.compile(r"^Process (\d+) exit with status code (\d+)\.", re.MULTILINE)  # one line per failed rank
 # What a rank raises when another rank went away first ("you should see the exception ... before the first shutdown").
@@ -17,7 +17,7 @@ HOROVOD_SHUTDOWN = "Horovod has been shut down"
 
 def reported_failure(log: str) -> tuple[int, int | None, int | None] | None:
     """(rank, exit code, signal) of the first failed rank as horovodrun or mpirun reported it."""
-    if match := MPI_SIGNAL.search(log):
+    if match := SIGNALLED.search(log):
         return int(match[1]), None, int(match[2])
     if match := GLOO_FAILURE.search(log) or MPI_EXIT.search(log):
         code = int(match[2])
@@ -42,8 +42,7 @@ class HorovodLauncher(Launcher):
         self.spawn(None, self.placement.head(self.command()), env)
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
-        """A rank that died without a traceback is the root cause, as horovodrun names it; where the one it names only
-        followed another's loss (Horovod's shutdown error), the rank a signal ended without a traceback instead."""
+        """A rank that died without a traceback, as horovodrun names it (the first signalled, if it followed a loss)."""
         log = self.run_dir.launcher_log.read_text(errors="replace")
         if report := reported_failure(log):
             rank, code, signum = report

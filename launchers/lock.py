@@ -1,5 +1,6 @@
 """The machine lock, taken by sweeps and benchmarks so that two do not measure each other: a flocked file naming its
 holder, whose pid the runs it starts see in AVGBENCH_LOCK_HOLDER (docs/usage.md: The machine lock)."""
+import contextlib
 import fcntl
 import json
 import os
@@ -23,10 +24,8 @@ def lock_path() -> Path:
 
 def _open(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
+    with contextlib.suppress(PermissionError):  # someone else's file: still lockable
         os.fchmod(fd, 0o666)  # other users' sweeps open it too
-    except PermissionError:
-        pass  # someone else's file: still lockable
     return fd
 
 

@@ -16,8 +16,7 @@ class MpiLauncher(Launcher):
         command = [shutil.which("mpirun") or "mpirun", "-np", str(self.nprocs),
                    "--bind-to", "none", "--oversubscribe", "--tag-output"]
         command += ["--allow-run-as-root"] if os.geteuid() == 0 else []
-        hostfile = self.cfg.launch.get("hostfile")
-        if hostfile:
+        if hostfile := self.cfg.launch.get("hostfile"):
             command += ["--hostfile", str(hostfile)]
         elif placed := self.placement.mpirun_args():  # network=emulated: rank r on emulated host r
             command += placed

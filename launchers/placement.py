@@ -56,8 +56,7 @@ class NamespacePlacement(HostPlacement):
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
         self.mtu = int(cfg.network.mtu)
-        self.fabric = None
-        self.meter = None
+        self.fabric = self.meter = None
 
     def start(self, env: dict) -> None:
         from netemu import Fabric, FabricError

@@ -15,8 +15,7 @@ BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
 
 
 def sweep_size(hydra) -> int | None:
-    """Jobs in this Hydra multirun: the block sweeper's plan, or the product of the basic sweeper's sweep lengths
-    (from multirun.yaml); None for another sweeper or overrides that cannot be counted (e.g. glob)."""
+    """Jobs in this multirun: the block sweeper's plan, or the basic sweeper's product of sweep lengths, else None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -126,8 +125,7 @@ class Progress:
         return state if state.states and set(self.latest) <= state.ended | failed else None
 
     def line(self, state: EvaluationState | None) -> str:
-        """While training (state None), its figures; then "evaluating snapshot k of n" and its ETA (at the pace since
-        the first worker's training ended); at the end, the training figures and how long evaluating took."""
+        """Training's figures (state None), then "evaluating snapshot k of n" and its ETA, then how long it took."""
         if state is None:
             return self.figures()
         if state.evaluated == state.states:

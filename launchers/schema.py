@@ -107,7 +107,6 @@ def unknown_key(key: str, known: dict) -> ConfigError:
 
 
 def holds(tree: dict, key: str) -> bool:
-    """Whether the dotted key is in the (plain) tree."""
     for part in key.split("."):
         if not isinstance(tree, dict) or part not in tree:
             return False

@@ -104,7 +104,6 @@ def slurm_state(job_id: str) -> str | None:
 
 
 def wait_for_end(job_id: str) -> str | None:
-    """Poll until the job left SLURM's waiting and running states; returns its final state."""
     while (state := slurm_state(job_id)) in WAITING:
         time.sleep(POLL_S)
     return state

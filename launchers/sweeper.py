@@ -137,8 +137,7 @@ class BlockSweeper(basic_sweeper()):
                 for line, names in holders.items()]
 
     def baselines(self, jobs: list[Job], plain: list[str]) -> list[Job]:
-        """The baselines the report needs and the sweep lacks, with the command line's plain overrides but NOT_SHARED
-        ones; each one process (on one node, where the launcher places jobs on nodes)."""
+        """The baselines the report needs and the sweep lacks, with plain overrides but NOT_SHARED; one process each."""
         baselines = []
         planned = self.planned(jobs)
         missing, not_shared = missing_baselines(planned), (*NOT_SHARED, *strategy_blocks(*planned))
@@ -170,16 +169,12 @@ class BlockSweeper(basic_sweeper()):
                                                      int(self.config.report.max_blocks),
                                                      None if repeats == "auto" else repeats)
         repeats = blocks if repeats == "auto" else repeats
-        design = declaration(named, repeats)
-        design["power"] = powers
-        lines = []
         at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
-        design["order"] = order_of(len(jobs), repeats, at_once)
-        design["repeats"] = self.config.repeats
-        design["control"] = [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]
-        for section, primary in design["primary"].items():
-            lines.insert(0, f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks "
-                            f"and claims on it alone): {from_dict(primary).text}")
+        design = declaration(named, repeats) | {
+            "power": powers, "order": order_of(len(jobs), repeats, at_once), "repeats": self.config.repeats,
+            "control": [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]}
+        lines = [f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks and claims on "
+                 f"it alone): {from_dict(primary).text}" for section, primary in reversed(design["primary"].items())]
         order = design["order"]
         comparisons = sum(len(c) for c in design["comparisons"].values())
         lines.append(f"avgbench: {repeats} block{'s' if repeats > 1 else ''} of {len(jobs)} jobs"
@@ -248,8 +243,7 @@ def completed_run(job_dir: Path):
 
 
 def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
-    """The job directory holds a completed run of this config (on `nodes` nodes, where given), device resolved,
-    FROM_THE_NODE and RERUN_FREE values aside."""
+    """A completed run of this config (on `nodes` nodes) with FROM_THE_NODE and RERUN_FREE values aside."""
     run = completed_run(job_dir)
     if run is None or (nodes is not None and run.nnodes != nodes):
         return False
@@ -300,8 +294,8 @@ def changes(first: dict, now: dict) -> list[str]:
 
 def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
                moved: dict, earlier: dict, plan_id: str | None = None) -> dict:
-    """Write and return the sweep's plan: id, jobs in start order, their place in the Williams order, the declared
-    design (an earlier plan's where its runs are kept: a changed design is recorded, not adopted) and the reruns."""
+    """Write and return the sweep's plan: id, jobs in start order and Williams sequence, the design declared (an
+    earlier plan's where its runs are kept: a change is recorded, not adopted) and the reruns."""
     sequences = design["order"]["sequences"]
     plan = {"id": plan_id, "jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
             "order": [{"block": block, "position": position, "sequence": block % sequences, "job": folder}
