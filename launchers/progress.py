@@ -92,7 +92,7 @@ class Progress:
                     self.in_window[rank] = record
 
     def rate(self) -> float:
-        """All workers' samples / the longest training time: in the measurement window once all are in it."""
+        """All workers' samples / longest training time, in the measurement window once all are in it (else so far)."""
         if self.window and set(self.in_window) == set(self.latest):
             start = {"samples": 0, "train_s": 0.0}
             spans = [(r["samples"] - self.before_window.get(rank, start)["samples"],
