@@ -1,7 +1,5 @@
-"""The `avgbench` command: train.py's main with Hydra pointed at the conf/ beside the installed modules.
-
-Run as a console script, Hydra would look for the config as a Python package (`pkg://conf`); conf/ is a folder of
-YAML files, so its path is given explicitly (a --config-path of the user's, later on the line, still wins)."""
+"""The `avgbench` command: train.py's main with --config-path set to the conf/ folder beside the installed modules
+(a console script's Hydra would look for a package; a later --config-path of the user's still wins)."""
 import sys
 
 import train

@@ -56,7 +56,7 @@ def run(cfg) -> int:
     cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
     strategy = strategy_class(cfg)
     run.config.parent.mkdir(parents=True, exist_ok=True)
-    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: as asked, before dilation and network=auto
+    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: before dilation and network=auto
     link = choose_network(cfg, strategy.launch_spec(cfg).processes)
     record_dilation(run, cfg)
     spec = strategy.launch_spec(cfg)
@@ -76,10 +76,9 @@ def run(cfg) -> int:
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
     model = cost_model(cfg.strategy)
-    window = measurement_window(cfg)
     summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
                             strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
-                            shape, lock, window)
+                            shape, lock, measurement_window(cfg))
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if str(run.path) in failed_jobs:  # an attempt that failed, retried in its block (launchers/sweeper.py)
         failed_jobs.remove(str(run.path))
@@ -90,9 +89,8 @@ def run(cfg) -> int:
 
 def choose_network(cfg, processes: int):
     """The link the run measures (network=auto resolved in cfg, as its rates were asked: before dilation)."""
-    nnodes = int(cfg.launch.nnodes)
     try:
-        link = choose_link(cfg, processes, nnodes)
+        link = choose_link(cfg, processes, int(cfg.launch.nnodes))
         validate(cfg)  # what network=auto chose, as if asked for (a strategy may need knobs for it)
     except (ConfigError, BackendUnavailable) as exc:
         fail_input(str(exc))
@@ -100,8 +98,7 @@ def choose_network(cfg, processes: int):
 
 
 def take_machine_lock(mode: str) -> dict:
-    """A multirun takes the machine lock before its first job (launchers/lock.py); a single run only looks.
-    Returns the lock's status for the summary."""
+    """A multirun takes the machine lock, a single run only looks; returns its status for the summary."""
     if HydraConfig.get().mode.name == "MULTIRUN":
         take_sweep_lock(mode)  # taken by the sweeper already, unless another sweeper ran this job
     lock = lock_status(mode)
@@ -112,38 +109,30 @@ def take_machine_lock(mode: str) -> dict:
 
 
 def record_dilation(run: RunDir, cfg) -> None:
-    """Dilate the config (emulate.dilation) once, before the peers read it, and record what changed and the factor
-    checked on this machine."""
+    """Dilate the config once, before the peers read it, and record what changed and the factor checked."""
     factor = emulate_of(cfg)["dilation"]
     checked, source = checked_dilation(cfg.strategy.name) if factor != 1 else (1.0, "not dilated")
-    scaled = dilate(cfg, factor)
     run.dilation.write_text(json.dumps({"factor": factor, "checked_up_to": checked, "checked_by": source,
-                                        "unchecked": factor > checked, "scaled": scaled}, indent=1))
+                                        "unchecked": factor > checked, "scaled": dilate(cfg, factor)}, indent=1))
 
 
 def print_result(run_dir: Path, summary: Summary, outcome, counted: tuple[str, ...]) -> None:
-    """What the run measured, in a few lines (every figure is defined in summary.json's methods); `counted`:
-    the keys of the strategy's peer figures it sums over peers (its declared counters)."""
+    """What the run measured, in a few lines; `counted`: the strategy's counters summed over peers."""
     if outcome.status != "completed":
         print(f"avgbench: run {outcome.status}: {outcome.error}", file=sys.stderr)
         print(f"avgbench: metrics so far are in {run_dir}", file=sys.stderr)
         return
-    config, accuracy = summary.config, summary.accuracy_by_worker
-    share = summary.time_breakdown_share
-    ttt = summary.time_to_target_s
+    config, accuracy, ttt = summary.config, summary.accuracy_by_worker, summary.time_to_target_s
     print(f"avgbench: {config['strategy']['name']} x{config['peers']} done in {outcome.wall_s:.1f} s: "
           f"{summary.throughput_samples_per_s or 0:.1f} samples/s; test accuracy worst "
           f"{fmt(accuracy.worst)} (mean {fmt(accuracy.mean)}, best {fmt(accuracy.best)}); "
           f"time to {config['target']['metric']} {config['target']['value']}: "
           f"{'not reached' if ttt is None else f'{ttt:.1f} s'}")
-    print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in share.items())} "
+    print(f"avgbench: step time: {' '.join(f'{k[:-2]} {v:.0%}' for k, v in summary.time_breakdown_share.items())} "
           f"(comm = exposed communication); payload {(summary.bytes_sent_per_sample or 0) / 1024:.1f} KiB "
           f"sent per sample")
-    counters = dict.fromkeys(counted, 0)
-    for peer in summary.peers:
-        figures = (peer.result or {}).get("strategy") or {}
-        for key in counters:
-            counters[key] += figures.get(key) or 0
+    figures = [(peer.result or {}).get("strategy") or {} for peer in summary.peers]
+    counters = {key: sum(f.get(key) or 0 for f in figures) for key in dict.fromkeys(counted)}
     shown = {k: v for k, v in counters.items() if v or k in summary.failure_counters}
     if shown:
         print("avgbench: summed over peers: " + ", ".join(f"{k} {v}" for k, v in shown.items()))

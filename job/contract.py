@@ -1,6 +1,5 @@
-"""The contract between the launch side and a peer process: how a run's processes start
-(LaunchSpec, written by the strategy before launch, read by launchers and peers) and who a
-peer is (PeerContext, from the launcher's environment)."""
+"""The contract between the launch side and a peer process: how a run's processes start (LaunchSpec, written by the
+strategy before launch) and who a peer is (PeerContext, from the launcher's environment)."""
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -13,26 +12,15 @@ WORKER, SERVER = "worker", "server"
 
 @dataclass
 class LaunchSpec:
-    """How a run's processes start. Decided before launch; saved as RUN/.avgbench/launch.json.
+    """How a run's processes start, decided before launch; saved as RUN/.avgbench/launch.json."""
 
-    launcher: the engine's own launcher that starts them: "local" (torchrun-style
-      environment, one process per rank), "mpirun" or "horovodrun".
-    launcher_args: the strategy's arguments for that launcher (e.g. horovodrun --mpi ...).
-    host_args: where ranks run when the network placement does not place them itself
-      (e.g. horovodrun -H localhost:4 --network-interface lo).
-    roles: per rank, WORKER or SERVER.
-    threads: torch threads (and CPUs pinned) of each process.
-    batch_size: samples per step of each worker.
-    effective_batch: samples behind one optimizer update (the learning rate scales to it).
-    """
-
-    roles: list[str]
-    threads: int
-    batch_size: int
-    effective_batch: int
-    launcher: str = "local"
-    launcher_args: list[str] = field(default_factory=list)
-    host_args: list[str] = field(default_factory=list)
+    roles: list[str]  # per rank, WORKER or SERVER
+    threads: int  # torch threads (and CPUs pinned) of each process
+    batch_size: int  # samples per step of each worker
+    effective_batch: int  # samples behind one optimizer update (the learning rate scales to it)
+    launcher: str = "local"  # "local" (torchrun environment, one process per rank), "mpirun" or "horovodrun"
+    launcher_args: list[str] = field(default_factory=list)  # the strategy's arguments for it (e.g. horovodrun --mpi)
+    host_args: list[str] = field(default_factory=list)  # where ranks run unless the placement places them
     env: dict[str, str] = field(default_factory=dict)
     tolerate_peer_loss: bool = False
 
@@ -72,16 +60,15 @@ class PeerContext:
         def first(names: tuple[str, ...], default: str) -> str:
             return next((os.environ[n] for n in names if n in os.environ), default)
 
+        world_size = first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")
         return cls(
             rank=int(first(("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"), "0")),
-            world_size=int(first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1")),
+            world_size=int(world_size),
             local_rank=int(first(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK"), "0")),
             local_world_size=int(first(("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"),
-                                       first(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"), "1"))),
-            master_addr=first(("MASTER_ADDR",), "127.0.0.1"),
-            master_port=int(first(("MASTER_PORT",), "0")),
-            run=RunDir(run_dir),
-        )
+                                       world_size)),
+            master_addr=first(("MASTER_ADDR",), "127.0.0.1"), master_port=int(first(("MASTER_PORT",), "0")),
+            run=RunDir(run_dir))
 
     @property
     def peer(self) -> PeerDir:

@@ -1,15 +1,5 @@
-"""A peer's CPU group (a cgroup with a CPU quota): the files the kernel keeps for it, and the peer's side.
-
-The launcher (netemu/cpu.py) creates one group per rank, and writes where they are to
-RUN/.avgbench/cpu.json; each peer joins its own group as the first thing it does, so
-everything it starts later (daemons, helpers) is in it too. Two kernel interfaces:
-
-- cgroup v1: the `cpu` hierarchy (cpu.cfs_period_us, cpu.cfs_quota_us, cpu.stat with
-  nr_periods, nr_throttled, throttled_time in ns) and the `cpuacct` hierarchy (cpuacct.usage,
-  ns); mounted together (cpu,cpuacct) or apart, so a group is one directory in each.
-- cgroup v2: one directory (cpu.max "QUOTA PERIOD"; cpu.stat usage_usec, nr_periods,
-  nr_throttled, throttled_usec).
-"""
+"""A peer's CPU group (a cgroup v1 or v2 with a CPU quota): its kernel files, and the peer's side. The launcher
+(netemu/cpu.py) makes one per rank; each peer joins its own first, so everything it starts is in it too."""
 import json
 import os
 import time
@@ -33,8 +23,7 @@ def read_stat(path: str) -> dict[str, int]:
 
 @dataclass
 class CpuGroup:
-    """One rank's group: `dirs` holds one directory per hierarchy (v1: cpu and cpuacct, or one
-    when co-mounted; v2: one), `parents` the run's parent group in the same hierarchies."""
+    """One rank's group: `dirs` one per hierarchy (v1: cpu, cpuacct; v2: one), `parents` the run's group."""
 
     version: str  # "v1" | "v2"
     dirs: list[str]
@@ -80,16 +69,13 @@ class CpuGroup:
         return True
 
     def usage_s(self) -> float:
-        """CPU time the group's tasks received since it was created."""
         if self.version == "v1":
             with open(self._file("cpuacct.usage")) as f:
                 return int(f.read()) / 1e9
         return read_stat(self._file("cpu.stat"))["usage_usec"] / 1e6
 
     def usage_on_cores_s(self, cores: set[int]) -> tuple[float, float] | None:
-        """(this group's, every task's on the machine) CPU seconds on `cores` since boot, from cgroup v1's per-core
-        accounting (cpuacct.usage_percpu of the group and of its hierarchy's root: the time tasks ran, so a core's
-        interrupts while it was idle are in neither); None on cgroup v2, which keeps no per-core accounting."""
+        """(this group's, every task's) CPU seconds on `cores` since boot (v1's cpuacct.usage_percpu; None on v2)."""
         if self.version != "v1":
             return None
         roots = [os.path.dirname(parent) for parent in self.parents]
@@ -107,14 +93,9 @@ class CpuGroup:
             return stat["nr_throttled"], stat["throttled_time"] / 1e9
         return stat["nr_throttled"], stat["throttled_usec"] / 1e6
 
-    def pids(self) -> list[int]:
-        with open(os.path.join(self.dirs[0], "cgroup.procs")) as f:
-            return [int(line) for line in f if line.strip()]
-
     @classmethod
     def of_rank(cls, run: RunDir, rank: int) -> "CpuGroup | None":
-        """The group the launcher made for `rank` (None: the run is not isolated, or not this host's rank).
-        FileNotFoundError where the record names a group this process cannot see."""
+        """The group made for `rank` (None: not isolated, or not this host's); FileNotFoundError if not visible."""
         if not run.cpu_groups.exists():
             return None
         group = json.loads(run.cpu_groups.read_text())["ranks"].get(str(rank))
@@ -129,7 +110,6 @@ class CpuGroup:
 
 
 def tree_run_delays(pid: int) -> dict[int, int]:
-    """thread_run_delays of `pid` and its descendants."""
     try:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -138,8 +118,7 @@ def tree_run_delays(pid: int) -> dict[int, int]:
 
 
 class PeerCpu:
-    """This peer's CPU accounting from the moment it joined its group (or from start, not isolated):
-    time in the group, CPU received, throttling and run-queue delay, for result.json."""
+    """This peer's CPU figures since it joined its group (or started), for result.json."""
 
     def __init__(self, run: RunDir, rank: int):
         self.group, self.error = None, None
@@ -171,8 +150,7 @@ class PeerCpu:
     released: dict | None = None  # the figures when the peer's quota was lifted
 
     def release(self) -> None:
-        """Training has ended on this host: take the figures now, then lift the quota (evaluation is not measured,
-        and may use every core of the host)."""
+        """Training ended on this host: take the figures now, then lift the quota (evaluation is not measured)."""
         self.released = self.figures()
         if self.group is not None:
             self.group.lift_quota()

@@ -53,9 +53,8 @@ def synthetic(cfg) -> Splits:
 
 def _image_transform(cfg, mean, std):
     transforms = import_torchvision().transforms
-    return transforms.Compose(
-        [transforms.Resize((cfg.image_size, cfg.image_size)), transforms.ToTensor(), transforms.Normalize(mean, std)]
-    )
+    return transforms.Compose([transforms.Resize((cfg.image_size, cfg.image_size)), transforms.ToTensor(),
+                               transforms.Normalize(mean, std)])
 
 
 def cifar10(cfg) -> Splits:
@@ -79,14 +78,11 @@ DATASETS = {"digits": digits, "synthetic": synthetic, "cifar10": cifar10, "image
 
 
 def check_data_config(data_cfg) -> None:
-    """Fail before launch when a dataset root is missing."""
     if data_cfg.name == "cifar10":
         root = Path(str(data_cfg.root))
         if not data_cfg.download and not (root / "cifar-10-batches-py").is_dir():
-            raise ConfigError(
-                f"data.root={root} holds no cifar-10-batches-py; point it at an extracted CIFAR-10 "
-                "or add data.download=true on a machine with network access"
-            )
+            raise ConfigError(f"data.root={root} holds no cifar-10-batches-py; point it at an extracted CIFAR-10 "
+                              "or add data.download=true on a machine with network access")
     if data_cfg.name == "imagefolder":
         for split in ("train", "test"):
             if not (Path(str(data_cfg.root)) / split).is_dir():
@@ -94,8 +90,7 @@ def check_data_config(data_cfg) -> None:
 
 
 def data_shape(data_cfg) -> tuple[int, int, int]:
-    """(classes, channels, image side) of a dataset's batches, from its config alone (nothing loaded): what a model
-    is checked against before launch. An image folder's classes are its train/ subfolders (as ImageFolder counts)."""
+    """(classes, channels, image side) of a dataset's batches from its config alone (nothing loaded)."""
     if data_cfg.name == "synthetic":
         return int(data_cfg.num_classes), int(data_cfg.channels), int(data_cfg.image_size)
     if data_cfg.name == "imagefolder":
@@ -109,16 +104,8 @@ def load_splits(cfg) -> Splits:
 
 
 class GlobalOrder(Sampler):
-    """This worker's batches from the one sample order every run of a seed shares (common random numbers).
-
-    The order is an endless stream: one permutation of the training set per epoch (drawn from the seed and
-    the epoch alone), epoch after epoch. Step t of a run whose workers train `batch_size` samples each takes
-    the stream's global slice t (workers x batch_size samples), and worker r its sub-slice r. Every
-    configuration of a block and its baselines therefore train the same samples in the same order: two
-    peers of 32 take the two halves of what one process of 64 takes at the same step, and a run of another
-    global batch takes the same stream cut into other slices. Yields lists of dataset indices (a
-    DataLoader's batch_sampler).
-    """
+    """This worker's batches (lists of dataset indices) from the one endless sample order all runs of a seed share:
+    step t takes global slice t (workers x batch_size), worker r its sub-slice r (docs/runs.md: One sample order)."""
 
     def __init__(self, size: int, rank: int, workers: int, batch_size: int, seed: int):
         if size < workers * batch_size:
@@ -148,6 +135,5 @@ class GlobalOrder(Sampler):
 
 
 def batches(dataset: Dataset, order: GlobalOrder, num_workers: int):
-    """Endless stream of this worker's batches, step after step."""
     loader = DataLoader(dataset, batch_sampler=order, num_workers=num_workers, persistent_workers=num_workers > 0)
     yield from loader

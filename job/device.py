@@ -1,14 +1,5 @@
-"""Where a peer trains: `device=auto|cpu|cuda`.
-
-Resolved once before launch (`resolve_device`): auto is cuda when torch sees a GPU, else cpu;
-cuda without a GPU is a clear error. Each peer then takes GPU local_rank mod the GPU count
-(`PeerDevice`): peers on one host share GPUs when there are fewer GPUs than peers, which is
-allowed for experiments and recorded (`gpu_shared`), so the report can say so.
-
-On a GPU, timings need synchronisation: CUDA kernels run after the Python call returns.
-`synchronize()` waits for them; the loop calls it at the phase boundaries of a step and
-times compute with CUDA events (job/loop.py), so compute is not hidden in communication.
-"""
+"""Where a peer trains (`device=auto|cpu|cuda`, resolved before launch): each peer takes GPU local_rank mod the GPU
+count, shared (and recorded: gpu_shared) where there are fewer GPUs than peers; synchronize() for timings."""
 from dataclasses import dataclass
 
 import torch
@@ -53,8 +44,7 @@ class PeerDevice:
 
     @property
     def collective_backend(self) -> str:
-        """torch.distributed's backend for this peer's process group: CUDA tensors over NCCL where the peer has a GPU
-        of its own (NCCL refuses two ranks on one GPU), host tensors over gloo; gloo alone elsewhere."""
+        """NCCL for CUDA tensors where the peer has a GPU of its own (NCCL refuses two ranks on one), else gloo."""
         return GLOO_WITH_NCCL if self.is_cuda and not self.gpu_shared else "gloo"
 
     def synchronize(self) -> None:

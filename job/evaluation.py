@@ -1,8 +1,5 @@
-"""Held-out evaluation, kept out of training: the loop saves snapshots at its pauses (Snapshots); once training has
-ended, the workers of one machine evaluate every distinct snapshot once between them, through files in the run
-directory (MachineBoard, MachineEvaluation); with eval_in_training, each snapshot as it is taken (InTraining). Each
-evaluation recomputes BatchNorm's statistics on a fixed training subset first (PreciseBatchNorm). What the files hold
-and why: docs/usage.md (Evaluation after training) and docs/runs.md (Comparable convergence)."""
+"""Held-out evaluation of the loop's snapshots: after training, one machine's workers share them through files
+(MachineBoard), or each as it is taken (InTraining). See docs/usage.md (Evaluation after training)."""
 import json
 import os
 import socket
@@ -23,13 +20,12 @@ from metrics.recording.steplog import StepLog
 from metrics.summary.target import crossing_step
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
-EVALUATION_BATCH = 32  # held-out samples per forward pass (ResNet18 on one CPU thread: 2.8 s for 359 samples; 3.4 s at 256)
+EVALUATION_BATCH = 32  # held-out samples per forward pass
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = EVALUATION_BATCH) -> tuple[dict, dict]:
-    """Mean cross-entropy and accuracy on the whole held-out split, and its size; and each sample's
-    outcome (correct: bool, loss: float32 arrays in the split's order)."""
+    """The held-out split's test_loss, test_accuracy and test_samples, and each sample's outcome (correct, loss)."""
     was_training = model.training
     model.eval()
     dtype = next(model.parameters()).dtype
@@ -51,8 +47,7 @@ def batch_norm_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def snapshot_key(model: nn.Module, precise: bool) -> str:
-    """The digest of what an evaluation of the model depends on: its parameters and buffers, less the BatchNorm
-    statistics when precise BatchNorm recomputes them. Equal keys evaluate identically."""
+    """The digest of what evaluating the model depends on (BatchNorm statistics aside if precise BN recomputes them)."""
     layers = set(batch_norm_layers(model)) if precise else set()
     recomputed = frozenset(f"{name}.{buffer}" for name, m in model.named_modules() if m in layers
                            for buffer in ("running_mean", "running_var", "num_batches_tracked"))
@@ -60,8 +55,6 @@ def snapshot_key(model: nn.Module, precise: bool) -> str:
 
 
 class PreciseBatchNorm:
-    """BatchNorm's population statistics, recomputed on a fixed training subset (see the module's docstring)."""
-
     def __init__(self, dataset, samples: int, batch_size: int, device: torch.device):
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(PRECISE_BN_SUBSET_SEED))
         batches = min(samples, len(dataset)) // batch_size
@@ -94,8 +87,7 @@ class Evaluator:
         self.model, self.dataset, self.device, self.precise = model, dataset, device, precise
 
     def __call__(self, path: Path) -> tuple[dict, dict]:
-        """The figures of the weights in `path` (evaluate's, state_sha256, precise_bn_s, eval_s) and each test
-        sample's outcome."""
+        """The figures of the weights in `path` (evaluate's, state_sha256, precise_bn_s, eval_s) and outcome."""
         started = time.perf_counter()
         self.model.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
         loaded = time.perf_counter()
@@ -136,14 +128,12 @@ def write_atomically(path: Path, write) -> None:
 
 
 class MachineBoard:
-    """The files through which the workers of one machine share their evaluations
-    (RUN/.avgbench/evaluation/MACHINE/, MACHINE = machine_name()):
+    """The files in RUN/.avgbench/evaluation/MACHINE/ through which one machine's workers share their evaluations:
 
         worker<R>.json     worker R: its process (pid, start time) and host (hostname), written before it trains
         snapshots<R>.json  worker R's snapshots (step, key, path), written when its training ended (ended_at)
         <key>.claim        who evaluates that state (rank, process, when), created by the first to claim it
-        <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome
-    """
+        <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome"""
 
     def __init__(self, directory: Path, rank: int, host: str | None = None):
         self.directory, self.rank = Path(directory), rank
@@ -151,8 +141,7 @@ class MachineBoard:
 
     @staticmethod
     def machine_name() -> str:
-        """This machine's folder name: the kernel's boot id and the PID namespace (processes that share them share
-        the cores and see each other's PIDs, whatever their hostnames)."""
+        """This machine's folder: boot id and PID namespace (sharing them, processes share cores and see PIDs)."""
         return f"boot-{boot_id()}.pidns-{os.stat('/proc/self/ns/pid').st_ino}"
 
     def _write_json(self, path: Path, record: dict) -> None:
@@ -179,8 +168,7 @@ class MachineBoard:
         return [m for path in self.directory.glob("snapshots*.json") if (m := self._read_json(path))]
 
     def live_workers(self) -> dict[int, dict]:
-        """The other registered workers still running: rank -> {host: its hostname, published: whether it published
-        its snapshots}."""
+        """The other registered workers still running: rank -> {host, published (its snapshots)}."""
         workers = (self._read_json(path) for path in self.directory.glob("worker*.json"))
         return {w["rank"]: {"host": w["host"], "published": (self.directory / f"snapshots{w['rank']}.json").exists()}
                 for w in workers if w and w["rank"] != self.rank and process_alive(w["pid"], w["started"])}
@@ -191,8 +179,7 @@ class MachineBoard:
         return [(s["key"], s["path"]) for m in manifests if m for s in m["snapshots"]]
 
     def claim(self, key: str) -> bool:
-        """Take the evaluation of `key`: True for the first to ask, False for every later one (a hard link of a
-        written file: the claim appears whole, or not at mine)."""
+        """Take the evaluation of `key`: True for the first to ask only (a hard link: a claim appears whole)."""
         written = self.directory / f".{key}.claim.{os.getpid()}"
         written.write_text(json.dumps({"rank": self.rank, **this_process(), "at": time.time()}))
         try:
@@ -245,7 +232,6 @@ class EvaluationState:
 
 
 def evaluation_state(run_evaluation: Path) -> EvaluationState:
-    """The state of every machine's board under RUN/.avgbench/evaluation."""
     ended, states, evaluated, since, last = set(), 0, 0, [], []
     for directory in sorted(p for p in Path(run_evaluation).glob("*") if p.is_dir()):
         board = MachineBoard(directory, rank=-1)
@@ -263,14 +249,10 @@ POLL_S = 0.05  # how often a waiting worker looks at the board
 
 
 class MachineEvaluation:
-    """One worker's part in evaluating its machine's snapshots (see the module's docstring)."""
-
     def __init__(self, board: MachineBoard, evaluator: Evaluator, patience_s: float,
                  all_trained: Callable[[int], None] | None = None):
         self.board, self.evaluator, self.patience_s = board, evaluator, patience_s
-        # called once, when every live worker of the machine has ended training, with how many of them are on this
-        # worker's host (itself included): they share the host's cores
-        self.all_trained = all_trained
+        self.all_trained = all_trained  # called once all live workers trained, with how many are on this host
         self.evaluated = 0  # evaluations done here
         self.longest_s = 0.0  # the longest of them
 
@@ -286,18 +268,16 @@ class MachineEvaluation:
         self.longest_s = max(self.longest_s, record["eval_s"])
 
     def _claim_next(self, pending: list[Snapshot], helped) -> tuple[str, str] | None:
-        """The first unclaimed state among this worker's pending snapshots, then among those of the live workers
-        `helped` have published; claimed."""
+        """Claim the first unclaimed state of `pending`, then of the snapshots the workers `helped` published."""
         for key, path in [(s.key, str(s.path)) for s in pending] + self.board.offered(helped):
             if not self.board.posted(key) and self.board.claim(key):
                 return key, path
         return None
 
     def run(self, own: list[Snapshot]) -> Iterator[tuple[Snapshot, dict, dict] | str]:
-        """Publish `own`, then evaluate, wait and help until every snapshot of `own` has its evaluation and no live
-        worker of the machine has anything left to claim. Yields (snapshot, record, outcome) for each of `own` as soon
-        as it and those before it have theirs, "evaluated" after evaluating a state, "waiting" when it has nothing
-        to do now."""
+        """Publish `own`, then evaluate, wait and help until each of `own` is evaluated and no live worker of the
+        machine has anything left to claim. Yields (snapshot, record, outcome) for each of `own` in order once known,
+        "evaluated" after evaluating a state, "waiting" when there is nothing to do now."""
         self.board.publish(own)
         pending = list(own)
         while True:
@@ -323,8 +303,7 @@ class MachineEvaluation:
 
 @dataclass
 class InTraining:
-    """Evaluation of each snapshot as it is taken (eval_in_training): where to log it, and the target whose
-    confirmed crossing ends the run."""
+    """eval_in_training: where to log each evaluation, and the target whose confirmed crossing ends the run."""
     evaluator: Evaluator
     log: StepLog
     target: dict  # the config's target block: metric, value, a causal estimator
@@ -345,8 +324,7 @@ class Snapshots:
         self.target_reached = False  # in training: the estimator confirmed the crossing
 
     def take(self, model: nn.Module, **clock) -> float:
-        """Save the model's state and its key now (and evaluate it, in training); returns the seconds it paused
-        training."""
+        """Save the model's state and key (evaluate it, in training); returns the seconds training paused."""
         started = time.perf_counter()
         self.training_started = started - clock["wall_s"]
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -401,9 +379,8 @@ class Snapshots:
 
     def evaluating(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
                    keep_in: Path | None = None) -> Iterator[str]:
-        """Evaluate every snapshot with the machine's other workers (machine.run), one action per item; log each to
-        eval.jsonl in step order, every test sample's outcome to samples_path; delete the snapshot (or move it
-        into keep_in) once its evaluation is known."""
+        """Evaluate with the machine's other workers (machine.run), one action per item; log each in step order, save
+        the outcomes to samples_path, and delete each snapshot (or move it into keep_in) once evaluated."""
         outcomes = []
         for item in machine.run(self.taken):
             if isinstance(item, str):

@@ -1,9 +1,5 @@
-"""Fault injection at a chosen step of a chosen peer: SIGKILL, an exception, or a stall.
-
-Before acting, the peer writes peer<RANK>/fault.json (kind, step, unix time), so the
-summary can tell how long the run took to notice. Where the environment names a marker file (ONCE_MARKER, for
-tests of a retried job), the fault fires only while that file does not exist, and creates it.
-"""
+"""Fault injection at a chosen step of a chosen peer: SIGKILL, an exception, or a stall; the peer first writes
+peer<RANK>/fault.json (kinds, step, unix time) for the summary."""
 import json
 import os
 import signal
@@ -28,12 +24,8 @@ def check_fault_config(cfg, workers: int) -> None:
             raise ConfigError(f"fault.{kind}={rank} is not a worker rank (0..{workers - 1})")
 
 
-def injected_faults(fault_cfg, rank: int) -> list[str]:
-    return [kind for kind in FAULT_KINDS if fault_cfg[kind] == rank]
-
-
 def inject(fault_cfg, rank: int, step: int, peer_dir) -> None:
-    kinds = injected_faults(fault_cfg, rank) if step == fault_cfg.at_step else []
+    kinds = [kind for kind in FAULT_KINDS if fault_cfg[kind] == rank] if step == fault_cfg.at_step else []
     if not kinds or not first_time():
         return
     record = {"rank": rank, "kinds": kinds, "step": step, "time": time.time()}

@@ -1,6 +1,5 @@
-"""The training loop, identical for every strategy; it owns the time breakdown of a step (data_s, compute_s,
-opt_s, comm_s = exposed communication, hidden_comm_s, cpu_s, runq_s, ended_at) and the pauses that leave training's
-clock: snapshots, the speed reference. The definitions: docs/runs.md (Figures: one definition each)."""
+"""The training loop, the same for every strategy: a step's time breakdown and the pauses (snapshots, the speed
+reference) that leave training's clock. Definitions: docs/runs.md (Figures: one definition each)."""
 import os
 import time
 
@@ -21,9 +20,7 @@ THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread wait
 
 
 class GradientClock:
-    """Remembers when the last gradient of backward was accumulated, and by then how long the training thread had
-    waited for a CPU and how much CPU the process's other threads had used (backward runs on the thread that calls
-    it on a CPU). Create it on the training thread."""
+    """When backward's last gradient came, and the CPU waits by then (see wait_s). Create it on the training thread."""
 
     def __init__(self, params, device: PeerDevice):
         self.last_ready = 0.0
@@ -52,8 +49,7 @@ class GradientClock:
             self.events[1].record()
 
     def wait_s(self) -> float:
-        """From start() to the last gradient, the training thread's wait for a CPU while the process's other threads
-        ran: its wait, at most their CPU time (0 on a GPU). Waits for other processes' or throttled CPU stay in."""
+        """The training thread's CPU wait, start() to last gradient, at most our other threads' CPU time then."""
         (wait0, process0, thread0), (wait1, process1, thread1) = self.at_start, self.at_ready
         others_cpu = (process1 - process0) - (thread1 - thread0)
         return max(0.0, min((wait1 - wait0) / 1e9, others_cpu))
@@ -73,9 +69,8 @@ class GradientClock:
 
 def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
           workers: int, batch_size: int, device: PeerDevice, snapshots: Snapshots) -> dict:
-    """Run the strategy's step limit (max_steps) or until it says the last step came, or until the snapshots
-    evaluated in training reached the target; log every step and save the model's weights for evaluation.
-    `trained` is what the strategy trains (model, or a wrapper of it)."""
+    """Train to the strategy's step limit, its last step, or the target reached in training, logging every step and
+    taking the snapshots; `trained` is what the strategy trains (model, or a wrapper of it)."""
     stream = batches(splits.train, GlobalOrder(len(splits.train), rank, workers, batch_size, cfg.seed),
                      cfg.data.num_workers)
     dtype = next(model.parameters()).dtype  # the batches in the model's precision (dtype)
@@ -123,8 +118,8 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
             comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s - report.startup_wait_s)
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
                      data_s=t1 - t0, compute_s=compute_s, compute_wait_s=clock.wait_s(), opt_s=report.opt_s,
-                     comm_s=comm_s,
-                     hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - comm_s), ended_at=ended_at,
+                     comm_s=comm_s, hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - comm_s),
+                     ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),
                      **({"startup_wait_s": report.startup_wait_s} if report.startup_wait_s else {}),

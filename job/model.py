@@ -24,33 +24,15 @@ def resnet18(num_classes: int, channels: int) -> nn.Module:
 def tiny(num_classes: int, channels: int) -> nn.Module:
     """A 10k-parameter CNN (with BatchNorm, like ResNet) for tests."""
     return nn.Sequential(
-        nn.Conv2d(channels, 16, 3, padding=1, bias=False),
-        nn.BatchNorm2d(16),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1, bias=False),
-        nn.BatchNorm2d(32),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(4),
-        nn.Flatten(),
-        nn.Linear(32 * 16, num_classes),
-    )
+        nn.Conv2d(channels, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(), nn.Linear(32 * 16, num_classes))
 
 
 def mlp(num_classes: int, channels: int, width: int = 1024) -> nn.Module:
-    """Two hidden layers of `width` on a 16x16 pooled image: payload set by width, little compute.
-
-    For communication benchmarks: about width^2 + 256 x channels x width parameters.
-    """
-    return nn.Sequential(
-        nn.AdaptiveAvgPool2d(16),
-        nn.Flatten(),
-        nn.Linear(channels * 256, width),
-        nn.ReLU(),
-        nn.Linear(width, width),
-        nn.ReLU(),
-        nn.Linear(width, num_classes),
-    )
+    """Two hidden layers of `width` on a 16x16 pooled image (width^2 + 256 x channels x width parameters)."""
+    return nn.Sequential(nn.AdaptiveAvgPool2d(16), nn.Flatten(), nn.Linear(channels * 256, width), nn.ReLU(),
+                         nn.Linear(width, width), nn.ReLU(), nn.Linear(width, num_classes))
 
 
 ENTRY_POINT_GROUP = "avgbench.models"  # an installed package's models, by entry-point name
@@ -62,8 +44,7 @@ def _failure(exc: Exception) -> str:
 
 
 def model_builder(target: str):
-    """The callable model.target names: 'package.module:function' (importable: installed or on PYTHONPATH), or
-    the name of an entry point of the group avgbench.models."""
+    """model.target's callable: 'package.module:function', or an avgbench.models entry point's name."""
     if ":" in target:
         module_name, _, attribute = target.partition(":")
         try:
@@ -84,8 +65,7 @@ def model_builder(target: str):
 
 
 def custom(num_classes: int, channels: int, target: str, options: dict | None = None) -> nn.Module:
-    """Your model: model.target's callable, called as callable(num_classes, channels, **model.options) ->
-    nn.Module (`+model.options.KEY=VALUE`)."""
+    """model.target's callable(num_classes, channels, **model.options) -> nn.Module."""
     model = model_builder(target)(num_classes, channels, **(options or {}))
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model.target={target} returned a {type(model).__name__}, not a torch.nn.Module")
@@ -97,11 +77,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class GhostBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm that, in training, normalises each group of `group` samples of a batch on its own (ghost
-    BatchNorm, Hoffer et al. 2017). With `group` = one peer's batch, a process that trains the batch of N
-    peers (the one-process baseline) normalises it as the N peers normalise theirs, so both compute the same
-    update. Running statistics take each group in turn. A batch of at most `group` samples, and evaluation,
-    are plain BatchNorm."""
+    """Ghost BatchNorm: in training, each `group` samples of a batch are normalised on their own; else plain."""
 
     def __init__(self, num_features: int, group: int, **kwargs):
         super().__init__(num_features, **kwargs)
@@ -114,8 +90,7 @@ class GhostBatchNorm2d(nn.BatchNorm2d):
 
 
 def with_ghost_batch_norm(model: nn.Module, group: int) -> nn.Module:
-    """The model with every BatchNorm2d replaced by a GhostBatchNorm2d of `group` samples, its state and which
-    parameters train kept."""
+    """Every BatchNorm2d replaced by a GhostBatchNorm2d of `group` samples, state and frozen parameters kept."""
     for name, child in model.named_children():
         if type(child) is nn.BatchNorm2d:
             ghost = GhostBatchNorm2d(child.num_features, group, eps=child.eps, momentum=child.momentum,
@@ -130,8 +105,7 @@ def with_ghost_batch_norm(model: nn.Module, group: int) -> nn.Module:
 
 
 def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
-    """The model the config names, its parameters in cfg.dtype; with cfg.ghost_batch_norm, its BatchNorm
-    normalises groups of one peer's batch (cfg.batch_size)."""
+    """The model the config names in cfg.dtype, with ghost BatchNorm of one peer's batch where asked."""
     options = {k: v for k, v in cfg.model.items() if k != "name"}
     model = MODELS[cfg.model.name](num_classes, channels, **options)
     if cfg.ghost_batch_norm:
@@ -140,8 +114,7 @@ def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
 
 
 def check_model(cfg) -> None:
-    """Before launch: model=custom builds (as the peers build it), has trainable parameters, and maps a batch of the
-    data's shape to one score per class; anything else is a ConfigError saying what."""
+    """model=custom builds, has trainable parameters and gives one score per class; else a ConfigError saying what."""
     if cfg.model.name != "custom":
         return
     if OmegaConf.is_missing(cfg.model, "target"):
@@ -184,6 +157,5 @@ def parameter_digest(model: nn.Module) -> str:
 
 
 def state_digest(model: nn.Module, leave_out: frozenset[str] = frozenset()) -> str:
-    """SHA-256 of the parameters' and buffers' bytes (BatchNorm statistics included), but for the state_dict
-    entries named in leave_out: equal digests mean a bit-identical model, which evaluates identically."""
+    """SHA-256 of the state_dict's tensors but `leave_out`: equal digests mean a bit-identical model."""
     return _digest(v for k, v in model.state_dict().items() if k not in leave_out)

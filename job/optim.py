@@ -1,12 +1,5 @@
-"""Optimizers by config name, with learning-rate scaling to the strategy's effective batch.
-
-`lr` is the rate for one peer's batch (batch_size). A strategy's effective batch is the
-number of samples behind one optimizer update (LaunchSpec.effective_batch: peers x batch
-for synchronous gradient averaging, target_batch_size for hivemind's gradients, one
-peer's batch for local updates). lr_scaling scales lr by k = effective batch / batch_size:
-none (x1), linear (x k, Goyal et al. 2017) or sqrt (x sqrt k). With warmup_steps > 0 the
-rate ramps linearly from lr to the scaled rate over that many optimizer updates.
-"""
+"""Optimizers by config name; `lr` (one peer's batch) scaled by lr_scaling to k = the strategy's effective batch
+(LaunchSpec.effective_batch) / batch_size: none, linear (x k) or sqrt; warmup_steps ramp it from lr."""
 import math
 
 import torch
@@ -18,15 +11,12 @@ def sgd(params, cfg, lr):
     return torch.optim.SGD(params, lr=lr, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
 
 
-def adam(params, cfg, lr):
-    return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
+def adam_family(kind):
+    return lambda params, cfg, lr: kind(params, lr=lr, betas=tuple(cfg.optim.betas),
+                                        weight_decay=cfg.optim.weight_decay)
 
 
-def adamw(params, cfg, lr):
-    return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
-
-
-OPTIMIZERS = {"sgd": sgd, "adam": adam, "adamw": adamw}
+OPTIMIZERS = {"sgd": sgd, "adam": adam_family(torch.optim.Adam), "adamw": adam_family(torch.optim.AdamW)}
 
 
 def scaled_lr(cfg, effective_batch: int) -> float:

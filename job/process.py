@@ -26,9 +26,7 @@ def exit_on_sigterm() -> None:
 
 
 def exit_with(main, *args) -> None:
-    """Run `main` and exit with its code. After a failure, exit at once: a thread a backend left running (hivemind's
-    progress tracker, when its optimizer failed half-built) must not hold the process at interpreter exit, where
-    the launcher would wait for it forever."""
+    """Run `main` and exit with its code; after a failure at once, so that a backend's thread cannot hold the exit."""
     try:
         code = main(*args)
     except BaseException as exc:
@@ -51,12 +49,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def interrupt_on_signals() -> None:
-    """Ctrl-C and SIGTERM (kill, scancel, a job's time limit) raise Interrupted once in the main thread.
-
-    Installed explicitly: a parent that ignores SIGINT (a background job of a script)
-    would otherwise leave the run deaf to it. Later signals are ignored while the
-    launcher stops the peers, which is bounded by timeouts.shutdown_s.
-    """
+    """Ctrl-C and SIGTERM raise Interrupted once in the main thread; later ones are ignored while peers stop."""
 
     def _raise(signum, _frame):
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -68,11 +61,7 @@ def interrupt_on_signals() -> None:
 
 
 def die_with_parent(grace_s: float) -> None:
-    """End this process and its children when the parent (launcher, mpirun, horovodrun) dies.
-
-    The kernel sends SIGTERM (prctl PDEATHSIG) for a clean exit; a watchdog thread
-    kills the tree after grace_s in case the main thread is blocked inside a collective.
-    """
+    """End this process when the parent dies (PDEATHSIG), and its tree grace_s later if it is blocked."""
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -90,15 +79,12 @@ def die_with_parent(grace_s: float) -> None:
 
 
 def adopt_orphans() -> None:
-    """Make this process the subreaper of its descendants: one whose parent ends first (e.g. an Open MPI daemon
-    after mpirun) is re-parented here instead of to init, so that reap_orphans() adds its CPU time to this
-    process's children's (os.times) as for any child it waited for."""
+    """Become our descendants' subreaper: reap_orphans() then counts an orphan's CPU among our children's."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def reap_orphans() -> None:
-    """Wait for every adopted descendant that has ended (call once every process this one started was waited for:
-    the others' exit codes belong to their Popen)."""
+    """Wait for every adopted descendant that has ended (after waiting for our own Popen children)."""
     for child in psutil.Process().children():
         with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
             if child.status() == psutil.STATUS_ZOMBIE:
@@ -123,8 +109,7 @@ def usable_cores() -> int:
 
 
 def pin_cpus(local_rank: int, peer_cpus: int, available=None) -> list[int]:
-    """Pin this process to `peer_cpus` of `available` cores (default: those it may use, its host's: an emulated
-    host's own, netemu/fabric.py). Threads started later inherit them."""
+    """Pin this process (and threads it starts) to `peer_cpus` of `available` cores (default: its affinity)."""
     cores = core_slot(local_rank, peer_cpus, available or os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
     return cores
@@ -145,16 +130,12 @@ def processes_of_run(run_id: str) -> list[psutil.Process]:
 def kill_processes(procs: list[psutil.Process], grace_s: float) -> None:
     """SIGTERM, wait up to grace_s, then SIGKILL what is left."""
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=grace_s)
 
 

@@ -1,7 +1,5 @@
 """The machine's speed during a run: forward and backward of a copy of the worker's initial model on a fixed batch,
-timed on the peer's own cores with the training clock stopped, at step 0, at evaluation pauses within its cost budget
-and after the last step; the training model, its gradients, buffers and the RNG are untouched. Parameter servers,
-with no model, record none. What it records: docs/runs.md (speed_reference)."""
+timed with training's clock stopped and its model and RNG untouched (docs/runs.md: speed_reference)."""
 import copy
 import statistics
 import time
@@ -33,10 +31,9 @@ class SpeedReference:
             return None
         reference = copy.deepcopy(model)  # tensors' own hooks are not copied
         for module in reference.modules():  # module hooks are: drop them (a strategy's must not fire)
-            module._forward_hooks.clear()
-            module._forward_pre_hooks.clear()
-            module._backward_hooks.clear()
-            module._backward_pre_hooks.clear()
+            for hooks in (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+                          module._backward_pre_hooks):
+                hooks.clear()
         for p in reference.parameters():
             p.grad = None
         samples = [train_split[i] for i in range(min(int(settings.samples), len(train_split)))]
@@ -66,8 +63,7 @@ class SpeedReference:
             self.passes *= 2
 
     def measure(self, step: int, train_wall_s: float, force: bool = False) -> float:
-        """Time the work at `step` (train_wall_s: seconds since training started) unless the budget says no; returns
-        the pause it cost in seconds."""
+        """Time the work at `step` unless the budget says no; returns the pause it cost in seconds."""
         if self.measurements and self.measurements[-1]["step"] == step:
             return 0.0  # measured at this step already
         last = self.measurements[-1]["pause_s"] if self.measurements else 0.0

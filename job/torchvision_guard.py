@@ -1,10 +1,5 @@
-"""Import torchvision even when its compiled ops do not match the installed torch.
-
-The registry's torchvision 0.28 wheel is a CUDA build; on a CPU torch its `_C.so`
-fails to load and `import torchvision` raises while registering fake kernels for
-ops that do not exist. Models, transforms and datasets do not need `_C`, so we
-skip those registrations (with one warning). With a matching build this does nothing.
-"""
+"""Import torchvision even where its compiled ops (`_C.so`) do not load against the installed torch: models,
+transforms and datasets do not need them, so their fake-kernel registrations are skipped (with one warning)."""
 import importlib.util
 import sys
 import types
@@ -34,12 +29,8 @@ def import_torchvision():
     global _warned
     if "torchvision" not in sys.modules and not compiled_ops_load():
         if not _warned:
-            warnings.warn(
-                "torchvision's compiled ops do not load against this torch "
-                f"({torch.__version__}); models, transforms and datasets work, torchvision.ops do not",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            warnings.warn(f"torchvision's compiled ops do not load against this torch ({torch.__version__}); models, "
+                          "transforms and datasets work, torchvision.ops do not", RuntimeWarning, stacklevel=2)
             _warned = True
         sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
     import torchvision

@@ -1,11 +1,5 @@
-"""Entry point of one peer process: `python -m job.worker RUN_DIR`.
-
-Any launcher may start it (our local launcher, mpirun, horovodrun, a remote
-shell): it reads rank and rendezvous from the torchrun environment contract, and
-the resolved config and launch spec from the run directory (metrics/recording/rundir.py). The
-strategy class is the one the config names (strategy.target). On failure it writes
-its traceback to peer<RANK>/error.txt for the launcher to report.
-"""
+"""One peer process, `python -m job.worker RUN_DIR`, as any launcher starts it (job/contract.py); a failure's
+traceback goes to peer<RANK>/error.txt for the launcher to report."""
 import json
 import os
 import socket
@@ -30,6 +24,7 @@ from job.registry import resolve
 from metrics.recording.rundir import RunDir
 from metrics.recording.sampler import ResourceSampler
 from metrics.recording.steplog import StepLog
+
 
 def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     peer = ctx.peer
@@ -95,8 +90,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
 
 
 def evaluation_mode(cfg, strategy_class) -> dict:
-    """When this run evaluates its snapshots (mode: in_training or after_training), and why not in training where it
-    was asked for."""
+    """When this run evaluates its snapshots (mode: in_training or after_training), and why not in training if asked."""
     if not cfg.eval_in_training:
         return {"mode": "after_training"}
     if not strategy_class.identical_snapshots:
@@ -119,11 +113,7 @@ def evaluate_after_training(cfg, ctx: PeerContext, cpu: PeerCpu, board: MachineB
 
 
 def record_failure(ctx: PeerContext) -> None:
-    """Write the exception being handled to peer<RANK>/error.txt, once, dated to the instant of failure.
-
-    The launcher reports the earliest error.txt as the root cause, so its mtime is set
-    to the failure time at nanosecond precision rather than the coarser file clock.
-    """
+    """Write the exception being handled to peer<RANK>/error.txt once, its mtime the failure's ns (earliest wins)."""
     exc = sys.exc_info()[1]
     if getattr(exc, "avgbench_recorded", False) or (isinstance(exc, SystemExit) and exc.code in (0, None)):
         return

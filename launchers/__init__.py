@@ -1,13 +1,9 @@
 """Launcher registry: the engine launcher a LaunchSpec names -> the class that runs it."""
 from job.registry import resolve
 
-LAUNCHERS = {
-    "local": "launchers.local:LocalLauncher",
-    "mpirun": "launchers.mpi:MpiLauncher",
-    "horovodrun": "launchers.horovod:HorovodLauncher",
-}
+LAUNCHERS = {"local": "launchers.local:LocalLauncher", "mpirun": "launchers.mpi:MpiLauncher",
+             "horovodrun": "launchers.horovod:HorovodLauncher"}
 
 
 def launch(cfg, run, spec):
-    """The launcher for `spec`, ready to run()."""
     return resolve(LAUNCHERS[spec.launcher])(cfg, run, spec)

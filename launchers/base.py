@@ -1,10 +1,5 @@
-"""Process launch, kept apart from averaging logic.
-
-A launcher starts the run's processes (ours, mpirun's or horovodrun's), then
-the shared monitor below watches them: live progress, the first failure ends the
-run (its rank and traceback reported), Ctrl-C stops everything, and at the end
-every process carrying the run's id is killed, daemons such as p2pd included.
-"""
+"""A launcher starts the run's processes; the shared monitor here watches them: the first failure ends the run (its
+rank and traceback reported), and at the end every process with the run's id is killed."""
 import contextlib
 import os
 import signal
@@ -78,8 +73,7 @@ class Launcher(ABC):
         return [sys.executable, "-m", WORKER_MODULE, str(self.run_dir.path)]
 
     def spawn(self, rank: int | None, command: list[str], env: dict) -> None:
-        """Start one process in its own session; its output goes to launcher.log until a peer
-        redirects its own to peer<RANK>/output.log."""
+        """Start one process in its own session, its output into launcher.log (a peer redirects its own)."""
         log = open(self.run_dir.launcher_log, "ab")
         self.procs[rank] = subprocess.Popen(
             command, env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -121,19 +115,16 @@ class Launcher(ABC):
             reap_orphans()
             machine.stop()
         if outcome.error and self.cfg.launch.nnodes > 1:
-            outcome.error = f"{self.node_name()}: {outcome.error}"
+            launch = self.cfg.launch
+            node = f"node {socket.gethostname()} (node rank {launch.node_rank} of {launch.nnodes})"
+            outcome.error = f"{node}: {outcome.error}"
         return outcome
-
-    def node_name(self) -> str:
-        """This host in a run over several hosts, as an error names it."""
-        launch = self.cfg.launch
-        return f"node {socket.gethostname()} (node rank {launch.node_rank} of {launch.nnodes})"
 
     def _check(self, start: float) -> Outcome | None:
         codes = {rank: proc.poll() for rank, proc in self.procs.items()}
         failed = [rank for rank, code in codes.items() if code not in (None, 0)]
         lost = [rank for rank in failed if rank is not None]
-        if failed and not (self.spec.tolerate_peer_loss and rank_only(failed) and len(lost) < len(codes)):
+        if failed and not (self.spec.tolerate_peer_loss and None not in failed and len(lost) < len(codes)):
             rank, message = self.first_failure(failed, codes)
             return Outcome("failed", 1, time.monotonic() - start, failed_rank=rank, error=message, lost_peers=lost)
         for rank in set(lost) - self.reaped:  # the run goes on: end what the lost peer left running now
@@ -171,16 +162,11 @@ class Launcher(ABC):
         grace = float(self.cfg.timeouts.shutdown_s)
         tree = []
         for proc in self.procs.values():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 parent = psutil.Process(proc.pid)
                 tree += [parent, *parent.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                pass
         kill_processes(tree, grace)
         kill_processes(processes_of_run(self.run_id), grace)
         for proc in self.procs.values():
             proc.wait()
 
-
-def rank_only(failed: list) -> bool:
-    return all(rank is not None for rank in failed)

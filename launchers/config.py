@@ -11,7 +11,7 @@ from job.errors import ConfigError
 from job.fault import check_fault_config
 from job.model import check_model
 from job.registry import resolve
-from launchers.schema import check_keys, check_value, check_values, unknown_key, holds
+from launchers.schema import check_keys, check_values, unknown_key, holds
 from launchers.plugins import CONF_DIR, strategy_configs
 from launchers.shape import fit_peers
 from metrics.projection.models import cost_model
@@ -50,8 +50,7 @@ def strategy_class(cfg):
 
 
 def measurement_window(cfg) -> tuple[int, int]:
-    """The run's measurement window, (first, last) step (metrics/summary/window.py): the config's, widened to the
-    strategy's averaging periods."""
+    """(first, last) step of the measurement window, widened to the strategy's averaging periods."""
     return window_steps(cfg.measure_window.after_step, cfg.measure_window.steps,
                         strategy_class(cfg).averaging_period(cfg))
 
@@ -62,8 +61,7 @@ def strategy_by_name(name: str, overrides: list[str] = ()):
 
 
 def check_overrides(args: list[str]) -> None:
-    """Reject an unknown option of a config group (e.g. strategy=foo), and a strategy knob that its strategy says is
-    set elsewhere (Strategy.knobs_elsewhere), before Hydra starts."""
+    """Before Hydra starts: no unknown option of a config group, no strategy knob set elsewhere (knobs_elsewhere)."""
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
     strategies = strategy_configs(args)
     for arg in args:
@@ -83,8 +81,7 @@ PROJECT = "report.project"
 
 
 def project_targets(value, overrides: list[str]) -> list[str]:
-    """report.project's LINK:N targets, each checked (ConfigError where one is bad): its override among a command's
-    `overrides` (`report.project=lan:8,1000:16` is one list, not a sweep of the jobs), else `value`."""
+    """report.project's LINK:N targets, checked: its override in `overrides` (one list, not a sweep), else `value`."""
     for override in OverridesParser.create().parse_overrides(overrides):
         if override.get_key_element() == PROJECT:
             value = override.value().list if override.is_sweep_override() else override.value()
@@ -101,15 +98,8 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def check_repeats(value) -> int | str:
-    """repeats: the blocks of a multirun, an integer >= 1, or auto (planned from the recorded noise)."""
-    check_value("repeats", value)
-    return value
-
-
 def compose_config(overrides: list[str], return_hydra_config: bool = False):
-    """The config train.py composes for these overrides (in this process, no run); ConfigError where Hydra refuses
-    them (its first line)."""
+    """The config train.py composes for these overrides; ConfigError (first line) where Hydra refuses them."""
     from hydra import compose, initialize_config_dir
 
     try:
@@ -120,8 +110,7 @@ def compose_config(overrides: list[str], return_hydra_config: bool = False):
 
 
 def check_command(overrides: list[str]) -> None:
-    """The one check of a run's command line before anything starts: unknown group options, the keys (each in the
-    schema: the config of the same group choices), their types, then validate(). Raises ConfigError."""
+    """The one check of a run's command line: group options, keys (in the schema), types, then validate()."""
     check_overrides(overrides)
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
     parsed = OverridesParser.create().parse_overrides(overrides)
@@ -150,8 +139,8 @@ def resolved(cfg) -> dict:
 
 
 def validate(cfg) -> None:
-    """The config's values (the schema's RULES) and the rules across knobs, then the strategy's own (its validate)
-    and what it needs of this machine. Raises ConfigError or BackendUnavailable."""
+    """The config's values, rules across knobs, the strategy's own and what it needs of this machine. Raises
+    ConfigError or BackendUnavailable."""
     strategy = strategy_class(cfg)
     try:
         cost_model(cfg.strategy)
@@ -163,7 +152,8 @@ def validate(cfg) -> None:
              f"eval_in_training=true stops a run at its crossing: target.estimator must be one of {', '.join(CAUSAL)} "
              f"(they never look past the next evaluation), got {cfg.target.estimator}")
     _require(int(cfg.precise_bn_samples) == 0 or int(cfg.precise_bn_samples) >= int(cfg.batch_size),
-             f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, got {cfg.precise_bn_samples}")
+             f"precise_bn_samples must be 0 (off) or at least batch_size={cfg.batch_size}, "
+             f"got {cfg.precise_bn_samples}")
     launch = cfg.launch
     _require(launch.node_rank < launch.nnodes,
              f"launch.node_rank must be in [0, {launch.nnodes}), got {launch.node_rank}")

@@ -1,21 +1,14 @@
-"""horovodrun launcher: one `horovodrun` (horovod.runner.launch) starts every rank.
-
-    horovodrun -np N <hosts> <the strategy's launcher_args> python -m job.worker RUN_DIR
-
-<hosts> come from the network placement (network=emulated) or else the spec's host_args.
-Ranks read HOROVOD_RANK (gloo) or OMPI_COMM_WORLD_RANK (MPI). horovodrun hands our
-environment, AVGBENCH_RUN_ID included, to every rank (gloo: `env ...` per rank; MPI:
-`mpirun -x` for each variable), so the base launcher's cleanup finds them all.
-"""
+"""horovodrun launcher: `horovodrun -np N <hosts> <launcher_args> python -m job.worker RUN_DIR` starts every rank
+(hosts from the placement, else the spec's host_args); it hands our environment, the run id included, to each."""
 import re
 import signal
 import sys
 
 from launchers.base import Launcher, signal_name
+from launchers.mpi import SIGNALLED
 
 # How horovodrun (gloo) and mpirun report the first rank that failed.
 GLOO_FAILURE = re.compile(r"first process to do so was:\s*Process name: (\d+)\s*Exit code: (\d+)")
-MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 MPI_EXIT = re.compile(r"first process to do so was:\s*Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
 GLOO_EXIT = re.compile(r"^Process (\d+) exit with status code (\d+)\.", re.MULTILINE)  # one line per failed rank
 # What a rank raises when another rank went away first ("you should see the exception ... before the first shutdown").
@@ -24,7 +17,7 @@ HOROVOD_SHUTDOWN = "Horovod has been shut down"
 
 def reported_failure(log: str) -> tuple[int, int | None, int | None] | None:
     """(rank, exit code, signal) of the first failed rank as horovodrun or mpirun reported it."""
-    if match := MPI_SIGNAL.search(log):
+    if match := SIGNALLED.search(log):
         return int(match[1]), None, int(match[2])
     if match := GLOO_FAILURE.search(log) or MPI_EXIT.search(log):
         code = int(match[2])
@@ -33,8 +26,7 @@ def reported_failure(log: str) -> tuple[int, int | None, int | None] | None:
 
 
 def signalled_exits(log: str) -> list[tuple[int, int]]:
-    """(rank, exit code) of every rank horovodrun (gloo) saw end by a signal other than the SIGTERM it sends the
-    remaining ranks after a failure, in the order it saw them."""
+    """(rank, exit code) of each rank horovodrun (gloo) saw end by a signal other than its own SIGTERM."""
     return [(int(rank), int(code)) for rank, code in GLOO_EXIT.findall(log)
             if int(code) > 128 and int(code) != 128 + signal.SIGTERM]
 
@@ -50,9 +42,7 @@ class HorovodLauncher(Launcher):
         self.spawn(None, self.placement.head(self.command()), env)
 
     def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
-        """A rank that died without a traceback (e.g. SIGKILL) is the root cause: horovodrun names it. horovodrun
-        names the first exit it saw; a rank that only followed another's loss (Horovod's shutdown error) can win that
-        race, so then the rank that a signal ended without a traceback is named instead."""
+        """A rank that died without a traceback, as horovodrun names it (the first signalled, if it followed a loss)."""
         log = self.run_dir.launcher_log.read_text(errors="replace")
         if report := reported_failure(log):
             rank, code, signum = report

@@ -1,6 +1,5 @@
-"""Every private Hydra and OmegaConf API the project relies on, in one place; tests/unit/test_private_apis.py fails
-when an upgrade moves one. Nothing here imports Hydra's core plugins at import time: Hydra loads them anew when it
-scans for plugins, and a class taken before that scan is not the one Hydra instantiates."""
+"""Every private Hydra and OmegaConf API the project relies on (tests/unit/test_private_apis.py). Hydra's core plugins
+are imported only when called: a class taken before Hydra's plugin scan is not the one it instantiates."""
 from hydra._internal.utils import get_args_parser  # noqa: F401  (Hydra's own command-line parser)
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # Hydra's default sweeper, as _target_

@@ -1,11 +1,5 @@
-"""Local launcher: one process per peer on this host, with the torchrun environment contract.
-
-Several hosts: run the same command on each with launch.nnodes, launch.node_rank,
-launch.master_addr and a fixed launch.master_port (experiment=slurm sets them from SLURM's
-variables on each node); ranks node_rank*nprocs_per_node+i start here, and communicate over
-this host's address towards master_addr (node_network). Under network=emulated each rank runs
-on its own emulated host (launchers/placement.py) and MASTER_ADDR is rank 0's address there.
-"""
+"""Local launcher: one process per peer on this host, with the torchrun environment contract; over several hosts
+(launch.nnodes, launch.node_rank), ranks node_rank * per_node + i start here (docs/clusters.md)."""
 import os
 import socket
 
@@ -22,20 +16,15 @@ def node_address(master_addr: str) -> str:
         return sock.getsockname()[0]
 
 
-def interface_of(address: str) -> str | None:
-    return next((name for name, addrs in psutil.net_if_addrs().items() if any(a.address == address for a in addrs)),
-                None)
-
-
 def node_network(master_addr: str) -> dict:
-    """Peers of a run over several hosts listen on this host's address towards master_addr (a strategy that opens
-    its own sockets binds AVGBENCH_PEER_ADDR), and gloo on its interface, unless GLOO_SOCKET_IFNAME is set."""
+    """Over several hosts: this host's address towards master_addr, and gloo's interface unless set."""
     try:
         address = node_address(master_addr)
     except OSError as exc:
         raise PlacementError(f"{socket.gethostname()} cannot reach launch.master_addr={master_addr}: {exc}") from exc
     env = {"AVGBENCH_PEER_ADDR": address}
-    interface = interface_of(address)
+    interface = next((name for name, addrs in psutil.net_if_addrs().items()
+                      if any(a.address == address for a in addrs)), None)
     if interface and "GLOO_SOCKET_IFNAME" not in os.environ:
         env |= {"GLOO_SOCKET_IFNAME": interface, "TP_SOCKET_IFNAME": interface}
     return env
@@ -51,9 +40,7 @@ class LocalLauncher(Launcher):
         for local_rank in range(per_node):
             rank = launch.node_rank * per_node + local_rank
             env = self.base_env() | network | {
-                "RANK": str(rank), "WORLD_SIZE": str(self.nprocs),
-                "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_node),
-                "GROUP_RANK": str(launch.node_rank),
-                "MASTER_ADDR": str(master_addr), "MASTER_PORT": str(port),
-            } | self.placement.env(rank)
+                "RANK": str(rank), "WORLD_SIZE": str(self.nprocs), "LOCAL_RANK": str(local_rank),
+                "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(launch.node_rank),
+                "MASTER_ADDR": str(master_addr), "MASTER_PORT": str(port)} | self.placement.env(rank)
             self.spawn(rank, self.placement.wrap(rank, self.worker_command()), env)

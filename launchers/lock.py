@@ -1,12 +1,6 @@
-"""The machine lock: sweeps (`train.py -m`) and benchmarks (bench/run.py) take it, so two of them do not
-measure each other.
-
-One file, `flock`ed exclusively by the holder, which writes itself into it (pid, command, since). The
-knob `lock` says what a second one does: `wait` (default: one line naming the holder, then wait),
-`refuse` (that line, exit 2) or `off` (run beside it). The holder exports its pid in AVGBENCH_LOCK_HOLDER,
-so the runs it starts (a sweep's jobs and baselines, a benchmark's train.py) know they run under it and
-never wait for it themselves. AVGBENCH_LOCK_PATH moves the file (tests use their own).
-"""
+"""The machine lock, taken by sweeps and benchmarks so that two do not measure each other: a flocked file naming its
+holder, whose pid the runs it starts see in AVGBENCH_LOCK_HOLDER (docs/usage.md: The machine lock)."""
+import contextlib
 import fcntl
 import json
 import os
@@ -30,10 +24,8 @@ def lock_path() -> Path:
 
 def _open(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
+    with contextlib.suppress(PermissionError):  # someone else's file: still lockable
         os.fchmod(fd, 0o666)  # other users' sweeps open it too
-    except PermissionError:
-        pass  # someone else's file: still lockable
     return fd
 
 

@@ -1,15 +1,5 @@
-"""MPI launcher: one `mpirun` (Open MPI) starts every peer; the shared monitor watches it.
-
-Ranks read their identity from Open MPI's variables (OMPI_COMM_WORLD_RANK, ...).
-Local runs stay on loopback (`btl_tcp_if_include lo`, `oob_tcp_if_include lo`, shared
-memory between ranks). Several hosts: list them in an Open MPI hostfile and pass
-`launch.hostfile=PATH` (one mpirun starts the ranks of every host, so launch.nnodes
-stays 1; the project must be at the same path on every host). Ranks are not bound
-(`--bind-to none`): each peer pins its own CPUs (peer_cpus).
-
-mpirun reports a rank that died by a signal in its own output (launcher.log); a
-rank that raised leaves its traceback in peer<RANK>/error.txt as under any launcher.
-"""
+"""MPI launcher: one `mpirun` (Open MPI) starts every peer, on loopback, the emulated hosts or launch.hostfile's
+(docs/strategies.md); a rank a signal killed is found in mpirun's output (launcher.log)."""
 import os
 import re
 import shutil
@@ -26,8 +16,7 @@ class MpiLauncher(Launcher):
         command = [shutil.which("mpirun") or "mpirun", "-np", str(self.nprocs),
                    "--bind-to", "none", "--oversubscribe", "--tag-output"]
         command += ["--allow-run-as-root"] if os.geteuid() == 0 else []
-        hostfile = self.cfg.launch.get("hostfile")
-        if hostfile:
+        if hostfile := self.cfg.launch.get("hostfile"):
             command += ["--hostfile", str(hostfile)]
         elif placed := self.placement.mpirun_args():  # network=emulated: rank r on emulated host r
             command += placed

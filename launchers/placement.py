@@ -1,15 +1,5 @@
-"""Placement: where each rank of a run lives on the network.
-
-A launcher asks its placement for each rank's command prefix, extra environment
-and address, and where its own helper processes (mpirun, horovodrun) run.
-
-- HostPlacement (network=loopback): every rank on this host's own network, nothing changes.
-- NamespacePlacement (network=emulated): rank r on emulated host r (netemu), its own
-  namespace with address 10.213.7.<r+1>, a shaped link and cores of its own. Helper processes run on
-  host 0, as they would on the first node of a real cluster, and reach the other
-  hosts through netemu.agent (an rsh/ssh stand-in). A meter reads the links' counters while the run lasts
-  (netemu/goodput.py: does each link carry its rate while busy?).
-"""
+"""Where each rank lives on the network (its command prefix, environment, address; where mpirun or horovodrun run):
+this host (HostPlacement, network=loopback) or emulated host r (NamespacePlacement). Hooks: docs/clusters.md."""
 import os
 import sys
 from pathlib import Path
@@ -32,7 +22,6 @@ class HostPlacement:
         """Remove it again; called in the launcher's finally path."""
 
     def wrap(self, rank: int, command: list[str]) -> list[str]:
-        """The command line that runs `command` as rank `rank`."""
         return command
 
     def env(self, rank: int) -> dict:
@@ -43,14 +32,12 @@ class HostPlacement:
         return None
 
     def head(self, command: list[str]) -> list[str]:
-        """Where a launcher process (mpirun, horovodrun) runs."""
         return command
 
     def head_env(self) -> dict:
         return {}
 
     def mpirun_args(self) -> list[str]:
-        """Extra mpirun arguments that place rank r on host r."""
         return []
 
     def horovodrun_args(self) -> list[str]:
@@ -69,12 +56,7 @@ class NamespacePlacement(HostPlacement):
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
         self.mtu = int(cfg.network.mtu)
-        self.fabric = None
-        self.meter = None
-
-    @property
-    def network_file(self) -> Path:
-        return self.run.network
+        self.fabric = self.meter = None
 
     def start(self, env: dict) -> None:
         from netemu import Fabric, FabricError
@@ -85,7 +67,7 @@ class NamespacePlacement(HostPlacement):
             self.fabric.start()
         except FabricError as exc:
             raise PlacementError(f"emulated network: {exc}") from exc
-        self.fabric.write(self.network_file)
+        self.fabric.write(self.run.network)
         from netemu.goodput import LinkMeter
 
         self.meter = LinkMeter(self.fabric, self.run.link_meter).start()
@@ -117,7 +99,7 @@ class NamespacePlacement(HostPlacement):
     def head_env(self):
         from netemu.agent import NETWORK_ENV
 
-        return {NETWORK_ENV: str(self.network_file), "AVGBENCH_PYTHON": sys.executable}
+        return {NETWORK_ENV: str(self.run.network), "AVGBENCH_PYTHON": sys.executable}
 
     def hostfile(self) -> Path:
         """An Open MPI hostfile: one slot per emulated host, in rank order."""
@@ -128,9 +110,8 @@ class NamespacePlacement(HostPlacement):
     def mpirun_args(self):
         from netemu import INTERFACE
 
-        return ["--hostfile", str(self.hostfile()), "--map-by", "node",
-                "--mca", "plm_rsh_agent", f"{sys.executable} -m netemu.agent",
-                "--mca", "btl", "self,tcp",
+        return ["--hostfile", str(self.hostfile()), "--map-by", "node", "--mca", "plm_rsh_agent",
+                f"{sys.executable} -m netemu.agent", "--mca", "btl", "self,tcp",
                 "--mca", "btl_tcp_if_include", INTERFACE, "--mca", "oob_tcp_if_include", INTERFACE]
 
     def horovodrun_args(self):

@@ -1,7 +1,5 @@
-"""Where strategies are found, each a config strategy/NAME.yaml naming its class (strategy.target) and cost model
-(strategy.cost_model): conf/; an installed package's entry point of the group avgbench.strategies (NAME =
-package.module, the strategy's module; its config in that module's folder, which hydra_plugins/avgbench_strategies
-puts on Hydra's search path); a folder of the user's on the search path (hydra.searchpath=[file://DIR])."""
+"""Where strategies' configs (strategy/NAME.yaml) are found: conf/, the folders of installed packages'
+avgbench.strategies entry points, and the user's folders on the search path (hydra.searchpath=[file://DIR])."""
 import importlib.util
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -30,8 +28,7 @@ def entry_point_folders() -> list[Path]:
 
 
 def strategy_configs(overrides: list[str] = ()) -> dict[str, Path]:
-    """Every strategy's config, by name: conf/'s, the installed packages', then those of the file:// folders
-    `overrides` put on the search path (the first of a name wins, as in Hydra)."""
+    """Every strategy's config by name: conf/'s, installed packages', then search-path folders' (first wins)."""
     searched = [o.value() for o in OverridesParser.create().parse_overrides(list(overrides))
                 if o.key_or_group == "hydra.searchpath"]
     folders = [CONF_DIR, *entry_point_folders(),

@@ -1,8 +1,5 @@
-"""Live progress in the launcher: the job's place in a sweep, the lowest-rank worker's step and loss, all workers'
-samples/s, the share of their training time spent communicating, and an ETA; once every worker's training has
-ended, the evaluation of their snapshots ("evaluating snapshot k of n", n distinct snapshot states, and its ETA),
-and at the end how long it took. On a terminal a bar; otherwise (a pipe, a batch log) a plain line every
-`progress_interval_s` seconds and one at the end."""
+"""Live progress in the launcher: training's step, loss, samples/s, communication share and ETA, then the evaluation of
+the snapshots. A bar on a terminal; otherwise a line every `progress_interval_s` seconds and one at the end."""
 import math
 import sys
 import time
@@ -18,9 +15,7 @@ BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
 
 
 def sweep_size(hydra) -> int | None:
-    """Jobs in this Hydra multirun: those the block sweeper planned to run, or for Hydra's basic sweeper the
-    product of the sweep overrides' lengths (command line and hydra.sweeper.params, as saved in the sweep's
-    multirun.yaml); None if another sweeper runs it or the overrides cannot be counted (e.g. glob)."""
+    """Jobs in this multirun: the block sweeper's plan, or the basic sweeper's product of sweep lengths, else None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -97,8 +92,7 @@ class Progress:
                     self.in_window[rank] = record
 
     def rate(self) -> float:
-        """All workers' samples / the longest worker's training time: in the measurement window once every worker
-        is in it (as summary.json's throughput), else over all steps so far."""
+        """All workers' samples / longest training time, in the measurement window once all are in it (else so far)."""
         if self.window and set(self.in_window) == set(self.latest):
             start = {"samples": 0, "train_s": 0.0}
             spans = [(r["samples"] - self.before_window.get(rank, start)["samples"],
@@ -109,8 +103,7 @@ class Progress:
         return sum(samples for samples, _ in spans) / max(max(seconds for _, seconds in spans), 1e-9)
 
     def training(self) -> str:
-        """Step and loss of the lowest-rank worker; samples/s of all workers (rate()); comm = their communication
-        time / their training time."""
+        """Lowest-rank worker's step and loss; all workers' samples/s and communication share."""
         records = list(self.latest.values())
         reference = self.latest[min(self.latest)]
         rate = self.rate()
@@ -126,16 +119,13 @@ class Progress:
         return f"{self.training()}, ETA {clock(eta)}"
 
     def evaluation(self) -> EvaluationState | None:
-        """The evaluation's state once every worker's training has ended (a worker that failed is not waited
-        for), else None."""
+        """The evaluation's state once every worker's training has ended (failed ones not waited for), else None."""
         state = evaluation_state(self.run.evaluation)
         failed = {peer.rank for peer in self.run.peers() if peer.error.exists()}
         return state if state.states and set(self.latest) <= state.ended | failed else None
 
     def line(self, state: EvaluationState | None) -> str:
-        """While training (state None), its figures; then "evaluating snapshot k of n" and its ETA: the remaining
-        snapshot states at the pace of those evaluated since the first worker's training ended (all evaluators
-        together); at the end, the training figures and how long evaluating took."""
+        """Training's figures (state None), then "evaluating snapshot k of n" and its ETA, then how long it took."""
         if state is None:
             return self.figures()
         if state.evaluated == state.states:

@@ -1,8 +1,5 @@
-"""The configuration schema. conf/'s YAML declares every knob: its default, its type (the default's) and its meaning
-(the comment on its line, which docs/generate.py turns into the knob tables). RULES adds the allowed values of the
-knobs that need more than a type. check_keys() checks a composed config against the config composed from the same
-group choices alone (unknown keys, with the closest known one; types); check_values() applies RULES and the
-strategy's own (Strategy.rules, on its block)."""
+"""The configuration schema: conf/'s YAML declares each knob's default, type and meaning; RULES adds allowed values.
+check_keys() checks keys and types against the config of the same group choices, check_values() the RULES."""
 import difflib
 
 from omegaconf import OmegaConf
@@ -87,8 +84,7 @@ def check_value(key: str, value, rule: Rule | None = None) -> None:
 
 
 def check_values(cfg, block: str, block_rules: dict[str, Rule]) -> None:
-    """Each knob of RULES, and of `block_rules` (knob -> Rule) under `block`, present in cfg holds an allowed value;
-    ConfigError names the first that does not."""
+    """ConfigError for the first knob of RULES, or of `block_rules` under `block`, with a value not allowed."""
     rules = RULES | {f"{block}.{knob}": rule for knob, rule in block_rules.items()}
     for key, rule in rules.items():
         node, _, leaf = key.rpartition(".")
@@ -98,13 +94,9 @@ def check_values(cfg, block: str, block_rules: dict[str, Rule]) -> None:
 
 
 def _leaves(tree: dict, prefix: str = "") -> list[str]:
-    keys = []
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        keys.append(path)
-        if isinstance(value, dict):
-            keys += _leaves(value, f"{path}.")
-    return keys
+    """Every dotted key of the tree, each block before its keys."""
+    return [key for name, value in tree.items()
+            for key in [f"{prefix}{name}", *(_leaves(value, f"{prefix}{name}.") if isinstance(value, dict) else [])]]
 
 
 def unknown_key(key: str, known: dict) -> ConfigError:
@@ -115,7 +107,6 @@ def unknown_key(key: str, known: dict) -> ConfigError:
 
 
 def holds(tree: dict, key: str) -> bool:
-    """Whether the dotted key is in the (plain) tree."""
     for part in key.split("."):
         if not isinstance(tree, dict) or part not in tree:
             return False
@@ -146,9 +137,7 @@ def _type_fits(value, default) -> bool:
 
 
 def check_keys(cfg: dict, schema: dict) -> None:
-    """Every key of the resolved config `cfg` is in `schema` (the config of the same group choices, resolved) and its
-    value has the schema default's type (an empty block, {}, takes any keys); ConfigError names the first that is
-    not."""
+    """Every key of `cfg` is in `schema` with the default's type ({}: any keys); ConfigError names the first not."""
     def walk(tree: dict, known: dict, prefix: str) -> None:
         for key, value in tree.items():
             path = f"{prefix}{key}"

@@ -1,10 +1,5 @@
-"""A run's shape against this machine: the CPUs its processes ask for, and the cores there are.
-
-The multi-peer strategies default to `peers: ${fit_peers:${peer_cpus}}` (conf/strategy/*.yaml): the
-most peers, up to 4 and at least 2, whose CPUs fit this machine's usable cores, so a run as typed does
-not oversubscribe the machine. Each peer pins its own cores (job/process.py pin_cpus), disjoint when
-the shape fits.
-"""
+"""A run's shape against this machine: the CPUs its processes ask for, and the cores there are; the multi-peer
+strategies' default peers (fit_peers) fit the machine's usable cores."""
 import socket
 
 from omegaconf import OmegaConf
@@ -16,8 +11,7 @@ DEFAULT_PEERS_MIN, DEFAULT_PEERS_MAX = 2, 4
 
 
 def fit_peers(peer_cpus, other_processes=0) -> int:
-    """The most peers (DEFAULT_PEERS_MIN..DEFAULT_PEERS_MAX) whose peer_cpus each, beside the strategy's
-    other processes of as many CPUs (e.g. parameter servers), fit the usable cores."""
+    """The most peers (DEFAULT_PEERS_MIN..MAX) whose peer_cpus, beside other_processes as large, fit the cores."""
     fitting = usable_cores() // int(peer_cpus) - int(other_processes)
     return max(DEFAULT_PEERS_MIN, min(DEFAULT_PEERS_MAX, fitting))
 

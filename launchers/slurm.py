@@ -1,20 +1,6 @@
-"""SLURM through Hydra's submitit launcher (conf/hydra/launcher/slurm.yaml), with a failed job that does not end the
-sweep, and a job that ends without its result that does not leave the sweep waiting.
-
-Hydra's SlurmLauncher waits for each job's result file, and for SLURM's state asks `sacct`, which needs accounting:
-a job killed before it wrote its result (a node failure, a task out of memory, a time limit) then leaves the sweep
-waiting for ever, or, where there is accounting, its exception ends the sweep. Here every job of a batch is awaited
-to its end as SLURM reports it with `squeue` (no accounting needed); a job that ended other than COMPLETED is named
-on stderr with SLURM's state and the nodes srun reports failed (with their node rank in the job), and becomes a
-failed JobReturn, so the sweep goes on with the next job and the report counts the failed runs.
-
-A batch is submitted as job arrays, one per run of consecutive jobs that ask for the same resources (a job whose
-overrides hold hydra.launcher.* values, e.g. a one-process baseline's hydra.launcher.nodes=1, is submitted with
-them). With hydra.launcher.array_parallelism=1 (the preset) the jobs run one at a time in the sweep's planned order:
-each array runs one task at a time, in index order, and waits for the array before it (--dependency=afterany).
-With more, SLURM may run that many jobs of an array at once and the arrays side by side: the order is not enforced
-(the sweep's plan and report say so).
-"""
+"""SLURM through Hydra's submitit launcher (conf/hydra/launcher/slurm.yaml): job arrays, each job awaited with squeue;
+one that ends other than COMPLETED, or without its result, becomes a failed JobReturn saying why, and the sweep goes
+on. Described in docs/clusters.md."""
 import itertools
 import re
 import subprocess
@@ -28,6 +14,8 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 from omegaconf import OmegaConf
+
+from job.process import wait_until
 
 WAITING = {"UNKNOWN", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED",
            "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
@@ -70,15 +58,13 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
 
 def arrays(numbered: list[tuple[int, list[str]]]) -> list[tuple[dict, list]]:
-    """The job arrays a batch of (number, overrides) is submitted as, in order: one per run of consecutive jobs
-    that ask for the same resources (own_resources)."""
+    """(resources, jobs) of each array: one per run of consecutive jobs with the same own_resources."""
     return [(resources, list(group))
             for resources, group in itertools.groupby(numbered, key=lambda job: own_resources(job[1]))]
 
 
 def own_resources(overrides: list[str]) -> dict:
-    """A job's own hydra.launcher.* overrides, which its array is submitted with (e.g. hydra.launcher.nodes=1 for a
-    one-process baseline in a sweep of runs over several nodes)."""
+    """A job's own hydra.launcher.* overrides (e.g. a one-process baseline's nodes=1), for its array."""
     own = {}
     for override in overrides:
         key, _, value = override.partition("=")
@@ -94,7 +80,7 @@ def job_return(job, overrides: list[str]) -> JobReturn:
     problems = [] if state in ("COMPLETED", None) else [f"SLURM ended it {state}"]
     problems += [f"node failure on {node} (node rank {rank})" for node, rank in node_failures(first, job.job_id)]
     try:
-        if not wait_for_result(first):
+        if not wait_until(first.paths.result_pickle.exists, RESULT_GRACE_S, interval=1):
             raise RuntimeError("it ended without writing its result")
         result = first.result()
     except Exception as exc:  # the job raised, or SLURM ended it first
@@ -108,8 +94,7 @@ def job_return(job, overrides: list[str]) -> JobReturn:
 
 
 def slurm_state(job_id: str) -> str | None:
-    """SLURM's state of a job from squeue, which keeps ended jobs for MinJobAge; None once SLURM has forgotten it,
-    UNKNOWN while squeue cannot answer."""
+    """The job's state from squeue; None once SLURM forgot it, UNKNOWN while squeue cannot answer."""
     done = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T"], capture_output=True,
                           text=True, timeout=60)
     if done.returncode:
@@ -119,19 +104,9 @@ def slurm_state(job_id: str) -> str | None:
 
 
 def wait_for_end(job_id: str) -> str | None:
-    """Poll until the job left SLURM's waiting and running states; returns its final state."""
     while (state := slurm_state(job_id)) in WAITING:
         time.sleep(POLL_S)
     return state
-
-
-def wait_for_result(task) -> bool:
-    deadline = time.monotonic() + RESULT_GRACE_S
-    while not task.paths.result_pickle.exists():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(1)
-    return True
 
 
 def node_failures(task, job_id: str) -> list[tuple[str, int]]:

@@ -1,8 +1,4 @@
-"""The end of a multirun: the comparison report (report.html, report.md, runs.csv) in the sweep directory.
-
-The sweep itself (launchers/sweeper.py) ran the equal-resource baselines the report needs in every block.
-Hydra calls this (hydra.callbacks.report in conf/config.yaml).
-"""
+"""The end of a multirun (hydra.callbacks.report in conf/config.yaml): the comparison report in the sweep directory."""
 import sys
 import traceback
 from pathlib import Path

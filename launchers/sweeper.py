@@ -1,25 +1,7 @@
-"""A multirun in paired blocks (hydra.sweeper in conf/config.yaml).
-
-`train.py -m strategy=ring,stepwise repeats=3` runs every configuration of the command line, the equal-resource
-baselines its report needs (metrics.report.baselines.missing_baselines; `report.baselines=off`: none) and the
-control arm (each equal-resource baseline a second time, `arm=control`; `report.control=false`: none) in `repeats`
-blocks (`repeats=auto`: the blocks a power calculation on the recorded noise asks for, metrics/report/design.py).
-Each block holds one run of every job, in the order of a Williams design (carry-over balanced; the same command
-gives the same order), with seed = the job's seed + the block index and `block` = the block index; the report
-compares each configuration with the runs of the same block. Before the first run the sweep declares its design in
-its plan (SWEEP_DIR/.avgbench/sweep.json) and prints it: the primary figure, the blocks, the comparisons, the
-order. Jobs go to SWEEP_DIR/block<B>/<name> (under SLURM, one folder per node below it), the name made of the swept
-values (baselines: baseline_<peers>x<cpus>, the control arm: its baseline's name + _control; both one process, so
-one-node jobs where the launcher places jobs on nodes), so a rerun of the same command in the same
-`hydra.sweep.dir` finds them: a job whose summary.json (every node's) says completed, with the same configuration,
-is kept and skipped; any other job directory (failed, interrupted, another configuration) is moved aside into
-SWEEP_DIR/superseded/<time>/ (kept in the report as an attempt) and the job runs again in its block, marked in the
-plan as run later. A job that fails is run once more in its block (same seed) before the next block starts, its
-failed attempt moved aside likewise; a second failure stays a failure. A resumed sweep whose declared design differs
-from the one its kept runs were made under gets no verdict (the plan says why). The plan has an id (config `plan` of
-each run), kept when the sweep resumes or is extended in its directory (one begun before plan ids keeps none): block
-B runs seed + B, so seeds never repeat within a plan.
-"""
+"""A multirun in paired blocks (hydra.sweeper in conf/config.yaml): every configuration of the command line, the
+baselines and control arm its report needs, in `repeats` blocks of a Williams order (seed + block), with its design
+declared in SWEEP_DIR/.avgbench/sweep.json before the first run; a rerun in the same folder keeps completed jobs and
+moves the others aside. Described in docs/report.md (Blocks, baselines and the control arm)."""
 import json
 import re
 import sys
@@ -34,8 +16,9 @@ from omegaconf import OmegaConf, open_dict
 from job.device import resolve_device
 from job.errors import ConfigError
 from launchers.hydra_internals import basic_sweeper
-from launchers.config import PROJECT, check_repeats, project_targets, strategy_class
+from launchers.config import PROJECT, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
+from launchers.schema import check_value
 from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
@@ -70,7 +53,8 @@ class BlockSweeper(basic_sweeper()):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         parsed = parser.parse_overrides(self._parse_config() + list(arguments))
         try:
-            repeats = check_repeats(self.config.repeats)
+            repeats = self.config.repeats
+            check_value("repeats", repeats)
             project_targets(self.config.report.project, [o.input_line for o in parsed])
             parsed = [o for o in parsed if o.get_key_element() != PROJECT]  # the report's targets, not the jobs'
             jobs = self.configurations(parsed)
@@ -127,8 +111,7 @@ class BlockSweeper(basic_sweeper()):
     # The plan.
 
     def configurations(self, parsed: list) -> list[Job]:
-        """The command line's configurations (the cartesian product of its sweeps), named by their swept values
-        (nothing swept: by the strategy)."""
+        """The command line's configurations (its sweeps' product), named by their swept values (or strategy)."""
         if any(o.get_key_element() == "repeats" and o.is_sweep_override() for o in parsed):
             raise ConfigError("repeats cannot be swept: it is the number of blocks of the whole multirun")
         swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
@@ -141,9 +124,7 @@ class BlockSweeper(basic_sweeper()):
         return unique_names(jobs)
 
     def shape_notice(self, jobs: list[Job]) -> list[str]:
-        """Each configuration's shape lines (launchers/shape.py: peers from the default and how to ask for more,
-        oversubscription), once each; a line that holds for some configurations only names them. None where the
-        jobs run on other hosts (SLURM), whose cores this one does not know: each job says its own."""
+        """Each configuration's shape lines once, naming those it holds for; none where jobs run elsewhere."""
         if not str(self.config.hydra.launcher._target_).endswith(".BasicLauncher"):
             return []
         holders: dict[str, list[str]] = {}
@@ -156,9 +137,7 @@ class BlockSweeper(basic_sweeper()):
                 for line, names in holders.items()]
 
     def baselines(self, jobs: list[Job], plain: list[str]) -> list[Job]:
-        """The baselines the configurations' report needs and the sweep lacks, with the command line's plain
-        (not swept) overrides that concern the job (e.g. experiment=slurm), not those of a strategy, a shape,
-        a fault or a seed. Each is one process: where the launcher places jobs on nodes (SLURM), on one node."""
+        """The baselines the report needs and the sweep lacks, with plain overrides but NOT_SHARED; one process each."""
         baselines = []
         planned = self.planned(jobs)
         missing, not_shared = missing_baselines(planned), (*NOT_SHARED, *strategy_blocks(*planned))
@@ -190,16 +169,12 @@ class BlockSweeper(basic_sweeper()):
                                                      int(self.config.report.max_blocks),
                                                      None if repeats == "auto" else repeats)
         repeats = blocks if repeats == "auto" else repeats
-        design = declaration(named, repeats)
-        design["power"] = powers
-        lines = []
         at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
-        design["order"] = order_of(len(jobs), repeats, at_once)
-        design["repeats"] = self.config.repeats
-        design["control"] = [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]
-        for section, primary in design["primary"].items():
-            lines.insert(0, f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks "
-                            f"and claims on it alone): {from_dict(primary).text}")
+        design = declaration(named, repeats) | {
+            "power": powers, "order": order_of(len(jobs), repeats, at_once), "repeats": self.config.repeats,
+            "control": [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]}
+        lines = [f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks and claims on "
+                 f"it alone): {from_dict(primary).text}" for section, primary in reversed(design["primary"].items())]
         order = design["order"]
         comparisons = sum(len(c) for c in design["comparisons"].values())
         lines.append(f"avgbench: {repeats} block{'s' if repeats > 1 else ''} of {len(jobs)} jobs"
@@ -220,8 +195,7 @@ class BlockSweeper(basic_sweeper()):
         return cfg
 
     def job_folder(self, job: Job, block: int) -> str:
-        """The job's folder below the sweep directory: job_subdir up to the part holding {name} (below it, a run
-        over several nodes has a folder per node)."""
+        """job_subdir up to the part holding {name} (below it, a run over several nodes has a folder per node)."""
         parts = self.job_subdir.split("/")
         upto = next((i for i, part in enumerate(parts) if "{name}" in part), len(parts) - 1)
         return "/".join(parts[:upto + 1]).replace("{block}", str(block)).replace("{name}", job.name)
@@ -235,8 +209,7 @@ class BlockSweeper(basic_sweeper()):
     # Resuming in the same sweep directory.
 
     def resume(self, sweep_dir: Path, planned: list[tuple[str, list[str]]], aside: Path) -> tuple[list, list, dict]:
-        """The jobs to run (job folder, overrides), the job directories kept, and each job directory moved into
-        aside (job -> where), for each planned (job folder, overrides)."""
+        """Of the planned (job folder, overrides): those to run, the job directories kept, and those moved aside."""
         to_run, kept, moved = [], [], {}
         for folder, overrides in planned:
             job_dir = sweep_dir / folder
@@ -260,8 +233,7 @@ class BlockSweeper(basic_sweeper()):
 
 
 def completed_run(job_dir: Path):
-    """The completed run the job directory holds (its summary, or every one of its nodes': metrics/report/nodes.py
-    reads them as one run), else None."""
+    """The completed run the job directory holds (every node's summary read as one run), else None."""
     folders = run_folders(run_dirs_under(job_dir)).get(job_dir)
     try:
         run = load(job_dir, folders) if folders else None
@@ -271,9 +243,7 @@ def completed_run(job_dir: Path):
 
 
 def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
-    """The job directory holds a completed run of this composed config (completed_run), on `nodes` nodes where the
-    launcher places jobs on nodes; device resolved as the run resolved it, values the job resolves on its node
-    (FROM_THE_NODE, e.g. launch.* from SLURM's variables) and RERUN_FREE ones aside."""
+    """A completed run of this config (on `nodes` nodes) with FROM_THE_NODE and RERUN_FREE values aside."""
     run = completed_run(job_dir)
     if run is None or (nodes is not None and run.nnodes != nodes):
         return False
@@ -286,8 +256,7 @@ def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
 
 
 def move_failed_aside(sweep_dir: Path, failed: list[str]) -> None:
-    """Before a block's failed jobs run once more in it (same seed): each failed attempt (job folder) moved aside
-    into SWEEP_DIR/superseded/<time>_retry/ and listed among the plan's reruns."""
+    """Move each failed job folder into SWEEP_DIR/superseded/<time>_retry/ and list it among the plan's reruns."""
     aside = sweep_dir / SUPERSEDED / (time.strftime("%Y-%m-%d_%H-%M-%S") + "_retry")
     for folder in failed:
         move_aside(sweep_dir / folder, aside / folder)
@@ -314,8 +283,7 @@ def move_aside(path: Path, target: Path) -> None:
 
 
 def changes(first: dict, now: dict) -> list[str]:
-    """What of the declared design differs between the plan the first runs were made under and this one (how the
-    primary figure was asked for aside: auto and its resolution declare the same figure)."""
+    """The DECLARED keys in which `now` differs from `first` (the primary figure's `declared` aside)."""
     def declared(plan: dict, key: str) -> str:
         found = plan.get(key)
         if key == "primary":
@@ -326,9 +294,8 @@ def changes(first: dict, now: dict) -> list[str]:
 
 def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
                moved: dict, earlier: dict, plan_id: str | None = None) -> dict:
-    """The sweep's plan: its id, its jobs in start order (overrides; order: (block, position, job folder) of each),
-    their block, position and Williams sequence, the design declared before the first run (an earlier plan's where its
-    runs are kept: a changed design is recorded, not adopted), and the jobs run again after an earlier attempt."""
+    """Write and return the sweep's plan: id, jobs in start order and Williams sequence, the design declared (an
+    earlier plan's where its runs are kept: a change is recorded, not adopted) and the reruns."""
     sequences = design["order"]["sequences"]
     plan = {"id": plan_id, "jobs": planned, "kept": kept, "to_run": len(planned) - len(kept),
             "order": [{"block": block, "position": position, "sequence": block % sequences, "job": folder}
@@ -369,8 +336,7 @@ def job_name(overrides: list[str]) -> str:
 
 
 def baseline_names(missing: list[dict]) -> list[str]:
-    """baseline_<peers>x<cpus> for each baseline's overrides, followed by the settings in which baselines differ
-    (e.g. _optim-adamw; "=" would not parse as a Hydra override), so that two of one shape get two directories."""
+    """baseline_<peers>x<cpus> for each baseline, then the settings in which baselines differ (e.g. _optim-adamw)."""
     apart = [k for k in dict.fromkeys(k for o in missing for k in o)
              if k not in ("peers", "peer_cpus") and len({str(o.get(k)) for o in missing}) > 1]
     return ["".join([f"baseline_{o['peers']}x{o['peer_cpus']}", *(f"_{k}-{o[k]}" for k in apart if k in o)])

@@ -1,5 +1,4 @@
-"""Hydra takes launchers only from its `hydra_plugins` namespace: this names avgbench's SLURM launcher there
-(conf/hydra/launcher/slurm.yaml). The launcher itself is launchers/slurm.py."""
+"""launchers/slurm.py's launcher where Hydra looks for launchers (conf/hydra/launcher/slurm.yaml)."""
 from launchers.slurm import SlurmLauncher as _SlurmLauncher
 
 

@@ -1,5 +1,4 @@
-"""Hydra takes sweepers only from its `hydra_plugins` namespace: this names avgbench's block sweeper there
-(conf/hydra/sweeper/blocks.yaml). The sweeper itself is launchers/sweeper.py."""
+"""launchers/sweeper.py's sweeper where Hydra looks for sweepers (conf/hydra/sweeper/blocks.yaml)."""
 from launchers.sweeper import BlockSweeper as _BlockSweeper
 
 
