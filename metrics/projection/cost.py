@@ -1,11 +1,6 @@
 """A strategy's cost model: what it receives (Cost, Round) and the base class every model extends (CostModel).
-
-Each strategy's model is a class of its own beside the strategy (strategies/cost_models/<name>.py), apart from its launch
-and runtime code, as Bagua splits an Algorithm's configuration from the implementation it reifies: the model knows
-the knobs and the round's schedule, never a process, a tensor or a backend. The strategy's config names it
-(strategy.cost_model, imported by metrics/projection/models.py): the summary reads its link floor, the projection its
-step time. A cost model module imports only this module and metrics.summary.bounds.
-"""
+Each model sits beside its strategy (strategies/cost_models/NAME.py) and imports only this module and
+metrics.summary.bounds (docs/projection.md)."""
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -1,18 +1,6 @@
-"""What the evidence file (conf/evidence.json, metrics/recording/evidence.py) holds for the projection, and what a
-prediction may say with it.
-
-- `link_goodput` (bench/goodput.py): the payload share of a link's nominal rate, the one conversion (link.py).
-- `projection_validation` (bench/projection.py): each cost model's held-out cases (calibrated on N = 2, predicted
-  at other N, error = predicted / measured step - 1) and whether the model met its goal.
-
-A model that missed its goal gives no number anywhere, only why (its worst case against the goal). A model that met
-it gives its prediction with an error band (predicted / (1 + e) over its held-out errors e), marked UNVALIDATED
-beyond what the held-out cases covered: more peers than the largest validated N, a rate outside the validated
-rates, a latency above the validated latencies. A model without validated cases: every prediction UNVALIDATED,
-no band, unless its only cases, measured before runs were checked for fidelity, missed: then it stays refused.
-- `noise_scale` (bench/noise_scale.py): whether the gradient noise scale predicted samples-to-target at larger
-  global batches; only a passed check lets time-to-target go beyond a run's measured global batch.
-"""
+"""What the evidence file (conf/evidence.json) lets a prediction say: the link's payload share (link_goodput), each
+cost model's validation and region (projection_validation), and the batch scaling check (noise_scale); the rules are
+in docs/projection.md."""
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

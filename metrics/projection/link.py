@@ -1,12 +1,5 @@
-"""A link a projection is made for, and the one conversion of its nominal rate to the payload rate a cost model
-receives (payload_rate): every prediction goes through it, the command line's, the report's, the thesis rows' and
-the validation's alike.
-
-A link's nominal rate is what its token bucket or line card promises, headers included; a cost model moves payload
-bytes. The share of the nominal rate a TCP stream carries as payload is measured once (bench/goodput.py: two
-emulated hosts streaming to each other at once, the links metered with netemu/goodput.py, the runs' own check) and
-recorded in conf/evidence.json (`link_goodput`, payload_share), in standard Ethernet's 1500-byte frames.
-"""
+"""A link a projection is made for, and the one conversion of its nominal rate to the payload rate every prediction
+uses (payload_rate: nominal rate x the payload share conf/evidence.json records; docs/projection.md)."""
 from dataclasses import dataclass
 from pathlib import Path
 
