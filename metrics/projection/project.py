@@ -4,18 +4,9 @@
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...]
                               [--compute-s S | --samples-per-s X] [--gradient-mb MB] [-o OUT]
 
-Every figure it prints is a prediction of a strategy's cost model (CostModel.step_time of the class the run's
-config names in strategy.cost_model, the model in its docstring), not a measurement. The model's parameters come from one
-measured run (RUN_DIR, or every run below it; one that did not hold its link or CPU is refused): compute per
-step (or your own device's: --compute-s, --samples-per-s), S (the bytes averaged per round, or --gradient-mb), the
-link's payload rate beta (its nominal rate x the payload share conf/evidence.json records, link.py) and latency
-alpha (the run's own link, or each --link). A --link is a preset of conf/network (its bandwidth_mbit and latency_ms) or a rate in Mbit/s,
-each with an optional one-way latency in ms (`wan,40`, `1000,0.2`). A model that failed its validation predicts
-nothing, and says why; a prediction outside the region its validation covered is marked UNVALIDATED and has no band
-(evidence.py).
-
-Writes projection.json and projection.png (throughput against peers, one panel per link)
-into the directory given, or into OUT when several are given.
+Every figure is a prediction of the strategy's cost model, with parameters from one measured run (refused if it did
+not hold its link or CPU) or your declared compute; outside the validated region it is marked UNVALIDATED and has no
+band (docs/projection.md). Writes projection.json and projection.png into the run's folder, or into OUT.
 """
 import argparse
 import json
