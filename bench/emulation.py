@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.jobs import ROOT, averaging_strategies, summary_of
-from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.stats import Ratio
 
@@ -95,8 +94,7 @@ def checked_factor(ratios: dict[int, dict]) -> int:
 
 def linear_factor(linearity: dict) -> int:
     """The largest factor whose quota (1/k core), dilated back, stayed within TOLERANCE of the dedicated core."""
-    return checked_factor({1: linearity["ratios"]["quota 1/1"],
-                           **{k: linearity["ratios"][f"quota 1/{k}"] for k in FACTORS if k != 1}})
+    return checked_factor({k: linearity["ratios"][f"quota 1/{k}"] for k in FACTORS})
 
 
 def chosen_strategies(names: str) -> dict[str, list[str]]:
@@ -161,5 +159,4 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
         "checked_dilation": {name: min(row["checked_dilation"], linear_factor(result["linearity"]))
                              for name, row in result["invariance"].items()},
         "duration_s": time.monotonic() - started,
-        "method": methods("bench")["emulation"],
     }

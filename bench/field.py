@@ -8,7 +8,6 @@ from bench.jobs import train
 from metrics.projection.evidence import Evidence, load_evidence
 from metrics.projection.link import parse_link
 from metrics.projection.project import calibration_problems, declared, measure, project
-from metrics.recording.methods import methods
 
 STEP_GOAL = 0.15        # |predicted / published step - 1|
 EFFICIENCY_GOAL = 10.0  # |predicted - published scaling efficiency|, in points
@@ -221,7 +220,6 @@ def run() -> dict:
         "goal": f">= {GOAL_SHARE:.0%} within ±{STEP_GOAL:.0%} step or ±{EFFICIENCY_GOAL:g} points, rankings kept",
         "setup": f"{len(CASES)} published cases (N = {min(c.peers for c in CASES)}-{max(c.peers for c in CASES)}) "
                  f"from {len(SOURCES)} sources, predicted from single-device compute, model size and link",
-        "method": methods("bench")["field"],
         "sources": SOURCES,
         "left_out": LEFT_OUT,
         "limits": LIMITS,

@@ -69,10 +69,6 @@ def runs_in(sections: list[Section]) -> list[Run]:
     return [run for section in sections for group in section.groups for run in group.runs]
 
 
-def span_s(runs: list[Run]) -> float:
-    return span_end(runs) - min(r.summary.started_at for r in runs)
-
-
 def figures_of(folder: Path, wall_s: float | None) -> dict:
     """One sweep's answer, from the report's own analysis."""
     sections, left_out = load_runs([folder])
@@ -86,7 +82,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "runs": len(runs),
         "wall_s": wall_s if wall_s is not None else runs_s(runs),
         "wall_method": "the command's wall clock" if wall_s is not None else RUNS_WALL,
-        "span_s": span_s(runs),  # first start to last end: with any pause between sessions
+        "span_s": span_end(runs) - min(r.summary.started_at for r in runs),  # with any pause between sessions
         "primary": analysis.primary.text,
         "answer": verdict.answer,
         "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),

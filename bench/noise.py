@@ -11,7 +11,6 @@ from typing import Any
 from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.machine import ProcessClock
-from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.summary.schema import Summary
 
@@ -137,5 +136,4 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "machine_correlation": correlations,
         "clock_cost_us": clock_cost_us(),
         "duration_s": time.monotonic() - started,
-        "method": methods("bench")["noise"],
     }

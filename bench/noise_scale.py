@@ -4,12 +4,11 @@ each larger B; E(B) = E(B0) (1 + B / Bn) / (1 + B0 / Bn) on the repeats' geometr
 
     python bench/run.py noise_scale [--noise_scale-grid "model=resnet18 repeats=3 batches=128,256,512"]
 """
-import argparse
 import math
 import statistics
 from typing import Any
 
-from bench.jobs import add_grid_option, grid_settings, ints, summary_of
+from bench.jobs import grid_settings, ints, summary_of
 from metrics.projection.batch_scaling import GOAL, samples_at
 
 DEFAULT_GRID = "model=resnet18 repeats=3 batch_size=32 batches=128,256,512 lr_scaling=none"
@@ -74,11 +73,7 @@ def run(text: str | None = None) -> dict[str, Any]:
                        f"{repeats} repeats",
               "model": settings["model"], "lr_scaling": settings["lr_scaling"], "base_batch": base,
               "noise_scale": noise_scale, "noise_scale_by_repeat": noise_scales,
-              "base_samples_to_target": base_samples, "base_runs": measured[base], "rows": rows, "sweeps": []}
+              "base_samples_to_target": base_samples, "base_runs": measured[base], "rows": rows}
     if not reached:
         result["why"] = "some run did not reach the target within its steps: no prediction is checked"
     return result
-
-
-def add_arguments(parser: argparse._ActionsContainer) -> None:
-    add_grid_option(parser, "noise_scale", DEFAULT_GRID)

@@ -6,7 +6,6 @@ import sys
 
 from bench.jobs import ROOT, train
 from metrics.recording.jsonl import read_jsonl
-from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 
 
@@ -35,5 +34,4 @@ def run(model: str = "resnet18", batch: int = 32, steps: int = 25, warmup: int =
         "raw_step_s": raw,
         "framework_step_s": framework,
         "setup": f"model={model} batch={batch} steps={steps} warmup={warmup} repeats={repeats}, 1 thread, core 0",
-        "method": methods("bench")["overhead"],
     }

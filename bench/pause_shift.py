@@ -7,7 +7,6 @@ from typing import Any
 
 from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
-from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.report.stats import Ratio
 from metrics.summary.schema import Summary
@@ -82,5 +81,4 @@ def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict[str, A
         "configurations": rows,
         "setup": " ".join(RUN) + f"; {pairs} pairs, ABBA order; " + "; ".join(
             f"{n}: {' '.join(CONFIGURATIONS[n])}" for n in configurations.split(",")),
-        "method": methods("bench")["pause_shift"],
     }

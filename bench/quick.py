@@ -8,7 +8,6 @@ from datetime import date
 from pathlib import Path
 
 from bench.headline import figures_of, run_sweep
-from metrics.recording.methods import methods
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ["experiment=quick", "strategy=allreduce,stepwise,ps"]  # README's quick comparison, as typed
@@ -44,7 +43,6 @@ def run(folder: str = "") -> dict:
         "samples": keep_sample(sweep),
         "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # the run folders stay out of the repository
         "setup": " ".join(COMMAND) + "; one sweep, alone",
-        "method": methods("bench")["quick"],
     }
 
 

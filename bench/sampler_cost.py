@@ -8,7 +8,6 @@ from pathlib import Path
 
 import psutil
 
-from metrics.recording.methods import methods
 from metrics.recording.sampler import ResourceSampler
 
 
@@ -40,5 +39,4 @@ def run(seconds: float = 20.0, interval: float = 0.5, children: int = 4) -> dict
         "cpu_s": used,
         "wall_s": wall,
         "setup": f"interval={interval}s ({1 / interval:g} Hz), {children} child processes, {seconds:g} s",
-        "method": methods("bench")["sampler_cost"],
     }

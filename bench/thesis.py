@@ -15,7 +15,6 @@ from bench.jobs import ROOT
 from metrics.projection.evidence import Evidence, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import Measured, measure, project_link
-from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.compare import Comparison, family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
@@ -393,5 +392,4 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
                  + ("" if full else f"; the remainder projected on {remainder_link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,
-        "method": methods("bench")["thesis"],
     }

@@ -17,7 +17,6 @@ from scipy.stats import beta, norm
 
 from bench.results import RESULTS, load
 from bench.run_folders import BlockRun, write_sweep
-from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.stats import FASTER, SLOWER
 from metrics.report.tables import excludes_one
@@ -237,5 +236,4 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         "duration_s": duration,
         "cpu_s": cpu_s,
         "draws_per_cpu_s": draws * len(cells) / cpu_s,
-        "method": methods("bench")["verdict_simulation"],
     }
