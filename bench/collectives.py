@@ -1,6 +1,5 @@
 """Collective (link) efficiency: the link floor / the measured link time, per averaging strategy, N and
-link rate on emulated hosts.
-Method (its entry's `method`): metrics/methods.yaml, bench.collectives."""
+link rate on emulated hosts."""
 import statistics
 
 from bench.jobs import averaging_strategies, grid_settings, ints, summary_of

@@ -1,5 +1,4 @@
-"""DDP all-reduce (buckets overlapped with backward) against one flat all-reduce after backward.
-Method (its entry's `method`): metrics/methods.yaml, bench.ddp_overlap."""
+"""DDP all-reduce (buckets overlapped with backward) against one flat all-reduce after backward."""
 import statistics
 from typing import Any
 

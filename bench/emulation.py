@@ -1,6 +1,5 @@
 """Does the emulation hold? The headline's paired spread, CPU-quota linearity and dilation invariance, each
-measured in interleaved blocks; it sets each strategy's checked dilation.
-Method (its entry's `method`): metrics/methods.yaml, bench.emulation."""
+measured in interleaved blocks; it sets each strategy's checked dilation."""
 import argparse
 import random
 import statistics

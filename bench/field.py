@@ -1,5 +1,4 @@
-"""Published experiments with N >= 16, predicted by the projection from their single-device figures alone.
-Method (its entry's `method`): metrics/methods.yaml, bench.field."""
+"""Published experiments with N >= 16, predicted by the projection from their single-device figures alone."""
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -134,8 +133,7 @@ def predicted_row(case: Case, run: Path, evidence: Evidence, link_mbit: float | 
     """The projection's row for this case, through the command line's functions (declared compute and size)."""
     m = declared(measure(run, evidence.payload_share, evidence), step_s=case.compute_s,
                  gradient_mb=case.gradient_mb)
-    link = parse_link(f"{link_mbit or case.link_mbit:g}")
-    result = project(m, [link], [case.peers], evidence)
+    result = project(m, [parse_link(f"{link_mbit or case.link_mbit:g}")], [case.peers], evidence)
     return result["projections"][0]["rows"][0] | {"hidden_s": m.hidden_s}
 
 

@@ -1,6 +1,5 @@
 """The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload
-(bench/results/link_goodput.json), with which every projection converts a link's nominal rate.
-Method (its entry's `method`): metrics/methods.yaml, bench.goodput."""
+(bench/results/link_goodput.json), with which every projection converts a link's nominal rate."""
 import json
 import statistics
 import subprocess

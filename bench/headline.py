@@ -100,7 +100,6 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
 
 
 def replication(first: dict, second: dict) -> dict:
-    """Do two sweeps give the same answer?"""
     pairs = {(c["this"], c["other"]): c for c in first["comparisons"]}
     contradictions, separated = [], []
     for c in second["comparisons"]:

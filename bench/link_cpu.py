@@ -1,5 +1,4 @@
-"""What the emulated wire costs its hosts' cores, by frame size: why network.mtu defaults to 9000.
-Method (its entry's `method`): metrics/methods.yaml, bench.link_cpu."""
+"""What the emulated wire costs its hosts' cores, by frame size: why network.mtu defaults to 9000."""
 import os
 import statistics
 import sys

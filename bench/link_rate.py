@@ -1,15 +1,9 @@
 #!/usr/bin/env python
-"""Which rate should the default emulated link have? Measured on this machine, for conf/network/auto.yaml
-(docs/emulation.md). Per candidate rate: bulk TCP probes each way between two emulated hosts, idle and while both
-train, and the headline's strategies at peers=2, whose runs also estimate the headline's wall time there. The default
-is the highest rate whose busy probe carried >= --goodput-share of it, whose runs' links and CPUs held, and where the
-heaviest strategy communicates >= --comm-share of its step.
+"""Which rate should the default emulated link have (conf/network/auto.yaml)? Measured on this machine as
+docs/emulation.md says; the result replaces bench/results/link_rate.json (--out: another folder).
 
     flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
     python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
-
-The result replaces bench/results/link_rate.json (--out: another folder), with the machine, its load average
-before and after, the processes that used over 10 % of a core beside the benchmark, and the machine lock.
 """
 import argparse
 import json
@@ -180,8 +174,7 @@ def judged(row: dict[str, Any], goodput_share: float, comm_share: float) -> dict
 
 
 def choose(rows: list[dict[str, Any]], goodput_share: float, comm_share: float) -> dict[str, Any]:
-    fitting = [r for r in rows if r["fits"]]
-    rate = max((r["rate_mbit"] for r in fitting), default=None)
+    rate = max((r["rate_mbit"] for r in rows if r["fits"]), default=None)
     return {"rate_mbit": rate, "rule": f"the highest rate whose busy probe carried >= {goodput_share:.0%} of it, "
                                        f"whose runs' links and CPUs were faithful, and where the heaviest strategy "
                                        f"communicates >= {comm_share:.0%} of its step"}
@@ -232,7 +225,6 @@ def fmt(share: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Measure, print, and save (unless --no-save) the link_rate entry."""
     before = machine_state()
     started = time.monotonic()
     figures = measure(args)

@@ -1,5 +1,4 @@
-"""Framework overhead: strategy=single step time vs the minimal raw loop, same model, data, batch, threads, core.
-Method (its entry's `method`): metrics/methods.yaml, bench.overhead."""
+"""Framework overhead: strategy=single step time vs the minimal raw loop, same model, data, batch, threads, core."""
 import statistics
 import subprocess
 import sys
@@ -26,10 +25,9 @@ def run(model: str = "resnet18", batch: int = 32, steps: int = 25, warmup: int =
     for _ in range(repeats):
         raw.append(statistics.median(raw_step_times(model, batch, steps)[warmup:]))
         framework.append(statistics.median(framework_step_times(model, batch, steps)[warmup:]))
-    ratio = statistics.median(r / f for r, f in zip(raw, framework))
     return {
         "name": "framework_overhead",
-        "ratio": ratio,
+        "ratio": statistics.median(r / f for r, f in zip(raw, framework)),
         "goal": ">= 0.97",
         "raw_step_s": raw,
         "framework_step_s": framework,

@@ -1,6 +1,5 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate,
-calibrated on N = 2 at one link rate and validated at the other peer counts and rates.
-Method (its entry's `method`): metrics/methods.yaml, bench.projection."""
+calibrated on N = 2 at one link rate and validated at the other peer counts and rates."""
 import functools
 import itertools
 import statistics
@@ -198,7 +197,6 @@ def grid(text: str | None = None) -> dict:
 
 
 def case_key(row: dict) -> tuple:
-    """What a row measured: (model, link rate, strategy, N)."""
     return row["model"], row["link_mbit"], row["strategy"], row["peers"]
 
 

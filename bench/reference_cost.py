@@ -1,10 +1,9 @@
-"""What the speed reference costs a run: `make run`'s default run with and without it, in ABBA pairs.
-Method (its entry's `method`): metrics/methods.yaml, bench.reference_cost."""
+"""What the speed reference costs a run: `make run`'s default run with and without it, in ABBA pairs."""
 import argparse
 import statistics
 from typing import Any
 
-from bench.jobs import summary_of
+from bench.jobs import abba, summary_of
 from metrics.report.stats import Ratio
 
 GOAL = 0.02  # the reference may cost at most this share of a run
@@ -18,11 +17,7 @@ def run_figures(with_reference: bool) -> dict[str, Any]:
 
 
 def run(pairs: int = 3) -> dict[str, Any]:
-    with_runs: list[dict[str, Any]] = []
-    without: list[dict[str, Any]] = []
-    for pair in range(pairs):
-        for with_reference in ((True, False) if pair % 2 == 0 else (False, True)):
-            (with_runs if with_reference else without).append(run_figures(with_reference))
+    with_runs, without = abba(pairs, run_figures)
     ratio = Ratio([a["wall_s"] / b["wall_s"] for a, b in zip(with_runs, without)])
     low, high = ratio.interval() or (None, None)
     return {

@@ -1,6 +1,5 @@
 """Does the speed reference explain the noise? On recorded sweeps, the share of the variance of the paired
-log ratios that the reference's paired log ratio explains.
-Method (its entry's `method`): metrics/methods.yaml, bench.reference_variance."""
+log ratios that the reference's paired log ratio explains."""
 import argparse
 import math
 import random

@@ -1,5 +1,4 @@
-"""Step-wise (one pass) vs ring all-reduce (Horovod): bytes per worker per round and round time.
-Method (its entry's `method`): metrics/methods.yaml, bench.stepwise_vs_ring."""
+"""Step-wise (one pass) vs ring all-reduce (Horovod): bytes per worker per round and round time."""
 from collections.abc import Sequence
 
 from bench.jobs import summary_of

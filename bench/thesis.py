@@ -1,6 +1,5 @@
 """The thesis's question: does hivemind with 2-16 peers on 16 vCPUs beat one 16-vCPU process, and where does
-the time go? Paired multirun families; on fewer cores, a slice and the projected remainder.
-Method (its entry's `method`): metrics/methods.yaml, bench.thesis."""
+the time go? Paired multirun families; on fewer cores, a slice and the projected remainder."""
 import argparse
 import dataclasses
 import os

@@ -1,6 +1,5 @@
 """The verdict's error rates by simulation: sweeps drawn from the recorded noise, miss and crash rates,
-judged by the report's own analysis (false claims, contradictions, coverage, power).
-Method (its entry's `method`): metrics/methods.yaml, bench.verdict_simulation."""
+judged by the report's own analysis (false claims, contradictions, coverage, power)."""
 import argparse
 import math
 import shutil
