@@ -178,10 +178,9 @@ def run(args: argparse.Namespace) -> None:
     else:
         sweeps = [figures_of(folder, None) for folder in args.from_]
     setup = ("python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, control arm)")
-    if len(sweeps) == 1 and not args.alone:
-        if earlier := recorded_answer(args.out, setup, sweeps[0]["folder"]):
-            print(f"checked against the sweep recorded {earlier['measured_at']} ({earlier['folder']})")
-            sweeps.insert(0, earlier)
+    if len(sweeps) == 1 and not args.alone and (earlier := recorded_answer(args.out, setup, sweeps[0]["folder"])):
+        print(f"checked against the sweep recorded {earlier['measured_at']} ({earlier['folder']})")
+        sweeps.insert(0, earlier)
     for sweep in sweeps:
         print(describe(sweep), flush=True)
     loopback = loopback_of(args.out, args.loopback_from)

@@ -121,7 +121,8 @@ def steady_breakdown(run: RunDir) -> dict[str, float]:
     return {phase: statistics.fmean(s[phase] for s in steps) for phase in PHASES}
 
 
-def measure_run(overrides: list[str], steps: int) -> dict[str, Any]:
+def measure_run(what: str, overrides: list[str], steps: int) -> dict[str, Any]:
+    print(f"{what} ...", file=sys.stderr, flush=True)
     started = time.monotonic()
     with train(*overrides, *JOB, f"max_steps={steps}") as run_dir:
         run = RunDir(run_dir)
@@ -189,21 +190,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"rate_mbit": rate, "probe_idle": probe(rate, args.probe_s, False, tmp),
                                "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
         for name in args.strategies:
-            print(f"rate {rate:g} Mbit/s: {name} ...", file=sys.stderr, flush=True)
-            row["runs"][name] = measure_run([f"strategy={name}", "peers=2", "network=emulated",
-                                             f"network.bandwidth_mbit={rate}"], args.steps)
+            row["runs"][name] = measure_run(f"rate {rate:g} Mbit/s: {name}", [f"strategy={name}", "peers=2",
+                                            "network=emulated", f"network.bandwidth_mbit={rate}"], args.steps)
         rows.append(judged(row, args.goodput_share, args.comm_share))
         print(summary_line(row), file=sys.stderr, flush=True)
-    baselines: dict[str, dict[str, Any]] = {}
-    if not args.no_headline:
-        for name, peers in HEADLINE["baselines"]:
-            print(f"baseline {name} peers={peers} ...", file=sys.stderr, flush=True)
-            baselines[f"{name}_{peers}"] = measure_run([f"strategy={name}", f"peers={peers}"], args.steps)
-    loopback: dict[str, dict[str, Any]] = {}
-    if args.loopback and not args.no_headline:
-        for name in HEADLINE["strategies"]:
-            print(f"loopback {name} ...", file=sys.stderr, flush=True)
-            loopback[name] = measure_run([f"strategy={name}", "peers=2", "network=loopback"], args.steps)
+    baselines = {} if args.no_headline else {
+        f"{name}_{peers}": measure_run(f"baseline {name} peers={peers}", [f"strategy={name}", f"peers={peers}"],
+                                       args.steps) for name, peers in HEADLINE["baselines"]}
+    loopback = {name: measure_run(f"loopback {name}", [f"strategy={name}", "peers=2", "network=loopback"], args.steps)
+                for name in HEADLINE["strategies"] if args.loopback and not args.no_headline}
     for row in rows:
         row["headline_estimate_s"] = headline_s(row["runs"], baselines) if baselines else None
     return {"rows": rows, "baselines": baselines, "loopback": loopback,

@@ -6,9 +6,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from bench.headline import figures_of, run_sweep
+from bench.headline import ROOT, figures_of, run_sweep
 
-ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ["experiment=quick", "strategy=allreduce,stepwise,ps"]  # README's quick comparison, as typed
 GOAL_S = 600.0
 SAMPLES = ROOT / "docs" / "samples"

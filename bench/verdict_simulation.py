@@ -39,19 +39,14 @@ CONFIDENCE = 0.95
 TMPFS = Path("/dev/shm")
 
 
-def headline_rows(results: dict) -> list[dict]:
-    """The `primary_noise` rows of the headline's configurations on time-to-target, observed exactly."""
-    return [r for r in results["primary_noise"]["rows"] if r["strategy"] in CONFIGURATIONS
-            and r["figure"] == "time_to_target" and r["log_sd"] is not None]
-
-
 def jeffreys(events: int, trials: int) -> float:
     return (events + 0.5) / (trials + 1)
 
 
 def fitted(results: dict) -> dict:
     """The run-level log sd, miss rate and crash rate, from the recorded runs of bench/results (its method)."""
-    rows = headline_rows(results)
+    rows = [r for r in results["primary_noise"]["rows"] if r["strategy"] in CONFIGURATIONS
+            and r["figure"] == "time_to_target" and r["log_sd"] is not None]  # the headline's, observed exactly
     df = sum(r["blocks"] - 1 for r in rows)
     paired_sd = math.sqrt(sum((r["blocks"] - 1) * r["log_sd"] ** 2 for r in rows) / df)
     compared_runs = sum(2 * (r["blocks"] + r["censored"]) for r in rows)
