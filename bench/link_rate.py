@@ -190,8 +190,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"rate_mbit": rate, "probe_idle": probe(rate, args.probe_s, False, tmp),
                                "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
         for name in args.strategies:
-            row["runs"][name] = measure_run(f"rate {rate:g} Mbit/s: {name}", [f"strategy={name}", "peers=2",
-                                            "network=emulated", f"network.bandwidth_mbit={rate}"], args.steps)
+            row["runs"][name] = measure_run(f"rate {rate:g} Mbit/s: {name}", [
+                f"strategy={name}", "peers=2", "network=emulated", f"network.bandwidth_mbit={rate}"], args.steps)
         rows.append(judged(row, args.goodput_share, args.comm_share))
         print(summary_line(row), file=sys.stderr, flush=True)
     baselines = {} if args.no_headline else {
