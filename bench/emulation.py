@@ -9,7 +9,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.jobs import ROOT, averaging_strategies, summary_of
+from bench.jobs import ROOT, averaging_strategies, named, summary_of
 from metrics.report.baselines import load_runs
 from metrics.report.stats import Ratio
 
@@ -96,15 +96,6 @@ def linear_factor(linearity: dict) -> int:
     return checked_factor({k: linearity["ratios"][f"quota 1/{k}"] for k in FACTORS})
 
 
-def chosen_strategies(names: str) -> dict[str, list[str]]:
-    """The averaging strategies a comma list names (empty: all), with their overrides; an unknown name is an error."""
-    every = averaging_strategies("emulation")
-    given = [n.strip() for n in names.split(",") if n.strip()]
-    if unknown := [n for n in given if n not in every]:
-        raise ValueError(f"--emulation-strategies: unknown strategy {', '.join(unknown)} (here: {', '.join(every)})")
-    return {name: overrides for name, overrides in every.items() if not given or name in given}
-
-
 def invariance(repeats: int, strategies: dict[str, list[str]]) -> dict:
     """These strategies' invariance; the others keep checked_dilation 1."""
     rows = {}
@@ -140,7 +131,7 @@ def add_arguments(parser: argparse._ActionsContainer) -> None:
 
 def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | None = None) -> dict:
     started = time.monotonic()
-    chosen = chosen_strategies(strategies)  # a wrong name fails before any run
+    chosen = named(averaging_strategies("emulation"), strategies, "--emulation-strategies", "strategy")  # checked first
     result = {"headline": headline(headline_sweep), "linearity": linearity(repeats),
               "invariance": invariance(repeats, chosen)}
     report(result)

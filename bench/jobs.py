@@ -45,6 +45,14 @@ def abba(pairs: int, measure: Callable[[bool], T]) -> tuple[list[T], list[T]]:
     return found[True], found[False]
 
 
+def named(available: dict[str, T], text: str, option: str, what: str) -> dict[str, T]:
+    """The entries of `available` that `text` (`option`'s comma list; empty: all) names; ValueError on another."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if unknown := [n for n in names if n not in available]:
+        raise ValueError(f"{option}: unknown {what} {', '.join(unknown)} (here: {', '.join(available)})")
+    return {name: value for name, value in available.items() if not names or name in names}
+
+
 def averaging_strategies(benchmark: str) -> dict[str, list[str]]:
     """Every averaging strategy -> its overrides in `benchmark` (Strategy.benchmark_overrides)."""
     from launchers.config import strategy_by_name

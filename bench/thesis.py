@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.jobs import ROOT
+from bench.jobs import ROOT, named
 from metrics.projection.evidence import Evidence, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import Measured, measure, project_link
@@ -50,11 +50,7 @@ def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
 
 
 def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
-    """The plan's families that `text` (--thesis-families) names, a comma list; empty: all."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if unknown := [n for n in names if n not in plan]:
-        raise ValueError(f"--thesis-families: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
-    return {name: overrides for name, overrides in plan.items() if not names or name in names}
+    return named(plan, text, "--thesis-families", "family")
 
 
 def family_overrides(overrides: list[str]) -> list[str]:
