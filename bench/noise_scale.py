@@ -17,10 +17,6 @@ STEPS_MARGIN = 1.5  # a larger batch's max_steps: this x the steps B0 took to th
 EVAL_SAMPLES = 512  # samples between evaluations, whatever the batch (the crossing's resolution)
 
 
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
 def log_sd(values: list[float]) -> float | None:
     return statistics.stdev(math.log(v) for v in values) if len(values) > 1 else None
 
@@ -52,14 +48,14 @@ def run(text: str | None = None) -> dict[str, Any]:
         for batch in larger:  # E = E_min (1 + B / Bn) takes at most B0's steps at a larger batch: a margin above it
             measured[batch].append(single_run(settings, batch, seed, math.ceil(STEPS_MARGIN * base_steps)))
     positive = [v for v in noise_scales if v and v > 0]
-    noise_scale = geometric_mean(positive) if len(positive) == len(noise_scales) else None
+    noise_scale = statistics.geometric_mean(positive) if len(positive) == len(noise_scales) else None
     reached = all(r["reached"] for runs in measured.values() for r in runs)
-    base_samples = geometric_mean([r["samples_to_target"] for r in measured[base]]) if reached else None
+    base_samples = statistics.geometric_mean([r["samples_to_target"] for r in measured[base]]) if reached else None
     rows: list[dict[str, Any]] = []
     for batch in larger:
         samples = [r["samples_to_target"] for r in measured[batch]]
         row: dict[str, Any] = {"batch": batch,
-                               "measured_samples_to_target": geometric_mean(samples) if reached else None,
+                               "measured_samples_to_target": statistics.geometric_mean(samples) if reached else None,
                                "measured_log_sd": log_sd(samples) if reached else None, "runs": measured[batch]}
         if base_samples is not None and noise_scale:  # base_samples: None unless every run reached the target
             row["predicted_samples_to_target"] = samples_at(base_samples, base, batch, noise_scale)
