@@ -1,11 +1,8 @@
 """Collective (link) efficiency: the link floor / the measured link time, per averaging strategy, N and
-link rate on emulated hosts.
-Method (its entry's `method`): metrics/methods.yaml, bench.collectives."""
-import argparse
+link rate on emulated hosts."""
 import statistics
 
-from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, summary_of
-from metrics.recording.methods import methods
+from bench.jobs import averaging_strategies, grid_settings, ints, summary_of
 
 STRATEGIES = averaging_strategies("collectives")
 
@@ -33,10 +30,6 @@ def check_at_most_one(rows: list[dict]) -> None:
 DEFAULT_GRID = f"rates=20,50,200 peers=2,4,8 strategies={','.join(STRATEGIES)} width=768 steps=6"
 
 
-def add_arguments(parser: argparse._ActionsContainer) -> None:
-    add_grid_option(parser, "collectives", DEFAULT_GRID)
-
-
 def run(text: str | None = None) -> dict:
     settings = grid_settings(DEFAULT_GRID, "--collectives-grid", text)
     peers, rates, width, steps = (ints(settings["peers"]), ints(settings["rates"]), int(settings["width"]),
@@ -54,5 +47,4 @@ def run(text: str | None = None) -> dict:
         "best": max(row["efficiency"] for row in rows if row["efficiency"]),
         "rows": rows,
         "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, links {list(rates)} Mbit/s (median shown)",
-        "method": methods("bench")["collectives"],
     }

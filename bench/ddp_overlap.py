@@ -1,10 +1,8 @@
-"""DDP all-reduce (buckets overlapped with backward) against one flat all-reduce after backward.
-Method (its entry's `method`): metrics/methods.yaml, bench.ddp_overlap."""
+"""DDP all-reduce (buckets overlapped with backward) against one flat all-reduce after backward."""
 import statistics
 from typing import Any
 
 from bench.jobs import summary_of
-from metrics.recording.methods import methods
 
 
 def measure(ddp: bool, peers: int, model: str, steps: int) -> dict:
@@ -26,5 +24,4 @@ def run(peers: int = 4, model: str = "resnet18", steps: int = 12, repeats: int =
         "median_samples_per_s": median,
         "rows": arms,
         "setup": f"allreduce over gloo, loopback, model={model}, N={peers}, {steps} steps, {repeats} alternated repeats",
-        "method": methods("bench")["ddp_overlap"],
     }

@@ -1,12 +1,7 @@
 #!/usr/bin/env python
 """Device check: the ResNet18 job under `single` (one process) and a 2-process `allreduce` on this machine's
-device, their figures as JSON in an output folder. For a lent GPU machine: `python bench/device_check.py "$OUT"`.
-
-    python bench/device_check.py OUT [--device auto|cpu|cuda] [--steps 200] [--batch-size 128] [--model resnet18]
-                                     [--budget-s 480]
-
-allreduce uses NCCL where each of its 2 peers has a GPU of its own, else gloo; links are loopback. Writes
-OUT/device_check.json and OUT/runs/NAME; exits 1 when a run failed (its error is in the JSON), 2 on bad input.
+device, their figures as JSON in an output folder (docs/usage.md). For a lent GPU machine:
+`python bench/device_check.py "$OUT"`; exits 1 when a run failed (its error is in the JSON), 2 on bad input.
 """
 import argparse
 import json
@@ -90,7 +85,7 @@ def check(out: Path, device: str, model: str, steps: int, batch_size: int, budge
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", type=Path, help="output folder (created): device_check.json and runs/")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (auto: cuda where torch sees a GPU)")
     parser.add_argument("--model", default="resnet18", help="a conf/model option")

@@ -1,6 +1,5 @@
 """Does the emulation hold? The headline's paired spread, CPU-quota linearity and dilation invariance, each
-measured in interleaved blocks; it sets each strategy's checked dilation.
-Method (its entry's `method`): metrics/methods.yaml, bench.emulation."""
+measured in interleaved blocks; it sets each strategy's checked dilation."""
 import argparse
 import random
 import statistics
@@ -10,8 +9,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.jobs import ROOT, averaging_strategies, summary_of
-from metrics.recording.methods import methods
+from bench.jobs import ROOT, averaging_strategies, named, summary_of
 from metrics.report.baselines import load_runs
 from metrics.report.stats import Ratio
 
@@ -95,17 +93,7 @@ def checked_factor(ratios: dict[int, dict]) -> int:
 
 def linear_factor(linearity: dict) -> int:
     """The largest factor whose quota (1/k core), dilated back, stayed within TOLERANCE of the dedicated core."""
-    return checked_factor({1: linearity["ratios"]["quota 1/1"],
-                           **{k: linearity["ratios"][f"quota 1/{k}"] for k in FACTORS if k != 1}})
-
-
-def chosen_strategies(names: str) -> dict[str, list[str]]:
-    """The averaging strategies a comma list names (empty: all), with their overrides; an unknown name is an error."""
-    every = averaging_strategies("emulation")
-    given = [n.strip() for n in names.split(",") if n.strip()]
-    if unknown := [n for n in given if n not in every]:
-        raise ValueError(f"--emulation-strategies: unknown strategy {', '.join(unknown)} (here: {', '.join(every)})")
-    return {name: overrides for name, overrides in every.items() if not given or name in given}
+    return checked_factor({k: linearity["ratios"][f"quota 1/{k}"] for k in FACTORS})
 
 
 def invariance(repeats: int, strategies: dict[str, list[str]]) -> dict:
@@ -143,7 +131,7 @@ def add_arguments(parser: argparse._ActionsContainer) -> None:
 
 def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | None = None) -> dict:
     started = time.monotonic()
-    chosen = chosen_strategies(strategies)  # a wrong name fails before any run
+    chosen = named(averaging_strategies("emulation"), strategies, "--emulation-strategies", "strategy")  # checked first
     result = {"headline": headline(headline_sweep), "linearity": linearity(repeats),
               "invariance": invariance(repeats, chosen)}
     report(result)
@@ -161,5 +149,4 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
         "checked_dilation": {name: min(row["checked_dilation"], linear_factor(result["linearity"]))
                              for name, row in result["invariance"].items()},
         "duration_s": time.monotonic() - started,
-        "method": methods("bench")["emulation"],
     }

@@ -5,8 +5,7 @@ and the time its workers spent evaluating, from the run's own records (the entry
     flock /tmp/avgbench-measure.lock python bench/evaluation_share.py             # 2 repeats, about 3 minutes each
     python bench/evaluation_share.py --repeats 1 --no-save eval_every=10          # a variant, printed only
 
-The result replaces bench/results/evaluation_share.json (--out: another folder), the repeats' mean share as its
-ratio. Extra arguments are Hydra overrides (a variant of the default run, named in the entry's setup).
+The result replaces bench/results/evaluation_share.json (--out: another folder), the repeats' mean share its ratio.
 """
 import argparse
 import statistics

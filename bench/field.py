@@ -1,5 +1,4 @@
-"""Published experiments with N >= 16, predicted by the projection from their single-device figures alone.
-Method (its entry's `method`): metrics/methods.yaml, bench.field."""
+"""Published experiments with N >= 16, predicted by the projection from their single-device figures alone."""
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -8,7 +7,6 @@ from bench.jobs import train
 from metrics.projection.evidence import Evidence, load_evidence
 from metrics.projection.link import parse_link
 from metrics.projection.project import calibration_problems, declared, measure, project
-from metrics.recording.methods import methods
 
 STEP_GOAL = 0.15        # |predicted / published step - 1|
 EFFICIENCY_GOAL = 10.0  # |predicted - published scaling efficiency|, in points
@@ -135,8 +133,7 @@ def predicted_row(case: Case, run: Path, evidence: Evidence, link_mbit: float | 
     """The projection's row for this case, through the command line's functions (declared compute and size)."""
     m = declared(measure(run, evidence.payload_share, evidence), step_s=case.compute_s,
                  gradient_mb=case.gradient_mb)
-    link = parse_link(f"{link_mbit or case.link_mbit:g}")
-    result = project(m, [link], [case.peers], evidence)
+    result = project(m, [parse_link(f"{link_mbit or case.link_mbit:g}")], [case.peers], evidence)
     return result["projections"][0]["rows"][0] | {"hidden_s": m.hidden_s}
 
 
@@ -221,7 +218,6 @@ def run() -> dict:
         "goal": f">= {GOAL_SHARE:.0%} within ±{STEP_GOAL:.0%} step or ±{EFFICIENCY_GOAL:g} points, rankings kept",
         "setup": f"{len(CASES)} published cases (N = {min(c.peers for c in CASES)}-{max(c.peers for c in CASES)}) "
                  f"from {len(SOURCES)} sources, predicted from single-device compute, model size and link",
-        "method": methods("bench")["field"],
         "sources": SOURCES,
         "left_out": LEFT_OUT,
         "limits": LIMITS,

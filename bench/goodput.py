@@ -1,7 +1,5 @@
 """The payload goodput of an emulated link: the share of its nominal rate a TCP stream carries as payload
-(bench/results/link_goodput.json), with which every projection converts a link's nominal rate.
-Method (its entry's `method`): metrics/methods.yaml, bench.goodput."""
-import argparse
+(bench/results/link_goodput.json), with which every projection converts a link's nominal rate."""
 import json
 import statistics
 import subprocess
@@ -11,8 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.jobs import add_grid_option, grid_settings, ints
-from metrics.recording.methods import methods
+from bench.jobs import grid_settings, ints
 from netemu.fabric import ETHERNET_MTU, Fabric
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4 mtus=1500,9000"
@@ -96,10 +93,6 @@ def shares_of(rows: list[dict]) -> dict:
             "by_rate": by_rate, "not_counted": len(rows) - len(counted)}
 
 
-def add_arguments(parser: argparse._ActionsContainer) -> None:
-    add_grid_option(parser, "goodput", DEFAULT_GRID)
-
-
 def run(text: str | None = None) -> dict:
     settings = grid_settings(DEFAULT_GRID, "--goodput-grid", text)
     rates, repeats, seconds = ints(settings["rates"]), int(settings["repeats"]), float(settings["seconds"])
@@ -125,5 +118,4 @@ def run(text: str | None = None) -> dict:
         "rows": rows,
         "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, frames of {mtus} bytes "
                  f"(payload_share: {ETHERNET_MTU}, standard Ethernet), {repeats} alternated repeats of {seconds:g} s",
-        "method": methods("bench")["goodput"],
     }

@@ -69,10 +69,6 @@ def runs_in(sections: list[Section]) -> list[Run]:
     return [run for section in sections for group in section.groups for run in group.runs]
 
 
-def span_s(runs: list[Run]) -> float:
-    return span_end(runs) - min(r.summary.started_at for r in runs)
-
-
 def figures_of(folder: Path, wall_s: float | None) -> dict:
     """One sweep's answer, from the report's own analysis."""
     sections, left_out = load_runs([folder])
@@ -86,7 +82,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "runs": len(runs),
         "wall_s": wall_s if wall_s is not None else runs_s(runs),
         "wall_method": "the command's wall clock" if wall_s is not None else RUNS_WALL,
-        "span_s": span_s(runs),  # first start to last end: with any pause between sessions
+        "span_s": span_end(runs) - min(r.summary.started_at for r in runs),  # with any pause between sessions
         "primary": analysis.primary.text,
         "answer": verdict.answer,
         "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
@@ -104,7 +100,6 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
 
 
 def replication(first: dict, second: dict) -> dict:
-    """Do two sweeps give the same answer?"""
     pairs = {(c["this"], c["other"]): c for c in first["comparisons"]}
     contradictions, separated = [], []
     for c in second["comparisons"]:
@@ -183,10 +178,9 @@ def run(args: argparse.Namespace) -> None:
     else:
         sweeps = [figures_of(folder, None) for folder in args.from_]
     setup = ("python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, control arm)")
-    if len(sweeps) == 1 and not args.alone:
-        if earlier := recorded_answer(args.out, setup, sweeps[0]["folder"]):
-            print(f"checked against the sweep recorded {earlier['measured_at']} ({earlier['folder']})")
-            sweeps.insert(0, earlier)
+    if len(sweeps) == 1 and not args.alone and (earlier := recorded_answer(args.out, setup, sweeps[0]["folder"])):
+        print(f"checked against the sweep recorded {earlier['measured_at']} ({earlier['folder']})")
+        sweeps.insert(0, earlier)
     for sweep in sweeps:
         print(describe(sweep), flush=True)
     loopback = loopback_of(args.out, args.loopback_from)

@@ -3,14 +3,16 @@ import argparse
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from metrics.recording.rundir import RunDir
 from metrics.summary.schema import Summary
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def grid_settings(default: str, option: str, text: str | None = None) -> dict[str, str]:
@@ -32,6 +34,23 @@ def add_grid_option(parser: argparse._ActionsContainer, name: str, default: str)
 
 def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
+
+
+def abba(pairs: int, measure: Callable[[bool], T]) -> tuple[list[T], list[T]]:
+    """measure(True) and measure(False) in `pairs` pairs, ABBA order: (the True arm's results, the False arm's)."""
+    found: dict[bool, list[T]] = {True: [], False: []}
+    for pair in range(pairs):
+        for arm in (True, False) if pair % 2 == 0 else (False, True):
+            found[arm].append(measure(arm))
+    return found[True], found[False]
+
+
+def named(available: dict[str, T], text: str, option: str, what: str) -> dict[str, T]:
+    """The entries of `available` that `text` (`option`'s comma list; empty: all) names; ValueError on another."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if unknown := [n for n in names if n not in available]:
+        raise ValueError(f"{option}: unknown {what} {', '.join(unknown)} (here: {', '.join(available)})")
+    return {name: value for name, value in available.items() if not names or name in names}
 
 
 def averaging_strategies(benchmark: str) -> dict[str, list[str]]:

@@ -1,6 +1,4 @@
-"""What the emulated wire costs its hosts' cores, by frame size: why network.mtu defaults to 9000.
-Method (its entry's `method`): metrics/methods.yaml, bench.link_cpu."""
-import argparse
+"""What the emulated wire costs its hosts' cores, by frame size: why network.mtu defaults to 9000."""
 import os
 import statistics
 import sys
@@ -9,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.goodput import measure_rate
-from bench.jobs import add_grid_option, grid_settings, ints
-from metrics.recording.methods import methods
+from bench.jobs import grid_settings, ints
 
 DEFAULT_GRID = "rate=150 mtus=1500,9000 repeats=2 seconds=10"
 IDLE_STATES = (3, 4)  # /proc/stat's idle and iowait columns (after the cpu name)
@@ -32,10 +29,6 @@ def measure(rate: float, mtu: int, seconds: float, tmp: Path) -> dict:
     return {"mtu": mtu, "link_mbit": rate, "busy_share": (busy1 - busy0) / (total1 - total0),
             "payload_share_by_stream": repeat["payload_share_by_stream"], "link_faithful": repeat["faithful"],
             "link": repeat["link"]}
-
-
-def add_arguments(parser: argparse._ActionsContainer) -> None:
-    add_grid_option(parser, "link_cpu", DEFAULT_GRID)
 
 
 def run(text: str | None = None) -> dict:
@@ -65,5 +58,4 @@ def run(text: str | None = None) -> dict:
         "rows": rows,
         "setup": f"2 emulated hosts on a core each, one TCP stream each way at once at {rate:g} Mbit/s, frames of "
                  f"{mtus} bytes, {repeats} alternated repeats of {seconds:g} s",
-        "method": methods("bench")["link_cpu"],
     }

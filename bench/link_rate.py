@@ -1,15 +1,9 @@
 #!/usr/bin/env python
-"""Which rate should the default emulated link have? Measured on this machine, for conf/network/auto.yaml
-(docs/emulation.md). Per candidate rate: bulk TCP probes each way between two emulated hosts, idle and while both
-train, and the headline's strategies at peers=2, whose runs also estimate the headline's wall time there. The default
-is the highest rate whose busy probe carried >= --goodput-share of it, whose runs' links and CPUs held, and where the
-heaviest strategy communicates >= --comm-share of its step.
+"""Which rate should the default emulated link have (conf/network/auto.yaml)? Measured on this machine as
+docs/emulation.md says; the result replaces bench/results/link_rate.json (--out: another folder).
 
     flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
     python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
-
-The result replaces bench/results/link_rate.json (--out: another folder), with the machine, its load average
-before and after, the processes that used over 10 % of a core beside the benchmark, and the machine lock.
 """
 import argparse
 import json
@@ -127,7 +121,8 @@ def steady_breakdown(run: RunDir) -> dict[str, float]:
     return {phase: statistics.fmean(s[phase] for s in steps) for phase in PHASES}
 
 
-def measure_run(overrides: list[str], steps: int) -> dict[str, Any]:
+def measure_run(what: str, overrides: list[str], steps: int) -> dict[str, Any]:
+    print(f"{what} ...", file=sys.stderr, flush=True)
     started = time.monotonic()
     with train(*overrides, *JOB, f"max_steps={steps}") as run_dir:
         run = RunDir(run_dir)
@@ -180,8 +175,7 @@ def judged(row: dict[str, Any], goodput_share: float, comm_share: float) -> dict
 
 
 def choose(rows: list[dict[str, Any]], goodput_share: float, comm_share: float) -> dict[str, Any]:
-    fitting = [r for r in rows if r["fits"]]
-    rate = max((r["rate_mbit"] for r in fitting), default=None)
+    rate = max((r["rate_mbit"] for r in rows if r["fits"]), default=None)
     return {"rate_mbit": rate, "rule": f"the highest rate whose busy probe carried >= {goodput_share:.0%} of it, "
                                        f"whose runs' links and CPUs were faithful, and where the heaviest strategy "
                                        f"communicates >= {comm_share:.0%} of its step"}
@@ -196,21 +190,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"rate_mbit": rate, "probe_idle": probe(rate, args.probe_s, False, tmp),
                                "probe_busy": probe(rate, args.probe_s, True, tmp), "runs": {}}
         for name in args.strategies:
-            print(f"rate {rate:g} Mbit/s: {name} ...", file=sys.stderr, flush=True)
-            row["runs"][name] = measure_run([f"strategy={name}", "peers=2", "network=emulated",
-                                             f"network.bandwidth_mbit={rate}"], args.steps)
+            row["runs"][name] = measure_run(f"rate {rate:g} Mbit/s: {name}", [
+                f"strategy={name}", "peers=2", "network=emulated", f"network.bandwidth_mbit={rate}"], args.steps)
         rows.append(judged(row, args.goodput_share, args.comm_share))
         print(summary_line(row), file=sys.stderr, flush=True)
-    baselines: dict[str, dict[str, Any]] = {}
-    if not args.no_headline:
-        for name, peers in HEADLINE["baselines"]:
-            print(f"baseline {name} peers={peers} ...", file=sys.stderr, flush=True)
-            baselines[f"{name}_{peers}"] = measure_run([f"strategy={name}", f"peers={peers}"], args.steps)
-    loopback: dict[str, dict[str, Any]] = {}
-    if args.loopback and not args.no_headline:
-        for name in HEADLINE["strategies"]:
-            print(f"loopback {name} ...", file=sys.stderr, flush=True)
-            loopback[name] = measure_run([f"strategy={name}", "peers=2", "network=loopback"], args.steps)
+    baselines = {} if args.no_headline else {
+        f"{name}_{peers}": measure_run(f"baseline {name} peers={peers}", [f"strategy={name}", f"peers={peers}"],
+                                       args.steps) for name, peers in HEADLINE["baselines"]}
+    loopback = {name: measure_run(f"loopback {name}", [f"strategy={name}", "peers=2", "network=loopback"], args.steps)
+                for name in HEADLINE["strategies"] if args.loopback and not args.no_headline}
     for row in rows:
         row["headline_estimate_s"] = headline_s(row["runs"], baselines) if baselines else None
     return {"rows": rows, "baselines": baselines, "loopback": loopback,
@@ -232,7 +220,6 @@ def fmt(share: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Measure, print, and save (unless --no-save) the link_rate entry."""
     before = machine_state()
     started = time.monotonic()
     figures = measure(args)

@@ -1,6 +1,5 @@
 """Where the noise comes from: a pinned single process and a 2-peer run, repeated and interleaved, their
-variance attributed to CPU time, run-queue delay and the rest.
-Method (its entry's `method`): metrics/methods.yaml, bench.noise."""
+variance attributed to CPU time, run-queue delay and the rest."""
 import argparse
 import statistics
 import sys
@@ -11,7 +10,6 @@ from typing import Any
 from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.machine import ProcessClock
-from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.summary.schema import Summary
 
@@ -56,9 +54,8 @@ def spread(values: list[float]) -> dict[str, float | None]:
 def shares(rows: list[dict[str, Any]]) -> dict[str, float] | None:
     """cov(wall, part) / var(wall) per part; they sum to 1 (wall = cpu + runq + other)."""
     walls = [r["wall_s"] for r in rows]
-    if len(rows) < 2 or statistics.variance(walls) == 0:
+    if len(rows) < 2 or (var := statistics.variance(walls)) == 0:
         return None
-    var = statistics.variance(walls)
     return {part: statistics.covariance(walls, [r[part] for r in rows]) / var for part in PARTS}
 
 
@@ -137,5 +134,4 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "machine_correlation": correlations,
         "clock_cost_us": clock_cost_us(),
         "duration_s": time.monotonic() - started,
-        "method": methods("bench")["noise"],
     }

@@ -4,22 +4,17 @@ each larger B; E(B) = E(B0) (1 + B / Bn) / (1 + B0 / Bn) on the repeats' geometr
 
     python bench/run.py noise_scale [--noise_scale-grid "model=resnet18 repeats=3 batches=128,256,512"]
 """
-import argparse
 import math
 import statistics
 from typing import Any
 
-from bench.jobs import add_grid_option, grid_settings, ints, summary_of
+from bench.jobs import grid_settings, ints, summary_of
 from metrics.projection.batch_scaling import GOAL, samples_at
 
 DEFAULT_GRID = "model=resnet18 repeats=3 batch_size=32 batches=128,256,512 lr_scaling=none"
 BASE_STEPS = 100    # the B0 runs' max_steps (the headline's)
 STEPS_MARGIN = 1.5  # a larger batch's max_steps: this x the steps B0 took to the target (the model has it need fewer)
 EVAL_SAMPLES = 512  # samples between evaluations, whatever the batch (the crossing's resolution)
-
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def log_sd(values: list[float]) -> float | None:
@@ -53,14 +48,14 @@ def run(text: str | None = None) -> dict[str, Any]:
         for batch in larger:  # E = E_min (1 + B / Bn) takes at most B0's steps at a larger batch: a margin above it
             measured[batch].append(single_run(settings, batch, seed, math.ceil(STEPS_MARGIN * base_steps)))
     positive = [v for v in noise_scales if v and v > 0]
-    noise_scale = geometric_mean(positive) if len(positive) == len(noise_scales) else None
+    noise_scale = statistics.geometric_mean(positive) if len(positive) == len(noise_scales) else None
     reached = all(r["reached"] for runs in measured.values() for r in runs)
-    base_samples = geometric_mean([r["samples_to_target"] for r in measured[base]]) if reached else None
+    base_samples = statistics.geometric_mean([r["samples_to_target"] for r in measured[base]]) if reached else None
     rows: list[dict[str, Any]] = []
     for batch in larger:
         samples = [r["samples_to_target"] for r in measured[batch]]
         row: dict[str, Any] = {"batch": batch,
-                               "measured_samples_to_target": geometric_mean(samples) if reached else None,
+                               "measured_samples_to_target": statistics.geometric_mean(samples) if reached else None,
                                "measured_log_sd": log_sd(samples) if reached else None, "runs": measured[batch]}
         if base_samples is not None and noise_scale:  # base_samples: None unless every run reached the target
             row["predicted_samples_to_target"] = samples_at(base_samples, base, batch, noise_scale)
@@ -74,11 +69,7 @@ def run(text: str | None = None) -> dict[str, Any]:
                        f"{repeats} repeats",
               "model": settings["model"], "lr_scaling": settings["lr_scaling"], "base_batch": base,
               "noise_scale": noise_scale, "noise_scale_by_repeat": noise_scales,
-              "base_samples_to_target": base_samples, "base_runs": measured[base], "rows": rows, "sweeps": []}
+              "base_samples_to_target": base_samples, "base_runs": measured[base], "rows": rows}
     if not reached:
         result["why"] = "some run did not reach the target within its steps: no prediction is checked"
     return result
-
-
-def add_arguments(parser: argparse._ActionsContainer) -> None:
-    add_grid_option(parser, "noise_scale", DEFAULT_GRID)

@@ -1,12 +1,10 @@
-"""Framework overhead: strategy=single step time vs the minimal raw loop, same model, data, batch, threads, core.
-Method (its entry's `method`): metrics/methods.yaml, bench.overhead."""
+"""Framework overhead: strategy=single step time vs the minimal raw loop, same model, data, batch, threads, core."""
 import statistics
 import subprocess
 import sys
 
 from bench.jobs import ROOT, train
 from metrics.recording.jsonl import read_jsonl
-from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 
 
@@ -27,13 +25,11 @@ def run(model: str = "resnet18", batch: int = 32, steps: int = 25, warmup: int =
     for _ in range(repeats):
         raw.append(statistics.median(raw_step_times(model, batch, steps)[warmup:]))
         framework.append(statistics.median(framework_step_times(model, batch, steps)[warmup:]))
-    ratio = statistics.median(r / f for r, f in zip(raw, framework))
     return {
         "name": "framework_overhead",
-        "ratio": ratio,
+        "ratio": statistics.median(r / f for r, f in zip(raw, framework)),
         "goal": ">= 0.97",
         "raw_step_s": raw,
         "framework_step_s": framework,
         "setup": f"model={model} batch={batch} steps={steps} warmup={warmup} repeats={repeats}, 1 thread, core 0",
-        "method": methods("bench")["overhead"],
     }

@@ -1,13 +1,11 @@
 """Does evaluating in training's pauses change the step time it measures? Paired runs, in training against
-after training, in ABBA order.
-Method (its entry's `method`): metrics/methods.yaml, bench.pause_shift."""
+after training, in ABBA order."""
 import math
 import statistics
 from typing import Any
 
-from bench.jobs import train
+from bench.jobs import abba, train
 from metrics.recording.jsonl import read_jsonl
-from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.report.stats import Ratio
 from metrics.summary.schema import Summary
@@ -56,11 +54,7 @@ def within_goal(ratio: Ratio) -> tuple[list[float] | None, bool]:
 def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     for name in configurations.split(","):
-        in_training: list[tuple[float, float]] = []
-        after: list[tuple[float, float]] = []
-        for pair in range(pairs):
-            for mode in ((True, False) if pair % 2 == 0 else (False, True)):
-                (in_training if mode else after).append(step_s(CONFIGURATIONS[name], mode))
+        in_training, after = abba(pairs, lambda mode: step_s(CONFIGURATIONS[name], mode))
         ratio = Ratio([a[0] / b[0] for a, b in zip(in_training, after)])
         within = Ratio([a[1] / b[1] for a, b in zip(in_training, after)])
         interval, goal_met = within_goal(ratio)
@@ -82,5 +76,4 @@ def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict[str, A
         "configurations": rows,
         "setup": " ".join(RUN) + f"; {pairs} pairs, ABBA order; " + "; ".join(
             f"{n}: {' '.join(CONFIGURATIONS[n])}" for n in configurations.split(",")),
-        "method": methods("bench")["pause_shift"],
     }

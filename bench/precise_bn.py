@@ -67,9 +67,8 @@ def main() -> None:
     cfg = OmegaConf.load(run.config)
     splits = load_splits(cfg)
     assert isinstance(splits.train, Sized) and isinstance(splits.test, Sized)  # len() below
-    weights = sorted(run.peer(0).weights.glob("step*.pt"))
-    steps = [int(p.stem.removeprefix("step")) for p in weights]
-    chosen = [(s, p) for s, p in zip(steps, weights) if not args.steps or s in args.steps]
+    weights = {int(p.stem.removeprefix("step")): p for p in sorted(run.peer(0).weights.glob("step*.pt"))}
+    chosen = [(s, p) for s, p in weights.items() if not args.steps or s in args.steps]
     arms = [(size, seed) for size in args.sizes for seed in range(args.draws)] + [(WHOLE, 0)]
     precise = {arm: precise_for(splits.train, len(splits.train) if arm[0] == WHOLE else arm[0], cfg.batch_size,
                                 arm[1]) for arm in arms}

@@ -1,7 +1,5 @@
 """Cost-model validation: predicted / measured step time - 1, per strategy, peer count and link rate,
-calibrated on N = 2 at one link rate and validated at the other peer counts and rates.
-Method (its entry's `method`): metrics/methods.yaml, bench.projection."""
-import argparse
+calibrated on N = 2 at one link rate and validated at the other peer counts and rates."""
 import functools
 import itertools
 import statistics
@@ -12,12 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.goodput import probe
-from bench.jobs import add_grid_option, averaging_strategies, grid_settings, ints, train
+from bench.jobs import averaging_strategies, grid_settings, ints, train
 from launchers.config import strategy_by_name
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link, payload_rate
 from metrics.projection.project import Measured, measure
-from metrics.recording.methods import methods
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
@@ -200,7 +197,6 @@ def grid(text: str | None = None) -> dict:
 
 
 def case_key(row: dict) -> tuple:
-    """What a row measured: (model, link rate, strategy, N)."""
     return row["model"], row["link_mbit"], row["strategy"], row["peers"]
 
 
@@ -240,10 +236,6 @@ def not_run_row(peers: int, rate: int, probes: list[float], dilation: float = 1.
             "not_run": f"{min(probes):.0f} Mbit/s per probe stream < {LINK_BOUND:.0%} of the rate its links are built "
                        f"at ({rate / dilation:g} Mbit/s)",
             "probe_mbit_per_stream": min(probes), "probe_streams": peers, "dilation": dilation}
-
-
-def add_arguments(parser: argparse._ActionsContainer) -> None:
-    add_grid_option(parser, "projection", DEFAULT_GRID)
 
 
 def case_runs(overrides: list[str], chosen: dict, share: float, timeout: float,
@@ -351,5 +343,4 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
         "setup": f"{sizes}, {chosen['steps']} steps, {chosen['repeats']} runs per case, N={chosen['peers']}, "
                  f"links {chosen['rates']} Mbit/s, strategies {chosen['strategies']}; calibration: the N=2 runs at "
                  f"{calibration_rate} Mbit/s of the same model and strategy; {time.strftime('%Y-%m-%d')}",
-        "method": methods("bench")["projection"],
     }

@@ -1,16 +1,13 @@
 """The quick comparison as the README types it (`train.py -m experiment=quick`), measured: wall clock,
-verdict and the noise its blocks detect; its report is kept as docs/samples/quick-report.*.
-Method (its entry's `method`): metrics/methods.yaml, bench.quick."""
+verdict and the noise its blocks detect; its report is kept as docs/samples/quick-report.*."""
 import argparse
 import shutil
 import time
 from datetime import date
 from pathlib import Path
 
-from bench.headline import figures_of, run_sweep
-from metrics.recording.methods import methods
+from bench.headline import ROOT, figures_of, run_sweep
 
-ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ["experiment=quick", "strategy=allreduce,stepwise,ps"]  # README's quick comparison, as typed
 GOAL_S = 600.0
 SAMPLES = ROOT / "docs" / "samples"
@@ -32,7 +29,6 @@ def run(folder: str = "") -> dict:
     if sweep.exists():
         shutil.rmtree(sweep)  # a resumed sweep would not time the command
     wall_s = run_sweep(sweep, "off", COMMAND)  # bench/run.py holds the machine lock
-    answer = figures_of(sweep, wall_s)
     return {
         "name": "quick",
         "ratio": wall_s / GOAL_S,
@@ -40,11 +36,10 @@ def run(folder: str = "") -> dict:
         "goal_met": wall_s <= GOAL_S,
         "goal_s": GOAL_S,
         "command": "python train.py -m " + " ".join(COMMAND),
-        "answer": answer,
+        "answer": figures_of(sweep, wall_s),
         "samples": keep_sample(sweep),
         "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # the run folders stay out of the repository
         "setup": " ".join(COMMAND) + "; one sweep, alone",
-        "method": methods("bench")["quick"],
     }
 
 

@@ -1,32 +1,23 @@
-"""What the speed reference costs a run: `make run`'s default run with and without it, in ABBA pairs.
-Method (its entry's `method`): metrics/methods.yaml, bench.reference_cost."""
+"""What the speed reference costs a run: `make run`'s default run with and without it, in ABBA pairs."""
 import argparse
 import statistics
 from typing import Any
 
-from bench.jobs import train
-from metrics.recording.methods import methods
-from metrics.recording.rundir import RunDir
+from bench.jobs import abba, summary_of
 from metrics.report.stats import Ratio
-from metrics.summary.schema import Summary
 
 GOAL = 0.02  # the reference may cost at most this share of a run
 
 
 def run_figures(with_reference: bool) -> dict[str, Any]:
-    with train(*([] if with_reference else ["speed_reference.repetitions=0"])) as run_dir:
-        summary = Summary.load(RunDir(run_dir).summary)
+    summary = summary_of(*([] if with_reference else ["speed_reference.repetitions=0"]))
     if summary.status != "completed":
         raise RuntimeError(f"the run {summary.status}: {summary.error}")
     return {"wall_s": summary.wall_s, "cost_share": summary.speed_reference.cost_share}
 
 
 def run(pairs: int = 3) -> dict[str, Any]:
-    with_runs: list[dict[str, Any]] = []
-    without: list[dict[str, Any]] = []
-    for pair in range(pairs):
-        for with_reference in ((True, False) if pair % 2 == 0 else (False, True)):
-            (with_runs if with_reference else without).append(run_figures(with_reference))
+    with_runs, without = abba(pairs, run_figures)
     ratio = Ratio([a["wall_s"] / b["wall_s"] for a, b in zip(with_runs, without)])
     low, high = ratio.interval() or (None, None)
     return {
@@ -40,7 +31,6 @@ def run(pairs: int = 3) -> dict[str, Any]:
         "without_reference": without,
         "accounted_cost_share": statistics.fmean(r["cost_share"] for r in with_runs),
         "setup": f"make run's default run (train.py, no overrides); {pairs} pairs, ABBA order",
-        "method": methods("bench")["reference_cost"],
     }
 
 

@@ -1,6 +1,5 @@
 """Does the speed reference explain the noise? On recorded sweeps, the share of the variance of the paired
-log ratios that the reference's paired log ratio explains.
-Method (its entry's `method`): metrics/methods.yaml, bench.reference_variance."""
+log ratios that the reference's paired log ratio explains."""
 import argparse
 import math
 import random
@@ -12,7 +11,6 @@ from typing import Any
 import yaml
 
 from bench.results import portable
-from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.compare import block_runs, compare
 from metrics.report.primary import THROUGHPUT, Primary
@@ -148,7 +146,6 @@ def run(from_: Sequence[str] = ()) -> dict[str, Any]:
         "commands": commands,
         "sweeps": [{"path": portable(str(f.resolve())), "kept": False, "summary": "figures"} for f in folders],
         "setup": "; ".join(f"{name}: {' '.join(c)}" for name, c in commands.items()),
-        "method": methods("bench")["reference_variance"],
     }
 
 

@@ -7,8 +7,9 @@
     python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
     python bench/run.py thesis --thesis-families hivemind --thesis-dir multirun/thesis   # a benchmark's options
 
-A benchmark's options (--NAME-..., from its module's add_arguments) reach its run() as keyword arguments. A result
-replaces the saved entry, unless the module defines merge(kept, new) (projection: only the cases it ran).
+A benchmark's options (--NAME-..., from its module's add_arguments, and --NAME-grid where it has a DEFAULT_GRID) reach
+its run() as keyword arguments. Its result gets the method metrics/methods.yaml states for its module (bench.MODULE)
+and replaces the saved entry, unless the module defines merge(kept, new) (projection: only the cases it ran).
 Benchmarks hold the machine lock (launchers/lock.py) while they run.
 """
 import argparse
@@ -22,9 +23,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.jobs import add_grid_option  # noqa: E402
 from bench.results import RESULTS, recorded, save  # noqa: E402
 from job.registry import resolve  # noqa: E402
 from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
+from metrics.recording.methods import methods  # noqa: E402
 from metrics.summary.schema import Json  # noqa: E402
 
 BENCHMARKS = {
@@ -87,8 +90,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
     add_saving_options(parser, print_only=False)
     for name, spec in BENCHMARKS.items():
-        if add_arguments := getattr(module_of(spec), "add_arguments", None):
-            add_arguments(parser.add_argument_group(f"{name} options"))
+        group, module = parser.add_argument_group(f"{name} options"), module_of(spec)
+        if add_arguments := getattr(module, "add_arguments", None):
+            add_arguments(group)
+        if grid := getattr(module, "DEFAULT_GRID", None):
+            add_grid_option(group, name, grid)
     return parser
 
 
@@ -124,8 +130,11 @@ def run_benchmarks(names: list[str], out: Path, options: dict[str, dict[str, Any
     results = []
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results.append(recorded(resolve(BENCHMARKS[name])(**(options or {}).get(name, {}))))
-        save(results[-1], out, merge_of(BENCHMARKS[name]))
+        spec = BENCHMARKS[name]
+        result = resolve(spec)(**(options or {}).get(name, {}))
+        method = methods("bench").get(spec.split(":")[0].removeprefix("bench."))
+        results.append(recorded(result | ({"method": method} if method else {})))
+        save(results[-1], out, merge_of(spec))
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")
     for r in results:
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.4f}"  # e.g. a projection run of calibration cases only

@@ -1,5 +1,4 @@
-"""Sampler overhead: CPU time of the sampler thread at 2 Hz over a peer-like process tree.
-Method (its entry's `method`): metrics/methods.yaml, bench.sampler_cost."""
+"""Sampler overhead: CPU time of the sampler thread at 2 Hz over a peer-like process tree."""
 import subprocess
 import sys
 import tempfile
@@ -8,7 +7,6 @@ from pathlib import Path
 
 import psutil
 
-from metrics.recording.methods import methods
 from metrics.recording.sampler import ResourceSampler
 
 
@@ -32,13 +30,11 @@ def run(seconds: float = 20.0, interval: float = 0.5, children: int = 4) -> dict
         for kid in kids:
             kid.kill()
             kid.wait()
-    share = used / wall
     return {
         "name": "sampler_overhead",
-        "ratio": share,
+        "ratio": used / wall,
         "goal": "< 0.01 of one core",
         "cpu_s": used,
         "wall_s": wall,
         "setup": f"interval={interval}s ({1 / interval:g} Hz), {children} child processes, {seconds:g} s",
-        "method": methods("bench")["sampler_cost"],
     }

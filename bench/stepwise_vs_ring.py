@@ -1,9 +1,7 @@
-"""Step-wise (one pass) vs ring all-reduce (Horovod): bytes per worker per round and round time.
-Method (its entry's `method`): metrics/methods.yaml, bench.stepwise_vs_ring."""
+"""Step-wise (one pass) vs ring all-reduce (Horovod): bytes per worker per round and round time."""
 from collections.abc import Sequence
 
 from bench.jobs import summary_of
-from metrics.recording.methods import methods
 
 
 def measure(strategy: list[str], peers: int, rate: int, width: int, steps: int) -> dict:
@@ -26,5 +24,4 @@ def run(peers: Sequence[int] = (2, 4, 8), rate: int = 100, width: int = 768, ste
         "goal": "< 1 (round time, largest N)",
         "rows": rows,
         "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, {rate} Mbit/s links",
-        "method": methods("bench")["stepwise_vs_ring"],
     }

@@ -1,6 +1,5 @@
 """The thesis's question: does hivemind with 2-16 peers on 16 vCPUs beat one 16-vCPU process, and where does
-the time go? Paired multirun families; on fewer cores, a slice and the projected remainder.
-Method (its entry's `method`): metrics/methods.yaml, bench.thesis."""
+the time go? Paired multirun families; on fewer cores, a slice and the projected remainder."""
 import argparse
 import dataclasses
 import os
@@ -11,11 +10,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.jobs import ROOT
+from bench.jobs import ROOT, named
 from metrics.projection.evidence import Evidence, load_evidence, unvalidated
 from metrics.projection.link import Link, parse_link
 from metrics.projection.project import Measured, measure, project_link
-from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.compare import Comparison, family
 from metrics.report.primary import THROUGHPUT, TIME_TO_TARGET, Primary, declare
@@ -52,11 +50,7 @@ def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
 
 
 def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
-    """The plan's families that `text` (--thesis-families) names, a comma list; empty: all."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if unknown := [n for n in names if n not in plan]:
-        raise ValueError(f"--thesis-families: unknown family {', '.join(unknown)} (here: {', '.join(plan)})")
-    return {name: overrides for name, overrides in plan.items() if not names or name in names}
+    return named(plan, text, "--thesis-families", "family")
 
 
 def family_overrides(overrides: list[str]) -> list[str]:
@@ -393,5 +387,4 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
                  + ("" if full else f"; the remainder projected on {remainder_link.label}"),
         "claims_alpha": ALPHA,
         "duration_s": time.monotonic() - started,
-        "method": methods("bench")["thesis"],
     }

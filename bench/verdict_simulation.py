@@ -1,6 +1,5 @@
 """The verdict's error rates by simulation: sweeps drawn from the recorded noise, miss and crash rates,
-judged by the report's own analysis (false claims, contradictions, coverage, power).
-Method (its entry's `method`): metrics/methods.yaml, bench.verdict_simulation."""
+judged by the report's own analysis (false claims, contradictions, coverage, power)."""
 import argparse
 import math
 import shutil
@@ -17,7 +16,6 @@ from scipy.stats import beta, norm
 
 from bench.results import RESULTS, load
 from bench.run_folders import BlockRun, write_sweep
-from metrics.recording.methods import methods
 from metrics.report.baselines import load_runs
 from metrics.report.stats import FASTER, SLOWER
 from metrics.report.tables import excludes_one
@@ -41,19 +39,14 @@ CONFIDENCE = 0.95
 TMPFS = Path("/dev/shm")
 
 
-def headline_rows(results: dict) -> list[dict]:
-    """The `primary_noise` rows of the headline's configurations on time-to-target, observed exactly."""
-    return [r for r in results["primary_noise"]["rows"] if r["strategy"] in CONFIGURATIONS
-            and r["figure"] == "time_to_target" and r["log_sd"] is not None]
-
-
 def jeffreys(events: int, trials: int) -> float:
     return (events + 0.5) / (trials + 1)
 
 
 def fitted(results: dict) -> dict:
     """The run-level log sd, miss rate and crash rate, from the recorded runs of bench/results (its method)."""
-    rows = headline_rows(results)
+    rows = [r for r in results["primary_noise"]["rows"] if r["strategy"] in CONFIGURATIONS
+            and r["figure"] == "time_to_target" and r["log_sd"] is not None]  # the headline's, observed exactly
     df = sum(r["blocks"] - 1 for r in rows)
     paired_sd = math.sqrt(sum((r["blocks"] - 1) * r["log_sd"] ** 2 for r in rows) / df)
     compared_runs = sum(2 * (r["blocks"] + r["censored"]) for r in rows)
@@ -237,5 +230,4 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         "duration_s": duration,
         "cpu_s": cpu_s,
         "draws_per_cpu_s": draws * len(cells) / cpu_s,
-        "method": methods("bench")["verdict_simulation"],
     }

@@ -1,13 +1,9 @@
 #!/usr/bin/env python
-"""Rewrite the generated blocks of README.md and docs/*.md from conf/ and bench/results/.
+"""Rewrite the generated blocks of README.md and docs/*.md from conf/ and bench/results/ (docs/usage.md): a block
+lies between `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`, SPEC a generator and its arguments.
 
     python docs/generate.py            # rewrite every block (make docs)
     python docs/generate.py --check    # exit 1 naming each stale block, change nothing
-
-A block lies between the lines `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`; SPEC is a generator
-and its arguments, e.g. `knobs conf/strategy/ring.yaml` or `bench thesis strategies`. Measured tables render
-docs/templates/NAME.md.j2, stamped with when and where they were measured; figures measured by hand belong in
-docs/lab-log.md, nowhere else.
 """
 import argparse
 import re
