@@ -5,7 +5,6 @@ owns the time breakdown; a strategy reports its optimizer time and the bytes it 
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-
 from typing import Any
 
 import torch

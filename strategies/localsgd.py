@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
+
 from job.errors import ConfigError
 from job.rules import above, integer_from
 from strategies.allreduce import AllReduce

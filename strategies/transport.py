@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 
-from job.errors import BackendUnavailable, ConfigError
 from job.device import PeerDevice
+from job.errors import BackendUnavailable, ConfigError
 from strategies.base import LaunchSpec, PeerContext, Strategy
 from strategies.torch_internals import source_rank
 
