@@ -3,8 +3,12 @@ where this machine can build them, else the loopback, with a warning (one proces
 own network).
 """
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
 
 from metrics.summary.link import ONLY_COMPUTE_DIFFERS
 from netemu.checks import emulation_problem, rank_bandwidths
@@ -23,7 +27,7 @@ class LinkChoice:
     kind: str                     # emulated | loopback | none (one process) | hosts (several machines' own network)
     scope: str                    # per-host (each process its own link) | shared (one loopback) | none
     processes: int                # on this machine
-    rate_mbit_by_host: list       # emulated: each host's rate per direction (None: unshaped)
+    rate_mbit_by_host: list[float | None]  # emulated: each host's rate per direction (None: unshaped)
     latency_ms: float             # emulated: added one-way latency
     mtu: int | None = None        # emulated: the links' frame size (bytes, the largest IP packet)
     reason: str | None = None     # why network=auto did not emulate links
@@ -43,7 +47,8 @@ def cheap_obstacle(processes: int, nnodes: int) -> str | None:
     return None
 
 
-def choose_link(cfg, processes: int, nnodes: int = 1, problem=emulation_problem) -> LinkChoice:
+def choose_link(cfg: DictConfig, processes: int, nnodes: int = 1,
+                problem: Callable[[], str | None] = emulation_problem) -> LinkChoice:
     """Resolve network=auto in cfg (network.name becomes emulated or loopback) and describe the link the run's
     `processes` (on all `nnodes` machines) get; `problem()` (why links cannot be emulated) only when auto wants one."""
     network = cfg.network
@@ -62,13 +67,13 @@ def choose_link(cfg, processes: int, nnodes: int = 1, problem=emulation_problem)
     return LinkChoice(asked, kind, scope, processes, [], 0.0, reason=reason)
 
 
-def rates_text(rates: list) -> str:
+def rates_text(rates: list[float | None]) -> str:
     if len(set(rates)) == 1:
         return "unshaped (the kernel's veth speed)" if rates[0] is None else f"{rates[0]:g} Mbit/s"
     return "Mbit/s by host " + ", ".join("unshaped" if r is None else f"{r:g}" for r in rates)
 
 
-def link_line(choice: LinkChoice, shape: dict) -> str | None:
+def link_line(choice: LinkChoice, shape: dict[str, Any]) -> str | None:
     """The run's first line: the link it measures (None for one process: it has none)."""
     if choice.kind == "none":
         return None

@@ -4,6 +4,8 @@ import shutil
 import subprocess
 from functools import cache
 
+from omegaconf import DictConfig
+
 from job.errors import BackendUnavailable, ConfigError
 from netemu.fabric import MAX_HOSTS, privilege_hint, tbf_args, unprivileged
 
@@ -11,7 +13,7 @@ TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter":
 NETWORK_MODES = ("loopback", "emulated", "auto")  # auto: emulated or loopback, chosen at launch (netemu/auto.py)
 
 
-def probe(script: str) -> subprocess.CompletedProcess:
+def probe(script: str) -> subprocess.CompletedProcess[str]:
     user = ["--user", "--map-root-user"] if unprivileged() else []
     return subprocess.run(["unshare", "--net", *user, "sh", "-c", script], capture_output=True, text=True,
                           timeout=30, stdin=subprocess.DEVNULL)
@@ -35,14 +37,14 @@ def has_netem() -> bool:
     return probe("ip link set lo up && tc qdisc add dev lo root netem delay 1ms").returncode == 0
 
 
-def rank_bandwidths(network, processes: int) -> list[float | None]:
+def rank_bandwidths(network: DictConfig, processes: int) -> list[float | None]:
     """Bandwidth in Mbit/s of each rank's link: network.per_peer by rank, else network.bandwidth_mbit."""
     per_peer = list(network.get("per_peer") or [])
     default = network.get("bandwidth_mbit")
     return [per_peer[r] if r < len(per_peer) and per_peer[r] is not None else default for r in range(processes)]
 
 
-def check_network_config(network, processes: int, nnodes: int) -> None:
+def check_network_config(network: DictConfig, processes: int, nnodes: int) -> None:
     """ConfigError for knobs that do not fit the run (each value alone: launchers/schema.py), BackendUnavailable when
     the emulated network cannot be built here (network=auto is not probed: it falls back to loopback at launch)."""
     if network.name == "loopback":
@@ -63,7 +65,7 @@ def check_network_config(network, processes: int, nnodes: int) -> None:
                           "(CONFIG_NET_SCH_NETEM); use network.latency_ms=0 (bandwidth shaping works without it)")
 
 
-def check_link_knobs(network, processes: int) -> float:
+def check_link_knobs(network: DictConfig, processes: int) -> float:
     """ConfigError for a per-peer list longer than the run; returns the latency in ms."""
     per_peer = list(network.get("per_peer") or [])
     if len(per_peer) > processes:

@@ -8,8 +8,10 @@ import re
 import signal
 import sys
 import time
+from typing import Any, TypedDict
 
 import psutil
+from omegaconf import DictConfig
 
 from job.cpugroup import CpuGroup, write
 from job.errors import ConfigError
@@ -75,7 +77,15 @@ def _read(path: str) -> str:
         return ""
 
 
-def emulate_of(cfg) -> dict:
+class Emulate(TypedDict):
+    isolate: str
+    peer_cpu_share: list[float | None]
+    dilation: float
+    period_us: int
+    allow_unchecked_dilation: bool
+
+
+def emulate_of(cfg: DictConfig) -> Emulate:
     """The emulate block with its defaults (configs saved before it existed have none)."""
     block = cfg.get("emulate") or {}
     return {"isolate": block.get("isolate", "auto"), "peer_cpu_share": list(block.get("peer_cpu_share") or []),
@@ -83,7 +93,7 @@ def emulate_of(cfg) -> dict:
             "allow_unchecked_dilation": bool(block.get("allow_unchecked_dilation", False))}
 
 
-def rank_quotas(cfg, threads: int, processes: int) -> dict[int, float]:
+def rank_quotas(cfg: DictConfig, threads: int, processes: int) -> dict[int, float]:
     """CPUs each rank may use: threads x peer_cpu_share[rank] / dilation."""
     emulate = emulate_of(cfg)
     shares = emulate["peer_cpu_share"] + [None] * (processes - len(emulate["peer_cpu_share"]))
@@ -91,7 +101,7 @@ def rank_quotas(cfg, threads: int, processes: int) -> dict[int, float]:
             for rank, share in enumerate(shares)}
 
 
-def check_emulate_config(cfg, threads: int, processes: int) -> None:
+def check_emulate_config(cfg: DictConfig, threads: int, processes: int) -> None:
     """Raise ConfigError for emulate knobs that do not fit the run (the values alone are launchers/schema.py's), or
     isolation asked for (on, dilation, shares) that cannot be had."""
     emulate = emulate_of(cfg)
@@ -124,7 +134,7 @@ def check_emulate_config(cfg, threads: int, processes: int) -> None:
 class CpuGroups:
     """The run's groups on this host: `start()` before the peers, `close()` after they all ended."""
 
-    def __init__(self, cfg, run: RunDir, run_id: str, threads: int, processes: int):
+    def __init__(self, cfg: DictConfig, run: RunDir, run_id: str, threads: int, processes: int):
         self.run, self.name, self.threads = run, f"avgbench-{os.getpid()}-{run_id}", threads
         self.emulate = emulate_of(cfg)
         launch = cfg.get("launch") or {}
@@ -137,8 +147,8 @@ class CpuGroups:
 
     def start(self) -> None:
         """Create the groups, or record why the run is not isolated (and say so once on stderr)."""
-        record = {"status": NOT_ISOLATED, "reason": None, "cgroup": None, "period_us": self.emulate["period_us"],
-                  "ranks": {}}
+        record: dict[str, Any] = {"status": NOT_ISOLATED, "reason": None, "cgroup": None,
+                                  "period_us": self.emulate["period_us"], "ranks": {}}
         if self.emulate["isolate"] == "off":
             record["reason"] = "emulate.isolate=off"
         else:

@@ -4,8 +4,9 @@ CPU (netemu/cpu.py); `dilate` rewrites the config by knob name: rates (_mbit, ne
 """
 import json
 from pathlib import Path
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from metrics.recording.evidence import EVIDENCE
 from metrics.recording.machine import describe_machine, fingerprint, same_machine
@@ -15,13 +16,13 @@ RATE_LISTS = ("per_peer",)  # lists of link rates by rank (network.per_peer)
 NOT_DILATED = ("emulate",)  # top-level blocks left as they are
 
 
-def _number(value) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def dilated_knobs(config: dict, k: float, prefix: str = "") -> dict[str, tuple]:
+def dilated_knobs(config: dict[Any, Any], k: float, prefix: str = "") -> dict[str, tuple[Any, Any]]:
     """Dotted knob path -> (value, dilated value) for every time and rate knob of a resolved config."""
-    changes = {}
+    changes: dict[str, tuple[Any, Any]] = {}
     for key, value in config.items():
         path = f"{prefix}{key}"
         if path in NOT_DILATED:
@@ -37,11 +38,13 @@ def dilated_knobs(config: dict, k: float, prefix: str = "") -> dict[str, tuple]:
     return changes
 
 
-def dilate(cfg, k: float) -> dict[str, tuple]:
+def dilate(cfg: DictConfig, k: float) -> dict[str, tuple[Any, Any]]:
     """Rewrite cfg in place for dilation factor k; returns what changed (path -> (before, after))."""
     if k == 1:
         return {}
-    changes = dilated_knobs(OmegaConf.to_container(cfg, resolve=True), k)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)  # a DictConfig's container
+    changes = dilated_knobs(resolved, k)
     for path, (_, value) in changes.items():  # all computed from the resolved values first: none twice
         OmegaConf.update(cfg, path, value, merge=False)
     return changes

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 SUBNET = "10.213.7"  # the project's own /24: 10.213.7.0/24, nothing else is ever addressed
 PREFIX_LEN = 24
@@ -73,12 +74,12 @@ class Host:
 
 class Fabric:
     def __init__(self, hosts: int, bandwidth_mbit: list[float | None], latency_ms: float = 0.0,
-                 env: dict | None = None, host_cores: list[list[int]] | None = None, mtu: int = ETHERNET_MTU):
+                 env: dict[str, str] | None = None, host_cores: list[list[int]] | None = None, mtu: int = ETHERNET_MTU):
         if not 1 <= hosts <= MAX_HOSTS:
             raise FabricError(f"an emulated network holds 1..{MAX_HOSTS} hosts, not {hosts}")
         self.count, self.bandwidth, self.latency_ms, self.mtu = hosts, bandwidth_mbit, latency_ms, mtu
         self.env, self.host_cores = env, host_cores
-        self.holder: subprocess.Popen | None = None
+        self.holder: subprocess.Popen[bytes] | None = None
         self.directory = ""  # the fabric's temporary directory: its /etc/hosts, one TMPDIR per host
         self.hosts: list[Host] = []
 
@@ -90,17 +91,18 @@ class Fabric:
         with open(hosts_file, "w") as f:
             f.write(hosts_table({host_name(i): i for i in range(self.count)}))
         try:
-            self.holder = subprocess.Popen(
+            self.holder = holder = subprocess.Popen(
                 ["unshare", "--net", "--mount", "--propagation", "private", *user, "sh", "-c", HOLDER_SCRIPT,
                  hosts_file, self.directory],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
                 start_new_session=True,
             )
-            if self.holder.stdout.readline().strip() != b"ready":
-                self.holder.wait(timeout=10)
+            assert holder.stdout is not None and holder.stderr is not None  # pipes
+            if holder.stdout.readline().strip() != b"ready":
+                holder.wait(timeout=10)
                 raise FabricError("could not create the network namespaces: "
-                                  f"{self.holder.stderr.read().decode().strip()}{privilege_hint()}")
-            self.holder.stdout.close()
+                                  f"{holder.stderr.read().decode().strip()}{privilege_hint()}")
+            holder.stdout.close()
             for i in range(self.count):
                 self._add_host(i)
         except BaseException:
@@ -112,6 +114,7 @@ class Fabric:
         """End the holder: the namespaces (once their last process is gone) and the temporary directory go with it."""
         try:
             if self.holder is not None:
+                assert self.holder.stdin is not None and self.holder.stderr is not None  # pipes
                 self.holder.stdin.close()
                 try:
                     self.holder.wait(timeout=5)
@@ -125,13 +128,18 @@ class Fabric:
     def __enter__(self) -> "Fabric":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def holder_pid(self) -> int:
+        if self.holder is None:
+            raise FabricError("the fabric is not started")
+        return self.holder.pid
 
     def hub_prefix(self) -> list[str]:
         """Runs a command in the hub (the holder's namespaces)."""
         user = ["--user", "--preserve-credentials"] if unprivileged() else []
-        return ["nsenter", f"--target={self.holder.pid}", "--net", "--mount", *user, "--"]
+        return ["nsenter", f"--target={self.holder_pid()}", "--net", "--mount", *user, "--"]
 
     def _run(self, *args: str, stdin: str | None = None) -> None:
         done = subprocess.run([*self.hub_prefix(), *args], input=stdin, capture_output=True, text=True,
@@ -165,17 +173,17 @@ class Fabric:
         # peers could not join their CPU groups
         enter = [*self.hub_prefix(), *on_cores, "nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "sh", "-c",
                  HOST_SCRIPT, host_name(i)]
-        inode = os.stat(f"/proc/{self.holder.pid}/root/run/netns/{ns}").st_ino
+        inode = os.stat(f"/proc/{self.holder_pid()}/root/run/netns/{ns}").st_ino
         tmpdir = os.path.join(self.directory, ns)
         os.mkdir(tmpdir)
         self.hosts.append(Host(i, ns, host_address(i), rate, self.latency_ms, self.mtu, inode, enter, tmpdir, cores))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """What network.json holds: enough for the MPI/ssh agent and for tests."""
-        hub = Path(f"/proc/{self.holder.pid}/ns")
+        hub = Path(f"/proc/{self.holder_pid()}/ns")
         return {
             "subnet": f"{SUBNET}.0/{PREFIX_LEN}",
-            "holder_pid": self.holder.pid,
+            "holder_pid": self.holder_pid(),
             "directory": self.directory,
             "hub_netns_inode": os.stat(hub / "net").st_ino,
             "hub_mntns_inode": os.stat(hub / "mnt").st_ino,
@@ -187,7 +195,7 @@ class Fabric:
         path.write_text(json.dumps(self.describe(), indent=1))
 
 
-def processes_in(description: dict) -> list[int]:
+def processes_in(description: dict[str, Any]) -> list[int]:
     """PIDs still inside a fabric's namespaces (its hub or any host): empty once it is gone."""
     inodes = {("net", h["netns_inode"]) for h in description["hosts"]}
     inodes |= {("net", description["hub_netns_inode"]), ("mnt", description["hub_mntns_inode"])}

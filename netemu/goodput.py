@@ -8,6 +8,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from netemu.fabric import Fabric, Host
 
 SAMPLE_S = 0.1        # seconds between readings of every direction's counters
 WRITE_EVERY_S = 5.0   # the tallies are written this often (a killed launcher leaves its last figures)
@@ -24,7 +27,7 @@ class DirectionTally:
     carried_bytes: int = 0
     busy_bytes: int = 0
     busy_s: float = 0.0
-    last: tuple | None = None  # (time, bytes sent, bytes queued) at the previous reading
+    last: tuple[float, int, int] | None = None  # (time, bytes sent, bytes queued) at the previous reading
 
     def add(self, t: float, sent_bytes: int, queued_bytes: int) -> None:
         if self.last is not None:
@@ -36,13 +39,13 @@ class DirectionTally:
                     self.busy_s += t - t0
         self.last = (t, sent_bytes, queued_bytes)
 
-    def figures(self) -> dict:
+    def figures(self) -> dict[str, Any]:
         figures = asdict(self)
         figures.pop("last")
         return figures
 
 
-def pick_shaper(qdiscs: list[dict]) -> dict | None:
+def pick_shaper(qdiscs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The tbf that holds a direction's promise: the root qdisc, or the tbf right under netem's delay (1:1)."""
     for qdisc in qdiscs:
         if qdisc.get("kind") == "tbf" and (qdisc.get("root") or qdisc.get("parent") == "1:1"):
@@ -60,33 +63,35 @@ class TcReader:
                                      stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
                                      start_new_session=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both pipes
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
 
-    def qdiscs(self, device: str) -> list[dict]:
-        self.proc.stdin.write(f"qdisc show dev {device}\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], READ_TIMEOUT_S)
+    def qdiscs(self, device: str) -> list[dict[str, Any]]:
+        self.stdin.write(f"qdisc show dev {device}\n")
+        self.stdin.flush()
+        ready, _, _ = select.select([self.stdout], [], [], READ_TIMEOUT_S)
         if not ready:
             raise TimeoutError(f"tc did not answer `qdisc show dev {device}` within {READ_TIMEOUT_S:g} s")
-        line = self.proc.stdout.readline()
+        line = self.stdout.readline()
         if not line:
             raise EOFError(f"tc ended (exit code {self.proc.poll()}) on `qdisc show dev {device}`")
         return json.loads(line)
 
     def close(self) -> None:
         try:
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
 
 
-class LinkMeter(threading.Thread):
+class LinkMeter:
     """Reads every shaped direction of a fabric's links each SAMPLE_S until stop(); writes the tallies to `path`
     (JSON) every WRITE_EVERY_S and at the end. A metering failure is recorded there, never raised into the run."""
 
-    def __init__(self, fabric, path: Path, sample_s: float = SAMPLE_S):
-        super().__init__(name="link-meter", daemon=True)
+    def __init__(self, fabric: Fabric, path: str | Path, sample_s: float = SAMPLE_S):
+        self._thread = threading.Thread(target=self.run, name="link-meter", daemon=True)
         self.fabric, self.path, self.sample_s = fabric, Path(path), sample_s
         self.tallies: list[DirectionTally] = []
         self.plan: list[tuple[TcReader, str, DirectionTally]] = []  # (reader, device, tally) per direction
@@ -110,7 +115,7 @@ class LinkMeter(threading.Thread):
             self.error = f"could not start tc to read the links' counters: {exc}"
         self.write()
         if self.plan and self.error is None:
-            super().start()
+            self._thread.start()
         return self
 
     def _reader(self, prefix: list[str], netns: str | None = None) -> TcReader:
@@ -118,7 +123,8 @@ class LinkMeter(threading.Thread):
         self.readers.append(reader)
         return reader
 
-    def _plan(self, reader: TcReader, device: str, host, direction: str) -> None:
+    def _plan(self, reader: TcReader, device: str, host: Host, direction: str) -> None:
+        assert host.bandwidth_mbit is not None  # only shaped hosts are metered
         tally = DirectionTally(host.index, direction, float(host.bandwidth_mbit))
         self.tallies.append(tally)
         self.plan.append((reader, device, tally))
@@ -147,14 +153,15 @@ class LinkMeter(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
         for reader in self.readers:
             reader.close()
         self.write()
 
     def write(self) -> None:
-        span = self.last_reading - self.first_reading if self.readings else 0.0
+        first, last = self.first_reading, self.last_reading
+        span = last - first if first is not None and last is not None else 0.0
         record = {"sample_s": self.sample_s, "readings": self.readings, "span_s": span, "error": self.error,
                   "directions": [t.figures() for t in self.tallies]}
         tmp = self.path.with_suffix(".tmp")

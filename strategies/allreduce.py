@@ -7,6 +7,14 @@ counts every tensor handed to the collective; bytes_sent / bytes_recv are the ri
 """
 import threading
 import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+from torch import nn
 
 from job.errors import BackendUnavailable, ConfigError
 from job.rules import Rule, above, integer, integer_from, one_of
@@ -22,13 +30,13 @@ COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 class CountedCollectives:
     """torch.distributed as torch's DDP hook modules see it, counting the bytes of every tensor handed to all_reduce."""
 
-    def __init__(self, dist):
+    def __init__(self, dist: ModuleType) -> None:
         self._dist, self._lock, self.bytes = dist, threading.Lock(), 0
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._dist, name)
 
-    def all_reduce(self, tensor, *args, **kwargs):
+    def all_reduce(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> dist.Work | None:
         with self._lock:
             self.bytes += payload_bytes(tensor)
         return self._dist.all_reduce(tensor, *args, **kwargs)
@@ -41,8 +49,6 @@ class CountedCollectives:
 
 
 def count_hook_collectives() -> CountedCollectives:
-    import torch.distributed as dist
-
     counter = CountedCollectives(dist)
     route_ddp_hook_collectives(counter)
     return counter
@@ -50,11 +56,9 @@ def count_hook_collectives() -> CountedCollectives:
 
 def bf16_allreduce_problem() -> str | None:
     """Whether gloo all-reduces bfloat16 here (it has failed upstream): two in-process gloo ranks sum 1 + 2."""
-    import torch
-
-    def rank(r: int, group) -> list[float]:
+    def rank(r: int, group: dist.ProcessGroupGloo) -> list[float]:
         tensor = torch.full((8,), float(r + 1), dtype=torch.bfloat16)
-        group.allreduce([tensor]).wait()
+        group.allreduce([tensor]).wait()  # type: ignore[attr-defined]  # torch's Backend stub omits allreduce
         return tensor.float().tolist()
 
     results, errors = in_process_gloo(rank)  # any failure means: not usable
@@ -65,12 +69,12 @@ def bf16_allreduce_problem() -> str | None:
 
 class AllReduce(TransportStrategy):
     rules = {"bucket_cap_mb": above(0), "comm_hook": one_of(*COMM_HOOKS), "powersgd_rank": integer_from(1),
-             "powersgd_start_iter": Rule(lambda v: integer(v) and v >= 2,
+             "powersgd_start_iter": Rule(lambda v: isinstance(v, int) and integer(v) and v >= 2,
                                          "must be >= 2 (torch's PowerSGD with error feedback)")}
     identical_snapshots = True  # every update applies the same averaged gradient
 
     @classmethod
-    def validate(cls, cfg) -> None:
+    def validate(cls, cfg: DictConfig) -> None:
         super().validate(cfg)
         knobs = cls.knobs(cfg)
         if "comm_hook" not in knobs:  # a subclass with its own knobs (localsgd) runs DDP's hooks its own way
@@ -81,7 +85,7 @@ class AllReduce(TransportStrategy):
                               "transport=gloo and allreduce.ddp=true")
 
     @classmethod
-    def check_available(cls, cfg) -> None:
+    def check_available(cls, cfg: DictConfig) -> None:
         if cls.knobs(cfg).get("comm_hook") == "bf16" and (problem := bf16_allreduce_problem()):
             raise BackendUnavailable(f"allreduce.comm_hook=bf16: gloo's bfloat16 all-reduce fails in this torch "
                                      f"({problem}); use allreduce.comm_hook=fp16")
@@ -90,14 +94,15 @@ class AllReduce(TransportStrategy):
     def uses_ddp(self) -> bool:
         return self.cfg.transport == "gloo" and bool(self.cfg.allreduce.ddp)
 
-    def setup(self, model, optimizer):
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
         self.connect()
-        self.first_bucket_at = self.last_bucket_done_at = None
+        self.first_bucket_at: float | None = None
+        self.last_bucket_done_at: float | None = None
         plain_average = self.knobs(self.cfg).get("comm_hook", "none") == "none"  # no compression: norms measured
         self.norms = GradientNorms(self.cfg.noise_scale_every if plain_average else 0)
         if not self.uses_ddp:
-            broadcast_initial_state(self.transport, model)
+            broadcast_initial_state(self.connected(), model)
             return model
         from torch.nn.parallel import DistributedDataParallel
 
@@ -108,7 +113,7 @@ class AllReduce(TransportStrategy):
         self.ddp.register_comm_hook(state=self.hook_state(), hook=self._counted_allreduce)
         return self.ddp
 
-    def hook_state(self):
+    def hook_state(self) -> Any:  # a DDP hook's state: whatever that hook takes
         """The state DDP hands to bucket_hook: PowerSGD's for allreduce.comm_hook=powersgd, else none."""
         knobs = self.knobs(self.cfg)
         if knobs.get("comm_hook") != "powersgd":
@@ -119,19 +124,20 @@ class AllReduce(TransportStrategy):
                                            start_powerSGD_iter=int(knobs["powersgd_start_iter"]),
                                            random_seed=int(self.cfg.seed))
 
-    def bucket_hook(self, state, bucket):
+    def bucket_hook(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         """What DDP does with a bucket of gradients: torch's DDP comm hook named by allreduce.comm_hook."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-        hooks = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
-                 "bf16": default_hooks.bf16_compress_hook, "powersgd": powerSGD_hook.powerSGD_hook}
+        Hook = Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+        hooks: dict[str, Hook] = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+                                  "bf16": default_hooks.bf16_compress_hook, "powersgd": powerSGD_hook.powerSGD_hook}
         return hooks[self.knobs(self.cfg).get("comm_hook", "none")](state, bucket)
 
-    def bucket_communicates(self, state) -> bool:
+    def bucket_communicates(self, state: Any) -> bool:
         """Whether bucket_hook sends this bucket (its timing is then recorded)."""
         return True
 
-    def _counted_allreduce(self, state, bucket):
+    def _counted_allreduce(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         """bucket_hook on one bucket, timing the step's first bucket out and last back when it communicates."""
         if not self.bucket_communicates(state):
             return self.bucket_hook(state, bucket)
@@ -139,7 +145,7 @@ class AllReduce(TransportStrategy):
             self.first_bucket_at = time.perf_counter()
         self.norms.add_local(bucket.buffer())  # before the hook averages it in place
 
-        def done(future):
+        def done(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
             self.last_bucket_done_at = time.perf_counter()
             try:
                 averaged = future.value()
@@ -161,7 +167,8 @@ class AllReduce(TransportStrategy):
 
     def _ddp_step(self) -> StepReport:
         """The update after DDP all-reduced this step's gradients during backward."""
-        link_s = self.last_bucket_done_at - self.first_bucket_at
+        first, last = self.first_bucket_at, self.last_bucket_done_at
+        link_s = last - first if first is not None and last is not None else None  # None: no bucket sent
         self.first_bucket_at = None
         return self._report(self.counted.take(), link_s)
 
@@ -171,11 +178,10 @@ class AllReduce(TransportStrategy):
                           extra={"collective_bytes": collective_bytes, **self.norms.take()}, link_s=link_s)
 
     def _flat_allreduce_step(self) -> StepReport:
-        self.fill_missing_grads()
-        grads = [p.grad for p in self.trainable()]
+        grads = self.fill_missing_grads()
         flat = flatten(grads)
         self.norms.add_local(flat)
-        self.transport.allreduce_sum(flat)
+        self.connected().allreduce_sum(flat)
         flat /= self.ctx.world_size
         self.norms.add_used(flat)
         unflatten_into(flat, grads)

@@ -5,8 +5,10 @@ owns the time breakdown; a strategy reports its optimizer time and the bytes it 
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
@@ -30,7 +32,7 @@ class StepReport:
     # instead of comm_s); None: no overlap
     link_s: float | None = None
     startup_wait_s: float = 0.0  # waiting for the other peers to start: left out of train_s and the step's phases
-    extra: dict = field(default_factory=dict)  # strategy-specific per-step fields
+    extra: dict[str, Any] = field(default_factory=dict)  # strategy-specific per-step fields
 
 
 class Strategy(ABC):
@@ -47,38 +49,42 @@ class Strategy(ABC):
 
     # --- decided before any process starts -------------------------------
     @classmethod
-    def knobs(cls, cfg) -> dict:
+    def knobs(cls, cfg: DictConfig) -> dict[str, Any]:
         """This strategy's settings: its own `NAME:` block (see conf/strategy/NAME.yaml)."""
         from omegaconf import OmegaConf
 
         block = cfg.get(cfg.strategy.name)
-        return OmegaConf.to_container(block, resolve=True) if block is not None else {}
+        if block is None:
+            return {}
+        knobs = OmegaConf.to_container(block, resolve=True)
+        assert isinstance(knobs, dict)  # a NAME: block is a mapping of knob names
+        return {str(name): value for name, value in knobs.items()}
 
     @classmethod
-    def validate(cls, cfg) -> None:
+    def validate(cls, cfg: DictConfig) -> None:
         """Raise job.errors.ConfigError for knobs that do not fit together or the run (`rules`: each alone)."""
 
     @classmethod
-    def check_available(cls, cfg) -> None:
+    def check_available(cls, cfg: DictConfig) -> None:
         """Raise job.errors.BackendUnavailable (why + how to fix) if it cannot run here."""
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         """Default: `peers` workers, one process each, started by the local launcher, each update on every batch."""
         return LaunchSpec(roles=[WORKER] * cfg.peers, threads=cfg.peer_cpus, batch_size=cfg.batch_size,
                           effective_batch=cfg.peers * cfg.batch_size)
 
     @classmethod
-    def averaging_period(cls, cfg) -> tuple[int, int]:
+    def averaging_period(cls, cfg: DictConfig) -> tuple[int, int]:
         """(offset, every): its averaging steps are offset + k * every, k >= 1 (metrics/summary/window.py)."""
         return 0, 1
 
     @classmethod
-    def after_run(cls, cfg, run: RunDir) -> None:
+    def after_run(cls, cfg: DictConfig, run: RunDir) -> None:
         """In the launching process, once every process of the run has ended: remove leftovers."""
 
     # --- inside each process ---------------------------------------------
-    def __init__(self, cfg, ctx: PeerContext, spec: LaunchSpec, device: PeerDevice | None = None):
+    def __init__(self, cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, device: PeerDevice | None = None):
         self.cfg, self.ctx, self.spec = cfg, ctx, spec
         self.device = device or PeerDevice(torch.device("cpu"))  # where the model and its gradients live
         self.model: nn.Module | None = None
@@ -98,6 +104,7 @@ class Strategy(ABC):
         return model
 
     def zero_grad(self) -> None:
+        assert self.optimizer is not None, "setup() first"
         self.optimizer.zero_grad(set_to_none=True)
 
     @abstractmethod
@@ -111,7 +118,7 @@ class Strategy(ABC):
     def trained(self) -> None:
         """On a worker, after its last step and the speed reference's last measurement, before evaluation."""
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Strategy-specific figures for summary.json."""
         return {}
 
@@ -121,16 +128,22 @@ class Strategy(ABC):
     # --- helpers for subclasses -------------------------------------------
     def timed_optimizer_step(self) -> float:
         self.device.synchronize()  # on a GPU, what was queued before is not the update's time
+        assert self.optimizer is not None, "setup() first"
         start = time.perf_counter()
         self.optimizer.step()
         self.device.synchronize()
         return time.perf_counter() - start
 
-    def trainable(self) -> list[torch.Tensor]:
+    def trainable(self) -> list[nn.Parameter]:
+        assert self.model is not None, "setup() first"
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def fill_missing_grads(self) -> None:
-        """Parameters that got no gradient this step count as zero (every peer sends the same layout)."""
+    def fill_missing_grads(self) -> list[torch.Tensor]:
+        """Parameters that got no gradient this step count as zero (every peer sends the same layout); returns the
+        trainable parameters' gradients."""
+        grads = []
         for p in self.trainable():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        return grads

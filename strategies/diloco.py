@@ -5,8 +5,11 @@ SGD with Nesterov momentum steps theta_sync with it; every worker continues from
 `optim` group (docs/strategies.md, diloco).
 """
 import time
+from typing import Any
 
 import torch
+from omegaconf import DictConfig
+from torch import nn
 
 from job.rules import above, integer_from, within
 from strategies.base import LaunchSpec, StepReport
@@ -22,19 +25,19 @@ class DiLoCo(TransportStrategy):
     rules = {"inner_steps": integer_from(1), "outer_lr": above(0), "outer_momentum": within(0, 1)}
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         spec = super().launch_spec(cfg)
         spec.effective_batch = cfg.batch_size  # every inner update is on one worker's batch
         return spec
 
     @classmethod
-    def averaging_period(cls, cfg) -> tuple[int, int]:
+    def averaging_period(cls, cfg: DictConfig) -> tuple[int, int]:
         return 0, int(cfg.diloco.inner_steps)
 
-    def setup(self, model, optimizer):
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
         self.connect()
-        broadcast_initial_state(self.transport, model)
+        broadcast_initial_state(self.connected(), model)
         knobs = self.cfg.diloco
         self.inner_steps = int(knobs.inner_steps)
         self.synced = flatten([p.data for p in self.trainable()])  # theta_sync, on the host
@@ -58,7 +61,7 @@ class DiLoCo(TransportStrategy):
         start = time.perf_counter()
         params = [p.data for p in self.trainable()]
         delta = self.synced - flatten(params)
-        self.transport.allreduce_sum(delta)
+        self.connected().allreduce_sum(delta)
         delta /= self.ctx.world_size
         communicated = time.perf_counter()
         self.synced.grad = delta
@@ -73,6 +76,6 @@ class DiLoCo(TransportStrategy):
         self.outer_steps += 1
         self.sync_s += time.perf_counter() - start
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"outer_steps": self.outer_steps, "inner_steps": self.inner_steps,
                 "mean_sync_s": self.sync_s / self.outer_steps if self.outer_steps else None}

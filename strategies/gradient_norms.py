@@ -5,14 +5,14 @@ import threading
 import torch
 
 
-def squared_norm(tensor) -> float:
+def squared_norm(tensor: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(tensor.detach(), dtype=torch.float64) ** 2)
 
 
 class GradientNorms:
     """Sums a step's squared norms (thread-safe: DDP's callbacks) every `every`-th step (0: never); take() ends it."""
 
-    def __init__(self, every: int):
+    def __init__(self, every: int) -> None:
         self.every, self.step = int(every), 1
         self._lock, self.local, self.used = threading.Lock(), 0.0, 0.0
 
@@ -20,16 +20,19 @@ class GradientNorms:
     def measuring(self) -> bool:
         return self.every > 0 and self.step % self.every == 0
 
-    def add_local(self, tensor) -> None:  # this worker's own gradient (or a bucket of it), before averaging
+    # this worker's own gradient (or a bucket of it), before averaging
+    def add_local(self, tensor: torch.Tensor) -> None:
         self._add(tensor, local=True, used=False)
 
-    def add_used(self, tensor) -> None:  # the averaged gradient the update uses
+    # the averaged gradient the update uses
+    def add_used(self, tensor: torch.Tensor) -> None:
         self._add(tensor, local=False, used=True)
 
-    def add_alone(self, tensor) -> None:  # one process training alone: its own gradient is the one it uses
+    # one process training alone: its own gradient is the one it uses
+    def add_alone(self, tensor: torch.Tensor) -> None:
         self._add(tensor, local=True, used=True)
 
-    def _add(self, tensor, local: bool, used: bool) -> None:
+    def _add(self, tensor: torch.Tensor, local: bool, used: bool) -> None:
         if not self.measuring:
             return
         value = squared_norm(tensor)
@@ -37,7 +40,7 @@ class GradientNorms:
             self.local += value if local else 0.0
             self.used += value if used else 0.0
 
-    def take(self) -> dict:
+    def take(self) -> dict[str, float]:
         """The step's {grad_sq_local, grad_sq_global} (nothing on a step not measured); the next step begins."""
         with self._lock:
             found = {"grad_sq_local": self.local, "grad_sq_global": self.used} if self.measuring else {}

@@ -15,9 +15,13 @@ import signal
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import psutil
 import torch
+from omegaconf import DictConfig
+from torch import nn
 
 from job.errors import BackendUnavailable, ConfigError
 from job.rules import Rule, above, integer, integer_from, one_of
@@ -28,6 +32,12 @@ from strategies import hivemind_internals
 from metrics.recording.jsonl import JsonlWriter
 from metrics.recording.rundir import RunDir
 from strategies.base import LaunchSpec, StepReport, Strategy
+
+if TYPE_CHECKING:  # hivemind ships no type information: these name its classes (Any to mypy)
+    from hivemind import DHT
+    from hivemind import Optimizer as HivemindOptimizer
+    from hivemind.compression import CompressionBase
+    from torch.distributed import TCPStore
 
 MADDRS_FILE = "hivemind_maddrs"             # RUN/.avgbench/: rank 0's multiaddrs
 OWN_FILES = "hivemind_files.json"           # peer<RANK>/: its process ids and sockets
@@ -42,12 +52,12 @@ PR_SET_PDEATHSIG = 1
 BOOTSTRAP_FAILED = "bootstrap failed"  # hivemind DHTNode's error when no initial peer answered a ping
 
 
-def target_epoch(cfg) -> int:
+def target_epoch(cfg: DictConfig) -> int:
     """The epoch at which the swarm has trained max_steps steps' samples on every peer."""
     return max(1, math.ceil(cfg.max_steps * cfg.peers * cfg.batch_size / cfg.hivemind.target_batch_size))
 
 
-def start_dht(hivemind, timeout: float, **dht_args):
+def start_dht(hivemind: ModuleType, timeout: float, **dht_args: Any) -> "DHT":
     """hivemind.DHT(start=True, **dht_args), retried for `timeout` s while no initial peer answers its bootstrap."""
     deadline = time.monotonic() + timeout
     for attempt in itertools.count(1):
@@ -60,7 +70,7 @@ def start_dht(hivemind, timeout: float, **dht_args):
                   f"trying again for {deadline - time.monotonic():.0f} s more", flush=True)
 
 
-def compression(name: str):
+def compression(name: str) -> "CompressionBase":
     import hivemind.compression
 
     return getattr(hivemind.compression, COMPRESSIONS[name])()
@@ -87,10 +97,10 @@ class Hivemind(Strategy):
              "grad_compression": one_of(*COMPRESSIONS), "state_averaging_compression": one_of(*COMPRESSIONS),
              "run_id": Rule(lambda v: "." not in str(v), "must not contain '.' (hivemind's averagers name their DHT "
                                                         "keys with it)"),
-             "port": Rule(lambda v: integer(v) and 0 <= v < 65536, "must be in [0, 65535]")}
+             "port": Rule(lambda v: isinstance(v, int) and integer(v) and 0 <= v < 65536, "must be in [0, 65535]")}
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         spec = super().launch_spec(cfg)
         spec.tolerate_peer_loss = True  # the swarm goes on; the loss is recorded
         # gradients: one update per epoch of target_batch_size samples; local updates: one per batch
@@ -98,7 +108,7 @@ class Hivemind(Strategy):
         return spec
 
     @classmethod
-    def validate(cls, cfg) -> None:
+    def validate(cls, cfg: DictConfig) -> None:
         hm = cfg.hivemind
 
         def require(ok: bool, message: str) -> None:
@@ -126,14 +136,14 @@ class Hivemind(Strategy):
                 "a fixed hivemind.port needs one peer per host (launch.nnodes=peers)")
 
     @classmethod
-    def check_available(cls, cfg) -> None:
+    def check_available(cls, cfg: DictConfig) -> None:
         import importlib.util
 
         if importlib.util.find_spec("hivemind") is None:
             raise BackendUnavailable("strategy=hivemind needs the hivemind package (pip install hivemind==1.1.12, "
                                      "see constraints.txt; `make setup` installs it)")
 
-    def setup(self, model, optimizer) -> None:
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         import hivemind
 
         self.model, self.hm = model, self.cfg.hivemind
@@ -162,10 +172,11 @@ class Hivemind(Strategy):
         """Time the wrapped optimizer's updates that opt.step() waits for (not delayed ones) into global_step_s."""
         if self.hm.delay_optimizer_step:
             return
+        assert self.opt is not None  # setup() made it
         inner = self.opt.state_averager.optimizer
         update = inner.step
 
-        def timed_update(*args, **kwargs):
+        def timed_update(*args: Any, **kwargs: Any) -> float | None:
             start = time.perf_counter()
             try:
                 return update(*args, **kwargs)
@@ -175,10 +186,14 @@ class Hivemind(Strategy):
         inner.step = timed_update
 
     # what setup has started so far (close() ends just that)
-    dht = opt = epochs = own_files = bootstrap_store = None
+    dht: "DHT | None" = None
+    opt: "HivemindOptimizer | None" = None
+    epochs: JsonlWriter | None = None
+    own_files: "OwnFiles | None" = None
+    bootstrap_store: "TCPStore | None" = None
     heartbeat_stop: threading.Event | None = None
 
-    def _start_dht(self, hivemind):
+    def _start_dht(self, hivemind: ModuleType) -> "DHT":
         maddrs_file = self.ctx.run.file(MADDRS_FILE)
         initial_peers = list(self.hm.initial_peers)
         if not initial_peers and self.ctx.rank != 0:
@@ -206,7 +221,7 @@ class Hivemind(Strategy):
         """Some ranks run on other hosts (launch.nnodes > 1), which see no run folder of this one."""
         return self.ctx.world_size > self.ctx.local_world_size
 
-    def _bootstrap_store(self, is_master: bool):
+    def _bootstrap_store(self, is_master: bool) -> "TCPStore":
         from datetime import timedelta
 
         from torch.distributed import TCPStore
@@ -230,13 +245,13 @@ class Hivemind(Strategy):
                                f"within timeouts.startup_s={timeout:.0f} s; see peer0/output.log")
         return maddrs_file.read_text().split()
 
-    def _make_optimizer(self, hivemind, model):
+    def _make_optimizer(self, hivemind: ModuleType, model: nn.Module) -> "HivemindOptimizer":
         from hivemind.optim.grad_averager import GradientAverager
 
         hm, cfg = self.hm, self.cfg
         params = [p for p in model.parameters() if p.requires_grad]
         bn_buffers = [b for b in model.buffers() if b.is_floating_point()] if hm.average_bn_buffers else []
-        averager_opts = {"request_timeout": float(hm.request_timeout)}
+        averager_opts: dict[str, Any] = {"request_timeout": float(hm.request_timeout)}
         grad_factory = None if hm.use_local_updates else functools.partial(GradientAverager, **averager_opts)
         if any(p.device.type != "cpu" for p in params):  # the state averager shares tensors in place on the CPU only
             averager_opts["reuse_tensors"] = False  # (offload_optimizer would reuse the GPU's BatchNorm buffers)
@@ -257,6 +272,7 @@ class Hivemind(Strategy):
 
     def step(self, samples: int) -> StepReport:
         """Accumulate or average (hivemind decides); at the target epoch also `_finish`, counted in this step."""
+        assert self.opt is not None  # setup() made it
         start, updates_before = time.perf_counter(), self.global_step_s
         self.counters.set("local_epoch", self.opt.local_epoch)
         self.opt.step(batch_size=samples)
@@ -296,15 +312,18 @@ class Hivemind(Strategy):
 
     def _wait_for_swarm(self) -> float:
         """Wait until hivemind's progress tracker counts every peer (none trains alone); returns the seconds waited."""
+        opt = self.opt
+        assert opt is not None  # setup() made it
         started = time.perf_counter()
         timeout = float(self.cfg.timeouts.startup_s)
-        if not wait_until(lambda: self.opt.tracker.global_progress.num_peers >= self.cfg.peers, timeout, 0.1):
-            raise TimeoutError(f"hivemind's progress tracker saw {self.opt.tracker.global_progress.num_peers} of "
+        if not wait_until(lambda: opt.tracker.global_progress.num_peers >= self.cfg.peers, timeout, 0.1):
+            raise TimeoutError(f"hivemind's progress tracker saw {opt.tracker.global_progress.num_peers} of "
                                f"{self.cfg.peers} peers after timeouts.startup_s={timeout:.0f} s")
         self.swarm_seen = True
         return time.perf_counter() - started
 
-    def _record_epoch(self, epoch: int, counts: dict) -> None:
+    def _record_epoch(self, epoch: int, counts: dict[str, int]) -> None:
+        assert self.model is not None and self.epochs is not None  # setup() made them
         flat = torch.cat([p.detach().reshape(-1).double() for p in self.model.parameters()])
         self.epochs.write({"epoch": epoch, "time": time.time(), "param_sha256": parameter_digest(self.model),
                            "param_sum": flat.sum().item(), "param_abs_sum": flat.abs().sum().item(),
@@ -312,6 +331,7 @@ class Hivemind(Strategy):
                            "allreduce_bytes_recv": counts["allreduce_bytes_recv"]})
 
     def _finish(self) -> None:
+        assert self.opt is not None  # setup() made it
         self.opt.state_averager.step(wait_for_delayed_updates=True)  # apply background averaging before we stop
         self._wait_for_all("done", float(self.hm.finish_timeout_s), fail=False)
         if self.cfg.peers > 1:  # all peers together: local steps, or a round that failed, must not remain
@@ -319,6 +339,7 @@ class Hivemind(Strategy):
 
     def _final_state_round(self) -> None:
         """One synchronous round that replaces the parameters with the swarm's average (no local step follows)."""
+        assert self.opt is not None  # setup() made it
         averager = self.opt.state_averager
         averager.delta_rule_averaging = False
         try:
@@ -337,17 +358,21 @@ class Hivemind(Strategy):
     def _publish(self, what: str, ttl_s: float) -> None:
         from hivemind.utils import get_dht_time
 
+        assert self.dht is not None  # setup() started it
         self.dht.store(self._key(what), subkey=self.ctx.rank, value=True, expiration_time=get_dht_time() + ttl_s)
 
     def _ranks(self, what: str) -> set[int]:
+        assert self.dht is not None  # setup() started it
         found = self.dht.get(self._key(what), latest=True)
         return set(found.value) if found is not None and isinstance(found.value, dict) else set()
 
     def _heartbeat(self) -> None:
-        while not self.heartbeat_stop.is_set():
+        stop = self.heartbeat_stop
+        assert stop is not None  # setup() made it before starting this thread
+        while not stop.is_set():
             with contextlib.suppress(Exception):
                 self._publish("alive", HEARTBEAT_TTL_S)
-            self.heartbeat_stop.wait(HEARTBEAT_S)
+            stop.wait(HEARTBEAT_S)
 
     def _wait_for_all(self, what: str, timeout_s: float, fail: bool) -> None:
         """ready: all peers have started (fail after timeout). done: every peer still alive has finished."""
@@ -365,7 +390,8 @@ class Hivemind(Strategy):
             raise TimeoutError(message + " (no peers found: check peer*/output.log and hivemind.initial_peers)")
         print(message + "; leaving anyway", flush=True)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
+        assert self.opt is not None  # setup() made it
         counts = self.counters.snapshot()
         return {
             "final_epoch": self.opt.local_epoch, "target_epoch": self.target_epoch, "client_mode": self.client,
@@ -379,7 +405,7 @@ class Hivemind(Strategy):
     def _record_own_files(self) -> None:
         """Remember this peer's processes and hivemind sockets, to remove what they leave behind."""
         tree = [psutil.Process(), *psutil.Process().children(recursive=True)]
-        sockets = set()
+        sockets: set[str] = set()
         for proc in tree:
             with contextlib.suppress(psutil.Error):
                 sockets |= {c.laddr for c in proc.net_connections(kind="unix")
@@ -406,10 +432,15 @@ class Hivemind(Strategy):
         remove_leftovers(self.ctx.peer.file(OWN_FILES), ours=True)
 
     @classmethod
-    def after_run(cls, cfg, run: RunDir) -> None:
+    def after_run(cls, cfg: DictConfig, run: RunDir) -> None:
         """Every process of the run is gone: remove what the peers' processes left in /dev/shm and /tmp."""
         for peer in run.peers():
             remove_leftovers(peer.file(OWN_FILES))
+
+
+class OwnFiles(TypedDict):
+    pids: list[int]
+    sockets: list[str]
 
 
 def _is_hivemind_child(proc: psutil.Process, pids: list[int]) -> bool:

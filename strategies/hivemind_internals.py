@@ -14,6 +14,19 @@ import multiprocessing
 import os
 import re
 import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:  # hivemind ships no type information: these name its classes (Any to mypy)
+    from hivemind.averaging.allreduce import AllReduceRunner
+    from hivemind.averaging.averager import DecentralizedAverager, GatheredData
+    from hivemind.averaging.group_info import GroupInfo
+    from hivemind.compression import CompressionInfo
+    from hivemind.optim.state_averager import TrainingStateAverager
+    from hivemind.proto import averaging_pb2, runtime_pb2
 
 FIELDS = (
     "allreduce_bytes_sent", "allreduce_bytes_recv", "state_download_bytes_recv",
@@ -40,7 +53,7 @@ LOG_PATTERNS = (
 class Counters:
     """int64 counters in shared memory; create before hivemind forks its processes."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.array = multiprocessing.get_context("fork").Array("q", len(FIELDS))
 
     def add(self, name: str, value: int = 1) -> None:
@@ -59,7 +72,7 @@ class Counters:
 class LogCounter(logging.Handler):
     """Counts hivemind's important log lines (in every process of the peer)."""
 
-    def __init__(self, counters: Counters):
+    def __init__(self, counters: Counters) -> None:
         super().__init__(logging.DEBUG)
         self.counters = counters
 
@@ -78,14 +91,14 @@ _rounds_file: list[str] = []  # this peer's rounds.jsonl (inherited by hivemind'
 _in_process = {"sent": 0, "recv": 0, "active": 0, "overlapped": 0}  # this process's own, per-round attribution
 
 
-def round_kind(averager) -> str:
+def round_kind(averager: "DecentralizedAverager") -> str:
     """What an averager averages: hivemind.Optimizer's gradient averager or its training-state averager."""
     names = {cls.__name__ for cls in type(averager).__mro__}
     return "gradients" if "GradientAverager" in names else "state" if "TrainingStateAverager" in names else \
         type(averager).__name__
 
 
-def write_round(record: dict) -> None:
+def write_round(record: dict[str, Any]) -> None:
     """One JSON line, one write() on an O_APPEND descriptor: the averagers' processes append side by side."""
     if not _rounds_file:
         return
@@ -111,24 +124,28 @@ def install(counters: Counters, rounds_file: str | None = None) -> None:
     serialize, deserialize = allreduce.serialize_torch_tensor, allreduce.deserialize_torch_tensor
     download_deserialize = averager.deserialize_torch_tensor
 
-    def counted_serialize(*args, **kwargs):  # averaged parts sent back to their senders
+    # averaged parts sent back to their senders
+    def counted_serialize(*args: Any, **kwargs: Any) -> "runtime_pb2.Tensor":
         message = serialize(*args, **kwargs)
         current().add("allreduce_bytes_sent", len(message.buffer))
         _in_process["sent"] += len(message.buffer)
         return message
 
-    def counted_deserialize(message):  # input parts from senders, averaged parts from owners
+    # input parts from senders, averaged parts from owners
+    def counted_deserialize(message: "runtime_pb2.Tensor") -> torch.Tensor:
         current().add("allreduce_bytes_recv", len(message.buffer))
         _in_process["recv"] += len(message.buffer)
         return deserialize(message)
 
-    def counted_download(message):
+    def counted_download(message: "runtime_pb2.Tensor") -> torch.Tensor:
         current().add("state_download_bytes_recv", len(message.buffer))
         return download_deserialize(message)
 
     generate_inputs = allreduce.AllReduceRunner._generate_input_for_peer
 
-    async def counted_inputs(self, peer_index):  # our input parts sent to their owners
+    # our input parts sent to their owners
+    async def counted_inputs(self: "AllReduceRunner",
+                             peer_index: int) -> AsyncIterator["averaging_pb2.AveragingData"]:
         async for message in generate_inputs(self, peer_index):
             current().add("allreduce_bytes_sent", len(message.tensor_part.buffer))
             _in_process["sent"] += len(message.tensor_part.buffer)
@@ -136,7 +153,8 @@ def install(counters: Counters, rounds_file: str | None = None) -> None:
 
     aggregate = averager.DecentralizedAverager._aggregate_with_group
 
-    async def counted_round(self, group_info, *args, **kwargs):
+    async def counted_round(self: "DecentralizedAverager", group_info: "GroupInfo", *args: Any,
+                            **kwargs: Any) -> "GatheredData":
         started_at, start = time.time(), time.perf_counter_ns()
         epoch_at_start = current().snapshot()["local_epoch"]
         sent, recv = _in_process["sent"], _in_process["recv"]
@@ -170,13 +188,13 @@ def install(counters: Counters, rounds_file: str | None = None) -> None:
     logging.getLogger("hivemind").addHandler(LogCounter(counters))
 
 
-def cloning_state_averager_class():
+def cloning_state_averager_class() -> type["TrainingStateAverager"]:
     """TrainingStateAverager that hands late peers clones taken under the optimizer lock (hivemind 1.1.12 hands
     the live tensors, whose storage the download moves to shared memory while the optimizer writes them)."""
     from hivemind.optim.state_averager import TrainingStateAverager
 
     class CloningStateAverager(TrainingStateAverager):
-        def get_current_state(self):
+        def get_current_state(self) -> tuple[Any, list[torch.Tensor], Sequence["CompressionInfo"]]:
             with self.lock_optimizer:
                 metadata, tensors, infos = super().get_current_state()
                 return metadata, [t.detach().clone() for t in tensors], infos
@@ -185,7 +203,7 @@ def cloning_state_averager_class():
 
 
 @contextlib.contextmanager
-def cloning_state_averager():
+def cloning_state_averager() -> Iterator[None]:
     """While hivemind.Optimizer is built, it makes CloningStateAverager its state averager."""
     from hivemind.optim import optimizer as hivemind_optimizer
 
@@ -194,7 +212,7 @@ def cloning_state_averager():
 
 
 @contextlib.contextmanager
-def _substituted(module, name: str, value):
+def _substituted(module: ModuleType, name: str, value: object) -> Iterator[None]:
     original = getattr(module, name)
     setattr(module, name, value)
     try:

@@ -3,12 +3,21 @@
 localsgd.every of them and on the run's last step. transport=mpi is refused (docs/strategies.md, localsgd).
 """
 import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+from torch import nn
 
 from job.errors import ConfigError
 from job.rules import above, integer_from
 from strategies.allreduce import AllReduce
 from strategies.base import LaunchSpec, StepReport
 from strategies.transport import payload_bytes, ring_allreduce_bytes
+
+if TYPE_CHECKING:
+    from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState
 
 
 class LocalSGD(AllReduce):
@@ -20,23 +29,23 @@ class LocalSGD(AllReduce):
     rules = {"every": integer_from(1), "warmup_steps": integer_from(0), "bucket_cap_mb": above(0)}
 
     @classmethod
-    def validate(cls, cfg) -> None:
+    def validate(cls, cfg: DictConfig) -> None:
         super().validate(cfg)
         if cfg.transport != "gloo":
             raise ConfigError("localsgd runs on torch.distributed (DDP's post-local-SGD hook and torch's model "
                               "averager): transport=mpi is not supported, use transport=gloo")
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         spec = super().launch_spec(cfg)
         spec.effective_batch = cfg.batch_size  # after warm-up every update is on one worker's batch
         return spec
 
     @classmethod
-    def averaging_period(cls, cfg) -> tuple[int, int]:
+    def averaging_period(cls, cfg: DictConfig) -> tuple[int, int]:
         return int(cfg.localsgd.warmup_steps), int(cfg.localsgd.every)  # averages at warmup + k * every (setup)
 
-    def setup(self, model, optimizer):
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 
         knobs = self.cfg.localsgd
@@ -45,18 +54,19 @@ class LocalSGD(AllReduce):
         self.averager = PeriodicModelAverager(period=self.every, warmup_steps=self.warmup + self.every - 1)
         return trained
 
-    def hook_state(self):
+    def hook_state(self) -> "PostLocalSGDState":
         from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState
 
         return PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=self.warmup,
                                  post_local_gradient_allreduce=False)
 
-    def bucket_hook(self, state, bucket):
+    def bucket_hook(self, state: "PostLocalSGDState",
+                    bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import post_localSGD_hook
 
         return post_localSGD_hook(state, bucket)
 
-    def bucket_communicates(self, state) -> bool:
+    def bucket_communicates(self, state: "PostLocalSGDState") -> bool:
         return state.iter < state.start_localSGD_iter  # the hook's own test: global all-reduce until then
 
     steps = averaging_rounds = 0
@@ -73,7 +83,8 @@ class LocalSGD(AllReduce):
         if last:  # the run ends with one model
             from torch.distributed.algorithms.model_averaging.utils import average_parameters
 
-            average_parameters(iter(params), None)
+            # torch annotates the group ProcessGroup but takes None for the default one
+            average_parameters(iter(params), None)  # type: ignore[arg-type]
         if due or last:
             self.averaging_s += time.perf_counter() - start
             self.averaging_rounds += 1
@@ -87,6 +98,6 @@ class LocalSGD(AllReduce):
         a = self.averager
         return a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"warmup_steps": self.warmup, "every": self.every, "averaging_rounds": self.averaging_rounds,
                 "mean_averaging_s": self.averaging_s / self.averaging_rounds if self.averaging_rounds else None}

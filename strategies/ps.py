@@ -7,9 +7,13 @@ it), every other call at most timeouts.collective_s. Modes, bytes and figures: d
 """
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
+from omegaconf import DictConfig
+from torch import nn
 
 from job.rules import above, integer_from, one_of
 from strategies.base import SERVER, WORKER, LaunchSpec, StepReport
@@ -18,6 +22,7 @@ from strategies.transport import Transport, TransportStrategy, flatten, payload_
 MODES = ("sync", "async")
 TAG_PUSH, TAG_PULL, TAG_TRAINED = 11, 12, 13
 PUSH_HEADER, PULL_HEADER = 3, 3  # [samples, version, last], [version, staleness, update_s]
+T = TypeVar("T", bound=torch.Tensor)
 
 
 def partition(sizes: list[int], bins: int) -> list[list[int]]:
@@ -31,7 +36,7 @@ def partition(sizes: list[int], bins: int) -> list[list[int]]:
     return [sorted(g) for g in groups]
 
 
-def shard_of(params: list[torch.Tensor], servers: int, server_index: int) -> list[torch.Tensor]:
+def shard_of(params: Sequence[T], servers: int, server_index: int) -> list[T]:
     groups = partition([p.numel() for p in params], servers)
     return [params[i] for i in groups[server_index]]
 
@@ -46,8 +51,8 @@ class ServerStats:
     opt_s: float = 0.0
     staleness: list[int] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
-        figures = {k: v for k, v in self.__dict__.items() if k != "staleness"}
+    def as_dict(self) -> dict[str, Any]:
+        figures: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k != "staleness"}
         if self.staleness:
             figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness),
                         "staleness_histogram": {str(s): self.staleness.count(s) for s in sorted(set(self.staleness))}}
@@ -57,8 +62,8 @@ class ServerStats:
 class ShardServer:
     """Holds one parameter shard and its optimizer; serves pushes until every worker sent its last."""
 
-    def __init__(self, transport: Transport, params: list[torch.Tensor], optimizer, workers: list[int], mode: str,
-                 idle_timeout_s: float | None = None):
+    def __init__(self, transport: Transport, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer,
+                 workers: list[int], mode: str, idle_timeout_s: float | None = None) -> None:
         self.transport, self.params, self.optimizer = transport, params, optimizer
         self.workers, self.mode, self.idle_timeout_s = list(workers), mode, idle_timeout_s
         self.version = 0
@@ -103,11 +108,17 @@ class ShardServer:
         """One optimizer step on the samples-weighted mean of the pushed gradients."""
         start = time.perf_counter()
         total = sum(samples for samples, _ in pushes)
-        grad = sum(grad * (samples / total) for samples, grad in pushes) if len(pushes) > 1 else pushes[0][1]
+        if len(pushes) > 1:
+            weighted = (grad * (samples / total) for samples, grad in pushes)
+            grad = sum(weighted, torch.zeros_like(pushes[0][1]))  # as from 0: the same sums
+        else:
+            grad = pushes[0][1]
+        grads = []
         for p in self.params:
             if p.grad is None:
                 p.grad = torch.empty_like(p)
-        unflatten_into(grad, [p.grad for p in self.params])
+            grads.append(p.grad)
+        unflatten_into(grad, grads)
         self.optimizer.step()
         self.version += 1
         self.stats.updates += 1
@@ -126,7 +137,7 @@ class ShardServer:
 class ShardClient:
     """A worker's side: push gradient shards to every server, pull parameter shards back."""
 
-    def __init__(self, transport: Transport, params: list[torch.Tensor], servers: list[int]):
+    def __init__(self, transport: Transport, params: Sequence[torch.Tensor], servers: list[int]) -> None:
         self.transport, self.servers = transport, servers
         self.shards = [shard_of(params, len(servers), i) for i in range(len(servers))]
         self.versions = [0] * len(servers)
@@ -138,7 +149,9 @@ class ShardClient:
         sends, pushed = [], []
         for server, shard, version in zip(self.servers, self.shards, self.versions):
             header = torch.tensor([float(samples), float(version), float(last)])
-            push = torch.cat([header, flatten([p.grad for p in shard])])
+            grads = [p.grad for p in shard if p.grad is not None]
+            assert len(grads) == len(shard)  # the strategy's fill_missing_grads() gave every parameter one
+            push = torch.cat([header, flatten(grads)])
             sends.append(self.transport.isend(push, server, TAG_PUSH))
             pushed.append(payload_bytes(push))
         exchange = self._pull_all()
@@ -172,7 +185,7 @@ class Exchange:
     update_s: list[float] = field(default_factory=list)
 
 
-def build_server_model(cfg) -> torch.nn.Module:
+def build_server_model(cfg: DictConfig) -> torch.nn.Module:
     """The same model (and initialisation) the workers build."""
     from job.data import load_splits
     from job.model import build_model
@@ -186,7 +199,7 @@ class ParameterServer(TransportStrategy):
     rules = {"servers": integer_from(1), "idle_timeout_s": above(0), "mode": one_of(*MODES)}
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         spec = super().launch_spec(cfg)
         spec.roles = [WORKER] * cfg.peers + [SERVER] * int(cfg.ps.servers)
         if cfg.ps.mode == "async":  # each gradient is applied on its own
@@ -196,7 +209,7 @@ class ParameterServer(TransportStrategy):
     def server_ranks(self) -> list[int]:
         return [rank for rank, role in enumerate(self.spec.roles) if role == SERVER]
 
-    server_stats: dict | None = None
+    server_stats: dict[str, Any] | None = None
     staleness: list[int] | None = None
 
     def serve(self) -> None:
@@ -206,19 +219,19 @@ class ParameterServer(TransportStrategy):
         params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
         shard = shard_of(params, int(self.cfg.ps.servers), self.ctx.rank - self.cfg.peers)
         workers = list(range(self.cfg.peers))
-        server = ShardServer(self.transport, shard, build_optimizer(shard, self.cfg, self.spec.effective_batch),
+        server = ShardServer(self.connected(), shard, build_optimizer(shard, self.cfg, self.spec.effective_batch),
                              workers, self.cfg.ps.mode, float(self.cfg.ps.idle_timeout_s))
         # a server may share a worker's core: it exits only after every worker's trained(), outside the measurement
-        trained = [self.transport.irecv(torch.zeros(1), worker, TAG_TRAINED) for worker in workers]
+        trained = [self.connected().irecv(torch.zeros(1), worker, TAG_TRAINED) for worker in workers]
         self.server_stats = server.run().as_dict() | {
             "shard_bytes": sum(payload_bytes(p) for p in shard), "shard_tensors": len(shard)}
         for pending in trained:
             pending.wait()
 
-    def setup(self, model, optimizer) -> None:
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
         self.connect()
-        self.client = ShardClient(self.transport, self.trainable(), self.server_ranks())
+        self.client = ShardClient(self.connected(), self.trainable(), self.server_ranks())
         self.client.pull_initial()
         self.steps = 0
         self.staleness = []
@@ -230,6 +243,7 @@ class ParameterServer(TransportStrategy):
         self.fill_missing_grads()
         start = time.perf_counter()
         exchange = self.client.push_pull(samples, last=self.steps == self.cfg.max_steps)
+        assert self.staleness is not None  # setup() made it
         self.staleness.append(exchange.staleness)
         sync = self.cfg.ps.mode == "sync"
         return StepReport(opt_s=max(exchange.update_s),
@@ -241,12 +255,12 @@ class ParameterServer(TransportStrategy):
 
     def trained(self) -> None:
         for server in self.server_ranks():
-            self.transport.send(torch.zeros(1), server, TAG_TRAINED)
+            self.connected().send(torch.zeros(1), server, TAG_TRAINED)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         if self.role == SERVER:
             return {"role": SERVER, **(self.server_stats or {})}
-        figures = {"role": WORKER, "mode": self.cfg.ps.mode, "servers": int(self.cfg.ps.servers)}
+        figures: dict[str, Any] = {"role": WORKER, "mode": self.cfg.ps.mode, "servers": int(self.cfg.ps.servers)}
         if self.staleness:
             figures |= {"staleness_mean": statistics.fmean(self.staleness), "staleness_max": max(self.staleness)}
         return figures

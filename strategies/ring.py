@@ -6,10 +6,18 @@ Horovod. Processes, deadlines, security and measurement: docs/strategies.md (rin
 import os
 import shutil
 import time
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from job.rules import above, integer_from, one_of
+from metrics.recording.rundir import RunDir
 from strategies.base import LaunchSpec, StepReport, Strategy
 from strategies.transport import ring_allreduce_bytes
 
@@ -28,12 +36,12 @@ OMPI_YIELD_ARGS = "-mca mpi_yield_when_idle 1"
 BUILD_HINT = "build it with `make setup` (runs scripts/build_horovod.sh: Horovod 0.28.1 with PyTorch, Gloo and MPI)"
 
 
-def host_list(hosts) -> str:
+def host_list(hosts: str | Sequence[object]) -> str:
     """ring.hosts as horovodrun's -H value: "a:2,b:2" (a list [a:2, b:2] is joined)."""
     return hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
 
 
-def parse_hosts(hosts) -> list[tuple[str, int]]:
+def parse_hosts(hosts: str | Sequence[object]) -> list[tuple[str, int]]:
     """horovodrun's host list "a:2,b:2" -> [("a", 2), ("b", 2)]."""
     parsed = []
     for item in host_list(hosts).split(","):
@@ -44,12 +52,12 @@ def parse_hosts(hosts) -> list[tuple[str, int]]:
     return parsed
 
 
-def timeline_path(cfg, run) -> str | None:
+def timeline_path(cfg: DictConfig, run: RunDir) -> str | None:
     """Rank 0 writes Horovod's timeline here (HOROVOD_TIMELINE, read by hvd.init)."""
     return str(run.path / TIMELINE_NAME) if cfg.ring.timeline else None
 
 
-def handed_bytes(hvd, handles) -> int:
+def handed_bytes(hvd: ModuleType, handles: list[int]) -> int:
     """Bytes of the tensors handed to Horovod's all-reduces `handles`, before synchronize(). Private API:
     mpi_ops._handle_map (handle -> (compressed input(s), output)); tests/unit/test_private_apis.py checks it."""
     total = 0
@@ -59,7 +67,7 @@ def handed_bytes(hvd, handles) -> int:
     return total
 
 
-def pending_allreduces(optimizer) -> list:
+def pending_allreduces(optimizer: Any) -> list[int]:
     """The handles of the all-reduces Horovod started during backward (its synchronize() has no deadline). Private
     API: DistributedOptimizer._handles (parameter -> (handle, ctx)); tests/unit/test_private_apis.py checks it."""
     return [handle for handle, _ in optimizer._handles.values() if handle is not None]
@@ -73,7 +81,7 @@ class Ring(Strategy):
     benchmark_overrides = {"collectives": ("ring.controller=mpi",), "projection": ("ring.controller=mpi",)}
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         """horovodrun's arguments; the launcher adds -np, the hosts and the command."""
         ring, timeouts = cfg.ring, cfg.timeouts
         controller = cfg.ring.controller
@@ -98,7 +106,7 @@ class Ring(Strategy):
         return spec
 
     @classmethod
-    def validate(cls, cfg) -> None:
+    def validate(cls, cfg: DictConfig) -> None:
         ring = cfg.ring
         if cfg.launch.nnodes != 1:
             raise ConfigError("strategy=ring starts the ranks of every host itself: use ring.hosts, not launch.nnodes")
@@ -114,10 +122,8 @@ class Ring(Strategy):
                                   "that reaches them (lo only reaches this host)")
 
     @classmethod
-    def check_available(cls, cfg) -> None:
+    def check_available(cls, cfg: DictConfig) -> None:
         controller = cfg.ring.controller
-        import torch
-
         try:
             import horovod.torch as hvd
         except ImportError as exc:
@@ -141,11 +147,11 @@ class Ring(Strategy):
             raise BackendUnavailable("ring.controller=mpi needs Open MPI's mpirun on PATH (not found); "
                                      "run `make setup` (installs openmpi-bin) or use ring.controller=gloo")
 
-    def setup(self, model, optimizer) -> None:
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         import horovod.torch as hvd
 
-        if self.cfg.ring.timeline:
-            os.environ["HOROVOD_TIMELINE"] = timeline_path(self.cfg, self.ctx.run)
+        if (timeline := timeline_path(self.cfg, self.ctx.run)) is not None:
+            os.environ["HOROVOD_TIMELINE"] = timeline
         hvd.init()
         if (hvd.rank(), hvd.size()) != (self.ctx.rank, self.ctx.world_size):
             raise RuntimeError(f"Horovod rank {hvd.rank()}/{hvd.size()} disagrees with the launcher's "
@@ -172,11 +178,12 @@ class Ring(Strategy):
         self.collective_bytes = 0
         return model
 
-    hvd = None  # horovod.torch, once initialised
+    hvd: Any = None  # horovod.torch, once initialised (untyped)
+    optimizer: Any  # Horovod's DistributedOptimizer: a class it makes at run time around the given one's
     collective_bytes = 0  # counted over the run
     first_gradient_at: float | None = None
 
-    def _gradient_ready(self, param) -> None:
+    def _gradient_ready(self, param: torch.Tensor) -> None:
         """link_s starts at the first gradient handed to Horovod (docs/strategies.md, ring, Measurement)."""
         if self.first_gradient_at is None:
             self.first_gradient_at = time.perf_counter()
@@ -193,18 +200,20 @@ class Ring(Strategy):
         handed = handed_bytes(self.hvd, self.wait_for_allreduces())
         self.collective_bytes += handed
         self.optimizer.synchronize()  # all done: only unpacks (and all-reduces unused parameters' zeros)
-        link_s = time.perf_counter() - self.first_gradient_at
+        first = self.first_gradient_at
+        link_s = time.perf_counter() - first if first is not None else None  # None: no gradient handed over
         self.first_gradient_at = None
         if self.passes_per_step > 1:
             for p in self.trainable():
-                p.grad.div_(self.passes_per_step)  # the mean over k batches, like one k-times larger batch
+                if p.grad is not None:  # Horovod's synchronize() gave every parameter one
+                    p.grad.div_(self.passes_per_step)  # the mean over k batches, like one k-times larger batch
         with self.optimizer.skip_synchronize():
             opt_s = self.timed_optimizer_step()
         sent = ring_allreduce_bytes(handed, self.ctx.world_size)
         return StepReport(opt_s=opt_s, bytes_sent=sent, bytes_recv=sent, link_s=link_s,
                           extra={"collective_bytes": handed})
 
-    def wait_for_allreduces(self) -> list:
+    def wait_for_allreduces(self) -> list[int]:
         """Wait for the all-reduces that backward started, within timeouts.collective_s; returns their handles."""
         timeout_s = float(self.cfg.timeouts.collective_s)
         deadline = time.monotonic() + timeout_s
@@ -216,7 +225,7 @@ class Ring(Strategy):
             time.sleep(0.0002)
         return handles
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         ring = self.cfg.ring
         return {"controller": ring.controller, "compression": ring.compression,
                 "backward_passes_per_step": int(ring.backward_passes_per_step),

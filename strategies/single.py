@@ -1,5 +1,9 @@
 """single: the baseline, one process without communication. With peers=N it is the equal-resource baseline of an
 N-peer run: one process on the N x peer_cpus cores with a batch of N x batch_size, max_steps steps."""
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
 from strategies.base import WORKER, LaunchSpec, StepReport, Strategy
 from strategies.gradient_norms import GradientNorms
 
@@ -9,11 +13,11 @@ class Single(Strategy):
     identical_snapshots = True
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         batch = cfg.peers * cfg.batch_size
         return LaunchSpec(roles=[WORKER], threads=cfg.peers * cfg.peer_cpus, batch_size=batch, effective_batch=batch)
 
-    def setup(self, model, optimizer):
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         self.norms = GradientNorms(self.cfg.noise_scale_every)
         return super().setup(model, optimizer)
 

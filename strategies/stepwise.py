@@ -5,8 +5,11 @@ stepwise.average: params (after the local step) or grads (before it), every step
 """
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from omegaconf import DictConfig
+from torch import nn
 
 from job.rules import integer_from, one_of
 from strategies.base import LaunchSpec, StepReport
@@ -59,7 +62,7 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
             sent += payload_bytes(piece)
     count = pos + 1
     if second_pass and after is not None:
-        source = ring[-1] if pos == 0 else prev
+        source = ring[pos - 1]  # the worker before it (the last, for the first)
         forward = ring[pos + 1] if pos < n - 2 else None
         total = torch.empty_like(own)
         incoming = [transport.irecv(c, source, TAG_BROADCAST) for c in pieces(total)]
@@ -80,20 +83,20 @@ class Stepwise(TransportStrategy):
     rules = {"average": one_of(*AVERAGES), "every": integer_from(1), "chunks": integer_from(1)}
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         spec = super().launch_spec(cfg)
         if cfg.stepwise.average == "params":  # every worker updates on its own batch
             spec.effective_batch = cfg.batch_size
         return spec
 
     @classmethod
-    def averaging_period(cls, cfg) -> tuple[int, int]:
+    def averaging_period(cls, cfg: DictConfig) -> tuple[int, int]:
         return 0, int(cfg.stepwise.every)
 
-    def setup(self, model, optimizer) -> None:
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
         self.connect()
-        broadcast_initial_state(self.transport, model)
+        broadcast_initial_state(self.connected(), model)
         return model
 
     steps = rounds = full_rounds = 0
@@ -102,12 +105,12 @@ class Stepwise(TransportStrategy):
     def step(self, samples: int) -> StepReport:
         knobs = self.cfg.stepwise
         self.steps += 1
-        self.fill_missing_grads()
+        grads = self.fill_missing_grads()
         params = self.trainable()
         averaging = self.steps % int(knobs.every) == 0
         report = StepReport(extra={"averaged_over": 0, "ring_position": None})
         if averaging and knobs.average == "grads":
-            self._average([p.grad for p in params], report)
+            self._average(grads, report)
         report.opt_s = self.timed_optimizer_step()
         if averaging and knobs.average == "params":
             self._average([p.data for p in params], report)
@@ -117,7 +120,7 @@ class Stepwise(TransportStrategy):
         knobs = self.cfg.stepwise
         start = time.perf_counter()
         ring = ring_order(self.ctx.world_size, self.rounds, bool(knobs.rotate))
-        result = ring_round(self.transport, flatten(tensors), ring, int(knobs.chunks), bool(knobs.second_pass))
+        result = ring_round(self.connected(), flatten(tensors), ring, int(knobs.chunks), bool(knobs.second_pass))
         unflatten_into(result.mean, tensors)
         round_s = time.perf_counter() - start
         report.bytes_sent, report.bytes_recv, report.round = result.bytes_sent, result.bytes_recv, self.rounds
@@ -126,6 +129,6 @@ class Stepwise(TransportStrategy):
         self.full_rounds += result.count == self.ctx.world_size
         self.round_s += round_s
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "rounds_with_full_average": self.full_rounds,
                 "mean_round_s": self.round_s / self.rounds if self.rounds else None}

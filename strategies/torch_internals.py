@@ -1,15 +1,17 @@
 """Every private torch API the strategies rely on; tests/unit/test_private_apis.py fails when an upgrade moves one."""
 import importlib
 
+import torch.distributed as dist
+
 DDP_HOOK_MODULES = ("default_hooks", "powerSGD_hook")  # torch's DDP hook modules; each calls dist.all_reduce
 
 
-def source_rank(work) -> int:
+def source_rank(work: dist.Work) -> int:
     """The sender of a completed receive from any rank (torch.distributed irecv with src=None)."""
     return work._source_rank()
 
 
-def route_ddp_hook_collectives(stand_in) -> None:
+def route_ddp_hook_collectives(stand_in: object) -> None:
     """Make torch's DDP hook modules, which look up `dist.all_reduce` at call time, call `stand_in`'s instead."""
     for name in DDP_HOOK_MODULES:
-        importlib.import_module(f"torch.distributed.algorithms.ddp_comm_hooks.{name}").dist = stand_in
+        setattr(importlib.import_module(f"torch.distributed.algorithms.ddp_comm_hooks.{name}"), "dist", stand_in)

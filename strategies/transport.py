@@ -7,18 +7,27 @@ import os
 import shutil
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
 
+from job.device import PeerDevice
 from job.errors import BackendUnavailable, ConfigError
-from strategies.base import LaunchSpec, Strategy
+from strategies.base import LaunchSpec, PeerContext, Strategy
 from strategies.torch_internals import source_rank
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 TRANSPORTS = ("gloo", "mpi")
+T = TypeVar("T")
 
 
-def check_transport(cfg) -> None:
+def check_transport(cfg: DictConfig) -> None:
     transport = cfg.transport
     if transport == "mpi":
         if int(cfg.launch.nnodes) != 1:
@@ -76,7 +85,9 @@ class Transport(ABC):
 
 
 class GlooPending(Pending):
-    def __init__(self, work, timeout: timedelta, what: str):
+    def __init__(self, work: dist.Work | None, timeout: timedelta, what: str) -> None:
+        if work is None:  # what torch returns to a rank outside the group
+            raise RuntimeError(f"gloo {what}: this rank is not in the process group")
         self.work, self.timeout, self.what = work, timeout, what
 
     def wait(self) -> None:
@@ -90,9 +101,7 @@ class GlooPending(Pending):
 
 
 class GlooTransport(Transport):
-    def __init__(self, ctx, timeout_s: float, backend: str = "gloo"):
-        import torch.distributed as dist
-
+    def __init__(self, ctx: PeerContext, timeout_s: float, backend: str = "gloo") -> None:
         self.dist, self.timeout = dist, timedelta(seconds=timeout_s)
         dist.init_process_group(
             backend, init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
@@ -100,29 +109,30 @@ class GlooTransport(Transport):
         )
         self.rank, self.world_size = ctx.rank, ctx.world_size
 
-    def allreduce_sum(self, tensor):
+    def allreduce_sum(self, tensor: torch.Tensor) -> None:
         GlooPending(self.dist.all_reduce(tensor, async_op=True), self.timeout, f"all_reduce on rank {self.rank}").wait()
 
-    def broadcast(self, tensor, src):
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         GlooPending(self.dist.broadcast(tensor, src, async_op=True), self.timeout,
                     f"broadcast from {src} on rank {self.rank}").wait()
 
-    def isend(self, tensor, dst, tag=0):
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Pending:
         return GlooPending(self.dist.isend(tensor, dst, tag=tag), self.timeout, f"send {self.rank}->{dst}")
 
-    def irecv(self, tensor, src, tag=0):
+    def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Pending:
         return GlooPending(self.dist.irecv(tensor, src, tag=tag), self.timeout, f"recv {src}->{self.rank}")
 
-    def recv_any(self, tensor, tag=0, timeout_s=None):
-        work = self.dist.irecv(tensor, src=None, tag=tag)
+    def recv_any(self, tensor: torch.Tensor, tag: int = 0, timeout_s: float | None = None) -> int:
         timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
-        GlooPending(work, timeout, f"recv from any peer on rank {self.rank}").wait()
-        return source_rank(work)
+        pending = GlooPending(self.dist.irecv(tensor, src=None, tag=tag), timeout,
+                              f"recv from any peer on rank {self.rank}")
+        pending.wait()
+        return source_rank(pending.work)
 
-    def barrier(self):
+    def barrier(self) -> None:
         GlooPending(self.dist.barrier(async_op=True), self.timeout, f"barrier on rank {self.rank}").wait()
 
-    def close(self):
+    def close(self) -> None:
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
 
@@ -136,7 +146,7 @@ class MpiTransport(Transport):
     """mpi4py on MPI_COMM_WORLD; nonblocking calls polled against a deadline. allreduce_sum runs Open MPI's ring
     (RING_IALLREDUCE unless the environment names an algorithm; read on the first import of mpi4py.MPI)."""
 
-    def __init__(self, ctx, timeout_s: float):
+    def __init__(self, ctx: PeerContext, timeout_s: float) -> None:
         os.environ.setdefault(*RING_IALLREDUCE)
         from mpi4py import MPI
 
@@ -146,7 +156,8 @@ class MpiTransport(Transport):
             raise RuntimeError(f"MPI rank {self.rank}/{self.world_size} disagrees with RANK/WORLD_SIZE "
                                f"{ctx.rank}/{ctx.world_size}")
 
-    def _wait(self, request, what: str, status=None, timeout_s: float | None = None) -> None:
+    def _wait(self, request: "MPI.Request", what: str, status: "MPI.Status | None" = None,
+              timeout_s: float | None = None) -> None:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while not request.Test(status):
@@ -154,51 +165,50 @@ class MpiTransport(Transport):
                 raise TimeoutError(f"MPI {what} on rank {self.rank} timed out after {timeout_s:.0f} s")
             time.sleep(0.0002)
 
-    def allreduce_sum(self, tensor):
+    def allreduce_sum(self, tensor: torch.Tensor) -> None:
         self._wait(self.comm.Iallreduce(self.MPI.IN_PLACE, tensor.numpy(), op=self.MPI.SUM), "allreduce")
 
-    def broadcast(self, tensor, src):
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         self._wait(self.comm.Ibcast(tensor.numpy(), root=src), f"broadcast from {src}")
 
-    def isend(self, tensor, dst, tag=0):
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Pending:
         return MpiPending(self, self.comm.Isend(tensor.numpy(), dest=dst, tag=tag), f"send to {dst}")
 
-    def irecv(self, tensor, src, tag=0):
+    def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Pending:
         return MpiPending(self, self.comm.Irecv(tensor.numpy(), source=src, tag=tag), f"recv from {src}")
 
-    def recv_any(self, tensor, tag=0, timeout_s=None):
+    def recv_any(self, tensor: torch.Tensor, tag: int = 0, timeout_s: float | None = None) -> int:
         status = self.MPI.Status()
         request = self.comm.Irecv(tensor.numpy(), source=self.MPI.ANY_SOURCE, tag=tag)
         self._wait(request, "recv from any peer", status, timeout_s)
         return status.Get_source()
 
-    def barrier(self):
+    def barrier(self) -> None:
         self._wait(self.comm.Ibarrier(), "barrier")
 
 
 class MpiPending(Pending):
-    def __init__(self, transport: MpiTransport, request, what: str):
+    def __init__(self, transport: MpiTransport, request: "MPI.Request", what: str) -> None:
         self.transport, self.request, self.what = transport, request, what
 
     def wait(self) -> None:
         self.transport._wait(self.request, self.what)
 
 
-def connect(cfg, ctx, device) -> Transport:
+def connect(cfg: DictConfig, ctx: PeerContext, device: PeerDevice) -> Transport:
     timeout_s = float(cfg.timeouts.collective_s)
     if cfg.transport == "mpi":
         return MpiTransport(ctx, timeout_s)
     return GlooTransport(ctx, timeout_s, device.collective_backend)
 
 
-def in_process_gloo(body, world: int = 2, timeout_s: float = 20) -> tuple[dict, list[str]]:
+def in_process_gloo(body: Callable[[int, dist.ProcessGroupGloo], T], world: int = 2,
+                    timeout_s: float = 20) -> tuple[dict[int, T], list[str]]:
     """body(rank, group) on `world` gloo ranks, each a thread of this process (a HashStore rendezvous): each rank's
     return value, and the errors raised ("Type: message")."""
     import threading
 
-    import torch.distributed as dist
-
-    store, results, errors = dist.HashStore(), {}, []
+    store, results, errors = dist.HashStore(), dict[int, T](), list[str]()
 
     def rank(r: int) -> None:
         try:
@@ -248,21 +258,26 @@ class TransportStrategy(Strategy):
     transport: Transport | None = None
 
     @classmethod
-    def knobs(cls, cfg) -> dict:
+    def knobs(cls, cfg: DictConfig) -> dict[str, Any]:
         return {"transport": cfg.transport, **super().knobs(cfg)}
 
     @classmethod
-    def validate(cls, cfg) -> None:
+    def validate(cls, cfg: DictConfig) -> None:
         check_transport(cfg)
 
     @classmethod
-    def launch_spec(cls, cfg) -> LaunchSpec:
+    def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         spec = super().launch_spec(cfg)
         spec.launcher = "mpirun" if cfg.transport == "mpi" else "local"
         return spec
 
     def connect(self) -> Transport:
         self.transport = connect(self.cfg, self.ctx, self.device)
+        return self.transport
+
+    def connected(self) -> Transport:
+        if self.transport is None:
+            raise RuntimeError("no transport yet: connect() first")
         return self.transport
 
     def close(self) -> None:
