@@ -167,7 +167,6 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
 
 @dataclass(frozen=True)
 class StrategyFacts:
-    """What the run's strategy says of itself."""
     link: LinkBound = field(default_factory=LinkBound)
     is_baseline: bool = False
     failure_counters: tuple[str, ...] = ()
