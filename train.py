@@ -25,7 +25,8 @@ from launchers.shape import peers_from_default, shape_lines, shape_of
 from metrics.projection.models import cost_model
 from metrics.report import report_errors
 from metrics.recording.rundir import RunDir
-from metrics.summary.build import write_summary
+from metrics.summary.bounds import LinkBound
+from metrics.summary.build import LaunchFacts, StrategyFacts, write_summary
 from metrics.summary.schema import Summary
 from netemu.auto import choose_link, link_line
 from netemu.cpu import emulate_of
@@ -76,9 +77,9 @@ def run(cfg) -> int:
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     knobs = strategy.knobs(cfg)
     model = cost_model(cfg.strategy)
-    summary = write_summary(run, asked, outcome, knobs, model.link_bound, model.bound_formula(),
-                            strategy.is_baseline, model.rounds_overlap(knobs), strategy.failure_counters,
-                            shape, lock, measurement_window(cfg))
+    link_bound = LinkBound(knobs, model.link_bound, model.bound_formula(), model.rounds_overlap(knobs))
+    facts = StrategyFacts(link_bound, strategy.is_baseline, strategy.failure_counters)
+    summary = write_summary(run, asked, outcome, facts, LaunchFacts(shape, lock, measurement_window(cfg)))
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if str(run.path) in failed_jobs:  # an attempt that failed, retried in its block (launchers/sweeper.py)
         failed_jobs.remove(str(run.path))

@@ -67,12 +67,11 @@ class GradientClock:
             os.close(self.schedstat)
 
 
-def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: StepLog, rank: int,
-          workers: int, batch_size: int, device: PeerDevice, snapshots: Snapshots) -> dict:
+def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, order: GlobalOrder, log: StepLog,
+          device: PeerDevice, snapshots: Snapshots) -> dict:
     """Train to the strategy's step limit, its last step, or the target reached in training, logging every step and
     taking the snapshots; `trained` is what the strategy trains (model, or a wrapper of it)."""
-    stream = batches(splits.train, GlobalOrder(len(splits.train), rank, workers, batch_size, cfg.seed),
-                     cfg.data.num_workers)
+    stream = batches(splits.train, order, cfg.data.num_workers)  # order: this worker's batches of splits.train
     dtype = next(model.parameters()).dtype  # the batches in the model's precision (dtype)
     criterion = nn.CrossEntropyLoss()
     clock = GradientClock(model.parameters(), device)
@@ -96,7 +95,7 @@ def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, log: Step
     last_step = strategy.step_limit()
     try:
         for step in range(1, last_step + 1):
-            inject(cfg.fault, rank, step, log.peer_dir)
+            inject(cfg.fault, order.rank, step, log.peer_dir)
             process_clock.start()
             t0 = time.perf_counter()
             x, y = next(stream)

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
-from job.data import load_splits
+from job.data import GlobalOrder, load_splits
 from job.device import PeerDevice
 from job.evaluation import Evaluator, InTraining, MachineBoard, MachineEvaluation, PreciseBatchNorm, Snapshots
 from job.loop import train
@@ -64,8 +64,8 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                 if result["evaluation"]["mode"] == "in_training":
                     snapshots.in_training = InTraining(evaluator, log, OmegaConf.to_container(cfg.target),
                                                        peer.weights if cfg.keep_weights else None)
-                result |= train(cfg, strategy, model, trained, splits, log, ctx.rank, spec.workers, spec.batch_size,
-                                device, snapshots)
+                order = GlobalOrder(len(splits.train), ctx.rank, spec.workers, spec.batch_size, cfg.seed)
+                result |= train(cfg, strategy, model, trained, splits, order, log, device, snapshots)
                 result["param_sha256"] = parameter_digest(model)
                 if snapshots.in_training:
                     result |= snapshots.evaluated_in_training(peer.eval_samples)

@@ -1,6 +1,7 @@
 """Link floors no run can beat (the bytes the busiest link carried in one direction / its rate), and link
 efficiency = floor / measured time, per synchronous round or over overlapping rounds (Strategy.rounds_overlap);
 definitions in metrics/methods.yaml network.efficiency."""
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MBIT = 1e6 / 8  # bytes/s per Mbit/s
@@ -13,6 +14,15 @@ class Round:
     rate: float          # B: the slowest worker link, bytes/s per direction (full duplex)
     knobs: dict = field(default_factory=dict)  # the strategy's knobs (Strategy.knobs)
     uniform_links: bool = True                 # every process's link has the same rate
+
+
+@dataclass(frozen=True)
+class LinkBound:
+    """The strategy's knobs and its link floor: bound (CostModel.link_bound), its formula text, rounds_overlap."""
+    knobs: dict = field(default_factory=dict)
+    bound: Callable[[Round], float | None] | None = None
+    formula: str | None = None
+    rounds_overlap: bool = False
 
 
 def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[tuple, list[dict]]:
@@ -72,8 +82,7 @@ def span(records: list[dict]) -> tuple[float, float]:
     return min(starts), max(r["ended_at"] for r in records)
 
 
-def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dict,
-                    steps_by_rank: dict[int, list[dict]], rates_mbit: list[float | None]) -> dict:
+def link_efficiency(strategy: LinkBound, steps_by_rank: dict[int, list[dict]], rates_mbit: list[float | None]) -> dict:
     """Each round's floor (the run's, if rounds overlap) against measured time (methods.yaml network.efficiency)."""
     if not steps_by_rank:
         return {"bound": None, "why": "no steps were logged"}
@@ -84,10 +93,10 @@ def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dic
     keys = sorted(rounds)[1:]  # round 1 sets up connections
     if not keys:
         return {"bound": None, "why": "fewer than 2 averaging rounds"}
-    result = {"method": "overlapping rounds: busiest link over the span of rounds 2..R" if rounds_overlap
+    result = {"method": "overlapping rounds: busiest link over the span of rounds 2..R" if strategy.rounds_overlap
               else "synchronous rounds: per round, busiest link / the longest worker's link time",
               "link_mbit_by_rank": rates_mbit, "rounds": len(keys)}
-    if rounds_overlap:
+    if strategy.rounds_overlap:
         records = [r for k in keys for r in rounds[k]]
         floor, busiest = floor_s(records, rates)
         start, end = span(records)
@@ -101,23 +110,23 @@ def link_efficiency(rounds_overlap: bool, bound, formula: str | None, knobs: dic
     result |= {"floor_s": floor, "measured_s": measured, "busiest_link_rank": busiest,
                "bound_s_per_round": floor / len(keys), "measured_s_per_round": measured / len(keys),
                "efficiency": floor / measured if measured > 0 else None}
-    result["isolated_round"] = isolated_round(bound, formula, knobs, rounds, keys, len(steps_by_rank), rates)
+    result["isolated_round"] = isolated_round(strategy, rounds, keys, len(steps_by_rank), rates)
     return result
 
 
-def isolated_round(bound, formula: str | None, knobs: dict, rounds: dict, keys: list, workers: int,
+def isolated_round(strategy: LinkBound, rounds: dict, keys: list, workers: int,
                    rates: list[float | None]) -> dict | None:
     """The strategy's latency of one round alone on equal links (Strategy.link_bound); no floor if rounds overlap."""
     worker_rates = [rates[r] for r in range(workers) if r < len(rates)]
-    if bound is None or formula is None or None in rates or not worker_rates:
+    if strategy.bound is None or strategy.formula is None or None in rates or not worker_rates:
         return None
     total = 0.0
     for k in keys:
         payload = max(max(r["bytes_sent"], r["bytes_recv"]) for r in rounds[k])
-        seconds = bound(Round(payload, workers, min(worker_rates), knobs, len(set(rates)) == 1))
+        seconds = strategy.bound(Round(payload, workers, min(worker_rates), strategy.knobs, len(set(rates)) == 1))
         if seconds is None:
-            return {"formula": formula, "why": "the strategy's formula does not cover these links"}
+            return {"formula": strategy.formula, "why": "the strategy's formula does not cover these links"}
         total += seconds
-    return {"formula": formula, "latency_s_per_round": total / len(keys),
+    return {"formula": strategy.formula, "latency_s_per_round": total / len(keys),
             "note": "latency of one round in isolation (equal links, the slowest worker link); rounds that "
                     "overlap may take less"}

@@ -3,6 +3,7 @@ in METHODS, which the summary carries."""
 import json
 import os
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from metrics.summary.isolation import METHODS as ISOLATION_METHODS
@@ -14,6 +15,7 @@ from metrics.summary.machine import METHODS as MACHINE_METHODS
 from metrics.summary.machine import machine_section
 from metrics.summary.network import METHODS as NETWORK_METHODS
 from metrics.summary.network import network_section
+from metrics.summary.bounds import LinkBound
 from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
 from metrics.summary.noise_scale import noise_scale_section
 from metrics.summary.rounds import rounds_section
@@ -163,19 +165,29 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
             "work": next(iter(by_rank.values()))["work"], "by_rank": by_rank}
 
 
-def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
-                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
-                  window: tuple[int, int] | None = None) -> Summary:
-    """knobs, bound (a function of bounds.Round), bound_formula, is_baseline, rounds_overlap and failure_counters come
-    from the run's strategy; shape and lock (the machine lock at the start) from the launch side; window: (first,
-    last) step of the measurement window (None: all steps)."""
-    peers = run.peers()
-    figures = [peer_figures(p, window) for p in peers]
+@dataclass(frozen=True)
+class StrategyFacts:
+    link: LinkBound = field(default_factory=LinkBound)
+    is_baseline: bool = False
+    failure_counters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """The launch side: shape, lock (the machine lock at the start), window ((first, last) step measured; None: all)."""
+    shape: dict | None = None
+    lock: dict | None = None
+    window: tuple[int, int] | None = None
+
+
+def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = StrategyFacts(),
+                  launch: LaunchFacts = LaunchFacts()) -> Summary:
+    peers, shape = run.peers(), launch.shape or {}
+    figures = [peer_figures(p, launch.window) for p in peers]
     worker_dirs = [p for p in peers if p.steps.exists()]
     workers = [f for f, p in zip(figures, peers) if p.steps.exists()]
     steps_by_rank = {p.rank: read_jsonl(p.steps) for p in worker_dirs}
-    all_steps = [s for steps in steps_by_rank.values() for s in steps_in(steps, window)[0]]  # the window's
+    all_steps = [s for steps in steps_by_rank.values() for s in steps_in(steps, launch.window)[0]]  # the window's
     total_samples = sum(w["samples"] for w in workers)
     window_samples = sum(w["window"]["samples"] for w in workers)
     longest = max((w["window"]["train_s"] for w in workers), default=0.0)
@@ -192,7 +204,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     evals_by_rank = {p.rank: read_jsonl(p.evals) for p in worker_dirs}
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
-    isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, (shape or {}).get("fits", True))
+    isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, shape.get("fits", True))
     return Summary.from_dict(undilate({
         "status": outcome.status,
         "exit_code": outcome.exit_code,
@@ -201,9 +213,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "lost_peers": outcome.lost_peers,
         "fault": fault,
         "config": config,
-        "strategy_knobs": knobs or {},
-        "is_baseline": is_baseline,
-        "failure_counters": list(failure_counters),
+        "strategy_knobs": strategy.link.knobs,
+        "is_baseline": strategy.is_baseline,
+        "failure_counters": list(strategy.failure_counters),
         "workers": len(workers),
         "device": device_of(config, workers),
         "data_is_synthetic": config["data"]["name"] == "synthetic",
@@ -214,7 +226,7 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "total_samples": total_samples,
         "useful_samples": useful_samples(workers),
         "startup_wait_s": max((w["startup_wait_s"] for w in workers), default=None),
-        "window": window_section(window, steps_by_rank),
+        "window": window_section(launch.window, steps_by_rank),
         "throughput_samples_per_s": window_samples / longest if longest else None,
         **accuracy,
         "target": config["target"],
@@ -231,10 +243,10 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / window_samples if window_samples else None,
         "averaging_rounds": rounds_section(run, len(workers)),
         "noise_scale": noise_scale_section(steps_by_rank),
-        "network": network_section(run, config, knobs or {}, bound, bound_formula, rounds_overlap),
+        "network": network_section(run, config, strategy.link),
         "link": link_section(run, config),
-        "shape": shape,
-        "machine": machine_section(run.machine, (shape or {}).get("cores") or len(os.sched_getaffinity(0)), lock),
+        "shape": launch.shape,
+        "machine": machine_section(run.machine, shape.get("cores") or len(os.sched_getaffinity(0)), launch.lock),
         "isolation": isolation,
         "speed_reference": speed_reference_section(config, figures),
         "peers": figures,
@@ -242,12 +254,9 @@ def build_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None,
     }, isolation["dilation"]))
 
 
-def write_summary(run: RunDir, config: dict, outcome, knobs: dict | None = None, bound=None,
-                  bound_formula: str | None = None, is_baseline: bool = False, rounds_overlap: bool = False,
-                  failure_counters: tuple[str, ...] = (), shape: dict | None = None, lock: dict | None = None,
-                  window: tuple[int, int] | None = None) -> Summary:
-    summary = build_summary(run, config, outcome, knobs, bound, bound_formula, is_baseline, rounds_overlap,
-                            failure_counters, shape, lock, window)
+def write_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = StrategyFacts(),
+                  launch: LaunchFacts = LaunchFacts()) -> Summary:
+    summary = build_summary(run, config, outcome, strategy, launch)
     summary.save(run.summary)
     return summary
 

@@ -2,7 +2,7 @@
 accounting, and communication time beside the link floor (metrics/summary/bounds.py)."""
 import json
 
-from metrics.summary.bounds import link_efficiency
+from metrics.summary.bounds import LinkBound, link_efficiency
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from metrics.recording.methods import methods
@@ -46,8 +46,7 @@ def busiest(wire: dict[int, dict]) -> dict | None:
     return {"rank": rank, "wire_bytes": peak, "mean_wire_bytes": mean, "busiest_over_mean": _ratio(peak, mean)}
 
 
-def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula: str | None = None,
-                    rounds_overlap: bool = False) -> dict:
+def network_section(run: RunDir, config: dict, strategy: LinkBound = LinkBound()) -> dict:
     network = config["network"]
     if not run.network.exists():
         return {"mode": network["name"], "per_peer": False}
@@ -69,5 +68,5 @@ def network_section(run: RunDir, config: dict, knobs: dict, bound=None, formula:
         "wire_tx_over_payload": _ratio(tx, sent),
         "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,
         "busiest": busiest(wire),
-        "efficiency": link_efficiency(rounds_overlap, bound, formula, knobs, steps_by_rank, rates),
+        "efficiency": link_efficiency(strategy, steps_by_rank, rates),
     }

@@ -4,7 +4,7 @@ here from the hops each algorithm needs, not from the formulas in the code."""
 import pytest
 
 from helpers import cost_model_of, strategy_names, strategy_of
-from metrics.summary.bounds import MBIT, Round, link_efficiency, round_records
+from metrics.summary.bounds import MBIT, LinkBound, Round, link_efficiency, round_records
 from strategies.cost_models.allreduce import AllReduceCost
 from strategies.cost_models.hivemind import HivemindCost
 from strategies.cost_models.ps import ParameterServerCost
@@ -113,7 +113,7 @@ def record(step, sent, recv, comm_s, round_id=None, ended_at=None, opt_s=0.0, sa
 
 
 def synchronous(steps, rates):
-    return link_efficiency(False, None, None, {}, steps, rates)
+    return link_efficiency(LinkBound(), steps, rates)
 
 
 def test_link_rate_unit():
@@ -187,8 +187,8 @@ def test_efficiency_of_overlapping_rounds_is_a_link_busy_measure_at_most_one():
     isolated = ParameterServerCost.link_bound(Round(MB, 2, MB, {"servers": 1, "mode": "sync"}))
     # the isolated round's latency (4 s: 2 MB in, then 2 MB out) is longer than any worker's exchange (1 s)
     assert isolated == pytest.approx(4.0) and isolated > max(s["comm_s"] for s in steps[0])
-    result = link_efficiency(True, ParameterServerCost.link_bound, ParameterServerCost.bound_formula(),
-                             {"servers": 1, "mode": "sync"}, steps, [MB_RATE] * 3)
+    result = link_efficiency(LinkBound({"servers": 1, "mode": "sync"}, ParameterServerCost.link_bound,
+                                       ParameterServerCost.bound_formula(), True), steps, [MB_RATE] * 3)
     # rounds 2..5: the server link carries 8 MB (8 s) within [4 s: worker 0 starts round 2, 12 s: worker 1 ends 5]
     assert result["busiest_link_rank"] == 2 and result["floor_s"] == pytest.approx(8.0)
     assert result["measured_s"] == pytest.approx(8.0) and result["efficiency"] == pytest.approx(1.0)

@@ -250,7 +250,7 @@ def test_a_dilated_links_rate_and_latency_are_reported_as_asked(tmp_path):
     run.network.write_text(json.dumps({"hosts": [{"index": i, "bandwidth_mbit": 5.0, "latency_ms": 20.0}
                                                  for i in range(2)]}))
     asked = {"network": {"name": "emulated", "bandwidth_mbit": 20, "latency_ms": 5}}
-    network = undilate({"network": network_section(run, asked, {})}, 4)["network"]
+    network = undilate({"network": network_section(run, asked)}, 4)["network"]
     assert (network["bandwidth_mbit_by_rank"], network["latency_ms"]) == ([20.0, 20.0], 5.0)
 
 

@@ -5,6 +5,8 @@ import json
 import pytest
 
 from metrics.recording.rundir import RunDir
+from metrics.summary.bounds import LinkBound
+from metrics.summary.build import LaunchFacts, StrategyFacts
 from metrics.summary.build import build_summary as build
 from metrics.summary.schema import Summary
 
@@ -112,7 +114,8 @@ def test_bytes_per_step_and_per_sample(run):
 
 
 def test_run_facts_are_passed_through(run):
-    summary = build_summary(run, summary_config(), summary_outcome(), knobs={"transport": "gloo"}, is_baseline=True)
+    summary = build_summary(run, summary_config(), summary_outcome(),
+                            StrategyFacts(LinkBound({"transport": "gloo"}), is_baseline=True))
     assert summary["status"] == "completed" and summary["is_baseline"] is True
     assert summary["strategy_knobs"] == {"transport": "gloo"} and summary["effective_lr"] == 0.02
     assert summary["network"] == {"mode": "loopback", "per_peer": False}
@@ -127,7 +130,7 @@ def test_the_strategys_declared_counters_are_summed_over_peers_and_its_failure_c
 
     for rank, figures in ((0, {"rounds": 3, "round_trips_failed": 1, "x": 5}), (1, {"rounds": 4, "dropped": 0})):
         run.peer(rank).result.write_text(json.dumps({"rank": rank, "role": "worker", "strategy": figures}))
-    summary = build(run, summary_config(), summary_outcome(), failure_counters=("dropped",))
+    summary = build(run, summary_config(), summary_outcome(), StrategyFacts(failure_counters=("dropped",)))
     train.print_result(run.path, summary, summary_outcome(), ("rounds", "dropped"))
     assert "avgbench: summed over peers: rounds 7, dropped 0\n" in capsys.readouterr().out
     assert summary.failure_counters == ["dropped"]
@@ -217,7 +220,7 @@ def warm_run(tmp_path):
 
 
 def test_throughput_bytes_and_breakdown_are_measured_in_the_window_only(warm_run):
-    summary = build_summary(warm_run, summary_config(), summary_outcome(), window=(3, 6))
+    summary = build_summary(warm_run, summary_config(), summary_outcome(), launch=LaunchFacts(window=(3, 6)))
     # steps 3-6: 4 steps of 10 samples per worker; rank 1 is the slower, 4 x 0.6 s
     assert summary["throughput_samples_per_s"] == pytest.approx(80 / 2.4)
     assert summary["total_samples"] == 160  # what was trained, all of it
@@ -235,10 +238,10 @@ def test_without_a_window_every_step_counts(warm_run):
 
 
 def test_a_run_that_ends_inside_the_window_is_measured_to_its_end_and_marked(warm_run):
-    summary = build_summary(warm_run, summary_config(), summary_outcome(), window=(5, 12))
+    summary = build_summary(warm_run, summary_config(), summary_outcome(), launch=LaunchFacts(window=(5, 12)))
     assert summary["throughput_samples_per_s"] == pytest.approx(80 / (4 * 0.6))  # steps 5-8
     assert summary["window"] == {"first": 5, "last": 12, "complete": False}
-    early = build_summary(warm_run, summary_config(), summary_outcome(), window=(9, 12))
+    early = build_summary(warm_run, summary_config(), summary_outcome(), launch=LaunchFacts(window=(9, 12)))
     assert early["throughput_samples_per_s"] == pytest.approx(160 / (4.0 + 6 * 0.6))  # all of it
     assert early["window"] == {"first": 1, "last": 8, "complete": False}
 
@@ -247,7 +250,7 @@ def test_summary_json_round_trips_through_its_type_byte_for_byte(run):
     """What write_summary writes, loaded and written again, is the same text; its figures read as attributes."""
     from metrics.summary.build import write_summary
 
-    written = write_summary(run, summary_config(), summary_outcome(), window=(2, 3))
+    written = write_summary(run, summary_config(), summary_outcome(), launch=LaunchFacts(window=(2, 3)))
     loaded = Summary.load(run.path)
     assert json.dumps(loaded.to_dict(), indent=1) == run.summary.read_text()
     assert loaded == Summary.from_dict(json.loads(json.dumps(written.to_dict())))
