@@ -5,6 +5,8 @@ Messages are float32: push [samples, version, last] + gradient shard, pull [vers
 shard. A server waits at most ps.idle_timeout_s for the next push (the workers' evaluation pauses are idle time for
 it), every other call at most timeouts.collective_s. Modes, bytes and figures: docs/strategies.md (ps).
 """
+import functools
+import operator
 import statistics
 import time
 from collections.abc import Sequence
@@ -108,11 +110,8 @@ class ShardServer:
         """One optimizer step on the samples-weighted mean of the pushed gradients."""
         start = time.perf_counter()
         total = sum(samples for samples, _ in pushes)
-        if len(pushes) > 1:
-            weighted = (grad * (samples / total) for samples, grad in pushes)
-            grad = sum(weighted, torch.zeros_like(pushes[0][1]))  # as from 0: the same sums
-        else:
-            grad = pushes[0][1]
+        weighted = [grad * (samples / total) for samples, grad in pushes] if len(pushes) > 1 else [pushes[0][1]]
+        grad = functools.reduce(operator.add, weighted)
         grads = []
         for p in self.params:
             if p.grad is None:
