@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Evaluation's share of `make run`: the default run (`train.py` with no overrides), timed as a user types it,
-and the time its workers spent evaluating, from the run's own records (the entry's method says how).
+and the time its workers spent evaluating, from the run's own records (the entry's method says how); and what the
+default evaluation interval does to the crossing of recorded runs evaluated more densely (--dense).
 
-    flock /tmp/avgbench-measure.lock python bench/evaluation_share.py             # 2 repeats, about 3 minutes each
+    flock /tmp/avgbench-measure.lock python bench/evaluation_share.py --dense multirun/quick-*   # 2 repeats
     python bench/evaluation_share.py --repeats 1 --no-save eval_every=10          # a variant, printed only
 
 The result replaces bench/results/evaluation_share.json (--out: another folder), the repeats' mean share its ratio.
@@ -25,6 +26,7 @@ from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.schema import Summary  # noqa: E402
+from metrics.summary.target import crossing_step  # noqa: E402
 
 GOAL = 0.15  # evaluation after training, at most this share of the default run's wall clock
 
@@ -50,11 +52,47 @@ def figures_of(run_dir: Path, command_s: float) -> dict[str, Any]:
         "precise_bn_s": precise_bn_s,
         "load_and_test_pass_s": sum(e["eval_s"] for e in computed) - precise_bn_s,
         "test_samples": evaluation.test_samples,
+        "interval_steps": evaluation.interval_steps,
         "in_training_s": evaluation.in_training_s or 0.0,
         "share": ((evaluation.after_training_s or 0.0) + (evaluation.in_training_s or 0.0)) / command_s,
         "alone": summary.machine.alone,  # the machine around the run (summary.json machine)
         "other_cpu_share": summary.machine.other_cpu_share,
     }
+
+
+def crossings(run_dir: Path, every: int) -> dict[str, Any]:
+    """The worst worker's crossing step by the run's own estimator, from every evaluation it kept (`dense`) and from
+    those an interval of `every` steps keeps (multiples of it, and the last: `coarse`); None: not reached."""
+    run = RunDir(run_dir)
+    target = Summary.load(run.summary).target
+    metric = target["metric"]
+    curves = [[e for e in read_jsonl(peer.evals) if e.get(metric) is not None]
+              for peer in run.peers() if peer.evals.exists()]
+    curves = [curve for curve in curves if curve]
+    worst: dict[str, float | None] = {}
+    for name, thin in (("dense", False), ("coarse", True)):
+        steps = []
+        for curve in curves:
+            evals = [e for e in curve[:-1] if e["step"] % every == 0] + curve[-1:] if thin else curve
+            steps.append(crossing_step([e["step"] for e in evals], [e[metric] for e in evals], target))
+        worst[name] = max(s for s in steps if s is not None) if steps and None not in steps else None
+    dense, coarse = worst["dense"], worst["coarse"]
+    shift = (coarse - dense) / every if dense is not None and coarse is not None else None
+    return {"run": str(run_dir), "dense_every": min(b["step"] - a["step"] for a, b in zip(curves[0], curves[0][1:])),
+            "states": [e.get("state_sha256") for curve in curves for e in curve],
+            "dense": dense, "coarse": coarse, "shift_intervals": shift,
+            "within": abs(shift) <= 1 if shift is not None else dense is coarse is None}
+
+
+def crossing_check(folders: list[Path], every: int) -> dict[str, Any]:
+    """crossings() of every run (a folder holding summary.json) under `folders`, evaluated more densely than `every`."""
+    runs = [crossings(s.parent, every) for folder in folders for s in sorted(folder.rglob("summary.json"))]
+    runs = [r for r in runs if r["dense_every"] < every]
+    distinct = {str(r.pop("states")): r for r in runs}  # runs that evaluated the same states read the same crossing
+    shifts = [r["shift_intervals"] for r in runs if r["shift_intervals"] is not None]
+    return {"every": every, "folders": [str(f) for f in folders], "runs": len(runs), "distinct_curves": len(distinct),
+            "within": sum(r["within"] for r in runs), "largest_shift_intervals": max(map(abs, shifts), default=None),
+            "median_shift_intervals": statistics.median(shifts) if shifts else None, "by_run": runs}
 
 
 def measure_once(overrides: list[str]) -> dict[str, Any]:
@@ -87,15 +125,27 @@ def run(args: argparse.Namespace) -> None:
         print(line(i, repeats[-1]), flush=True)
     shares = [r["share"] for r in repeats]
     mean = statistics.fmean(shares)
-    verdict = "met" if max(shares) <= GOAL else "missed"
+    met = max(shares) <= GOAL
     print(f"evaluation share {mean:.1%} (repeats {', '.join(f'{s:.1%}' for s in shares)}); goal <= {GOAL:.0%}: "
-          f"{verdict}")
+          f"{'met' if met else 'missed'}")
     result = {"name": "evaluation_share", "ratio": mean, "goal": f"<= {GOAL:.0%} of make run's wall clock",
-              "goal_met": verdict == "met",
+              "goal_met": met,
               "setup": "make run as typed: python train.py " + " ".join(["hydra.run.dir=<temporary>", *args.overrides])
                        + " (conf/config.yaml defaults)",
               "method": methods("bench")["evaluation_share"],
               "repeats": repeats}
+    if args.dense:
+        every = repeats[0]["interval_steps"]
+        check = crossing_check(args.dense, every)
+        if not check["runs"]:
+            raise SystemExit(f"evaluation_share: no run under {', '.join(map(str, args.dense))} was evaluated more "
+                             f"often than every {every} steps")
+        print(f"crossing at every {every} steps against each run's denser evaluations: {check['within']} of "
+              f"{check['runs']} runs ({check['distinct_curves']} distinct curves) within one interval (largest shift "
+              f"{check['largest_shift_intervals']:.2f} intervals, median {check['median_shift_intervals']:+.2f}); "
+              f"goal: all")
+        result |= {"crossing_check": check, "crossing_goal": "every recorded run's crossing within one interval of "
+                   "its dense evaluation's", "crossing_goal_met": check["within"] == check["runs"]}
     if not args.no_save:
         print(f"saved {save(recorded(result), args.out)}")
 
@@ -104,6 +154,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides: a variant of the default run")
     parser.add_argument("--repeats", type=int, default=2, help="runs, one after the other (default 2)")
+    parser.add_argument("--dense", type=Path, nargs="+", metavar="FOLDER",
+                        help="recorded runs or sweeps evaluated more densely: their crossings at the measured interval")
     add_saving_options(parser)
     args = parser.parse_args()
     if args.repeats < 1:
