@@ -1,16 +1,18 @@
 """bench/evaluation_share.py reads a run's own records: every state evaluated once counts once, however many workers
-copied its evaluation, and the share is evaluation after training over the whole command."""
+copied its evaluation, and the share is evaluation after training over the whole command; a coarser interval's
+crossing is read from the evaluations that interval would have kept."""
 import json
 
 import pytest
 
-from bench.evaluation_share import figures_of
+from bench.evaluation_share import crossing_check, crossings, figures_of
 
 
 def write_run(path, evals_by_rank: dict[int, list[dict]], status: str = "completed"):
-    path.mkdir()
+    path.mkdir(parents=True)
     (path / "summary.json").write_text(json.dumps({
         "status": status, "error": None, "wall_s": 50.0,
+        "target": {"metric": "test_accuracy", "value": 0.95, "estimator": "confirmed_crossing"},
         "evaluation": {"after_training_s": 12.0, "snapshot_pause_s": 0.5, "evaluations": 2, "test_samples": 359},
         "machine": {"alone": True, "other_cpu_share": 0.01}}))
     for rank, evals in evals_by_rank.items():
@@ -38,3 +40,30 @@ def test_a_failed_run_is_no_measurement(tmp_path):
     write_run(tmp_path / "run", {0: []}, status="failed")
     with pytest.raises(RuntimeError, match="failed"):
         figures_of(tmp_path / "run", command_s=60.0)
+
+
+def curve(accuracy_every_5: list[float]) -> list[dict]:
+    return [{"step": 5 * i, "test_accuracy": a} for i, a in enumerate(accuracy_every_5)]
+
+
+def test_a_coarser_interval_reads_the_worst_workers_crossing_from_the_evaluations_it_keeps(tmp_path):
+    early = curve([0.1, 0.5, 0.8, 0.96, 0.97, 0.97, 0.98, 0.98, 0.98, 0.98, 0.98])
+    late = curve([0.1, 0.3, 0.6, 0.7, 0.9, 0.96, 0.97, 0.98, 0.98, 0.98, 0.98])
+    write_run(tmp_path / "run", {0: early, 1: late})
+    found = crossings(tmp_path / "run", every=25)
+    # by hand: dense, the late worker's 0.9 at step 20 to 0.96 at 25; every 25 (steps 0, 25, 50), 0.1 at 0 to 0.96 at 25
+    assert found["dense"] == pytest.approx(20 + 5 * 0.05 / 0.06)
+    assert found["coarse"] == pytest.approx(25 * 0.85 / 0.86)
+    assert found["shift_intervals"] == pytest.approx((25 * 0.85 / 0.86 - 20 - 5 * 0.05 / 0.06) / 25)
+    assert found["dense_every"] == 5 and found["within"]
+
+
+def test_a_crossing_the_coarser_interval_cannot_confirm_is_not_within(tmp_path):
+    # confirmed at step 45 by step 50 every 5 steps; every 25, step 50 is the last and nothing confirms it
+    write_run(tmp_path / "sweep" / "run", {0: curve([0.1] * 9 + [0.96, 0.97])})
+    write_run(tmp_path / "sweep" / "coarse", {0: [{"step": 0, "test_accuracy": 0.1}, {"step": 25, "test_accuracy": 0.5}]})
+    check = crossing_check([tmp_path / "sweep"], every=25)
+    assert check["runs"] == 1  # a run evaluated no more often than every 25 steps has nothing to compare
+    (run,) = check["by_run"]
+    assert run["dense"] == pytest.approx(40 + 5 * 0.85 / 0.86) and run["coarse"] is None
+    assert not run["within"] and check["within"] == 0
