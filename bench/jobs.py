@@ -3,7 +3,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -45,12 +45,20 @@ def abba(pairs: int, measure: Callable[[bool], T]) -> tuple[list[T], list[T]]:
     return found[True], found[False]
 
 
+def choices(text: str | None, known: Collection[T], convert: Callable[[str], T], option: str, what: str = "",
+            error: Callable[[str], BaseException] = ValueError) -> list[T]:
+    """The choices `text` (`option`'s comma list; empty: all `known`) names, in its order; error(message) on another."""
+    picked = [convert(part.strip()) for part in (text or "").split(",") if part.strip()]
+    if unknown := [c for c in picked if c not in known]:
+        raise error(f"{option}: unknown {what + ' ' if what else ''}{', '.join(map(str, unknown))} "
+                    f"(here: {', '.join(map(str, known))})")
+    return picked or list(known)
+
+
 def named(available: dict[str, T], text: str, option: str, what: str) -> dict[str, T]:
-    """The entries of `available` that `text` (`option`'s comma list; empty: all) names; ValueError on another."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if unknown := [n for n in names if n not in available]:
-        raise ValueError(f"{option}: unknown {what} {', '.join(unknown)} (here: {', '.join(available)})")
-    return {name: value for name, value in available.items() if not names or name in names}
+    """The entries of `available` that `text` names (choices), in their order there."""
+    picked = choices(text, available, str, option, what)
+    return {name: value for name, value in available.items() if name in picked}
 
 
 def averaging_strategies(benchmark: str) -> dict[str, list[str]]:
