@@ -1,5 +1,4 @@
 """Run one avgbench job from a benchmark and read what it left behind."""
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -24,12 +23,6 @@ def grid_settings(default: str, option: str, text: str | None = None) -> dict[st
             raise ValueError(f"{option}: {word!r} is not KEY=VALUE with KEY one of {', '.join(settings)}")
         settings[key] = value
     return settings
-
-
-def add_grid_option(parser: argparse._ActionsContainer, name: str, default: str) -> None:
-    """--NAME-grid "KEY=VALUE ...": the part of a benchmark's grid to run, passed to its run() as `text`."""
-    parser.add_argument(f"--{name}-grid", dest=f"{name}_text", metavar="GRID", default=argparse.SUPPRESS,
-                        help=f"KEY=VALUE words that replace those of the default grid: {default}")
 
 
 def ints(text: str) -> list[int]:

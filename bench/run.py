@@ -23,7 +23,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.jobs import add_grid_option  # noqa: E402
 from bench.results import RESULTS, recorded, save  # noqa: E402
 from job.registry import resolve  # noqa: E402
 from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
@@ -89,12 +88,14 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
     add_saving_options(parser, print_only=False)
-    for name, spec in BENCHMARKS.items():
-        group, module = parser.add_argument_group(f"{name} options"), module_of(spec)
+    for name, spec in BENCHMARKS.items():  # an option not given stays out of args: run()'s default holds
+        group = parser.add_argument_group(f"{name} options", argument_default=argparse.SUPPRESS)
+        module = module_of(spec)
         if add_arguments := getattr(module, "add_arguments", None):
             add_arguments(group)
-        if grid := getattr(module, "DEFAULT_GRID", None):
-            add_grid_option(group, name, grid)
+        if grid := getattr(module, "DEFAULT_GRID", None):  # reaches run() as `text`
+            group.add_argument(f"--{name}-grid", dest=f"{name}_text", metavar="GRID",
+                               help=f"KEY=VALUE words that replace those of the default grid: {grid}")
     return parser
 
 

@@ -166,11 +166,11 @@ def simulate(speeds: dict, blocks: int, kind: str, draws: int, fit: dict, seed: 
 
 
 def add_arguments(parser: argparse._ActionsContainer) -> None:
-    parser.add_argument("--verdict_simulation-draws", type=int, metavar="N", default=argparse.SUPPRESS,
+    parser.add_argument("--verdict_simulation-draws", type=int, metavar="N",
                         help=f"simulated sweeps per cell (default {DRAWS})")
-    parser.add_argument("--verdict_simulation-scenarios", metavar="A,B", default=argparse.SUPPRESS,
+    parser.add_argument("--verdict_simulation-scenarios", metavar="A,B",
                         help="scenarios to run, comma-separated (default: all: " + ", ".join(SCENARIOS) + ")")
-    parser.add_argument("--verdict_simulation-blocks", metavar="3,6", default=argparse.SUPPRESS,
+    parser.add_argument("--verdict_simulation-blocks", metavar="3,6",
                         help=f"block counts (default {','.join(map(str, BLOCKS))})")
 
 
