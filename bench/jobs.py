@@ -1,4 +1,4 @@
-"""Run one avgbench job from a benchmark and read what it left behind."""
+"""What the benchmarks share: their grids and choices, ABBA pairs, and running an avgbench job to read its summary."""
 import subprocess
 import sys
 import tempfile

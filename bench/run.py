@@ -1,16 +1,11 @@
 #!/usr/bin/env python
-"""Run the benchmarks, print a table of ratios, save each result as bench/results/NAME.json (bench/results.py).
-
-    python bench/run.py                     # all
-    python bench/run.py overhead sampler    # some (the others keep their saved entries)
-    python bench/run.py --out /tmp/results  # another folder than bench/results
-    python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
-    python bench/run.py thesis --thesis-families hivemind --thesis-dir multirun/thesis   # a benchmark's options
+"""Run the benchmarks (default: all; the others keep their saved entries), print a table of ratios, save each result
+as bench/results/NAME.json (bench/results.py); examples in docs/benchmarks.md.
 
 A benchmark's options (--NAME-..., from its module's add_arguments, and --NAME-grid where it has a DEFAULT_GRID) reach
 its run() as keyword arguments. Its result gets the method metrics/methods.yaml states for its module (bench.MODULE)
 and replaces the saved entry, unless the module defines merge(kept, new) (projection: only the cases it ran).
-Benchmarks hold the machine lock (launchers/lock.py) while they run.
+Benchmarks hold the machine lock (launchers/lock.py) while they run: --lock refuse exits 2 if another holds it.
 """
 import argparse
 import importlib
