@@ -6,6 +6,7 @@ docs/emulation.md says; the result replaces bench/results/link_rate.json (--out:
     python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -64,10 +65,8 @@ def others(window_s: float = 1.0, floor: float = 10.0) -> list[str]:
     mine = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
     procs = [p for p in psutil.process_iter(["pid", "name", "cmdline"]) if p.pid not in mine]
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.cpu_percent(None)
-        except psutil.Error:
-            pass
     time.sleep(window_s)
     busy = []
     for proc in procs:
