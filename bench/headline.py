@@ -71,19 +71,27 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         raise RuntimeError(f"{folder}: expected one (dataset, model) section, found {len(sections)}")
     verdict, analysis = section_verdict(sections[0])
     runs = runs_in(sections)
-    return {"folder": portable(str(folder.resolve())), "measured_at": ended_at(runs), "runs": len(runs),
-            "wall_s": wall_s if wall_s is not None else runs_s(runs),
-            "wall_method": "the command's wall clock" if wall_s is not None else RUNS_WALL,
-            "span_s": span_end(runs) - min(r.summary.started_at for r in runs),  # with any pause between sessions
-            "primary": analysis.primary.text, "answer": verdict.answer,
-            "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
-            "ranking": [g.label for g in analysis.ranking],
-            "comparisons": [{"this": c.this.label, "other": c.other.label, "ratio": c.ratio.estimate,
-                             "interval_95": c.ratio.interval(), "adjusted_p": c.adjusted_p, "claim": c.decision,
-                             "blocks": c.blocks, "censored": c.censored,
-                             "against_baseline": c.other.first.is_baseline} for c in analysis.comparisons],
-            "links": verdict.network, "left_out": verdict.left_out, "not_loaded": left_out,
-            "noise": dataclasses.asdict(noise) if (noise := noise_of(analysis)) else None}  # what its blocks detect
+    return {
+        "folder": portable(str(folder.resolve())),
+        "measured_at": ended_at(runs),
+        "runs": len(runs),
+        "wall_s": wall_s if wall_s is not None else runs_s(runs),
+        "wall_method": "the command's wall clock" if wall_s is not None else RUNS_WALL,
+        "span_s": span_end(runs) - min(r.summary.started_at for r in runs),  # with any pause between sessions
+        "primary": analysis.primary.text,
+        "answer": verdict.answer,
+        "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
+        "ranking": [g.label for g in analysis.ranking],
+        "comparisons": [{"this": c.this.label, "other": c.other.label,
+                         "ratio": c.ratio.estimate, "interval_95": c.ratio.interval(),
+                         "adjusted_p": c.adjusted_p, "claim": c.decision, "blocks": c.blocks,
+                         "censored": c.censored, "against_baseline": c.other.first.is_baseline}
+                        for c in analysis.comparisons],
+        "links": verdict.network,
+        "left_out": verdict.left_out,
+        "not_loaded": left_out,
+        "noise": dataclasses.asdict(noise) if (noise := noise_of(analysis)) else None,  # and what its blocks detect
+    }
 
 
 def replication(first: dict, second: dict) -> dict:

@@ -36,13 +36,17 @@ BASELINE_CPUS = 2     # the slice's baseline: one process on 2 vCPUs (a 2-vCPU p
 def families(cores: int, steps: int = STEPS) -> dict[str, list[str]]:
     """Family -> its multirun's overrides: the full grid on >= 16 cores, else the slice at these cores."""
     if cores >= FULL_CORES:
-        return {"hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={steps}"],
-                "batch": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", "peers=8",
-                          "target_batch_base=2500", "batch_size=32,64,128", f"max_steps={steps}"],
-                "strategies": [f"strategy={COMPARED}", "peers=8", "peer_cpus=2", f"max_steps={steps}"]}
-    return {"hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={cores}", "peers=2",
-                         "target_batch_base=625", "max_steps=100"],
-            "strategies": [f"strategy={COMPARED}", "peers=2", "peer_cpus=1", "max_steps=100"]}
+        return {
+            "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", f"max_steps={steps}"],
+            "batch": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={FULL_CORES}", "peers=8",
+                      "target_batch_base=2500", "batch_size=32,64,128", f"max_steps={steps}"],
+            "strategies": [f"strategy={COMPARED}", "peers=8", "peer_cpus=2", f"max_steps={steps}"],
+        }
+    return {
+        "hivemind": ["experiment=thesis_hivemind", "scale=1", f"total_cpus={cores}", "peers=2",
+                     "target_batch_base=625", "max_steps=100"],
+        "strategies": [f"strategy={COMPARED}", "peers=2", "peer_cpus=1", "max_steps=100"],
+    }
 
 
 def chosen(plan: dict[str, list[str]], text: str = "") -> dict[str, list[str]]:
@@ -366,17 +370,20 @@ def run(names: str = "", out: Path | None = None, steps: int = STEPS, repeats: i
     results = {name: rows_of(multirun(name, overrides, out, repeats)) for name, overrides in plan.items()}
     speedups = [r["speedup"] for rows in results.values() for r in rows if r["speedup"] and not r["baseline"]]
     sweeps = [out / name for name in families(cores) if (out / name).is_dir()]
-    return {"name": "thesis", "ratio": max(speedups, default=0.0),
-            "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
-            "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
-            # each family dated: a later run may keep it beside its own
-            "families": {name: {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "overrides": plan[name],
-                                "rows": rows} for name, rows in results.items()},
-            "projected_remainder": None if full else projected_remainder(sweeps, remainder_link, cores, evidence),
-            "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
-                        "summary": f"families.{name}" if name in plan else "projected_remainder"}
-                       for name in families(cores) if name in plan or out / name in sweeps],
-            "setup": f"{cores} cores, {repeats} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = "
-                     "the best measured speedup's estimate"
-                     + ("" if full else f"; the remainder projected on {remainder_link.label}"),
-            "claims_alpha": ALPHA, "duration_s": time.monotonic() - started}
+    return {
+        "name": "thesis",
+        "ratio": max(speedups, default=0.0),
+        "goal": "report: speedup over one process with all the CPUs, with 95 % intervals (no goal)",
+        "scope": "full grid" if full else f"slice on {cores} cores (docs/thesis.md)",
+        "families": {name: {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "overrides": plan[name], "rows": rows}
+                     for name, rows in results.items()},  # each family dated: a later run may keep it beside its own
+        "projected_remainder": None if full else projected_remainder(sweeps, remainder_link, cores, evidence),
+        "sweeps": [{"path": str(out / name), "kept": False,  # run folders stay out of the repository
+                    "summary": f"families.{name}" if name in plan else "projected_remainder"}
+                   for name in families(cores) if name in plan or out / name in sweeps],
+        "setup": f"{cores} cores, {repeats} paired blocks, {' '.join(JOB)}, families {', '.join(plan)}; ratio = the "
+                 f"best measured speedup's estimate"
+                 + ("" if full else f"; the remainder projected on {remainder_link.label}"),
+        "claims_alpha": ALPHA,
+        "duration_s": time.monotonic() - started,
+    }
