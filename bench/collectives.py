@@ -39,9 +39,12 @@ def run(text: str | None = None) -> dict:
     check_at_most_one(rows)
     worst = {s: min((row["efficiency"] for row in rows if row["strategy"] == s and row["efficiency"]), default=None)
              for s in chosen}
-    return {"name": "collective_efficiency",
-            "ratio": statistics.median(row["efficiency"] for row in rows if row["efficiency"]),
-            "goal": ">= 0.85 (ps, stepwise, allreduce), <= 1 all", "worst_by_strategy": worst,
-            "best": max(row["efficiency"] for row in rows if row["efficiency"]), "rows": rows,
-            "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, links {list(rates)} Mbit/s "
-                     "(median shown)"}
+    return {
+        "name": "collective_efficiency",
+        "ratio": statistics.median(row["efficiency"] for row in rows if row["efficiency"]),
+        "goal": ">= 0.85 (ps, stepwise, allreduce), <= 1 all",
+        "worst_by_strategy": worst,
+        "best": max(row["efficiency"] for row in rows if row["efficiency"]),
+        "rows": rows,
+        "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, links {list(rates)} Mbit/s (median shown)",
+    }

@@ -17,7 +17,11 @@ def run(peers: int = 4, model: str = "resnet18", steps: int = 12, repeats: int =
         arms["ddp"].append(measure(True, peers, model, steps))
         arms["flat"].append(measure(False, peers, model, steps))
     median = {arm: statistics.median(r["throughput"] for r in rows) for arm, rows in arms.items()}
-    return {"name": "ddp_overlap", "ratio": median["ddp"] / median["flat"], "goal": ">= 1.0",
-            "median_samples_per_s": median, "rows": arms,
-            "setup": f"allreduce over gloo, loopback, model={model}, N={peers}, {steps} steps, {repeats} alternated "
-                     "repeats"}
+    return {
+        "name": "ddp_overlap",
+        "ratio": median["ddp"] / median["flat"],
+        "goal": ">= 1.0",
+        "median_samples_per_s": median,
+        "rows": arms,
+        "setup": f"allreduce over gloo, loopback, model={model}, N={peers}, {steps} steps, {repeats} alternated repeats",
+    }

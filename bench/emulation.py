@@ -135,14 +135,18 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
     result = {"headline": headline(headline_sweep), "linearity": linearity(repeats),
               "invariance": invariance(repeats, chosen)}
     report(result)
-    return {"name": "emulation", "ratio": result["headline"]["worst_paired_spread"],
-            "goal": f"<= {TOLERANCE} (paired speedup spread); dilation offered where within +-{TOLERANCE:.0%}",
-            "setup": f"headline: {' '.join(HEADLINE)} (its default shape and repeats); linearity: "
-                     f"{' '.join(LINEARITY_JOB)}; invariance: {' '.join(INVARIANCE_JOB)} with "
-                     f"{averaging_strategies('emulation')}, factors {list(FACTORS)}; {repeats} interleaved blocks "
-                     f"each; ratio = the worst strategy's spread of paired speedups in the headline multirun", **result,
-            "sweeps": [{"path": result["headline"]["sweep"], "kept": False, "summary": "headline"}],
-            "linearity_holds_up_to": linear_factor(result["linearity"]),
-            "checked_dilation": {name: min(row["checked_dilation"], linear_factor(result["linearity"]))
-                                 for name, row in result["invariance"].items()},
-            "duration_s": time.monotonic() - started}
+    return {
+        "name": "emulation",
+        "ratio": result["headline"]["worst_paired_spread"],
+        "goal": f"<= {TOLERANCE} (paired speedup spread); dilation offered where within +-{TOLERANCE:.0%}",
+        "setup": f"headline: {' '.join(HEADLINE)} (its default shape and repeats); linearity: "
+                 f"{' '.join(LINEARITY_JOB)}; invariance: {' '.join(INVARIANCE_JOB)} with "
+                 f"{averaging_strategies('emulation')}, factors {list(FACTORS)}; {repeats} interleaved blocks each; "
+                 f"ratio = the worst strategy's spread of paired speedups in the headline multirun",
+        **result,
+        "sweeps": [{"path": result["headline"]["sweep"], "kept": False, "summary": "headline"}],
+        "linearity_holds_up_to": linear_factor(result["linearity"]),
+        "checked_dilation": {name: min(row["checked_dilation"], linear_factor(result["linearity"]))
+                             for name, row in result["invariance"].items()},
+        "duration_s": time.monotonic() - started,
+    }

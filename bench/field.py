@@ -212,12 +212,20 @@ def run() -> dict:
         found, runs[strategy] = structural_run(strategy, evidence, [c for c in CASES if c.strategy == strategy])
         rows += found
     figures = summarize(rows)
-    return {"name": "field", "ratio": figures["share_within_goal"],
-            "goal": f">= {GOAL_SHARE:.0%} within ±{STEP_GOAL:.0%} step or ±{EFFICIENCY_GOAL:g} points, rankings kept",
-            "setup": f"{len(CASES)} published cases (N = {min(c.peers for c in CASES)}-{max(c.peers for c in CASES)}) "
-                     f"from {len(SOURCES)} sources, predicted from single-device compute, model size and link",
-            "sources": SOURCES, "left_out": LEFT_OUT, "limits": LIMITS, "payload_share": evidence.payload_share,
-            "structural_runs": runs, "rows": rows, **figures}
+    return {
+        "name": "field",
+        "ratio": figures["share_within_goal"],
+        "goal": f">= {GOAL_SHARE:.0%} within ±{STEP_GOAL:.0%} step or ±{EFFICIENCY_GOAL:g} points, rankings kept",
+        "setup": f"{len(CASES)} published cases (N = {min(c.peers for c in CASES)}-{max(c.peers for c in CASES)}) "
+                 f"from {len(SOURCES)} sources, predicted from single-device compute, model size and link",
+        "sources": SOURCES,
+        "left_out": LEFT_OUT,
+        "limits": LIMITS,
+        "payload_share": evidence.payload_share,
+        "structural_runs": runs,
+        "rows": rows,
+        **figures,
+    }
 
 
 if __name__ == "__main__":

@@ -110,9 +110,12 @@ def run(text: str | None = None) -> dict:
                       file=sys.stderr, flush=True)
                 rows.append(row)
     found = figures(rows)
-    return {"name": "link_goodput", "ratio": found["payload_share"],
-            "goal": "measured (no goal): the payload share of a link's nominal rate the projection converts with",
-            **found, "rows": rows,
-            "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, frames of {mtus} bytes "
-                     f"(payload_share: {ETHERNET_MTU}, standard Ethernet), {repeats} alternated repeats of "
-                     f"{seconds:g} s"}
+    return {
+        "name": "link_goodput",
+        "ratio": found["payload_share"],
+        "goal": "measured (no goal): the payload share of a link's nominal rate the projection converts with",
+        **found,
+        "rows": rows,
+        "setup": f"2 emulated hosts, one TCP stream each way at once, rates {rates} Mbit/s, frames of {mtus} bytes "
+                 f"(payload_share: {ETHERNET_MTU}, standard Ethernet), {repeats} alternated repeats of {seconds:g} s",
+    }

@@ -50,8 +50,12 @@ def run(text: str | None = None) -> dict:
                    "payload_share": statistics.fmean(s for r in rows if r["mtu"] == mtu
                                                      for s in r["payload_share_by_stream"])}
         for mtu in mtus}
-    return {"name": "link_cpu", "ratio": by_mtu[str(mtus[0])]["busy_share"] / by_mtu[str(mtus[-1])]["busy_share"],
-            "goal": f"measured (no goal): the cores' busy share at {mtus[0]}-byte frames / at {mtus[-1]}-byte frames",
-            "by_mtu": by_mtu, "rows": rows,
-            "setup": f"2 emulated hosts on a core each, one TCP stream each way at once at {rate:g} Mbit/s, frames of "
-                     f"{mtus} bytes, {repeats} alternated repeats of {seconds:g} s"}
+    return {
+        "name": "link_cpu",
+        "ratio": by_mtu[str(mtus[0])]["busy_share"] / by_mtu[str(mtus[-1])]["busy_share"],
+        "goal": f"measured (no goal): the cores' busy share at {mtus[0]}-byte frames / at {mtus[-1]}-byte frames",
+        "by_mtu": by_mtu,
+        "rows": rows,
+        "setup": f"2 emulated hosts on a core each, one TCP stream each way at once at {rate:g} Mbit/s, frames of "
+                 f"{mtus} bytes, {repeats} alternated repeats of {seconds:g} s",
+    }

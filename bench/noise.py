@@ -124,8 +124,14 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
             factors[key] += [r[key] for r in rows]
     correlations = {key: correlation(relative, values) for key, values in factors.items()}
     report(arms, correlations)
-    return {"name": "noise", "ratio": arms["single_1x1"]["spread"]["wall_s"]["spread"], "goal": "<= 0.05 (quiet)",
-            "setup": f"{' / '.join(' '.join(a) for a in ARMS.values())}, {' '.join(JOB)}, {repeats} interleaved "
-                     f"repeats, steps {WARMUP + 1}.. ; ratio = run-to-run spread of the single process's wall time "
-                     "per step", "arms": arms, "machine_correlation": correlations, "clock_cost_us": clock_cost_us(),
-            "duration_s": time.monotonic() - started}
+    return {
+        "name": "noise",
+        "ratio": arms["single_1x1"]["spread"]["wall_s"]["spread"],
+        "goal": "<= 0.05 (quiet)",
+        "setup": f"{' / '.join(' '.join(a) for a in ARMS.values())}, {' '.join(JOB)}, {repeats} interleaved repeats, "
+                 f"steps {WARMUP + 1}.. ; ratio = run-to-run spread of the single process's wall time per step",
+        "arms": arms,
+        "machine_correlation": correlations,
+        "clock_cost_us": clock_cost_us(),
+        "duration_s": time.monotonic() - started,
+    }

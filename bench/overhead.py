@@ -25,6 +25,11 @@ def run(model: str = "resnet18", batch: int = 32, steps: int = 25, warmup: int =
     for _ in range(repeats):
         raw.append(statistics.median(raw_step_times(model, batch, steps)[warmup:]))
         framework.append(statistics.median(framework_step_times(model, batch, steps)[warmup:]))
-    return {"name": "framework_overhead", "ratio": statistics.median(r / f for r, f in zip(raw, framework)),
-            "goal": ">= 0.97", "raw_step_s": raw, "framework_step_s": framework,
-            "setup": f"model={model} batch={batch} steps={steps} warmup={warmup} repeats={repeats}, 1 thread, core 0"}
+    return {
+        "name": "framework_overhead",
+        "ratio": statistics.median(r / f for r, f in zip(raw, framework)),
+        "goal": ">= 0.97",
+        "raw_step_s": raw,
+        "framework_step_s": framework,
+        "setup": f"model={model} batch={batch} steps={steps} warmup={warmup} repeats={repeats}, 1 thread, core 0",
+    }

@@ -67,9 +67,13 @@ def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict[str, A
                                      "after_training_same_steps": [b[1] for b in after],
                                      "goal_met": within_goal_met}}
     worst = max(rows.values(), key=lambda r: abs(math.log(r["within_run"]["ratio"])))
-    return {"name": "pause_shift", "ratio": worst["within_run"]["ratio"],
-            "goal": f"the step time's 95 % interval within 1 ± {GOAL:.0%} (in-training / after-training), within runs",
-            "goal_met": all(r["within_run"]["goal_met"] for r in rows.values()),
-            "between_runs_goal_met": all(r["goal_met"] for r in rows.values()), "configurations": rows,
-            "setup": " ".join(RUN) + f"; {pairs} pairs, ABBA order; " + "; ".join(
-                f"{n}: {' '.join(CONFIGURATIONS[n])}" for n in configurations.split(","))}
+    return {
+        "name": "pause_shift",
+        "ratio": worst["within_run"]["ratio"],
+        "goal": f"the step time's 95 % interval within 1 ± {GOAL:.0%} (in-training / after-training), within runs",
+        "goal_met": all(r["within_run"]["goal_met"] for r in rows.values()),
+        "between_runs_goal_met": all(r["goal_met"] for r in rows.values()),
+        "configurations": rows,
+        "setup": " ".join(RUN) + f"; {pairs} pairs, ABBA order; " + "; ".join(
+            f"{n}: {' '.join(CONFIGURATIONS[n])}" for n in configurations.split(",")),
+    }

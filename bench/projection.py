@@ -329,10 +329,14 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
                                                                  uncalibrated, dilation))
     sizes = "; ".join(f"model={m} width {width(m, calibration_rate)} (sized for {calibration_rate} Mbit/s)"
                       if m == PAYLOAD_MODEL else f"model={m} as configured" for m in chosen["models"])
-    return {"name": "projection_validation",
-            "goal": f"held-out |error| <= 0.15 every synchronous case ({', '.join(SYNCHRONOUS)}), median <= 0.07; "
-                    f"asynchronous ({', '.join(sorted(set(STRATEGIES) - set(SYNCHRONOUS)))}) <= 0.25; faithful "
-                    f"cases >= {COVERAGE_GOAL:.0%} of those attempted", **figures_of(rows), "rows": rows,
-            "setup": f"{sizes}, {chosen['steps']} steps, {chosen['repeats']} runs per case, N={chosen['peers']}, "
-                     f"links {chosen['rates']} Mbit/s, strategies {chosen['strategies']}; calibration: the N=2 runs at "
-                     f"{calibration_rate} Mbit/s of the same model and strategy; {time.strftime('%Y-%m-%d')}"}
+    return {
+        "name": "projection_validation",
+        "goal": f"held-out |error| <= 0.15 every synchronous case ({', '.join(SYNCHRONOUS)}), median <= 0.07; "
+                f"asynchronous ({', '.join(sorted(set(STRATEGIES) - set(SYNCHRONOUS)))}) <= 0.25; faithful cases >= "
+                f"{COVERAGE_GOAL:.0%} of those attempted",
+        **figures_of(rows),
+        "rows": rows,
+        "setup": f"{sizes}, {chosen['steps']} steps, {chosen['repeats']} runs per case, N={chosen['peers']}, "
+                 f"links {chosen['rates']} Mbit/s, strategies {chosen['strategies']}; calibration: the N=2 runs at "
+                 f"{calibration_rate} Mbit/s of the same model and strategy; {time.strftime('%Y-%m-%d')}",
+    }

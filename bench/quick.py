@@ -29,12 +29,18 @@ def run(folder: str = "") -> dict:
     if sweep.exists():
         shutil.rmtree(sweep)  # a resumed sweep would not time the command
     wall_s = run_sweep(sweep, "off", COMMAND)  # bench/run.py holds the machine lock
-    return {"name": "quick", "ratio": wall_s / GOAL_S,
-            "goal": f"a verdict in at most {GOAL_S / 60:.0f} min (the command's wall clock / {GOAL_S:.0f} s <= 1)",
-            "goal_met": wall_s <= GOAL_S, "goal_s": GOAL_S, "command": "python train.py -m " + " ".join(COMMAND),
-            "answer": figures_of(sweep, wall_s), "samples": keep_sample(sweep),
-            "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # run folders stay out of git
-            "setup": " ".join(COMMAND) + "; one sweep, alone"}
+    return {
+        "name": "quick",
+        "ratio": wall_s / GOAL_S,
+        "goal": f"a verdict in at most {GOAL_S / 60:.0f} min (the command's wall clock / {GOAL_S:.0f} s <= 1)",
+        "goal_met": wall_s <= GOAL_S,
+        "goal_s": GOAL_S,
+        "command": "python train.py -m " + " ".join(COMMAND),
+        "answer": figures_of(sweep, wall_s),
+        "samples": keep_sample(sweep),
+        "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # the run folders stay out of the repository
+        "setup": " ".join(COMMAND) + "; one sweep, alone",
+    }
 
 
 def add_arguments(group: argparse._ActionsContainer) -> None:

@@ -20,11 +20,18 @@ def run(pairs: int = 3) -> dict[str, Any]:
     with_runs, without = abba(pairs, run_figures)
     ratio = Ratio([a["wall_s"] / b["wall_s"] for a, b in zip(with_runs, without)])
     low, high = ratio.interval() or (None, None)
-    return {"name": "reference_cost", "ratio": ratio.estimate, "interval": [low, high],
-            "goal": f"the wall clock's 95 % interval (with / without the reference) at most 1 + {GOAL:.0%}",
-            "goal_met": high is not None and high <= 1 + GOAL, "pairs": pairs, "with_reference": with_runs,
-            "without_reference": without, "accounted_cost_share": statistics.fmean(r["cost_share"] for r in with_runs),
-            "setup": f"make run's default run (train.py, no overrides); {pairs} pairs, ABBA order"}
+    return {
+        "name": "reference_cost",
+        "ratio": ratio.estimate,
+        "interval": [low, high],
+        "goal": f"the wall clock's 95 % interval (with / without the reference) at most 1 + {GOAL:.0%}",
+        "goal_met": high is not None and high <= 1 + GOAL,
+        "pairs": pairs,
+        "with_reference": with_runs,
+        "without_reference": without,
+        "accounted_cost_share": statistics.fmean(r["cost_share"] for r in with_runs),
+        "setup": f"make run's default run (train.py, no overrides); {pairs} pairs, ABBA order",
+    }
 
 
 def add_arguments(group: argparse._ActionsContainer) -> None:

@@ -135,12 +135,18 @@ def run(from_: Sequence[str] = ()) -> dict[str, Any]:
     commands = {folder.name: command_of(folder) for folder in folders}
     on_headline = all(c == HEADLINE for c in commands.values())
     r2 = figures["time_to_target"].get("r2")
-    return {"name": "reference_variance", "ratio": r2,
-            "goal": f"r² >= {GOAL} of time-to-target's paired log-ratio variance (headline sweeps)",
-            "goal_met": (r2 is not None and r2 >= GOAL) if on_headline else None, "on_headline": on_headline,
-            "figures": figures, "by_sweep": by_sweep, "commands": commands,
-            "sweeps": [{"path": portable(str(f.resolve())), "kept": False, "summary": "figures"} for f in folders],
-            "setup": "; ".join(f"{name}: {' '.join(c)}" for name, c in commands.items())}
+    return {
+        "name": "reference_variance",
+        "ratio": r2,
+        "goal": f"r² >= {GOAL} of time-to-target's paired log-ratio variance (headline sweeps)",
+        "goal_met": (r2 is not None and r2 >= GOAL) if on_headline else None,
+        "on_headline": on_headline,
+        "figures": figures,
+        "by_sweep": by_sweep,
+        "commands": commands,
+        "sweeps": [{"path": portable(str(f.resolve())), "kept": False, "summary": "figures"} for f in folders],
+        "setup": "; ".join(f"{name}: {' '.join(c)}" for name, c in commands.items()),
+    }
 
 
 def add_arguments(group: argparse._ActionsContainer) -> None:

@@ -30,6 +30,11 @@ def run(seconds: float = 20.0, interval: float = 0.5, children: int = 4) -> dict
         for kid in kids:
             kid.kill()
             kid.wait()
-    return {"name": "sampler_overhead", "ratio": used / wall, "goal": "< 0.01 of one core",
-            "cpu_s": used, "wall_s": wall,
-            "setup": f"interval={interval}s ({1 / interval:g} Hz), {children} child processes, {seconds:g} s"}
+    return {
+        "name": "sampler_overhead",
+        "ratio": used / wall,
+        "goal": "< 0.01 of one core",
+        "cpu_s": used,
+        "wall_s": wall,
+        "setup": f"interval={interval}s ({1 / interval:g} Hz), {children} child processes, {seconds:g} s",
+    }

@@ -18,5 +18,10 @@ def run(peers: Sequence[int] = (2, 4, 8), rate: int = 100, width: int = 768, ste
         rows.append({"peers": n, "stepwise": stepwise, "ring": ring,
                      "bytes_ratio": stepwise["bytes"] / ring["bytes"],
                      "round_time_ratio": stepwise["round_s"] / ring["round_s"]})
-    return {"name": "stepwise_vs_ring", "ratio": rows[-1]["round_time_ratio"], "goal": "< 1 (round time, largest N)",
-            "rows": rows, "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, {rate} Mbit/s links"}
+    return {
+        "name": "stepwise_vs_ring",
+        "ratio": rows[-1]["round_time_ratio"],
+        "goal": "< 1 (round time, largest N)",
+        "rows": rows,
+        "setup": f"model=mlp width={width}, {steps} steps, N={list(peers)}, {rate} Mbit/s links",
+    }

@@ -196,12 +196,19 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         shutil.rmtree(scratch, ignore_errors=True)
     duration, cpu_s = time.monotonic() - started, sum(c["cpu_s"] for c in cells)
     false_draws = sum(c["false_claim_draws"] for c in cells)
-    return {"name": "verdict_simulation", "ratio": false_draws / (draws * len(cells)),
-            "goal": "family-wise false-claim rate <= 0.05 (pooled over cells; each cell's, with its 95 % upper bound, "
-                    "in the table); 0 contradictions; coverage near 0.95",
-            "setup": f"{draws} simulated headline sweeps per cell ({len(cells)} cells: scenario x blocks x noise), "
-                     "through load_runs + analyse; ratio = the family-wise false-claim rate pooled over cells (draws)",
-            "fit": fit, "draws": draws, "cells": cells,
-            "false_claim_upper": upper_bound(false_draws, draws * len(cells)),
-            "contradictions": sum(c["contradictions"] for c in cells), "duration_s": duration, "cpu_s": cpu_s,
-            "draws_per_cpu_s": draws * len(cells) / cpu_s}
+    return {
+        "name": "verdict_simulation",
+        "ratio": false_draws / (draws * len(cells)),
+        "goal": "family-wise false-claim rate <= 0.05 (pooled over cells; each cell's, with its 95 % upper bound, in "
+                "the table); 0 contradictions; coverage near 0.95",
+        "setup": f"{draws} simulated headline sweeps per cell ({len(cells)} cells: scenario x blocks x noise), "
+                 "through load_runs + analyse; ratio = the family-wise false-claim rate pooled over cells (draws)",
+        "fit": fit,
+        "draws": draws,
+        "cells": cells,
+        "false_claim_upper": upper_bound(false_draws, draws * len(cells)),
+        "contradictions": sum(c["contradictions"] for c in cells),
+        "duration_s": duration,
+        "cpu_s": cpu_s,
+        "draws_per_cpu_s": draws * len(cells) / cpu_s,
+    }
