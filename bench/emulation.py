@@ -121,11 +121,11 @@ def report(result: dict) -> None:
 
 
 def add_arguments(parser: argparse._ActionsContainer) -> None:
-    parser.add_argument("--emulation-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
+    parser.add_argument("--emulation-repeats", type=int, metavar="N",
                         help=f"interleaved blocks of the linearity and invariance checks (default {REPEATS})")
-    parser.add_argument("--emulation-strategies", metavar="NAMES", default=argparse.SUPPRESS,
+    parser.add_argument("--emulation-strategies", metavar="NAMES",
                         help="the invariance check's strategies, a comma list (default: every averaging strategy)")
-    parser.add_argument("--emulation-headline-sweep", type=Path, metavar="DIR", default=argparse.SUPPRESS,
+    parser.add_argument("--emulation-headline-sweep", type=Path, metavar="DIR",
                         help="a finished headline sweep to read (default: run it here)")
 
 

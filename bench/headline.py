@@ -1,11 +1,6 @@
 #!/usr/bin/env python
 """The headline as typed, measured: `python train.py -m strategy=ring,stepwise,ps`, run as independent sweeps on
-this machine with nothing else running, and whether their answers replicate (docs/benchmarks.md).
-
-    python bench/headline.py --sweeps 2       # two sweeps, one after the other (each takes the machine lock)
-    python bench/headline.py --from multirun/headline-a multirun/headline-b    # record sweeps made before
-    python bench/headline.py --from multirun/headline-c    # one new sweep, checked against the last one recorded
-    python bench/headline.py --from multirun/headline-a multirun/headline-b --loopback-from multirun/headline-lo
+this machine with nothing else running, and whether their answers replicate (docs/benchmarks.md, with examples).
 
 A sweep runs into multirun/headline-<date>-<i>; a sweep stopped half-way goes on where it stopped when its folder
 is given again (`--from` records it as it stands, `--sweeps` resumes it). The result replaces

@@ -1,9 +1,8 @@
-"""Run one avgbench job from a benchmark and read what it left behind."""
-import argparse
+"""What the benchmarks share: their grids and choices, ABBA pairs, and running an avgbench job to read its summary."""
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -26,12 +25,6 @@ def grid_settings(default: str, option: str, text: str | None = None) -> dict[st
     return settings
 
 
-def add_grid_option(parser: argparse._ActionsContainer, name: str, default: str) -> None:
-    """--NAME-grid "KEY=VALUE ...": the part of a benchmark's grid to run, passed to its run() as `text`."""
-    parser.add_argument(f"--{name}-grid", dest=f"{name}_text", metavar="GRID", default=argparse.SUPPRESS,
-                        help=f"KEY=VALUE words that replace those of the default grid: {default}")
-
-
 def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
@@ -45,12 +38,20 @@ def abba(pairs: int, measure: Callable[[bool], T]) -> tuple[list[T], list[T]]:
     return found[True], found[False]
 
 
+def choices(text: str | None, known: Collection[T], convert: Callable[[str], T], option: str, what: str = "",
+            error: Callable[[str], BaseException] = ValueError) -> list[T]:
+    """The choices `text` (`option`'s comma list; empty: all `known`) names, in its order; error(message) on another."""
+    picked = [convert(part.strip()) for part in (text or "").split(",") if part.strip()]
+    if unknown := [c for c in picked if c not in known]:
+        raise error(f"{option}: unknown {what + ' ' if what else ''}{', '.join(map(str, unknown))} "
+                    f"(here: {', '.join(map(str, known))})")
+    return picked or list(known)
+
+
 def named(available: dict[str, T], text: str, option: str, what: str) -> dict[str, T]:
-    """The entries of `available` that `text` (`option`'s comma list; empty: all) names; ValueError on another."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if unknown := [n for n in names if n not in available]:
-        raise ValueError(f"{option}: unknown {what} {', '.join(unknown)} (here: {', '.join(available)})")
-    return {name: value for name, value in available.items() if not names or name in names}
+    """The entries of `available` that `text` names (choices), in their order there."""
+    picked = choices(text, available, str, option, what)
+    return {name: value for name, value in available.items() if name in picked}
 
 
 def averaging_strategies(benchmark: str) -> dict[str, list[str]]:

@@ -6,6 +6,7 @@ docs/emulation.md says; the result replaces bench/results/link_rate.json (--out:
     python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -37,19 +38,17 @@ JOB = ["model=resnet18", "data=digits", "eval_every=0"]
 CONTROL_ARM = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["report"]["control"]
 
 
-class Headline(TypedDict):
-    strategies: tuple[str, ...]
-    baselines: tuple[tuple[str, int], ...]
-    control: tuple[str, ...]
-    steps: int
-    eval_every: int
-    repeats: int
+class Headline(NamedTuple):
+    """The headline sweep as typed (its default plan), whose wall time the rows estimate."""
+    strategies: tuple[str, ...] = ("ring", "stepwise", "ps")
+    baselines: tuple[tuple[str, int], ...] = (("single", 2), ("single", 1))
+    control: tuple[str, ...] = ("single_2",) if CONTROL_ARM else ()  # the equal-resource baseline again in each block
+    steps: int = 100
+    eval_every: int = 5
+    repeats: int = 3
 
 
-HEADLINE: Headline = {
-    "strategies": ("ring", "stepwise", "ps"), "baselines": (("single", 2), ("single", 1)),
-    "control": ("single_2",) if CONTROL_ARM else (),  # the equal-resource baseline again in each block
-    "steps": 100, "eval_every": 5, "repeats": 3}
+HEADLINE = Headline()
 TRAIN = ("import sys, torch\nsys.path.insert(0, sys.argv[1])\nfrom job.model import resnet18\n"
          "torch.set_num_threads(1); torch.manual_seed(0)\nmodel = resnet18(10, 1)\n"
          "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
@@ -66,10 +65,8 @@ def others(window_s: float = 1.0, floor: float = 10.0) -> list[str]:
     mine = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
     procs = [p for p in psutil.process_iter(["pid", "name", "cmdline"]) if p.pid not in mine]
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.cpu_percent(None)
-        except psutil.Error:
-            pass
     time.sleep(window_s)
     busy = []
     for proc in procs:
@@ -147,18 +144,16 @@ def measure_run(what: str, overrides: list[str], steps: int) -> dict[str, Any]:
 
 
 def headline_run_s(run: dict[str, Any]) -> float:
-    """A headline run's wall time from a shorter run: fixed_s + steps x step_s + evaluations x their cost."""
-    evaluations = HEADLINE["steps"] // HEADLINE["eval_every"] + 1
-    return (run["fixed_s"] + HEADLINE["steps"] * run["step_s"]
-            + evaluations * (run["eval_s"] + run["snapshot_s"]))
+    """A headline run's wall time, estimated from a shorter run's figures."""
+    evaluations = HEADLINE.steps // HEADLINE.eval_every + 1
+    return run["fixed_s"] + HEADLINE.steps * run["step_s"] + evaluations * (run["eval_s"] + run["snapshot_s"])
 
 
 def headline_s(runs: dict[str, dict[str, Any]], baselines: dict[str, dict[str, Any]]) -> float | None:
-    if any(name not in runs for name in HEADLINE["strategies"]):
+    if any(name not in runs for name in HEADLINE.strategies):
         return None
-    block = (sum(headline_run_s(runs[n]) for n in HEADLINE["strategies"]) + sum(map(headline_run_s, baselines.values()))
-             + sum(headline_run_s(baselines[n]) for n in HEADLINE["control"]))
-    return HEADLINE["repeats"] * block
+    block = [runs[n] for n in HEADLINE.strategies] + [*baselines.values()] + [baselines[n] for n in HEADLINE.control]
+    return HEADLINE.repeats * sum(map(headline_run_s, block))
 
 
 def judged(row: dict[str, Any], goodput_share: float, comm_share: float) -> dict[str, Any]:
@@ -196,9 +191,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         print(summary_line(row), file=sys.stderr, flush=True)
     baselines = {} if args.no_headline else {
         f"{name}_{peers}": measure_run(f"baseline {name} peers={peers}", [f"strategy={name}", f"peers={peers}"],
-                                       args.steps) for name, peers in HEADLINE["baselines"]}
+                                       args.steps) for name, peers in HEADLINE.baselines}
     loopback = {name: measure_run(f"loopback {name}", [f"strategy={name}", "peers=2", "network=loopback"], args.steps)
-                for name in HEADLINE["strategies"] if args.loopback and not args.no_headline}
+                for name in HEADLINE.strategies if args.loopback and not args.no_headline}
     for row in rows:
         row["headline_estimate_s"] = headline_s(row["runs"], baselines) if baselines else None
     return {"rows": rows, "baselines": baselines, "loopback": loopback,
@@ -249,7 +244,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", type=lambda t: [float(v) for v in t.split(",")], default=[150, 200, 300, 400],
                         help="candidate rates, Mbit/s per host and direction (default: 150,200,300,400)")
-    parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(HEADLINE["strategies"]),
+    parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(HEADLINE.strategies),
                         help="strategies run at each rate (default: the headline's ring,stepwise,ps)")
     parser.add_argument("--steps", type=int, default=5, help="steps per run (default 5; the first is left out)")
     parser.add_argument("--probe-s", type=float, default=6.0, help="seconds of each probe's flows (default 6)")

@@ -96,7 +96,7 @@ def report(arms: dict[str, dict[str, Any]], correlations: dict[str, float | None
 
 
 def add_arguments(parser: argparse._ActionsContainer) -> None:
-    parser.add_argument("--noise-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
+    parser.add_argument("--noise-repeats", type=int, metavar="N",
                         help=f"alternations of the two arms (default {REPEATS})")
 
 

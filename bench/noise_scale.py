@@ -1,8 +1,6 @@
 """Whether the gradient noise scale predicts samples-to-target at larger global batches (docs/projection.md): per
 repeat, a 2-peer allreduce run measures B_simple at B0, and one process (ghost BatchNorm) samples-to-target at B0 and
 each larger B; E(B) = E(B0) (1 + B / Bn) / (1 + B0 / Bn) on the repeats' geometric means, against the measured.
-
-    python bench/run.py noise_scale [--noise_scale-grid "model=resnet18 repeats=3 batches=128,256,512"]
 """
 import math
 import statistics

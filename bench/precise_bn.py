@@ -2,8 +2,6 @@
 """How many training samples precise BatchNorm needs: a run's kept weights, evaluated after precise BatchNorm on
 subsets of several sizes and on the whole training split (the reference).
 
-    python bench/precise_bn.py RUN_DIR [--sizes 128 256 512] [--draws 3] [--steps 10 25 50 100] [--out F.json]
-
 RUN_DIR: a run with keep_weights=true. Each size gets `draws` subsets, the project's fixed one
 (PRECISE_BN_SUBSET_SEED) first; summarise says what is compared.
 """

@@ -161,11 +161,6 @@ def dilation_to_fit(overrides: list[str]) -> float:
     return max(1.0, shape_of(cfg, strategy_class(cfg).launch_spec(cfg), False)["oversubscription"])
 
 
-def case_overrides(model: str, strategy: str, peers: int, rate: int, mlp_width: int | None) -> list[str]:
-    return [*STRATEGIES[strategy], f"peers={peers}", "network=emulated", f"network.bandwidth_mbit={rate}",
-            *model_overrides(model, mlp_width)]
-
-
 def run_case(overrides: list[str], steps: int, payload_share: float, timeout: float, dilation: float) -> CaseRun:
     # a collective may take as long as the case (ResNet18's start-up broadcast at 20 Mbit/s outlasts the default);
     # an unchecked dilation runs, and its summary says so
@@ -296,7 +291,8 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
 
         def shaped(n: int, rate: int) -> tuple[list[str], float]:
             """The case's overrides and its dilation: to fit, where this machine checked that dilation."""
-            overrides = case_overrides(model, strategy, n, rate, mlp_width)
+            overrides = [*STRATEGIES[strategy], f"peers={n}", "network=emulated", f"network.bandwidth_mbit={rate}",
+                         *model_overrides(model, mlp_width)]
             fit = dilation_to_fit(overrides) if chosen["dilate"] == "fit" else 1.0
             return overrides, fit if fit <= checked_dilation(strategy)[0] else 1.0
 

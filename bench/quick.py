@@ -44,5 +44,5 @@ def run(folder: str = "") -> dict:
 
 
 def add_arguments(group: argparse._ActionsContainer) -> None:
-    group.add_argument("--quick-folder", dest="quick_folder", metavar="DIR", default=argparse.SUPPRESS,
+    group.add_argument("--quick-folder", dest="quick_folder", metavar="DIR",
                        help="the sweep's folder (default: multirun/quick-<date>-<time>; emptied first)")

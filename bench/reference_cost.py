@@ -36,4 +36,4 @@ def run(pairs: int = 3) -> dict[str, Any]:
 
 def add_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument("--reference-cost-pairs", dest="reference_cost_pairs", type=int, metavar="N",
-                       default=argparse.SUPPRESS, help="pairs of runs (default 3)")
+                       help="pairs of runs (default 3)")

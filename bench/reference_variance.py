@@ -151,4 +151,4 @@ def run(from_: Sequence[str] = ()) -> dict[str, Any]:
 
 def add_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument("--reference_variance-from", dest="reference_variance_from_", nargs="+", metavar="DIR",
-                       default=argparse.SUPPRESS, help="the recorded sweeps' folders")
+                       help="the recorded sweeps' folders")

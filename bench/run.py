@@ -1,16 +1,11 @@
 #!/usr/bin/env python
-"""Run the benchmarks, print a table of ratios, save each result as bench/results/NAME.json (bench/results.py).
-
-    python bench/run.py                     # all
-    python bench/run.py overhead sampler    # some (the others keep their saved entries)
-    python bench/run.py --out /tmp/results  # another folder than bench/results
-    python bench/run.py --lock refuse       # exit 2 if another benchmark or sweep holds the machine lock
-    python bench/run.py thesis --thesis-families hivemind --thesis-dir multirun/thesis   # a benchmark's options
+"""Run the benchmarks (default: all; the others keep their saved entries), print a table of ratios, save each result
+as bench/results/NAME.json (bench/results.py); examples in docs/benchmarks.md.
 
 A benchmark's options (--NAME-..., from its module's add_arguments, and --NAME-grid where it has a DEFAULT_GRID) reach
 its run() as keyword arguments. Its result gets the method metrics/methods.yaml states for its module (bench.MODULE)
 and replaces the saved entry, unless the module defines merge(kept, new) (projection: only the cases it ran).
-Benchmarks hold the machine lock (launchers/lock.py) while they run.
+Benchmarks hold the machine lock (launchers/lock.py) while they run: --lock refuse exits 2 if another holds it.
 """
 import argparse
 import importlib
@@ -23,7 +18,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.jobs import add_grid_option  # noqa: E402
 from bench.results import RESULTS, recorded, save  # noqa: E402
 from job.registry import resolve  # noqa: E402
 from launchers.lock import LOCK_MODES, LockRefused, MachineLock  # noqa: E402
@@ -89,12 +83,14 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
     add_saving_options(parser, print_only=False)
-    for name, spec in BENCHMARKS.items():
-        group, module = parser.add_argument_group(f"{name} options"), module_of(spec)
+    for name, spec in BENCHMARKS.items():  # an option not given stays out of args: run()'s default holds
+        group = parser.add_argument_group(f"{name} options", argument_default=argparse.SUPPRESS)
+        module = module_of(spec)
         if add_arguments := getattr(module, "add_arguments", None):
             add_arguments(group)
-        if grid := getattr(module, "DEFAULT_GRID", None):
-            add_grid_option(group, name, grid)
+        if grid := getattr(module, "DEFAULT_GRID", None):  # reaches run() as `text`
+            group.add_argument(f"--{name}-grid", dest=f"{name}_text", metavar="GRID",
+                               help=f"KEY=VALUE words that replace those of the default grid: {grid}")
     return parser
 
 

@@ -344,16 +344,15 @@ def merge_projected(kept: dict, new: dict, evidence: Evidence | None = None) -> 
 
 
 def add_arguments(parser: argparse._ActionsContainer) -> None:
-    parser.add_argument("--thesis-families", dest="thesis_names", metavar="NAMES", default=argparse.SUPPRESS,
+    parser.add_argument("--thesis-families", dest="thesis_names", metavar="NAMES",
                         help="the families to run, a comma list (default: all)")
-    parser.add_argument("--thesis-dir", dest="thesis_out", type=Path, metavar="DIR", default=argparse.SUPPRESS,
+    parser.add_argument("--thesis-dir", dest="thesis_out", type=Path, metavar="DIR",
                         help="one sweep per family; a rerun with the same DIR keeps completed runs (default: "
                              "multirun/thesis-DATE)")
-    parser.add_argument("--thesis-steps", type=int, metavar="N", default=argparse.SUPPRESS,
+    parser.add_argument("--thesis-steps", type=int, metavar="N",
                         help=f"max_steps of a full-grid run (default {STEPS}; the slice runs 100)")
-    parser.add_argument("--thesis-repeats", type=int, metavar="N", default=argparse.SUPPRESS,
-                        help=f"paired blocks (default {REPEATS})")
-    parser.add_argument("--thesis-link", metavar="LINK", default=argparse.SUPPRESS,
+    parser.add_argument("--thesis-repeats", type=int, metavar="N", help=f"paired blocks (default {REPEATS})")
+    parser.add_argument("--thesis-link", metavar="LINK",
                         help=f"the projected remainder's link: a conf/network preset or MBIT[,LATENCY_MS] "
                              f"(default {DEFAULT_LINK})")
 

@@ -7,13 +7,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any
 
 import numpy as np
 from scipy.stats import beta, norm
 
+from bench.jobs import choices
 from bench.results import RESULTS, load
 from bench.run_folders import BlockRun, write_sweep
 from metrics.report.baselines import load_runs
@@ -22,7 +22,6 @@ from metrics.report.tables import excludes_one
 from metrics.report.verdict import analyse
 from metrics.summary.schema import Json
 
-T = TypeVar("T")
 CONFIGURATIONS = ("ps", "ring", "stepwise")
 EFFECTS = (1.1, 1.25, 1.5, 2.0)
 SCENARIOS = {"global null": {"ps": 1.0, "ring": 1.0, "stepwise": 1.0},
@@ -167,38 +166,20 @@ def simulate(speeds: dict, blocks: int, kind: str, draws: int, fit: dict, seed: 
 
 
 def add_arguments(parser: argparse._ActionsContainer) -> None:
-    parser.add_argument("--verdict_simulation-draws", type=int, metavar="N", default=argparse.SUPPRESS,
+    parser.add_argument("--verdict_simulation-draws", type=int, metavar="N",
                         help=f"simulated sweeps per cell (default {DRAWS})")
-    parser.add_argument("--verdict_simulation-scenarios", metavar="A,B", default=argparse.SUPPRESS,
+    parser.add_argument("--verdict_simulation-scenarios", metavar="A,B",
                         help="scenarios to run, comma-separated (default: all: " + ", ".join(SCENARIOS) + ")")
-    parser.add_argument("--verdict_simulation-blocks", metavar="3,6", default=argparse.SUPPRESS,
+    parser.add_argument("--verdict_simulation-blocks", metavar="3,6",
                         help=f"block counts (default {','.join(map(str, BLOCKS))})")
-
-
-@overload
-def parse_choices(text: str | None, known: Collection[str]) -> list[str]: ...
-
-
-@overload
-def parse_choices(text: str | None, known: Collection[T], convert: Callable[[str], T]) -> list[T]: ...
-
-
-def parse_choices(text: str | None, known: Collection[Any], convert: Callable[[str], Any] = str) -> list[Any]:
-    if text is None:
-        return list(known)
-    chosen = [convert(part.strip()) for part in text.split(",")]
-    if unknown := [c for c in chosen if c not in known]:
-        raise SystemExit(f"verdict_simulation: unknown {', '.join(map(str, unknown))} (known: "
-                         f"{', '.join(map(str, known))})")
-    return chosen
 
 
 def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = None,
         results: Path = RESULTS, seed: int = 0) -> dict:
     if draws < 1:
         raise SystemExit(f"verdict_simulation: draws must be at least 1, got {draws}")
-    chosen = parse_choices(scenarios, SCENARIOS)
-    block_counts = parse_choices(blocks, BLOCKS, int)
+    chosen = choices(scenarios, SCENARIOS, str, "--verdict_simulation-scenarios", error=SystemExit)
+    block_counts = choices(blocks, BLOCKS, int, "--verdict_simulation-blocks", error=SystemExit)
     fit = fitted({name: load(name, results) for name in ("primary_noise", "headline")})
     started = time.monotonic()
     cells = []

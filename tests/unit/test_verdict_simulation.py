@@ -6,6 +6,7 @@ import math
 import pytest
 
 from bench import verdict_simulation as simulation
+from bench.jobs import choices
 from metrics.report.stats import FASTER, SLOWER
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,7 +80,7 @@ def test_the_noise_is_fitted_to_the_recorded_runs():
 def test_every_scenario_can_be_chosen_by_name():
     """--verdict_simulation-scenarios takes names separated by commas: a name holding one could not be chosen."""
     names = list(simulation.SCENARIOS)
-    assert simulation.parse_choices(",".join(names), simulation.SCENARIOS) == names
+    assert choices(",".join(names), simulation.SCENARIOS, str, "--verdict_simulation-scenarios") == names
 
 
 def test_bad_choices_fail_before_any_draw():
