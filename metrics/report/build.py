@@ -11,9 +11,10 @@ from metrics.report.projected import projected_tables
 from metrics.report.runs import Run, Section, flatten, read_plan
 from metrics.report.tables import error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
-from metrics.recording.methods import methods
+from metrics.recording.methods import methods as method_texts
+from metrics.summary.schema import Json
 
-METHOD = methods("report", PAIRED_T=PAIRED_T, TOST=TOST)
+METHOD = method_texts("report", PAIRED_T=PAIRED_T, TOST=TOST)
 
 
 SEVERAL_NODES = ("A run over several nodes (launch.nnodes > 1, e.g. under SLURM) writes one folder per node "
@@ -71,7 +72,7 @@ def errors(sections: list[Section]) -> list[tuple[str, str]]:
     return found
 
 
-def positions(run: Run) -> dict:
+def positions(run: Run) -> Json:
     """Where the sweep's plan put the run: its position in its block and the Williams sequence."""
     if run.sweep is None:
         return {}
@@ -82,7 +83,7 @@ def positions(run: Run) -> dict:
     return {}
 
 
-def csv_rows(sections: list[Section]) -> list[dict]:
+def csv_rows(sections: list[Section]) -> list[Json]:
     rows = []
     section_runs = {id(run): section.runs for section in sections for run in section.runs}
     for label, run in all_runs(sections):

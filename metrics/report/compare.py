@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
-from metrics.report.runs import Group, Run, block_runs
+from metrics.report.runs import Block, Group, Run, block_runs
 from metrics.report.stats import EQUIVALENT, Ratio, decide, holm, pooled_log_sd
 
 PAIRED_T, TOST = "paired t-test", "TOST"
@@ -17,7 +17,7 @@ PAIRED_T, TOST = "paired t-test", "TOST"
 @dataclass(frozen=True)
 class LeftOut:
     """An unfaithful run whose block a comparison left out, with the figure that failed."""
-    block: object
+    block: int | None
     label: str
     why: str
 
@@ -30,10 +30,10 @@ class Comparison:
     this: Group
     other: Group
     primary: Primary
-    ratio: Ratio = None
+    ratio: Ratio
     blocks: int = 0             # blocks holding a faithful run of both
-    used: list = field(default_factory=list)  # those blocks' keys
-    exact_logs: dict = field(default_factory=dict)  # block -> its log ratio, where observed exactly
+    used: list[Block] = field(default_factory=list)  # those blocks' keys
+    exact_logs: dict[Block, float] = field(default_factory=dict)  # block -> its log ratio, where observed exactly
     censored: int = 0           # of those, blocks where a run missed the target (or failed): counted at its horizon
     left_out: list[LeftOut] = field(default_factory=list)  # unfaithful runs whose blocks were left out
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
@@ -48,12 +48,12 @@ class Comparison:
     @property
     def claim(self) -> str | None:
         """The permitted claim with the smallest p-value: the one that enters Holm's family (None: no test)."""
-        return min(self.permitted, key=self.permitted.get, default=None)
+        return min(self.permitted, key=self.permitted.__getitem__, default=None)
 
     @property
     def p(self) -> float | None:
         """The p-value of the claim that enters Holm's family."""
-        return self.permitted.get(self.claim)
+        return None if (claim := self.claim) is None else self.permitted.get(claim)
 
     @property
     def test(self) -> str:
@@ -93,31 +93,32 @@ def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, 
     return (fast_time, slow_time, False, True) if mine is fast else (slow_time, fast_time, True, False)
 
 
-def block_throughput(runs: list[Run]) -> tuple[float | None, bool]:
-    """One block's throughput of a group (geometric mean over its runs, failed runs' too) and whether all completed."""
+def block_throughput(runs: list[Run]) -> tuple[float, bool]:
+    """One block's throughput of a group (geometric mean over its runs, failed runs' too; 0.0: none recorded) and
+    whether all completed (then each recorded one)."""
     recorded = [v for v in (r.summary.throughput_samples_per_s for r in runs) if v]
     completed = all(completed_throughput(r) for r in runs)
-    return (statistics.geometric_mean(recorded) if recorded else None), completed
+    return (statistics.geometric_mean(recorded) if recorded else 0.0), completed
 
 
-def counted_throughputs(mine: tuple[float | None, bool], yours: tuple[float | None, bool]) -> tuple:
+def counted_throughputs(mine: tuple[float, bool], yours: tuple[float, bool]) -> tuple[float, float, bool, bool]:
     """The throughputs a block counts for a pair, and whether each is its run's best case: a completed run's as is;
     a failed run's (the worst outcome) at most the other's (at best a tie); both failed: a tie."""
     (my_value, my_done), (your_value, your_done) = mine, yours
     if my_done and your_done:
-        return my_value, your_value, 0, 0
+        return my_value, your_value, False, False
     if not my_done and not your_done:
-        return 1.0, 1.0, 1, 1
+        return 1.0, 1.0, True, True
     if my_done:
-        return my_value, min(your_value or my_value, my_value), 0, 1
-    return min(my_value or your_value, your_value), your_value, 1, 0
+        return my_value, min(your_value or my_value, my_value), False, True
+    return min(my_value or your_value, your_value), your_value, True, False
 
 
 def compare(this: Group, other: Group, primary: Primary, smallest_effect: float = 1.25) -> Comparison:
     """this against other on the primary figure, paired by block over faithful runs."""
     ours, theirs = block_runs(this), block_runs(other)
     shared = sorted(ours.keys() & theirs.keys(), key=str)
-    left_out, used = [], []
+    left_out, used = list[LeftOut](), list[Block]()
     for block in shared:
         unfaithful = [LeftOut(block[1], label, "; ".join(run.unfaithful()))
                       for label, runs in ((this.label, ours[block]), (other.label, theirs[block]))
@@ -125,8 +126,7 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
         left_out += unfaithful
         if not unfaithful:
             used.append(block)
-    found = Comparison(this, other, primary, left_out=left_out, smallest_effect=smallest_effect, used=used)
-    values, exact, favours_this, favours_other = [], [], 0, 0
+    values, exact, exact_logs, favours_this, favours_other = list[float](), list[bool](), {}, 0, 0
     for block in used:
         if primary.is_time:  # ratio: the other's time / this one's
             mine, yours, mine_favoured, yours_favoured = counted_times(block_observation(ours[block]),
@@ -141,11 +141,10 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
         favours_this += mine_favoured
         favours_other += yours_favoured
         if exact[-1]:
-            found.exact_logs[block] = math.log(value)
-    found.ratio = Ratio(values, exact, favours_this, favours_other)
-    found.blocks = len(used)
-    found.censored = found.ratio.imputed
-    return found
+            exact_logs[block] = math.log(value)
+    ratio = Ratio(values, exact, favours_this, favours_other)
+    return Comparison(this, other, primary, ratio, len(used), used, exact_logs, ratio.imputed, left_out,
+                      smallest_effect=smallest_effect)
 
 
 def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:

@@ -2,6 +2,7 @@
 comparisons, the blocks (`repeats`, or `repeats=auto` from a power calculation) and their power, the control arms,
 and the jobs' order within each block (a Williams design)."""
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
@@ -53,7 +54,7 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
     attach_baselines(groups)
     primary, comparisons = {}, {}
     for section in sections_of(groups):
-        declared = {json.dumps(declare(r.config).as_dict(), sort_keys=True) for r in section.runs}
+        declared = {json.dumps(asdict(declare(r.config)), sort_keys=True) for r in section.runs}
         if len(declared) > 1:
             raise ValueError(f"the runs of {section.key} declare different primary figures: "
                              + "; ".join(sorted(declared)))
@@ -87,7 +88,8 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
             continue
         upper = upper_log_sd(sd, df)
         if repeats is None:
-            found = next((n for n in range(2, cap + 1) if power(upper, n, effect, family) >= POWER), None)
+            found = next((n for n in range(2, cap + 1)
+                          if (p := power(upper, n, effect, family)) is not None and p >= POWER), None)
             blocks = found or cap
             needed = max(needed, blocks)
         else:

@@ -13,7 +13,7 @@ def load(path: Path, folders: list[Path]) -> Run:
     if folders == [path]:
         return load_run(path)
     nodes = [load_run(folder) for folder in folders]
-    ranks = [node_rank_of(folder) for folder in folders]
+    ranks = [node_rank_of(folder) or 0 for folder in folders]  # all node folders here (run_folders)
     missing = sorted(set(range(max(n.nnodes for n in nodes))) - set(ranks))
     if len(nodes) == 1 and not missing:  # a one-node job: its summary is the run's
         nodes[0].path = path

@@ -16,15 +16,18 @@ import math
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from scipy.stats import chi2
 
 from metrics.recording.machine import describe_machine, fingerprint
 from metrics.report.baselines import averaging, load_runs
+from metrics.report.compare import Comparison
 from metrics.report.primary import Primary, time_observation
-from metrics.report.runs import Group
+from metrics.report.runs import Block, Group, RunFigure, Section
 from metrics.report.stats import blocks_for, pooled_log_sd
 from metrics.report.verdict import analyse
+from metrics.summary.schema import Json
 
 ENTRY = "primary_noise"
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
@@ -32,11 +35,11 @@ TEN_PERCENT = 1.10  # a recorded row's blocks_for_10pct: the blocks x/÷1.10 nee
                     # report.smallest_effect)
 
 
-def seed_log_sd(logs: dict, seed_of: dict) -> tuple[float | None, int]:
+def seed_log_sd(logs: dict[Block, float], seed_of: dict[Block, Any]) -> tuple[float | None, int]:
     """The sd of one block's paired log ratio (logs: block -> log ratio), with seeds as the observations: the
     variance of the per-seed means plus the within-seed variance (blocks of one seed differ in timing only) that
     averaging took out; and the number of seeds."""
-    by_seed: dict = {}
+    by_seed: dict[Any, list[float]] = {}
     for block, log in logs.items():
         by_seed.setdefault(seed_of.get(block, block), []).append(log)
     if len(by_seed) < 2:
@@ -49,13 +52,13 @@ def seed_log_sd(logs: dict, seed_of: dict) -> tuple[float | None, int]:
     return math.sqrt(statistics.variance(means) + within * averaged_out), len(means)
 
 
-def paired_logs(this: Group, other: Group, figure, blocks: list) -> dict:
+def paired_logs(this: Group, other: Group, figure: RunFigure, blocks: list[Block]) -> dict[Block, float]:
     """block -> log(figure(this) / figure(other)) over `blocks` where both have the figure."""
     top, bottom = this.by_block(figure), other.by_block(figure)
     return {b: math.log(top[b] / bottom[b]) for b in blocks if b in top and b in bottom}
 
 
-def measured_rows(dirs: list[Path]) -> list[dict]:
+def measured_rows(dirs: list[Path]) -> list[Json]:
     """One row per configuration compared with its baseline: its paired log ratios' sd (blocks observed exactly)."""
     rows = []
     sections, _ = load_runs(dirs)
@@ -82,7 +85,7 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
     return rows
 
 
-def row_of(primary: Primary, section, c) -> dict:
+def row_of(primary: Primary, section: Section, c: Comparison) -> Json:
     """What a row of comparison c is about: the figure, its target, the data, model and configuration, where."""
     return {"figure": primary.figure, "metric": primary.metric, "value": primary.value,
             "estimator": primary.estimator, "data": section.data, "model": section.model,
@@ -91,7 +94,7 @@ def row_of(primary: Primary, section, c) -> dict:
             "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})}
 
 
-def missed_row(primary: Primary, section, c, seed_of: dict) -> dict:
+def missed_row(primary: Primary, section: Section, c: Comparison, seed_of: dict[Block, Any]) -> Json:
     """The row of a configuration whose runs reached the target in too few blocks to measure its noise: no log-sd;
     its exact and censored blocks (repeats=auto refuses to plan from it, saying why)."""
     return row_of(primary, section, c) | {
@@ -101,7 +104,7 @@ def missed_row(primary: Primary, section, c, seed_of: dict) -> dict:
         "blocks_for_10pct": None, "samples_log_sd": None}
 
 
-def merged(kept: dict | None, rows: list[dict]) -> dict:
+def merged(kept: Json | None, rows: list[Json]) -> Json:
     """The primary_noise entry with these newly measured rows: a kept row of the same figure, target, data, model and
     strategy is replaced, the others stay with their own date and machine."""
     machine = fingerprint()
@@ -116,7 +119,7 @@ def merged(kept: dict | None, rows: list[dict]) -> dict:
             "machine": machine}  # where it was last recorded; each row names its own machine
 
 
-def recorded_lines(rows: list[dict], where: str, dirs: list[Path]) -> list[str]:
+def recorded_lines(rows: list[Json], where: str, dirs: list[Path]) -> list[str]:
     """What was recorded, one line a row."""
     lines = [f"recorded in {where} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
              f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{TEN_PERCENT:.2f} needs {r['blocks_for_10pct']}); "
@@ -134,15 +137,21 @@ def upper_log_sd(log_sd: float, df: int, level: float = 0.95) -> float:
     return log_sd * math.sqrt(df / chi2.ppf(1 - level, df))
 
 
+def seeds_of(row: Json) -> int:
+    """A recorded row's seeds (rows recorded before seeds were counted: its blocks)."""
+    return row["seeds"] if "seeds" in row else row["blocks"]
+
+
 def planning_noise(path: Path, primary: Primary, data: str, model: str,
                    strategies: list[str]) -> tuple[float, int, str]:
     """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, and where it comes
     from; ValueError, saying what to run, where the results file has none for some strategy."""
     try:
-        rows = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY), {})["rows"]
+        rows: list[Json] = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY),
+                                {"rows": []})["rows"]
     except (OSError, ValueError, KeyError, TypeError):
         rows = []
-    wanted = {"figure": primary.figure, "data": data, "model": model}
+    wanted: Json = {"figure": primary.figure, "data": data, "model": model}
     if primary.is_time:
         wanted |= {"metric": primary.metric, "value": primary.value, "estimator": primary.estimator}
     found = [r for r in rows if all(r.get(k) == v for k, v in wanted.items()) and r.get("strategy") in strategies]
@@ -163,8 +172,11 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python bench/primary_noise.py multirun/noise` (it records into "
             "bench/results/primary_noise.json and conf/evidence.json)")
-    spreads = [(r.get("seeds", r["blocks"]) - 1, r["log_sd"]) for r in found]
+    spreads = [(seeds_of(r) - 1, r["log_sd"]) for r in found]
     pooled = pooled_log_sd(spreads)
-    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r.get('seeds', r['blocks'])} seeds, "
+    if pooled is None:
+        raise ValueError(f"{path} ({ENTRY}) records no degrees of freedom for {', '.join(strategies)}: no noise to "
+                         "plan from")
+    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, "
                       f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
     return pooled, sum(df for df, _ in spreads if df > 0), where

@@ -25,18 +25,18 @@ h2 { border-bottom: 2px solid #ddd; margin-top: 2em; }
 """
 
 
-def markdown_cell(text) -> str:
+def markdown_cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def is_text(cell) -> bool:
+def is_text(cell: object) -> bool:
     """Numbers (also "1.2 ± 0.3", "–") align right, text left."""
     return any(c.isalpha() for c in str(cell))
 
 
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                             autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
+                             autoescape=lambda name: name is not None and name.endswith(".html.j2"),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["cell"] = markdown_cell
     env.tests["text"] = is_text

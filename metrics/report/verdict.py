@@ -170,7 +170,7 @@ def finding_of(group: Group, a: Analysis) -> str:
     comparison = against_baseline(group, a.comparisons)
     if comparison is None:
         return head + f"no run of one process on {cpus(group.first.total_cpus)} to compare it with (command below)"
-    return head + f"against {group.baseline.label}: {claim_text(comparison)}"
+    return head + f"against {comparison.other.label}: {claim_text(comparison)}"
 
 
 def answer_of(a: Analysis) -> str:
@@ -186,8 +186,8 @@ def answer_of(a: Analysis) -> str:
     configurations = averaging(a.ranking)
     if not configurations:
         return "No averaging configuration among these runs: nothing to set against one process."
-    claims = {g: against_baseline(g, a.comparisons) for g in configurations}
-    faster = [g for g, c in claims.items() if c and c.decision == FASTER]
+    claims = {g: c for g in configurations if (c := against_baseline(g, a.comparisons))}
+    faster = [g for g, c in claims.items() if c.decision == FASTER]
     what = f"{a.primary.name}" + (f" to {a.primary.target}" if a.primary.is_time else "")
     if faster:
         sentence = "Answer: " + "; ".join(
@@ -198,7 +198,7 @@ def answer_of(a: Analysis) -> str:
     else:
         sentence = (f"Answer: no averaging configuration is shown faster than one process on the same CPUs in "
                     f"{what}.")
-        slower = [g for g, c in claims.items() if c and c.decision == SLOWER]
+        slower = [g for g, c in claims.items() if c.decision == SLOWER]
         if slower and len(slower) == len(configurations):
             sentence += " Every one is slower: here, one process with the same CPUs beats them all."
     caveats = setting_caveats([r for g in a.ranking for r in g.runs])
@@ -254,7 +254,7 @@ def noise_line(a: Analysis) -> str | None:
     """The primary figure's own noise, and the smallest ratio the blocks detect after Holm."""
     if not (noise := noise_of(a)):
         return None
-    if not noise.log_sd:
+    if not noise.log_sd or noise.detectable is None:
         return (f"Noise of {a.primary.name}: not measured (one block, or no spread): no ratio here has an "
                 "interval; run the multirun with repeats=2 or more (the default is 3).")
     return (f"Noise of {a.primary.name}: the paired ratios vary by {noise.log_sd:.1%} (sd of their logs, pooled over "
@@ -271,9 +271,7 @@ def left_out(a: Analysis) -> list[str]:
 
 # Each configuration's entry: the primary figure first, every other figure beside it.
 
-def mean(group: Group, figure) -> float | None:
-    values = group.values(figure)
-    return statistics.fmean(values) if values else None
+
 
 
 def scaling_text(group: Group) -> str:
@@ -298,7 +296,7 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
         figures.append(f"no equal-resource baseline (a single run with {cpus(group.first.total_cpus)}; command "
                        "below)")
     figures += [f"{a.primary.name} against {c.other.label}: {claim_text(c)}" for c in a.comparisons if c.this is group]
-    throughput = mean(group, lambda r: r.summary.throughput_samples_per_s)
+    throughput = group.mean(lambda r: r.summary.throughput_samples_per_s)
     if throughput is not None:
         figures.append(f"{number(throughput)} samples/s")
         if group.baseline and group.baseline is not group:
@@ -306,10 +304,10 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
                            + (" (beside the primary figure)" if a.primary.is_time else ""))
         if group.one_peer is not group:
             figures.append(scaling_text(group))
-    sent = mean(group, lambda r: r.summary.bytes_sent_per_sample)
+    sent = group.mean(lambda r: r.summary.bytes_sent_per_sample)
     if sent is not None:
         figures.append(f"{size(sent)}/sample sent" if sent else "no payload exchanged")
-    worst = mean(group, lambda r: r.worst_worker_accuracy())
+    worst = group.mean(lambda r: r.worst_worker_accuracy())
     if a.primary.is_time and worst is not None:
         figures.append(f"worst worker {worst:.3f}")
     found = bottleneck(group)
@@ -398,14 +396,14 @@ def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
         if moved:
             caveats.append(f"block {block}: {moved}" if block is not None else moved)
         off = run.slower_than_block(section_runs)
-        if off is not None and abs(off) > run.speed_reference.tolerance:
+        if off is not None and (tolerance := run.speed_reference.tolerance) is not None and abs(off) > tolerance:
             caveats.append(f"block {block}: this run's machine was {share(abs(off))} "
                            f"{'slower' if off > 0 else 'faster'} than its block's median (speed reference, median over "
                            "the block's runs of the same work)")
     return caveats
 
 
-def shared_cores(run) -> str | None:
+def shared_cores(run: Run) -> str | None:
     """Processes that asked for more CPUs than the cores they were pinned to (peers.result.cores)."""
     pinned = [(p.result or {}).get("cores") or [] for p in run.summary.peers or []]
     per_process = run.config["peer_cpus"] * (run.config["peers"] if run.is_baseline else 1)  # single: N x c threads
@@ -436,8 +434,8 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
     if len(steps) > 1:
         parts.append(f"max_steps={group.first.config['max_steps']} (this comparison: "
                      f"{', '.join(map(str, steps))})")
-    samples = mean(group, lambda r: r.summary.total_samples) or 0
-    most = max(mean(g, lambda r: r.summary.total_samples) or 0 for g in groups)
+    samples = group.mean(lambda r: r.summary.total_samples) or 0
+    most = max(g.mean(lambda r: r.summary.total_samples) or 0 for g in groups)
     stopped = all(r.summary.evaluation.stopped_at_target for r in group.runs)
     if samples < most and not stopped:
         parts.append(f"{samples:,.0f} samples trained, {most:,.0f} in the longest configuration")
