@@ -11,21 +11,11 @@ from metrics.report.projected import projected_tables
 from metrics.report.runs import Run, Section, flatten, read_plan
 from metrics.report.tables import error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
-from metrics.recording.methods import methods as method_texts
+from metrics.recording.methods import methods
 from metrics.summary.schema import Json
 
-METHOD = method_texts("report", PAIRED_T=PAIRED_T, TOST=TOST)
-
-
-SEVERAL_NODES = ("A run over several nodes (launch.nnodes > 1, e.g. under SLURM) writes one folder per node "
-                 "(node<R>), each with a summary of its own peers; the report reads them as one run: all peers "
-                 "together, samples summed, throughput over the longest worker across nodes, time-to-target over "
-                 "every worker's learning curve (the worst worker), per-step figures over every worker's steps, the "
-                 "worst node's status (a node that failed or wrote no summary fails the run, counted once) and "
-                 "setting (shape, machine, link). Its equal-resource baseline is one process with peers x peer_cpus "
-                 "CPUs on one node (the sweep submits baselines and the control arm as one-node jobs): where a node "
-                 "has fewer cores, the baseline is oversubscribed and its caveat says by how much (summary.json's "
-                 "shape).")
+METHOD = methods("report", PAIRED_T=PAIRED_T, TOST=TOST)
+SEVERAL_NODES = methods("nodes")  # a run over several nodes: how the report reads it
 
 
 class NoRuns(Exception):
@@ -49,10 +39,10 @@ def notes(sections: list[Section], left_out: list[str]) -> list[str]:
     return lines
 
 
-def methods(sections: list[Section]) -> list[tuple[str, str]]:
+def methods_of(sections: list[Section]) -> list[tuple[str, str]]:
     merged = dict(METHOD)
     if any(run.nnodes > 1 for _, run in all_runs(sections)):
-        merged["several nodes"] = SEVERAL_NODES
+        merged |= SEVERAL_NODES
     for _, run in all_runs(sections):
         for key, text in (run.summary.methods or {}).items():
             merged.setdefault(key, text)
@@ -137,5 +127,5 @@ def build(sources: list[Path], project: list[str] | None = None) -> Report:
                                    section_tables(shown, analysis.primary, analysis.comparisons, analysis.controls),
                                    section_plots(section, shown)))
     return Report(time.strftime("%Y-%m-%d %H:%M:%S %Z"), [str(s) for s in sources], intro(sections), parts,
-                  notes(sections, left_out), errors(sections), methods(sections), csv_rows(sections),
+                  notes(sections, left_out), errors(sections), methods_of(sections), csv_rows(sections),
                   projected_tables(sections, project) if project else [])

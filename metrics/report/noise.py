@@ -1,16 +1,5 @@
-"""The primary figure's noise, recorded for planning: the `primary_noise` entry, one row per
-(figure, target, estimator, data, model, strategy) with the sd of the paired log ratios against the
-equal-resource baseline (blocks observed exactly), its blocks and the blocks a ratio of x/÷1.10 needs; beside it,
-on time-to-target, the sd of the paired samples-to-target ratios (the convergence part of the noise).
-A convergence figure's noise is counted over distinct seeds: blocks of different sweeps that share a seed trained
-the same data order from the same weights (common random numbers), so they reached the target after the same
-samples; they are one observation of that seed (`seeds`): the sd is the per-seed means' plus the timing variance
-within a seed.
-A sweep's plan (launchers/sweeper.py, metrics/report/design.py) fixes its blocks (`repeats=auto`) and states their
-power from the 95 % upper confidence bound of the pooled sd (upper_log_sd).
-
-    python bench/primary_noise.py SWEEP_DIR  (into bench/results/primary_noise.json and conf/evidence.json)
-"""
+"""The primary figure's noise, recorded for planning (bench/primary_noise.py: the `primary_noise` entry; its method
+in metrics/methods.yaml), and read back by a sweep's plan (planning_noise)."""
 import json
 import math
 import statistics
@@ -21,6 +10,7 @@ from typing import Any
 from scipy.stats import chi2
 
 from metrics.recording.machine import describe_machine, fingerprint
+from metrics.recording.methods import methods
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.compare import Comparison
 from metrics.report.primary import Primary, time_observation
@@ -30,6 +20,7 @@ from metrics.report.verdict import analyse
 from metrics.summary.schema import Json
 
 ENTRY = "primary_noise"
+METHOD = methods("primary_noise")["method"]  # how a row is measured, recorded with the entry
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
 TEN_PERCENT = 1.10  # a recorded row's blocks_for_10pct: the blocks x/÷1.10 needs at 80 % power (plans use
                     # report.smallest_effect)
@@ -113,7 +104,7 @@ def merged(kept: Json | None, rows: list[Json]) -> Json:
     rows = kept_rows + [r | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine} for r in rows]
     return {"name": ENTRY, "rows": rows,
             "goal": "the sd of the primary figure's paired log ratios that repeats=auto plans from (no goal)",
-            "method": __doc__.strip(), "measured_at": max(r["measured_at"] for r in rows),
+            "method": METHOD, "measured_at": max(r["measured_at"] for r in rows),
             "sweeps": [{"path": path, "kept": False, "summary": "rows"}
                        for path in sorted({p for r in rows for p in r.get("sweeps", [])})],
             "machine": machine}  # where it was last recorded; each row names its own machine
