@@ -85,15 +85,12 @@ def csv_rows(sections: list[Section]) -> list[Json]:
                "hosts": " ".join(run.hosts)}
         row |= s.figures("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic", "network_scope",
                          "started_at", "wall_s", "total_samples", "throughput_samples_per_s")
-        row["speedup_vs_single"] = run.speedup
-        row["scaling_efficiency"] = run.scaling_efficiency
-        row["worst_worker_accuracy"] = run.worst_worker_accuracy()
         observation = time_observation(run)
-        row["reached_target"] = observation.reached
-        row["time_to_target_bounds_s"] = [observation.low, observation.high]
-        row["unfaithful"] = "; ".join(run.unfaithful())
-        row["speed_reference_moved"] = run.speed_reference.moved
-        row["speed_reference_vs_block"] = run.slower_than_block(section_runs.get(id(run), []))
+        row |= {"speedup_vs_single": run.speedup, "scaling_efficiency": run.scaling_efficiency,
+                "worst_worker_accuracy": run.worst_worker_accuracy(), "reached_target": observation.reached,
+                "time_to_target_bounds_s": [observation.low, observation.high],
+                "unfaithful": "; ".join(run.unfaithful()), "speed_reference_moved": run.speed_reference.moved,
+                "speed_reference_vs_block": run.slower_than_block(section_runs.get(id(run), []))}
         row |= s.figures("time_to_target_s", "samples_to_target", "time_per_sample_s", "steps_to_target",
                          "final_test_accuracy", "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
                          "bytes_sent_per_sample", "bytes_recv_per_sample")
@@ -101,10 +98,9 @@ def csv_rows(sections: list[Section]) -> list[Json]:
                         "time_breakdown_share": s.time_breakdown_share or {}})
         rss = [p.peak_rss_bytes for p in peers if p.peak_rss_bytes is not None]
         cpu = [p.mean_cpu_percent for p in peers if p.mean_cpu_percent is not None]
-        row["peak_rss_bytes_max_over_peers"] = max(rss) if rss else None
-        row["mean_cpu_percent_mean_over_peers"] = sum(cpu) / len(cpu) if cpu else None
-        row["fault_tolerance"] = fault_tolerance(s)
-        row["error"] = error_headline(s.error)
+        row |= {"peak_rss_bytes_max_over_peers": max(rss) if rss else None,
+                "mean_cpu_percent_mean_over_peers": sum(cpu) / len(cpu) if cpu else None,
+                "fault_tolerance": fault_tolerance(s), "error": error_headline(s.error)}
         row |= {f"config.{k}": v for k, v in flatten(run.config).items()}
         row |= {f"strategy_result.{k}": v for k, v in run.strategy_figures().items()}
         rows.append(row)

@@ -17,13 +17,7 @@ from metrics.report.stats import POWER, power
 def williams(n: int) -> list[list[int]]:
     """A Williams design for n treatments: each takes each position and follows every other equally often (first-order
     carry-over balance); n sequences for even n, 2n for odd n (the square and its mirror)."""
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:
-        first.append(low)
-        low += 1
-        if len(first) < n:
-            first.append(high)
-            high -= 1
+    first = [0, *[t for pair in zip(range(1, n), range(n - 1, 0, -1)) for t in pair][:n - 1]]  # 0, 1, n-1, 2, ...
     square = [[(t + shift) % n for t in first] for shift in range(n)]
     return square + [row[::-1] for row in square] if n % 2 and n > 1 else square
 
@@ -41,9 +35,7 @@ def order_of(n: int, blocks: int, at_once: int = 1) -> dict:
             "balanced": blocks % sequences == 0, "at_once": at_once}
 
 
-def control_jobs(runs: list[Run]) -> list[int]:
-    """Indices of the planned runs whose control arm every block repeats: the equal-resource baselines."""
-    return equal_resource_baselines(runs)
+control_jobs = equal_resource_baselines  # the planned runs whose control arm every block repeats
 
 
 def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:

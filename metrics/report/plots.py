@@ -115,11 +115,10 @@ def convergence_plot(section: Section) -> Figure:
     return Figure(f"Convergence{synthetic}", to_png(fig),
                 "Test accuracy (%, every worker evaluating its own model on the whole held-out split at the same "
                 f"steps) and training loss (cross-entropy of each worker's own minibatches{smoothing}) against "
-                "training time (s, each worker's loop time minus its pauses to save weights for evaluation and to "
-                "time the speed reference; mean over workers) and "
-                "against samples trained by all workers (sum of each worker's sample count at that step). "
-                "Line = mean over workers (and repeats), band = the worker spread: min to max over workers "
-                "(and repeats).")
+                "training time (s, each worker's loop time minus its pauses to save weights for evaluation and to time "
+                "the speed reference; mean over workers) and against samples trained by all workers (sum of each "
+                "worker's sample count at that step). Line = mean over workers (and repeats), band = the worker "
+                "spread: min to max over workers (and repeats).")
 
 
 # Bars: one per configuration, error bars = standard deviation over repeats.
@@ -191,8 +190,7 @@ def bytes_plot(groups: list[Group]) -> Figure:
                 "Payload KiB (1024 bytes) sent (solid) and received (hatched) per sample a worker trained "
                 "(summary.json's bytes_sent_per_sample / bytes_recv_per_sample): exact accounting of the tensors the "
                 "strategy exchanged (for library collectives, the ring's share of the bytes counted as handed to the "
-                "library; no protocol headers). "
-                "Error bars: standard deviation over repeats.")
+                "library; no protocol headers). Error bars: standard deviation over repeats.")
 
 
 def scaling_plot(groups: list[Group]) -> Figure | None:

@@ -88,14 +88,12 @@ def note(evidence: Evidence) -> str:
     return ("PREDICTED, not measured. Each averaging configuration's strategy cost model (the class its config names: "
             "strategy.cost_model), its parameters taken from each of the configuration's completed runs (compute, "
             "hidden communication, server update, S; python -m metrics.projection), at the target's N on the target "
-            "link's payload rate "
-            f"(nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted step: mean over the "
-            "runs (from runs: how many, and their range); throughput = N x batch per worker / that step; "
-            "time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over the "
-            "model's held-out validation errors e (conf/evidence.json projection_validation; none: no validated "
+            f"link's payload rate (nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted "
+            "step: mean over the runs (from runs: how many, and their range); throughput = N x batch per worker / "
+            "that step; time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over "
+            "the model's held-out validation errors e (conf/evidence.json projection_validation; none: no validated "
             "case), only inside the validated region. UNVALIDATED (no band): beyond the validated N, link rates or "
-            "latencies. A model that failed its "
-            "validation gives no number, only why.")
+            "latencies. A model that failed its validation gives no number, only why.")
 
 
 def projected_tables(sections: list[Section], specs: list[str], results: Path | None = None) -> list[Table]:

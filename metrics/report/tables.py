@@ -162,23 +162,21 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
                   "time-to-target of the runs that reached it (s)", "MLPerf-style time-to-target (s)",
                   "samples-to-target", "time per sample (ms)", "worst worker's final test accuracy (%)"], rows,
                  rank_note(primary) + " Wall time: launch to end of the run, as seen by the launcher. Throughput: all "
-                 "workers' samples "
-                 f"trained in the measurement window{window_steps(groups)} / the longest worker's training time in it "
-                 "(pauses to save weights for evaluation and to time the speed reference excluded). "
-                 "Throughput speedup (beside the primary figure, never in its place): throughput / "
-                 "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
-                 "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "
-                 "the `single` run with 1 peer of the same CPUs). Both paired by block: geometric mean over blocks "
-                 "[95 % t-interval on the log ratios]. "
-                 f"{target}time-to-target = samples-to-target (all "
-                 "workers' samples; depends on the seed, not the machine, for synchronous strategies) x time per "
-                 "sample (the machine's share): the worst worker's crossing, interpolated between evaluations and "
-                 "holding at the next one (summary.json's time_to_target_s, samples_to_target, time_per_sample_s): "
-                 "geometric mean over the runs that reached the target [95 % t-interval on the logs], which leaves "
-                 "the misses out: the comparisons count them (Comparisons). MLPerf-style: the olympic mean over "
-                 "blocks (fastest and slowest dropped), a miss counted as the slowest (∞: more than one miss). "
-                 f"{resolution(groups)} Worst worker: the lowest final test "
-                 "accuracy over workers. '(k/n)', '(k of n blocks)': only k of n repeats have the figure.")
+                 f"workers' samples trained in the measurement window{window_steps(groups)} / the longest worker's "
+                 "training time in it (pauses to save weights for evaluation and to time the speed reference "
+                 "excluded). Throughput speedup (beside the primary figure, never in its place): throughput / that of "
+                 "the equal-resource baseline: the `single` run with as many CPUs in total (peers x CPUs/peer) on the "
+                 "same data, model and batch size. Scaling efficiency: throughput / (peers x that of the `single` run "
+                 "with 1 peer of the same CPUs). Both paired by block: geometric mean over blocks [95 % t-interval on "
+                 f"the log ratios]. {target}time-to-target = samples-to-target (all workers' samples; depends on the "
+                 "seed, not the machine, for synchronous strategies) x time per sample (the machine's share): the "
+                 "worst worker's crossing, interpolated between evaluations and holding at the next one "
+                 "(summary.json's time_to_target_s, samples_to_target, time_per_sample_s): geometric mean over the "
+                 "runs that reached the target [95 % t-interval on the logs], which leaves the misses out: the "
+                 "comparisons count them (Comparisons). MLPerf-style: the olympic mean over blocks (fastest and "
+                 f"slowest dropped), a miss counted as the slowest (∞: more than one miss). {resolution(groups)} Worst "
+                 "worker: the lowest final test accuracy over workers. '(k/n)', '(k of n blocks)': only k of n "
+                 "repeats have the figure.")
 
 
 def resolution(groups: list[Group]) -> str:
@@ -234,10 +232,9 @@ def bytes_table(groups: list[Group], synthetic: bool) -> Table:
                   "sent per sample (bytes)", "received per sample (bytes)",
                   "accuracy vs baseline (points)", "network counters"], rows,
                  "Payload bytes counted in each strategy's send path (for library collectives, the ring's share "
-                 "2(N-1)/N of the bytes counted as handed to the library; no protocol headers), mean over all "
-                 "workers and steps; "
-                 "per sample = per step / batch per peer. Accuracy vs baseline: the worst worker's final test "
-                 "accuracy minus that of the equal-resource baseline (the speedup's), in percentage points, per "
+                 "2(N-1)/N of the bytes counted as handed to the library; no protocol headers), mean over all workers "
+                 "and steps; per sample = per step / batch per peer. Accuracy vs baseline: the worst worker's final "
+                 "test accuracy minus that of the equal-resource baseline (the speedup's), in percentage points, per "
                  "block where both completed, mean over those blocks (their number and the baseline in brackets); "
                  "negative: accuracy lost for the bytes.")
 
@@ -334,15 +331,14 @@ def failures_table(groups: list[Group]) -> Table:
                          error_headline(summary.error) or MISSING])
     return Table("Failures", ["configuration", "block", "seed", "status", "exit code", "failed rank", "lost peers",
                               "fault tolerance", "strategy failure counters", "error"], rows,
-                 "Every run and every attempt: an attempt a resumed sweep superseded (moved below superseded/ and "
-                 "run again in the same block) stays here with its status and error; the run that replaced it is "
-                 "marked 'run later' (its block is no longer contemporaneous). "
-                 "From summary.json (status, error, failed rank, peers lost during the run) and the strategy's own "
-                 "counters (the peers[*].result.strategy fields it declares as failure counters, mean over peers). "
-                 "Full errors below. "
-                 "Fault tolerance, for runs with an injected fault (fault.*): 'survived' when the run completed "
-                 "without the faulty peer, else 'failed in T s', T = time from the fault (the peer's clock just "
-                 "before acting) to the launcher deciding the run's outcome; '–' = no fault injected.")
+                 "Every run and every attempt: an attempt a resumed sweep superseded (moved below superseded/ and run "
+                 "again in the same block) stays here with its status and error; the run that replaced it is marked "
+                 "'run later' (its block is no longer contemporaneous). From summary.json (status, error, failed rank, "
+                 "peers lost during the run) and the strategy's own counters (the peers[*].result.strategy fields it "
+                 "declares as failure counters, mean over peers). Full errors below. Fault tolerance, for runs with an "
+                 "injected fault (fault.*): 'survived' when the run completed without the faulty peer, else 'failed in "
+                 "T s', T = time from the fault (the peer's clock just before acting) to the launcher deciding the "
+                 "run's outcome; '–' = no fault injected.")
 
 
 def strategy_figure_cell(group: Group, key: str) -> str:
