@@ -1,7 +1,5 @@
-"""Comparisons on the primary figure, declared before the data: each configuration against its equal-resource
-baseline and every pair, one Holm family per section; the control arm against its baseline apart (the noise floor).
-Runs pair by block, unfaithful runs left out; a ratio > 1 means `this` is faster; a miss or failure counts at its
-best case in its block and then supports no claim in its favour (stats.Ratio.refused)."""
+"""Comparisons on the primary figure, declared before the data and paired by block (Methods: pairing, claims): each
+configuration against its equal-resource baseline and every pair, one Holm family per section; the control arm apart."""
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -42,7 +40,6 @@ class Comparison:
 
     @property
     def permitted(self) -> dict[str, float]:
-        """The claims the ratio may support, with their p-values."""
         return self.ratio.claims(self.smallest_effect)
 
     @property
@@ -52,7 +49,6 @@ class Comparison:
 
     @property
     def p(self) -> float | None:
-        """The p-value of the claim that enters Holm's family."""
         return None if (claim := self.claim) is None else self.permitted.get(claim)
 
     @property
@@ -65,8 +61,8 @@ class Comparison:
 
 
 def block_observation(runs: list[Run]) -> Observation:
-    """One block's time-to-target of a group: its run's; several runs in one block (runs outside any sweep): their
-    geometric mean where all crossed exactly, else the slowest (a miss if any missed)."""
+    """A group's time-to-target in one block; several runs there (outside any sweep): their geometric mean where all
+    crossed exactly, else the slowest."""
     found = [time_observation(r) for r in runs]
     if len(found) == 1:
         return found[0]
@@ -77,10 +73,9 @@ def block_observation(runs: list[Run]) -> Observation:
 
 
 def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, bool, bool]:
-    """The times a block counts for a pair, and whether each side is favoured (counted at its best case): an exact
-    crossing as is; a miss at its horizon, but never ahead of the other run (a miss is the slowest: at best a tie);
-    a crossing at the first evaluation at its next evaluation (its worst case, which favours the other run), never
-    behind the other; both missed, or both crossed at the first evaluation: a tie, favouring both."""
+    """The times a block counts for a pair, and whether each side is favoured (counted at its best case): a miss at its
+    horizon but never ahead of the other; a crossing at the first evaluation at its next one, never behind the other;
+    both missed, or both crossed at the first evaluation: a tie, favouring both."""
     if mine.exact and yours.exact:
         return mine.low, yours.low, False, False
     if mine.order[0] == yours.order[0]:
@@ -94,8 +89,7 @@ def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, 
 
 
 def block_throughput(runs: list[Run]) -> tuple[float, bool]:
-    """One block's throughput of a group (geometric mean over its runs, failed runs' too; 0.0: none recorded) and
-    whether all completed (then each recorded one)."""
+    """A group's throughput in one block (geometric mean, failed runs' too; 0.0: none) and whether all completed."""
     recorded = [v for v in (r.summary.throughput_samples_per_s for r in runs) if v]
     completed = all(completed_throughput(r) for r in runs)
     return (statistics.geometric_mean(recorded) if recorded else 0.0), completed
@@ -148,8 +142,7 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
 
 
 def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
-    """The section's comparisons, fixed by its configurations, never their results: each averaging configuration against
-    its equal-resource baseline, then every pair of them, in label order."""
+    """Fixed by the configurations, never their results: each against its baseline, then every pair, in label order."""
     configurations = sorted(averaging(groups), key=lambda g: g.label)
     pairs = [(g, g.baseline) for g in configurations if g.baseline]
     pairs += [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]]
@@ -158,9 +151,8 @@ def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
 
 def family(groups: list[Group], primary: Primary, smallest_effect: float,
            declared: int | None = None) -> list[Comparison]:
-    """The declared comparisons with Holm-adjusted p-values over a family of `declared` (the plan's) or of those here,
-    each with its best permitted claim (a comparison without a test counts p = 1); each spread floored at the section's
-    pooled noise (blocks observed exactly)."""
+    """The declared comparisons, Holm-adjusted over a family of `declared` (the plan's) or of those here (no test:
+    p = 1), each spread floored at the section's pooled noise (blocks observed exactly)."""
     found = [compare(a, b, primary, smallest_effect) for a, b in declared_pairs(groups)]
     exact = [c.ratio.uncensored for c in found]
     floor = pooled_log_sd([(r.n - 1, r.log_sd) for r in exact if r.n > 1]) or 0.0

@@ -1,6 +1,5 @@
 """A multirun's design, declared before its first run (kept in the sweep's plan): each section's primary figure and
-comparisons, the blocks (`repeats`, or `repeats=auto` from a power calculation) and their power, the control arms,
-and the jobs' order within each block (a Williams design)."""
+comparisons, the blocks and their power, the control arms, and the jobs' order in each block (a Williams design)."""
 import json
 from dataclasses import asdict
 from pathlib import Path

@@ -1,6 +1,5 @@
-"""A run over several nodes (launch.nnodes > 1): each node writes RUN/node<R> with its own peers and summary.json; the
-report reads them as ONE run at RUN, its summary merged by metrics/summary/build.py merge_nodes. A node<R> folder
-whose parent holds no summary.json is node R of the run at its parent (RUN/node0 of a one-node job included)."""
+"""A run over several nodes (launch.nnodes > 1) writes RUN/node<R> per node; the report reads them as ONE run at RUN,
+its summary merged by metrics/summary/build.py merge_nodes."""
 from pathlib import Path
 
 from metrics.report.runs import Run, load_run

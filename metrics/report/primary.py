@@ -1,6 +1,5 @@
 """The primary figure the verdict ranks and claims on, declared before the first run (`report.primary`, kept in the
-sweep's plan): time_to_target (an interval per run: exact where it crossed, right-censored where it did not or
-failed) or throughput (completed runs), and each run's observation of it."""
+sweep's plan): time_to_target or throughput, and each run's observation of it."""
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +42,7 @@ class Primary:
 
 
 def declare(config: Json) -> Primary:
-    """The primary figure a run of this config declares: report.primary (auto: time_to_target on real data, throughput
-    on synthetic), with the target and its estimator (default confirmed_crossing)."""
+    """A run config's report.primary (auto: time_to_target on real data, throughput on synthetic), with its target."""
     choice = (config.get("report") or {}).get("primary", "auto")
     if choice not in CHOICES:
         raise ValueError(f"report.primary must be one of {', '.join(CHOICES)}, got {choice}")

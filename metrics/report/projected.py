@@ -1,6 +1,5 @@
 """The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration predicted on
-each target from its own completed runs by metrics/projection/, with its validation's error band, UNVALIDATED
-beyond it, and no number, only why, where the model failed its validation."""
+each target from its own completed runs by metrics/projection/, with its validation's error band."""
 import statistics
 from dataclasses import dataclass
 from pathlib import Path

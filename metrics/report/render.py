@@ -1,5 +1,4 @@
-"""The report model rendered: report.html and report.md by the jinja2 templates beside this file, runs.csv from
-the model's rows. One model, so the three outputs cannot disagree."""
+"""The report model rendered: report.html and report.md by the jinja2 templates beside this file, runs.csv."""
 import csv
 import json
 from pathlib import Path

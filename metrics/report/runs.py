@@ -1,6 +1,5 @@
-"""The runs a report covers (a directory with summary.json, or node<R> folders read as one run), grouped: repeats of
-one configuration differ only in `seed` and `block` (a Group); groups on the same (dataset, model) form a Section.
-Attempts a resumed sweep moved below `superseded/` are kept as attempts, never as runs."""
+"""The runs a report covers, grouped: repeats of one configuration (a Group) differ only in `seed` and `block`; groups
+on the same (dataset, model) form a Section. Attempts a resumed sweep moved below `superseded/` stay attempts."""
 import json
 import statistics
 from collections.abc import Callable
@@ -92,8 +91,7 @@ class Run:
 
     @property
     def block(self) -> tuple[str | None, int | None]:
-        """(plan, block): runs of one block ran side by side; the plan is config `plan` (pooled across sweep folders),
-        else the sweep directory; runs outside blocks share (None, None)."""
+        """(plan, block): config `plan` (pooled across sweep folders), else the sweep; (None, None) outside blocks."""
         block = self.config.get("block")
         if block is not None and self.config.get("plan"):
             return f"plan {self.config['plan']}", block
@@ -135,8 +133,8 @@ class Run:
                 f"for two measurements in a row less its lowest / median, tolerance {share(reference.tolerance)})")
 
     def slower_than_block(self, runs: list["Run"]) -> float | None:
-        """This run's speed reference / the median of its block's (same sweep and block among `runs`, the same work:
-        samples, threads, dtype, device) - 1: > 0 slower; None outside a block or without references."""
+        """This run's speed reference / the median of its block's among `runs` (the same work) - 1: > 0 slower; None
+        outside a block or without references."""
         mine = self.speed_reference
         if self.block[1] is None or not mine.median_s:
             return None
@@ -207,8 +205,8 @@ def read_plan(sweep: Path | str | None) -> Json:
 
 
 def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
-    """Run directories (holding summary.json) under dirs, the attempts a resumed sweep moved aside (under a
-    `superseded` directory, with a summary), and the runs started without a summary."""
+    """Run directories (holding summary.json) under dirs, the attempts moved aside (below `superseded`), and the runs
+    started without a summary."""
     def aside(path: Path) -> bool:
         return SUPERSEDED in path.relative_to(top).parts
 
@@ -302,8 +300,7 @@ def paired_differences(minuend: Group, subtrahend: Group, figure: RunFigure) -> 
 
 
 def paired(numerator: Group, denominator: Group, figure: RunFigure, scale: float = 1.0) -> Ratio:
-    """figure(numerator) / (scale x figure(denominator)), one ratio per block holding both (a paired ratio: runs in
-    one block ran side by side, so the machine's drift cancels); runs outside blocks pair with each other."""
+    """figure(numerator) / (scale x figure(denominator)), one ratio per block holding both."""
     top, bottom = numerator.by_block(figure), denominator.by_block(figure)
     return Ratio([top[b] / (scale * bottom[b]) for b in sorted(top.keys() & bottom.keys(), key=str)])
 
@@ -321,12 +318,12 @@ class Section:
 
     @property
     def title(self) -> str:
-        return f"data={self.data}, model={self.model}" + (" [synthetic data]" if self.synthetic else "")
+        return self.key + (" [synthetic data]" if self.synthetic else "")
 
     @property
     def key(self) -> str:
         """How a sweep's plan names this section."""
-        return section_key(self.data, self.model)
+        return f"data={self.data}, model={self.model}"
 
     @property
     def runs(self) -> list[Run]:
@@ -337,8 +334,7 @@ class Section:
         return {str(s): read_plan(s) for s in dict.fromkeys(r.sweep for r in self.runs) if s is not None}
 
 
-def section_key(data: str, model: str) -> str:
-    return f"data={data}, model={model}"
+
 
 
 def configuration_key(run: Run) -> str:

@@ -1,7 +1,5 @@
-"""Statistics of paired repeats (Hoefler and Belli, SC15, rules 5-7): a ratio counted once per block, averaged on the
-log scale, its 95 % paired-t interval and test (spread floored at the section's pooled noise); claims (faster,
-slower, equivalent by TOST) under Holm's correction; and the power calculations that plan blocks.
-See metrics/methods.yaml report.claims."""
+"""Statistics of paired repeats (Hoefler and Belli, SC15, rules 5-7): ratios per block on the log scale, paired-t
+intervals and tests, claims under Holm's correction (methods.yaml report.claims), and the power that plans blocks."""
 import math
 import statistics
 from collections.abc import Sequence
@@ -15,10 +13,6 @@ ALPHA = 1 - LEVEL
 POWER = 0.8  # for the smallest detectable difference
 
 FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL = "faster", "slower", "equivalent", "cannot tell", "no interval"
-
-
-def t_quantile(level: float, df: int) -> float:
-    return student_t.ppf(0.5 + level / 2, df)
 
 
 def factor(interval: tuple[float, float]) -> float:
@@ -89,7 +83,7 @@ class Ratio:
         """The two-sided t-interval at this level on the log ratios, as ratios; None without spread."""
         if self.why_no_interval or (se := self.log_se) is None:
             return None
-        half = t_quantile(level, self.n - 1) * se
+        half = student_t.ppf(0.5 + level / 2, self.n - 1) * se
         centre = statistics.fmean(self.logs)
         return math.exp(centre - half), math.exp(centre + half)
 
@@ -100,8 +94,7 @@ class Ratio:
         return 2 * student_t.sf(abs(statistics.fmean(self.logs)) / se, self.n - 1)
 
     def equivalence_p(self, smallest_effect: float) -> float | None:
-        """TOST p-value that the ratio lies inside [1/smallest_effect, smallest_effect]: the larger of the two
-        one-sided t-tests (p < alpha exactly when the (1 - 2 alpha) interval lies inside); None without spread."""
+        """TOST p-value that the ratio lies inside [1/smallest_effect, smallest_effect] (the larger one-sided p)."""
         if self.why_no_interval or (se := self.log_se) is None:
             return None
         centre, bound = statistics.fmean(self.logs), math.log(smallest_effect)
@@ -112,8 +105,7 @@ class Ratio:
         return FASTER if self.estimate > 1 else SLOWER
 
     def refused(self, claim: str) -> bool:
-        """A claim in favour of a side counted at its best case in some block (it missed there), or equivalence
-        with any block counted so: MLPerf's rule, a run that does not converge cannot help a result."""
+        """A claim in favour of a side counted at its best case in some block, or equivalence with any block so."""
         if claim == FASTER:
             return self.favours_this > 0
         if claim == SLOWER:

@@ -1,6 +1,5 @@
-"""The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer (what the declared
-comparisons allow claiming against one process on the same CPUs, or why nothing), the method in one sentence, each
-configuration's findings and caveats, the control arm, and the noise."""
+"""The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer, the method in one
+sentence, each configuration's findings and caveats, the control arm, and the noise."""
 import statistics
 from dataclasses import dataclass, field
 
@@ -60,8 +59,8 @@ def key_of(primary: Primary) -> tuple:
 
 
 def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
-    """The section's primary figure (the sweeps' plans, else the runs' config), why no verdict may rest on it, notes
-    on the plan, and the size of the declared comparison family (0: none declared)."""
+    """The section's primary figure (the plans', else the runs' config), why no verdict may rest on it, notes on the
+    plan, and the size of the declared comparison family (0: none declared)."""
     refusals, notes, declared, family_size = [], [], [], 0
     plans = section.plans()
     apart = plan_refusal(plans)  # sweeps of different plans; else blocks of one plan that repeat a seed
@@ -140,8 +139,7 @@ def claim_text(c: Comparison) -> str:
 
 
 def why_no_claim(c: Comparison) -> str:
-    """Why a comparison makes no claim: the direction of its ratio favours a side that missed (or failed) in some
-    block, or Holm's correction over the section's declared comparisons lifted a test below alpha."""
+    """Why a comparison makes no claim: its ratio favours a side that missed (or failed), or Holm's correction."""
     direction = c.ratio.direction
     if c.ratio.refused(direction):
         winner = c.this if direction == FASTER else c.other
@@ -319,11 +317,8 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
 
 
 def caveats_of(group: Group, section: Section) -> list[str]:
-    caveats = []
-    for run in group.runs:
-        if not run.completed:
-            caveats.append(f"{(run.summary.status or 'unknown status')} (seed {run.config.get('seed')}): "
-                           f"{error_headline(run.summary.error) or 'no error recorded'}")
+    caveats = [f"{run.summary.status or 'unknown status'} (seed {run.config.get('seed')}): "
+               f"{error_headline(run.summary.error) or 'no error recorded'}" for run in group.runs if not run.completed]
     if group.attempts:
         errors = "; ".join(f"block {r.config.get('block')}: {r.summary.status}"
                            + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
@@ -350,15 +345,11 @@ def caveats_of(group: Group, section: Section) -> list[str]:
     if section.synthetic or any(r.summary.data_is_synthetic for r in group.runs):
         caveats.append("synthetic data: throughput only, accuracy has no meaning")
     caveats += window_caveats(group.runs)
-    length = length_caveat(group, section.groups)
-    if length:
-        caveats.append(length)
-    return caveats
+    return caveats + ([length] if (length := length_caveat(group, section.groups)) else [])
 
 
 def setting_caveats(runs: list[Run]) -> list[str]:
-    """What limits the runs' fidelity to the setting they emulate: summary.json's shape (oversubscribed cores),
-    isolation (not isolated, unfaithful CPU shares, time dilation) and machine (other load on the machine)."""
+    """What limits the runs' fidelity to their setting: summary.json's shape, isolation and machine."""
     caveats = []
     shapes = [s for s in (r.summary.shape for r in runs) if s]
     crowded = [s for s in shapes if s.fits is False or (s.oversubscription or 0) > 1]
@@ -387,8 +378,8 @@ def setting_caveats(runs: list[Run]) -> list[str]:
 
 
 def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
-    """Per run, the machine's speed from its speed reference: moved beyond tolerance during the run, and slower or
-    faster than its block's median by more than that tolerance. Marks only: no run is left out for them."""
+    """A line per run whose speed reference moved beyond its tolerance or strayed by more from its block's median (marks
+    only: no run is left out for them)."""
     caveats = []
     for run in runs:
         block = run.config.get("block")
@@ -416,19 +407,14 @@ def shared_cores(run: Run) -> str | None:
 
 def window_caveats(runs: list[Run]) -> list[str]:
     """Runs measured over fewer steps than the declared measurement window (they ended inside or before it)."""
-    caveats = []
-    for run in runs:
-        window = run.summary.window
-        if window and not window.complete:
-            block = run.config.get("block")
-            caveats.append(("" if block is None else f"block {block}: ") + "ended before the end of the measurement "
-                           f"window (steps {window.first}-{window.last}): its per-step figures cover fewer steps")
-    return caveats
+    return [("" if (block := r.config.get("block")) is None else f"block {block}: ") + "ended before the end of the "
+            f"measurement window (steps {w.first}-{w.last}): its per-step figures cover fewer steps"
+            for r in runs if (w := r.summary.window) and not w.complete]
 
 
 def length_caveat(group: Group, groups: list[Group]) -> str | None:
-    """Runs of unequal length: other max_steps, or fewer samples trained than the longest configuration (unless
-    every run of the group ended at its confirmed crossing: eval_in_training's stop)."""
+    """Runs of unequal length: other max_steps, or fewer samples than the longest configuration (unless every run
+    stopped at its confirmed crossing)."""
     parts = []
     steps = sorted({g.first.config["max_steps"] for g in groups})
     if len(steps) > 1:
