@@ -20,7 +20,7 @@ NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.
 
 def is_baseline_candidate(candidate: Group, run: Run) -> bool:
     """A completed (or planned) single-process group, never a control arm, on the same data, model, batch size per peer
-    and optimizer (`optim`: diloco's AdamW is compared with a process that trains with AdamW too)."""
+    and optimizer (`optim`)."""
     first = candidate.first
     return (first.is_baseline and not first.is_control and first.dataset == run.dataset
             and first.config["batch_size"] == run.config["batch_size"]
@@ -74,8 +74,7 @@ def controlled(group: Group, groups: list[Group]) -> Group | None:
 
 
 def attach_baselines(groups: list[Group]) -> None:
-    """Each group's baselines and its ratios to them, paired by block; each run's speedup and scaling efficiency
-    against the baseline runs of its own block; each baseline's control arm."""
+    """Each group's baselines, control arm and ratios to them (paired by block), and each run's against its block's."""
     for group in groups:
         if group.is_control and (repeated := controlled(group, groups)):
             repeated.control = group
@@ -109,8 +108,7 @@ def equal_resource_baselines(runs: list[Run]) -> list[int]:
 
 
 def missing_baselines(runs: list[Run]) -> list[Json]:
-    """Hydra overrides of each baseline these runs lack: the equal-resource `single` run (peers=N, peer_cpus=c)
-    and the one-peer `single` run (peers=1, peer_cpus=c) of every configuration, on the same job."""
+    """Hydra overrides of each baseline these runs lack: the equal-resource and the one-peer `single` run."""
     groups = group_runs(runs)
     missing: dict[str, Json] = {}
     for group in groups:
@@ -159,7 +157,6 @@ def default_config(config: Json) -> Json:
 
 
 def override_args(overrides: Json) -> list[str]:
-    """Hydra's key=value arguments for overrides."""
     def value(v: Any) -> str:
         if v is None or isinstance(v, (bool, list, dict)):
             return json.dumps(v, separators=(",", ":"))
@@ -170,7 +167,6 @@ def override_args(overrides: Json) -> list[str]:
 
 
 def override_command(overrides: Json) -> str:
-    """The train.py command line for Hydra overrides."""
     return "python train.py " + " ".join(map(shlex.quote, override_args(overrides)))
 
 

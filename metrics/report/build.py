@@ -53,13 +53,9 @@ def methods_of(sections: list[Section]) -> list[tuple[str, str]]:
 
 def errors(sections: list[Section]) -> list[tuple[str, str]]:
     """(run, full error) for every run and attempt that has one, peers' own tracebacks included."""
-    found = []
-    for label, run in all_runs(sections):
-        if run.errors():
-            attempt = " superseded attempt" if run.superseded else ""
-            found.append((f"{label}{attempt} block={run.config.get('block')} seed={run.config.get('seed')} "
-                          f"({run.path})", "\n\n".join(run.errors())))
-    return found
+    return [(f"{label}{' superseded attempt' if run.superseded else ''} block={run.config.get('block')} "
+             f"seed={run.config.get('seed')} ({run.path})", "\n\n".join(run.errors()))
+            for label, run in all_runs(sections) if run.errors()]
 
 
 def positions(run: Run) -> Json:

@@ -144,9 +144,8 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
 def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
     """Fixed by the configurations, never their results: each against its baseline, then every pair, in label order."""
     configurations = sorted(averaging(groups), key=lambda g: g.label)
-    pairs = [(g, g.baseline) for g in configurations if g.baseline]
-    pairs += [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]]
-    return pairs
+    return ([(g, g.baseline) for g in configurations if g.baseline]
+            + [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]])
 
 
 def family(groups: list[Group], primary: Primary, smallest_effect: float,

@@ -14,8 +14,7 @@ from metrics.report.stats import POWER, power
 
 
 def williams(n: int) -> list[list[int]]:
-    """A Williams design for n treatments: each takes each position and follows every other equally often (first-order
-    carry-over balance); n sequences for even n, 2n for odd n (the square and its mirror)."""
+    """A Williams design for n treatments (first-order carry-over balance): n sequences for even n, 2n for odd n."""
     first = [0, *[t for pair in zip(range(1, n), range(n - 1, 0, -1)) for t in pair][:n - 1]]  # 0, 1, n-1, 2, ...
     square = [[(t + shift) % n for t in first] for shift in range(n)]
     return square + [row[::-1] for row in square] if n % 2 and n > 1 else square
@@ -38,8 +37,8 @@ control_jobs = equal_resource_baselines  # the planned runs whose control arm ev
 
 
 def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
-    """Per (dataset, model): its primary figure and its declared comparisons (job names), for these planned runs;
-    ValueError where the runs of one (dataset, model) declare different primary figures."""
+    """Per section key: its primary figure and declared comparisons (job names), for these planned runs; ValueError
+    where a section's runs declare different primary figures."""
     by_id = {id(run): name for name, run in named}
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
@@ -56,9 +55,9 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
 
 def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, cap: int,
                    repeats: int | None = None) -> tuple[int, list[str], dict]:
-    """The plan's blocks, the lines that state their power at x/÷effect, and the power per section: Holm over each
-    section's declared comparisons, at the 95 % upper bound of the noise recorded in results. repeats=None (auto): the
-    fewest blocks with POWER at that bound (at most cap), ValueError saying what to run where no noise is recorded."""
+    """The plan's blocks, the lines that state their power at x/÷effect (Holm over each section's comparisons, at the
+    recorded noise's 95 % upper bound), and the power per section. repeats=None (auto): the fewest blocks with POWER
+    (at most cap); ValueError saying what to run where no noise is recorded."""
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
     needed, lines, powers = 2, [], {}

@@ -1,5 +1,4 @@
-"""The report's one set of formatters: numbers, shares, sizes, counts and intervals as its tables and sentences
-show them (units sit in the column headers or the sentence)."""
+"""The report's one set of formatters: numbers, shares, sizes, counts and intervals (units sit beside them)."""
 import math
 import statistics
 from collections.abc import Callable
@@ -78,15 +77,13 @@ def times_over(value: float) -> str:
 
 
 def bound_sign(ratio: Ratio) -> str:
-    """"≤ " where only this side was counted at its best case in some block (the ratio can only be lower), "≥ " where
-    only the other was."""
+    """"≤ " where only this side was counted at its best case in some block, "≥ " where only the other was."""
     this, other = ratio.favours_this, ratio.favours_other
     return "≤ " if this and not other else "≥ " if other and not this else ""
 
 
 def interval_text(ratio: Ratio | None, unit: str = "×") -> str:
-    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %, the estimate as a bound where a miss was
-    counted at its best case; without an interval, why (one block, zero spread)."""
+    """A paired ratio: (bound sign) estimate [low, high] (x/÷ factor, blocks) at 95 %; without an interval, why."""
     if ratio is None or not ratio.n:
         return "n/a (no paired block)"
     estimate = f"{bound_sign(ratio)}{ratio.estimate:.2f}{unit}"

@@ -22,14 +22,12 @@ from metrics.summary.schema import Json
 ENTRY = "primary_noise"
 METHOD = methods("primary_noise")["method"]  # how a row is measured, recorded with the entry
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
-TEN_PERCENT = 1.10  # a recorded row's blocks_for_10pct: the blocks x/÷1.10 needs at 80 % power (plans use
-                    # report.smallest_effect)
+TEN_PERCENT = 1.10  # a row's blocks_for_10pct: the blocks x/÷1.10 needs at 80 % power (plans: report.smallest_effect)
 
 
 def seed_log_sd(logs: dict[Block, float], seed_of: dict[Block, Any]) -> tuple[float | None, int]:
-    """The sd of one block's paired log ratio (logs: block -> log ratio), with seeds as the observations: the
-    variance of the per-seed means plus the within-seed variance (blocks of one seed differ in timing only) that
-    averaging took out; and the number of seeds."""
+    """The sd of the paired log ratios (block -> log ratio) with seeds as the observations (the per-seed means'
+    variance plus the within-seed variance averaging took out), and the number of seeds."""
     by_seed: dict[Any, list[float]] = {}
     for block, log in logs.items():
         by_seed.setdefault(seed_of.get(block, block), []).append(log)
@@ -68,11 +66,10 @@ def measured_rows(dirs: list[Path]) -> list[Json]:
             if log_sd is None:
                 continue
             samples = paired_logs(c.this, c.other, lambda r: r.summary.samples_to_target, c.used)
-            samples_sd = seed_log_sd(samples, seed_of)[0]
             rows.append(row_of(a.primary, section, c) | {
                 "log_sd": log_sd, "blocks": exact.n, "seeds": seeds, "censored": c.censored,
                 "blocks_for_10pct": blocks_for(log_sd, TEN_PERCENT, c.family),
-                "samples_log_sd": samples_sd if a.primary.is_time else None})
+                "samples_log_sd": seed_log_sd(samples, seed_of)[0] if a.primary.is_time else None})
     return rows
 
 
@@ -86,8 +83,7 @@ def row_of(primary: Primary, section: Section, c: Comparison) -> Json:
 
 
 def missed_row(primary: Primary, section: Section, c: Comparison, seed_of: dict[Block, Any]) -> Json:
-    """The row of a configuration whose runs reached the target in too few blocks to measure its noise: no log-sd;
-    its exact and censored blocks (repeats=auto refuses to plan from it, saying why)."""
+    """The row of a configuration that reached the target in too few blocks to measure its noise (no log-sd)."""
     return row_of(primary, section, c) | {
         "log_sd": None, "blocks": c.ratio.uncensored.n, "seeds": len({seed_of.get(b, b) for b in c.used}),
         "censored": c.censored, "compared": c.blocks,
@@ -96,8 +92,7 @@ def missed_row(primary: Primary, section: Section, c: Comparison, seed_of: dict[
 
 
 def merged(kept: Json | None, rows: list[Json]) -> Json:
-    """The primary_noise entry with these newly measured rows: a kept row of the same figure, target, data, model and
-    strategy is replaced, the others stay with their own date and machine."""
+    """The primary_noise entry with these rows, replacing kept rows of the same KEYS (the others stay as they are)."""
     machine = fingerprint()
     new = {tuple(r[k] for k in KEYS) for r in rows}
     kept_rows = [r for r in (kept or {}).get("rows", []) if tuple(r.get(k) for k in KEYS) not in new]
@@ -111,7 +106,6 @@ def merged(kept: Json | None, rows: list[Json]) -> Json:
 
 
 def recorded_lines(rows: list[Json], where: str, dirs: list[Path]) -> list[str]:
-    """What was recorded, one line a row."""
     lines = [f"recorded in {where} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
              f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{TEN_PERCENT:.2f} needs {r['blocks_for_10pct']}); "
              f"samples-to-target log-sd {'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}"
@@ -136,7 +130,7 @@ def seeds_of(row: Json) -> int:
 def planning_noise(path: Path, primary: Primary, data: str, model: str,
                    strategies: list[str]) -> tuple[float, int, str]:
     """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, and where it comes
-    from; ValueError, saying what to run, where the results file has none for some strategy."""
+    from; ValueError, saying what to run, where none is recorded."""
     try:
         rows: list[Json] = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY),
                                 {"rows": []})["rows"]

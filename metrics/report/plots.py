@@ -255,11 +255,9 @@ def resources_plot(groups: list[Group]) -> Figure | None:
             if not host_wide or peer is run.reference:
                 row[2].plot(*_rate(peer.resources, ("net_tx_bytes", "lo_tx_bytes")), lw=1)
         row[0].set_title(textwrap.shorten(f"{group.label} seed={run.config.get('seed')}", 150), loc="left", fontsize=8)
-        row[0].set_ylabel("CPU (%)", fontsize=8)
-        row[1].set_ylabel("RSS (MiB)", fontsize=8)
-        row[2].set_ylabel("net tx (MiB/s)" + (" host-wide" if host_wide else ""), fontsize=8)
         row[0].legend(fontsize=6, ncol=4)
-        for ax in row:
+        for ax, label in zip(row, ("CPU (%)", "RSS (MiB)", "net tx (MiB/s)" + (" host-wide" if host_wide else ""))):
+            ax.set_ylabel(label, fontsize=8)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
     for ax in axes[-1]:

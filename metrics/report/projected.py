@@ -39,8 +39,7 @@ def parse_targets(specs: list[str]) -> list[Target]:
     return targets
 
 
-def mean_or_none(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
+
 
 
 def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out: list[str]) -> list[list[str]]:
@@ -73,12 +72,12 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
         step = statistics.fmean(steps)
         band = validation.band(step) if validation and not first["unvalidated"] else None
         batch = statistics.fmean(m.batch for m in measured)
+        times = [p["time_to_target_s"] for p in predictions if p["time_to_target_s"] is not None]
         spread = f"{len(steps)} (step {significant(min(steps))}–{significant(max(steps))} s)" if len(steps) > 1 else "1"
         rows.append([group.label, target.label, significant(step),
                      f"{significant(band[0])}–{significant(band[1])}" if band else "none",
                      significant(target.peers * batch / step),
-                     significant(mean_or_none([p["time_to_target_s"] for p in predictions
-                                               if p["time_to_target_s"] is not None])),
+                     significant(statistics.fmean(times) if times else None),
                      spread, "; ".join(marks)])
     return rows
 

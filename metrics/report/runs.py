@@ -207,13 +207,10 @@ def read_plan(sweep: Path | str | None) -> Json:
 def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
     """Run directories (holding summary.json) under dirs, the attempts moved aside (below `superseded`), and the runs
     started without a summary."""
-    def aside(path: Path) -> bool:
-        return SUPERSEDED in path.relative_to(top).parts
-
     runs, superseded, incomplete = set[Path](), set[Path](), set[Path]()
     for top in dirs:
         for path in run_dirs_under(top):
-            (superseded if aside(path) else runs).add(path)
+            (superseded if SUPERSEDED in path.relative_to(top).parts else runs).add(path)
         incomplete.update(p for p in started_runs_under(top))
     return sorted(runs), sorted(superseded), sorted(incomplete - runs - superseded)
 

@@ -1,5 +1,4 @@
-"""The report's tables: one row per configuration (mean ± standard deviation over repeats, ratios and the
-primary figure with their intervals), as cells of the report model (metrics/report/model.py Table)."""
+"""The report's tables (model.Table): one row per configuration, mean ± sd over repeats, ratios with intervals."""
 import math
 import statistics
 from collections.abc import Callable
@@ -30,8 +29,8 @@ def stat(group: Group, figure: RunFigure, fmt: Callable[[float], str] = number) 
 
 
 def interval_stat(group: Group, figure: RunFigure, fmt: Callable[[float], str] = number) -> str:
-    """A positive figure over the group's repeats: geometric mean with the 95 % t-interval on the logs (stats.Ratio),
-    "est [low, high] (n blocks)"; one run: no interval; "(k of n blocks)" when some runs lack the figure."""
+    """A positive figure's geometric mean over repeats, its 95 % t-interval on the logs and its count of repeats
+    ("k of n" when some runs lack the figure)."""
     values = [v for v in group.values(figure) if v > 0]
     if not values:
         return MISSING
@@ -100,7 +99,7 @@ def rank_note(primary: Primary) -> str:
             "the slowest); the order alone is no finding.")
 
 
-# The tables.
+
 
 def configuration_table(groups: list[Group]) -> Table:
     rows = []
@@ -240,7 +239,6 @@ def bytes_table(groups: list[Group], synthetic: bool) -> Table:
 
 
 def share_of(group: Group, phase: str) -> float | None:
-    """Mean over repeats of a phase's share of the step (summary.json's time_breakdown_share)."""
     return group.mean(lambda r: (r.summary.time_breakdown_share or {}).get(phase))
 
 
@@ -387,7 +385,6 @@ def rounds_table(groups: list[Group]) -> Table | None:
 
 
 def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) -> Table:
-    """Every declared comparison (and the control arm, apart) with its ratio, test and claim."""
     rows = []
     for c in [*comparisons, *control]:
         counted = c in comparisons

@@ -120,7 +120,7 @@ def analyse(section: Section) -> Analysis:
                     refusals, notes)
 
 
-# Sentences.
+
 
 def claim_text(c: Comparison) -> str:
     """What the comparison allows saying of c.this against c.other, with the ratio it rests on."""
@@ -177,9 +177,8 @@ def answer_of(a: Analysis) -> str:
     noisy = [c for c in a.controls if excludes_one(c.ratio)]
     if noisy:
         return ("No claim: the blocks are not comparable. The control arm (the same one-process run twice in every "
-                "block) differs from itself: " + "; ".join(f"{c.this.label} against its second run: "
-                                                        f"{interval_text(c.ratio)}"
-                                                        for c in noisy)
+                "block) differs from itself: "
+                + "; ".join(f"{c.this.label} against its second run: {interval_text(c.ratio)}" for c in noisy)
                 + ", an interval that excludes 1; no ratio below is a finding.")
     configurations = averaging(a.ranking)
     if not configurations:
@@ -368,8 +367,7 @@ def setting_caveats(runs: list[Run]) -> list[str]:
     dilations = sorted({i.dilation for i in isolation if i.dilation not in (None, 1, 1.0)})
     if dilations:
         caveats.append(f"dilated by {', '.join(number(d) for d in dilations)}")
-    machines = [m for m in (r.summary.machine for r in runs) if m]
-    busy = [m for m in machines if m.alone is False]
+    busy = [m for m in (r.summary.machine for r in runs) if m and m.alone is False]
     if busy:
         other = max((m.other_cpu_share or 0) for m in busy)
         caveats.append("not alone on the machine" + (f" (other processes: up to {share(other)} of its CPU)"
