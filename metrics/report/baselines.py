@@ -3,6 +3,7 @@ them, and the commands that would produce the baselines a comparison lacks."""
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -11,6 +12,7 @@ from metrics.report.nodes import load
 from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, Group, Run, Section, attach_attempts,
                                  configuration_key, find_runs, flatten, group_runs, mark_reruns, paired,
                                  paired_differences, sections_of, strategy_blocks)
+from metrics.summary.schema import Json
 
 NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", "network",
                            "emulate.peer_cpu_share", "arm", *NOT_CONFIGURATION)
@@ -18,7 +20,7 @@ NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.
 
 def is_baseline_candidate(candidate: Group, run: Run) -> bool:
     """A completed (or planned) single-process group, never a control arm, on the same data, model, batch size per peer
-    and optimizer (`optim`: diloco's AdamW is compared with a process that trains with AdamW too)."""
+    and optimizer (`optim`)."""
     first = candidate.first
     return (first.is_baseline and not first.is_control and first.dataset == run.dataset
             and first.config["batch_size"] == run.config["batch_size"]
@@ -72,8 +74,7 @@ def controlled(group: Group, groups: list[Group]) -> Group | None:
 
 
 def attach_baselines(groups: list[Group]) -> None:
-    """Each group's baselines and its ratios to them, paired by block; each run's speedup and scaling efficiency
-    against the baseline runs of its own block; each baseline's control arm."""
+    """Each group's baselines, control arm and ratios to them (paired by block), and each run's against its block's."""
     for group in groups:
         if group.is_control and (repeated := controlled(group, groups)):
             repeated.control = group
@@ -106,11 +107,10 @@ def equal_resource_baselines(runs: list[Run]) -> list[int]:
     return [i for i, run in enumerate(runs) if id(run) in members]
 
 
-def missing_baselines(runs: list[Run]) -> list[dict]:
-    """Hydra overrides of each baseline these runs lack: the equal-resource `single` run (peers=N, peer_cpus=c)
-    and the one-peer `single` run (peers=1, peer_cpus=c) of every configuration, on the same job."""
+def missing_baselines(runs: list[Run]) -> list[Json]:
+    """Hydra overrides of each baseline these runs lack: the equal-resource and the one-peer `single` run."""
     groups = group_runs(runs)
-    missing = {}
+    missing: dict[str, Json] = {}
     for group in groups:
         run = group.first
         if run.is_control:
@@ -122,7 +122,7 @@ def missing_baselines(runs: list[Run]) -> list[dict]:
     return list(missing.values())
 
 
-def baseline_overrides(run: Run, peers: int, peer_cpus: int) -> dict:
+def baseline_overrides(run: Run, peers: int, peer_cpus: int) -> Json:
     """strategy=single with this shape, plus the run's job settings that differ from the defaults in conf/."""
     overrides = {"strategy": run.config["report"]["baseline_strategy"], "peers": peers, "peer_cpus": peer_cpus}
     defaults = default_config(run.config)
@@ -133,9 +133,16 @@ def baseline_overrides(run: Run, peers: int, peer_cpus: int) -> dict:
     return overrides
 
 
-def default_config(config: dict) -> dict:
+def conf_file(path: Path) -> Json:
+    found = OmegaConf.to_container(OmegaConf.load(path))
+    if not isinstance(found, dict):
+        raise ValueError(f"{path}: not a mapping")
+    return {str(key): value for key, value in found.items()}
+
+
+def default_config(config: Json) -> Json:
     """conf/config.yaml flattened, each config group's block from the option the run chose (default: config.yaml's)."""
-    root = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
+    root = conf_file(CONF_DIR / "config.yaml")
     chosen = {k: v for entry in root.pop("defaults") if isinstance(entry, dict) for k, v in entry.items()}
     root.pop("hydra", None)
     defaults = flatten(root)
@@ -143,15 +150,14 @@ def default_config(config: dict) -> dict:
         if group == "strategy" or not isinstance(config.get(group), dict):
             continue
         path = CONF_DIR / group / f"{config[group].get('name', default_option)}.yaml"
-        block = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}
+        block = conf_file(path) if path.exists() else {}
         block.pop("defaults", None)
         defaults |= {f"{group}.{k}": v for k, v in flatten(block).items()} | {f"{group}.name": default_option}
     return defaults
 
 
-def override_args(overrides: dict) -> list[str]:
-    """Hydra's key=value arguments for overrides."""
-    def value(v) -> str:
+def override_args(overrides: Json) -> list[str]:
+    def value(v: Any) -> str:
         if v is None or isinstance(v, (bool, list, dict)):
             return json.dumps(v, separators=(",", ":"))
         text = str(v)
@@ -160,8 +166,7 @@ def override_args(overrides: dict) -> list[str]:
     return [f"{k}={value(v)}" for k, v in overrides.items()]
 
 
-def override_command(overrides: dict) -> str:
-    """The train.py command line for Hydra overrides."""
+def override_command(overrides: Json) -> str:
     return "python train.py " + " ".join(map(shlex.quote, override_args(overrides)))
 
 
@@ -172,7 +177,7 @@ def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
     incomplete = [p for p in dict.fromkeys(map(run_path, incomplete)) if p not in found and p not in aside]
     left_out = [f"{p} (no summary.json: the launcher itself was stopped"
                 + (", a superseded attempt)" if "superseded" in p.parts else ")") for p in incomplete]
-    runs, attempts = [], []
+    runs, attempts = list[Run](), list[Run]()
     for path, folders in [*found.items(), *aside.items()]:
         try:
             (attempts if path in aside else runs).append(load(path, folders))

@@ -12,19 +12,10 @@ from metrics.report.runs import Run, Section, flatten, read_plan
 from metrics.report.tables import error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
 from metrics.recording.methods import methods
+from metrics.summary.schema import Json
 
 METHOD = methods("report", PAIRED_T=PAIRED_T, TOST=TOST)
-
-
-SEVERAL_NODES = ("A run over several nodes (launch.nnodes > 1, e.g. under SLURM) writes one folder per node "
-                 "(node<R>), each with a summary of its own peers; the report reads them as one run: all peers "
-                 "together, samples summed, throughput over the longest worker across nodes, time-to-target over "
-                 "every worker's learning curve (the worst worker), per-step figures over every worker's steps, the "
-                 "worst node's status (a node that failed or wrote no summary fails the run, counted once) and "
-                 "setting (shape, machine, link). Its equal-resource baseline is one process with peers x peer_cpus "
-                 "CPUs on one node (the sweep submits baselines and the control arm as one-node jobs): where a node "
-                 "has fewer cores, the baseline is oversubscribed and its caveat says by how much (summary.json's "
-                 "shape).")
+SEVERAL_NODES = methods("nodes")  # a run over several nodes: how the report reads it
 
 
 class NoRuns(Exception):
@@ -48,10 +39,10 @@ def notes(sections: list[Section], left_out: list[str]) -> list[str]:
     return lines
 
 
-def methods(sections: list[Section]) -> list[tuple[str, str]]:
+def methods_of(sections: list[Section]) -> list[tuple[str, str]]:
     merged = dict(METHOD)
     if any(run.nnodes > 1 for _, run in all_runs(sections)):
-        merged["several nodes"] = SEVERAL_NODES
+        merged |= SEVERAL_NODES
     for _, run in all_runs(sections):
         for key, text in (run.summary.methods or {}).items():
             merged.setdefault(key, text)
@@ -62,16 +53,12 @@ def methods(sections: list[Section]) -> list[tuple[str, str]]:
 
 def errors(sections: list[Section]) -> list[tuple[str, str]]:
     """(run, full error) for every run and attempt that has one, peers' own tracebacks included."""
-    found = []
-    for label, run in all_runs(sections):
-        if run.errors():
-            attempt = " superseded attempt" if run.superseded else ""
-            found.append((f"{label}{attempt} block={run.config.get('block')} seed={run.config.get('seed')} "
-                          f"({run.path})", "\n\n".join(run.errors())))
-    return found
+    return [(f"{label}{' superseded attempt' if run.superseded else ''} block={run.config.get('block')} "
+             f"seed={run.config.get('seed')} ({run.path})", "\n\n".join(run.errors()))
+            for label, run in all_runs(sections) if run.errors()]
 
 
-def positions(run: Run) -> dict:
+def positions(run: Run) -> Json:
     """Where the sweep's plan put the run: its position in its block and the Williams sequence."""
     if run.sweep is None:
         return {}
@@ -82,7 +69,7 @@ def positions(run: Run) -> dict:
     return {}
 
 
-def csv_rows(sections: list[Section]) -> list[dict]:
+def csv_rows(sections: list[Section]) -> list[Json]:
     rows = []
     section_runs = {id(run): section.runs for section in sections for run in section.runs}
     for label, run in all_runs(sections):
@@ -94,15 +81,12 @@ def csv_rows(sections: list[Section]) -> list[dict]:
                "hosts": " ".join(run.hosts)}
         row |= s.figures("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic", "network_scope",
                          "started_at", "wall_s", "total_samples", "throughput_samples_per_s")
-        row["speedup_vs_single"] = run.speedup
-        row["scaling_efficiency"] = run.scaling_efficiency
-        row["worst_worker_accuracy"] = run.worst_worker_accuracy()
         observation = time_observation(run)
-        row["reached_target"] = observation.reached
-        row["time_to_target_bounds_s"] = [observation.low, observation.high]
-        row["unfaithful"] = "; ".join(run.unfaithful())
-        row["speed_reference_moved"] = run.speed_reference.moved
-        row["speed_reference_vs_block"] = run.slower_than_block(section_runs.get(id(run), []))
+        row |= {"speedup_vs_single": run.speedup, "scaling_efficiency": run.scaling_efficiency,
+                "worst_worker_accuracy": run.worst_worker_accuracy(), "reached_target": observation.reached,
+                "time_to_target_bounds_s": [observation.low, observation.high],
+                "unfaithful": "; ".join(run.unfaithful()), "speed_reference_moved": run.speed_reference.moved,
+                "speed_reference_vs_block": run.slower_than_block(section_runs.get(id(run), []))}
         row |= s.figures("time_to_target_s", "samples_to_target", "time_per_sample_s", "steps_to_target",
                          "final_test_accuracy", "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
                          "bytes_sent_per_sample", "bytes_recv_per_sample")
@@ -110,10 +94,9 @@ def csv_rows(sections: list[Section]) -> list[dict]:
                         "time_breakdown_share": s.time_breakdown_share or {}})
         rss = [p.peak_rss_bytes for p in peers if p.peak_rss_bytes is not None]
         cpu = [p.mean_cpu_percent for p in peers if p.mean_cpu_percent is not None]
-        row["peak_rss_bytes_max_over_peers"] = max(rss) if rss else None
-        row["mean_cpu_percent_mean_over_peers"] = sum(cpu) / len(cpu) if cpu else None
-        row["fault_tolerance"] = fault_tolerance(s)
-        row["error"] = error_headline(s.error)
+        row |= {"peak_rss_bytes_max_over_peers": max(rss) if rss else None,
+                "mean_cpu_percent_mean_over_peers": sum(cpu) / len(cpu) if cpu else None,
+                "fault_tolerance": fault_tolerance(s), "error": error_headline(s.error)}
         row |= {f"config.{k}": v for k, v in flatten(run.config).items()}
         row |= {f"strategy_result.{k}": v for k, v in run.strategy_figures().items()}
         rows.append(row)
@@ -136,5 +119,5 @@ def build(sources: list[Path], project: list[str] | None = None) -> Report:
                                    section_tables(shown, analysis.primary, analysis.comparisons, analysis.controls),
                                    section_plots(section, shown)))
     return Report(time.strftime("%Y-%m-%d %H:%M:%S %Z"), [str(s) for s in sources], intro(sections), parts,
-                  notes(sections, left_out), errors(sections), methods(sections), csv_rows(sections),
+                  notes(sections, left_out), errors(sections), methods_of(sections), csv_rows(sections),
                   projected_tables(sections, project) if project else [])

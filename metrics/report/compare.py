@@ -1,14 +1,12 @@
-"""Comparisons on the primary figure, declared before the data: each configuration against its equal-resource
-baseline and every pair, one Holm family per section; the control arm against its baseline apart (the noise floor).
-Runs pair by block, unfaithful runs left out; a ratio > 1 means `this` is faster; a miss or failure counts at its
-best case in its block and then supports no claim in its favour (stats.Ratio.refused)."""
+"""Comparisons on the primary figure, declared before the data and paired by block (Methods: pairing, claims): each
+configuration against its equal-resource baseline and every pair, one Holm family per section; the control arm apart."""
 import math
 import statistics
 from dataclasses import dataclass, field
 
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
-from metrics.report.runs import Group, Run, block_runs
+from metrics.report.runs import Block, Group, Run, block_runs
 from metrics.report.stats import EQUIVALENT, Ratio, decide, holm, pooled_log_sd
 
 PAIRED_T, TOST = "paired t-test", "TOST"
@@ -17,7 +15,7 @@ PAIRED_T, TOST = "paired t-test", "TOST"
 @dataclass(frozen=True)
 class LeftOut:
     """An unfaithful run whose block a comparison left out, with the figure that failed."""
-    block: object
+    block: int | None
     label: str
     why: str
 
@@ -30,10 +28,10 @@ class Comparison:
     this: Group
     other: Group
     primary: Primary
-    ratio: Ratio = None
+    ratio: Ratio
     blocks: int = 0             # blocks holding a faithful run of both
-    used: list = field(default_factory=list)  # those blocks' keys
-    exact_logs: dict = field(default_factory=dict)  # block -> its log ratio, where observed exactly
+    used: list[Block] = field(default_factory=list)  # those blocks' keys
+    exact_logs: dict[Block, float] = field(default_factory=dict)  # block -> its log ratio, where observed exactly
     censored: int = 0           # of those, blocks where a run missed the target (or failed): counted at its horizon
     left_out: list[LeftOut] = field(default_factory=list)  # unfaithful runs whose blocks were left out
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
@@ -42,18 +40,16 @@ class Comparison:
 
     @property
     def permitted(self) -> dict[str, float]:
-        """The claims the ratio may support, with their p-values."""
         return self.ratio.claims(self.smallest_effect)
 
     @property
     def claim(self) -> str | None:
         """The permitted claim with the smallest p-value: the one that enters Holm's family (None: no test)."""
-        return min(self.permitted, key=self.permitted.get, default=None)
+        return min(self.permitted, key=self.permitted.__getitem__, default=None)
 
     @property
     def p(self) -> float | None:
-        """The p-value of the claim that enters Holm's family."""
-        return self.permitted.get(self.claim)
+        return None if (claim := self.claim) is None else self.permitted.get(claim)
 
     @property
     def test(self) -> str:
@@ -65,8 +61,8 @@ class Comparison:
 
 
 def block_observation(runs: list[Run]) -> Observation:
-    """One block's time-to-target of a group: its run's; several runs in one block (runs outside any sweep): their
-    geometric mean where all crossed exactly, else the slowest (a miss if any missed)."""
+    """A group's time-to-target in one block; several runs there (outside any sweep): their geometric mean where all
+    crossed exactly, else the slowest."""
     found = [time_observation(r) for r in runs]
     if len(found) == 1:
         return found[0]
@@ -77,10 +73,9 @@ def block_observation(runs: list[Run]) -> Observation:
 
 
 def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, bool, bool]:
-    """The times a block counts for a pair, and whether each side is favoured (counted at its best case): an exact
-    crossing as is; a miss at its horizon, but never ahead of the other run (a miss is the slowest: at best a tie);
-    a crossing at the first evaluation at its next evaluation (its worst case, which favours the other run), never
-    behind the other; both missed, or both crossed at the first evaluation: a tie, favouring both."""
+    """The times a block counts for a pair, and whether each side is favoured (counted at its best case): a miss at its
+    horizon but never ahead of the other; a crossing at the first evaluation at its next one, never behind the other;
+    both missed, or both crossed at the first evaluation: a tie, favouring both."""
     if mine.exact and yours.exact:
         return mine.low, yours.low, False, False
     if mine.order[0] == yours.order[0]:
@@ -93,31 +88,31 @@ def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, 
     return (fast_time, slow_time, False, True) if mine is fast else (slow_time, fast_time, True, False)
 
 
-def block_throughput(runs: list[Run]) -> tuple[float | None, bool]:
-    """One block's throughput of a group (geometric mean over its runs, failed runs' too) and whether all completed."""
+def block_throughput(runs: list[Run]) -> tuple[float, bool]:
+    """A group's throughput in one block (geometric mean, failed runs' too; 0.0: none) and whether all completed."""
     recorded = [v for v in (r.summary.throughput_samples_per_s for r in runs) if v]
     completed = all(completed_throughput(r) for r in runs)
-    return (statistics.geometric_mean(recorded) if recorded else None), completed
+    return (statistics.geometric_mean(recorded) if recorded else 0.0), completed
 
 
-def counted_throughputs(mine: tuple[float | None, bool], yours: tuple[float | None, bool]) -> tuple:
+def counted_throughputs(mine: tuple[float, bool], yours: tuple[float, bool]) -> tuple[float, float, bool, bool]:
     """The throughputs a block counts for a pair, and whether each is its run's best case: a completed run's as is;
     a failed run's (the worst outcome) at most the other's (at best a tie); both failed: a tie."""
     (my_value, my_done), (your_value, your_done) = mine, yours
     if my_done and your_done:
-        return my_value, your_value, 0, 0
+        return my_value, your_value, False, False
     if not my_done and not your_done:
-        return 1.0, 1.0, 1, 1
+        return 1.0, 1.0, True, True
     if my_done:
-        return my_value, min(your_value or my_value, my_value), 0, 1
-    return min(my_value or your_value, your_value), your_value, 1, 0
+        return my_value, min(your_value or my_value, my_value), False, True
+    return min(my_value or your_value, your_value), your_value, True, False
 
 
 def compare(this: Group, other: Group, primary: Primary, smallest_effect: float = 1.25) -> Comparison:
     """this against other on the primary figure, paired by block over faithful runs."""
     ours, theirs = block_runs(this), block_runs(other)
     shared = sorted(ours.keys() & theirs.keys(), key=str)
-    left_out, used = [], []
+    left_out, used = list[LeftOut](), list[Block]()
     for block in shared:
         unfaithful = [LeftOut(block[1], label, "; ".join(run.unfaithful()))
                       for label, runs in ((this.label, ours[block]), (other.label, theirs[block]))
@@ -125,8 +120,7 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
         left_out += unfaithful
         if not unfaithful:
             used.append(block)
-    found = Comparison(this, other, primary, left_out=left_out, smallest_effect=smallest_effect, used=used)
-    values, exact, favours_this, favours_other = [], [], 0, 0
+    values, exact, exact_logs, favours_this, favours_other = list[float](), list[bool](), {}, 0, 0
     for block in used:
         if primary.is_time:  # ratio: the other's time / this one's
             mine, yours, mine_favoured, yours_favoured = counted_times(block_observation(ours[block]),
@@ -141,27 +135,23 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
         favours_this += mine_favoured
         favours_other += yours_favoured
         if exact[-1]:
-            found.exact_logs[block] = math.log(value)
-    found.ratio = Ratio(values, exact, favours_this, favours_other)
-    found.blocks = len(used)
-    found.censored = found.ratio.imputed
-    return found
+            exact_logs[block] = math.log(value)
+    ratio = Ratio(values, exact, favours_this, favours_other)
+    return Comparison(this, other, primary, ratio, len(used), used, exact_logs, ratio.imputed, left_out,
+                      smallest_effect=smallest_effect)
 
 
 def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
-    """The section's comparisons, fixed by its configurations, never their results: each averaging configuration against
-    its equal-resource baseline, then every pair of them, in label order."""
+    """Fixed by the configurations, never their results: each against its baseline, then every pair, in label order."""
     configurations = sorted(averaging(groups), key=lambda g: g.label)
-    pairs = [(g, g.baseline) for g in configurations if g.baseline]
-    pairs += [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]]
-    return pairs
+    return ([(g, g.baseline) for g in configurations if g.baseline]
+            + [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]])
 
 
 def family(groups: list[Group], primary: Primary, smallest_effect: float,
            declared: int | None = None) -> list[Comparison]:
-    """The declared comparisons with Holm-adjusted p-values over a family of `declared` (the plan's) or of those here,
-    each with its best permitted claim (a comparison without a test counts p = 1); each spread floored at the section's
-    pooled noise (blocks observed exactly)."""
+    """The declared comparisons, Holm-adjusted over a family of `declared` (the plan's) or of those here (no test:
+    p = 1), each spread floored at the section's pooled noise (blocks observed exactly)."""
     found = [compare(a, b, primary, smallest_effect) for a, b in declared_pairs(groups)]
     exact = [c.ratio.uncensored for c in found]
     floor = pooled_log_sd([(r.n - 1, r.log_sd) for r in exact if r.n > 1]) or 0.0

@@ -1,7 +1,7 @@
 """A multirun's design, declared before its first run (kept in the sweep's plan): each section's primary figure and
-comparisons, the blocks (`repeats`, or `repeats=auto` from a power calculation) and their power, the control arms,
-and the jobs' order within each block (a Williams design)."""
+comparisons, the blocks and their power, the control arms, and the jobs' order in each block (a Williams design)."""
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
@@ -14,15 +14,8 @@ from metrics.report.stats import POWER, power
 
 
 def williams(n: int) -> list[list[int]]:
-    """A Williams design for n treatments: each takes each position and follows every other equally often (first-order
-    carry-over balance); n sequences for even n, 2n for odd n (the square and its mirror)."""
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:
-        first.append(low)
-        low += 1
-        if len(first) < n:
-            first.append(high)
-            high -= 1
+    """A Williams design for n treatments (first-order carry-over balance): n sequences for even n, 2n for odd n."""
+    first = [0, *[t for pair in zip(range(1, n), range(n - 1, 0, -1)) for t in pair][:n - 1]]  # 0, 1, n-1, 2, ...
     square = [[(t + shift) % n for t in first] for shift in range(n)]
     return square + [row[::-1] for row in square] if n % 2 and n > 1 else square
 
@@ -40,20 +33,18 @@ def order_of(n: int, blocks: int, at_once: int = 1) -> dict:
             "balanced": blocks % sequences == 0, "at_once": at_once}
 
 
-def control_jobs(runs: list[Run]) -> list[int]:
-    """Indices of the planned runs whose control arm every block repeats: the equal-resource baselines."""
-    return equal_resource_baselines(runs)
+control_jobs = equal_resource_baselines  # the planned runs whose control arm every block repeats
 
 
 def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
-    """Per (dataset, model): its primary figure and its declared comparisons (job names), for these planned runs;
-    ValueError where the runs of one (dataset, model) declare different primary figures."""
+    """Per section key: its primary figure and declared comparisons (job names), for these planned runs; ValueError
+    where a section's runs declare different primary figures."""
     by_id = {id(run): name for name, run in named}
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
     primary, comparisons = {}, {}
     for section in sections_of(groups):
-        declared = {json.dumps(declare(r.config).as_dict(), sort_keys=True) for r in section.runs}
+        declared = {json.dumps(asdict(declare(r.config)), sort_keys=True) for r in section.runs}
         if len(declared) > 1:
             raise ValueError(f"the runs of {section.key} declare different primary figures: "
                              + "; ".join(sorted(declared)))
@@ -64,9 +55,9 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
 
 def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, cap: int,
                    repeats: int | None = None) -> tuple[int, list[str], dict]:
-    """The plan's blocks, the lines that state their power at x/÷effect, and the power per section: Holm over each
-    section's declared comparisons, at the 95 % upper bound of the noise recorded in results. repeats=None (auto): the
-    fewest blocks with POWER at that bound (at most cap), ValueError saying what to run where no noise is recorded."""
+    """The plan's blocks, the lines that state their power at x/÷effect (Holm over each section's comparisons, at the
+    recorded noise's 95 % upper bound), and the power per section. repeats=None (auto): the fewest blocks with POWER
+    (at most cap); ValueError saying what to run where no noise is recorded."""
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
     needed, lines, powers = 2, [], {}
@@ -87,7 +78,8 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
             continue
         upper = upper_log_sd(sd, df)
         if repeats is None:
-            found = next((n for n in range(2, cap + 1) if power(upper, n, effect, family) >= POWER), None)
+            found = next((n for n in range(2, cap + 1)
+                          if (p := power(upper, n, effect, family)) is not None and p >= POWER), None)
             blocks = found or cap
             needed = max(needed, blocks)
         else:

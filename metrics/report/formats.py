@@ -1,9 +1,9 @@
-"""The report's one set of formatters: numbers, shares, sizes, counts and intervals as its tables and sentences
-show them (units sit in the column headers or the sentence)."""
+"""The report's one set of formatters: numbers, shares, sizes, counts and intervals (units sit beside them)."""
 import math
 import statistics
+from collections.abc import Callable
 
-from metrics.report.stats import factor
+from metrics.report.stats import Ratio, factor
 
 MISSING = "–"
 
@@ -20,7 +20,6 @@ def number(value: float | None, digits: int = 3) -> str:
 
 
 def significant(value: float | None, digits: int = 3) -> str:
-    """`digits` significant digits, whatever the size."""
     return MISSING if value is None else f"{value:.{digits}g}"
 
 
@@ -64,7 +63,7 @@ def blocks_text(n: int, censored: int = 0, unit: str = "block") -> str:
     return counted(n, unit) + (f", {censored} censored" if censored else "")
 
 
-def median_text(values: list[float], show, unit: str) -> str:
+def median_text(values: list[float], show: Callable[[float], str], unit: str) -> str:
     """median (range low–high, n runs) of values, each shown by show(value), in unit."""
     if min(values) == max(values):
         return f"{show(values[0])}{unit} ({'1 run' if len(values) == 1 else f'all {len(values)} runs'})"
@@ -77,16 +76,14 @@ def times_over(value: float) -> str:
     return f"×/÷{value:.2f}"
 
 
-def bound_sign(ratio) -> str:
-    """"≤ " where this side was counted at its best case in some block (the ratio can only be lower), "≥ " where the
-    other was; nothing where neither or both were."""
-    this, other = getattr(ratio, "favours_this", 0), getattr(ratio, "favours_other", 0)
+def bound_sign(ratio: Ratio) -> str:
+    """"≤ " where only this side was counted at its best case in some block, "≥ " where only the other was."""
+    this, other = ratio.favours_this, ratio.favours_other
     return "≤ " if this and not other else "≥ " if other and not this else ""
 
 
-def interval_text(ratio, unit: str = "×") -> str:
-    """A paired ratio: estimate [low, high] (x/÷ factor, blocks) at 95 %, the estimate as a bound where a miss was
-    counted at its best case; without an interval, why (one block, zero spread)."""
+def interval_text(ratio: Ratio | None, unit: str = "×") -> str:
+    """A paired ratio: (bound sign) estimate [low, high] (x/÷ factor, blocks) at 95 %; without an interval, why."""
     if ratio is None or not ratio.n:
         return "n/a (no paired block)"
     estimate = f"{bound_sign(ratio)}{ratio.estimate:.2f}{unit}"
@@ -95,4 +92,4 @@ def interval_text(ratio, unit: str = "×") -> str:
         return f"{estimate} ({ratio.why_no_interval}: no interval)"
     low, high = interval
     return (f"{estimate} [{low:.2f}, {high:.2f}] ({times_over(factor(interval))}, "
-            f"{blocks_text(ratio.n, getattr(ratio, 'imputed', 0))})")
+            f"{blocks_text(ratio.n, ratio.imputed)})")

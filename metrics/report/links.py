@@ -16,8 +16,7 @@ def nominal_text(link: Link) -> str:
     directions = link.by_direction
     if directions == []:
         return "unshaped (the kernel's veth speed)"
-    rates = sorted({d["nominal_mbit"] for d in directions or []}) or \
-        ([link.nominal_mbit] if link.nominal_mbit else [])
+    rates = sorted({d["nominal_mbit"] for d in directions or []}) or ([link.nominal_mbit] if link.nominal_mbit else [])
     if not rates:
         return f"rate not recorded ({link.reason or 'the links were not metered'})"
     rate = f"{number(rates[0])} Mbit/s" if len(rates) == 1 else \

@@ -1,5 +1,5 @@
-"""The report's model: everything the report says, built once from the runs (metrics/report/build.py) and
-rendered by the templates (report.html, report.md) and the CSV writer, so that the outputs cannot disagree."""
+"""The report's model: everything the report says, built once (build.py) and rendered by templates and the CSV writer,
+so that the outputs cannot disagree."""
 from dataclasses import dataclass, field
 
 

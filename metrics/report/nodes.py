@@ -1,6 +1,5 @@
-"""A run over several nodes (launch.nnodes > 1): each node writes RUN/node<R> with its own peers and summary.json; the
-report reads them as ONE run at RUN, its summary merged by metrics/summary/build.py merge_nodes. A node<R> folder
-whose parent holds no summary.json is node R of the run at its parent (RUN/node0 of a one-node job included)."""
+"""A run over several nodes (launch.nnodes > 1) writes RUN/node<R> per node; the report reads them as ONE run at RUN,
+its summary merged by metrics/summary/build.py merge_nodes."""
 from pathlib import Path
 
 from metrics.report.runs import Run, load_run
@@ -13,7 +12,7 @@ def load(path: Path, folders: list[Path]) -> Run:
     if folders == [path]:
         return load_run(path)
     nodes = [load_run(folder) for folder in folders]
-    ranks = [node_rank_of(folder) for folder in folders]
+    ranks = [node_rank_of(folder) or 0 for folder in folders]  # all node folders here (run_folders)
     missing = sorted(set(range(max(n.nnodes for n in nodes))) - set(ranks))
     if len(nodes) == 1 and not missing:  # a one-node job: its summary is the run's
         nodes[0].path = path

@@ -1,42 +1,34 @@
-"""The primary figure's noise, recorded for planning: the `primary_noise` entry, one row per
-(figure, target, estimator, data, model, strategy) with the sd of the paired log ratios against the
-equal-resource baseline (blocks observed exactly), its blocks and the blocks a ratio of x/÷1.10 needs; beside it,
-on time-to-target, the sd of the paired samples-to-target ratios (the convergence part of the noise).
-A convergence figure's noise is counted over distinct seeds: blocks of different sweeps that share a seed trained
-the same data order from the same weights (common random numbers), so they reached the target after the same
-samples; they are one observation of that seed (`seeds`): the sd is the per-seed means' plus the timing variance
-within a seed.
-A sweep's plan (launchers/sweeper.py, metrics/report/design.py) fixes its blocks (`repeats=auto`) and states their
-power from the 95 % upper confidence bound of the pooled sd (upper_log_sd).
-
-    python bench/primary_noise.py SWEEP_DIR  (into bench/results/primary_noise.json and conf/evidence.json)
-"""
+"""The primary figure's noise, recorded for planning (bench/primary_noise.py: the `primary_noise` entry; its method
+in metrics/methods.yaml), and read back by a sweep's plan (planning_noise)."""
 import json
 import math
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from scipy.stats import chi2
 
 from metrics.recording.machine import describe_machine, fingerprint
+from metrics.recording.methods import methods
 from metrics.report.baselines import averaging, load_runs
+from metrics.report.compare import Comparison
 from metrics.report.primary import Primary, time_observation
-from metrics.report.runs import Group
+from metrics.report.runs import Block, Group, RunFigure, Section
 from metrics.report.stats import blocks_for, pooled_log_sd
 from metrics.report.verdict import analyse
+from metrics.summary.schema import Json
 
 ENTRY = "primary_noise"
+METHOD = methods("primary_noise")["method"]  # how a row is measured, recorded with the entry
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
-TEN_PERCENT = 1.10  # a recorded row's blocks_for_10pct: the blocks x/÷1.10 needs at 80 % power (plans use
-                    # report.smallest_effect)
+TEN_PERCENT = 1.10  # a row's blocks_for_10pct: the blocks x/÷1.10 needs at 80 % power (plans: report.smallest_effect)
 
 
-def seed_log_sd(logs: dict, seed_of: dict) -> tuple[float | None, int]:
-    """The sd of one block's paired log ratio (logs: block -> log ratio), with seeds as the observations: the
-    variance of the per-seed means plus the within-seed variance (blocks of one seed differ in timing only) that
-    averaging took out; and the number of seeds."""
-    by_seed: dict = {}
+def seed_log_sd(logs: dict[Block, float], seed_of: dict[Block, Any]) -> tuple[float | None, int]:
+    """The sd of the paired log ratios (block -> log ratio) with seeds as the observations (the per-seed means'
+    variance plus the within-seed variance averaging took out), and the number of seeds."""
+    by_seed: dict[Any, list[float]] = {}
     for block, log in logs.items():
         by_seed.setdefault(seed_of.get(block, block), []).append(log)
     if len(by_seed) < 2:
@@ -49,13 +41,13 @@ def seed_log_sd(logs: dict, seed_of: dict) -> tuple[float | None, int]:
     return math.sqrt(statistics.variance(means) + within * averaged_out), len(means)
 
 
-def paired_logs(this: Group, other: Group, figure, blocks: list) -> dict:
+def paired_logs(this: Group, other: Group, figure: RunFigure, blocks: list[Block]) -> dict[Block, float]:
     """block -> log(figure(this) / figure(other)) over `blocks` where both have the figure."""
     top, bottom = this.by_block(figure), other.by_block(figure)
     return {b: math.log(top[b] / bottom[b]) for b in blocks if b in top and b in bottom}
 
 
-def measured_rows(dirs: list[Path]) -> list[dict]:
+def measured_rows(dirs: list[Path]) -> list[Json]:
     """One row per configuration compared with its baseline: its paired log ratios' sd (blocks observed exactly)."""
     rows = []
     sections, _ = load_runs(dirs)
@@ -74,15 +66,14 @@ def measured_rows(dirs: list[Path]) -> list[dict]:
             if log_sd is None:
                 continue
             samples = paired_logs(c.this, c.other, lambda r: r.summary.samples_to_target, c.used)
-            samples_sd = seed_log_sd(samples, seed_of)[0]
             rows.append(row_of(a.primary, section, c) | {
                 "log_sd": log_sd, "blocks": exact.n, "seeds": seeds, "censored": c.censored,
                 "blocks_for_10pct": blocks_for(log_sd, TEN_PERCENT, c.family),
-                "samples_log_sd": samples_sd if a.primary.is_time else None})
+                "samples_log_sd": seed_log_sd(samples, seed_of)[0] if a.primary.is_time else None})
     return rows
 
 
-def row_of(primary: Primary, section, c) -> dict:
+def row_of(primary: Primary, section: Section, c: Comparison) -> Json:
     """What a row of comparison c is about: the figure, its target, the data, model and configuration, where."""
     return {"figure": primary.figure, "metric": primary.metric, "value": primary.value,
             "estimator": primary.estimator, "data": section.data, "model": section.model,
@@ -91,9 +82,8 @@ def row_of(primary: Primary, section, c) -> dict:
             "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})}
 
 
-def missed_row(primary: Primary, section, c, seed_of: dict) -> dict:
-    """The row of a configuration whose runs reached the target in too few blocks to measure its noise: no log-sd;
-    its exact and censored blocks (repeats=auto refuses to plan from it, saying why)."""
+def missed_row(primary: Primary, section: Section, c: Comparison, seed_of: dict[Block, Any]) -> Json:
+    """The row of a configuration that reached the target in too few blocks to measure its noise (no log-sd)."""
     return row_of(primary, section, c) | {
         "log_sd": None, "blocks": c.ratio.uncensored.n, "seeds": len({seed_of.get(b, b) for b in c.used}),
         "censored": c.censored, "compared": c.blocks,
@@ -101,23 +91,21 @@ def missed_row(primary: Primary, section, c, seed_of: dict) -> dict:
         "blocks_for_10pct": None, "samples_log_sd": None}
 
 
-def merged(kept: dict | None, rows: list[dict]) -> dict:
-    """The primary_noise entry with these newly measured rows: a kept row of the same figure, target, data, model and
-    strategy is replaced, the others stay with their own date and machine."""
+def merged(kept: Json | None, rows: list[Json]) -> Json:
+    """The primary_noise entry with these rows, replacing kept rows of the same KEYS (the others stay as they are)."""
     machine = fingerprint()
     new = {tuple(r[k] for k in KEYS) for r in rows}
     kept_rows = [r for r in (kept or {}).get("rows", []) if tuple(r.get(k) for k in KEYS) not in new]
     rows = kept_rows + [r | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine} for r in rows]
     return {"name": ENTRY, "rows": rows,
             "goal": "the sd of the primary figure's paired log ratios that repeats=auto plans from (no goal)",
-            "method": __doc__.strip(), "measured_at": max(r["measured_at"] for r in rows),
+            "method": METHOD, "measured_at": max(r["measured_at"] for r in rows),
             "sweeps": [{"path": path, "kept": False, "summary": "rows"}
                        for path in sorted({p for r in rows for p in r.get("sweeps", [])})],
             "machine": machine}  # where it was last recorded; each row names its own machine
 
 
-def recorded_lines(rows: list[dict], where: str, dirs: list[Path]) -> list[str]:
-    """What was recorded, one line a row."""
+def recorded_lines(rows: list[Json], where: str, dirs: list[Path]) -> list[str]:
     lines = [f"recorded in {where} ({ENTRY}): {r['strategy']} {r['figure']} log-sd {r['log_sd']:.3f} over "
              f"{r['seeds']} seeds ({r['blocks']} blocks; x/÷{TEN_PERCENT:.2f} needs {r['blocks_for_10pct']}); "
              f"samples-to-target log-sd {'n/a' if r['samples_log_sd'] is None else format(r['samples_log_sd'], '.3f')}"
@@ -134,15 +122,21 @@ def upper_log_sd(log_sd: float, df: int, level: float = 0.95) -> float:
     return log_sd * math.sqrt(df / chi2.ppf(1 - level, df))
 
 
+def seeds_of(row: Json) -> int:
+    """A recorded row's seeds (rows recorded before seeds were counted: its blocks)."""
+    return row["seeds"] if "seeds" in row else row["blocks"]
+
+
 def planning_noise(path: Path, primary: Primary, data: str, model: str,
                    strategies: list[str]) -> tuple[float, int, str]:
     """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, and where it comes
-    from; ValueError, saying what to run, where the results file has none for some strategy."""
+    from; ValueError, saying what to run, where none is recorded."""
     try:
-        rows = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY), {})["rows"]
+        rows: list[Json] = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY),
+                                {"rows": []})["rows"]
     except (OSError, ValueError, KeyError, TypeError):
         rows = []
-    wanted = {"figure": primary.figure, "data": data, "model": model}
+    wanted: Json = {"figure": primary.figure, "data": data, "model": model}
     if primary.is_time:
         wanted |= {"metric": primary.metric, "value": primary.value, "estimator": primary.estimator}
     found = [r for r in rows if all(r.get(k) == v for k, v in wanted.items()) and r.get("strategy") in strategies]
@@ -163,8 +157,11 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python bench/primary_noise.py multirun/noise` (it records into "
             "bench/results/primary_noise.json and conf/evidence.json)")
-    spreads = [(r.get("seeds", r["blocks"]) - 1, r["log_sd"]) for r in found]
+    spreads = [(seeds_of(r) - 1, r["log_sd"]) for r in found]
     pooled = pooled_log_sd(spreads)
-    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r.get('seeds', r['blocks'])} seeds, "
+    if pooled is None:
+        raise ValueError(f"{path} ({ENTRY}) records no degrees of freedom for {', '.join(strategies)}: no noise to "
+                         "plan from")
+    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, "
                       f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
     return pooled, sum(df for df, _ in spreads if df > 0), where

@@ -3,21 +3,25 @@ import base64
 import io
 import statistics
 import textwrap
+from collections.abc import Callable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure as Canvas  # noqa: E402
 
 from metrics.report.model import Figure  # noqa: E402
 from metrics.report.runs import Group, Run, Section  # noqa: E402
 from metrics.recording.steplog import PHASES  # noqa: E402
+from metrics.summary.schema import Json, Summary  # noqa: E402
 
 MAX_RESOURCE_RUNS = 12  # rows of the per-worker small multiples
 PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2"}
 
 
-def to_png(fig) -> str:
+def to_png(fig: Canvas) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
@@ -64,9 +68,9 @@ def worker_points(run: Run, kind: str, window: int) -> dict[int, list[tuple[floa
     return points
 
 
-def group_curve(group: Group, kind: str, window: int):
+def group_curve(group: Group, kind: str, window: int) -> list[tuple[float, ...]] | None:
     """Per step over all workers of all repeats: x time (mean), x samples (mean), y mean, y min, y max."""
-    points: dict[int, list] = {}
+    points: dict[int, list[tuple[float, float, float]]] = {}
     for run in group.runs:
         for step, found in worker_points(run, kind, window).items():
             points.setdefault(step, []).extend(found)
@@ -111,16 +115,15 @@ def convergence_plot(section: Section) -> Figure:
     return Figure(f"Convergence{synthetic}", to_png(fig),
                 "Test accuracy (%, every worker evaluating its own model on the whole held-out split at the same "
                 f"steps) and training loss (cross-entropy of each worker's own minibatches{smoothing}) against "
-                "training time (s, each worker's loop time minus its pauses to save weights for evaluation and to "
-                "time the speed reference; mean over workers) and "
-                "against samples trained by all workers (sum of each worker's sample count at that step). "
-                "Line = mean over workers (and repeats), band = the worker spread: min to max over workers "
-                "(and repeats).")
+                "training time (s, each worker's loop time minus its pauses to save weights for evaluation and to time "
+                "the speed reference; mean over workers) and against samples trained by all workers (sum of each "
+                "worker's sample count at that step). Line = mean over workers (and repeats), band = the worker "
+                "spread: min to max over workers (and repeats).")
 
 
 # Bars: one per configuration, error bars = standard deviation over repeats.
 
-def _bar_axes(groups: list[Group], width: float = 10):
+def _bar_axes(groups: list[Group], width: float = 10) -> tuple[Canvas, Axes]:
     fig, ax = plt.subplots(figsize=(width, 1.9 + 0.4 * len(groups)), layout="constrained")
     ax.set_yticks(range(len(groups)), [g.label for g in groups], fontsize=8)
     ax.invert_yaxis()
@@ -132,7 +135,7 @@ THROUGHPUT, SENT, RECEIVED = (lambda s: s.throughput_samples_per_s, lambda s: s.
                               lambda s: s.bytes_recv_per_sample)
 
 
-def _mean_sd(group: Group, figure) -> tuple[float, float]:
+def _mean_sd(group: Group, figure: Callable[[Summary], float | None]) -> tuple[float, float]:
     """Mean and sd over the group's runs of figure(summary)."""
     values = group.values(lambda r: figure(r.summary))
     if not values:
@@ -158,10 +161,7 @@ def breakdown_plot(groups: list[Group]) -> Figure:
     fig, ax = _bar_axes(groups)
     left = [0.0] * len(groups)
     for phase in PHASES:
-        shares = []
-        for group in groups:
-            values = group.values(lambda r: (r.summary.time_breakdown_share or {}).get(phase))
-            shares.append(100 * statistics.fmean(values) if values else 0.0)
+        shares = [100 * (g.mean(lambda r: (r.summary.time_breakdown_share or {}).get(phase)) or 0.0) for g in groups]
         ax.barh(range(len(groups)), shares, left=left, color=PHASE_COLORS[phase],
                 label=phase.removesuffix("_s").replace("opt", "optimizer"))
         left = [a + b for a, b in zip(left, shares)]
@@ -190,8 +190,7 @@ def bytes_plot(groups: list[Group]) -> Figure:
                 "Payload KiB (1024 bytes) sent (solid) and received (hatched) per sample a worker trained "
                 "(summary.json's bytes_sent_per_sample / bytes_recv_per_sample): exact accounting of the tensors the "
                 "strategy exchanged (for library collectives, the ring's share of the bytes counted as handed to the "
-                "library; no protocol headers). "
-                "Error bars: standard deviation over repeats.")
+                "library; no protocol headers). Error bars: standard deviation over repeats.")
 
 
 def scaling_plot(groups: list[Group]) -> Figure | None:
@@ -228,7 +227,7 @@ def scaling_plot(groups: list[Group]) -> Figure | None:
 
 # Per-worker resources over time: one row per run.
 
-def _rate(resources: list[dict], keys: tuple[str, ...]) -> tuple[list[float], list[float]]:
+def _rate(resources: list[Json], keys: tuple[str, ...]) -> tuple[list[float], list[float]]:
     t, rate = [], []
     for before, after in zip(resources, resources[1:]):
         elapsed = after["t"] - before["t"]
@@ -256,11 +255,9 @@ def resources_plot(groups: list[Group]) -> Figure | None:
             if not host_wide or peer is run.reference:
                 row[2].plot(*_rate(peer.resources, ("net_tx_bytes", "lo_tx_bytes")), lw=1)
         row[0].set_title(textwrap.shorten(f"{group.label} seed={run.config.get('seed')}", 150), loc="left", fontsize=8)
-        row[0].set_ylabel("CPU (%)", fontsize=8)
-        row[1].set_ylabel("RSS (MiB)", fontsize=8)
-        row[2].set_ylabel("net tx (MiB/s)" + (" host-wide" if host_wide else ""), fontsize=8)
         row[0].legend(fontsize=6, ncol=4)
-        for ax in row:
+        for ax, label in zip(row, ("CPU (%)", "RSS (MiB)", "net tx (MiB/s)" + (" host-wide" if host_wide else ""))):
+            ax.set_ylabel(label, fontsize=8)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
     for ax in axes[-1]:

@@ -1,8 +1,11 @@
 """The primary figure the verdict ranks and claims on, declared before the first run (`report.primary`, kept in the
-sweep's plan): time_to_target (an interval per run: exact where it crossed, right-censored where it did not or
-failed) or throughput (completed runs), and each run's observation of it."""
+sweep's plan): time_to_target or throughput, and each run's observation of it."""
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any
+
+from metrics.report.runs import Run
+from metrics.summary.schema import Json
 
 TIME_TO_TARGET, THROUGHPUT = "time_to_target", "throughput"
 CHOICES = ("auto", TIME_TO_TARGET, THROUGHPUT)
@@ -37,13 +40,9 @@ class Primary:
             return f"time-to-target ({self.target}, estimator {self.estimator}; seconds of training)"
         return "throughput (all workers' samples / the longest worker's training time, samples/s)"
 
-    def as_dict(self) -> dict:
-        return asdict(self)
 
-
-def declare(config: dict) -> Primary:
-    """The primary figure a run of this config declares: report.primary (auto: time_to_target on real data, throughput
-    on synthetic), with the target and its estimator (default confirmed_crossing)."""
+def declare(config: Json) -> Primary:
+    """A run config's report.primary (auto: time_to_target on real data, throughput on synthetic), with its target."""
     choice = (config.get("report") or {}).get("primary", "auto")
     if choice not in CHOICES:
         raise ValueError(f"report.primary must be one of {', '.join(CHOICES)}, got {choice}")
@@ -59,9 +58,9 @@ def declare(config: dict) -> Primary:
                    target.get("estimator", DEFAULT_ESTIMATOR), choice)
 
 
-def from_dict(found: dict) -> Primary:
-    return Primary(**{k: found.get(k) for k in ("figure", "metric", "value", "estimator")},
-                   declared=found.get("declared", "auto"))
+def from_dict(found: Json) -> Primary:
+    fields: dict[str, Any] = {k: found.get(k) for k in ("figure", "metric", "value", "estimator")}
+    return Primary(**fields, declared=found.get("declared", "auto"))
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,7 @@ class Observation:
         return self.reached and self.low == self.high
 
     @property
-    def order(self) -> tuple:
+    def order(self) -> tuple[int, float]:
         """Fastest first: a crossing at the first evaluation, then crossings by time, then misses (the slowest)."""
         return (1, self.low) if self.exact else (0, 0.0) if self.reached else (2, 0.0)
 
@@ -86,13 +85,13 @@ class Observation:
         return self.low if self.reached else math.inf
 
 
-def training_time(run) -> float | None:
+def training_time(run: Run) -> float | None:
     """The longest worker's training time: all workers' samples / the throughput."""
     samples, throughput = run.summary.total_samples, run.summary.throughput_samples_per_s
     return samples / throughput if samples and throughput else None
 
 
-def time_observation(run) -> Observation:
+def time_observation(run: Run) -> Observation:
     """Where the run's time-to-target lies: exactly where it crossed (a crossing at the first evaluation: between 0 and
     the next evaluation); else, or where it did not complete, above the evaluation before its last (right-censored)."""
     reached = run.summary.time_to_target_s if run.completed else None

@@ -1,6 +1,5 @@
 """The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration predicted on
-each target from its own completed runs by metrics/projection/, with its validation's error band, UNVALIDATED
-beyond it, and no number, only why, where the model failed its validation."""
+each target from its own completed runs by metrics/projection/, with its validation's error band."""
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +39,7 @@ def parse_targets(specs: list[str]) -> list[Target]:
     return targets
 
 
-def mean_or_none(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
+
 
 
 def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out: list[str]) -> list[list[str]]:
@@ -74,12 +72,12 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
         step = statistics.fmean(steps)
         band = validation.band(step) if validation and not first["unvalidated"] else None
         batch = statistics.fmean(m.batch for m in measured)
+        times = [p["time_to_target_s"] for p in predictions if p["time_to_target_s"] is not None]
         spread = f"{len(steps)} (step {significant(min(steps))}–{significant(max(steps))} s)" if len(steps) > 1 else "1"
         rows.append([group.label, target.label, significant(step),
                      f"{significant(band[0])}–{significant(band[1])}" if band else "none",
                      significant(target.peers * batch / step),
-                     significant(mean_or_none([p["time_to_target_s"] for p in predictions
-                                               if p["time_to_target_s"] is not None])),
+                     significant(statistics.fmean(times) if times else None),
                      spread, "; ".join(marks)])
     return rows
 
@@ -88,14 +86,12 @@ def note(evidence: Evidence) -> str:
     return ("PREDICTED, not measured. Each averaging configuration's strategy cost model (the class its config names: "
             "strategy.cost_model), its parameters taken from each of the configuration's completed runs (compute, "
             "hidden communication, server update, S; python -m metrics.projection), at the target's N on the target "
-            "link's payload rate "
-            f"(nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted step: mean over the "
-            "runs (from runs: how many, and their range); throughput = N x batch per worker / that step; "
-            "time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over the "
-            "model's held-out validation errors e (conf/evidence.json projection_validation; none: no validated "
+            f"link's payload rate (nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted "
+            "step: mean over the runs (from runs: how many, and their range); throughput = N x batch per worker / "
+            "that step; time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over "
+            "the model's held-out validation errors e (conf/evidence.json projection_validation; none: no validated "
             "case), only inside the validated region. UNVALIDATED (no band): beyond the validated N, link rates or "
-            "latencies. A model that failed its "
-            "validation gives no number, only why.")
+            "latencies. A model that failed its validation gives no number, only why.")
 
 
 def projected_tables(sections: list[Section], specs: list[str], results: Path | None = None) -> list[Table]:

@@ -1,15 +1,16 @@
-"""The runs a report covers (a directory with summary.json, or node<R> folders read as one run), grouped: repeats of
-one configuration differ only in `seed` and `block` (a Group); groups on the same (dataset, model) form a Section.
-Attempts a resumed sweep moved below `superseded/` are kept as attempts, never as runs."""
+"""The runs a report covers, grouped: repeats of one configuration (a Group) differ only in `seed` and `block`; groups
+on the same (dataset, model) form a Section. Attempts a resumed sweep moved below `superseded/` stay attempts."""
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.summary.fidelity import unfaithful
-from metrics.summary.schema import Link, Peer, SpeedReference, Summary
+from metrics.summary.schema import Json, Link, Peer, SpeedReference, Summary
 from metrics.report.formats import share
 from metrics.report.stats import Ratio
 
@@ -24,7 +25,7 @@ CONTROL = "control"  # config `arm` of the control arm: the equal-resource basel
 PLANNED = "planned"
 
 
-def strategy_blocks(*runs) -> tuple[str, ...]:
+def strategy_blocks(*runs: "Run") -> tuple[str, ...]:
     """The knob blocks (NAME.: a strategy's own knobs) of conf/strategy/'s strategies and of these runs' own."""
     names = {p.stem for p in (CONF_DIR / "strategy").glob("*.yaml")} | {run.strategy for run in runs}
     return tuple(f"{name}." for name in sorted(names))
@@ -33,9 +34,9 @@ def strategy_blocks(*runs) -> tuple[str, ...]:
 @dataclass
 class PeerLogs:
     rank: int
-    steps: list[dict]
-    evals: list[dict]
-    resources: list[dict]
+    steps: list[Json]
+    evals: list[Json]
+    resources: list[Json]
 
 
 @dataclass(eq=False)  # runs and groups are compared by identity
@@ -49,7 +50,7 @@ class Run:
     run_later: bool = False   # run again after an earlier attempt of its block (the sweep's plan says so)
 
     @property
-    def config(self) -> dict:
+    def config(self) -> Json:
         return self.summary.config
 
     @property
@@ -57,7 +58,7 @@ class Run:
         return self.config["strategy"]["name"]
 
     @property
-    def knobs(self) -> dict:
+    def knobs(self) -> Json:
         return self.summary.strategy_knobs or {}
 
     @property
@@ -90,8 +91,7 @@ class Run:
 
     @property
     def block(self) -> tuple[str | None, int | None]:
-        """(plan, block): runs of one block ran side by side; the plan is config `plan` (pooled across sweep folders),
-        else the sweep directory; runs outside blocks share (None, None)."""
+        """(plan, block): config `plan` (pooled across sweep folders), else the sweep; (None, None) outside blocks."""
         block = self.config.get("block")
         if block is not None and self.config.get("plan"):
             return f"plan {self.config['plan']}", block
@@ -118,7 +118,6 @@ class Run:
         return [p for p in self.peers if p.steps]
 
     def unfaithful(self) -> list[str]:
-        """Why this run is not faithful to the setting it emulates (metrics/summary/fidelity.py)."""
         return unfaithful(self.summary)
 
     @property
@@ -134,8 +133,8 @@ class Run:
                 f"for two measurements in a row less its lowest / median, tolerance {share(reference.tolerance)})")
 
     def slower_than_block(self, runs: list["Run"]) -> float | None:
-        """This run's speed reference / the median of its block's (same sweep and block among `runs`, the same work:
-        samples, threads, dtype, device) - 1: > 0 slower; None outside a block or without references."""
+        """This run's speed reference / the median of its block's among `runs` (the same work) - 1: > 0 slower; None
+        outside a block or without references."""
         mine = self.speed_reference
         if self.block[1] is None or not mine.median_s:
             return None
@@ -152,20 +151,19 @@ class Run:
         worst = self.summary.accuracy_by_worker.worst
         if worst is not None:
             return worst
-        finals = [p.evals[-1].get("test_accuracy") for p in self.peers if p.evals]
-        finals = [a for a in finals if a is not None]
+        finals = [a for p in self.peers if p.evals and (a := p.evals[-1].get("test_accuracy")) is not None]
         return min(finals) if finals else None
 
     def peer_summaries(self) -> list[Peer]:
         return self.summary.peers or []
 
-    def strategy_figures(self) -> dict:
+    def strategy_figures(self) -> dict[str, float | str]:
         """peers[*].result.strategy flattened and merged: numbers as their mean over peers, others as a distinct set."""
-        values: dict[str, list] = {}
+        values: dict[str, list[Any]] = {}
         for peer in self.peer_summaries():
             for key, value in flatten((peer.result or {}).get("strategy") or {}).items():
                 values.setdefault(key, []).append(value)
-        merged = {}
+        merged: dict[str, float | str] = {}
         for key, vals in values.items():
             numbers = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
             if numbers and len(numbers) == len(vals):
@@ -192,12 +190,11 @@ class Run:
         return list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
 
 
-def planned_run(config: dict, is_baseline: bool) -> Run:
-    """A run not started yet, for planning a sweep's baselines."""
+def planned_run(config: Json, is_baseline: bool) -> Run:
     return Run(Path(), Summary(status=PLANNED, config=config, is_baseline=is_baseline), [])
 
 
-def read_plan(sweep: Path | str | None) -> dict:
+def read_plan(sweep: Path | str | None) -> Json:
     """A multirun's plan (launchers/sweeper.py), or {} where there is none."""
     if sweep is None:
         return {}
@@ -208,15 +205,12 @@ def read_plan(sweep: Path | str | None) -> dict:
 
 
 def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
-    """Run directories (holding summary.json) under dirs, the attempts a resumed sweep moved aside (under a
-    `superseded` directory, with a summary), and the runs started without a summary."""
-    def aside(path: Path) -> bool:
-        return SUPERSEDED in path.relative_to(top).parts
-
-    runs, superseded, incomplete = set(), set(), set()
+    """Run directories (holding summary.json) under dirs, the attempts moved aside (below `superseded`), and the runs
+    started without a summary."""
+    runs, superseded, incomplete = set[Path](), set[Path](), set[Path]()
     for top in dirs:
         for path in run_dirs_under(top):
-            (superseded if aside(path) else runs).add(path)
+            (superseded if SUPERSEDED in path.relative_to(top).parts else runs).add(path)
         incomplete.update(p for p in started_runs_under(top))
     return sorted(runs), sorted(superseded), sorted(incomplete - runs - superseded)
 
@@ -228,15 +222,19 @@ def load_run(path: Path) -> Run:
     return Run(path, summary, peers)
 
 
-def flatten(config: dict, prefix: str = "") -> dict:
+def flatten(config: Json, prefix: str = "") -> Json:
     """{"data": {"name": "digits"}} -> {"data.name": "digits"}."""
-    flat = {}
+    flat: Json = {}
     for key, value in config.items():
         if isinstance(value, dict):
             flat |= flatten(value, f"{prefix}{key}.")
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+Block = tuple[str | None, int | None]  # Run.block
+RunFigure = Callable[[Run], float | None]  # a figure of a run, None where it has none
 
 
 @dataclass(eq=False)
@@ -262,42 +260,44 @@ class Group:
     def is_control(self) -> bool:
         return self.first.is_control
 
-    def values(self, figure) -> list[float]:
+    def values(self, figure: RunFigure) -> list[float]:
         """figure(run) for each run, Nones dropped."""
         return [v for v in (figure(r) for r in self.runs) if v is not None]
 
-    def seeds(self) -> list:
+    def mean(self, figure: RunFigure) -> float | None:
+        values = self.values(figure)
+        return statistics.fmean(values) if values else None
+
+    def seeds(self) -> list[Any]:
         return [r.config.get("seed") for r in self.runs]
 
-    def by_block(self, figure) -> dict:
+    def by_block(self, figure: RunFigure) -> dict[Block, float]:
         """block -> the geometric mean of figure(run) over this group's runs in that block (Nones dropped)."""
         found = {b: [v for r in runs if (v := figure(r)) is not None and v > 0] for b, runs in block_runs(self).items()}
         return {block: statistics.geometric_mean(values) for block, values in found.items() if values}
 
 
-def block_runs(group: Group) -> dict:
-    """block -> the group's runs in it."""
-    found: dict = {}
+def block_runs(group: Group) -> dict[Block, list[Run]]:
+    found: dict[Block, list[Run]] = {}
     for run in group.runs:
         found.setdefault(run.block, []).append(run)
     return found
 
 
-def block_means(group: Group, figure) -> dict:
+def block_means(group: Group, figure: RunFigure) -> dict[Block, float]:
     """block -> the mean of figure(run) over the group's runs in that block (Nones dropped)."""
     found = {b: [v for r in runs if (v := figure(r)) is not None] for b, runs in block_runs(group).items()}
     return {block: statistics.fmean(values) for block, values in found.items() if values}
 
 
-def paired_differences(minuend: Group, subtrahend: Group, figure) -> list[float]:
+def paired_differences(minuend: Group, subtrahend: Group, figure: RunFigure) -> list[float]:
     """figure(minuend) - figure(subtrahend), one difference per block holding both."""
     first, second = block_means(minuend, figure), block_means(subtrahend, figure)
     return [first[b] - second[b] for b in sorted(first.keys() & second.keys(), key=str)]
 
 
-def paired(numerator: Group, denominator: Group, figure, scale: float = 1.0) -> Ratio:
-    """figure(numerator) / (scale x figure(denominator)), one ratio per block holding both (a paired ratio: runs in
-    one block ran side by side, so the machine's drift cancels); runs outside blocks pair with each other."""
+def paired(numerator: Group, denominator: Group, figure: RunFigure, scale: float = 1.0) -> Ratio:
+    """figure(numerator) / (scale x figure(denominator)), one ratio per block holding both."""
     top, bottom = numerator.by_block(figure), denominator.by_block(figure)
     return Ratio([top[b] / (scale * bottom[b]) for b in sorted(top.keys() & bottom.keys(), key=str)])
 
@@ -315,24 +315,23 @@ class Section:
 
     @property
     def title(self) -> str:
-        return f"data={self.data}, model={self.model}" + (" [synthetic data]" if self.synthetic else "")
+        return self.key + (" [synthetic data]" if self.synthetic else "")
 
     @property
     def key(self) -> str:
         """How a sweep's plan names this section."""
-        return section_key(self.data, self.model)
+        return f"data={self.data}, model={self.model}"
 
     @property
     def runs(self) -> list[Run]:
         return [r for g in self.groups for r in g.runs]
 
-    def plans(self) -> dict[str, dict]:
+    def plans(self) -> dict[str, Json]:
         """sweep directory -> its plan, for every sweep holding runs of this section."""
         return {str(s): read_plan(s) for s in dict.fromkeys(r.sweep for r in self.runs) if s is not None}
 
 
-def section_key(data: str, model: str) -> str:
-    return f"data={data}, model={model}"
+
 
 
 def configuration_key(run: Run) -> str:
@@ -379,22 +378,22 @@ def label_groups(groups: list[Group]) -> None:
         group.color = f"C{index % 10}"
 
 
-def differing(flats: list[dict], keys: list[str]) -> list[str]:
+def differing(flats: list[Json], keys: list[str]) -> list[str]:
     """The keys whose value is not the same in every dict."""
     return [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
 
 
-def show(value) -> str:
+def show(value: Any) -> str:
     return json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
 
 
-def fault_label(fault: dict) -> str:
+def fault_label(fault: Json) -> str:
     injected = [f"{kind}={fault[kind]}" for kind in FAULT_KINDS if fault.get(kind) is not None]
     return f" fault:{','.join(injected)}@step{fault.get('at_step')}" if injected else ""
 
 
 def sections_of(groups: list[Group]) -> list[Section]:
-    sections: dict[tuple, Section] = {}
+    sections: dict[tuple[str, str], Section] = {}
     for group in groups:
         data, model = group.first.dataset
         sections.setdefault((data, model), Section(data, model)).groups.append(group)
@@ -405,7 +404,7 @@ def sections_of(groups: list[Group]) -> list[Section]:
 
 def mark_reruns(runs: list[Run]) -> None:
     """Runs their sweep's plan lists as run again after an earlier attempt of the same block."""
-    plans: dict = {}
+    plans: dict[Path, Json] = {}
     for run in runs:
         if run.sweep is None:
             continue
@@ -417,7 +416,7 @@ def mark_reruns(runs: list[Run]) -> None:
 def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
     """Each superseded attempt to the group of its configuration; the attempts of no group here are returned."""
     by_key = {configuration_key(g.first): g for g in groups}
-    orphans = []
+    orphans: list[Run] = []
     for attempt in attempts:
         attempt.superseded = True
         group = by_key.get(configuration_key(attempt))
@@ -425,7 +424,7 @@ def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
     return orphans
 
 
-def plan_refusal(plans: dict[str, dict]) -> str | None:
+def plan_refusal(plans: dict[str, Json]) -> str | None:
     """Why these sweeps' runs (directory -> plan) are not one design (other plan ids), one line; None if one plan."""
     ids = {sweep: plan.get("id") for sweep, plan in plans.items()}
     if len(ids) < 2 or (len(set(ids.values())) == 1 and None not in ids.values()):
@@ -439,7 +438,7 @@ def shared_seeds(groups: list["Group"]) -> list[str]:
     """Where two blocks of one configuration ran the same seed (not independent), one line each."""
     found = []
     for group in groups:
-        blocks_of: dict = {}
+        blocks_of: dict[Any, set[Block]] = {}
         for run in group.runs:
             if run.config.get("block") is not None:
                 blocks_of.setdefault(run.config.get("seed"), set()).add(run.block)

@@ -1,9 +1,8 @@
-"""Statistics of paired repeats (Hoefler and Belli, SC15, rules 5-7): a ratio counted once per block, averaged on the
-log scale, its 95 % paired-t interval and test (spread floored at the section's pooled noise); claims (faster,
-slower, equivalent by TOST) under Holm's correction; and the power calculations that plan blocks.
-See metrics/methods.yaml report.claims."""
+"""Statistics of paired repeats (Hoefler and Belli, SC15, rules 5-7): ratios per block on the log scale, paired-t
+intervals and tests, claims under Holm's correction (methods.yaml report.claims), and the power that plans blocks."""
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scipy.stats import nct
@@ -14,10 +13,6 @@ ALPHA = 1 - LEVEL
 POWER = 0.8  # for the smallest detectable difference
 
 FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL = "faster", "slower", "equivalent", "cannot tell", "no interval"
-
-
-def t_quantile(level: float, df: int) -> float:
-    return student_t.ppf(0.5 + level / 2, df)
 
 
 def factor(interval: tuple[float, float]) -> float:
@@ -57,11 +52,11 @@ class Ratio:
     @property
     def spread(self) -> float | None:
         """The sd the interval and the test use: the sample sd, at least the floor."""
-        return max(self.log_sd, self.sd_floor) if self.n > 1 else None
+        return None if (sd := self.log_sd) is None else max(sd, self.sd_floor)
 
     @property
     def log_se(self) -> float | None:
-        return self.spread / math.sqrt(self.n) if self.n > 1 else None
+        return None if (spread := self.spread) is None else spread / math.sqrt(self.n)
 
     @property
     def imputed(self) -> int:
@@ -71,7 +66,7 @@ class Ratio:
     @property
     def uncensored(self) -> "Ratio":
         """The blocks observed exactly."""
-        if not self.imputed:
+        if self.exact is None or not self.imputed:
             return Ratio(self.values)
         return Ratio([v for v, e in zip(self.values, self.exact) if e])
 
@@ -86,34 +81,31 @@ class Ratio:
 
     def interval(self, level: float = LEVEL) -> tuple[float, float] | None:
         """The two-sided t-interval at this level on the log ratios, as ratios; None without spread."""
-        if self.why_no_interval:
+        if self.why_no_interval or (se := self.log_se) is None:
             return None
-        half = t_quantile(level, self.n - 1) * self.log_se
+        half = student_t.ppf(0.5 + level / 2, self.n - 1) * se
         centre = statistics.fmean(self.logs)
         return math.exp(centre - half), math.exp(centre + half)
 
     def p_value(self) -> float | None:
         """Two-sided one-sample t-test of mean log ratio = 0 (ratio = 1); None without spread."""
-        if self.why_no_interval:
+        if self.why_no_interval or (se := self.log_se) is None:
             return None
-        return 2 * student_t.sf(abs(statistics.fmean(self.logs)) / self.log_se, self.n - 1)
+        return 2 * student_t.sf(abs(statistics.fmean(self.logs)) / se, self.n - 1)
 
     def equivalence_p(self, smallest_effect: float) -> float | None:
-        """TOST p-value that the ratio lies inside [1/smallest_effect, smallest_effect]: the larger of the two
-        one-sided t-tests (p < alpha exactly when the (1 - 2 alpha) interval lies inside); None without spread."""
-        if self.why_no_interval:
+        """TOST p-value that the ratio lies inside [1/smallest_effect, smallest_effect] (the larger one-sided p)."""
+        if self.why_no_interval or (se := self.log_se) is None:
             return None
         centre, bound = statistics.fmean(self.logs), math.log(smallest_effect)
-        return max(student_t.sf((centre + bound) / self.log_se, self.n - 1),
-                   student_t.sf((bound - centre) / self.log_se, self.n - 1))
+        return max(student_t.sf((centre + bound) / se, self.n - 1), student_t.sf((bound - centre) / se, self.n - 1))
 
     @property
     def direction(self) -> str:
         return FASTER if self.estimate > 1 else SLOWER
 
     def refused(self, claim: str) -> bool:
-        """A claim in favour of a side counted at its best case in some block (it missed there), or equivalence
-        with any block counted so: MLPerf's rule, a run that does not converge cannot help a result."""
+        """A claim in favour of a side counted at its best case in some block, or equivalence with any block so."""
         if claim == FASTER:
             return self.favours_this > 0
         if claim == SLOWER:
@@ -136,7 +128,7 @@ def olympic_mean(values: list[float]) -> float:
     return math.inf if any(math.isinf(v) for v in kept) else statistics.fmean(kept)
 
 
-def holm(p_values: list[float | None]) -> list[float | None]:
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
     """Holm-adjusted p-values (step-down); None (no test) stays None and is not counted as a comparison."""
     tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
     adjusted: list[float | None] = [None] * len(p_values)
@@ -167,7 +159,8 @@ def detectable(log_sd: float, blocks: int, comparisons: int = 1, alpha: float = 
 
 def blocks_for(log_sd: float, ratio: float, comparisons: int = 1, cap: int = 1000) -> int | None:
     """The fewest blocks whose detectable() factor is at most `ratio` (e.g. 1.10), or None beyond the cap."""
-    return next((n for n in range(2, cap + 1) if detectable(log_sd, n, comparisons) <= ratio), None)
+    return next((n for n in range(2, cap + 1) if (d := detectable(log_sd, n, comparisons)) is not None and d <= ratio),
+                None)
 
 
 def power(log_sd: float, blocks: int, effect: float, comparisons: int = 1, alpha: float = ALPHA) -> float | None:
@@ -181,7 +174,7 @@ def power(log_sd: float, blocks: int, effect: float, comparisons: int = 1, alpha
     return float(nct.sf(critical, df, shift) + nct.sf(critical, df, -shift))  # the lower tail by symmetry
 
 
-def pooled_log_sd(spreads: list[tuple[int, float]]) -> float | None:
+def pooled_log_sd(spreads: Sequence[tuple[int, float | None]]) -> float | None:
     """sd of log ratios pooled over comparisons, each (degrees of freedom, sd), weighted by degrees of freedom."""
     found = [(df, sd) for df, sd in spreads if df > 0 and sd is not None]
     total = sum(df for df, _ in found)

@@ -1,18 +1,19 @@
-"""The report's tables: one row per configuration (mean ± standard deviation over repeats, ratios and the
-primary figure with their intervals), as cells of the report model (metrics/report/model.py Table)."""
+"""The report's tables (model.Table): one row per configuration, mean ± sd over repeats, ratios with intervals."""
 import math
 import statistics
+from collections.abc import Callable
 
+from metrics.report.compare import Comparison
 from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, number, percent
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
-from metrics.report.runs import Group, Run
+from metrics.report.runs import Group, Run, RunFigure
 from metrics.report.stats import Ratio, olympic_mean
 from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
 
 
-def stat(group: Group, figure, fmt=number) -> str:
+def stat(group: Group, figure: RunFigure, fmt: Callable[[float], str] = number) -> str:
     """fmt(value) for one run; "mean ± sd" over repeats; "(k/n)" when some runs lack the figure."""
     values = group.values(figure)
     if not values:
@@ -27,19 +28,19 @@ def stat(group: Group, figure, fmt=number) -> str:
     return text
 
 
-def interval_stat(group: Group, figure, fmt=number) -> str:
-    """A positive figure over the group's repeats: geometric mean with the 95 % t-interval on the logs (stats.Ratio),
-    "est [low, high] (n blocks)"; one run: no interval; "(k of n blocks)" when some runs lack the figure."""
+def interval_stat(group: Group, figure: RunFigure, fmt: Callable[[float], str] = number) -> str:
+    """A positive figure's geometric mean over repeats, its 95 % t-interval on the logs and its count of repeats
+    ("k of n" when some runs lack the figure)."""
     values = [v for v in group.values(figure) if v > 0]
     if not values:
         return MISSING
     unit = repeats_unit(group)
     count = f"{len(values)} of {len(group.runs)}" if len(values) < len(group.runs) else f"{len(values)}"
     found = Ratio(values)
-    if found.interval() is None:
+    if (interval := found.interval()) is None:
         why = "" if found.n == 1 else ", zero spread"
         return f"{fmt(found.estimate)} ({count} {unit[:-1] if count == '1' else unit}{why}, no interval)"
-    low, high = found.interval()
+    low, high = interval
     return f"{fmt(found.estimate)} [{fmt(low)}, {fmt(high)}] ({count} {unit})"
 
 
@@ -74,10 +75,9 @@ def mlperf_time(group: Group) -> float:
     return olympic_mean([time_observation(r).mlperf for r in group.runs])
 
 
-def rank_key(group: Group, primary: Primary):
+def rank_key(group: Group, primary: Primary) -> tuple[float | str, ...]:
     completed = sum(r.completed for r in group.runs)
-    throughput = group.values(lambda r: r.summary.throughput_samples_per_s)
-    mean_throughput = statistics.fmean(throughput) if throughput else 0.0
+    mean_throughput = group.mean(lambda r: r.summary.throughput_samples_per_s) or 0.0
     if not primary.is_time:
         return (-completed, -mean_throughput, group.label)
     reached, runs = reached_count(group)
@@ -99,7 +99,7 @@ def rank_note(primary: Primary) -> str:
             "the slowest); the order alone is no finding.")
 
 
-# The tables.
+
 
 def configuration_table(groups: list[Group]) -> Table:
     rows = []
@@ -160,32 +160,30 @@ def speed_table(groups: list[Group], primary: Primary) -> Table:
                   "throughput speedup vs single (x)", "scaling efficiency", "reached the target",
                   "time-to-target of the runs that reached it (s)", "MLPerf-style time-to-target (s)",
                   "samples-to-target", "time per sample (ms)", "worst worker's final test accuracy (%)"], rows,
-                 "Wall time: launch to end of the run, as seen by the launcher. Throughput: all workers' samples "
-                 f"trained in the measurement window{window_steps(groups)} / the longest worker's training time in it "
-                 "(pauses to save weights for evaluation and to time the speed reference excluded). "
-                 "Throughput speedup (beside the primary figure, never in its place): throughput / "
-                 "that of the equal-resource baseline: the `single` run with as many CPUs in total (peers x "
-                 "CPUs/peer) on the same data, model and batch size. Scaling efficiency: throughput / (peers x that of "
-                 "the `single` run with 1 peer of the same CPUs). Both paired by block: geometric mean over blocks "
-                 "[95 % t-interval on the log ratios]. "
-                 f"{target}time-to-target = samples-to-target (all "
-                 "workers' samples; depends on the seed, not the machine, for synchronous strategies) x time per "
-                 "sample (the machine's share): the worst worker's crossing, interpolated between evaluations and "
-                 "holding at the next one (summary.json's time_to_target_s, samples_to_target, time_per_sample_s): "
-                 "geometric mean over the runs that reached the target [95 % t-interval on the logs], which leaves "
-                 "the misses out: the comparisons count them (Comparisons). MLPerf-style: the olympic mean over "
-                 "blocks (fastest and slowest dropped), a miss counted as the slowest (∞: more than one miss). "
-                 f"{resolution(groups)} Worst worker: the lowest final test "
-                 "accuracy over workers. '(k/n)', '(k of n blocks)': only k of n repeats have the figure.")
+                 rank_note(primary) + " Wall time: launch to end of the run, as seen by the launcher. Throughput: all "
+                 f"workers' samples trained in the measurement window{window_steps(groups)} / the longest worker's "
+                 "training time in it (pauses to save weights for evaluation and to time the speed reference "
+                 "excluded). Throughput speedup (beside the primary figure, never in its place): throughput / that of "
+                 "the equal-resource baseline: the `single` run with as many CPUs in total (peers x CPUs/peer) on the "
+                 "same data, model and batch size. Scaling efficiency: throughput / (peers x that of the `single` run "
+                 "with 1 peer of the same CPUs). Both paired by block: geometric mean over blocks [95 % t-interval on "
+                 f"the log ratios]. {target}time-to-target = samples-to-target (all workers' samples; depends on the "
+                 "seed, not the machine, for synchronous strategies) x time per sample (the machine's share): the "
+                 "worst worker's crossing, interpolated between evaluations and holding at the next one "
+                 "(summary.json's time_to_target_s, samples_to_target, time_per_sample_s): geometric mean over the "
+                 "runs that reached the target [95 % t-interval on the logs], which leaves the misses out: the "
+                 "comparisons count them (Comparisons). MLPerf-style: the olympic mean over blocks (fastest and "
+                 f"slowest dropped), a miss counted as the slowest (∞: more than one miss). {resolution(groups)} Worst "
+                 "worker: the lowest final test accuracy over workers. '(k/n)', '(k of n blocks)': only k of n "
+                 "repeats have the figure.")
 
 
 def resolution(groups: list[Group]) -> str:
     """How finely time-to-target is resolved: one test sample, and the evaluation interval of each configuration."""
     evaluations = [(g.label, g.first.summary.evaluation) for g in groups]
     found = [(label, e) for label, e in evaluations if e.interval_steps and e.test_samples]
-    if not found:
+    if not found or not (tests := found[0][1].test_samples):
         return ""
-    tests = found[0][1].test_samples
     intervals = "; ".join(f"{label} every {e.interval_steps} steps = {e.interval_samples:,} samples"
                           for label, e in found)
     modes = {mode: [label for label, e in evaluations if (e.mode or "after_training") == mode]
@@ -225,7 +223,7 @@ BYTES = ("bytes_sent_per_step", "bytes_recv_per_step", "bytes_sent_per_sample", 
 
 
 def bytes_table(groups: list[Group], synthetic: bool) -> Table:
-    rows = [[group.label, *(stat(group, lambda r, k=k: getattr(r.summary, k)) for k in BYTES),
+    rows = [[group.label, *(stat(group, lambda r: getattr(r.summary, k)) for k in BYTES),
              accuracy_cost_cell(group, synthetic), (group.first.summary.network_scope or MISSING)]
             for group in groups]
     return Table("Communication payload",
@@ -233,18 +231,15 @@ def bytes_table(groups: list[Group], synthetic: bool) -> Table:
                   "sent per sample (bytes)", "received per sample (bytes)",
                   "accuracy vs baseline (points)", "network counters"], rows,
                  "Payload bytes counted in each strategy's send path (for library collectives, the ring's share "
-                 "2(N-1)/N of the bytes counted as handed to the library; no protocol headers), mean over all "
-                 "workers and steps; "
-                 "per sample = per step / batch per peer. Accuracy vs baseline: the worst worker's final test "
-                 "accuracy minus that of the equal-resource baseline (the speedup's), in percentage points, per "
+                 "2(N-1)/N of the bytes counted as handed to the library; no protocol headers), mean over all workers "
+                 "and steps; per sample = per step / batch per peer. Accuracy vs baseline: the worst worker's final "
+                 "test accuracy minus that of the equal-resource baseline (the speedup's), in percentage points, per "
                  "block where both completed, mean over those blocks (their number and the baseline in brackets); "
                  "negative: accuracy lost for the bytes.")
 
 
 def share_of(group: Group, phase: str) -> float | None:
-    """Mean over repeats of a phase's share of the step (summary.json's time_breakdown_share)."""
-    values = group.values(lambda r: (r.summary.time_breakdown_share or {}).get(phase))
-    return statistics.fmean(values) if values else None
+    return group.mean(lambda r: (r.summary.time_breakdown_share or {}).get(phase))
 
 
 BOTTLENECKS = {"data": ("data_s",), "compute": ("compute_s", "opt_s"), "communication": ("comm_s",)}
@@ -253,15 +248,14 @@ BOTTLENECKS = {"data": ("data_s",), "compute": ("compute_s", "opt_s"), "communic
 def bottleneck(group: Group) -> tuple[str, float] | None:
     """What dominates the step (data loading, compute with the optimizer update, or communication), with its share."""
     shares = {name: sum(share_of(group, p) or 0.0 for p in phases) for name, phases in BOTTLENECKS.items()}
-    name = max(shares, key=shares.get)
+    name = max(shares, key=shares.__getitem__)
     return (name, shares[name]) if shares[name] > 0 else None
 
 
 def breakdown_table(groups: list[Group]) -> Table:
     rows = []
     for group in groups:
-        shares = [stat(group, lambda r, p=p: (r.summary.time_breakdown_share or {}).get(p), percent)
-                  for p in PHASES]
+        shares = [stat(group, lambda r: (r.summary.time_breakdown_share or {}).get(p), percent) for p in PHASES]
         step_ms = stat(group, lambda r: sum(v for v in (r.summary.time_breakdown_s or {}).values() if v)
                        or None, lambda v: number(1000 * v))
         hidden_ms = stat(group, lambda r: r.summary.hidden_comm_s, lambda v: number(1000 * v))
@@ -306,7 +300,7 @@ def error_headline(error: str | None) -> str | None:
     return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
 
 
-def failure_counters(run: Run) -> dict:
+def failure_counters(run: Run) -> dict[str, float | str]:
     """The peer figures the run's strategy declared as failure counters (summary.json's failure_counters)."""
     declared = set(run.summary.failure_counters or ())
     return {k: v for k, v in run.strategy_figures().items() if k in declared}
@@ -335,21 +329,20 @@ def failures_table(groups: list[Group]) -> Table:
                          error_headline(summary.error) or MISSING])
     return Table("Failures", ["configuration", "block", "seed", "status", "exit code", "failed rank", "lost peers",
                               "fault tolerance", "strategy failure counters", "error"], rows,
-                 "Every run and every attempt: an attempt a resumed sweep superseded (moved below superseded/ and "
-                 "run again in the same block) stays here with its status and error; the run that replaced it is "
-                 "marked 'run later' (its block is no longer contemporaneous). "
-                 "From summary.json (status, error, failed rank, peers lost during the run) and the strategy's own "
-                 "counters (the peers[*].result.strategy fields it declares as failure counters, mean over peers). "
-                 "Full errors below. "
-                 "Fault tolerance, for runs with an injected fault (fault.*): 'survived' when the run completed "
-                 "without the faulty peer, else 'failed in T s', T = time from the fault (the peer's clock just "
-                 "before acting) to the launcher deciding the run's outcome; '–' = no fault injected.")
+                 "Every run and every attempt: an attempt a resumed sweep superseded (moved below superseded/ and run "
+                 "again in the same block) stays here with its status and error; the run that replaced it is marked "
+                 "'run later' (its block is no longer contemporaneous). From summary.json (status, error, failed rank, "
+                 "peers lost during the run) and the strategy's own counters (the peers[*].result.strategy fields it "
+                 "declares as failure counters, mean over peers). Full errors below. Fault tolerance, for runs with an "
+                 "injected fault (fault.*): 'survived' when the run completed without the faulty peer, else 'failed in "
+                 "T s', T = time from the fault (the peer's clock just before acting) to the launcher deciding the "
+                 "run's outcome; '–' = no fault injected.")
 
 
 def strategy_figure_cell(group: Group, key: str) -> str:
     values = [r.strategy_figures().get(key) for r in group.runs]
     if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return stat(group, lambda r: r.strategy_figures().get(key))
+        return stat(group, lambda r: v if isinstance(v := r.strategy_figures().get(key), float) else None)
     return ", ".join(sorted({str(v) for v in values if v is not None})) or MISSING
 
 
@@ -391,8 +384,7 @@ def rounds_table(groups: list[Group]) -> Table | None:
                  "matchmaking (real seconds).")
 
 
-def comparisons_table(comparisons, control) -> Table:
-    """Every declared comparison (and the control arm, apart) with its ratio, test and claim."""
+def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) -> Table:
     rows = []
     for c in [*comparisons, *control]:
         counted = c in comparisons
@@ -412,14 +404,14 @@ def comparisons_table(comparisons, control) -> Table:
                  "block) is the noise floor, outside the family. See Methods for the estimator and the tests.")
 
 
-def excludes_one(ratio) -> bool:
+def excludes_one(ratio: Ratio) -> bool:
     interval = ratio.interval()
     return interval is not None and (interval[0] > 1 or interval[1] < 1)
 
 
-def section_tables(groups: list[Group], primary: Primary, comparisons, control) -> list[Table]:
+def section_tables(groups: list[Group], primary: Primary, comparisons: list[Comparison],
+                   control: list[Comparison]) -> list[Table]:
     tables = [configuration_table(groups), speed_table(groups, primary), comparisons_table(comparisons, control),
               bytes_table(groups, not primary.is_time), breakdown_table(groups), resources_table(groups),
               failures_table(groups), rounds_table(groups), strategy_table(groups)]
-    tables[1].note = rank_note(primary) + " " + tables[1].note
     return [t for t in tables if t is not None]

@@ -1,6 +1,5 @@
-"""The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer (what the declared
-comparisons allow claiming against one process on the same CPUs, or why nothing), the method in one sentence, each
-configuration's findings and caveats, the control arm, and the noise."""
+"""The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer, the method in one
+sentence, each configuration's findings and caveats, the control arm, and the noise."""
 import statistics
 from dataclasses import dataclass, field
 
@@ -60,8 +59,8 @@ def key_of(primary: Primary) -> tuple:
 
 
 def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
-    """The section's primary figure (the sweeps' plans, else the runs' config), why no verdict may rest on it, notes
-    on the plan, and the size of the declared comparison family (0: none declared)."""
+    """The section's primary figure (the plans', else the runs' config), why no verdict may rest on it, notes on the
+    plan, and the size of the declared comparison family (0: none declared)."""
     refusals, notes, declared, family_size = [], [], [], 0
     plans = section.plans()
     apart = plan_refusal(plans)  # sweeps of different plans; else blocks of one plan that repeat a seed
@@ -121,7 +120,7 @@ def analyse(section: Section) -> Analysis:
                     refusals, notes)
 
 
-# Sentences.
+
 
 def claim_text(c: Comparison) -> str:
     """What the comparison allows saying of c.this against c.other, with the ratio it rests on."""
@@ -140,8 +139,7 @@ def claim_text(c: Comparison) -> str:
 
 
 def why_no_claim(c: Comparison) -> str:
-    """Why a comparison makes no claim: the direction of its ratio favours a side that missed (or failed) in some
-    block, or Holm's correction over the section's declared comparisons lifted a test below alpha."""
+    """Why a comparison makes no claim: its ratio favours a side that missed (or failed), or Holm's correction."""
     direction = c.ratio.direction
     if c.ratio.refused(direction):
         winner = c.this if direction == FASTER else c.other
@@ -170,7 +168,7 @@ def finding_of(group: Group, a: Analysis) -> str:
     comparison = against_baseline(group, a.comparisons)
     if comparison is None:
         return head + f"no run of one process on {cpus(group.first.total_cpus)} to compare it with (command below)"
-    return head + f"against {group.baseline.label}: {claim_text(comparison)}"
+    return head + f"against {comparison.other.label}: {claim_text(comparison)}"
 
 
 def answer_of(a: Analysis) -> str:
@@ -179,15 +177,14 @@ def answer_of(a: Analysis) -> str:
     noisy = [c for c in a.controls if excludes_one(c.ratio)]
     if noisy:
         return ("No claim: the blocks are not comparable. The control arm (the same one-process run twice in every "
-                "block) differs from itself: " + "; ".join(f"{c.this.label} against its second run: "
-                                                        f"{interval_text(c.ratio)}"
-                                                        for c in noisy)
+                "block) differs from itself: "
+                + "; ".join(f"{c.this.label} against its second run: {interval_text(c.ratio)}" for c in noisy)
                 + ", an interval that excludes 1; no ratio below is a finding.")
     configurations = averaging(a.ranking)
     if not configurations:
         return "No averaging configuration among these runs: nothing to set against one process."
-    claims = {g: against_baseline(g, a.comparisons) for g in configurations}
-    faster = [g for g, c in claims.items() if c and c.decision == FASTER]
+    claims = {g: c for g in configurations if (c := against_baseline(g, a.comparisons))}
+    faster = [g for g, c in claims.items() if c.decision == FASTER]
     what = f"{a.primary.name}" + (f" to {a.primary.target}" if a.primary.is_time else "")
     if faster:
         sentence = "Answer: " + "; ".join(
@@ -198,7 +195,7 @@ def answer_of(a: Analysis) -> str:
     else:
         sentence = (f"Answer: no averaging configuration is shown faster than one process on the same CPUs in "
                     f"{what}.")
-        slower = [g for g, c in claims.items() if c and c.decision == SLOWER]
+        slower = [g for g, c in claims.items() if c.decision == SLOWER]
         if slower and len(slower) == len(configurations):
             sentence += " Every one is slower: here, one process with the same CPUs beats them all."
     caveats = setting_caveats([r for g in a.ranking for r in g.runs])
@@ -254,7 +251,7 @@ def noise_line(a: Analysis) -> str | None:
     """The primary figure's own noise, and the smallest ratio the blocks detect after Holm."""
     if not (noise := noise_of(a)):
         return None
-    if not noise.log_sd:
+    if not noise.log_sd or noise.detectable is None:
         return (f"Noise of {a.primary.name}: not measured (one block, or no spread): no ratio here has an "
                 "interval; run the multirun with repeats=2 or more (the default is 3).")
     return (f"Noise of {a.primary.name}: the paired ratios vary by {noise.log_sd:.1%} (sd of their logs, pooled over "
@@ -271,9 +268,7 @@ def left_out(a: Analysis) -> list[str]:
 
 # Each configuration's entry: the primary figure first, every other figure beside it.
 
-def mean(group: Group, figure) -> float | None:
-    values = group.values(figure)
-    return statistics.fmean(values) if values else None
+
 
 
 def scaling_text(group: Group) -> str:
@@ -298,7 +293,7 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
         figures.append(f"no equal-resource baseline (a single run with {cpus(group.first.total_cpus)}; command "
                        "below)")
     figures += [f"{a.primary.name} against {c.other.label}: {claim_text(c)}" for c in a.comparisons if c.this is group]
-    throughput = mean(group, lambda r: r.summary.throughput_samples_per_s)
+    throughput = group.mean(lambda r: r.summary.throughput_samples_per_s)
     if throughput is not None:
         figures.append(f"{number(throughput)} samples/s")
         if group.baseline and group.baseline is not group:
@@ -306,10 +301,10 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
                            + (" (beside the primary figure)" if a.primary.is_time else ""))
         if group.one_peer is not group:
             figures.append(scaling_text(group))
-    sent = mean(group, lambda r: r.summary.bytes_sent_per_sample)
+    sent = group.mean(lambda r: r.summary.bytes_sent_per_sample)
     if sent is not None:
         figures.append(f"{size(sent)}/sample sent" if sent else "no payload exchanged")
-    worst = mean(group, lambda r: r.worst_worker_accuracy())
+    worst = group.mean(lambda r: r.worst_worker_accuracy())
     if a.primary.is_time and worst is not None:
         figures.append(f"worst worker {worst:.3f}")
     found = bottleneck(group)
@@ -321,11 +316,8 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
 
 
 def caveats_of(group: Group, section: Section) -> list[str]:
-    caveats = []
-    for run in group.runs:
-        if not run.completed:
-            caveats.append(f"{(run.summary.status or 'unknown status')} (seed {run.config.get('seed')}): "
-                           f"{error_headline(run.summary.error) or 'no error recorded'}")
+    caveats = [f"{run.summary.status or 'unknown status'} (seed {run.config.get('seed')}): "
+               f"{error_headline(run.summary.error) or 'no error recorded'}" for run in group.runs if not run.completed]
     if group.attempts:
         errors = "; ".join(f"block {r.config.get('block')}: {r.summary.status}"
                            + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
@@ -352,15 +344,11 @@ def caveats_of(group: Group, section: Section) -> list[str]:
     if section.synthetic or any(r.summary.data_is_synthetic for r in group.runs):
         caveats.append("synthetic data: throughput only, accuracy has no meaning")
     caveats += window_caveats(group.runs)
-    length = length_caveat(group, section.groups)
-    if length:
-        caveats.append(length)
-    return caveats
+    return caveats + ([length] if (length := length_caveat(group, section.groups)) else [])
 
 
 def setting_caveats(runs: list[Run]) -> list[str]:
-    """What limits the runs' fidelity to the setting they emulate: summary.json's shape (oversubscribed cores),
-    isolation (not isolated, unfaithful CPU shares, time dilation) and machine (other load on the machine)."""
+    """What limits the runs' fidelity to their setting: summary.json's shape, isolation and machine."""
     caveats = []
     shapes = [s for s in (r.summary.shape for r in runs) if s]
     crowded = [s for s in shapes if s.fits is False or (s.oversubscription or 0) > 1]
@@ -379,8 +367,7 @@ def setting_caveats(runs: list[Run]) -> list[str]:
     dilations = sorted({i.dilation for i in isolation if i.dilation not in (None, 1, 1.0)})
     if dilations:
         caveats.append(f"dilated by {', '.join(number(d) for d in dilations)}")
-    machines = [m for m in (r.summary.machine for r in runs) if m]
-    busy = [m for m in machines if m.alone is False]
+    busy = [m for m in (r.summary.machine for r in runs) if m and m.alone is False]
     if busy:
         other = max((m.other_cpu_share or 0) for m in busy)
         caveats.append("not alone on the machine" + (f" (other processes: up to {share(other)} of its CPU)"
@@ -389,8 +376,8 @@ def setting_caveats(runs: list[Run]) -> list[str]:
 
 
 def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
-    """Per run, the machine's speed from its speed reference: moved beyond tolerance during the run, and slower or
-    faster than its block's median by more than that tolerance. Marks only: no run is left out for them."""
+    """A line per run whose speed reference moved beyond its tolerance or strayed by more from its block's median (marks
+    only: no run is left out for them)."""
     caveats = []
     for run in runs:
         block = run.config.get("block")
@@ -398,14 +385,14 @@ def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
         if moved:
             caveats.append(f"block {block}: {moved}" if block is not None else moved)
         off = run.slower_than_block(section_runs)
-        if off is not None and abs(off) > run.speed_reference.tolerance:
+        if off is not None and (tolerance := run.speed_reference.tolerance) is not None and abs(off) > tolerance:
             caveats.append(f"block {block}: this run's machine was {share(abs(off))} "
                            f"{'slower' if off > 0 else 'faster'} than its block's median (speed reference, median over "
                            "the block's runs of the same work)")
     return caveats
 
 
-def shared_cores(run) -> str | None:
+def shared_cores(run: Run) -> str | None:
     """Processes that asked for more CPUs than the cores they were pinned to (peers.result.cores)."""
     pinned = [(p.result or {}).get("cores") or [] for p in run.summary.peers or []]
     per_process = run.config["peer_cpus"] * (run.config["peers"] if run.is_baseline else 1)  # single: N x c threads
@@ -418,26 +405,21 @@ def shared_cores(run) -> str | None:
 
 def window_caveats(runs: list[Run]) -> list[str]:
     """Runs measured over fewer steps than the declared measurement window (they ended inside or before it)."""
-    caveats = []
-    for run in runs:
-        window = run.summary.window
-        if window and not window.complete:
-            block = run.config.get("block")
-            caveats.append(("" if block is None else f"block {block}: ") + "ended before the end of the measurement "
-                           f"window (steps {window.first}-{window.last}): its per-step figures cover fewer steps")
-    return caveats
+    return [("" if (block := r.config.get("block")) is None else f"block {block}: ") + "ended before the end of the "
+            f"measurement window (steps {w.first}-{w.last}): its per-step figures cover fewer steps"
+            for r in runs if (w := r.summary.window) and not w.complete]
 
 
 def length_caveat(group: Group, groups: list[Group]) -> str | None:
-    """Runs of unequal length: other max_steps, or fewer samples trained than the longest configuration (unless
-    every run of the group ended at its confirmed crossing: eval_in_training's stop)."""
+    """Runs of unequal length: other max_steps, or fewer samples than the longest configuration (unless every run
+    stopped at its confirmed crossing)."""
     parts = []
     steps = sorted({g.first.config["max_steps"] for g in groups})
     if len(steps) > 1:
         parts.append(f"max_steps={group.first.config['max_steps']} (this comparison: "
                      f"{', '.join(map(str, steps))})")
-    samples = mean(group, lambda r: r.summary.total_samples) or 0
-    most = max(mean(g, lambda r: r.summary.total_samples) or 0 for g in groups)
+    samples = group.mean(lambda r: r.summary.total_samples) or 0
+    most = max(g.mean(lambda r: r.summary.total_samples) or 0 for g in groups)
     stopped = all(r.summary.evaluation.stopped_at_target for r in group.runs)
     if samples < most and not stopped:
         parts.append(f"{samples:,.0f} samples trained, {most:,.0f} in the longest configuration")
