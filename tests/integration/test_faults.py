@@ -19,7 +19,7 @@ KILL_ONE_OF_THREE = ["peers=3", "max_steps=500", "eval_every=0", "fault.kill_pee
                      f"timeouts.collective_s={COLLECTIVE_S}"]
 STRATEGIES = {
     "allreduce": ["strategy=allreduce"],
-    "ps": ["strategy=ps"],
+    "ps": ["strategy=ps", "timeouts.shutdown_s=2"],  # its peers, blocked in a receive, sit out the SIGTERM grace
     "stepwise": ["strategy=stepwise"],
     "ring": ["strategy=ring", "ring.controller=gloo"],
 }

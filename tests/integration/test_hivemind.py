@@ -99,7 +99,9 @@ def test_local_updates_end_identical(run_dir):
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_ctrl_c_ends_every_process(run_dir):
-    proc = start_train(run_dir, *HIVE, "peers=2", "max_steps=100000")
+    # what does not end on SIGTERM is killed after the shutdown grace (timeouts.shutdown_s, 10 s by default; it was
+    # sat through here), 2 s
+    proc = start_train(run_dir, *HIVE, "peers=2", "max_steps=100000", "timeouts.shutdown_s=2")
     wait_for_steps(run_dir, 0, 3, timeout=90)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
@@ -133,7 +135,7 @@ def test_second_launch_joins_through_initial_peers(tmp_path):
 def test_no_peers_found_is_a_clear_error(run_dir):
     """Only rank 0 of two is launched here: it must give up after timeouts.startup_s, not hang."""
     result = run_train(run_dir, *HIVE, "peers=2", "launch.nnodes=2", "launch.master_port=29999",
-                       "launch.node_rank=0", "timeouts.startup_s=8", "max_steps=3")
+                       "launch.node_rank=0", "timeouts.startup_s=5", "max_steps=3")
     assert result.returncode == 1
     assert "only ranks [0] of 2 are ready" in result.stderr and "no peers found" in result.stderr
     assert_no_leftovers(run_dir)

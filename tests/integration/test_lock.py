@@ -5,11 +5,13 @@ The lock file is the test's own (AVGBENCH_LOCK_PATH), never the machine's."""
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from helpers import QUICK, ROOT, summary_of
+from job.process import wait_until
 from launchers.lock import HOLDER_ENV, PATH_ENV, MachineLock, status
 
 
@@ -51,14 +53,25 @@ def test_refuse_exits_2_naming_the_holder(tmp_path, held_lock):
 def test_a_sweep_waits_then_runs_its_jobs_and_baselines_under_the_lock(tmp_path, held_lock):
     lock, env = held_lock
     proc = subprocess.Popen(sweep(tmp_path, env, "strategy=single", "peers=2"), env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    lines = []  # its stderr, line by line as it comes
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(8)  # long enough to have started a job, were it not waiting
-        assert proc.poll() is None and not list(tmp_path.rglob(".avgbench"))  # no run started
+        assert wait_until(lambda: any("waiting for it" in line for line in lines) or proc.poll() is not None, 60)
+        time.sleep(3)  # at the lock: long enough to have started a job, were it not waiting
+        assert proc.poll() is None and not list(tmp_path.rglob(".avgbench")), "".join(lines)  # no run started
         lock.release()
-        out, err = proc.communicate(timeout=150)
+        proc.wait(timeout=150)
+        reader.join(timeout=10)
     finally:
         proc.kill()
+    err = "".join(lines)
     assert proc.returncode == 0, err
     assert f"avgbench: the machine lock {tmp_path / 'machine.lock'} is held by pid {os.getpid()} (" in err
     assert "waiting for it" in err

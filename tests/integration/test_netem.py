@@ -378,7 +378,7 @@ def test_one_launch_per_host_forms_one_run(tmp_path, strategy):
 
 
 # --- the default link, and a link that does not hold its promise ------------------------------------------------
-LINKED = ["strategy=allreduce", "peers=2", "model=mlp", "eval_every=0", "max_steps=4", "network=auto",
+LINKED = ["strategy=allreduce", "peers=2", "model=mlp", "eval_every=0", "max_steps=3", "network=auto",
           "network.bandwidth_mbit=20"]  # network=auto as by default (QUICK asks for loopback); 5.2 MB each way a step
 
 

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.timeout(60)
      [("single", "1", "1", ""), ("single", "1", "1", "")]),
     # one hivemind run of 2 peers x 8 CPUs; the sweep adds its equal-resource baseline, that baseline's control arm
     # (arm=control) and one peer of 8 CPUs
+    # matchmaking of 2 s, as in the other hivemind tests (the preset keeps hivemind's 5 s; a round may wait all of it)
     ("thesis_hivemind", ["scale=0.0005", "peers=2", "target_batch_base=625", "hivemind.use_local_updates=false",
-                         "repeats=1"],
+                         "hivemind.matchmaking_time=2", "hivemind.request_timeout=1", "repeats=1"],
      [("hivemind", "2", "8", ""), ("single", "2", "8", ""), ("single", "2", "8", "control"), ("single", "1", "8", "")]),
 ])
 @pytest.mark.timeout(400)

@@ -90,7 +90,10 @@ def test_stepwise_second_pass_over_mpi_leaves_peers_identical(run_dir):
 
 @pytest.mark.timeout(200)
 def test_raising_worker_under_ps_ends_run_with_its_rank(run_dir):
-    result = run_train(run_dir, "strategy=ps", "peers=2", "max_steps=500", "fault.raise_peer=1", "fault.at_step=4")
+    # the other worker and the server, blocked in a receive, cannot take SIGTERM: the run ends after the shutdown
+    # grace (timeouts.shutdown_s, 10 s by default), here 2 s
+    result = run_train(run_dir, "strategy=ps", "peers=2", "max_steps=500", "fault.raise_peer=1", "fault.at_step=4",
+                       "timeouts.shutdown_s=2")
     assert result.returncode == 1
     assert "rank 1" in result.stderr and "InjectedFault" in result.stderr
     summary = summary_of(run_dir)

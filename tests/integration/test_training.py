@@ -5,8 +5,8 @@ import itertools
 
 import pytest
 
-from helpers import (TINY_DIGITS_BYTES, launch_spec_of, param_digests, quick_run, results, run_train, steps_of,
-                     strategy_names, summary_of)
+from helpers import (TINY_DIGITS_BYTES, launch_spec_of, leftover_processes, param_digests, quick_run, results,
+                     run_train, steps_of, strategy_names, summary_of)
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.steplog import STEP_FIELDS
 
@@ -40,11 +40,23 @@ def test_single_run_learns_and_leaves_complete_metrics(run_dir):
     assert summary["bytes_sent_per_step"] == 0 and summary["methods"] and summary["is_baseline"] is True
 
 
-@pytest.mark.timeout(90)
-def test_evaluations_run_after_training_and_stay_out_of_its_time(run_dir):
-    # DDP wraps the model: what is saved and evaluated is the model inside the wrapper
+@pytest.fixture(scope="module")
+def allreduce_run(tmp_path_factory):
+    """One DDP run of 2 peers, 20 steps, evaluated every 2 steps against a target of 0.6: the evaluation test and the
+    payload test only read what it left."""
+    run_dir = tmp_path_factory.mktemp("allreduce") / "run"
     result = run_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=20", "eval_every=2",
                        "target.metric=test_accuracy", "target.value=0.6")
+    yield run_dir, result
+    if (run_dir / ".avgbench" / "run_id").exists():  # as the run_dir fixture: no process outlives it
+        for proc in leftover_processes(run_dir):
+            proc.kill()
+
+
+@pytest.mark.timeout(90)
+def test_evaluations_run_after_training_and_stay_out_of_its_time(allreduce_run):
+    # DDP wraps the model: what is saved and evaluated is the model inside the wrapper
+    run_dir, result = allreduce_run
     assert result.returncode == 0, result.stderr
     summary = summary_of(run_dir)
     for rank in (0, 1):
@@ -93,8 +105,8 @@ def test_single_with_two_peers_is_one_process_with_their_threads_and_batch(run_d
     assert summary["throughput_samples_per_s"] == pytest.approx(5 * 64 / (steps[9]["train_s"] - steps[4]["train_s"]))
 
 
-def test_ddp_allreduce_two_peers_moves_the_rings_payload_and_stays_identical(run_dir):
-    result = run_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=20")
+def test_ddp_allreduce_two_peers_moves_the_rings_payload_and_stays_identical(allreduce_run):
+    run_dir, result = allreduce_run  # its evaluations (every 2 steps) move no payload
     assert result.returncode == 0, result.stderr
     assert launch_spec_of(run_dir)["launcher"] == "local"
     digests = param_digests(run_dir, (0, 1))
