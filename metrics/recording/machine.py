@@ -36,7 +36,7 @@ def thread_run_delays(pids: list[int]) -> dict[int, int]:
 class ProcessClock:
     """CPU time and run-queue delay of this process, all threads."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.runq_ns: dict[int, int] = {}
         self.has_schedstat = os.path.exists(f"/proc/{os.getpid()}/schedstat")
 
@@ -143,7 +143,7 @@ def same_machine(recorded: dict, current: dict) -> bool:
 def describe_machine(fingerprint: dict) -> str:
     """One line naming a fingerprint(), e.g. "GenuineIntel Intel(R) Xeon(R) Processor, family 6 model 167 at 2600 MHz,
     2 cores, 23.4 GiB, kernel 6.1.0, no GPU"; fields recorded as unknown are named: "(not recorded: kernel)"."""
-    def known(key: str, text: str) -> str | None:
+    def known(key: str, text: str | None) -> str | None:
         return None if fingerprint.get(key, UNKNOWN) == UNKNOWN else text
 
     f = fingerprint

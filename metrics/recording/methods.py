@@ -13,6 +13,6 @@ def sections() -> dict[str, dict[str, str]]:
     return yaml.safe_load(METHODS_FILE.read_text())
 
 
-def methods(section: str, **constants) -> dict[str, str]:
+def methods(section: str, **constants: object) -> dict[str, str]:
     """The section's texts, each with `constants` filled in where it names them ({NAME} or {NAME:format})."""
     return {key: text.format(**constants) for key, text in sections()[section].items()}

@@ -35,7 +35,7 @@ def net_totals() -> dict[str, int]:
 class WireCounter:
     """Bytes on this namespace's non-loopback interfaces since the counter was made (per peer with network=emulated)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.first = net_totals()
 
     def since_start(self) -> dict[str, int]:
@@ -94,7 +94,8 @@ class ResourceSampler(IntervalSampler):
 
     def sample(self) -> dict:
         now = time.monotonic()
-        cpu = rss = read = write = threads = procs = 0
+        cpu = 0.0
+        rss = read = write = threads = procs = 0
         seen = {}
         for proc in self._tree():
             total = self._cpu_total(proc)

@@ -2,6 +2,7 @@
 line; times in seconds, `wall_s` from the start of training on this peer, `train_s` less its pauses. The fields:
 docs/runs.md (Files; Figures)."""
 from pathlib import Path
+from typing import Any
 
 from metrics.recording.jsonl import JsonlWriter
 from metrics.recording.rundir import PeerDir
@@ -20,10 +21,10 @@ class StepLog:
         self.steps = JsonlWriter(PeerDir(peer_dir).steps)
         self.evals = JsonlWriter(PeerDir(peer_dir).evals)
 
-    def step(self, **record) -> None:
+    def step(self, **record: Any) -> None:
         self.steps.write(record)
 
-    def eval(self, **record) -> None:
+    def eval(self, **record: Any) -> None:
         self.evals.write(record)
 
     def close(self) -> None:

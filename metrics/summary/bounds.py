@@ -4,6 +4,8 @@ definitions in metrics/methods.yaml network.efficiency."""
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from metrics.summary.schema import Json
+
 MBIT = 1e6 / 8  # bytes/s per Mbit/s
 
 
@@ -63,11 +65,11 @@ def link_loads(records: list[dict]) -> dict[int, list[float]]:
 
 def floor_s(records: list[dict], rates: list[float | None]) -> tuple[float, int | None]:
     """(seconds, rank): the busiest link's time, the larger direction's bytes over its own rate (bytes/s)."""
-    times = {rank: max(out, into) / rates[rank] for rank, (out, into) in link_loads(records).items()
-             if rank < len(rates) and rates[rank]}
+    times = {rank: max(out, into) / rate for rank, (out, into) in link_loads(records).items()
+             if rank < len(rates) and (rate := rates[rank])}
     if not times:  # only unshaped links carried these bytes
         return 0.0, None
-    rank = max(times, key=times.get)
+    rank = max(times, key=times.__getitem__)
     return times[rank], rank
 
 
@@ -93,7 +95,7 @@ def link_efficiency(strategy: LinkBound, steps_by_rank: dict[int, list[dict]], r
     keys = sorted(rounds)[1:]  # round 1 sets up connections
     if not keys:
         return {"bound": None, "why": "fewer than 2 averaging rounds"}
-    result = {"method": "overlapping rounds: busiest link over the span of rounds 2..R" if strategy.rounds_overlap
+    result: Json = {"method": "overlapping rounds: busiest link over the span of rounds 2..R" if strategy.rounds_overlap
               else "synchronous rounds: per round, busiest link / the longest worker's link time",
               "link_mbit_by_rank": rates_mbit, "rounds": len(keys)}
     if strategy.rounds_overlap:
@@ -114,10 +116,10 @@ def link_efficiency(strategy: LinkBound, steps_by_rank: dict[int, list[dict]], r
     return result
 
 
-def isolated_round(strategy: LinkBound, rounds: dict, keys: list, workers: int,
+def isolated_round(strategy: LinkBound, rounds: dict[tuple, list[dict]], keys: list[tuple], workers: int,
                    rates: list[float | None]) -> dict | None:
     """The strategy's latency of one round alone on equal links (Strategy.link_bound); no floor if rounds overlap."""
-    worker_rates = [rates[r] for r in range(workers) if r < len(rates)]
+    worker_rates = [rate for rate in rates[:workers] if rate is not None]
     if strategy.bound is None or strategy.formula is None or None in rates or not worker_rates:
         return None
     total = 0.0

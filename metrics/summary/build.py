@@ -3,8 +3,10 @@ in METHODS, which the summary carries."""
 import json
 import os
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from metrics.summary.isolation import METHODS as ISOLATION_METHODS
 from metrics.summary.isolation import isolation_section, undilate
@@ -19,7 +21,7 @@ from metrics.summary.bounds import LinkBound
 from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
 from metrics.summary.noise_scale import noise_scale_section
 from metrics.summary.rounds import rounds_section
-from metrics.summary.schema import Evaluation, Isolation, Peer, PeerWindow, Section, Summary
+from metrics.summary.schema import S, Evaluation, Isolation, Json, Peer, PeerWindow, Summary
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS
 from metrics.summary.target import samples_by_step, time_to_target
@@ -41,9 +43,9 @@ def speed_moved(seconds: list[float]) -> float:
     return max(0.0, max(min(pair) for pair in pairs) - min(max(pair) for pair in pairs))
 
 
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
+def _mean(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
@@ -180,7 +182,18 @@ class LaunchFacts:
     window: tuple[int, int] | None = None
 
 
-def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = StrategyFacts(),
+class Outcome(Protocol):
+    """How the run ended (launchers/base.py Outcome)."""
+    status: str
+    exit_code: int
+    wall_s: float
+    failed_rank: int | None
+    error: str | None
+    lost_peers: list[int]
+    ended_at: float
+
+
+def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: StrategyFacts = StrategyFacts(),
                   launch: LaunchFacts = LaunchFacts()) -> Summary:
     peers, shape = run.peers(), launch.shape or {}
     figures = [peer_figures(p, launch.window) for p in peers]
@@ -254,7 +267,7 @@ def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = 
     }, isolation["dilation"]))
 
 
-def write_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = StrategyFacts(),
+def write_summary(run: RunDir, config: dict, outcome: Outcome, strategy: StrategyFacts = StrategyFacts(),
                   launch: LaunchFacts = LaunchFacts()) -> Summary:
     summary = build_summary(run, config, outcome, strategy, launch)
     summary.save(run.summary)
@@ -282,7 +295,7 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
     shape = worst_of([s.shape for s in summaries], lambda s: s.oversubscription or 0)
     device = (first.device.to_dict() or {}) | {"gpus": sorted({g for s in summaries for g in s.device.gpus or []}),
                                                "gpu_shared": any(s.device.gpu_shared for s in summaries)}
-    return Summary.from_dict(first.to_dict() | nodes_outcome(paths, summaries, ranks, missing) | {
+    return Summary.from_dict((first.to_dict() or {}) | nodes_outcome(paths, summaries, ranks, missing) | {
         "peers": [p.to_dict() for p in peers],
         "workers": sum(s.workers or 0 for s in summaries),
         "total_samples": sum(s.total_samples or 0 for s in summaries),
@@ -308,12 +321,12 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
 
 def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> dict:
     """Status, error, exit code, failed rank, lost peers, fault and times of the run; each node's own in `nodes`."""
-    listed = [{"node_rank": rank, "host": s.shape.host, "path": str(path), "status": s.status, "error": s.error}
-              for rank, path, s in zip(ranks, paths, summaries)]
+    listed: list[Json] = [{"node_rank": rank, "host": s.shape.host, "path": str(path), "status": s.status,
+                           "error": s.error} for rank, path, s in zip(ranks, paths, summaries)]
     listed += [{"node_rank": rank, "host": None, "path": None, "status": None,
                 "error": f"node rank {rank} {NO_SUMMARY}"} for rank in missing]
     ended = [(s.started_at or 0) + (s.wall_s or 0) for s in summaries]
-    found = {"nodes": sorted(listed, key=lambda n: n["node_rank"]),
+    found: Json = {"nodes": sorted(listed, key=lambda n: n["node_rank"]),
              "status": max((s.status for s in summaries), key=severity) if not missing else "failed",
              "started_at": min(s.started_at or 0 for s in summaries),
              "lost_peers": sorted({r for s in summaries for r in s.lost_peers or []})}
@@ -367,7 +380,7 @@ def nodes_isolation(found: list[Isolation]) -> dict:
         "by_rank": [row for i in found for row in i.by_rank or []]}
 
 
-def worst_of(sections: list[Section], badness) -> dict | None:
+def worst_of(sections: list[S], badness: Callable[[S], float | tuple[bool, float]]) -> dict | None:
     """The section of the node worst off by badness(section) (the first node's on a tie); None where no node has it."""
     found = [s for s in sections if s]
     return max(found, key=badness).to_dict() if found else None
@@ -389,10 +402,10 @@ def weighted(pairs: list[tuple]) -> float | None:
     return sum(v * w for v, w in known) / sum(w for _, w in known) if known else None
 
 
-def largest(values) -> float | None:
+def largest(values: Iterable[float | None]) -> float | None:
     return max((v for v in values if v is not None), default=None)
 
 
-def total(values) -> float | None:
+def total(values: Iterable[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None

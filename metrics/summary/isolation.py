@@ -1,11 +1,13 @@
 """summary.json's "isolation" section: each peer's CPU group, the CPU it was promised and got, whether the emulation
 held, and a dilated run's times converted back (from .avgbench/cpu.json, dilation.json and each peer's result.json)."""
 import json
+from typing import Any
 
 from metrics.recording.rundir import RunDir
 from metrics.recording.units import RATE_SUFFIXES as KNOB_RATE_SUFFIXES
 from metrics.recording.units import TIME_SUFFIXES
 from metrics.recording.methods import methods
+from metrics.summary.schema import Json
 
 SHARE_TOLERANCE = 0.05  # a peer received its promise when received >= (1 - this) x promised
 WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of the peer's time in its group
@@ -42,7 +44,7 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
     for rank, result in sorted(results.items()):
         figures = (result or {}).get("cpu") or {}
         host = (result or {}).get("host")
-        row = {"rank": rank, "host": host, "quota_cpus": figures.get("quota_cpus"),
+        row: Json = {"rank": rank, "host": host, "quota_cpus": figures.get("quota_cpus"),
                "quota_enforced": figures.get("quota_enforced"),
                "in_group_s": figures.get("in_group_s"), "cpu_promised_s": None,
                "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
@@ -101,13 +103,13 @@ def time_factor(name: str, k: float, siblings: dict | None = None) -> float | No
     return None
 
 
-def undilate(summary: dict, k: float) -> dict:
+def undilate(summary: Json, k: float) -> Json:
     """A dilated run's reported times and rates in the emulated cluster's time (METHODS["dilation"]): every
     figure whose name says seconds is divided by k and every rate multiplied by k, at any depth."""
     if k == 1:
         return summary
 
-    def scaled(value, factor):
+    def scaled(value: Any, factor: float) -> Any:
         if factor == 1:
             return value
         if isinstance(value, dict):
@@ -118,7 +120,7 @@ def undilate(summary: dict, k: float) -> dict:
             return value * factor
         return value
 
-    def walk(value):
+    def walk(value: Any) -> Any:
         if isinstance(value, list):
             return [walk(v) for v in value]
         if not isinstance(value, dict):

@@ -1,6 +1,7 @@
 """summary.json's "link" section: which link the run measured (.avgbench/link.json) and whether it held its promise
 (.avgbench/link_meter.json)."""
 import json
+from pathlib import Path
 
 from metrics.recording.rundir import RunDir
 from metrics.recording.methods import methods
@@ -44,7 +45,7 @@ def judge(tallies: list[dict]) -> dict:
                       f"from {FAITHFUL_SHARE:.0%}; worst of {len(judged)} directions busy >= {MIN_BUSY_S:g} s)"}
 
 
-def read_json(path) -> dict | None:
+def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 

@@ -66,7 +66,7 @@ def network_section(run: RunDir, config: dict, strategy: LinkBound = LinkBound()
         "latency_ms": max(built_links(run, "latency_ms"), default=0),  # as built, like the rates
         "wire_by_rank": wire,
         "wire_tx_over_payload": _ratio(tx, sent),
-        "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,
+        "protocol_overhead": tx / sent - 1 if sent else None,
         "busiest": busiest(wire),
         "efficiency": link_efficiency(strategy, steps_by_rank, rates),
     }

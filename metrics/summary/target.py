@@ -2,9 +2,11 @@
 estimator the config declares (target.estimator), or None when it has not by the last evaluation (censored, never
 extrapolated); mapped to training time and samples, with a test-set bootstrap. Definitions: metrics/methods.yaml
 target."""
-from typing import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from metrics.recording.methods import methods
 
 ESTIMATORS = ("causal_isotonic", "confirmed_crossing", "isotonic")
@@ -50,7 +52,7 @@ def pooled_blocks(values: np.ndarray) -> list[tuple[int, int, float]]:
     return [(first, last, total / (last - first + 1)) for first, last, total in blocks]
 
 
-def fit_crossing(steps: np.ndarray, blocks, value: float) -> float | None:
+def fit_crossing(steps: np.ndarray, blocks: list[tuple[int, int, float]], value: float) -> float | None:
     """Where a fit's line between the centres of its pooled blocks ((first, last, mean) each) reaches the value."""
     previous = None  # (centre, mean) of the block before
     for first, last, mean in blocks:
@@ -79,7 +81,7 @@ def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> floa
     return None
 
 
-def crossing_step(steps, values, target: dict) -> float | None:
+def crossing_step(steps: npt.ArrayLike, values: npt.ArrayLike, target: dict) -> float | None:
     """The fractional step at which the curve (metric values at steps) reaches the target, or None (censored)."""
     sign = 1.0 if target["metric"] == "test_accuracy" else -1.0
     estimator = {"causal_isotonic": causal_isotonic, "confirmed_crossing": confirmed_crossing,
@@ -91,7 +93,7 @@ def estimator_of(target: dict) -> str:
     return target.get("estimator", UNDECLARED)
 
 
-def samples_by_step(steps: list[dict]):
+def samples_by_step(steps: list[dict]) -> Callable[[int], int]:
     """A worker's trained samples after a step (0 before its first; after its last, its total)."""
     counts = {s["step"]: s["samples"] for s in steps}
     ordered = sorted(counts)
@@ -123,7 +125,7 @@ def interpolated(before: dict, after: dict, fraction: float, key: str) -> float:
 
 
 def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]],
-                   outcomes_by_rank: dict, target: dict) -> dict:
+                   outcomes_by_rank: dict[int, Path], target: dict) -> dict:
     """When the worst worker's curve reached the target (training time, all workers' samples, steps), its test-set
     bootstrap (outcomes_by_rank: each worker's eval_samples.npz; missing: none), whether the evaluated models match."""
     curves = {rank: Curve(evals, target["metric"]) for rank, evals in evals_by_rank.items()}
@@ -136,18 +138,19 @@ def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int
 
     crossings = {rank: crossing_step(c.steps, c.values, target) if len(c.evals) else None
                  for rank, c in curves.items()}
-    reached = bool(crossings) and all(step is not None for step in crossings.values())
+    crossed = {rank: step for rank, step in crossings.items() if step is not None}
+    reached = bool(crossings) and len(crossed) == len(crossings)
     train_s = {rank: (interpolated(*curves[rank].around(step), "train_s") if step is not None else None)
                for rank, step in crossings.items()}
-    samples = max(all_samples(curves[rank], step) for rank, step in crossings.items()) if reached else None
-    worst_s = max(train_s.values()) if reached else None
+    samples = max(all_samples(curves[rank], step) for rank, step in crossed.items()) if reached else None
+    worst_s = max(t for t in train_s.values() if t is not None) if reached else None
     identical = identical_states(evals_by_rank)
     return {
         "time_to_target_s": worst_s,
         "samples_to_target": samples,
         "samples_to_target_bootstrap": bootstrap(curves, outcomes_by_rank, target, all_samples, identical),
-        "steps_to_target": max(crossings.values()) if reached else None,
-        "time_per_sample_s": worst_s / samples if samples else None,
+        "steps_to_target": max(crossed.values()) if reached else None,
+        "time_per_sample_s": worst_s / samples if worst_s is not None and samples else None,
         "time_to_target_by_rank": train_s,
         "evaluated_states_identical": identical,
     }
@@ -160,13 +163,14 @@ def identical_states(evals_by_rank: dict[int, list[dict]]) -> bool | None:
     return all(d == digests[0] for d in digests)
 
 
-def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict, target: dict, all_samples,
-              identical: bool | None) -> dict | None:
+def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict[int, Path], target: dict,
+              all_samples: Callable[[Curve, float], float], identical: bool | None) -> dict | None:
     """samples_to_target over test-set resamples (see METHODS); None without resamples or per-sample outcomes."""
     resamples = int(target.get("bootstrap", 0))
     ranks = list(curves)[:1] if identical else list(curves)  # identical workers: one curve
-    outcomes = {rank: load_outcomes(outcomes_by_rank.get(rank), curves[rank], target["metric"]) for rank in ranks}
-    if not resamples or not outcomes or any(o is None for o in outcomes.values()):
+    loaded = {rank: load_outcomes(outcomes_by_rank.get(rank), curves[rank], target["metric"]) for rank in ranks}
+    outcomes = {rank: o for rank, o in loaded.items() if o is not None}
+    if not resamples or not loaded or len(outcomes) < len(loaded):
         return None
     tested = next(iter(outcomes.values())).shape[1]
     weights = np.random.default_rng(BOOTSTRAP_SEED).multinomial(tested, np.full(tested, 1 / tested), resamples)
@@ -187,7 +191,7 @@ def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict, target: dict, al
             "resamples": resamples, "censored": float(np.mean(~np.isfinite(found)))}
 
 
-def load_outcomes(path, curve: Curve, metric: str) -> np.ndarray | None:
+def load_outcomes(path: Path | None, curve: Curve, metric: str) -> np.ndarray | None:
     """The per-sample values behind each evaluation of the curve (correct as 0/1, or loss), evaluations x samples;
     None when the file is missing or does not hold the curve's evaluations."""
     if path is None or not path.exists():
