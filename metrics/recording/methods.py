@@ -1,5 +1,4 @@
-"""How each recorded figure is measured: the texts of metrics/methods.yaml, one section per module that states them,
-with the constants they name filled in."""
+"""How each figure is measured: metrics/methods.yaml's texts, a section per module, with its constants filled in."""
 from functools import cache
 from pathlib import Path
 

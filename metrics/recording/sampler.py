@@ -1,6 +1,4 @@
-"""Background resource sampler for one peer, its process tree summed: every `interval` seconds one line of
-resources.jsonl (CPU, memory, disk and network counters; docs/runs.md, Files). Network counters belong to the
-peer's network namespace, not its process: with network=loopback all peers share the machine's."""
+"""A peer's resources.jsonl (docs/runs.md): its process tree's CPU, memory, disk; its network namespace's counters."""
 import threading
 import time
 from pathlib import Path
