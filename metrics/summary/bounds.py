@@ -1,6 +1,4 @@
-"""Link floors no run can beat (the bytes the busiest link carried in one direction / its rate), and link
-efficiency = floor / measured time, per synchronous round or over overlapping rounds (Strategy.rounds_overlap);
-definitions in metrics/methods.yaml network.efficiency."""
+"""Link floors no run can beat and link efficiency = floor / measured time (methods.yaml network.efficiency)."""
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,8 +26,7 @@ class LinkBound:
 
 
 def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[tuple, list[dict]]:
-    """Step records that moved payload, grouped by averaging round: ("round", the step's `round`), else ("step", its
-    step number), so a round id never collides with a step number (hivemind's epochs and background rounds)."""
+    """Step records that moved payload, by averaging round: ("round", the step's `round`), else ("step", its step)."""
     rounds: dict[tuple, list[dict]] = {}
     for rank, steps in steps_by_rank.items():
         before = 0
@@ -43,8 +40,7 @@ def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[tuple, list[dict
 
 
 def round_link_time(record: dict) -> float:
-    """The time a worker's communication occupied in a step: the strategy's `link_s` where it times its
-    transfers (overlapped with backward, or one phase of the step), else the step's exposed communication."""
+    """A worker's communication time in a step: the strategy's `link_s` where it times its transfers, else comm_s."""
     link = record.get("link_s")
     return record["comm_s"] if link is None else link
 
@@ -109,11 +105,10 @@ def link_efficiency(strategy: LinkBound, steps_by_rank: dict[int, list[dict]], r
         floors = [floor_s(rounds[k], rates) for k in keys]
         floor, busiest = sum(f for f, _ in floors), max(floors, key=lambda f: f[0])[1]
         measured = sum(max(round_link_time(r) for r in rounds[k]) - idle_s(rounds[k]) for k in keys)
-    result |= {"floor_s": floor, "measured_s": measured, "busiest_link_rank": busiest,
-               "bound_s_per_round": floor / len(keys), "measured_s_per_round": measured / len(keys),
-               "efficiency": floor / measured if measured > 0 else None}
-    result["isolated_round"] = isolated_round(strategy, rounds, keys, len(steps_by_rank), rates)
-    return result
+    return result | {"floor_s": floor, "measured_s": measured, "busiest_link_rank": busiest,
+                     "bound_s_per_round": floor / len(keys), "measured_s_per_round": measured / len(keys),
+                     "efficiency": floor / measured if measured > 0 else None,
+                     "isolated_round": isolated_round(strategy, rounds, keys, len(steps_by_rank), rates)}
 
 
 def isolated_round(strategy: LinkBound, rounds: dict[tuple, list[dict]], keys: list[tuple], workers: int,

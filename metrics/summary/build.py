@@ -1,5 +1,4 @@
-"""summary.json: one run's figures from its per-peer logs (partial logs too), each defined once for every strategy
-in METHODS, which the summary carries."""
+"""summary.json: one run's figures from its peers' logs (partial logs too), defined once in METHODS."""
 import json
 import os
 import statistics
@@ -8,23 +7,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from metrics.summary.isolation import METHODS as ISOLATION_METHODS
-from metrics.summary.isolation import isolation_section, undilate
+from metrics.summary.isolation import METHODS as ISOLATION_METHODS, isolation_section, undilate
 from metrics.recording.jsonl import read_jsonl
-from metrics.summary.link import METHODS as LINK_METHODS
-from metrics.summary.link import link_section
-from metrics.summary.machine import METHODS as MACHINE_METHODS
-from metrics.summary.machine import machine_section
-from metrics.summary.network import METHODS as NETWORK_METHODS
-from metrics.summary.network import network_section
+from metrics.summary.link import METHODS as LINK_METHODS, link_section
+from metrics.summary.machine import METHODS as MACHINE_METHODS, machine_section
+from metrics.summary.network import METHODS as NETWORK_METHODS, network_section
 from metrics.summary.bounds import LinkBound
-from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
-from metrics.summary.noise_scale import noise_scale_section
+from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS, noise_scale_section
 from metrics.summary.rounds import rounds_section
 from metrics.summary.schema import S, Evaluation, Isolation, Json, Peer, PeerWindow, Summary
 from metrics.recording.rundir import PeerDir, RunDir
-from metrics.summary.target import METHODS as TARGET_METHODS
-from metrics.summary.target import samples_by_step, time_to_target
+from metrics.summary.target import METHODS as TARGET_METHODS, samples_by_step, time_to_target
 from metrics.recording.steplog import PHASES
 from metrics.summary.window import steps_in, window_section, worker_window
 from metrics.recording.methods import methods
@@ -32,11 +25,12 @@ from metrics.recording.methods import methods
 
 METHODS = {**methods("summary"), **TARGET_METHODS, **MACHINE_METHODS, **NETWORK_METHODS, **LINK_METHODS,
            **ISOLATION_METHODS, **NOISE_SCALE_METHODS}
+COUNTER_DELTAS = {"disk_read_bytes": "read_bytes", "disk_write_bytes": "write_bytes", "net_rx_bytes": "net_rx_bytes",
+                  "net_tx_bytes": "net_tx_bytes", "lo_rx_bytes": "lo_rx_bytes", "lo_tx_bytes": "lo_tx_bytes"}
 
 
 def speed_moved(seconds: list[float]) -> float:
-    """How far a speed reference moved, in seconds: with 4 or more measurements, the highest level held for two in a row
-    less the lowest (a lone far-out measurement is a blip); with fewer, their range."""
+    """Seconds a speed reference moved: its highest level held twice in a row less the lowest (fewer than 4: range)."""
     if len(seconds) < 4:
         return max(seconds) - min(seconds)
     pairs = list(zip(seconds, seconds[1:]))
@@ -68,16 +62,9 @@ def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
     }
     if resources:
         first, last = resources[0], resources[-1]
-        figures |= {
-            "peak_rss_bytes": max(r["rss_bytes"] for r in resources),
-            "mean_cpu_percent": _mean(r["cpu_percent"] for r in resources[1:]) or resources[0]["cpu_percent"],
-            "disk_read_bytes": last["read_bytes"] - first["read_bytes"],
-            "disk_write_bytes": last["write_bytes"] - first["write_bytes"],
-            "net_rx_bytes": last["net_rx_bytes"] - first["net_rx_bytes"],
-            "net_tx_bytes": last["net_tx_bytes"] - first["net_tx_bytes"],
-            "lo_rx_bytes": last["lo_rx_bytes"] - first["lo_rx_bytes"],
-            "lo_tx_bytes": last["lo_tx_bytes"] - first["lo_tx_bytes"],
-        }
+        figures |= {"peak_rss_bytes": max(r["rss_bytes"] for r in resources),
+                    "mean_cpu_percent": _mean(r["cpu_percent"] for r in resources[1:]) or resources[0]["cpu_percent"],
+                    **{name: last[key] - first[key] for name, key in COUNTER_DELTAS.items()}}
     return figures
 
 
@@ -162,8 +149,7 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
     moved = max(r["moved"] for r in by_rank.values())
     return {"median_s": statistics.median(r["median_s"] for r in by_rank.values()), "moved": moved,
             "tolerance": tolerance, "beyond_tolerance": moved > tolerance,
-            "cost_share": max((r["cost_share"] for r in by_rank.values() if r["cost_share"] is not None),
-                              default=None),
+            "cost_share": largest(r["cost_share"] for r in by_rank.values()),
             "work": next(iter(by_rank.values()))["work"], "by_rank": by_rank}
 
 
@@ -182,8 +168,7 @@ class LaunchFacts:
     window: tuple[int, int] | None = None
 
 
-class Outcome(Protocol):
-    """How the run ended (launchers/base.py Outcome)."""
+class Outcome(Protocol):  # how the run ended, as build_summary reads launchers/base.py's Outcome
     status: str
     exit_code: int
     wall_s: float
@@ -201,7 +186,6 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
     workers = [f for f, p in zip(figures, peers) if p.steps.exists()]
     steps_by_rank = {p.rank: read_jsonl(p.steps) for p in worker_dirs}
     all_steps = [s for steps in steps_by_rank.values() for s in steps_in(steps, launch.window)[0]]  # the window's
-    total_samples = sum(w["samples"] for w in workers)
     window_samples = sum(w["window"]["samples"] for w in workers)
     longest = max((w["window"]["train_s"] for w in workers), default=0.0)
 
@@ -212,8 +196,6 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
     faults = sorted((json.loads(p.fault.read_text()) for p in peers if p.fault.exists()), key=lambda f: f["time"])
     fault = faults[0] | {"survived": outcome.status == "completed",
                          "run_ended_after_s": outcome.ended_at - faults[0]["time"]} if faults else None
-    sent = _mean(s["bytes_sent"] for s in all_steps)
-    recv = _mean(s["bytes_recv"] for s in all_steps)
     evals_by_rank = {p.rank: read_jsonl(p.evals) for p in worker_dirs}
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
@@ -236,7 +218,7 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
                          else "host-wide (shared by all peers, not attributable to one)",
         "started_at": outcome.ended_at - outcome.wall_s,
         "wall_s": outcome.wall_s,
-        "total_samples": total_samples,
+        "total_samples": sum(w["samples"] for w in workers),
         "useful_samples": useful_samples(workers),
         "startup_wait_s": max((w["startup_wait_s"] for w in workers), default=None),
         "window": window_section(launch.window, steps_by_rank),
@@ -250,8 +232,8 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
         "time_breakdown_share": shares["time_breakdown_share"],
         "hidden_comm_s": hidden,
         "hidden_comm_share": shares["hidden_comm_share"],
-        "bytes_sent_per_step": sent,
-        "bytes_recv_per_step": recv,
+        "bytes_sent_per_step": _mean(s["bytes_sent"] for s in all_steps),
+        "bytes_recv_per_step": _mean(s["bytes_recv"] for s in all_steps),
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / window_samples if window_samples else None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / window_samples if window_samples else None,
         "averaging_rounds": rounds_section(run, len(workers)),
@@ -278,11 +260,8 @@ NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: 
 
 
 def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
-    """The summary of a run over several nodes from its nodes' (folders at paths, node ranks; missing: ranks that wrote
-    none), each figure by one node's definition over every node's workers: the worst status (no summary fails the run;
-    error, exit code: of the first failing node to end), samples summed, throughput over the longest worker,
-    time-to-target by the worst worker, per-step means weighted by steps, the setting of the node worst off
-    (docs/clusters.md)."""
+    """One summary of a run over several nodes (folders at paths, node ranks; missing: ranks that wrote none) as
+    docs/clusters.md says; per-step means weighted by steps, shape, machine and link of the node worst off."""
     first = summaries[0]
     peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
     windows = windows_of(peers)
@@ -293,8 +272,6 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
                  for phase in (first.time_breakdown_s or {})}
     hidden = weighted([(s.hidden_comm_s, w) for s, w in zip(summaries, steps)])
     shape = worst_of([s.shape for s in summaries], lambda s: s.oversubscription or 0)
-    device = (first.device.to_dict() or {}) | {"gpus": sorted({g for s in summaries for g in s.device.gpus or []}),
-                                               "gpu_shared": any(s.device.gpu_shared for s in summaries)}
     return Summary.from_dict((first.to_dict() or {}) | nodes_outcome(paths, summaries, ranks, missing) | {
         "peers": [p.to_dict() for p in peers],
         "workers": sum(s.workers or 0 for s in summaries),
@@ -311,7 +288,8 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
         "bytes_recv_per_sample": weighted([(s.bytes_recv_per_sample, n) for s, n in zip(summaries, samples)]),
         **nodes_learning_curves(paths, summaries),
         "evaluation": nodes_evaluation([s.evaluation for s in summaries]),
-        "device": device,
+        "device": (first.device.to_dict() or {}) | {"gpus": sorted({g for s in summaries for g in s.device.gpus or []}),
+                                                    "gpu_shared": any(s.device.gpu_shared for s in summaries)},
         "isolation": nodes_isolation([s.isolation for s in summaries]),
         "shape": shape | {"hosts": [s.shape.host for s in summaries]} if shape else None,
         "machine": worst_of([s.machine for s in summaries], lambda m: (m.alone is False, m.other_cpu_share or 0)),
@@ -344,8 +322,7 @@ def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int],
 
 
 def nodes_learning_curves(paths: list[Path], summaries: list[Summary]) -> dict:
-    """Time-to-target by the worst worker over every node's workers (samples and steps from every worker's logs, seconds
-    as each node's summary converted them), and every worker's accuracy."""
+    """Time-to-target by the worst worker of every node (seconds as each node's summary converted them); accuracy."""
     workers = [(peer, steps) for path in paths for peer in RunDir(path).peers() if (steps := read_jsonl(peer.steps))]
     found = time_to_target({p.rank: read_jsonl(p.evals) for p, _ in workers}, {p.rank: s for p, s in workers},
                            {p.rank: p.eval_samples for p, _ in workers}, summaries[0].target)

@@ -1,7 +1,4 @@
-"""Whether a run held the setting it emulates: each figure that failed, from summary.json's link and isolation
-sections (null, not judged, is no objection). The report leaves such runs out of its claims, the projection refuses
-them as calibration, and the validation benchmark does not count them."""
-
+"""Whether a run held the setting it emulates (summary.json link and isolation; null, not judged, is no objection)."""
 from metrics.summary.schema import Summary
 
 

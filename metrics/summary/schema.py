@@ -1,5 +1,4 @@
-"""summary.json as a type (frozen dataclasses), read by attribute. from_dict/to_dict keep the file's keys and their
-order; keys no field names ride along in `extra`; a file that is not a summary fails with SummaryError."""
+"""summary.json as frozen dataclasses, its keys kept in order (SummaryError: a file that is not a summary)."""
 import json
 import types
 import typing
@@ -55,7 +54,6 @@ def typed(hint: Any, value: Any) -> Any:
 
 
 def holds(data: Any, keys: list[str]) -> bool:
-    """Whether nested dicts hold the path of keys."""
     return not keys or isinstance(data, dict) and keys[0] in data and holds(data[keys[0]], keys[1:])
 
 
@@ -243,7 +241,7 @@ class NoiseScale(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class PeerWindow(Section):
-    """A worker's samples, training time and steps in the measurement window."""
+    """A worker's figures in the measurement window."""
     samples: int = 0
     train_s: float = 0.0
     steps: int = 0

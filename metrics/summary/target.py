@@ -1,7 +1,5 @@
-"""Time-to-target: the fractional step at which a worker's learning curve (eval.jsonl) reaches the target, by the
-estimator the config declares (target.estimator), or None when it has not by the last evaluation (censored, never
-extrapolated); mapped to training time and samples, with a test-set bootstrap. Definitions: metrics/methods.yaml
-target."""
+"""Time-to-target: the fractional step where a worker's learning curve reaches the target by the declared estimator,
+or None (censored, never extrapolated); in train_s and samples, with a test-set bootstrap (methods.yaml target)."""
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,8 +17,7 @@ METHODS = methods("target")
 
 
 def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """The first evaluation at or above the value whose next one is too, interpolated from the one before (values:
-    higher is better; definitions of the estimators: metrics/methods.yaml target)."""
+    """The first evaluation at or above the value whose next one is too, interpolated from the one before."""
     for i in range(len(values) - 1):
         if values[i] >= value and values[i + 1] >= value:
             before = i - 1 if i else i
@@ -31,9 +28,8 @@ def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> f
 
 
 def pooled_heads(values: np.ndarray) -> Iterator[list[list]]:
-    """The isotonic (non-decreasing, least-squares) fit of each head of the curve (values[:1], values[:2], ...), by
-    pooling adjacent violators as each value comes: the blocks of evaluations it pools into one value, [first, last,
-    sum] each (the same list, updated: read it before the next)."""
+    """The isotonic fit of each head of the curve (values[:1], values[:2], ...) by pooling adjacent violators: its
+    blocks, [first, last, sum] each (one list, updated in place: read it before the next)."""
     blocks: list[list] = []
     for i, v in enumerate(values):
         blocks.append([i, i, float(v)])
@@ -71,8 +67,7 @@ def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | Non
 
 
 def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """The isotonic crossing of the shortest head of the curve whose fit reaches the value at or before its
-    second-to-last evaluation."""
+    """The isotonic crossing of the shortest head whose fit reaches the value by its second-to-last evaluation."""
     for k, blocks in enumerate(pooled_heads(values)):
         if k and blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1) >= value:  # else the head's fit stays below
             step = fit_crossing(steps, [(f, last, total / (last - f + 1)) for f, last, total in blocks], value)
@@ -85,12 +80,8 @@ def crossing_step(steps: npt.ArrayLike, values: npt.ArrayLike, target: dict) -> 
     """The fractional step at which the curve (metric values at steps) reaches the target, or None (censored)."""
     sign = 1.0 if target["metric"] == "test_accuracy" else -1.0
     estimator = {"causal_isotonic": causal_isotonic, "confirmed_crossing": confirmed_crossing,
-                 "isotonic": isotonic}[estimator_of(target)]
+                 "isotonic": isotonic}[target.get("estimator", UNDECLARED)]
     return estimator(np.asarray(steps, dtype=float), sign * np.asarray(values, dtype=float), sign * target["value"])
-
-
-def estimator_of(target: dict) -> str:
-    return target.get("estimator", UNDECLARED)
 
 
 def samples_by_step(steps: list[dict]) -> Callable[[int], int]:
@@ -126,8 +117,7 @@ def interpolated(before: dict, after: dict, fraction: float, key: str) -> float:
 
 def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]],
                    outcomes_by_rank: dict[int, Path], target: dict) -> dict:
-    """When the worst worker's curve reached the target (training time, all workers' samples, steps), its test-set
-    bootstrap (outcomes_by_rank: each worker's eval_samples.npz; missing: none), whether the evaluated models match."""
+    """When the worst worker reached the target (train_s, samples, steps), its bootstrap, whether the models match."""
     curves = {rank: Curve(evals, target["metric"]) for rank, evals in evals_by_rank.items()}
     counters = [samples_by_step(steps) for steps in steps_by_rank.values()]
 
@@ -192,8 +182,7 @@ def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict[int, Path], targe
 
 
 def load_outcomes(path: Path | None, curve: Curve, metric: str) -> np.ndarray | None:
-    """The per-sample values behind each evaluation of the curve (correct as 0/1, or loss), evaluations x samples;
-    None when the file is missing or does not hold the curve's evaluations."""
+    """Each evaluation's per-sample values (correct as 0/1, or loss), evaluations x samples; None: not the curve's."""
     if path is None or not path.exists():
         return None
     with np.load(path) as saved:
