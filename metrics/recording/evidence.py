@@ -19,8 +19,9 @@ def evidence_entry(entry: dict) -> dict:
     return {k: entry[k] for k in VALIDATION if k in entry} | {"rows": cases}
 
 
-def refresh_evidence(entries: Iterable[dict], evidence: Path = EVIDENCE) -> None:
-    """Copy the evidence entries among these benchmark entries into the evidence file."""
+def refresh_evidence(entries: Iterable[dict], evidence: Path | None = None) -> None:
+    """Copy the evidence entries among these benchmark entries into the evidence file (default EVIDENCE)."""
+    evidence = evidence or EVIDENCE
     recorded = {e["name"]: e for e in entries if e["name"] in ENTRIES}
     kept = json.loads(evidence.read_text())["results"] if evidence.exists() else []
     entries = [e for e in kept if e["name"] not in recorded] + [evidence_entry(e) for e in recorded.values()]
