@@ -260,8 +260,7 @@ NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: 
 
 
 def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
-    """One summary of a run over several nodes (folders at paths, node ranks; missing: ranks that wrote none) as
-    docs/clusters.md says; per-step means weighted by steps, shape, machine and link of the node worst off."""
+    """One summary of a run over several nodes (missing: node ranks that wrote none), as docs/clusters.md defines."""
     first = summaries[0]
     peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
     windows = windows_of(peers)
