@@ -1,2 +1,1 @@
-"""What runs while a run runs: the run directory's layout, the peers' step logs and resource samplers, the
-launcher's machine sampler (metrics/recording/). Imports nothing above it."""
+"""What runs while a run runs: the run directory's layout, the peers' step logs and samplers, the machine sampler."""

@@ -1,5 +1,4 @@
-"""The evidence runs and projections read from conf/evidence.json (emulation, link_goodput, projection_validation,
-noise_scale, primary_noise), written by the benchmarks when they save their entry (bench/results.py save)."""
+"""conf/evidence.json: the benchmark entries runs and projections read (ENTRIES), as bench/results.py saves them."""
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -12,8 +11,7 @@ VALIDATION_CASE = ("strategy", "peers", "link_mbit", "latency_ms", "error", "rol
 
 
 def evidence_entry(entry: dict) -> dict:
-    """What the evidence keeps of a benchmark's entry: all of it, but of the projection's cases only the counted
-    held-out ones, each with where and how far off it was, and the verdicts."""
+    """What the evidence keeps of an entry: all of it; of the projection's, only the counted held-out cases."""
     if entry["name"] != "projection_validation":
         return entry
     cases = [{k: r.get(k) for k in VALIDATION_CASE} for r in entry.get("rows", [])

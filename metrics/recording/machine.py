@@ -1,5 +1,4 @@
-"""How busy the machine was around a run (MachineSampler: .avgbench/machine.jsonl, one line a second) and what a peer's
-own threads got over a step (ProcessClock: cpu_s, runq_s); Linux /proc. See docs/runs.md."""
+"""How busy the machine was around a run (MachineSampler) and what a peer's threads got a step (ProcessClock)."""
 import os
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ def thread_run_delays(pids: list[int]) -> dict[int, int]:
 class ProcessClock:
     """CPU time and run-queue delay of this process, all threads."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.runq_ns: dict[int, int] = {}
         self.has_schedstat = os.path.exists(f"/proc/{os.getpid()}/schedstat")
 
@@ -108,8 +107,7 @@ UNKNOWN = "unknown"
 
 
 def fingerprint() -> dict:
-    """The machine a result was measured on (FINGERPRINT: the first CPU's vendor, model name, family, model and clock,
-    the usable cores, memory, kernel, GPU) and the load average when the benchmark ended."""
+    """The machine a result was measured on (FINGERPRINT's fields) and the load average when the benchmark ended."""
     import platform
 
     import psutil
@@ -141,9 +139,8 @@ def same_machine(recorded: dict, current: dict) -> bool:
 
 
 def describe_machine(fingerprint: dict) -> str:
-    """One line naming a fingerprint(), e.g. "GenuineIntel Intel(R) Xeon(R) Processor, family 6 model 167 at 2600 MHz,
-    2 cores, 23.4 GiB, kernel 6.1.0, no GPU"; fields recorded as unknown are named: "(not recorded: kernel)"."""
-    def known(key: str, text: str) -> str | None:
+    """A fingerprint() in one line, e.g. "GenuineIntel ..., 2 cores, 23.4 GiB, no GPU (not recorded: kernel)"."""
+    def known(key: str, text: str | None) -> str | None:
         return None if fingerprint.get(key, UNKNOWN) == UNKNOWN else text
 
     f = fingerprint

@@ -1,5 +1,4 @@
-"""How each recorded figure is measured: the texts of metrics/methods.yaml, one section per module that states them,
-with the constants they name filled in."""
+"""How each figure is measured: metrics/methods.yaml's texts, a section per module, with its constants filled in."""
 from functools import cache
 from pathlib import Path
 
@@ -13,6 +12,6 @@ def sections() -> dict[str, dict[str, str]]:
     return yaml.safe_load(METHODS_FILE.read_text())
 
 
-def methods(section: str, **constants) -> dict[str, str]:
+def methods(section: str, **constants: object) -> dict[str, str]:
     """The section's texts, each with `constants` filled in where it names them ({NAME} or {NAME:format})."""
     return {key: text.format(**constants) for key, text in sections()[section].items()}

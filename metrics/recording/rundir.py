@@ -1,13 +1,4 @@
-"""The run directory: every path and file name of a run, defined once for writers and readers.
-
-    RUN/
-      summary.json  launcher.log
-      .avgbench/    config.yaml  launch.json  run_id  network.json  hostfile  machine.jsonl  cpu.json
-                    dilation.json  link.json  link_meter.json  evaluation/<host>/  <strategy files>
-      peer<RANK>/   steps.jsonl  eval.jsonl  eval_samples.npz  resources.jsonl  result.json  output.log
-                    error.txt  fault.json  snapshots/ (while the peer runs)  weights/ (keep_weights)
-                    <strategy files>
-"""
+"""The run directory: every path and file name of a run, defined once for writers and readers (docs/runs.md, Files)."""
 import re
 from pathlib import Path
 

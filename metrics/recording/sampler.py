@@ -1,6 +1,4 @@
-"""Background resource sampler for one peer, its process tree summed: every `interval` seconds one line of
-resources.jsonl (CPU, memory, disk and network counters; docs/runs.md, Files). Network counters belong to the
-peer's network namespace, not its process: with network=loopback all peers share the machine's."""
+"""A peer's resources.jsonl (docs/runs.md): its process tree's CPU, memory, disk; its network namespace's counters."""
 import threading
 import time
 from pathlib import Path
@@ -35,7 +33,7 @@ def net_totals() -> dict[str, int]:
 class WireCounter:
     """Bytes on this namespace's non-loopback interfaces since the counter was made (per peer with network=emulated)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.first = net_totals()
 
     def since_start(self) -> dict[str, int]:
@@ -94,7 +92,8 @@ class ResourceSampler(IntervalSampler):
 
     def sample(self) -> dict:
         now = time.monotonic()
-        cpu = rss = read = write = threads = procs = 0
+        cpu = 0.0
+        rss = read = write = threads = procs = 0
         seen = {}
         for proc in self._tree():
             total = self._cpu_total(proc)

@@ -1,6 +1,4 @@
-"""Per-peer training log: one JSON line per step (steps.jsonl) and per evaluation (eval.jsonl), flushed line by
-line; times in seconds, `wall_s` from the start of training on this peer, `train_s` less its pauses. The fields:
-docs/runs.md (Files; Figures)."""
+"""A peer's steps.jsonl and eval.jsonl, one line a step or evaluation (fields: docs/runs.md, Files and Figures)."""
 from pathlib import Path
 
 from metrics.recording.jsonl import JsonlWriter
@@ -20,10 +18,10 @@ class StepLog:
         self.steps = JsonlWriter(PeerDir(peer_dir).steps)
         self.evals = JsonlWriter(PeerDir(peer_dir).evals)
 
-    def step(self, **record) -> None:
+    def step(self, **record: object) -> None:
         self.steps.write(record)
 
-    def eval(self, **record) -> None:
+    def eval(self, **record: object) -> None:
         self.evals.write(record)
 
     def close(self) -> None:

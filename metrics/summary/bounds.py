@@ -1,8 +1,8 @@
-"""Link floors no run can beat (the bytes the busiest link carried in one direction / its rate), and link
-efficiency = floor / measured time, per synchronous round or over overlapping rounds (Strategy.rounds_overlap);
-definitions in metrics/methods.yaml network.efficiency."""
+"""Link floors no run can beat and link efficiency = floor / measured time (methods.yaml network.efficiency)."""
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from metrics.summary.schema import Json
 
 MBIT = 1e6 / 8  # bytes/s per Mbit/s
 
@@ -26,8 +26,7 @@ class LinkBound:
 
 
 def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[tuple, list[dict]]:
-    """Step records that moved payload, grouped by averaging round: ("round", the step's `round`), else ("step", its
-    step number), so a round id never collides with a step number (hivemind's epochs and background rounds)."""
+    """Step records that moved payload, by averaging round: ("round", the step's `round`), else ("step", its step)."""
     rounds: dict[tuple, list[dict]] = {}
     for rank, steps in steps_by_rank.items():
         before = 0
@@ -41,8 +40,7 @@ def round_records(steps_by_rank: dict[int, list[dict]]) -> dict[tuple, list[dict
 
 
 def round_link_time(record: dict) -> float:
-    """The time a worker's communication occupied in a step: the strategy's `link_s` where it times its
-    transfers (overlapped with backward, or one phase of the step), else the step's exposed communication."""
+    """A worker's communication time in a step: the strategy's `link_s` where it times its transfers, else comm_s."""
     link = record.get("link_s")
     return record["comm_s"] if link is None else link
 
@@ -63,11 +61,11 @@ def link_loads(records: list[dict]) -> dict[int, list[float]]:
 
 def floor_s(records: list[dict], rates: list[float | None]) -> tuple[float, int | None]:
     """(seconds, rank): the busiest link's time, the larger direction's bytes over its own rate (bytes/s)."""
-    times = {rank: max(out, into) / rates[rank] for rank, (out, into) in link_loads(records).items()
-             if rank < len(rates) and rates[rank]}
+    times = {rank: max(out, into) / rate for rank, (out, into) in link_loads(records).items()
+             if rank < len(rates) and (rate := rates[rank])}
     if not times:  # only unshaped links carried these bytes
         return 0.0, None
-    rank = max(times, key=times.get)
+    rank = max(times, key=times.__getitem__)
     return times[rank], rank
 
 
@@ -93,7 +91,7 @@ def link_efficiency(strategy: LinkBound, steps_by_rank: dict[int, list[dict]], r
     keys = sorted(rounds)[1:]  # round 1 sets up connections
     if not keys:
         return {"bound": None, "why": "fewer than 2 averaging rounds"}
-    result = {"method": "overlapping rounds: busiest link over the span of rounds 2..R" if strategy.rounds_overlap
+    result: Json = {"method": "overlapping rounds: busiest link over the span of rounds 2..R" if strategy.rounds_overlap
               else "synchronous rounds: per round, busiest link / the longest worker's link time",
               "link_mbit_by_rank": rates_mbit, "rounds": len(keys)}
     if strategy.rounds_overlap:
@@ -107,17 +105,16 @@ def link_efficiency(strategy: LinkBound, steps_by_rank: dict[int, list[dict]], r
         floors = [floor_s(rounds[k], rates) for k in keys]
         floor, busiest = sum(f for f, _ in floors), max(floors, key=lambda f: f[0])[1]
         measured = sum(max(round_link_time(r) for r in rounds[k]) - idle_s(rounds[k]) for k in keys)
-    result |= {"floor_s": floor, "measured_s": measured, "busiest_link_rank": busiest,
-               "bound_s_per_round": floor / len(keys), "measured_s_per_round": measured / len(keys),
-               "efficiency": floor / measured if measured > 0 else None}
-    result["isolated_round"] = isolated_round(strategy, rounds, keys, len(steps_by_rank), rates)
-    return result
+    return result | {"floor_s": floor, "measured_s": measured, "busiest_link_rank": busiest,
+                     "bound_s_per_round": floor / len(keys), "measured_s_per_round": measured / len(keys),
+                     "efficiency": floor / measured if measured > 0 else None,
+                     "isolated_round": isolated_round(strategy, rounds, keys, len(steps_by_rank), rates)}
 
 
-def isolated_round(strategy: LinkBound, rounds: dict, keys: list, workers: int,
+def isolated_round(strategy: LinkBound, rounds: dict[tuple, list[dict]], keys: list[tuple], workers: int,
                    rates: list[float | None]) -> dict | None:
     """The strategy's latency of one round alone on equal links (Strategy.link_bound); no floor if rounds overlap."""
-    worker_rates = [rates[r] for r in range(workers) if r < len(rates)]
+    worker_rates = [rate for rate in rates[:workers] if rate is not None]
     if strategy.bound is None or strategy.formula is None or None in rates or not worker_rates:
         return None
     total = 0.0

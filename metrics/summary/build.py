@@ -1,28 +1,23 @@
-"""summary.json: one run's figures from its per-peer logs (partial logs too), each defined once for every strategy
-in METHODS, which the summary carries."""
+"""summary.json: one run's figures from its peers' logs (partial logs too), defined once in METHODS."""
 import json
 import os
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from metrics.summary.isolation import METHODS as ISOLATION_METHODS
-from metrics.summary.isolation import isolation_section, undilate
+from metrics.summary.isolation import METHODS as ISOLATION_METHODS, isolation_section, undilate
 from metrics.recording.jsonl import read_jsonl
-from metrics.summary.link import METHODS as LINK_METHODS
-from metrics.summary.link import link_section
-from metrics.summary.machine import METHODS as MACHINE_METHODS
-from metrics.summary.machine import machine_section
-from metrics.summary.network import METHODS as NETWORK_METHODS
-from metrics.summary.network import network_section
+from metrics.summary.link import METHODS as LINK_METHODS, link_section
+from metrics.summary.machine import METHODS as MACHINE_METHODS, machine_section
+from metrics.summary.network import METHODS as NETWORK_METHODS, network_section
 from metrics.summary.bounds import LinkBound
-from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS
-from metrics.summary.noise_scale import noise_scale_section
+from metrics.summary.noise_scale import METHODS as NOISE_SCALE_METHODS, noise_scale_section
 from metrics.summary.rounds import rounds_section
-from metrics.summary.schema import Evaluation, Isolation, Peer, PeerWindow, Section, Summary
+from metrics.summary.schema import S, Evaluation, Isolation, Json, Peer, PeerWindow, Summary
 from metrics.recording.rundir import PeerDir, RunDir
-from metrics.summary.target import METHODS as TARGET_METHODS
-from metrics.summary.target import samples_by_step, time_to_target
+from metrics.summary.target import METHODS as TARGET_METHODS, samples_by_step, time_to_target
 from metrics.recording.steplog import PHASES
 from metrics.summary.window import steps_in, window_section, worker_window
 from metrics.recording.methods import methods
@@ -30,20 +25,21 @@ from metrics.recording.methods import methods
 
 METHODS = {**methods("summary"), **TARGET_METHODS, **MACHINE_METHODS, **NETWORK_METHODS, **LINK_METHODS,
            **ISOLATION_METHODS, **NOISE_SCALE_METHODS}
+COUNTER_DELTAS = {"disk_read_bytes": "read_bytes", "disk_write_bytes": "write_bytes", "net_rx_bytes": "net_rx_bytes",
+                  "net_tx_bytes": "net_tx_bytes", "lo_rx_bytes": "lo_rx_bytes", "lo_tx_bytes": "lo_tx_bytes"}
 
 
 def speed_moved(seconds: list[float]) -> float:
-    """How far a speed reference moved, in seconds: with 4 or more measurements, the highest level held for two in a row
-    less the lowest (a lone far-out measurement is a blip); with fewer, their range."""
+    """Seconds a speed reference moved: its highest level held twice in a row less the lowest (fewer than 4: range)."""
     if len(seconds) < 4:
         return max(seconds) - min(seconds)
     pairs = list(zip(seconds, seconds[1:]))
     return max(0.0, max(min(pair) for pair in pairs) - min(max(pair) for pair in pairs))
 
 
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
+def _mean(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
@@ -66,16 +62,9 @@ def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
     }
     if resources:
         first, last = resources[0], resources[-1]
-        figures |= {
-            "peak_rss_bytes": max(r["rss_bytes"] for r in resources),
-            "mean_cpu_percent": _mean(r["cpu_percent"] for r in resources[1:]) or resources[0]["cpu_percent"],
-            "disk_read_bytes": last["read_bytes"] - first["read_bytes"],
-            "disk_write_bytes": last["write_bytes"] - first["write_bytes"],
-            "net_rx_bytes": last["net_rx_bytes"] - first["net_rx_bytes"],
-            "net_tx_bytes": last["net_tx_bytes"] - first["net_tx_bytes"],
-            "lo_rx_bytes": last["lo_rx_bytes"] - first["lo_rx_bytes"],
-            "lo_tx_bytes": last["lo_tx_bytes"] - first["lo_tx_bytes"],
-        }
+        figures |= {"peak_rss_bytes": max(r["rss_bytes"] for r in resources),
+                    "mean_cpu_percent": _mean(r["cpu_percent"] for r in resources[1:]) or resources[0]["cpu_percent"],
+                    **{name: last[key] - first[key] for name, key in COUNTER_DELTAS.items()}}
     return figures
 
 
@@ -160,8 +149,7 @@ def speed_reference_section(config: dict, figures: list[dict]) -> dict | None:
     moved = max(r["moved"] for r in by_rank.values())
     return {"median_s": statistics.median(r["median_s"] for r in by_rank.values()), "moved": moved,
             "tolerance": tolerance, "beyond_tolerance": moved > tolerance,
-            "cost_share": max((r["cost_share"] for r in by_rank.values() if r["cost_share"] is not None),
-                              default=None),
+            "cost_share": largest(r["cost_share"] for r in by_rank.values()),
             "work": next(iter(by_rank.values()))["work"], "by_rank": by_rank}
 
 
@@ -180,7 +168,17 @@ class LaunchFacts:
     window: tuple[int, int] | None = None
 
 
-def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = StrategyFacts(),
+class Outcome(Protocol):  # how the run ended, as build_summary reads launchers/base.py's Outcome
+    status: str
+    exit_code: int
+    wall_s: float
+    failed_rank: int | None
+    error: str | None
+    lost_peers: list[int]
+    ended_at: float
+
+
+def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: StrategyFacts = StrategyFacts(),
                   launch: LaunchFacts = LaunchFacts()) -> Summary:
     peers, shape = run.peers(), launch.shape or {}
     figures = [peer_figures(p, launch.window) for p in peers]
@@ -188,7 +186,6 @@ def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = 
     workers = [f for f, p in zip(figures, peers) if p.steps.exists()]
     steps_by_rank = {p.rank: read_jsonl(p.steps) for p in worker_dirs}
     all_steps = [s for steps in steps_by_rank.values() for s in steps_in(steps, launch.window)[0]]  # the window's
-    total_samples = sum(w["samples"] for w in workers)
     window_samples = sum(w["window"]["samples"] for w in workers)
     longest = max((w["window"]["train_s"] for w in workers), default=0.0)
 
@@ -199,8 +196,6 @@ def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = 
     faults = sorted((json.loads(p.fault.read_text()) for p in peers if p.fault.exists()), key=lambda f: f["time"])
     fault = faults[0] | {"survived": outcome.status == "completed",
                          "run_ended_after_s": outcome.ended_at - faults[0]["time"]} if faults else None
-    sent = _mean(s["bytes_sent"] for s in all_steps)
-    recv = _mean(s["bytes_recv"] for s in all_steps)
     evals_by_rank = {p.rank: read_jsonl(p.evals) for p in worker_dirs}
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
@@ -223,7 +218,7 @@ def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = 
                          else "host-wide (shared by all peers, not attributable to one)",
         "started_at": outcome.ended_at - outcome.wall_s,
         "wall_s": outcome.wall_s,
-        "total_samples": total_samples,
+        "total_samples": sum(w["samples"] for w in workers),
         "useful_samples": useful_samples(workers),
         "startup_wait_s": max((w["startup_wait_s"] for w in workers), default=None),
         "window": window_section(launch.window, steps_by_rank),
@@ -237,8 +232,8 @@ def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = 
         "time_breakdown_share": shares["time_breakdown_share"],
         "hidden_comm_s": hidden,
         "hidden_comm_share": shares["hidden_comm_share"],
-        "bytes_sent_per_step": sent,
-        "bytes_recv_per_step": recv,
+        "bytes_sent_per_step": _mean(s["bytes_sent"] for s in all_steps),
+        "bytes_recv_per_step": _mean(s["bytes_recv"] for s in all_steps),
         "bytes_sent_per_sample": sum(s["bytes_sent"] for s in all_steps) / window_samples if window_samples else None,
         "bytes_recv_per_sample": sum(s["bytes_recv"] for s in all_steps) / window_samples if window_samples else None,
         "averaging_rounds": rounds_section(run, len(workers)),
@@ -254,7 +249,7 @@ def build_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = 
     }, isolation["dilation"]))
 
 
-def write_summary(run: RunDir, config: dict, outcome, strategy: StrategyFacts = StrategyFacts(),
+def write_summary(run: RunDir, config: dict, outcome: Outcome, strategy: StrategyFacts = StrategyFacts(),
                   launch: LaunchFacts = LaunchFacts()) -> Summary:
     summary = build_summary(run, config, outcome, strategy, launch)
     summary.save(run.summary)
@@ -265,11 +260,7 @@ NO_SUMMARY = "wrote no summary.json (its launcher was stopped or its node lost: 
 
 
 def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> Summary:
-    """The summary of a run over several nodes from its nodes' (folders at paths, node ranks; missing: ranks that wrote
-    none), each figure by one node's definition over every node's workers: the worst status (no summary fails the run;
-    error, exit code: of the first failing node to end), samples summed, throughput over the longest worker,
-    time-to-target by the worst worker, per-step means weighted by steps, the setting of the node worst off
-    (docs/clusters.md)."""
+    """One summary of a run over several nodes (missing: node ranks that wrote none), as docs/clusters.md defines."""
     first = summaries[0]
     peers = sorted((p for s in summaries for p in s.peers or []), key=lambda p: p.rank)
     windows = windows_of(peers)
@@ -280,9 +271,7 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
                  for phase in (first.time_breakdown_s or {})}
     hidden = weighted([(s.hidden_comm_s, w) for s, w in zip(summaries, steps)])
     shape = worst_of([s.shape for s in summaries], lambda s: s.oversubscription or 0)
-    device = (first.device.to_dict() or {}) | {"gpus": sorted({g for s in summaries for g in s.device.gpus or []}),
-                                               "gpu_shared": any(s.device.gpu_shared for s in summaries)}
-    return Summary.from_dict(first.to_dict() | nodes_outcome(paths, summaries, ranks, missing) | {
+    return Summary.from_dict((first.to_dict() or {}) | nodes_outcome(paths, summaries, ranks, missing) | {
         "peers": [p.to_dict() for p in peers],
         "workers": sum(s.workers or 0 for s in summaries),
         "total_samples": sum(s.total_samples or 0 for s in summaries),
@@ -298,7 +287,8 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
         "bytes_recv_per_sample": weighted([(s.bytes_recv_per_sample, n) for s, n in zip(summaries, samples)]),
         **nodes_learning_curves(paths, summaries),
         "evaluation": nodes_evaluation([s.evaluation for s in summaries]),
-        "device": device,
+        "device": (first.device.to_dict() or {}) | {"gpus": sorted({g for s in summaries for g in s.device.gpus or []}),
+                                                    "gpu_shared": any(s.device.gpu_shared for s in summaries)},
         "isolation": nodes_isolation([s.isolation for s in summaries]),
         "shape": shape | {"hosts": [s.shape.host for s in summaries]} if shape else None,
         "machine": worst_of([s.machine for s in summaries], lambda m: (m.alone is False, m.other_cpu_share or 0)),
@@ -308,12 +298,12 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
 
 def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int], missing: list[int]) -> dict:
     """Status, error, exit code, failed rank, lost peers, fault and times of the run; each node's own in `nodes`."""
-    listed = [{"node_rank": rank, "host": s.shape.host, "path": str(path), "status": s.status, "error": s.error}
-              for rank, path, s in zip(ranks, paths, summaries)]
+    listed: list[Json] = [{"node_rank": rank, "host": s.shape.host, "path": str(path), "status": s.status,
+                           "error": s.error} for rank, path, s in zip(ranks, paths, summaries)]
     listed += [{"node_rank": rank, "host": None, "path": None, "status": None,
                 "error": f"node rank {rank} {NO_SUMMARY}"} for rank in missing]
     ended = [(s.started_at or 0) + (s.wall_s or 0) for s in summaries]
-    found = {"nodes": sorted(listed, key=lambda n: n["node_rank"]),
+    found: Json = {"nodes": sorted(listed, key=lambda n: n["node_rank"]),
              "status": max((s.status for s in summaries), key=severity) if not missing else "failed",
              "started_at": min(s.started_at or 0 for s in summaries),
              "lost_peers": sorted({r for s in summaries for r in s.lost_peers or []})}
@@ -331,8 +321,7 @@ def nodes_outcome(paths: list[Path], summaries: list[Summary], ranks: list[int],
 
 
 def nodes_learning_curves(paths: list[Path], summaries: list[Summary]) -> dict:
-    """Time-to-target by the worst worker over every node's workers (samples and steps from every worker's logs, seconds
-    as each node's summary converted them), and every worker's accuracy."""
+    """Time-to-target by the worst worker of every node (seconds as each node's summary converted them); accuracy."""
     workers = [(peer, steps) for path in paths for peer in RunDir(path).peers() if (steps := read_jsonl(peer.steps))]
     found = time_to_target({p.rank: read_jsonl(p.evals) for p, _ in workers}, {p.rank: s for p, s in workers},
                            {p.rank: p.eval_samples for p, _ in workers}, summaries[0].target)
@@ -367,7 +356,7 @@ def nodes_isolation(found: list[Isolation]) -> dict:
         "by_rank": [row for i in found for row in i.by_rank or []]}
 
 
-def worst_of(sections: list[Section], badness) -> dict | None:
+def worst_of(sections: list[S], badness: Callable[[S], float | tuple[bool, float]]) -> dict | None:
     """The section of the node worst off by badness(section) (the first node's on a tie); None where no node has it."""
     found = [s for s in sections if s]
     return max(found, key=badness).to_dict() if found else None
@@ -389,10 +378,10 @@ def weighted(pairs: list[tuple]) -> float | None:
     return sum(v * w for v, w in known) / sum(w for _, w in known) if known else None
 
 
-def largest(values) -> float | None:
+def largest(values: Iterable[float | None]) -> float | None:
     return max((v for v in values if v is not None), default=None)
 
 
-def total(values) -> float | None:
+def total(values: Iterable[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None

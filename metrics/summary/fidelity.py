@@ -1,7 +1,4 @@
-"""Whether a run held the setting it emulates: each figure that failed, from summary.json's link and isolation
-sections (null, not judged, is no objection). The report leaves such runs out of its claims, the projection refuses
-them as calibration, and the validation benchmark does not count them."""
-
+"""Whether a run held the setting it emulates (summary.json link and isolation; null, not judged, is no objection)."""
 from metrics.summary.schema import Summary
 
 
@@ -12,11 +9,10 @@ def unfaithful(summary: Summary) -> list[str]:
     if isolation.faithful is False:
         found.append("isolation: " + ("; ".join(isolation.unfaithful or []) or "not faithful"))
     if link.faithful is False:
-        measured = link.goodput_mbit is not None and link.nominal_mbit
-        found.append("link: " + (f"{link.worst_direction or 'its worst direction'} carried "
-                                 f"{link.goodput_mbit:.3g} of {link.nominal_mbit:.3g} Mbit/s "
-                                 f"({link.goodput_mbit / link.nominal_mbit:.0%}) while busy" if measured
-                                 else link.reason or "not faithful"))
+        goodput, nominal = link.goodput_mbit, link.nominal_mbit
+        found.append("link: " + (f"{link.worst_direction or 'its worst direction'} carried {goodput:.3g} of "
+                                 f"{nominal:.3g} Mbit/s ({goodput / nominal:.0%}) while busy"
+                                 if goodput is not None and nominal else link.reason or "not faithful"))
     if isolation.dilation_unchecked:
         found.append(f"dilation: {isolation.dilation:g} is above the factor checked on this machine (summary.json "
                      "isolation.dilation_unchecked; bench/emulation.py)")

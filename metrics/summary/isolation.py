@@ -1,16 +1,21 @@
-"""summary.json's "isolation" section: each peer's CPU group, the CPU it was promised and got, whether the emulation
-held, and a dilated run's times converted back (from .avgbench/cpu.json, dilation.json and each peer's result.json)."""
+"""summary.json's "isolation": each peer's CPU promised and got, whether the emulation held; dilated times undone."""
 import json
+from typing import Any
 
 from metrics.recording.rundir import RunDir
 from metrics.recording.units import RATE_SUFFIXES as KNOB_RATE_SUFFIXES
 from metrics.recording.units import TIME_SUFFIXES
 from metrics.recording.methods import methods
+from metrics.summary.schema import Json
 
 SHARE_TOLERANCE = 0.05  # a peer received its promise when received >= (1 - this) x promised
 WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of the peer's time in its group
 OTHER_WORK_TOLERANCE = 0.05  # CPU time of other work on the peer's cores, as a share of its time in its group
 
+# a by_rank row: the peer's result.json cpu figures, in this order, the DERIVED ones computed here
+ROW = ("quota_cpus", "quota_enforced", "in_group_s", "cpu_promised_s", "cpu_received_s", "received_share",
+       "throttled_periods", "throttled_s", "runq_s", "wait_beyond_quota_s", "other_on_cores_s", "irq_on_cores_s")
+DERIVED = ("cpu_promised_s", "received_share", "wait_beyond_quota_s")
 METHODS = methods("isolation", RECEIVED_AT_LEAST=1 - SHARE_TOLERANCE, OTHER_WORK_TOLERANCE=OTHER_WORK_TOLERANCE,
                   WAIT_TOLERANCE=WAIT_TOLERANCE)
 
@@ -42,13 +47,7 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
     for rank, result in sorted(results.items()):
         figures = (result or {}).get("cpu") or {}
         host = (result or {}).get("host")
-        row = {"rank": rank, "host": host, "quota_cpus": figures.get("quota_cpus"),
-               "quota_enforced": figures.get("quota_enforced"),
-               "in_group_s": figures.get("in_group_s"), "cpu_promised_s": None,
-               "cpu_received_s": figures.get("cpu_received_s"), "received_share": None,
-               "throttled_periods": figures.get("throttled_periods"), "throttled_s": figures.get("throttled_s"),
-               "runq_s": figures.get("runq_s"), "wait_beyond_quota_s": None,
-               "other_on_cores_s": figures.get("other_on_cores_s"), "irq_on_cores_s": figures.get("irq_on_cores_s")}
+        row: Json = {"rank": rank, "host": host} | {k: None if k in DERIVED else figures.get(k) for k in ROW}
         if row["quota_cpus"] is not None:
             row["cpu_promised_s"] = row["quota_cpus"] * row["in_group_s"]
             row["received_share"] = row["cpu_received_s"] / row["cpu_promised_s"] if row["cpu_promised_s"] else None
@@ -76,9 +75,8 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
             "faithful": (not unfaithful) if measured else None, "unfaithful": unfaithful, "by_rank": by_rank}
 
 
-# A figure's unit is in its name (as a knob's, metrics/recording/units.py): seconds end in a time suffix or hold
-# "_s_per_", rates end in "_per_s" or "_mbit", shares and ratios have none; a section named with a unit passes it to
-# all it holds; NAME_by_rank has NAME's unit, or that of NAME_s beside it (time_to_target_by_rank).
+# A figure's unit is in its name (metrics/recording/units.py; seconds may hold "_s_per_"); a section named with a unit
+# passes it to all it holds; NAME_by_rank has NAME's unit, or that of NAME_s beside it (time_to_target_by_rank).
 SECONDS_SUFFIXES = (*TIME_SUFFIXES, "_ns")
 RATE_SUFFIXES = ("_per_s", *KNOB_RATE_SUFFIXES)
 UNITLESS_SUFFIXES = ("_share", "_ratio")
@@ -87,27 +85,24 @@ NOT_CONVERTED = ("config", "methods", "isolation", "machine", "cpu")
 
 
 def time_factor(name: str, k: float, siblings: dict | None = None) -> float | None:
-    """How a figure named `name` converts back from dilation k: 1/k (seconds), k (rates), 1 (a share or ratio,
-    whatever it holds), None (its name has no unit: look at what it holds)."""
+    """A figure's factor back from dilation k: 1/k (seconds), k (rates), 1 (shares, ratios), None (no unit: look in)."""
     stem = name.removesuffix("_by_rank")
     if stem.endswith(UNITLESS_SUFFIXES):
         return 1.0
     if stem.endswith(RATE_SUFFIXES):
         return k
-    if stem.endswith(SECONDS_SUFFIXES) or "_s_per_" in stem:
-        return 1 / k
-    if stem != name and siblings is not None and f"{stem}_s" in siblings:
+    if (stem.endswith(SECONDS_SUFFIXES) or "_s_per_" in stem
+            or stem != name and siblings is not None and f"{stem}_s" in siblings):
         return 1 / k
     return None
 
 
-def undilate(summary: dict, k: float) -> dict:
-    """A dilated run's reported times and rates in the emulated cluster's time (METHODS["dilation"]): every
-    figure whose name says seconds is divided by k and every rate multiplied by k, at any depth."""
+def undilate(summary: Json, k: float) -> Json:
+    """A dilated run's figures in the emulated cluster's time, at any depth (METHODS["dilation"])."""
     if k == 1:
         return summary
 
-    def scaled(value, factor):
+    def scaled(value: Any, factor: float) -> Any:
         if factor == 1:
             return value
         if isinstance(value, dict):
@@ -118,7 +113,7 @@ def undilate(summary: dict, k: float) -> dict:
             return value * factor
         return value
 
-    def walk(value):
+    def walk(value: Any) -> Any:
         if isinstance(value, list):
             return [walk(v) for v in value]
         if not isinstance(value, dict):

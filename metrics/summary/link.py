@@ -1,6 +1,6 @@
-"""summary.json's "link" section: which link the run measured (.avgbench/link.json) and whether it held its promise
-(.avgbench/link_meter.json)."""
+"""summary.json's "link": the link the run measured (link.json) and whether it held its rate (link_meter.json)."""
 import json
+from pathlib import Path
 
 from metrics.recording.rundir import RunDir
 from metrics.recording.methods import methods
@@ -22,8 +22,7 @@ def direction_name(tally: dict) -> str:
 
 
 def judge(tallies: list[dict]) -> dict:
-    """The link's verdict from its directions' tallies: goodput, busy time and nominal rate of the direction that
-    did worst against its rate among those busy at least MIN_BUSY_S, faithful (None: none was), and why."""
+    """The verdict of the direction busy MIN_BUSY_S or more that did worst against its rate (faithful None: none)."""
     judged = [t for t in tallies if t["busy_s"] >= MIN_BUSY_S]
     nominal = min((t["nominal_mbit"] for t in tallies), default=None)
     if not judged:
@@ -44,7 +43,7 @@ def judge(tallies: list[dict]) -> dict:
                       f"from {FAITHFUL_SHARE:.0%}; worst of {len(judged)} directions busy >= {MIN_BUSY_S:g} s)"}
 
 
-def read_json(path) -> dict | None:
+def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 

@@ -1,5 +1,4 @@
-"""summary.json's `machine` section: how busy the machine was around the run, from the launcher's machine
-samples (metrics/recording/machine.py: MachineSampler, and the per-step cpu_s and runq_s it defines)."""
+"""summary.json's `machine`: how busy the machine was around the run (metrics/recording/machine.py's samples)."""
 import statistics
 from pathlib import Path
 

@@ -1,5 +1,4 @@
-"""summary.json's "network" section (network=emulated only): each process's interface wire bytes beside its payload
-accounting, and communication time beside the link floor (metrics/summary/bounds.py)."""
+"""summary.json's "network" (network=emulated): each process's wire bytes beside its payload, and the link floor."""
 import json
 
 from metrics.summary.bounds import LinkBound, link_efficiency
@@ -50,11 +49,8 @@ def network_section(run: RunDir, config: dict, strategy: LinkBound = LinkBound()
     network = config["network"]
     if not run.network.exists():
         return {"mode": network["name"], "per_peer": False}
-    steps_by_rank = {}
-    for peer in run.peers():
-        steps = read_jsonl(peer.steps)
-        if steps and "wire_tx_bytes" in steps[-1]:
-            steps_by_rank[peer.rank] = steps
+    logged = {peer.rank: read_jsonl(peer.steps) for peer in run.peers()}
+    steps_by_rank = {rank: steps for rank, steps in logged.items() if steps and "wire_tx_bytes" in steps[-1]}
     rates = link_rates(run)
     wire = {rank: wire_figures(steps) for rank, steps in steps_by_rank.items()}
     sent = sum(w["payload_sent_bytes"] for w in wire.values())
@@ -66,7 +62,7 @@ def network_section(run: RunDir, config: dict, strategy: LinkBound = LinkBound()
         "latency_ms": max(built_links(run, "latency_ms"), default=0),  # as built, like the rates
         "wire_by_rank": wire,
         "wire_tx_over_payload": _ratio(tx, sent),
-        "protocol_overhead": _ratio(tx, sent) - 1 if sent else None,
+        "protocol_overhead": tx / sent - 1 if sent else None,
         "busiest": busiest(wire),
         "efficiency": link_efficiency(strategy, steps_by_rank, rates),
     }

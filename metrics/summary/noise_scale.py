@@ -1,5 +1,4 @@
-"""summary.json's "noise_scale": the simple gradient noise scale B_simple (McCandlish et al. 2018, appendix A.1) from
-each worker's and the averaged gradient's squared norms (steps.jsonl); see metrics/methods.yaml noise_scale."""
+"""summary.json's "noise_scale": B_simple from the workers' and the averaged gradient's norms (methods.yaml)."""
 import statistics
 from metrics.recording.methods import methods
 

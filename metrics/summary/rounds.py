@@ -1,5 +1,6 @@
-"""summary.json's "averaging_rounds": the rounds a strategy records one by one (peer<R>/rounds.jsonl, hivemind's
-averagers), joined across peers into one record per round."""
+"""summary.json's "averaging_rounds": the peers' rounds.jsonl (hivemind's averagers), one record per round."""
+from collections import Counter
+
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from metrics.recording.methods import methods
@@ -33,10 +34,9 @@ def rounds_section(run: RunDir, workers: int) -> dict | None:
     if not records:
         return None
     rounds = join_rounds(records)
-    sizes: dict[str, dict[int, int]] = {}
+    sizes: dict[str, Counter[int]] = {}
     for r in rounds:
-        by_size = sizes.setdefault(r["kind"], {})
-        by_size[r["group_size"]] = by_size.get(r["group_size"], 0) + 1
+        sizes.setdefault(r["kind"], Counter())[r["group_size"]] += 1
     return {"rounds": rounds,
             "group_sizes": {kind: dict(sorted(s.items())) for kind, s in sizes.items()},
             "whole_swarm_share": {kind: s.get(workers, 0) / sum(s.values()) for kind, s in sizes.items()},

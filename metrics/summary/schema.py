@@ -1,14 +1,15 @@
-"""summary.json as a type (frozen dataclasses), read by attribute. from_dict/to_dict keep the file's keys and their
-order; keys no field names ride along in `extra`; a file that is not a summary fails with SummaryError."""
+"""summary.json as frozen dataclasses, its keys kept in order (SummaryError: a file that is not a summary)."""
 import json
 import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, Self, TypeVar
 
 from metrics.recording.rundir import RunDir
 
-Json = dict[str, typing.Any]
+Json = dict[str, Any]
+S = TypeVar("S", bound="Section")
 
 
 class SummaryError(ValueError):
@@ -26,7 +27,7 @@ class Section:
         return self.keys is not None
 
     @classmethod
-    def from_dict(cls, data: Json):
+    def from_dict(cls, data: Json) -> Self:
         hints = typing.get_type_hints(cls)
         named = {f.name for f in fields(cls)} - {"extra", "keys"}
         return cls(**{k: typed(hints[k], v) for k, v in data.items() if k in named},
@@ -40,7 +41,7 @@ class Section:
         return {k: plain(getattr(self, k)) if k in named else self.extra[k] for k in order}
 
 
-def typed(hint, value):
+def typed(hint: Any, value: Any) -> Any:
     """value as the type `hint` names: a dict as its Section, a list of dicts as a list of its Section."""
     for kind in typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,):
         if isinstance(kind, type) and issubclass(kind, Section) and isinstance(value, dict | None):
@@ -52,17 +53,16 @@ def typed(hint, value):
     return value
 
 
-def holds(data, keys: list[str]) -> bool:
-    """Whether nested dicts hold the path of keys."""
+def holds(data: Any, keys: list[str]) -> bool:
     return not keys or isinstance(data, dict) and keys[0] in data and holds(data[keys[0]], keys[1:])
 
 
-def unrecorded(kind: type[Section]):
+def unrecorded(kind: type[S]) -> S:
     """A section field whose default is a section the file did not hold."""
     return field(default_factory=lambda: kind(keys=None))
 
 
-def plain(value):
+def plain(value: Any) -> Any:
     if isinstance(value, Section):
         return value.to_dict()
     return [plain(v) for v in value] if isinstance(value, list) else value
@@ -241,7 +241,7 @@ class NoiseScale(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class PeerWindow(Section):
-    """A worker's samples, training time and steps in the measurement window."""
+    """A worker's figures in the measurement window."""
     samples: int = 0
     train_s: float = 0.0
     steps: int = 0

@@ -1,10 +1,10 @@
-"""Time-to-target: the fractional step at which a worker's learning curve (eval.jsonl) reaches the target, by the
-estimator the config declares (target.estimator), or None when it has not by the last evaluation (censored, never
-extrapolated); mapped to training time and samples, with a test-set bootstrap. Definitions: metrics/methods.yaml
-target."""
-from typing import Iterator
+"""Time-to-target: the fractional step where a worker's learning curve reaches the target by the declared estimator,
+or None (censored, never extrapolated); in train_s and samples, with a test-set bootstrap (methods.yaml target)."""
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from metrics.recording.methods import methods
 
 ESTIMATORS = ("causal_isotonic", "confirmed_crossing", "isotonic")
@@ -17,8 +17,7 @@ METHODS = methods("target")
 
 
 def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """The first evaluation at or above the value whose next one is too, interpolated from the one before (values:
-    higher is better; definitions of the estimators: metrics/methods.yaml target)."""
+    """The first evaluation at or above the value whose next one is too, interpolated from the one before."""
     for i in range(len(values) - 1):
         if values[i] >= value and values[i + 1] >= value:
             before = i - 1 if i else i
@@ -29,9 +28,8 @@ def confirmed_crossing(steps: np.ndarray, values: np.ndarray, value: float) -> f
 
 
 def pooled_heads(values: np.ndarray) -> Iterator[list[list]]:
-    """The isotonic (non-decreasing, least-squares) fit of each head of the curve (values[:1], values[:2], ...), by
-    pooling adjacent violators as each value comes: the blocks of evaluations it pools into one value, [first, last,
-    sum] each (the same list, updated: read it before the next)."""
+    """The isotonic fit of each head of the curve (values[:1], values[:2], ...) by pooling adjacent violators: its
+    blocks, [first, last, sum] each (one list, updated in place: read it before the next)."""
     blocks: list[list] = []
     for i, v in enumerate(values):
         blocks.append([i, i, float(v)])
@@ -50,7 +48,7 @@ def pooled_blocks(values: np.ndarray) -> list[tuple[int, int, float]]:
     return [(first, last, total / (last - first + 1)) for first, last, total in blocks]
 
 
-def fit_crossing(steps: np.ndarray, blocks, value: float) -> float | None:
+def fit_crossing(steps: np.ndarray, blocks: list[tuple[int, int, float]], value: float) -> float | None:
     """Where a fit's line between the centres of its pooled blocks ((first, last, mean) each) reaches the value."""
     previous = None  # (centre, mean) of the block before
     for first, last, mean in blocks:
@@ -69,8 +67,7 @@ def isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | Non
 
 
 def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> float | None:
-    """The isotonic crossing of the shortest head of the curve whose fit reaches the value at or before its
-    second-to-last evaluation."""
+    """The isotonic crossing of the shortest head whose fit reaches the value by its second-to-last evaluation."""
     for k, blocks in enumerate(pooled_heads(values)):
         if k and blocks[-1][2] / (blocks[-1][1] - blocks[-1][0] + 1) >= value:  # else the head's fit stays below
             step = fit_crossing(steps, [(f, last, total / (last - f + 1)) for f, last, total in blocks], value)
@@ -79,19 +76,15 @@ def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> floa
     return None
 
 
-def crossing_step(steps, values, target: dict) -> float | None:
+def crossing_step(steps: npt.ArrayLike, values: npt.ArrayLike, target: dict) -> float | None:
     """The fractional step at which the curve (metric values at steps) reaches the target, or None (censored)."""
     sign = 1.0 if target["metric"] == "test_accuracy" else -1.0
     estimator = {"causal_isotonic": causal_isotonic, "confirmed_crossing": confirmed_crossing,
-                 "isotonic": isotonic}[estimator_of(target)]
+                 "isotonic": isotonic}[target.get("estimator", UNDECLARED)]
     return estimator(np.asarray(steps, dtype=float), sign * np.asarray(values, dtype=float), sign * target["value"])
 
 
-def estimator_of(target: dict) -> str:
-    return target.get("estimator", UNDECLARED)
-
-
-def samples_by_step(steps: list[dict]):
+def samples_by_step(steps: list[dict]) -> Callable[[int], int]:
     """A worker's trained samples after a step (0 before its first; after its last, its total)."""
     counts = {s["step"]: s["samples"] for s in steps}
     ordered = sorted(counts)
@@ -123,9 +116,8 @@ def interpolated(before: dict, after: dict, fraction: float, key: str) -> float:
 
 
 def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int, list[dict]],
-                   outcomes_by_rank: dict, target: dict) -> dict:
-    """When the worst worker's curve reached the target (training time, all workers' samples, steps), its test-set
-    bootstrap (outcomes_by_rank: each worker's eval_samples.npz; missing: none), whether the evaluated models match."""
+                   outcomes_by_rank: dict[int, Path], target: dict) -> dict:
+    """When the worst worker reached the target (train_s, samples, steps), its bootstrap, whether the models match."""
     curves = {rank: Curve(evals, target["metric"]) for rank, evals in evals_by_rank.items()}
     counters = [samples_by_step(steps) for steps in steps_by_rank.values()]
 
@@ -136,18 +128,19 @@ def time_to_target(evals_by_rank: dict[int, list[dict]], steps_by_rank: dict[int
 
     crossings = {rank: crossing_step(c.steps, c.values, target) if len(c.evals) else None
                  for rank, c in curves.items()}
-    reached = bool(crossings) and all(step is not None for step in crossings.values())
+    crossed = {rank: step for rank, step in crossings.items() if step is not None}
+    reached = bool(crossings) and len(crossed) == len(crossings)
     train_s = {rank: (interpolated(*curves[rank].around(step), "train_s") if step is not None else None)
                for rank, step in crossings.items()}
-    samples = max(all_samples(curves[rank], step) for rank, step in crossings.items()) if reached else None
-    worst_s = max(train_s.values()) if reached else None
+    samples = max(all_samples(curves[rank], step) for rank, step in crossed.items()) if reached else None
+    worst_s = max(t for t in train_s.values() if t is not None) if reached else None
     identical = identical_states(evals_by_rank)
     return {
         "time_to_target_s": worst_s,
         "samples_to_target": samples,
         "samples_to_target_bootstrap": bootstrap(curves, outcomes_by_rank, target, all_samples, identical),
-        "steps_to_target": max(crossings.values()) if reached else None,
-        "time_per_sample_s": worst_s / samples if samples else None,
+        "steps_to_target": max(crossed.values()) if reached else None,
+        "time_per_sample_s": worst_s / samples if worst_s is not None and samples else None,
         "time_to_target_by_rank": train_s,
         "evaluated_states_identical": identical,
     }
@@ -160,13 +153,14 @@ def identical_states(evals_by_rank: dict[int, list[dict]]) -> bool | None:
     return all(d == digests[0] for d in digests)
 
 
-def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict, target: dict, all_samples,
-              identical: bool | None) -> dict | None:
+def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict[int, Path], target: dict,
+              all_samples: Callable[[Curve, float], float], identical: bool | None) -> dict | None:
     """samples_to_target over test-set resamples (see METHODS); None without resamples or per-sample outcomes."""
     resamples = int(target.get("bootstrap", 0))
     ranks = list(curves)[:1] if identical else list(curves)  # identical workers: one curve
-    outcomes = {rank: load_outcomes(outcomes_by_rank.get(rank), curves[rank], target["metric"]) for rank in ranks}
-    if not resamples or not outcomes or any(o is None for o in outcomes.values()):
+    loaded = {rank: load_outcomes(outcomes_by_rank.get(rank), curves[rank], target["metric"]) for rank in ranks}
+    outcomes = {rank: o for rank, o in loaded.items() if o is not None}
+    if not resamples or not loaded or len(outcomes) < len(loaded):
         return None
     tested = next(iter(outcomes.values())).shape[1]
     weights = np.random.default_rng(BOOTSTRAP_SEED).multinomial(tested, np.full(tested, 1 / tested), resamples)
@@ -187,9 +181,8 @@ def bootstrap(curves: dict[int, Curve], outcomes_by_rank: dict, target: dict, al
             "resamples": resamples, "censored": float(np.mean(~np.isfinite(found)))}
 
 
-def load_outcomes(path, curve: Curve, metric: str) -> np.ndarray | None:
-    """The per-sample values behind each evaluation of the curve (correct as 0/1, or loss), evaluations x samples;
-    None when the file is missing or does not hold the curve's evaluations."""
+def load_outcomes(path: Path | None, curve: Curve, metric: str) -> np.ndarray | None:
+    """Each evaluation's per-sample values (correct as 0/1, or loss), evaluations x samples; None: not the curve's."""
     if path is None or not path.exists():
         return None
     with np.load(path) as saved:

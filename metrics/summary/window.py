@@ -1,5 +1,4 @@
-"""The measurement window (conf/config.yaml measure_window): the steps over which throughput, bytes and time breakdown
-are measured, the same for every strategy of a sweep, after warm-up, whichever step each run ends at."""
+"""The measurement window (conf/config.yaml measure_window): the steps every strategy of a sweep is measured over."""
 
 
 def window_steps(after_step: int, steps: int, period: tuple[int, int]) -> tuple[int, int]:
@@ -10,8 +9,7 @@ def window_steps(after_step: int, steps: int, period: tuple[int, int]) -> tuple[
 
 
 def steps_in(steps: list[dict], window: tuple[int, int] | None) -> tuple[list[dict], dict | None]:
-    """A worker's step records inside the window, and the record just before it (None: the window starts at its
-    first step). Without a window, or when the worker ended before the window, all of them."""
+    """A worker's steps inside the window (all: no window, or it ended before) and the one before (None: none)."""
     if window is None or not steps or steps[-1]["step"] < window[0]:
         return steps, None
     first, last = window
