@@ -35,7 +35,6 @@ class CpuGroup:
     enforced: bool = True  # False: the peer's own cores bound it to its quota; a CFS quota would only throttle it
 
     def _file(self, name: str, dirs: list[str] | None = None) -> str:
-        """The directory (of `dirs`) that holds the control file `name`."""
         return next(os.path.join(d, name) for d in (dirs or self.dirs) if os.path.exists(os.path.join(d, name)))
 
     def set_quota(self) -> None:
@@ -122,7 +121,6 @@ class PeerCpu:
     """This peer's CPU figures since it joined its group (or started), for result.json."""
 
     def __init__(self, run: RunDir, rank: int):
-        self.group: CpuGroup | None = None
         self.error: str | None = None
         try:
             self.group = CpuGroup.of_rank(run, rank)

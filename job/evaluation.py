@@ -132,12 +132,9 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
 
 
 class MachineBoard:
-    """The files in RUN/.avgbench/evaluation/MACHINE/ through which one machine's workers share their evaluations:
-
-        worker<R>.json     worker R: its process (pid, start time) and host (hostname), written before it trains
-        snapshots<R>.json  worker R's snapshots (step, key, path), written when its training ended (ended_at)
-        <key>.claim        who evaluates that state (rank, process, when), created by the first to claim it
-        <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome"""
+    """RUN/.avgbench/evaluation/MACHINE/, where one machine's workers share their evaluations: worker<R>.json (its
+    process and host, before it trains), snapshots<R>.json (step, key, path of each, once trained), <key>.claim (who
+    evaluates that state; the first to create it), <key>.json and .npz (its figures, and each test sample's outcome)."""
 
     def __init__(self, directory: Path, rank: int, host: str | None = None):
         self.directory, self.rank = Path(directory), rank
@@ -279,9 +276,8 @@ class MachineEvaluation:
         return None
 
     def run(self, own: list[Snapshot]) -> Iterator[tuple[Snapshot, Record, Outcome] | str]:
-        """Publish `own`, then evaluate, wait and help until each of `own` is evaluated and no live worker of the
-        machine has anything left to claim. Yields (snapshot, record, outcome) for each of `own` in order once known,
-        "evaluated" after evaluating a state, "waiting" when there is nothing to do now."""
+        """Publish `own`, then evaluate, wait and help until all of `own` is evaluated and no live worker of the machine
+        has anything to claim; yields (snapshot, record, outcome) of each of `own` in order, "evaluated", "waiting"."""
         self.board.publish(own)
         pending = list(own)
         while True:
@@ -382,8 +378,7 @@ class Snapshots:
 
     def evaluating(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
                    keep_in: Path | None = None) -> Iterator[str]:
-        """Evaluate with the machine's other workers (machine.run), one action per item; log each in step order, save
-        the outcomes to samples_path, and delete each snapshot (or move it into keep_in) once evaluated."""
+        """machine.run's actions; logs each evaluation in step order, deletes its snapshot (or moves it to keep_in)."""
         outcomes = []
         for item in machine.run(self.taken):
             if isinstance(item, str):

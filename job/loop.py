@@ -21,8 +21,8 @@ from metrics.recording.steplog import StepLog
 THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread waited runnable for a CPU
 
 
+# strategies.base's StepReport and Strategy as the loop uses them (job imports no strategy)
 class StepOutcome(Protocol):
-    """What the loop reads of a step's report (strategies.base.StepReport, which job does not import)."""
     opt_s: float
     bytes_sent: int
     bytes_recv: int
@@ -35,7 +35,6 @@ class StepOutcome(Protocol):
 
 
 class TrainedStrategy(Protocol):
-    """What the loop calls of a strategies.base.Strategy."""
     identical_snapshots: bool
     def step_limit(self) -> int: ...
     def zero_grad(self) -> None: ...

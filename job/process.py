@@ -72,8 +72,7 @@ def die_with_parent(grace_s: float) -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         time.sleep(grace_s)
-        me = psutil.Process()
-        for child in me.children(recursive=True):
+        for child in psutil.Process().children(recursive=True):
             child.kill()
         os._exit(1)
 

@@ -41,8 +41,8 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
     device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
     strategy_class = resolve(cfg.strategy.target)
     strategy = strategy_class(cfg, ctx, spec, device)
-    result: dict[str, Any] = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(), "role": role,
-              **device.describe()}
+    result: dict[str, Any] = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(),
+                              "role": role, **device.describe()}
     try:
         if role == WORKER:
             log = StepLog(peer.path)
