@@ -2,8 +2,7 @@
 """avgbench: train ResNet18 under one averaging strategy and measure it.
 
     python train.py strategy=hivemind peers=8
-    python train.py -m strategy=ring,stepwise,ps     # then a comparison report
-"""
+    python train.py -m strategy=ring,stepwise,ps     # then a comparison report"""
 import json
 import shutil
 import sys

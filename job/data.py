@@ -112,8 +112,7 @@ def load_splits(cfg: DictConfig) -> Splits:
 
 
 class GlobalOrder(Sampler[list[int]]):
-    """This worker's batches (lists of dataset indices) from the one endless sample order all runs of a seed share:
-    step t takes global slice t (workers x batch_size), worker r its sub-slice r (docs/runs.md: One sample order)."""
+    """This worker's batches of dataset indices from a seed's endless sample order (docs/runs.md: One sample order)."""
 
     def __init__(self, size: int, rank: int, workers: int, batch_size: int, seed: int):
         if size < workers * batch_size:
