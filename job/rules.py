@@ -1,5 +1,4 @@
-"""The allowed values of a knob (a Rule), for the config's schema (launchers/schema.py) and the strategies' knobs
-(Strategy.rules): checked before any process starts."""
+"""A knob's allowed values (Rule), checked before launch by the config's schema and the strategies' Strategy.rules."""
 from dataclasses import dataclass
 from typing import Callable, TypeGuard
 

@@ -1,5 +1,4 @@
-"""One peer process, `python -m job.worker RUN_DIR`, as any launcher starts it (job/contract.py); a failure's
-traceback goes to peer<RANK>/error.txt for the launcher to report."""
+"""One peer process, `python -m job.worker RUN_DIR` (job/contract.py); a failure's traceback goes to error.txt."""
 import json
 import os
 import socket
