@@ -2,21 +2,23 @@
 """avgbench: train ResNet18 under one averaging strategy and measure it.
 
     python train.py strategy=hivemind peers=8
-    python train.py -m strategy=ring,stepwise,ps     # then a comparison report
-"""
+    python train.py -m strategy=ring,stepwise,ps     # then a comparison report"""
 import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any, NoReturn, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
 from job.process import interrupt_on_signals
 from launchers import launch
+from launchers.base import Outcome
 from launchers.config import check_command, check_overrides, measurement_window, strategy_class, validate
 from launchers.hydra_internals import get_args_parser
 from launchers.lock import SWEEP_LOCK, take_sweep_lock
@@ -28,7 +30,7 @@ from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import LinkBound
 from metrics.summary.build import LaunchFacts, StrategyFacts, write_summary
 from metrics.summary.schema import Summary
-from netemu.auto import choose_link, link_line
+from netemu.auto import LinkChoice, choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import checked_dilation, dilate
 
@@ -36,12 +38,12 @@ failed_jobs: list[str] = []
 jobs_started = 0
 
 
-def fail_input(message: str) -> None:
+def fail_input(message: str) -> NoReturn:
     print(f"avgbench: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def run(cfg) -> int:
+def run(cfg: DictConfig) -> int:
     """Launch one run, wait for it, write summary.json; returns the exit code."""
     global jobs_started
     try:
@@ -57,7 +59,7 @@ def run(cfg) -> int:
     cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
     strategy = strategy_class(cfg)
     run.config.parent.mkdir(parents=True, exist_ok=True)
-    asked = OmegaConf.to_container(cfg, resolve=True)  # the summary's config: before dilation and network=auto
+    asked = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))  # as asked: before dilation, network=auto
     link = choose_network(cfg, strategy.launch_spec(cfg).processes)
     record_dilation(run, cfg)
     spec = strategy.launch_spec(cfg)
@@ -88,7 +90,7 @@ def run(cfg) -> int:
     return outcome.exit_code
 
 
-def choose_network(cfg, processes: int):
+def choose_network(cfg: DictConfig, processes: int) -> LinkChoice:
     """The link the run measures (network=auto resolved in cfg, as its rates were asked: before dilation)."""
     try:
         link = choose_link(cfg, processes, int(cfg.launch.nnodes))
@@ -98,9 +100,9 @@ def choose_network(cfg, processes: int):
     return link
 
 
-def take_machine_lock(mode: str) -> dict:
+def take_machine_lock(mode: str) -> dict[str, Any]:
     """A multirun takes the machine lock, a single run only looks; returns its status for the summary."""
-    if HydraConfig.get().mode.name == "MULTIRUN":
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
         take_sweep_lock(mode)  # taken by the sweeper already, unless another sweeper ran this job
     lock = lock_status(mode)
     if lock["holder"] and not lock["under_lock"]:
@@ -109,7 +111,7 @@ def take_machine_lock(mode: str) -> dict:
     return lock
 
 
-def record_dilation(run: RunDir, cfg) -> None:
+def record_dilation(run: RunDir, cfg: DictConfig) -> None:
     """Dilate the config once, before the peers read it, and record what changed and the factor checked."""
     factor = emulate_of(cfg)["dilation"]
     checked, source = checked_dilation(cfg.strategy.name) if factor != 1 else (1.0, "not dilated")
@@ -117,7 +119,7 @@ def record_dilation(run: RunDir, cfg) -> None:
                                         "unchecked": factor > checked, "scaled": dilate(cfg, factor)}, indent=1))
 
 
-def print_result(run_dir: Path, summary: Summary, outcome, counted: tuple[str, ...]) -> None:
+def print_result(run_dir: Path, summary: Summary, outcome: Outcome, counted: tuple[str, ...]) -> None:
     """What the run measured, in a few lines; `counted`: the strategy's counters summed over peers."""
     if outcome.status != "completed":
         print(f"avgbench: run {outcome.status}: {outcome.error}", file=sys.stderr)
@@ -152,10 +154,10 @@ def fmt(value: float | None) -> str:
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def hydra_main(cfg) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     code = run(cfg)
     interrupted = code > 128  # Ctrl-C or SIGTERM also ends a sweep
-    if code and (interrupted or HydraConfig.get().mode.name != "MULTIRUN"):
+    if code and (interrupted or HydraConfig.get().mode != RunMode.MULTIRUN):
         sys.exit(code)
 
 

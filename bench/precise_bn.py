@@ -12,13 +12,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sized
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,9 +61,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     run = RunDir(args.run_dir)
-    cfg = OmegaConf.load(run.config)
+    cfg = cast(DictConfig, OmegaConf.load(run.config))  # train.py saved a DictConfig
     splits = load_splits(cfg)
-    assert isinstance(splits.train, Sized) and isinstance(splits.test, Sized)  # len() below
     weights = {int(p.stem.removeprefix("step")): p for p in sorted(run.peer(0).weights.glob("step*.pt"))}
     chosen = [(s, p) for s, p in weights.items() if not args.steps or s in args.steps]
     arms = [(size, seed) for size in args.sizes for seed in range(args.draws)] + [(WHOLE, 0)]

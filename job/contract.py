@@ -1,5 +1,4 @@
-"""The contract between the launch side and a peer process: how a run's processes start (LaunchSpec, written by the
-strategy before launch) and who a peer is (PeerContext, from the launcher's environment)."""
+"""The launch side's contract with a peer process: how a run's processes start (LaunchSpec) and who a peer is."""
 import json
 import os
 from dataclasses import asdict, dataclass, field

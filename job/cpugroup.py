@@ -4,6 +4,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import psutil
 
@@ -11,7 +12,7 @@ from metrics.recording.machine import cpu_times, thread_run_delays
 from metrics.recording.rundir import RunDir
 
 
-def write(path: str, value) -> None:
+def write(path: str, value: object) -> None:
     with open(path, "w") as f:
         f.write(str(value))
 
@@ -34,7 +35,6 @@ class CpuGroup:
     enforced: bool = True  # False: the peer's own cores bound it to its quota; a CFS quota would only throttle it
 
     def _file(self, name: str, dirs: list[str] | None = None) -> str:
-        """The directory (of `dirs`) that holds the control file `name`."""
         return next(os.path.join(d, name) for d in (dirs or self.dirs) if os.path.exists(os.path.join(d, name)))
 
     def set_quota(self) -> None:
@@ -105,7 +105,7 @@ class CpuGroup:
             raise FileNotFoundError(f"{missing[0]} is not visible from this process")
         return cls(**group)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -121,7 +121,7 @@ class PeerCpu:
     """This peer's CPU figures since it joined its group (or started), for result.json."""
 
     def __init__(self, run: RunDir, rank: int):
-        self.group, self.error = None, None
+        self.error: str | None = None
         try:
             self.group = CpuGroup.of_rank(run, rank)
             if self.group is not None:
@@ -134,7 +134,8 @@ class PeerCpu:
         self.first_usage, (self.first_periods, self.first_throttled) = (
             (self.group.usage_s(), self.group.throttling()) if self.group else (0.0, (0, 0.0)))
         self.cores: set[int] = set()  # where the peer was pinned; the CPU time of tasks and interrupts there then
-        self.first_cores_irq, self.usage_at_pinning = 0.0, None
+        self.first_cores_irq = 0.0
+        self.usage_at_pinning: tuple[float, float] | None = None
 
     def pinned(self, cores: list[int]) -> None:
         """The peer is pinned to `cores` from now on: measure the other work on them (METHODS["isolation"])."""
@@ -142,12 +143,12 @@ class PeerCpu:
         self.first_cores_irq = cpu_times(self.cores)["irq_s"]
         self.usage_at_pinning = self.group.usage_on_cores_s(self.cores) if self.group else None
 
-    def keep_out(self, tid: int) -> None:
+    def keep_out(self, tid: int | None) -> None:
         """A measuring thread (the sampler) leaves the peer's group where the kernel allows it (v1)."""
-        if self.group is not None and self.group.move_thread_out(tid):
+        if self.group is not None and tid is not None and self.group.move_thread_out(tid):
             self.excluded.add(tid)
 
-    released: dict | None = None  # the figures when the peer's quota was lifted
+    released: dict[str, Any] | None = None  # the figures when the peer's quota was lifted
 
     def release(self) -> None:
         """Training ended on this host: take the figures now, then lift the quota (evaluation is not measured)."""
@@ -155,13 +156,14 @@ class PeerCpu:
         if self.group is not None:
             self.group.lift_quota()
 
-    def figures(self) -> dict:
+    def figures(self) -> dict[str, Any]:
         """From joining the group to now, or to the release."""
         if self.released is not None:
             return self.released
         delays = tree_run_delays(os.getpid())
         runq_ns = sum(ns - self.first_delays.get(tid, 0) for tid, ns in delays.items() if tid not in self.excluded)
-        figures = {"in_group_s": time.monotonic() - self.joined, "runq_s": runq_ns / 1e9, "error": self.error}
+        figures: dict[str, Any] = {"in_group_s": time.monotonic() - self.joined, "runq_s": runq_ns / 1e9,
+                                   "error": self.error}
         if self.group is not None:
             periods, throttled = self.group.throttling()
             figures |= {"quota_cpus": self.group.quota_cpus, "quota_enforced": self.group.enforced,
@@ -172,8 +174,8 @@ class PeerCpu:
             if self.cores:
                 figures |= {"cores": sorted(self.cores), "other_on_cores_s": None,
                             "irq_on_cores_s": cpu_times(self.cores)["irq_s"] - self.first_cores_irq}
-                if self.usage_at_pinning is not None:
-                    own, every = self.group.usage_on_cores_s(self.cores)
-                    first_own, first_every = self.usage_at_pinning
+                usage = self.group.usage_on_cores_s(self.cores)
+                if usage is not None and self.usage_at_pinning is not None:
+                    (own, every), (first_own, first_every) = usage, self.usage_at_pinning
                     figures["other_on_cores_s"] = max(0.0, (every - first_every) - (own - first_own))
         return figures

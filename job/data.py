@@ -2,19 +2,25 @@
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
+from omegaconf import DictConfig
+from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from job.errors import ConfigError
 from job.torchvision_guard import import_torchvision
 
+if TYPE_CHECKING:  # torchvision ships no type information: Any to mypy
+    from torchvision.datasets import VisionDataset
+Samples: TypeAlias = "TensorDataset | VisionDataset"  # a split: (image, label) by index
+
 
 @dataclass
 class Splits:
-    train: Dataset
-    test: Dataset
+    train: Samples
+    test: Samples
     num_classes: int
     channels: int
     synthetic: bool = False
@@ -24,14 +30,15 @@ FIXED_SHAPES = {"digits": (10, 1), "cifar10": (10, 3)}  # (classes, channels) of
 IMAGEFOLDER_CHANNELS = 3  # ImageFolder loads RGB
 
 
-def _split(images: torch.Tensor, labels: torch.Tensor, test_fraction: float, split_seed: int):
+def _split(images: torch.Tensor, labels: torch.Tensor, test_fraction: float,
+           split_seed: int) -> tuple[TensorDataset, TensorDataset]:
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(split_seed))
     n_test = int(round(len(labels) * test_fraction))
     test, train = order[:n_test], order[n_test:]
     return TensorDataset(images[train], labels[train]), TensorDataset(images[test], labels[test])
 
 
-def digits(cfg) -> Splits:
+def digits(cfg: DictConfig) -> Splits:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -43,7 +50,7 @@ def digits(cfg) -> Splits:
     return Splits(train, test, *FIXED_SHAPES["digits"])
 
 
-def synthetic(cfg) -> Splits:
+def synthetic(cfg: DictConfig) -> Splits:
     gen = torch.Generator().manual_seed(cfg.split_seed)
     images = torch.randn(cfg.num_samples, cfg.channels, cfg.image_size, cfg.image_size, generator=gen)
     labels = torch.randint(0, cfg.num_classes, (cfg.num_samples,), generator=gen)
@@ -51,13 +58,14 @@ def synthetic(cfg) -> Splits:
     return Splits(train, test, num_classes=cfg.num_classes, channels=cfg.channels, synthetic=True)
 
 
-def _image_transform(cfg, mean, std):
+def _image_transform(cfg: DictConfig, mean: tuple[float, ...],
+                     std: tuple[float, ...]) -> Callable[[Any], torch.Tensor]:
     transforms = import_torchvision().transforms
     return transforms.Compose([transforms.Resize((cfg.image_size, cfg.image_size)), transforms.ToTensor(),
                                transforms.Normalize(mean, std)])
 
 
-def cifar10(cfg) -> Splits:
+def cifar10(cfg: DictConfig) -> Splits:
     datasets = import_torchvision().datasets
     tf = _image_transform(cfg, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
     root = str(cfg.root)
@@ -66,7 +74,7 @@ def cifar10(cfg) -> Splits:
     return Splits(train, test, *FIXED_SHAPES["cifar10"])
 
 
-def imagefolder(cfg) -> Splits:
+def imagefolder(cfg: DictConfig) -> Splits:
     datasets = import_torchvision().datasets
     tf = _image_transform(cfg, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
     train = datasets.ImageFolder(str(Path(cfg.root) / "train"), transform=tf)
@@ -77,7 +85,7 @@ def imagefolder(cfg) -> Splits:
 DATASETS = {"digits": digits, "synthetic": synthetic, "cifar10": cifar10, "imagefolder": imagefolder}
 
 
-def check_data_config(data_cfg) -> None:
+def check_data_config(data_cfg: DictConfig) -> None:
     if data_cfg.name == "cifar10":
         root = Path(str(data_cfg.root))
         if not data_cfg.download and not (root / "cifar-10-batches-py").is_dir():
@@ -89,7 +97,7 @@ def check_data_config(data_cfg) -> None:
                 raise ConfigError(f"data.root={data_cfg.root} has no '{split}/' folder of class subfolders")
 
 
-def data_shape(data_cfg) -> tuple[int, int, int]:
+def data_shape(data_cfg: DictConfig) -> tuple[int, int, int]:
     """(classes, channels, image side) of a dataset's batches from its config alone (nothing loaded)."""
     if data_cfg.name == "synthetic":
         return int(data_cfg.num_classes), int(data_cfg.channels), int(data_cfg.image_size)
@@ -99,13 +107,12 @@ def data_shape(data_cfg) -> tuple[int, int, int]:
     return (*FIXED_SHAPES[data_cfg.name], int(data_cfg.image_size))
 
 
-def load_splits(cfg) -> Splits:
+def load_splits(cfg: DictConfig) -> Splits:
     return DATASETS[cfg.data.name](cfg.data)
 
 
-class GlobalOrder(Sampler):
-    """This worker's batches (lists of dataset indices) from the one endless sample order all runs of a seed share:
-    step t takes global slice t (workers x batch_size), worker r its sub-slice r (docs/runs.md: One sample order)."""
+class GlobalOrder(Sampler[list[int]]):
+    """This worker's batches of dataset indices from a seed's endless sample order (docs/runs.md: One sample order)."""
 
     def __init__(self, size: int, rank: int, workers: int, batch_size: int, seed: int):
         if size < workers * batch_size:
@@ -130,10 +137,10 @@ class GlobalOrder(Sampler):
         """This worker's indices at step `step` (from 0): sub-slice `rank` of global slice `step`."""
         return self.positions((step * self.workers + self.rank) * self.batch_size, self.batch_size)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[int]]:
         return map(self.batch, itertools.count())
 
 
-def batches(dataset: Dataset, order: GlobalOrder, num_workers: int):
+def batches(dataset: Samples, order: GlobalOrder, num_workers: int) -> Iterator[list[torch.Tensor]]:
     loader = DataLoader(dataset, batch_sampler=order, num_workers=num_workers, persistent_workers=num_workers > 0)
     yield from loader

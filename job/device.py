@@ -51,7 +51,7 @@ class PeerDevice:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str | bool]:
         if not self.is_cuda:
             return {"device": "cpu"}
         return {"device": str(self.device), "gpu_name": torch.cuda.get_device_name(self.device),

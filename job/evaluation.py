@@ -6,7 +6,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import psutil
@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
+from job.data import Samples
 from job.model import state_digest
 from job.process import boot_id
 from metrics.recording.steplog import StepLog
@@ -21,10 +22,13 @@ from metrics.summary.target import crossing_step
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
 EVALUATION_BATCH = 32  # held-out samples per forward pass
+Record = dict[str, Any]  # an evaluation's figures, or a board's JSON file
+Outcome = dict[str, np.ndarray]  # each test sample's: correct, loss
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = EVALUATION_BATCH) -> tuple[dict, dict]:
+def evaluate(model: nn.Module, dataset: Samples, device: torch.device,
+             batch_size: int = EVALUATION_BATCH) -> tuple[Record, Outcome]:
     """The held-out split's test_loss, test_accuracy and test_samples, and each sample's outcome (correct, loss)."""
     was_training = model.training
     model.eval()
@@ -42,7 +46,7 @@ def evaluate(model: nn.Module, dataset, device: torch.device, batch_size: int = 
     return figures, {"correct": correct.numpy(), "loss": loss.float().numpy()}
 
 
-def batch_norm_layers(model: nn.Module) -> list[nn.Module]:
+def batch_norm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
 
 
@@ -55,7 +59,7 @@ def snapshot_key(model: nn.Module, precise: bool) -> str:
 
 
 class PreciseBatchNorm:
-    def __init__(self, dataset, samples: int, batch_size: int, device: torch.device):
+    def __init__(self, dataset: Samples, samples: int, batch_size: int, device: torch.device):
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(PRECISE_BN_SUBSET_SEED))
         batches = min(samples, len(dataset)) // batch_size
         subset = Subset(dataset, order[:batches * batch_size].tolist())
@@ -83,10 +87,10 @@ class PreciseBatchNorm:
 class Evaluator:
     """Evaluates saved weights in a model of its own: precise BatchNorm (where given), then the held-out split."""
 
-    def __init__(self, model: nn.Module, dataset, device: torch.device, precise: PreciseBatchNorm | None):
+    def __init__(self, model: nn.Module, dataset: Samples, device: torch.device, precise: PreciseBatchNorm | None):
         self.model, self.dataset, self.device, self.precise = model, dataset, device, precise
 
-    def __call__(self, path: Path) -> tuple[dict, dict]:
+    def __call__(self, path: Path) -> tuple[Record, Outcome]:
         """The figures of the weights in `path` (evaluate's, state_sha256, precise_bn_s, eval_s) and outcome."""
         started = time.perf_counter()
         self.model.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
@@ -102,7 +106,7 @@ class Evaluator:
 @dataclass
 class Snapshot:
     path: Path
-    clock: dict  # step, wall_s, train_s, samples at the moment it was taken
+    clock: dict[str, float]  # step, wall_s, train_s, samples at the moment it was taken
     snapshot_s: float  # the training pause it cost
     key: str  # snapshot_key: equal keys evaluate identically
 
@@ -116,11 +120,11 @@ def process_alive(pid: int, started: float) -> bool:
         return False
 
 
-def this_process() -> dict:
+def this_process() -> dict[str, float]:
     return {"pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
-def write_atomically(path: Path, write) -> None:
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     """`write(temporary path)`, then rename it to `path`: readers see the whole file or none."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     write(temporary)
@@ -128,12 +132,9 @@ def write_atomically(path: Path, write) -> None:
 
 
 class MachineBoard:
-    """The files in RUN/.avgbench/evaluation/MACHINE/ through which one machine's workers share their evaluations:
-
-        worker<R>.json     worker R: its process (pid, start time) and host (hostname), written before it trains
-        snapshots<R>.json  worker R's snapshots (step, key, path), written when its training ended (ended_at)
-        <key>.claim        who evaluates that state (rank, process, when), created by the first to claim it
-        <key>.json, .npz   its evaluation (figures, evaluated_by, posted_at) and each test sample's outcome"""
+    """RUN/.avgbench/evaluation/MACHINE/, where one machine's workers share their evaluations: worker<R>.json (its
+    process and host, before it trains), snapshots<R>.json (step, key, path of each, once trained), <key>.claim (who
+    evaluates that state; the first to create it), <key>.json and .npz (its figures, and each test sample's outcome)."""
 
     def __init__(self, directory: Path, rank: int, host: str | None = None):
         self.directory, self.rank = Path(directory), rank
@@ -144,10 +145,10 @@ class MachineBoard:
         """This machine's folder: boot id and PID namespace (sharing them, processes share cores and see PIDs)."""
         return f"boot-{boot_id()}.pidns-{os.stat('/proc/self/ns/pid').st_ino}"
 
-    def _write_json(self, path: Path, record: dict) -> None:
+    def _write_json(self, path: Path, record: Record) -> None:
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(record)))
 
-    def _read_json(self, path: Path) -> dict | None:
+    def _read_json(self, path: Path) -> Record | None:
         try:
             return json.loads(path.read_text())
         except FileNotFoundError:
@@ -163,17 +164,17 @@ class MachineBoard:
             "rank": self.rank, "ended_at": time.time(),
             "snapshots": [{"step": s.clock["step"], "key": s.key, "path": str(s.path)} for s in snapshots]})
 
-    def manifests(self) -> list[dict]:
+    def manifests(self) -> list[Record]:
         """What the workers that ended training published (rank, ended_at, snapshots)."""
         return [m for path in self.directory.glob("snapshots*.json") if (m := self._read_json(path))]
 
-    def live_workers(self) -> dict[int, dict]:
+    def live_workers(self) -> dict[int, Record]:
         """The other registered workers still running: rank -> {host, published (its snapshots)}."""
         workers = (self._read_json(path) for path in self.directory.glob("worker*.json"))
         return {w["rank"]: {"host": w["host"], "published": (self.directory / f"snapshots{w['rank']}.json").exists()}
                 for w in workers if w and w["rank"] != self.rank and process_alive(w["pid"], w["started"])}
 
-    def offered(self, ranks) -> list[tuple[str, str]]:
+    def offered(self, ranks: Iterable[int]) -> list[tuple[str, str]]:
         """(key, path) of the snapshots the workers `ranks` published, each in step order, rank by rank."""
         manifests = (self._read_json(self.directory / f"snapshots{rank}.json") for rank in sorted(ranks))
         return [(s["key"], s["path"]) for m in manifests if m for s in m["snapshots"]]
@@ -197,10 +198,10 @@ class MachineBoard:
             return False
         return not process_alive(claim["pid"], claim["started"]) or time.time() - claim["at"] > patience_s
 
-    def post(self, key: str, record: dict, outcome: dict) -> None:
+    def post(self, key: str, record: Record, outcome: Outcome) -> None:
         def write_outcome(path: Path) -> None:
             with open(path, "wb") as f:
-                np.savez(f, **outcome)
+                np.savez(f, **outcome)  # type: ignore[arg-type]  # numpy's stubs: a key might be allow_pickle
 
         write_atomically(self.directory / f"{key}.npz", write_outcome)
         self._write_json(self.directory / f"{key}.json", record | {"evaluated_by": self.rank, "posted_at": time.time()})
@@ -208,11 +209,11 @@ class MachineBoard:
     def posted(self, key: str) -> bool:
         return (self.directory / f"{key}.json").exists()
 
-    def record(self, key: str) -> dict | None:
+    def record(self, key: str) -> Record | None:
         """The posted evaluation of `key`: its figures, evaluated_by, posted_at (None: not posted)."""
         return self._read_json(self.directory / f"{key}.json")
 
-    def result(self, key: str) -> tuple[dict, dict] | None:
+    def result(self, key: str) -> tuple[Record, Outcome] | None:
         """The posted evaluation of `key` (its record, each test sample's outcome), or None."""
         record = self.record(key)
         if record is None:
@@ -267,17 +268,16 @@ class MachineEvaluation:
         self.evaluated += 1
         self.longest_s = max(self.longest_s, record["eval_s"])
 
-    def _claim_next(self, pending: list[Snapshot], helped) -> tuple[str, str] | None:
+    def _claim_next(self, pending: list[Snapshot], helped: list[int]) -> tuple[str, str] | None:
         """Claim the first unclaimed state of `pending`, then of the snapshots the workers `helped` published."""
         for key, path in [(s.key, str(s.path)) for s in pending] + self.board.offered(helped):
             if not self.board.posted(key) and self.board.claim(key):
                 return key, path
         return None
 
-    def run(self, own: list[Snapshot]) -> Iterator[tuple[Snapshot, dict, dict] | str]:
-        """Publish `own`, then evaluate, wait and help until each of `own` is evaluated and no live worker of the
-        machine has anything left to claim. Yields (snapshot, record, outcome) for each of `own` in order once known,
-        "evaluated" after evaluating a state, "waiting" when there is nothing to do now."""
+    def run(self, own: list[Snapshot]) -> Iterator[tuple[Snapshot, Record, Outcome] | str]:
+        """Publish `own`, then evaluate, wait and help until all of `own` is evaluated and no live worker of the machine
+        has anything to claim; yields (snapshot, record, outcome) of each of `own` in order, "evaluated", "waiting"."""
         self.board.publish(own)
         pending = list(own)
         while True:
@@ -306,7 +306,7 @@ class InTraining:
     """eval_in_training: where to log each evaluation, and the target whose confirmed crossing ends the run."""
     evaluator: Evaluator
     log: StepLog
-    target: dict  # the config's target block: metric, value, a causal estimator
+    target: dict[str, Any]  # the config's target block: metric, value, a causal estimator
     keep_in: Path | None = None
 
 
@@ -318,12 +318,12 @@ class Snapshots:
         self.taken: list[Snapshot] = []
         self.training_started = 0.0  # perf_counter at the start of training: the clock of wall_s
         self.in_training: InTraining | None = None
-        self.curve: list[tuple[int, float]] = []  # in training: (step, target metric) of each evaluation
-        self.outcomes: list[dict] = []  # in training: each evaluation's test sample outcomes
+        self.curve: list[tuple[float, float]] = []  # in training: (step, target metric) of each evaluation
+        self.outcomes: list[Outcome] = []  # in training: each evaluation's test sample outcomes
         self.in_training_s = 0.0  # in training: the summed evaluation pauses
         self.target_reached = False  # in training: the estimator confirmed the crossing
 
-    def take(self, model: nn.Module, **clock) -> float:
+    def take(self, model: nn.Module, **clock: float) -> float:
         """Save the model's state and key (evaluate it, in training); returns the seconds training paused."""
         started = time.perf_counter()
         self.training_started = started - clock["wall_s"]
@@ -335,13 +335,12 @@ class Snapshots:
         self.taken.append(Snapshot(path, clock, paused, key))
         if not self.in_training:
             return paused
-        self._evaluate_now(self.taken[-1])
+        self._evaluate_now(self.taken[-1], self.in_training)
         return time.perf_counter() - started
 
-    def _evaluate_now(self, snapshot: Snapshot) -> None:
+    def _evaluate_now(self, snapshot: Snapshot, here: InTraining) -> None:
         """Evaluate the snapshot just taken, log it, and note whether the curve so far reached the target."""
         started = time.perf_counter()
-        here = self.in_training
         with torch.random.fork_rng(devices=[]):  # training's random draws stay as they would be without it
             record, outcome = here.evaluator(snapshot.path)
         self._logged(snapshot, record, here.log, here.keep_in)
@@ -351,7 +350,7 @@ class Snapshots:
         self.target_reached = crossing_step(steps, values, here.target) is not None
         self.in_training_s += time.perf_counter() - started
 
-    def _logged(self, snapshot: Snapshot, record: dict, log: StepLog, keep_in: Path | None) -> None:
+    def _logged(self, snapshot: Snapshot, record: Record, log: StepLog, keep_in: Path | None) -> None:
         """Log a snapshot's evaluation to eval.jsonl; delete the snapshot (or move it into keep_in)."""
         log.eval(**snapshot.clock, **{k: v for k, v in record.items() if k != "posted_at"},
                  snapshot_key=snapshot.key, snapshot_s=snapshot.snapshot_s,
@@ -362,14 +361,14 @@ class Snapshots:
         else:
             snapshot.path.unlink()
 
-    def save_outcomes(self, samples_path: Path, outcomes: list[dict]) -> None:
+    def save_outcomes(self, samples_path: Path, outcomes: list[Outcome]) -> None:
         """Every test sample's outcome at every evaluation of the snapshots taken (for the bootstrap)."""
         if outcomes:
             np.savez_compressed(samples_path, step=np.array([s.clock["step"] for s in self.taken]),
                                 correct=np.stack([o["correct"] for o in outcomes]),
                                 loss=np.stack([o["loss"] for o in outcomes]))
 
-    def evaluated_in_training(self, samples_path: Path) -> dict:
+    def evaluated_in_training(self, samples_path: Path) -> dict[str, float]:
         """In training, once it ended: save the outcomes; what evaluating cost (as evaluate_all's)."""
         self.save_outcomes(samples_path, self.outcomes)
         self.taken, taken = [], self.taken
@@ -379,8 +378,7 @@ class Snapshots:
 
     def evaluating(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
                    keep_in: Path | None = None) -> Iterator[str]:
-        """Evaluate with the machine's other workers (machine.run), one action per item; log each in step order, save
-        the outcomes to samples_path, and delete each snapshot (or move it into keep_in) once evaluated."""
+        """machine.run's actions; logs each evaluation in step order, deletes its snapshot (or moves it to keep_in)."""
         outcomes = []
         for item in machine.run(self.taken):
             if isinstance(item, str):
@@ -393,7 +391,7 @@ class Snapshots:
         self.discard()
 
     def evaluate_all(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,
-                     keep_in: Path | None = None) -> dict:
+                     keep_in: Path | None = None) -> dict[str, float]:
         """`evaluating` to its end, pausing while it waits."""
         started = time.perf_counter()
         for action in self.evaluating(machine, log, samples_path, keep_in):

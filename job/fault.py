@@ -4,6 +4,9 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
+
+from omegaconf import DictConfig
 
 from job.errors import ConfigError
 from metrics.recording.rundir import PeerDir
@@ -16,7 +19,7 @@ class InjectedFault(RuntimeError):
     """Raised on purpose by fault.raise_peer."""
 
 
-def check_fault_config(cfg, workers: int) -> None:
+def check_fault_config(cfg: DictConfig, workers: int) -> None:
     """workers: how many worker ranks (0..workers-1) the strategy starts."""
     for kind in FAULT_KINDS:
         rank = cfg.fault[kind]
@@ -24,7 +27,7 @@ def check_fault_config(cfg, workers: int) -> None:
             raise ConfigError(f"fault.{kind}={rank} is not a worker rank (0..{workers - 1})")
 
 
-def inject(fault_cfg, rank: int, step: int, peer_dir) -> None:
+def inject(fault_cfg: DictConfig, rank: int, step: int, peer_dir: Path) -> None:
     kinds = [kind for kind in FAULT_KINDS if fault_cfg[kind] == rank] if step == fault_cfg.at_step else []
     if not kinds or not first_time():
         return

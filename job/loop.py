@@ -2,11 +2,13 @@
 reference) that leave training's clock. Definitions: docs/runs.md (Figures: one definition each)."""
 import os
 import time
+from typing import Any, Iterable, Protocol
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
-from job.data import GlobalOrder, batches
+from job.data import GlobalOrder, Splits, batches
 from job.device import PeerDevice
 from job.evaluation import Snapshots
 from job.fault import inject
@@ -19,10 +21,31 @@ from metrics.recording.steplog import StepLog
 THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread waited runnable for a CPU
 
 
+# strategies.base's StepReport and Strategy as the loop uses them (job imports no strategy)
+class StepOutcome(Protocol):
+    opt_s: float
+    bytes_sent: int
+    bytes_recv: int
+    round: int | None
+    last: bool
+    done: float | None
+    link_s: float | None
+    startup_wait_s: float
+    extra: dict[str, Any]
+
+
+class TrainedStrategy(Protocol):
+    identical_snapshots: bool
+    def step_limit(self) -> int: ...
+    def zero_grad(self) -> None: ...
+    def step(self, samples: int) -> StepOutcome: ...
+    def trained(self) -> None: ...
+
+
 class GradientClock:
     """When backward's last gradient came, and the CPU waits by then (see wait_s). Create it on the training thread."""
 
-    def __init__(self, params, device: PeerDevice):
+    def __init__(self, params: Iterable[nn.Parameter], device: PeerDevice):
         self.last_ready = 0.0
         self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
             if device.is_cuda else None  # (start of compute, last gradient) on the compute stream
@@ -67,8 +90,8 @@ class GradientClock:
             os.close(self.schedstat)
 
 
-def train(cfg, strategy, model: nn.Module, trained: nn.Module, splits, order: GlobalOrder, log: StepLog,
-          device: PeerDevice, snapshots: Snapshots) -> dict:
+def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained: nn.Module, splits: Splits,
+          order: GlobalOrder, log: StepLog, device: PeerDevice, snapshots: Snapshots) -> dict[str, Any]:
     """Train to the strategy's step limit, its last step, or the target reached in training, logging every step and
     taking the snapshots; `trained` is what the strategy trains (model, or a wrapper of it)."""
     stream = batches(splits.train, order, cfg.data.num_workers)  # order: this worker's batches of splits.train

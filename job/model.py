@@ -3,9 +3,10 @@ by import path or entry point (`model=custom model.target=...`), checked against
 import hashlib
 import importlib
 from importlib.metadata import entry_points
+from typing import Any, Callable, Iterable
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from job.data import data_shape
@@ -43,7 +44,7 @@ def _failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
-def model_builder(target: str):
+def model_builder(target: str) -> Callable[..., object]:
     """model.target's callable: 'package.module:function', or an avgbench.models entry point's name."""
     if ":" in target:
         module_name, _, attribute = target.partition(":")
@@ -72,14 +73,14 @@ def custom(num_classes: int, channels: int, target: str, options: dict | None = 
     return model
 
 
-MODELS = {"resnet18": resnet18, "tiny": tiny, "mlp": mlp, "custom": custom}
+MODELS: dict[str, Callable[..., nn.Module]] = {"resnet18": resnet18, "tiny": tiny, "mlp": mlp, "custom": custom}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class GhostBatchNorm2d(nn.BatchNorm2d):
     """Ghost BatchNorm: in training, each `group` samples of a batch are normalised on their own; else plain."""
 
-    def __init__(self, num_features: int, group: int, **kwargs):
+    def __init__(self, num_features: int, group: int, **kwargs: Any):
         super().__init__(num_features, **kwargs)
         self.group = group
 
@@ -104,7 +105,7 @@ def with_ghost_batch_norm(model: nn.Module, group: int) -> nn.Module:
     return model
 
 
-def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
+def build_model(cfg: DictConfig, num_classes: int, channels: int) -> nn.Module:
     """The model the config names in cfg.dtype, with ghost BatchNorm of one peer's batch where asked."""
     options = {k: v for k, v in cfg.model.items() if k != "name"}
     model = MODELS[cfg.model.name](num_classes, channels, **options)
@@ -113,7 +114,7 @@ def build_model(cfg, num_classes: int, channels: int) -> nn.Module:
     return model.to(DTYPES[cfg.dtype])
 
 
-def check_model(cfg) -> None:
+def check_model(cfg: DictConfig) -> None:
     """model=custom builds, has trainable parameters and gives one score per class; else a ConfigError saying what."""
     if cfg.model.name != "custom":
         return
@@ -144,7 +145,7 @@ def check_model(cfg) -> None:
                           f"{cfg.data.name} has {num_classes} classes: it must give (batch, {num_classes}) scores")
 
 
-def _digest(tensors) -> str:
+def _digest(tensors: Iterable[torch.Tensor]) -> str:
     digest = hashlib.sha256()
     for tensor in tensors:
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())

@@ -7,6 +7,8 @@ import sys
 import threading
 import time
 import traceback
+from types import FrameType
+from typing import Callable, Iterable, NoReturn
 
 import psutil
 
@@ -18,14 +20,14 @@ RUN_ID_ENV = "AVGBENCH_RUN_ID"
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit (so `finally` blocks run) and keep Ctrl-C as KeyboardInterrupt."""
 
-    def _raise(signum, _frame):
+    def _raise(signum: int, _frame: FrameType | None) -> NoReturn:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _raise)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def exit_with(main, *args) -> None:
+def exit_with(main: Callable[..., int], *args: object) -> NoReturn:
     """Run `main` and exit with its code; after a failure at once, so that a backend's thread cannot hold the exit."""
     try:
         code = main(*args)
@@ -51,7 +53,7 @@ class Interrupted(KeyboardInterrupt):
 def interrupt_on_signals() -> None:
     """Ctrl-C and SIGTERM raise Interrupted once in the main thread; later ones are ignored while peers stop."""
 
-    def _raise(signum, _frame):
+    def _raise(signum: int, _frame: FrameType | None) -> NoReturn:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)
@@ -70,8 +72,7 @@ def die_with_parent(grace_s: float) -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         time.sleep(grace_s)
-        me = psutil.Process()
-        for child in me.children(recursive=True):
+        for child in psutil.Process().children(recursive=True):
             child.kill()
         os._exit(1)
 
@@ -97,10 +98,10 @@ def boot_id() -> str:
         return f.read().strip()
 
 
-def core_slot(index: int, per_slot: int, available) -> list[int]:
+def core_slot(index: int, per_slot: int, available: Iterable[int]) -> list[int]:
     """The `index`-th group of `per_slot` cores among `available`, wrapping around when there are fewer."""
-    available = sorted(available)
-    return sorted({available[(index * per_slot + i) % len(available)] for i in range(per_slot)})
+    cores = sorted(available)
+    return sorted({cores[(index * per_slot + i) % len(cores)] for i in range(per_slot)})
 
 
 def usable_cores() -> int:
@@ -108,7 +109,7 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def pin_cpus(local_rank: int, peer_cpus: int, available=None) -> list[int]:
+def pin_cpus(local_rank: int, peer_cpus: int, available: Iterable[int] | None = None) -> list[int]:
     """Pin this process (and threads it starts) to `peer_cpus` of `available` cores (default: its affinity)."""
     cores = core_slot(local_rank, peer_cpus, available or os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
@@ -139,7 +140,7 @@ def kill_processes(procs: list[psutil.Process], grace_s: float) -> None:
     psutil.wait_procs(alive, timeout=grace_s)
 
 
-def wait_until(predicate, timeout_s: float, interval: float = 0.05) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():

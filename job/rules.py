@@ -1,7 +1,6 @@
-"""The allowed values of a knob (a Rule), for the config's schema (launchers/schema.py) and the strategies' knobs
-(Strategy.rules): checked before any process starts."""
+"""A knob's allowed values (Rule), checked before launch by the config's schema and the strategies' Strategy.rules."""
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeGuard
 
 from omegaconf import ListConfig
 
@@ -13,15 +12,15 @@ class Rule:
     expects: str
 
 
-def number(value) -> bool:
+def number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def integer(value) -> bool:
+def integer(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def by_rank(value, accepts: Callable[[object], bool]) -> bool:
+def by_rank(value: object, accepts: Callable[[object], bool]) -> bool:
     """A list of per-rank values, each null (the default) or accepted."""
     return isinstance(value, (list, ListConfig)) and all(v is None or accepts(v) for v in value)
 

@@ -3,10 +3,13 @@ timed with training's clock stopped and its model and RNG untouched (docs/runs.m
 import copy
 import statistics
 import time
+from typing import Any
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
+from job.data import Samples
 from job.device import PeerDevice
 
 MIN_TIMING_S = 0.02  # a timing spans at least this long, so the timer's and the scheduler's jitter stay small in it
@@ -19,12 +22,13 @@ class SpeedReference:
                  device: PeerDevice):
         self.model, self.x, self.y = model, x, y
         self.repetitions, self.max_share, self.device = repetitions, max_share, device
-        self.measurements: list[dict] = []
+        self.measurements: list[dict[str, float]] = []
         self.cost_s = 0.0
         self.passes = 0  # forward and backward passes per timing: set at the first measurement
 
     @classmethod
-    def for_run(cls, cfg, model: nn.Module, train_split, device: PeerDevice) -> "SpeedReference | None":
+    def for_run(cls, cfg: DictConfig, model: nn.Module, train_split: Samples,
+                device: PeerDevice) -> "SpeedReference | None":
         """The reference of `cfg.speed_reference` for this worker's model (None: repetitions=0, off)."""
         settings = cfg.speed_reference
         if not int(settings.repetitions):
@@ -80,7 +84,7 @@ class SpeedReference:
                                   "seconds": statistics.median(times), "pause_s": pause_s})
         return pause_s
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """What result.json keeps: every measurement, the work's description and the total cost."""
         return {"measurements": self.measurements, "cost_s": self.cost_s, "samples": len(self.y),
                 "repetitions": self.repetitions, "passes": self.passes, "threads": torch.get_num_threads(),

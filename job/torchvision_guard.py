@@ -13,7 +13,7 @@ _warned = False
 
 def compiled_ops_load() -> bool:
     spec = importlib.util.find_spec("torchvision")
-    if spec is None:
+    if spec is None or not spec.submodule_search_locations:
         raise ImportError("torchvision is not installed: run `make setup`")
     library = next(Path(spec.submodule_search_locations[0]).glob("_C*.so"), None)
     if library is None:
@@ -25,7 +25,7 @@ def compiled_ops_load() -> bool:
     return True
 
 
-def import_torchvision():
+def import_torchvision() -> types.ModuleType:
     global _warned
     if "torchvision" not in sys.modules and not compiled_ops_load():
         if not _warned:

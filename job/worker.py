@@ -1,5 +1,4 @@
-"""One peer process, `python -m job.worker RUN_DIR`, as any launcher starts it (job/contract.py); a failure's
-traceback goes to peer<RANK>/error.txt for the launcher to report."""
+"""One peer process, `python -m job.worker RUN_DIR` (job/contract.py); a failure's traceback goes to error.txt."""
 import json
 import os
 import socket
@@ -7,16 +6,17 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any, cast
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
 from job.data import GlobalOrder, load_splits
 from job.device import PeerDevice
 from job.evaluation import Evaluator, InTraining, MachineBoard, MachineEvaluation, PreciseBatchNorm, Snapshots
-from job.loop import train
+from job.loop import TrainedStrategy, train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
 from job.process import boot_id, die_with_parent, exit_on_sigterm, exit_with, pin_cpus
@@ -26,7 +26,7 @@ from metrics.recording.sampler import ResourceSampler
 from metrics.recording.steplog import StepLog
 
 
-def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
+def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     peer = ctx.peer
     host_cores = sorted(os.sched_getaffinity(0))  # this host's (an emulated host's own), before pinning
     cores = pin_cpus(ctx.local_rank, spec.threads)
@@ -40,8 +40,8 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
     device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
     strategy_class = resolve(cfg.strategy.target)
     strategy = strategy_class(cfg, ctx, spec, device)
-    result = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(), "role": role,
-              **device.describe()}
+    result: dict[str, Any] = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(),
+                              "role": role, **device.describe()}
     try:
         if role == WORKER:
             log = StepLog(peer.path)
@@ -62,7 +62,8 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
                                           splits.test, device.device, precise)
                 result["evaluation"] = evaluation_mode(cfg, strategy_class)
                 if result["evaluation"]["mode"] == "in_training":
-                    snapshots.in_training = InTraining(evaluator, log, OmegaConf.to_container(cfg.target),
+                    target = cast(dict[str, Any], OmegaConf.to_container(cfg.target))  # a DictConfig's is a dict
+                    snapshots.in_training = InTraining(evaluator, log, target,
                                                        peer.weights if cfg.keep_weights else None)
                 order = GlobalOrder(len(splits.train), ctx.rank, spec.workers, spec.batch_size, cfg.seed)
                 result |= train(cfg, strategy, model, trained, splits, order, log, device, snapshots)
@@ -80,8 +81,8 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
         result["strategy"] = strategy.summary()
         result["cpu"] = cpu.figures()
         peer.result.write_text(json.dumps(result, indent=1))
-    except BaseException:
-        record_failure(ctx)  # before close() drops connections: the others' errors follow this one
+    except BaseException as exc:
+        record_failure(ctx, exc)  # before close() drops connections: the others' errors follow this one
         raise
     finally:
         strategy.close()
@@ -89,7 +90,7 @@ def run_peer(cfg, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
             sampler.stop()
 
 
-def evaluation_mode(cfg, strategy_class) -> dict:
+def evaluation_mode(cfg: DictConfig, strategy_class: type[TrainedStrategy]) -> dict[str, str]:
     """When this run evaluates its snapshots (mode: in_training or after_training), and why not in training if asked."""
     if not cfg.eval_in_training:
         return {"mode": "after_training"}
@@ -100,8 +101,8 @@ def evaluation_mode(cfg, strategy_class) -> dict:
     return {"mode": "in_training"}
 
 
-def evaluate_after_training(cfg, ctx: PeerContext, cpu: PeerCpu, board: MachineBoard, evaluator: Evaluator,
-                            snapshots: Snapshots, log: StepLog, host_cores: list[int]) -> dict:
+def evaluate_after_training(cfg: DictConfig, ctx: PeerContext, cpu: PeerCpu, board: MachineBoard, evaluator: Evaluator,
+                            snapshots: Snapshots, log: StepLog, host_cores: list[int]) -> dict[str, Any]:
     """Evaluate the worker's snapshots with its machine's other workers, once its training ended."""
     def evaluate_on_host_cores(host_workers: int) -> None:  # every worker of the machine ended training
         cpu.release()
@@ -112,12 +113,11 @@ def evaluate_after_training(cfg, ctx: PeerContext, cpu: PeerCpu, board: MachineB
     return done | {"evaluation_cores": sorted(os.sched_getaffinity(0)), "evaluation_threads": torch.get_num_threads()}
 
 
-def record_failure(ctx: PeerContext) -> None:
-    """Write the exception being handled to peer<RANK>/error.txt once, its mtime the failure's ns (earliest wins)."""
-    exc = sys.exc_info()[1]
+def record_failure(ctx: PeerContext, exc: BaseException) -> None:
+    """Write `exc`, being handled, to peer<RANK>/error.txt once, its mtime the failure's ns (earliest wins)."""
     if getattr(exc, "avgbench_recorded", False) or (isinstance(exc, SystemExit) and exc.code in (0, None)):
         return
-    exc.avgbench_recorded = True
+    setattr(exc, "avgbench_recorded", True)  # a mark on the exception itself: main() sees it again
     failed_ns = time.time_ns()
     path = ctx.peer.error
     path.write_text(f"rank {ctx.rank} failed at {time.strftime('%H:%M:%S')}:\n{traceback.format_exc()}")
@@ -139,14 +139,14 @@ def main(argv: list[str]) -> int:
     run = RunDir(Path(argv[0]).resolve())
     ctx = PeerContext.from_env(run.path)
     cpu = PeerCpu(run, ctx.rank)  # first: this peer's CPU group, for it and all it starts
-    cfg = OmegaConf.load(run.config)
+    cfg = cast(DictConfig, OmegaConf.load(run.config))  # train.py saved a DictConfig
     ctx.peer.path.mkdir(parents=True, exist_ok=True)
     redirect_output(ctx.peer.output_log)
     try:
         die_with_parent(float(cfg.timeouts.shutdown_s))
         run_peer(cfg, ctx, LaunchSpec.load(run), cpu)
-    except BaseException:
-        record_failure(ctx)
+    except BaseException as exc:
+        record_failure(ctx, exc)
         raise
     return 0
 
