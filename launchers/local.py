@@ -16,7 +16,7 @@ def node_address(master_addr: str) -> str:
         return sock.getsockname()[0]
 
 
-def node_network(master_addr: str) -> dict:
+def node_network(master_addr: str) -> dict[str, str]:
     """Over several hosts: this host's address towards master_addr, and gloo's interface unless set."""
     try:
         address = node_address(master_addr)

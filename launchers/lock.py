@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 LOCK_MODES = ("wait", "refuse", "off")
 PATH_ENV = "AVGBENCH_LOCK_PATH"
@@ -29,20 +30,20 @@ def _open(path: Path) -> int:
     return fd
 
 
-def _holder(fd: int) -> dict | None:
+def _holder(fd: int) -> dict[str, Any] | None:
     try:
         return json.loads(os.pread(fd, 4096, 0) or b"null")
     except ValueError:
         return None  # being written
 
 
-def describe(holder: dict | None) -> str:
+def describe(holder: dict[str, Any] | None) -> str:
     if not holder:
         return "another process"
     return f"pid {holder['pid']} ({holder['command']}) since {holder['since']}"
 
 
-def status(mode: str) -> dict:
+def status(mode: str) -> dict[str, Any]:
     """The lock as a run starts: who holds it, and whether this run is part of what holds it (summary.json)."""
     path = lock_path()
     if not path.exists():
@@ -57,14 +58,14 @@ def status(mode: str) -> dict:
             holder = _holder(fd)
     finally:
         os.close(fd)
-    mine = bool(holder) and str(holder["pid"]) in (os.environ.get(HOLDER_ENV), str(os.getpid()))
+    mine = bool(holder and str(holder["pid"]) in (os.environ.get(HOLDER_ENV), str(os.getpid())))
     return {"mode": mode, "path": str(path), "holder": holder, "under_lock": mine}
 
 
 class MachineLock:
     """`acquire(mode)` once; `release()` at the end (or the process's exit releases it)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.fd: int | None = None
 
     @property
@@ -94,7 +95,7 @@ class MachineLock:
         os.environ[HOLDER_ENV] = str(os.getpid())
 
     def release(self) -> None:
-        if not self.held:
+        if self.fd is None:
             return
         os.ftruncate(self.fd, 0)
         fcntl.flock(self.fd, fcntl.LOCK_UN)

@@ -3,9 +3,16 @@ this host (HostPlacement, network=loopback) or emulated host r (NamespacePlaceme
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig
 
 from job.process import core_slot
 from metrics.recording.rundir import RunDir
+
+if TYPE_CHECKING:
+    from netemu import Fabric, Host
+    from netemu.goodput import LinkMeter
 
 SHIMS = Path(__file__).resolve().parent.parent / "netemu" / "shims"
 
@@ -15,7 +22,7 @@ class PlacementError(RuntimeError):
 
 
 class HostPlacement:
-    def start(self, env: dict) -> None:
+    def start(self, env: dict[str, str]) -> None:
         """Create what the ranks need (env: the run's base environment)."""
 
     def close(self) -> None:
@@ -24,7 +31,7 @@ class HostPlacement:
     def wrap(self, rank: int, command: list[str]) -> list[str]:
         return command
 
-    def env(self, rank: int) -> dict:
+    def env(self, rank: int) -> dict[str, str]:
         return {}
 
     def address(self, rank: int) -> str | None:
@@ -34,7 +41,7 @@ class HostPlacement:
     def head(self, command: list[str]) -> list[str]:
         return command
 
-    def head_env(self) -> dict:
+    def head_env(self) -> dict[str, str]:
         return {}
 
     def mpirun_args(self) -> list[str]:
@@ -44,21 +51,22 @@ class HostPlacement:
         """horovodrun arguments that place rank r on host r (empty: the launcher's own hosts)."""
         return []
 
-    def horovodrun_env(self) -> dict:
+    def horovodrun_env(self) -> dict[str, str]:
         return {}
 
 
 class NamespacePlacement(HostPlacement):
-    def __init__(self, cfg, run: RunDir, nprocs: int, cores_per_host: int):
+    def __init__(self, cfg: DictConfig, run: RunDir, nprocs: int, cores_per_host: int):
         from netemu.checks import rank_bandwidths
 
         self.run, self.nprocs, self.cores_per_host = run, nprocs, cores_per_host
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
         self.mtu = int(cfg.network.mtu)
-        self.fabric = self.meter = None
+        self.fabric: Fabric | None = None
+        self.meter: LinkMeter | None = None
 
-    def start(self, env: dict) -> None:
+    def start(self, env: dict[str, str]) -> None:
         from netemu import Fabric, FabricError
 
         cores = [core_slot(i, self.cores_per_host, os.sched_getaffinity(0)) for i in range(self.nprocs)]
@@ -78,25 +86,30 @@ class NamespacePlacement(HostPlacement):
         if self.fabric is not None:
             self.fabric.close()
 
-    def wrap(self, rank, command):
-        return [*self.fabric.hosts[rank].enter, *command]
+    @property
+    def hosts(self) -> "list[Host]":
+        assert self.fabric is not None, "start() first"
+        return self.fabric.hosts
 
-    def env(self, rank):
+    def wrap(self, rank: int, command: list[str]) -> list[str]:
+        return [*self.hosts[rank].enter, *command]
+
+    def env(self, rank: int) -> dict[str, str]:
         from netemu import INTERFACE
 
         return {
             "GLOO_SOCKET_IFNAME": INTERFACE,   # gloo (torch.distributed, Horovod) binds this interface
             "TP_SOCKET_IFNAME": INTERFACE,     # tensorpipe, if used
-            "AVGBENCH_PEER_ADDR": self.fabric.hosts[rank].addr,  # a strategy that opens its own sockets binds this
+            "AVGBENCH_PEER_ADDR": self.hosts[rank].addr,  # a strategy that opens its own sockets binds this
         } | self.head_env()
 
-    def address(self, rank):
-        return self.fabric.hosts[rank].addr
+    def address(self, rank: int) -> str:
+        return self.hosts[rank].addr
 
-    def head(self, command):
+    def head(self, command: list[str]) -> list[str]:
         return self.wrap(0, command)
 
-    def head_env(self):
+    def head_env(self) -> dict[str, str]:
         from netemu.agent import NETWORK_ENV
 
         return {NETWORK_ENV: str(self.run.network), "AVGBENCH_PYTHON": sys.executable}
@@ -104,28 +117,28 @@ class NamespacePlacement(HostPlacement):
     def hostfile(self) -> Path:
         """An Open MPI hostfile: one slot per emulated host, in rank order."""
         path = self.run.hostfile
-        path.write_text("".join(f"{h.addr} slots=1\n" for h in self.fabric.hosts))
+        path.write_text("".join(f"{h.addr} slots=1\n" for h in self.hosts))
         return path
 
-    def mpirun_args(self):
+    def mpirun_args(self) -> list[str]:
         from netemu import INTERFACE
 
         return ["--hostfile", str(self.hostfile()), "--map-by", "node", "--mca", "plm_rsh_agent",
                 f"{sys.executable} -m netemu.agent", "--mca", "btl", "self,tcp",
                 "--mca", "btl_tcp_if_include", INTERFACE, "--mca", "oob_tcp_if_include", INTERFACE]
 
-    def horovodrun_args(self):
+    def horovodrun_args(self) -> list[str]:
         from netemu import INTERFACE
 
-        hosts = ",".join(f"{h.addr}:1" for h in self.fabric.hosts)
+        hosts = ",".join(f"{h.addr}:1" for h in self.hosts)
         return ["-H", hosts, "--network-interfaces", INTERFACE]
 
-    def horovodrun_env(self) -> dict:
+    def horovodrun_env(self) -> dict[str, str]:
         """horovodrun reaches hosts with `ssh`: the shim in netemu/shims comes first in PATH."""
         return self.head_env() | {"PATH": os.pathsep.join([str(SHIMS), os.environ.get("PATH", "")])}
 
 
-def make_placement(cfg, run: RunDir, nprocs: int, threads: int) -> HostPlacement:
+def make_placement(cfg: DictConfig, run: RunDir, nprocs: int, threads: int) -> HostPlacement:
     """threads: CPUs of each process (an emulated host's own cores)."""
     if cfg.network.name == "emulated":
         return NamespacePlacement(cfg, run, nprocs, threads)

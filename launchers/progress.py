@@ -4,6 +4,10 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from hydra.conf import HydraConf
+from omegaconf import DictConfig
 
 from job.evaluation import EvaluationState, evaluation_state
 from launchers.config import measurement_window
@@ -11,10 +15,13 @@ from launchers.hydra_internals import BASIC_SWEEPER
 from metrics.recording.jsonl import JsonlTail
 from metrics.recording.rundir import RunDir
 
+if TYPE_CHECKING:
+    from tqdm import tqdm as ProgressBar
+
 BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
 
 
-def sweep_size(hydra) -> int | None:
+def sweep_size(hydra: HydraConf) -> int | None:
     """Jobs in this multirun: the block sweeper's plan, or the basic sweeper's product of sweep lengths, else None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -37,8 +44,9 @@ def sweep_size(hydra) -> int | None:
 def sweep_position() -> str:
     """'job k/n' in a Hydra multirun ('job k' when n is unknown), '' otherwise."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    if not HydraConfig.initialized() or HydraConfig.get().mode.name != "MULTIRUN":
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return ""
     hydra = HydraConfig.get()
     number, size = hydra.job.num + 1, sweep_size(hydra)
@@ -51,7 +59,7 @@ def clock(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, run_dir: Path, cfg, stream=None):
+    def __init__(self, run_dir: Path, cfg: DictConfig, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.enabled = bool(cfg.progress)
         self.terminal = self.stream.isatty()
@@ -60,21 +68,21 @@ class Progress:
         self.run = RunDir(run_dir)
         self.title = " ".join(filter(None, [sweep_position(), f"{cfg.strategy.name} x{cfg.peers}"]))
         self.tails: dict[int, JsonlTail] = {}  # worker rank -> its steps.jsonl
-        self.latest: dict[int, dict] = {}  # worker rank -> its last step record
+        self.latest: dict[int, dict[str, Any]] = {}  # worker rank -> its last step record
         self.window = measurement_window(cfg) if "measure_window" in cfg else None  # (first, last), as the summary
-        self.before_window: dict[int, dict] = {}  # worker rank -> its record of the step before the window
-        self.in_window: dict[int, dict] = {}  # worker rank -> its latest record inside the window
+        self.before_window: dict[int, dict[str, Any]] = {}  # worker rank -> its record of the step before the window
+        self.in_window: dict[int, dict[str, Any]] = {}  # worker rank -> its latest record inside the window
         self.comm_s: dict[int, float] = {}  # worker rank -> its communication time so far
         self.next_line = time.monotonic() + self.interval_s
         self.last_line = ""
-        self.bar = None
+        self.bar: ProgressBar | None = None
         if self.enabled and self.terminal:
             from tqdm import tqdm
 
             self.bar = tqdm(total=100, desc=self.title, file=self.stream, dynamic_ncols=True,
                             bar_format="{desc} |{bar}|")  # the bar last: a narrow terminal cuts it first
 
-    def done(self, record: dict) -> float:
+    def done(self, record: dict[str, Any]) -> float:
         """Share of the run a worker has done: what its strategy says (stops on its own), else step / max_steps."""
         return min(1.0, record["done"] if "done" in record else record["step"] / self.max_steps)
 
@@ -126,9 +134,9 @@ class Progress:
 
     def line(self, state: EvaluationState | None) -> str:
         """Training's figures (state None), then "evaluating snapshot k of n" and its ETA, then how long it took."""
-        if state is None:
+        if state is None or state.since is None:  # since: set once a worker's training ended, as states are
             return self.figures()
-        if state.evaluated == state.states:
+        if state.evaluated == state.states and state.last_posted is not None:
             return f"{self.training()}, evaluated in {clock(state.last_posted - state.since)}"
         eta = (f", ETA {clock((time.time() - state.since) * (state.states - state.evaluated) / state.evaluated)}"
                if state.evaluated else "")
