@@ -1,5 +1,5 @@
-"""A launcher starts the run's processes; the shared monitor here watches them: the first failure ends the run (its
-rank and traceback reported), and at the end every process with the run's id is killed."""
+"""A launcher starts the run's processes; the shared monitor ends the run at the first failure (its rank and
+traceback reported) and at the end kills every process with the run's id."""
 import contextlib
 import os
 import signal
@@ -75,12 +75,10 @@ class Launcher(ABC):
 
     def spawn(self, rank: int | None, command: list[str], env: dict[str, str]) -> None:
         """Start one process in its own session, its output into launcher.log (a peer redirects its own)."""
-        log = open(self.run_dir.launcher_log, "ab")
-        self.procs[rank] = subprocess.Popen(
-            command, env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        log.close()
+        with open(self.run_dir.launcher_log, "ab") as log:
+            self.procs[rank] = subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, stdout=log,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
 
     @abstractmethod
     def start(self) -> None:

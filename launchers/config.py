@@ -46,7 +46,6 @@ def group_options(group: str) -> list[str]:
 
 
 def strategy_class(cfg: DictConfig) -> "type[Strategy]":
-    """The class the strategy's config names in strategy.target (a strategies.base.Strategy)."""
     try:
         return resolve(cfg.strategy.target)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -137,7 +136,6 @@ def check_command(overrides: list[str]) -> None:
 
 
 def container(cfg: DictConfig, resolve: bool = True) -> dict[str, Any]:
-    """cfg as plain dicts and lists."""
     return cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=resolve))  # a DictConfig's container is a dict
 
 
@@ -149,8 +147,7 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
 
 
 def validate(cfg: DictConfig) -> None:
-    """The config's values, rules across knobs, the strategy's own and what it needs of this machine. Raises
-    ConfigError or BackendUnavailable."""
+    """Values, rules across knobs, the strategy's own and what it needs here: ConfigError or BackendUnavailable."""
     strategy = strategy_class(cfg)
     try:
         cost_model(cfg.strategy)
@@ -179,17 +176,11 @@ def validate(cfg: DictConfig) -> None:
              f"{processes} processes do not split evenly over launch.nnodes={launch.nnodes}")
     check_network_config(cfg.network, processes, launch.nnodes)
     check_emulate_config(cfg, spec.threads, processes)
-    check_dilation_checked(cfg)
-    strategy.check_available(cfg)
-
-
-def check_dilation_checked(cfg: DictConfig) -> None:
-    """Dilation is offered only up to the factor the strategy's checks passed on this machine, unless asked for."""
     emulate = emulate_of(cfg)
-    if emulate["dilation"] == 1:
-        return
-    checked, source = checked_dilation(cfg.strategy.name)
-    _require(emulate["dilation"] <= checked or emulate["allow_unchecked_dilation"],
-             f"strategy {cfg.strategy.name} is checked for emulate.dilation up to {checked:g} ({source}), not "
-             f"{emulate['dilation']:g}; emulate.allow_unchecked_dilation=true runs it anyway, marked 'dilation "
-             "unchecked'")
+    if emulate["dilation"] != 1:  # only up to the factor the strategy's checks passed on this machine, unless asked
+        checked, source = checked_dilation(cfg.strategy.name)
+        _require(emulate["dilation"] <= checked or emulate["allow_unchecked_dilation"],
+                 f"strategy {cfg.strategy.name} is checked for emulate.dilation up to {checked:g} ({source}), not "
+                 f"{emulate['dilation']:g}; emulate.allow_unchecked_dilation=true runs it anyway, marked 'dilation "
+                 "unchecked'")
+    strategy.check_available(cfg)

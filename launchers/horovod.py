@@ -1,5 +1,4 @@
-"""horovodrun launcher: `horovodrun -np N <hosts> <launcher_args> python -m job.worker RUN_DIR` starts every rank
-(hosts from the placement, else the spec's host_args); it hands our environment, the run id included, to each."""
+"""horovodrun launcher: `horovodrun -np N <hosts> <launcher_args> python -m job.worker RUN_DIR` starts every rank."""
 import re
 import signal
 import sys

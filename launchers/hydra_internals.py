@@ -12,7 +12,6 @@ BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # Hyd
 
 
 def basic_sweeper() -> "type[BasicSweeper]":
-    """Hydra's BasicSweeper class, for a sweeper that extends it (imported when called)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
     return BasicSweeper

@@ -1,5 +1,4 @@
-"""MPI launcher: one `mpirun` (Open MPI) starts every peer, on loopback, the emulated hosts or launch.hostfile's
-(docs/strategies.md); a rank a signal killed is found in mpirun's output (launcher.log)."""
+"""MPI launcher: one `mpirun` (Open MPI) starts every peer; a rank a signal killed is read from mpirun's output."""
 import os
 import re
 import shutil

@@ -1,18 +1,16 @@
-"""Where each rank lives on the network (its command prefix, environment, address; where mpirun or horovodrun run):
-this host (HostPlacement, network=loopback) or emulated host r (NamespacePlacement). Hooks: docs/clusters.md."""
+"""Where each rank lives on the network: this host (HostPlacement) or emulated host r (NamespacePlacement)."""
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from job.process import core_slot
 from metrics.recording.rundir import RunDir
-
-if TYPE_CHECKING:
-    from netemu import Fabric, Host
-    from netemu.goodput import LinkMeter
+from netemu import INTERFACE, Fabric, FabricError, Host
+from netemu.agent import NETWORK_ENV
+from netemu.checks import rank_bandwidths
+from netemu.goodput import LinkMeter
 
 SHIMS = Path(__file__).resolve().parent.parent / "netemu" / "shims"
 
@@ -57,8 +55,6 @@ class HostPlacement:
 
 class NamespacePlacement(HostPlacement):
     def __init__(self, cfg: DictConfig, run: RunDir, nprocs: int, cores_per_host: int):
-        from netemu.checks import rank_bandwidths
-
         self.run, self.nprocs, self.cores_per_host = run, nprocs, cores_per_host
         self.bandwidths = rank_bandwidths(cfg.network, nprocs)
         self.latency_ms = float(cfg.network.get("latency_ms") or 0)
@@ -67,8 +63,6 @@ class NamespacePlacement(HostPlacement):
         self.meter: LinkMeter | None = None
 
     def start(self, env: dict[str, str]) -> None:
-        from netemu import Fabric, FabricError
-
         cores = [core_slot(i, self.cores_per_host, os.sched_getaffinity(0)) for i in range(self.nprocs)]
         self.fabric = Fabric(self.nprocs, self.bandwidths, self.latency_ms, env=env, host_cores=cores, mtu=self.mtu)
         try:
@@ -76,8 +70,6 @@ class NamespacePlacement(HostPlacement):
         except FabricError as exc:
             raise PlacementError(f"emulated network: {exc}") from exc
         self.fabric.write(self.run.network)
-        from netemu.goodput import LinkMeter
-
         self.meter = LinkMeter(self.fabric, self.run.link_meter).start()
 
     def close(self) -> None:
@@ -87,7 +79,7 @@ class NamespacePlacement(HostPlacement):
             self.fabric.close()
 
     @property
-    def hosts(self) -> "list[Host]":
+    def hosts(self) -> list[Host]:
         assert self.fabric is not None, "start() first"
         return self.fabric.hosts
 
@@ -95,8 +87,6 @@ class NamespacePlacement(HostPlacement):
         return [*self.hosts[rank].enter, *command]
 
     def env(self, rank: int) -> dict[str, str]:
-        from netemu import INTERFACE
-
         return {
             "GLOO_SOCKET_IFNAME": INTERFACE,   # gloo (torch.distributed, Horovod) binds this interface
             "TP_SOCKET_IFNAME": INTERFACE,     # tensorpipe, if used
@@ -110,8 +100,6 @@ class NamespacePlacement(HostPlacement):
         return self.wrap(0, command)
 
     def head_env(self) -> dict[str, str]:
-        from netemu.agent import NETWORK_ENV
-
         return {NETWORK_ENV: str(self.run.network), "AVGBENCH_PYTHON": sys.executable}
 
     def hostfile(self) -> Path:
@@ -121,15 +109,11 @@ class NamespacePlacement(HostPlacement):
         return path
 
     def mpirun_args(self) -> list[str]:
-        from netemu import INTERFACE
-
         return ["--hostfile", str(self.hostfile()), "--map-by", "node", "--mca", "plm_rsh_agent",
                 f"{sys.executable} -m netemu.agent", "--mca", "btl", "self,tcp",
                 "--mca", "btl_tcp_if_include", INTERFACE, "--mca", "oob_tcp_if_include", INTERFACE]
 
     def horovodrun_args(self) -> list[str]:
-        from netemu import INTERFACE
-
         hosts = ",".join(f"{h.addr}:1" for h in self.hosts)
         return ["-H", hosts, "--network-interfaces", INTERFACE]
 

@@ -1,5 +1,4 @@
-"""Where strategies' configs (strategy/NAME.yaml) are found: conf/, the folders of installed packages'
-avgbench.strategies entry points, and the user's folders on the search path (hydra.searchpath=[file://DIR])."""
+"""Where strategies' configs (strategy/NAME.yaml) are found: conf/, installed packages' entry points, search paths."""
 import importlib.util
 from importlib.metadata import entry_points
 from pathlib import Path

@@ -1,5 +1,4 @@
-"""Live progress in the launcher: training's step, loss, samples/s, communication share and ETA, then the evaluation of
-the snapshots. A bar on a terminal; otherwise a line every `progress_interval_s` seconds and one at the end."""
+"""Live progress of a run's training, then of its snapshots' evaluation: a terminal bar, else a line per interval."""
 import math
 import sys
 import time
@@ -7,7 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from hydra.conf import HydraConf
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 from job.evaluation import EvaluationState, evaluation_state
 from launchers.config import measurement_window
@@ -23,10 +26,6 @@ BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
 
 def sweep_size(hydra: HydraConf) -> int | None:
     """Jobs in this multirun: the block sweeper's plan, or the basic sweeper's product of sweep lengths, else None."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
     if hydra.sweeper.get("_target_") == BLOCK_SWEEPER:
         from launchers.sweeper import planned_jobs
         return planned_jobs(hydra.sweep.dir)
@@ -43,9 +42,6 @@ def sweep_size(hydra: HydraConf) -> int | None:
 
 def sweep_position() -> str:
     """'job k/n' in a Hydra multirun ('job k' when n is unknown), '' otherwise."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return ""
     hydra = HydraConfig.get()
@@ -62,7 +58,6 @@ class Progress:
     def __init__(self, run_dir: Path, cfg: DictConfig, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.enabled = bool(cfg.progress)
-        self.terminal = self.stream.isatty()
         self.interval_s = float(cfg.progress_interval_s)
         self.max_steps = cfg.max_steps
         self.run = RunDir(run_dir)
@@ -76,7 +71,7 @@ class Progress:
         self.next_line = time.monotonic() + self.interval_s
         self.last_line = ""
         self.bar: ProgressBar | None = None
-        if self.enabled and self.terminal:
+        if self.enabled and self.stream.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=100, desc=self.title, file=self.stream, dynamic_ncols=True,
@@ -112,13 +107,11 @@ class Progress:
 
     def training(self) -> str:
         """Lowest-rank worker's step and loss; all workers' samples/s and communication share."""
-        records = list(self.latest.values())
         reference = self.latest[min(self.latest)]
-        rate = self.rate()
-        comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in records), 1e-9)
+        comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in self.latest.values()), 1e-9)
         step = (f"step {reference['step']}/{self.max_steps}" if "done" not in reference
                 else f"step {reference['step']} ({100 * self.done(reference):.0f}% done)")
-        return f"{step}, loss {reference['loss']:.3f}, {rate:.0f} samples/s, comm {100 * comm:.0f}%"
+        return f"{step}, loss {reference['loss']:.3f}, {self.rate():.0f} samples/s, comm {100 * comm:.0f}%"
 
     def figures(self) -> str:
         """The training figures and their ETA: the slowest worker's remaining share of the run at its pace so far."""

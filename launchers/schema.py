@@ -1,5 +1,4 @@
-"""The configuration schema: conf/'s YAML declares each knob's default, type and meaning; RULES adds allowed values.
-check_keys() checks keys and types against the config of the same group choices, check_values() the RULES."""
+"""The configuration schema: conf/'s YAML gives each knob's default and type, RULES its allowed values."""
 import difflib
 from typing import Any
 
@@ -46,8 +45,7 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "report.primary": one_of(*PRIMARY_CHOICES),
     "report.baselines": one_of("auto", "off"),
     "report.max_blocks": integer_from(2),
-    "report.smallest_effect": Rule(lambda v: number(v) and v > 1,
-                                   "must be a ratio > 1 (e.g. 1.25: 25 % either way)"),
+    "report.smallest_effect": Rule(lambda v: number(v) and v > 1, "must be a ratio > 1 (e.g. 1.25: 25 % either way)"),
     "speed_reference.samples": integer_from(2),  # BatchNorm in training needs more than one value per channel
     "speed_reference.repetitions": integer_from(0),
     "speed_reference.max_share": Rule(lambda v: number(v) and 0 < v < 1, "must be a fraction in (0, 1)"),

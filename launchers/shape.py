@@ -1,5 +1,4 @@
-"""A run's shape against this machine: the CPUs its processes ask for, and the cores there are; the multi-peer
-strategies' default peers (fit_peers) fit the machine's usable cores."""
+"""A run's shape on this machine (the CPUs its processes ask for, the cores there are) and fit_peers' default peers."""
 import socket
 from typing import Any
 

@@ -1,6 +1,5 @@
-"""SLURM through Hydra's submitit launcher (conf/hydra/launcher/slurm.yaml): job arrays, each job awaited with squeue;
-one that ends other than COMPLETED, or without its result, becomes a failed JobReturn saying why, and the sweep goes
-on. Described in docs/clusters.md."""
+"""SLURM through Hydra's submitit launcher (docs/clusters.md): job arrays, each job awaited with squeue; one that ends
+other than COMPLETED, or without its result, becomes a failed JobReturn saying why, and the sweep goes on."""
 import itertools
 import re
 import subprocess
@@ -70,17 +69,15 @@ def arrays(numbered: list[tuple[int, Sequence[str]]]) -> list[tuple[dict[str, An
 
 def own_resources(overrides: Sequence[str]) -> dict[str, Any]:
     """A job's own hydra.launcher.* overrides (e.g. a one-process baseline's nodes=1), for its array."""
-    own = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.startswith("hydra.launcher."):
-            own[key.removeprefix("hydra.launcher.")] = yaml.safe_load(value)
-    return own
+    pairs = (override.partition("=") for override in overrides)
+    return {key.removeprefix("hydra.launcher."): yaml.safe_load(value) for key, _, value in pairs
+            if key.startswith("hydra.launcher.")}
 
 
 def job_return(job: "submitit.Job[JobReturn]", overrides: list[str]) -> JobReturn:
     """The job's JobReturn once SLURM says it ended: its first task's, else a failed one naming why."""
-    state = wait_for_end(job.job_id)
+    while (state := slurm_state(job.job_id)) in WAITING:
+        time.sleep(POLL_S)
     first = job.task(0)  # node rank 0: its task's result is the job's, and the batch step logs to its files
     problems = [] if state in ("COMPLETED", None) else [f"SLURM ended it {state}"]
     problems += [f"node failure on {node} (node rank {rank})" for node, rank in node_failures(first, job.job_id)]
@@ -108,12 +105,6 @@ def slurm_state(job_id: str) -> str | None:
     return states[0] if states else None
 
 
-def wait_for_end(job_id: str) -> str | None:
-    while (state := slurm_state(job_id)) in WAITING:
-        time.sleep(POLL_S)
-    return state
-
-
 def node_failures(task: "submitit.Job[JobReturn]", job_id: str) -> list[tuple[str, int]]:
     """The nodes srun reported failed (in the batch step's log), each with its node rank in the job."""
     log = task.paths.stderr
@@ -126,7 +117,5 @@ def job_nodes(job_id: str) -> list[str]:
     """The job's nodes in node-rank order (SLURM_NODEID follows the expanded node list)."""
     listed = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%N"], capture_output=True, text=True,
                             timeout=60).stdout.strip()
-    if not listed:
-        return []
     return subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True,
-                          timeout=60).stdout.split()
+                          timeout=60).stdout.split() if listed else []

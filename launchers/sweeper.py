@@ -1,7 +1,5 @@
-"""A multirun in paired blocks (hydra.sweeper in conf/config.yaml): every configuration of the command line, the
-baselines and control arm its report needs, in `repeats` blocks of a Williams order (seed + block), with its design
-declared in SWEEP_DIR/.avgbench/sweep.json before the first run; a rerun in the same folder keeps completed jobs and
-moves the others aside. Described in docs/report.md (Blocks, baselines and the control arm)."""
+"""A multirun in paired blocks (docs/report.md): each configuration, and the baselines and control arm its report
+needs, in `repeats` blocks of a Williams order, its design declared first; a rerun keeps completed jobs."""
 import json
 import re
 import sys
@@ -166,7 +164,6 @@ class BlockSweeper(BasicSweeper):
         return unique_names(baselines)
 
     def planned(self, jobs: list[Job]) -> list[Run]:
-        """Each job as a run not started yet (metrics.report.runs.planned_run)."""
         return [planned_run(container(cfg), strategy_class(cfg).is_baseline)
                 for cfg in (self.compose(job.overrides) for job in jobs)]
 
