@@ -84,7 +84,6 @@ class Launcher(ABC):
     def start(self) -> None:
         """Spawn the run's processes into self.procs."""
 
-    # --- monitoring ----------------------------------------------------------
     def run(self) -> Outcome:
         start = time.monotonic()
         adopt_orphans()  # so that daemons whose parent ended first count as the run's CPU, not others'

@@ -60,7 +60,7 @@ class MachineLock:
         return self.fd is not None
 
     def acquire(self, mode: str) -> None:
-        """Take the lock per mode (see the module doc); raises LockRefused for lock=refuse."""
+        """Take the lock: lock=wait waits for its holder, lock=refuse raises LockRefused, lock=off does nothing."""
         if self.held or mode == "off" or status(mode)["under_lock"]:  # ours already, or a parent's
             return
         path = lock_path()

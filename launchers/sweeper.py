@@ -122,8 +122,6 @@ class BlockSweeper(BasicSweeper):
             self.jobs_launched += len(batch)
         return returns
 
-    # The plan.
-
     def configurations(self, parsed: list[Override]) -> list[Job]:
         """The command line's configurations (its sweeps' product), named by their swept values (or strategy)."""
         if any(o.get_key_element() == "repeats" and o.is_sweep_override() for o in parsed):
@@ -218,8 +216,6 @@ class BlockSweeper(BasicSweeper):
                         self.job_subdir.replace("{block}", str(block)).replace("{name}", job.name))
         return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}",
                 f"plan={plan_id or 'null'}", f"hydra.sweep.subdir='{subdir}'"]
-
-    # Resuming in the same sweep directory.
 
     def resume(self, sweep_dir: Path, planned: list[Planned],
                aside: Path) -> tuple[list[Planned], list[str], dict[str, str]]:
