@@ -1,9 +1,18 @@
 """Launcher registry: the engine launcher a LaunchSpec names -> the class that runs it."""
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig
+
+from job.contract import LaunchSpec
 from job.registry import resolve
+from metrics.recording.rundir import RunDir
+
+if TYPE_CHECKING:
+    from launchers.base import Launcher
 
 LAUNCHERS = {"local": "launchers.local:LocalLauncher", "mpirun": "launchers.mpi:MpiLauncher",
              "horovodrun": "launchers.horovod:HorovodLauncher"}
 
 
-def launch(cfg, run, spec):
+def launch(cfg: DictConfig, run: RunDir, spec: LaunchSpec) -> "Launcher":
     return resolve(LAUNCHERS[spec.launcher])(cfg, run, spec)

@@ -1,5 +1,5 @@
-"""A launcher starts the run's processes; the shared monitor here watches them: the first failure ends the run (its
-rank and traceback reported), and at the end every process with the run's id is killed."""
+"""A launcher starts the run's processes; the shared monitor ends the run at the first failure (its rank and
+traceback reported) and at the end kills every process with the run's id."""
 import contextlib
 import os
 import signal
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from omegaconf import DictConfig
 
 from job.contract import LaunchSpec
 from job.process import RUN_ID_ENV, adopt_orphans, kill_processes, processes_of_run, reap_orphans
@@ -53,7 +54,7 @@ def signal_name(code: int) -> str:
 class Launcher(ABC):
     """Starts the processes a LaunchSpec describes; `run()` monitors them to the end."""
 
-    def __init__(self, cfg, run: RunDir, spec: LaunchSpec):
+    def __init__(self, cfg: DictConfig, run: RunDir, spec: LaunchSpec):
         self.cfg, self.run_dir, self.spec = cfg, run, spec
         self.nprocs = spec.processes
         self.run_id = uuid.uuid4().hex
@@ -62,7 +63,7 @@ class Launcher(ABC):
         self.placement = make_placement(cfg, run, self.nprocs, spec.threads)  # where each rank lives on the network
         self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs)  # and on which CPU share
 
-    def base_env(self) -> dict:
+    def base_env(self) -> dict[str, str]:
         env = dict(os.environ) | self.spec.env
         env[RUN_ID_ENV] = self.run_id
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
@@ -72,20 +73,17 @@ class Launcher(ABC):
     def worker_command(self) -> list[str]:
         return [sys.executable, "-m", WORKER_MODULE, str(self.run_dir.path)]
 
-    def spawn(self, rank: int | None, command: list[str], env: dict) -> None:
+    def spawn(self, rank: int | None, command: list[str], env: dict[str, str]) -> None:
         """Start one process in its own session, its output into launcher.log (a peer redirects its own)."""
-        log = open(self.run_dir.launcher_log, "ab")
-        self.procs[rank] = subprocess.Popen(
-            command, env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        log.close()
+        with open(self.run_dir.launcher_log, "ab") as log:
+            self.procs[rank] = subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, stdout=log,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
 
     @abstractmethod
     def start(self) -> None:
         """Spawn the run's processes into self.procs."""
 
-    # --- monitoring ----------------------------------------------------------
     def run(self) -> Outcome:
         start = time.monotonic()
         adopt_orphans()  # so that daemons whose parent ended first count as the run's CPU, not others'
@@ -122,10 +120,10 @@ class Launcher(ABC):
 
     def _check(self, start: float) -> Outcome | None:
         codes = {rank: proc.poll() for rank, proc in self.procs.items()}
-        failed = [rank for rank, code in codes.items() if code not in (None, 0)]
+        failed = {rank: code for rank, code in codes.items() if code}  # rank -> its exit code, not 0
         lost = [rank for rank in failed if rank is not None]
         if failed and not (self.spec.tolerate_peer_loss and None not in failed and len(lost) < len(codes)):
-            rank, message = self.first_failure(failed, codes)
+            rank, message = self.first_failure(failed)
             return Outcome("failed", 1, time.monotonic() - start, failed_rank=rank, error=message, lost_peers=lost)
         for rank in set(lost) - self.reaped:  # the run goes on: end what the lost peer left running now
             self.kill_session(rank)
@@ -142,20 +140,18 @@ class Launcher(ABC):
     def left_traceback(self, rank: int) -> bool:
         return self.run_dir.peer(rank).error.exists()
 
-    def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
+    def first_failure(self, failed: dict[int | None, int]) -> tuple[int | None, str]:
         """The root cause: the earliest traceback any peer wrote, else the first dead process."""
         errors = sorted(self.run_dir.errors(), key=lambda p: p.stat().st_mtime_ns)
-        killed = [r for r in failed if r is not None and codes[r] < 0 and not self.left_traceback(r)]
+        killed = [r for r, code in failed.items() if r is not None and code < 0 and not self.left_traceback(r)]
         if killed:  # a peer killed by a signal leaves no traceback; the others' errors follow from it
-            rank = killed[0]
-            return rank, f"peer rank {rank} was killed by {signal_name(codes[rank])} (no traceback)"
+            return killed[0], f"peer rank {killed[0]} was killed by {signal_name(failed[killed[0]])} (no traceback)"
         if errors:
-            rank = PeerDir(errors[0].parent).rank
-            return rank, errors[0].read_text()
-        rank = failed[0]
+            return PeerDir(errors[0].parent).rank, errors[0].read_text()
+        rank = next(iter(failed))
         who = f"peer rank {rank}" if rank is not None else "the launcher process"
         logs = [self.run_dir.launcher_log] + ([self.run_dir.peer(rank).output_log] if rank is not None else [])
-        return rank, f"{who} exited with code {codes[rank]}; see {' and '.join(map(str, logs))}"
+        return rank, f"{who} exited with code {failed[rank]}; see {' and '.join(map(str, logs))}"
 
     def stop_all(self) -> None:
         """Stop every process of this run: our children's trees, then anything else with the run's id."""

@@ -1,8 +1,10 @@
 """Checks on the composed config, run before any process starts, and the strategy it names."""
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep
 from hydra.errors import HydraException
-from omegaconf import ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from job.data import check_data_config
@@ -22,7 +24,10 @@ from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
 from netemu.dilation import checked_dilation
 
-RESOLVERS = {  # arithmetic for experiment presets, and the strategies' default peer count
+if TYPE_CHECKING:
+    from strategies.base import Strategy
+
+RESOLVERS: dict[str, Callable[..., Any]] = {  # arithmetic for experiment presets; the strategies' default peers
     "fit_peers": fit_peers,
     "steps_for": lambda samples, batch, scale: max(1, round(samples * scale / batch)),
     "per_peer": lambda total, peers: max(1, total // peers),
@@ -40,8 +45,7 @@ def group_options(group: str) -> list[str]:
 
 
 
-def strategy_class(cfg):
-    """The class the strategy's config names in strategy.target (a strategies.base.Strategy)."""
+def strategy_class(cfg: DictConfig) -> "type[Strategy]":
     try:
         return resolve(cfg.strategy.target)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -49,13 +53,13 @@ def strategy_class(cfg):
                           "is its module installed or on PYTHONPATH?") from None
 
 
-def measurement_window(cfg) -> tuple[int, int]:
+def measurement_window(cfg: DictConfig) -> tuple[int, int]:
     """(first, last) step of the measurement window, widened to the strategy's averaging periods."""
     return window_steps(cfg.measure_window.after_step, cfg.measure_window.steps,
                         strategy_class(cfg).averaging_period(cfg))
 
 
-def strategy_by_name(name: str, overrides: list[str] = ()):
+def strategy_by_name(name: str, overrides: Sequence[str] = ()) -> "type[Strategy]":
     """The class strategy NAME's config names (launchers/plugins.py), without composing a config."""
     return resolve(OmegaConf.load(strategy_configs(overrides)[name]).strategy.target)
 
@@ -80,11 +84,11 @@ def check_overrides(args: list[str]) -> None:
 PROJECT = "report.project"
 
 
-def project_targets(value, overrides: list[str]) -> list[str]:
+def project_targets(value: object, overrides: list[str]) -> list[str]:
     """report.project's LINK:N targets, checked: its override in `overrides` (one list, not a sweep), else `value`."""
     for override in OverridesParser.create().parse_overrides(overrides):
         if override.get_key_element() == PROJECT:
-            value = override.value().list if override.is_sweep_override() else override.value()
+            value = found.list if isinstance(found := override.value(), ChoiceSweep) else found
     specs = [str(v) for v in value] if isinstance(value, (list, ListConfig)) else [] if value is None else [str(value)]
     try:
         parse_targets(specs)
@@ -98,7 +102,7 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def compose_config(overrides: list[str], return_hydra_config: bool = False):
+def compose_config(overrides: Sequence[str], return_hydra_config: bool = False) -> DictConfig:
     """The config train.py composes for these overrides; ConfigError (first line) where Hydra refuses them."""
     from hydra import compose, initialize_config_dir
 
@@ -131,16 +135,19 @@ def check_command(overrides: list[str]) -> None:
     validate(cfg)
 
 
-def resolved(cfg) -> dict:
+def container(cfg: DictConfig, resolve: bool = True) -> dict[str, Any]:
+    return cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=resolve))  # a DictConfig's container is a dict
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
     try:
-        return OmegaConf.to_container(cfg, resolve=True)
+        return container(cfg)
     except OmegaConfBaseException as exc:
         raise ConfigError(str(exc).strip().splitlines()[0]) from None
 
 
-def validate(cfg) -> None:
-    """The config's values, rules across knobs, the strategy's own and what it needs of this machine. Raises
-    ConfigError or BackendUnavailable."""
+def validate(cfg: DictConfig) -> None:
+    """Values, rules across knobs, the strategy's own and what it needs here: ConfigError or BackendUnavailable."""
     strategy = strategy_class(cfg)
     try:
         cost_model(cfg.strategy)
@@ -169,17 +176,11 @@ def validate(cfg) -> None:
              f"{processes} processes do not split evenly over launch.nnodes={launch.nnodes}")
     check_network_config(cfg.network, processes, launch.nnodes)
     check_emulate_config(cfg, spec.threads, processes)
-    check_dilation_checked(cfg)
-    strategy.check_available(cfg)
-
-
-def check_dilation_checked(cfg) -> None:
-    """Dilation is offered only up to the factor the strategy's checks passed on this machine, unless asked for."""
     emulate = emulate_of(cfg)
-    if emulate["dilation"] == 1:
-        return
-    checked, source = checked_dilation(cfg.strategy.name)
-    _require(emulate["dilation"] <= checked or emulate["allow_unchecked_dilation"],
-             f"strategy {cfg.strategy.name} is checked for emulate.dilation up to {checked:g} ({source}), not "
-             f"{emulate['dilation']:g}; emulate.allow_unchecked_dilation=true runs it anyway, marked 'dilation "
-             "unchecked'")
+    if emulate["dilation"] != 1:  # only up to the factor the strategy's checks passed on this machine, unless asked
+        checked, source = checked_dilation(cfg.strategy.name)
+        _require(emulate["dilation"] <= checked or emulate["allow_unchecked_dilation"],
+                 f"strategy {cfg.strategy.name} is checked for emulate.dilation up to {checked:g} ({source}), not "
+                 f"{emulate['dilation']:g}; emulate.allow_unchecked_dilation=true runs it anyway, marked 'dilation "
+                 "unchecked'")
+    strategy.check_available(cfg)

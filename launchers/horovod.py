@@ -1,5 +1,4 @@
-"""horovodrun launcher: `horovodrun -np N <hosts> <launcher_args> python -m job.worker RUN_DIR` starts every rank
-(hosts from the placement, else the spec's host_args); it hands our environment, the run id included, to each."""
+"""horovodrun launcher: `horovodrun -np N <hosts> <launcher_args> python -m job.worker RUN_DIR` starts every rank."""
 import re
 import signal
 import sys
@@ -41,7 +40,7 @@ class HorovodLauncher(Launcher):
         env = self.base_env() | self.placement.horovodrun_env()
         self.spawn(None, self.placement.head(self.command()), env)
 
-    def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
+    def first_failure(self, failed: dict[int | None, int]) -> tuple[int | None, str]:
         """A rank that died without a traceback, as horovodrun names it (the first signalled, if it followed a loss)."""
         log = self.run_dir.launcher_log.read_text(errors="replace")
         if report := reported_failure(log):
@@ -53,7 +52,7 @@ class HorovodLauncher(Launcher):
                 how = (f"was killed by {signal_name(-signum)}" if signum in set(signal.Signals)
                        else f"exited with code {code}")
                 return rank, f"peer rank {rank} {how} (no traceback)"
-        return super().first_failure(failed, codes)
+        return super().first_failure(failed)
 
     def followed_a_loss(self, rank: int) -> bool:
         error = self.run_dir.peer(rank).error

@@ -1,5 +1,4 @@
-"""Local launcher: one process per peer on this host, with the torchrun environment contract; over several hosts
-(launch.nnodes, launch.node_rank), ranks node_rank * per_node + i start here (docs/clusters.md)."""
+"""Local launcher: one process per peer on this host, with torchrun's environment (several hosts: docs/clusters.md)."""
 import os
 import socket
 
@@ -9,17 +8,13 @@ from launchers.base import Launcher, free_port
 from launchers.placement import PlacementError
 
 
-def node_address(master_addr: str) -> str:
-    """This host's address towards master_addr: the source address the kernel picks for it (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.connect((master_addr, 9))
-        return sock.getsockname()[0]
-
-
-def node_network(master_addr: str) -> dict:
-    """Over several hosts: this host's address towards master_addr, and gloo's interface unless set."""
+def node_network(master_addr: str) -> dict[str, str]:
+    """Over several hosts: this host's address towards master_addr (the source address the kernel picks for it; no
+    packet is sent), and gloo's interface unless set."""
     try:
-        address = node_address(master_addr)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((master_addr, 9))
+            address = sock.getsockname()[0]
     except OSError as exc:
         raise PlacementError(f"{socket.gethostname()} cannot reach launch.master_addr={master_addr}: {exc}") from exc
     env = {"AVGBENCH_PEER_ADDR": address}

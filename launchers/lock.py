@@ -1,5 +1,4 @@
-"""The machine lock, taken by sweeps and benchmarks so that two do not measure each other: a flocked file naming its
-holder, whose pid the runs it starts see in AVGBENCH_LOCK_HOLDER (docs/usage.md: The machine lock)."""
+"""The machine lock (docs/usage.md): a flocked file naming its holder, so that two sweeps do not measure each other."""
 import contextlib
 import fcntl
 import json
@@ -7,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 LOCK_MODES = ("wait", "refuse", "off")
 PATH_ENV = "AVGBENCH_LOCK_PATH"
@@ -22,49 +22,37 @@ def lock_path() -> Path:
     return Path(os.environ.get(PATH_ENV, DEFAULT_PATH))
 
 
-def _open(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    with contextlib.suppress(PermissionError):  # someone else's file: still lockable
-        os.fchmod(fd, 0o666)  # other users' sweeps open it too
-    return fd
-
-
-def _holder(fd: int) -> dict | None:
+def _holder(fd: int) -> dict[str, Any] | None:
     try:
         return json.loads(os.pread(fd, 4096, 0) or b"null")
     except ValueError:
         return None  # being written
 
 
-def describe(holder: dict | None) -> str:
-    if not holder:
-        return "another process"
-    return f"pid {holder['pid']} ({holder['command']}) since {holder['since']}"
+def describe(holder: dict[str, Any] | None) -> str:
+    return f"pid {holder['pid']} ({holder['command']}) since {holder['since']}" if holder else "another process"
 
 
-def status(mode: str) -> dict:
+def status(mode: str) -> dict[str, Any]:
     """The lock as a run starts: who holds it, and whether this run is part of what holds it (summary.json)."""
-    path = lock_path()
-    if not path.exists():
-        return {"mode": mode, "path": str(path), "holder": None, "under_lock": False}
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    path, holder = lock_path(), None
+    if path.exists():
+        fd = os.open(path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            holder = None  # nobody holds it
+            fcntl.flock(fd, fcntl.LOCK_UN)  # nobody holds it
         except BlockingIOError:
             holder = _holder(fd)
-    finally:
-        os.close(fd)
-    mine = bool(holder) and str(holder["pid"]) in (os.environ.get(HOLDER_ENV), str(os.getpid()))
+        finally:
+            os.close(fd)
+    mine = bool(holder and str(holder["pid"]) in (os.environ.get(HOLDER_ENV), str(os.getpid())))
     return {"mode": mode, "path": str(path), "holder": holder, "under_lock": mine}
 
 
 class MachineLock:
     """`acquire(mode)` once; `release()` at the end (or the process's exit releases it)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.fd: int | None = None
 
     @property
@@ -72,11 +60,13 @@ class MachineLock:
         return self.fd is not None
 
     def acquire(self, mode: str) -> None:
-        """Take the lock per mode (see the module doc); raises LockRefused for lock=refuse."""
+        """Take the lock: lock=wait waits for its holder, lock=refuse raises LockRefused, lock=off does nothing."""
         if self.held or mode == "off" or status(mode)["under_lock"]:  # ours already, or a parent's
             return
         path = lock_path()
-        fd = _open(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        with contextlib.suppress(PermissionError):  # someone else's file: still lockable
+            os.fchmod(fd, 0o666)  # other users' sweeps open it too
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -94,7 +84,7 @@ class MachineLock:
         os.environ[HOLDER_ENV] = str(os.getpid())
 
     def release(self) -> None:
-        if not self.held:
+        if self.fd is None:
             return
         os.ftruncate(self.fd, 0)
         fcntl.flock(self.fd, fcntl.LOCK_UN)

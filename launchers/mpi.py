@@ -1,5 +1,4 @@
-"""MPI launcher: one `mpirun` (Open MPI) starts every peer, on loopback, the emulated hosts or launch.hostfile's
-(docs/strategies.md); a rank a signal killed is found in mpirun's output (launcher.log)."""
+"""MPI launcher: one `mpirun` (Open MPI) starts every peer; a rank a signal killed is read from mpirun's output."""
 import os
 import re
 import shutil
@@ -12,7 +11,7 @@ SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on s
 
 
 class MpiLauncher(Launcher):
-    def command(self, env: dict) -> list[str]:
+    def command(self, env: dict[str, str]) -> list[str]:
         command = [shutil.which("mpirun") or "mpirun", "-np", str(self.nprocs),
                    "--bind-to", "none", "--oversubscribe", "--tag-output"]
         command += ["--allow-run-as-root"] if os.geteuid() == 0 else []
@@ -32,7 +31,7 @@ class MpiLauncher(Launcher):
         env = self.base_env() | self.placement.head_env()
         self.spawn(None, self.placement.head(self.command(env)), env)
 
-    def first_failure(self, failed: list, codes: dict) -> tuple[int | None, str]:
+    def first_failure(self, failed: dict[int | None, int]) -> tuple[int | None, str]:
         """A rank killed by a signal, as mpirun reports it, else the base rules (earliest error.txt)."""
         log = self.run_dir.launcher_log
         match = SIGNALLED.search(log.read_text(errors="replace")) if log.exists() else None
@@ -40,5 +39,5 @@ class MpiLauncher(Launcher):
             rank, signum = int(match.group(1)), int(match.group(2))
             if not self.left_traceback(rank):
                 return rank, f"peer rank {rank} was killed by {signal_name(-signum)} (no traceback; reported by mpirun)"
-        return super().first_failure(failed, codes)
+        return super().first_failure(failed)
 

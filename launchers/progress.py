@@ -1,9 +1,16 @@
-"""Live progress in the launcher: training's step, loss, samples/s, communication share and ETA, then the evaluation of
-the snapshots. A bar on a terminal; otherwise a line every `progress_interval_s` seconds and one at the end."""
+"""Live progress of a run's training, then of its snapshots' evaluation: a terminal bar, else a line per interval."""
 import math
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from hydra.conf import HydraConf
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 from job.evaluation import EvaluationState, evaluation_state
 from launchers.config import measurement_window
@@ -11,15 +18,14 @@ from launchers.hydra_internals import BASIC_SWEEPER
 from metrics.recording.jsonl import JsonlTail
 from metrics.recording.rundir import RunDir
 
+if TYPE_CHECKING:
+    from tqdm import tqdm as ProgressBar
+
 BLOCK_SWEEPER = "hydra_plugins.avgbench_sweeper.BlockSweeper"
 
 
-def sweep_size(hydra) -> int | None:
+def sweep_size(hydra: HydraConf) -> int | None:
     """Jobs in this multirun: the block sweeper's plan, or the basic sweeper's product of sweep lengths, else None."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
     if hydra.sweeper.get("_target_") == BLOCK_SWEEPER:
         from launchers.sweeper import planned_jobs
         return planned_jobs(hydra.sweep.dir)
@@ -36,9 +42,7 @@ def sweep_size(hydra) -> int | None:
 
 def sweep_position() -> str:
     """'job k/n' in a Hydra multirun ('job k' when n is unknown), '' otherwise."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized() or HydraConfig.get().mode.name != "MULTIRUN":
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return ""
     hydra = HydraConfig.get()
     number, size = hydra.job.num + 1, sweep_size(hydra)
@@ -51,30 +55,29 @@ def clock(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, run_dir: Path, cfg, stream=None):
+    def __init__(self, run_dir: Path, cfg: DictConfig, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.enabled = bool(cfg.progress)
-        self.terminal = self.stream.isatty()
         self.interval_s = float(cfg.progress_interval_s)
         self.max_steps = cfg.max_steps
         self.run = RunDir(run_dir)
         self.title = " ".join(filter(None, [sweep_position(), f"{cfg.strategy.name} x{cfg.peers}"]))
         self.tails: dict[int, JsonlTail] = {}  # worker rank -> its steps.jsonl
-        self.latest: dict[int, dict] = {}  # worker rank -> its last step record
+        self.latest: dict[int, dict[str, Any]] = {}  # worker rank -> its last step record
         self.window = measurement_window(cfg) if "measure_window" in cfg else None  # (first, last), as the summary
-        self.before_window: dict[int, dict] = {}  # worker rank -> its record of the step before the window
-        self.in_window: dict[int, dict] = {}  # worker rank -> its latest record inside the window
+        self.before_window: dict[int, dict[str, Any]] = {}  # worker rank -> its record of the step before the window
+        self.in_window: dict[int, dict[str, Any]] = {}  # worker rank -> its latest record inside the window
         self.comm_s: dict[int, float] = {}  # worker rank -> its communication time so far
         self.next_line = time.monotonic() + self.interval_s
         self.last_line = ""
-        self.bar = None
-        if self.enabled and self.terminal:
+        self.bar: ProgressBar | None = None
+        if self.enabled and self.stream.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=100, desc=self.title, file=self.stream, dynamic_ncols=True,
                             bar_format="{desc} |{bar}|")  # the bar last: a narrow terminal cuts it first
 
-    def done(self, record: dict) -> float:
+    def done(self, record: dict[str, Any]) -> float:
         """Share of the run a worker has done: what its strategy says (stops on its own), else step / max_steps."""
         return min(1.0, record["done"] if "done" in record else record["step"] / self.max_steps)
 
@@ -104,13 +107,11 @@ class Progress:
 
     def training(self) -> str:
         """Lowest-rank worker's step and loss; all workers' samples/s and communication share."""
-        records = list(self.latest.values())
         reference = self.latest[min(self.latest)]
-        rate = self.rate()
-        comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in records), 1e-9)
+        comm = sum(self.comm_s.values()) / max(sum(r["train_s"] for r in self.latest.values()), 1e-9)
         step = (f"step {reference['step']}/{self.max_steps}" if "done" not in reference
                 else f"step {reference['step']} ({100 * self.done(reference):.0f}% done)")
-        return f"{step}, loss {reference['loss']:.3f}, {rate:.0f} samples/s, comm {100 * comm:.0f}%"
+        return f"{step}, loss {reference['loss']:.3f}, {self.rate():.0f} samples/s, comm {100 * comm:.0f}%"
 
     def figures(self) -> str:
         """The training figures and their ETA: the slowest worker's remaining share of the run at its pace so far."""
@@ -126,9 +127,9 @@ class Progress:
 
     def line(self, state: EvaluationState | None) -> str:
         """Training's figures (state None), then "evaluating snapshot k of n" and its ETA, then how long it took."""
-        if state is None:
+        if state is None or state.since is None:  # since: set once a worker's training ended, as states are
             return self.figures()
-        if state.evaluated == state.states:
+        if state.evaluated == state.states and state.last_posted is not None:
             return f"{self.training()}, evaluated in {clock(state.last_posted - state.since)}"
         eta = (f", ETA {clock((time.time() - state.since) * (state.states - state.evaluated) / state.evaluated)}"
                if state.evaluated else "")

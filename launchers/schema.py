@@ -1,8 +1,8 @@
-"""The configuration schema: conf/'s YAML declares each knob's default, type and meaning; RULES adds allowed values.
-check_keys() checks keys and types against the config of the same group choices, check_values() the RULES."""
+"""The configuration schema: conf/'s YAML gives each knob's default and type, RULES its allowed values."""
 import difflib
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from job.errors import ConfigError
 from job.rules import Rule, above, by_rank, integer, integer_from, number, one_of
@@ -45,8 +45,7 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
     "report.primary": one_of(*PRIMARY_CHOICES),
     "report.baselines": one_of("auto", "off"),
     "report.max_blocks": integer_from(2),
-    "report.smallest_effect": Rule(lambda v: number(v) and v > 1,
-                                   "must be a ratio > 1 (e.g. 1.25: 25 % either way)"),
+    "report.smallest_effect": Rule(lambda v: number(v) and v > 1, "must be a ratio > 1 (e.g. 1.25: 25 % either way)"),
     "speed_reference.samples": integer_from(2),  # BatchNorm in training needs more than one value per channel
     "speed_reference.repetitions": integer_from(0),
     "speed_reference.max_share": Rule(lambda v: number(v) and 0 < v < 1, "must be a fraction in (0, 1)"),
@@ -76,14 +75,14 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
 }
 
 
-def check_value(key: str, value, rule: Rule | None = None) -> None:
+def check_value(key: str, value: object, rule: Rule | None = None) -> None:
     """ConfigError unless `rule` (default: RULES') allows `value` for the dotted knob `key`."""
     rule = rule or RULES[key]
     if not rule.accepts(value):
         raise ConfigError(f"{key} {rule.expects}, got {value}")
 
 
-def check_values(cfg, block: str, block_rules: dict[str, Rule]) -> None:
+def check_values(cfg: DictConfig, block: str, block_rules: dict[str, Rule]) -> None:
     """ConfigError for the first knob of RULES, or of `block_rules` under `block`, with a value not allowed."""
     rules = RULES | {f"{block}.{knob}": rule for knob, rule in block_rules.items()}
     for key, rule in rules.items():
@@ -93,20 +92,20 @@ def check_values(cfg, block: str, block_rules: dict[str, Rule]) -> None:
             check_value(key, parent[leaf], rule)
 
 
-def _leaves(tree: dict, prefix: str = "") -> list[str]:
+def _leaves(tree: dict[str, Any], prefix: str = "") -> list[str]:
     """Every dotted key of the tree, each block before its keys."""
     return [key for name, value in tree.items()
             for key in [f"{prefix}{name}", *(_leaves(value, f"{prefix}{name}.") if isinstance(value, dict) else [])]]
 
 
-def unknown_key(key: str, known: dict) -> ConfigError:
+def unknown_key(key: str, known: dict[str, Any]) -> ConfigError:
     """The error for a key the schema does not hold, with the closest known key where one is close."""
     close = difflib.get_close_matches(key, _leaves(known), n=1)
     hint = f" (did you mean {close[0]}?)" if close else " (python train.py --help lists the knobs)"
     return ConfigError(f"unknown key {key}{hint}")
 
 
-def holds(tree: dict, key: str) -> bool:
+def holds(tree: dict[str, Any], key: str) -> bool:
     for part in key.split("."):
         if not isinstance(tree, dict) or part not in tree:
             return False
@@ -117,14 +116,14 @@ def holds(tree: dict, key: str) -> bool:
 TYPE_NAMES = {bool: "true or false", int: "a number", float: "a number", list: "a list", dict: "a block of knobs"}
 
 
-def accepted(default, rule: Rule | None) -> str:
+def accepted(default: object, rule: Rule | None) -> str:
     """What a knob accepts, in words (the knob tables' column): its rule, else its default's type."""
     if rule is not None:
         return rule.expects.removeprefix("must be ").removeprefix("must ")
     return "any" if default is None else TYPE_NAMES.get(type(default), "text")
 
 
-def _type_fits(value, default) -> bool:
+def _type_fits(value: object, default: object) -> bool:
     if value is None or default is None:  # null: off, or unset (the rules say where it is not allowed)
         return True
     if isinstance(default, bool):
@@ -136,9 +135,9 @@ def _type_fits(value, default) -> bool:
     return isinstance(value, type(default))
 
 
-def check_keys(cfg: dict, schema: dict) -> None:
+def check_keys(cfg: dict[str, Any], schema: dict[str, Any]) -> None:
     """Every key of `cfg` is in `schema` with the default's type ({}: any keys); ConfigError names the first not."""
-    def walk(tree: dict, known: dict, prefix: str) -> None:
+    def walk(tree: dict[str, Any], known: dict[str, Any], prefix: str) -> None:
         for key, value in tree.items():
             path = f"{prefix}{key}"
             if key not in known:

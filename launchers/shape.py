@@ -1,27 +1,28 @@
-"""A run's shape against this machine: the CPUs its processes ask for, and the cores there are; the multi-peer
-strategies' default peers (fit_peers) fit the machine's usable cores."""
+"""A run's shape on this machine (the CPUs its processes ask for, the cores there are) and fit_peers' default peers."""
 import socket
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from job.contract import LaunchSpec
 from job.process import usable_cores
 from launchers.hydra_internals import raw_value
 
 DEFAULT_PEERS_MIN, DEFAULT_PEERS_MAX = 2, 4
 
 
-def fit_peers(peer_cpus, other_processes=0) -> int:
+def fit_peers(peer_cpus: int | str, other_processes: int | str = 0) -> int:
     """The most peers (DEFAULT_PEERS_MIN..MAX) whose peer_cpus, beside other_processes as large, fit the cores."""
     fitting = usable_cores() // int(peer_cpus) - int(other_processes)
     return max(DEFAULT_PEERS_MIN, min(DEFAULT_PEERS_MAX, fitting))
 
 
-def peers_from_default(cfg) -> bool:
+def peers_from_default(cfg: DictConfig) -> bool:
     """True when `peers` is still the strategy's fit_peers default (the user did not set it)."""
     return OmegaConf.is_interpolation(cfg, "peers") and "fit_peers" in raw_value(cfg, "peers")
 
 
-def shape_of(cfg, spec, peers_default: bool) -> dict:
+def shape_of(cfg: DictConfig, spec: LaunchSpec, peers_default: bool) -> dict[str, Any]:
     """summary.json `shape` (method in metrics.summary.build.METHODS['shape'])."""
     cores = usable_cores()
     processes = spec.processes // int(cfg.launch.nnodes)  # those on this host
@@ -33,7 +34,7 @@ def shape_of(cfg, spec, peers_default: bool) -> dict:
             "nnodes": int(cfg.launch.nnodes)}
 
 
-def shape_lines(shape: dict) -> list[str]:
+def shape_lines(shape: dict[str, Any]) -> list[str]:
     """What the run prints first: where peers came from the default, and any oversubscription."""
     lines = []
     if shape["peers_default"]:

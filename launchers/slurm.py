@@ -1,12 +1,12 @@
-"""SLURM through Hydra's submitit launcher (conf/hydra/launcher/slurm.yaml): job arrays, each job awaited with squeue;
-one that ends other than COMPLETED, or without its result, becomes a failed JobReturn saying why, and the sweep goes
-on. Described in docs/clusters.md."""
+"""SLURM through Hydra's submitit launcher (docs/clusters.md): job arrays, each job awaited with squeue; one that ends
+other than COMPLETED, or without its result, becomes a failed JobReturn saying why, and the sweep goes on."""
 import itertools
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 import yaml
 from hydra.core.singleton import Singleton
@@ -17,6 +17,9 @@ from omegaconf import OmegaConf
 
 from job.process import wait_until
 
+if TYPE_CHECKING:
+    import submitit
+
 WAITING = {"UNKNOWN", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED",
            "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
 POLL_S = 2.0
@@ -25,14 +28,15 @@ NODE_FAILURE = re.compile(r"Node failure on (\S+)")
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
-    def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         numbered = list(enumerate(job_overrides, initial_job_idx))
         for number, overrides in numbered:
             print(f"avgbench: SLURM job #{number}: {' '.join(filter_overrides(overrides))}", file=sys.stderr,
                   flush=True)
         in_order = self.params.get("array_parallelism") == 1
-        jobs, previous = {}, None
+        jobs: dict[int, submitit.Job[JobReturn]] = {}
+        previous = None
         for resources, group in arrays(numbered):
             params = self.params | resources
             if in_order and previous:
@@ -44,7 +48,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
             previous = submitted[0].job_id.split("_")[0]  # the array's id: afterany waits for all its tasks
         return [job_return(jobs[number], list(overrides)) for number, overrides in numbered]
 
-    def executor(self, params: dict):
+    def executor(self, params: dict[str, Any]) -> "submitit.AutoExecutor":
         """submitit's executor for these hydra.launcher parameters (as Hydra's SlurmLauncher passes them)."""
         import submitit
 
@@ -57,25 +61,23 @@ class SlurmLauncher(SubmititSlurmLauncher):
         return executor
 
 
-def arrays(numbered: list[tuple[int, list[str]]]) -> list[tuple[dict, list]]:
+def arrays(numbered: list[tuple[int, Sequence[str]]]) -> list[tuple[dict[str, Any], list[tuple[int, Sequence[str]]]]]:
     """(resources, jobs) of each array: one per run of consecutive jobs with the same own_resources."""
     return [(resources, list(group))
             for resources, group in itertools.groupby(numbered, key=lambda job: own_resources(job[1]))]
 
 
-def own_resources(overrides: list[str]) -> dict:
+def own_resources(overrides: Sequence[str]) -> dict[str, Any]:
     """A job's own hydra.launcher.* overrides (e.g. a one-process baseline's nodes=1), for its array."""
-    own = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.startswith("hydra.launcher."):
-            own[key.removeprefix("hydra.launcher.")] = yaml.safe_load(value)
-    return own
+    pairs = (override.partition("=") for override in overrides)
+    return {key.removeprefix("hydra.launcher."): yaml.safe_load(value) for key, _, value in pairs
+            if key.startswith("hydra.launcher.")}
 
 
-def job_return(job, overrides: list[str]) -> JobReturn:
+def job_return(job: "submitit.Job[JobReturn]", overrides: list[str]) -> JobReturn:
     """The job's JobReturn once SLURM says it ended: its first task's, else a failed one naming why."""
-    state = wait_for_end(job.job_id)
+    while (state := slurm_state(job.job_id)) in WAITING:
+        time.sleep(POLL_S)
     first = job.task(0)  # node rank 0: its task's result is the job's, and the batch step logs to its files
     problems = [] if state in ("COMPLETED", None) else [f"SLURM ended it {state}"]
     problems += [f"node failure on {node} (node rank {rank})" for node, rank in node_failures(first, job.job_id)]
@@ -103,13 +105,7 @@ def slurm_state(job_id: str) -> str | None:
     return states[0] if states else None
 
 
-def wait_for_end(job_id: str) -> str | None:
-    while (state := slurm_state(job_id)) in WAITING:
-        time.sleep(POLL_S)
-    return state
-
-
-def node_failures(task, job_id: str) -> list[tuple[str, int]]:
+def node_failures(task: "submitit.Job[JobReturn]", job_id: str) -> list[tuple[str, int]]:
     """The nodes srun reported failed (in the batch step's log), each with its node rank in the job."""
     log = task.paths.stderr
     failed = NODE_FAILURE.findall(log.read_text(errors="replace")) if log.exists() else []
@@ -121,7 +117,5 @@ def job_nodes(job_id: str) -> list[str]:
     """The job's nodes in node-rank order (SLURM_NODEID follows the expanded node list)."""
     listed = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%N"], capture_output=True, text=True,
                             timeout=60).stdout.strip()
-    if not listed:
-        return []
     return subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True,
-                          timeout=60).stdout.split()
+                          timeout=60).stdout.split() if listed else []

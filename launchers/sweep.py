@@ -2,16 +2,17 @@
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from launchers.config import project_targets
 from metrics.report import build_report, report_errors
 
 
 class SweepReport(Callback):
-    def on_multirun_end(self, config, **kwargs) -> None:
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
             project = project_targets(OmegaConf.select(config, "report.project"),

@@ -1,7 +1,5 @@
-"""A multirun in paired blocks (hydra.sweeper in conf/config.yaml): every configuration of the command line, the
-baselines and control arm its report needs, in `repeats` blocks of a Williams order (seed + block), with its design
-declared in SWEEP_DIR/.avgbench/sweep.json before the first run; a rerun in the same folder keeps completed jobs and
-moves the others aside. Described in docs/report.md (Blocks, baselines and the control arm)."""
+"""A multirun in paired blocks (docs/report.md): each configuration, and the baselines and control arm its report
+needs, in `repeats` blocks of a Williams order, its design declared first; a rerun keeps completed jobs."""
 import json
 import re
 import sys
@@ -9,14 +7,19 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf, open_dict
+from hydra.core.override_parser.types import Override
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from job.device import resolve_device
 from job.errors import ConfigError
 from launchers.hydra_internals import basic_sweeper
-from launchers.config import PROJECT, project_targets, strategy_class
+from launchers.config import PROJECT, container, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
 from launchers.schema import check_value
 from launchers.shape import peers_from_default, shape_lines, shape_of
@@ -24,8 +27,13 @@ from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
 from metrics.report.primary import from_dict
 from metrics.report.nodes import load
-from metrics.report.runs import CONTROL, flatten, planned_run, read_plan, strategy_blocks
+from metrics.report.runs import CONTROL, Run, flatten, planned_run, read_plan, strategy_blocks
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under, run_folders
+
+if TYPE_CHECKING:
+    from launchers.hydra_internals import BasicSweeper
+else:
+    BasicSweeper = basic_sweeper()
 
 NOT_SHARED = ("strategy", "peers", "peer_cpus", "fault.", "seed", "block", "plan", "repeats",
               "hydra.launcher.nodes")  # not for baselines, nor the configurations' strategies' knobs
@@ -33,6 +41,7 @@ RERUN_FREE = ("progress", "progress_interval_s", "repeats", "report.", "plan")  
 FROM_THE_NODE = "${oc.env:"  # a value the job resolves on its node (e.g. launch.node_rank from SLURM_NODEID)
 ROOT = Path(__file__).resolve().parent.parent
 DECLARED = ("primary", "comparisons", "blocks")  # a resumed sweep that changes one of these gets no verdict
+Planned = tuple[str, list[str]]  # a job folder and its overrides
 
 
 @dataclass
@@ -42,24 +51,29 @@ class Job:
     seed: int            # the configuration's own seed; block B runs seed + B
 
 
-class BlockSweeper(basic_sweeper()):
+class BlockSweeper(BasicSweeper):
+    config: DictConfig  # these three are set by setup(), before sweep()
+    hydra_context: HydraContext
+    launcher: Launcher
+
     def __init__(self, max_batch_size: int | None = None, params: dict | None = None,
                  job_subdir: str = "block{block}/{name}") -> None:
         super().__init__(max_batch_size, params)
         self.job_subdir = job_subdir  # {block} and {name} are filled in; {env:VAR,DEFAULT} is resolved by the job
         self.jobs_launched = 0
 
-    def sweep(self, arguments: list[str]):
+    def sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         parsed = parser.parse_overrides(self._parse_config() + list(arguments))
         try:
             repeats = self.config.repeats
             check_value("repeats", repeats)
-            project_targets(self.config.report.project, [o.input_line for o in parsed])
+            project_targets(self.config.report.project, [o.input_line for o in parsed if o.input_line is not None])
             parsed = [o for o in parsed if o.get_key_element() != PROJECT]  # the report's targets, not the jobs'
             jobs = self.configurations(parsed)
             if self.config.report.baselines == "auto":
-                jobs += self.baselines(jobs, [o.input_line for o in parsed if not o.is_sweep_override()])
+                jobs += self.baselines(jobs, [o.input_line for o in parsed
+                                              if o.input_line is not None and not o.is_sweep_override()])
             jobs += self.controls(jobs)
             design, design_lines = self.design(jobs, repeats)
         except (ConfigError, ValueError) as exc:
@@ -99,7 +113,7 @@ class BlockSweeper(basic_sweeper()):
                 returns += self.launch(failed)
         return returns
 
-    def launch(self, jobs: list[tuple[str, list[str]]]) -> list:
+    def launch(self, jobs: list[Planned]) -> list[Sequence[JobReturn]]:
         """Run these (job folder, overrides), in batches of max_batch_size."""
         overrides = [o for _, o in jobs]
         returns = []
@@ -108,9 +122,7 @@ class BlockSweeper(basic_sweeper()):
             self.jobs_launched += len(batch)
         return returns
 
-    # The plan.
-
-    def configurations(self, parsed: list) -> list[Job]:
+    def configurations(self, parsed: list[Override]) -> list[Job]:
         """The command line's configurations (its sweeps' product), named by their swept values (or strategy)."""
         if any(o.get_key_element() == "repeats" and o.is_sweep_override() for o in parsed):
             raise ConfigError("repeats cannot be swept: it is the number of blocks of the whole multirun")
@@ -149,9 +161,8 @@ class BlockSweeper(basic_sweeper()):
             baselines.append(Job(name, shared + own + one_node, int(self.config.seed)))
         return unique_names(baselines)
 
-    def planned(self, jobs: list[Job]) -> list:
-        """Each job as a run not started yet (metrics.report.runs.planned_run)."""
-        return [planned_run(OmegaConf.to_container(cfg, resolve=True), strategy_class(cfg).is_baseline)
+    def planned(self, jobs: list[Job]) -> list[Run]:
+        return [planned_run(container(cfg), strategy_class(cfg).is_baseline)
                 for cfg in (self.compose(job.overrides) for job in jobs)]
 
     def controls(self, jobs: list[Job]) -> list[Job]:
@@ -161,23 +172,23 @@ class BlockSweeper(basic_sweeper()):
         return [Job(f"{jobs[i].name}_control", [*jobs[i].overrides, f"arm={CONTROL}"], jobs[i].seed)
                 for i in control_jobs(self.planned(jobs))]
 
-    def design(self, jobs: list[Job], repeats: int | str) -> tuple[dict, list[str]]:
+    def design(self, jobs: list[Job], repeats: int | str) -> tuple[dict[str, Any], list[str]]:
         """What the sweep declares before its first run (metrics/report/design.py), and its first lines."""
         named = list(zip([job.name for job in jobs], self.planned(jobs)))
         results = ROOT / str(self.config.report.noise_results)
-        blocks, power_lines, powers = planned_blocks(named, results, float(self.config.report.smallest_effect),
-                                                     int(self.config.report.max_blocks),
-                                                     None if repeats == "auto" else repeats)
-        repeats = blocks if repeats == "auto" else repeats
+        fixed = repeats if isinstance(repeats, int) else None  # None: repeats=auto
+        needed, power_lines, powers = planned_blocks(named, results, float(self.config.report.smallest_effect),
+                                                     int(self.config.report.max_blocks), fixed)
+        blocks = fixed or needed
         at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
-        design = declaration(named, repeats) | {
-            "power": powers, "order": order_of(len(jobs), repeats, at_once), "repeats": self.config.repeats,
+        design = declaration(named, blocks) | {
+            "power": powers, "order": order_of(len(jobs), blocks, at_once), "repeats": self.config.repeats,
             "control": [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]}
         lines = [f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks and claims on "
                  f"it alone): {from_dict(primary).text}" for section, primary in reversed(design["primary"].items())]
         order = design["order"]
         comparisons = sum(len(c) for c in design["comparisons"].values())
-        lines.append(f"avgbench: {repeats} block{'s' if repeats > 1 else ''} of {len(jobs)} jobs"
+        lines.append(f"avgbench: {blocks} block{'s' if blocks > 1 else ''} of {len(jobs)} jobs"
                      + (f" (control arm: {', '.join(design['control'])})" if design["control"] else "")
                      + f", in a Williams order of {order['sequences']} sequences ("
                      + ("balanced" if order["balanced"] else
@@ -187,7 +198,7 @@ class BlockSweeper(basic_sweeper()):
                      + f"); {comparisons} comparisons declared, Holm-corrected per (dataset, model)")
         return design, lines + power_lines
 
-    def compose(self, overrides: list[str]):
+    def compose(self, overrides: list[str]) -> DictConfig:
         """The job's config, as the launcher will compose it, without the hydra node."""
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(cfg):
@@ -206,11 +217,12 @@ class BlockSweeper(basic_sweeper()):
         return [*job.overrides, f"seed={job.seed + block}", f"block={block}", f"repeats={blocks}",
                 f"plan={plan_id or 'null'}", f"hydra.sweep.subdir='{subdir}'"]
 
-    # Resuming in the same sweep directory.
-
-    def resume(self, sweep_dir: Path, planned: list[tuple[str, list[str]]], aside: Path) -> tuple[list, list, dict]:
+    def resume(self, sweep_dir: Path, planned: list[Planned],
+               aside: Path) -> tuple[list[Planned], list[str], dict[str, str]]:
         """Of the planned (job folder, overrides): those to run, the job directories kept, and those moved aside."""
-        to_run, kept, moved = [], [], {}
+        to_run: list[Planned] = []
+        kept: list[str] = []
+        moved: dict[str, str] = {}
         for folder, overrides in planned:
             job_dir = sweep_dir / folder
             if not job_dir.exists():
@@ -232,7 +244,7 @@ class BlockSweeper(basic_sweeper()):
         return to_run, kept, moved
 
 
-def completed_run(job_dir: Path):
+def completed_run(job_dir: Path) -> Run | None:
     """The completed run the job directory holds (every node's summary read as one run), else None."""
     folders = run_folders(run_dirs_under(job_dir)).get(job_dir)
     try:
@@ -242,14 +254,14 @@ def completed_run(job_dir: Path):
     return run if run is not None and run.completed else None
 
 
-def completed_with(job_dir: Path, cfg, nodes: int | None = None) -> bool:
+def completed_with(job_dir: Path, cfg: DictConfig, nodes: int | None = None) -> bool:
     """A completed run of this config (on `nodes` nodes) with FROM_THE_NODE and RERUN_FREE values aside."""
     run = completed_run(job_dir)
     if run is None or (nodes is not None and run.nnodes != nodes):
         return False
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = container(cfg)
     config["device"] = resolve_device(config["device"])
-    free = RERUN_FREE + tuple(key for key, value in flatten(OmegaConf.to_container(cfg, resolve=False)).items()
+    free = RERUN_FREE + tuple(key for key, value in flatten(container(cfg, resolve=False)).items()
                               if isinstance(value, str) and FROM_THE_NODE in value)
     same = lambda flat: {k: v for k, v in flat.items() if not k.startswith(free)}  # noqa: E731
     return same(flatten(run.config)) == same(flatten(config))
@@ -267,7 +279,7 @@ def move_failed_aside(sweep_dir: Path, failed: list[str]) -> None:
     (sweep_dir / SWEEP_PLAN).write_text(json.dumps(plan, indent=1))
 
 
-def with_reruns(reruns: list | None, moved: dict) -> list[dict]:
+def with_reruns(reruns: list[dict[str, Any]] | None, moved: dict[str, str]) -> list[dict[str, Any]]:
     """The plan's reruns (job, its earlier attempts) with these moved job folders (job -> where) added."""
     attempts = {entry["job"]: entry["attempts"] for entry in reruns or []}
     for job, where in moved.items():
@@ -282,9 +294,9 @@ def move_aside(path: Path, target: Path) -> None:
         path.rename(target)
 
 
-def changes(first: dict, now: dict) -> list[str]:
+def changes(first: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """The DECLARED keys in which `now` differs from `first` (the primary figure's `declared` aside)."""
-    def declared(plan: dict, key: str) -> str:
+    def declared(plan: dict[str, Any], key: str) -> str:
         found = plan.get(key)
         if key == "primary":
             found = {section: {k: v for k, v in p.items() if k != "declared"} for section, p in (found or {}).items()}
@@ -292,8 +304,9 @@ def changes(first: dict, now: dict) -> list[str]:
     return [key for key in DECLARED if declared(first, key) != declared(now, key)]
 
 
-def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict, order: list,
-               moved: dict, earlier: dict, plan_id: str | None = None) -> dict:
+def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], design: dict[str, Any],
+               order: list[tuple[int, int, str]], moved: dict[str, str], earlier: dict[str, Any],
+               plan_id: str | None = None) -> dict[str, Any]:
     """Write and return the sweep's plan: id, jobs in start order and Williams sequence, the design declared (an
     earlier plan's where its runs are kept: a change is recorded, not adopted) and the reruns."""
     sequences = design["order"]["sequences"]
@@ -318,7 +331,7 @@ def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], desig
     return plan
 
 
-def planned_jobs(sweep_dir: Path) -> int | None:
+def planned_jobs(sweep_dir: str | Path) -> int | None:
     """How many jobs this invocation of the sweep runs (the plan's count, kept runs excluded)."""
     try:
         return json.loads((Path(sweep_dir) / SWEEP_PLAN).read_text())["to_run"]
@@ -335,7 +348,7 @@ def job_name(overrides: list[str]) -> str:
     return re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(o.lstrip("+~") for o in overrides))
 
 
-def baseline_names(missing: list[dict]) -> list[str]:
+def baseline_names(missing: list[dict[str, Any]]) -> list[str]:
     """baseline_<peers>x<cpus> for each baseline, then the settings in which baselines differ (e.g. _optim-adamw)."""
     apart = [k for k in dict.fromkeys(k for o in missing for k in o)
              if k not in ("peers", "peer_cpus") and len({str(o.get(k)) for o in missing}) > 1]
