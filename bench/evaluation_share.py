@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> None:
               f"{check['largest_shift_intervals']:.2f} intervals, median {check['median_shift_intervals']:+.2f}); "
               f"goal: all")
         result |= {"crossing_check": check, "crossing_goal": "every recorded run's crossing within one interval of "
-                   "its dense evaluation's", "crossing_goal_met": check["within"] == check["runs"]}
+                   "its dense evaluation's", "crossing_goal_met": check["within"] == check["runs"],
+                   "sweeps": [{"path": path, "kept": False, "summary": "crossing_check"} for path in check["folders"]]}
     if not args.no_save:
         print(f"saved {save(recorded(result), args.out)}")
 

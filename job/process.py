@@ -28,7 +28,8 @@ def exit_on_sigterm() -> None:
 
 
 def exit_with(main: Callable[..., int], *args: object) -> NoReturn:
-    """Run `main` and exit with its code; after a failure at once, so that a backend's thread cannot hold the exit."""
+    """Run `main` and exit with its code at once: a backend's thread cannot hold the exit, and the interpreter's
+    teardown of torch is skipped (its files are closed by then)."""
     try:
         code = main(*args)
     except BaseException as exc:
@@ -36,10 +37,9 @@ def exit_with(main: Callable[..., int], *args: object) -> NoReturn:
                 else 128 + signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1)
         if not isinstance(exc, SystemExit):
             traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class Interrupted(KeyboardInterrupt):
