@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
-from job.process import interrupt_on_signals
+from job.process import exit_now, interrupt_on_signals
 from launchers import launch
 from launchers.base import Outcome
 from launchers.config import check_command, check_overrides, measurement_window, strategy_class, validate
@@ -185,6 +185,7 @@ def main() -> None:
         sys.exit(1)
     if report_errors:
         sys.exit(1)  # the callback has printed why
+    exit_now(0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Process hygiene shared by launchers and workers: signals, parent death, CPU pinning, tree kills."""
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -28,8 +29,7 @@ def exit_on_sigterm() -> None:
 
 
 def exit_with(main: Callable[..., int], *args: object) -> NoReturn:
-    """Run `main` and exit with its code at once: a backend's thread cannot hold the exit, and the interpreter's
-    teardown of torch is skipped (its files are closed by then)."""
+    """Run `main` and exit with its code at once (exit_now): a backend's thread cannot hold the exit."""
     try:
         code = main(*args)
     except BaseException as exc:
@@ -37,6 +37,12 @@ def exit_with(main: Callable[..., int], *args: object) -> NoReturn:
                 else 128 + signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1)
         if not isinstance(exc, SystemExit):
             traceback.print_exc()
+    exit_now(code)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit with `code` once output is flushed, without the interpreter's teardown (about a second with torch)."""
+    logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
