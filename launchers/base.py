@@ -24,7 +24,6 @@ from metrics.recording.rundir import PeerDir, RunDir
 from netemu.cpu import CgroupUnavailable, CpuGroups
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-WORKER_MODULE = "job.worker"
 
 
 @dataclass
@@ -71,7 +70,7 @@ class Launcher(ABC):
         return env
 
     def worker_command(self) -> list[str]:
-        return [sys.executable, "-m", WORKER_MODULE, str(self.run_dir.path)]
+        return [sys.executable, "-m", "job.worker", str(self.run_dir.path)]
 
     def spawn(self, rank: int | None, command: list[str], env: dict[str, str]) -> None:
         """Start one process in its own session, its output into launcher.log (a peer redirects its own)."""

@@ -46,14 +46,11 @@ class HorovodLauncher(Launcher):
         if report := reported_failure(log):
             rank, code, signum = report
             silent = [(r, c) for r, c in signalled_exits(log) if not self.left_traceback(r)]
-            if silent and self.followed_a_loss(rank):
+            error = self.run_dir.peer(rank).error  # HOROVOD_SHUTDOWN in it: it followed another rank's loss
+            if silent and error.exists() and HOROVOD_SHUTDOWN in error.read_text(errors="replace"):
                 (rank, code), signum = silent[0], silent[0][1] - 128
             if not self.left_traceback(rank):
                 how = (f"was killed by {signal_name(-signum)}" if signum in set(signal.Signals)
                        else f"exited with code {code}")
                 return rank, f"peer rank {rank} {how} (no traceback)"
         return super().first_failure(failed)
-
-    def followed_a_loss(self, rank: int) -> bool:
-        error = self.run_dir.peer(rank).error
-        return error.exists() and HOROVOD_SHUTDOWN in error.read_text(errors="replace")

@@ -29,10 +29,6 @@ def _holder(fd: int) -> dict[str, Any] | None:
         return None  # being written
 
 
-def describe(holder: dict[str, Any] | None) -> str:
-    return f"pid {holder['pid']} ({holder['command']}) since {holder['since']}" if holder else "another process"
-
-
 def status(mode: str) -> dict[str, Any]:
     """The lock as a run starts: who holds it, and whether this run is part of what holds it (summary.json)."""
     path, holder = lock_path(), None
@@ -55,13 +51,9 @@ class MachineLock:
     def __init__(self) -> None:
         self.fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self.fd is not None
-
     def acquire(self, mode: str) -> None:
         """Take the lock: lock=wait waits for its holder, lock=refuse raises LockRefused, lock=off does nothing."""
-        if self.held or mode == "off" or status(mode)["under_lock"]:  # ours already, or a parent's
+        if self.fd is not None or mode == "off" or status(mode)["under_lock"]:  # ours already, or a parent's
             return
         path = lock_path()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -70,7 +62,9 @@ class MachineLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            line = f"avgbench: the machine lock {path} is held by {describe(_holder(fd))}"
+            holder = _holder(fd)
+            who = f"pid {holder['pid']} ({holder['command']}) since {holder['since']}" if holder else "another process"
+            line = f"avgbench: the machine lock {path} is held by {who}"
             if mode == "refuse":
                 os.close(fd)
                 raise LockRefused(f"{line}; lock=refuse, so not starting (lock=wait waits for it)")

@@ -37,7 +37,7 @@ class HostPlacement:
         return None
 
     def head(self, command: list[str]) -> list[str]:
-        return command
+        return self.wrap(0, command)
 
     def head_env(self) -> dict[str, str]:
         return {}
@@ -96,20 +96,12 @@ class NamespacePlacement(HostPlacement):
     def address(self, rank: int) -> str:
         return self.hosts[rank].addr
 
-    def head(self, command: list[str]) -> list[str]:
-        return self.wrap(0, command)
-
     def head_env(self) -> dict[str, str]:
         return {NETWORK_ENV: str(self.run.network), "AVGBENCH_PYTHON": sys.executable}
 
-    def hostfile(self) -> Path:
-        """An Open MPI hostfile: one slot per emulated host, in rank order."""
-        path = self.run.hostfile
-        path.write_text("".join(f"{h.addr} slots=1\n" for h in self.hosts))
-        return path
-
     def mpirun_args(self) -> list[str]:
-        return ["--hostfile", str(self.hostfile()), "--map-by", "node", "--mca", "plm_rsh_agent",
+        self.run.hostfile.write_text("".join(f"{h.addr} slots=1\n" for h in self.hosts))  # a slot per host, by rank
+        return ["--hostfile", str(self.run.hostfile), "--map-by", "node", "--mca", "plm_rsh_agent",
                 f"{sys.executable} -m netemu.agent", "--mca", "btl", "self,tcp",
                 "--mca", "btl_tcp_if_include", INTERFACE, "--mca", "oob_tcp_if_include", INTERFACE]
 

@@ -42,9 +42,8 @@ def sweep_size(hydra: HydraConf) -> int | None:
 
 def sweep_position() -> str:
     """'job k/n' in a Hydra multirun ('job k' when n is unknown), '' otherwise."""
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+    if not HydraConfig.initialized() or (hydra := HydraConfig.get()).mode != RunMode.MULTIRUN:
         return ""
-    hydra = HydraConfig.get()
     number, size = hydra.job.num + 1, sweep_size(hydra)
     return f"job {number}/{size}" if size and number <= size else f"job {number}"
 
