@@ -105,20 +105,17 @@ def knobs(path: str, *selection: str) -> str:
     if Path(path).parent.name == "strategy":
         name = Path(path).stem
         rules |= {f"{name}.{knob}": rule for knob, rule in strategy_by_name(name).rules.items()}
-    lines = [f"From `{path}`:", "", "| knob | default | accepts | meaning |", "|---|---|---|---|"]
-    for key, value, comment in rows:
-        accepts = accepted(yaml.safe_load(value), rules.get(key))
-        lines.append(f"| `{key}` | `{cell(value)}` | {cell(accepts)} | {cell(comment)} |")
-    return "\n".join(lines)
+    body = [[f"`{key}`", f"`{cell(value)}`", cell(accepted(yaml.safe_load(value), rules.get(key))), cell(comment)]
+            for key, value, comment in rows]
+    return "\n".join([f"From `{path}`:", "", *table(["knob", "default", "accepts", "meaning"], body)])
 
 
 def groups() -> str:
     """Every config group of conf/ with its options and each option's opening comment."""
-    lines = ["| group | option | what it is |", "|---|---|---|"]
-    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "hydra"):
-        for option in sorted(group.glob("*.yaml")):
-            lines.append(f"| `{group.name}` | `{option.stem}` | {cell(header_of(option))} |")
-    return "\n".join(lines)
+    return "\n".join(table(["group", "option", "what it is"], [
+        [f"`{group.name}`", f"`{option.stem}`", cell(header_of(option))]
+        for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "hydra")
+        for option in sorted(group.glob("*.yaml"))]))
 
 
 # --- measured tables from bench/results/ -------------------------------------------------
@@ -357,12 +354,8 @@ def regenerated(text: str, page: Path) -> str:
     for block in blocks:
         if block["spec"] != block["end"]:
             raise ValueError(f"{page.name}: block generated:{block['spec']} ends as generated:{block['end']}")
-
-    def replace(block: re.Match) -> str:
-        spec = block["spec"]
-        return f"<!-- generated:{spec} -->\n{render(spec)}\n<!-- end generated:{spec} -->"
-
-    return BLOCK.sub(replace, text)
+    return BLOCK.sub(lambda block: f"<!-- generated:{block['spec']} -->\n{render(block['spec'])}\n"
+                     f"<!-- end generated:{block['spec']} -->", text)
 
 
 def stale_pages(pages: list[Path] = PAGES) -> dict[Path, str]:

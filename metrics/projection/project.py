@@ -11,10 +11,9 @@ band (docs/projection.md). Writes projection.json and projection.png into the ru
 import argparse
 import json
 import math
-import dataclasses
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from metrics.summary.bounds import Round, round_records
@@ -71,7 +70,6 @@ class Measured:
                     overlap=overlap)
 
     def step_s(self, workers: int, link: Link) -> float:
-        """Predicted seconds per step at `workers` workers on `link`."""
         step = self.model.step_time(self.cost(workers, link, self.overlap))
         if step is None:
             raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (its step_time)")
@@ -210,10 +208,9 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
             {p.rank: read_jsonl(p.evals) for p in peers if p.rank in steps_by_rank}, steps_by_rank, {},
             summary.target | {"bootstrap": 0})["samples_to_target"],
         payload_share=payload_share,
+        batch_scaling=evidence.batch_scaling((config.get("model") or {}).get("name"),
+                                             config.get("lr_scaling", "none")) if evidence else None,
     )
-    if evidence is not None:
-        model_name = (config.get("model") or {}).get("name")
-        m.batch_scaling = evidence.batch_scaling(model_name, config.get("lr_scaling", "none"))
     if link:  # the share of overlappable transfers the run overlapped (CostModel.fit_overlap; 0: no link)
         m.overlap = model.fit_overlap(m.cost(workers, link), m.measured_step_s)
     return m
@@ -226,16 +223,14 @@ def declared(m: Measured, step_s: float | None = None, samples_per_s: float | No
     its share of the compute (backward hides in proportion to its length): H' = H · declared / measured compute."""
     if step_s is None and samples_per_s is not None:
         step_s = m.batch / samples_per_s
-    found = m
     if step_s is not None:
         what = f"{samples_per_s:g} samples/s per device" if samples_per_s else f"{step_s:g} s per step per device"
-        hidden_share = found.hidden_s / found.compute_s if found.compute_s > 0 else 0.0
-        found = dataclasses.replace(found, compute_s=step_s, hidden_s=hidden_share * step_s,
-                                    compute_note=f"declared: {what} (batch {m.batch})",
-                                    compute_of=f"declared by you: {what}")
+        hidden_share = m.hidden_s / m.compute_s if m.compute_s > 0 else 0.0
+        m = replace(m, compute_s=step_s, hidden_s=hidden_share * step_s,
+                    compute_note=f"declared: {what} (batch {m.batch})", compute_of=f"declared by you: {what}")
     if gradient_mb is not None:
-        found = dataclasses.replace(found, size_bytes=gradient_mb * 1e6)
-    return found
+        m = replace(m, size_bytes=gradient_mb * 1e6)
+    return m
 
 
 def calibration_problems(path: Path) -> list[str]:
@@ -298,9 +293,8 @@ def stops_scaling(rows: list[dict]) -> dict:
 def validation_record(validation: Validation | None) -> dict | None:
     if validation is None:
         return None
-    return {"source": validation.source, "cases": validation.cases, "errors": validation.errors,
-            "largest_peers": validation.largest_peers, "rates_mbit": validation.rates_mbit,
-            "latency_ms": validation.latency_ms, "failed": validation.failed}
+    return {key: getattr(validation, key)
+            for key in ("source", "cases", "errors", "largest_peers", "rates_mbit", "latency_ms", "failed")}
 
 
 def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence) -> dict:
@@ -310,16 +304,13 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
         predicted = m.step_s(m.workers, m.link)
         check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
                  "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
+    fields = asdict(m)  # the link as a dict, like every link in the output
     return {
         "run": str(m.run), "strategy": m.strategy,
         "model": first_paragraph(m.model.step_time),
-        "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
-                     "compute_note": m.compute_note, "compute_of": m.compute_of,
-                     "oversubscription": m.oversubscription,
-                     "hidden_s": m.hidden_s, "server_s": m.server_s, "overlap": m.overlap,
-                     "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
-                     "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
-                     "samples_to_target": m.samples_to_target},
+        "measured": {"workers": m.workers, "batch_per_worker": m.batch} | {key: fields[key] for key in (
+            "compute_s", "compute_note", "compute_of", "oversubscription", "hidden_s", "server_s", "overlap",
+            "payload_bytes", "size_bytes", "knobs", "link", "measured_step_s", "samples_to_target")},
         "payload_share": {"share": m.payload_share, "source": evidence.goodput_source},
         "model_check": check,
         "validation": validation_record(validation),
@@ -331,11 +322,6 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
 
 def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}g}" + (f" {unit}" if unit else "")
-
-
-def band_text(row: dict) -> str:
-    low_high = row["band_step_s"]
-    return "none" if low_high is None else f"{low_high[0]:.4g}-{low_high[1]:.4g}"
 
 
 def validation_text(validation: dict | None) -> str:
@@ -354,7 +340,8 @@ def validation_text(validation: dict | None) -> str:
 
 def row_text(row: dict) -> str:
     marks = f"  UNVALIDATED ({'; '.join(row['unvalidated_why'])})" if row["unvalidated"] else ""
-    return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band_text(row):>17} "
+    band = "none" if row["band_step_s"] is None else f"{row['band_step_s'][0]:.4g}-{row['band_step_s'][1]:.4g}"
+    return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band:>17} "
             f"{row['throughput_samples_per_s']:>23.4g} {fmt(row['time_to_target_s'], digits=4):>19}{marks}")
 
 
@@ -372,8 +359,7 @@ def text_report(result: dict) -> list[str]:
              f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
              f"  link rate: payload rate = nominal x {result['payload_share']['share']:.3f} "
              f"({result['payload_share']['source']})"]
-    check = result["model_check"]
-    if check:
+    if check := result["model_check"]:
         lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
                      f"{check['link']['latency_ms']:g} ms): predicted {fmt(check['predicted_step_s'], 's/step')}, "
                      f"measured {fmt(check['measured_step_s'], 's/step')} (steady steps, mean over workers), "
@@ -383,10 +369,9 @@ def text_report(result: dict) -> list[str]:
         return lines
     for p in result["projections"]:
         link = Link(**p["link"])
-        lines.append(f"  PREDICTED on {link.label}, from {link.source}:")
-        lines.append(f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
-                     f"{'time-to-target (s)':>19}")
-        lines += [row_text(r) for r in p["rows"]]
+        lines += [f"  PREDICTED on {link.label}, from {link.source}:",
+                  f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
+                  f"{'time-to-target (s)':>19}", *(row_text(r) for r in p["rows"])]
         if any(r["time_to_target_s"] is None for r in p["rows"]) and m["samples_to_target"]:
             lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
                          f"{m['batch_per_worker']}) where no passed noise-scale check covers the batch: larger "
@@ -420,8 +405,7 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
             unchecked = [r["peers"] for r in rows if r["unvalidated"]]
             ax.plot(unchecked, [r["throughput_samples_per_s"] for r in rows if r["unvalidated"]], "x",
                     color="black", markersize=9)
-            banded = [r for r in rows if r["band_step_s"]]
-            if banded:
+            if banded := [r for r in rows if r["band_step_s"]]:
                 samples = [r["throughput_samples_per_s"] * r["step_s"] for r in banded]  # N x batch
                 ax.fill_between([r["peers"] for r in banded],
                                 [n / r["band_step_s"][1] for n, r in zip(samples, banded)],
