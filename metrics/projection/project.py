@@ -32,7 +32,6 @@ from metrics.summary.target import time_to_target
 from metrics.recording.methods import methods
 
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
-DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
 METHODS = methods("projection", STOP_GAIN=STOP_GAIN)
 
@@ -123,11 +122,8 @@ def hidden_comm_s(step: dict) -> float:
 
 def server_update_s(run: RunDir) -> float:
     """Mean time of one server update (opt_s / updates in the servers' result.json); 0 without servers."""
-    times = []
-    for peer in run.peers():
-        figures = (json.loads(peer.result.read_text()).get("strategy") or {}) if peer.result.exists() else {}
-        if figures.get("role") == "server" and figures.get("updates"):
-            times.append(figures["opt_s"] / figures["updates"])
+    figures = [json.loads(p.result.read_text()).get("strategy") or {} for p in run.peers() if p.result.exists()]
+    times = [f["opt_s"] / f["updates"] for f in figures if f.get("role") == "server" and f.get("updates")]
     return statistics.fmean(times) if times else 0.0
 
 
@@ -265,12 +261,10 @@ def project_link(m: Measured, link: Link, peers: list[int], validation: Validati
 
 def samples_to_target_at(m: Measured, peers: int) -> tuple[float | None, str | None]:
     """Samples to the target at `peers` workers and why that number (METHODS time_to_target_s)."""
-    if not m.samples_to_target:
-        return None, None
-    if peers <= m.workers:
-        return m.samples_to_target, "the measured run's samples (an upper bound at a smaller batch)"
     scaling, batch = m.batch_scaling, peers * m.batch
-    if scaling and batch <= scaling["largest_batch"]:
+    if m.samples_to_target and peers <= m.workers:
+        return m.samples_to_target, "the measured run's samples (an upper bound at a smaller batch)"
+    if m.samples_to_target and scaling and batch <= scaling["largest_batch"]:
         return (samples_at(m.samples_to_target, m.workers * m.batch, batch, scaling["noise_scale"]),
                 f"noise scale {scaling['noise_scale']:.4g} samples, checked up to batch {scaling['largest_batch']} "
                 f"(conf/evidence.json noise_scale, {scaling['measured_at']})")
@@ -376,12 +370,10 @@ def text_report(result: dict) -> list[str]:
             lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
                          f"{m['batch_per_worker']}) where no passed noise-scale check covers the batch: larger "
                          "batches need more samples past the critical batch size")
-        if p["stops_scaling_at"]:
-            lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> "
-                         f"{p['stops_scaling_at']} peers adds {p['gain_per_doubling']:.1%} throughput per doubling "
-                         f"(< {STOP_GAIN:.0%})")
-        else:
-            lines.append(f"    scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
+        lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> {p['stops_scaling_at']} "
+                     f"peers adds {p['gain_per_doubling']:.1%} throughput per doubling (< {STOP_GAIN:.0%})"
+                     if p["stops_scaling_at"] else
+                     f"    scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
     return lines
 
 
@@ -438,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m metrics.projection", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories (or directories holding runs)")
-    parser.add_argument("--peers", nargs="+", type=int, default=list(DEFAULT_PEERS), help="peer counts (>= 2)")
+    parser.add_argument("--peers", nargs="+", type=int, default=[16, 32, 64, 128, 256], help="peer counts (>= 2)")
     parser.add_argument("--link", nargs="+", dest="links", default=[],
                         help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
     compute = parser.add_mutually_exclusive_group()
