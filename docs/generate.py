@@ -61,7 +61,8 @@ def knobs_of(path: Path) -> list[tuple[str, str, str]]:
             parents.pop()
         key = ".".join([p[1] for p in parents] + [match["key"]])
         value = (match["value"] or "").strip()
-        if key.split(".")[0] in ("defaults", "hydra") or key in ("strategy.name", "strategy.target", "strategy.cost_model"):
+        if key.split(".")[0] in ("defaults", "hydra") or key in ("strategy.name", "strategy.target",
+                                                                  "strategy.cost_model"):
             skip_below = indent
             continue
         if value in ("", "|", ">"):
@@ -105,20 +106,17 @@ def knobs(path: str, *selection: str) -> str:
     if Path(path).parent.name == "strategy":
         name = Path(path).stem
         rules |= {f"{name}.{knob}": rule for knob, rule in strategy_by_name(name).rules.items()}
-    lines = [f"From `{path}`:", "", "| knob | default | accepts | meaning |", "|---|---|---|---|"]
-    for key, value, comment in rows:
-        accepts = accepted(yaml.safe_load(value), rules.get(key))
-        lines.append(f"| `{key}` | `{cell(value)}` | {cell(accepts)} | {cell(comment)} |")
-    return "\n".join(lines)
+    body = [[f"`{key}`", f"`{cell(value)}`", cell(accepted(yaml.safe_load(value), rules.get(key))), cell(comment)]
+            for key, value, comment in rows]
+    return "\n".join([f"From `{path}`:", "", *table(["knob", "default", "accepts", "meaning"], body)])
 
 
 def groups() -> str:
     """Every config group of conf/ with its options and each option's opening comment."""
-    lines = ["| group | option | what it is |", "|---|---|---|"]
-    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "hydra"):
-        for option in sorted(group.glob("*.yaml")):
-            lines.append(f"| `{group.name}` | `{option.stem}` | {cell(header_of(option))} |")
-    return "\n".join(lines)
+    return "\n".join(table(["group", "option", "what it is"], [
+        [f"`{group.name}`", f"`{option.stem}`", cell(header_of(option))]
+        for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "hydra")
+        for option in sorted(group.glob("*.yaml"))]))
 
 
 # --- measured tables from bench/results/ -------------------------------------------------
@@ -162,11 +160,11 @@ def caveat(entry: dict, part: str = "") -> list[str]:
 
 def bench_summary() -> str:
     """Every benchmark's latest ratio beside its goal, date and machine; a caveat marked with its entry."""
-    rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), num(e.get("ratio"), 3), cell(e["goal"]),
-             e["measured_at"], describe_machine(e["machine"])] for e in load_all().values()]
-    notes = [f"- `{e['name']}`: {e['caveat']}" for e in load_all().values() if e.get("caveat")]
-    notes += [f"- `{e['name']}` → `{part}`: {text}" for e in load_all().values()
-              for part, text in (e.get("caveats") or {}).items()]
+    entries = load_all().values()
+    rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), num(e.get("ratio"), 3),
+             cell(e["goal"]), e["measured_at"], describe_machine(e["machine"])] for e in entries]
+    notes = [f"- `{e['name']}`: {e['caveat']}" for e in entries if e.get("caveat")]
+    notes += [f"- `{e['name']}` → `{part}`: {text}" for e in entries for part, text in (e.get("caveats") or {}).items()]
     return "\n".join(table(["benchmark", "ratio", "goal", "measured", "machine"], rows)
                      + (["", "Caveats:", *notes] if notes else []))
 
@@ -176,14 +174,10 @@ def bench_machines() -> str:
     found: dict[str, list[str]] = {}
 
     def visit(value: Any, name: str) -> None:
-        if isinstance(value, dict):
-            if "machine" in value and isinstance(value["machine"], dict):
-                found.setdefault(describe_machine(value["machine"]), []).append(name)
-            for item in value.values():
-                visit(item, name)
-        elif isinstance(value, list):
-            for item in value:
-                visit(item, name)
+        if isinstance(value, dict) and isinstance(value.get("machine"), dict):
+            found.setdefault(describe_machine(value["machine"]), []).append(name)
+        for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else []:
+            visit(item, name)
 
     for name, entry in load_all().items():
         visit(entry, name)
@@ -261,7 +255,8 @@ TEMPLATES.globals |= {"stamp": stamp, "stamp_rows": stamp_rows, "num": num, "pct
                       "nums": lambda values, digits=2: ", ".join(num(v, digits) for v in values),
                       "by_number": lambda keys: sorted(set(keys), key=float), "machine": describe_machine,
                       "source": source, "log_sd": log_sd, "fail": fail,
-                      "index": lambda rows, key: {r[key]: r for r in rows}, "tally": lambda values: Counter(values).items()}
+                      "index": lambda rows, key: {r[key]: r for r in rows},
+                      "tally": lambda values: Counter(values).items()}
 TEMPLATES.filters["fmt"] = format
 TEMPLATES.tests |= {"containing": lambda text, part: part in text,
                     "checked_for_fidelity": lambda row: row.get("counted") or row.get("faithful") is False}
@@ -284,8 +279,8 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
     found = [c["power"].get(f"x{effect:g}") for c in cells]
     if not found or None in found:
         return ""
-    return (f"; the verdict's own power there, by simulation (`verdict_simulation`, {', '.join(c['noise'] for c in cells)}"
-            f" noise): {' and '.join(pct(p, 0) for p in found)}")
+    return (f"; the verdict's own power there, by simulation (`verdict_simulation`, "
+            f"{', '.join(c['noise'] for c in cells)} noise): {' and '.join(pct(p, 0) for p in found)}")
 
 
 def commands() -> str:
@@ -357,12 +352,8 @@ def regenerated(text: str, page: Path) -> str:
     for block in blocks:
         if block["spec"] != block["end"]:
             raise ValueError(f"{page.name}: block generated:{block['spec']} ends as generated:{block['end']}")
-
-    def replace(block: re.Match) -> str:
-        spec = block["spec"]
-        return f"<!-- generated:{spec} -->\n{render(spec)}\n<!-- end generated:{spec} -->"
-
-    return BLOCK.sub(replace, text)
+    return BLOCK.sub(lambda block: f"<!-- generated:{block['spec']} -->\n{render(block['spec'])}\n"
+                     f"<!-- end generated:{block['spec']} -->", text)
 
 
 def stale_pages(pages: list[Path] = PAGES) -> dict[Path, str]:

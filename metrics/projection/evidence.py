@@ -60,12 +60,9 @@ class Evidence:
         return checked_noise_scale(self.results, model, lr_scaling)
 
 
-NO_CASE = "the strategy's cost model has no validated case"
-
-
 def unvalidated(validation: Validation | None, peers: int, link: Link) -> list[str]:
     """Why a prediction at (peers, link) lies outside the validated region (empty: inside)."""
-    return validation.beyond(peers, link) if validation else [NO_CASE]
+    return validation.beyond(peers, link) if validation else ["the strategy's cost model has no validated case"]
 
 
 def failure(strategy: str, verdict: dict) -> str | None:
@@ -75,9 +72,9 @@ def failure(strategy: str, verdict: dict) -> str | None:
         return None
     worst = verdict["worst"]
     unchecked = "" if verdict.get("checked", True) else " (a case not checked for fidelity, until checked ones do)"
-    return (f"{strategy}'s cost model failed its validation: held-out error {worst['error']:+.1%} at N={worst['peers']}, "
-            f"{worst['link_mbit']:g} Mbit/s (model {worst['model']}), beyond its goal of ±{verdict['goal']:.0%}"
-            + unchecked)
+    return (f"{strategy}'s cost model failed its validation: held-out error {worst['error']:+.1%} at "
+            f"N={worst['peers']}, {worst['link_mbit']:g} Mbit/s (model {worst['model']}), beyond its goal of "
+            f"±{verdict['goal']:.0%}" + unchecked)
 
 
 def validations(entry: dict, source: str) -> dict[str, Validation]:

@@ -11,10 +11,9 @@ band (docs/projection.md). Writes projection.json and projection.png into the ru
 import argparse
 import json
 import math
-import dataclasses
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from metrics.summary.bounds import Round, round_records
@@ -33,7 +32,6 @@ from metrics.summary.target import time_to_target
 from metrics.recording.methods import methods
 
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
-DEFAULT_PEERS = (16, 32, 64, 128, 256)
 
 METHODS = methods("projection", STOP_GAIN=STOP_GAIN)
 
@@ -71,7 +69,6 @@ class Measured:
                     overlap=overlap)
 
     def step_s(self, workers: int, link: Link) -> float:
-        """Predicted seconds per step at `workers` workers on `link`."""
         step = self.model.step_time(self.cost(workers, link, self.overlap))
         if step is None:
             raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (its step_time)")
@@ -125,11 +122,8 @@ def hidden_comm_s(step: dict) -> float:
 
 def server_update_s(run: RunDir) -> float:
     """Mean time of one server update (opt_s / updates in the servers' result.json); 0 without servers."""
-    times = []
-    for peer in run.peers():
-        figures = (json.loads(peer.result.read_text()).get("strategy") or {}) if peer.result.exists() else {}
-        if figures.get("role") == "server" and figures.get("updates"):
-            times.append(figures["opt_s"] / figures["updates"])
+    figures = [json.loads(p.result.read_text()).get("strategy") or {} for p in run.peers() if p.result.exists()]
+    times = [f["opt_s"] / f["updates"] for f in figures if f.get("role") == "server" and f.get("updates")]
     return statistics.fmean(times) if times else 0.0
 
 
@@ -210,10 +204,9 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
             {p.rank: read_jsonl(p.evals) for p in peers if p.rank in steps_by_rank}, steps_by_rank, {},
             summary.target | {"bootstrap": 0})["samples_to_target"],
         payload_share=payload_share,
+        batch_scaling=evidence.batch_scaling((config.get("model") or {}).get("name"),
+                                             config.get("lr_scaling", "none")) if evidence else None,
     )
-    if evidence is not None:
-        model_name = (config.get("model") or {}).get("name")
-        m.batch_scaling = evidence.batch_scaling(model_name, config.get("lr_scaling", "none"))
     if link:  # the share of overlappable transfers the run overlapped (CostModel.fit_overlap; 0: no link)
         m.overlap = model.fit_overlap(m.cost(workers, link), m.measured_step_s)
     return m
@@ -226,16 +219,14 @@ def declared(m: Measured, step_s: float | None = None, samples_per_s: float | No
     its share of the compute (backward hides in proportion to its length): H' = H · declared / measured compute."""
     if step_s is None and samples_per_s is not None:
         step_s = m.batch / samples_per_s
-    found = m
     if step_s is not None:
         what = f"{samples_per_s:g} samples/s per device" if samples_per_s else f"{step_s:g} s per step per device"
-        hidden_share = found.hidden_s / found.compute_s if found.compute_s > 0 else 0.0
-        found = dataclasses.replace(found, compute_s=step_s, hidden_s=hidden_share * step_s,
-                                    compute_note=f"declared: {what} (batch {m.batch})",
-                                    compute_of=f"declared by you: {what}")
+        hidden_share = m.hidden_s / m.compute_s if m.compute_s > 0 else 0.0
+        m = replace(m, compute_s=step_s, hidden_s=hidden_share * step_s,
+                    compute_note=f"declared: {what} (batch {m.batch})", compute_of=f"declared by you: {what}")
     if gradient_mb is not None:
-        found = dataclasses.replace(found, size_bytes=gradient_mb * 1e6)
-    return found
+        m = replace(m, size_bytes=gradient_mb * 1e6)
+    return m
 
 
 def calibration_problems(path: Path) -> list[str]:
@@ -270,12 +261,10 @@ def project_link(m: Measured, link: Link, peers: list[int], validation: Validati
 
 def samples_to_target_at(m: Measured, peers: int) -> tuple[float | None, str | None]:
     """Samples to the target at `peers` workers and why that number (METHODS time_to_target_s)."""
-    if not m.samples_to_target:
-        return None, None
-    if peers <= m.workers:
-        return m.samples_to_target, "the measured run's samples (an upper bound at a smaller batch)"
     scaling, batch = m.batch_scaling, peers * m.batch
-    if scaling and batch <= scaling["largest_batch"]:
+    if m.samples_to_target and peers <= m.workers:
+        return m.samples_to_target, "the measured run's samples (an upper bound at a smaller batch)"
+    if m.samples_to_target and scaling and batch <= scaling["largest_batch"]:
         return (samples_at(m.samples_to_target, m.workers * m.batch, batch, scaling["noise_scale"]),
                 f"noise scale {scaling['noise_scale']:.4g} samples, checked up to batch {scaling['largest_batch']} "
                 f"(conf/evidence.json noise_scale, {scaling['measured_at']})")
@@ -298,9 +287,8 @@ def stops_scaling(rows: list[dict]) -> dict:
 def validation_record(validation: Validation | None) -> dict | None:
     if validation is None:
         return None
-    return {"source": validation.source, "cases": validation.cases, "errors": validation.errors,
-            "largest_peers": validation.largest_peers, "rates_mbit": validation.rates_mbit,
-            "latency_ms": validation.latency_ms, "failed": validation.failed}
+    return {key: getattr(validation, key)
+            for key in ("source", "cases", "errors", "largest_peers", "rates_mbit", "latency_ms", "failed")}
 
 
 def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence) -> dict:
@@ -310,16 +298,13 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
         predicted = m.step_s(m.workers, m.link)
         check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
                  "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
+    fields = asdict(m)  # the link as a dict, like every link in the output
     return {
         "run": str(m.run), "strategy": m.strategy,
         "model": first_paragraph(m.model.step_time),
-        "measured": {"workers": m.workers, "batch_per_worker": m.batch, "compute_s": m.compute_s,
-                     "compute_note": m.compute_note, "compute_of": m.compute_of,
-                     "oversubscription": m.oversubscription,
-                     "hidden_s": m.hidden_s, "server_s": m.server_s, "overlap": m.overlap,
-                     "payload_bytes": m.payload_bytes, "size_bytes": m.size_bytes, "knobs": m.knobs,
-                     "link": asdict(m.link) if m.link else None, "measured_step_s": m.measured_step_s,
-                     "samples_to_target": m.samples_to_target},
+        "measured": {"workers": m.workers, "batch_per_worker": m.batch} | {key: fields[key] for key in (
+            "compute_s", "compute_note", "compute_of", "oversubscription", "hidden_s", "server_s", "overlap",
+            "payload_bytes", "size_bytes", "knobs", "link", "measured_step_s", "samples_to_target")},
         "payload_share": {"share": m.payload_share, "source": evidence.goodput_source},
         "model_check": check,
         "validation": validation_record(validation),
@@ -331,11 +316,6 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
 
 def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}g}" + (f" {unit}" if unit else "")
-
-
-def band_text(row: dict) -> str:
-    low_high = row["band_step_s"]
-    return "none" if low_high is None else f"{low_high[0]:.4g}-{low_high[1]:.4g}"
 
 
 def validation_text(validation: dict | None) -> str:
@@ -354,7 +334,8 @@ def validation_text(validation: dict | None) -> str:
 
 def row_text(row: dict) -> str:
     marks = f"  UNVALIDATED ({'; '.join(row['unvalidated_why'])})" if row["unvalidated"] else ""
-    return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band_text(row):>17} "
+    band = "none" if row["band_step_s"] is None else f"{row['band_step_s'][0]:.4g}-{row['band_step_s'][1]:.4g}"
+    return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band:>17} "
             f"{row['throughput_samples_per_s']:>23.4g} {fmt(row['time_to_target_s'], digits=4):>19}{marks}")
 
 
@@ -372,8 +353,7 @@ def text_report(result: dict) -> list[str]:
              f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
              f"  link rate: payload rate = nominal x {result['payload_share']['share']:.3f} "
              f"({result['payload_share']['source']})"]
-    check = result["model_check"]
-    if check:
+    if check := result["model_check"]:
         lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
                      f"{check['link']['latency_ms']:g} ms): predicted {fmt(check['predicted_step_s'], 's/step')}, "
                      f"measured {fmt(check['measured_step_s'], 's/step')} (steady steps, mean over workers), "
@@ -383,20 +363,17 @@ def text_report(result: dict) -> list[str]:
         return lines
     for p in result["projections"]:
         link = Link(**p["link"])
-        lines.append(f"  PREDICTED on {link.label}, from {link.source}:")
-        lines.append(f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
-                     f"{'time-to-target (s)':>19}")
-        lines += [row_text(r) for r in p["rows"]]
+        lines += [f"  PREDICTED on {link.label}, from {link.source}:",
+                  f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
+                  f"{'time-to-target (s)':>19}", *(row_text(r) for r in p["rows"])]
         if any(r["time_to_target_s"] is None for r in p["rows"]) and m["samples_to_target"]:
             lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
                          f"{m['batch_per_worker']}) where no passed noise-scale check covers the batch: larger "
                          "batches need more samples past the critical batch size")
-        if p["stops_scaling_at"]:
-            lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> "
-                         f"{p['stops_scaling_at']} peers adds {p['gain_per_doubling']:.1%} throughput per doubling "
-                         f"(< {STOP_GAIN:.0%})")
-        else:
-            lines.append(f"    scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
+        lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> {p['stops_scaling_at']} "
+                     f"peers adds {p['gain_per_doubling']:.1%} throughput per doubling (< {STOP_GAIN:.0%})"
+                     if p["stops_scaling_at"] else
+                     f"    scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
     return lines
 
 
@@ -420,8 +397,7 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
             unchecked = [r["peers"] for r in rows if r["unvalidated"]]
             ax.plot(unchecked, [r["throughput_samples_per_s"] for r in rows if r["unvalidated"]], "x",
                     color="black", markersize=9)
-            banded = [r for r in rows if r["band_step_s"]]
-            if banded:
+            if banded := [r for r in rows if r["band_step_s"]]:
                 samples = [r["throughput_samples_per_s"] * r["step_s"] for r in banded]  # N x batch
                 ax.fill_between([r["peers"] for r in banded],
                                 [n / r["band_step_s"][1] for n, r in zip(samples, banded)],
@@ -454,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m metrics.projection", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories (or directories holding runs)")
-    parser.add_argument("--peers", nargs="+", type=int, default=list(DEFAULT_PEERS), help="peer counts (>= 2)")
+    parser.add_argument("--peers", nargs="+", type=int, default=[16, 32, 64, 128, 256], help="peer counts (>= 2)")
     parser.add_argument("--link", nargs="+", dest="links", default=[],
                         help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
     compute = parser.add_mutually_exclusive_group()
