@@ -1,13 +1,7 @@
 #!/usr/bin/env python
-"""Evaluation's share of `make run`: the default run (`train.py` with no overrides), timed as a user types it,
-and the time its workers spent evaluating, from the run's own records (the entry's method says how); and what the
-default evaluation interval does to the crossing of recorded runs evaluated more densely (--dense).
-
-    flock /tmp/avgbench-measure.lock python bench/evaluation_share.py --dense multirun/quick-*   # 2 repeats
-    python bench/evaluation_share.py --repeats 1 --no-save eval_every=10          # a variant, printed only
-
-The result replaces bench/results/evaluation_share.json (--out: another folder), the repeats' mean share its ratio.
-"""
+"""Evaluation's share of `make run` (the default run, timed as typed; evaluation from its own records) and, with
+--dense, how far the default interval moves the crossing of recorded runs evaluated more often (docs/usage.md). The
+result replaces bench/results/evaluation_share.json (--out: another folder), the repeats' mean share its ratio."""
 import argparse
 import statistics
 import subprocess
