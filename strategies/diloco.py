@@ -36,8 +36,7 @@ class DiLoCo(TransportStrategy):
 
     def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
-        self.connect()
-        broadcast_initial_state(self.connected(), model)
+        broadcast_initial_state(self.connect(), model)
         knobs = self.cfg.diloco
         self.inner_steps = int(knobs.inner_steps)
         self.synced = flatten([p.data for p in self.trainable()])  # theta_sync, on the host

@@ -95,8 +95,7 @@ class Stepwise(TransportStrategy):
 
     def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
-        self.connect()
-        broadcast_initial_state(self.connected(), model)
+        broadcast_initial_state(self.connect(), model)
         return model
 
     steps = rounds = full_rounds = 0
