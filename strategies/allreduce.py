@@ -161,9 +161,7 @@ class AllReduce(TransportStrategy):
         return self.bucket_hook(state, bucket).then(done)
 
     def step(self, samples: int) -> StepReport:
-        if not self.uses_ddp:
-            return self._flat_allreduce_step()
-        return self._ddp_step()
+        return self._ddp_step() if self.uses_ddp else self._flat_allreduce_step()
 
     def _ddp_step(self) -> StepReport:
         """The update after DDP all-reduced this step's gradients during backward."""
