@@ -36,7 +36,8 @@ class DiLoCo(TransportStrategy):
 
     def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
-        broadcast_initial_state(self.connect(), model)
+        self.connect()
+        broadcast_initial_state(self.connected(), model)
         knobs = self.cfg.diloco
         self.inner_steps = int(knobs.inner_steps)
         self.synced = flatten([p.data for p in self.trainable()])  # theta_sync, on the host
