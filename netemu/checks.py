@@ -57,8 +57,7 @@ def check_network_config(network: DictConfig, processes: int, nnodes: int) -> No
     if processes > MAX_HOSTS:
         raise ConfigError(f"network=emulated holds at most {MAX_HOSTS} processes, this run needs {processes}")
     latency = check_link_knobs(network, processes)
-    problem = emulation_problem()
-    if problem:
+    if problem := emulation_problem():
         raise BackendUnavailable(problem)
     if latency and not has_netem():
         raise ConfigError(f"network.latency_ms={latency:g} needs the netem qdisc, which this kernel lacks "

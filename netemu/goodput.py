@@ -93,7 +93,6 @@ class LinkMeter:
     def __init__(self, fabric: Fabric, path: str | Path, sample_s: float = SAMPLE_S):
         self._thread = threading.Thread(target=self.run, name="link-meter", daemon=True)
         self.fabric, self.path, self.sample_s = fabric, Path(path), sample_s
-        self.tallies: list[DirectionTally] = []
         self.plan: list[tuple[TcReader, str, DirectionTally]] = []  # (reader, device, tally) per direction
         self.readers: list[TcReader] = []
         self.error: str | None = None
@@ -125,9 +124,7 @@ class LinkMeter:
 
     def _plan(self, reader: TcReader, device: str, host: Host, direction: str) -> None:
         assert host.bandwidth_mbit is not None  # only shaped hosts are metered
-        tally = DirectionTally(host.index, direction, float(host.bandwidth_mbit))
-        self.tallies.append(tally)
-        self.plan.append((reader, device, tally))
+        self.plan.append((reader, device, DirectionTally(host.index, direction, float(host.bandwidth_mbit))))
 
     def read_once(self) -> None:
         for reader, device, tally in self.plan:
@@ -163,7 +160,7 @@ class LinkMeter:
         first, last = self.first_reading, self.last_reading
         span = last - first if first is not None and last is not None else 0.0
         record = {"sample_s": self.sample_s, "readings": self.readings, "span_s": span, "error": self.error,
-                  "directions": [t.figures() for t in self.tallies]}
+                  "directions": [t.figures() for _, _, t in self.plan]}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(self.path)

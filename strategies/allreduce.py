@@ -143,13 +143,13 @@ class AllReduce(TransportStrategy):
             return self.bucket_hook(state, bucket)
         if self.first_bucket_at is None:
             self.first_bucket_at = time.perf_counter()
-        self.norms.add_local(bucket.buffer())  # before the hook averages it in place
+        self.norms.add(bucket.buffer(), local=True, used=False)  # before the hook averages it in place
 
         def done(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
             self.last_bucket_done_at = time.perf_counter()
             try:
                 averaged = future.value()
-                self.norms.add_used(averaged)
+                self.norms.add(averaged, local=False, used=True)
                 return averaged
             except RuntimeError as exc:
                 if "timed out" in str(exc).lower():
@@ -161,9 +161,7 @@ class AllReduce(TransportStrategy):
         return self.bucket_hook(state, bucket).then(done)
 
     def step(self, samples: int) -> StepReport:
-        if not self.uses_ddp:
-            return self._flat_allreduce_step()
-        return self._ddp_step()
+        return self._ddp_step() if self.uses_ddp else self._flat_allreduce_step()
 
     def _ddp_step(self) -> StepReport:
         """The update after DDP all-reduced this step's gradients during backward."""
@@ -180,9 +178,9 @@ class AllReduce(TransportStrategy):
     def _flat_allreduce_step(self) -> StepReport:
         grads = self.fill_missing_grads()
         flat = flatten(grads)
-        self.norms.add_local(flat)
+        self.norms.add(flat, local=True, used=False)
         self.connected().allreduce_sum(flat)
         flat /= self.ctx.world_size
-        self.norms.add_used(flat)
+        self.norms.add(flat, local=False, used=True)
         unflatten_into(flat, grads)
         return self._report(payload_bytes(flat))

@@ -20,19 +20,9 @@ class GradientNorms:
     def measuring(self) -> bool:
         return self.every > 0 and self.step % self.every == 0
 
-    # this worker's own gradient (or a bucket of it), before averaging
-    def add_local(self, tensor: torch.Tensor) -> None:
-        self._add(tensor, local=True, used=False)
-
-    # the averaged gradient the update uses
-    def add_used(self, tensor: torch.Tensor) -> None:
-        self._add(tensor, local=False, used=True)
-
-    # one process training alone: its own gradient is the one it uses
-    def add_alone(self, tensor: torch.Tensor) -> None:
-        self._add(tensor, local=True, used=True)
-
-    def _add(self, tensor: torch.Tensor, local: bool, used: bool) -> None:
+    def add(self, tensor: torch.Tensor, local: bool, used: bool) -> None:
+        """local: this worker's own gradient (or a bucket of it), before averaging; used: the averaged gradient the
+        update uses; both: one process training alone, its own gradient the one it uses."""
         if not self.measuring:
             return
         value = squared_norm(tensor)

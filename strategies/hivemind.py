@@ -413,10 +413,6 @@ class Hivemind(Strategy):
         self.own_files = {"pids": [p.pid for p in tree], "sockets": sorted(sockets)}
         self.ctx.peer.file(OWN_FILES).write_text(json.dumps(self.own_files))
 
-    def _hivemind_children(self) -> list[psutil.Process]:
-        pids = self.own_files["pids"] if self.own_files else []
-        return [c for c in psutil.Process().children(recursive=True) if _is_hivemind_child(c, pids)]
-
     def close(self) -> None:
         if self.heartbeat_stop is not None:
             with contextlib.suppress(Exception):
@@ -428,7 +424,9 @@ class Hivemind(Strategy):
                     running.shutdown()
         if self.epochs is not None:
             self.epochs.close()
-        psutil.wait_procs(self._hivemind_children(), timeout=float(self.cfg.timeouts.shutdown_s))
+        pids = self.own_files["pids"] if self.own_files else []
+        children = [c for c in psutil.Process().children(recursive=True) if _is_hivemind_child(c, pids)]
+        psutil.wait_procs(children, timeout=float(self.cfg.timeouts.shutdown_s))
         remove_leftovers(self.ctx.peer.file(OWN_FILES), ours=True)
 
     @classmethod

@@ -15,7 +15,6 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -207,15 +206,9 @@ def cloning_state_averager() -> Iterator[None]:
     """While hivemind.Optimizer is built, it makes CloningStateAverager its state averager."""
     from hivemind.optim import optimizer as hivemind_optimizer
 
-    with _substituted(hivemind_optimizer, "TrainingStateAverager", cloning_state_averager_class()):
-        yield
-
-
-@contextlib.contextmanager
-def _substituted(module: ModuleType, name: str, value: object) -> Iterator[None]:
-    original = getattr(module, name)
-    setattr(module, name, value)
+    original = hivemind_optimizer.TrainingStateAverager
+    hivemind_optimizer.TrainingStateAverager = cloning_state_averager_class()
     try:
         yield
     finally:
-        setattr(module, name, original)
+        hivemind_optimizer.TrainingStateAverager = original

@@ -76,7 +76,8 @@ class LocalSGD(AllReduce):
         self.steps += 1
         report = self._ddp_step() if self.steps <= self.warmup else StepReport(opt_s=self.timed_optimizer_step())
         params = self.trainable()
-        due = self._averager_due()
+        a = self.averager  # PeriodicModelAverager's own test: will its next average_parameters call average?
+        due = a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
         last = self.steps == self.step_limit() and self.steps > self.warmup and not due
         start = time.perf_counter()
         self.averager.average_parameters(params)  # averages when due; counts the step either way
@@ -92,11 +93,6 @@ class LocalSGD(AllReduce):
                                                                          self.ctx.world_size)
             report.extra = {"averaged": True}
         return report
-
-    def _averager_due(self) -> bool:
-        """PeriodicModelAverager's own test: will its next average_parameters call average?"""
-        a = self.averager
-        return a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
 
     def summary(self) -> dict[str, Any]:
         return {"warmup_steps": self.warmup, "every": self.every, "averaging_rounds": self.averaging_rounds,

@@ -229,8 +229,7 @@ class ParameterServer(TransportStrategy):
 
     def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
-        self.connect()
-        self.client = ShardClient(self.connected(), self.trainable(), self.server_ranks())
+        self.client = ShardClient(self.connect(), self.trainable(), self.server_ranks())
         self.client.pull_initial()
         self.steps = 0
         self.staleness = []

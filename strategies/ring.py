@@ -175,7 +175,6 @@ class Ring(Strategy):
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._gradient_ready)
         self.passes = 0
-        self.collective_bytes = 0
         return model
 
     hvd: Any = None  # horovod.torch, once initialised (untyped)

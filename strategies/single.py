@@ -26,5 +26,5 @@ class Single(Strategy):
         if self.norms.measuring:
             for p in self.trainable():
                 if p.grad is not None:
-                    self.norms.add_alone(p.grad)
+                    self.norms.add(p.grad, local=True, used=True)
         return StepReport(opt_s=self.timed_optimizer_step(), extra=self.norms.take())

@@ -95,8 +95,7 @@ class Stepwise(TransportStrategy):
 
     def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         super().setup(model, optimizer)
-        self.connect()
-        broadcast_initial_state(self.connected(), model)
+        broadcast_initial_state(self.connect(), model)
         return model
 
     steps = rounds = full_rounds = 0
@@ -106,14 +105,13 @@ class Stepwise(TransportStrategy):
         knobs = self.cfg.stepwise
         self.steps += 1
         grads = self.fill_missing_grads()
-        params = self.trainable()
         averaging = self.steps % int(knobs.every) == 0
         report = StepReport(extra={"averaged_over": 0, "ring_position": None})
         if averaging and knobs.average == "grads":
             self._average(grads, report)
         report.opt_s = self.timed_optimizer_step()
         if averaging and knobs.average == "params":
-            self._average([p.data for p in params], report)
+            self._average([p.data for p in self.trainable()], report)
         return report
 
     def _average(self, tensors: list[torch.Tensor], report: StepReport) -> None:

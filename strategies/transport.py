@@ -71,14 +71,8 @@ class Transport(ABC):
     def recv_any(self, tensor: torch.Tensor, tag: int = 0, timeout_s: float | None = None) -> int:
         """Receive one message from any peer (deadline: timeout_s, else the transport's); returns its rank."""
 
-    @abstractmethod
-    def barrier(self) -> None: ...
-
     def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         self.isend(tensor, dst, tag).wait()
-
-    def recv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> None:
-        self.irecv(tensor, src, tag).wait()
 
     def close(self) -> None:
         pass
@@ -102,7 +96,7 @@ class GlooPending(Pending):
 
 class GlooTransport(Transport):
     def __init__(self, ctx: PeerContext, timeout_s: float, backend: str = "gloo") -> None:
-        self.dist, self.timeout = dist, timedelta(seconds=timeout_s)
+        self.timeout = timedelta(seconds=timeout_s)
         dist.init_process_group(
             backend, init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
             rank=ctx.rank, world_size=ctx.world_size, timeout=self.timeout,
@@ -110,31 +104,27 @@ class GlooTransport(Transport):
         self.rank, self.world_size = ctx.rank, ctx.world_size
 
     def allreduce_sum(self, tensor: torch.Tensor) -> None:
-        GlooPending(self.dist.all_reduce(tensor, async_op=True), self.timeout, f"all_reduce on rank {self.rank}").wait()
+        GlooPending(dist.all_reduce(tensor, async_op=True), self.timeout, f"all_reduce on rank {self.rank}").wait()
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
-        GlooPending(self.dist.broadcast(tensor, src, async_op=True), self.timeout,
+        GlooPending(dist.broadcast(tensor, src, async_op=True), self.timeout,
                     f"broadcast from {src} on rank {self.rank}").wait()
 
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Pending:
-        return GlooPending(self.dist.isend(tensor, dst, tag=tag), self.timeout, f"send {self.rank}->{dst}")
+        return GlooPending(dist.isend(tensor, dst, tag=tag), self.timeout, f"send {self.rank}->{dst}")
 
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Pending:
-        return GlooPending(self.dist.irecv(tensor, src, tag=tag), self.timeout, f"recv {src}->{self.rank}")
+        return GlooPending(dist.irecv(tensor, src, tag=tag), self.timeout, f"recv {src}->{self.rank}")
 
     def recv_any(self, tensor: torch.Tensor, tag: int = 0, timeout_s: float | None = None) -> int:
         timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
-        pending = GlooPending(self.dist.irecv(tensor, src=None, tag=tag), timeout,
-                              f"recv from any peer on rank {self.rank}")
+        pending = GlooPending(dist.irecv(tensor, src=None, tag=tag), timeout, f"recv from any peer on rank {self.rank}")
         pending.wait()
         return source_rank(pending.work)
 
-    def barrier(self) -> None:
-        GlooPending(self.dist.barrier(async_op=True), self.timeout, f"barrier on rank {self.rank}").wait()
-
     def close(self) -> None:
-        if self.dist.is_initialized():
-            self.dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 # Open MPI's non-blocking in-place all-reduce defaults to a binomial tree (rank 0 carries log2(N) x S); algorithm 1 is
@@ -182,9 +172,6 @@ class MpiTransport(Transport):
         request = self.comm.Irecv(tensor.numpy(), source=self.MPI.ANY_SOURCE, tag=tag)
         self._wait(request, "recv from any peer", status, timeout_s)
         return status.Get_source()
-
-    def barrier(self) -> None:
-        self._wait(self.comm.Ibarrier(), "barrier")
 
 
 class MpiPending(Pending):
