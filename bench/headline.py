@@ -1,9 +1,7 @@
 #!/usr/bin/env python
 """The headline as typed, measured: `python train.py -m strategy=ring,stepwise,ps`, run as independent sweeps on
 this machine with nothing else running, and whether their answers replicate (docs/benchmarks.md, with examples).
-
-A sweep runs into multirun/headline-<date>-<i>; a sweep stopped half-way goes on where it stopped when its folder
-is given again (`--from` records it as it stands, `--sweeps` resumes it). The result replaces
+A sweep stopped half-way goes on where it stopped when its folder is given again. The result replaces
 bench/results/headline.json (--out: another folder).
 """
 import argparse

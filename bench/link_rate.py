@@ -1,9 +1,6 @@
 #!/usr/bin/env python
 """Which rate should the default emulated link have (conf/network/auto.yaml)? Measured on this machine as
 docs/emulation.md says; the result replaces bench/results/link_rate.json (--out: another folder).
-
-    flock /tmp/avgbench-measure.lock python bench/link_rate.py                  # about 14 minutes on 2 cores
-    python bench/link_rate.py --rates 300 --strategies ps --steps 4 --no-save  # a quick look
 """
 import argparse
 import contextlib

@@ -1,10 +1,7 @@
 #!/usr/bin/env python
 """The primary figure's noise of sweeps already run (metrics/report/noise.py), recorded for planning: a row replaces
 the saved row of the same figure, target, data, model and strategy in bench/results/primary_noise.json, and
-conf/evidence.json, which `repeats=auto` plans from, gets it too.
-
-    python bench/primary_noise.py multirun/noise            # a sweep with a fixed number of blocks
-    python bench/primary_noise.py multirun/a multirun/b --no-save
+conf/evidence.json, which `repeats=auto` plans from, gets it too (examples: docs/report.md).
 """
 import argparse
 import sys

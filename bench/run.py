@@ -2,9 +2,8 @@
 """Run the benchmarks (default: all; the others keep their saved entries), print a table of ratios, save each result
 as bench/results/NAME.json (bench/results.py); examples in docs/benchmarks.md.
 
-A benchmark's options (--NAME-..., from its module's add_arguments, and --NAME-grid where it has a DEFAULT_GRID) reach
-its run() as keyword arguments. Its result gets the method metrics/methods.yaml states for its module (bench.MODULE)
-and replaces the saved entry, unless the module defines merge(kept, new) (projection: only the cases it ran).
+A benchmark's options (--NAME-...) reach its run() as keyword arguments; its result gets its method from
+metrics/methods.yaml (bench.MODULE) and replaces the saved entry, unless its module defines merge(kept, new).
 Benchmarks hold the machine lock (launchers/lock.py) while they run: --lock refuse exits 2 if another holds it.
 """
 import argparse
