@@ -1,10 +1,6 @@
-"""allreduce: the gradient all-reduce of data-parallel training, every step.
-
-transport=gloo: torch's DistributedDataParallel, buckets all-reduced during backward through allreduce.comm_hook
-(torch's own DDP hooks); transport=mpi or allreduce.ddp=false: one flat all-reduce after backward. collective_bytes
-counts every tensor handed to the collective; bytes_sent / bytes_recv are the ring's 2(N-1)/N share of it
-(docs/strategies.md, allreduce).
-"""
+"""allreduce: the gradient all-reduce of data-parallel training, every step: torch's DistributedDataParallel with
+allreduce.comm_hook over gloo, else (transport=mpi or allreduce.ddp=false) one flat all-reduce after backward.
+Bytes: docs/strategies.md (allreduce)."""
 import threading
 import time
 from collections.abc import Callable

@@ -1,9 +1,5 @@
-"""diloco: DiLoCo (Douillard et al. 2023), H local steps, then an outer step on the averaged pseudo-gradient.
-
-Every diloco.inner_steps steps (and on the run's last) the workers all-reduce delta = theta_sync - theta, and an outer
-SGD with Nesterov momentum steps theta_sync with it; every worker continues from there. The inner optimizer is the
-`optim` group (docs/strategies.md, diloco).
-"""
+"""diloco: DiLoCo (Douillard et al. 2023): every diloco.inner_steps steps (and on the run's last) the workers
+all-reduce delta = theta_sync - theta and an outer Nesterov SGD steps theta_sync with it (docs/strategies.md)."""
 import time
 from typing import Any
 

@@ -1,9 +1,5 @@
-"""hivemind: decentralized averaging, each peer with its own DHT and hivemind.Optimizer.
-
-Rank 0 bootstraps the DHT and publishes its multiaddrs (RUN_DIR/.avgbench/hivemind_maddrs on one host, a TCPStore at
-MASTER_ADDR:MASTER_PORT across hosts); every peer stops on the shared epoch boundary `target_epoch`. Rendezvous, run
-length, BatchNorm and accounting: docs/strategies.md (hivemind).
-"""
+"""hivemind: decentralized averaging, each peer with its own DHT and hivemind.Optimizer, stopping together on the
+shared epoch boundary `target_epoch`. Rendezvous, run length, BatchNorm and accounting: docs/strategies.md."""
 import contextlib
 import ctypes
 import functools

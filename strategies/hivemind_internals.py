@@ -1,12 +1,6 @@
 """Every use of hivemind 1.1.12's private API, in one place (tests/unit/test_private_apis.py fails if an upgrade
-moves one): exact byte and event accounting (`install`) and `cloning_state_averager`.
-
-Counters live in shared memory made before hivemind forks its averagers and DHT, so a peer's processes add to the same
-numbers. Bytes are the serialized tensor parts (after compression) its all-reduce sends and deserializes, exact for any
-group, compression or partial round, framing not counted. Each all-reduce round a peer joins appends a ROUND_FIELDS
-record to peer<R>/rounds.jsonl from the averager's process: epoch is the peer's local epoch at the round's start,
-duration_s excludes matchmaking, bytes are that process's during the round (overlapped: another round ran in it).
-"""
+moves one): exact byte and event accounting (`install`, counters in shared memory that every process of a peer adds
+to; rounds in peer<R>/rounds.jsonl: docs/strategies.md, hivemind) and `cloning_state_averager`."""
 import contextlib
 import json
 import logging

@@ -1,10 +1,6 @@
 """ps: parameter server. Servers (ranks peers..peers+servers-1) hold size-balanced shards of the parameters and
-their optimizer; each step a worker pushes its gradient shards and pulls the fresh parameter shards back.
-
-Messages are float32: push [samples, version, last] + gradient shard, pull [version, staleness, update_s] + parameter
-shard. A server waits at most ps.idle_timeout_s for the next push (the workers' evaluation pauses are idle time for
-it), every other call at most timeouts.collective_s. Modes, bytes and figures: docs/strategies.md (ps).
-"""
+their optimizer; each step a worker pushes its gradient shards and pulls the fresh parameter shards back. Messages,
+deadlines, modes, bytes and figures: docs/strategies.md (ps)."""
 import functools
 import operator
 import statistics
