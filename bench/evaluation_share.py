@@ -72,7 +72,8 @@ def crossings(run_dir: Path, every: int) -> dict[str, Any]:
         worst[name] = max(s for s in steps if s is not None) if steps and None not in steps else None
     dense, coarse = worst["dense"], worst["coarse"]
     shift = (coarse - dense) / every if dense is not None and coarse is not None else None
-    return {"run": str(run_dir), "dense_every": min(b["step"] - a["step"] for a, b in zip(curves[0], curves[0][1:])),
+    gaps = [b["step"] - a["step"] for curve in curves for a, b in zip(curve, curve[1:])]
+    return {"run": str(run_dir), "dense_every": min(gaps, default=None),  # None: fewer than two evaluations
             "states": [e.get("state_sha256") for curve in curves for e in curve],
             "dense": dense, "coarse": coarse, "shift_intervals": shift,
             "within": abs(shift) <= 1 if shift is not None else dense is coarse is None}
@@ -81,7 +82,7 @@ def crossings(run_dir: Path, every: int) -> dict[str, Any]:
 def crossing_check(folders: list[Path], every: int) -> dict[str, Any]:
     """crossings() of every run (a folder holding summary.json) under `folders`, evaluated more densely than `every`."""
     runs = [crossings(s.parent, every) for folder in folders for s in sorted(folder.rglob("summary.json"))]
-    runs = [r for r in runs if r["dense_every"] < every]
+    runs = [r for r in runs if r["dense_every"] is not None and r["dense_every"] < every]
     distinct = {str(r.pop("states")): r for r in runs}  # runs that evaluated the same states read the same crossing
     shifts = [r["shift_intervals"] for r in runs if r["shift_intervals"] is not None]
     return {"every": every, "folders": [str(f) for f in folders], "runs": len(runs), "distinct_curves": len(distinct),
@@ -129,8 +130,7 @@ def run(args: argparse.Namespace) -> None:
               "method": methods("bench")["evaluation_share"],
               "repeats": repeats}
     if args.dense:
-        every = repeats[0]["interval_steps"]
-        check = crossing_check(args.dense, every)
+        check = crossing_check(args.dense, every := repeats[0]["interval_steps"])
         if not check["runs"]:
             raise SystemExit(f"evaluation_share: no run under {', '.join(map(str, args.dense))} was evaluated more "
                              f"often than every {every} steps")

@@ -62,8 +62,9 @@ def test_a_crossing_the_coarser_interval_cannot_confirm_is_not_within(tmp_path):
     # confirmed at step 45 by step 50 every 5 steps; every 25, step 50 is the last and nothing confirms it
     write_run(tmp_path / "sweep" / "run", {0: curve([0.1] * 9 + [0.96, 0.97])})
     write_run(tmp_path / "sweep" / "coarse", {0: [{"step": 0, "test_accuracy": 0.1}, {"step": 25, "test_accuracy": 0.5}]})
+    write_run(tmp_path / "sweep" / "crashed", {0: [{"step": 0, "test_accuracy": 0.1}]}, status="failed")
     check = crossing_check([tmp_path / "sweep"], every=25)
-    assert check["runs"] == 1  # a run evaluated no more often than every 25 steps has nothing to compare
+    assert check["runs"] == 1  # runs evaluated no more often than every 25 steps, or once, have nothing to compare
     (run,) = check["by_run"]
     assert run["dense"] == pytest.approx(40 + 5 * 0.85 / 0.86) and run["coarse"] is None
     assert not run["within"] and check["within"] == 0
