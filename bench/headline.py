@@ -1,9 +1,7 @@
 #!/usr/bin/env python
-"""The headline as typed, measured: `python train.py -m strategy=ring,stepwise,ps`, run as independent sweeps on
-this machine with nothing else running, and whether their answers replicate (docs/benchmarks.md, with examples).
-A sweep stopped half-way goes on where it stopped when its folder is given again. The result replaces
-bench/results/headline.json (--out: another folder).
-"""
+"""The headline as typed (`python train.py -m strategy=ring,stepwise,ps`), measured in independent sweeps on this
+machine alone, and whether their answers replicate (docs/benchmarks.md). Sweeps go into today's first folders without
+a report (a half-done one is resumed); the result replaces bench/results/headline.json (--out: another folder)."""
 import argparse
 import dataclasses
 import json
@@ -32,6 +30,15 @@ SEPARATED = (FASTER, SLOWER)
 WALL_TIME_GOAL = 1.5  # the longest sweep's wall time / the headline's on loopback, at most
 RUNS_WALL = ("the sum of its runs' wall clocks (launch to end, evaluation included; Hydra's start-up between runs and "
              "the report left out)")  # a sweep's wall time, for the sweeps and the loopback headline alike
+
+
+def keep_sample(folder: Path, name: str) -> list[str]:
+    """The sweep's report.md and report.html as docs/samples/NAME-report.*, the folder's path replaced by its name."""
+    kept = [f"docs/samples/{name}-report.{suffix}" for suffix in ("md", "html")]
+    for sample, suffix in zip(kept, ("md", "html")):
+        text = (folder / f"report.{suffix}").read_text()
+        (ROOT / sample).write_text(text.replace(str(folder.resolve()), folder.name))
+    return kept
 
 
 def run_sweep(folder: Path, lock: str, command: list[str] = HEADLINE) -> float:
@@ -165,11 +172,11 @@ def describe(sweep: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
+    folders = args.from_
     if args.sweeps:
-        folders = [ROOT / "multirun" / f"headline-{date.today()}-{i}" for i in range(1, args.sweeps + 1)]
-        sweeps = [figures_of(folder, run_sweep(folder, args.lock)) for folder in folders]
-    else:
-        sweeps = [figures_of(folder, None) for folder in args.from_]
+        today = (ROOT / "multirun" / f"headline-{date.today()}-{i}" for i in range(1, 100))
+        folders = [f for f in today if not (f / "report.md").exists()][:args.sweeps]  # a finished sweep is kept
+    sweeps = [figures_of(folder, run_sweep(folder, args.lock) if args.sweeps else None) for folder in folders]
     setup = ("python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, control arm)")
     if len(sweeps) == 1 and not args.alone and (earlier := recorded_answer(args.out, setup, sweeps[0]["folder"])):
         print(f"checked against the sweep recorded {earlier['measured_at']} ({earlier['folder']})")
@@ -188,6 +195,7 @@ def run(args: argparse.Namespace) -> None:
                       "separated after Holm",
               "loopback": loopback,
               "setup": setup, "answers": sweeps,
+              "samples": keep_sample(folders[-1], "headline") if not args.no_save else [],
               "sweeps": named,
               "method": methods("bench")["headline"]}
     result["replication"] = replication(*sweeps) if len(sweeps) == 2 else None  # one sweep: not yet measured

@@ -1,27 +1,14 @@
-"""The quick comparison as the README types it (`train.py -m experiment=quick`), measured: wall clock,
-verdict and the noise its blocks detect; its report is kept as docs/samples/quick-report.*."""
+"""The quick comparison as typed (`train.py -m experiment=quick`): wall clock, verdict, noise, sample report."""
 import argparse
 import shutil
 import time
 from datetime import date
 from pathlib import Path
 
-from bench.headline import ROOT, figures_of, run_sweep
+from bench.headline import ROOT, figures_of, keep_sample, run_sweep
 
 COMMAND = ["experiment=quick", "strategy=allreduce,stepwise,ps"]  # README's quick comparison, as typed
 GOAL_S = 600.0
-SAMPLES = ROOT / "docs" / "samples"
-
-
-def keep_sample(folder: Path) -> list[str]:
-    """The sweep's report.md and report.html as docs/samples/quick-report.*, the folder's path replaced by its name."""
-    SAMPLES.mkdir(exist_ok=True)
-    kept = []
-    for suffix in ("md", "html"):
-        sample = SAMPLES / f"quick-report.{suffix}"
-        sample.write_text((folder / f"report.{suffix}").read_text().replace(str(folder.resolve()), folder.name))
-        kept.append(str(sample.relative_to(ROOT)))
-    return kept
 
 
 def run(folder: str = "") -> dict:
@@ -37,7 +24,7 @@ def run(folder: str = "") -> dict:
         "goal_s": GOAL_S,
         "command": "python train.py -m " + " ".join(COMMAND),
         "answer": figures_of(sweep, wall_s),
-        "samples": keep_sample(sweep),
+        "samples": keep_sample(sweep, "quick"),
         "sweeps": [{"path": str(sweep), "kept": False, "summary": "answer"}],  # the run folders stay out of the repository
         "setup": " ".join(COMMAND) + "; one sweep, alone",
     }

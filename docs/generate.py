@@ -279,8 +279,10 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
     found = [c["power"].get(f"x{effect:g}") for c in cells]
     if not found or None in found:
         return ""
-    return (f"; the verdict's own power there, by simulation (`verdict_simulation`, "
-            f"{', '.join(c['noise'] for c in cells)} noise): {' and '.join(pct(p, 0) for p in found)}")
+    return (f"; the verdict's own power at ×/÷{effect:g} by simulation (`verdict_simulation`, "
+            f"{', '.join(c['noise'] for c in cells)} noise of paired log-sd "
+            f"{entries['verdict_simulation']['fit']['paired_log_sd']:.3f}, as fitted when it ran): "
+            f"{' and '.join(pct(p, 0) for p in found)}")
 
 
 def commands() -> str:
@@ -291,7 +293,7 @@ def commands() -> str:
     sweeps = " and ".join(f"{a['wall_s'] / 60:.0f}" for a in headline["answers"])
     config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
     blocks, family, strategies = int(config["repeats"]), 6, ["ps", "ring", "stepwise"]
-    primary = Primary("time_to_target", "test_accuracy", 0.95, "isotonic")
+    primary = Primary("time_to_target", *(config["target"][k] for k in ("metric", "value", "estimator")))
     sd, df, _ = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies)
     upper = upper_log_sd(sd, df)
     effect = float(config["report"]["smallest_effect"])
@@ -299,12 +301,15 @@ def commands() -> str:
                f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the noise's 95 % upper bound); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
-               f"{sd:.3f} on {df} df (`primary_noise`, estimator isotonic)" + simulated_power(entries, blocks, effect))
+               f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator})"
+               + simulated_power(entries, blocks, effect))
+    if samples := headline.get("samples"):
+        decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
     rows = [["`make run`", "sets up, then trains ResNet18 on the digits data in one process, to the target",
              f"{runs} min ({share['measured_at']}, {describe_machine(share['machine'])})", "one run: no comparison"],
             ["`.venv/bin/python train.py -m strategy=ring,stepwise,ps`",
              "which averaging reaches 95 % test accuracy faster than one process on the same CPUs, and than each "
-             "other, on emulated per-host links", f"{sweeps} min in two recorded sweeps ({headline['measured_at']}, "
+             "other, on emulated per-host links", f"{sweeps} min, one sweep each ({headline['measured_at']}, "
              f"{describe_machine(headline['machine'])})", decides],
             ["`.venv/bin/python train.py strategy=hivemind peers=8`", "how 8 hivemind peers train, round by round, "
              "and what their averaging costs", "not recorded as a benchmark (the lab log has single runs)",
