@@ -1,5 +1,6 @@
 """Does evaluating in training's pauses change the step time it measures? Paired runs, in training against
 after training, in ABBA order."""
+import argparse
 import math
 import statistics
 from typing import Any
@@ -51,7 +52,12 @@ def within_goal(ratio: Ratio) -> tuple[list[float] | None, bool]:
     return [low, high], 1 - GOAL < low and high < 1 + GOAL
 
 
-def run(pairs: int = 4, configurations: str = "single,allreduce") -> dict[str, Any]:
+def add_arguments(group: argparse._ActionsContainer) -> None:
+    group.add_argument("--pause-shift-pairs", dest="pause_shift_pairs", type=int, metavar="N",
+                       help="pairs of runs per configuration (default 6)")
+
+
+def run(pairs: int = 6, configurations: str = "single,allreduce") -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     for name in configurations.split(","):
         in_training, after = abba(pairs, lambda mode: step_s(CONFIGURATIONS[name], mode))

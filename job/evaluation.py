@@ -323,8 +323,8 @@ class Snapshots:
         self.in_training_s = 0.0  # in training: the summed evaluation pauses
         self.target_reached = False  # in training: the estimator confirmed the crossing
 
-    def take(self, model: nn.Module, **clock: float) -> float:
-        """Save the model's state and key (evaluate it, in training); returns the seconds training paused."""
+    def take(self, model: nn.Module, **clock: float) -> None:
+        """Save the model's state and key (evaluate it, in training)."""
         started = time.perf_counter()
         self.training_started = started - clock["wall_s"]
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -333,10 +333,8 @@ class Snapshots:
         key = snapshot_key(model, self.precise)
         paused = time.perf_counter() - started
         self.taken.append(Snapshot(path, clock, paused, key))
-        if not self.in_training:
-            return paused
-        self._evaluate_now(self.taken[-1], self.in_training)
-        return time.perf_counter() - started
+        if self.in_training:
+            self._evaluate_now(self.taken[-1], self.in_training)
 
     def _evaluate_now(self, snapshot: Snapshot, here: InTraining) -> None:
         """Evaluate the snapshot just taken, log it, and note whether the curve so far reached the target."""

@@ -39,6 +39,7 @@ class TrainedStrategy(Protocol):
     def step_limit(self) -> int: ...
     def zero_grad(self) -> None: ...
     def step(self, samples: int) -> StepOutcome: ...
+    def resume_together(self) -> None: ...
     def trained(self) -> None: ...
 
 
@@ -105,10 +106,13 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
 
     def snapshot(step: int) -> None:
         nonlocal paused_s
-        wall = time.perf_counter() - start
-        paused_s += snapshots.take(model, step=step, wall_s=wall, train_s=wall - paused_s, samples=samples)
+        paused_at = time.perf_counter()
+        wall = paused_at - start
+        snapshots.take(model, step=step, wall_s=wall, train_s=wall - paused_s, samples=samples)
         if reference:  # the machine's speed, measured in the same pause
-            paused_s += reference.measure(step, time.perf_counter() - start, force=step == 0)
+            reference.measure(step, time.perf_counter() - start, force=step == 0)
+        strategy.resume_together()
+        paused_s += time.perf_counter() - paused_at
 
     trained.train()
     snapshot(0)

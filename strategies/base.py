@@ -115,6 +115,10 @@ class Strategy(ABC):
         """Most steps the loop runs on this peer (strategies that stop on their own may allow more)."""
         return self.cfg.max_steps
 
+    def resume_together(self) -> None:
+        """On a worker, at the end of each pause (snapshot, evaluation, speed reference): return once every worker has
+        ended its pause, so that no worker counts another's pause as its communication. The default does not wait."""
+
     def trained(self) -> None:
         """On a worker, after its last step and the speed reference's last measurement, before evaluation."""
 

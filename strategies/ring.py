@@ -212,11 +212,20 @@ class Ring(Strategy):
         return StepReport(opt_s=opt_s, bytes_sent=sent, bytes_recv=sent, link_s=link_s,
                           extra={"collective_bytes": handed})
 
+    def resume_together(self) -> None:
+        handle = self.hvd.allreduce_async_(torch.zeros(1), name="avgbench.resume_together")
+        self.wait_for([handle])  # returns once every worker has joined: a barrier, with its deadline
+        self.hvd.synchronize(handle)
+
     def wait_for_allreduces(self) -> list[int]:
-        """Wait for the all-reduces that backward started, within timeouts.collective_s; returns their handles."""
+        """Wait for the all-reduces that backward started; returns their handles."""
+        return self.wait_for(pending_allreduces(self.optimizer))
+
+    def wait_for(self, handles: list[int]) -> list[int]:
+        """Wait for Horovod operations to complete, within timeouts.collective_s; returns their handles."""
         timeout_s = float(self.cfg.timeouts.collective_s)
         deadline = time.monotonic() + timeout_s
-        handles = pending = pending_allreduces(self.optimizer)
+        pending = handles
         while pending := [h for h in pending if not self.hvd.poll(h)]:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Horovod all-reduce on rank {self.ctx.rank} not done after {timeout_s:.0f} s "

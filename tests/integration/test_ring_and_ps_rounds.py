@@ -115,3 +115,30 @@ def test_sync_ps_equals_sgd_on_the_uniontoy_batch(tmp_path):
             torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
     for server in outputs[workers:]:
         assert server == {"updates": steps, "pushes": steps * workers}
+
+
+def _resume_after_pause(transport, pause_s: float, out: Path):
+    """An allreduce worker ends a pause of pause_s (rank 1) or none (rank 0); returns how long resume_together took."""
+    import time
+
+    from helpers import compose_config
+    from strategies.allreduce import AllReduce
+
+    cfg = compose_config("strategy=allreduce", "peers=2")
+    ctx = PeerContext(transport.rank, 2, transport.rank, 2, "127.0.0.1", 0, run=RunDir(out))
+    strategy = AllReduce(cfg, ctx, AllReduce.launch_spec(cfg))
+    strategy.transport = transport
+    if transport.rank == 1:
+        time.sleep(pause_s)
+    started = time.perf_counter()
+    strategy.resume_together()
+    return time.perf_counter() - started
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_an_allreduce_worker_resumes_only_when_the_other_ended_its_pause(tmp_path):
+    """The training clock restarts after resume_together: a worker that returned from it early would count the other's
+    pause (its evaluation) as the communication of its next step."""
+    waited = run_group(_resume_after_pause, 2, tmp_path, 0.5, tmp_path)
+    assert waited[0] >= 0.45 and waited[1] < 0.2, waited
