@@ -4,6 +4,7 @@ machine alone, and whether their answers replicate (docs/benchmarks.md). Sweeps 
 a report (a half-done one is resumed); the result replaces bench/results/headline.json (--out: another folder)."""
 import argparse
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
@@ -171,11 +172,17 @@ def describe(sweep: dict) -> str:
     return "\n".join(lines)
 
 
+def unfinished_folders(parent: Path, day: date, count: int) -> list[Path]:
+    """The first `count` of parent/headline-DAY-1, -2, ... without a report: one stopped half-way is resumed, a
+    finished one kept."""
+    named = (parent / f"headline-{day}-{i}" for i in itertools.count(1))
+    return list(itertools.islice((f for f in named if not (f / "report.md").exists()), count))
+
+
 def run(args: argparse.Namespace) -> None:
     folders = args.from_
     if args.sweeps:
-        today = (ROOT / "multirun" / f"headline-{date.today()}-{i}" for i in range(1, 100))
-        folders = [f for f in today if not (f / "report.md").exists()][:args.sweeps]  # a finished sweep is kept
+        folders = unfinished_folders(ROOT / "multirun", date.today(), args.sweeps)
     sweeps = [figures_of(folder, run_sweep(folder, args.lock) if args.sweeps else None) for folder in folders]
     setup = ("python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, control arm)")
     if len(sweeps) == 1 and not args.alone and (earlier := recorded_answer(args.out, setup, sweeps[0]["folder"])):

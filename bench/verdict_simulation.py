@@ -16,7 +16,9 @@ from scipy.stats import beta, norm
 from bench.jobs import choices
 from bench.results import RESULTS, load
 from bench.run_folders import BlockRun, write_sweep
-from metrics.report.baselines import load_runs
+from metrics.report.baselines import conf_file, load_runs
+from metrics.report.noise import rows_for_machine
+from metrics.report.runs import CONF_DIR
 from metrics.report.stats import FASTER, SLOWER
 from metrics.report.tables import excludes_one
 from metrics.report.verdict import analyse
@@ -42,15 +44,19 @@ def jeffreys(events: int, trials: int) -> float:
     return (events + 0.5) / (trials + 1)
 
 
-def fitted(results: dict) -> dict:
-    """The run-level log sd, miss rate and crash rate, from the recorded runs of bench/results (its method)."""
+def fitted(results: dict, estimator: str | None = None) -> dict:
+    """The run-level log sd, miss rate and crash rate, from the recorded runs of bench/results (its method): the
+    headline's rows at its estimator (default: conf/config.yaml's), from the machine of its latest sweep where they
+    cover every configuration (else each one's noisiest row)."""
+    estimator = estimator or conf_file(CONF_DIR / "config.yaml")["target"]["estimator"]
+    answers = results["headline"]["answers"]
     rows = [r for r in results["primary_noise"]["rows"] if r["strategy"] in CONFIGURATIONS
-            and r["figure"] == "time_to_target" and r["log_sd"] is not None]  # the headline's, observed exactly
+            and r["figure"] == "time_to_target" and r.get("estimator") == estimator and r["log_sd"] is not None]
+    rows, whose = rows_for_machine(rows, answers[-1]["machine"])
     df = sum(r["blocks"] - 1 for r in rows)
     paired_sd = math.sqrt(sum((r["blocks"] - 1) * r["log_sd"] ** 2 for r in rows) / df)
     compared_runs = sum(2 * (r["blocks"] + r["censored"]) for r in rows)
     misses = sum(r["censored"] for r in rows)
-    answers = results["headline"]["answers"]
     runs = sum(a["runs"] for a in answers)
     crashes = sum(c["censored"] for a in answers for c in a["comparisons"] if c["against_baseline"])
     miss_rate = jeffreys(misses, compared_runs)
@@ -58,7 +64,9 @@ def fitted(results: dict) -> dict:
             "miss_rate": miss_rate, "misses": misses, "compared_runs": compared_runs,
             "horizon_z": float(norm.ppf(1 - miss_rate)),
             "crash_rate": jeffreys(crashes, runs), "crashes": crashes, "runs": runs,
-            "sources": ["primary_noise", "headline"]}
+            "sources": ["primary_noise", "headline"], "estimator": estimator,
+            "rows": whose + "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r['blocks']} blocks, {r['measured_at']})"
+                                      for r in rows)}
 
 
 def noise(rng: np.random.Generator, kind: str, log_sd: float) -> float:

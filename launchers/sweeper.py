@@ -23,6 +23,7 @@ from launchers.config import PROJECT, container, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
 from launchers.schema import check_value
 from launchers.shape import peers_from_default, shape_lines, shape_of
+from metrics.recording.machine import fingerprint
 from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
 from metrics.report.primary import from_dict
@@ -178,7 +179,7 @@ class BlockSweeper(BasicSweeper):
         results = ROOT / str(self.config.report.noise_results)
         fixed = repeats if isinstance(repeats, int) else None  # None: repeats=auto
         needed, power_lines, powers = planned_blocks(named, results, float(self.config.report.smallest_effect),
-                                                     int(self.config.report.max_blocks), fixed)
+                                                     int(self.config.report.max_blocks), fixed, fingerprint())
         blocks = fixed or needed
         at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
         design = declaration(named, blocks) | {

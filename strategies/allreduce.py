@@ -156,9 +156,6 @@ class AllReduce(TransportStrategy):
 
         return self.bucket_hook(state, bucket).then(done)
 
-    def resume_together(self) -> None:
-        self.connected().allreduce_sum(torch.zeros(1))  # returns once every worker has joined: a barrier, with its deadline
-
     def step(self, samples: int) -> StepReport:
         return self._ddp_step() if self.uses_ddp else self._flat_allreduce_step()
 

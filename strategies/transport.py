@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from job.device import PeerDevice
 from job.errors import BackendUnavailable, ConfigError
-from strategies.base import LaunchSpec, PeerContext, Strategy
+from strategies.base import WORKER, LaunchSpec, PeerContext, Strategy
 from strategies.torch_internals import source_rank
 
 if TYPE_CHECKING:
@@ -266,6 +266,12 @@ class TransportStrategy(Strategy):
         if self.transport is None:
             raise RuntimeError("no transport yet: connect() first")
         return self.transport
+
+    def resume_together(self) -> None:
+        """Where every process is a worker: an all-reduce of one number, which returns once every worker has joined
+        (a barrier, with the transport's deadline). A server's workers (ps) meet in its rounds instead."""
+        if all(role == WORKER for role in self.spec.roles):
+            self.connected().allreduce_sum(torch.zeros(1))
 
     def close(self) -> None:
         if self.transport is not None:

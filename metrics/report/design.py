@@ -54,10 +54,11 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
 
 
 def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, cap: int,
-                   repeats: int | None = None) -> tuple[int, list[str], dict]:
+                   repeats: int | None = None, machine: dict | None = None) -> tuple[int, list[str], dict]:
     """The plan's blocks, the lines that state their power at x/÷effect (Holm over each section's comparisons, at the
     recorded noise's 95 % upper bound), and the power per section. repeats=None (auto): the fewest blocks with POWER
-    (at most cap); ValueError saying what to run where no noise is recorded."""
+    (at most cap); ValueError saying what to run where no noise is recorded. machine: the fingerprint of the machine
+    that will run it (planning_noise)."""
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
     needed, lines, powers = 2, [], {}
@@ -69,7 +70,7 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         family = len(declared_pairs(section.groups))
         strategies = sorted({g.first.strategy for g in configurations})
         try:
-            sd, df, where = planning_noise(results, primary, section.data, section.model, strategies)
+            sd, df, where = planning_noise(results, primary, section.data, section.model, strategies, machine)
         except ValueError:
             if repeats is None:
                 raise

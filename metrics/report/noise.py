@@ -9,7 +9,7 @@ from typing import Any
 
 from scipy.stats import chi2
 
-from metrics.recording.machine import describe_machine, fingerprint
+from metrics.recording.machine import describe_machine, fingerprint, same_machine
 from metrics.recording.methods import methods
 from metrics.report.baselines import averaging, load_runs
 from metrics.report.compare import Comparison
@@ -127,10 +127,11 @@ def seeds_of(row: Json) -> int:
     return row["seeds"] if "seeds" in row else row["blocks"]
 
 
-def planning_noise(path: Path, primary: Primary, data: str, model: str,
-                   strategies: list[str]) -> tuple[float, int, str]:
+def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str],
+                   machine: dict | None = None) -> tuple[float, int, str]:
     """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, and where it comes
-    from; ValueError, saying what to run, where none is recorded."""
+    from; ValueError, saying what to run, where none is recorded. With a machine (its fingerprint): that machine's
+    rows (rows_for_machine); without: every machine's."""
     try:
         rows: list[Json] = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY),
                                 {"rows": []})["rows"]
@@ -157,6 +158,9 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python bench/primary_noise.py multirun/noise` (it records into "
             "bench/results/primary_noise.json and conf/evidence.json)")
+    whose = ""
+    if machine is not None:
+        found, whose = rows_for_machine(found, machine)
     spreads = [(seeds_of(r) - 1, r["log_sd"]) for r in found]
     pooled = pooled_log_sd(spreads)
     if pooled is None:
@@ -164,4 +168,18 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str,
                          "plan from")
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, "
                       f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
-    return pooled, sum(df for df, _ in spreads if df > 0), where
+    return pooled, sum(df for df, _ in spreads if df > 0), whose + where
+
+
+def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], str]:
+    """The rows measured on `machine` where they cover every strategy of `rows`; else each strategy's noisiest row (a
+    plan from a quieter machine's noise would be optimistic here), and a phrase that says which was used."""
+    here = [r for r in rows if same_machine(r["machine"], machine)]
+    if {r["strategy"] for r in here} == {r["strategy"] for r in rows}:
+        return here, "measured on the machine planned for: "
+    noisiest: dict[str, Json] = {}
+    for row in rows:
+        if row["strategy"] not in noisiest or row["log_sd"] > noisiest[row["strategy"]]["log_sd"]:
+            noisiest[row["strategy"]] = row
+    return list(noisiest.values()), (f"not measured on the machine planned for ({describe_machine(machine)}), so "
+                                     "each strategy's noisiest recorded row: ")

@@ -1,9 +1,11 @@
 """bench/headline.py's replication rule: two sweeps replicate when they rank alike, no claim of one contradicts the
 other's, and at least two pairs of averaging configurations are separated in both. And the wall-time ratio's
 denominator, the headline on loopback, measured from a complete loopback sweep."""
+from datetime import date
+
 import pytest
 
-from bench.headline import recorded_answer, replication
+from bench.headline import recorded_answer, replication, unfinished_folders
 from bench.results import save
 from metrics.recording.machine import fingerprint
 
@@ -93,3 +95,14 @@ def test_the_measured_loopback_headline_is_the_sum_of_its_runs_wall_clocks_and_o
         measured_loopback(loopback_sweep(tmp_path / "half", planned=6))
     with pytest.raises(RuntimeError, match="not the headline on loopback .*emulated"):
         measured_loopback(loopback_sweep(tmp_path / "linked", link="emulated"))
+
+
+def test_sweeps_go_into_the_first_folders_of_the_day_without_a_report(tmp_path):
+    """A finished sweep (its report written) is kept; one stopped half-way is resumed; then new folders."""
+    day = date(2026, 11, 29)
+    finished, stopped = tmp_path / "headline-2026-11-29-1", tmp_path / "headline-2026-11-29-2"
+    for folder in (finished, stopped):
+        folder.mkdir()
+    (finished / "report.md").write_text("a report")
+    assert unfinished_folders(tmp_path, day, 2) == [stopped, tmp_path / "headline-2026-11-29-3"]
+    assert unfinished_folders(tmp_path, date(2026, 11, 30), 1) == [tmp_path / "headline-2026-11-30-1"]

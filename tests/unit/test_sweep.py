@@ -101,6 +101,31 @@ def test_repeats_auto_plans_the_blocks_from_the_upper_bound_of_the_recorded_nois
         planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.04), effect=1.10, cap=30)
 
 
+def test_the_plan_takes_the_noise_of_the_machine_that_runs_it_or_the_noisiest_recorded(tmp_path):
+    """Rows from a quiet machine and a noisy one: each plans from its own rows; a third machine, with no rows of its
+    own, plans from each strategy's noisiest row, never from a pool that a quiet machine would make optimistic."""
+    from metrics.report.design import planned_blocks
+
+    quiet, noisy, other = ({**fingerprint(), "cpu_model": model} for model in ("quiet", "noisy", "other"))
+    rows = [{"figure": "time_to_target", "metric": "test_accuracy", "value": 0.9, "estimator": "confirmed_crossing",
+             "data": "digits", "model": "tiny", "strategy": name, "log_sd": sd, "blocks": 3, "measured_at": "then",
+             "machine": machine} for machine, sd in ((quiet, 0.02), (noisy, 0.15)) for name in ("allreduce", "stepwise")]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"results": [{"name": "primary_noise", "rows": rows}]}))
+
+    def planned_noise(machine):
+        _, lines, powers = planned_blocks(planned(*HEADLINE), path, effect=1.25, cap=30, repeats=3, machine=machine)
+        return powers["data=digits, model=tiny"]["log_sd"], lines[0]
+
+    sd, line = planned_noise(quiet)
+    assert sd == pytest.approx(0.02) and "measured on the machine planned for" in line and "noisiest" not in line
+    assert planned_noise(noisy)[0] == pytest.approx(0.15)
+    sd, line = planned_noise(other)
+    assert sd == pytest.approx(0.15) and "not measured on the machine planned for" in line and "noisiest" in line
+    pooled, _ = planned_noise(None)  # no machine given (the docs' statement): every row
+    assert pooled == pytest.approx(((0.02 ** 2 + 0.15 ** 2) / 2) ** 0.5)
+
+
 def test_blocks_given_by_hand_state_their_power(tmp_path):
     """repeats=3 keeps 3 blocks and states their power at the smallest effect; unknown without recorded noise."""
     from metrics.report.design import planned_blocks

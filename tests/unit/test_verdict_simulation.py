@@ -7,6 +7,7 @@ import pytest
 
 from bench import verdict_simulation as simulation
 from bench.jobs import choices
+from metrics.recording.machine import fingerprint
 from metrics.report.stats import FASTER, SLOWER
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,14 +64,19 @@ def test_clopper_pearson_upper_bound():
 
 def test_the_noise_is_fitted_to_the_recorded_runs():
     """primary_noise rows pooled by df (blocks - 1), / sqrt(2); Jeffreys rates of misses and crashes; other
-    strategies' rows left out."""
-    row = {"figure": "time_to_target", "censored": 0}
+    strategies' rows left out, and so are rows of another estimator or another machine than the headline's."""
+    here, elsewhere = fingerprint(), {**fingerprint(), "cpu_model": "another"}
+    row = {"figure": "time_to_target", "censored": 0, "estimator": "causal_isotonic", "machine": here,
+           "measured_at": "then"}
     results = {"primary_noise": {"rows": [row | {"strategy": "ps", "log_sd": 0.2, "blocks": 3},
                                           row | {"strategy": "ring", "log_sd": 0.1, "blocks": 5, "censored": 1},
-                                          row | {"strategy": "diloco", "log_sd": 9.0, "blocks": 9}]},
-               "headline": {"answers": [{"runs": 18, "comparisons": [{"censored": 1, "against_baseline": True},
-                                                                      {"censored": 2, "against_baseline": False}]}]}}
-    fit = simulation.fitted(results)
+                                          row | {"strategy": "diloco", "log_sd": 9.0, "blocks": 9},
+                                          row | {"strategy": "ps", "log_sd": 9.0, "blocks": 9, "estimator": "isotonic"},
+                                          row | {"strategy": "ring", "log_sd": 9.0, "blocks": 9, "machine": elsewhere}]},
+               "headline": {"answers": [{"runs": 18, "machine": here,
+                                         "comparisons": [{"censored": 1, "against_baseline": True},
+                                                         {"censored": 2, "against_baseline": False}]}]}}
+    fit = simulation.fitted(results, "causal_isotonic")
     assert fit["paired_log_sd"] == pytest.approx(math.sqrt((2 * 0.04 + 4 * 0.01) / 6))
     assert fit["run_log_sd"] == pytest.approx(fit["paired_log_sd"] / math.sqrt(2))
     assert fit["miss_rate"] == pytest.approx(1.5 / (2 * 3 + 2 * 6 + 1))
