@@ -196,7 +196,7 @@ class Ring(Strategy):
         if self.passes % self.passes_per_step:
             self.first_gradient_at = None
             return StepReport()  # local accumulation: Horovod all-reduces after the k-th pass
-        handed = handed_bytes(self.hvd, self.wait_for_allreduces())
+        handed = handed_bytes(self.hvd, self.wait_for(pending_allreduces(self.optimizer)))  # started by backward
         self.collective_bytes += handed
         self.optimizer.synchronize()  # all done: only unpacks (and all-reduces unused parameters' zeros)
         first = self.first_gradient_at
@@ -216,10 +216,6 @@ class Ring(Strategy):
         handle = self.hvd.allreduce_async_(torch.zeros(1), name="avgbench.resume_together")
         self.wait_for([handle])  # returns once every worker has joined: a barrier, with its deadline
         self.hvd.synchronize(handle)
-
-    def wait_for_allreduces(self) -> list[int]:
-        """Wait for the all-reduces that backward started; returns their handles."""
-        return self.wait_for(pending_allreduces(self.optimizer))
 
     def wait_for(self, handles: list[int]) -> list[int]:
         """Wait for Horovod operations to complete, within timeouts.collective_s; returns their handles."""

@@ -177,9 +177,7 @@ def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], str]:
     here = [r for r in rows if same_machine(r["machine"], machine)]
     if {r["strategy"] for r in here} == {r["strategy"] for r in rows}:
         return here, "measured on the machine planned for: "
-    noisiest: dict[str, Json] = {}
-    for row in rows:
-        if row["strategy"] not in noisiest or row["log_sd"] > noisiest[row["strategy"]]["log_sd"]:
-            noisiest[row["strategy"]] = row
-    return list(noisiest.values()), (f"not measured on the machine planned for ({describe_machine(machine)}), so "
-                                     "each strategy's noisiest recorded row: ")
+    noisiest = [max((r for r in rows if r["strategy"] == name), key=lambda r: r["log_sd"])
+                for name in sorted({r["strategy"] for r in rows})]
+    return noisiest, (f"not measured on the machine planned for ({describe_machine(machine)}), so each strategy's "
+                      "noisiest recorded row: ")
