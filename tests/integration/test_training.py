@@ -64,11 +64,12 @@ def test_evaluations_run_after_training_and_stay_out_of_its_time(allreduce_run):
         assert [e["step"] for e in evals] == list(range(0, 21, 2))
         assert all(e["evaluated_at_s"] > steps[-1]["wall_s"] for e in evals)  # every one after the last step
         # training time leaves out only the pauses to save weights and time the speed reference before the last
-        # step, not the evaluations
+        # step (each lasting until the other worker ended its own: resume_together), not the evaluations
         timed_before = sum(m["pause_s"] for m in results(run_dir, (rank,))[0]["speed_reference"]["measurements"]
                            if m["step"] < 20)
         saved_before = sum(e["snapshot_s"] for e in evals if e["step"] < 20) + timed_before
-        assert steps[-1]["wall_s"] - steps[-1]["train_s"] == pytest.approx(saved_before)
+        evaluated_before = sum(e["eval_s"] for e in evals if e["step"] < 20)
+        assert saved_before <= steps[-1]["wall_s"] - steps[-1]["train_s"] < saved_before + evaluated_before / 2
         assert not (run_dir / f"peer{rank}" / "snapshots").exists()
         # the untrained model is at chance (about 0.1 on ten digits); 0.6, held, takes some steps
         crossed = next(i for i, (e, after) in enumerate(zip(evals, evals[1:]))
