@@ -1,4 +1,5 @@
 """What the benchmarks share: their grids and choices, ABBA pairs, and running an avgbench job to read its summary."""
+import json
 import subprocess
 import sys
 import tempfile
@@ -7,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from metrics.summary.schema import Summary
 
@@ -29,12 +31,25 @@ def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
 
-def abba(pairs: int, measure: Callable[[bool], T]) -> tuple[list[T], list[T]]:
-    """measure(True) and measure(False) in `pairs` pairs, ABBA order: (the True arm's results, the False arm's)."""
+def abba(pairs: int, measure: Callable[[bool], T], log: Path | None = None) -> tuple[list[T], list[T]]:
+    """measure(True) and measure(False) in `pairs` pairs, ABBA order: (the True arm's results, the False arm's).
+    With a log (JSON lines), each result is appended as it ends, and the results it already holds are taken in
+    order instead of measuring again: an interrupted benchmark goes on where it stopped."""
+    kept = read_jsonl(log) if log and log.exists() else []
     found: dict[bool, list[T]] = {True: [], False: []}
     for pair in range(pairs):
         for arm in (True, False) if pair % 2 == 0 else (False, True):
+            if kept:
+                entry = kept.pop(0)
+                if (entry["pair"], entry["arm"]) != (pair, arm):
+                    raise ValueError(f"{log}: holds pair {entry['pair']} arm {entry['arm']} where pair {pair} arm "
+                                     f"{arm} comes next (a log of another order or benchmark)")
+                found[arm].append(entry["result"])
+                continue
             found[arm].append(measure(arm))
+            if log:
+                with log.open("a") as f:
+                    f.write(json.dumps({"pair": pair, "arm": arm, "result": found[arm][-1]}) + "\n")
     return found[True], found[False]
 
 

@@ -1,6 +1,7 @@
 """What the speed reference costs a run: `make run`'s default run with and without it, in ABBA pairs."""
 import argparse
 import statistics
+from pathlib import Path
 from typing import Any
 
 from bench.jobs import abba, summary_of
@@ -16,8 +17,8 @@ def run_figures(with_reference: bool) -> dict[str, Any]:
     return {"wall_s": summary.wall_s, "cost_share": summary.speed_reference.cost_share}
 
 
-def run(pairs: int = 3) -> dict[str, Any]:
-    with_runs, without = abba(pairs, run_figures)
+def run(pairs: int = 3, log: str | None = None) -> dict[str, Any]:
+    with_runs, without = abba(pairs, run_figures, Path(log) if log else None)
     ratio = Ratio([a["wall_s"] / b["wall_s"] for a, b in zip(with_runs, without)])
     low, high = ratio.interval() or (None, None)
     return {
@@ -37,3 +38,5 @@ def run(pairs: int = 3) -> dict[str, Any]:
 def add_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument("--reference-cost-pairs", dest="reference_cost_pairs", type=int, metavar="N",
                        help="pairs of runs (default 3)")
+    group.add_argument("--reference-cost-log", dest="reference_cost_log", metavar="JSONL",
+                       help="append each run's figures here as it ends; a rerun takes the runs it holds and goes on")

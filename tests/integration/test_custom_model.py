@@ -48,20 +48,23 @@ def test_a_users_model_trains_under_single_and_allreduce_and_its_run_projects(tm
 def test_the_device_check_records_both_runs_figures(tmp_path):
     steps, batch = 6, 16
     result = subprocess.run([sys.executable, "bench/device_check.py", str(tmp_path), "--device", "cpu", "--model",
-                             "tiny", "--steps", str(steps), "--batch-size", str(batch), "--budget-s", "200"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=220)
+                             "tiny", "--steps", str(steps), "--batch-size", str(batch), "--repeats", "2",
+                             "--budget-s", "200"], cwd=ROOT, capture_output=True, text=True, timeout=220)
     assert result.returncode == 0, result.stderr
     recorded = json.loads((tmp_path / "device_check.json").read_text())
-    assert recorded["device"] == "cpu" and recorded["gpus"] == [] and set(recorded["runs"]) == {"single", "allreduce"}
-    assert recorded["runs"]["single"]["backend"] is None and recorded["runs"]["allreduce"]["backend"] == "gloo"
-    for name, workers in (("single", 1), ("allreduce", 2)):
-        run = recorded["runs"][name]
-        rank0 = read_jsonl(tmp_path / "runs" / name / "peer0" / "steps.jsonl")
+    assert recorded["device"] == "cpu" and recorded["gpus"] == [] and recorded["machine"]["cores"] >= 1
+    assert [(r["name"], r["repeat"]) for r in recorded["runs"]] == [
+        ("single", 0), ("allreduce", 0), ("single", 1), ("allreduce", 1)]  # alternated: a drift hits both alike
+    for run in recorded["runs"]:
+        name, workers = run["name"], {"single": 1, "allreduce": 2}[run["name"]]
+        assert run["backend"] == {"single": None, "allreduce": "gloo"}[name]
+        run_dir = tmp_path / "runs" / f"{name}-{run['repeat']}"
+        rank0 = read_jsonl(run_dir / "peer0" / "steps.jsonl")
         assert run["workers"] == workers and run["steps"] == len(rank0) == steps
         assert run["device"]["name"] == "cpu"
         # samples/s against the step logs' own clocks: all workers' samples over the longest worker's training time,
         # in the window: the steps after the first warm-up step (a fifth of 6, at least 1)
-        logs = [read_jsonl(p) for p in (tmp_path / "runs" / name).glob("peer*/steps.jsonl")]
+        logs = [read_jsonl(p) for p in run_dir.glob("peer*/steps.jsonl")]
         longest = max(log[-1]["train_s"] - log[0]["train_s"] for log in logs)
         assert run["warmup_steps"] == 1
         assert run["samples_per_s"] == pytest.approx((steps - 1) * batch * workers / longest, rel=0.05)
@@ -71,3 +74,4 @@ def test_the_device_check_records_both_runs_figures(tmp_path):
         # the phases of a step lie within its training time, and cover most of it (a few ms a step are logging)
         assert 0.5 * longest <= run["step_s_mean"] * (steps - 1) <= 1.05 * longest
         assert sum(run["time_breakdown_share"].values()) == pytest.approx(1)
+    assert {name: s["completed"] for name, s in recorded["spread"].items()} == {"single": 2, "allreduce": 2}

@@ -71,3 +71,26 @@ def test_a_grid_takes_known_keys_only(benchmark, option):
     for bad in ("rate=20", "rates", "peers=2 nonsense=1"):
         with pytest.raises(ValueError, match=option):
             grid_settings(benchmark.DEFAULT_GRID, option, bad)
+
+
+def test_an_interrupted_abba_goes_on_from_its_log_without_measuring_again(tmp_path):
+    from bench.jobs import abba
+
+    log, measured = tmp_path / "pairs.jsonl", []
+
+    def measure(arm, stop_after=None):
+        if stop_after is not None and len(measured) == stop_after:
+            raise KeyboardInterrupt
+        measured.append(arm)
+        return {"arm": arm, "n": len(measured)}
+
+    with pytest.raises(KeyboardInterrupt):
+        abba(3, lambda arm: measure(arm, stop_after=3), log)
+    assert measured == [True, False, False]
+    with_arm, without = abba(3, measure, log)
+    assert measured == [True, False, False, True, True, False]  # only the three runs the log lacked, in ABBA order
+    assert [r["n"] for r in with_arm] == [1, 4, 5] and [r["n"] for r in without] == [2, 3, 6]
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"pair": 0, "arm": false, "result": {}}\n')  # another order's log
+    with pytest.raises(ValueError, match="holds pair 0 arm False where pair 0 arm True comes next"):
+        abba(3, measure, other)

@@ -4,6 +4,8 @@ The unit tier checks resolution and errors on this machine; the GPU tests run wh
 sees a CUDA GPU and skip elsewhere (with the reason).
 """
 
+import json
+
 import pytest
 import torch
 
@@ -72,3 +74,22 @@ def test_the_device_check_refuses_bad_input_before_any_run(tmp_path, capsys, arg
     assert main([str(tmp_path / "out"), *args]) == 2
     assert error in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_recorded_device_check_names_the_machine_it_ran_on_and_its_failed_runs(tmp_path):
+    from bench.device_check import record
+    from bench.results import load
+
+    elsewhere = {"cpu_vendor": "GenuineIntel", "cpu_model_name": "Intel(R) Xeon(R) Processor", "cpu_family": "6",
+                 "cpu_model": "143", "cpu_mhz": 2100, "cores": 16, "memory_gib": 125.8, "kernel": "6.18",
+                 "gpu": "NVIDIA H200", "load_average": 0.5}
+    run = {"name": "single", "repeat": 0, "samples_per_s": 100.0, "step_s_steady": 0.1}
+    result = {"device": "cuda", "gpus": ["NVIDIA H200"], "torch": "2.11.0", "cuda": "13.0", "model": "resnet18",
+              "steps": 200, "batch_size_per_peer": 128, "repeats": 1, "methods": {}, "measured_at": "2026-11-29 21:57:00",
+              "machine": elsewhere, "spread": {},
+              "runs": [run, {"name": "allreduce", "repeat": 0, "error": "RuntimeError: train.py failed"}]}
+    (tmp_path / "device_check.json").write_text(json.dumps(result))
+    record(tmp_path / "device_check.json", tmp_path / "results")
+    entry = load("device_check", tmp_path / "results")
+    assert entry["machine"] == elsewhere and entry["measured_at"] == "2026-11-29 21:57:00"
+    assert entry["goal_met"] is False and entry["failed"] == ["allreduce-0"]
