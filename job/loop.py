@@ -35,11 +35,12 @@ class StepOutcome(Protocol):
 
 
 class TrainedStrategy(Protocol):
-    identical_snapshots: bool
+    @classmethod
+    def stops_at_target(cls, cfg: DictConfig) -> bool: ...
     def step_limit(self) -> int: ...
     def zero_grad(self) -> None: ...
     def step(self, samples: int) -> StepOutcome: ...
-    def resume_together(self) -> None: ...
+    def resume_together(self, reached: bool) -> bool: ...
     def trained(self) -> None: ...
 
 
@@ -103,15 +104,16 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
     start = time.perf_counter()
     paused_s = 0.0  # snapshots for evaluation and the speed reference: not training time
     samples = 0
+    all_reached = False  # eval_in_training: every worker's curve confirmed the crossing
 
     def snapshot(step: int) -> None:
-        nonlocal paused_s
+        nonlocal paused_s, all_reached
         paused_at = time.perf_counter()
         wall = paused_at - start
         snapshots.take(model, step=step, wall_s=wall, train_s=wall - paused_s, samples=samples)
         if reference:  # the machine's speed, measured in the same pause
             reference.measure(step, time.perf_counter() - start, force=step == 0)
-        strategy.resume_together()
+        all_reached = strategy.resume_together(snapshots.target_reached)
         paused_s += time.perf_counter() - paused_at
 
     trained.train()
@@ -153,11 +155,12 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
                      **report.extra, **(wire.since_start() if wire else {}))
             if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
                 snapshot(step)
-            if report.last or snapshots.target_reached:  # target_reached: eval_in_training's confirmed crossing
+            if report.last or all_reached:
                 break
     finally:
         clock.close()
     if reference:
         reference.measure(step, time.perf_counter() - start, force=True)  # after the last step
     strategy.trained()
-    return {"steps": step, "samples": samples} | ({"speed_reference": reference.record()} if reference else {})
+    return {"steps": step, "samples": samples, "stopped_at_target": all_reached} | (
+        {"speed_reference": reference.record()} if reference else {})

@@ -70,7 +70,6 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
                 result["param_sha256"] = parameter_digest(model)
                 if snapshots.in_training:
                     result |= snapshots.evaluated_in_training(peer.eval_samples)
-                    result["stopped_at_target"] = snapshots.target_reached
                 else:
                     result |= evaluate_after_training(cfg, ctx, cpu, board, evaluator, snapshots, log, host_cores)
             finally:
@@ -94,10 +93,10 @@ def evaluation_mode(cfg: DictConfig, strategy_class: type[TrainedStrategy]) -> d
     """When this run evaluates its snapshots (mode: in_training or after_training), and why not in training if asked."""
     if not cfg.eval_in_training:
         return {"mode": "after_training"}
-    if not strategy_class.identical_snapshots:
-        return {"mode": "after_training", "why": "eval_in_training asked, but this strategy's workers may hold "
-                "different states at a snapshot (or a pause would change what is measured): they cannot each "
-                "decide alone when to stop, so they evaluated after training and ran to max_steps"}
+    if not strategy_class.stops_at_target(cfg):
+        return {"mode": "after_training", "why": "eval_in_training asked, but a pause would change what this "
+                "strategy measures (hivemind's wall-clock rounds, asynchronous ps), or its workers hold different "
+                "states and do not stop together: they evaluated after training and ran to max_steps"}
     return {"mode": "in_training"}
 
 

@@ -44,6 +44,9 @@ class Strategy(ABC):
     synchronous = True  # workers step in lockstep, every round holding every worker (bench/projection.py's goal)
     # every worker holds the same parameters at every snapshot, so each may stop at its target (eval_in_training)
     identical_snapshots = False
+    # the workers' states may differ at a snapshot, but resume_together tells each whether all of them reached the
+    # target, so they stop together at the first pause where every worker's own curve confirmed it (eval_in_training)
+    stops_together = False
     knobs_elsewhere: dict[str, str] = {}  # NAME.knob someone may expect -> where it is set (refused before Hydra)
     rules: dict[str, Rule] = {}  # knob of its NAME block -> its allowed values (the schema checks them before launch)
 
@@ -59,6 +62,12 @@ class Strategy(ABC):
         knobs = OmegaConf.to_container(block, resolve=True)
         assert isinstance(knobs, dict)  # a NAME: block is a mapping of knob names
         return {str(name): value for name, value in knobs.items()}
+
+    @classmethod
+    def stops_at_target(cls, cfg: DictConfig) -> bool:
+        """Whether eval_in_training may end its runs at the target: its workers hold one state at every snapshot, or
+        stop together."""
+        return cls.identical_snapshots or cls.stops_together
 
     @classmethod
     def validate(cls, cfg: DictConfig) -> None:
@@ -115,9 +124,11 @@ class Strategy(ABC):
         """Most steps the loop runs on this peer (strategies that stop on their own may allow more)."""
         return self.cfg.max_steps
 
-    def resume_together(self) -> None:
+    def resume_together(self, reached: bool) -> bool:
         """On a worker, at the end of each pause (snapshot, evaluation, speed reference): return once every worker has
-        ended its pause, so that no worker counts another's pause as its communication. The default does not wait."""
+        ended its pause, so that no worker counts another's pause as its communication; returns whether every worker
+        has reached the target (`reached`: this one's curve confirmed it). The default neither waits nor asks."""
+        return reached
 
     def trained(self) -> None:
         """On a worker, after its last step and the speed reference's last measurement, before evaluation."""

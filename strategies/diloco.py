@@ -15,6 +15,7 @@ from strategies.transport import (TransportStrategy, broadcast_initial_state, fl
 
 class DiLoCo(TransportStrategy):
     summed_counters = ("outer_steps",)
+    stops_together = True  # workers differ between outer steps
     benchmark_overrides = {"*": ("diloco.inner_steps=2",)}  # a 10-step benchmark: 4 syncs after the first
     knobs_elsewhere = {"inner_optim": "the inner optimizer is the optim group, e.g. optim=adamw (the preset's) or "
                                       "optim=sgd, so that the one-process baseline trains with it too"}

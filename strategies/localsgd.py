@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 class LocalSGD(AllReduce):
     identical_snapshots = False  # workers step alone between averages
+    stops_together = True
     summed_counters = ("averaging_rounds",)
     # the default 10 warm-up steps outlast a benchmark's 6-10 steps: periodic averages from step 4 instead
     benchmark_overrides = {"*": ("localsgd.warmup_steps=2", "localsgd.every=2")}

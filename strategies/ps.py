@@ -78,10 +78,13 @@ class ShardServer:
         while active:
             start = time.perf_counter()
             worker = self.transport.recv_any(push, TAG_PUSH, self.idle_timeout_s)
+            samples, worker_version, last = push[:PUSH_HEADER].tolist()
+            if last and not samples:  # a worker stopped at the target, after training: not a round's push
+                active.discard(worker)
+                continue
             self.stats.comm_s += time.perf_counter() - start
             self.stats.pushes += 1
             self.stats.bytes_recv += payload_bytes(push)
-            samples, worker_version, last = push[:PUSH_HEADER].tolist()
             if last:
                 finishing.add(worker)
             if self.mode == "async":
@@ -156,6 +159,12 @@ class ShardClient:
             exchange.peer_bytes[server][0] = sent
         return exchange
 
+    def leave(self) -> None:
+        """Tell every server this worker sends no more gradients: a push of no samples marked last, not applied."""
+        for server, shard, version in zip(self.servers, self.shards, self.versions):
+            header = torch.tensor([0.0, float(version), 1.0])
+            self.transport.send(torch.cat([header, torch.zeros(sum(p.numel() for p in shard))]), server, TAG_PUSH)
+
     def _pull_all(self) -> "Exchange":
         pulls = [torch.empty(PULL_HEADER + sum(p.numel() for p in shard)) for shard in self.shards]
         pending = [self.transport.irecv(pull, server, TAG_PULL) for pull, server in zip(pulls, self.servers)]
@@ -192,6 +201,11 @@ def build_server_model(cfg: DictConfig) -> torch.nn.Module:
 
 class ParameterServer(TransportStrategy):
     rules = {"servers": integer_from(1), "idle_timeout_s": above(0), "mode": one_of(*MODES)}
+    stops_together = True  # sync: the workers meet at every pause, and leave the servers' rounds together
+
+    @classmethod
+    def stops_at_target(cls, cfg: DictConfig) -> bool:
+        return cfg.ps.mode == "sync"  # async: a pause would change which gradients arrive stale
 
     @classmethod
     def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
@@ -247,7 +261,12 @@ class ParameterServer(TransportStrategy):
                                  "peer_bytes": exchange.peer_bytes,
                                  "link_idle_s": min(exchange.update_s) if sync else 0.0})
 
+    def resume_together(self, reached: bool) -> bool:
+        return super().resume_together(reached) if self.cfg.ps.mode == "sync" else reached
+
     def trained(self) -> None:
+        if self.steps < self.cfg.max_steps:  # stopped at the target: the servers wait for no more pushes
+            self.client.leave()
         for server in self.server_ranks():
             self.connected().send(torch.zeros(1), server, TAG_TRAINED)
 

@@ -80,6 +80,7 @@ def ring_round(transport: Transport, tensor: torch.Tensor, ring: list[int], chun
 
 class Stepwise(TransportStrategy):
     summed_counters = ("rounds", "rounds_with_full_average")
+    stops_together = True  # workers may differ between full averages
     rules = {"average": one_of(*AVERAGES), "every": integer_from(1), "chunks": integer_from(1)}
 
     @classmethod

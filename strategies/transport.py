@@ -239,6 +239,24 @@ def broadcast_initial_state(transport: Transport, model: torch.nn.Module, src: i
     unflatten_into(flat, state)
 
 
+TAG_WORKERS_SUM = 91
+
+
+def workers_sum(transport: Transport, tensor: torch.Tensor, workers: list[int]) -> None:
+    """In place, on each of `workers` (ranks): the sum of their tensors, gathered by the first and sent back."""
+    first, others = workers[0], workers[1:]
+    if transport.rank != first:
+        transport.send(tensor, first, TAG_WORKERS_SUM)
+        transport.irecv(tensor, first, TAG_WORKERS_SUM).wait()
+        return
+    for rank in others:
+        received = torch.empty_like(tensor)
+        transport.irecv(received, rank, TAG_WORKERS_SUM).wait()
+        tensor += received
+    for rank in others:
+        transport.send(tensor, rank, TAG_WORKERS_SUM)
+
+
 class TransportStrategy(Strategy):
     """A strategy that talks over the top-level `transport`: gloo (local launcher) or MPI (mpirun)."""
 
@@ -267,11 +285,17 @@ class TransportStrategy(Strategy):
             raise RuntimeError("no transport yet: connect() first")
         return self.transport
 
-    def resume_together(self) -> None:
-        """Where every process is a worker: an all-reduce of one number, which returns once every worker has joined
-        (a barrier, with the transport's deadline). A server's workers (ps) meet in its rounds instead."""
-        if all(role == WORKER for role in self.spec.roles):
-            self.connected().allreduce_sum(torch.zeros(1))
+    def resume_together(self, reached: bool) -> bool:
+        """The workers' sum of how many of them are yet to reach the target, which returns once every worker has
+        joined (a barrier, with the transport's deadline): an all-reduce where every process is a worker, else sent
+        to the first worker and back, which a server never sees."""
+        still_training = torch.tensor([0.0 if reached else 1.0])
+        workers = [rank for rank, role in enumerate(self.spec.roles) if role == WORKER]
+        if len(workers) == len(self.spec.roles):
+            self.connected().allreduce_sum(still_training)
+        else:
+            workers_sum(self.connected(), still_training, workers)
+        return still_training.item() == 0
 
     def close(self) -> None:
         if self.transport is not None:

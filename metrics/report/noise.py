@@ -141,14 +141,6 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
     if primary.is_time:
         wanted |= {"metric": primary.metric, "value": primary.value, "estimator": primary.estimator}
     found = [r for r in rows if all(r.get(k) == v for k, v in wanted.items()) and r.get("strategy") in strategies]
-    missed = [r for r in found if r["log_sd"] is None]
-    if missed:
-        raise ValueError("; ".join(
-            f"{path} ({ENTRY}) records that {r['strategy']} reached {primary.target} in {r['reached']} of the "
-            f"{r['compared']} blocks compared ({', '.join(r['sweeps'])}, {r['measured_at']}, "
-            f"{describe_machine(r['machine'])})"
-            for r in missed) + ": no noise to plan from. Measure it at a target it reaches (target.value, or more "
-                                "max_steps) with a fixed number of blocks, and record that")
     lacking = sorted(set(strategies) - {r["strategy"] for r in found})
     if lacking:
         what = ", ".join(f"{k}={v}" for k, v in wanted.items())
@@ -161,6 +153,14 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
     whose = ""
     if machine is not None:
         found, whose = rows_for_machine(found, machine)
+    missed = [r for r in found if r["log_sd"] is None]
+    if missed:
+        raise ValueError("; ".join(
+            f"{path} ({ENTRY}) records that {r['strategy']} reached {primary.target} in {r['reached']} of the "
+            f"{r['compared']} blocks compared ({', '.join(r['sweeps'])}, {r['measured_at']}, "
+            f"{describe_machine(r['machine'])})"
+            for r in missed) + ": no noise to plan from. Measure it at a target it reaches (target.value, or more "
+                                "max_steps) with a fixed number of blocks, and record that")
     spreads = [(seeds_of(r) - 1, r["log_sd"]) for r in found]
     pooled = pooled_log_sd(spreads)
     if pooled is None:
@@ -177,7 +177,8 @@ def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], str]:
     here = [r for r in rows if same_machine(r["machine"], machine)]
     if {r["strategy"] for r in here} == {r["strategy"] for r in rows}:
         return here, "measured on the machine planned for: "
-    noisiest = [max((r for r in rows if r["strategy"] == name), key=lambda r: r["log_sd"])
+    noisiest = [max((r for r in rows if r["strategy"] == name), key=lambda r: math.inf if r["log_sd"] is None
+                     else r["log_sd"])  # a row that missed the target: no noise to bound, worst of all
                 for name in sorted({r["strategy"] for r in rows})]
     return noisiest, (f"not measured on the machine planned for ({describe_machine(machine)}), so each strategy's "
                       "noisiest recorded row: ")

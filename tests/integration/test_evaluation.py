@@ -113,6 +113,39 @@ def test_two_allreduce_workers_evaluating_in_training_end_together_where_their_c
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("strategy", ["stepwise", "ps"])
+def test_workers_evaluating_their_own_states_in_training_stop_where_both_curves_confirm_the_target(run_dir, strategy):
+    """Each worker evaluates its own state; the run ends at the first evaluation where every worker's curve so far
+    confirms the crossing (the run's crossing is its last worker's), the same step on both. ps's server then applies
+    no more updates than the workers' steps and exits."""
+    from helpers import QUICK, results, run_train, summary_of
+    from metrics.summary.target import crossing_step
+
+    result = run_train(run_dir, *QUICK, f"strategy={strategy}", "peers=2", "max_steps=60", "eval_every=4",
+                       "eval_in_training=true", "target.value=0.5")
+    assert result.returncode == 0, result.stderr
+    target = {"metric": "test_accuracy", "value": 0.5, "estimator": "causal_isotonic"}
+    evals = {rank: read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl") for rank in (0, 1)}
+    steps = [e["step"] for e in evals[0]]
+    assert [e["step"] for e in evals[1]] == steps
+
+    def confirmed(rank: int, k: int) -> bool:
+        return crossing_step(steps[:k], [e["test_accuracy"] for e in evals[rank][:k]], target) is not None
+
+    first = next(k for k in range(1, len(steps) + 1) if confirmed(0, k) and confirmed(1, k))
+    stop = steps[first - 1]
+    assert stop < 60 and len(steps) == first  # nothing evaluated after the evaluation where both confirmed it
+    for rank in (0, 1):
+        assert read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")[-1]["step"] == stop
+    assert all(r["stopped_at_target"] and r["steps"] == stop for r in results(run_dir, (0, 1)))
+    summary = summary_of(run_dir)
+    assert summary["evaluation"]["mode"] == "in_training" and summary["evaluation"]["stopped_at_target"]
+    servers = [p["result"]["strategy"] for p in summary["peers"] if p["result"]["role"] == "server"]
+    assert [(s["updates"], s["pushes"]) for s in servers] == ([(stop, 2 * stop)] if strategy == "ps" else [])
+
+
+@pytest.mark.integration
 def test_a_worker_killed_after_claiming_does_not_make_the_evaluation_hang(tmp_path):
     """Worker 1, a real process, registers, publishes the same snapshots plus one of its own, claims one, and is
     killed: worker 0 evaluates every one of its own snapshots (the claimed one too) and none of worker 1's own."""

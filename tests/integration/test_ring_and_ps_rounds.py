@@ -131,7 +131,7 @@ def _resume_after_pause(transport, pause_s: float, out: Path):
     if transport.rank == 1:
         time.sleep(pause_s)
     started = time.perf_counter()
-    strategy.resume_together()
+    strategy.resume_together(False)
     return time.perf_counter() - started
 
 
@@ -142,3 +142,25 @@ def test_an_allreduce_worker_resumes_only_when_the_other_ended_its_pause(tmp_pat
     pause (its evaluation) as the communication of its next step."""
     waited = run_group(_resume_after_pause, 2, tmp_path, 0.5, tmp_path)
     assert waited[0] >= 0.45 and waited[1] < 0.2, waited
+
+
+def _agree_to_stop(transport, reached_by_rank: list[list[bool]], out: Path):
+    """A stepwise worker (states differ between full averages) at three pauses: whether it was told all reached."""
+    from helpers import compose_config
+    from strategies.stepwise import Stepwise
+
+    cfg = compose_config("strategy=stepwise", "peers=2")
+    ctx = PeerContext(transport.rank, 2, transport.rank, 2, "127.0.0.1", 0, run=RunDir(out))
+    strategy = Stepwise(cfg, ctx, Stepwise.launch_spec(cfg))
+    strategy.transport = transport
+    return [strategy.resume_together(reached) for reached in reached_by_rank[transport.rank]]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_workers_whose_states_differ_stop_at_the_first_pause_where_every_one_reached_the_target(tmp_path):
+    """Worker 0's curve confirms the crossing a pause before worker 1's: both train on to the pause where worker 1's
+    does, since the run's time-to-target is the last worker's crossing (metrics/summary/target.py)."""
+    reached = [[False, True, True], [False, False, True]]
+    told = run_group(_agree_to_stop, 2, tmp_path, reached, tmp_path)
+    assert told == [[False, False, True], [False, False, True]]

@@ -291,13 +291,22 @@ def test_a_look_ahead_estimator_is_refused_for_a_run_that_stops_at_its_crossing(
 
 
 @pytest.mark.parametrize("strategy, mode", [("allreduce", "in_training"), ("ring", "in_training"),
-                                            ("single", "in_training"), ("localsgd", "after_training"),
-                                            ("diloco", "after_training"), ("hivemind", "after_training"),
-                                            ("ps", "after_training"), ("stepwise", "after_training")])
-def test_only_strategies_whose_workers_hold_one_state_evaluate_in_training_and_the_others_say_why(strategy, mode):
+                                            ("single", "in_training"), ("localsgd", "in_training"),
+                                            ("diloco", "in_training"), ("hivemind", "after_training"),
+                                            ("ps", "in_training"), ("stepwise", "in_training")])
+def test_strategies_whose_workers_hold_one_state_or_stop_together_evaluate_in_training_the_others_say_why(strategy,
+                                                                                                         mode):
     from helpers import compose_config, strategy_of
     from job.worker import evaluation_mode
 
     asked = evaluation_mode(compose_config(f"strategy={strategy}", "eval_in_training=true"), strategy_of(strategy))
     assert asked["mode"] == mode and ("why" in asked) == (mode == "after_training")
     assert evaluation_mode(compose_config(f"strategy={strategy}"), strategy_of(strategy)) == {"mode": "after_training"}
+
+
+def test_asynchronous_ps_evaluates_after_training_since_a_pause_would_change_its_staleness():
+    from helpers import compose_config, strategy_of
+    from job.worker import evaluation_mode
+
+    asked = evaluation_mode(compose_config("strategy=ps", "ps.mode=async", "eval_in_training=true"), strategy_of("ps"))
+    assert asked["mode"] == "after_training" and "asynchronous ps" in asked["why"]

@@ -126,6 +126,24 @@ def test_the_plan_takes_the_noise_of_the_machine_that_runs_it_or_the_noisiest_re
     assert pooled == pytest.approx(((0.02 ** 2 + 0.15 ** 2) / 2) ** 0.5)
 
 
+def test_a_target_missed_on_another_machine_does_not_stop_a_plan_from_this_machines_rows(tmp_path):
+    """This machine's rows cover every strategy: it plans from them, whatever another machine missed; a machine with
+    no rows of its own takes each strategy's worst row, and a missed one is the worst: no noise to plan from."""
+    from metrics.report.design import planned_blocks
+
+    here, elsewhere, other = ({**fingerprint(), "cpu_model": model} for model in ("here", "elsewhere", "other"))
+    rows = [{"figure": "time_to_target", "metric": "test_accuracy", "value": 0.9, "estimator": "confirmed_crossing",
+             "data": "digits", "model": "tiny", "strategy": name, "log_sd": sd, "blocks": 3, "measured_at": "then",
+             "machine": machine, "reached": 3 if sd else 1, "compared": 3, "sweeps": ["multirun/x"]}
+            for machine, sd in ((here, 0.03), (elsewhere, None)) for name in ("allreduce", "stepwise")]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"results": [{"name": "primary_noise", "rows": rows}]}))
+    _, _, powers = planned_blocks(planned(*HEADLINE), path, effect=1.25, cap=30, machine=here)  # repeats=auto
+    assert powers["data=digits, model=tiny"]["log_sd"] == pytest.approx(0.03)
+    with pytest.raises(ValueError, match="reached .* in 1 of the 3 blocks compared .*no noise to plan from"):
+        planned_blocks(planned(*HEADLINE), path, effect=1.25, cap=30, machine=other)
+
+
 def test_blocks_given_by_hand_state_their_power(tmp_path):
     """repeats=3 keeps 3 blocks and states their power at the smallest effect; unknown without recorded noise."""
     from metrics.report.design import planned_blocks
