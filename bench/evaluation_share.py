@@ -14,7 +14,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.results import recorded, save  # noqa: E402
+from bench.results import load, recorded, save  # noqa: E402
 from bench.run import add_saving_options, under_machine_lock  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.methods import methods  # noqa: E402
@@ -141,8 +141,23 @@ def run(args: argparse.Namespace) -> None:
         result |= {"crossing_check": check, "crossing_goal": "every recorded run's crossing within one interval of "
                    "its dense evaluation's", "crossing_goal_met": check["within"] == check["runs"],
                    "sweeps": [{"path": path, "kept": False, "summary": "crossing_check"} for path in check["folders"]]}
+    elif kept := kept_crossing_check(args.out, repeats[0]["interval_steps"]):
+        print(f"crossing check at the same interval kept from {kept['crossing_check']['measured_at']}")
+        result |= kept
     if not args.no_save:
         print(f"saved {save(recorded(result), args.out)}")
+
+
+def kept_crossing_check(results: Path, every: int) -> dict[str, Any] | None:
+    """The saved entry's crossing check, with when and where it was measured, if it read the same interval."""
+    saved = load("evaluation_share", results) or {}
+    check = saved.get("crossing_check")
+    if not check or check["every"] != every:
+        return None
+    stamp = {"measured_at": check.get("measured_at", saved["measured_at"]), "machine": check.get("machine",
+                                                                                                   saved["machine"])}
+    return {"crossing_check": check | stamp, "sweeps": saved["sweeps"]} | {
+        key: saved[key] for key in ("crossing_goal", "crossing_goal_met")}
 
 
 def main() -> int:

@@ -22,13 +22,15 @@ from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.runs import Run, Section  # noqa: E402
-from metrics.report.stats import FASTER, SLOWER  # noqa: E402
+from metrics.report.stats import EQUIVALENT, FASTER, SLOWER  # noqa: E402
 from metrics.report.tables import excludes_one  # noqa: E402
 from metrics.report.verdict import noise_of, section_verdict  # noqa: E402
 
 HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed
 SEPARATED = (FASTER, SLOWER)
 WALL_TIME_GOAL = 1.5  # the longest sweep's wall time / the headline's on loopback, at most
+DESIGN_GOAL = 0.6  # the headline's elapsed time / the fixed-horizon design's (eval_in_training=false), at most
+DECIDED = (FASTER, SLOWER, EQUIVALENT)
 RUNS_WALL = ("the sum of its runs' wall clocks (launch to end, evaluation included; Hydra's start-up between runs and "
              "the report left out)")  # a sweep's wall time, for the sweeps and the loopback headline alike
 
@@ -119,6 +121,20 @@ def replication(first: dict, second: dict) -> dict:
                            and not withheld)}
 
 
+def against_fixed_design(headline: dict, fixed: dict) -> dict:
+    """The headline, whose runs end at the target, against the fixed-horizon design measured one after the other on
+    this machine: the elapsed-time ratio, and every comparison the fixed design decides decided alike."""
+    claims = {(c["this"], c["other"]): c["claim"] for c in headline["comparisons"]}
+    decided = [c for c in fixed["comparisons"] if c["claim"] in DECIDED]
+    otherwise = [f"{c['this']} vs {c['other']}: {c['claim']} / {claims.get((c['this'], c['other']), 'absent')}"
+                 for c in decided if claims.get((c["this"], c["other"])) != c["claim"]]
+    ratio = headline["wall_s"] / fixed["wall_s"]
+    return {"sweep": fixed, "ratio": ratio, "decided": len(decided), "decided_otherwise": otherwise,
+            "goal": f"elapsed time (launch to report) <= {DESIGN_GOAL}x the fixed-horizon design's at the same blocks, "
+                    "measured alone one after the other; every comparison it decides decided alike",
+            "goal_met": ratio <= DESIGN_GOAL and not otherwise}
+
+
 def on_this_machine(machine: dict | None) -> bool:
     return machine is not None and describe_machine(machine) == describe_machine(fingerprint())
 
@@ -139,16 +155,13 @@ def measured_loopback(folder: Path) -> dict:
 
 
 def loopback_of(results: Path, folder: Path | None) -> dict | None:
-    """The wall-time ratio's denominator: the sweep given, else recorded here, else link_rate's estimate."""
+    """The wall-time ratio's denominator: the sweep given, else one recorded here (link_rate's estimate runs every
+    configuration to max_steps, so it is no measure of runs that end at the target)."""
     if folder:
         return measured_loopback(folder)
     recorded_sweep = (load("headline", results) or {}).get("loopback") or {}
     if recorded_sweep.get("folder") and on_this_machine(recorded_sweep.get("machine")):
         return recorded_sweep
-    link_rate = load("link_rate", results) or {}
-    if link_rate.get("loopback_headline_estimate_s") and on_this_machine(link_rate.get("machine")):
-        return {"wall_s": link_rate["loopback_headline_estimate_s"], "measured_at": link_rate["measured_at"],
-                "method": "estimated by bench/link_rate.py from one 5-step run of each configuration"}
     return None
 
 
@@ -183,8 +196,10 @@ def run(args: argparse.Namespace) -> None:
     folders = args.from_
     if args.sweeps:
         folders = unfinished_folders(ROOT / "multirun", date.today(), args.sweeps)
-    sweeps = [figures_of(folder, run_sweep(folder, args.lock) if args.sweeps else None) for folder in folders]
-    setup = ("python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, control arm)")
+    walls = [run_sweep(f, args.lock) for f in folders] if args.sweeps else args.wall_s or [None] * len(folders)
+    sweeps = [figures_of(folder, wall) for folder, wall in zip(folders, walls, strict=True)]
+    setup = ("python train.py -m " + " ".join(HEADLINE) + " (defaults: the default link, repeats, control arm; runs "
+             "end at the target)")
     if len(sweeps) == 1 and not args.alone and (earlier := recorded_answer(args.out, setup, sweeps[0]["folder"])):
         print(f"checked against the sweep recorded {earlier['measured_at']} ({earlier['folder']})")
         sweeps.insert(0, earlier)
@@ -206,6 +221,12 @@ def run(args: argparse.Namespace) -> None:
               "sweeps": named,
               "method": methods("bench")["headline"]}
     result["replication"] = replication(*sweeps) if len(sweeps) == 2 else None  # one sweep: not yet measured
+    if args.fixed_from:
+        fixed = figures_of(args.fixed_from, args.fixed_wall_s)
+        design = against_fixed_design(sweeps[-1], fixed)
+        result["fixed_design"] = design
+        named.append({"path": fixed["folder"], "kept": False, "summary": "fixed_design.sweep"})
+        print(json.dumps({k: v for k, v in design.items() if k != "sweep"}, indent=1))
     if result["replication"]:
         print(json.dumps(result["replication"], indent=1))
     if not args.no_save:
@@ -220,12 +241,20 @@ def main() -> int:
                         help="record these sweep folders (one or two) instead of running")
     parser.add_argument("--alone", action="store_true",
                         help="one sweep: record it without checking it against the last one recorded")
+    parser.add_argument("--wall-s", type=float, nargs="+", metavar="S",
+                        help="with --from: each sweep's command wall clock (launch to report), measured outside")
+    parser.add_argument("--fixed-from", type=Path, metavar="DIR",
+                        help="the fixed-horizon design (eval_in_training=false), a completed sweep measured one after "
+                             "the latest sweep: the elapsed-time comparison")
+    parser.add_argument("--fixed-wall-s", type=float, metavar="S", help="its command wall clock (launch to report)")
     parser.add_argument("--loopback-from", type=Path, metavar="DIR",
                         help="the headline on loopback, a completed sweep: the wall-time ratio's denominator")
     add_saving_options(parser)
     args = parser.parse_args()
     if args.from_ and len(args.from_) > 2:
         parser.error("--from takes one or two sweep folders")
+    if args.wall_s and len(args.wall_s) != len(args.from_ or []):
+        parser.error("--wall-s takes one wall clock per --from folder")
     run(args)
     return 0
 

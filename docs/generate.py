@@ -19,7 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.headline import WALL_TIME_GOAL  # noqa: E402
+from bench.headline import DESIGN_GOAL, WALL_TIME_GOAL  # noqa: E402
 from bench.noise_scale import log_sd  # noqa: E402
 from bench.results import load_all, source  # noqa: E402
 from launchers.config import strategy_by_name  # noqa: E402
@@ -192,7 +192,7 @@ def verdict() -> str:
     last = len(entry["answers"]) - 1
     sweep = entry["answers"][last]
     return "\n".join([stamp({"name": "headline"} | sweep, f"answers.{last}"), "", *answer_lines(sweep), "",
-                      wall_time_line(entry), "", replication_line(entry)])
+                      wall_time_line(entry), "", design_line(entry), "", replication_line(entry)])
 
 
 def quick_verdict() -> str:
@@ -221,6 +221,20 @@ def wall_time_line(entry: dict) -> str:
     return (f"Wall time: the longest recorded sweep, {longest / 60:.0f} min, is {entry['ratio']:.2f}× the same "
             f"headline on loopback (`network=loopback`: {loopback['wall_s'] / 60:.0f} min, {loopback['method']}, "
             f"{loopback['measured_at']}; goal at most {WALL_TIME_GOAL}×).")
+
+
+def design_line(entry: dict) -> str:
+    """The headline, whose runs end at the target, against the fixed-horizon design (bench/headline.py)."""
+    found = entry.get("fixed_design")
+    if not found:
+        return "Against the fixed-horizon design (`eval_in_training=false`): not measured on this machine."
+    fixed, otherwise = found["sweep"], found["decided_otherwise"]
+    decided = (f"each of the {found['decided']} comparisons it decides decided alike" if not otherwise else
+               f"decided otherwise: {'; '.join(otherwise)}")
+    return (f"Runs that end at the target: this sweep took **{found['ratio']:.2f}×** the elapsed time of the "
+            f"fixed-horizon design (`eval_in_training=false`, every run to `max_steps`: {fixed['wall_s'] / 60:.0f} "
+            f"min, {fixed['wall_method']}, ended {fixed['measured_at']}, measured one after the other); {decided}. "
+            f"Goal: at most {DESIGN_GOAL}× and every decision kept: **{'met' if found['goal_met'] else 'missed'}**.")
 
 
 def replication_line(entry: dict) -> str:

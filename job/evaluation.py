@@ -1,5 +1,5 @@
 """Held-out evaluation of the loop's snapshots: after training, one machine's workers share them through files
-(MachineBoard), or each as it is taken (InTraining). See docs/usage.md (Evaluation after training)."""
+(MachineBoard), or each as it is taken (InTraining). See docs/usage.md (Evaluation)."""
 import json
 import os
 import socket

@@ -1,4 +1,5 @@
 """Live progress of a run's training, then of its snapshots' evaluation: a terminal bar, else a line per interval."""
+import json
 import math
 import sys
 import time
@@ -51,6 +52,9 @@ def sweep_position() -> str:
 def clock(seconds: float) -> str:
     minutes, seconds = divmod(round(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}" if minutes >= 60 else f"{minutes}:{seconds:02d}"
+
+
+STOPPED = ", stopped at the target"  # the last line of a run that stopped at its target (eval_in_training)
 
 
 class Progress:
@@ -124,8 +128,16 @@ class Progress:
         failed = {peer.rank for peer in self.run.peers() if peer.error.exists()}
         return state if state.states and set(self.latest) <= state.ended | failed else None
 
-    def line(self, state: EvaluationState | None) -> str:
-        """Training's figures (state None), then "evaluating snapshot k of n" and its ETA, then how long it took."""
+    def stopped_at_target(self) -> bool:
+        """Whether the run's workers ended where their evaluations in training confirmed the target."""
+        results = [json.loads(peer.result.read_text()) for peer in self.run.peers() if peer.result.exists()]
+        return bool(results) and all(r.get("stopped_at_target") for r in results)
+
+    def line(self, state: EvaluationState | None, final: bool = False) -> str:
+        """Training's figures (state None), then "evaluating snapshot k of n" and its ETA, then how long it took; a
+        run that evaluated in training and stopped at its target says so at the end."""
+        if final and state is None and self.stopped_at_target():
+            return f"{self.training()}{STOPPED}"
         if state is None or state.since is None:  # since: set once a worker's training ended, as states are
             return self.figures()
         if state.evaluated == state.states and state.last_posted is not None:
@@ -144,12 +156,12 @@ class Progress:
         self.read()
         if self.bar is not None:
             state = self.evaluation() if self.latest else None
-            self.bar.set_description_str(f"{self.title}: {self.line(state)}" if self.latest else self.title,
-                                         refresh=False)
-            self.bar.n = round(100 * self.share_done(state)) if self.latest else 0
+            line = self.line(state, final) if self.latest else ""
+            self.bar.set_description_str(f"{self.title}: {line}" if line else self.title, refresh=False)
+            self.bar.n = (100 if line.endswith(STOPPED) else round(100 * self.share_done(state))) if line else 0
             self.bar.refresh()
         elif self.latest and (final or time.monotonic() >= self.next_line):
-            line = f"avgbench: {self.title}: {self.line(self.evaluation())}"
+            line = f"avgbench: {self.title}: {self.line(self.evaluation(), final)}"
             if not (final and line == self.last_line):  # every interval, even when unchanged: still alive
                 print(line, file=self.stream, flush=True)
             self.last_line = line

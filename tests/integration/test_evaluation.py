@@ -26,7 +26,7 @@ def test_one_process_evaluates_on_every_core_of_its_host_once_training_ended(run
     """It trained on its one core (peer_cpus=1); the machine's other cores stood idle until evaluation took them."""
     from helpers import QUICK, results, run_train
 
-    result = run_train(run_dir, *QUICK, "strategy=single", "max_steps=4", "eval_every=2")
+    result = run_train(run_dir, *QUICK, "strategy=single", "max_steps=4", "eval_every=2", "eval_in_training=false")
     assert result.returncode == 0, result.stderr
     (worker,) = results(run_dir, (0,))
     assert len(worker["cores"]) == 1
@@ -43,7 +43,8 @@ def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_wo
     from job.data import load_splits
     from job.model import build_model
 
-    result = run_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=20", "eval_every=5", "keep_weights=true")
+    result = run_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=20", "eval_every=5", "keep_weights=true",
+                       "eval_in_training=false")
     assert result.returncode == 0, result.stderr
     steps = [0, 5, 10, 15, 20]
     evals = {rank: read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl") for rank in (0, 1)}
@@ -91,7 +92,7 @@ def test_two_allreduce_workers_evaluating_in_training_end_together_where_their_c
     from metrics.summary.target import crossing_step
 
     result = run_train(run_dir, *QUICK, "strategy=allreduce", "peers=2", "max_steps=60", "eval_every=4",
-                       "eval_in_training=true", "target.value=0.5")
+                       "target.value=0.5")
     assert result.returncode == 0, result.stderr
     target = {"metric": "test_accuracy", "value": 0.5, "estimator": "causal_isotonic"}
     evals = {rank: read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl") for rank in (0, 1)}
@@ -123,7 +124,7 @@ def test_workers_evaluating_their_own_states_in_training_stop_where_both_curves_
     from metrics.summary.target import crossing_step
 
     result = run_train(run_dir, *QUICK, f"strategy={strategy}", "peers=2", "max_steps=60", "eval_every=4",
-                       "eval_in_training=true", "target.value=0.5")
+                       "target.value=0.5")
     assert result.returncode == 0, result.stderr
     target = {"metric": "test_accuracy", "value": 0.5, "estimator": "causal_isotonic"}
     evals = {rank: read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl") for rank in (0, 1)}

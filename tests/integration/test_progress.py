@@ -23,7 +23,7 @@ STEPS = 20
 # progress on (QUICK turns it off); worker 0 stalls 1.5 s at step 5, so the run is surely seen mid-way
 SHORT_RUN = ["progress=true", f"max_steps={STEPS}", "fault.stall_peer=0", "fault.at_step=5", "fault.stall_s=1.5"]
 TRAINED = r"step (\d+)/(\d+), loss ([\d.]+), (\d+) samples/s, comm (\d+)%"
-FIGURES = re.compile(TRAINED + r"(, ETA \d+:\d\d|, evaluated in \d+:\d\d)")  # training, then at the end
+FIGURES = re.compile(TRAINED + r"(, ETA \d+:\d\d|, evaluated in \d+:\d\d|, stopped at the target)")  # at the end
 EVALUATING = re.compile(r"evaluating snapshot (\d+) of (\d+)(, ETA \d+:\d\d)? \(" + TRAINED + r"\)")
 
 
@@ -85,7 +85,7 @@ def test_terminal_shows_a_bar_that_fits_its_width(tmp_path):
 def test_pipe_gets_plain_lines_with_the_job_in_the_sweep(tmp_path):
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "train.py"), "-m", "seed=1,2", "repeats=1", f"hydra.sweep.dir={sweep}", *QUICK,
-               *SHORT_RUN, "progress_interval_s=0.5"]
+               *SHORT_RUN, "progress_interval_s=0.5", "eval_in_training=false"]  # its last line: the evaluation
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     assert "\r" not in result.stderr  # no bar drawing on a pipe
@@ -105,7 +105,8 @@ def test_pipe_gets_plain_lines_with_the_job_in_the_sweep(tmp_path):
 def test_after_training_the_line_counts_the_distinct_snapshots_being_evaluated(tmp_path):
     """Two allreduce workers save the same 21 states (every step of 20): the line counts 21 to evaluate, not 42."""
     command = train_command(tmp_path / "run", "strategy=allreduce", "peers=2", "progress=true", f"max_steps={STEPS}",
-                            "eval_every=1", "precise_bn_samples=1024", "progress_interval_s=0.2")
+                            "eval_every=1", "precise_bn_samples=1024", "progress_interval_s=0.2",
+                            "eval_in_training=false")
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     lines = [line.removeprefix("avgbench: allreduce x2: ") for line in result.stderr.splitlines()

@@ -53,7 +53,8 @@ def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(r
     # the peer stalls 3 s before step 20: then a busy process joins its CPU group, on its core, to the end of its
     # training; so it gets half of what the peer got, whatever else loads the machine. The fastest measurements
     # before and after are compared
-    train = start_train(run_dir, *MEASURED_RUN, "fault.stall_peer=0", "fault.at_step=20", "fault.stall_s=3")
+    train = start_train(run_dir, *MEASURED_RUN, "fault.stall_peer=0", "fault.at_step=20", "fault.stall_s=3",
+                        "eval_in_training=false")  # the busy process ends when evaluation after training begins
     busy = None
     try:
         wait_for_steps(run_dir, 0, 19)

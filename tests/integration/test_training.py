@@ -42,11 +42,11 @@ def test_single_run_learns_and_leaves_complete_metrics(run_dir):
 
 @pytest.fixture(scope="module")
 def allreduce_run(tmp_path_factory):
-    """One DDP run of 2 peers, 20 steps, evaluated every 2 steps against a target of 0.6: the evaluation test and the
-    payload test only read what it left."""
+    """One DDP run of 2 peers, 20 steps, evaluated every 2 steps after training against a target of 0.6: the
+    evaluation test and the payload test only read what it left."""
     run_dir = tmp_path_factory.mktemp("allreduce") / "run"
     result = run_train(run_dir, "strategy=allreduce", "peers=2", "max_steps=20", "eval_every=2",
-                       "target.metric=test_accuracy", "target.value=0.6")
+                       "target.metric=test_accuracy", "target.value=0.6", "eval_in_training=false")
     yield run_dir, result
     if (run_dir / ".avgbench" / "run_id").exists():  # as the run_dir fixture: no process outlives it
         for proc in leftover_processes(run_dir):
@@ -160,7 +160,7 @@ def test_allreduce_and_the_one_process_baseline_compute_the_same_updates_in_floa
     # the same samples in the same order (job/data.py GlobalOrder), the same initial weights, and BatchNorm over
     # the same groups of 32 (ghost BatchNorm in the baseline's batch of 64): the same model after 20 steps
     common = ["model=tiny", "dtype=float64", "max_steps=20", "eval_every=10", "keep_weights=true", "seed=4",
-              "peers=2", "target.value=0.5", "noise_scale_every=1"]
+              "peers=2", "target.value=0.5", "noise_scale_every=1", "eval_in_training=false"]
     for name in ("allreduce", "single"):
         result = run_train(tmp_path / name, f"strategy={name}", *common)
         assert result.returncode == 0, result.stderr

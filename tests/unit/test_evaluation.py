@@ -299,14 +299,15 @@ def test_strategies_whose_workers_hold_one_state_or_stop_together_evaluate_in_tr
     from helpers import compose_config, strategy_of
     from job.worker import evaluation_mode
 
-    asked = evaluation_mode(compose_config(f"strategy={strategy}", "eval_in_training=true"), strategy_of(strategy))
+    asked = evaluation_mode(compose_config(f"strategy={strategy}"), strategy_of(strategy))  # the default
     assert asked["mode"] == mode and ("why" in asked) == (mode == "after_training")
-    assert evaluation_mode(compose_config(f"strategy={strategy}"), strategy_of(strategy)) == {"mode": "after_training"}
+    fixed = evaluation_mode(compose_config(f"strategy={strategy}", "eval_in_training=false"), strategy_of(strategy))
+    assert fixed == {"mode": "after_training"}
 
 
 def test_asynchronous_ps_evaluates_after_training_since_a_pause_would_change_its_staleness():
     from helpers import compose_config, strategy_of
     from job.worker import evaluation_mode
 
-    asked = evaluation_mode(compose_config("strategy=ps", "ps.mode=async", "eval_in_training=true"), strategy_of("ps"))
+    asked = evaluation_mode(compose_config("strategy=ps", "ps.mode=async"), strategy_of("ps"))
     assert asked["mode"] == "after_training" and "asynchronous ps" in asked["why"]

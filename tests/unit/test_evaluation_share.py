@@ -1,6 +1,6 @@
 """bench/evaluation_share.py reads a run's own records: every state evaluated once counts once, however many workers
-copied its evaluation, and the share is evaluation after training over the whole command; a coarser interval's
-crossing is read from the evaluations that interval would have kept."""
+copied its evaluation, and the share is evaluation (in training and after) over the whole command; a coarser
+interval's crossing is read from the evaluations that interval would have kept, and kept with its own stamp."""
 import json
 
 import pytest
@@ -68,3 +68,20 @@ def test_a_crossing_the_coarser_interval_cannot_confirm_is_not_within(tmp_path):
     (run,) = check["by_run"]
     assert run["dense"] == pytest.approx(40 + 5 * 0.85 / 0.86) and run["coarse"] is None
     assert not run["within"] and check["within"] == 0
+
+
+def test_a_new_share_keeps_the_saved_crossing_check_with_its_own_date_and_machine_only_at_the_same_interval(tmp_path):
+    from bench.evaluation_share import kept_crossing_check
+    from bench.results import save
+    from metrics.recording.machine import fingerprint
+
+    machine = fingerprint() | {"cpu_model": "elsewhere"}
+    save({"name": "evaluation_share", "goal": "g", "sweeps": [{"path": "multirun/dense", "kept": False,
+                                                              "summary": "crossing_check"}],
+          "crossing_check": {"every": 25, "runs": 3}, "crossing_goal": "within one interval", "crossing_goal_met": True,
+          "measured_at": "2026-11-29 14:20:30", "machine": machine}, tmp_path)
+    kept = kept_crossing_check(tmp_path, 25)
+    assert kept["crossing_check"] == {"every": 25, "runs": 3, "measured_at": "2026-11-29 14:20:30", "machine": machine}
+    assert kept["sweeps"][0]["path"] == "multirun/dense" and kept["crossing_goal_met"] is True
+    assert kept_crossing_check(tmp_path, 10) is None  # another interval: that check says nothing of this one
+    assert kept_crossing_check(tmp_path / "none", 25) is None

@@ -106,3 +106,18 @@ def test_sweeps_go_into_the_first_folders_of_the_day_without_a_report(tmp_path):
     (finished / "report.md").write_text("a report")
     assert unfinished_folders(tmp_path, day, 2) == [stopped, tmp_path / "headline-2026-11-29-3"]
     assert unfinished_folders(tmp_path, date(2026, 11, 30), 1) == [tmp_path / "headline-2026-11-30-1"]
+
+
+def test_the_headline_meets_its_design_goal_only_faster_than_six_tenths_and_deciding_what_the_fixed_design_decides():
+    from bench.headline import against_fixed_design
+
+    fixed = sweep(RANKING, AGREEING | {("ring", "single (2x1)"): "equivalent"}) | {"wall_s": 3000.0}
+    alike = sweep(RANKING, AGREEING | {("ring", "single (2x1)"): "equivalent", ("ring", "stepwise"): "faster"})
+    found = against_fixed_design(alike | {"wall_s": 1500.0}, fixed)
+    assert (found["ratio"], found["decided"], found["decided_otherwise"], found["goal_met"]) == (0.5, 3, [], True)
+    assert not against_fixed_design(alike | {"wall_s": 1801.0}, fixed)["goal_met"]  # 0.60x: over the goal
+    undecided = sweep(RANKING, AGREEING | {("ps", "stepwise"): "cannot tell"}) | {"wall_s": 1500.0}
+    found = against_fixed_design(undecided, fixed)
+    assert found["decided_otherwise"] == ["ps vs stepwise: slower / cannot tell",
+                                          "ring vs single (2x1): equivalent / cannot tell"]
+    assert not found["goal_met"]

@@ -72,6 +72,17 @@ def test_samples_per_s_is_the_summarys_once_every_worker_is_in_the_measurement_w
     assert progress.rate() == pytest.approx(2 * 4 * 32 / (4 * 2.0))  # steps 3-6 of both; rank 1 the longer, 8 s
 
 
+def test_a_run_that_stopped_at_its_target_ends_on_a_line_that_says_so_not_on_an_eta(tmp_path):
+    """Evaluated in training, it stopped at step 50 of 100: its last line says so once every worker's result does."""
+    progress = progress_over(tmp_path, {0: [record(50, 50.0)], 1: [record(50, 50.0)]})
+    for rank, stopped in ((0, True), (1, False)):
+        (tmp_path / f"peer{rank}" / "result.json").write_text(json.dumps({"stopped_at_target": stopped}))
+    assert progress.line(None, final=True).endswith("ETA 0:50")  # one worker ran on: no stop at the target
+    (tmp_path / "peer1" / "result.json").write_text(json.dumps({"stopped_at_target": True}))
+    assert progress.line(None, final=True) == "step 50/100, loss 1.000, 64 samples/s, comm 0%, stopped at the target"
+    assert progress.line(None).endswith("ETA 0:50")  # while it runs
+
+
 # --- unit tier: the evaluation after training, from the hosts' boards -------------------------------
 def board_of(tmp_path, ended: dict[int, list[str]], posted: list[str], since: float, last_posted: float):
     """Files of a machine board: each worker's snapshot keys (published: its training ended) and the posted
