@@ -20,7 +20,8 @@ from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.schema import Summary  # noqa: E402
-from metrics.summary.target import crossing_step  # noqa: E402
+from job.loop import next_snapshot  # noqa: E402
+from metrics.summary.target import crossing_step, meets  # noqa: E402
 
 GOAL = 0.15  # evaluation after training, at most this share of the default run's wall clock
 
@@ -47,6 +48,7 @@ def figures_of(run_dir: Path, command_s: float) -> dict[str, Any]:
         "load_and_test_pass_s": sum(e["eval_s"] for e in computed) - precise_bn_s,
         "test_samples": evaluation.test_samples,
         "interval_steps": evaluation.interval_steps,
+        "confirm_after_steps": evaluation.confirm_after_steps or 0,
         "in_training_s": evaluation.in_training_s or 0.0,
         "share": ((evaluation.after_training_s or 0.0) + (evaluation.in_training_s or 0.0)) / command_s,
         "alone": summary.machine.alone,  # the machine around the run (summary.json machine)
@@ -54,21 +56,41 @@ def figures_of(run_dir: Path, command_s: float) -> dict[str, Any]:
     }
 
 
-def crossings(run_dir: Path, every: int) -> dict[str, Any]:
+def policy_steps(curves: list[dict[float, float]], every: int, confirm_after: int, target: dict) -> list[float]:
+    """The steps of the workers' common dense curves (step -> value each) that the in-training policy evaluates: every
+    `every` steps and `confirm_after` after a pause where all were at the target unconfirmed (job/loop.py), each the
+    first dense step at or after its due one; up to where all confirmed the crossing, else to the last."""
+    steps = sorted(set.intersection(*(set(curve) for curve in curves)))
+    kept, due = steps[:1], next_snapshot(0, every, confirm_after, False)
+    for step in steps[1:]:
+        if due is None or step < due:
+            continue
+        kept.append(step)
+        reached = [crossing_step(kept, [curve[s] for s in kept], target) is not None for curve in curves]
+        if all(reached):
+            return kept
+        at_target = all(r or meets(curve[step], target) for r, curve in zip(reached, curves))
+        due = next_snapshot(int(step), every, confirm_after, at_target)
+    return kept if kept[-1] == steps[-1] else kept + steps[-1:]
+
+
+def crossings(run_dir: Path, every: int, confirm_after: int) -> dict[str, Any]:
     """The worst worker's crossing step by the run's own estimator, from every evaluation it kept (`dense`) and from
-    those an interval of `every` steps keeps (multiples of it, and the last: `coarse`); None: not reached."""
+    those the policy of `every` and `confirm_after` keeps (policy_steps: `coarse`); None: not reached."""
     run = RunDir(run_dir)
     target = Summary.load(run.summary).target
     metric = target["metric"]
     curves = [[e for e in read_jsonl(peer.evals) if e.get(metric) is not None]
               for peer in run.peers() if peer.evals.exists()]
     curves = [curve for curve in curves if curve]
+    by_step = [{e["step"]: e[metric] for e in curve} for curve in curves]
+    kept = policy_steps(by_step, every, confirm_after, target) if by_step else []
     worst: dict[str, float | None] = {}
     for name, thin in (("dense", False), ("coarse", True)):
         steps = []
-        for curve in curves:
-            evals = [e for e in curve[:-1] if e["step"] % every == 0] + curve[-1:] if thin else curve
-            steps.append(crossing_step([e["step"] for e in evals], [e[metric] for e in evals], target))
+        for curve in by_step:
+            at = kept if thin else sorted(curve)
+            steps.append(crossing_step(at, [curve[s] for s in at], target))
         worst[name] = max(s for s in steps if s is not None) if steps and None not in steps else None
     dense, coarse = worst["dense"], worst["coarse"]
     shift = (coarse - dense) / every if dense is not None and coarse is not None else None
@@ -79,13 +101,15 @@ def crossings(run_dir: Path, every: int) -> dict[str, Any]:
             "within": abs(shift) <= 1 if shift is not None else dense is coarse is None}
 
 
-def crossing_check(folders: list[Path], every: int) -> dict[str, Any]:
+def crossing_check(folders: list[Path], every: int, confirm_after: int) -> dict[str, Any]:
     """crossings() of every run (a folder holding summary.json) under `folders`, evaluated more densely than `every`."""
-    runs = [crossings(s.parent, every) for folder in folders for s in sorted(folder.rglob("summary.json"))]
+    runs = [crossings(s.parent, every, confirm_after) for folder in folders
+            for s in sorted(folder.rglob("summary.json"))]
     runs = [r for r in runs if r["dense_every"] is not None and r["dense_every"] < every]
     distinct = {str(r.pop("states")): r for r in runs}  # runs that evaluated the same states read the same crossing
     shifts = [r["shift_intervals"] for r in runs if r["shift_intervals"] is not None]
-    return {"every": every, "folders": [str(f) for f in folders], "runs": len(runs), "distinct_curves": len(distinct),
+    return {"every": every, "confirm_after": confirm_after, "folders": [str(f) for f in folders], "runs": len(runs),
+            "distinct_curves": len(distinct),
             "within": sum(r["within"] for r in runs), "largest_shift_intervals": max(map(abs, shifts), default=None),
             "median_shift_intervals": statistics.median(shifts) if shifts else None, "by_run": runs}
 
@@ -130,7 +154,7 @@ def run(args: argparse.Namespace) -> None:
               "method": methods("bench")["evaluation_share"],
               "repeats": repeats}
     if args.dense:
-        check = crossing_check(args.dense, every := repeats[0]["interval_steps"])
+        check = crossing_check(args.dense, every := repeats[0]["interval_steps"], repeats[0]["confirm_after_steps"])
         if not check["runs"]:
             raise SystemExit(f"evaluation_share: no run under {', '.join(map(str, args.dense))} was evaluated more "
                              f"often than every {every} steps")
@@ -141,18 +165,18 @@ def run(args: argparse.Namespace) -> None:
         result |= {"crossing_check": check, "crossing_goal": "every recorded run's crossing within one interval of "
                    "its dense evaluation's", "crossing_goal_met": check["within"] == check["runs"],
                    "sweeps": [{"path": path, "kept": False, "summary": "crossing_check"} for path in check["folders"]]}
-    elif kept := kept_crossing_check(args.out, repeats[0]["interval_steps"]):
+    elif kept := kept_crossing_check(args.out, repeats[0]["interval_steps"], repeats[0]["confirm_after_steps"]):
         print(f"crossing check at the same interval kept from {kept['crossing_check']['measured_at']}")
         result |= kept
     if not args.no_save:
         print(f"saved {save(recorded(result), args.out)}")
 
 
-def kept_crossing_check(results: Path, every: int) -> dict[str, Any] | None:
-    """The saved entry's crossing check, with when and where it was measured, if it read the same interval."""
+def kept_crossing_check(results: Path, every: int, confirm_after: int) -> dict[str, Any] | None:
+    """The saved entry's crossing check, with when and where it was measured, if it read the same policy."""
     saved = load("evaluation_share", results) or {}
     check = saved.get("crossing_check")
-    if not check or check["every"] != every:
+    if not check or (check["every"], check.get("confirm_after", 0)) != (every, confirm_after):
         return None
     stamp = {"measured_at": check.get("measured_at", saved["measured_at"]), "machine": check.get("machine",
                                                                                                    saved["machine"])}

@@ -91,7 +91,8 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
         "ranking": [g.label for g in analysis.ranking],
         "comparisons": [{"this": c.this.label, "other": c.other.label,
-                         "ratio": c.ratio.estimate, "interval_95": c.ratio.interval(),
+                         "ratio": c.ratio.estimate if c.ratio.n else None,  # no paired block: no ratio
+                         "interval_95": c.ratio.interval() if c.ratio.n else None,
                          "adjusted_p": c.adjusted_p, "claim": c.decision, "blocks": c.blocks,
                          "censored": c.censored, "against_baseline": c.other.first.is_baseline}
                         for c in analysis.comparisons],

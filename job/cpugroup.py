@@ -3,8 +3,9 @@
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import psutil
 
@@ -136,6 +137,7 @@ class PeerCpu:
         self.cores: set[int] = set()  # where the peer was pinned; the CPU time of tasks and interrupts there then
         self.first_cores_irq = 0.0
         self.usage_at_pinning: tuple[float, float] | None = None
+        self.aside: dict[str, float] = {}  # ADDITIVE figures of the spans set aside
 
     def pinned(self, cores: list[int]) -> None:
         """The peer is pinned to `cores` from now on: measure the other work on them (METHODS["isolation"])."""
@@ -149,6 +151,8 @@ class PeerCpu:
             self.excluded.add(tid)
 
     released: dict[str, Any] | None = None  # the figures when the peer's quota was lifted
+    ADDITIVE = ("in_group_s", "runq_s", "cpu_received_s", "throttled_periods", "throttled_s", "other_on_cores_s",
+                "irq_on_cores_s")  # the figures a set-aside span is taken out of
 
     def release(self) -> None:
         """Training ended on this host: take the figures now, then lift the quota (evaluation is not measured)."""
@@ -156,10 +160,36 @@ class PeerCpu:
         if self.group is not None:
             self.group.lift_quota()
 
+    @contextmanager
+    def set_aside(self) -> Iterator[None]:
+        """A span of training's pauses that is not the run's CPU (an evaluation): left out of the figures."""
+        before = self._since_joining()
+        try:
+            yield
+        finally:
+            after = self._since_joining()
+            for key in self.ADDITIVE:
+                if isinstance(after.get(key), (int, float)) and isinstance(before.get(key), (int, float)):
+                    self.aside[key] = self.aside.get(key, 0) + after[key] - before[key]
+
+    @contextmanager
+    def quota_lifted(self) -> Iterator[None]:
+        if self.group is not None:
+            self.group.lift_quota()
+        try:
+            yield
+        finally:
+            if self.group is not None:
+                self.group.set_quota()
+
     def figures(self) -> dict[str, Any]:
-        """From joining the group to now, or to the release."""
+        """From joining the group to now, or to the release, less the spans set aside."""
         if self.released is not None:
             return self.released
+        return {key: value - self.aside[key] if key in self.aside and value is not None else value
+                for key, value in self._since_joining().items()}
+
+    def _since_joining(self) -> dict[str, Any]:
         delays = tree_run_delays(os.getpid())
         runq_ns = sum(ns - self.first_delays.get(tid, 0) for tid, ns in delays.items() if tid not in self.excluded)
         figures: dict[str, Any] = {"in_group_s": time.monotonic() - self.joined, "runq_s": runq_ns / 1e9,

@@ -6,7 +6,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 import numpy as np
 import psutil
@@ -16,9 +16,9 @@ from torch.utils.data import DataLoader, Subset
 
 from job.data import Samples
 from job.model import state_digest
-from job.process import boot_id
+from job.process import boot_id, core_slot
 from metrics.recording.steplog import StepLog
-from metrics.summary.target import crossing_step
+from metrics.summary.target import crossing_step, meets
 
 PRECISE_BN_SUBSET_SEED = 0  # the training subset of precise BatchNorm: the same for every run and seed
 EVALUATION_BATCH = 32  # held-out samples per forward pass
@@ -133,8 +133,9 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
 
 class MachineBoard:
     """RUN/.avgbench/evaluation/MACHINE/, where one machine's workers share their evaluations: worker<R>.json (its
-    process and host, before it trains), snapshots<R>.json (step, key, path of each, once trained), <key>.claim (who
-    evaluates that state; the first to create it), <key>.json and .npz (its figures, and each test sample's outcome)."""
+    process, host and the host's cores, before it trains), snapshots<R>.json (step, key, path of each, once trained),
+    pause<STEP>.<R>.json (the key of its state at a pause in training), <key>.claim (who evaluates that state after
+    training; the first to create it), <key>.json and .npz (its figures, and each test sample's outcome)."""
 
     def __init__(self, directory: Path, rank: int, host: str | None = None):
         self.directory, self.rank = Path(directory), rank
@@ -154,10 +155,31 @@ class MachineBoard:
         except FileNotFoundError:
             return None
 
-    def register(self) -> None:
+    def register(self, cores: list[int] | None = None) -> None:
+        """Before training: this worker's process, host and the host's cores (default: this process's)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._write_json(self.directory / f"worker{self.rank}.json",
-                         {"rank": self.rank, "host": self.host, **this_process()})
+        self._write_json(self.directory / f"worker{self.rank}.json", {
+            "rank": self.rank, "host": self.host, "cores": sorted(os.sched_getaffinity(0)) if cores is None else cores,
+            **this_process()})
+
+    def workers_cores(self) -> list[int]:
+        """The cores of the hosts of every worker registered on this machine."""
+        workers = (self._read_json(path) for path in self.directory.glob("worker*.json"))
+        return sorted({core for w in workers if w for core in w.get("cores", [])})
+
+    def pause(self, step: int, key: str) -> None:
+        self._write_json(self.directory / f"pause{step}.{self.rank}.json", {"key": key})
+
+    def paused(self, step: int, patience_s: float) -> dict[int, str]:
+        """rank -> key of this machine's workers at the pause of `step`: once every live one has paused there, or
+        patience_s has passed (then those that have)."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            keys = {int(path.name.split(".")[1]): record["key"] for path in self.directory.glob(f"pause{step}.*.json")
+                    if (record := self._read_json(path))}
+            if set(self.live_workers()) <= set(keys) or time.monotonic() > deadline:
+                return keys
+            time.sleep(PAUSE_POLL_S)
 
     def publish(self, snapshots: list[Snapshot]) -> None:
         self._write_json(self.directory / f"snapshots{self.rank}.json", {
@@ -247,6 +269,59 @@ def evaluation_state(run_evaluation: Path) -> EvaluationState:
 
 
 POLL_S = 0.05  # how often a waiting worker looks at the board
+PAUSE_POLL_S = 0.01  # how often a worker in a pause looks for the others' (every worker waits for the last)
+
+
+class PauseSharing:
+    """eval_in_training on one machine: at each pause, each distinct state of its workers is evaluated once, by the
+    lowest rank holding it, on that state's share of the cores of the machine's workers; the others wait for it."""
+
+    def __init__(self, board: MachineBoard, patience_s: float, on_cores: Callable[[list[int]], ContextManager[None]],
+                 set_aside: Callable[[], ContextManager[None]]):
+        self.board, self.patience_s = board, patience_s
+        self.on_cores = on_cores  # evaluate within it on those cores
+        self.set_aside = set_aside  # the whole evaluation within it: not the run's CPU
+        self.evaluated = 0  # evaluations done here
+        self.longest_s = 0.0  # the longest evaluation seen
+
+    def evaluate(self, snapshot: Snapshot, evaluator: Evaluator) -> tuple[Record, Outcome]:
+        step, board = int(snapshot.clock["step"]), self.board
+        with self.set_aside():
+            board.pause(step, snapshot.key)
+            holders: dict[str, list[int]] = {}
+            for rank, key in sorted(board.paused(step, self.patience_s).items()):
+                holders.setdefault(key, []).append(rank)
+            evaluator_rank = holders[snapshot.key][0]
+            if posted := board.result(snapshot.key):  # the state of an earlier pause
+                record, outcome = posted
+            elif evaluator_rank == board.rank:
+                record, outcome = self._evaluate_here(snapshot, evaluator, list(holders).index(snapshot.key),
+                                                      len(holders))
+            else:
+                record, outcome = self._wait_for(snapshot, evaluator, evaluator_rank)
+        self.longest_s = max(self.longest_s, record["eval_s"])
+        return record, outcome
+
+    def _evaluate_here(self, snapshot: Snapshot, evaluator: Evaluator, index: int,
+                       states: int) -> tuple[Record, Outcome]:
+        """Evaluate on the `index`-th of `states` equal shares of the workers' cores, and post it."""
+        cores = self.board.workers_cores()
+        slot = core_slot(index, max(1, len(cores) // states), cores)
+        with self.on_cores(slot):
+            record, outcome = evaluator(snapshot.path)
+        record |= {"evaluated_by": self.board.rank, "evaluated_on": slot}
+        self.board.post(snapshot.key, record, outcome)
+        self.evaluated += 1
+        return record, outcome
+
+    def _wait_for(self, snapshot: Snapshot, evaluator: Evaluator, evaluator_rank: int) -> tuple[Record, Outcome]:
+        """The evaluation of the snapshot's state that `evaluator_rank` posts; evaluated here if it died or stalls."""
+        deadline = time.monotonic() + max(self.patience_s, 3 * self.longest_s)
+        while (posted := self.board.result(snapshot.key)) is None:
+            if time.monotonic() > deadline or evaluator_rank not in self.board.live_workers():
+                return self._evaluate_here(snapshot, evaluator, 0, 1)
+            time.sleep(POLL_S)
+        return posted
 
 
 class MachineEvaluation:
@@ -308,6 +383,7 @@ class InTraining:
     log: StepLog
     target: dict[str, Any]  # the config's target block: metric, value, a causal estimator
     keep_in: Path | None = None
+    sharing: PauseSharing | None = None  # each state evaluated once by the machine's workers (None: each its own)
 
 
 class Snapshots:
@@ -322,6 +398,7 @@ class Snapshots:
         self.outcomes: list[Outcome] = []  # in training: each evaluation's test sample outcomes
         self.in_training_s = 0.0  # in training: the summed evaluation pauses
         self.target_reached = False  # in training: the estimator confirmed the crossing
+        self.at_target = False  # in training: the latest evaluation is at the target
 
     def take(self, model: nn.Module, **clock: float) -> None:
         """Save the model's state and key (evaluate it, in training)."""
@@ -340,12 +417,14 @@ class Snapshots:
         """Evaluate the snapshot just taken, log it, and note whether the curve so far reached the target."""
         started = time.perf_counter()
         with torch.random.fork_rng(devices=[]):  # training's random draws stay as they would be without it
-            record, outcome = here.evaluator(snapshot.path)
+            record, outcome = (here.sharing.evaluate(snapshot, here.evaluator) if here.sharing
+                               else here.evaluator(snapshot.path))
         self._logged(snapshot, record, here.log, here.keep_in)
         self.outcomes.append(outcome)
         self.curve.append((snapshot.clock["step"], record[here.target["metric"]]))
         steps, values = zip(*self.curve)
         self.target_reached = crossing_step(steps, values, here.target) is not None
+        self.at_target = meets(values[-1], here.target)
         self.in_training_s += time.perf_counter() - started
 
     def _logged(self, snapshot: Snapshot, record: Record, log: StepLog, keep_in: Path | None) -> None:
@@ -371,7 +450,8 @@ class Snapshots:
         self.save_outcomes(samples_path, self.outcomes)
         self.taken, taken = [], self.taken
         self.discard()
-        return {"evaluations": len(taken), "evaluated_here": len(taken), "eval_s": 0.0,
+        sharing = self.in_training.sharing if self.in_training else None
+        return {"evaluations": len(taken), "evaluated_here": sharing.evaluated if sharing else len(taken), "eval_s": 0.0,
                 "in_training_eval_s": self.in_training_s, "snapshot_s": sum(s.snapshot_s for s in taken)}
 
     def evaluating(self, machine: MachineEvaluation, log: StepLog, samples_path: Path,

@@ -40,7 +40,7 @@ class TrainedStrategy(Protocol):
     def step_limit(self) -> int: ...
     def zero_grad(self) -> None: ...
     def step(self, samples: int) -> StepOutcome: ...
-    def resume_together(self, reached: bool) -> bool: ...
+    def resume_together(self, claims: list[bool]) -> list[bool]: ...
     def trained(self) -> None: ...
 
 
@@ -92,6 +92,14 @@ class GradientClock:
             os.close(self.schedstat)
 
 
+def next_snapshot(step: int, every: int, confirm_after: int, confirming: bool) -> int | None:
+    """The step of the snapshot after the one at `step`: `confirm_after` steps on where every worker is at the target
+    but not all confirmed it yet (eval_in_training), else the next multiple of `every` (None: none before the end)."""
+    if confirming and confirm_after:
+        return step + confirm_after
+    return (step // every + 1) * every if every else None
+
+
 def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained: nn.Module, splits: Splits,
           order: GlobalOrder, log: StepLog, device: PeerDevice, snapshots: Snapshots) -> dict[str, Any]:
     """Train to the strategy's step limit, its last step, or the target reached in training, logging every step and
@@ -105,15 +113,18 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
     paused_s = 0.0  # snapshots for evaluation and the speed reference: not training time
     samples = 0
     all_reached = False  # eval_in_training: every worker's curve confirmed the crossing
+    due: int | None = None  # the step of the next snapshot
 
     def snapshot(step: int) -> None:
-        nonlocal paused_s, all_reached
+        nonlocal paused_s, all_reached, due
         paused_at = time.perf_counter()
         wall = paused_at - start
         snapshots.take(model, step=step, wall_s=wall, train_s=wall - paused_s, samples=samples)
         if reference:  # the machine's speed, measured in the same pause
             reference.measure(step, time.perf_counter() - start, force=step == 0)
-        all_reached = strategy.resume_together(snapshots.target_reached)
+        reached = snapshots.target_reached
+        all_reached, all_at_target = strategy.resume_together([reached, reached or snapshots.at_target])
+        due = next_snapshot(step, int(cfg.eval_every), int(cfg.eval_confirm_after), all_at_target and not all_reached)
         paused_s += time.perf_counter() - paused_at
 
     trained.train()
@@ -153,7 +164,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
                      **({"startup_wait_s": report.startup_wait_s} if report.startup_wait_s else {}),
                      **({} if report.link_s is None else {"link_s": report.link_s}),
                      **report.extra, **(wire.since_start() if wire else {}))
-            if report.last or step == last_step or (cfg.eval_every and step % cfg.eval_every == 0):
+            if report.last or step == last_step or step == due:
                 snapshot(step)
             if report.last or all_reached:
                 break

@@ -5,8 +5,9 @@ import socket
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Iterator, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -15,7 +16,8 @@ from job.contract import WORKER, LaunchSpec, PeerContext
 from job.cpugroup import PeerCpu
 from job.data import GlobalOrder, load_splits
 from job.device import PeerDevice
-from job.evaluation import Evaluator, InTraining, MachineBoard, MachineEvaluation, PreciseBatchNorm, Snapshots
+from job.evaluation import (Evaluator, InTraining, MachineBoard, MachineEvaluation, PauseSharing, PreciseBatchNorm,
+                            Snapshots)
 from job.loop import TrainedStrategy, train
 from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
@@ -47,7 +49,7 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
             log = StepLog(peer.path)
             snapshots = Snapshots(peer.snapshots, device.device, precise=bool(cfg.precise_bn_samples))
             board = MachineBoard(ctx.run.evaluation / MachineBoard.machine_name(), ctx.rank)
-            board.register()
+            board.register(host_cores)
             try:
                 torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
                 splits = load_splits(cfg)
@@ -64,7 +66,8 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
                 if result["evaluation"]["mode"] == "in_training":
                     target = cast(dict[str, Any], OmegaConf.to_container(cfg.target))  # a DictConfig's is a dict
                     snapshots.in_training = InTraining(evaluator, log, target,
-                                                       peer.weights if cfg.keep_weights else None)
+                                                       peer.weights if cfg.keep_weights else None,
+                                                       sharing_the_pauses(cfg, cpu, board, cores))
                 order = GlobalOrder(len(splits.train), ctx.rank, spec.workers, spec.batch_size, cfg.seed)
                 result |= train(cfg, strategy, model, trained, splits, order, log, device, snapshots)
                 result["param_sha256"] = parameter_digest(model)
@@ -98,6 +101,22 @@ def evaluation_mode(cfg: DictConfig, strategy_class: type[TrainedStrategy]) -> d
                 "strategy measures (hivemind's wall-clock rounds, asynchronous ps), or its workers hold different "
                 "states and do not stop together: they evaluated after training and ran to max_steps"}
     return {"mode": "in_training"}
+
+
+def sharing_the_pauses(cfg: DictConfig, cpu: PeerCpu, board: MachineBoard, cores: list[int]) -> PauseSharing:
+    """In a pause, the machine's workers evaluate each state once, on the cores that all of them leave idle."""
+    @contextmanager
+    def on_cores(evaluation_cores: list[int]) -> Iterator[None]:
+        with cpu.quota_lifted():
+            os.sched_setaffinity(0, evaluation_cores)
+            torch.set_num_threads(len(evaluation_cores))
+            try:
+                yield
+            finally:
+                os.sched_setaffinity(0, cores)
+                torch.set_num_threads(len(cores))
+
+    return PauseSharing(board, float(cfg.timeouts.collective_s), on_cores, cpu.set_aside)
 
 
 def evaluate_after_training(cfg: DictConfig, ctx: PeerContext, cpu: PeerCpu, board: MachineBoard, evaluator: Evaluator,

@@ -35,6 +35,7 @@ RULES: dict[str, Rule] = {  # dotted knob -> its allowed values (a knob without 
                   "must be null or an integer >= 0 (the multirun sets it)"),
     "dtype": one_of(*DTYPES),
     "eval_every": integer_from(0),
+    "eval_confirm_after": integer_from(0),
     "precise_bn_samples": integer_from(0),
     "noise_scale_every": integer_from(0),
     "measure_window.after_step": integer_from(0),

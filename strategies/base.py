@@ -124,11 +124,12 @@ class Strategy(ABC):
         """Most steps the loop runs on this peer (strategies that stop on their own may allow more)."""
         return self.cfg.max_steps
 
-    def resume_together(self, reached: bool) -> bool:
+    def resume_together(self, claims: list[bool]) -> list[bool]:
         """On a worker, at the end of each pause (snapshot, evaluation, speed reference): return once every worker has
-        ended its pause, so that no worker counts another's pause as its communication; returns whether every worker
-        has reached the target (`reached`: this one's curve confirmed it). The default neither waits nor asks."""
-        return reached
+        ended its pause, so that no worker counts another's pause as its communication; returns, for each of this
+        worker's `claims` (job/loop.py: its curve confirmed the target, it is at the target), whether every worker
+        makes it. The default neither waits nor asks."""
+        return claims
 
     def trained(self) -> None:
         """On a worker, after its last step and the speed reference's last measurement, before evaluation."""

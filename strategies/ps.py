@@ -261,8 +261,8 @@ class ParameterServer(TransportStrategy):
                                  "peer_bytes": exchange.peer_bytes,
                                  "link_idle_s": min(exchange.update_s) if sync else 0.0})
 
-    def resume_together(self, reached: bool) -> bool:
-        return super().resume_together(reached) if self.cfg.ps.mode == "sync" else reached
+    def resume_together(self, claims: list[bool]) -> list[bool]:
+        return super().resume_together(claims) if self.cfg.ps.mode == "sync" else claims
 
     def trained(self) -> None:
         if self.steps < self.cfg.max_steps:  # stopped at the target: the servers wait for no more pushes

@@ -212,12 +212,12 @@ class Ring(Strategy):
         return StepReport(opt_s=opt_s, bytes_sent=sent, bytes_recv=sent, link_s=link_s,
                           extra={"collective_bytes": handed})
 
-    def resume_together(self, reached: bool) -> bool:
-        still_training = torch.tensor([0.0 if reached else 1.0])
-        handle = self.hvd.allreduce_async_(still_training, name="avgbench.resume_together")
+    def resume_together(self, claims: list[bool]) -> list[bool]:
+        not_made = torch.tensor([0.0 if claim else 1.0 for claim in claims])
+        handle = self.hvd.allreduce_async_(not_made, name="avgbench.resume_together")
         self.wait_for([handle])  # returns once every worker has joined: a barrier, with its deadline
         self.hvd.synchronize(handle)
-        return still_training.item() == 0  # the workers' average: 0 where every one reached the target
+        return [share == 0 for share in not_made.tolist()]  # the workers' average: 0 where every one makes the claim
 
     def wait_for(self, handles: list[int]) -> list[int]:
         """Wait for Horovod operations to complete, within timeouts.collective_s; returns their handles."""

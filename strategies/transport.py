@@ -285,17 +285,17 @@ class TransportStrategy(Strategy):
             raise RuntimeError("no transport yet: connect() first")
         return self.transport
 
-    def resume_together(self, reached: bool) -> bool:
-        """The workers' sum of how many of them are yet to reach the target, which returns once every worker has
-        joined (a barrier, with the transport's deadline): an all-reduce where every process is a worker, else sent
-        to the first worker and back, which a server never sees."""
-        still_training = torch.tensor([0.0 if reached else 1.0])
+    def resume_together(self, claims: list[bool]) -> list[bool]:
+        """The workers' sums of how many of them do not make each claim, which return once every worker has joined (a
+        barrier, with the transport's deadline): an all-reduce where every process is a worker, else sent to the first
+        worker and back, which a server never sees."""
+        not_made = torch.tensor([0.0 if claim else 1.0 for claim in claims])
         workers = [rank for rank, role in enumerate(self.spec.roles) if role == WORKER]
         if len(workers) == len(self.spec.roles):
-            self.connected().allreduce_sum(still_training)
+            self.connected().allreduce_sum(not_made)
         else:
-            workers_sum(self.connected(), still_training, workers)
-        return still_training.item() == 0
+            workers_sum(self.connected(), not_made, workers)
+        return [count == 0 for count in not_made.tolist()]
 
     def close(self) -> None:
         if self.transport is not None:

@@ -3,6 +3,7 @@
 Nothing here launches a process at import time; the run helpers (run_train, start_train,
 cli) do when called, so only integration tests call them.
 """
+import contextlib
 import json
 import subprocess
 import sys
@@ -320,6 +321,28 @@ def machine_evaluation(board_dir, rank, test, precise, patience_s=60.0, counting
     torch.manual_seed(1)
     evaluator = (CountingEvaluator if counting else Evaluator)(tiny(10, 1), test, CPU, precise)
     return MachineEvaluation(board, evaluator, patience_s, all_trained)
+
+
+def pausing_worker(board_dir, rank, cores, test):
+    """A worker's PauseSharing on a board shared through files, with an evaluator that counts its evaluations and
+    the cores it was given (on_cores) instead of moving the thread."""
+    from job.evaluation import PauseSharing
+
+    board = MachineBoard(board_dir, rank)
+    board.register(cores)
+    given, aside = [], []
+
+    def on_cores(slot):
+        given.append(slot)
+        return contextlib.nullcontext()
+
+    def set_aside():
+        aside.append(rank)
+        return contextlib.nullcontext()
+
+    torch.manual_seed(1)
+    evaluator = CountingEvaluator(tiny(10, 1), test, CPU, None)
+    return PauseSharing(board, patience_s=20.0, on_cores=on_cores, set_aside=set_aside), evaluator, given, aside
 
 
 def trajectory(peer: PeerDir, steps, statistics_seed: int, precise: bool = True, parameters_seed: int = 0) -> Snapshots:

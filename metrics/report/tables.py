@@ -189,8 +189,11 @@ def resolution(groups: list[Group]) -> str:
     modes = {mode: [label for label, e in evaluations if (e.mode or "after_training") == mode]
              for mode in ("in_training", "after_training")}
     when = "; ".join(f"{MODE_TEXT[mode]}: {', '.join(labels)}" for mode, labels in modes.items() if labels)
+    confirms = sorted({e.confirm_after_steps for _, e in evaluations if e.confirm_after_steps})
+    confirm = (f" A snapshot at which every worker was at the target, but not all had confirmed it, is followed by one "
+               f"{' or '.join(map(str, confirms))} steps later." if confirms else "")
     return (f"Resolution: one test sample = 1/{tests} = {100 / tests:.2f} points of accuracy; evaluations "
-            f"(before interpolation): {intervals}. {when}.")
+            f"(before interpolation): {intervals}. {when}.{confirm}")
 
 
 MODE_TEXT = {"in_training": "evaluated in training's pauses, the run ending at its confirmed crossing",

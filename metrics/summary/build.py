@@ -116,16 +116,17 @@ def evaluation_section(config: dict, workers: list[dict], evals_by_rank: dict[in
         "evaluations": max((r.get("evaluations", 0) for r in results), default=0),
         "after_training_s": max((r["eval_s"] for r in results if "eval_s" in r), default=None),
         "snapshot_pause_s": max((r["snapshot_s"] for r in results if "snapshot_s" in r), default=None),
-        **evaluation_mode(results),
+        **evaluation_mode(results, config),
     }
 
 
-def evaluation_mode(results: list[dict]) -> dict:
+def evaluation_mode(results: list[dict], config: dict) -> dict:
     """When the run evaluated (see METHODS["evaluation"]); a run without the record evaluated after training."""
     mode = next((r["evaluation"] for r in results if "evaluation" in r), {"mode": "after_training"})
     if mode["mode"] != "in_training":
         return mode
     return mode | {"in_training_s": max(r.get("in_training_eval_s", 0.0) for r in results),
+                   "confirm_after_steps": config.get("eval_confirm_after"),
                    "stopped_at_target": all(r.get("stopped_at_target") for r in results)}
 
 

@@ -118,6 +118,7 @@ class Evaluation(Section):
     snapshot_pause_s: float | None = None
     mode: str | None = None
     in_training_s: float | None = None
+    confirm_after_steps: int | None = None
     stopped_at_target: bool | None = None
 
 

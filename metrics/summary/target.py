@@ -76,6 +76,11 @@ def causal_isotonic(steps: np.ndarray, values: np.ndarray, value: float) -> floa
     return None
 
 
+def meets(value: float, target: dict) -> bool:
+    """Whether one evaluation's value is at the target (test_accuracy at or above it, test_loss at or below)."""
+    return value >= target["value"] if target["metric"] == "test_accuracy" else value <= target["value"]
+
+
 def crossing_step(steps: npt.ArrayLike, values: npt.ArrayLike, target: dict) -> float | None:
     """The fractional step at which the curve (metric values at steps) reaches the target, or None (censored)."""
     sign = 1.0 if target["metric"] == "test_accuracy" else -1.0

@@ -5,12 +5,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import CPU, ROOT, images, machine_evaluation, trajectory
+from helpers import CPU, ROOT, images, machine_evaluation, pausing_worker, trajectory
 from job.evaluation import Evaluator, MachineBoard, PreciseBatchNorm
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import PeerDir
@@ -83,16 +84,28 @@ def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_wo
         torch.set_num_threads(threads)
 
 
+def confirming_sooner(curves: list[list[dict]], every: int, confirm_after: int, value: float) -> bool:
+    """Whether each evaluation of the workers' curves came at the next multiple of `every`, or `confirm_after` steps
+    on where every worker's evaluation before was at the target value (test_accuracy)."""
+    steps = [e["step"] for e in curves[0]]
+    for i in range(len(steps) - 1):
+        at_target = all(curve[i]["test_accuracy"] >= value for curve in curves)
+        if steps[i + 1] != (steps[i] + confirm_after if at_target else (steps[i] // every + 1) * every):
+            return False
+    return True
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_two_allreduce_workers_evaluating_in_training_end_together_where_their_curve_confirms_the_target(run_dir):
-    """Each worker decides alone on its own evaluation of the same state: both end at the first evaluation at which
-    the curve logged so far reaches the target, well before max_steps, with the evaluations left out of train_s."""
+    """The workers hold one state: the first evaluates it, on both workers' cores, and both log its evaluation. Both
+    end at the first evaluation at which the curve logged so far reaches the target, well before max_steps, with the
+    evaluations left out of train_s; once at the target, the next evaluation comes eval_confirm_after steps on."""
     from helpers import QUICK, results, run_train, summary_of
     from metrics.summary.target import crossing_step
 
     result = run_train(run_dir, *QUICK, "strategy=allreduce", "peers=2", "max_steps=60", "eval_every=4",
-                       "target.value=0.5")
+                       "eval_confirm_after=3", "target.value=0.5")
     assert result.returncode == 0, result.stderr
     target = {"metric": "test_accuracy", "value": 0.5, "estimator": "causal_isotonic"}
     evals = {rank: read_jsonl(run_dir / f"peer{rank}" / "eval.jsonl") for rank in (0, 1)}
@@ -100,7 +113,11 @@ def test_two_allreduce_workers_evaluating_in_training_end_together_where_their_c
     accuracy = [e["test_accuracy"] for e in evals[0]]
     first = next(k for k in range(1, len(steps) + 1) if crossing_step(steps[:k], accuracy[:k], target) is not None)
     stop = steps[first - 1]
-    assert stop < 60 and steps == list(range(0, stop + 1, 4))  # nothing evaluated after the confirming evaluation
+    assert stop < 60 and len(steps) == first  # nothing evaluated after the confirming evaluation
+    assert confirming_sooner([evals[0]], 4, 3, 0.5) and stop % 4 != 0
+    cores = sorted(os.sched_getaffinity(0))
+    assert all(e["evaluated_by"] == 0 and e["evaluated_on"] == cores for r in (0, 1) for e in evals[r])
+    assert [r["evaluated_here"] for r in results(run_dir, (0, 1))] == [len(steps), 0]
     for rank in (0, 1):
         assert [e["state_sha256"] for e in evals[rank]] == [e["state_sha256"] for e in evals[0]]
         trained = read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")
@@ -137,6 +154,10 @@ def test_workers_evaluating_their_own_states_in_training_stop_where_both_curves_
     first = next(k for k in range(1, len(steps) + 1) if confirmed(0, k) and confirmed(1, k))
     stop = steps[first - 1]
     assert stop < 60 and len(steps) == first  # nothing evaluated after the evaluation where both confirmed it
+    assert confirming_sooner([evals[0], evals[1]], 4, 5, 0.5)
+    for at_step in zip(evals[0], evals[1]):  # each state (its key) evaluated once
+        one_state = at_step[0]["snapshot_key"] == at_step[1]["snapshot_key"]
+        assert [e["evaluated_by"] for e in at_step] == ([0, 0] if one_state else [0, 1])
     for rank in (0, 1):
         assert read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")[-1]["step"] == stop
     assert all(r["stopped_at_target"] and r["steps"] == stop for r in results(run_dir, (0, 1)))
@@ -178,6 +199,38 @@ time.sleep(600)
     log.close()  # a wait for the claim (patience 1e6 s) would outlast the test's timeout
     assert done["evaluated_here"] == 3
     assert [(e["step"], e["evaluated_by"]) for e in read_jsonl(peer.evals)] == [(0, 0), (5, 0), (10, 0)]
+
+
+@pytest.mark.integration
+def test_a_worker_waiting_for_an_evaluator_that_died_evaluates_the_state_itself(tmp_path):
+    """Rank 0, a real process, pauses with the same state and is killed before it posts an evaluation."""
+    test = images(40, seed=8)
+    snapshot = trajectory(PeerDir(tmp_path / "peer1"), [5], statistics_seed=1).taken[0]
+    board_dir = tmp_path / "board"
+    worker0 = f"""
+import time
+from pathlib import Path
+from job.evaluation import MachineBoard
+board = MachineBoard(Path({str(board_dir)!r}), 0)
+board.register([0])
+board.pause(5, {snapshot.key!r})
+print("paused", flush=True)
+time.sleep(600)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", worker0], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "paused"
+        sharing, evaluator, given, _ = pausing_worker(board_dir, 1, [1], test)
+        proc.kill()
+        proc.wait()
+        started = time.monotonic()
+        record, _ = sharing.evaluate(snapshot, evaluator)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert record["evaluated_by"] == 1 and len(evaluator.states) == 1 and given == [[0, 1]]
+    assert time.monotonic() - started < 5  # not the patience: its evaluator is known dead
 
 
 @pytest.mark.integration

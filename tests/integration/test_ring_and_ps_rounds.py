@@ -131,7 +131,7 @@ def _resume_after_pause(transport, pause_s: float, out: Path):
     if transport.rank == 1:
         time.sleep(pause_s)
     started = time.perf_counter()
-    strategy.resume_together(False)
+    strategy.resume_together([False])
     return time.perf_counter() - started
 
 
@@ -153,7 +153,7 @@ def _agree_to_stop(transport, reached_by_rank: list[list[bool]], out: Path):
     ctx = PeerContext(transport.rank, 2, transport.rank, 2, "127.0.0.1", 0, run=RunDir(out))
     strategy = Stepwise(cfg, ctx, Stepwise.launch_spec(cfg))
     strategy.transport = transport
-    return [strategy.resume_together(reached) for reached in reached_by_rank[transport.rank]]
+    return [strategy.resume_together([reached]) for reached in reached_by_rank[transport.rank]]
 
 
 @pytest.mark.integration
@@ -163,4 +163,4 @@ def test_workers_whose_states_differ_stop_at_the_first_pause_where_every_one_rea
     does, since the run's time-to-target is the last worker's crossing (metrics/summary/target.py)."""
     reached = [[False, True, True], [False, False, True]]
     told = run_group(_agree_to_stop, 2, tmp_path, reached, tmp_path)
-    assert told == [[False, False, True], [False, False, True]]
+    assert told == [[[False], [False], [True]], [[False], [False], [True]]]

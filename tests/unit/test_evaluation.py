@@ -4,6 +4,7 @@ for the bootstrap; evaluated weights are deleted or kept."""
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import psutil
@@ -11,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import CPU, images, machine_evaluation, trained_on, trajectory
+from helpers import CPU, images, machine_evaluation, pausing_worker, trained_on, trajectory
 from job.evaluation import PreciseBatchNorm, Snapshots, evaluate
 from job.model import GhostBatchNorm2d, state_digest, tiny
 from metrics.recording.jsonl import read_jsonl
@@ -311,3 +312,47 @@ def test_asynchronous_ps_evaluates_after_training_since_a_pause_would_change_its
 
     asked = evaluation_mode(compose_config("strategy=ps", "ps.mode=async"), strategy_of("ps"))
     assert asked["mode"] == "after_training" and "asynchronous ps" in asked["why"]
+
+
+# --- evaluation in training's pauses, shared by the machine's workers ------------------------------------------------
+
+def pause_both(tmp_path, parameters_seeds):
+    """Two workers (threads) at the pause of step 5, holding the states of their parameters_seeds."""
+    test = images(40, seed=8)
+    workers = [pausing_worker(tmp_path / "board", rank, [rank], test) for rank in (0, 1)]
+    snapshots = [trajectory(PeerDir(tmp_path / f"peer{rank}"), [5], statistics_seed=rank,
+                            parameters_seed=parameters_seeds[rank]).taken[0] for rank in (0, 1)]
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda rank: workers[rank][0].evaluate(snapshots[rank], workers[rank][1]), (0, 1)))
+    return workers, done
+
+
+def test_workers_holding_one_state_at_a_pause_evaluate_it_once_on_the_cores_of_both(tmp_path):
+    (first, second), ((record0, outcome0), (record1, outcome1)) = pause_both(tmp_path, [0, 0])
+    assert len(first[1].states) == 1 and second[1].states == []  # rank 0 evaluated, rank 1 waited for it
+    assert first[2] == [[0, 1]] and second[2] == []  # on both workers' cores
+    assert (first[0].evaluated, second[0].evaluated) == (1, 0)
+    posted = {k: v for k, v in record1.items() if k != "posted_at"}
+    assert posted == record0 and record0["evaluated_by"] == 0 and record0["evaluated_on"] == [0, 1]
+    assert np.array_equal(outcome0["correct"], outcome1["correct"])
+    assert first[3] == [0] and second[3] == [1]  # each worker's whole evaluation set aside from its CPU figures
+
+
+def test_workers_holding_different_states_at_a_pause_each_evaluate_their_own_on_their_own_share(tmp_path):
+    (first, second), ((record0, _), (record1, _)) = pause_both(tmp_path, [0, 1])
+    assert len(first[1].states) == 1 and len(second[1].states) == 1
+    assert first[1].states != second[1].states
+    assert (first[2], second[2]) == ([[0]], [[1]])
+    assert (record0["evaluated_by"], record1["evaluated_by"]) == (0, 1)
+
+
+def test_a_state_evaluated_at_an_earlier_pause_is_not_evaluated_again(tmp_path):
+    sharing, evaluator, _, _ = pausing_worker(tmp_path / "board", 0, [0], images(40, seed=8))
+    peer = PeerDir(tmp_path / "peer0")
+    first = trajectory(peer, [5], statistics_seed=0).taken[0]
+    again = trajectory(PeerDir(tmp_path / "peer1"), [5], statistics_seed=3).taken[0]  # the same parameters
+    assert first.key == again.key
+    sharing.evaluate(first, evaluator)
+    again.clock["step"] = 10
+    sharing.evaluate(again, evaluator)
+    assert len(evaluator.states) == 1 and sharing.evaluated == 1

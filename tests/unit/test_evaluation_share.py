@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.evaluation_share import crossing_check, crossings, figures_of
+from bench.evaluation_share import crossing_check, crossings, figures_of, policy_steps
 
 
 def write_run(path, evals_by_rank: dict[int, list[dict]], status: str = "completed"):
@@ -50,7 +50,7 @@ def test_a_coarser_interval_reads_the_worst_workers_crossing_from_the_evaluation
     early = curve([0.1, 0.5, 0.8, 0.96, 0.97, 0.97, 0.98, 0.98, 0.98, 0.98, 0.98])
     late = curve([0.1, 0.3, 0.6, 0.7, 0.9, 0.96, 0.97, 0.98, 0.98, 0.98, 0.98])
     write_run(tmp_path / "run", {0: early, 1: late})
-    found = crossings(tmp_path / "run", every=25)
+    found = crossings(tmp_path / "run", every=25, confirm_after=0)
     # by hand: dense, the late worker's 0.9 at step 20 to 0.96 at 25; every 25 (steps 0, 25, 50), 0.1 at 0 to 0.96 at 25
     assert found["dense"] == pytest.approx(20 + 5 * 0.05 / 0.06)
     assert found["coarse"] == pytest.approx(25 * 0.85 / 0.86)
@@ -58,12 +58,34 @@ def test_a_coarser_interval_reads_the_worst_workers_crossing_from_the_evaluation
     assert found["dense_every"] == 5 and found["within"]
 
 
+TARGET = {"metric": "test_accuracy", "value": 0.95, "estimator": "confirmed_crossing"}
+
+
+def by_step(accuracy_every_5: list[float]) -> dict[int, float]:
+    return {e["step"]: e["test_accuracy"] for e in curve(accuracy_every_5)}
+
+
+def test_the_policy_confirms_a_crossing_soon_after_every_worker_is_at_the_target():
+    early = by_step([0.1, 0.5, 0.8, 0.96, 0.97, 0.97, 0.98, 0.98, 0.98, 0.98, 0.98])
+    late = by_step([0.1, 0.3, 0.6, 0.7, 0.9, 0.96, 0.97, 0.98, 0.98, 0.98, 0.98])
+    assert policy_steps([early, late], 25, 5, TARGET) == [0, 25, 30]  # both at the target at 25, confirmed at 30
+    assert policy_steps([early, late], 25, 0, TARGET) == [0, 25, 50]
+    below = by_step([0.1, 0.3, 0.6, 0.7, 0.9, 0.92, 0.93, 0.94, 0.96, 0.97, 0.96, 0.98, 0.98])
+    longer = by_step([0.1, 0.5, 0.8, 0.96, 0.97, 0.97, 0.98, 0.98, 0.98, 0.98, 0.98, 0.98, 0.98])
+    assert policy_steps([longer, below], 25, 5, TARGET) == [0, 25, 50, 55]  # one worker below at 25: no early one
+
+
+def test_a_confirmation_that_fails_goes_back_to_the_interval():
+    dips = by_step([0.1, 0.5, 0.8, 0.9, 0.93, 0.96, 0.94, 0.95, 0.96, 0.97, 0.97])
+    assert policy_steps([dips], 25, 5, TARGET) == [0, 25, 30, 50]  # 0.94 at 30; 50, the last, confirms nothing
+
+
 def test_a_crossing_the_coarser_interval_cannot_confirm_is_not_within(tmp_path):
     # confirmed at step 45 by step 50 every 5 steps; every 25, step 50 is the last and nothing confirms it
     write_run(tmp_path / "sweep" / "run", {0: curve([0.1] * 9 + [0.96, 0.97])})
     write_run(tmp_path / "sweep" / "coarse", {0: [{"step": 0, "test_accuracy": 0.1}, {"step": 25, "test_accuracy": 0.5}]})
     write_run(tmp_path / "sweep" / "crashed", {0: [{"step": 0, "test_accuracy": 0.1}]}, status="failed")
-    check = crossing_check([tmp_path / "sweep"], every=25)
+    check = crossing_check([tmp_path / "sweep"], every=25, confirm_after=0)
     assert check["runs"] == 1  # runs evaluated no more often than every 25 steps, or once, have nothing to compare
     (run,) = check["by_run"]
     assert run["dense"] == pytest.approx(40 + 5 * 0.85 / 0.86) and run["coarse"] is None
@@ -80,8 +102,9 @@ def test_a_new_share_keeps_the_saved_crossing_check_with_its_own_date_and_machin
                                                               "summary": "crossing_check"}],
           "crossing_check": {"every": 25, "runs": 3}, "crossing_goal": "within one interval", "crossing_goal_met": True,
           "measured_at": "2026-11-29 14:20:30", "machine": machine}, tmp_path)
-    kept = kept_crossing_check(tmp_path, 25)
+    kept = kept_crossing_check(tmp_path, 25, 0)
     assert kept["crossing_check"] == {"every": 25, "runs": 3, "measured_at": "2026-11-29 14:20:30", "machine": machine}
     assert kept["sweeps"][0]["path"] == "multirun/dense" and kept["crossing_goal_met"] is True
-    assert kept_crossing_check(tmp_path, 10) is None  # another interval: that check says nothing of this one
-    assert kept_crossing_check(tmp_path / "none", 25) is None
+    assert kept_crossing_check(tmp_path, 10, 0) is None  # another interval: that check says nothing of this one
+    assert kept_crossing_check(tmp_path, 25, 5) is None  # nor of a policy that confirms sooner
+    assert kept_crossing_check(tmp_path / "none", 25, 0) is None

@@ -6,6 +6,7 @@ reason where none can be written): a busy peer receives its quota, a straggler s
 twice as slowly, groups are removed after every run, and the not-isolated path says so once.
 """
 import json
+import time
 
 import pytest
 
@@ -263,10 +264,9 @@ def test_interrupts_on_a_peers_cores_are_shown_and_not_judged(tmp_path):
     assert section["faithful"] is False and "while other work ran 4.9 s" in section["unfaithful"][0]
 
 
-def test_other_work_is_other_tasks_time_on_the_peers_cores(tmp_path):
-    """other_on_cores_s = every task's time on the peer's cores (the cpuacct root's per-core accounting) less the
-    peer group's there: work on a core the peer was not pinned to does not count, and neither does anything
-    /proc/stat's busy ticks hold (idle-time interrupts) that no task's time does."""
+def fake_cpuacct(tmp_path):
+    """A run whose rank 0 has a v1 group under a cpuacct root of files, and account(root_ns, group_ns, usage_s)
+    that sets the per-core CPU time of every task and of the group, and the group's total."""
     root = tmp_path / "cpuacct"
     group = root / "avgbench-x" / "rank0"
     group.mkdir(parents=True)
@@ -282,6 +282,14 @@ def test_other_work_is_other_tasks_time_on_the_peers_cores(tmp_path):
     run.cpu_groups.write_text(json.dumps({"status": "isolated", "ranks": {"0": {
         "version": "v1", "dirs": [str(group)], "parents": [str(root / "avgbench-x")], "quota_cpus": 1.0,
         "period_us": 10000, "threads": 1, "enforced": False}}}))
+    return run, account
+
+
+def test_other_work_is_other_tasks_time_on_the_peers_cores(tmp_path):
+    """other_on_cores_s = every task's time on the peer's cores (the cpuacct root's per-core accounting) less the
+    peer group's there: work on a core the peer was not pinned to does not count, and neither does anything
+    /proc/stat's busy ticks hold (idle-time interrupts) that no task's time does."""
+    run, account = fake_cpuacct(tmp_path)
     account([50e9, 70e9], [1e9, 2e9], 3)
     peer = PeerCpu(run, 0)
     peer.pinned([1])
@@ -291,3 +299,21 @@ def test_other_work_is_other_tasks_time_on_the_peers_cores(tmp_path):
     assert figures["other_on_cores_s"] == pytest.approx(1.0)
     assert figures["cpu_received_s"] == pytest.approx(2.0)
     assert figures["cores"] == [1]
+
+
+def test_an_evaluation_set_aside_in_a_pause_is_left_out_of_the_peers_cpu_figures(tmp_path):
+    """A span set aside (an evaluation in training's pause, maybe on another peer's core too) leaves the peer's time,
+    CPU received and other work on its cores as they were before it; what comes after counts again."""
+    run, account = fake_cpuacct(tmp_path)
+    account([0, 0], [0, 0], 0)
+    peer = PeerCpu(run, 0)
+    peer.pinned([1])
+    account([0, 2e9], [0, 2e9], 2)  # training: 2 s of the peer's own
+    with peer.set_aside():
+        time.sleep(0.3)
+        account([0, 9e9], [0, 5e9], 5)  # the evaluation: 3 s of its own, 4 s of another peer's on its core
+    account([0, 10e9], [0, 6e9], 6)  # training again: 1 s of its own
+    figures = peer.figures()
+    assert figures["cpu_received_s"] == pytest.approx(3.0)
+    assert figures["other_on_cores_s"] == pytest.approx(0.0)
+    assert figures["in_group_s"] < 0.25  # the 0.3 s set aside is not the peer's time in its group
