@@ -1,6 +1,7 @@
 """Evaluation after training: precise BatchNorm makes the evaluated model a function of its
 parameters alone, so that workers with equal parameters evaluate equally; every test sample's outcome is kept
 for the bootstrap; evaluated weights are deleted or kept."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -167,6 +168,19 @@ def test_workers_evaluating_their_own_states_in_training_stop_where_both_curves_
     assert [(s["updates"], s["pushes"]) for s in servers] == ([(stop, 2 * stop)] if strategy == "ps" else [])
 
 
+@contextlib.contextmanager
+def board_worker(script: str, said: str):
+    """A real process running `script` on a board, until it prints `said`; killed when the block ends."""
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == said
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.integration
 def test_a_worker_killed_after_claiming_does_not_make_the_evaluation_hang(tmp_path):
     """Worker 1, a real process, registers, publishes the same snapshots plus one of its own, claims one, and is
@@ -187,13 +201,8 @@ assert board.claim({snapshots.taken[1].key!r})
 print("claimed", flush=True)
 time.sleep(600)
 """
-    proc = subprocess.Popen([sys.executable, "-c", worker1], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        assert proc.stdout.readline().strip() == "claimed"
-    finally:
-        proc.kill()
-        proc.wait()
+    with board_worker(worker1, "claimed"):
+        pass  # killed once it claimed
     log = StepLog(peer.path)
     done = snapshots.evaluate_all(machine_evaluation(board_dir, 0, test, None, patience_s=1e6), log, peer.eval_samples)
     log.close()  # a wait for the claim (patience 1e6 s) would outlast the test's timeout
@@ -217,18 +226,10 @@ board.pause(5, {snapshot.key!r})
 print("paused", flush=True)
 time.sleep(600)
 """
-    proc = subprocess.Popen([sys.executable, "-c", worker0], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        assert proc.stdout.readline().strip() == "paused"
-        sharing, evaluator, given, _ = pausing_worker(board_dir, 1, [1], test)
-        proc.kill()
-        proc.wait()
-        started = time.monotonic()
-        record, _ = sharing.evaluate(snapshot, evaluator)
-    finally:
-        proc.kill()
-        proc.wait()
+    with board_worker(worker0, "paused"):
+        sharing, evaluator, given, _ = pausing_worker(board_dir, 1, [1], test)  # registered while rank 0 lives
+    started = time.monotonic()
+    record, _ = sharing.evaluate(snapshot, evaluator)
     assert record["evaluated_by"] == 1 and len(evaluator.states) == 1 and given == [[0, 1]]
     assert time.monotonic() - started < 5  # not the patience: its evaluator is known dead
 
