@@ -90,10 +90,11 @@ def test_waiting_for_the_peers_own_threads_is_not_compute_but_waiting_for_others
         torch.set_num_threads(threads)
         clock.close()
     # The core was shared, so backward took longer (about 2x; CI once saw 1.48x for the process): 1.3x still tells
-    # "shared" from "alone", and compute_s with or without the waits apart (1.0x against about 2x).
+    # "shared" from "alone". With its own thread, compute_s takes less than half the added span (the competing
+    # thread also slows the training thread's own work a little: CI saw 1.32x); without the waits apart, all of it.
     for shared in (own, other):
         assert shared[0] > 1.3 * alone[0], (alone, own, other)
     assert own[2] > 0.3 * own[0], (alone, own)          # mostly waiting for the peer's own thread
-    assert own[1] < 1.3 * alone[1], (alone, own)        # compute_s as with the core alone
+    assert own[1] < alone[1] + 0.5 * (own[0] - alone[0]), (alone, own)
     assert other[2] < 0.1 * other[0], (alone, other)    # another process's use is not subtracted
     assert other[1] > 1.3 * alone[1], (alone, other)
