@@ -59,19 +59,37 @@ def figures_of(run_dir: Path, command_s: float) -> dict[str, Any]:
 def policy_steps(curves: list[dict[float, float]], every: int, confirm_after: int, target: dict) -> list[float]:
     """The steps of the workers' common dense curves (step -> value each) that the in-training policy evaluates: every
     `every` steps and `confirm_after` after a pause where all were at the target unconfirmed (job/loop.py), each the
-    first dense step at or after its due one; up to where all confirmed the crossing, else to the last."""
+    first dense step at or after its due one, and the start only where some curve's next is at the target (settle_start);
+    up to where all confirmed the crossing, else to the last."""
     steps = sorted(set.intersection(*(set(curve) for curve in curves)))
-    kept, due = steps[:1], next_snapshot(0, every, confirm_after, False)
+    kept: list[float] = []
+    start: float | None = steps[0]
+
+    def keep(step: float) -> list[bool]:
+        """Keep `step`; whether each curve confirmed its crossing (before the start joins, as the loop claims it)."""
+        nonlocal start
+        kept.append(step)
+        reached = [crossing_step(kept, [curve[s] for s in kept], target) is not None for curve in curves]
+        if start is not None:
+            if any(meets(curve[step], target) for curve in curves):
+                kept.insert(0, start)
+            start = None
+        return reached
+
+    due = next_snapshot(0, every, confirm_after, False)
     for step in steps[1:]:
         if due is None or step < due:
             continue
-        kept.append(step)
-        reached = [crossing_step(kept, [curve[s] for s in kept], target) is not None for curve in curves]
+        reached = keep(step)
         if all(reached):
             return kept
         at_target = all(r or meets(curve[step], target) for r, curve in zip(reached, curves))
         due = next_snapshot(int(step), every, confirm_after, at_target)
-    return kept if kept[-1] == steps[-1] else kept + steps[-1:]
+    if len(steps) == 1:
+        return steps
+    if not kept or kept[-1] != steps[-1]:
+        keep(steps[-1])
+    return kept
 
 
 def crossings(run_dir: Path, every: int, confirm_after: int) -> dict[str, Any]:

@@ -399,33 +399,75 @@ class Snapshots:
         self.in_training_s = 0.0  # in training: the summed evaluation pauses
         self.target_reached = False  # in training: the estimator confirmed the crossing
         self.at_target = False  # in training: the latest evaluation is at the target
+        self.start: Snapshot | None = None  # in training: the first snapshot, held until the next is evaluated
+        self.unlogged: tuple[Snapshot, Record] | None = None  # ... and that one's evaluation, logged after the start's
 
-    def take(self, model: nn.Module, **clock: float) -> None:
-        """Save the model's state and key (evaluate it, in training)."""
+    def take(self, model: nn.Module, hold: bool = False, **clock: float) -> None:
+        """Save the model's state and key; in training, evaluate it, or `hold` it (the first snapshot: evaluated
+        only where the crossing needs it, settle_start)."""
         started = time.perf_counter()
         self.training_started = started - clock["wall_s"]
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"step{clock['step']:07d}.pt"
         torch.save(model.state_dict(), path)
         key = snapshot_key(model, self.precise)
-        paused = time.perf_counter() - started
-        self.taken.append(Snapshot(path, clock, paused, key))
+        snapshot = Snapshot(path, clock, time.perf_counter() - started, key)
+        if self.in_training and hold and not self.taken:
+            self.start = snapshot
+            return
+        self.taken.append(snapshot)
         if self.in_training:
-            self._evaluate_now(self.taken[-1], self.in_training)
+            self._evaluate_now(snapshot, self.in_training)
 
-    def _evaluate_now(self, snapshot: Snapshot, here: InTraining) -> None:
-        """Evaluate the snapshot just taken, log it, and note whether the curve so far reached the target."""
+    @property
+    def start_needed(self) -> bool:
+        """Whether the held start is needed: the first evaluation is at the target, so the crossing lies before it
+        (target.py interpolates from the evaluation before; docs/usage.md, Evaluation)."""
+        return self.start is not None and len(self.curve) == 1 and self.at_target
+
+    def settle_start(self, needed: bool) -> None:
+        """Once the first snapshot after the held start is evaluated: evaluate the start (`needed` by any worker) or
+        delete it, then log that snapshot's evaluation, so that eval.jsonl stays in step order."""
+        here = self.in_training
+        if self.start is None or self.unlogged is None or here is None:
+            return
+        start, self.start = self.start, None
+        if needed:
+            record, outcome = self._evaluated(start, here)
+            self._logged(start, record, here.log, here.keep_in)
+            self.taken.insert(0, start)
+            self.outcomes.insert(0, outcome)
+            self.curve.insert(0, (start.clock["step"], record[here.target["metric"]]))
+            self._note_crossing(here)
+        else:
+            start.path.unlink(missing_ok=True)
+        (snapshot, record), self.unlogged = self.unlogged, None
+        self._logged(snapshot, record, here.log, here.keep_in)
+
+    def _evaluated(self, snapshot: Snapshot, here: InTraining) -> tuple[Record, Outcome]:
         started = time.perf_counter()
         with torch.random.fork_rng(devices=[]):  # training's random draws stay as they would be without it
-            record, outcome = (here.sharing.evaluate(snapshot, here.evaluator) if here.sharing
-                               else here.evaluator(snapshot.path))
-        self._logged(snapshot, record, here.log, here.keep_in)
-        self.outcomes.append(outcome)
-        self.curve.append((snapshot.clock["step"], record[here.target["metric"]]))
+            evaluated = (here.sharing.evaluate(snapshot, here.evaluator) if here.sharing
+                         else here.evaluator(snapshot.path))
+        self.in_training_s += time.perf_counter() - started
+        return evaluated
+
+    def _note_crossing(self, here: InTraining) -> None:
         steps, values = zip(*self.curve)
         self.target_reached = crossing_step(steps, values, here.target) is not None
         self.at_target = meets(values[-1], here.target)
-        self.in_training_s += time.perf_counter() - started
+
+    def _evaluate_now(self, snapshot: Snapshot, here: InTraining) -> None:
+        """Evaluate the snapshot just taken, log it (after the held start is settled), and note whether the curve so
+        far reached the target."""
+        record, outcome = self._evaluated(snapshot, here)
+        if self.start is not None:
+            self.unlogged = snapshot, record
+        else:
+            self._logged(snapshot, record, here.log, here.keep_in)
+        self.outcomes.append(outcome)
+        self.curve.append((snapshot.clock["step"], record[here.target["metric"]]))
+        self._note_crossing(here)
 
     def _logged(self, snapshot: Snapshot, record: Record, log: StepLog, keep_in: Path | None) -> None:
         """Log a snapshot's evaluation to eval.jsonl; delete the snapshot (or move it into keep_in)."""
@@ -480,7 +522,8 @@ class Snapshots:
 
     def discard(self) -> None:
         """Delete what is left (after a failure, nothing is evaluated)."""
-        for snapshot in self.taken:
+        for snapshot in self.taken + ([self.start] if self.start else []):
             snapshot.path.unlink(missing_ok=True)
+        self.start = None
         if self.directory.exists() and not any(self.directory.iterdir()):
             self.directory.rmdir()

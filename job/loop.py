@@ -115,15 +115,21 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
     all_reached = False  # eval_in_training: every worker's curve confirmed the crossing
     due: int | None = None  # the step of the next snapshot
 
+    last_step = strategy.step_limit()
+
     def snapshot(step: int) -> None:
         nonlocal paused_s, all_reached, due
         paused_at = time.perf_counter()
         wall = paused_at - start
-        snapshots.take(model, step=step, wall_s=wall, train_s=wall - paused_s, samples=samples)
+        snapshots.take(model, hold=step == 0 and last_step > 0, step=step, wall_s=wall, train_s=wall - paused_s,
+                       samples=samples)
         if reference:  # the machine's speed, measured in the same pause
             reference.measure(step, time.perf_counter() - start, force=step == 0)
         reached = snapshots.target_reached
-        all_reached, all_at_target = strategy.resume_together([reached, reached or snapshots.at_target])
+        all_reached, all_at_target, start_unneeded = strategy.resume_together(
+            [reached, reached or snapshots.at_target, not snapshots.start_needed])
+        if step:
+            snapshots.settle_start(needed=not start_unneeded)
         due = next_snapshot(step, int(cfg.eval_every), int(cfg.eval_confirm_after), all_at_target and not all_reached)
         paused_s += time.perf_counter() - paused_at
 
@@ -132,7 +138,6 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
     wire = WireCounter() if cfg.network.name == "emulated" else None  # this peer's own interface
     process_clock = ProcessClock()
     step = 0
-    last_step = strategy.step_limit()
     try:
         for step in range(1, last_step + 1):
             inject(cfg.fault, order.rank, step, log.peer_dir)

@@ -85,6 +85,15 @@ def test_two_allreduce_workers_evaluate_each_state_once_and_each_gets_what_it_wo
         torch.set_num_threads(threads)
 
 
+def start_as_needed(curves: list[list[dict]], value: float) -> bool:
+    """Whether the start (step 0) was evaluated exactly where some worker's next evaluation was at the target value
+    (the crossing interpolates from the start), and left out elsewhere."""
+    started = [curve[0]["step"] == 0 for curve in curves]
+    if all(started):
+        return any(curve[1]["test_accuracy"] >= value for curve in curves)
+    return not any(started) and all(curve[0]["test_accuracy"] < value for curve in curves)
+
+
 def confirming_sooner(curves: list[list[dict]], every: int, confirm_after: int, value: float) -> bool:
     """Whether each evaluation of the workers' curves came at the next multiple of `every`, or `confirm_after` steps
     on where every worker's evaluation before was at the target value (test_accuracy)."""
@@ -116,6 +125,7 @@ def test_two_allreduce_workers_evaluating_in_training_end_together_where_their_c
     stop = steps[first - 1]
     assert stop < 60 and len(steps) == first  # nothing evaluated after the confirming evaluation
     assert confirming_sooner([evals[0]], 4, 3, 0.5) and stop % 4 != 0
+    assert start_as_needed([evals[0]], 0.5)
     cores = sorted(os.sched_getaffinity(0))
     assert all(e["evaluated_by"] == 0 and e["evaluated_on"] == cores for r in (0, 1) for e in evals[r])
     assert [r["evaluated_here"] for r in results(run_dir, (0, 1))] == [len(steps), 0]
@@ -155,7 +165,7 @@ def test_workers_evaluating_their_own_states_in_training_stop_where_both_curves_
     first = next(k for k in range(1, len(steps) + 1) if confirmed(0, k) and confirmed(1, k))
     stop = steps[first - 1]
     assert stop < 60 and len(steps) == first  # nothing evaluated after the evaluation where both confirmed it
-    assert confirming_sooner([evals[0], evals[1]], 4, 5, 0.5)
+    assert confirming_sooner([evals[0], evals[1]], 4, 5, 0.5) and start_as_needed([evals[0], evals[1]], 0.5)
     for at_step in zip(evals[0], evals[1]):  # each state (its key) evaluated once
         one_state = at_step[0]["snapshot_key"] == at_step[1]["snapshot_key"]
         assert [e["evaluated_by"] for e in at_step] == ([0, 0] if one_state else [0, 1])

@@ -24,7 +24,8 @@ def test_single_run_learns_and_leaves_complete_metrics(run_dir):
     losses = [s["loss"] for s in steps]
     assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10
     evals = read_jsonl(run_dir / "peer0" / "eval.jsonl")
-    assert [e["step"] for e in evals] == [0, 20, 40, 60]
+    # in training, the start is evaluated only where the next evaluation is at the target: 20 steps are below it
+    assert [e["step"] for e in evals] == [20, 40, 60] and evals[0]["test_accuracy"] < 0.95
     assert evals[-1]["test_accuracy"] > evals[0]["test_accuracy"]
     assert len(read_jsonl(run_dir / "peer0" / "resources.jsonl")) >= 2
 

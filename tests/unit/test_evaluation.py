@@ -283,6 +283,58 @@ def test_snapshots_evaluated_in_training_reach_the_target_where_the_next_evaluat
     assert not peer.snapshots.exists()
 
 
+@pytest.mark.parametrize("target_loss, another_needs_it, start_kept, crossing", [
+    (0.41, False, False, 16.75),   # 1.0 at step 5 is above the target: the start is not evaluated
+    (0.41, True, True, 16.75),     # ... unless another worker's next evaluation is at the target
+    (1.5, False, True, 2.5),       # 1.0 at step 5 is at the target: the crossing lies between 2.0 at 0 and step 5
+])
+def test_the_start_is_evaluated_only_where_a_crossing_needs_it_and_the_log_stays_in_step_order(
+        tmp_path, target_loss, another_needs_it, start_kept, crossing):
+    from job.evaluation import Evaluator, InTraining
+    from metrics.summary.target import crossing_step
+
+    peer = PeerDir(tmp_path / "peer0")
+    test = torch.utils.data.TensorDataset(torch.randn(20, 1, 8, 8), torch.zeros(20, dtype=torch.long))
+    target = {"metric": "test_loss", "value": target_loss, "estimator": "causal_isotonic"}
+    snapshots, log = Snapshots(peer.snapshots, CPU, precise=False), StepLog(peer.path)
+    snapshots.in_training = InTraining(Evaluator(tiny(10, 1), test, CPU, None), log, target)
+    for i, loss in enumerate(LOSS_CURVE):  # as job/loop.py pauses: take, then settle after the workers' claims
+        snapshots.take(predicting_class_0_with_loss(loss), hold=i == 0, step=5 * i, wall_s=float(i),
+                       train_s=float(i), samples=32 * i)
+        if i:
+            snapshots.settle_start(needed=snapshots.start_needed or another_needs_it)
+        if i == 1:
+            held = peer.snapshots / "step0000000.pt"
+            assert held.exists() is False and snapshots.start is None
+    done = snapshots.evaluated_in_training(peer.eval_samples)
+    log.close()
+    evals = read_jsonl(peer.evals)
+    kept = LOSS_CURVE if start_kept else LOSS_CURVE[1:]
+    assert [e["step"] for e in evals] == [5 * i for i in range(len(LOSS_CURVE))][len(LOSS_CURVE) - len(kept):]
+    assert [e["test_loss"] for e in evals] == pytest.approx(kept, abs=1e-5)
+    assert crossing_step([e["step"] for e in evals], [e["test_loss"] for e in evals], target) == \
+        pytest.approx(crossing, abs=1e-3)
+    assert done["evaluations"] == len(kept)
+    with np.load(peer.eval_samples) as saved:
+        assert saved["step"].tolist() == [e["step"] for e in evals] and saved["loss"].shape == (len(kept), 20)
+    assert not peer.snapshots.exists()
+
+
+def test_a_held_start_is_deleted_with_the_rest_after_a_failure(tmp_path):
+    from job.evaluation import Evaluator, InTraining
+
+    peer = PeerDir(tmp_path / "peer0")
+    test = torch.utils.data.TensorDataset(torch.randn(20, 1, 8, 8), torch.zeros(20, dtype=torch.long))
+    snapshots, log = Snapshots(peer.snapshots, CPU, precise=False), StepLog(peer.path)
+    snapshots.in_training = InTraining(Evaluator(tiny(10, 1), test, CPU, None), log,
+                                       {"metric": "test_loss", "value": 0.41, "estimator": "causal_isotonic"})
+    snapshots.take(predicting_class_0_with_loss(2.0), hold=True, step=0, wall_s=0.0, train_s=0.0, samples=0)
+    assert (peer.snapshots / "step0000000.pt").exists() and not snapshots.start_needed
+    snapshots.discard()
+    log.close()
+    assert not peer.snapshots.exists() and read_jsonl(peer.evals) == []
+
+
 def test_a_look_ahead_estimator_is_refused_for_a_run_that_stops_at_its_crossing():
     from helpers import refused
 

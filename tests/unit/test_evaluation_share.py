@@ -73,6 +73,7 @@ def test_the_policy_confirms_a_crossing_soon_after_every_worker_is_at_the_target
     below = by_step([0.1, 0.3, 0.6, 0.7, 0.9, 0.92, 0.93, 0.94, 0.96, 0.97, 0.96, 0.98, 0.98])
     longer = by_step([0.1, 0.5, 0.8, 0.96, 0.97, 0.97, 0.98, 0.98, 0.98, 0.98, 0.98, 0.98, 0.98])
     assert policy_steps([longer, below], 25, 5, TARGET) == [0, 25, 50, 55]  # one worker below at 25: no early one
+    assert policy_steps([below], 25, 5, TARGET) == [25, 50, 55]  # below the target at 25: the start is not evaluated
 
 
 def test_a_confirmation_that_fails_goes_back_to_the_interval():
