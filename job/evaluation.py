@@ -412,7 +412,7 @@ class Snapshots:
         torch.save(model.state_dict(), path)
         key = snapshot_key(model, self.precise)
         snapshot = Snapshot(path, clock, time.perf_counter() - started, key)
-        if self.in_training and hold and not self.taken:
+        if self.in_training and hold:
             self.start = snapshot
             return
         self.taken.append(snapshot)

@@ -128,8 +128,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
         reached = snapshots.target_reached
         all_reached, all_at_target, start_unneeded = strategy.resume_together(
             [reached, reached or snapshots.at_target, not snapshots.start_needed])
-        if step:
-            snapshots.settle_start(needed=not start_unneeded)
+        snapshots.settle_start(needed=not start_unneeded)  # once a snapshot after the held start is evaluated
         due = next_snapshot(step, int(cfg.eval_every), int(cfg.eval_confirm_after), all_at_target and not all_reached)
         paused_s += time.perf_counter() - paused_at
 
