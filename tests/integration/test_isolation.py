@@ -47,7 +47,7 @@ def test_busy_peer_with_half_a_cpu_receives_half_a_cpu(run_dir):
     assert done.returncode == 0, done.stderr
     row = summary_of(run_dir)["isolation"]["by_rank"][0]
     assert row["in_group_s"] > 3 and row["host"] == socket.gethostname()
-    assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(0.5, abs=0.05)
+    assert 0.4 <= row["cpu_received_s"] / row["in_group_s"] <= 0.55, row  # the quota caps it; load only lowers it
     assert row["quota_enforced"] is True
     assert not any(os.path.exists(d) for d in recorded_groups(run_dir))
 
@@ -60,10 +60,13 @@ def test_busy_peer_on_a_core_of_its_own_is_accounted_but_never_throttled(run_dir
     cgroups_or_skip()
     done = run_train(run_dir, "strategy=single", "max_steps=300", "eval_every=0", "batch_size=64")
     assert done.returncode == 0, done.stderr
-    row = summary_of(run_dir)["isolation"]["by_rank"][0]
+    summary = summary_of(run_dir)
+    row = summary["isolation"]["by_rank"][0]
     assert (row["quota_cpus"], row["quota_enforced"], row["throttled_periods"]) == (1.0, False, 0), row
-    assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(1.0, abs=0.1)
-    assert row["other_on_cores_s"] < 0.05 * row["in_group_s"], row  # an idle machine: nothing else on its core
+    # its own CPU is not other work; on a machine shared meanwhile (its machine record says so) others take a little
+    alone = summary["machine"]["alone"] is not False
+    assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(1.0, abs=0.1 if alone else 0.25), row
+    assert row["other_on_cores_s"] < (0.05 if alone else 0.3) * row["in_group_s"], (row, summary["machine"])
 
 
 @pytest.mark.integration
@@ -82,8 +85,9 @@ def test_other_work_on_a_peers_core_is_measured_and_marks_it_unfaithful(run_dir)
     assert done.returncode == 0, done.stderr
     isolation = summary_of(run_dir)["isolation"]
     row = isolation["by_rank"][0]
-    assert row["other_on_cores_s"] / row["in_group_s"] == pytest.approx(0.5, abs=0.1), row
-    assert row["cpu_received_s"] / row["in_group_s"] == pytest.approx(0.5, abs=0.1), row
+    other, received = row["other_on_cores_s"] / row["in_group_s"], row["cpu_received_s"] / row["in_group_s"]
+    assert 0.3 <= other <= 0.7 and 0.3 <= received <= 0.7, row
+    assert other + received == pytest.approx(1.0, abs=0.1), row  # its core was busy all along, with either
     assert isolation["faithful"] is False
     assert "while other work ran" in isolation["unfaithful"][0]
 
@@ -106,25 +110,26 @@ STRAGGLER_RUN = ["strategy=allreduce", "peers=2", "model=tiny", "batch_size=256"
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_straggler_at_half_a_core_steps_twice_as_slowly(tmp_path):
-    """The same synchronous 2-peer run twice, back to back: both peers at a full core, then rank 1 at
-    peer_cpu_share 0.5. Rank 1 computes all the time, so its group's own accounting shows it received half a core
+    """A synchronous 2-peer run with rank 1 at peer_cpu_share 0.5 (after the same run at full cores, where compute
+    dominates the step). Rank 1 computes all the time, so its group's own accounting shows it received half a core
     (0.500 each time), and rank 0, waiting for it each step, well under its full core (0.44-0.50). The step time
-    grows by less than the share's factor of 2 on some machines (a quota is not linear): 1.77-1.94 on the machines
-    of docs/lab-log.md, 1.49 on CI's. A share that is ignored (ratio 1, half a core received as a whole one) or
-    applied twice (ratio about 4, a quarter core received) misses. The even run's peers have cores of their own and
-    no quota."""
+    against rank 0's own compute in the same run (a full core's, at the same moment: no drift between runs) grows by
+    less than the share's factor of 2 on some machines (a quota is not linear: 1.49 on CI's, between runs). A share
+    that is ignored (ratio about 1, half a core received as a whole one) or applied twice (ratio about 4, a quarter
+    core received) misses. The even run's peers have cores of their own and no quota."""
     cgroups_or_skip()
-    steps = {}
     for name, shares in (("even", "[1,1]"), ("straggler", "[1,0.5]")):
         done = run_train(tmp_path / name, *STRAGGLER_RUN, f"emulate.peer_cpu_share={shares}")
         assert done.returncode == 0, done.stderr
-        steps[name] = steady_step_s(tmp_path / name)
     shares = summary_of(tmp_path / "even")["time_breakdown_share"]
     assert shares["compute_s"] >= 0.5, shares  # compute dominates the step
-    assert 1.3 <= steps["straggler"] / steps["even"] <= 2.6, steps
+    full_core = statistics.median(s["data_s"] + s["compute_s"] + s["opt_s"]
+                                  for s in steps_of(tmp_path / "straggler", 0)[5:])
+    slowdown = steady_step_s(tmp_path / "straggler") / full_core
+    assert 1.2 <= slowdown <= 2.6, (slowdown, full_core)
     received = [row["cpu_received_s"] / row["in_group_s"]
                 for row in summary_of(tmp_path / "straggler")["isolation"]["by_rank"]]
-    assert received[1] == pytest.approx(0.5, abs=0.05), received
+    assert 0.4 <= received[1] <= 0.55, received
     assert received[0] <= 0.8, received
 
 

@@ -52,16 +52,23 @@ def test_machine_sampler_splits_the_runs_cpu_from_the_others(tmp_path):
 
 ORPHAN = """
 import subprocess, sys, time
+import psutil
 from job.process import adopt_orphans, reap_orphans
 from metrics.recording.machine import own_cpu_s
 if sys.argv[1] == "adopt":
     adopt_orphans()
 before = own_cpu_s()
 subprocess.run(["sh", "-c", sys.argv[2] + " &"], check=True)  # sh ends before the busy process it started
-time.sleep(1.5)
+def running_children():
+    return [c for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE]
+deadline = time.monotonic() + 20  # until every child (the adopted orphan) has ended
+while running_children() and time.monotonic() < deadline:
+    time.sleep(0.05)
 reap_orphans()
 print(own_cpu_s() - before)
 """
+SPIN_CPU = ("import time\nend = time.process_time() + float(__import__('sys').argv[1])\n"
+            "while time.process_time() < end: pass")
 
 
 @pytest.mark.integration
@@ -69,13 +76,13 @@ print(own_cpu_s() - before)
 def test_a_daemon_whose_parent_ended_first_counts_as_the_runs_cpu():
     """Open MPI's daemons outlive mpirun: the launcher adopts them, so their CPU is the run's, not other work's."""
     def child_cpu(mode: str) -> float:
-        busy = shlex.join([sys.executable, "-c", BUSY, "1.0"])
+        busy = shlex.join([sys.executable, "-c", SPIN_CPU, "1.0"])
         done = subprocess.run([sys.executable, "-c", ORPHAN, mode, busy], capture_output=True, text=True,
                               timeout=30, cwd=ROOT)
         assert done.returncode == 0, done.stderr
         return float(done.stdout)
 
-    assert child_cpu("adopt") >= 0.8  # the orphan spun 1.0 s
+    assert child_cpu("adopt") >= 0.95  # the orphan spun 1.0 s of CPU
     assert child_cpu("init") < 0.5    # without adopting, init reaps it and its CPU is lost to the run
 
 

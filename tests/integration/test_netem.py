@@ -40,8 +40,8 @@ def emulation_possible():
 
 EMULATED = ["strategy=allreduce", "network=emulated", "eval_every=0"]
 SEND = "import socket, sys; s = socket.create_connection((sys.argv[1], 5000)); s.sendall(b'x' * int(sys.argv[2]))"
-RECEIVE = ("import socket; s = socket.socket(); s.bind(('0.0.0.0', 5000)); s.listen(); c, _ = s.accept(); n = 0\n"
-           "while (d := c.recv(1 << 16)): n += len(d)\nprint(n)")
+RECEIVE = ("import socket; s = socket.socket(); s.bind(('0.0.0.0', 5000)); s.listen(); print('ready', flush=True)\n"
+           "c, _ = s.accept(); n = 0\nwhile (d := c.recv(1 << 16)): n += len(d)\nprint(n)")
 COUNTERS = "import json; from metrics.recording.sampler import net_totals; print(json.dumps(net_totals()))"
 
 
@@ -54,7 +54,7 @@ def in_host(host, code: str, *args: str, **kwargs) -> subprocess.Popen:
 def transfer(sender, receiver, size: int) -> float:
     """Send `size` bytes over TCP from one emulated host to another; returns the seconds it took."""
     server = in_host(receiver, RECEIVE)
-    time.sleep(0.3)
+    assert server.stdout.readline() == "ready\n", "the receiver did not listen"
     start = time.monotonic()
     assert in_host(sender, SEND, receiver.addr, str(size)).wait(timeout=60) == 0
     assert int(server.communicate(timeout=60)[0]) == size
@@ -224,7 +224,10 @@ with Fabric(2, [50, 50]) as fabric, tempfile.TemporaryDirectory() as tmp:
     meter = LinkMeter(fabric, tmp + "/link_meter.json").start()
     a, b = fabric.hosts
     server = subprocess.Popen([*b.enter, sys.executable, "-c", {RECEIVE!r}], stdout=subprocess.PIPE, text=True)
-    time.sleep(0.3)
+    assert server.stdout.readline() == "ready\\n"
+    deadline = time.monotonic() + 10  # the meter's first reading counts from before the first byte
+    while not meter.readings and time.monotonic() < deadline:
+        time.sleep(0.05)
     subprocess.run([*a.enter, sys.executable, "-c", {SEND!r}, b.addr, "300000"], check=True)
     assert int(server.communicate(timeout=30)[0]) == 300000
     print(subprocess.run([*a.enter, "cat", "/proc/net/dev"], capture_output=True, text=True).stdout)

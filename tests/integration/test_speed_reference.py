@@ -50,25 +50,27 @@ def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
 
 
 def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(run_dir):
-    # the peer stalls 3 s before step 20: then a busy process joins its CPU group, on its core, to the end of its
-    # training; so it gets half of what the peer got, whatever else loads the machine. The fastest measurements
-    # before and after are compared
+    # the peer stalls 3 s before step 20: then two busy processes join its CPU group, on its core, to the end of its
+    # training; so it gets a third of what it got, whatever else loads the machine. The fastest measurements before
+    # and after are compared
     train = start_train(run_dir, *MEASURED_RUN, "fault.stall_peer=0", "fault.at_step=20", "fault.stall_s=3",
                         "eval_in_training=false")  # the busy process ends when evaluation after training begins
-    busy = None
+    busy: list[subprocess.Popen] = []
     try:
         wait_for_steps(run_dir, 0, 19)
         worker = next(p for p in leftover_processes(run_dir) if "job.worker" in " ".join(p.cmdline()))
-        busy = subprocess.Popen([sys.executable, "-c", BUSY_UNTIL_TRAINED, str(worker.cpu_affinity()[0]),
-                                 str(run_dir)])
-        CpuGroup.of_rank(RunDir(run_dir), 0).join(busy.pid)
+        for _ in range(2):
+            busy.append(subprocess.Popen([sys.executable, "-c", BUSY_UNTIL_TRAINED, str(worker.cpu_affinity()[0]),
+                                          str(run_dir)]))
+            CpuGroup.of_rank(RunDir(run_dir), 0).join(busy[-1].pid)
         _, stderr = train.communicate(timeout=180)
         assert train.returncode == 0, stderr
-        assert busy.wait(timeout=10) == 0
+        assert [b.wait(timeout=10) for b in busy] == [0, 0]
     finally:
-        if busy and busy.poll() is None:
-            busy.kill()
-            busy.wait()
+        for b in busy:
+            if b.poll() is None:
+                b.kill()
+                b.wait()
         if train.poll() is None:
             train.kill()
     measurements = results(run_dir, (0,))[0]["speed_reference"]["measurements"]
@@ -76,7 +78,7 @@ def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(r
     after = [m["seconds"] for m in measurements if m["step"] >= 20]
     print("speed reference (s) before the busy process:", before, "with it:", after)
     assert len(before) >= 2 and len(after) >= 3
-    assert min(after) > 1.3 * min(before)  # sharing its core: about twice as slow
+    assert min(after) > 1.6 * min(before)  # sharing its core three ways: about three times as slow
     reference = summary_of(run_dir)["speed_reference"]
     assert reference["beyond_tolerance"] is True and reference["moved"] > 2 * reference["tolerance"]
     assert "machine speed moved" in load_run(run_dir).speed_moved()
@@ -87,7 +89,9 @@ def test_the_same_run_alone_stays_within_its_tolerance(run_dir):
     assert done.returncode == 0, done.stderr
     reference = summary_of(run_dir)["speed_reference"]
     assert [r["measurements"] >= 5 for r in reference["by_rank"].values()] == [True], reference
-    assert reference["beyond_tolerance"] is False and reference["moved"] <= reference["tolerance"], reference
+    assert reference["moved"] < 0.5, reference  # a statistic that one slow measurement moves fails even here
+    if summary_of(run_dir)["machine"]["alone"] is not False:  # others on the machine meanwhile may move it
+        assert reference["beyond_tolerance"] is False and reference["moved"] <= reference["tolerance"], reference
     assert load_run(run_dir).speed_moved() is None
 
 
@@ -100,4 +104,5 @@ def test_a_parameter_server_ends_after_its_workers_last_reference(run_dir):
     last = [results(run_dir, (rank,))[0]["speed_reference"]["measurements"][-1] for rank in (0, 1)]
     assert [m["step"] for m in last] == [12, 12]
     server_ended = (run_dir / "peer2" / "result.json").stat().st_mtime
-    assert server_ended >= max(m["at"] + m["pause_s"] for m in last), (server_ended, last)
+    # a file's time is the kernel's coarse clock (a tick behind time.time() at most)
+    assert server_ended + 0.02 >= max(m["at"] + m["pause_s"] for m in last), (server_ended, last)

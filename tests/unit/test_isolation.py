@@ -310,10 +310,10 @@ def test_an_evaluation_set_aside_in_a_pause_is_left_out_of_the_peers_cpu_figures
     peer.pinned([1])
     account([0, 2e9], [0, 2e9], 2)  # training: 2 s of the peer's own
     with peer.set_aside():
-        time.sleep(0.3)
+        time.sleep(2.0)
         account([0, 9e9], [0, 5e9], 5)  # the evaluation: 3 s of its own, 4 s of another peer's on its core
     account([0, 10e9], [0, 6e9], 6)  # training again: 1 s of its own
     figures = peer.figures()
     assert figures["cpu_received_s"] == pytest.approx(3.0)
     assert figures["other_on_cores_s"] == pytest.approx(0.0)
-    assert figures["in_group_s"] < 0.25  # the 0.3 s set aside is not the peer's time in its group
+    assert figures["in_group_s"] < 1.0  # the 2 s set aside is not the peer's time in its group

@@ -96,9 +96,11 @@ def board_of(tmp_path, ended: dict[int, list[str]], posted: list[str], since: fl
         (board / f"{key}.json").write_text(json.dumps({"posted_at": last_posted, "evaluated_by": 0}))
 
 
-def test_once_training_has_ended_the_line_counts_the_distinct_snapshots_evaluated_and_their_eta(tmp_path):
+def test_once_training_has_ended_the_line_counts_the_distinct_snapshots_evaluated_and_their_eta(
+        tmp_path, monkeypatch):
     progress = progress_over(tmp_path, {0: [record(100, 50.0)], 1: [record(100, 50.0)]})
     now = time.time()
+    monkeypatch.setattr("launchers.progress.time.time", lambda: now)  # the line is made at `now`
     # a synchronous strategy: both workers saved the same 5 states; 2 evaluated in the 20 s since training ended
     board_of(tmp_path, {0: list("abcde"), 1: list("abcde")}, posted=["a", "b"], since=now - 20, last_posted=now - 1)
     line = progress.line(progress.evaluation())

@@ -151,17 +151,34 @@ def test_bad_settings_are_refused_before_launch(override, message):
         validate(compose_config(override))
 
 
-def test_a_timing_spans_enough_passes_to_last_its_minimum_and_records_one_pass():
-    from job.speed_reference import MIN_TIMING_S
+def test_a_timing_spans_enough_passes_to_last_its_minimum_and_records_one_pass(monkeypatch):
+    """On a clock that each pass moves by 3 ms: a timing needs 8 passes to last MIN_TIMING_S (20 ms), each timing
+    records one pass's 3 ms, and the pause holds the calibration's 1 + 2 + 4 + 8 passes and 3 timings of 8."""
+    from job import speed_reference
 
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+        def time(self) -> float:
+            return 1e9 + self.now
+
+        def advance(self) -> None:
+            self.now += 0.003
+
+    clock = Clock()
+    monkeypatch.setattr(speed_reference, "time", clock)
+    monkeypatch.setattr(SpeedReference, "_pass", clock.advance)
+    assert speed_reference.MIN_TIMING_S == 0.02
     reference = SpeedReference.for_run(SETTINGS, model(), split(), PeerDevice(torch.device("cpu")))
     reference.measure(0, 0.0, force=True)
     recorded = reference.record()
-    one_pass = recorded["measurements"][0]["seconds"]
-    assert recorded["passes"] > 1  # this model's pass takes well under MIN_TIMING_S
-    assert one_pass * recorded["passes"] >= 0.5 * MIN_TIMING_S  # a timing lasts about the minimum (not a tenth)
-    assert one_pass * recorded["passes"] / 2 < MIN_TIMING_S * 1.5  # and no more passes than twice what it needs
-    # the pause holds the repetitions' timings of `passes` passes each, and the calibration
-    assert recorded["measurements"][0]["pause_s"] >= recorded["repetitions"] * one_pass * recorded["passes"]
+    (measured,) = recorded["measurements"]
+    assert (recorded["passes"], recorded["repetitions"]) == (8, 3)
+    assert measured["seconds"] == pytest.approx(0.003)
+    assert measured["pause_s"] == pytest.approx((1 + 2 + 4 + 8 + 3 * 8) * 0.003)
     reference.measure(10, 1000.0)
-    assert reference.record()["passes"] == recorded["passes"]  # the same work at every measurement
+    assert reference.record()["passes"] == 8  # the same work at every measurement, not calibrated again
+    assert reference.record()["measurements"][1]["pause_s"] == pytest.approx(3 * 8 * 0.003)
