@@ -8,8 +8,10 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TypeVar
 
 import pytest
 import torch
@@ -118,6 +120,17 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
 
 
+Found = TypeVar("Found")
+
+
+def settled(probe: Callable[[], Found], within_s: float, every_s: float = 0.2) -> Found:
+    """probe() until it finds nothing (an empty list or set) or within_s has passed; what it found last."""
+    deadline = time.monotonic() + within_s
+    while (found := probe()) and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return found
+
+
 def wait_for_steps(run_dir: Path, rank: int, count: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while len(read_jsonl(run_dir / f"peer{rank}" / "steps.jsonl")) < count:
@@ -133,9 +146,7 @@ def leftover_processes(run_dir: Path) -> list:
 
 
 def assert_no_leftovers(run_dir: Path, settle_s: float = 5.0) -> None:
-    deadline = time.monotonic() + settle_s
-    while (left := leftover_processes(run_dir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    left = settled(lambda: leftover_processes(run_dir), settle_s)
     assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
 
 

@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from helpers import HIVE, assert_no_leftovers, results, run_train, start_train, summary_of, wait_for_steps
+from helpers import HIVE, assert_no_leftovers, results, run_train, settled, start_train, summary_of, wait_for_steps
 from metrics.recording.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
@@ -48,9 +48,7 @@ def test_hivemind_goes_on_without_the_killed_peer(run_dir):
                        "fault.kill_peer=1", "fault.at_step=3")
     wait_for_steps(run_dir, 1, 2, timeout=150)
     files = json.loads((run_dir / "peer1" / "hivemind_files.json").read_text())
-    deadline = time.monotonic() + 30
-    while (left := [p for p in files["pids"] if psutil.pid_exists(p)]) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    left = settled(lambda: [p for p in files["pids"] if psutil.pid_exists(p)], 30)
     assert not left, f"the killed peer's processes (DHT, averagers, p2pd) outlived it: {left}"
     stdout, stderr = proc.communicate(timeout=200)
     assert proc.returncode == 0, stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from helpers import (ROOT, assert_cpu_faithful_unless_others, assert_no_leftovers, param_digests, run_train,
+from helpers import (ROOT, assert_cpu_faithful_unless_others, assert_no_leftovers, param_digests, run_train, settled,
                      start_train, summary_of, train_command, wait_for_steps)
 from launchers.placement import NamespacePlacement
 from metrics.summary.bounds import round_link_time
@@ -67,13 +67,10 @@ def counters(host) -> dict:
 
 def assert_fabric_gone(description: dict, settle_s: float = 10.0) -> None:
     """No process inside the fabric's namespaces and none of its temporary files (the hosts' TMPDIRs)."""
-    deadline = time.monotonic() + settle_s
-    while (left := processes_in(description)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    left = settled(lambda: processes_in(description), settle_s)
     assert not left, f"processes still inside the run's namespaces: {left}"
     files = [h["tmpdir"] for h in description["hosts"]] + [description.get("directory", "")]
-    while (kept := [f for f in files if f and os.path.exists(f)]) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    kept = settled(lambda: [f for f in files if f and os.path.exists(f)], settle_s)
     assert not kept, f"temporary files left behind: {kept}"
 
 
