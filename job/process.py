@@ -94,11 +94,11 @@ def adopt_orphans() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def reap_orphans() -> None:
-    """Wait for every adopted descendant that has ended (after waiting for our own Popen children)."""
+def reap_orphans(own: Iterable[int] = ()) -> None:
+    """Wait for every adopted descendant that has ended, never for the children `own` lists (their Popen waits)."""
     for child in psutil.Process().children():
         with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
-            if child.status() == psutil.STATUS_ZOMBIE:
+            if child.pid not in own and child.status() == psutil.STATUS_ZOMBIE:
                 os.waitpid(child.pid, 0)
 
 

@@ -119,6 +119,7 @@ class Launcher(ABC):
 
     def _check(self, start: float) -> Outcome | None:
         codes = {rank: proc.poll() for rank, proc in self.procs.items()}
+        reap_orphans(own={proc.pid for proc in self.procs.values()})  # a lost peer's daemons end now, not with the run
         failed = {rank: code for rank, code in codes.items() if code}  # rank -> its exit code, not 0
         lost = [rank for rank in failed if rank is not None]
         if failed and not (self.spec.tolerate_peer_loss and None not in failed and len(lost) < len(codes)):

@@ -44,14 +44,17 @@ def test_killed_peer_ends_run_in_bounded_time(run_dir, strategy):
 @pytest.mark.timeout(240)
 def test_hivemind_goes_on_without_the_killed_peer(run_dir):
     # 3 peers x 32 samples and a 96-sample target: one step per peer per epoch
-    proc = start_train(run_dir, *HIVE, "peers=3", "hivemind.target_batch_size=96", "max_steps=6",
+    proc = start_train(run_dir, *HIVE, "peers=3", "hivemind.target_batch_size=96", "max_steps=8",
                        "fault.kill_peer=1", "fault.at_step=3")
     wait_for_steps(run_dir, 1, 2, timeout=150)
     files = json.loads((run_dir / "peer1" / "hivemind_files.json").read_text())
-    left = settled(lambda: [p for p in files["pids"] if psutil.pid_exists(p)], 30)
+    left = settled(lambda: [p for p in files["pids"] if psutil.pid_exists(p)], 30)  # a zombie exists until reaped
+    gone_at = time.time()
     assert not left, f"the killed peer's processes (DHT, averagers, p2pd) outlived it: {left}"
     stdout, stderr = proc.communicate(timeout=200)
     assert proc.returncode == 0, stderr
+    last_step_ended = max(s["ended_at"] for s in read_jsonl(run_dir / "peer0" / "steps.jsonl"))
+    assert gone_at < last_step_ended, "the killed peer's processes were gone only once the run ended"
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["lost_peers"] == [1]
     assert summary["fault"]["kinds"] == ["kill_peer"] and summary["fault"]["survived"] is True
