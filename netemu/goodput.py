@@ -1,6 +1,7 @@
 """Does an emulated link carry what it promises? Every SAMPLE_S the meter reads each link direction's token bucket
-(bytes sent, bytes queued) and tallies the bytes of the intervals with a queue at both ends, when the link set the
-pace. The verdict: metrics/summary/link.py; docs/emulation.md (Did the link hold?)."""
+(bytes sent, bytes queued); where it found a queue, it reads again before that queue could have drained at the
+nominal rate, and tallies the bytes of such busy intervals, when the link set the pace. The verdict:
+metrics/summary/link.py; docs/emulation.md (Did the link hold?)."""
 import json
 import select
 import subprocess
@@ -15,11 +16,27 @@ from netemu.fabric import Fabric, Host
 SAMPLE_S = 0.1        # seconds between readings of every direction's counters
 WRITE_EVERY_S = 5.0   # the tallies are written this often (a killed launcher leaves its last figures)
 READ_TIMEOUT_S = 2.0  # a tc process that does not answer within this ends the metering (never the run)
+DRAIN_AIM = 0.6       # the second reading aims to end at this share of the queue's drain time at the nominal rate
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A direction's token bucket counters, read between `before` and `after` (monotonic seconds)."""
+
+    before: float
+    after: float
+    sent_bytes: int
+    queued_bytes: int
+
+    @property
+    def at(self) -> float:
+        return (self.before + self.after) / 2
 
 
 @dataclass
 class DirectionTally:
-    """One direction of one host's link: what it carried, and what it carried while it had a queue."""
+    """One direction of one host's link: what it carried, and what it carried in busy intervals: those its queue at
+    the start outlasted at the nominal rate (so the queue never emptied, whatever the senders did)."""
 
     host: int
     direction: str        # egress (the host sends) | ingress (the host receives)
@@ -27,17 +44,23 @@ class DirectionTally:
     carried_bytes: int = 0
     busy_bytes: int = 0
     busy_s: float = 0.0
-    last: tuple[float, int, int] | None = None  # (time, bytes sent, bytes queued) at the previous reading
+    busy_intervals: int = 0
+    last: Reading | None = None
 
-    def add(self, t: float, sent_bytes: int, queued_bytes: int) -> None:
-        if self.last is not None:
-            t0, sent0, queued0 = self.last
-            if sent_bytes >= sent0:  # else the qdisc was replaced (its counters restart): skip the interval
-                self.carried_bytes += sent_bytes - sent0
-                if queued0 > 0 and queued_bytes > 0:
-                    self.busy_bytes += sent_bytes - sent0
-                    self.busy_s += t - t0
-        self.last = (t, sent_bytes, queued_bytes)
+    def drain_s(self, queued_bytes: int) -> float:
+        """How long the link takes to send `queued_bytes` at its nominal rate."""
+        return queued_bytes * 8 / (self.nominal_mbit * 1e6)
+
+    def add(self, reading: Reading) -> None:
+        last = self.last
+        if last is not None and reading.sent_bytes >= last.sent_bytes:  # else the qdisc was replaced: skip
+            sent = reading.sent_bytes - last.sent_bytes
+            self.carried_bytes += sent
+            if reading.after - last.before <= self.drain_s(last.queued_bytes):
+                self.busy_bytes += sent
+                self.busy_s += reading.at - last.at
+                self.busy_intervals += 1
+        self.last = reading
 
     def figures(self) -> dict[str, Any]:
         figures = asdict(self)
@@ -128,14 +151,22 @@ class LinkMeter:
 
     def read_once(self) -> None:
         for reader, device, tally in self.plan:
-            before = time.monotonic()
-            shaper = pick_shaper(reader.qdiscs(device))
-            if shaper is None:
-                raise LookupError(f"no tbf on {device} of host {tally.host}")
-            tally.add((before + time.monotonic()) / 2, int(shaper["bytes"]), int(shaper["backlog"]))
+            first = self._read(reader, device, tally)
+            tally.add(first)
+            if first.queued_bytes:  # again before that queue can have drained: an interval the link set the pace of
+                time.sleep(max(0.0, DRAIN_AIM * tally.drain_s(first.queued_bytes) - 2 * (first.after - first.before)))
+                tally.add(self._read(reader, device, tally))
         self.readings += 1
         self.last_reading = time.monotonic()
         self.first_reading = self.first_reading or self.last_reading
+
+    @staticmethod
+    def _read(reader: TcReader, device: str, tally: DirectionTally) -> Reading:
+        before = time.monotonic()
+        shaper = pick_shaper(reader.qdiscs(device))
+        if shaper is None:
+            raise LookupError(f"no tbf on {device} of host {tally.host}")
+        return Reading(before, time.monotonic(), int(shaper["bytes"]), int(shaper["backlog"]))
 
     def run(self) -> None:
         next_write = time.monotonic() + WRITE_EVERY_S

@@ -45,7 +45,7 @@ def link_text(link: Link) -> str:
 def goodput_text(runs: list[Run]) -> str:
     measured = [r.link.goodput_mbit for r in runs if r.link.goodput_mbit is not None]
     if not measured:
-        return (" Goodput while busy: not measured (no direction had a queue long enough to judge its rate, or the "
+        return (" Goodput while busy: not measured (no direction was busy often enough to judge its rate, or the "
                 "links were not metered).")
     unjudged = len(runs) - len(measured)
     return (f" Goodput while busy: {median_text(measured, number, ' Mbit/s')}"

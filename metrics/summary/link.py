@@ -5,11 +5,11 @@ from pathlib import Path
 from metrics.recording.rundir import RunDir
 from metrics.recording.methods import methods
 
-FAITHFUL_SHARE = 0.9  # faithful: goodput while busy >= this share of the nominal rate
-MIN_BUSY_S = 1.0      # a direction is judged once it was busy this long
+FAITHFUL_SHARE = 0.9       # faithful: goodput while busy >= this share of the nominal rate
+MIN_BUSY_INTERVALS = 30    # a direction is judged once it had this many busy intervals
 ONLY_COMPUTE_DIFFERS = "on loopback strategies differ only by their compute share"  # the run's first line, the verdict
 
-METHODS = methods("link", FAITHFUL_SHARE=FAITHFUL_SHARE, MIN_BUSY_S=MIN_BUSY_S)
+METHODS = methods("link", FAITHFUL_SHARE=FAITHFUL_SHARE, MIN_BUSY_INTERVALS=MIN_BUSY_INTERVALS)
 
 
 def goodput_mbit(tally: dict) -> float | None:
@@ -22,25 +22,29 @@ def direction_name(tally: dict) -> str:
 
 
 def judge(tallies: list[dict]) -> dict:
-    """The verdict of the direction busy MIN_BUSY_S or more that did worst against its rate (faithful None: none)."""
-    judged = [t for t in tallies if t["busy_s"] >= MIN_BUSY_S]
+    """The verdict of the direction with MIN_BUSY_INTERVALS busy intervals or more that did worst against its rate
+    (faithful None: none had that many; a meter from before busy_intervals were counted is not judged)."""
+    judged = [t for t in tallies if t.get("busy_intervals", 0) >= MIN_BUSY_INTERVALS]
     nominal = min((t["nominal_mbit"] for t in tallies), default=None)
     if not judged:
-        longest = max((t["busy_s"] for t in tallies), default=0.0)
-        return {"nominal_mbit": nominal, "goodput_mbit": None, "goodput_share": None, "busy_s": longest,
+        most = max((t.get("busy_intervals", 0) for t in tallies), default=0)
+        return {"nominal_mbit": nominal, "goodput_mbit": None, "goodput_share": None,
+                "busy_s": max((t["busy_s"] for t in tallies), default=0.0), "busy_intervals": most,
                 "worst_direction": None, "faithful": None,
-                "reason": f"no direction had a queue for {MIN_BUSY_S:g} s (longest {longest:.1f} s): the link was "
-                          "never the bottleneck long enough to check its rate"}
+                "reason": f"no direction had {MIN_BUSY_INTERVALS} busy intervals (most: {most}): the link was never "
+                          "the bottleneck often enough to check its rate"}
     worst = min(judged, key=lambda t: goodput_mbit(t) / t["nominal_mbit"])
     goodput = goodput_mbit(worst)
     share = goodput / worst["nominal_mbit"]
     faithful = share >= FAITHFUL_SHARE
     verdict = "held" if faithful else "did not hold"
     return {"nominal_mbit": worst["nominal_mbit"], "goodput_mbit": goodput, "goodput_share": share,
-            "busy_s": worst["busy_s"], "worst_direction": direction_name(worst), "faithful": faithful,
+            "busy_s": worst["busy_s"], "busy_intervals": worst["busy_intervals"], "worst_direction": direction_name(worst),
+            "faithful": faithful,
             "reason": f"{direction_name(worst)} carried {goodput:.1f} of its {worst['nominal_mbit']:g} Mbit/s "
-                      f"({share:.0%}) over {worst['busy_s']:.1f} s with a queue: the link {verdict} (faithful "
-                      f"from {FAITHFUL_SHARE:.0%}; worst of {len(judged)} directions busy >= {MIN_BUSY_S:g} s)"}
+                      f"({share:.0%}) in {worst['busy_intervals']} intervals its queue outlasted "
+                      f"({worst['busy_s']:.2f} s): the link {verdict} (faithful from {FAITHFUL_SHARE:.0%}; worst of "
+                      f"{len(judged)} directions with >= {MIN_BUSY_INTERVALS} such intervals)"}
 
 
 def read_json(path: Path) -> dict | None:
@@ -55,7 +59,7 @@ def link_section(run: RunDir, config: dict) -> dict:
     section = {"kind": choice["kind"], "asked": choice["asked"], "scope": choice["scope"],
                "hosts": choice["processes"] if choice["kind"] == "emulated" else None,
                "latency_ms": choice["latency_ms"], "mtu": choice.get("mtu"), "nominal_mbit": None, "goodput_mbit": None,
-               "goodput_share": None, "busy_s": None, "worst_direction": None, "faithful": None,
+               "goodput_share": None, "busy_s": None, "busy_intervals": None, "worst_direction": None, "faithful": None,
                "reason": choice["reason"]}
     if choice["kind"] != "emulated":
         return section

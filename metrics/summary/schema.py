@@ -134,6 +134,7 @@ class Link(Section):
     goodput_mbit: float | None = None
     goodput_share: float | None = None
     busy_s: float | None = None
+    busy_intervals: int | None = None
     worst_direction: str | None = None
     faithful: bool | None = None
     reason: str | None = None

@@ -11,9 +11,9 @@ from job.errors import ConfigError
 from launchers.config import strategy_class, validate
 from launchers.placement import NamespacePlacement
 from metrics.recording.rundir import RunDir
-from metrics.summary.link import FAITHFUL_SHARE, MIN_BUSY_S, judge, link_section
+from metrics.summary.link import FAITHFUL_SHARE, MIN_BUSY_INTERVALS, judge, link_section
 from netemu.auto import choose_link, link_line
-from netemu.goodput import DirectionTally
+from netemu.goodput import DRAIN_AIM, DirectionTally, LinkMeter, Reading
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -121,59 +121,109 @@ def test_a_latency_and_per_host_rates_are_named():
 
 
 # --- goodput while busy -------------------------------------------------------------------
-def readings(tally: DirectionTally, rate_mbit: float, queued: list[int], start_bytes: int = 0, dt: float = 0.1):
-    """Feed a tally one reading per entry of `queued` (bytes in the queue), the link sending at `rate_mbit` in
-    every interval that began with a queue and nothing otherwise."""
-    sent, t = start_bytes, 0.0
-    for i, queue in enumerate(queued):
-        if i and queued[i - 1]:
-            sent += int(rate_mbit * 1e6 / 8 * dt)
-        tally.add(t, sent, queue)
-        t += dt
-    return tally
+RATE = 100.0                # Mbit/s nominal
+BYTES_PER_S = RATE * 1e6 / 8
 
 
-def test_goodput_counts_only_intervals_with_a_queue_at_both_ends():
-    tally = DirectionTally(0, "egress", 100.0)
-    readings(tally, 60.0, [0, 5000, 8000, 9000, 0, 0, 7000, 7000, 0])  # busy: 5000-8000, 8000-9000, 7000-7000
+def reading(t: float, sent: int, queued: int, query_s: float = 0.0002) -> Reading:
+    return Reading(t, t + query_s, sent, queued)
+
+
+def test_an_interval_its_queue_outlasts_is_busy_and_its_goodput_is_the_rate_the_link_kept():
+    tally = DirectionTally(0, "egress", RATE)
+    queued = int(BYTES_PER_S * 0.010)  # 10 ms of traffic at the nominal rate
+    tally.add(reading(0.0, 1_000_000, queued))
+    tally.add(reading(0.006, 1_000_000 + int(0.9 * BYTES_PER_S * 0.006), queued))  # 6 ms later, at 90 Mbit/s
     figures = tally.figures()
-    assert figures["busy_s"] == pytest.approx(0.3)
-    assert figures["busy_bytes"] * 8 / figures["busy_s"] / 1e6 == pytest.approx(60.0)
-    assert figures["carried_bytes"] == 5 * int(60e6 / 8 * 0.1)  # the busy ones and the ones draining a queue
+    assert figures["busy_intervals"] == 1 and figures["busy_s"] == pytest.approx(0.006)
+    assert figures["busy_bytes"] * 8 / figures["busy_s"] / 1e6 == pytest.approx(90, rel=1e-3)
+
+
+def test_a_shallow_queue_at_both_ends_of_a_long_interval_is_not_busy():
+    # 5 KB queued at both ends of 0.1 s: drained in 0.4 ms, then the link idled; 0.3 of its rate went through
+    tally = DirectionTally(0, "egress", RATE)
+    tally.add(reading(0.0, 0, 5000))
+    tally.add(reading(0.1, int(0.3 * BYTES_PER_S * 0.1), 5000))
+    assert (tally.busy_intervals, tally.busy_bytes, tally.busy_s) == (0, 0, 0.0)
+    assert tally.carried_bytes == int(0.3 * BYTES_PER_S * 0.1)
+
+
+def test_an_interval_counts_from_the_first_readings_start_to_the_seconds_end():
+    tally = DirectionTally(0, "egress", RATE)
+    queued = int(BYTES_PER_S * 0.010)
+    tally.add(Reading(0.0, 0.002, 0, queued))
+    tally.add(Reading(0.008, 0.0105, int(BYTES_PER_S * 0.008), queued))  # midpoints 8 ms apart, the span 10.5 ms
+    assert tally.busy_intervals == 0
 
 
 def test_a_restarted_counter_is_skipped():
-    tally = DirectionTally(0, "egress", 100.0)
-    tally.add(0.0, 10_000_000, 3000)
-    tally.add(0.1, 2_000, 3000)  # the qdisc was replaced: its counters start again
-    tally.add(0.2, 2_000 + 1_250_000, 3000)
-    assert (tally.busy_bytes, tally.busy_s) == (1_250_000, pytest.approx(0.1))
+    tally = DirectionTally(0, "egress", RATE)
+    queued = int(BYTES_PER_S * 0.010)
+    tally.add(reading(0.0, 10_000_000, queued))
+    tally.add(reading(0.004, 2_000, queued))  # the qdisc was replaced: its counters start again
+    tally.add(reading(0.008, 2_000 + int(BYTES_PER_S * 0.004), queued))
+    assert (tally.busy_intervals, tally.busy_bytes) == (1, int(BYTES_PER_S * 0.004))
+    assert tally.busy_s == pytest.approx(0.004)
 
 
-def busy_for(seconds: float, rate_mbit: float, nominal: float, host: int = 0, direction: str = "egress") -> dict:
+class ScriptedReader:
+    """Stands in for a tc process: each query answers the next (bytes sent, backlog) of `answers` as tc's JSON."""
+
+    def __init__(self, answers: list[tuple[int, int]]):
+        self.answers, self.queries = list(answers), 0
+
+    def qdiscs(self, device: str) -> list[dict]:
+        self.queries += 1
+        sent, backlog = self.answers.pop(0)
+        return [{"kind": "tbf", "root": True, "bytes": sent, "backlog": backlog}]
+
+
+def metered(answers: list[tuple[int, int]], passes: int) -> tuple[DirectionTally, ScriptedReader]:
+    meter = LinkMeter.__new__(LinkMeter)  # its plan only: no fabric, no tc
+    reader, tally = ScriptedReader(answers), DirectionTally(0, "egress", RATE)
+    meter.plan, meter.readings, meter.first_reading = [(reader, "eth0", tally)], 0, None  # type: ignore[list-item]
+    for _ in range(passes):
+        meter.read_once()
+    return tally, reader
+
+
+def test_the_meter_reads_a_direction_again_only_where_it_found_a_queue():
+    queued = int(BYTES_PER_S * 0.020)  # 20 ms of traffic: read again after about 12 ms
+    tally, reader = metered([(0, 0), (100, queued), (100 + int(BYTES_PER_S * 0.012), 0), (200_000, 0)], passes=3)
+    assert reader.queries == 4 and not reader.answers  # 3 passes, one of them found a queue
+    assert tally.busy_intervals == 1
+    assert 0.3 * 0.020 < tally.busy_s < DRAIN_AIM * 0.020 * 1.5  # waited before the second reading, not past the drain
+
+
+def busy_for(intervals: int, rate_mbit: float, nominal: float, host: int = 0, direction: str = "egress") -> dict:
+    seconds = intervals * 0.005  # 5 ms busy intervals
     return {"host": host, "direction": direction, "nominal_mbit": nominal, "carried_bytes": 0,
-            "busy_bytes": int(rate_mbit * 1e6 / 8 * seconds), "busy_s": seconds}
+            "busy_bytes": int(rate_mbit * 1e6 / 8 * seconds), "busy_s": seconds, "busy_intervals": intervals}
 
 
 def test_judge_names_the_direction_that_fell_short_with_its_figure():
-    verdict = judge([busy_for(5, 99, 100), busy_for(4, 70, 100, host=1, direction="ingress"), busy_for(0.5, 10, 100)])
+    verdict = judge([busy_for(50, 99, 100), busy_for(40, 70, 100, host=1, direction="ingress"),
+                     busy_for(MIN_BUSY_INTERVALS - 1, 10, 100)])  # too few intervals to be judged
     assert verdict["faithful"] is False
     assert verdict["worst_direction"] == "host 1 ingress"
     assert verdict["goodput_mbit"] == pytest.approx(70) and verdict["goodput_share"] == pytest.approx(0.7)
-    assert verdict["busy_s"] == 4
-    assert "host 1 ingress carried 70.0 of its 100 Mbit/s (70%)" in verdict["reason"]
+    assert verdict["busy_intervals"] == 40 and verdict["busy_s"] == pytest.approx(0.2)
+    assert "host 1 ingress carried 70.0 of its 100 Mbit/s (70%) in 40 intervals" in verdict["reason"]
 
 
 def test_judge_compares_each_direction_with_its_own_rate():
-    verdict = judge([busy_for(5, 19.8, 20), busy_for(5, 95, 100, host=1)])  # 99 % and 95 %
+    verdict = judge([busy_for(50, 19.8, 20), busy_for(50, 95, 100, host=1)])  # 99 % and 95 %
     assert verdict["faithful"] is True and verdict["nominal_mbit"] == 100 and verdict["goodput_share"] == pytest.approx(0.95)
-    assert judge([busy_for(5, 0.999 * FAITHFUL_SHARE * 100, 100)])["faithful"] is False
+    assert judge([busy_for(50, 0.999 * FAITHFUL_SHARE * 100, 100)])["faithful"] is False
 
 
-def test_a_link_never_busy_long_enough_is_not_judged():
-    verdict = judge([busy_for(0.9 * MIN_BUSY_S, 10, 100)])
+def test_a_link_never_busy_often_enough_is_not_judged():
+    verdict = judge([busy_for(MIN_BUSY_INTERVALS - 1, 10, 100)])
     assert verdict["faithful"] is None and verdict["goodput_mbit"] is None
-    assert "never the bottleneck long enough" in verdict["reason"]
+    assert f"no direction had {MIN_BUSY_INTERVALS} busy intervals (most: {MIN_BUSY_INTERVALS - 1})" in verdict["reason"]
+    old_meter = busy_for(100, 10, 100)
+    del old_meter["busy_intervals"]  # a meter from before busy intervals were counted
+    assert judge([old_meter])["faithful"] is None
 
 
 # --- summary.json's link section -------------------------------------------------------------
@@ -188,10 +238,10 @@ def write_link(run: RunDir, kind: str, meter: dict | None = None, asked: str = "
 def test_summary_link_marks_a_link_that_did_not_hold(tmp_path):
     run = RunDir(tmp_path)
     write_link(run, "emulated", {"sample_s": 0.1, "readings": 80, "error": None,
-                                 "directions": [busy_for(6, 52, 100), busy_for(6, 100, 100, host=1)]})
+                                 "directions": [busy_for(60, 52, 100), busy_for(60, 100, 100, host=1)]})
     link = link_section(run, {"network": {"name": "auto"}})
     assert (link["kind"], link["asked"], link["hosts"], link["faithful"]) == ("emulated", "auto", 2, False)
-    assert link["nominal_mbit"] == 100 and link["goodput_mbit"] == pytest.approx(52) and link["busy_s"] == 6
+    assert link["nominal_mbit"] == 100 and link["goodput_mbit"] == pytest.approx(52) and link["busy_intervals"] == 60
     assert "did not hold" in link["reason"]
     assert [d["goodput_mbit"] for d in link["by_direction"]] == [pytest.approx(52), pytest.approx(100)]
 
