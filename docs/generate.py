@@ -231,9 +231,12 @@ def design_line(entry: dict) -> str:
     fixed, otherwise = found["sweep"], found["decided_otherwise"]
     decided = (f"each of the {found['decided']} comparisons it decides decided alike" if not otherwise else
                f"decided otherwise: {'; '.join(otherwise)}")
+    apart = ("measured one after the other" if found.get("one_after_the_other") else
+             f"measured {found['apart_s'] / 3600:.1f} h apart, not one after the other" if "apart_s" in found else
+             "not recorded whether measured one after the other")
     return (f"Runs that end at the target: this sweep took **{found['ratio']:.2f}×** the elapsed time of the "
             f"fixed-horizon design (`eval_in_training=false`, every run to `max_steps`: {fixed['wall_s'] / 60:.0f} "
-            f"min, {fixed['wall_method']}, ended {fixed['measured_at']}, measured one after the other); {decided}. "
+            f"min, {fixed['wall_method']}, ended {fixed['measured_at']}, {apart}); {decided}. "
             f"Goal: at most {DESIGN_GOAL}× and every decision kept: **{'met' if found['goal_met'] else 'missed'}**.")
 
 

@@ -111,12 +111,19 @@ def test_sweeps_go_into_the_first_folders_of_the_day_without_a_report(tmp_path):
 def test_the_headline_meets_its_design_goal_only_faster_than_six_tenths_and_deciding_what_the_fixed_design_decides():
     from bench.headline import against_fixed_design
 
-    fixed = sweep(RANKING, AGREEING | {("ring", "single (2x1)"): "equivalent"}) | {"wall_s": 3000.0}
+    fixed = sweep(RANKING, AGREEING | {("ring", "single (2x1)"): "equivalent"}) | {"wall_s": 3000.0,
+                                                                                 "runs_from_to": [0.0, 3000.0]}
     alike = sweep(RANKING, AGREEING | {("ring", "single (2x1)"): "equivalent", ("ring", "stepwise"): "faster"})
-    found = against_fixed_design(alike | {"wall_s": 1500.0}, fixed)
+    after = {"wall_s": 1500.0, "runs_from_to": [3060.0, 4560.0]}  # a minute after the fixed design's last run
+    found = against_fixed_design(alike | after, fixed)
     assert (found["ratio"], found["decided"], found["decided_otherwise"], found["goal_met"]) == (0.5, 3, [], True)
-    assert not against_fixed_design(alike | {"wall_s": 1801.0}, fixed)["goal_met"]  # 0.60x: over the goal
-    undecided = sweep(RANKING, AGREEING | {("ps", "stepwise"): "cannot tell"}) | {"wall_s": 1500.0}
+    assert found["one_after_the_other"] and found["apart_s"] == 60
+    assert not against_fixed_design(alike | after | {"wall_s": 1801.0}, fixed)["goal_met"]  # 0.60x: over the goal
+    next_day = against_fixed_design(alike | {"wall_s": 1500.0, "runs_from_to": [90_000.0, 91_500.0]}, fixed)
+    assert not next_day["one_after_the_other"] and not next_day["goal_met"]
+    before = against_fixed_design(alike | {"wall_s": 1500.0, "runs_from_to": [-1600.0, -100.0]}, fixed)
+    assert before["apart_s"] == 100 and before["goal_met"]  # the fixed design right after it counts alike
+    undecided = sweep(RANKING, AGREEING | {("ps", "stepwise"): "cannot tell"}) | after
     found = against_fixed_design(undecided, fixed)
     assert found["decided_otherwise"] == ["ps vs stepwise: slower / cannot tell",
                                           "ring vs single (2x1): equivalent / cannot tell"]
