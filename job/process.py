@@ -9,7 +9,7 @@ import threading
 import time
 import traceback
 from types import FrameType
-from typing import Callable, Iterable, NoReturn
+from typing import Callable, Collection, Iterable, NoReturn
 
 import psutil
 
@@ -94,11 +94,14 @@ def adopt_orphans() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def reap_orphans(own: Iterable[int] = ()) -> None:
-    """Wait for every adopted descendant that has ended, never for the children `own` lists (their Popen waits)."""
+def reap_orphans(sessions: Collection[int] | None = None) -> None:
+    """Wait for every adopted descendant that has ended; with `sessions` (session ids): only for those left by the
+    processes that lead them, never for a leader itself or another child (their Popen objects wait for those)."""
     for child in psutil.Process().children():
-        with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
-            if child.pid not in own and child.status() == psutil.STATUS_ZOMBIE:
+        with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess, ProcessLookupError):
+            if sessions is not None and (child.pid in sessions or os.getsid(child.pid) not in sessions):
+                continue
+            if child.status() == psutil.STATUS_ZOMBIE:
                 os.waitpid(child.pid, 0)
 
 

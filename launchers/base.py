@@ -59,6 +59,7 @@ class Launcher(ABC):
         self.run_id = uuid.uuid4().hex
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
         self.reaped: set[int] = set()  # lost peers whose sessions were killed
+        self.sessions: set[int] = set()  # the session of every process spawned (each leads its own)
         self.placement = make_placement(cfg, run, self.nprocs, spec.threads)  # where each rank lives on the network
         self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs)  # and on which CPU share
 
@@ -78,6 +79,7 @@ class Launcher(ABC):
             self.procs[rank] = subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, stdout=log,
                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 start_new_session=True)
+        self.sessions.add(self.procs[rank].pid)
 
     @abstractmethod
     def start(self) -> None:
@@ -119,7 +121,7 @@ class Launcher(ABC):
 
     def _check(self, start: float) -> Outcome | None:
         codes = {rank: proc.poll() for rank, proc in self.procs.items()}
-        reap_orphans(own={proc.pid for proc in self.procs.values()})  # a lost peer's daemons end now, not with the run
+        reap_orphans(self.sessions)  # what an ended process left behind goes now, not when the run ends
         failed = {rank: code for rank, code in codes.items() if code}  # rank -> its exit code, not 0
         lost = [rank for rank in failed if rank is not None]
         if failed and not (self.spec.tolerate_peer_loss and None not in failed and len(lost) < len(codes)):

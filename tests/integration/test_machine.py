@@ -86,6 +86,32 @@ def test_a_daemon_whose_parent_ended_first_counts_as_the_runs_cpu():
     assert child_cpu("init") < 0.5    # without adopting, init reaps it and its CPU is lost to the run
 
 
+SESSIONS = """
+import os, subprocess, sys, time
+import psutil
+from job.process import adopt_orphans, reap_orphans
+adopt_orphans()
+peer = subprocess.Popen(["sh", "-c", "sleep 0.3 & exit 3"], start_new_session=True)  # leaves its sleep behind
+other = subprocess.Popen(["sh", "-c", "exit 5"])  # another child, not of a session we reap
+deadline = time.monotonic() + 10
+def ended():
+    return {c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE}
+while len(ended()) < 3 and time.monotonic() < deadline:  # the peer, the other and the orphaned sleep
+    time.sleep(0.05)
+orphans = ended() - {peer.pid, other.pid}
+reap_orphans({peer.pid})
+print(len(orphans), sorted(orphans & ended()), peer.poll(), other.poll())
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_reaping_a_sessions_orphans_leaves_every_other_childs_exit_code():
+    done = subprocess.run([sys.executable, "-c", SESSIONS], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "[]", "3", "5"]  # the orphan reaped; the leader's and the other's codes kept
+
+
 def reaped_cpu_s() -> float:
     times = psutil.Process().cpu_times()
     return times.children_user + times.children_system
