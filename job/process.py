@@ -94,14 +94,16 @@ def adopt_orphans() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def reap_orphans(sessions: Collection[int] | None = None) -> None:
-    """Wait for every adopted descendant that has ended; with `sessions` (session ids): only for those left by the
-    processes that lead them, never for a leader itself or another child (their Popen objects wait for those)."""
+def own_children() -> set[int]:
+    """The process ids of our children now: before any could leave orphans, these are the ones we started."""
+    return {child.pid for child in psutil.Process().children()}
+
+
+def reap_orphans(keep: Collection[int] = ()) -> None:
+    """Wait for every adopted descendant that has ended, never for a child `keep` lists (its Popen waits for it)."""
     for child in psutil.Process().children():
-        with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess, ProcessLookupError):
-            if sessions is not None and (child.pid in sessions or os.getsid(child.pid) not in sessions):
-                continue
-            if child.status() == psutil.STATUS_ZOMBIE:
+        with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
+            if child.pid not in keep and child.status() == psutil.STATUS_ZOMBIE:
                 os.waitpid(child.pid, 0)
 
 

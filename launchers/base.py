@@ -16,7 +16,7 @@ import psutil
 from omegaconf import DictConfig
 
 from job.contract import LaunchSpec
-from job.process import RUN_ID_ENV, adopt_orphans, kill_processes, processes_of_run, reap_orphans
+from job.process import RUN_ID_ENV, adopt_orphans, kill_processes, own_children, processes_of_run, reap_orphans
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
 from metrics.recording.machine import MachineSampler
@@ -59,7 +59,7 @@ class Launcher(ABC):
         self.run_id = uuid.uuid4().hex
         self.procs: dict[int | None, subprocess.Popen] = {}  # rank (None: a launcher process) -> process
         self.reaped: set[int] = set()  # lost peers whose sessions were killed
-        self.sessions: set[int] = set()  # the session of every process spawned (each leads its own)
+        self.own: set[int] = set()  # the children the launcher started (peers, link and CPU helpers)
         self.placement = make_placement(cfg, run, self.nprocs, spec.threads)  # where each rank lives on the network
         self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs)  # and on which CPU share
 
@@ -79,7 +79,6 @@ class Launcher(ABC):
             self.procs[rank] = subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, stdout=log,
                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 start_new_session=True)
-        self.sessions.add(self.procs[rank].pid)
 
     @abstractmethod
     def start(self) -> None:
@@ -96,6 +95,7 @@ class Launcher(ABC):
             self.cpu_groups.start()
             self.placement.start(self.base_env())
             self.start()
+            self.own = own_children()
             while outcome is None:
                 time.sleep(0.2)
                 progress.update()
@@ -121,7 +121,7 @@ class Launcher(ABC):
 
     def _check(self, start: float) -> Outcome | None:
         codes = {rank: proc.poll() for rank, proc in self.procs.items()}
-        reap_orphans(self.sessions)  # what an ended process left behind goes now, not when the run ends
+        reap_orphans(keep=self.own)  # what an ended process left behind goes now, not when the run ends
         failed = {rank: code for rank, code in codes.items() if code}  # rank -> its exit code, not 0
         lost = [rank for rank in failed if rank is not None]
         if failed and not (self.spec.tolerate_peer_loss and None not in failed and len(lost) < len(codes)):

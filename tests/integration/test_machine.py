@@ -89,27 +89,28 @@ def test_a_daemon_whose_parent_ended_first_counts_as_the_runs_cpu():
 SESSIONS = """
 import os, subprocess, sys, time
 import psutil
-from job.process import adopt_orphans, reap_orphans
+from job.process import adopt_orphans, own_children, reap_orphans
 adopt_orphans()
 peer = subprocess.Popen(["sh", "-c", "sleep 0.3 & exit 3"], start_new_session=True)  # leaves its sleep behind
-other = subprocess.Popen(["sh", "-c", "exit 5"])  # another child, not of a session we reap
+other = subprocess.Popen(["sh", "-c", "exit 5"])  # another child of ours
+own = own_children()
 deadline = time.monotonic() + 10
 def ended():
     return {c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE}
 while len(ended()) < 3 and time.monotonic() < deadline:  # the peer, the other and the orphaned sleep
     time.sleep(0.05)
 orphans = ended() - {peer.pid, other.pid}
-reap_orphans({peer.pid})
+reap_orphans(keep=own)
 print(len(orphans), sorted(orphans & ended()), peer.poll(), other.poll())
 """
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(60)
-def test_reaping_a_sessions_orphans_leaves_every_other_childs_exit_code():
+def test_reaping_orphans_leaves_our_own_childrens_exit_codes():
     done = subprocess.run([sys.executable, "-c", SESSIONS], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["1", "[]", "3", "5"]  # the orphan reaped; the leader's and the other's codes kept
+    assert done.stdout.split() == ["1", "[]", "3", "5"]  # the orphan reaped; our children's exit codes kept
 
 
 def reaped_cpu_s() -> float:
