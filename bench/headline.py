@@ -87,8 +87,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "runs": len(runs),
         "wall_s": wall_s if wall_s is not None else runs_s(runs),
         "wall_method": "the command's wall clock" if wall_s is not None else RUNS_WALL,
-        "span_s": span_end(runs) - min(r.summary.started_at for r in runs),  # with any pause between sessions
-        "runs_from_to": [min(r.summary.started_at for r in runs), span_end(runs)],  # seconds since the epoch
+        "runs_from_to": [min(r.summary.started_at for r in runs), span_end(runs)],  # epoch s, pauses between sessions in
         "primary": analysis.primary.text,
         "answer": verdict.answer,
         "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
