@@ -95,7 +95,7 @@ def adopt_orphans() -> None:
 
 
 def own_children() -> set[int]:
-    """The process ids of our children now: before any could leave orphans, these are the ones we started."""
+    """The process ids of our children now (before any could leave orphans, only the ones we started)."""
     return {child.pid for child in psutil.Process().children()}
 
 

@@ -94,8 +94,9 @@ class Launcher(ABC):
         try:
             self.cpu_groups.start()
             self.placement.start(self.base_env())
+            helpers = own_children()  # link and CPU helpers, started before any peer could leave an orphan
             self.start()
-            self.own = own_children()
+            self.own = helpers | {proc.pid for proc in self.procs.values()}
             while outcome is None:
                 time.sleep(0.2)
                 progress.update()

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from job.device import PeerDevice
 from job.errors import BackendUnavailable, ConfigError
 from strategies.base import WORKER, LaunchSpec, PeerContext, Strategy
-from strategies.torch_internals import source_rank
+from strategies.torch_internals import set_collective_timeout, source_rank
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -95,12 +95,15 @@ class GlooPending(Pending):
 
 
 class GlooTransport(Transport):
-    def __init__(self, ctx: PeerContext, timeout_s: float, backend: str = "gloo") -> None:
+    def __init__(self, ctx: PeerContext, timeout_s: float, backend: str = "gloo", startup_s: float = 0.0) -> None:
+        """Every peer joins within max(startup_s, timeout_s) (timeouts.startup_s), then each operation completes
+        within timeout_s (timeouts.collective_s)."""
         self.timeout = timedelta(seconds=timeout_s)
         dist.init_process_group(
             backend, init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
-            rank=ctx.rank, world_size=ctx.world_size, timeout=self.timeout,
+            rank=ctx.rank, world_size=ctx.world_size, timeout=timedelta(seconds=max(startup_s, timeout_s)),
         )
+        set_collective_timeout(self.timeout)
         self.rank, self.world_size = ctx.rank, ctx.world_size
 
     def allreduce_sum(self, tensor: torch.Tensor) -> None:
@@ -186,7 +189,7 @@ def connect(cfg: DictConfig, ctx: PeerContext, device: PeerDevice) -> Transport:
     timeout_s = float(cfg.timeouts.collective_s)
     if cfg.transport == "mpi":
         return MpiTransport(ctx, timeout_s)
-    return GlooTransport(ctx, timeout_s, device.collective_backend)
+    return GlooTransport(ctx, timeout_s, device.collective_backend, float(cfg.timeouts.startup_s))
 
 
 def in_process_gloo(body: Callable[[int, dist.ProcessGroupGloo], T], world: int = 2,

@@ -91,17 +91,18 @@ import os, subprocess, sys, time
 import psutil
 from job.process import adopt_orphans, own_children, reap_orphans
 adopt_orphans()
-peer = subprocess.Popen(["sh", "-c", "sleep 0.3 & exit 3"], start_new_session=True)  # leaves its sleep behind
-other = subprocess.Popen(["sh", "-c", "exit 5"])  # another child of ours
-own = own_children()
+helper = subprocess.Popen(["sh", "-c", "exit 5"])  # a child started before the peers, as the link's helpers are
+helpers = own_children()
+peer = subprocess.Popen(["sh", "-c", "sleep 0.3 & exit 3"], start_new_session=True)  # leaves its sleep at once
+own = helpers | {peer.pid}  # as the launcher lists them
 deadline = time.monotonic() + 10
 def ended():
     return {c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE}
-while len(ended()) < 3 and time.monotonic() < deadline:  # the peer, the other and the orphaned sleep
+while len(ended()) < 3 and time.monotonic() < deadline:  # the peer, the helper and the orphaned sleep
     time.sleep(0.05)
-orphans = ended() - {peer.pid, other.pid}
+orphans = ended() - {peer.pid, helper.pid}
 reap_orphans(keep=own)
-print(len(orphans), sorted(orphans & ended()), peer.poll(), other.poll())
+print(len(orphans), sorted(orphans & ended()), peer.poll(), helper.poll())
 """
 
 

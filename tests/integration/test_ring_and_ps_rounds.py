@@ -2,11 +2,13 @@
 (integration tier; tests/unit/test_accounting.py runs the same code between threads in the unit tier).
 Stepwise and ps knob validation is in the unit tier here."""
 import multiprocessing
+import time
 import traceback
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from helpers import stepwise_rounds, toy_batch, toy_sgd, worker_tensor
 from launchers.base import free_port
@@ -166,3 +168,36 @@ def test_workers_whose_states_differ_stop_at_the_first_pause_where_every_one_rea
     reached = [[False, True, True], [False, False, True]]
     told = run_group(_agree_to_stop, 2, tmp_path, reached, tmp_path)
     assert told == [[[False], [False], [True]], [[False], [False], [True]]]
+
+
+def _late_joiner(rank: int, port: int, out: Path) -> None:
+    """Rank 1 joins 3 s late; then rank 0 all-reduces alone (as torch's own averagers do, on the process group),
+    rank 1 waits for that to time out and leaves."""
+    ctx = PeerContext(rank, 2, rank, 2, "127.0.0.1", port, run=RunDir(out))
+    time.sleep(3.0 * rank)
+    transport = GlooTransport(ctx, timeout_s=1, startup_s=30)
+    if rank == 1:
+        time.sleep(8)
+        return
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4))
+        (out / "0.txt").write_text("completed")
+    except RuntimeError as exc:
+        (out / "0.txt").write_text(f"{time.monotonic() - start:.2f} {exc}")
+    transport.close()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_peers_join_within_startup_s_and_then_each_collective_times_out_after_collective_s(tmp_path):
+    port = free_port()
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=_late_joiner, args=(r, port, tmp_path)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=40)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]  # the late peer joined
+    waited, message = (tmp_path / "0.txt").read_text().split(" ", 1)
+    assert 0.9 <= float(waited) < 4 and "timed out" in message.lower(), message
