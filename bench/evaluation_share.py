@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +133,9 @@ def crossing_check(folders: list[Path], every: int, confirm_after: int) -> dict[
             "median_shift_intervals": statistics.median(shifts) if shifts else None, "by_run": runs}
 
 
-def measure_once(overrides: list[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="avgbench-evaluation-share-") as scratch:
+def measure_once(overrides: list[str], figures: Callable[[Path, float], dict[str, Any]] = figures_of) -> dict[str, Any]:
+    """`python train.py` with these overrides as typed (its run folder temporary), timed; figures(run folder, seconds)."""
+    with tempfile.TemporaryDirectory(prefix="avgbench-command-") as scratch:
         run_dir = Path(scratch) / "run"
         log = Path(scratch) / "train.log"
         started = time.perf_counter()
@@ -143,7 +145,7 @@ def measure_once(overrides: list[str]) -> dict[str, Any]:
         command_s = time.perf_counter() - started
         if done.returncode:
             raise RuntimeError(f"train.py {' '.join(overrides)} exited {done.returncode}:\n{log.read_text()[-2000:]}")
-        return figures_of(run_dir, command_s)
+        return figures(run_dir, command_s)
 
 
 def line(i: int, r: dict[str, Any]) -> str:

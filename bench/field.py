@@ -131,7 +131,7 @@ def cli_arguments(case: Case, link_mbit: float | None = None) -> list[str]:
 
 def predicted_row(case: Case, run: Path, evidence: Evidence, link_mbit: float | None = None) -> dict:
     """The projection's row for this case, through the command line's functions (declared compute and size)."""
-    m = declared(measure(run, evidence.payload_share, evidence), step_s=case.compute_s,
+    m = declared(measure(run, evidence.payload_shares, evidence), step_s=case.compute_s,
                  gradient_mb=case.gradient_mb)
     result = project(m, [parse_link(f"{link_mbit or case.link_mbit:g}")], [case.peers], evidence)
     return result["projections"][0]["rows"][0] | {"hidden_s": m.hidden_s}
@@ -197,7 +197,7 @@ def structural_run(strategy: str, evidence: Evidence, cases: list[Case]) -> tupl
             attempts.append(problems)
             if problems:
                 continue
-            m = measure(run, evidence.payload_share, evidence)
+            m = measure(run, evidence.payload_shares, evidence)
             return [case_row(c, run, evidence) for c in cases], {
                 "overrides": [f"strategy={strategy}", *STRUCTURAL], "attempts": len(attempts),
                 "refused_attempts": attempts[:-1], "knobs": m.knobs, "measured_compute_s": m.compute_s,
@@ -221,7 +221,7 @@ def run() -> dict:
         "sources": SOURCES,
         "left_out": LEFT_OUT,
         "limits": LIMITS,
-        "payload_share": evidence.payload_share,
+        "payload_shares": evidence.payload_shares,
         "structural_runs": runs,
         "rows": rows,
         **figures,

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.jobs import grid_settings, ints
-from netemu.fabric import ETHERNET_MTU, Fabric
+from metrics.summary.bounds import ETHERNET_MTU
+from netemu.fabric import Fabric
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4 mtus=1500,9000"
 PROBE_PORT = 5001

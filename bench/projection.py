@@ -9,11 +9,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import yaml
+
 from bench.goodput import probe
 from bench.jobs import averaging_strategies, grid_settings, ints, train
 from launchers.config import strategy_by_name
 from metrics.projection.evidence import load_evidence
-from metrics.projection.link import Link, payload_rate
+from metrics.projection.link import NETWORK_PRESETS, Link, payload_rate, payload_share
 from metrics.projection.project import Measured, measure
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
@@ -161,14 +163,15 @@ def dilation_to_fit(overrides: list[str]) -> float:
     return max(1.0, shape_of(cfg, strategy_class(cfg).launch_spec(cfg), False)["oversubscription"])
 
 
-def run_case(overrides: list[str], steps: int, payload_share: float, timeout: float, dilation: float) -> CaseRun:
+def run_case(overrides: list[str], steps: int, shares: dict[int, float], timeout: float,
+             dilation: float) -> CaseRun:
     # a collective may take as long as the case (ResNet18's start-up broadcast at 20 Mbit/s outlasts the default);
     # an unchecked dilation runs, and its summary says so
     dilated = [f"emulate.dilation={dilation:g}", "emulate.allow_unchecked_dilation=true"] if dilation > 1 else []
     with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
                timeout=timeout * dilation) as run_dir:
         summary = Summary.load(RunDir(run_dir).summary)
-        return CaseRun(measure(run_dir, payload_share), unfaithful(summary))
+        return CaseRun(measure(run_dir, shares), unfaithful(summary))
 
 
 def grid(text: str | None = None) -> dict:
@@ -233,13 +236,13 @@ def not_run_row(peers: int, rate: int, probes: list[float], dilation: float = 1.
             "probe_mbit_per_stream": min(probes), "probe_streams": peers, "dilation": dilation}
 
 
-def case_runs(overrides: list[str], chosen: dict, share: float, timeout: float,
+def case_runs(overrides: list[str], chosen: dict, shares: dict[int, float], timeout: float,
               dilation: float) -> tuple[list[CaseRun], str | None]:
     """The case's `repeats` runs, and the end of the error of the one that failed (the case then ends)."""
     runs = []
     for _ in range(chosen["repeats"]):
         try:
-            runs.append(run_case(overrides, chosen["steps"], share, timeout, dilation))
+            runs.append(run_case(overrides, chosen["steps"], shares, timeout, dilation))
         except (RuntimeError, subprocess.TimeoutExpired) as failure:
             return runs, str(failure).strip()[-FAILURE_CHARS:]
     return runs, None
@@ -252,18 +255,25 @@ def calibrating(runs: list[CaseRun]) -> tuple[list[Measured], list[str]]:
     return [r.measured for r in runs], ["calibration: none of its runs held its link and CPUs"]
 
 
-def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list[Measured], share: float,
+def case_link(rate: int) -> Link:
+    """A case's link: network=emulated at `rate`, in that preset's frames."""
+    mtu = int(yaml.safe_load((NETWORK_PRESETS / "emulated.yaml").read_text())["mtu"])
+    return Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link", mtu)
+
+
+def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list[Measured], shares: dict[int, float],
              probes: list[float], uncalibrated: Sequence[str] = (), dilation: float = 1.0) -> dict:
     """A case that ran: the calibration runs' mean prediction against its runs' mean period, counted if all held."""
-    link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
+    link = case_link(rate)
     predicted = statistics.fmean(c.step_s(peers, link) for c in calibrations)
     measured = [r.measured.measured_step_s for r in runs]
     unfaithful = [f"run {i + 1}: {why}" for i, r in enumerate(runs) for why in r.unfaithful]
     return {"peers": peers, "link_mbit": rate, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "faithful": not unfaithful, "unfaithful": [*uncalibrated, *unfaithful],
             "counted": not unfaithful and not uncalibrated,
-            "latency_ms": link.latency_ms, "beta_mbit": payload_rate(link, share) / MBIT,
-            "beta_source": f"nominal x payload share {share:.3f} (link_goodput)",
+            "latency_ms": link.latency_ms, "beta_mbit": payload_rate(link, shares) / MBIT,
+            "beta_source": f"nominal x payload share {payload_share(shares, link.mtu):.3f} of {link.mtu}-byte frames "
+                           "(link_goodput)",
             **{key: statistics.fmean(getattr(c, key) or 0.0 for c in calibrations)
                for key in ("compute_s", "hidden_s", "server_s", "overlap", "size_bytes")},
             "predicted_step_s": predicted, "measured_step_s": statistics.fmean(measured),
@@ -273,7 +283,7 @@ def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list[Meas
 
 def run(text: str | None = None, probe_s: float = 3.0) -> dict:
     chosen = grid(text)
-    share = load_evidence().payload_share
+    shares = load_evidence().payload_shares
     calibration_rate = chosen["calibration_rate"]
 
     @functools.cache
@@ -298,13 +308,13 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
 
         overrides, dilation = shaped(2, calibration_rate)
         say(2, calibration_rate, f" (calibration{f', dilated {dilation:g}x' if dilation > 1 else ''}) ...")
-        runs, failure = case_runs(overrides, chosen, share, CASE_TIMEOUT_S, dilation)
+        runs, failure = case_runs(overrides, chosen, shares, CASE_TIMEOUT_S, dilation)
         if failure:
             rows.append(mine | failed_row(2, calibration_rate, failure, probes(calibration_rate / dilation, 2)))
             say(2, calibration_rate, " failed: its held-out cases not run (nothing to calibrate on)")
             continue
         calibrations, uncalibrated = calibrating(runs)
-        rows.append(mine | {"role": "calibration"} | case_row(2, calibration_rate, runs, calibrations, share,
+        rows.append(mine | {"role": "calibration"} | case_row(2, calibration_rate, runs, calibrations, shares,
                                                                 probes(calibration_rate / dilation, 2),
                                                                 dilation=dilation))
         for rate, n in itertools.product(chosen["rates"], chosen["peers"]):
@@ -318,14 +328,14 @@ def run(text: str | None = None, probe_s: float = 3.0) -> dict:
                              f"{built:g} Mbit/s its links are built at)")
                 continue
             say(n, rate, f"{f' (dilated {dilation:g}x)' if dilation > 1 else ''} ...")
-            link = Link(f"{rate} Mbit/s", rate, 0.0, "the case's emulated link")
+            link = case_link(rate)
             timeout = max(CASE_TIMEOUT_S, 3 * (chosen["steps"] + 1) * max(c.step_s(n, link) for c in calibrations))
-            runs, failure = case_runs(overrides, chosen, share, timeout, dilation)
+            runs, failure = case_runs(overrides, chosen, shares, timeout, dilation)
             if failure:
                 rows.append(mine | failed_row(n, rate, failure, probes(built, n)))
                 say(n, rate, " failed: not counted")
                 continue
-            rows.append(mine | {"role": "held-out"} | case_row(n, rate, runs, calibrations, share, probes(built, n),
+            rows.append(mine | {"role": "held-out"} | case_row(n, rate, runs, calibrations, shares, probes(built, n),
                                                                  uncalibrated, dilation))
     sizes = "; ".join(f"model={m} width {width(m, calibration_rate)} (sized for {calibration_rate} Mbit/s)"
                       if m == PAYLOAD_MODEL else f"model={m} as configured" for m in chosen["models"])

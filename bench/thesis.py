@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.jobs import ROOT, named
 from metrics.projection.evidence import Evidence, load_evidence, unvalidated
-from metrics.projection.link import Link, parse_link
+from metrics.projection.link import Link, parse_link, payload_share
 from metrics.projection.project import Measured, measure, project_link
 from metrics.report.baselines import load_runs
 from metrics.report.compare import Comparison, family
@@ -26,7 +26,7 @@ from metrics.summary.schema import Summary
 FULL_CORES = 16
 STEPS = 300  # max_steps of a full-grid run (--thesis-steps)
 REPEATS = 3  # paired blocks (--thesis-repeats)
-DEFAULT_LINK = "lan"  # the projected remainder's link (--thesis-link): a conf/network preset or MBIT[,MS]
+DEFAULT_LINK = "lan"  # the projected remainder's link (--thesis-link): a conf/network preset or MBIT[,MS[,MTU]]
 JOB = ["model=resnet18", "data=digits", "batch_size=32", "lr=0.01", "progress=false", "lock=off"]
 COMPARED = "allreduce,stepwise,ps,ring"  # the strategies family: the thesis issue's four besides hivemind
 SLICE_SHAPE = (2, 1)  # the slice's runs: 2 peers of 1 vCPU (a 1-vCPU peer's compute comes from them)
@@ -168,7 +168,7 @@ class SliceRun:
     measured: Measured
 
 
-def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
+def slice_runs(sweeps: list[Path], payload_shares: dict[int, float]) -> list[SliceRun]:
     """The completed runs under the slice's sweeps (runs moved aside by a resumed sweep left out)."""
     found = []
     for path in find_runs(sweeps)[0]:
@@ -177,7 +177,7 @@ def slice_runs(sweeps: list[Path], payload_share: float) -> list[SliceRun]:
             continue
         config = summary.config
         try:
-            measured = measure(path, payload_share)
+            measured = measure(path, payload_shares)
         except ValueError as exc:
             print(f"thesis: {path} left out of the projection: {exc}", file=sys.stderr)
             continue
@@ -246,7 +246,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
         params = mean_measured(own)
         m = dataclasses.replace(params, compute_s=compute, hidden_s=min(params.hidden_s, compute), batch=batch,
                                 knobs=config["knobs"], samples_to_target=None, link=None,
-                                payload_share=evidence.payload_share)
+                                payload_shares=evidence.payload_shares)
         validation = evidence.validation(config["strategy"])
         try:
             (projected,) = project_link(m, link, [peers], validation)["rows"]
@@ -258,7 +258,8 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
             continue
         rows.append(row | {
             "not_projected": None, "compute_s": compute, "compute_from": source, "size_bytes": m.size_bytes,
-            "parameters_from": [str(r.measured.run) for r in own], "payload_share": evidence.payload_share,
+            "parameters_from": [str(r.measured.run) for r in own],
+            "payload_share": payload_share(evidence.payload_shares, link.mtu),
             "step_s": projected["step_s"], "band_step_s": projected["band_step_s"],
             "unvalidated": projected["unvalidated"], "unvalidated_why": projected["unvalidated_why"],
             "throughput_samples_per_s": projected["throughput_samples_per_s"],
@@ -279,7 +280,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
 def projected_remainder(sweeps: list[Path], link: Link, cores: int, evidence: Evidence) -> dict:
     grid = [c | {"family": name} for name, overrides in families(FULL_CORES).items()
             for c in configurations(overrides)]
-    rows = projected_rows(grid, slice_runs(sweeps, evidence.payload_share), link, cores, evidence)
+    rows = projected_rows(grid, slice_runs(sweeps, evidence.payload_shares), link, cores, evidence)
     return {"link": dataclasses.asdict(link), "from_sweeps": [str(s) for s in sweeps], **projected_counts(rows),
             "rows": rows}
 
@@ -353,7 +354,7 @@ def add_arguments(parser: argparse._ActionsContainer) -> None:
                         help=f"max_steps of a full-grid run (default {STEPS}; the slice runs 100)")
     parser.add_argument("--thesis-repeats", type=int, metavar="N", help=f"paired blocks (default {REPEATS})")
     parser.add_argument("--thesis-link", metavar="LINK",
-                        help=f"the projected remainder's link: a conf/network preset or MBIT[,LATENCY_MS] "
+                        help=f"the projected remainder's link: a conf/network preset or MBIT[,LATENCY_MS[,MTU]] "
                              f"(default {DEFAULT_LINK})")
 
 

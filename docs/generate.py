@@ -329,9 +329,23 @@ def commands() -> str:
              "other, on emulated per-host links", f"{sweeps} min, one sweep each ({headline['measured_at']}, "
              f"{describe_machine(headline['machine'])})", decides],
             ["`.venv/bin/python train.py strategy=hivemind peers=8`", "how 8 hivemind peers train, round by round, "
-             "and what their averaging costs", "not recorded as a benchmark (the lab log has single runs)",
+             "and what their averaging costs", hivemind_elapsed(entries.get("hivemind_command")),
              "one run: no comparison"], quick_row(entries.get("quick"))]
     return "\n".join(table(["command", "what it answers", "elapsed, measured", "what its blocks can decide"], rows))
+
+
+def hivemind_elapsed(entry: dict | None) -> str:
+    """The hivemind command's measured minutes (bench/hivemind_command.py), with what its runs reached and held."""
+    if not entry:
+        return "not recorded (`python bench/hivemind_command.py`)"
+    runs = entry["repeats"]
+    first = runs[0]
+    reached = " and ".join("reached the target" if r["time_to_target_s"] is not None
+                           else f"worst worker {r['worst_accuracy']:.3f}, target not reached" for r in runs)
+    held = " and ".join("its CPUs and links held" if not r["unfaithful"] else "unfaithful" for r in runs)
+    return (f"{' and '.join(num(r['command_s'] / 60, 1) for r in runs)} min, {len(runs)} run{'s' * (len(runs) > 1)} "
+            f"({reached}; 8 peers oversubscribed {first['oversubscription']:.2g}x on {first['cores']} cores: {held}; "
+            f"{entry['measured_at']}, {describe_machine(entry['machine'])})")
 
 
 def quick_row(entry: dict | None) -> list[str]:

@@ -152,12 +152,13 @@ def assert_no_leftovers(run_dir: Path, settle_s: float = 5.0) -> None:
 
 def write_run(path, target: str, knobs: dict, workers: int, payload: int | list[int], mbit: float | None, train_s: list,
               summary: dict | None = None, step: dict | None = None, config: dict | None = None,
-              launch: dict | None = None):
+              launch: dict | None = None, mtu: int | None = None):
     """A finished run as train.py leaves it: summary, config, launch spec, network, per-worker step and eval logs.
     Every step: data 0.01 s, compute 0.04 s, opt 0 s, `payload` bytes each way (or payload[k] on step k + 1),
     batch 32, and `step`'s fields;
     train_s: one list for every worker, or one list per worker; the target is reached at the last step; config and
-    launch: fields added to (or replacing) the config's and the launch spec's."""
+    launch: fields added to (or replacing) the config's and the launch spec's; mtu: the hosts' frame size (None: not
+    recorded)."""
     per_worker = train_s if isinstance(train_s[0], list) else [train_s] * workers
     steps = len(per_worker[0])
     payloads = payload if isinstance(payload, list) else [payload] * steps
@@ -167,7 +168,8 @@ def write_run(path, target: str, knobs: dict, workers: int, payload: int | list[
     (path / ".avgbench" / "config.yaml").write_text(yaml.safe_dump(config))
     (path / ".avgbench" / "launch.json").write_text(json.dumps({"batch_size": 32, "roles": ["worker"] * workers,
                                                                 "threads": 1} | (launch or {})))
-    hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} for i in range(workers + 1)]
+    hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} | ({"mtu": mtu} if mtu else {})
+             for i in range(workers + 1)]
     (path / ".avgbench" / "network.json").write_text(json.dumps({"hosts": hosts}))
     (path / "summary.json").write_text(json.dumps({"config": config, "strategy_knobs": knobs,
                                                    "steps_to_target": steps, "samples_to_target": workers * 32 * steps,
@@ -380,12 +382,14 @@ def validation_case(strategy: str, peers: int, error: float, role: str = "held-o
 
 
 def write_results(path: Path, rows: list[dict], payload_share: float = 0.8) -> Path:
-    """A results file as the projection reads it: the payload share (link_goodput) and a projection validation of
-    these rows, with the figures and verdicts bench/projection.py saves with them."""
+    """A results file as the projection reads it: the payload share, the same in standard and jumbo frames
+    (link_goodput), and a projection validation of these rows, with the figures and verdicts bench/projection.py saves
+    with them."""
     from bench.projection import figures_of
 
+    by_mtu = {mtu: {"payload_share": payload_share} for mtu in ("1500", "9000")}
     path.write_text(json.dumps({"results": [
-        {"name": "link_goodput", "payload_share": payload_share, "measured_at": "then"},
+        {"name": "link_goodput", "payload_share": payload_share, "by_mtu": by_mtu, "measured_at": "then"},
         {"name": "projection_validation", "measured_at": "then", "rows": rows} | figures_of(rows)]}))
     return path
 

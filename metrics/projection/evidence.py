@@ -1,4 +1,5 @@
-"""What the evidence file (conf/evidence.json) lets a prediction say: the link's payload share (link_goodput), each
+"""What the evidence file (conf/evidence.json) lets a prediction say: a link's payload share per frame size
+(link_goodput), each
 cost model's validation and region (projection_validation), and the batch scaling check (noise_scale); the rules are
 in docs/projection.md."""
 import json
@@ -8,6 +9,7 @@ from pathlib import Path
 from metrics.projection.batch_scaling import checked_noise_scale
 from metrics.projection.link import Link
 from metrics.recording.evidence import EVIDENCE
+from metrics.summary.bounds import ETHERNET_MTU
 
 
 @dataclass
@@ -47,7 +49,7 @@ class Validation:
 
 @dataclass
 class Evidence:
-    payload_share: float     # payload / nominal rate of a link (link_goodput)
+    payload_shares: dict[int, float]  # payload / nominal rate of a link, by its frame size in bytes (link_goodput)
     goodput_source: str
     validations: dict[str, Validation]
     results: list[dict] = field(default_factory=list)  # every entry of the results file
@@ -98,6 +100,12 @@ def validations(entry: dict, source: str) -> dict[str, Validation]:
     return found
 
 
+def payload_shares(goodput: dict) -> dict[int, float]:
+    """The link_goodput entry's payload share by frame size (an entry without by_mtu measured standard frames)."""
+    by_mtu = goodput.get("by_mtu") or {str(ETHERNET_MTU): goodput}
+    return {int(mtu): float(found["payload_share"]) for mtu, found in by_mtu.items()}
+
+
 def load_evidence(path: Path = EVIDENCE) -> Evidence:
     """The payload share and the validations recorded in an evidence file (or a results file of the same form)."""
     if not path.exists():
@@ -109,8 +117,9 @@ def load_evidence(path: Path = EVIDENCE) -> Evidence:
         raise ValueError(f"{path} holds no link_goodput: run `python bench/run.py goodput` to measure the payload "
                          "share a projection converts a link's nominal rate with")
     validation = entries.get("projection_validation") or {}
-    return Evidence(goodput["payload_share"],
+    shares = payload_shares(goodput)
+    return Evidence(shares,
                     f"{path} link_goodput, measured {goodput.get('measured_at')}: payload share "
-                    f"{goodput['payload_share']:.3f} of the nominal rate",
+                    + ", ".join(f"{share:.3f} in {mtu}-byte frames" for mtu, share in sorted(shares.items())),
                     validations(validation, f"{path} projection_validation, measured up to "
                                             f"{validation.get('measured_at')}"), list(entries.values()))

@@ -1,11 +1,13 @@
 """A link a projection is made for, and the one conversion of its nominal rate to the payload rate every prediction
-uses (payload_rate: nominal rate x the payload share conf/evidence.json records; docs/projection.md)."""
+uses (payload_rate: nominal rate x the payload share conf/evidence.json records for its frame size;
+docs/projection.md)."""
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from metrics.summary.bounds import MBIT
+from metrics.summary.bounds import ETHERNET_MTU, MBIT
 
 NETWORK_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "network"
 
@@ -16,15 +18,24 @@ class Link:
     mbit: float          # nominal Mbit/s per direction
     latency_ms: float    # one-way
     source: str          # where the figures come from
+    mtu: int = ETHERNET_MTU  # frame size: the largest IP packet, in bytes
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms)"
+        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms, {self.mtu}-byte frames)"
 
 
-def payload_rate(link: Link, payload_share: float) -> float:
-    """Payload bytes/s per direction on `link`: its nominal rate x the measured payload share."""
-    return link.mbit * MBIT * payload_share
+def payload_share(shares: Mapping[int, float], mtu: int) -> float:
+    """The measured payload share of a link of `mtu`-byte frames (shares: by frame size, Evidence.payload_shares)."""
+    if mtu not in shares:
+        raise ValueError(f"no payload share measured for {mtu}-byte frames (measured: "
+                         f"{', '.join(f'{m} bytes' for m in sorted(shares))}; python bench/run.py goodput)")
+    return shares[mtu]
+
+
+def payload_rate(link: Link, shares: Mapping[int, float]) -> float:
+    """Payload bytes/s per direction on `link`: its nominal rate x the payload share measured for its frames."""
+    return link.mbit * MBIT * payload_share(shares, link.mtu)
 
 
 def preset_link(name: str) -> Link:
@@ -40,15 +51,21 @@ def preset_link(name: str) -> Link:
 
 
 def parse_link(text: str, given_as: str = "--link") -> Link:
-    """`wan`, `wan,40` (a preset with another latency), `1000` or `1000,0.2` (Mbit/s, one-way ms)."""
-    name, _, latency = text.partition(",")
+    """`wan`, `wan,40` (a preset with another latency), `1000` or `1000,0.2` (Mbit/s, one-way ms), each with an
+    optional third field, the frame size in bytes (`1000,0.2,9000`; default: standard Ethernet's 1500, a preset's
+    too: its network.mtu is the emulator's, not the cluster's)."""
+    name, latency, mtu, *extra = text.split(",") + ["", ""]
     try:
+        if any(extra):
+            raise ValueError("give at most RATE,LATENCY_MS,MTU")
         link = (Link(f"{float(name):g} Mbit/s", float(name), 0.0, given_as) if name[:1].isdigit()
                 else preset_link(name))
         if latency:
             link.latency_ms, link.source = float(latency), f"{link.source}, latency from {given_as}"
+        if mtu:
+            link.mtu, link.source = int(mtu), f"{link.source}, frames from {given_as}"
     except ValueError as exc:
         raise ValueError(f"{given_as} {text}: {exc}") from exc
-    if link.mbit <= 0 or link.latency_ms < 0:
-        raise ValueError(f"{given_as} {text}: the rate must be > 0 and the latency >= 0")
+    if link.mbit <= 0 or link.latency_ms < 0 or link.mtu < 68:
+        raise ValueError(f"{given_as} {text}: the rate must be > 0, the latency >= 0 and the frame size >= 68 bytes")
     return link

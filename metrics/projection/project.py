@@ -1,7 +1,7 @@
 """Projected step time, throughput and time-to-target at other peer counts and links.
 
     python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
-                              [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS] ...]
+                              [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS[,MTU]] ...]
                               [--compute-s S | --samples-per-s X] [--gradient-mb MB] [-o OUT]
 
 Every figure is a prediction of the strategy's cost model, with parameters from one measured run (refused if it did
@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from metrics.summary.bounds import Round, round_records
+from metrics.summary.bounds import ETHERNET_MTU, Round, round_records
 from metrics.recording.jsonl import read_jsonl
 from metrics.projection.batch_scaling import samples_at
 from metrics.projection.cost import Cost, CostModel, first_paragraph
@@ -59,12 +59,12 @@ class Measured:
     link: Link | None                # the run's own link; None: unshaped
     measured_step_s: float
     samples_to_target: float | None
-    payload_share: float             # payload / nominal rate of a link (conf/evidence.json link_goodput)
+    payload_shares: dict[int, float]  # payload / nominal rate of a link by frame size (Evidence.payload_shares)
     batch_scaling: dict | None = None  # a passed noise-scale check for the run's model and lr rule (evidence.py)
     overlap: float = 0.0             # the model's overlap share, fitted on the run's own N and link (fit_overlap)
 
     def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
-        return Cost(workers, self.size_bytes, payload_rate(link, self.payload_share), link.latency_ms / 1e3,
+        return Cost(workers, self.size_bytes, payload_rate(link, self.payload_shares), link.latency_ms / 1e3,
                     self.compute_s, self.batch, self.knobs, hidden=self.hidden_s, server=self.server_s,
                     overlap=overlap)
 
@@ -76,17 +76,19 @@ class Measured:
 
 
 def run_link(run: RunDir, config: dict, dilation: float = 1.0) -> Link | None:
-    """The slowest link of the run's emulated hosts (network.json, built at rate / dilation; the latency as asked);
-    None: loopback or an unshaped host."""
+    """The slowest link of the run's emulated hosts (network.json, built at rate / dilation, in its frames; the
+    latency as asked); None: loopback or an unshaped host."""
     if not run.network.exists():
         return None
-    rates = [h["bandwidth_mbit"] for h in json.loads(run.network.read_text())["hosts"]]
+    hosts = json.loads(run.network.read_text())["hosts"]
+    rates = [h["bandwidth_mbit"] for h in hosts]
     if None in rates:
         return None
     latency = float(config["network"].get("latency_ms") or 0.0)
+    mtu = min(int(h.get("mtu", ETHERNET_MTU)) for h in hosts)  # hosts recorded without one had the kernel's default
     return Link("measured run's link", float(min(rates)) * dilation, latency,
                 f"{run.network} (slowest host{f', x the dilation {dilation:g}' if dilation != 1 else ''}), "
-                "network.latency_ms")
+                "network.latency_ms", mtu)
 
 
 def steady(steps: list[dict], warmup: int, period: int) -> list[dict]:
@@ -151,10 +153,10 @@ def own_cores_compute(measured: float, factor: float | None, source: str) -> tup
                                f"{measured:.4g} s / {factor:.2g}, assuming CPU-bound steps share the cores evenly")
 
 
-def measure(path: Path, payload_share: float, evidence: Evidence | None = None) -> Measured:
-    """The cost-model parameters of one run (see METHODS); payload_share: payload / nominal rate of a link
-    (Evidence.payload_share), the conversion every prediction from it uses; evidence: what else conf/evidence.json
-    allows (time-to-target at larger batches)."""
+def measure(path: Path, payload_shares: dict[int, float], evidence: Evidence | None = None) -> Measured:
+    """The cost-model parameters of one run (see METHODS); payload_shares: payload / nominal rate of a link by frame
+    size (Evidence.payload_shares), the conversion every prediction from it uses; evidence: what else
+    conf/evidence.json allows (time-to-target at larger batches)."""
     nodes = [RunDir(folder) for folder in summary_folders(path)]  # a run over several nodes: a folder per node
     summaries = [Summary.load(node.summary) for node in nodes]
     run, summary = nodes[0], summaries[0]
@@ -182,7 +184,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
         raise ValueError(f"{path}: the run moved no payload (peers={workers}?), so S cannot be derived")
     dilation = float(summary.isolation.dilation or 1)  # logs are in real seconds (METHODS)
     link = run_link(run, config, dilation)
-    rate = payload_rate(link, payload_share) if link else 0.0
+    rate = payload_rate(link, payload_shares) if link else 0.0
     size = model.averaged_bytes(Round(payload, workers, rate, knobs)) if payload else 0.0
     launch = json.loads(run.launch_spec.read_text())
     timed = {rank: steady(steps, warmup, period) for rank, steps in steps_by_rank.items()}
@@ -203,7 +205,7 @@ def measure(path: Path, payload_share: float, evidence: Evidence | None = None) 
         samples_to_target=summary.samples_to_target if len(nodes) == 1 else time_to_target(
             {p.rank: read_jsonl(p.evals) for p in peers if p.rank in steps_by_rank}, steps_by_rank, {},
             summary.target | {"bootstrap": 0})["samples_to_target"],
-        payload_share=payload_share,
+        payload_shares=payload_shares,
         batch_scaling=evidence.batch_scaling((config.get("model") or {}).get("name"),
                                              config.get("lr_scaling", "none")) if evidence else None,
     )
@@ -305,7 +307,7 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
         "measured": {"workers": m.workers, "batch_per_worker": m.batch} | {key: fields[key] for key in (
             "compute_s", "compute_note", "compute_of", "oversubscription", "hidden_s", "server_s", "overlap",
             "payload_bytes", "size_bytes", "knobs", "link", "measured_step_s", "samples_to_target")},
-        "payload_share": {"share": m.payload_share, "source": evidence.goodput_source},
+        "payload_share": {"by_mtu": m.payload_shares, "source": evidence.goodput_source},
         "model_check": check,
         "validation": validation_record(validation),
         "projections": [project_link(m, link, peers, validation) for link in links],
@@ -351,7 +353,7 @@ def text_report(result: dict) -> list[str]:
              f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
              f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "
              f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
-             f"  link rate: payload rate = nominal x {result['payload_share']['share']:.3f} "
+             f"  link rate: payload rate = nominal x the payload share of the link's frame size "
              f"({result['payload_share']['source']})"]
     if check := result["model_check"]:
         lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
@@ -432,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories (or directories holding runs)")
     parser.add_argument("--peers", nargs="+", type=int, default=[16, 32, 64, 128, 256], help="peer counts (>= 2)")
     parser.add_argument("--link", nargs="+", dest="links", default=[],
-                        help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS (default: the run's own link)")
+                        help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS and ,MTU (frame size in bytes, "
+                             "default 1500) (default: the run's own link)")
     compute = parser.add_mutually_exclusive_group()
     compute.add_argument("--compute-s", type=float, help="your device's compute per step at the run's batch per "
                                                          "worker, in seconds (default: the run's own, measured)")
@@ -462,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             if problems := calibration_problems(run):
                 raise ValueError(f"{run} did not hold its setting, so it cannot calibrate a projection: "
                                  + "; ".join(problems))
-        measured = [declared(measure(r, evidence.payload_share, evidence), args.compute_s, args.samples_per_s,
+        measured = [declared(measure(r, evidence.payload_shares, evidence), args.compute_s, args.samples_per_s,
                              args.gradient_mb) for r in runs]
         results = []
         for m in measured:

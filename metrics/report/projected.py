@@ -29,7 +29,7 @@ class Target:
 
 def parse_targets(specs: list[str]) -> list[Target]:
     """report.project's entries: LINK:N, LINK as `python -m metrics.projection --link` takes it (`lan`, `wan,40`,
-    `1000`, `1000,0.2`), N the peers (>= 2)."""
+    `1000`, `1000,0.2`, `1000,0.2,9000`), N the peers (>= 2)."""
     targets = []
     for spec in specs:
         link, sep, peers = str(spec).rpartition(":")
@@ -53,7 +53,7 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
                             f"({'; '.join(run.unfaithful())})")
             continue
         try:
-            measured.append(measure(run.path, evidence.payload_share, evidence))
+            measured.append(measure(run.path, evidence.payload_shares, evidence))
         except (ValueError, KeyError, OSError) as exc:
             left_out.append(f"{run.path}: {exc}")
     if not measured:
@@ -86,7 +86,8 @@ def note(evidence: Evidence) -> str:
     return ("PREDICTED, not measured. Each averaging configuration's strategy cost model (the class its config names: "
             "strategy.cost_model), its parameters taken from each of the configuration's completed runs (compute, "
             "hidden communication, server update, S; python -m metrics.projection), at the target's N on the target "
-            f"link's payload rate (nominal rate x {evidence.payload_share:.3f}: {evidence.goodput_source}). Predicted "
+            f"link's payload rate (nominal rate x the payload share of its frame size: {evidence.goodput_source}). "
+            "Predicted "
             "step: mean over the runs (from runs: how many, and their range); throughput = N x batch per worker / "
             "that step; time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over "
             "the model's held-out validation errors e (conf/evidence.json projection_validation; none: no validated "

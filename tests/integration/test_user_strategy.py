@@ -44,7 +44,7 @@ def test_a_users_strategy_runs_and_its_run_is_summarised_reported_and_projected(
     assert report.returncode == 0, report.stderr
     text = (run / "report.md").read_text()
     assert "| 1 | toy | toy | transport=gloo, every=2 |" in text
-    assert "| toy | 4 x lan (1000 Mbit/s, 0 ms) |" in text
+    assert "| toy | 4 x lan (1000 Mbit/s, 0 ms, 1500-byte frames) |" in text
 
     projected = cli("-m", "metrics.projection", str(run), "--peers", "4", "--link", "lan")
     assert projected.returncode == 0, projected.stderr
@@ -53,7 +53,7 @@ def test_a_users_strategy_runs_and_its_run_is_summarised_reported_and_projected(
     assert figures["strategy"] == "toy"
     assert figures["model"] == "compute + 2(N-1)·(α + S/(N·β)) / every: a ring all-reduce of the gradients every `every` steps."
     assert measured["payload_bytes"] == TINY_DIGITS_BYTES and measured["workers"] == 2
-    rate = 1000e6 / 8 * figures["payload_share"]["share"]
+    rate = 1000e6 / 8 * figures["payload_share"]["by_mtu"]["1500"]  # lan: standard frames
     # the toy's model: compute + 2(N-1)·S/(N·β) / every, at N = 4
     expected = measured["compute_s"] + 2 * 3 * measured["size_bytes"] / (4 * rate) / 2
     assert figures["projections"][0]["rows"][0]["step_s"] == pytest.approx(expected)

@@ -35,7 +35,7 @@ def test_runs_and_projections_read_the_evidence_and_never_bench(monkeypatch):
 
     monkeypatch.setattr(Path, "read_text", read_text)
     found = load_evidence()
-    assert 0.5 < found.payload_share < 1 and found.validations
+    assert 0.5 < found.payload_shares[1500] < found.payload_shares[9000] < 1 and found.validations  # per frame size
     checked_dilation("ring")
     assert ROOT / compose_config().report.noise_results == EVIDENCE
     assert EVIDENCE.resolve() in opened and not any("bench" in path.parts for path in opened), opened

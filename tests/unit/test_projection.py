@@ -9,9 +9,9 @@ import yaml
 from bench.projection import error, grid, model_overrides, summarize, width
 from helpers import cost_model_of, report_config, strategy_names, strategy_of, validation_case, write_results, write_run
 from metrics.recording.machine import FINGERPRINT, UNKNOWN
-from metrics.summary.bounds import Round
+from metrics.summary.bounds import ETHERNET_MTU, Round
 from metrics.projection.cost import Cost
-from metrics.projection.link import Link, parse_link
+from metrics.projection.link import Link, parse_link, payload_rate
 from metrics.projection.project import main, measure, stops_scaling
 from strategies.cost_models.allreduce import AllReduceCost
 from strategies.cost_models.hivemind import HivemindCost
@@ -273,11 +273,15 @@ def test_averaged_bytes_inverts_the_payload_relation():
 
 
 def test_links():
-    assert parse_link("wan") == Link("wan", 100.0, 0.0, "conf/network/wan.yaml")
+    assert parse_link("wan") == Link("wan", 100.0, 0.0, "conf/network/wan.yaml", 1500)  # a cluster's frames
     wan = parse_link("wan,40")
     assert (wan.mbit, wan.latency_ms) == (100.0, 40.0)
     given = parse_link("1000,0.2")
-    assert (given.mbit, given.latency_ms) == (1000.0, 0.2)
+    assert (given.mbit, given.latency_ms, given.mtu) == (1000.0, 0.2, 1500)
+    assert parse_link("1000,,9000").mtu == parse_link("wan,40,9000").mtu == 9000
+    for bad in ("1000,0,9000,1", "1000,0,20"):
+        with pytest.raises(ValueError, match="at most RATE,LATENCY_MS,MTU|frame size >= 68"):
+            parse_link(bad)
     with pytest.raises(ValueError, match="sets no link rate"):
         parse_link("datacenter")
     with pytest.raises(ValueError, match="no network preset"):
@@ -294,6 +298,7 @@ def test_stops_scaling():
 
 
 SHARE = 0.8  # the payload share of the results files written here: 20 Mbit/s carry 2 MB/s of payload
+SHARES = {ETHERNET_MTU: SHARE}  # measured for standard frames only, as a results file without by_mtu says
 
 
 def write_validation(path, strategy: str) -> Path:
@@ -317,7 +322,7 @@ def ps_run(path, train_s=(2.0, 3.85, 5.7, 7.55)):
 
 def test_projection_from_a_run_directory(tmp_path):
     run = ps_run(tmp_path / "ps")
-    m = measure(run, SHARE)
+    m = measure(run, SHARES)
     assert (m.workers, m.batch, m.size_bytes, m.compute_s) == (2, 32, 1e6, pytest.approx(0.05))
     assert (m.server_s, m.hidden_s) == (pytest.approx(0.05), 0.0)
     assert m.measured_step_s == pytest.approx(1.85)  # (7.55 - 2.0) / 3: steps 2..4
@@ -429,7 +434,7 @@ def test_one_conversion_of_the_nominal_rate_in_every_prediction(tmp_path, monkey
     rows = projection.run("rates=20 peers=2,8 strategies=ps model=mlp dilate=off")["rows"]
     validated = next(r["predicted_step_s"] for r in rows if r["peers"] == 8)
 
-    params = measure(runs[2], evidence.payload_share)
+    params = measure(runs[2], evidence.payload_shares)
     slice_run = SimpleNamespace(strategy="ps", is_baseline=False, shape=(2, 1), knobs=params.knobs, measured=params)
     configuration = {"overrides": ["strategy=ps"], "strategy": "ps", "peers": 8, "peer_cpus": 1, "batch_size": 32,
                      "knobs": params.knobs, "family": "strategies"}
@@ -449,7 +454,7 @@ def test_run_period_is_the_mean_over_workers(tmp_path):
     # worker 0 steps every 1.5 s, worker 1 every 1 s (its first step ended later): the run's period is 1.25 s
     write_run(run, "strategies.stepwise:Stepwise", {"chunks": 1}, workers=2, payload=1000, mbit=20,
               train_s=[[2.0, 3.5, 5.0, 6.5], [3.5, 4.5, 5.5, 6.5]])
-    assert measure(run, SHARE).measured_step_s == pytest.approx(1.25)
+    assert measure(run, SHARES).measured_step_s == pytest.approx(1.25)
 
 
 def test_a_dilated_run_is_measured_in_the_emulated_clusters_time(tmp_path):
@@ -463,7 +468,7 @@ def test_a_dilated_run_is_measured_in_the_emulated_clusters_time(tmp_path):
     (dilated / "peer2").mkdir()
     (dilated / "peer2" / "result.json").write_text(json.dumps({"strategy": {"role": "server", "opt_s": 0.6,
                                                                             "updates": 6}}))
-    expected, m = measure(plain, SHARE), measure(dilated, SHARE)
+    expected, m = measure(plain, SHARES), measure(dilated, SHARES)
     assert m.link.mbit == expected.link.mbit == 20
     for figure in ("measured_step_s", "compute_s", "server_s", "hidden_s", "size_bytes", "overlap"):
         assert getattr(m, figure) == pytest.approx(getattr(expected, figure)), figure
@@ -495,32 +500,32 @@ def test_a_run_over_two_nodes_is_measured_as_the_same_run_on_one(tmp_path):
         for rank in (1, 0) if node else ():
             (folder / f"peer{rank}").rename(folder / f"peer{rank + 2}")
         reaching_the_target(folder, range(2 * node, 2 * node + 2), 3)
-    alone, split = measure(one, SHARE), measure(job, SHARE)
+    alone, split = measure(one, SHARES), measure(job, SHARES)
     fields = ("workers", "compute_s", "hidden_s", "payload_bytes", "size_bytes", "measured_step_s", "samples_to_target")
     assert {f: getattr(split, f) for f in fields} == pytest.approx({f: getattr(alone, f) for f in fields})
     assert split.workers == 4 and split.samples_to_target == 4 * 32 * 3
     with pytest.raises(ValueError, match="node 1 of the run at .*job: give the run's folder"):
-        measure(job / "node1", SHARE)  # one node's folder holds only its own workers
+        measure(job / "node1", SHARES)  # one node's folder holds only its own workers
     (job / "node1" / "summary.json").unlink()  # a node lost before it wrote its summary
     with pytest.raises(ValueError, match="a run over 2 nodes, of which 1 wrote a summary"):
-        measure(job, SHARE)
+        measure(job, SHARES)
 
 
 def test_compute_of_an_oversubscribed_run_is_corrected(tmp_path):
     recorded = tmp_path / "recorded"
     write_run(recorded, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
               summary={"shape": {"oversubscription": 2.0}})
-    m = measure(recorded, SHARE)
+    m = measure(recorded, SHARES)
     # 2 processes per core: a step's 0.05 s of compute is 0.025 s on a peer's own core
     assert m.compute_s == pytest.approx(0.025) and "CORRECTED" in m.compute_note
     cores = tmp_path / "cores"
     write_run(cores, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0],
               summary={"machine": {"cores": 1}})
     # 2 processes x 1 thread on 1 core
-    assert measure(cores, SHARE).oversubscription == 2.0
+    assert measure(cores, SHARES).oversubscription == 2.0
     unknown = tmp_path / "unknown"
     write_run(unknown, "strategies.ps:ParameterServer", {}, workers=2, payload=1000, mbit=20, train_s=[1.0, 2.0])
-    m = measure(unknown, SHARE)
+    m = measure(unknown, SHARES)
     assert m.compute_s == pytest.approx(0.05) and m.oversubscription is None and "unknown" in m.compute_note
 
 
@@ -530,7 +535,7 @@ def test_ring_payload_relation_and_hidden_communication_from_a_run_directory(tmp
     # was exposed: 0.02 s ran behind backward
     write_run(run, "strategies.allreduce:AllReduce", {"transport": "gloo", "ddp": True, "bucket_cap_mb": 25},
               workers=4, payload=1_500_000, mbit=100, train_s=[1.0, 1.2, 1.4], step={"link_s": 1.02})
-    m = measure(run, SHARE)
+    m = measure(run, SHARES)
     assert m.size_bytes == pytest.approx(1e6) and m.hidden_s == pytest.approx(0.02)
     # N=16 at 100 Mbit/s x 0.8 = 10 MB/s of payload: 2 · 15 · 1 MB / 16 / 10 MB/s = 0.1875 s, less the 0.02 s
     # hidden: 0.05 + 0.1675 s
@@ -545,7 +550,7 @@ def test_powersgd_payload_is_its_compressed_steady_state(tmp_path):
     knobs = {"transport": "gloo", "ddp": True, "comm_hook": "powersgd", "powersgd_rank": 1, "powersgd_start_iter": 3}
     write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=[1_000_000] * 3 + [40_000] * 4,
               mbit=100, train_s=[1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2])
-    m = measure(run, SHARE)
+    m = measure(run, SHARES)
     assert (m.payload_bytes, m.size_bytes) == (40_000, 40_000)
 
 
@@ -555,7 +560,7 @@ def test_a_powersgd_run_that_never_compressed_projects_nothing(tmp_path):
     write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=1_000_000, mbit=100,
               train_s=[1.0, 1.2, 1.4])
     with pytest.raises(ValueError, match="no averaging round from step 12"):
-        measure(run, SHARE)
+        measure(run, SHARES)
 
 
 def test_uncompressed_allreduce_payload_is_every_rounds(tmp_path):
@@ -564,7 +569,7 @@ def test_uncompressed_allreduce_payload_is_every_rounds(tmp_path):
     write_run(run, "strategies.allreduce:AllReduce", knobs, workers=2, payload=[50_000, 20_000, 10_000, 15_000],
               mbit=100, train_s=[1.0, 1.2, 1.4, 1.6])
     # no warm-up outside PowerSGD but the first round (connections set up): the mean over rounds 2-4
-    assert measure(run, SHARE).payload_bytes == 15_000
+    assert measure(run, SHARES).payload_bytes == 15_000
 
 
 def test_projection_needs_a_link_for_unshaped_runs(tmp_path, capsys):
@@ -814,17 +819,17 @@ def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
                                                   for line in table.splitlines() if line.startswith(("| ps", "| ring")))}
     # ps at N=8 on 20 Mbit/s (2 MB/s of payload, 0.5 s per MB), overlap 0.5 fitted on each run: 0.1 + 12.5 · 0.5 =
     # 6.35 s, band 6.35 / 1.1 to 6.35 / 0.9, throughput 8 · 32 / 6.35; the same from both blocks' runs
-    assert rows["ps", "8 x 20 Mbit/s (20 Mbit/s, 0 ms)"][2:7] == ["6.35", "5.77–7.06", "40.3", "–",
+    assert rows["ps", "8 x 20 Mbit/s (20 Mbit/s, 0 ms, 1500-byte frames)"][2:7] == ["6.35", "5.77–7.06", "40.3", "–",
                                                                   "2 (step 6.35–6.35 s)"]
     # N=16 on lan (100 MB/s of payload, 0.01 s per MB): 0.1 + (32 - 7.5) · 0.01 = 0.345 s, beyond N=8 and 20 Mbit/s
-    lan = rows["ps", "16 x lan (1000 Mbit/s, 0 ms)"]
+    lan = rows["ps", "16 x lan (1000 Mbit/s, 0 ms, 1500-byte frames)"]
     assert lan[2:4] == ["0.345", "none"] and lan[7] == ("UNVALIDATED: N=16 > the largest validated N=8; 1000 Mbit/s "
                                                          "outside the validated 20 Mbit/s")
     opening = table[:table.index("|")]  # the section opens with the validated region
     assert "ps: validated region: N <= 8, 20 Mbit/s, latency <= 0 ms" in opening
     reason = ("no number: ring's cost model failed its validation: held-out error -70.0% at N=8, 20 Mbit/s (model "
               "mlp), beyond its goal of ±15%")
-    for target in ("8 x 20 Mbit/s (20 Mbit/s, 0 ms)", "16 x lan (1000 Mbit/s, 0 ms)"):
+    for target in ("8 x 20 Mbit/s (20 Mbit/s, 0 ms, 1500-byte frames)", "16 x lan (1000 Mbit/s, 0 ms, 1500-byte frames)"):
         assert rows["ring", target][2:6] == ["–"] * 4 and rows["ring", target][7] == reason
     html = paths["html"].read_text()
     assert "Projected to your cluster" in html and "0.345" in html and "5.77–7.06" in html
@@ -956,7 +961,7 @@ def test_diloco_is_timed_over_whole_sync_periods_after_its_first_sync(tmp_path, 
     write_run(run, "strategies.diloco:DiLoCo", knobs, workers=2, mbit=20, train_s=cumulative(durations),
               payload=[0 if k % 2 else 1_000_000 for k in range(1, steps + 1)])
     # the steady state the model describes: a 0.3 s sync every 2 steps of 0.05 s
-    assert measure(run, SHARE).measured_step_s == pytest.approx(0.2)
+    assert measure(run, SHARES).measured_step_s == pytest.approx(0.2)
 
 
 def test_localsgd_is_timed_after_its_warm_up_and_first_average(tmp_path):
@@ -965,7 +970,7 @@ def test_localsgd_is_timed_after_its_warm_up_and_first_average(tmp_path):
     durations = [1.0, 0.35, 0.05, 0.65] + [0.05, 0.35] * 3
     write_run(run, "strategies.localsgd:LocalSGD", {"warmup_steps": 2, "every": 2}, workers=2, mbit=20,
               train_s=cumulative(durations), payload=[1_000_000, 1_000_000] + [0, 1_000_000] * 4)
-    assert measure(run, SHARE).measured_step_s == pytest.approx(0.2)
+    assert measure(run, SHARES).measured_step_s == pytest.approx(0.2)
 
 
 @pytest.mark.parametrize("calibration_held", [[True, False], [False, False]])
@@ -1084,3 +1089,26 @@ def test_a_declared_gradient_size_sets_the_wire_time(tmp_path):
         (row,) = json.loads((tmp_path / str(mb) / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
         # 100 Mbit/s x 0.8 payload share = 10 MB/s: 2 · 3/4 · mb MB / 10 MB/s
         assert row["step_s"] == pytest.approx(1.5 * mb / 10, rel=1e-6)
+
+
+def test_each_link_is_converted_with_the_payload_share_of_its_own_frames(tmp_path):
+    """A run on 9000-byte frames: its own link at 9000 bytes' share, a target link in standard frames at 1500's."""
+    shares = {1500: 0.5, 9000: 1.0}
+    jumbo, standard = tmp_path / "jumbo", tmp_path / "standard"
+    write_run(jumbo, "strategies.ps:ParameterServer", {}, workers=2, payload=1_000_000, mbit=20,
+              train_s=[0.5, 1.0, 1.5], mtu=9000)
+    write_run(standard, "strategies.ps:ParameterServer", {}, workers=2, payload=1_000_000, mbit=20,
+              train_s=[0.5, 1.0, 1.5])  # recorded without a frame size: the kernel's 1500
+    m = measure(jumbo, shares)
+    assert m.link.mtu == 9000 and measure(standard, shares).link.mtu == 1500
+    assert m.cost(2, m.link).rate == pytest.approx(20e6 / 8)  # 20 Mbit/s, all of it payload
+    assert m.cost(2, parse_link("20")).rate == pytest.approx(20e6 / 8 / 2)
+    with pytest.raises(ValueError, match="no payload share measured for 4000-byte frames"):
+        payload_rate(parse_link("20,0,4000"), shares)
+
+
+def test_a_validation_case_is_predicted_in_the_frames_its_runs_are_built_with():
+    from bench.projection import case_link
+    from helpers import compose_config
+
+    assert case_link(20).mtu == compose_config("network=emulated").network.mtu == 9000
