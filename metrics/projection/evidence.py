@@ -1,7 +1,6 @@
 """What the evidence file (conf/evidence.json) lets a prediction say: a link's payload share per frame size
-(link_goodput), each
-cost model's validation and region (projection_validation), and the batch scaling check (noise_scale); the rules are
-in docs/projection.md."""
+(link_goodput), each cost model's validation and region (projection_validation), and the batch scaling check
+(noise_scale); the rules are in docs/projection.md."""
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
