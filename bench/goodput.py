@@ -10,8 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.jobs import grid_settings, ints
-from metrics.summary.bounds import ETHERNET_MTU
-from netemu.fabric import Fabric
+from netemu.fabric import ETHERNET_MTU, Fabric
 
 DEFAULT_GRID = "rates=20,100,150 repeats=3 seconds=4 mtus=1500,9000"
 PROBE_PORT = 5001

@@ -11,12 +11,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from metrics.summary.bounds import ETHERNET_MTU
-
 SUBNET = "10.213.7"  # the project's own /24: 10.213.7.0/24, nothing else is ever addressed
 PREFIX_LEN = 24
 MAX_HOSTS = 253      # .1 .. .253
 INTERFACE = "eth0"   # the host's interface, the same name in every host namespace
+ETHERNET_MTU = 1500  # a veth's default frame size (bytes, the largest IP packet): standard Ethernet's
 QUEUE_MS = 50        # tbf queue: at most this many ms of traffic wait before drops
 MIN_MTU, MAX_MTU = 68, 65535  # a veth pair's range (bytes)
 FRAME_HEADER = 14    # Ethernet header: a frame is at most mtu + this many bytes

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from metrics.summary.schema import Json
 
 MBIT = 1e6 / 8  # bytes/s per Mbit/s
-ETHERNET_MTU = 1500  # standard Ethernet's frame size (bytes, the largest IP packet), the kernel's default for a veth
+ETHERNET_MTU = 1500  # standard Ethernet's frame size (bytes, the largest IP packet): a target link's unless told
 
 
 @dataclass

@@ -5,6 +5,7 @@ importing no module by name but a run's cost model (strategies are found by name
 """
 import ast
 import copy
+import sys
 
 import pytest
 
@@ -125,6 +126,28 @@ def test_metrics_imports_no_module_by_name():
     assert not found, "\n".join(found)
 
 
+# Modules the system Python runs from a copy of netemu/ alone (tests/integration/test_netem.py, without root)
+STANDALONE = ("netemu", "netemu.fabric", "netemu.goodput")
+
+
+def outside_the_standard_library(graph: grimp.ImportGraph, module: str) -> set[str]:
+    """What a module imports, at any depth, that is neither netemu's nor the standard library's."""
+    return {name for name in graph.find_upstream_modules(module)
+            if name.split(".")[0] != "netemu" and name.split(".")[0] not in sys.stdlib_module_names}
+
+
+@pytest.mark.parametrize("module", STANDALONE)
+def test_the_standalone_fabric_imports_only_the_standard_library(module):
+    assert outside_the_standard_library(GRAPH, module) == set()
+
+
+def test_the_fabrics_default_frame_is_the_standard_one_a_projection_assumes():
+    """The payload share of standard frames is measured on the fabric's default links (bench/goodput.py)."""
+    from metrics.summary import bounds
+    from netemu import fabric
+    assert fabric.ETHERNET_MTU == bounds.ETHERNET_MTU
+
+
 # --- the checks find what they are for ------------------------------------------------------
 @pytest.mark.parametrize("importer, imported, contract", [
     ("metrics.summary.isolation", "netemu.dilation", "packages"),
@@ -156,6 +179,13 @@ def test_an_import_down_the_layers_is_allowed(importer, imported):
     graph = copy.deepcopy(GRAPH)
     graph.add_import(importer=importer, imported=imported, line_number=1, line_contents=f"import {imported}")
     assert broken(graph) == []
+
+
+@pytest.mark.parametrize("imported", ["metrics.summary.bounds", "psutil"])
+def test_a_standalone_module_importing_beyond_the_standard_library_is_found(imported):
+    graph = copy.deepcopy(GRAPH)
+    graph.add_import(importer="netemu.fabric", imported=imported, line_number=1, line_contents=f"import {imported}")
+    assert imported in outside_the_standard_library(graph, "netemu")
 
 
 def test_an_import_by_name_is_found():
