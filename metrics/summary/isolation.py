@@ -14,8 +14,9 @@ OTHER_WORK_TOLERANCE = 0.05  # CPU time of other work on the peer's cores, as a 
 
 # a by_rank row: the peer's result.json cpu figures, in this order, the DERIVED ones computed here
 ROW = ("quota_cpus", "quota_enforced", "in_group_s", "cpu_promised_s", "cpu_received_s", "received_share",
-       "throttled_periods", "throttled_s", "runq_s", "wait_beyond_quota_s", "other_on_cores_s", "irq_on_cores_s")
-DERIVED = ("cpu_promised_s", "received_share", "wait_beyond_quota_s")
+       "throttled_periods", "throttled_s", "runq_s", "wait_beyond_quota_s", "other_on_cores_s", "run_on_cores_s",
+       "irq_on_cores_s")
+DERIVED = ("cpu_promised_s", "received_share", "wait_beyond_quota_s", "run_on_cores_s")
 METHODS = methods("isolation", RECEIVED_AT_LEAST=1 - SHARE_TOLERANCE, OTHER_WORK_TOLERANCE=OTHER_WORK_TOLERANCE,
                   WAIT_TOLERANCE=WAIT_TOLERANCE)
 
@@ -37,6 +38,17 @@ def shared_cores(results: dict[int, dict | None]) -> list[str]:
             for (_, core), ranks in on_core.items() if len(ranks) > 1]
 
 
+def run_on_cores(results: dict[int, dict | None]) -> dict[int, float]:
+    """Per rank, the CPU seconds the run's other ranks received on its cores: ranks of one machine (one kernel boot
+    id) pinned to cores it shares, each such rank's time spread evenly over its own cores."""
+    placed = {rank: (result["boot_id"], set(result["cores"]), (result.get("cpu") or {}).get("cpu_received_s") or 0.0)
+              for rank, result in results.items() if result and result.get("boot_id") and result.get("cores")}
+    return {rank: sum(received * len(cores & theirs) / len(theirs)
+                      for other, (their_boot, theirs, received) in placed.items()
+                      if other != rank and their_boot == boot)
+            for rank, (boot, cores, _) in placed.items()}
+
+
 def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool = True) -> dict:
     """results: rank -> the peer's result.json (None: none written); fits: each process had a core of its own."""
     groups = json.loads(run.cpu_groups.read_text()) if run.cpu_groups.exists() else {
@@ -44,6 +56,7 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
         "cgroup": None, "period_us": None, "ranks": {}}
     dilation = json.loads(run.dilation.read_text()) if run.dilation.exists() else {"factor": 1, "unchecked": False}
     by_rank, unfaithful = [], []
+    co_tenants = run_on_cores(results)
     for rank, result in sorted(results.items()):
         figures = (result or {}).get("cpu") or {}
         host = (result or {}).get("host")
@@ -54,11 +67,13 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
             row["wait_beyond_quota_s"] = wait_beyond_quota(figures, groups["period_us"])
             short = row["received_share"] is not None and row["received_share"] < 1 - SHARE_TOLERANCE
             waited = row["wait_beyond_quota_s"] > WAIT_TOLERANCE * row["in_group_s"]
-            other = row["other_on_cores_s"]
-            crowded = other is None or other > OTHER_WORK_TOLERANCE * row["in_group_s"]
+            row["run_on_cores_s"] = co_tenants.get(rank)
+            other = row["other_on_cores_s"]  # the run's own ranks pinned there by its shape are not other work
+            foreign = None if other is None else max(0.0, other - (row["run_on_cores_s"] or 0.0))
+            crowded = foreign is None or foreign > OTHER_WORK_TOLERANCE * row["in_group_s"]
             if short and waited and crowded:
                 waited_share = row["wait_beyond_quota_s"] / row["in_group_s"]
-                beside = "" if other is None else f", while other work ran {other:.1f} s on its cores"
+                beside = "" if foreign is None else f", while other work ran {foreign:.1f} s on its cores"
                 unfaithful.append(f"rank {rank} on host {host or 'unknown'}: received {row['received_share']:.0%} "
                                   f"of its promised CPU and waited {waited_share:.0%} of its time in the run queue "
                                   f"beyond its quota{beside}")

@@ -169,6 +169,30 @@ def test_ranks_pinned_to_one_core_of_a_machine_that_fits_them_are_unfaithful(tmp
     assert isolation_section(run, results, fits=True)["faithful"] is None
 
 
+def ps_on_two_cores(tmp_path, foreign_s: float):
+    """A parameter server's run on a 2-core machine as its shape places it: worker 0 and the server pinned to core 0,
+    worker 1 to core 1, `foreign_s` seconds of work outside the run on each core; the server waits 6 % of its time
+    beyond its quota."""
+    figures = {0: cpu(1.0, 201.6, 25.9, throttled=3690, in_group=513.0, other=52.8 + foreign_s),
+               1: cpu(1.0, 210.1, 13.6, throttled=6090, in_group=526.5, other=foreign_s),
+               2: cpu(1.0, 52.8, 35.0, throttled=602, in_group=513.0, other=201.6 + foreign_s)}
+    run, results = write_run(tmp_path / f"foreign-{foreign_s:g}", figures, hosts={0: "h0", 1: "h1", 2: "h2"})
+    for rank, core in ((0, 0), (1, 1), (2, 0)):
+        results[rank] |= {"boot_id": "machine-a", "cores": [core]}
+    return isolation_section(run, results, fits=False)
+
+
+def test_a_rank_the_runs_shape_pins_beside_another_is_not_other_work(tmp_path):
+    """The server waits for worker 0's core as its configuration shares it: the run holds its setting. Work from
+    outside the run on that core still makes it unfaithful, counted without the worker's time."""
+    section = ps_on_two_cores(tmp_path, foreign_s=19.0)
+    assert [r["run_on_cores_s"] for r in section["by_rank"]] == pytest.approx([52.8, 0.0, 201.6])
+    assert section["faithful"] is True
+    crowded = ps_on_two_cores(tmp_path, foreign_s=40.0)
+    assert crowded["unfaithful"] == ["rank 2 on host h2: received 10% of its promised CPU and waited 6% of its time in "
+                                     "the run queue beyond its quota, while other work ran 40.0 s on its cores"]
+
+
 def test_a_peer_outside_its_cpu_group_makes_the_run_unfaithful(tmp_path):
     run, results = write_run(tmp_path, {0: cpu(1.0, 9.9, 0.1),
                                         1: {"in_group_s": 10.0, "runq_s": 0.1, "error": "could not join its cpu "
