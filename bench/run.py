@@ -31,6 +31,7 @@ BENCHMARKS = {
     "sampler": "bench.sampler_cost:run",
     "goodput": "bench.goodput:run",
     "link_cpu": "bench.link_cpu:run",
+    "comm_cpu": "bench.comm_cpu:run",
     "projection": "bench.projection:run",
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",
