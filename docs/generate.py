@@ -158,14 +158,18 @@ def caveat(entry: dict, part: str = "") -> list[str]:
     return [f"**Caveat:** {found}", ""] if found else []
 
 
+GOAL_MET = {True: "met", False: "**missed**", None: "–"}  # an entry's goal_met; –: not recorded (or no goal)
+
+
 def bench_summary() -> str:
     """Every benchmark's latest ratio beside its goal, date and machine; a caveat marked with its entry."""
     entries = load_all().values()
     rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), num(e.get("ratio"), 3),
-             cell(e["goal"]), e["measured_at"], describe_machine(e["machine"])] for e in entries]
+             cell(e["goal"]), GOAL_MET[e.get("goal_met")], e["measured_at"], describe_machine(e["machine"])]
+            for e in entries]
     notes = [f"- `{e['name']}`: {e['caveat']}" for e in entries if e.get("caveat")]
     notes += [f"- `{e['name']}` → `{part}`: {text}" for e in entries for part, text in (e.get("caveats") or {}).items()]
-    return "\n".join(table(["benchmark", "ratio", "goal", "measured", "machine"], rows)
+    return "\n".join(table(["benchmark", "ratio", "goal", "goal met", "measured", "machine"], rows)
                      + (["", "Caveats:", *notes] if notes else []))
 
 
