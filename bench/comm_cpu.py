@@ -45,13 +45,6 @@ def measure(strategy: str, width: int, steps: int, warmup: int) -> dict[str, Any
     return {"strategy": strategy, "width": width, **figures, "faithful": summary.isolation.faithful is not False}
 
 
-def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least squares y = intercept + slope * x: (intercept, slope)."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
-
-
 def communication_cpu(rows: list[dict], strategy: str, fit_widths: list[int]) -> dict[str, Any]:
     """The strategy's communication CPU per step (its worker's CPU less one process's at the same width), fitted
     over the fit widths as a cost per step plus a cost per byte; and so its wait (the step's time beyond one
@@ -60,12 +53,11 @@ def communication_cpu(rows: list[dict], strategy: str, fit_widths: list[int]) ->
     own = [r for r in rows if r["strategy"] == strategy and r["width"] in fit_widths]
     sizes = [r["bytes"] for r in own]
     cpu = [r["cpu_s"] - single[r["width"]]["cpu_s"] for r in own]
-    cpu_per_step, cpu_per_byte = line_fit(sizes, cpu)
     # a step's time beyond compute and communication's CPU: waiting on a peer (its share of the copies) or the engine
-    wait_per_step, wait_per_byte = line_fit(sizes, [r["step_s"] - single[r["width"]]["step_s"] - c
-                                                    for r, c in zip(own, cpu)])
-    return {"cpu_s_per_step": cpu_per_step, "cpu_s_per_mb": cpu_per_byte * MB,
-            "wait_s_per_step": wait_per_step, "wait_s_per_mb": wait_per_byte * MB}
+    wait = [r["step_s"] - single[r["width"]]["step_s"] - c for r, c in zip(own, cpu)]
+    cpu_fit, wait_fit = statistics.linear_regression(sizes, cpu), statistics.linear_regression(sizes, wait)
+    return {"cpu_s_per_step": cpu_fit.intercept, "cpu_s_per_mb": cpu_fit.slope * MB,
+            "wait_s_per_step": wait_fit.intercept, "wait_s_per_mb": wait_fit.slope * MB}
 
 
 def predicted_step(rows: list[dict], strategy: str, cost: dict[str, Any], width: int) -> dict[str, Any]:

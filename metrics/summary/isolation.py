@@ -27,26 +27,31 @@ def wait_beyond_quota(figures: dict, period_us: int) -> float:
     return max(0.0, figures["runq_s"] - quota_wait)
 
 
+def placed(results: dict[int, dict | None]) -> dict[int, dict]:
+    """The results of the ranks whose machine (one kernel boot id: emulated hosts share it) and cores are known."""
+    return {rank: result for rank, result in sorted(results.items())
+            if result and result.get("boot_id") and result.get("cores")}
+
+
 def shared_cores(results: dict[int, dict | None]) -> list[str]:
-    """Cores that two or more ranks of one machine (one kernel boot id: emulated hosts share it) were pinned to."""
+    """Cores that two or more ranks of one machine were pinned to."""
     on_core: dict[tuple[str, int], list[int]] = {}
-    for rank, result in sorted(results.items()):
-        if result and result.get("boot_id") and result.get("cores"):
-            for core in result["cores"]:
-                on_core.setdefault((result["boot_id"], core), []).append(rank)
+    for rank, result in placed(results).items():
+        for core in result["cores"]:
+            on_core.setdefault((result["boot_id"], core), []).append(rank)
     return [f"ranks {', '.join(map(str, ranks))} were pinned to the same core {core} of one machine"
             for (_, core), ranks in on_core.items() if len(ranks) > 1]
 
 
 def run_on_cores(results: dict[int, dict | None]) -> dict[int, float]:
-    """Per rank, the CPU seconds the run's other ranks received on its cores: ranks of one machine (one kernel boot
-    id) pinned to cores it shares, each such rank's time spread evenly over its own cores."""
-    placed = {rank: (result["boot_id"], set(result["cores"]), (result.get("cpu") or {}).get("cpu_received_s") or 0.0)
-              for rank, result in results.items() if result and result.get("boot_id") and result.get("cores")}
+    """Per rank, the CPU seconds the run's other ranks on its machine received on its cores, each such rank's time
+    spread evenly over its own cores."""
+    where = {rank: (result["boot_id"], set(result["cores"]), (result.get("cpu") or {}).get("cpu_received_s") or 0.0)
+             for rank, result in placed(results).items()}
     return {rank: sum(received * len(cores & theirs) / len(theirs)
-                      for other, (their_boot, theirs, received) in placed.items()
+                      for other, (their_boot, theirs, received) in where.items()
                       if other != rank and their_boot == boot)
-            for rank, (boot, cores, _) in placed.items()}
+            for rank, (boot, cores, _) in where.items()}
 
 
 def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool = True) -> dict:
