@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.results import load, recorded, save  # noqa: E402
-from bench.run import add_saving_options, under_machine_lock  # noqa: E402
+from bench.run import run_script, script_parser  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
@@ -205,16 +205,11 @@ def kept_crossing_check(results: Path, every: int, confirm_after: int) -> dict[s
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__, repeats=2)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides: a variant of the default run")
-    parser.add_argument("--repeats", type=int, default=2, help="runs, one after the other (default 2)")
     parser.add_argument("--dense", type=Path, nargs="+", metavar="FOLDER",
                         help="recorded runs or sweeps evaluated more densely: their crossings at the measured interval")
-    add_saving_options(parser)
-    args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    return under_machine_lock(args.lock, lambda: run(args))
+    return run_script(parser, run)
 
 
 if __name__ == "__main__":

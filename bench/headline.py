@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.results import load, portable, recorded, save  # noqa: E402
-from bench.run import add_saving_options  # noqa: E402
+from bench.run import add_saving_options, script_parser  # noqa: E402
 from metrics.recording.machine import describe_machine, fingerprint  # noqa: E402
 from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--sweeps", type=int, choices=(1, 2), help="run this many sweeps, one after the other")
     source.add_argument("--from", dest="from_", nargs="+", type=Path, metavar="DIR",

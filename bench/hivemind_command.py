@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.evaluation_share import figures_of, measure_once  # noqa: E402
 from bench.results import recorded, save  # noqa: E402
-from bench.run import add_saving_options, under_machine_lock  # noqa: E402
+from bench.run import run_script, script_parser  # noqa: E402
 from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
 from metrics.summary.fidelity import unfaithful  # noqa: E402
@@ -60,13 +60,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=1, help="runs, one after the other (default 1)")
-    add_saving_options(parser)
-    args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    return under_machine_lock(args.lock, lambda: run(args))
+    parser = script_parser(__doc__, repeats=1)
+    return run_script(parser, run)
 
 
 if __name__ == "__main__":

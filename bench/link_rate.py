@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from bench.goodput import probe as goodput_probe  # noqa: E402
 from bench.jobs import train  # noqa: E402
 from bench.results import recorded, save  # noqa: E402
-from bench.run import add_saving_options, under_machine_lock  # noqa: E402
+from bench.run import run_script, script_parser  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--rates", type=lambda t: [float(v) for v in t.split(",")], default=[150, 200, 300, 400],
                         help="candidate rates, Mbit/s per host and direction (default: 150,200,300,400)")
     parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(HEADLINE.strategies),
@@ -250,11 +250,7 @@ def main() -> int:
     parser.add_argument("--no-headline", action="store_true", help="skip the baselines and the headline estimate")
     parser.add_argument("--loopback", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the headline's strategies on loopback, for today's estimate (default on)")
-    add_saving_options(parser)
-    args = parser.parse_args()
-    if args.steps < 2:
-        parser.error("--steps must be at least 2 (the first step is left out)")
-    return under_machine_lock(args.lock, lambda: run(args))
+    return run_script(parser, run, least={"steps": 2})
 
 
 if __name__ == "__main__":

@@ -79,6 +79,27 @@ def add_saving_options(parser: argparse.ArgumentParser, print_only: bool = True)
                         help="when another benchmark or sweep holds the machine lock: wait (default), refuse, off")
 
 
+
+def script_parser(description: str | None, repeats: int | None = None) -> argparse.ArgumentParser:
+    """A benchmark script's parser: its docstring, and --repeats (runs one after the other) where given a default."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if repeats is not None:
+        parser.add_argument("--repeats", type=int, default=repeats, help=f"runs, one after the other (default {repeats})")
+    return parser
+
+
+def run_script(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], object],
+               least: dict[str, int] | None = None) -> int:
+    """A benchmark script's main: its saving options, each option of `least` refused below its value (--repeats at
+    least 1 where the parser has it), then run(args) under the machine lock."""
+    add_saving_options(parser)
+    args = parser.parse_args()
+    least = ({"repeats": 1} if hasattr(args, "repeats") else {}) | (least or {})
+    for name, value in least.items():
+        if getattr(args, name) < value:
+            parser.error(f"--{name.replace('_', '-')} must be at least {value}")
+    return under_machine_lock(args.lock, lambda: run(args))
+
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")

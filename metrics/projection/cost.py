@@ -94,7 +94,7 @@ class CostModel:
 
 
 class RingAllReduceCost(CostModel):
-    """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring, diloco)."""
+    """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring, diloco, localsgd)."""
 
     @classmethod
     def link_bound(cls, r: Round) -> float:
@@ -106,6 +106,16 @@ class RingAllReduceCost(CostModel):
     def averaged_bytes(cls, r: Round) -> float:
         """S = P·N/(2(N-1)): a ring all-reduce moves 2(N-1)/N·S per worker and direction."""
         return r.payload * r.workers / (2 * (r.workers - 1))
+
+
+
+class PeriodicRingAllReduceCost(RingAllReduceCost):
+    """One ring all-reduce every steps_per_round steps, nothing between (diloco, localsgd)."""
+
+    @classmethod
+    def step_time(cls, m: Cost) -> float:
+        """compute + 2(N-1)·(α + S/(N·β)) / H, H = the steps from one all-reduce to the next (steps_per_round)."""
+        return m.compute + ring_allreduce_s(m) / cls.steps_per_round(m.knobs)
 
 
 def first_paragraph(method: Callable[..., object]) -> str | None:
