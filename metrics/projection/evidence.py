@@ -13,37 +13,65 @@ from metrics.summary.bounds import ETHERNET_MTU
 
 @dataclass
 class Validation:
-    """One cost model's held-out, counted validation cases."""
+    """One cost model's held-out, counted validation cases. Its region: at N, the link rates spanned by the cases
+    at N or more (a case checks its own N and below, on its own rate)."""
 
     strategy: str
-    errors: list[float]      # predicted / measured step - 1, one per case
-    largest_peers: int
-    rates_mbit: list[float]  # the nominal link rates the cases ran on
-    latency_ms: float        # the largest one-way latency they ran with
-    failed: str | None       # why the model failed its validation; None: it met its goal
-    source: str              # where and when
+    errors: list[float]             # predicted / measured step - 1, one per case
+    checked: list[tuple[int, float]]  # each case's N and nominal link rate (Mbit/s)
+    latency_ms: float               # the largest one-way latency they ran with
+    failed: str | None              # why the model failed its validation; None: it met its goal
+    source: str                     # where and when
 
     @property
     def cases(self) -> int:
         return len(self.errors)
 
     @property
-    def rates_text(self) -> str:
-        low, high = min(self.rates_mbit), max(self.rates_mbit)
-        return f"{low:g} Mbit/s" if low == high else f"{low:g}-{high:g} Mbit/s"
+    def largest_peers(self) -> int:
+        return max(peers for peers, _ in self.checked)
+
+    @property
+    def rates_mbit(self) -> list[float]:
+        return sorted({rate for _, rate in self.checked})
+
+    def rates_at(self, peers: int) -> list[float]:
+        """The rates of the cases at `peers` or more: the rates validated at `peers`."""
+        return sorted({rate for n, rate in self.checked if n >= peers})
+
+    @property
+    def region_text(self) -> str:
+        """Per range of N, its validated rates: "N <= 2: 20-400 Mbit/s; N 3-4: 20 Mbit/s"."""
+        ranges: list[tuple[int, int, list[float]]] = []  # (lowest N, highest N, rates), neighbours of other rates
+        for n in sorted({n for n, _ in self.checked}):
+            rates = self.rates_at(n)
+            if ranges and ranges[-1][2] == rates:
+                ranges[-1] = (ranges[-1][0], n, rates)
+            else:
+                ranges.append((ranges[-1][1] + 1 if ranges else 1, n, rates))
+        return "; ".join(f"{f'N <= {high}' if low == 1 else f'N = {high}' if low == high else f'N {low}-{high}'}: "
+                         f"{span_text(rates)}" for low, high, rates in ranges)
 
     def band(self, step_s: float) -> list[float]:
         """[low, high] of the step the validated errors allow: step / (1 + e) over the held-out errors e."""
         return [step_s / (1 + max(self.errors)), step_s / (1 + min(self.errors))]
 
     def beyond(self, peers: int, link: Link) -> list[str]:
-        """Where (peers, link) lies outside what the held-out cases covered (empty: inside)."""
-        low, high = min(self.rates_mbit), max(self.rates_mbit)
+        """Where (peers, link) lies outside what the held-out cases covered (empty: inside); beyond the largest N, its
+        rate is judged against that N's."""
+        at = min(peers, self.largest_peers)
+        rates = self.rates_at(at)
         return [why for outside, why in (
             (peers > self.largest_peers, f"N={peers} > the largest validated N={self.largest_peers}"),
-            (not low <= link.mbit <= high, f"{link.mbit:g} Mbit/s outside the validated {self.rates_text}"),
+            (not min(rates) <= link.mbit <= max(rates), f"{link.mbit:g} Mbit/s outside the {span_text(rates)} "
+                                                        f"validated at N={at}"),
             (link.latency_ms > self.latency_ms, f"latency {link.latency_ms:g} ms > the validated "
                                                 f"{self.latency_ms:g} ms")) if outside]
+
+
+def span_text(rates: list[float]) -> str:
+    low, high = min(rates), max(rates)
+    return f"{low:g} Mbit/s" if low == high else f"{low:g}-{high:g} Mbit/s"
 
 
 @dataclass
@@ -88,14 +116,13 @@ def validations(entry: dict, source: str) -> dict[str, Validation]:
             raise ValueError(f"{source}: projection_validation has held-out cases of {strategy} but no verdict: save "
                              "it again (python bench/run.py projection, or bench.projection.merge)")
         found[strategy] = Validation(
-            strategy, [r["error"] for r in mine], max(r["peers"] for r in mine),
-            sorted({float(r["link_mbit"]) for r in mine}), max(float(r.get("latency_ms") or 0.0) for r in mine),
-            failure(strategy, verdicts[strategy]), source)
+            strategy, [r["error"] for r in mine], [(int(r["peers"]), float(r["link_mbit"])) for r in mine],
+            max(float(r.get("latency_ms") or 0.0) for r in mine), failure(strategy, verdicts[strategy]), source)
     for strategy, verdict in (entry.get("verdicts") or {}).items():  # a miss in cases not checked for fidelity
         if strategy not in found and not verdict["met"]:
             worst = verdict["worst"]
-            found[strategy] = Validation(strategy, [worst["error"]], worst["peers"], [float(worst["link_mbit"])], 0.0,
-                                         failure(strategy, verdict), source)
+            found[strategy] = Validation(strategy, [worst["error"]], [(int(worst["peers"]), float(worst["link_mbit"]))],
+                                         0.0, failure(strategy, verdict), source)
     return found
 
 

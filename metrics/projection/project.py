@@ -290,7 +290,8 @@ def validation_record(validation: Validation | None) -> dict | None:
     if validation is None:
         return None
     return {key: getattr(validation, key)
-            for key in ("source", "cases", "errors", "largest_peers", "rates_mbit", "latency_ms", "failed")}
+            for key in ("source", "cases", "errors", "largest_peers", "rates_mbit", "region_text", "latency_ms",
+                        "failed")}
 
 
 def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence) -> dict:
@@ -327,9 +328,9 @@ def validation_text(validation: dict | None) -> str:
                 "no band anywhere; every prediction is UNVALIDATED")
     if validation["failed"]:
         return f"  NO PREDICTION: {validation['failed']} ({validation['source']})"
-    errors, rates = validation["errors"], validation["rates_mbit"]
-    return (f"  validated region: N <= {validation['largest_peers']}, {', '.join(f'{r:g}' for r in rates)} Mbit/s, "
-            f"latency <= {validation['latency_ms']:g} ms ({validation['cases']} held-out cases, errors "
+    errors = validation["errors"]
+    return (f"  validated region: {validation['region_text']}, latency <= {validation['latency_ms']:g} ms "
+            f"({validation['cases']} held-out cases, errors "
             f"{min(errors):+.0%} to {max(errors):+.0%}; {validation['source']}). Inside it: band = predicted / "
             "(1 + error); outside it: UNVALIDATED, no band")
 

@@ -64,7 +64,7 @@ def test_prediction_by_hand_through_the_projection(tmp_path):
     evidence_file = write_results(tmp_path / "results.json", [validation_case("allreduce", 4, 0.05)], 0.9)
     row = predicted_row(case, structural_runs(tmp_path)["allreduce"], load_evidence(evidence_file))
     assert row["step_s"] == pytest.approx(0.097 + 2 * 15 / 16 * 102.228128e6 / (400e9 / 8 * 0.9))
-    assert row["unvalidated"]  # N = 16 > the validated N = 4, 400 Gbit/s outside the validated 20 Mbit/s
+    assert row["unvalidated"]  # N = 16 > the validated N = 4, 400 Gbit/s outside the 20 Mbit/s validated there
 
 
 def efficiency_case(published: float, model: str = "m") -> Case:

@@ -12,6 +12,7 @@ from metrics.recording.machine import FINGERPRINT, UNKNOWN
 from metrics.summary.bounds import ETHERNET_MTU, Round
 from metrics.projection.cost import Cost
 from metrics.projection.link import Link, parse_link, payload_rate
+from metrics.projection.evidence import load_evidence
 from metrics.projection.project import main, measure, stops_scaling
 from strategies.cost_models.allreduce import AllReduceCost
 from strategies.cost_models.hivemind import HivemindCost
@@ -288,6 +289,21 @@ def test_links():
         parse_link("moon")
 
 
+
+def test_a_case_validates_its_own_rate_at_its_n_and_below_not_every_rate_checked_at_smaller_n(tmp_path):
+    # held out at N=2 on 20 and 400 Mbit/s, at N=4 on 20 only: N=4 (and N=3) is validated at 20 Mbit/s alone, N=2 over
+    # 20-400; a rectangle of the largest N and every rate would give N=4 at 150 Mbit/s a band no case checked
+    evidence = load_evidence(write_results(tmp_path / "results.json", [
+        validation_case("ps", 2, 0.5, role="calibration"), validation_case("ps", 2, 0.05),
+        validation_case("ps", 2, -0.05, link_mbit=400), validation_case("ps", 4, 0.02)], SHARE))
+    validation = evidence.validation("ps")
+    at = {(n, mbit): validation.beyond(n, Link("l", mbit, 0.0, "test")) for n in (2, 3, 4, 5) for mbit in (20, 150)}
+    assert at[2, 20] == at[2, 150] == at[3, 20] == at[4, 20] == []
+    assert at[4, 150] == ["150 Mbit/s outside the 20 Mbit/s validated at N=4"]
+    assert at[3, 150] == ["150 Mbit/s outside the 20 Mbit/s validated at N=3"]
+    assert at[5, 20] == ["N=5 > the largest validated N=4"]
+    assert validation.region_text == "N <= 2: 20-400 Mbit/s; N 3-4: 20 Mbit/s"
+
 def test_stops_scaling():
     rows = [{"peers": n, "throughput_samples_per_s": t} for n, t in [(16, 100), (32, 180), (64, 190)]]
     assert stops_scaling(rows) == {"stops_scaling_at": 64, "gain_per_doubling": pytest.approx(190 / 180 - 1),
@@ -341,8 +357,8 @@ def test_projection_from_a_run_directory(tmp_path):
     assert eight["throughput_samples_per_s"] == pytest.approx(256 / 1.35)
     # validated at 20 Mbit/s only: every N on wan's 100 Mbit/s lies outside the validated region, and has no band;
     # on 20 Mbit/s, N beyond 8 does
-    assert all(r["unvalidated"] and "100 Mbit/s outside the validated 20 Mbit/s" in r["unvalidated_why"]
-               and r["band_step_s"] is None for r in wan["rows"])
+    assert all(r["unvalidated"] and f"100 Mbit/s outside the 20 Mbit/s validated at N={min(r['peers'], 8)}"
+               in r["unvalidated_why"] and r["band_step_s"] is None for r in wan["rows"])
     assert [r["unvalidated"] for r in twenty["rows"]] == [False, False, True, True]
     assert twenty["rows"][3]["unvalidated_why"] == ["N=64 > the largest validated N=8"]
     # inside (N=8 at 20 Mbit/s: 0.1 + (16 - 0.5 · 7) · 0.5 = 6.35 s), the held-out errors +10 % and -10 %: the
@@ -824,9 +840,9 @@ def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
     # N=16 on lan (100 MB/s of payload, 0.01 s per MB): 0.1 + (32 - 7.5) · 0.01 = 0.345 s, beyond N=8 and 20 Mbit/s
     lan = rows["ps", "16 x lan (1000 Mbit/s, 0 ms, 1500-byte frames)"]
     assert lan[2:4] == ["0.345", "none"] and lan[7] == ("UNVALIDATED: N=16 > the largest validated N=8; 1000 Mbit/s "
-                                                         "outside the validated 20 Mbit/s")
+                                                         "outside the 20 Mbit/s validated at N=8")
     opening = table[:table.index("|")]  # the section opens with the validated region
-    assert "ps: validated region: N <= 8, 20 Mbit/s, latency <= 0 ms" in opening
+    assert "ps: validated region: N <= 8: 20 Mbit/s, latency <= 0 ms" in opening
     reason = ("no number: ring's cost model failed its validation: held-out error -70.0% at N=8, 20 Mbit/s (model "
               "mlp), beyond its goal of ±15%")
     for target in ("8 x 20 Mbit/s (20 Mbit/s, 0 ms, 1500-byte frames)", "16 x lan (1000 Mbit/s, 0 ms, 1500-byte frames)"):
@@ -1037,7 +1053,7 @@ def test_the_runs_own_compute_names_its_machine(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "compute: measured by this run on AuthenticAMD AMD EPYC, family 25 model 17 at 2596 MHz, 2 cores" in printed
     lines = printed.splitlines()
-    assert lines[1].startswith("  validated region: N <= 8, 20 Mbit/s, latency <= 0 ms")  # the header opens with it
+    assert lines[1].startswith("  validated region: N <= 8: 20 Mbit/s, latency <= 0 ms")  # the header opens with it
 
 
 @pytest.mark.parametrize("summary,figure", [

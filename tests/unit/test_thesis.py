@@ -152,7 +152,7 @@ def test_saved_rows_are_judged_against_todays_evidence(tmp_path):
     stale = judged({k: v for k, v in saved("ps", 8).items() if k != "payload_share"}, evidence)
     assert stale["step_s"] is None and stale["not_projected"] == STALE
     ps = judged(saved("ps", 8), evidence)
-    assert ps["step_s"] == 1.0 and ps["unvalidated_why"] == ["1000 Mbit/s outside the validated 20 Mbit/s"]
+    assert ps["step_s"] == 1.0 and ps["unvalidated_why"] == ["1000 Mbit/s outside the 20 Mbit/s validated at N=8"]
     assert ps["band_step_s"] is None and ps["projected"]  # outside the validated region: no band
     inside = judged(saved("ps", 8, link=lan | {"mbit": 20.0}), evidence)
     assert inside["unvalidated"] is False and inside["band_step_s"] == [pytest.approx(1 / 1.1)] * 2  # one case, +10 %
