@@ -79,12 +79,12 @@ def add_saving_options(parser: argparse.ArgumentParser, print_only: bool = True)
                         help="when another benchmark or sweep holds the machine lock: wait (default), refuse, off")
 
 
-
 def script_parser(description: str | None, repeats: int | None = None) -> argparse.ArgumentParser:
     """A benchmark script's parser: its docstring, and --repeats (runs one after the other) where given a default."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     if repeats is not None:
-        parser.add_argument("--repeats", type=int, default=repeats, help=f"runs, one after the other (default {repeats})")
+        parser.add_argument("--repeats", type=int, default=repeats,
+                            help=f"runs, one after the other (default {repeats})")
     return parser
 
 
@@ -99,6 +99,7 @@ def run_script(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespac
         if getattr(args, name) < value:
             parser.error(f"--{name.replace('_', '-')} must be at least {value}")
     return under_machine_lock(args.lock, lambda: run(args))
+
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

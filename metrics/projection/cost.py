@@ -94,7 +94,8 @@ class CostModel:
 
 
 class RingAllReduceCost(CostModel):
-    """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring, diloco, localsgd)."""
+    """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring, diloco,
+    localsgd)."""
 
     @classmethod
     def link_bound(cls, r: Round) -> float:
@@ -106,7 +107,6 @@ class RingAllReduceCost(CostModel):
     def averaged_bytes(cls, r: Round) -> float:
         """S = P·N/(2(N-1)): a ring all-reduce moves 2(N-1)/N·S per worker and direction."""
         return r.payload * r.workers / (2 * (r.workers - 1))
-
 
 
 class PeriodicRingAllReduceCost(RingAllReduceCost):

@@ -42,15 +42,14 @@ class Validation:
     @property
     def region_text(self) -> str:
         """Per range of N, its validated rates: "N <= 2: 20-400 Mbit/s; N 3-4: 20 Mbit/s"."""
-        ranges: list[tuple[int, int, list[float]]] = []  # (lowest N, highest N, rates), neighbours of other rates
+        ranges: list[list] = []  # [lowest N, highest N, rates]: neighbouring N with the same rates share one
         for n in sorted({n for n, _ in self.checked}):
             rates = self.rates_at(n)
             if ranges and ranges[-1][2] == rates:
-                ranges[-1] = (ranges[-1][0], n, rates)
+                ranges[-1][1] = n
             else:
-                ranges.append((ranges[-1][1] + 1 if ranges else 1, n, rates))
-        return "; ".join(f"{f'N <= {high}' if low == 1 else f'N = {high}' if low == high else f'N {low}-{high}'}: "
-                         f"{span_text(rates)}" for low, high, rates in ranges)
+                ranges.append([ranges[-1][1] + 1 if ranges else 1, n, rates])
+        return "; ".join(f"{n_range_text(low, high)}: {span_text(rates)}" for low, high, rates in ranges)
 
     def band(self, step_s: float) -> list[float]:
         """[low, high] of the step the validated errors allow: step / (1 + e) over the held-out errors e."""
@@ -67,6 +66,10 @@ class Validation:
                                                         f"validated at N={at}"),
             (link.latency_ms > self.latency_ms, f"latency {link.latency_ms:g} ms > the validated "
                                                 f"{self.latency_ms:g} ms")) if outside]
+
+
+def n_range_text(low: int, high: int) -> str:
+    return f"N <= {high}" if low == 1 else f"N = {high}" if low == high else f"N {low}-{high}"
 
 
 def span_text(rates: list[float]) -> str:

@@ -85,9 +85,9 @@ def test_a_busy_process_on_the_peers_core_moves_its_reference_beyond_tolerance(r
 
 
 def test_the_same_run_alone_moves_less_than_a_core_taken_and_is_marked_as_far_as_it_moved(run_dir):
-    # a machine's own speed may wander by more than the tolerance in seconds (docs/lab-log.md, 2026-12-03: 0-33 % of
-    # the median alone), so whether this run stays within it is the machine's, not the code's. The code's: a move far
-    # below a core taken two ways more (the busy test: 2 to 3 times), and a mark exactly where the summary puts one
+    # a machine's own speed may wander beyond the tolerance within seconds (docs/lab-log.md), so whether this run stays
+    # within it is the machine's, not the code's. The code's: a move far below a core taken two ways more (the busy
+    # test above), and a mark exactly where the summary puts one
     done = run_train(run_dir, *MEASURED_RUN)
     assert done.returncode == 0, done.stderr
     reference = summary_of(run_dir)["speed_reference"]
