@@ -20,6 +20,7 @@ from metrics.projection.project import Measured, measure
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
+from metrics.summary.isolation import OTHER_WORK_TOLERANCE, SHARE_TOLERANCE, WAIT_TOLERANCE
 from netemu.dilation import checked_dilation
 from metrics.summary.schema import Summary
 
@@ -163,6 +164,27 @@ def dilation_to_fit(overrides: list[str]) -> float:
     return max(1.0, shape_of(cfg, strategy_class(cfg).launch_spec(cfg), False)["oversubscription"])
 
 
+def starved(summary: Summary) -> list[str]:
+    """The ranks that wanted CPU and did not get it while other processes ran on their cores, the run's own ranks
+    among them. The run's own isolation check forgives the run's own ranks (a shape's oversubscription is its
+    caveat); a validation case does not: an emulated host that waits for another host's process is no separate
+    machine."""
+    if summary.isolation.faithful is False:  # already marked, with its reasons
+        return []
+    found = []
+    for row in summary.isolation.by_rank:
+        share, waited, span = row.get("received_share"), row.get("wait_beyond_quota_s"), row.get("in_group_s")
+        if share is None or not span:
+            continue
+        beside = row.get("other_on_cores_s")
+        crowded = beside is None or beside > OTHER_WORK_TOLERANCE * span
+        if share < 1 - SHARE_TOLERANCE and waited > WAIT_TOLERANCE * span and crowded:
+            found.append(f"CPU: rank {row['rank']} on host {row.get('host') or 'unknown'}: received {share:.0%} of its "
+                         f"promised CPU and waited {waited / span:.0%} of its time in the run queue beyond its "
+                         f"quota, while other work ran {beside or 0:.1f} s on its cores (the run's own ranks included)")
+    return found
+
+
 def run_case(overrides: list[str], steps: int, shares: dict[int, float], timeout: float,
              dilation: float) -> CaseRun:
     # a collective may take as long as the case (ResNet18's start-up broadcast at 20 Mbit/s outlasts the default);
@@ -171,7 +193,7 @@ def run_case(overrides: list[str], steps: int, shares: dict[int, float], timeout
     with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
                timeout=timeout * dilation) as run_dir:
         summary = Summary.load(RunDir(run_dir).summary)
-        return CaseRun(measure(run_dir, shares), unfaithful(summary))
+        return CaseRun(measure(run_dir, shares), unfaithful(summary) + starved(summary))
 
 
 def grid(text: str | None = None) -> dict:
@@ -188,7 +210,7 @@ def grid(text: str | None = None) -> dict:
         width(model, calibration_rate)  # model=mlp needs a width for it
     if settings["dilate"] not in DILATE:
         raise ValueError(f"--projection-grid: dilate is one of {', '.join(DILATE)}, not {settings['dilate']}")
-    return {"rates": sorted({calibration_rate, *ints(settings["rates"])}), "calibration_rate": calibration_rate,
+    return {"rates": sorted(set(ints(settings["rates"]))), "calibration_rate": calibration_rate,
             "peers": sorted({2, *ints(settings["peers"])}), "strategies": settings["strategies"].split(","),
             "models": models, "steps": int(settings["steps"]), "repeats": int(settings["repeats"]),
             "dilate": settings["dilate"]}
@@ -276,6 +298,8 @@ def case_row(peers: int, rate: int, runs: list[CaseRun], calibrations: list[Meas
                            "(link_goodput)",
             **{key: statistics.fmean(getattr(c, key) or 0.0 for c in calibrations)
                for key in ("compute_s", "hidden_s", "server_s", "overlap", "size_bytes")},
+            "wire_s": statistics.fmean(c.wire_s(peers, link) for c in calibrations),
+            "wire_over_compute": statistics.fmean(c.wire_over_compute(peers, link) for c in calibrations),
             "predicted_step_s": predicted, "measured_step_s": statistics.fmean(measured),
             "measured_step_s_by_run": measured, "error": error(predicted, statistics.fmean(measured)),
             "probe_mbit_per_stream": min(probes), "probe_streams": peers, "dilation": dilation}

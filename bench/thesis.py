@@ -261,6 +261,7 @@ def projected_rows(grid: list[dict], runs: list[SliceRun], link: Link, cores: in
             "parameters_from": [str(r.measured.run) for r in own],
             "payload_share": payload_share(evidence.payload_shares, link.mtu),
             "step_s": projected["step_s"], "band_step_s": projected["band_step_s"],
+            "wire_over_compute": projected["wire_over_compute"],
             "unvalidated": projected["unvalidated"], "unvalidated_why": projected["unvalidated_why"],
             "throughput_samples_per_s": projected["throughput_samples_per_s"],
             "validation": {"cases": validation.cases, "largest_peers": validation.largest_peers,
@@ -294,6 +295,10 @@ STALE = ("projected with the link's nominal rate, before the payload-share conve
          "existed: run `python bench/run.py thesis` again to project it")
 
 
+UNPLACED = ("projected before the validated region was drawn on wire time over compute: run `python bench/run.py "
+            "thesis` again to place it")
+
+
 REJUDGE = ("refused when its model had failed an earlier validation ({earlier}); today's validation does not say "
            "so: run `python bench/run.py thesis` again to project it")
 
@@ -311,7 +316,9 @@ def judged(row: dict, evidence: Evidence) -> dict:
     if why := failed or (None if "payload_share" in row else STALE):
         return row | {"projected": False, "step_s": None, "band_step_s": None, "throughput_samples_per_s": None,
                       "not_projected": why}
-    beyond = unvalidated(validation, row["peers"], Link(**row["link"]))
+    if "wire_over_compute" not in row:
+        return row | {"unvalidated": True, "unvalidated_why": [UNPLACED], "band_step_s": None}
+    beyond = unvalidated(validation, row["peers"], Link(**row["link"]), row["wire_over_compute"], row["size_bytes"])
     band = validation.band(row["step_s"]) if validation and not beyond else None
     return row | {"projected": True, "unvalidated": bool(beyond), "unvalidated_why": beyond, "band_step_s": band}
 

@@ -25,6 +25,7 @@ from bench.results import load_all, source  # noqa: E402
 from launchers.config import strategy_by_name  # noqa: E402
 from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.evidence import EVIDENCE  # noqa: E402
+from metrics.projection.evidence import validations  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 from metrics.report.noise import planning_noise, upper_log_sd  # noqa: E402
 from metrics.report.primary import Primary  # noqa: E402
@@ -261,6 +262,12 @@ def replication_line(entry: dict) -> str:
             f"separated in both: {pairs}.")
 
 
+def region(entry: dict, strategy: str) -> str:
+    """A strategy's validated region, as the projection reads it from this entry ("none" where it has none)."""
+    found = validations(entry, "projection_validation").get(strategy)
+    return found.region_text if found and not found.failed and found.checked else "none"
+
+
 TEMPLATE_DIR = ROOT / "docs" / "templates"  # NAME.md.j2: the table `generated:bench NAME [PART]`
 SOURCE = {"projection_goals": "projection_validation", "projection_verdicts": "projection_validation",
           "thesis_projected": "thesis"}  # tables of another entry
@@ -277,7 +284,7 @@ TEMPLATES.globals |= {"stamp": stamp, "stamp_rows": stamp_rows, "num": num, "pct
                       "by_number": lambda keys: sorted(set(keys), key=float), "machine": describe_machine,
                       "source": source, "log_sd": log_sd, "fail": fail,
                       "index": lambda rows, key: {r[key]: r for r in rows},
-                      "tally": lambda values: Counter(values).items()}
+                      "tally": lambda values: Counter(values).items(), "region": region}
 TEMPLATES.filters["fmt"] = format
 TEMPLATES.tests |= {"containing": lambda text, part: part in text,
                     "checked_for_fidelity": lambda row: row.get("counted") or row.get("faithful") is False}

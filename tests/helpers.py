@@ -376,9 +376,10 @@ def trajectory(peer: PeerDir, steps, statistics_seed: int, precise: bool = True,
 # --- what the projection reads from bench/results.json ------------------------------------
 def validation_case(strategy: str, peers: int, error: float, role: str = "held-out", counted: bool = True,
                     link_mbit: float = 20, **more) -> dict:
-    """A row of the projection validation (bench/projection.py)."""
+    """A row of the projection validation (bench/projection.py): by default at wire/compute 10 with S = 1 MB."""
     return {"model": "mlp", "strategy": strategy, "peers": peers, "link_mbit": link_mbit, "role": role,
-            "counted": counted, "faithful": counted, "calibration_link_mbit": 20, "error": error} | more
+            "counted": counted, "faithful": counted, "calibration_link_mbit": 20, "error": error,
+            "wire_over_compute": 10.0, "size_bytes": 1e6} | more
 
 
 def write_results(path: Path, rows: list[dict], payload_share: float = 0.8) -> Path:

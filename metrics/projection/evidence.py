@@ -11,14 +11,28 @@ from metrics.recording.evidence import EVIDENCE
 from metrics.summary.bounds import ETHERNET_MTU
 
 
+SIZE_SLACK = 0.02  # S measured from byte counters differs by a few headers between runs of one model
+
+
+@dataclass(frozen=True)
+class CheckedCase:
+    """Where one held-out, counted case lies on the region's axes (its link rate is kept for the record)."""
+
+    peers: int
+    wire_over_compute: float  # the model's communication per step over its compute, at the case (Measured.wire_s)
+    size_bytes: float         # S, the bytes averaged per round
+    mbit: float               # the case's nominal link rate
+
+
 @dataclass
 class Validation:
-    """One cost model's held-out, counted validation cases. Its region: at N, the link rates spanned by the cases
-    at N or more (a case checks its own N and below, on its own rate)."""
+    """One cost model's held-out, counted validation cases. Its region, on axes that carry over to other links and
+    machines: at N, the wire-time-over-compute and message sizes spanned by the cases at N or more (a case checks its
+    own N and below). Latency is not an axis: the cases ran without any."""
 
     strategy: str
     errors: list[float]             # predicted / measured step - 1, one per case
-    checked: list[tuple[int, float]]  # each case's N and nominal link rate (Mbit/s)
+    checked: list[CheckedCase]
     latency_ms: float               # the largest one-way latency they ran with
     failed: str | None              # why the model failed its validation; None: it met its goal
     source: str                     # where and when
@@ -29,52 +43,64 @@ class Validation:
 
     @property
     def largest_peers(self) -> int:
-        return max(peers for peers, _ in self.checked)
+        return max((case.peers for case in self.checked), default=0)
 
     @property
     def rates_mbit(self) -> list[float]:
-        return sorted({rate for _, rate in self.checked})
+        return sorted({case.mbit for case in self.checked})
 
-    def rates_at(self, peers: int) -> list[float]:
-        """The rates of the cases at `peers` or more: the rates validated at `peers`."""
-        return sorted({rate for n, rate in self.checked if n >= peers})
+    def at(self, peers: int) -> list[CheckedCase]:
+        """The cases at `peers` or more: those that validate `peers`."""
+        return [case for case in self.checked if case.peers >= peers]
+
+    def spans_at(self, peers: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(lowest, highest) wire time over compute and (lowest, highest) S validated at `peers`."""
+        cases = self.at(peers)
+        ratios, sizes = [c.wire_over_compute for c in cases], [c.size_bytes for c in cases]
+        return (min(ratios), max(ratios)), (min(sizes), max(sizes))
 
     @property
     def region_text(self) -> str:
-        """Per range of N, its validated rates: "N <= 2: 20-400 Mbit/s; N 3-4: 20 Mbit/s"."""
-        ranges: list[list] = []  # [lowest N, highest N, rates]: neighbouring N with the same rates share one
-        for n in sorted({n for n, _ in self.checked}):
-            rates = self.rates_at(n)
-            if ranges and ranges[-1][2] == rates:
+        """Per range of N, its validated spans ("N <= 2: wire/compute 0.3-400, S 0.75-45 MB; N 3-8: ...")."""
+        ranges: list[list] = []  # [lowest N, highest N, spans]: neighbouring N with the same spans share one
+        for n in sorted({case.peers for case in self.checked}):
+            spans = self.spans_at(n)
+            if ranges and ranges[-1][2] == spans:
                 ranges[-1][1] = n
             else:
-                ranges.append([ranges[-1][1] + 1 if ranges else 1, n, rates])
-        return "; ".join(f"{n_range_text(low, high)}: {span_text(rates)}" for low, high, rates in ranges)
+                ranges.append([ranges[-1][1] + 1 if ranges else 1, n, spans])
+        return "; ".join(f"{n_range_text(low, high)}: wire/compute {span_text(ratios)}, S {span_text(sizes, 1e6, 'MB')}"
+                         for low, high, (ratios, sizes) in ranges)
 
     def band(self, step_s: float) -> list[float]:
         """[low, high] of the step the validated errors allow: step / (1 + e) over the held-out errors e."""
         return [step_s / (1 + max(self.errors)), step_s / (1 + min(self.errors))]
 
-    def beyond(self, peers: int, link: Link) -> list[str]:
-        """Where (peers, link) lies outside what the held-out cases covered (empty: inside); beyond the largest N, its
-        rate is judged against that N's."""
+    def beyond(self, peers: int, link: Link, wire_over_compute: float, size_bytes: float) -> list[str]:
+        """Where a prediction at `peers` on `link`, with this wire time over compute and S, lies outside what the
+        held-out cases covered (empty: inside); beyond the largest N, it is judged against that N's spans."""
         at = min(peers, self.largest_peers)
-        rates = self.rates_at(at)
+        (low, high), (smallest, largest) = self.spans_at(at)
         return [why for outside, why in (
             (peers > self.largest_peers, f"N={peers} > the largest validated N={self.largest_peers}"),
-            (not min(rates) <= link.mbit <= max(rates), f"{link.mbit:g} Mbit/s outside the {span_text(rates)} "
-                                                        f"validated at N={at}"),
+            (not low <= wire_over_compute <= high, f"wire/compute {wire_over_compute:.3g} outside the "
+                                                   f"{span_text((low, high))} validated at N={at}"),
+            (not smallest * (1 - SIZE_SLACK) <= size_bytes <= largest * (1 + SIZE_SLACK),
+             f"S {size_bytes / 1e6:.3g} MB outside the {span_text((smallest, largest), 1e6, 'MB')} validated at "
+             f"N={at}"),
             (link.latency_ms > self.latency_ms, f"latency {link.latency_ms:g} ms > the validated "
-                                                f"{self.latency_ms:g} ms")) if outside]
+                                                f"{self.latency_ms:g} ms (the cases ran without latency)")) if outside]
 
 
 def n_range_text(low: int, high: int) -> str:
     return f"N <= {high}" if low == 1 else f"N = {high}" if low == high else f"N {low}-{high}"
 
 
-def span_text(rates: list[float]) -> str:
-    low, high = min(rates), max(rates)
-    return f"{low:g} Mbit/s" if low == high else f"{low:g}-{high:g} Mbit/s"
+def span_text(span: tuple[float, float], scale: float = 1.0, unit: str = "") -> str:
+    """"0.52-85", "0.75-45 MB": two significant digits, no exponent."""
+    low, high = (f"{float(f'{value / scale:.2g}'):g}" for value in span)
+    text = low if low == high else f"{low}-{high}"
+    return f"{text} {unit}" if unit else text
 
 
 @dataclass
@@ -92,9 +118,12 @@ class Evidence:
         return checked_noise_scale(self.results, model, lr_scaling)
 
 
-def unvalidated(validation: Validation | None, peers: int, link: Link) -> list[str]:
-    """Why a prediction at (peers, link) lies outside the validated region (empty: inside)."""
-    return validation.beyond(peers, link) if validation else ["the strategy's cost model has no validated case"]
+def unvalidated(validation: Validation | None, peers: int, link: Link, wire_over_compute: float,
+                size_bytes: float) -> list[str]:
+    """Why a prediction lies outside the validated region (empty: inside)."""
+    if validation is None:
+        return ["the strategy's cost model has no validated case"]
+    return validation.beyond(peers, link, wire_over_compute, size_bytes)
 
 
 def failure(strategy: str, verdict: dict) -> str | None:
@@ -109,6 +138,14 @@ def failure(strategy: str, verdict: dict) -> str | None:
             f"±{verdict['goal']:.0%}" + unchecked)
 
 
+def checked_case(row: dict, source: str) -> CheckedCase:
+    if "wire_over_compute" not in row:
+        raise ValueError(f"{source}: a counted case of {row['strategy']} at N={row['peers']} records no "
+                         "wire_over_compute: run its grid again (python bench/run.py projection)")
+    return CheckedCase(int(row["peers"]), float(row["wire_over_compute"]), float(row["size_bytes"]),
+                       float(row["link_mbit"]))
+
+
 def validations(entry: dict, source: str) -> dict[str, Validation]:
     rows = [r for r in entry.get("rows", []) if r.get("role") == "held-out" and r.get("counted")]
     found = {}
@@ -119,13 +156,12 @@ def validations(entry: dict, source: str) -> dict[str, Validation]:
             raise ValueError(f"{source}: projection_validation has held-out cases of {strategy} but no verdict: save "
                              "it again (python bench/run.py projection, or bench.projection.merge)")
         found[strategy] = Validation(
-            strategy, [r["error"] for r in mine], [(int(r["peers"]), float(r["link_mbit"])) for r in mine],
+            strategy, [r["error"] for r in mine], [checked_case(r, source) for r in mine],
             max(float(r.get("latency_ms") or 0.0) for r in mine), failure(strategy, verdicts[strategy]), source)
     for strategy, verdict in (entry.get("verdicts") or {}).items():  # a miss in cases not checked for fidelity
         if strategy not in found and not verdict["met"]:
             worst = verdict["worst"]
-            found[strategy] = Validation(strategy, [worst["error"]], [(int(worst["peers"]), float(worst["link_mbit"]))],
-                                         0.0, failure(strategy, verdict), source)
+            found[strategy] = Validation(strategy, [worst["error"]], [], 0.0, failure(strategy, verdict), source)
     return found
 
 

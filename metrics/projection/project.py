@@ -69,7 +69,18 @@ class Measured:
                     overlap=overlap)
 
     def step_s(self, workers: int, link: Link) -> float:
-        step = self.model.step_time(self.cost(workers, link, self.overlap))
+        return self._step(self.cost(workers, link, self.overlap))
+
+    def wire_s(self, workers: int, link: Link) -> float:
+        """The model's communication per step: its step with nothing hidden behind compute and no server update, less
+        the compute (the numerator of wire time over compute, an axis of the validated region)."""
+        return self._step(replace(self.cost(workers, link, self.overlap), hidden=0.0, server=0.0)) - self.compute_s
+
+    def wire_over_compute(self, workers: int, link: Link) -> float:
+        return self.wire_s(workers, link) / self.compute_s if self.compute_s > 0 else math.inf
+
+    def _step(self, cost: Cost) -> float:
+        step = self.model.step_time(cost)
         if step is None:
             raise ValueError(f"{self.run}: strategy {self.strategy} states no cost model (its step_time)")
         return step
@@ -242,14 +253,17 @@ def calibration_problems(path: Path) -> list[str]:
 def project_link(m: Measured, link: Link, peers: list[int], validation: Validation | None) -> dict:
     """The predictions on one link: per N the step, its band (only inside the validated region), why it lies outside
     that region, throughput and time-to-target; none where the model failed its validation (each row says why)."""
-    rows = []
+    rows: list[dict] = []
     for n in peers:
-        beyond = unvalidated(validation, n, link)
-        row = {"peers": n, "unvalidated": bool(beyond), "unvalidated_why": beyond}
         if validation and validation.failed:
-            rows.append(row | {"step_s": None, "withheld": validation.failed, "band_step_s": None,
-                               "throughput_samples_per_s": None, "time_to_target_s": None})
+            rows.append({"peers": n, "wire_over_compute": None, "unvalidated": True,
+                         "unvalidated_why": [validation.failed], "step_s": None, "withheld": validation.failed,
+                         "band_step_s": None, "throughput_samples_per_s": None, "time_to_target_s": None})
             continue
+        wire_over_compute = m.wire_over_compute(n, link)
+        beyond = unvalidated(validation, n, link, wire_over_compute, m.size_bytes)
+        row = {"peers": n, "wire_over_compute": wire_over_compute, "unvalidated": bool(beyond),
+               "unvalidated_why": beyond}
         step = m.step_s(n, link)
         throughput = n * m.batch / step
         samples, basis = samples_to_target_at(m, n)

@@ -7,7 +7,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "conf" / "evidence.json"
 ENTRIES = ("emulation", "link_goodput", "projection_validation", "noise_scale", "primary_noise")
 VALIDATION = ("name", "goal", "verdicts", "held_out", "coverage", "setup", "measured_at", "machine")
-VALIDATION_CASE = ("strategy", "peers", "link_mbit", "latency_ms", "error", "role", "counted")
+VALIDATION_CASE = ("strategy", "peers", "link_mbit", "latency_ms", "error", "role", "counted", "wire_over_compute",
+                   "size_bytes")
 
 
 def evidence_entry(entry: dict) -> dict:

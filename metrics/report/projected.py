@@ -91,8 +91,9 @@ def note(evidence: Evidence) -> str:
             "step: mean over the runs (from runs: how many, and their range); throughput = N x batch per worker / "
             "that step; time-to-target only up to the runs' own global batch. Error band: predicted / (1 + e) over "
             "the model's held-out validation errors e (conf/evidence.json projection_validation; none: no validated "
-            "case), only inside the validated region. UNVALIDATED (no band): beyond the validated N, link rates or "
-            "latencies. A model that failed its validation gives no number, only why.")
+            "case), only inside the validated region. UNVALIDATED (no band): beyond the validated N, wire time over "
+            "compute (the model's communication per step over the compute), message size S, or latency. A model that "
+            "failed its validation gives no number, only why.")
 
 
 def projected_tables(sections: list[Section], specs: list[str], results: Path | None = None) -> list[Table]:

@@ -48,7 +48,8 @@ def test_a_benchmark_saving_its_record_refreshes_the_evidence_and_nothing_else_d
     dated = {"goal": "g", "measured_at": "2026-11-29 06:00:00", "machine": fingerprint(), "sweeps": []}
     validation = dated | {"name": "projection_validation", "verdicts": {"ring": {"met": True}}, "not_counted": ["big"],
                           "rows": [{"strategy": "ring", "peers": 4, "link_mbit": 20, "latency_ms": 0, "error": 0.05,
-                                    "role": "held-out", "counted": True, "log": "..."},
+                                    "role": "held-out", "counted": True, "wire_over_compute": 80.0,
+                                    "size_bytes": 1e6, "log": "..."},
                                    {"strategy": "ring", "peers": 2, "role": "calibration", "counted": True}]}
     save(dated | {"name": "link_goodput", "payload_share": 0.9}, tmp_path / "other")
     assert not kept.exists()  # another results folder is no record
@@ -60,7 +61,7 @@ def test_a_benchmark_saving_its_record_refreshes_the_evidence_and_nothing_else_d
         "name": "projection_validation", "goal": "g", "verdicts": {"ring": {"met": True}},
         "measured_at": dated["measured_at"], "machine": dated["machine"],
         "rows": [{"strategy": "ring", "peers": 4, "link_mbit": 20, "latency_ms": 0, "error": 0.05,
-                  "role": "held-out", "counted": True}]}
+                  "role": "held-out", "counted": True, "wire_over_compute": 80.0, "size_bytes": 1e6}]}
     save(dated | {"name": "link_goodput", "payload_share": 0.8}, record)
     entries = {e["name"]: e for e in json.loads(kept.read_text())["results"]}
     assert entries["link_goodput"]["payload_share"] == 0.8 and "projection_validation" in entries

@@ -290,19 +290,29 @@ def test_links():
 
 
 
-def test_a_case_validates_its_own_rate_at_its_n_and_below_not_every_rate_checked_at_smaller_n(tmp_path):
-    # held out at N=2 on 20 and 400 Mbit/s, at N=4 on 20 only: N=4 (and N=3) is validated at 20 Mbit/s alone, N=2 over
-    # 20-400; a rectangle of the largest N and every rate would give N=4 at 150 Mbit/s a band no case checked
+def test_the_region_lies_on_wire_time_over_compute_and_size_and_a_case_validates_its_own_n_and_below(tmp_path):
+    # held out at N=2 at wire/compute 5 and 50, at N=4 at 10 only, S = 1 MB: N=4 (and N=3) is validated at 10
+    # alone, N=2 over 5-50, on any link rate; a box of the largest N and every ratio would give N=4 at 40 a band no
+    # case checked, and a region on link rates would refuse the same ratio on a faster link
     evidence = load_evidence(write_results(tmp_path / "results.json", [
-        validation_case("ps", 2, 0.5, role="calibration"), validation_case("ps", 2, 0.05),
-        validation_case("ps", 2, -0.05, link_mbit=400), validation_case("ps", 4, 0.02)], SHARE))
+        validation_case("ps", 2, 0.5, role="calibration"), validation_case("ps", 2, 0.05, wire_over_compute=5.0),
+        validation_case("ps", 2, -0.05, link_mbit=400, wire_over_compute=50.0),
+        validation_case("ps", 4, 0.02, wire_over_compute=10.0)], SHARE))
     validation = evidence.validation("ps")
-    at = {(n, mbit): validation.beyond(n, Link("l", mbit, 0.0, "test")) for n in (2, 3, 4, 5) for mbit in (20, 150)}
-    assert at[2, 20] == at[2, 150] == at[3, 20] == at[4, 20] == []
-    assert at[4, 150] == ["150 Mbit/s outside the 20 Mbit/s validated at N=4"]
-    assert at[3, 150] == ["150 Mbit/s outside the 20 Mbit/s validated at N=3"]
-    assert at[5, 20] == ["N=5 > the largest validated N=4"]
-    assert validation.region_text == "N <= 2: 20-400 Mbit/s; N 3-4: 20 Mbit/s"
+
+    def beyond(n, ratio, mbit=20, size=1e6, latency_ms=0.0):
+        return validation.beyond(n, Link("l", mbit, latency_ms, "test"), ratio, size)
+
+    assert beyond(2, 10) == beyond(2, 40) == beyond(3, 10) == beyond(4, 10) == beyond(4, 10, mbit=10_000) == []
+    assert beyond(4, 40) == ["wire/compute 40 outside the 10 validated at N=4"]
+    assert beyond(3, 40) == ["wire/compute 40 outside the 10 validated at N=3"]
+    assert beyond(2, 4) == ["wire/compute 4 outside the 5-50 validated at N=2"]
+    assert beyond(5, 10) == ["N=5 > the largest validated N=4"]
+    assert beyond(2, 10, size=1.01e6) == []  # within the slack of a measured S
+    assert beyond(2, 10, size=3e6) == ["S 3 MB outside the 1 MB validated at N=2"]
+    assert beyond(2, 10, latency_ms=5) == ["latency 5 ms > the validated 0 ms (the cases ran without latency)"]
+    assert validation.region_text == "N <= 2: wire/compute 5-50, S 1 MB; N 3-4: wire/compute 10, S 1 MB"
+
 
 def test_stops_scaling():
     rows = [{"peers": n, "throughput_samples_per_s": t} for n, t in [(16, 100), (32, 180), (64, 190)]]
@@ -319,11 +329,13 @@ SHARES = {ETHERNET_MTU: SHARE}  # measured for standard frames only, as a result
 
 def write_validation(path, strategy: str) -> Path:
     """A results file with the payload share and a projection validation: held-out errors +10 % and -10 % up to N=8
-    at 20 Mbit/s counted (within the ±15 % goal); a calibration case and an uncounted held-out case that must not
-    widen the band."""
+    counted (within the ±15 % goal), at wire/compute 30 (N=4), 100 and 150 (N=8); a calibration case and an uncounted
+    held-out case that must not widen the band or the region."""
     return write_results(path, [validation_case(strategy, 2, 0.5, role="calibration"),
-                                validation_case(strategy, 4, 0.1), validation_case(strategy, 8, -0.1),
-                                validation_case(strategy, 16, 0.9, counted=False)], SHARE)
+                                validation_case(strategy, 4, 0.1, wire_over_compute=30.0),
+                                validation_case(strategy, 8, -0.1, wire_over_compute=100.0),
+                                validation_case(strategy, 8, 0.1, wire_over_compute=150.0),
+                                validation_case(strategy, 16, 0.9, counted=False, wire_over_compute=1.0)], SHARE)
 
 
 def ps_run(path, train_s=(2.0, 3.85, 5.7, 7.55)):
@@ -355,12 +367,15 @@ def test_projection_from_a_run_directory(tmp_path):
     # N=8 on wan: 100 Mbit/s x 0.8 = 10 MB/s (0.1 s per MB): 0.1 + (16 - 0.5 · 7) · 0.1 = 1.35 s
     assert eight["step_s"] == pytest.approx(1.35)
     assert eight["throughput_samples_per_s"] == pytest.approx(256 / 1.35)
-    # validated at 20 Mbit/s only: every N on wan's 100 Mbit/s lies outside the validated region, and has no band;
-    # on 20 Mbit/s, N beyond 8 does
-    assert all(r["unvalidated"] and f"100 Mbit/s outside the 20 Mbit/s validated at N={min(r['peers'], 8)}"
-               in r["unvalidated_why"] and r["band_step_s"] is None for r in wan["rows"])
+    # the wire over the 0.05 s of compute: on 20 Mbit/s (0.5 s per MB) (4 - 0.5) · 0.5 / 0.05 = 35 at N=2 and
+    # (16 - 3.5) · 0.5 / 0.05 = 125 at N=8, inside 30-150 and 100-150; on wan 7 and 25, below them: every N on wan
+    # lies outside the validated region and has no band; on 20 Mbit/s, N beyond 8 does
+    assert [r["wire_over_compute"] for r in twenty["rows"][:2]] == [pytest.approx(35), pytest.approx(125)]
+    assert wan["rows"][1]["unvalidated_why"] == ["wire/compute 25 outside the 100-150 validated at N=8"]
+    assert all(r["unvalidated"] and r["band_step_s"] is None for r in wan["rows"])
     assert [r["unvalidated"] for r in twenty["rows"]] == [False, False, True, True]
-    assert twenty["rows"][3]["unvalidated_why"] == ["N=64 > the largest validated N=8"]
+    assert twenty["rows"][3]["unvalidated_why"] == ["N=64 > the largest validated N=8",  # and judged at N=8's spans
+                                                    "wire/compute 965 outside the 100-150 validated at N=8"]
     # inside (N=8 at 20 Mbit/s: 0.1 + (16 - 0.5 · 7) · 0.5 = 6.35 s), the held-out errors +10 % and -10 %: the
     # measured step was 6.35 / 1.1 to 6.35 / 0.9; outside, no band
     assert twenty["rows"][1]["step_s"] == pytest.approx(6.35)
@@ -373,7 +388,7 @@ def test_projection_from_a_run_directory(tmp_path):
     # N=16: 0.1 + (32 - 7.5) · 0.1 = 2.55 s; throughput 512 / 2.55 = 200.8 vs 189.6 samples/s: +5.9 %, stops
     assert sixteen["step_s"] == pytest.approx(2.55)
     assert wan["stops_scaling_at"] == 16
-    assert out["runs"][0]["validation"]["errors"] == [0.1, -0.1]
+    assert out["runs"][0]["validation"]["errors"] == [0.1, -0.1, 0.1]  # the counted held-out cases only
     assert (run / "projection.png").stat().st_size > 0
 
 
@@ -642,8 +657,9 @@ def test_default_grid_is_every_synchronous_strategy_of_the_registry():
 
 def test_validation_grid():
     # the calibration rate is always among the rates, N=2 among the peers
+    # the rates held out are those asked for: the calibration's N=2 case runs at its rate, other N only if listed
     assert grid("rates=100 peers=4,8 strategies=ps repeats=1") == {
-        "rates": [20, 100], "calibration_rate": 20, "peers": [2, 4, 8], "strategies": ["ps"], "models": ["mlp"],
+        "rates": [100], "calibration_rate": 20, "peers": [2, 4, 8], "strategies": ["ps"], "models": ["mlp"],
         "steps": 10, "repeats": 1, "dilate": "fit"}
     with pytest.raises(ValueError, match="dilate is one of fit, off, not 2"):
         grid("dilate=2")
@@ -675,7 +691,7 @@ def validation_entry(measured_at: str, kernel: str, rows: list[dict]) -> dict:
 
 def case(strategy: str, peers: int, err: float, **more) -> dict:
     return {"strategy": strategy, "peers": peers, "link_mbit": 20, "error": err, "counted": True, "faithful": True,
-            "role": "calibration" if peers == 2 else "held-out"} | more
+            "role": "calibration" if peers == 2 else "held-out", "wire_over_compute": 10.0, "size_bytes": 1e6} | more
 
 
 def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
@@ -744,6 +760,7 @@ def test_a_case_whose_processes_outnumber_the_cores_runs_dilated_until_they_fit(
         strategy, peers, rate, _ = case_of(overrides)
         ran[strategy, peers, rate] = dilation
         return projection.CaseRun(SimpleNamespace(step_s=lambda n, link: 1.0, compute_s=1.0, hidden_s=0.0,
+                                                  wire_s=lambda n, link: 0.0, wire_over_compute=lambda n, link: 0.0,
                                                   server_s=0.0, overlap=None, size_bytes=1000, measured_step_s=1.0),
                                   [])
 
@@ -774,6 +791,8 @@ def test_a_failed_case_is_a_row_not_counted_and_the_benchmark_goes_on(monkeypatc
         if (strategy, peers) in {("ring", 4), ("ps", 2)}:
             raise RuntimeError(f"train.py strategy={strategy} failed:\ncollective timed out")
         return projection.CaseRun(SimpleNamespace(step_s=lambda n, link: 1.0 + n / 10, compute_s=1.0, hidden_s=0.0,
+                                                  wire_s=lambda n, link: n / 10,
+                                                  wire_over_compute=lambda n, link: n / 10,
                                                   server_s=0.0, overlap=None, size_bytes=1000,
                                                   measured_step_s=1.0 + peers / 10), [])
 
@@ -810,9 +829,9 @@ def sweep_run(path, strategy: str, target: str, knobs: dict, block: int, train_s
 
 
 def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
-    """report.project=[20:8, lan:16] on a sweep of ps (its model validated up to N=8 at 20 Mbit/s) and ring (its
-    model failed): ps predicted from each of its runs, with its band and UNVALIDATED beyond N=8 or 20 Mbit/s;
-    ring gives no number, only why; report.md and report.html say the same."""
+    """report.project=[20:8, lan:16] on a sweep of ps (its model validated up to N=8, at wire/compute 100-150 there)
+    and ring (its model failed): ps predicted from each of its runs, with its band and UNVALIDATED beyond N=8 or that
+    wire/compute; ring gives no number, only why; report.md and report.html say the same."""
     from metrics.report import build_report, projected
 
     sweep = tmp_path / "sweep"
@@ -824,8 +843,9 @@ def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
                                                                           "updates": 6}}))
         sweep_run(sweep / f"block{block}" / "strategy=ring", "ring", "strategies.ring:Ring", {}, block,
                   [2.0, 3.0, 4.0, 5.0], 1_500_000)
-    results = write_results(tmp_path / "results.json", [validation_case("ps", 4, 0.1), validation_case("ps", 8, -0.1),
-                                                        validation_case("ring", 8, -0.7)], SHARE)
+    results = write_results(tmp_path / "results.json", [
+        validation_case("ps", 4, 0.1, wire_over_compute=30.0), validation_case("ps", 8, -0.1, wire_over_compute=100.0),
+        validation_case("ps", 8, 0.1, wire_over_compute=150.0), validation_case("ring", 8, -0.7)], SHARE)
     monkeypatch.setattr(projected, "EVIDENCE", results)
     paths = build_report([sweep], tmp_path / "out", ["20:8", "lan:16"])
 
@@ -837,12 +857,14 @@ def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
     # 6.35 s, band 6.35 / 1.1 to 6.35 / 0.9, throughput 8 · 32 / 6.35; the same from both blocks' runs
     assert rows["ps", "8 x 20 Mbit/s (20 Mbit/s, 0 ms, 1500-byte frames)"][2:7] == ["6.35", "5.77–7.06", "40.3", "–",
                                                                   "2 (step 6.35–6.35 s)"]
-    # N=16 on lan (100 MB/s of payload, 0.01 s per MB): 0.1 + (32 - 7.5) · 0.01 = 0.345 s, beyond N=8 and 20 Mbit/s
+    # N=16 on lan (100 MB/s of payload, 0.01 s per MB): 0.1 + (32 - 7.5) · 0.01 = 0.345 s, beyond N=8 and with a
+    # wire of 0.245 s over 0.05 s of compute
     lan = rows["ps", "16 x lan (1000 Mbit/s, 0 ms, 1500-byte frames)"]
-    assert lan[2:4] == ["0.345", "none"] and lan[7] == ("UNVALIDATED: N=16 > the largest validated N=8; 1000 Mbit/s "
-                                                         "outside the 20 Mbit/s validated at N=8")
+    assert lan[2:4] == ["0.345", "none"] and lan[7] == ("UNVALIDATED: N=16 > the largest validated N=8; wire/compute "
+                                                         "4.9 outside the 100-150 validated at N=8")
     opening = table[:table.index("|")]  # the section opens with the validated region
-    assert "ps: validated region: N <= 8: 20 Mbit/s, latency <= 0 ms" in opening
+    assert ("ps: validated region: N <= 4: wire/compute 30-150, S 1 MB; N 5-8: wire/compute 100-150, S 1 MB, "
+            "latency <= 0 ms") in opening
     reason = ("no number: ring's cost model failed its validation: held-out error -70.0% at N=8, 20 Mbit/s (model "
               "mlp), beyond its goal of ±15%")
     for target in ("8 x 20 Mbit/s (20 Mbit/s, 0 ms, 1500-byte frames)", "16 x lan (1000 Mbit/s, 0 ms, 1500-byte frames)"):
@@ -881,6 +903,8 @@ def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_
             calibrated_at.append(rate)
         # a link model: 0.5 s of compute, 16 Mbit per step over the link; the run's own measurement 5 % slower
         measured = SimpleNamespace(step_s=lambda n, link: 0.5 + 16 / link.mbit, compute_s=0.5, hidden_s=0.0,
+                                   wire_s=lambda n, link: 16 / link.mbit,
+                                   wire_over_compute=lambda n, link: 16 / link.mbit / 0.5,
                                    server_s=0.0, overlap=0.0, size_bytes=2e6,
                                    measured_step_s=1.05 * (0.5 + 16 / rate))
         held = not (rate == 100 and peers == 4)
@@ -897,6 +921,7 @@ def test_calibrated_at_one_rate_predicted_at_the_others_and_unfaithful_runs_not_
     assert rows[100, 2]["predicted_step_s"] == pytest.approx(0.66)
     assert rows[100, 2]["error"] == pytest.approx(1 / 1.05 - 1)
     assert rows[100, 2]["measured_step_s_by_run"] == [pytest.approx(0.693)] * 2
+    assert (rows[100, 2]["wire_s"], rows[100, 2]["wire_over_compute"]) == (pytest.approx(0.16), pytest.approx(0.32))
     assert rows[100, 4]["faithful"] is False and not rows[100, 4]["counted"]
     assert rows[100, 4]["unfaithful"] == ["run 1: link: carried 70% of its rate (faithful 90%)",
                                           "run 2: link: carried 70% of its rate (faithful 90%)"]
@@ -1004,6 +1029,8 @@ def test_held_out_cases_are_predicted_from_the_calibration_runs_that_held(monkey
         held = next(calibration_runs) if (peers, rate) == (2, 20) else True
         compute = 0.5 if held else 0.8  # a starved calibration run measures more "compute"
         measured = SimpleNamespace(step_s=lambda n, link: compute + 16 / link.mbit, compute_s=compute, hidden_s=0.0,
+                                   wire_s=lambda n, link: 16 / link.mbit,
+                                   wire_over_compute=lambda n, link: 16 / link.mbit / compute,
                                    server_s=0.0, overlap=0.0, size_bytes=2e6, measured_step_s=0.5 + 16 / rate)
         return projection.CaseRun(measured, [] if held else ["CPU: rank 0 received 59% of its promised CPU"])
 
@@ -1053,7 +1080,8 @@ def test_the_runs_own_compute_names_its_machine(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "compute: measured by this run on AuthenticAMD AMD EPYC, family 25 model 17 at 2596 MHz, 2 cores" in printed
     lines = printed.splitlines()
-    assert lines[1].startswith("  validated region: N <= 8: 20 Mbit/s, latency <= 0 ms")  # the header opens with it
+    assert lines[1].startswith("  validated region: N <= 4: wire/compute 30-150, S 1 MB; N 5-8: wire/compute 100-150, "
+                               "S 1 MB, latency <= 0 ms")  # the header opens with it
 
 
 @pytest.mark.parametrize("summary,figure", [
@@ -1128,3 +1156,26 @@ def test_a_validation_case_is_predicted_in_the_frames_its_runs_are_built_with():
     from helpers import compose_config
 
     assert case_link(20).mtu == compose_config("network=emulated").network.mtu == 9000
+
+
+def test_a_validation_case_fails_a_rank_starved_beside_its_own_runs_ranks_not_beside_its_own_threads():
+    """The run's isolation check forgives a rank the CPU its run's other ranks took on its cores; a validation case
+    does not. A rank that waited for its own threads only (nothing else on its cores) still holds."""
+    from bench.projection import starved
+    from metrics.summary.schema import Summary
+
+    def rank(n, received, waited, beside):
+        return {"rank": n, "host": f"h{n}", "in_group_s": 100.0, "received_share": received,
+                "wait_beyond_quota_s": waited, "other_on_cores_s": beside, "run_on_cores_s": beside}
+
+    summary = Summary.from_dict({"isolation": {"faithful": True, "by_rank": [
+        rank(0, 0.15, 15.0, 20.0),  # shared its core with another rank of the run, and waited: starved
+        rank(1, 0.93, 14.0, 1.0),   # waited for its own threads, nothing else beside it: holds
+        rank(2, 0.15, 3.0, 20.0),   # beside another rank, but hardly waited: holds
+        rank(3, 0.99, 15.0, 20.0)]}})  # got its promise: holds
+    assert starved(summary) == ["CPU: rank 0 on host h0: received 15% of its promised CPU and waited 15% of its time in "
+                                "the run queue beyond its quota, while other work ran 20.0 s on its cores (the run's "
+                                "own ranks included)"]
+    marked = Summary.from_dict({"isolation": {"faithful": False, "unfaithful": ["rank 0 ..."],
+                                              "by_rank": [rank(0, 0.15, 15.0, 20.0)]}})
+    assert starved(marked) == []  # already marked by the run's own check, with its reasons

@@ -3,7 +3,7 @@ remainder built from a hand-made slice."""
 import pytest
 
 from bench.thesis import STALE, chosen, configurations, families, family_overrides, judged, merge, projected_rows, \
-    slice_runs
+    slice_runs, UNPLACED
 from helpers import validation_case, write_results, write_run
 from metrics.projection.evidence import load_evidence
 from metrics.projection.link import Link
@@ -67,9 +67,11 @@ def evidence_of(path, *rows):
 
 
 def validated_hivemind(path):
-    """hivemind's held-out errors +10 % (N=4) and -20 % (N=16) at 10 Mbit/s, within its ±25 % goal; none for ps."""
+    """hivemind's held-out errors +10 % (N=4) and -20 % and 0 % (N=16, at wire/compute 0.1 and 0.5) at 10 Mbit/s,
+    within its ±25 % goal; none for ps."""
     return evidence_of(path, validation_case("hivemind", 4, 0.1, link_mbit=10),
-                       validation_case("hivemind", 16, -0.2, link_mbit=10))
+                       validation_case("hivemind", 16, -0.2, link_mbit=10, wire_over_compute=0.1),
+                       validation_case("hivemind", 16, 0.0, link_mbit=10, wire_over_compute=0.5))
 
 
 def configuration(strategy: str, peers: int, cpus: int, knobs: dict) -> dict:
@@ -96,7 +98,9 @@ def test_projected_remainder_from_the_slice(tmp_path):
     assert sixteen["compute_s"] == pytest.approx(0.6)
     assert sixteen["step_s"] == pytest.approx(0.70375)
     assert sixteen["throughput_samples_per_s"] == pytest.approx(16 * 32 / 0.70375)
-    # validated up to N=16 at 10 Mbit/s with errors +10 % and -20 %: the band, no extrapolation
+    # its wire, 0.10375 s over 0.6 s of compute (0.17), inside the 0.1-0.5 validated at N=16, with errors +10 % and
+    # -20 %: the band, no extrapolation
+    assert sixteen["wire_over_compute"] == pytest.approx(0.10375 / 0.6)
     assert sixteen["band_step_s"] == [pytest.approx(0.70375 / 1.1), pytest.approx(0.70375 / 0.8)]
     assert sixteen["unvalidated"] is False and sixteen["payload_share"] == 0.8
     assert sixteen["speedup"] is None and "16 vCPUs" in sixteen["speedup_unknown"]
@@ -139,23 +143,27 @@ def test_a_model_that_failed_its_validation_gives_no_thesis_row_a_number(tmp_pat
 
 def test_saved_rows_are_judged_against_todays_evidence(tmp_path):
     """A saved row loses its number where its model has failed since, or where it was projected with the nominal
-    rate (no payload_share); otherwise its extrapolation mark follows today's validated N and rates."""
+    rate (no payload_share); otherwise its extrapolation mark follows today's validated region (N, wire/compute,
+    S), and a row saved before it recorded its wire/compute is not placed in it."""
     evidence = evidence_of(tmp_path / "results.json", validation_case("ring", 8, -0.7), validation_case("ps", 8, 0.1))
     lan = {"name": "lan", "mbit": 1000.0, "latency_ms": 0.0, "source": "conf/network/lan.yaml"}
 
     def saved(strategy, peers, **more):
         return {"strategy": strategy, "peers": peers, "link": lan, "step_s": 1.0, "band_step_s": [0.9, 1.1],
-                "throughput_samples_per_s": 256.0, "unvalidated": False, "payload_share": 0.8} | more
+                "throughput_samples_per_s": 256.0, "unvalidated": False, "payload_share": 0.8,
+                "wire_over_compute": 50.0, "size_bytes": 1e6} | more
 
     ring = judged(saved("ring", 8), evidence)
     assert ring["step_s"] is None and ring["throughput_samples_per_s"] is None and "-70.0%" in ring["not_projected"]
     stale = judged({k: v for k, v in saved("ps", 8).items() if k != "payload_share"}, evidence)
     assert stale["step_s"] is None and stale["not_projected"] == STALE
     ps = judged(saved("ps", 8), evidence)
-    assert ps["step_s"] == 1.0 and ps["unvalidated_why"] == ["1000 Mbit/s outside the 20 Mbit/s validated at N=8"]
+    assert ps["step_s"] == 1.0 and ps["unvalidated_why"] == ["wire/compute 50 outside the 10 validated at N=8"]
     assert ps["band_step_s"] is None and ps["projected"]  # outside the validated region: no band
-    inside = judged(saved("ps", 8, link=lan | {"mbit": 20.0}), evidence)
+    inside = judged(saved("ps", 8, wire_over_compute=10.0), evidence)  # on lan all the same: the axes carry over
     assert inside["unvalidated"] is False and inside["band_step_s"] == [pytest.approx(1 / 1.1)] * 2  # one case, +10 %
+    unplaced = judged({k: v for k, v in saved("ps", 8).items() if k != "wire_over_compute"}, evidence)
+    assert unplaced["step_s"] == 1.0 and unplaced["band_step_s"] is None and unplaced["unvalidated_why"] == [UNPLACED]
 
 
 def test_a_row_refused_under_an_earlier_validation_says_so_when_today_passes(tmp_path):
