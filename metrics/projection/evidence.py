@@ -61,7 +61,7 @@ class Validation:
 
     @property
     def region_text(self) -> str:
-        """Per range of N, its validated spans ("N <= 2: wire/compute 0.3-400, S 0.75-45 MB; N 3-8: ...")."""
+        """Per range of N, its validated spans ("N <= 2: wire/compute 0.518-255, S 0.751-44.7 MB; N 3-8: ...")."""
         ranges: list[list] = []  # [lowest N, highest N, spans]: neighbouring N with the same spans share one
         for n in sorted({case.peers for case in self.checked}):
             spans = self.spans_at(n)
@@ -97,8 +97,8 @@ def n_range_text(low: int, high: int) -> str:
 
 
 def span_text(span: tuple[float, float], scale: float = 1.0, unit: str = "") -> str:
-    """"0.52-85", "0.75-45 MB": two significant digits, no exponent."""
-    low, high = (f"{float(f'{value / scale:.2g}'):g}" for value in span)
+    """"0.518-84.9", "0.751-44.7 MB": three significant digits, no exponent."""
+    low, high = (f"{float(f'{value / scale:.3g}'):g}" for value in span)
     text = low if low == high else f"{low}-{high}"
     return f"{text} {unit}" if unit else text
 

@@ -1173,9 +1173,9 @@ def test_a_validation_case_fails_a_rank_starved_beside_its_own_runs_ranks_not_be
         rank(1, 0.93, 14.0, 1.0),   # waited for its own threads, nothing else beside it: holds
         rank(2, 0.15, 3.0, 20.0),   # beside another rank, but hardly waited: holds
         rank(3, 0.99, 15.0, 20.0)]}})  # got its promise: holds
-    assert starved(summary) == ["CPU: rank 0 on host h0: received 15% of its promised CPU and waited 15% of its time in "
-                                "the run queue beyond its quota, while other work ran 20.0 s on its cores (the run's "
-                                "own ranks included)"]
+    assert starved(summary) == ["CPU: rank 0 on host h0: received 15% of its promised CPU and waited 15% of its time "
+                                "in the run queue beyond its quota, while other work ran 20.0 s on its cores (the "
+                                "run's own ranks included)"]
     marked = Summary.from_dict({"isolation": {"faithful": False, "unfaithful": ["rank 0 ..."],
                                               "by_rank": [rank(0, 0.15, 15.0, 20.0)]}})
     assert starved(marked) == []  # already marked by the run's own check, with its reasons
