@@ -20,7 +20,7 @@ from metrics.projection.project import Measured, measure
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
-from metrics.summary.isolation import OTHER_WORK_TOLERANCE, SHARE_TOLERANCE, WAIT_TOLERANCE
+from metrics.summary import isolation
 from netemu.dilation import checked_dilation
 from metrics.summary.schema import Summary
 
@@ -171,18 +171,10 @@ def starved(summary: Summary) -> list[str]:
     machine."""
     if summary.isolation.faithful is False:  # already marked, with its reasons
         return []
-    found = []
-    for row in summary.isolation.by_rank:
-        share, waited, span = row.get("received_share"), row.get("wait_beyond_quota_s"), row.get("in_group_s")
-        if share is None or not span:
-            continue
-        beside = row.get("other_on_cores_s")
-        crowded = beside is None or beside > OTHER_WORK_TOLERANCE * span
-        if share < 1 - SHARE_TOLERANCE and waited > WAIT_TOLERANCE * span and crowded:
-            found.append(f"CPU: rank {row['rank']} on host {row.get('host') or 'unknown'}: received {share:.0%} of its "
-                         f"promised CPU and waited {waited / span:.0%} of its time in the run queue beyond its "
-                         f"quota, while other work ran {beside or 0:.1f} s on its cores (the run's own ranks included)")
-    return found
+    whose = " (the run's own ranks included)"
+    return ["CPU: " + isolation.starved_text(row, row.get("other_on_cores_s"), whose)
+            for row in summary.isolation.by_rank
+            if row.get("wait_beyond_quota_s") is not None and isolation.starved(row, row.get("other_on_cores_s"))]
 
 
 def run_case(overrides: list[str], steps: int, shares: dict[int, float], timeout: float,

@@ -27,6 +27,23 @@ def wait_beyond_quota(figures: dict, period_us: int) -> float:
     return max(0.0, figures["runq_s"] - quota_wait)
 
 
+def starved(row: dict, beside: float | None) -> bool:
+    """A by_rank row (with its quota) short of its promised CPU that waited in the run queue beyond its quota while
+    `beside` seconds of other work ran on its cores (None: not known, taken as crowded)."""
+    short = row["received_share"] is not None and row["received_share"] < 1 - SHARE_TOLERANCE
+    waited = row["wait_beyond_quota_s"] > WAIT_TOLERANCE * row["in_group_s"]
+    crowded = beside is None or beside > OTHER_WORK_TOLERANCE * row["in_group_s"]
+    return short and waited and crowded
+
+
+def starved_text(row: dict, beside: float | None, whose: str = "") -> str:
+    """Why a starved rank did not get its CPU, in one line (`whose`: what `beside` counted)."""
+    waited_share = row["wait_beyond_quota_s"] / row["in_group_s"]
+    other = "" if beside is None else f", while other work ran {beside:.1f} s on its cores{whose}"
+    return (f"rank {row['rank']} on host {row['host'] or 'unknown'}: received {row['received_share']:.0%} of its "
+            f"promised CPU and waited {waited_share:.0%} of its time in the run queue beyond its quota{other}")
+
+
 def placed(results: dict[int, dict | None]) -> dict[int, dict]:
     """The results of the ranks whose machine (one kernel boot id: emulated hosts share it) and cores are known."""
     return {rank: result for rank, result in sorted(results.items())
@@ -70,18 +87,11 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
             row["cpu_promised_s"] = row["quota_cpus"] * row["in_group_s"]
             row["received_share"] = row["cpu_received_s"] / row["cpu_promised_s"] if row["cpu_promised_s"] else None
             row["wait_beyond_quota_s"] = wait_beyond_quota(figures, groups["period_us"])
-            short = row["received_share"] is not None and row["received_share"] < 1 - SHARE_TOLERANCE
-            waited = row["wait_beyond_quota_s"] > WAIT_TOLERANCE * row["in_group_s"]
             row["run_on_cores_s"] = co_tenants.get(rank)
             other = row["other_on_cores_s"]  # the run's own ranks pinned there by its shape are not other work
             foreign = None if other is None else max(0.0, other - (row["run_on_cores_s"] or 0.0))
-            crowded = foreign is None or foreign > OTHER_WORK_TOLERANCE * row["in_group_s"]
-            if short and waited and crowded:
-                waited_share = row["wait_beyond_quota_s"] / row["in_group_s"]
-                beside = "" if foreign is None else f", while other work ran {foreign:.1f} s on its cores"
-                unfaithful.append(f"rank {rank} on host {host or 'unknown'}: received {row['received_share']:.0%} "
-                                  f"of its promised CPU and waited {waited_share:.0%} of its time in the run queue "
-                                  f"beyond its quota{beside}")
+            if starved(row, foreign):
+                unfaithful.append(starved_text(row, foreign))
         if figures.get("error"):
             unfaithful.append(f"rank {rank} on host {host or 'unknown'} ran outside its CPU group: {figures['error']}")
         by_rank.append(row)
