@@ -185,7 +185,7 @@ def summarize(rows: list[dict]) -> dict:
                      "rankings_preserved": sum(p["preserved"] for p in pairs if p["source"] == s)} for s in SOURCES}
     every_ranking = all(p["preserved"] for p in pairs)
     return {"share_within_goal": share, "rankings": pairs, "every_ranking_preserved": every_ranking,
-            "by_source": by_source, "met": share >= GOAL_SHARE and every_ranking}
+            "by_source": by_source, "goal_met": share >= GOAL_SHARE and every_ranking}
 
 
 def structural_run(strategy: str, evidence: Evidence, cases: list[Case]) -> tuple[list[dict], dict]:

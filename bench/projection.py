@@ -99,7 +99,7 @@ def summarize_cases(rows: list[dict]) -> dict:
                             | {k: r[k] for k in ("strategy", "peers", "link_mbit", "probe_mbit_per_stream", "failed",
                                                  "not_run", "unfaithful") if k in r}
                             for r in rows if not r["counted"]],
-            "goals_met": goals_met}
+            "goals_met": goals_met, "goal_met": all(goals_met.values())}
 
 
 def goal_of(strategy: str) -> float:

@@ -119,3 +119,16 @@ def test_no_claim_contradicts_its_printed_ratio(smoke):
     contradicting = [(c["scenario"], c["blocks"], c["noise"], c["contradictions"]) for c in smoke["cells"]
                      if c["contradictions"]]
     assert not contradicting
+
+
+def test_the_goal_is_missed_by_any_cell_over_a_false_claim_bound_with_a_contradiction_or_low_coverage():
+    """Issue 50's bar, cell by cell: a 95 % upper bound of false claims at most 6 %, no contradiction, coverage at
+    least 93 % (a cell without intervals is judged on the other two)."""
+    good = {"scenario": "global null", "blocks": 3, "noise": "log-normal", "false_claim_upper": 0.06,
+            "contradictions": 0, "coverage": 0.93}
+    assert simulation.missed_goals([good, good | {"coverage": None}]) == []
+    missed = simulation.missed_goals([good | {"false_claim_upper": 0.061}, good | {"contradictions": 1},
+                                      good | {"coverage": 0.929, "blocks": 10}])
+    assert missed == ["global null, 3 blocks, log-normal: false claims up to 6.1%",
+                      "global null, 3 blocks, log-normal: 1 contradictions",
+                      "global null, 10 blocks, log-normal: coverage 92.9%"]
