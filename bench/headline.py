@@ -141,6 +141,15 @@ def against_fixed_design(headline: dict, fixed: dict) -> dict:
             "goal_met": ratio <= DESIGN_GOAL and not otherwise and apart_s <= ONE_AFTER_S}
 
 
+def goal_met(ratio: float | None, design: dict | None, replicated: dict | None) -> bool | None:
+    """The entry's goals, each where measured (the wall time against loopback, replication, the fixed design's goal):
+    all met; None where none was measured."""
+    measured = [met for met in (None if ratio is None else ratio <= WALL_TIME_GOAL,
+                                None if replicated is None else replicated["replicates"],
+                                None if design is None else design["goal_met"]) if met is not None]
+    return all(measured) if measured else None
+
+
 def on_this_machine(machine: dict | None) -> bool:
     return machine is not None and describe_machine(machine) == describe_machine(fingerprint())
 
@@ -215,24 +224,27 @@ def run(args: argparse.Namespace) -> None:
     named = [{"path": s["folder"], "kept": False, "summary": f"answers.{i}"} for i, s in enumerate(sweeps)]
     if loopback and "folder" in loopback:
         named.append({"path": loopback["folder"], "kept": False, "summary": "loopback"})
-    result = {"name": "headline",
-              "ratio": max(s["wall_s"] for s in sweeps) / loopback["wall_s"] if loopback else None,
+    wall_ratio = max(s["wall_s"] for s in sweeps) / loopback["wall_s"] if loopback else None
+    result = {"name": "headline", "ratio": wall_ratio,
               "goal": f"wall time <= {WALL_TIME_GOAL}x the headline's on loopback (ratio: the longest sweep / the "
                       "headline on loopback on the same machine, as `loopback` says: measured or estimated); two "
                       "sweeps: the same ranking, no contradicting claims, at least two averaging configurations "
-                      "separated after Holm",
+                      "separated after Holm; against the fixed-horizon design, its goal (fixed_design); each where "
+                      "measured",
               "loopback": loopback,
               "setup": setup, "answers": sweeps,
               "samples": keep_sample(folders[-1], "headline") if not args.no_save else [],
               "sweeps": named,
               "method": methods("bench")["headline"]}
-    result["replication"] = replication(*sweeps) if len(sweeps) == 2 else None  # one sweep: not yet measured
+    replicated = result["replication"] = replication(*sweeps) if len(sweeps) == 2 else None  # one sweep: not measured
+    design = None
     if args.fixed_from:
         fixed = figures_of(args.fixed_from, args.fixed_wall_s)
         design = against_fixed_design(sweeps[-1], fixed)
         result["fixed_design"] = design
         named.append({"path": fixed["folder"], "kept": False, "summary": "fixed_design.sweep"})
         print(json.dumps({k: v for k, v in design.items() if k != "sweep"}, indent=1))
+    result["goal_met"] = goal_met(wall_ratio, design, replicated)
     if result["replication"]:
         print(json.dumps(result["replication"], indent=1))
     if not args.no_save:

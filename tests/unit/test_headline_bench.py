@@ -128,3 +128,19 @@ def test_the_headline_meets_its_design_goal_only_faster_than_six_tenths_and_deci
     assert found["decided_otherwise"] == ["ps vs stepwise: slower / cannot tell",
                                           "ring vs single (2x1): equivalent / cannot tell"]
     assert not found["goal_met"]
+
+
+def test_the_entry_meets_its_goals_only_where_every_measured_goal_is_met():
+    """The benchmarks table's one word: the wall time against loopback, replication and the fixed design's goal,
+    each counted where measured; none measured: no word."""
+    from bench.headline import goal_met
+
+    replicates, differs, met, missed = {"replicates": True}, {"replicates": False}, {"goal_met": True}, {
+        "goal_met": False}
+    assert goal_met(None, None, None) is None
+    assert goal_met(None, met, None) is True
+    assert goal_met(None, missed, None) is False
+    assert goal_met(None, missed, replicates) is False
+    assert goal_met(1.4, met, replicates) is True
+    assert goal_met(1.6, met, replicates) is False  # the wall time over 1.5x loopback's
+    assert goal_met(1.4, met, differs) is False
