@@ -22,7 +22,7 @@ from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.runs import Run, Section  # noqa: E402
-from metrics.report.stats import EQUIVALENT, FASTER, SLOWER  # noqa: E402
+from metrics.report.stats import EQUIVALENT, FASTER, SLOWER, Ratio  # noqa: E402
 from metrics.report.tables import excludes_one  # noqa: E402
 from metrics.report.verdict import noise_of, section_verdict  # noqa: E402
 
@@ -74,6 +74,15 @@ def runs_in(sections: list[Section]) -> list[Run]:
     return [run for section in sections for group in section.groups for run in group.runs]
 
 
+def block_walls(runs: list[Run]) -> dict[str, float]:
+    """Each block's RUNS_WALL: the sum of its runs' own wall clocks, by block number."""
+    walls: dict[str, float] = {}
+    for run in runs:
+        block = str(run.block[1])
+        walls[block] = walls.get(block, 0.0) + run.summary.wall_s
+    return walls
+
+
 def figures_of(folder: Path, wall_s: float | None) -> dict:
     """One sweep's answer, from the report's own analysis."""
     sections, left_out = load_runs([folder])
@@ -88,6 +97,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "wall_s": wall_s if wall_s is not None else runs_s(runs),
         "wall_method": "the command's wall clock" if wall_s is not None else RUNS_WALL,
         "runs_from_to": [min(r.summary.started_at for r in runs), span_end(runs)],  # epoch s, pauses between sessions in
+        "block_wall_s": block_walls(runs),
         "primary": analysis.primary.text,
         "answer": verdict.answer,
         "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
@@ -124,9 +134,13 @@ def replication(first: dict, second: dict) -> dict:
                            and not withheld)}
 
 
+DESIGN_GOAL_TEXT = (f"elapsed time (launch to report) <= {DESIGN_GOAL}x the fixed-horizon design's at the same blocks, "
+                    "measured alone one after the other; every comparison it decides decided alike")
+
+
 def against_fixed_design(headline: dict, fixed: dict) -> dict:
     """The headline, whose runs end at the target, against the fixed-horizon design measured one after the other on
-    this machine: the elapsed-time ratio, and every comparison the fixed design decides decided alike."""
+    this machine: the elapsed-time ratio, each block's, and every comparison the fixed design decides decided alike."""
     claims = {(c["this"], c["other"]): c["claim"] for c in headline["comparisons"]}
     decided = [c for c in fixed["comparisons"] if c["claim"] in DECIDED]
     otherwise = [f"{c['this']} vs {c['other']}: {c['claim']} / {claims.get((c['this'], c['other']), 'absent')}"
@@ -134,11 +148,25 @@ def against_fixed_design(headline: dict, fixed: dict) -> dict:
     ratio = headline["wall_s"] / fixed["wall_s"]
     (start, end), (fixed_start, fixed_end) = headline["runs_from_to"], fixed["runs_from_to"]
     apart_s = max(start - fixed_end, fixed_start - end)  # the gap between the two sweeps
-    return {"sweep": fixed, "ratio": ratio, "decided": len(decided), "decided_otherwise": otherwise,
-            "apart_s": apart_s, "one_after_the_other": apart_s <= ONE_AFTER_S,
-            "goal": f"elapsed time (launch to report) <= {DESIGN_GOAL}x the fixed-horizon design's at the same blocks, "
-                    "measured alone one after the other; every comparison it decides decided alike",
+    walls, fixed_walls = headline.get("block_wall_s", {}), fixed.get("block_wall_s", {})
+    return {"headline_folder": headline["folder"], "sweep": fixed, "ratio": ratio,
+            "block_ratios": {b: walls[b] / fixed_walls[b] for b in sorted(walls) if b in fixed_walls},
+            "decided": len(decided), "decided_otherwise": otherwise,
+            "apart_s": apart_s, "one_after_the_other": apart_s <= ONE_AFTER_S, "goal": DESIGN_GOAL_TEXT,
             "goal_met": ratio <= DESIGN_GOAL and not otherwise and apart_s <= ONE_AFTER_S}
+
+
+def against_fixed_designs(sweeps: list[dict], fixed: list[dict]) -> dict:
+    """Each fixed-design sweep against the headline sweep it was measured beside (the last len(fixed) sweeps, in
+    order): every pair's goal met, and the blocks' ratios over all pairs (RUNS_WALL per block; their geometric mean
+    and 95 % t-interval describe the spread, the goal is each pair's)."""
+    pairs = [against_fixed_design(headline, design) for headline, design in zip(sweeps[-len(fixed):], fixed,
+                                                                               strict=True)]
+    blocks = Ratio([r for pair in pairs for r in pair["block_ratios"].values()])
+    return {"pairs": pairs, "block_ratio": blocks.estimate if blocks.n else None,
+            "block_interval_95": blocks.interval(), "blocks": blocks.n,
+            "goal": DESIGN_GOAL_TEXT + ", in every pair of sweeps",
+            "goal_met": all(pair["goal_met"] for pair in pairs)}
 
 
 def goal_met(ratio: float | None, design: dict | None, replicated: dict | None) -> bool | None:
@@ -239,11 +267,13 @@ def run(args: argparse.Namespace) -> None:
     replicated = result["replication"] = replication(*sweeps) if len(sweeps) == 2 else None  # one sweep: not measured
     design = None
     if args.fixed_from:
-        fixed = figures_of(args.fixed_from, args.fixed_wall_s)
-        design = against_fixed_design(sweeps[-1], fixed)
-        result["fixed_design"] = design
-        named.append({"path": fixed["folder"], "kept": False, "summary": "fixed_design.sweep"})
-        print(json.dumps({k: v for k, v in design.items() if k != "sweep"}, indent=1))
+        fixed = [figures_of(f, wall) for f, wall in zip(args.fixed_from, args.fixed_wall_s or [None] * len(
+            args.fixed_from), strict=True)]
+        design = result["fixed_design"] = against_fixed_designs(sweeps, fixed)
+        named.extend({"path": f["folder"], "kept": False, "summary": f"fixed_design.pairs.{i}.sweep"}
+                     for i, f in enumerate(fixed))
+        print(json.dumps({k: v for k, v in design.items() if k != "pairs"} | {
+            "pairs": [{k: v for k, v in pair.items() if k != "sweep"} for pair in design["pairs"]]}, indent=1))
     result["goal_met"] = goal_met(wall_ratio, design, replicated)
     if result["replication"]:
         print(json.dumps(result["replication"], indent=1))
@@ -261,10 +291,12 @@ def main() -> int:
                         help="one sweep: record it without checking it against the last one recorded")
     parser.add_argument("--wall-s", type=float, nargs="+", metavar="S",
                         help="with --from: each sweep's command wall clock (launch to report), measured outside")
-    parser.add_argument("--fixed-from", type=Path, metavar="DIR",
-                        help="the fixed-horizon design (eval_in_training=false), a completed sweep measured one after "
-                             "the latest sweep: the elapsed-time comparison")
-    parser.add_argument("--fixed-wall-s", type=float, metavar="S", help="its command wall clock (launch to report)")
+    parser.add_argument("--fixed-from", type=Path, nargs="+", metavar="DIR",
+                        help="the fixed-horizon design (eval_in_training=false), completed sweeps, each measured one "
+                             "after (or before) its headline sweep, the last ones in order: the elapsed-time "
+                             "comparison")
+    parser.add_argument("--fixed-wall-s", type=float, nargs="+", metavar="S",
+                        help="their command wall clocks (launch to report), one per --fixed-from folder")
     parser.add_argument("--loopback-from", type=Path, metavar="DIR",
                         help="the headline on loopback, a completed sweep: the wall-time ratio's denominator")
     add_saving_options(parser)
@@ -273,6 +305,10 @@ def main() -> int:
         parser.error("--from takes one or two sweep folders")
     if args.wall_s and len(args.wall_s) != len(args.from_ or []):
         parser.error("--wall-s takes one wall clock per --from folder")
+    if args.fixed_wall_s and len(args.fixed_wall_s) != len(args.fixed_from or []):
+        parser.error("--fixed-wall-s takes one wall clock per --fixed-from folder")
+    if args.fixed_from and len(args.fixed_from) > len(args.from_ or [None] * (args.sweeps or 0)):
+        parser.error("--fixed-from takes at most one folder per headline sweep")
     run(args)
     return 0
 

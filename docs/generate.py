@@ -229,20 +229,32 @@ def wall_time_line(entry: dict) -> str:
 
 
 def design_line(entry: dict) -> str:
-    """The headline, whose runs end at the target, against the fixed-horizon design (bench/headline.py)."""
+    """The headline, whose runs end at the target, against the fixed-horizon design (bench/headline.py): each pair
+    of sweeps, then the blocks over all pairs."""
     found = entry.get("fixed_design")
     if not found:
         return "Against the fixed-horizon design (`eval_in_training=false`): not measured on this machine."
-    fixed, otherwise = found["sweep"], found["decided_otherwise"]
-    decided = (f"each of the {found['decided']} comparisons it decides decided alike" if not otherwise else
+    lines = ["Runs that end at the target, against the fixed-horizon design (`eval_in_training=false`, every run "
+             "to `max_steps`), each pair measured alone."] + [pair_line(pair) for pair in found["pairs"]]
+    if len(found["pairs"]) > 1 or found["block_interval_95"]:
+        lines.append(f"Per block (the sum of its runs' wall clocks, headline / fixed, {found['blocks']} blocks over "
+                     f"{len(found['pairs'])} pairs): geometric mean "
+                     f"{times(found['block_ratio'], found['block_interval_95'])}.")
+    lines.append(f"Goal: at most {DESIGN_GOAL}× and every decision kept, in every pair: "
+                 f"**{'met' if found['goal_met'] else 'missed'}**.")
+    return " ".join(lines)
+
+
+def pair_line(pair: dict) -> str:
+    """One headline sweep against the fixed-horizon sweep measured beside it."""
+    fixed, otherwise = pair["sweep"], pair["decided_otherwise"]
+    decided = (f"each of the {pair['decided']} comparisons it decides decided alike" if not otherwise else
                f"decided otherwise: {'; '.join(otherwise)}")
-    apart = ("measured one after the other" if found.get("one_after_the_other") else
-             f"measured {found['apart_s'] / 3600:.1f} h apart, not one after the other" if "apart_s" in found else
-             "not recorded whether measured one after the other")
-    return (f"Runs that end at the target: this sweep took **{found['ratio']:.2f}×** the elapsed time of the "
-            f"fixed-horizon design (`eval_in_training=false`, every run to `max_steps`: {fixed['wall_s'] / 60:.0f} "
-            f"min, {fixed['wall_method']}, ended {fixed['measured_at']}, {apart}); {decided}. "
-            f"Goal: at most {DESIGN_GOAL}× and every decision kept: **{'met' if found['goal_met'] else 'missed'}**.")
+    apart = ("measured one after the other" if pair["one_after_the_other"] else
+             f"measured {pair['apart_s'] / 3600:.1f} h apart, not one after the other")
+    return (f"The sweep {pair['headline_folder']} took **{pair['ratio']:.2f}×** the fixed design's elapsed time "
+            f"({fixed['wall_s'] / 60:.0f} min, {fixed['wall_method']}, ended {fixed['measured_at']}, {apart}); "
+            f"{decided} ({'met' if pair['goal_met'] else 'missed'}).")
 
 
 def replication_line(entry: dict) -> str:

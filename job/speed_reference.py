@@ -3,7 +3,7 @@ timed with training's clock stopped and its model and RNG untouched (docs/runs.m
 import copy
 import statistics
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from omegaconf import DictConfig
@@ -15,6 +15,17 @@ from job.device import PeerDevice
 MIN_TIMING_S = 0.02  # a timing spans at least this long, so the timer's and the scheduler's jitter stay small in it
 
 
+class Measurement(TypedDict):
+    """One pause: its step and training's wall clock there, when it began (epoch s), the median timing and every
+    timing (seconds of one pass), and the pause it cost."""
+    step: int
+    wall_s: float
+    at: float
+    seconds: float
+    times: list[float]
+    pause_s: float
+
+
 class SpeedReference:
     """Times the fixed work; measure() at the pauses, record() for result.json."""
 
@@ -22,7 +33,7 @@ class SpeedReference:
                  device: PeerDevice):
         self.model, self.x, self.y = model, x, y
         self.repetitions, self.max_share, self.device = repetitions, max_share, device
-        self.measurements: list[dict[str, float]] = []
+        self.measurements: list[Measurement] = []
         self.cost_s = 0.0
         self.passes = 0  # forward and backward passes per timing: set at the first measurement
 
@@ -81,7 +92,7 @@ class SpeedReference:
         pause_s = time.perf_counter() - started
         self.cost_s += pause_s
         self.measurements.append({"step": step, "wall_s": train_wall_s, "at": at,
-                                  "seconds": statistics.median(times), "pause_s": pause_s})
+                                  "seconds": statistics.median(times), "times": times, "pause_s": pause_s})
         return pause_s
 
     def record(self) -> dict[str, Any]:

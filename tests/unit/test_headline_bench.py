@@ -114,20 +114,44 @@ def test_the_headline_meets_its_design_goal_only_faster_than_six_tenths_and_deci
     fixed = sweep(RANKING, AGREEING | {("ring", "single (2x1)"): "equivalent"}) | {"wall_s": 3000.0,
                                                                                  "runs_from_to": [0.0, 3000.0]}
     alike = sweep(RANKING, AGREEING | {("ring", "single (2x1)"): "equivalent", ("ring", "stepwise"): "faster"})
-    after = {"wall_s": 1500.0, "runs_from_to": [3060.0, 4560.0]}  # a minute after the fixed design's last run
+    after = {"folder": "h", "wall_s": 1500.0, "runs_from_to": [3060.0, 4560.0]}  # a minute after the fixed design
     found = against_fixed_design(alike | after, fixed)
     assert (found["ratio"], found["decided"], found["decided_otherwise"], found["goal_met"]) == (0.5, 3, [], True)
     assert found["one_after_the_other"] and found["apart_s"] == 60
     assert not against_fixed_design(alike | after | {"wall_s": 1801.0}, fixed)["goal_met"]  # 0.60x: over the goal
-    next_day = against_fixed_design(alike | {"wall_s": 1500.0, "runs_from_to": [90_000.0, 91_500.0]}, fixed)
+    next_day = against_fixed_design(alike | after | {"runs_from_to": [90_000.0, 91_500.0]}, fixed)
     assert not next_day["one_after_the_other"] and not next_day["goal_met"]
-    before = against_fixed_design(alike | {"wall_s": 1500.0, "runs_from_to": [-1600.0, -100.0]}, fixed)
+    before = against_fixed_design(alike | after | {"runs_from_to": [-1600.0, -100.0]}, fixed)
     assert before["apart_s"] == 100 and before["goal_met"]  # the fixed design right after it counts alike
     undecided = sweep(RANKING, AGREEING | {("ps", "stepwise"): "cannot tell"}) | after
     found = against_fixed_design(undecided, fixed)
     assert found["decided_otherwise"] == ["ps vs stepwise: slower / cannot tell",
                                           "ring vs single (2x1): equivalent / cannot tell"]
     assert not found["goal_met"]
+
+
+def test_every_pair_of_sweeps_must_meet_the_design_goal_and_the_blocks_pool_over_pairs():
+    """Two pairs measured one after the other: each headline sweep against the fixed sweep beside it, in order; the
+    goal is every pair's; the blocks' ratios (block wall clocks, headline / fixed) pool over both pairs."""
+    from bench.headline import against_fixed_designs
+
+    def timed(walls, start):
+        return {"folder": f"at{start}", "wall_s": sum(walls), "runs_from_to": [start, start + sum(walls)],
+                "block_wall_s": {str(b): w for b, w in enumerate(walls)}}
+
+    fixed = [sweep(RANKING, AGREEING) | timed([200.0, 400.0], 0.0), sweep(RANKING, AGREEING) | timed([100.0, 100.0],
+                                                                                                   5000.0)]
+    heads = [sweep(RANKING, AGREEING) | timed([100.0, 200.0], 700.0),  # 0.5 in both blocks
+             sweep(RANKING, AGREEING) | timed([50.0, 80.0], 4800.0)]  # 0.5 and 0.8: the pair at 0.65
+    found = against_fixed_designs(heads, fixed)
+    assert [p["headline_folder"] for p in found["pairs"]] == ["at700.0", "at4800.0"]
+    assert [p["block_ratios"] for p in found["pairs"]] == [{"0": 0.5, "1": 0.5}, {"0": 0.5, "1": 0.8}]
+    assert found["blocks"] == 4 and found["block_ratio"] == pytest.approx(0.1 ** 0.25)  # (0.5^3 x 0.8)^(1/4)
+    assert found["block_interval_95"] == pytest.approx([0.3869, 0.8173], abs=1e-4)  # t on 3 df of the log ratios
+    assert [p["goal_met"] for p in found["pairs"]] == [True, False] and not found["goal_met"]
+    assert against_fixed_designs(heads[:1], fixed[:1])["goal_met"]
+    only_last = against_fixed_designs(heads, fixed[1:])  # one fixed sweep: beside the last headline sweep
+    assert [p["headline_folder"] for p in only_last["pairs"]] == ["at4800.0"]
 
 
 def test_the_entry_meets_its_goals_only_where_every_measured_goal_is_met():
