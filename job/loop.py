@@ -123,8 +123,8 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
         wall = paused_at - start
         snapshots.take(model, hold=step == 0 and last_step > 0, step=step, wall_s=wall, train_s=wall - paused_s,
                        samples=samples)
-        if reference:  # the machine's speed, measured in the same pause
-            reference.measure(step, time.perf_counter() - start, force=step == 0)
+        if reference and step:  # the machine's speed, in the same pause; from training's first steps (docs/runs.md)
+            reference.measure(step, time.perf_counter() - start, force=not reference.measurements)
         reached = snapshots.target_reached
         all_reached, all_at_target, start_unneeded = strategy.resume_together(
             [reached, reached or snapshots.at_target, not snapshots.start_needed])

@@ -1,6 +1,7 @@
 """The machine's speed during a run: forward and backward of a copy of the worker's initial model on a fixed batch,
 timed with training's clock stopped and its model and RNG untouched (docs/runs.md: speed_reference)."""
 import copy
+import resource
 import statistics
 import time
 from typing import Any, TypedDict
@@ -17,12 +18,13 @@ MIN_TIMING_S = 0.02  # a timing spans at least this long, so the timer's and the
 
 class Measurement(TypedDict):
     """One pause: its step and training's wall clock there, when it began (epoch s), the median timing and every
-    timing (seconds of one pass), and the pause it cost."""
+    timing (seconds of one pass), the process's minor page faults per timed pass, and the pause it cost."""
     step: int
     wall_s: float
     at: float
     seconds: float
     times: list[float]
+    minor_faults: float
     pause_s: float
 
 
@@ -88,11 +90,14 @@ class SpeedReference:
         with torch.random.fork_rng(devices=[self.device.device] if self.device.is_cuda else []):
             if not self.passes:
                 self._calibrate()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             times = [self._timing_s() for _ in range(self.repetitions)]
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         pause_s = time.perf_counter() - started
         self.cost_s += pause_s
         self.measurements.append({"step": step, "wall_s": train_wall_s, "at": at,
-                                  "seconds": statistics.median(times), "times": times, "pause_s": pause_s})
+                                  "seconds": statistics.median(times), "times": times,
+                                  "minor_faults": faults / (self.repetitions * self.passes), "pause_s": pause_s})
         return pause_s
 
     def record(self) -> dict[str, Any]:

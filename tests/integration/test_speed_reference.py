@@ -40,7 +40,7 @@ def test_the_reference_leaves_training_identical_under_a_collective(tmp_path):
         result = run_train(run_dir, *common, f"speed_reference.repetitions={repetitions}")
         assert result.returncode == 0, result.stderr
     measured = [r["speed_reference"]["measurements"] for r in results(with_reference, (0, 1))]
-    assert all(m[0]["step"] == 0 and m[-1]["step"] == 12 for m in measured)
+    assert all(m[0]["step"] == 3 and m[-1]["step"] == 12 for m in measured)  # from the first pause after training began
     assert "speed_reference" not in results(without, (0,))[0] and summary_of(without)["speed_reference"] is None
     assert param_digests(with_reference, (0, 1)) == param_digests(without, (0, 1))
     for rank in (0, 1):
@@ -92,6 +92,9 @@ def test_the_same_run_alone_moves_less_than_a_core_taken_and_is_marked_as_far_as
     assert done.returncode == 0, done.stderr
     reference = summary_of(run_dir)["speed_reference"]
     assert [r["measurements"] >= 5 for r in reference["by_rank"].values()] == [True], reference
+    # first timed once training's steps have left the allocator its pages: its passes map none (at step 0, ~200 each)
+    first = results(run_dir, (0,))[0]["speed_reference"]["measurements"][0]
+    assert first["step"] > 0 and first["minor_faults"] < 20, first
     assert reference["moved"] < 0.5, reference
     assert reference["beyond_tolerance"] is (reference["moved"] > reference["tolerance"]), reference
     mark = load_run(run_dir).speed_moved()
