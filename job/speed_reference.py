@@ -90,9 +90,9 @@ class SpeedReference:
         with torch.random.fork_rng(devices=[self.device.device] if self.device.is_cuda else []):
             if not self.passes:
                 self._calibrate()
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             times = [self._timing_s() for _ in range(self.repetitions)]
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
         pause_s = time.perf_counter() - started
         self.cost_s += pause_s
         self.measurements.append({"step": step, "wall_s": train_wall_s, "at": at,
