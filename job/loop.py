@@ -174,8 +174,9 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
                 break
     finally:
         clock.close()
+    drained = {"wire_after_training": wire.drained()} if wire else {}
     if reference:
         reference.measure(step, time.perf_counter() - start, force=True)  # after the last step
     strategy.trained()
-    return {"steps": step, "samples": samples, "stopped_at_target": all_reached} | (
+    return {"steps": step, "samples": samples, "stopped_at_target": all_reached} | drained | (
         {"speed_reference": reference.record()} if reference else {})

@@ -7,6 +7,9 @@ import psutil
 
 from metrics.recording.jsonl import JsonlWriter
 
+DRAIN_QUIET_S = 0.25  # a drained interface sends nothing for this long (past a 50 ms link queue and TCP's 200 ms RTO)
+DRAIN_TIMEOUT_S = 3.0
+
 
 def read_net_dev(path: str = "/proc/net/dev") -> dict[str, tuple[int, int]]:
     """Interface -> (rx_bytes, tx_bytes) for this process's network namespace."""
@@ -40,6 +43,19 @@ class WireCounter:
         now = net_totals()
         return {"wire_tx_bytes": now["net_tx_bytes"] - self.first["net_tx_bytes"],
                 "wire_rx_bytes": now["net_rx_bytes"] - self.first["net_rx_bytes"]}
+
+    def drained(self, quiet_s: float = DRAIN_QUIET_S, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, int]:
+        """since_start() once the interface has sent nothing for quiet_s, or after timeout_s: bytes handed to the
+        kernel in a step can still wait in the socket and the link's queue when the step ends."""
+        deadline = time.monotonic() + timeout_s
+        last = self.since_start()
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            now = self.since_start()
+            if now["wire_tx_bytes"] == last["wire_tx_bytes"]:
+                return now
+            last = now
+        return last
 
 
 class IntervalSampler(threading.Thread):

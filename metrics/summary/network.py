@@ -3,20 +3,23 @@ import json
 
 from metrics.summary.bounds import LinkBound, link_efficiency
 from metrics.recording.jsonl import read_jsonl
-from metrics.recording.rundir import RunDir
+from metrics.recording.rundir import PeerDir, RunDir
 from metrics.recording.methods import methods
+from metrics.recording.sampler import DRAIN_QUIET_S, DRAIN_TIMEOUT_S
 
-METHODS = methods("network")
+METHODS = methods("network", DRAIN_QUIET_S=DRAIN_QUIET_S, DRAIN_TIMEOUT_S=DRAIN_TIMEOUT_S)
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def wire_figures(steps: list[dict]) -> dict:
+def wire_figures(steps: list[dict], drained: dict | None = None) -> dict:
+    """Payload against wire bytes: those read once the interface drained after training (a peer that ended its run),
+    else the last step's."""
     sent = sum(s["bytes_sent"] for s in steps)
     recv = sum(s["bytes_recv"] for s in steps)
-    tx, rx = steps[-1]["wire_tx_bytes"], steps[-1]["wire_rx_bytes"]
+    tx, rx = ((drained or steps[-1])[key] for key in ("wire_tx_bytes", "wire_rx_bytes"))
     return {
         "payload_sent_bytes": sent, "payload_recv_bytes": recv,
         "wire_tx_bytes": tx, "wire_rx_bytes": rx,
@@ -33,6 +36,13 @@ def built_links(run: RunDir, figure: str) -> list:
 def link_rates(run: RunDir) -> list[float | None]:
     """Mbit/s of each process's link, as the placement built it (None: unshaped)."""
     return built_links(run, "bandwidth_mbit")
+
+
+def drained_wire(peer: PeerDir) -> dict | None:
+    """The wire counters a peer read after training, once its interface had drained (job/loop.py)."""
+    if not peer.result.exists():
+        return None
+    return json.loads(peer.result.read_text()).get("wire_after_training")
 
 
 def busiest(wire: dict[int, dict]) -> dict | None:
@@ -52,7 +62,7 @@ def network_section(run: RunDir, config: dict, strategy: LinkBound = LinkBound()
     logged = {peer.rank: read_jsonl(peer.steps) for peer in run.peers()}
     steps_by_rank = {rank: steps for rank, steps in logged.items() if steps and "wire_tx_bytes" in steps[-1]}
     rates = link_rates(run)
-    wire = {rank: wire_figures(steps) for rank, steps in steps_by_rank.items()}
+    wire = {rank: wire_figures(steps, drained_wire(run.peer(rank))) for rank, steps in steps_by_rank.items()}
     sent = sum(w["payload_sent_bytes"] for w in wire.values())
     tx = sum(w["wire_tx_bytes"] for w in wire.values())
     return {

@@ -90,6 +90,27 @@ def test_links_are_shaped_and_counted_per_host():
         assert_fabric_gone(description)
 
 
+SEND_COUNTED = ("import json, socket, sys; from metrics.recording.sampler import WireCounter; wire = WireCounter()\n"
+                "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"
+                "s.connect((sys.argv[1], 5000)); s.sendall(b'x' * int(sys.argv[2]))\n"
+                "print(json.dumps([wire.since_start(), wire.drained()]))")
+
+
+@pytest.mark.timeout(60)
+def test_wire_counter_reads_the_bytes_still_queued_when_a_send_returns():
+    """sendall returns once the bytes are the kernel's: with a 1 MB socket buffer, about 1 MB of them are still to
+    cross a 20 Mbit/s link (0.4 s). The drained reading counts them, as a run's last step needs."""
+    size = 2_000_000
+    with Fabric(2, [20, 20]) as fabric:
+        a, b = fabric.hosts
+        server = in_host(b, RECEIVE)
+        assert server.stdout.readline() == "ready\n", "the receiver did not listen"
+        at_return, drained = json.loads(in_host(a, SEND_COUNTED, b.addr, str(size)).communicate(timeout=30)[0])
+        assert int(server.communicate(timeout=30)[0]) == size
+    assert at_return["wire_tx_bytes"] < size - 200_000  # the case under test: bytes were still queued
+    assert size <= drained["wire_tx_bytes"] <= 1.1 * size, drained
+
+
 FRAMES = ("print(*next(line.split(':')[1].split()[8:10] for line in open('/proc/net/dev') "  # eth0's tx bytes, packets
           "if line.strip().startswith('eth0:')))")
 
