@@ -26,7 +26,7 @@ from launchers.config import strategy_by_name  # noqa: E402
 from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.evidence import EVIDENCE  # noqa: E402
 from metrics.projection.evidence import validations  # noqa: E402
-from metrics.recording.machine import describe_machine  # noqa: E402
+from metrics.recording.machine import describe_machine, same_machine  # noqa: E402
 from metrics.report.noise import planning_noise, upper_log_sd  # noqa: E402
 from metrics.report.primary import Primary  # noqa: E402
 from metrics.report.stats import detectable, power  # noqa: E402
@@ -325,6 +325,15 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
             f"{' and '.join(pct(p, 0) for p in found)}")
 
 
+def noise_machines(rows: list[dict], headline: dict) -> str:
+    """Whose noise the headline's row plans from: the sweeps' machine's, or (planning_noise) each strategy's noisiest
+    row from other machines."""
+    if all(same_machine(r["machine"], headline["machine"]) for r in rows):
+        return "measured on the sweeps' machine"
+    others = sorted({f"{describe_machine(r['machine'])}, {r['measured_at'][:10]}" for r in rows})
+    return f"not measured on the sweeps' machine: each strategy's noisiest recorded row, from {'; '.join(others)}"
+
+
 def commands() -> str:
     """The README's first screen: each command, what it answers, its measured time and what its blocks decide."""
     entries = load_all()
@@ -334,14 +343,14 @@ def commands() -> str:
     config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
     blocks, family, strategies = int(config["repeats"]), 6, ["ps", "ring", "stepwise"]
     primary = Primary("time_to_target", *(config["target"][k] for k in ("metric", "value", "estimator")))
-    sd, df, _ = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies)
+    sd, df, _, rows = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline["machine"])
     upper = upper_log_sd(sd, df)
     effect = float(config["report"]["smallest_effect"])
     decides = (f"{blocks} blocks: ratios beyond ×/÷{detectable(sd, blocks, family):.2f} at 80 % power after Holm over "
                f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the noise's 95 % upper bound); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
-               f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator})"
+               f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; {noise_machines(rows, headline)})"
                + simulated_power(entries, blocks, effect))
     if samples := headline.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"

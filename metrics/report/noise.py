@@ -5,7 +5,7 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from scipy.stats import chi2
 
@@ -127,11 +127,18 @@ def seeds_of(row: Json) -> int:
     return row["seeds"] if "seeds" in row else row["blocks"]
 
 
+class PlanningNoise(NamedTuple):
+    log_sd: float  # pooled over the rows
+    df: int
+    where: str  # where it comes from, in words
+    rows: list[Json]  # the primary_noise rows pooled
+
+
 def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str],
-                   machine: dict | None = None) -> tuple[float, int, str]:
-    """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, and where it comes
-    from; ValueError, saying what to run, where none is recorded. With a machine (its fingerprint): that machine's
-    rows (rows_for_machine); without: every machine's."""
+                   machine: dict | None = None) -> PlanningNoise:
+    """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, where it comes from
+    and its rows; ValueError, saying what to run, where none is recorded. With a machine (its fingerprint): that
+    machine's rows (rows_for_machine); without: every machine's."""
     try:
         rows: list[Json] = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY),
                                 {"rows": []})["rows"]
@@ -168,7 +175,7 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
                          "plan from")
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, "
                       f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
-    return pooled, sum(df for df, _ in spreads if df > 0), whose + where
+    return PlanningNoise(pooled, sum(df for df, _ in spreads if df > 0), whose + where, found)
 
 
 def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], str]:

@@ -94,3 +94,15 @@ def test_an_interrupted_abba_goes_on_from_its_log_without_measuring_again(tmp_pa
     other.write_text('{"pair": 0, "arm": false, "result": {}}\n')  # another order's log
     with pytest.raises(ValueError, match="holds pair 0 arm False where pair 0 arm True comes next"):
         abba(3, measure, other)
+
+
+def test_a_cost_log_from_two_machines_is_refused():
+    from bench.reference_cost import one_machine
+
+    here = {"cpu_vendor": "GenuineIntel", "cpu_model_name": "Xeon", "cpu_family": "6", "cpu_model": "207",
+            "cpu_mhz": 2100, "cores": 2, "kernel": "6.18"}
+    there = here | {"cpu_model": "167", "cpu_mhz": 2600}
+    assert one_machine([{"machine": here}, {"machine": dict(here)}]) == here
+    for mixed in ([{"machine": here}, {"machine": there}], [{"machine": here}, {}]):  # {}: an older log's run
+        with pytest.raises(ValueError, match="more than one machine"):
+            one_machine(mixed)

@@ -8,6 +8,7 @@ argument parser, `make` as a target of the Makefile.
 import argparse
 import importlib.util
 import itertools
+import json
 import re
 import runpy
 import shlex
@@ -15,9 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
+from bench.results import load_all
 from helpers import ROOT
+from metrics.recording.evidence import EVIDENCE
+from metrics.recording.machine import describe_machine, same_machine
 
 README = ROOT / "README.md"
 LAB_LOG = ROOT / "docs" / "lab-log.md"
@@ -97,6 +102,20 @@ def test_measured_tables_name_their_date_and_machine():
         text = generate.render(spec)
         assert re.search(r"\d{4}-\d{2}-\d{2}", text), spec
         assert "cores" in text, spec  # the machine, from metrics/recording/machine.py's fingerprint
+
+
+def test_the_headline_row_names_where_its_noise_was_measured():
+    """The power the README claims for the headline's blocks rests on recorded noise: that noise's machine is named
+    where it is not the sweeps' own."""
+    headline = load_all()["headline"]
+    target = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["target"]
+    rows = [r for r in next(e for e in json.loads(EVIDENCE.read_text())["results"] if e["name"] == "primary_noise")
+            ["rows"] if r.get("estimator") == target["estimator"] and r.get("model") == "resnet18"
+            and r.get("strategy") in ("ps", "ring", "stepwise")]
+    cell = next(line for line in generate.commands().splitlines() if "strategy=ring,stepwise,ps" in line)
+    assert rows
+    for row in rows:
+        assert same_machine(row["machine"], headline["machine"]) or describe_machine(row["machine"]) in cell, cell
 
 
 # --- README ------------------------------------------------------------------------------
