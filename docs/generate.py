@@ -343,14 +343,14 @@ def commands() -> str:
     config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
     blocks, family, strategies = int(config["repeats"]), 6, ["ps", "ring", "stepwise"]
     primary = Primary("time_to_target", *(config["target"][k] for k in ("metric", "value", "estimator")))
-    sd, df, _, rows = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline["machine"])
+    sd, df, _, noise_rows = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline["machine"])
     upper = upper_log_sd(sd, df)
     effect = float(config["report"]["smallest_effect"])
     decides = (f"{blocks} blocks: ratios beyond ×/÷{detectable(sd, blocks, family):.2f} at 80 % power after Holm over "
                f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the noise's 95 % upper bound); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
-               f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; {noise_machines(rows, headline)})"
+               f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; {noise_machines(noise_rows, headline)})"
                + simulated_power(entries, blocks, effect))
     if samples := headline.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
