@@ -350,7 +350,8 @@ def commands() -> str:
                f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the noise's 95 % upper bound); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
-               f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; {noise_machines(noise_rows, headline)})"
+               f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; "
+               f"{noise_machines(noise_rows, headline)})"
                + simulated_power(entries, blocks, effect))
     if samples := headline.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
