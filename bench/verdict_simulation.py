@@ -17,7 +17,7 @@ from bench.jobs import choices
 from bench.results import RESULTS, load
 from bench.run_folders import BlockRun, write_sweep
 from metrics.report.baselines import conf_file, load_runs
-from metrics.report.noise import rows_for_machine
+from metrics.report.noise import rows_for_machine, rows_phrase
 from metrics.report.runs import CONF_DIR
 from metrics.report.stats import FASTER, SLOWER
 from metrics.report.tables import excludes_one
@@ -56,7 +56,7 @@ def fitted(results: dict, estimator: str | None = None) -> dict:
     answers = results["headline"]["answers"]
     rows = [r for r in results["primary_noise"]["rows"] if r["strategy"] in CONFIGURATIONS
             and r["figure"] == "time_to_target" and r.get("estimator") == estimator and r["log_sd"] is not None]
-    rows, whose = rows_for_machine(rows, answers[-1]["machine"])
+    rows, own_machine = rows_for_machine(rows, answers[-1]["machine"])
     df = sum(r["blocks"] - 1 for r in rows)
     paired_sd = math.sqrt(sum((r["blocks"] - 1) * r["log_sd"] ** 2 for r in rows) / df)
     compared_runs = sum(2 * (r["blocks"] + r["censored"]) for r in rows)
@@ -69,8 +69,8 @@ def fitted(results: dict, estimator: str | None = None) -> dict:
             "horizon_z": float(norm.ppf(1 - miss_rate)),
             "crash_rate": jeffreys(crashes, runs), "crashes": crashes, "runs": runs,
             "sources": ["primary_noise", "headline"], "estimator": estimator,
-            "rows": whose + "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r['blocks']} blocks, {r['measured_at']})"
-                                      for r in rows)}
+            "rows": rows_phrase(own_machine, answers[-1]["machine"])
+            + "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({r['blocks']} blocks, {r['measured_at']})" for r in rows)}
 
 
 def noise(rng: np.random.Generator, kind: str, log_sd: float) -> float:

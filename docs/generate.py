@@ -26,8 +26,8 @@ from launchers.config import strategy_by_name  # noqa: E402
 from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.evidence import EVIDENCE  # noqa: E402
 from metrics.projection.evidence import validations  # noqa: E402
-from metrics.recording.machine import describe_machine, same_machine  # noqa: E402
-from metrics.report.noise import planning_noise, upper_log_sd  # noqa: E402
+from metrics.recording.machine import describe_machine  # noqa: E402
+from metrics.report.noise import PlanningNoise, planning_noise, upper_log_sd  # noqa: E402
 from metrics.report.primary import Primary  # noqa: E402
 from metrics.report.stats import detectable, power  # noqa: E402
 
@@ -325,12 +325,12 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
             f"{' and '.join(pct(p, 0) for p in found)}")
 
 
-def noise_machines(rows: list[dict], headline: dict) -> str:
+def noise_machines(noise: PlanningNoise) -> str:
     """Whose noise the headline's row plans from: the sweeps' machine's, or (planning_noise) each strategy's noisiest
     row from other machines."""
-    if all(same_machine(r["machine"], headline["machine"]) for r in rows):
+    if noise.own_machine:
         return "measured on the sweeps' machine"
-    others = sorted({f"{describe_machine(r['machine'])}, {r['measured_at'][:10]}" for r in rows})
+    others = sorted({f"{describe_machine(r['machine'])}, {r['measured_at'][:10]}" for r in noise.rows})
     return f"not measured on the sweeps' machine: each strategy's noisiest recorded row, from {'; '.join(others)}"
 
 
@@ -343,7 +343,8 @@ def commands() -> str:
     config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
     blocks, family, strategies = int(config["repeats"]), 6, ["ps", "ring", "stepwise"]
     primary = Primary("time_to_target", *(config["target"][k] for k in ("metric", "value", "estimator")))
-    sd, df, _, noise_rows = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline["machine"])
+    noise = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline["machine"])
+    sd, df = noise.log_sd, noise.df
     upper = upper_log_sd(sd, df)
     effect = float(config["report"]["smallest_effect"])
     decides = (f"{blocks} blocks: ratios beyond ×/÷{detectable(sd, blocks, family):.2f} at 80 % power after Holm over "
@@ -351,7 +352,7 @@ def commands() -> str:
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
                f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; "
-               f"{noise_machines(noise_rows, headline)})"
+               f"{noise_machines(noise)})"
                + simulated_power(entries, blocks, effect))
     if samples := headline.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"

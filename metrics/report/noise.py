@@ -132,6 +132,7 @@ class PlanningNoise(NamedTuple):
     df: int
     where: str  # where it comes from, in words
     rows: list[Json]  # the primary_noise rows pooled
+    own_machine: bool  # the rows are the machine's planned for (rows_for_machine); False without a machine
 
 
 def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str],
@@ -157,9 +158,10 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python bench/primary_noise.py multirun/noise` (it records into "
             "bench/results/primary_noise.json and conf/evidence.json)")
-    whose = ""
+    whose, own_machine = "", False
     if machine is not None:
-        found, whose = rows_for_machine(found, machine)
+        found, own_machine = rows_for_machine(found, machine)
+        whose = rows_phrase(own_machine, machine)
     missed = [r for r in found if r["log_sd"] is None]
     if missed:
         raise ValueError("; ".join(
@@ -175,17 +177,24 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
                          "plan from")
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, "
                       f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
-    return PlanningNoise(pooled, sum(df for df, _ in spreads if df > 0), whose + where, found)
+    return PlanningNoise(pooled, sum(df for df, _ in spreads if df > 0), whose + where, found, own_machine)
 
 
-def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], str]:
+def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], bool]:
     """The rows measured on `machine` where they cover every strategy of `rows`; else each strategy's noisiest row (a
-    plan from a quieter machine's noise would be optimistic here), and a phrase that says which was used."""
+    plan from a quieter machine's noise would be optimistic here); and whether they are the machine's own."""
     here = [r for r in rows if same_machine(r["machine"], machine)]
     if {r["strategy"] for r in here} == {r["strategy"] for r in rows}:
-        return here, "measured on the machine planned for: "
+        return here, True
     noisiest = [max((r for r in rows if r["strategy"] == name), key=lambda r: math.inf if r["log_sd"] is None
                      else r["log_sd"])  # a row that missed the target: no noise to bound, worst of all
                 for name in sorted({r["strategy"] for r in rows})]
-    return noisiest, (f"not measured on the machine planned for ({describe_machine(machine)}), so each strategy's "
-                      "noisiest recorded row: ")
+    return noisiest, False
+
+
+def rows_phrase(own_machine: bool, machine: dict) -> str:
+    """What rows_for_machine chose, in words, before the rows' list."""
+    if own_machine:
+        return "measured on the machine planned for: "
+    return (f"not measured on the machine planned for ({describe_machine(machine)}), so each strategy's noisiest "
+            "recorded row: ")
