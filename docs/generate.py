@@ -162,10 +162,19 @@ def caveat(entry: dict, part: str = "") -> list[str]:
 GOAL_MET = {True: "met", False: "**missed**", None: "–"}  # an entry's goal_met; –: not recorded (or no goal)
 
 
+def ratio_cell(entry: dict) -> str:
+    """An entry's ratio, with its 95 % interval and pairs where it records them."""
+    low, high = entry.get("interval") or (None, None)
+    if low is None or high is None:
+        return num(entry.get("ratio"), 3)
+    pairs = f", {entry['pairs']} pairs" if "pairs" in entry else ""
+    return f"{num(entry['ratio'], 3)} [{low:.3f}, {high:.3f}]{pairs}"
+
+
 def bench_summary() -> str:
     """Every benchmark's latest ratio beside its goal, date and machine; a caveat marked with its entry."""
     entries = load_all().values()
-    rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), num(e.get("ratio"), 3),
+    rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), ratio_cell(e),
              cell(e["goal"]), GOAL_MET[e.get("goal_met")], e["measured_at"], describe_machine(e["machine"])]
             for e in entries]
     notes = [f"- `{e['name']}`: {e['caveat']}" for e in entries if e.get("caveat")]

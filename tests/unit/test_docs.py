@@ -104,6 +104,14 @@ def test_measured_tables_name_their_date_and_machine():
         assert "cores" in text, spec  # the machine, from metrics/recording/machine.py's fingerprint
 
 
+def test_the_summary_shows_an_entrys_interval_and_pairs_beside_its_ratio():
+    """A ratio read from pairs is a claim about noise: the table carries the interval and how many pairs made it."""
+    entry = load_all()["reference_cost"]
+    low, high = entry["interval"]
+    row = next(line for line in generate.render("bench-summary").splitlines() if "`reference_cost`" in line)
+    assert f"[{low:.3f}, {high:.3f}], {entry['pairs']} pairs" in row, row
+
+
 def test_the_headline_row_names_where_its_noise_was_measured():
     """The power the README claims for the headline's blocks rests on recorded noise: that noise's machine is named
     where it is not the sweeps' own."""
