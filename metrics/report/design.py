@@ -70,7 +70,8 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         family = len(declared_pairs(section.groups))
         strategies = sorted({g.first.strategy for g in configurations})
         try:
-            sd, df, where, *_ = planning_noise(results, primary, section.data, section.model, strategies, machine)
+            noise = planning_noise(results, primary, section.data, section.model, strategies, machine)
+            sd, df, where = noise.log_sd, noise.df, noise.where
         except ValueError:
             if repeats is None:
                 raise
