@@ -142,11 +142,11 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{100 * x:.{digits}f} %"
 
 
-def times(x: float | None, interval: Sequence[float] | None = None) -> str:
+def times(x: float | None, interval: Sequence[float] | None = None, digits: int = 2) -> str:
     """A ratio with its 95 % interval: 0.97× [0.88, 1.06]."""
     if x is None:
         return "–"
-    return f"{x:.2f}×" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+    return f"{x:.{digits}f}×" + (f" [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]" if interval else "")
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -168,7 +168,7 @@ def ratio_cell(entry: dict) -> str:
     if low is None or high is None:
         return num(entry.get("ratio"), 3)
     pairs = f", {entry['pairs']} pairs" if "pairs" in entry else ""
-    return f"{num(entry['ratio'], 3)} [{low:.3f}, {high:.3f}]{pairs}"
+    return times(entry["ratio"], (low, high), 3) + pairs
 
 
 def bench_summary() -> str:
