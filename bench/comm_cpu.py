@@ -1,5 +1,6 @@
-"""Communication's CPU, apart from compute: each engine's CPU seconds per byte on its real path, compute-free, on
-loopback (a wire that costs nothing), and whether one process's compute plus that CPU predicts the step."""
+"""Communication's cost apart from compute: each engine's time and CPU per step by payload on its real path, on
+loopback (a wire that costs nothing), and whether one process's compute plus that cost predicts the step."""
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -10,8 +11,8 @@ from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
 from metrics.summary.schema import Summary
 
-DEFAULT_GRID = "strategies=allreduce,ring,stepwise,ps fit_widths=320,1728,3200 held_out_widths=864,2400 steps=40 " \
-               "warmup=5 repeats=2"
+DEFAULT_GRID = "strategies=allreduce,ring,stepwise,ps fit_widths=320,1200,2400,3200 held_out_widths=864,1728 " \
+               "steps=40 max_steps=1000 warmup=5 repeats=2"
 STRATEGIES = averaging_strategies("comm_cpu")
 TOLERANCE = 0.10  # the predicted step against the measured one
 MB = 1e6
@@ -45,31 +46,43 @@ def measure(strategy: str, width: int, steps: int, warmup: int) -> dict[str, Any
     return {"strategy": strategy, "width": width, **figures, "faithful": summary.isolation.faithful is not False}
 
 
-def communication_cpu(rows: list[dict], strategy: str, fit_widths: list[int]) -> dict[str, Any]:
-    """The strategy's communication CPU per step (its worker's CPU less one process's at the same width), fitted
-    over the fit widths as a cost per step plus a cost per byte; and so its wait (the step's time beyond one
-    process's step and that CPU)."""
+def steps_for(width: int, widest: int, steps: int, most: int) -> int:
+    """Steps of a run at this width: `steps` at the widest, more at narrower widths in proportion to the work a step
+    saves (width squared), at most `most`, so that a narrow run's steps span seconds, not a fraction of one."""
+    return min(most, math.ceil(steps * (widest / width) ** 2))
+
+
+def interpolated(points: dict[float, float], at: float) -> float:
+    """The value at `at` on the straight lines between the measured points (no extrapolation)."""
+    sizes = sorted(points)
+    if not sizes[0] <= at <= sizes[-1]:
+        raise ValueError(f"{at / MB:.2f} MB lies outside the measured {sizes[0] / MB:.2f}-{sizes[-1] / MB:.2f} MB")
+    upper = next(i for i, size in enumerate(sizes) if size >= at)
+    if sizes[upper] == at or upper == 0:
+        return points[sizes[upper]]
+    low, high = sizes[upper - 1], sizes[upper]
+    return points[low] + (points[high] - points[low]) * (at - low) / (high - low)
+
+
+def communication_cost(rows: list[dict], strategy: str, fit_widths: list[int]) -> dict[str, Any]:
+    """The strategy's communication at a free wire, measured at the fit widths, by payload (bytes sent and received
+    per step): `step_s`, its step's time beyond one process's step at the same width (CPU and waiting on a peer);
+    `cpu_s`, its process's CPU beyond one process's."""
     single = {r["width"]: r for r in rows if r["strategy"] == "single"}
-    own = [r for r in rows if r["strategy"] == strategy and r["width"] in fit_widths]
-    sizes = [r["bytes"] for r in own]
-    cpu = [r["cpu_s"] - single[r["width"]]["cpu_s"] for r in own]
-    # a step's time beyond compute and communication's CPU: waiting on a peer (its share of the copies) or the engine
-    wait = [r["step_s"] - single[r["width"]]["step_s"] - c for r, c in zip(own, cpu)]
-    cpu_fit, wait_fit = statistics.linear_regression(sizes, cpu), statistics.linear_regression(sizes, wait)
-    return {"cpu_s_per_step": cpu_fit.intercept, "cpu_s_per_mb": cpu_fit.slope * MB,
-            "wait_s_per_step": wait_fit.intercept, "wait_s_per_mb": wait_fit.slope * MB}
+    own = sorted((r for r in rows if r["strategy"] == strategy and r["width"] in fit_widths), key=lambda r: r["bytes"])
+    return {"points": [{"width": r["width"], "mb": r["bytes"] / MB,
+                        "step_s": r["step_s"] - single[r["width"]]["step_s"],
+                        "cpu_s": r["cpu_s"] - single[r["width"]]["cpu_s"]} for r in own]}
 
 
 def predicted_step(rows: list[dict], strategy: str, cost: dict[str, Any], width: int) -> dict[str, Any]:
-    """At a free wire: one process's step at this width, and the communication CPU and wait of the strategy's
-    bytes."""
+    """At a free wire: one process's step at this width plus the strategy's communication at its payload, on the
+    straight line between the two nearest fitted payloads."""
     single = next(r for r in rows if r["strategy"] == "single" and r["width"] == width)
     own = next(r for r in rows if r["strategy"] == strategy and r["width"] == width)
-    comm_cpu_s = cost["cpu_s_per_step"] + cost["cpu_s_per_mb"] * own["bytes"] / MB
-    wait_s = cost["wait_s_per_step"] + cost["wait_s_per_mb"] * own["bytes"] / MB
-    predicted = single["step_s"] + comm_cpu_s + wait_s
-    return {"width": width, "mb": own["bytes"] / MB, "compute_s": single["step_s"], "comm_cpu_s": comm_cpu_s,
-            "wait_s": wait_s,
+    comm_s = interpolated({p["mb"] * MB: p["step_s"] for p in cost["points"]}, own["bytes"])
+    predicted = single["step_s"] + comm_s
+    return {"width": width, "mb": own["bytes"] / MB, "compute_s": single["step_s"], "comm_s": comm_s,
             "predicted_s": predicted, "measured_s": own["step_s"], "error": predicted / own["step_s"] - 1,
             "faithful": own["faithful"] and single["faithful"]}
 
@@ -85,22 +98,34 @@ def means(rows: list[dict]) -> list[dict]:
     return found
 
 
+def held_out_cases(rows: list[dict], strategy: str, fit_widths: list[int], held_out: list[int]) -> dict[str, Any]:
+    cost = communication_cost(rows, strategy, fit_widths)
+    return cost | {"held_out": [predicted_step(rows, strategy, cost, width) for width in held_out]}
+
+
 def run(text: str | None = None) -> dict:
     settings = grid_settings(DEFAULT_GRID, "--comm_cpu-grid", text)
     chosen = settings["strategies"].split(",")
     if unknown := [s for s in chosen if s not in STRATEGIES]:
         raise ValueError(f"--comm_cpu-grid: unknown strategies {unknown} (here: {', '.join(STRATEGIES)})")
     fit_widths, held_out = ints(settings["fit_widths"]), ints(settings["held_out_widths"])
-    steps, warmup, repeats = int(settings["steps"]), int(settings["warmup"]), int(settings["repeats"])
+    if outside := [w for w in held_out if not min(fit_widths) < w < max(fit_widths)]:
+        raise ValueError(f"--comm_cpu-grid: held-out widths {outside} lie outside the fit widths' range: the model "
+                         f"interpolates between measured sizes and does not extrapolate")
+    steps, most, warmup, repeats = (int(settings[key]) for key in ("steps", "max_steps", "warmup", "repeats"))
+    widths = fit_widths + held_out
     order = ["single", *chosen]
-    raw = [measure(strategy, width, steps, warmup)
-           for repeat in range(repeats) for width in fit_widths + held_out
+    raw = [{"repeat": repeat, **measure(strategy, width, steps_for(width, max(widths), steps, most), warmup)}
+           for repeat in range(repeats) for width in widths
            for strategy in (order if repeat % 2 == 0 else order[::-1])]
     rows = means(raw)
-    by_strategy = {}
-    for strategy in chosen:
-        cost = communication_cpu(rows, strategy, fit_widths)
-        by_strategy[strategy] = cost | {"held_out": [predicted_step(rows, strategy, cost, w) for w in held_out]}
+    by_strategy = {strategy: held_out_cases(rows, strategy, fit_widths, held_out) for strategy in chosen}
+    for repeat in range(repeats):  # each repeat's own error, fitted on that repeat alone: the spread
+        alone = means([r for r in raw if r["repeat"] == repeat])
+        for strategy in chosen:
+            for case, again in zip(by_strategy[strategy]["held_out"],
+                                   held_out_cases(alone, strategy, fit_widths, held_out)["held_out"]):
+                case.setdefault("repeat_errors", []).append(again["error"])
     cases = [case for figures in by_strategy.values() for case in figures["held_out"]]
     counted = [case for case in cases if case["faithful"]]
     worst = max(counted, key=lambda case: abs(case["error"]), default=None)
@@ -108,13 +133,14 @@ def run(text: str | None = None) -> dict:
         "name": "comm_cpu",
         "ratio": None if worst is None else 1 + worst["error"],
         "goal": f"at a free wire (loopback), each synchronous strategy's step predicted as one process's step plus its "
-                f"communication CPU and wait (each per step + per byte), fitted at other message sizes, within "
-                f"±{TOLERANCE:.0%} of the measured step at held-out message sizes",
+                f"communication time, measured at other message sizes and read on the straight line between the two "
+                f"nearest, within ±{TOLERANCE:.0%} of the measured step (the repeats' mean) at held-out message sizes",
         "goal_met": worst is not None and len(counted) == len(cases) and abs(worst["error"]) <= TOLERANCE,
         "by_strategy": by_strategy,
         "rows": rows,
         "raw": raw,
         "setup": f"model=mlp, loopback, peer_cpus=1: single on 1 process, {', '.join(chosen)} on 2; fit at widths "
-                 f"{fit_widths}, held out {held_out}; {steps} steps (the first {warmup} left out), {repeats} repeats "
-                 f"in alternated order",
+                 f"{fit_widths}, held out {held_out}; {steps} steps at the widest width, more at narrower ones in "
+                 f"proportion to width squared (at most {most}), the first {warmup} left out; {repeats} repeats in "
+                 f"alternated order",
     }
