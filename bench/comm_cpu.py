@@ -12,7 +12,7 @@ from metrics.recording.rundir import RunDir
 from metrics.summary.schema import Summary
 
 DEFAULT_GRID = "strategies=allreduce,ring,stepwise,ps fit_widths=320,1200,2400,3200 held_out_widths=864,1728 " \
-               "steps=40 max_steps=1000 warmup=5 repeats=2"
+               "steps=40 max_steps=1000 warmup=5 repeats=3"
 STRATEGIES = averaging_strategies("comm_cpu")
 TOLERANCE = 0.10  # the predicted step against the measured one
 MB = 1e6
@@ -58,8 +58,8 @@ def interpolated(points: dict[float, float], at: float) -> float:
     if not sizes[0] <= at <= sizes[-1]:
         raise ValueError(f"{at / MB:.2f} MB lies outside the measured {sizes[0] / MB:.2f}-{sizes[-1] / MB:.2f} MB")
     upper = next(i for i, size in enumerate(sizes) if size >= at)
-    if sizes[upper] == at or upper == 0:
-        return points[sizes[upper]]
+    if sizes[upper] == at:
+        return points[at]
     low, high = sizes[upper - 1], sizes[upper]
     return points[low] + (points[high] - points[low]) * (at - low) / (high - low)
 
