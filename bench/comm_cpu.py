@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.jobs import averaging_strategies, grid_settings, ints, train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
@@ -57,11 +59,7 @@ def interpolated(points: dict[float, float], at: float) -> float:
     sizes = sorted(points)
     if not sizes[0] <= at <= sizes[-1]:
         raise ValueError(f"{at / MB:.2f} MB lies outside the measured {sizes[0] / MB:.2f}-{sizes[-1] / MB:.2f} MB")
-    upper = next(i for i, size in enumerate(sizes) if size >= at)
-    if sizes[upper] == at:
-        return points[at]
-    low, high = sizes[upper - 1], sizes[upper]
-    return points[low] + (points[high] - points[low]) * (at - low) / (high - low)
+    return float(np.interp(at, sizes, [points[size] for size in sizes]))
 
 
 def communication_cost(rows: list[dict], strategy: str, fit_widths: list[int]) -> dict[str, Any]:
