@@ -14,8 +14,9 @@ from metrics.summary.schema import Summary
 DEFAULT_GRID = "strategies=allreduce,ring,stepwise,ps widths=320,864,1728,2400 steps=40 max_steps=1000 warmup=5 " \
                "repeats=3"
 STRATEGIES = averaging_strategies("comm_cpu")
-MODELS = {"mlp": ["model=mlp"],  # compute and its communication
-          "twin": ["model=custom", "model.target=bench.payload:mlp_twin"]}  # the same parameters, no arithmetic
+MODEL_OVERRIDES = {"mlp": ["model=mlp", "model.width={width}"],  # compute and its communication
+                   "twin": ["model=custom", "model.target=bench.payload:mlp_twin",  # the same parameters, no arithmetic
+                            "+model.options.width={width}"]}
 TOLERANCE = 0.10  # the predicted step against the measured one
 MB = 1e6
 
@@ -37,11 +38,11 @@ def worker_figures(run: Path, warmup: int) -> dict[str, float]:
 
 
 def measure(strategy: str, model: str, width: int, steps: int, warmup: int) -> dict[str, Any]:
-    """One run on loopback, `model` (MODELS) at this width: `single` on one process, an averaging strategy on two."""
+    """One run on loopback, `model` (MODEL_OVERRIDES) at this width: `single` on one process, an averaging strategy
+    on two."""
     shape = ["strategy=single", "peers=1"] if strategy == "single" else [*STRATEGIES[strategy], "peers=2"]
-    width_option = "model.width" if model == "mlp" else "+model.options.width"
-    with train(*shape, "peer_cpus=1", "network=loopback", *MODELS[model], f"{width_option}={width}",
-               f"max_steps={steps}", "eval_every=0") as run:
+    model_shape = [override.format(width=width) for override in MODEL_OVERRIDES[model]]
+    with train(*shape, "peer_cpus=1", "network=loopback", *model_shape, f"max_steps={steps}", "eval_every=0") as run:
         summary = Summary.load(RunDir(run).summary)
         figures = worker_figures(run, warmup)
     print(f"comm_cpu: {strategy} {model} width {width}: {figures['cpu_s'] * 1e3:.1f} ms CPU, "
@@ -90,7 +91,7 @@ def run(text: str | None = None) -> dict:
         raise ValueError(f"--comm_cpu-grid: unknown strategies {unknown} (here: {', '.join(STRATEGIES)})")
     widths = ints(settings["widths"])
     steps, most, warmup, repeats = (int(settings[key]) for key in ("steps", "max_steps", "warmup", "repeats"))
-    order = [(strategy, model) for strategy in ["single", *chosen] for model in MODELS]
+    order = [(strategy, model) for strategy in ["single", *chosen] for model in MODEL_OVERRIDES]
     raw = [{"repeat": repeat, **measure(strategy, model, width, steps_for(width, max(widths), steps, most), warmup)}
            for repeat in range(repeats) for width in widths
            for strategy, model in (order if repeat % 2 == 0 else order[::-1])]
