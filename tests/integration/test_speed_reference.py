@@ -92,9 +92,10 @@ def test_the_same_run_alone_moves_less_than_a_core_taken_and_is_marked_as_far_as
     assert done.returncode == 0, done.stderr
     reference = summary_of(run_dir)["speed_reference"]
     assert [r["measurements"] >= 5 for r in reference["by_rank"].values()] == [True], reference
-    # first timed once training's steps have left the allocator its pages: its passes map none (at step 0, ~200 each)
+    # first timed at the first evaluation pause after step 0 (eval_every=5), not at step 0, where the allocator maps
+    # fresh pages on every pass; how many a later pass maps is the machine's allocator's (docs/lab-log.md, 2026-12-07)
     first = results(run_dir, (0,))[0]["speed_reference"]["measurements"][0]
-    assert first["step"] > 0 and first["minor_faults"] < 20, first
+    assert first["step"] == 5, first
     assert reference["moved"] < 0.5, reference
     assert reference["beyond_tolerance"] is (reference["moved"] > reference["tolerance"]), reference
     mark = load_run(run_dir).speed_moved()

@@ -2,6 +2,7 @@
 the RNG untouched and keep to their budget; the summary says how far it moved; the report marks a run that moved
 beyond tolerance or whose machine was slower than its block's median, and leaves no run out for it."""
 import csv
+import mmap
 import re
 
 import pytest
@@ -182,3 +183,33 @@ def test_a_timing_spans_enough_passes_to_last_its_minimum_and_records_one_pass(m
     reference.measure(10, 1000.0)
     assert reference.record()["passes"] == 8  # the same work at every measurement, not calibrated again
     assert reference.record()["measurements"][1]["pause_s"] == pytest.approx(3 * 8 * 0.003)
+
+
+class PageToucher(nn.Module):
+    """A linear layer whose every forward maps `pages` fresh small pages and touches each once."""
+
+    def __init__(self, pages: int):
+        super().__init__()
+        self.pages, self.linear = pages, nn.Linear(64, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        area = mmap.mmap(-1, self.pages * mmap.PAGESIZE)
+        area.madvise(mmap.MADV_NOHUGEPAGE)  # one fault per small page, whatever the machine's huge-page setting
+        for offset in range(0, len(area), mmap.PAGESIZE):
+            area[offset] = 1
+        area.close()
+        return self.linear(x.flatten(1))
+
+
+def test_minor_faults_count_the_pages_one_pass_maps(monkeypatch):
+    # several passes per timing (a 50 ms minimum), so a count per timing or per measurement would be several times off
+    from job import speed_reference
+
+    monkeypatch.setattr(speed_reference, "MIN_TIMING_S", 0.05)
+    pages = 2048
+    reference = SpeedReference.for_run(SETTINGS, PageToucher(pages).double(), split(), PeerDevice(torch.device("cpu")))
+    reference.measure(0, 0.0, force=True)
+    recorded = reference.record()
+    assert recorded["passes"] > 1, recorded
+    faults = recorded["measurements"][0]["minor_faults"]
+    assert pages <= faults < 1.1 * pages, (faults, recorded["passes"])
