@@ -17,6 +17,6 @@ class ComputeFreeTwin(nn.Module):
         return images.new_zeros(images.shape[0], self.num_classes) + touched
 
 
-def mlp_twin(num_classes: int, channels: int, width: int = 1024) -> nn.Module:
+def mlp_twin(num_classes: int, channels: int, **options: int) -> nn.Module:
     """model=custom model.target=bench.payload:mlp_twin +model.options.width=W: model=mlp model.width=W's twin."""
-    return ComputeFreeTwin(mlp(num_classes, channels, width), num_classes)
+    return ComputeFreeTwin(mlp(num_classes, channels, **options), num_classes)
