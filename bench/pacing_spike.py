@@ -1,0 +1,177 @@
+"""The many-peers spike: can N peers on fewer cores keep the timing of a core each when their phases are paced
+(job/pacing.py)? ResNet18, batch 32, one thread a peer, DDP over gloo on loopback.
+
+Modes: `real` (no pacing: the truth where N fits the cores), `twin` (compute-free twin, compute a calibrated sleep)
+and `padded` (real compute padded to k x its calibrated time). Per case: the step dilated back (step / k), each
+slot's lateness and overrun share, CPU per peer per step, and RSS per peer.
+
+    python -m bench.pacing_spike grid FOLDER        # the declared grid (docs/lab-log.md, 2026-12-07), 2 repeats
+    python -m bench.pacing_spike calibrate OUT.json
+    python -m bench.pacing_spike case N MODE K CALIBRATION.json STEPS OUT.json
+"""
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import psutil
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bench.payload import ComputeFreeTwin
+from job.model import resnet18
+from job.pacing import Calibration, Pacer, Recorder, SlotLog
+
+BATCH, CLASSES, CHANNELS, WARMUP, STEPS = 32, 10, 3, 3, 8
+GRID = ((2, "real", 1), (2, "twin", 1), (2, "padded", 2), (8, "twin", 1), (8, "twin", 2), (8, "padded", 4),
+        (8, "padded", 6), (8, "padded", 8))  # (peers, mode, k), in this order in every repeat
+TIMEOUT = timedelta(seconds=120)  # every collective's deadline
+
+
+def batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(rank)
+    return (torch.randn(BATCH, CHANNELS, 32, 32, generator=generator),
+            torch.randint(0, CLASSES, (BATCH,), generator=generator))
+
+
+def calibrate(out: Path, steps: int = 14) -> None:
+    """One process on one core, alone: the phases' medians."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model, (x, y) = resnet18(CLASSES, CHANNELS), batch(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    recorder, criterion = Recorder(model.parameters()), nn.CrossEntropyLoss()
+    for _ in range(steps):
+        recorder.mark("data")
+        inputs, labels = x.clone(), y.clone()
+        recorder.mark("forward")
+        optimizer.zero_grad()
+        loss = criterion(model(inputs), labels)
+        recorder.mark("backward")
+        loss.backward()
+        recorder.mark("opt")
+        optimizer.step()
+        recorder.mark("end")
+    recorder.calibration().save(out)
+
+
+def worker(rank: int, world: int, port: int, mode: str, k: float, calibration: Path, steps: int, out: Path) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=TIMEOUT)
+    torch.manual_seed(0)
+    base = resnet18(CLASSES, CHANNELS)
+    model = ComputeFreeTwin(base, CLASSES) if mode == "twin" else base
+    ddp = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(base.parameters(), lr=0.01, momentum=0.9)
+    pacer = Pacer(Calibration.load(calibration), k, base.parameters()) if mode != "real" else None
+    criterion, (x, y) = nn.CrossEntropyLoss(), batch(rank)
+    records = []
+
+    def mark(phase: str) -> None:
+        if pacer:
+            getattr(pacer, phase)()
+
+    for step in range(WARMUP + steps):
+        if step == WARMUP and pacer:
+            pacer.log = SlotLog()  # count the measured steps only
+        start, cpu = time.perf_counter(), time.process_time()
+        mark("data")
+        inputs, labels = x.clone(), y.clone()
+        mark("forward")
+        optimizer.zero_grad()
+        loss = criterion(ddp(inputs), labels)
+        mark("backward")
+        loss.backward()
+        mark("opt")
+        if mode != "twin":  # the twin's update is a sleep: its parameters' values do not matter to the timing
+            optimizer.step()
+        mark("end")
+        records.append({"step_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu})
+    dist.barrier()
+    memory = psutil.Process().memory_full_info()
+    measured = records[WARMUP:]
+    out.write_text(json.dumps({
+        "rank": rank, "step_s": statistics.median(r["step_s"] for r in measured),
+        "cpu_per_step_s": statistics.fmean(r["cpu_s"] for r in measured),
+        "rss_mib": memory.rss / 2**20, "pss_mib": memory.pss / 2**20,
+        "slots": pacer.log.summary() if pacer else None}))
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def case(peers: int, mode: str, k: float, calibration: Path, steps: int, folder: Path) -> dict[str, object]:
+    """One case: `peers` worker processes, their records gathered; the step dilated back is the slowest rank's / k."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port, started = free_port(), time.perf_counter()
+    processes = [subprocess.Popen([sys.executable, "-m", "bench.pacing_spike", "worker", str(rank), str(peers),
+                                   str(port), mode, str(k), str(calibration), str(steps), str(folder / f"{rank}.json")])
+                 for rank in range(peers)]
+    codes = [p.wait(timeout=1800) for p in processes]
+    if any(codes):
+        raise RuntimeError(f"{mode} N={peers} k={k}: ranks exited {codes}")
+    ranks = [json.loads((folder / f"{rank}.json").read_text()) for rank in range(peers)]
+    slots = [r["slots"] for r in ranks if r["slots"]]
+    return {
+        "peers": peers, "mode": mode, "k": k, "steps": steps, "wall_s": time.perf_counter() - started,
+        "step_s": max(r["step_s"] for r in ranks), "step_dilated_back_s": max(r["step_s"] for r in ranks) / k,
+        "cpu_per_peer_step_s": statistics.fmean(r["cpu_per_step_s"] for r in ranks),
+        "cpu_share_of_cores": sum(r["cpu_per_step_s"] for r in ranks) / max(r["step_s"] for r in ranks)
+        / len(os.sched_getaffinity(0)),
+        "rss_mib_per_peer": statistics.fmean(r["rss_mib"] for r in ranks),
+        "pss_mib_per_peer": statistics.fmean(r["pss_mib"] for r in ranks),
+        "overrun_share": max((s["overrun_share"] for s in slots), default=None),
+        "late_p50_s": max((s["late_p50_s"] for s in slots), default=None),
+        "late_p99_s": max((s["late_p99_s"] for s in slots), default=None),
+        "late_max_s": max((s["late_max_s"] for s in slots), default=None),
+        "late_share_of_step": max((s["late_total_s"] / steps / (max(r["step_s"] for r in ranks)) for s in slots),
+                                  default=None),  # the worst rank's slot lateness per step / the step
+    }
+
+
+def grid(folder: Path, repeats: int = 2) -> None:
+    """The declared cases, a calibration before each repeat; every case's record appended to FOLDER/cases.jsonl."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for repeat in range(repeats):
+        calibration = folder / f"calibration-{repeat}.json"
+        subprocess.run([sys.executable, "-m", "bench.pacing_spike", "calibrate", str(calibration)], check=True,
+                       timeout=600)  # its own process: the pinning to one core stays there
+        for peers, mode, k in GRID:
+            record = case(peers, mode, k, calibration, STEPS, folder / f"r{repeat}-{mode}-n{peers}-k{k}")
+            with open(folder / "cases.jsonl", "a") as out:
+                out.write(json.dumps(record | {"repeat": repeat}) + "\n")
+            print(json.dumps(record | {"repeat": repeat}), flush=True)
+
+
+def main(argv: list[str]) -> None:
+    command, *args = argv
+    if command == "grid":
+        grid(Path(args[0]))
+    elif command == "calibrate":
+        calibrate(Path(args[0]))
+    elif command == "worker":
+        rank, world, port, mode, k, calibration, steps, out = args
+        worker(int(rank), int(world), int(port), mode, float(k), Path(calibration), int(steps), Path(out))
+    elif command == "case":
+        peers, mode, k, calibration, steps, out = args
+        result = case(int(peers), mode, float(k), Path(calibration), int(steps), Path(out).with_suffix(""))
+        Path(out).write_text(json.dumps(result, indent=1))
+        print(json.dumps(result))
+    else:
+        raise SystemExit(f"unknown command {command!r}: calibrate, worker or case")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
