@@ -6,6 +6,7 @@ and `padded` (real compute padded to k x its calibrated time). Per case: the ste
 slot's lateness and overrun share, CPU per peer per step, and RSS per peer.
 
     python -m bench.pacing_spike grid FOLDER        # the declared grid (docs/lab-log.md, 2026-12-07), 2 repeats
+    python -m bench.pacing_spike hivemind RUN_DIR     # a hivemind run's background CPU and RSS per peer
     python -m bench.pacing_spike calibrate OUT.json
     python -m bench.pacing_spike case N MODE K CALIBRATION.json STEPS OUT.json
 """
@@ -27,6 +28,7 @@ from torch import nn
 from bench.payload import ComputeFreeTwin
 from job.model import resnet18
 from job.pacing import Calibration, Pacer, Recorder, SlotLog
+from metrics.recording.rundir import RunDir
 
 BATCH, CLASSES, CHANNELS, WARMUP, STEPS = 32, 10, 3, 3, 8
 GRID = ((2, "real", 1), (2, "twin", 1), (2, "padded", 2), (8, "twin", 1), (8, "twin", 2), (8, "padded", 4),
@@ -155,10 +157,30 @@ def grid(folder: Path, repeats: int = 2) -> None:
             print(json.dumps(record | {"repeat": repeat}), flush=True)
 
 
+def hivemind_background(run: Path) -> dict[str, object]:
+    """Per peer of a finished run: the CPU of its process tree (resources.jsonl, the middle half of its samples, where
+    it trains) beyond its training thread's compute (steps.jsonl: compute_s over the step), in cores; and its RSS."""
+    peers = []
+    for peer in RunDir(run).peers():
+        samples = [json.loads(line) for line in peer.resources.read_text().splitlines()]
+        middle = samples[len(samples) // 4: 3 * len(samples) // 4]
+        steps = [json.loads(line) for line in peer.steps.read_text().splitlines()][2:]
+        tree_cores = statistics.median(s["cpu_percent"] for s in middle) / 100
+        compute_cores = sum(s["compute_s"] for s in steps) / sum(
+            s["data_s"] + s["compute_s"] + s["comm_s"] + s["opt_s"] for s in steps)
+        peers.append({"rank": peer.rank, "tree_cores": tree_cores, "compute_cores": compute_cores,
+                      "background_cores": tree_cores - compute_cores,
+                      "peak_rss_mib": max(s["rss_bytes"] for s in samples) / 2**20,
+                      "compute_s_per_step": statistics.median(s["compute_s"] for s in steps)})
+    return {"run": str(run), "peers": peers}
+
+
 def main(argv: list[str]) -> None:
     command, *args = argv
     if command == "grid":
         grid(Path(args[0]))
+    elif command == "hivemind":
+        print(json.dumps(hivemind_background(Path(args[0])), indent=1))
     elif command == "calibrate":
         calibrate(Path(args[0]))
     elif command == "worker":
