@@ -18,7 +18,9 @@ from metrics.recording.steplog import PHASES  # noqa: E402
 from metrics.summary.schema import Json, Summary  # noqa: E402
 
 MAX_RESOURCE_RUNS = 12  # rows of the per-worker small multiples
-PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2"}
+PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2",
+                "wait_s": "#b3b3b3"}
+PHASE_NAMES = {"data_s": "data", "compute_s": "compute", "comm_s": "comm", "opt_s": "optimizer", "wait_s": "waiting"}
 
 
 def to_png(fig: Canvas) -> str:
@@ -163,14 +165,16 @@ def breakdown_plot(groups: list[Group]) -> Figure:
     for phase in PHASES:
         shares = [100 * (g.mean(lambda r: (r.summary.time_breakdown_share or {}).get(phase)) or 0.0) for g in groups]
         ax.barh(range(len(groups)), shares, left=left, color=PHASE_COLORS[phase],
-                label=phase.removesuffix("_s").replace("opt", "optimizer"))
+                label=PHASE_NAMES[phase])
         left = [a + b for a, b in zip(left, shares)]
     ax.set_xlabel("share of the mean step time (%)")
     ax.set_xlim(0, 100)
-    fig.legend(loc="outside lower center", ncol=4, fontsize=8)
+    fig.legend(loc="outside lower center", ncol=5, fontsize=8)
     return Figure("Time breakdown (bottleneck view)", to_png(fig),
                 "Share (%) of the mean step time spent in each phase, mean per step over all workers, "
-                "perf_counter around each phase; comm includes waiting for other peers. Repeats: mean.")
+                "perf_counter around each phase; comm = measured communication (waiting for other peers included, 0 "
+                "in a step that sent and received nothing); waiting = the training thread's waits for a CPU and the "
+                "rest of a step that did not communicate. Repeats: mean.")
 
 
 def bytes_plot(groups: list[Group]) -> Figure:

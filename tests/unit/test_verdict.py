@@ -297,7 +297,8 @@ def test_the_verdict_names_the_link_its_goodput_and_each_configurations_communic
     assert link in verdict
     assert "Link of single 2×1cpu, single 1×1cpu (6 runs): none (one process)." in verdict
     shares = next(line for line in verdict.splitlines() if line.startswith("Communication's share of a step"))
-    assert "(time_breakdown_share.comm_s: exposed communication / the mean step over all workers" in shares
+    assert "(time_breakdown_share.comm_s: measured communication, 0 in a step that sent and received nothing" \
+        in shares
     for figure in ("ring 2×1cpu median 50% (range 45–60%, 3 runs)", "stepwise 2×1cpu median 25% (range 20–30%, 3 runs)",
                    "single 2×1cpu 0% (all 3 runs)", "single 1×1cpu 0% (all 3 runs)"):
         assert figure in shares
