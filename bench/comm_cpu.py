@@ -9,6 +9,7 @@ from typing import Any
 from bench.jobs import averaging_strategies, grid_settings, ints, train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import RunDir
+from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
 
 DEFAULT_GRID = "strategies=allreduce,ring,stepwise,ps widths=320,864,1728,2400 steps=40 max_steps=1000 warmup=5 " \
@@ -30,7 +31,7 @@ def worker_figures(run: Path, warmup: int) -> dict[str, float]:
         if steps:
             per_worker.append({
                 "cpu_s": statistics.fmean(s["cpu_s"] for s in steps),
-                "step_s": statistics.fmean(s["data_s"] + s["compute_s"] + s["comm_s"] + s["opt_s"] for s in steps),
+                "step_s": statistics.fmean(sum(s.get(p, 0.0) for p in PHASES) for s in steps),
                 "bytes": statistics.fmean(s["bytes_sent"] + s["bytes_recv"] for s in steps)})
     if not per_worker:
         raise RuntimeError(f"{run}: no worker logged a step after step {warmup}")

@@ -25,11 +25,11 @@ from bench.run import run_script, script_parser  # noqa: E402
 from launchers.lock import status as lock_status  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
 from metrics.recording.rundir import RunDir  # noqa: E402
+from metrics.recording.steplog import PHASES  # noqa: E402
 from metrics.summary.link import direction_name, goodput_mbit  # noqa: E402
 from metrics.summary.schema import Summary  # noqa: E402
 from netemu.fabric import Fabric  # noqa: E402
 
-PHASES = ("data_s", "compute_s", "opt_s", "comm_s")
 EMULATED_MTU = yaml.safe_load((ROOT / "conf" / "network" / "emulated.yaml").read_text())["mtu"]  # the runs' frames
 JOB = ["model=resnet18", "data=digits", "eval_every=0"]
 CONTROL_ARM = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["report"]["control"]
@@ -112,7 +112,7 @@ def probe(rate: float, seconds: float, busy: bool, tmp: Path) -> dict[str, Any]:
 def steady_breakdown(run: RunDir) -> dict[str, float]:
     """Mean seconds per step of each phase over all workers' steps after their first (connection set-up)."""
     steps = [s for peer in run.peers() for s in read_jsonl(peer.steps)[1:]]
-    return {phase: statistics.fmean(s[phase] for s in steps) for phase in PHASES}
+    return {phase: statistics.fmean(s.get(phase, 0.0) for s in steps) for phase in PHASES}
 
 
 def measure_run(what: str, overrides: list[str], steps: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from bench.jobs import train
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.machine import ProcessClock
 from metrics.recording.rundir import RunDir
+from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
 
 ARMS = {"single_1x1": ["strategy=single", "peers=1"], "stepwise_2x1": ["strategy=stepwise", "peers=2"]}
@@ -22,7 +23,7 @@ MACHINE = ("cpu_pressure_share", "steal_share", "load_mean", "other_cpu_share")
 
 
 def step_parts(step: dict[str, Any]) -> dict[str, float]:
-    wall = step["data_s"] + step["compute_s"] + step["opt_s"] + step["comm_s"]
+    wall = sum(step.get(p, 0.0) for p in PHASES)
     return {"wall_s": wall, "cpu_s": step["cpu_s"], "runq_s": step["runq_s"],
             "other_s": wall - step["cpu_s"] - step["runq_s"]}
 

@@ -45,7 +45,8 @@ class TrainedStrategy(Protocol):
 
 
 class GradientClock:
-    """When backward's last gradient came, and the CPU waits by then (see wait_s). Create it on the training thread."""
+    """When backward's last gradient came, and the training thread's CPU waits (wait_s, wait_after_s). Create it on
+    the training thread."""
 
     def __init__(self, params: Iterable[nn.Parameter], device: PeerDevice):
         self.last_ready = 0.0
@@ -79,6 +80,10 @@ class GradientClock:
         others_cpu = (process1 - process0) - (thread1 - thread0)
         return max(0.0, min((wait1 - wait0) / 1e9, others_cpu))
 
+    def wait_after_s(self) -> float:
+        """The training thread's wait for a CPU from the last gradient (start(), without one) to now."""
+        return (self._clocks()[0] - self.at_ready[0]) / 1e9
+
     def compute_s(self, started: float) -> float:
         """Forward and backward up to the last gradient, less wait_s(); call after the step is synchronised."""
         if self.events and self.last_ready:
@@ -90,6 +95,22 @@ class GradientClock:
             handle.remove()
         if self.schedstat is not None:
             os.close(self.schedstat)
+
+
+def communicated(report: StepOutcome) -> bool:
+    """A step communicated where it sent or received payload or timed a link; one that did neither has no comm_s."""
+    return bool(report.bytes_sent or report.bytes_recv or report.link_s)
+
+
+def step_phases(span_s: float, compute_s: float, opt_s: float, cpu_wait_s: float,
+                communicates: bool) -> dict[str, float]:
+    """The phases of a step's span after its data, summing to it (docs/runs.md, Figures): comm_s, measured
+    communication, is the span less compute, the update and the training thread's waits for a CPU left out of them
+    (cpu_wait_s: compute_wait_s and its waits after the last gradient), in a step that communicated, else 0; wait_s,
+    waiting, is the rest."""
+    comm_s = max(0.0, span_s - compute_s - opt_s - cpu_wait_s) if communicates else 0.0
+    return {"compute_s": compute_s, "opt_s": opt_s, "comm_s": comm_s,
+            "wait_s": max(0.0, span_s - compute_s - opt_s - comm_s)}
 
 
 def next_snapshot(step: int, every: int, confirm_after: int, confirming: bool) -> int | None:
@@ -152,16 +173,16 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
             loss.backward()
             report = strategy.step(len(y))
             device.synchronize()
-            t_end, ended_at = time.perf_counter(), time.time()
+            t_end, ended_at, cpu_wait_s = time.perf_counter(), time.time(), clock.wait_s() + clock.wait_after_s()
             used = process_clock.since_start()
-            compute_s = clock.compute_s(t1)
             samples += len(y)
             wall = t_end - start
             paused_s += report.startup_wait_s  # waiting for peers to start is not training
-            comm_s = max(0.0, (t_end - t1) - compute_s - report.opt_s - report.startup_wait_s)
+            phases = step_phases(t_end - t1 - report.startup_wait_s, clock.compute_s(t1), report.opt_s, cpu_wait_s,
+                                 communicated(report))
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
-                     data_s=t1 - t0, compute_s=compute_s, compute_wait_s=clock.wait_s(), opt_s=report.opt_s,
-                     comm_s=comm_s, hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - comm_s),
+                     data_s=t1 - t0, **phases, compute_wait_s=clock.wait_s(),
+                     hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - phases["comm_s"]),
                      ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,
                      **({} if report.done is None else {"done": report.done}),

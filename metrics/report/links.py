@@ -7,8 +7,10 @@ from metrics.report.runs import Group, Run
 from metrics.recording.methods import methods
 
 GOODPUT_METHOD = methods("links")["method"]
-COMM_SHARE = ("Communication's share of a step (time_breakdown_share.comm_s: exposed communication / the mean "
-              "step over all workers, one definition for every strategy; median over runs)")
+COMM_SHARE = ("Communication's share of a step (time_breakdown_share.comm_s: measured communication, 0 in a step that "
+              "sent and received nothing, / the mean step over all workers, one definition for every strategy; "
+              "waiting: wait_s, the training thread's waits for a CPU and the rest of a step that did not communicate; "
+              "median over runs)")
 
 
 def nominal_text(link: Link) -> str:
@@ -70,11 +72,13 @@ def link_lines(groups: list[Group]) -> list[str]:
 
 
 def comm_share_line(groups: list[Group]) -> str:
-    """Every configuration's communication share of a step, the median over its runs with the range."""
+    """Every configuration's communication and waiting shares of a step, the median over its runs with the range."""
     parts = []
     for group in groups:
-        values = group.values(lambda r: (r.summary.time_breakdown_share or {}).get("comm_s"))
-        parts.append(f"{group.label} {median_text(values, rounded_percent, '%') if values else 'not recorded'}")
+        comm, wait = ([v for r in group.runs if (v := (r.summary.time_breakdown_share or {}).get(p)) is not None]
+                      for p in ("comm_s", "wait_s"))
+        parts.append(f"{group.label} {median_text(comm, rounded_percent, '%') if comm else 'not recorded'}"
+                     + (f", waiting {median_text(wait, rounded_percent, '%')}" if wait else ""))
     return f"{COMM_SHARE}: {'; '.join(parts)}."
 
 

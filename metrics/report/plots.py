@@ -18,7 +18,9 @@ from metrics.recording.steplog import PHASES  # noqa: E402
 from metrics.summary.schema import Json, Summary  # noqa: E402
 
 MAX_RESOURCE_RUNS = 12  # rows of the per-worker small multiples
-PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2"}
+PHASE_COLORS = {"data_s": "#4c72b0", "compute_s": "#55a868", "comm_s": "#c44e52", "opt_s": "#8172b2",
+                "wait_s": "#b3b3b3"}
+PHASE_NAMES = {"data_s": "data", "compute_s": "compute", "comm_s": "comm", "opt_s": "optimizer", "wait_s": "waiting"}
 
 
 def to_png(fig: Canvas) -> str:
@@ -68,17 +70,15 @@ def worker_points(run: Run, kind: str, window: int) -> dict[int, list[tuple[floa
     return points
 
 
-def group_curve(group: Group, kind: str, window: int) -> list[tuple[float, ...]] | None:
-    """Per step over all workers of all repeats: x time (mean), x samples (mean), y mean, y min, y max."""
-    points: dict[int, list[tuple[float, float, float]]] = {}
-    for run in group.runs:
-        for step, found in worker_points(run, kind, window).items():
-            points.setdefault(step, []).extend(found)
-    rows = []
-    for step in sorted(points):
-        ys = [p[2] for p in points[step]]
-        rows.append((statistics.fmean(p[0] for p in points[step]), statistics.fmean(p[1] for p in points[step]),
-                     statistics.fmean(ys), min(ys), max(ys)))
+def run_curve(run: Run, kind: str, window: int) -> list[tuple[float, ...]] | None:
+    """Per step every worker of the run reached, in step order: x time (mean over workers), x samples, y mean, y min,
+    y max. Each worker's time grows with its steps, so the line runs forward in time; repeats of other lengths are
+    their own lines (a mean over the runs still at a step would jump back in time where a slow run ended)."""
+    points = worker_points(run, kind, window)
+    workers = max(map(len, points.values()), default=0)
+    rows = [(statistics.fmean(p[0] for p in found), statistics.fmean(p[1] for p in found),
+             statistics.fmean(p[2] for p in found), min(p[2] for p in found), max(p[2] for p in found))
+            for step, found in sorted(points.items()) if len(found) == workers]
     return list(zip(*rows)) if rows else None
 
 
@@ -92,16 +92,14 @@ def convergence_plot(section: Section) -> Figure:
     fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), layout="constrained")
     for group in section.groups:
         for row, kind in enumerate(("accuracy", "loss")):
-            curve = group_curve(group, kind, window)
-            if not curve:
-                continue
-            t, samples, mean, low, high = curve
-            for col, x in enumerate((t, samples)):
-                ax = axes[row][col]
-                label = group.label if row == col == 0 else None
-                ax.plot(x, mean, color=group.color, label=label, marker="o" if kind == "accuracy" else None,
-                        markersize=3)
-                ax.fill_between(x, low, high, color=group.color, alpha=0.2)
+            curves = [c for c in (run_curve(run, kind, window) for run in group.runs) if c]
+            for i, (t, samples, mean, low, high) in enumerate(curves):
+                for col, x in enumerate((t, samples)):
+                    ax = axes[row][col]
+                    label = group.label if row == col == i == 0 else None
+                    ax.plot(x, mean, color=group.color, label=label, marker="o" if kind == "accuracy" else None,
+                            markersize=3)
+                    ax.fill_between(x, low, high, color=group.color, alpha=0.2)
     for col, xlabel in enumerate(("training time (s, pauses to save weights for evaluation excluded)",
                                   "samples trained by all workers")):
         axes[0][col].set_ylabel("test accuracy (%)")
@@ -117,8 +115,8 @@ def convergence_plot(section: Section) -> Figure:
                 f"steps) and training loss (cross-entropy of each worker's own minibatches{smoothing}) against "
                 "training time (s, each worker's loop time minus its pauses to save weights for evaluation and to time "
                 "the speed reference; mean over workers) and against samples trained by all workers (sum of each "
-                "worker's sample count at that step). Line = mean over workers (and repeats), band = the worker "
-                "spread: min to max over workers (and repeats).")
+                "worker's sample count at that step). One line per run, at the steps all its workers reached: the mean "
+                "over its workers; band = their spread, min to max.")
 
 
 # Bars: one per configuration, error bars = standard deviation over repeats.
@@ -163,14 +161,16 @@ def breakdown_plot(groups: list[Group]) -> Figure:
     for phase in PHASES:
         shares = [100 * (g.mean(lambda r: (r.summary.time_breakdown_share or {}).get(phase)) or 0.0) for g in groups]
         ax.barh(range(len(groups)), shares, left=left, color=PHASE_COLORS[phase],
-                label=phase.removesuffix("_s").replace("opt", "optimizer"))
+                label=PHASE_NAMES[phase])
         left = [a + b for a, b in zip(left, shares)]
     ax.set_xlabel("share of the mean step time (%)")
     ax.set_xlim(0, 100)
-    fig.legend(loc="outside lower center", ncol=4, fontsize=8)
+    fig.legend(loc="outside lower center", ncol=5, fontsize=8)
     return Figure("Time breakdown (bottleneck view)", to_png(fig),
                 "Share (%) of the mean step time spent in each phase, mean per step over all workers, "
-                "perf_counter around each phase; comm includes waiting for other peers. Repeats: mean.")
+                "perf_counter around each phase; comm = measured communication (waiting for other peers included, 0 "
+                "in a step that sent and received nothing); waiting = the training thread's waits for a CPU and the "
+                "rest of a step that did not communicate. Repeats: mean.")
 
 
 def bytes_plot(groups: list[Group]) -> Figure:

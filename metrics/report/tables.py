@@ -245,11 +245,13 @@ def share_of(group: Group, phase: str) -> float | None:
     return group.mean(lambda r: (r.summary.time_breakdown_share or {}).get(phase))
 
 
-BOTTLENECKS = {"data": ("data_s",), "compute": ("compute_s", "opt_s"), "communication": ("comm_s",)}
+BOTTLENECKS = {"data": ("data_s",), "compute": ("compute_s", "opt_s"), "communication": ("comm_s",),
+               "waiting": ("wait_s",)}
 
 
 def bottleneck(group: Group) -> tuple[str, float] | None:
-    """What dominates the step (data loading, compute with the optimizer update, or communication), with its share."""
+    """What dominates the step (data loading, compute with the optimizer update, communication or waiting), with its
+    share."""
     shares = {name: sum(share_of(group, p) or 0.0 for p in phases) for name, phases in BOTTLENECKS.items()}
     name = max(shares, key=shares.__getitem__)
     return (name, shares[name]) if shares[name] > 0 else None
@@ -266,13 +268,16 @@ def breakdown_table(groups: list[Group]) -> Table:
         rows.append([group.label, *shares, step_ms, hidden_ms,
                      f"{found[0]} ({percent(found[1])} %)" if found else MISSING])
     return Table("Time breakdown per step (the bottleneck view)",
-                 ["configuration", "data (%)", "compute (%)", "exposed comm (%)", "optimizer (%)", "step time (ms)",
+                 ["configuration", "data (%)", "compute (%)", "exposed comm (%)", "optimizer (%)", "waiting (%)",
+                  "step time (ms)",
                   "hidden comm (ms)", "bottleneck"], rows,
                  "Mean per step over all workers (summary.json's time_breakdown_s and time_breakdown_share, "
                  "defined in Methods); optimizer = the optimizer update wherever it runs (a parameter server's, "
-                 "hivemind's global step). Shares of the summed step time. Hidden comm: link time that ran behind "
-                 "compute (DDP, Horovod), not part of the step's sum. Bottleneck: the largest of data, compute "
-                 "(compute + optimizer) and exposed communication.")
+                 "hivemind's global step); exposed comm = measured communication, 0 in a step that sent and received "
+                 "nothing; waiting = the rest (the training thread's waits for a CPU, and a step's time beyond data, "
+                 "compute and optimizer where it did not communicate). Shares of the summed step time. Hidden comm: "
+                 "link time that ran behind compute (DDP, Horovod), not part of the step's sum. Bottleneck: the "
+                 "largest of data, compute (compute + optimizer), exposed communication and waiting.")
 
 
 def resources_table(groups: list[Group]) -> Table:

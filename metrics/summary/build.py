@@ -56,7 +56,7 @@ def peer_figures(peer: PeerDir, window: tuple[int, int] | None = None) -> dict:
         "final_eval": evals[-1] if evals else None,
         "result": json.loads(peer.result.read_text()) if peer.result.exists() else None,
         "error": peer.error.read_text() if peer.error.exists() else None,
-        "wall_s_per_step": _mean(sum(s[phase] for phase in PHASES) for s in steps),
+        "wall_s_per_step": _mean(sum(s.get(phase, 0.0) for phase in PHASES) for s in steps),
         "cpu_s_per_step": _mean(s.get("cpu_s") for s in steps),
         "runq_s_per_step": _mean(s.get("runq_s") for s in steps),
     }
@@ -190,7 +190,7 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
     window_samples = sum(w["window"]["samples"] for w in workers)
     longest = max((w["window"]["train_s"] for w in workers), default=0.0)
 
-    breakdown = {phase: _mean(s[phase] for s in all_steps) for phase in PHASES}
+    breakdown = {phase: _mean(s.get(phase, 0.0) for s in all_steps) for phase in PHASES}
     hidden = _mean(s.get("hidden_comm_s", 0.0) for s in all_steps)
     shares = step_shares(breakdown, hidden)
 

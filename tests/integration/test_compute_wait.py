@@ -1,5 +1,7 @@
-"""The gradient clock on a shared core (integration tier: it starts a competing process): a wait for the CPU
-while the peer's own other threads run is not compute; a wait for other processes is (job/loop.py GradientClock)."""
+"""The gradient clock on a shared core (integration tier: it starts competing processes): a wait for the CPU
+while the peer's own other threads run is not compute; a wait for other processes is (job/loop.py GradientClock). A
+run that sends nothing has no communication, however long it waits for a CPU."""
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -10,6 +12,7 @@ import time
 import pytest
 import torch
 
+from helpers import run_train, steps_of, summary_of
 from job.device import PeerDevice
 from job.loop import GradientClock
 
@@ -101,3 +104,19 @@ def test_waiting_for_the_peers_own_threads_is_not_compute_but_waiting_for_others
     assert own[1] < alone[1] + 0.5 * (own[0] - alone[0]), (alone, own)
     assert other[2] < 0.1 * other[0], (alone, other)    # other processes' use is not subtracted
     assert other[1] > 1.6 * alone[1], (alone, other)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_a_run_that_sends_nothing_beside_busy_loops_has_no_communication_and_waits(run_dir):
+    """strategy=single on 2 CPUs beside a busy loop on each of them: it sends nothing, so no step has communication,
+    and its waits for a CPU show as waiting (the leftover rule reported 43 % communication)."""
+    with contextlib.ExitStack() as stack:
+        for core in sorted(os.sched_getaffinity(0))[:2]:
+            stack.enter_context(Competitors(core, "process", count=1))
+        result = run_train(run_dir, "strategy=single", "peer_cpus=2", "max_steps=30", "eval_every=0", timeout=100)
+    assert result.returncode == 0, result.stderr
+    steps, summary = steps_of(run_dir, 0), summary_of(run_dir)
+    assert all(s["bytes_sent"] == s["bytes_recv"] == 0 and s["comm_s"] == 0 for s in steps)
+    assert summary["peers"][0]["runq_s_per_step"] > 0  # contended: the process's threads waited for a CPU
+    assert summary["time_breakdown_share"]["wait_s"] > 0.05, summary["time_breakdown_share"]

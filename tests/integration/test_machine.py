@@ -14,6 +14,7 @@ import pytest
 
 from helpers import ROOT, run_train, steps_of, summary_of
 from metrics.recording.jsonl import read_jsonl
+from metrics.recording.steplog import PHASES
 from metrics.recording.machine import MachineSampler
 from metrics.summary.machine import machine_section
 
@@ -127,7 +128,7 @@ def test_every_step_and_the_summary_record_the_cpus(run_dir):
     summary = summary_of(run_dir)
     for rank in (0, 1):
         steps = steps_of(run_dir, rank)
-        walls = [s["data_s"] + s["compute_s"] + s["opt_s"] + s["comm_s"] for s in steps]
+        walls = [sum(s[p] for p in PHASES) for s in steps]
         threads = max(r["threads"] for r in read_jsonl(run_dir / f"peer{rank}" / "resources.jsonl"))
         for step, wall in zip(steps, walls):
             assert 0 < step["cpu_s"] <= threads * wall + 0.01

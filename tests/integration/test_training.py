@@ -8,11 +8,9 @@ import pytest
 from helpers import (TINY_DIGITS_BYTES, launch_spec_of, leftover_processes, param_digests, quick_run, results,
                      run_train, steps_of, strategy_names, summary_of)
 from metrics.recording.jsonl import read_jsonl
-from metrics.recording.steplog import STEP_FIELDS
+from metrics.recording.steplog import PHASES, STEP_FIELDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-PHASES = ("data_s", "compute_s", "comm_s", "opt_s")
 
 
 def test_single_run_learns_and_leaves_complete_metrics(run_dir):

@@ -1,12 +1,13 @@
-"""The training loop's gradient clock (unit tier): job.loop.GradientClock remembers when backward
-accumulated its last gradient, which ends the step's compute time."""
+"""The training loop's gradient clock and step phases (unit tier): job.loop.GradientClock remembers when backward
+accumulated its last gradient, which ends the step's compute time; step_phases splits the step."""
 import time
 
 import pytest
 import torch
 
 from job.device import PeerDevice
-from job.loop import GradientClock
+from job.loop import GradientClock, communicated, step_phases
+from strategies.base import StepReport
 
 CPU = PeerDevice(torch.device("cpu"))
 
@@ -100,3 +101,19 @@ def test_on_a_gpu_compute_time_is_the_kernels_not_their_launches():
     assert launched < compute <= done  # the kernels ran past the moment Python returned from backward
     clock.close()
 
+
+def test_a_contended_step_that_sent_nothing_has_no_communication_and_its_waiting():
+    """single's step on a contended CPU, 0.9 s after its data: forward and backward ran 0.3 s and waited 0.4 s for a
+    CPU, the update took 0.1 s, and the thread waited 0.1 s more for a CPU before the step ended. It sent nothing."""
+    report = StepReport(opt_s=0.1)
+    phases = step_phases(0.9, compute_s=0.3, opt_s=0.1, cpu_wait_s=0.5, communicates=communicated(report))
+    assert phases["comm_s"] == 0.0 and phases["wait_s"] == pytest.approx(0.4 + 0.1)
+    assert phases["compute_s"] == 0.3 and phases["opt_s"] == 0.1
+
+
+def test_a_communicating_step_counts_its_transfer_as_communication_and_its_cpu_waits_as_waiting():
+    """An all-reduce step of 1.0 s: compute 0.3 s, 0.2 s of CPU waits, update 0.1 s, 0.4 s blocked in the transfer;
+    a step that only timed its link (overlapped with backward) communicated too."""
+    for report in (StepReport(opt_s=0.1, bytes_sent=100, bytes_recv=100), StepReport(opt_s=0.1, link_s=0.2)):
+        phases = step_phases(1.0, compute_s=0.3, opt_s=0.1, cpu_wait_s=0.2, communicates=communicated(report))
+        assert phases["comm_s"] == pytest.approx(0.4) and phases["wait_s"] == pytest.approx(0.2)

@@ -20,7 +20,7 @@ def build_summary(*args, **kwargs) -> dict:
 
 pytestmark = pytest.mark.timeout(30)
 
-PHASES = {"data_s", "compute_s", "comm_s", "opt_s"}
+PHASES = {"data_s", "compute_s", "comm_s", "opt_s", "wait_s"}
 
 
 def step(n, samples, train_s, sent, recv, compute, comm):
@@ -93,8 +93,24 @@ def test_time_breakdown_is_the_mean_over_all_steps_and_its_shares(run):
     assert shares["data_s"] == pytest.approx(0.1) and sum(shares.values()) == pytest.approx(1.0)
 
 
+def test_waiting_is_a_phase_of_its_own_and_the_shares_still_sum_to_one(tmp_path):
+    """A contended one-process run: steps of 1.0 s (data 0.1, compute 0.3, optimizer 0.1) that sent nothing and
+    waited 0.5 s for a CPU. A run recorded before wait_s (its steps have none) reads it as 0."""
+    run = RunDir(tmp_path / "run")
+    write_lines(run.peer(0).steps, [step(n, 32 * n, float(n), 0, 0, 0.3, 0.0) | {"wait_s": 0.5} for n in range(1, 4)])
+    summary = build_summary(run, summary_config(), summary_outcome())
+    shares = summary["time_breakdown_share"]
+    assert shares["wait_s"] == pytest.approx(0.5) and shares["compute_s"] == pytest.approx(0.3)
+    assert shares["comm_s"] == 0
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert summary["peers"][0]["wall_s_per_step"] == pytest.approx(1.0)
+    old = RunDir(tmp_path / "old")
+    write_lines(old.peer(0).steps, [step(n, 32 * n, float(n), 10, 10, 0.6, 0.2) for n in range(1, 4)])
+    assert build_summary(old, summary_config(), summary_outcome())["time_breakdown_s"]["wait_s"] == 0
+
+
 def test_hidden_communication_is_its_own_figure_outside_the_step(tmp_path):
-    """DDP-like steps: 0.3 s of link time ran behind backward (hidden_comm_s); the four phases still sum to the
+    """DDP-like steps: 0.3 s of link time ran behind backward (hidden_comm_s); the phases still sum to the
     step and the hidden time is reported beside them, as a mean and a share of the step."""
     run = RunDir(tmp_path / "run")
     write_lines(run.peer(0).steps, [step(n, 32 * n, float(n), 10, 10, 0.6, 0.2) | {"hidden_comm_s": 0.3}
