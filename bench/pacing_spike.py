@@ -29,6 +29,7 @@ from bench.payload import ComputeFreeTwin
 from job.model import resnet18
 from job.pacing import Calibration, Pacer, Recorder, SlotLog
 from metrics.recording.rundir import RunDir
+from metrics.recording.steplog import PHASES
 
 BATCH, CLASSES, CHANNELS, WARMUP, STEPS = 32, 10, 3, 3, 8
 GRID = ((2, "real", 1), (2, "twin", 1), (2, "padded", 2), (8, "twin", 1), (8, "twin", 2), (8, "padded", 4),
@@ -166,8 +167,7 @@ def hivemind_background(run: Path) -> dict[str, object]:
         middle = samples[len(samples) // 4: 3 * len(samples) // 4]
         steps = [json.loads(line) for line in peer.steps.read_text().splitlines()][2:]
         tree_cores = statistics.median(s["cpu_percent"] for s in middle) / 100
-        compute_cores = sum(s["compute_s"] for s in steps) / sum(
-            s["data_s"] + s["compute_s"] + s["comm_s"] + s["opt_s"] for s in steps)
+        compute_cores = sum(s["compute_s"] for s in steps) / sum(s.get(phase, 0.0) for s in steps for phase in PHASES)
         peers.append({"rank": peer.rank, "tree_cores": tree_cores, "compute_cores": compute_cores,
                       "background_cores": tree_cores - compute_cores,
                       "peak_rss_mib": max(s["rss_bytes"] for s in samples) / 2**20,
