@@ -6,6 +6,7 @@ and `padded` (real compute padded to k x its calibrated time). Per case: the ste
 slot's lateness and overrun share, CPU per peer per step, and RSS per peer.
 
     python -m bench.pacing_spike grid FOLDER        # the declared grid (docs/lab-log.md, 2026-12-07), 2 repeats
+    python -m bench.pacing_spike device FOLDER      # where cores allow: N=8 a core each (the truth) against 2 cores
     python -m bench.pacing_spike hivemind RUN_DIR     # a hivemind run's background CPU and RSS per peer
     python -m bench.pacing_spike calibrate OUT.json
     python -m bench.pacing_spike case N MODE K CALIBRATION.json STEPS OUT.json
@@ -65,7 +66,10 @@ def calibrate(out: Path, steps: int = 14) -> None:
     recorder.calibration().save(out)
 
 
-def worker(rank: int, world: int, port: int, mode: str, k: float, calibration: Path, steps: int, out: Path) -> None:
+def worker(rank: int, world: int, port: int, mode: str, k: float, calibration: Path, steps: int, out: Path,
+           cores: set[int] | None) -> None:
+    if cores:
+        os.sched_setaffinity(0, cores)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=TIMEOUT)
@@ -115,12 +119,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def case(peers: int, mode: str, k: float, calibration: Path, steps: int, folder: Path) -> dict[str, object]:
-    """One case: `peers` worker processes, their records gathered; the step dilated back is the slowest rank's / k."""
+def case(peers: int, mode: str, k: float, calibration: Path, steps: int, folder: Path,
+         cores: list[set[int]] | None = None) -> dict[str, object]:
+    """One case: `peers` worker processes (rank r on cores[r]; None: on this process's cores), their records
+    gathered; the step dilated back is the slowest rank's / k."""
     folder.mkdir(parents=True, exist_ok=True)
     port, started = free_port(), time.perf_counter()
     processes = [subprocess.Popen([sys.executable, "-m", "bench.pacing_spike", "worker", str(rank), str(peers),
-                                   str(port), mode, str(k), str(calibration), str(steps), str(folder / f"{rank}.json")])
+                                   str(port), mode, str(k), str(calibration), str(steps), str(folder / f"{rank}.json"),
+                                   ",".join(map(str, sorted(cores[rank]))) if cores else ""])
                  for rank in range(peers)]
     codes = [p.wait(timeout=1800) for p in processes]
     if any(codes):
@@ -131,8 +138,9 @@ def case(peers: int, mode: str, k: float, calibration: Path, steps: int, folder:
         "peers": peers, "mode": mode, "k": k, "steps": steps, "wall_s": time.perf_counter() - started,
         "step_s": max(r["step_s"] for r in ranks), "step_dilated_back_s": max(r["step_s"] for r in ranks) / k,
         "cpu_per_peer_step_s": statistics.fmean(r["cpu_per_step_s"] for r in ranks),
+        "cores": len(set().union(*cores) if cores else os.sched_getaffinity(0)),
         "cpu_share_of_cores": sum(r["cpu_per_step_s"] for r in ranks) / max(r["step_s"] for r in ranks)
-        / len(os.sched_getaffinity(0)),
+        / len(set().union(*cores) if cores else os.sched_getaffinity(0)),
         "rss_mib_per_peer": statistics.fmean(r["rss_mib"] for r in ranks),
         "pss_mib_per_peer": statistics.fmean(r["pss_mib"] for r in ranks),
         "overrun_share": max((s["overrun_share"] for s in slots), default=None),
@@ -144,15 +152,30 @@ def case(peers: int, mode: str, k: float, calibration: Path, steps: int, folder:
     }
 
 
-def grid(folder: Path, repeats: int = 2) -> None:
-    """The declared cases, a calibration before each repeat; every case's record appended to FOLDER/cases.jsonl."""
+Plan = list[tuple[int, str, float, list[set[int]] | None]]  # (peers, mode, k, each rank's cores)
+
+
+def device_plan(available: set[int], peers: int = 8) -> Plan:
+    """The truth and its emulations on one machine: `peers` ranks undilated, a core each, against twin (k=1, 2) and
+    padded (k=6) on 2 shared cores. Needs peers + 2 cores (the calibration pins the lowest)."""
+    if len(available) < peers + 2:
+        raise SystemExit(f"device: {peers} peers a core each beside 2 shared cores need {peers + 2} cores; this machine "
+                         f"has {len(available)} (run it on a lent device machine: docs/usage.md)")
+    low = sorted(available)
+    shared, own = set(low[:2]), [{core} for core in low[2:2 + peers]]
+    return [(peers, "real", 1, own), (peers, "twin", 1, [shared] * peers), (peers, "twin", 2, [shared] * peers),
+            (peers, "padded", 6, [shared] * peers)]
+
+
+def run_plan(folder: Path, plan: Plan, repeats: int = 2) -> None:
+    """The plan's cases, a calibration before each repeat; every case's record appended to FOLDER/cases.jsonl."""
     folder.mkdir(parents=True, exist_ok=True)
     for repeat in range(repeats):
         calibration = folder / f"calibration-{repeat}.json"
         subprocess.run([sys.executable, "-m", "bench.pacing_spike", "calibrate", str(calibration)], check=True,
                        timeout=600)  # its own process: the pinning to one core stays there
-        for peers, mode, k in GRID:
-            record = case(peers, mode, k, calibration, STEPS, folder / f"r{repeat}-{mode}-n{peers}-k{k}")
+        for peers, mode, k, cores in plan:
+            record = case(peers, mode, k, calibration, STEPS, folder / f"r{repeat}-{mode}-n{peers}-k{k}", cores)
             with open(folder / "cases.jsonl", "a") as out:
                 out.write(json.dumps(record | {"repeat": repeat}) + "\n")
             print(json.dumps(record | {"repeat": repeat}), flush=True)
@@ -178,14 +201,17 @@ def hivemind_background(run: Path) -> dict[str, object]:
 def main(argv: list[str]) -> None:
     command, *args = argv
     if command == "grid":
-        grid(Path(args[0]))
+        run_plan(Path(args[0]), [(peers, mode, k, None) for peers, mode, k in GRID])
+    elif command == "device":
+        run_plan(Path(args[0]), device_plan(os.sched_getaffinity(0)))
     elif command == "hivemind":
         print(json.dumps(hivemind_background(Path(args[0])), indent=1))
     elif command == "calibrate":
         calibrate(Path(args[0]))
     elif command == "worker":
-        rank, world, port, mode, k, calibration, steps, out = args
-        worker(int(rank), int(world), int(port), mode, float(k), Path(calibration), int(steps), Path(out))
+        rank, world, port, mode, k, calibration, steps, out, cores = args
+        worker(int(rank), int(world), int(port), mode, float(k), Path(calibration), int(steps), Path(out),
+               {int(c) for c in cores.split(",")} if cores else None)
     elif command == "case":
         peers, mode, k, calibration, steps, out = args
         result = case(int(peers), mode, float(k), Path(calibration), int(steps), Path(out).with_suffix(""))
