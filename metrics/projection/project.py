@@ -2,11 +2,12 @@
 
     python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS[,MTU]] ...]
-                              [--compute-s S | --samples-per-s X] [--gradient-mb MB] [-o OUT]
+                              [--compute-s S | --samples-per-s X] [--batch B] [--gradient-mb MB] [-o OUT]
 
-Every figure is a prediction of the strategy's cost model, with parameters from one measured run (refused if it did
-not hold its link or CPU) or your declared compute; outside the validated region it is marked UNVALIDATED and has no
-band (docs/projection.md). Writes projection.json and projection.png into the run's folder, or into OUT.
+Every figure is a prediction of the strategy's cost model, with parameters from the measured runs (a run that did not
+hold its link or CPU is left out and named) or your declared compute; outside the validated region it is marked
+UNVALIDATED and has no band (docs/projection.md). Prints one table of the configurations by link and N; writes
+projection.json and projection.png into the run's folder, or into OUT.
 """
 import argparse
 import json
