@@ -459,18 +459,17 @@ def table_text(projected: list[dict], peers: list[int]) -> list[str]:
                       for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
 
 
-def mean_of(results: list[dict], key: str) -> float | None:
-    values = [r["measured"][key] for r in results if r["measured"][key] is not None]
-    return statistics.fmean(values) if values else None
+def mean_of(results: list[dict], key: str) -> float:
+    """The mean of a figure every run measured."""
+    return statistics.fmean(r["measured"][key] for r in results)
 
 
 def configuration_text(configuration: dict, results: list[dict], compute_declared: bool) -> list[str]:
     """A configuration's region, compute, cost model, the figures its runs gave, their model check and where it
     stops scaling."""
     first = results[0]["measured"]
-    samples = mean_of(results, "samples_to_target")
-    if samples is not None:
-        samples_text = f"{number(samples)} samples (measured)"
+    if samples := [r["measured"]["samples_to_target"] for r in results if r["measured"]["samples_to_target"]]:
+        samples_text = f"{number(statistics.fmean(samples))} samples (measured)"
     elif first["declared"]:
         samples_text = "n/a (the run's figure is its own model's at its own batch, not your declared one's)"
     else:
@@ -501,7 +500,8 @@ def configuration_text(configuration: dict, results: list[dict], compute_declare
                          f"{with_unit(check['measured_step_s'], 's/step')} (steady steps, mean over workers), error "
                          f"{check['error']:+.1%}{fitted}")
         else:
-            lines.append(f"  model check on each run's own link: error {min(errors):+.1%} to {max(errors):+.1%} over "
+            spread = f"{min(errors):+.1%}" + (f" to {max(errors):+.1%}" if max(errors) > min(errors) else "")
+            lines.append(f"  model check on each run's own link: error {spread} over "
                          f"{counted(len(checks), 'run')} (predicted / measured steady step - 1){fitted}")
     if not (configuration["validation"] or {}).get("failed"):
         lines += [f"  on {Link(**p['link']).label}: " + (
@@ -636,7 +636,8 @@ def main(argv: list[str] | None = None) -> int:
                              "a projection): " + "; ".join(left_out))
         if not links and (unshaped := [m.run for m in measured if m.link is None]):
             raise ValueError(f"{unshaped[0]} ran on unshaped links (no rate to start from): give --link")
-        links = links or list({json.dumps(asdict(m.link)): m.link for m in measured}.values())  # the runs' own
+        own = {json.dumps(asdict(m.link)): m.link for m in measured if m.link is not None}
+        links = links or list(own.values())  # the runs' own links
         results = [project(m, links, peers, evidence) for m in measured]
         found = configurations(measured)
         projected = [project_configuration(c, links, peers, evidence) for c in found]
