@@ -90,7 +90,9 @@ class Validation:
              f"S {number(size_bytes / 1e6)} MB outside the {span_text((smallest, largest), 1e6, 'MB')} validated at "
              f"N={at}"),
             (link.latency_ms > self.latency_ms, f"latency {link.latency_ms:g} ms > the validated "
-                                                f"{self.latency_ms:g} ms (the cases ran without latency)")) if outside]
+                                                f"{self.latency_ms:g} ms (the cases ran without latency)"),
+            (link.devices_per_node > 1, f"nodes of {link.devices_per_node} devices: no validated case (every case "
+                                        "ran one worker per link)")) if outside]
 
 
 def n_range_text(low: int, high: int) -> str:

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from metrics.summary.bounds import ETHERNET_MTU, Round, round_records
+from metrics.summary.bounds import ETHERNET_MTU, MBIT, Round, round_records
 from metrics.recording.jsonl import read_jsonl
 from metrics.projection.batch_scaling import samples_at
 from metrics.projection.cost import Cost, CostModel, first_paragraph
@@ -72,7 +72,8 @@ class Measured:
     def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
         return Cost(workers, self.size_bytes, payload_rate(link, self.payload_shares), link.latency_ms / 1e3,
                     self.compute_s, self.batch, self.knobs, hidden=self.hidden_s, server=self.server_s,
-                    overlap=overlap)
+                    overlap=overlap, devices_per_node=link.devices_per_node,
+                    intra_node_rate=link.intra_node_mbit * MBIT, intra_node_latency=link.intra_node_latency_ms / 1e3)
 
     def step_s(self, workers: int, link: Link) -> float:
         return self._step(self.cost(workers, link, self.overlap))
@@ -271,10 +272,12 @@ def project_link(m: Measured, link: Link, peers: list[int], validation: Validati
     """The predictions on one link: per N the step, its band (only inside the validated region), why it lies outside
     that region, throughput and time-to-target; none where the model failed its validation (each row says why)."""
     rows: list[dict] = []
+    no_nodes = (f"{m.strategy}'s cost model states no model of nodes of several devices"
+                if link.devices_per_node > 1 and not m.model.models_nodes else None)
     for n in peers:
-        if validation and validation.failed:
+        if withheld := (validation.failed if validation else None) or no_nodes:
             rows.append({"peers": n, "wire_over_compute": None, "unvalidated": True,
-                         "unvalidated_why": [validation.failed], "step_s": None, "withheld": validation.failed,
+                         "unvalidated_why": [withheld], "step_s": None, "withheld": withheld,
                          "band_step_s": None, "throughput_samples_per_s": None, "time_to_target_s": None})
             continue
         wire_over_compute = m.wire_over_compute(n, link)
@@ -519,7 +522,7 @@ def text_report(projected: list[dict], results: list[dict], peers: list[int], le
     declared_compute = {r["measured"]["compute_of"] for r in results if "compute" in r["measured"]["declared"]}
     lines = ["PREDICTED step time (s) by each strategy's cost model, not measured. [low–high]: the band its held-out "
              "validation allows (inside the validated region only); UNVALIDATED: outside it, no band; no number: the "
-             "model failed its validation",
+             "model failed its validation or states no model of the cluster's shape",
              *table_text(projected, peers), ""]
     if declared_compute:
         lines.append(f"compute: {'; '.join(sorted(declared_compute))}")
@@ -585,6 +588,18 @@ def plot(projected: list[dict], peers: list[int], path: Path) -> None:
     plt.close(fig)
 
 
+def on_nodes(link: Link, devices_per_node: int, intra_node_link: str | None, peers: list[int]) -> Link:
+    """`link` as each node's network link, the node's devices joined by `intra_node_link` (MBIT[,LATENCY_MS])."""
+    if intra_node_link is None:
+        raise ValueError(f"--devices-per-node {devices_per_node}: give the link between a node's devices "
+                         "(--intra-node-link MBIT[,LATENCY_MS])")
+    if partial := [n for n in peers if n % devices_per_node]:
+        raise ValueError(f"--peers {' '.join(map(str, partial))}: not whole nodes of {devices_per_node} devices")
+    intra = parse_link(intra_node_link, "--intra-node-link")
+    return replace(link, devices_per_node=devices_per_node, intra_node_mbit=intra.mbit,
+                   intra_node_latency_ms=intra.latency_ms)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m metrics.projection", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -600,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
                                                              "step, samples/s (instead of --compute-s)")
     parser.add_argument("--batch", type=int, help="samples per device and step at which your --compute-s or "
                                                   "--samples-per-s holds (default: the run's batch per worker)")
+    parser.add_argument("--devices-per-node", type=int, default=1,
+                        help="devices per node of your cluster: --link is each node's network link, shared by its "
+                             "devices, --peers counts devices (default 1: one worker per link)")
+    parser.add_argument("--intra-node-link", help="MBIT[,LATENCY_MS] between a node's devices, the rate all payload "
+                                                  "(NVLink, PCIe); needed with --devices-per-node above 1")
     parser.add_argument("--gradient-mb", type=float, help="your model's gradient size S in MB (default: the run's)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
     parser.add_argument("--evidence", type=Path, default=EVIDENCE,
@@ -614,13 +634,15 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.peers) < 2:
         parser.error("--peers: a projection is of 2 or more peers")
     peers = sorted(set(args.peers))
-    for name in ("compute_s", "samples_per_s", "gradient_mb", "batch"):
+    for name in ("compute_s", "samples_per_s", "gradient_mb", "batch", "devices_per_node"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     if args.batch is not None and args.compute_s is None and args.samples_per_s is None:
         parser.error("--batch states the batch of your --compute-s or --samples-per-s: give one of them")
     try:
         links = [parse_link(text) for text in args.links]
+        if args.devices_per_node > 1:
+            links = [on_nodes(link, args.devices_per_node, args.intra_node_link, peers) for link in links]
         evidence = load_evidence(args.evidence)
         measured, left_out = [], []
         for run in runs:  # a run that did not hold its setting, or cannot be measured, is left out and named
@@ -637,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
         if not links and (unshaped := [m.run for m in measured if m.link is None]):
             raise ValueError(f"{unshaped[0]} ran on unshaped links (no rate to start from): give --link")
         own = {json.dumps(asdict(m.link)): m.link for m in measured if m.link is not None}
-        links = links or list(own.values())  # the runs' own links
+        links = links or [on_nodes(link, args.devices_per_node, args.intra_node_link, peers)
+                          if args.devices_per_node > 1 else link for link in own.values()]  # the runs' own links
         results = [project(m, links, peers, evidence) for m in measured]
         found = configurations(measured)
         projected = [project_configuration(c, links, peers, evidence) for c in found]

@@ -1323,3 +1323,41 @@ def test_the_plot_title_lies_within_the_figure(tmp_path, monkeypatch, links):
     frame = figure.bbox
     assert frame.x0 <= title.x0 and title.x1 <= frame.x1 and frame.y0 <= title.y0 and title.y1 <= frame.y1
     close(figure)
+
+
+def test_a_ring_all_reduce_over_nodes_of_several_devices_by_hand():
+    """16 devices on 2 nodes of 8: each node reduce-scatters inside (7 steps of 80/8 MB at 800 MB/s: 0.0875 s), the
+    nodes all-reduce each device's 10 MB shard over the network, the node's 8 rings sharing its 10 MB/s (2 · 1 ·
+    80/2 MB / 10 MB/s = 8 s), then each node all-gathers inside (0.0875 s): 8.175 s."""
+    nodes = Cost(16, 80 * MB, 10 * MB, devices_per_node=8, intra_node_rate=800 * MB)
+    # inside: 2 · 7 · (80/8 MB) / 800 MB/s = 0.175 s; across: 2 · (2-1) · (80/2 MB) / 10 MB/s = 8 s
+    assert RingCost.step_time(nodes) == pytest.approx(8.175)
+    # one device per node is the flat ring: 2 · 15 · (80/16 MB) / 10 MB/s = 15 s
+    assert RingCost.step_time(Cost(16, 80 * MB, 10 * MB)) == pytest.approx(15.0)
+    assert RingCost.step_time(Cost(16, 80 * MB, 10 * MB, devices_per_node=1, intra_node_rate=800 * MB)) == \
+        pytest.approx(15.0)
+    # latency: 2 · 7 intra-node messages of 1 ms and 2 · 1 network messages of 10 ms
+    with_latency = Cost(16, 80 * MB, 10 * MB, latency=0.01, devices_per_node=8, intra_node_rate=800 * MB,
+                        intra_node_latency=0.001)
+    assert RingCost.step_time(with_latency) == pytest.approx(8.175 + 14 * 0.001 + 2 * 0.01)
+
+
+def test_the_command_line_projects_nodes_of_several_devices(tmp_path):
+    """allreduce (flat, nothing hidden) at N=16 on nodes of 8 devices: the network link 100 Mbit/s (x 0.8 payload
+    share: 10 MB/s), the intra-node link 6400 Mbit/s taken as payload (800 MB/s), S = 80 MB, compute declared free:
+    0.175 s inside the nodes + 8 s across them; UNVALIDATED (no case ran on nodes of several devices)."""
+    run = allreduce_run(tmp_path / "allreduce")
+    ps = ps_run(tmp_path / "ps")
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), str(ps), "--peers", "16", "--link", "100", "--devices-per-node", "8", "--intra-node-link",
+                 "6400", "--compute-s", "1e-9", "--gradient-mb", "80", "--evidence", str(results),
+                 "-o", str(tmp_path / "out")]) == 0
+    out = json.loads((tmp_path / "out" / "projection.json").read_text())
+    allreduce, parameter_server = out["configurations"]
+    (row,) = allreduce["projections"][0]["rows"]
+    assert row["step_s"] == pytest.approx(8.175, rel=1e-6)
+    assert "nodes of 8 devices: no validated case (every case ran one worker per link)" in row["unvalidated_why"]
+    (refused,) = parameter_server["projections"][0]["rows"]
+    assert refused["step_s"] is None and "states no model of nodes of several devices" in refused["withheld"]
+    assert main([str(run), "--peers", "12", "--link", "100", "--devices-per-node", "8", "--intra-node-link", "6400",
+                 "--evidence", str(results), "-o", str(tmp_path / "out")]) == 2  # 12 devices fill no whole nodes
