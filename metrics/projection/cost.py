@@ -23,11 +23,19 @@ class Cost:
     hidden: float = 0.0       # s of communication per step the calibration run ran behind compute (measured)
     server: float = 0.0       # s a server spends on one update (measured on the servers; ps)
     overlap: float = 0.0      # share of a strategy's overlappable transfers the calibration run overlapped (fitted)
+    devices_per_node: int = 1  # D: the N workers are N/D nodes of D devices (1: a flat N, one link per worker)
+    intra_node_rate: float = 0.0     # beta': bytes/s per direction between the devices of a node
+    intra_node_latency: float = 0.0  # alpha': one-way latency per message inside a node, s
 
 
 def ring_allreduce_s(m: Cost) -> float:
-    """2(N-1)·(alpha + S/(N·beta)): N-1 reduce-scatter and N-1 all-gather steps, each one message of S/N bytes."""
-    return 2 * (m.workers - 1) * (m.latency + m.size / (m.workers * m.rate))
+    """2(D-1)·(α' + S/(D·β')) + 2(M-1)·(α + S/(M·β)), M = N/D nodes of D devices: inside each node a reduce-scatter
+    and an all-gather (D-1 steps each, one message of S/D bytes on the intra-node link β', α'), across the nodes a ring
+    all-reduce of each device's S/D shard, the node's D rings sharing its network link β (2(M-1) steps of S/(M·D) per
+    ring). One device per node (D = 1) is the flat ring: 2(N-1)·(α + S/(N·β))."""
+    devices, nodes = m.devices_per_node, m.workers // m.devices_per_node
+    inside = 2 * (devices - 1) * (m.intra_node_latency + m.size / (devices * m.intra_node_rate)) if devices > 1 else 0.0
+    return inside + 2 * (nodes - 1) * (m.latency + m.size / (nodes * m.rate))
 
 
 def exposed_s(m: Cost, comm_s: float) -> float:
@@ -41,6 +49,7 @@ class CostModel:
     Every method is a class method of the knobs (in Cost.knobs, Round.knobs); the defaults state no model."""
 
     communicates = True  # false: the strategy moves no bytes (the single-process baseline)
+    models_nodes = False  # true: step_time models nodes of several devices (Cost.devices_per_node)
 
     @classmethod
     def link_bound(cls, r: Round) -> float | None:
@@ -96,6 +105,8 @@ class CostModel:
 class RingAllReduceCost(CostModel):
     """What an all-reduce of S bytes run as a ring implies for one averaging round (allreduce, ring, diloco,
     localsgd)."""
+
+    models_nodes = True  # through ring_allreduce_s
 
     @classmethod
     def link_bound(cls, r: Round) -> float:

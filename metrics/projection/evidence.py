@@ -8,6 +8,7 @@ from pathlib import Path
 from metrics.projection.batch_scaling import checked_noise_scale
 from metrics.projection.link import Link
 from metrics.recording.evidence import EVIDENCE
+from metrics.recording.formats import number
 from metrics.summary.bounds import ETHERNET_MTU
 
 
@@ -83,13 +84,15 @@ class Validation:
         (low, high), (smallest, largest) = self.spans_at(at)
         return [why for outside, why in (
             (peers > self.largest_peers, f"N={peers} > the largest validated N={self.largest_peers}"),
-            (not low <= wire_over_compute <= high, f"wire/compute {wire_over_compute:.3g} outside the "
+            (not low <= wire_over_compute <= high, f"wire/compute {number(wire_over_compute)} outside the "
                                                    f"{span_text((low, high))} validated at N={at}"),
             (not smallest * (1 - SIZE_SLACK) <= size_bytes <= largest * (1 + SIZE_SLACK),
-             f"S {size_bytes / 1e6:.3g} MB outside the {span_text((smallest, largest), 1e6, 'MB')} validated at "
+             f"S {number(size_bytes / 1e6)} MB outside the {span_text((smallest, largest), 1e6, 'MB')} validated at "
              f"N={at}"),
             (link.latency_ms > self.latency_ms, f"latency {link.latency_ms:g} ms > the validated "
-                                                f"{self.latency_ms:g} ms (the cases ran without latency)")) if outside]
+                                                f"{self.latency_ms:g} ms (the cases ran without latency)"),
+            (link.devices_per_node > 1, f"nodes of {link.devices_per_node} devices: no validated case (every case "
+                                        "ran one worker per link)")) if outside]
 
 
 def n_range_text(low: int, high: int) -> str:

@@ -19,10 +19,15 @@ class Link:
     latency_ms: float    # one-way
     source: str          # where the figures come from
     mtu: int = ETHERNET_MTU  # frame size: the largest IP packet, in bytes
+    devices_per_node: int = 1     # the link is each node's, shared by its devices (1: one worker per link)
+    intra_node_mbit: float = 0.0  # between a node's devices, Mbit/s per direction, all of it payload
+    intra_node_latency_ms: float = 0.0
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms, {self.mtu}-byte frames)"
+        nodes = (f", nodes of {self.devices_per_node} devices joined by {self.intra_node_mbit:g} Mbit/s, "
+                 f"{self.intra_node_latency_ms:g} ms" if self.devices_per_node > 1 else "")
+        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms, {self.mtu}-byte frames{nodes})"
 
 
 def payload_share(shares: Mapping[int, float], mtu: int) -> float:

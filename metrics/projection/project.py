@@ -2,21 +2,24 @@
 
     python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS[,MTU]] ...]
-                              [--compute-s S | --samples-per-s X] [--gradient-mb MB] [-o OUT]
+                              [--compute-s S | --samples-per-s X] [--batch B] [--gradient-mb MB] [-o OUT]
 
-Every figure is a prediction of the strategy's cost model, with parameters from one measured run (refused if it did
-not hold its link or CPU) or your declared compute; outside the validated region it is marked UNVALIDATED and has no
-band (docs/projection.md). Writes projection.json and projection.png into the run's folder, or into OUT.
+Every figure is a prediction of the strategy's cost model, with parameters from the measured runs (a run that did not
+hold its link or CPU is left out and named) or your declared compute; outside the validated region it is marked
+UNVALIDATED and has no band (docs/projection.md). Prints one table of the configurations by link and N; writes
+projection.json and projection.png into the run's folder, or into OUT.
 """
 import argparse
 import json
 import math
 import statistics
 import sys
+import textwrap
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from metrics.summary.bounds import ETHERNET_MTU, Round, round_records
+from metrics.summary.bounds import ETHERNET_MTU, MBIT, Round, round_records
 from metrics.recording.jsonl import read_jsonl
 from metrics.projection.batch_scaling import samples_at
 from metrics.projection.cost import Cost, CostModel, first_paragraph
@@ -24,6 +27,7 @@ from metrics.projection.evidence import Evidence, Validation, load_evidence, unv
 from metrics.projection.link import Link, parse_link, payload_rate
 from metrics.projection.models import cost_model
 from metrics.recording.evidence import EVIDENCE
+from metrics.recording.formats import counted, number
 from metrics.recording.machine import describe_machine
 from metrics.recording.rundir import RunDir, run_dirs_under, run_folders, summary_folders
 from metrics.summary.schema import Summary
@@ -32,6 +36,7 @@ from metrics.summary.target import time_to_target
 from metrics.recording.methods import methods
 
 STOP_GAIN = 0.10     # a strategy stops scaling where doubling the peers adds less throughput than this
+TITLE_POINTS = 9     # the plot's title font size
 
 METHODS = methods("projection", STOP_GAIN=STOP_GAIN)
 
@@ -62,11 +67,13 @@ class Measured:
     payload_shares: dict[int, float]  # payload / nominal rate of a link by frame size (Evidence.payload_shares)
     batch_scaling: dict | None = None  # a passed noise-scale check for the run's model and lr rule (evidence.py)
     overlap: float = 0.0             # the model's overlap share, fitted on the run's own N and link (fit_overlap)
+    declared: tuple[str, ...] = ()   # what the user declared instead of the run's figures ("compute", "gradient")
 
     def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
         return Cost(workers, self.size_bytes, payload_rate(link, self.payload_shares), link.latency_ms / 1e3,
                     self.compute_s, self.batch, self.knobs, hidden=self.hidden_s, server=self.server_s,
-                    overlap=overlap)
+                    overlap=overlap, devices_per_node=link.devices_per_node,
+                    intra_node_rate=link.intra_node_mbit * MBIT, intra_node_latency=link.intra_node_latency_ms / 1e3)
 
     def step_s(self, workers: int, link: Link) -> float:
         return self._step(self.cost(workers, link, self.overlap))
@@ -226,20 +233,31 @@ def measure(path: Path, payload_shares: dict[int, float], evidence: Evidence | N
 
 
 def declared(m: Measured, step_s: float | None = None, samples_per_s: float | None = None,
-             gradient_mb: float | None = None) -> Measured:
-    """The run's parameters with the user's own compute (seconds per step per device at the run's batch per worker,
-    or samples/s per device) and the model's gradient size S in MB, where declared. The hidden communication keeps
-    its share of the compute (backward hides in proportion to its length): H' = H · declared / measured compute."""
+             gradient_mb: float | None = None, batch: int | None = None) -> Measured:
+    """The run's parameters with the user's own compute (seconds per step per device, or samples/s per device, at
+    `batch` samples per device and step: default the run's batch per worker) and the model's gradient size S in MB,
+    where declared. The hidden communication keeps its share of the compute (backward hides in proportion to its
+    length): H' = H · declared / measured compute. The run's samples to target are its own model's at its own batch:
+    with another model or batch, none."""
+    batch = batch or m.batch
     if step_s is None and samples_per_s is not None:
-        step_s = m.batch / samples_per_s
+        step_s = batch / samples_per_s
     if step_s is not None:
         what = f"{samples_per_s:g} samples/s per device" if samples_per_s else f"{step_s:g} s per step per device"
         hidden_share = m.hidden_s / m.compute_s if m.compute_s > 0 else 0.0
-        m = replace(m, compute_s=step_s, hidden_s=hidden_share * step_s,
-                    compute_note=f"declared: {what} (batch {m.batch})", compute_of=f"declared by you: {what}")
+        m = replace(m, compute_s=step_s, hidden_s=hidden_share * step_s, declared=(*m.declared, "compute"),
+                    compute_note=f"declared: {what} at batch {batch}",
+                    compute_of=f"declared by you: {what} at batch {batch}")
     if gradient_mb is not None:
-        m = replace(m, size_bytes=gradient_mb * 1e6)
+        m = replace(m, size_bytes=gradient_mb * 1e6, declared=(*m.declared, "gradient"))
+    if gradient_mb is not None or batch != m.batch:
+        m = replace(m, batch=batch, samples_to_target=None, batch_scaling=None)
     return m
+
+
+def run_strategy(path: Path) -> str:
+    """The strategy a run's config names."""
+    return Summary.load(RunDir(summary_folders(path)[0]).summary).config["strategy"]["name"]
 
 
 def calibration_problems(path: Path) -> list[str]:
@@ -254,10 +272,12 @@ def project_link(m: Measured, link: Link, peers: list[int], validation: Validati
     """The predictions on one link: per N the step, its band (only inside the validated region), why it lies outside
     that region, throughput and time-to-target; none where the model failed its validation (each row says why)."""
     rows: list[dict] = []
+    no_nodes = (f"{m.strategy}'s cost model states no model of nodes of several devices"
+                if link.devices_per_node > 1 and not m.model.models_nodes else None)
     for n in peers:
-        if validation and validation.failed:
+        if withheld := (validation.failed if validation else None) or no_nodes:
             rows.append({"peers": n, "wire_over_compute": None, "unvalidated": True,
-                         "unvalidated_why": [validation.failed], "step_s": None, "withheld": validation.failed,
+                         "unvalidated_why": [withheld], "step_s": None, "withheld": withheld,
                          "band_step_s": None, "throughput_samples_per_s": None, "time_to_target_s": None})
             continue
         wire_over_compute = m.wire_over_compute(n, link)
@@ -310,8 +330,8 @@ def validation_record(validation: Validation | None) -> dict | None:
 
 def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence) -> dict:
     validation = evidence.validation(m.strategy)
-    check = None
-    if m.link is not None and not (validation and validation.failed):
+    check = None  # the run's own model only: a declared compute or gradient is a model the run did not measure
+    if m.link is not None and not m.declared and not (validation and validation.failed):
         predicted = m.step_s(m.workers, m.link)
         check = {"peers": m.workers, "link": asdict(m.link), "predicted_step_s": predicted,
                  "measured_step_s": m.measured_step_s, "error": predicted / m.measured_step_s - 1}
@@ -321,7 +341,7 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
         "model": first_paragraph(m.model.step_time),
         "measured": {"workers": m.workers, "batch_per_worker": m.batch} | {key: fields[key] for key in (
             "compute_s", "compute_note", "compute_of", "oversubscription", "hidden_s", "server_s", "overlap",
-            "payload_bytes", "size_bytes", "knobs", "link", "measured_step_s", "samples_to_target")},
+            "payload_bytes", "size_bytes", "knobs", "link", "measured_step_s", "samples_to_target", "declared")},
         "payload_share": {"by_mtu": m.payload_shares, "source": evidence.goodput_source},
         "model_check": check,
         "validation": validation_record(validation),
@@ -329,10 +349,80 @@ def project(m: Measured, links: list[Link], peers: list[int], evidence: Evidence
     }
 
 
+# --- configurations: the runs of one strategy with the same knobs, workers and batch ---------------
+
+@dataclass
+class Configuration:
+    """The runs of one strategy with the same knobs, workers and batch: a column of the table."""
+
+    label: str
+    runs: list[Measured]
+
+    @property
+    def strategy(self) -> str:
+        return self.runs[0].strategy
+
+
+def configurations(measured: list[Measured]) -> list[Configuration]:
+    """The runs grouped by strategy, knobs, workers and batch; labelled by the strategy, and where a strategy has
+    several, by what differs (its knobs, "from N=4", "batch 64")."""
+    groups: dict[tuple, list[Measured]] = {}
+    for m in measured:
+        groups.setdefault((m.strategy, json.dumps(m.knobs, sort_keys=True, default=str), m.workers, m.batch),
+                          []).append(m)
+    found = []
+    for key, runs in groups.items():
+        siblings = [other for other in groups if other[0] == key[0]]
+        found.append(Configuration(configuration_label(key, siblings), runs))
+    return found
+
+
+def configuration_label(key: tuple, siblings: list[tuple]) -> str:
+    strategy, knobs, workers, batch = key
+    if len(siblings) == 1:
+        return strategy
+    knob_sets = [json.loads(s[1]) for s in siblings]
+    mine = json.loads(knobs)
+    parts = [f"{name}={mine.get(name)}" for name in sorted({n for s in knob_sets for n in s})
+             if len({json.dumps(s.get(name)) for s in knob_sets}) > 1]
+    parts += [f"from N={workers}"] if len({s[2] for s in siblings}) > 1 else []
+    parts += [f"batch {batch}"] if len({s[3] for s in siblings}) > 1 else []
+    return f"{strategy} ({', '.join(parts)})"
+
+
+def predict_configuration(runs: list[Measured], link: Link, peers: list[int], validation: Validation | None) -> dict:
+    """A configuration's predictions on one link from its runs: per N the mean step over the runs (each run's in
+    runs_step_s), UNVALIDATED where any run's prediction lies outside the validated region, else the band of the mean;
+    throughput N x batch / mean step; the mean time-to-target of the runs that give one."""
+    per_run = [project_link(m, link, peers, validation)["rows"] for m in runs]
+    rows = []
+    for n, cells in zip(peers, zip(*per_run)):
+        if cells[0]["withheld"]:
+            rows.append(cells[0])
+            continue
+        steps = [c["step_s"] for c in cells]
+        step = statistics.fmean(steps)
+        why = list(dict.fromkeys(reason for c in cells for reason in c["unvalidated_why"]))
+        times = [c["time_to_target_s"] for c in cells if c["time_to_target_s"] is not None]
+        rows.append({"peers": n, "step_s": step, "runs_step_s": steps, "withheld": None, "unvalidated": bool(why),
+                     "unvalidated_why": why, "band_step_s": validation.band(step) if validation and not why else None,
+                     "throughput_samples_per_s": n * runs[0].batch / step,
+                     "time_to_target_s": statistics.fmean(times) if times else None})
+    return {"link": asdict(link), "rows": rows, **stops_scaling(rows)}
+
+
+def project_configuration(configuration: Configuration, links: list[Link], peers: list[int],
+                          evidence: Evidence) -> dict:
+    validation = evidence.validation(configuration.strategy)
+    return {"label": configuration.label, "strategy": configuration.strategy,
+            "runs": [str(m.run) for m in configuration.runs], "validation": validation_record(validation),
+            "projections": [predict_configuration(configuration.runs, link, peers, validation) for link in links]}
+
+
 # --- output --------------------------------------------------------------------------------
 
-def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
-    return "n/a" if value is None else f"{value:.{digits}g}" + (f" {unit}" if unit else "")
+def with_unit(value: float | None, unit: str, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{number(value, digits)} {unit}"
 
 
 def validation_text(validation: dict | None) -> str:
@@ -344,73 +434,126 @@ def validation_text(validation: dict | None) -> str:
         return f"  NO PREDICTION: {validation['failed']} ({validation['source']})"
     errors = validation["errors"]
     return (f"  validated region: {validation['region_text']}, latency <= {validation['latency_ms']:g} ms "
-            f"({validation['cases']} held-out cases, errors "
+            f"({counted(validation['cases'], 'held-out case')}, errors "
             f"{min(errors):+.0%} to {max(errors):+.0%}; {validation['source']}). Inside it: band = predicted / "
             "(1 + error); outside it: UNVALIDATED, no band")
 
 
-def row_text(row: dict) -> str:
-    marks = f"  UNVALIDATED ({'; '.join(row['unvalidated_why'])})" if row["unvalidated"] else ""
-    band = "none" if row["band_step_s"] is None else f"{row['band_step_s'][0]:.4g}-{row['band_step_s'][1]:.4g}"
-    return (f"    {row['peers']:>6} {row['step_s']:>10.4g} {band:>17} "
-            f"{row['throughput_samples_per_s']:>23.4g} {fmt(row['time_to_target_s'], digits=4):>19}{marks}")
+def cell_text(row: dict) -> str:
+    """A prediction in the table: its step in s, with its band inside the validated region, else UNVALIDATED."""
+    if row["withheld"]:
+        return "no number"
+    if row["band_step_s"]:
+        low, high = row["band_step_s"]
+        return f"{number(row['step_s'])} [{number(low)}–{number(high)}]"
+    return f"{number(row['step_s'])} UNVALIDATED"
 
 
-def text_report(result: dict) -> list[str]:
-    m = result["measured"]
-    lines = [f"{result['run']}: strategy {result['strategy']}, measured with {m['workers']} workers",
-             validation_text(result["validation"]),
-             f"  compute: {m['compute_of']}",
-             f"  cost model (step_time): {result['model']}",
-             f"  from the run: compute {fmt(m['compute_s'], 's/step')} ({m['compute_note']}); hidden communication "
-             f"{fmt(m['hidden_s'], 's/step')}; server update "
-             f"{fmt(m['server_s'], 's')}; fitted overlap {m['overlap']:.2f}; P {fmt(m['payload_bytes'] / 1e6, 'MB')} "
-             f"per worker and round (measured payload) -> S {fmt(m['size_bytes'] / 1e6, 'MB')} (the strategy's "
-             f"payload relation); batch {m['batch_per_worker']} samples per worker; samples to target "
-             f"{m['samples_to_target'] or 'n/a (target not reached)'} (measured)",
-             f"  link rate: payload rate = nominal x the payload share of the link's frame size "
-             f"({result['payload_share']['source']})"]
-    if check := result["model_check"]:
-        lines.append(f"  model check on the run's own link ({check['link']['mbit']:g} Mbit/s, "
-                     f"{check['link']['latency_ms']:g} ms): predicted {fmt(check['predicted_step_s'], 's/step')}, "
-                     f"measured {fmt(check['measured_step_s'], 's/step')} (steady steps, mean over workers), "
-                     f"error {check['error']:+.1%}" + (" (the overlap was fitted on this run: it holds by construction)"
-                                                       if m["overlap"] else ""))
-    if result["validation"] and result["validation"]["failed"]:
-        return lines
-    for p in result["projections"]:
-        link = Link(**p["link"])
-        lines += [f"  PREDICTED on {link.label}, from {link.source}:",
-                  f"    {'peers':>6} {'step (s)':>10} {'band (s)':>17} {'throughput (samples/s)':>23} "
-                  f"{'time-to-target (s)':>19}", *(row_text(r) for r in p["rows"])]
-        if any(r["time_to_target_s"] is None for r in p["rows"]) and m["samples_to_target"]:
-            lines.append(f"    time-to-target n/a beyond the measured global batch ({m['workers']} x "
-                         f"{m['batch_per_worker']}) where no passed noise-scale check covers the batch: larger "
-                         "batches need more samples past the critical batch size")
-        lines.append(f"    stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> {p['stops_scaling_at']} "
-                     f"peers adds {p['gain_per_doubling']:.1%} throughput per doubling (< {STOP_GAIN:.0%})"
-                     if p["stops_scaling_at"] else
-                     f"    scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
+def table_text(projected: list[dict], peers: list[int]) -> list[str]:
+    """One table: a row per link and N, a column per configuration (its cells: cell_text)."""
+    links = projected[0]["projections"]
+    rows = [["link", "N", *(c["label"] for c in projected)]]
+    for index, link in enumerate(links):
+        label = Link(**link["link"]).label
+        rows += [[label, str(n), *(cell_text(c["projections"][index]["rows"][at]) for c in projected)]
+                 for at, n in enumerate(peers)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) if column == 0 else cell.rjust(width)
+                      for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
+def mean_of(results: list[dict], key: str) -> float:
+    """The mean of a figure every run measured."""
+    return statistics.fmean(r["measured"][key] for r in results)
+
+
+def configuration_text(configuration: dict, results: list[dict], compute_declared: bool) -> list[str]:
+    """A configuration's region, compute, cost model, the figures its runs gave, their model check and where it
+    stops scaling."""
+    first = results[0]["measured"]
+    if samples := [r["measured"]["samples_to_target"] for r in results if r["measured"]["samples_to_target"]]:
+        samples_text = f"{number(statistics.fmean(samples))} samples (measured)"
+    elif first["declared"]:
+        samples_text = "n/a (the run's figure is its own model's at its own batch, not your declared one's)"
+    else:
+        samples_text = "n/a (target not reached)"
+    runs = counted(len(results), "run")
+    lines = [f"{configuration['label']}: {runs} of {counted(first['workers'], 'worker')}, batch "
+             f"{first['batch_per_worker']} per worker ({', '.join(configuration['runs'])})",
+             validation_text(configuration["validation"])]
+    if not compute_declared:
+        lines.append(f"  compute: {'; '.join(dict.fromkeys(r['measured']['compute_of'] for r in results))}")
+    lines += [f"  cost model (step_time): {results[0]['model']}",
+              f"  from the {'run' if len(results) == 1 else f'{runs} (mean)'}: compute "
+              f"{with_unit(mean_of(results, 'compute_s'), 's/step')} "
+              f"({'; '.join(dict.fromkeys(r['measured']['compute_note'] for r in results))}); hidden communication "
+              f"{with_unit(mean_of(results, 'hidden_s'), 's/step')}; server update "
+              f"{with_unit(mean_of(results, 'server_s'), 's')}; fitted overlap {mean_of(results, 'overlap'):.2f}; "
+              f"P {with_unit(mean_of(results, 'payload_bytes') / 1e6, 'MB')} per worker and round (measured payload) "
+              f"-> S {with_unit(mean_of(results, 'size_bytes') / 1e6, 'MB')} (the strategy's payload relation); "
+              f"samples to target {samples_text}"]
+    if checks := [r["model_check"] for r in results if r["model_check"]]:
+        errors = [c["error"] for c in checks]
+        fitted = " (the overlap was fitted on each run: it holds by construction)" if first["overlap"] else ""
+        if len(checks) == 1:
+            (check,) = checks
+            lines.append(f"  model check on the run's own link ({number(check['link']['mbit'])} Mbit/s, "
+                         f"{check['link']['latency_ms']:g} ms): predicted "
+                         f"{with_unit(check['predicted_step_s'], 's/step')}, measured "
+                         f"{with_unit(check['measured_step_s'], 's/step')} (steady steps, mean over workers), error "
+                         f"{check['error']:+.1%}{fitted}")
+        else:
+            spread = f"{min(errors):+.1%}" + (f" to {max(errors):+.1%}" if max(errors) > min(errors) else "")
+            lines.append(f"  model check on each run's own link: error {spread} over "
+                         f"{counted(len(checks), 'run')} (predicted / measured steady step - 1){fitted}")
+    if not (configuration["validation"] or {}).get("failed"):
+        lines += [f"  on {Link(**p['link']).label}: " + (
+            f"stops scaling at N={p['stops_scaling_at']}: {p['from_peers']} -> {p['stops_scaling_at']} peers adds "
+            f"{p['gain_per_doubling']:.1%} throughput per doubling (< {STOP_GAIN:.0%})" if p["stops_scaling_at"] else
+            f"scales over the whole range (every doubling adds >= {STOP_GAIN:.0%})")
+            for p in configuration["projections"]]
     return lines
 
 
-def plot(results: list[dict], peers: list[int], path: Path) -> None:
+def text_report(projected: list[dict], results: list[dict], peers: list[int], left_out: list[str],
+                refused: list[str]) -> list[str]:
+    """The table across configurations, then what it rests on: whose compute, the link's payload rate, the runs
+    left out and each configuration's region, figures and model check."""
+    declared_compute = {r["measured"]["compute_of"] for r in results if "compute" in r["measured"]["declared"]}
+    lines = ["PREDICTED step time (s) by each strategy's cost model, not measured. [low–high]: the band its held-out "
+             "validation allows (inside the validated region only); UNVALIDATED: outside it, no band; no number: the "
+             "model failed its validation or states no model of the cluster's shape",
+             *table_text(projected, peers), ""]
+    if declared_compute:
+        lines.append(f"compute: {'; '.join(sorted(declared_compute))}")
+    lines.append("link rate: payload rate = nominal x the payload share of the link's frame size "
+                 f"({results[0]['payload_share']['source']})")
+    lines += [f"left out: {why}" for why in left_out] + [f"refused: {why}" for why in refused]
+    for configuration in projected:
+        lines += ["", *configuration_text(configuration, [r for r in results if r["run"] in configuration["runs"]],
+                                          bool(declared_compute))]
+    return lines
+
+
+def plot(projected: list[dict], peers: list[int], path: Path) -> None:
     import matplotlib
     import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    links = list({json.dumps(p["link"]): p["link"] for r in results for p in r["projections"]}.values())
-    fig, axes = plt.subplots(1, len(links), figsize=(5 * len(links), 4), squeeze=False, sharey=True)
+    links = [p["link"] for p in projected[0]["projections"]]
+    fig, axes = plt.subplots(1, len(links), figsize=(5 * len(links), 4.5), squeeze=False, sharey=True,
+                             layout="constrained")
     for ax, link in zip(axes[0], links):
-        for result in results:
-            p = next((q for q in result["projections"] if q["link"] == link), None)
-            if p is None or (result["validation"] or {}).get("failed"):  # a failed model: no number, not even drawn
+        for configuration in projected:
+            p = next(q for q in configuration["projections"] if q["link"] == link)
+            if (configuration["validation"] or {}).get("failed"):  # a failed model: no number, not even drawn
                 continue
             rows = p["rows"]
             throughput = [r["throughput_samples_per_s"] for r in rows]
-            line, = ax.plot(peers, throughput, marker="o", label=f"{result['strategy']} ({Path(result['run']).name})")
+            line, = ax.plot(peers, throughput, marker="o",
+                            label=f"{configuration['label']} ({counted(len(configuration['runs']), 'run')})")
             unchecked = [r["peers"] for r in rows if r["unvalidated"]]
             ax.plot(unchecked, [r["throughput_samples_per_s"] for r in rows if r["unvalidated"]], "x",
                     color="black", markersize=9)
@@ -424,7 +567,8 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
                 stop = next(r for r in p["rows"] if r["peers"] == p["stops_scaling_at"])
                 ax.plot(stop["peers"], stop["throughput_samples_per_s"], "s", markersize=11, fillstyle="none",
                         color=line.get_color())
-        ax.set(yscale="log", title=Link(**link).label, xlabel="peers N")
+        ax.set(yscale="log", xlabel="peers N")
+        ax.set_title("\n".join(textwrap.wrap(Link(**link).label, 40)), fontsize=9)
         ax.set_xscale("log", base=2)
         ax.set_xticks(peers, [str(n) for n in peers], minor=False)
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
@@ -432,15 +576,28 @@ def plot(results: list[dict], peers: list[int], path: Path) -> None:
     axes[0][0].set_ylabel("predicted throughput (samples/s)")
     if axes[0][-1].get_legend_handles_labels()[0]:
         axes[0][-1].legend(fontsize=8)
-    failed = sorted({r["strategy"] for r in results if (r["validation"] or {}).get("failed")})
-    fig.suptitle("PREDICTED by each strategy's cost model from a measured run (not measured)\nshaded: the error "
-                 "band its held-out validation measured (inside the validated region only); x: unvalidated "
-                 "(beyond the validated N, rate or latency; no band); "
-                 f"square: stops scaling (< {STOP_GAIN:.0%} per doubling)"
-                 + (f"\nnot drawn (failed their validation): {', '.join(failed)}" if failed else ""), fontsize=9)
-    fig.tight_layout()
+    failed = sorted({c["label"] for c in projected if (c["validation"] or {}).get("failed")})
+    title = ["PREDICTED by each strategy's cost model from measured runs (not measured)",
+             "shaded: the error band its held-out validation measured (inside the validated region only); x: "
+             "unvalidated (beyond the validated N, rate or latency; no band); "
+             f"square: stops scaling (< {STOP_GAIN:.0%} per doubling)"]
+    title += [f"not drawn (failed their validation): {', '.join(failed)}"] if failed else []
+    width = int(fig.get_figwidth() * 72 / (0.6 * TITLE_POINTS))  # characters of the title's font across the figure
+    fig.suptitle("\n".join(wrapped for part in title for wrapped in textwrap.wrap(part, width)), fontsize=TITLE_POINTS)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def on_nodes(link: Link, devices_per_node: int, intra_node_link: str | None, peers: list[int]) -> Link:
+    """`link` as each node's network link, the node's devices joined by `intra_node_link` (MBIT[,LATENCY_MS])."""
+    if intra_node_link is None:
+        raise ValueError(f"--devices-per-node {devices_per_node}: give the link between a node's devices "
+                         "(--intra-node-link MBIT[,LATENCY_MS])")
+    if partial := [n for n in peers if n % devices_per_node]:
+        raise ValueError(f"--peers {' '.join(map(str, partial))}: not whole nodes of {devices_per_node} devices")
+    intra = parse_link(intra_node_link, "--intra-node-link")
+    return replace(link, devices_per_node=devices_per_node, intra_node_mbit=intra.mbit,
+                   intra_node_latency_ms=intra.latency_ms)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -452,10 +609,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="wan|lan|home|datacenter|MBIT, each optionally ,LATENCY_MS and ,MTU (frame size in bytes, "
                              "default 1500) (default: the run's own link)")
     compute = parser.add_mutually_exclusive_group()
-    compute.add_argument("--compute-s", type=float, help="your device's compute per step at the run's batch per "
-                                                         "worker, in seconds (default: the run's own, measured)")
-    compute.add_argument("--samples-per-s", type=float, help="your device's training rate, samples/s (instead of "
-                                                             "--compute-s)")
+    compute.add_argument("--compute-s", type=float, help="your device's compute per step at --batch samples, in "
+                                                         "seconds (default: the run's own, measured)")
+    compute.add_argument("--samples-per-s", type=float, help="your device's training rate at --batch samples per "
+                                                             "step, samples/s (instead of --compute-s)")
+    parser.add_argument("--batch", type=int, help="samples per device and step at which your --compute-s or "
+                                                  "--samples-per-s holds (default: the run's batch per worker)")
+    parser.add_argument("--devices-per-node", type=int, default=1,
+                        help="devices per node of your cluster: --link is each node's network link, shared by its "
+                             "devices, --peers counts devices (default 1: one worker per link)")
+    parser.add_argument("--intra-node-link", help="MBIT[,LATENCY_MS] between a node's devices, the rate all payload "
+                                                  "(NVLink, PCIe); needed with --devices-per-node above 1")
     parser.add_argument("--gradient-mb", type=float, help="your model's gradient size S in MB (default: the run's)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
     parser.add_argument("--evidence", type=Path, default=EVIDENCE,
@@ -470,29 +634,44 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.peers) < 2:
         parser.error("--peers: a projection is of 2 or more peers")
     peers = sorted(set(args.peers))
-    for name in ("compute_s", "samples_per_s", "gradient_mb"):
+    for name in ("compute_s", "samples_per_s", "gradient_mb", "batch", "devices_per_node"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
+    if args.batch is not None and args.compute_s is None and args.samples_per_s is None:
+        parser.error("--batch states the batch of your --compute-s or --samples-per-s: give one of them")
     try:
         links = [parse_link(text) for text in args.links]
+        if args.devices_per_node > 1:
+            links = [on_nodes(link, args.devices_per_node, args.intra_node_link, peers) for link in links]
         evidence = load_evidence(args.evidence)
-        for run in runs:
-            if problems := calibration_problems(run):
-                raise ValueError(f"{run} did not hold its setting, so it cannot calibrate a projection: "
-                                 + "; ".join(problems))
-        measured = [declared(measure(r, evidence.payload_shares, evidence), args.compute_s, args.samples_per_s,
-                             args.gradient_mb) for r in runs]
-        results = []
-        for m in measured:
-            own = links or ([m.link] if m.link else [])
-            if not own:
-                raise ValueError(f"{m.run} ran on unshaped links (no rate to start from): give --link")
-            results.append(project(m, own, peers, evidence))
+        measured, left_out = [], []
+        for run in runs:  # a run that did not hold its setting, or cannot be measured, is left out and named
+            try:
+                if problems := calibration_problems(run):
+                    raise ValueError("; ".join(problems))
+                measured.append(declared(measure(run, evidence.payload_shares, evidence), args.compute_s,
+                                         args.samples_per_s, args.gradient_mb, args.batch))
+            except ValueError as exc:
+                left_out.append(f"{run}: {exc}")
+        if not measured:
+            raise ValueError("no run can calibrate a projection (one that did not hold its setting cannot calibrate "
+                             "a projection): " + "; ".join(left_out))
+        if not links and (unshaped := [m.run for m in measured if m.link is None]):
+            raise ValueError(f"{unshaped[0]} ran on unshaped links (no rate to start from): give --link")
+        own = {json.dumps(asdict(m.link)): m.link for m in measured if m.link is not None}
+        links = links or [on_nodes(link, args.devices_per_node, args.intra_node_link, peers)
+                          if args.devices_per_node > 1 else link for link in own.values()]  # the runs' own links
+        results = [project(m, links, peers, evidence) for m in measured]
+        found = configurations(measured)
+        projected = [project_configuration(c, links, peers, evidence) for c in found]
     except ValueError as exc:
         print(f"avgbench: error: {exc}", file=sys.stderr)
         return 2
-    for result in results:
-        print("\n".join(text_report(result)), end="\n\n")
+    projected_strategies = {c.strategy for c in found}
+    refused = [f"{strategy}: none of its {counted(count, 'run')} held its setting or could be measured"
+               for strategy, count in Counter(run_strategy(run) for run in runs).items()
+               if strategy not in projected_strategies]
+    print("\n".join(text_report(projected, results, peers, left_out, refused)), end="\n\n")
     out = args.out or args.dirs[0]
     out.mkdir(parents=True, exist_ok=True)
     (out / "projection.json").write_text(json.dumps({
@@ -500,8 +679,9 @@ def main(argv: list[str] | None = None) -> int:
                 "not measured; measured figures are under 'measured' and model_check.measured_step_s; each run's "
                 "'validation' is the held-out validation its error bands come from; a strategy whose model "
                 "failed it has no number, only 'withheld'",
-        "peers": peers, "methods": METHODS, "runs": results}, indent=1, default=str))
-    plot(results, peers, out / "projection.png")
+        "peers": peers, "methods": METHODS, "configurations": projected, "runs": results, "left_out": left_out,
+        "refused": refused}, indent=1, default=str))
+    plot(projected, peers, out / "projection.png")
     print(f"wrote {out / 'projection.json'} and {out / 'projection.png'} (predictions)")
     return 0
 

@@ -1,26 +1,10 @@
-"""The report's one set of formatters: numbers, shares, sizes, counts and intervals (units sit beside them)."""
-import math
+"""The report's formatters: shares, sizes and intervals, with the numbers and counts every output shares
+(metrics/recording/formats.py); units sit beside them."""
 import statistics
 from collections.abc import Callable
 
+from metrics.recording.formats import MISSING, counted, number, significant  # noqa: F401 (the report's too)
 from metrics.report.stats import Ratio, factor
-
-MISSING = "–"
-
-
-def number(value: float | None, digits: int = 3) -> str:
-    """`digits` significant digits; from 10**digits on, whole with thousands separators; ∞ for a miss."""
-    if value is None:
-        return MISSING
-    if math.isinf(value):
-        return "∞"
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
-
-
-def significant(value: float | None, digits: int = 3) -> str:
-    return MISSING if value is None else f"{value:.{digits}g}"
 
 
 def percent(value: float | None) -> str:
@@ -48,11 +32,6 @@ def size(n_bytes: float) -> str:
         if n_bytes >= scale:
             return f"{number(n_bytes / scale)} {unit}"
     return f"{number(n_bytes)} bytes"
-
-
-def counted(n: int, unit: str) -> str:
-    """"1 run", "2 runs"."""
-    return f"{n} {unit}{'s' if n != 1 else ''}"
 
 
 def cpus(count: int) -> str:

@@ -1,12 +1,11 @@
 """The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration predicted on
 each target from its own completed runs by metrics/projection/, with its validation's error band."""
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from metrics.projection.evidence import Evidence, load_evidence
 from metrics.projection.link import Link, parse_link
-from metrics.projection.project import measure, project_link, validation_record, validation_text
+from metrics.projection.project import measure, predict_configuration, validation_record, validation_text
 from metrics.recording.evidence import EVIDENCE
 from metrics.report.baselines import averaging
 from metrics.report.formats import significant
@@ -39,9 +38,6 @@ def parse_targets(specs: list[str]) -> list[Target]:
     return targets
 
 
-
-
-
 def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out: list[str]) -> list[list[str]]:
     """One row per target: the mean prediction over the group's completed runs, their spread, band and marks."""
     measured = []
@@ -61,24 +57,19 @@ def group_rows(group: Group, targets: list[Target], evidence: Evidence, left_out
     validation = evidence.validation(measured[0].strategy)
     rows = []
     for target in targets:
-        predictions = [project_link(m, target.link, [target.peers], validation)["rows"][0] for m in measured]
-        first = predictions[0]
-        if first["withheld"]:
+        (row,) = predict_configuration(measured, target.link, [target.peers], validation)["rows"]
+        if row["withheld"]:
             rows.append([group.label, target.label, "–", "–", "–", "–", f"{len(measured)}",
-                         f"no number: {first['withheld']}"])
+                         f"no number: {row['withheld']}"])
             continue
-        marks = [f"UNVALIDATED: {'; '.join(first['unvalidated_why'])}"] if first["unvalidated"] else []
-        steps = [p["step_s"] for p in predictions]
-        step = statistics.fmean(steps)
-        band = validation.band(step) if validation and not first["unvalidated"] else None
-        batch = statistics.fmean(m.batch for m in measured)
-        times = [p["time_to_target_s"] for p in predictions if p["time_to_target_s"] is not None]
-        spread = f"{len(steps)} (step {significant(min(steps))}–{significant(max(steps))} s)" if len(steps) > 1 else "1"
-        rows.append([group.label, target.label, significant(step),
+        steps = row["runs_step_s"]
+        spread = (f"{len(steps)} (step {significant(min(steps))}–{significant(max(steps))} s)" if len(steps) > 1
+                  else "1")
+        band = row["band_step_s"]
+        rows.append([group.label, target.label, significant(row["step_s"]),
                      f"{significant(band[0])}–{significant(band[1])}" if band else "none",
-                     significant(target.peers * batch / step),
-                     significant(statistics.fmean(times) if times else None),
-                     spread, "; ".join(marks)])
+                     significant(row["throughput_samples_per_s"]), significant(row["time_to_target_s"]), spread,
+                     f"UNVALIDATED: {'; '.join(row['unvalidated_why'])}" if row["unvalidated"] else ""])
     return rows
 
 

@@ -4,6 +4,7 @@ from metrics.projection.cost import Cost, CostModel
 
 class SingleCost(CostModel):
     communicates = False
+    models_nodes = True  # compute only, on any cluster's shape
 
     @classmethod
     def step_time(cls, m: Cost) -> float:

@@ -1,6 +1,7 @@
 """Cost models (strategies/cost_models/<name>.py) against hand-computed cases, projection from a hand-written run
 directory, and the validation benchmark's error arithmetic. No process is launched."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -1082,8 +1083,9 @@ def test_the_runs_own_compute_names_its_machine(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "compute: measured by this run on AuthenticAMD AMD EPYC, family 25 model 17 at 2596 MHz, 2 cores" in printed
     lines = printed.splitlines()
-    assert lines[1].startswith("  validated region: N <= 4: wire/compute 30-150, S 1 MB; N 5-8: wire/compute 100-150, "
-                               "S 1 MB, latency <= 0 ms")  # the header opens with it
+    block = next(i for i, line in enumerate(lines) if line.startswith("allreduce: 1 run of 2 workers"))
+    assert lines[block + 1].startswith("  validated region: N <= 4: wire/compute 30-150, S 1 MB; N 5-8: wire/compute "
+                                       "100-150, S 1 MB, latency <= 0 ms")  # the strategy's block opens with it
 
 
 @pytest.mark.parametrize("summary,figure", [
@@ -1181,3 +1183,181 @@ def test_a_validation_case_fails_a_rank_starved_beside_its_own_runs_ranks_not_be
     marked = Summary.from_dict({"isolation": {"faithful": False, "unfaithful": ["rank 0 ..."],
                                               "by_rank": [rank(0, 0.15, 15.0, 20.0)]}})
     assert starved(marked) == []  # already marked by the run's own check, with its reasons
+
+
+@pytest.mark.parametrize("declared", [["--samples-per-s", "40"], ["--compute-s", "1.6"]])
+def test_declared_compute_is_read_at_the_batch_you_state(tmp_path, declared):
+    """40 samples/s at batch 64 is 1.6 s per step (not 32 / 40 = 0.8 s at the run's batch of 32); at a free wire
+    the step is that, and 2 workers of 64 samples in 1.6 s make 80 samples/s."""
+    run = allreduce_run(tmp_path / "allreduce")
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), "--peers", "2", "--link", "100000000", "--evidence", str(results), *declared,
+                 "--batch", "64", "-o", str(tmp_path / "out")]) == 0
+    result = json.loads((tmp_path / "out" / "projection.json").read_text())["runs"][0]
+    (row,) = result["projections"][0]["rows"]
+    assert row["step_s"] == pytest.approx(1.6, rel=1e-6)
+    assert row["throughput_samples_per_s"] == pytest.approx(80, rel=1e-6)
+    assert result["measured"]["batch_per_worker"] == 64
+
+
+def test_a_stated_batch_needs_a_declared_compute(tmp_path, capsys):
+    run = allreduce_run(tmp_path / "allreduce")
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run), "--link", "20", "--batch", "64"])
+    assert exit_.value.code == 2 and "--batch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("declared,checked", [([], True), (["--compute-s", "0.4"], False),
+                                              (["--samples-per-s", "40"], False), (["--gradient-mb", "10"], False)])
+def test_the_model_check_is_made_for_the_runs_own_model_only(tmp_path, capsys, declared, checked):
+    """The run's measured step checks the model with the run's own compute and S; a declared compute or gradient is
+    another model, which the run did not measure."""
+    run = allreduce_run(tmp_path / "allreduce")
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), "--peers", "8", "--evidence", str(results), *declared]) == 0  # on the run's own link
+    assert ("model check on the run's own link" in capsys.readouterr().out) == checked
+    assert (json.loads((run / "projection.json").read_text())["runs"][0]["model_check"] is not None) == checked
+
+
+def test_every_printed_figure_has_its_unit_and_precision(tmp_path, capsys):
+    """A one-worker run of `single` whose steps take 12,345.05 s (data 0.01 s, compute 12,345.04 s) and that reached
+    its target after a fractional sample count: whole numbers with separators, never in exponent form, each with its
+    unit, and one worker is one worker."""
+    run = tmp_path / "single"
+    write_run(run, "strategies.single:Single", {}, workers=1, payload=0, mbit=20,
+              train_s=[12345.05 * k for k in range(1, 5)], step={"compute_s": 12345.04},
+              summary={"samples_to_target": 1975.9999999999989})
+    results = write_validation(tmp_path / "results.json", "single")
+    assert main([str(run), "--peers", "2", "--evidence", str(results)]) == 0
+    printed = capsys.readouterr().out
+    assert "samples to target 1,976 samples" in printed and "1975.99" not in printed
+    assert "1 run of 1 worker," in printed and "1 workers" not in printed
+    assert "compute 12,345 s/step" in printed and "e+0" not in printed
+    assert table_of(printed)[1][2] == "12,345 UNVALIDATED"  # N=2 at wire/compute 0, below the validated 10
+
+
+UNFAITHFUL_LINK = {"link": {"faithful": False, "goodput_mbit": 14.0, "nominal_mbit": 20.0,
+                            "worst_direction": "host 1 out"}}
+
+
+def two_strategy_sweep(sweep: Path, unfaithful_ring_blocks=(), unfaithful_ps_blocks=()) -> Path:
+    """A sweep of 2 blocks of ps and ring, as test_the_report_projects_the_sweep_to_your_cluster builds it."""
+    for block in range(2):
+        ps = sweep_run(sweep / f"block{block}" / "strategy=ps", "ps", "strategies.ps:ParameterServer",
+                       {"transport": "gloo", "servers": 1, "mode": "sync"}, block, [2.0, 3.85, 5.7, 7.55], 1_000_000)
+        (ps / "peer2").mkdir()  # the server: 6 updates in 0.3 s
+        (ps / "peer2" / "result.json").write_text(json.dumps({"strategy": {"role": "server", "opt_s": 0.3,
+                                                                          "updates": 6}}))
+        ring = sweep_run(sweep / f"block{block}" / "strategy=ring", "ring", "strategies.ring:Ring", {}, block,
+                         [2.0, 3.0, 4.0, 5.0], 1_500_000)
+        for run, unfaithful in ((ps, unfaithful_ps_blocks), (ring, unfaithful_ring_blocks)):
+            if block in unfaithful:
+                summary = json.loads((run / "summary.json").read_text())
+                (run / "summary.json").write_text(json.dumps(summary | UNFAITHFUL_LINK))
+    return sweep
+
+
+def sweep_validation(path: Path) -> Path:
+    """ps validated up to N=8 at wire/compute 30-150; ring up to N=8 at wire/compute 10 (validation_case's)."""
+    return write_results(path, [
+        validation_case("ps", 4, 0.1, wire_over_compute=30.0), validation_case("ps", 8, -0.1, wire_over_compute=100.0),
+        validation_case("ps", 8, 0.1, wire_over_compute=150.0), validation_case("ring", 8, 0.05)], SHARE)
+
+
+def table_of(printed: str) -> list[list[str]]:
+    """The printed table's header and rows, as cells (columns stand two spaces or more apart)."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("link  "))
+    table = lines[start:lines.index("", start)]
+    return [re.split(r"\s{2,}", line.strip()) for line in table]
+
+
+def test_a_sweep_with_an_unfaithful_run_projects_the_others_in_one_table(tmp_path, capsys):
+    """One ring run of four did not hold its link: it is left out and named, ring is predicted from its other run,
+    and every strategy shares one table of links and N."""
+    sweep = two_strategy_sweep(tmp_path / "sweep", unfaithful_ring_blocks=(1,))
+    results = sweep_validation(tmp_path / "results.json")
+    assert main([str(sweep), "--peers", "2", "8", "16", "--link", "20", "lan", "--evidence", str(results)]) == 0
+    printed = capsys.readouterr().out
+    header, *rows = table_of(printed)
+    assert header == ["link", "N", "ps", "ring"]
+    assert sum(line.startswith("link  ") for line in printed.splitlines()) == 1  # one table, not a section per run
+    assert len(rows) == 6  # 2 links x 3 N
+    cells = {(row[0], row[1]): row[2:] for row in rows}
+    # ps at N=8 on 20 Mbit/s (0.5 s per MB of payload), overlap 0.5 fitted on each run: 0.1 + 12.5 x 0.5 = 6.35 s,
+    # inside its region: band 6.35 / 1.1 to 6.35 / 0.9; at N=16, beyond the validated N=8, no band
+    twenty = "20 Mbit/s (20 Mbit/s, 0 ms, 1500-byte frames)"
+    assert cells[twenty, "8"][0] == "6.35 [5.77–7.06]"
+    assert all(cell.endswith(" UNVALIDATED") for cell in cells[twenty, "16"])
+    unfaithful_run = sweep / "block1" / "strategy=ring"
+    assert f"left out: {unfaithful_run}: link: host 1 out carried 14 of 20 Mbit/s (70%) while busy" in printed
+    configurations = json.loads((sweep / "projection.json").read_text())["configurations"]
+    assert [(c["label"], len(c["runs"])) for c in configurations] == [("ps", 2), ("ring", 1)]
+
+
+def test_a_strategy_none_of_whose_runs_held_its_setting_is_refused_alone(tmp_path, capsys):
+    sweep = two_strategy_sweep(tmp_path / "sweep", unfaithful_ring_blocks=(0, 1))
+    results = sweep_validation(tmp_path / "results.json")
+    assert main([str(sweep), "--peers", "8", "--link", "20", "--evidence", str(results)]) == 0
+    printed = capsys.readouterr().out
+    assert "refused: ring: none of its 2 runs held its setting" in printed
+    assert table_of(printed)[0] == ["link", "N", "ps"]
+
+
+@pytest.mark.parametrize("links", [["20"], ["20", "lan"]])
+def test_the_plot_title_lies_within_the_figure(tmp_path, monkeypatch, links):
+    """The title's box, as matplotlib's renderer draws it, inside the figure's (one panel is the narrowest)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run = ps_run(tmp_path / "ps")
+    results = write_validation(tmp_path / "results.json", "ps")
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure the plot closes
+    assert main([str(run), "--peers", "2", "8", "--link", *links, "--evidence", str(results)]) == 0
+    (figure,) = figures
+    title = figure.get_suptitle() and figure._suptitle.get_window_extent(figure.canvas.get_renderer())
+    frame = figure.bbox
+    assert frame.x0 <= title.x0 and title.x1 <= frame.x1 and frame.y0 <= title.y0 and title.y1 <= frame.y1
+    close(figure)
+
+
+def test_a_ring_all_reduce_over_nodes_of_several_devices_by_hand():
+    """16 devices on 2 nodes of 8: each node reduce-scatters inside (7 steps of 80/8 MB at 800 MB/s: 0.0875 s), the
+    nodes all-reduce each device's 10 MB shard over the network, the node's 8 rings sharing its 10 MB/s (2 · 1 ·
+    80/2 MB / 10 MB/s = 8 s), then each node all-gathers inside (0.0875 s): 8.175 s."""
+    nodes = Cost(16, 80 * MB, 10 * MB, devices_per_node=8, intra_node_rate=800 * MB)
+    # inside: 2 · 7 · (80/8 MB) / 800 MB/s = 0.175 s; across: 2 · (2-1) · (80/2 MB) / 10 MB/s = 8 s
+    assert RingCost.step_time(nodes) == pytest.approx(8.175)
+    # one device per node is the flat ring: 2 · 15 · (80/16 MB) / 10 MB/s = 15 s
+    assert RingCost.step_time(Cost(16, 80 * MB, 10 * MB)) == pytest.approx(15.0)
+    assert RingCost.step_time(Cost(16, 80 * MB, 10 * MB, devices_per_node=1, intra_node_rate=800 * MB)) == \
+        pytest.approx(15.0)
+    # latency: 2 · 7 intra-node messages of 1 ms and 2 · 1 network messages of 10 ms
+    with_latency = Cost(16, 80 * MB, 10 * MB, latency=0.01, devices_per_node=8, intra_node_rate=800 * MB,
+                        intra_node_latency=0.001)
+    assert RingCost.step_time(with_latency) == pytest.approx(8.175 + 14 * 0.001 + 2 * 0.01)
+
+
+def test_the_command_line_projects_nodes_of_several_devices(tmp_path):
+    """allreduce (flat, nothing hidden) at N=16 on nodes of 8 devices: the network link 100 Mbit/s (x 0.8 payload
+    share: 10 MB/s), the intra-node link 6400 Mbit/s taken as payload (800 MB/s), S = 80 MB, compute declared free:
+    0.175 s inside the nodes + 8 s across them; UNVALIDATED (no case ran on nodes of several devices)."""
+    run = allreduce_run(tmp_path / "allreduce")
+    ps = ps_run(tmp_path / "ps")
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), str(ps), "--peers", "16", "--link", "100", "--devices-per-node", "8", "--intra-node-link",
+                 "6400", "--compute-s", "1e-9", "--gradient-mb", "80", "--evidence", str(results),
+                 "-o", str(tmp_path / "out")]) == 0
+    out = json.loads((tmp_path / "out" / "projection.json").read_text())
+    allreduce, parameter_server = out["configurations"]
+    (row,) = allreduce["projections"][0]["rows"]
+    assert row["step_s"] == pytest.approx(8.175, rel=1e-6)
+    assert "nodes of 8 devices: no validated case (every case ran one worker per link)" in row["unvalidated_why"]
+    (refused,) = parameter_server["projections"][0]["rows"]
+    assert refused["step_s"] is None and "states no model of nodes of several devices" in refused["withheld"]
+    assert main([str(run), "--peers", "12", "--link", "100", "--devices-per-node", "8", "--intra-node-link", "6400",
+                 "--evidence", str(results), "-o", str(tmp_path / "out")]) == 2  # 12 devices fill no whole nodes
