@@ -2,12 +2,13 @@
 writes and reads them. A save into bench/results also refreshes conf/evidence.json, which runs read."""
 import json
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from metrics.recording.evidence import refresh_evidence
+from metrics.recording.evidence import EVIDENCE, refresh_evidence
 from metrics.recording.machine import fingerprint
 from metrics.summary.schema import Json
 
@@ -80,8 +81,33 @@ def load_all(folder: Path = RESULTS) -> dict[str, Json]:
     return {e["name"]: e for e in sorted(entries, key=lambda e: (e["measured_at"], e["name"]))}
 
 
-def save(entry: Json, folder: Path = RESULTS, merge: Callable[[Json, Json], Json] | None = None) -> Path:
-    """Write the entry (or merge(saved, entry)) to folder/NAME.json; into bench/results, conf/evidence.json too."""
+def git(*args: str, root: Path = ROOT) -> str | None:
+    """A git command's output in the repository; None where git, the repository or what was asked is not there."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def head_commit(root: Path = ROOT) -> Json | None:
+    """The commit the code runs at: HEAD, and whether tracked files differ from it (what saving writes left out);
+    None outside a git checkout."""
+    sha = git("rev-parse", "HEAD", root=root)
+    written = [f":(exclude){shown(path)}" for path in (RESULTS, EVIDENCE) if path.is_relative_to(root)]
+    changed = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--", ".", *written,
+                  root=root)
+    return None if sha is None else {"sha": sha, "dirty": bool(changed)}
+
+
+COMMIT = head_commit()  # read when this module loads: the code a benchmark runs is the code it loaded
+
+
+def save(entry: Json, folder: Path = RESULTS, merge: Callable[[Json, Json], Json] | None = None,
+         new: bool = True) -> Path:
+    """Write the entry (or merge(saved, entry)) to folder/NAME.json, a new one (`new`) with the commit it ran at
+    (COMMIT; an entry written back as it was: new=False); into bench/results, conf/evidence.json too."""
+    entry = entry | {"commit": COMMIT} if new else entry
     kept = load(entry["name"], folder) if merge else None
     entry = merge(kept, entry) if merge and kept else entry
     path = path_of(entry["name"], folder)

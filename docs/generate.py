@@ -6,9 +6,12 @@ lies between `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`, SPEC a
     python docs/generate.py --check    # exit 1 naming each stale block, change nothing
 """
 import argparse
+import calendar
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.headline import DESIGN_GOAL, WALL_TIME_GOAL  # noqa: E402
 from bench.noise_scale import log_sd  # noqa: E402
-from bench.results import load_all, source  # noqa: E402
+from bench.results import git, load_all, source  # noqa: E402
+from bench.run import BENCHMARKS  # noqa: E402
 from launchers.config import strategy_by_name  # noqa: E402
 from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.evidence import EVIDENCE  # noqa: E402
@@ -120,17 +124,134 @@ def groups() -> str:
         for option in sorted(group.glob("*.yaml"))]))
 
 
+# --- staleness: a result older than a change to the code that made it ---------------------
+# Each entry of bench/results/ -> the files of the benchmark that makes it: its module, then the files it runs as its
+# own (another arm, the benchmark it wraps). Shared helpers (bench/jobs.py, the framework) are not counted.
+PRODUCERS = {
+    "collective_efficiency": ["bench/collectives.py"], "comm_cpu": ["bench/comm_cpu.py"],
+    "ddp_overlap": ["bench/ddp_overlap.py"], "device_check": ["bench/device_check.py"],
+    "emulation": ["bench/emulation.py"], "evaluation_share": ["bench/evaluation_share.py"], "field": ["bench/field.py"],
+    "framework_overhead": ["bench/overhead.py", "bench/raw_loop.py"], "headline": ["bench/headline.py"],
+    "hivemind_command": ["bench/hivemind_command.py", "bench/evaluation_share.py"], "link_cpu": ["bench/link_cpu.py"],
+    "link_goodput": ["bench/goodput.py"], "link_rate": ["bench/link_rate.py"], "noise": ["bench/noise.py"],
+    "noise_scale": ["bench/noise_scale.py"], "pause_shift": ["bench/pause_shift.py"],
+    "primary_noise": ["bench/primary_noise.py"], "projection_validation": ["bench/projection.py"],
+    "quick": ["bench/quick.py", "bench/headline.py"], "reference_cost": ["bench/reference_cost.py"],
+    "reference_variance": ["bench/reference_variance.py"], "sampler_overhead": ["bench/sampler_cost.py"],
+    "stepwise_vs_ring": ["bench/stepwise_vs_ring.py"], "thesis": ["bench/thesis.py"],
+    "verdict_simulation": ["bench/verdict_simulation.py"]}
+SUPERSEDED = {  # entries no benchmark makes any more -> why they are kept
+    "thesis_grid": "superseded by `thesis` (bench/thesis.py no longer makes it): an oversubscribed scenario on 2 cores "
+                   "that neither meets nor tests its goal, which names 16 cores; its reading is in the lab log"}
+
+
+@dataclass
+class History:
+    """The repository's commits, read once when this module loads (the unit tests start no process): each one's
+    parents, committer time and the files it changed."""
+    commits: dict[str, tuple[list[str], int, list[str]]]
+
+    @classmethod
+    def read(cls, root: Path = ROOT) -> "History | None":
+        """HEAD's history; None where it is not all here (no .git, no git, a shallow clone)."""
+        if git("rev-parse", "--is-shallow-repository", root=root) != "false":
+            return None
+        text = git("log", "--format=%x00%H %P %ct", "--name-only", "HEAD", root=root)
+        return None if text is None else cls.parse(text)
+
+    @classmethod
+    def parse(cls, text: str) -> "History":
+        """`git log --format=%x00%H %P %ct --name-only` (a merge lists no files: its parents' commits do)."""
+        commits = {}
+        for chunk in filter(None, text.split("\0")):
+            header, *files = chunk.strip().splitlines()
+            sha, *parents, when = header.split()
+            commits[sha] = (parents, int(when), [f for f in files if f])
+        return cls(commits)
+
+    def changes(self, path: str, after: str | None = None, after_s: float | None = None) -> list[str]:
+        """The commits that changed path, newest first: those HEAD has and commit `after` does not, or those committed
+        after the time `after_s`."""
+        seen, todo = set(), [after] if after else []
+        while todo:
+            sha = todo.pop()
+            if sha not in seen and sha in self.commits:
+                seen.add(sha)
+                todo += self.commits[sha][0]
+        found = [sha for sha, (_, when, files) in self.commits.items() if path in files and sha not in seen
+                 and (after_s is None or when > after_s)]
+        return sorted(found, key=lambda sha: -self.commits[sha][1])
+
+
+HISTORY = History.read()
+
+
+@dataclass
+class Freshness:
+    """Why an entry's figures are not the current code's: `label` stale, superseded or undecidable, and `why`."""
+    label: str
+    why: str
+
+
+def freshness(entry: dict, history: History | None = HISTORY) -> Freshness | None:
+    """None where the entry was made by the code as it is. Stale: a file of its benchmark (PRODUCERS) changed in a
+    commit after the one the entry records or, for an entry that records none, after its measured_at (UTC; a date
+    alone: its midnight). Undecidable where git cannot tell."""
+    name = entry["name"]
+    if name in SUPERSEDED:
+        return Freshness("superseded", SUPERSEDED[name])
+    if name not in PRODUCERS:
+        raise ValueError(f"bench/results/{name}.json: no benchmark named for it in PRODUCERS (docs/generate.py)")
+    commit = entry.get("commit")
+    if history is None:
+        return Freshness("undecidable", "no git history here to tell whether its benchmark changed since")
+    if commit and commit["sha"] not in history.commits:
+        return Freshness("undecidable", f"its commit {commit['sha'][:10]} is not in this history")
+    since = {"after": commit["sha"]} if commit else {"after_s": calendar.timegm(time.strptime(
+        entry["measured_at"][:10] + (entry["measured_at"][10:] or " 00:00:00"), "%Y-%m-%d %H:%M:%S"))}
+    for path in PRODUCERS[name]:
+        if changes := history.changes(path, **since):
+            day = time.strftime("%Y-%m-%d", time.gmtime(history.commits[changes[0]][1]))
+            more = f", {len(changes)} changes since" if len(changes) > 1 else ""
+            return Freshness("stale", f"measured at {entry['measured_at']} ({commit_of(entry)}), before "
+                                      f"`{path}` changed at {changes[0][:10]} ({day}{more}); rerun "
+                                      f"`{rerun(PRODUCERS[name][0])}`")
+    return None
+
+
+def rerun(module: str) -> str:
+    """The command that measures a benchmark's entries again."""
+    name = next((n for n, spec in BENCHMARKS.items() if spec.split(":")[0] == module[:-3].replace("/", ".")), None)
+    return f"python bench/run.py {name}" if name else f"python {module}"
+
+
+def notice(entry: dict) -> list[str]:
+    """The line above an entry's figures where they are not the current code's."""
+    if not (found := freshness(entry)):
+        return []
+    known = "not known to be" if found.label == "undecidable" else "not"
+    return [f"**{found.label.capitalize()}**, {known} the current code's figures: {found.why}.", ""]
+
+
 # --- measured tables from bench/results/ -------------------------------------------------
+def commit_of(entry: dict) -> str:
+    """The commit an entry ran at, as the pages say it."""
+    commit = entry.get("commit")
+    return f"commit {commit['sha'][:10]}" + " with uncommitted changes" * commit["dirty"] if commit else \
+        "commit not recorded"
+
+
 def stamp(entry: dict, part: str = "") -> str:
-    """Where a table's figures come from: the entry (or one part of it), when and on which machine."""
-    return f"*Measured {entry['measured_at']} on {describe_machine(entry['machine'])} ({source(entry['name'], part)}).*"
+    """Where a table's figures come from: the entry (or one part of it), when, at which commit, on which machine."""
+    return (f"*Measured {entry['measured_at']} ({commit_of(entry)}) on {describe_machine(entry['machine'])} "
+            f"({source(entry['name'], part)}).*")
 
 
 def stamp_rows(entry: dict, rows: list[dict]) -> str:
     """A table whose rows were measured at several times, possibly on several machines."""
     dates = sorted(r["measured_at"] for r in rows)
     machines = sorted({describe_machine(r["machine"]) for r in rows})
-    return (f"*Measured {dates[0]} to {dates[-1]} on {'; '.join(machines)} "
+    return (f"*Measured {dates[0]} to {dates[-1]} ({commit_of(entry)}) on {'; '.join(machines)} "
             f"({source(entry['name'])}, {len(rows)} rows).*")
 
 
@@ -172,15 +293,26 @@ def ratio_cell(entry: dict) -> str:
 
 
 def bench_summary() -> str:
-    """Every benchmark's latest ratio beside its goal, date and machine; a caveat marked with its entry."""
-    entries = load_all().values()
+    """Every benchmark's latest ratio beside its goal, date, commit and machine; a caveat marked with its entry, an
+    entry not made by the current code marked instead of its goal's verdict (a superseded one only listed)."""
+    names = load_all()
+    entries = [e for e in names.values() if e["name"] not in SUPERSEDED]
+    found = {e["name"]: freshness(e) for e in entries}
     rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), ratio_cell(e),
-             cell(e["goal"]), GOAL_MET[e.get("goal_met")], e["measured_at"], describe_machine(e["machine"])]
-            for e in entries]
+             cell(e["goal"]), goal_cell(e, found[e["name"]]), f"{e['measured_at']} ({commit_of(e)})",
+             describe_machine(e["machine"])] for e in entries]
     notes = [f"- `{e['name']}`: {e['caveat']}" for e in entries if e.get("caveat")]
     notes += [f"- `{e['name']}` → `{part}`: {text}" for e in entries for part, text in (e.get("caveats") or {}).items()]
+    stale = [f"- `{name}`: {why.why}." for name, why in found.items() if why]
     return "\n".join(table(["benchmark", "ratio", "goal", "goal met", "measured", "machine"], rows)
-                     + (["", "Caveats:", *notes] if notes else []))
+                     + (["", "Not the current code's (the goal's verdict left out):", *stale] if stale else [])
+                     + (["", "Caveats:", *notes] if notes else [])
+                     + [f"\nNot shown: `{name}`, {why}." for name, why in SUPERSEDED.items() if name in names])
+
+
+def goal_cell(entry: dict, found: Freshness | None) -> str:
+    """Whether an entry met its goal, where it is the current code's; else why not (stale, superseded, undecidable)."""
+    return f"**{found.label}**" if found else GOAL_MET[entry.get("goal_met")]
 
 
 def bench_machines() -> str:
@@ -205,14 +337,15 @@ def verdict() -> str:
     entry = load_all()["headline"]
     last = len(entry["answers"]) - 1
     sweep = entry["answers"][last]
-    return "\n".join([stamp({"name": "headline"} | sweep, f"answers.{last}"), "", *answer_lines(sweep), "",
+    return "\n".join([*notice(entry), stamp({"name": "headline", "commit": entry.get("commit")} | sweep,
+                                             f"answers.{last}"), "", *answer_lines(sweep), "",
                       wall_time_line(entry), "", design_line(entry), "", replication_line(entry)])
 
 
 def quick_verdict() -> str:
     """The quick comparison's verdict as typed, its one recorded sweep (bench/quick.py)."""
     entry = load_all()["quick"]
-    return "\n".join([stamp(entry, "answer"), "", *answer_lines(entry["answer"])])
+    return "\n".join([*notice(entry), stamp(entry, "answer"), "", *answer_lines(entry["answer"])])
 
 
 def answer_lines(sweep: dict) -> list[str]:
@@ -312,13 +445,14 @@ TEMPLATES.tests |= {"containing": lambda text, part: part in text,
 
 
 def bench(name: str, *args: str) -> str:
-    """A measured table: its entry's caveat, then the template TEMPLATE_DIR/NAME.md.j2 (args[0]: its part)."""
+    """A measured table: whether it is the current code's (notice), its entry's caveat, then the template
+    TEMPLATE_DIR/NAME.md.j2 (args[0]: its part)."""
     known = sorted(p.name.removesuffix(".md.j2") for p in TEMPLATE_DIR.glob("*.md.j2"))
     if name not in known:
         raise ValueError(f"bench {name}: unknown table (known: {', '.join(known)})")
     entry = load_all()[SOURCE.get(name, name)]
     body = TEMPLATES.get_template(f"{name}.md.j2").render(entry=entry, part=args[0] if args else "")
-    return "\n".join(caveat(entry, *args[:1]) + body.rstrip("\n").split("\n"))
+    return "\n".join(notice(entry) + caveat(entry, *args[:1]) + body.rstrip("\n").split("\n"))
 
 
 def simulated_power(entries: dict, blocks: int, effect: float) -> str:
@@ -366,15 +500,24 @@ def commands() -> str:
     if samples := headline.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
     rows = [["`make run`", "sets up, then trains ResNet18 on the digits data in one process, to the target",
-             f"{runs} min ({share['measured_at']}, {describe_machine(share['machine'])})", "one run: no comparison"],
+             f"{runs} min ({measured(share)})", "one run: no comparison"],
             ["`.venv/bin/python train.py -m strategy=ring,stepwise,ps`",
              "which averaging reaches 95 % test accuracy faster than one process on the same CPUs, and than each "
-             "other, on emulated per-host links", f"{sweeps} min, one sweep each ({headline['measured_at']}, "
-             f"{describe_machine(headline['machine'])})", decides],
+             "other, on emulated per-host links", f"{sweeps} min, one sweep each ({measured(headline)})", decides],
             ["`.venv/bin/python train.py strategy=hivemind peers=8`", "how 8 hivemind peers train, round by round, "
              "and what their averaging costs", hivemind_elapsed(entries.get("hivemind_command")),
              "one run: no comparison"], quick_row(entries.get("quick"))]
-    return "\n".join(table(["command", "what it answers", "elapsed, measured", "what its blocks can decide"], rows))
+    shown = (share, headline, entries.get("hivemind_command"), entries.get("quick"), entries.get("primary_noise"),
+             entries.get("verdict_simulation"))  # the last two: the headline's noise and power
+    stale = [f"- `{e['name']}`: {found.why}." for e in shown if e and (found := freshness(e))]
+    return "\n".join(table(["command", "what it answers", "elapsed, measured", "what its blocks can decide"], rows)
+                     + (["", "Not the current code's figures:", *stale] if stale else []))
+
+
+def measured(entry: dict) -> str:
+    """When and where an entry of the table above was measured, marked where it is not the current code's."""
+    found = freshness(entry)
+    return f"{entry['measured_at']}, {describe_machine(entry['machine'])}" + (f"; **{found.label}**" if found else "")
 
 
 def hivemind_elapsed(entry: dict | None) -> str:
@@ -388,7 +531,7 @@ def hivemind_elapsed(entry: dict | None) -> str:
     held = " and ".join("its CPUs and links held" if not r["unfaithful"] else "unfaithful" for r in runs)
     return (f"{' and '.join(num(r['command_s'] / 60, 1) for r in runs)} min, {len(runs)} run{'s' * (len(runs) > 1)} "
             f"({reached}; 8 peers oversubscribed {first['oversubscription']:.2g}x on {first['cores']} cores: {held}; "
-            f"{entry['measured_at']}, {describe_machine(entry['machine'])})")
+            f"{measured(entry)})")
 
 
 def quick_row(entry: dict | None) -> list[str]:
@@ -404,8 +547,7 @@ def quick_row(entry: dict | None) -> list[str]:
         f"{noise['family']} comparisons, on the noise this sweep measured (paired log-sd {noise['log_sd']:.3f}); "
         f"its report: [Markdown]({entry['samples'][0]}), [HTML]({entry['samples'][1]})")
     return row + [f"{entry['answer']['wall_s'] / 60:.1f} min, one sweep (goal ≤ {entry['goal_s'] / 60:.0f} min: "
-                  f"{'met' if entry['goal_met'] else 'missed'}; {entry['measured_at']}, "
-                  f"{describe_machine(entry['machine'])})", decides]
+                  f"{'met' if entry['goal_met'] else 'missed'}; {measured(entry)})", decides]
 
 
 GENERATORS: dict[str, Callable[..., str]] = {

@@ -22,6 +22,8 @@ import helpers  # noqa: E402  (needs the sys.path entry above)
 # matplotlib builds its font cache on first use by running fc-list: do it here, before the
 # unit tier's no-process guard, so a fresh machine's first plot in a unit test is not refused.
 import matplotlib.font_manager  # noqa: E402,F401
+# bench/results.py asks git for the commit new results record (COMMIT) when it loads: load it here too.
+import bench.results  # noqa: E402,F401
 
 INTEGRATION = "integration"
 TESTS = Path(__file__).resolve().parent

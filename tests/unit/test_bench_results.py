@@ -4,17 +4,21 @@ apart) dated and with a machine fingerprint, and the sweeps it rests on named, e
 not kept. Nothing reads or writes a single results file any more."""
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from bench.results import RESULTS, ROOT, SCHEMA_PATH, MalformedEntry, load, load_all, portable, recorded, save
+from bench.results import COMMIT, RESULTS, ROOT, SCHEMA_PATH, MalformedEntry, load, load_all, portable, recorded, save
 from metrics.recording.machine import FINGERPRINT, UNKNOWN, describe_machine, fingerprint as machine
 
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}:\d{2})?$")
 ENTRIES = list(load_all().values())
 CODE = ("bench", "docs", "hydra_plugins", "job", "launchers", "metrics", "netemu", "scripts", "strategies")
 FILES = sorted(p for p in RESULTS.glob("*.json") if p != SCHEMA_PATH)
+# HEAD as git says it, asked while the tests are collected (a unit test starts no process); None without git
+HEAD = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() \
+    or None
 
 
 def walk(value, path=""):
@@ -110,7 +114,8 @@ def test_a_new_result_is_saved_portable_dated_and_fingerprinted():
 def test_every_stored_file_follows_the_schema_and_is_written_as_the_api_writes_it(path, tmp_path):
     entry = load(path.stem)
     assert entry["name"] == path.stem
-    assert save(entry, tmp_path).read_text() == path.read_text(), f"{path.name}: not as bench/results.py writes it"
+    assert save(entry, tmp_path, new=False).read_text() == path.read_text(), \
+        f"{path.name}: not as bench/results.py writes it"
 
 
 def entry(name: str = "probe", **more) -> dict:
@@ -121,12 +126,26 @@ def entry(name: str = "probe", **more) -> dict:
 def test_an_entry_saved_is_loaded_the_same(tmp_path):
     saved = entry()
     path = save(saved, tmp_path)
-    assert path == tmp_path / "probe.json" and load("probe", tmp_path) == saved
+    assert path == tmp_path / "probe.json" and load("probe", tmp_path) == saved | {"commit": COMMIT}
     assert load("other", tmp_path) is None
     save(entry("earlier", measured_at="2026-11-28"), tmp_path)
     assert list(load_all(tmp_path)) == ["earlier", "probe"]  # in the order they were measured
     save(entry(ratio=2.0), tmp_path)  # replaces
     assert load("probe", tmp_path)["ratio"] == 2.0 and len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_a_new_result_records_the_commit_it_ran_at(tmp_path):
+    """HEAD and whether tracked files differed from it (the results saving writes aside), as the module loaded; an
+    entry written back as it was keeps what it had."""
+    if HEAD is None:
+        pytest.skip("no git checkout here: COMMIT is None")
+    save(entry(), tmp_path)
+    assert load("probe", tmp_path)["commit"] == COMMIT and COMMIT["sha"] == HEAD
+    assert isinstance(COMMIT["dirty"], bool)
+    save(entry("old"), tmp_path, new=False)
+    assert "commit" not in load("old", tmp_path)
+    with pytest.raises(MalformedEntry, match="entry.commit.sha 'HEAD' does not match"):
+        save(entry(commit={"sha": "HEAD", "dirty": False}), tmp_path, new=False)
 
 
 @pytest.mark.parametrize("broken, says", [
