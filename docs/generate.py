@@ -169,6 +169,11 @@ class History:
             commits[sha] = (parents, int(when), [f for f in files if f])
         return cls(commits)
 
+    def recorded_in(self, path: str, after_s: float) -> str | None:
+        """The first commit at or after the time after_s that changed path: where a result measured then was saved."""
+        found = [sha for sha, (_, when, files) in self.commits.items() if path in files and when >= after_s]
+        return min(found, key=lambda sha: self.commits[sha][1], default=None)
+
     def changes(self, path: str, after: str | None = None, after_s: float | None = None) -> list[str]:
         """The commits that changed path, newest first: those HEAD has and commit `after` does not, or those committed
         after the time `after_s`."""
@@ -195,8 +200,9 @@ class Freshness:
 
 def freshness(entry: dict, history: History | None = HISTORY) -> Freshness | None:
     """None where the entry was made by the code as it is. Stale: a file of its benchmark (PRODUCERS) changed in a
-    commit after the one the entry records or, for an entry that records none, after its measured_at (UTC; a date
-    alone: its midnight). Undecidable where git cannot tell."""
+    commit that the entry's commit does not hold: the one it records or, for an entry that records none, the first
+    commit that saved its file after its measured_at (UTC; a date alone: its midnight); for an entry not committed
+    yet, a change after its measured_at. Undecidable where git cannot tell."""
     name = entry["name"]
     if name in SUPERSEDED:
         return Freshness("superseded", SUPERSEDED[name])
@@ -207,8 +213,10 @@ def freshness(entry: dict, history: History | None = HISTORY) -> Freshness | Non
         return Freshness("undecidable", "no git history here to tell whether its benchmark changed since")
     if commit and commit["sha"] not in history.commits:
         return Freshness("undecidable", f"its commit {commit['sha'][:10]} is not in this history")
-    since = {"after": commit["sha"]} if commit else {"after_s": calendar.timegm(time.strptime(
-        entry["measured_at"][:10] + (entry["measured_at"][10:] or " 00:00:00"), "%Y-%m-%d %H:%M:%S"))}
+    measured_s = calendar.timegm(time.strptime(entry["measured_at"][:10] + (entry["measured_at"][10:] or " 00:00:00"),
+                                               "%Y-%m-%d %H:%M:%S"))
+    recorded = commit["sha"] if commit else history.recorded_in(f"bench/results/{name}.json", measured_s)
+    since = {"after": recorded} if recorded else {"after_s": measured_s}
     for path in PRODUCERS[name]:
         if changes := history.changes(path, **since):
             day = time.strftime("%Y-%m-%d", time.gmtime(history.commits[changes[0]][1]))

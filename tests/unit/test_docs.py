@@ -165,6 +165,17 @@ def test_a_result_older_than_its_benchmarks_last_change_is_stale(entry, label):
         assert found.why.endswith("; rerun `python bench/run.py ddp_overlap`"), found.why
 
 
+def test_an_entry_without_a_commit_is_judged_from_the_commit_that_saved_it():
+    """Measured at 2500 s and saved at 3000 s in the commit that also changed its module: that code made it."""
+    saved = history((B, [A], 4000, ["bench/x.py"]), (C, [A], 3000, ["bench/ddp_overlap.py",
+                                                                   "bench/results/ddp_overlap.json"]),
+                    (A, [], 1000, ["bench/ddp_overlap.py"]))
+    assert generate.freshness(probe(), saved) is None
+    changed = history((B, [C], 4000, ["bench/ddp_overlap.py"]),
+                      (C, [A], 3000, ["bench/ddp_overlap.py", "bench/results/ddp_overlap.json"]), (A, [], 1000, []))
+    assert generate.freshness(probe(), changed).label == "stale"
+
+
 def test_without_git_history_staleness_is_undecidable_not_an_error():
     assert generate.freshness(probe(), None).label == "undecidable"
 
