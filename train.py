@@ -6,6 +6,7 @@
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
@@ -16,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
-from job.process import exit_now, interrupt_on_signals
+from job.process import exit_now, interrupt_on_signals, process_started_at
 from launchers import launch
 from launchers.base import Outcome
 from launchers.config import check_command, check_overrides, measurement_window, strategy_class, validate
@@ -30,12 +31,14 @@ from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import LinkBound
 from metrics.summary.build import LaunchFacts, StrategyFacts, write_summary
 from metrics.summary.schema import Summary
+from metrics.summary.wall import LaunchClock
 from netemu.auto import LinkChoice, choose_link, link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import checked_dilation, dilate
 
 failed_jobs: list[str] = []
 jobs_started = 0
+job_started_at = process_started_at()  # where the next job's wall phases start: the command's start, then a job's end
 
 
 def fail_input(message: str) -> NoReturn:
@@ -45,7 +48,8 @@ def fail_input(message: str) -> NoReturn:
 
 def run(cfg: DictConfig) -> int:
     """Launch one run, wait for it, write summary.json; returns the exit code."""
-    global jobs_started
+    global jobs_started, job_started_at
+    run_at = time.time()
     try:
         validate(cfg)
     except (ConfigError, BackendUnavailable) as exc:
@@ -77,16 +81,19 @@ def run(cfg: DictConfig) -> int:
     strategy.after_run(cfg, run)
     for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
         shutil.rmtree(peer.snapshots, ignore_errors=True)
+    torn_down_at = time.time()
     knobs = strategy.knobs(cfg)
     model = cost_model(cfg.strategy)
     link_bound = LinkBound(knobs, model.link_bound, model.bound_formula(), model.rounds_overlap(knobs))
     facts = StrategyFacts(link_bound, strategy.is_baseline, strategy.failure_counters)
-    summary = write_summary(run, asked, outcome, facts, LaunchFacts(shape, lock, measurement_window(cfg)))
+    clock = LaunchClock(job_started_at, run_at, launcher.peers_started_at, torn_down_at)
+    summary = write_summary(run, asked, outcome, facts, LaunchFacts(shape, lock, measurement_window(cfg), clock))
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
     if str(run.path) in failed_jobs:  # an attempt that failed, retried in its block (launchers/sweeper.py)
         failed_jobs.remove(str(run.path))
     if outcome.exit_code:
         failed_jobs.append(str(run.path))
+    job_started_at = time.time()
     return outcome.exit_code
 
 

@@ -89,6 +89,7 @@ class Evaluator:
 
     def __init__(self, model: nn.Module, dataset: Samples, device: torch.device, precise: PreciseBatchNorm | None):
         self.model, self.dataset, self.device, self.precise = model, dataset, device, precise
+        self.precise_bn_s = self.test_s = 0.0  # summed over its evaluations: precise BN, and loading and testing
 
     def __call__(self, path: Path) -> tuple[Record, Outcome]:
         """The figures of the weights in `path` (evaluate's, state_sha256, precise_bn_s, eval_s) and outcome."""
@@ -99,8 +100,11 @@ class Evaluator:
             self.precise(self.model)
         recomputed = time.perf_counter()
         figures, outcome = evaluate(self.model, self.dataset, self.device)
-        return figures | {"state_sha256": state_digest(self.model), "precise_bn_s": recomputed - loaded,
-                          "eval_s": time.perf_counter() - started}, outcome
+        figures |= {"state_sha256": state_digest(self.model), "precise_bn_s": recomputed - loaded,
+                    "eval_s": time.perf_counter() - started}
+        self.precise_bn_s += figures["precise_bn_s"]
+        self.test_s += figures["eval_s"] - figures["precise_bn_s"]
+        return figures, outcome
 
 
 @dataclass

@@ -132,6 +132,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
     reference = SpeedReference.for_run(cfg, model, splits.train, device)
     start = time.perf_counter()
     paused_s = 0.0  # snapshots for evaluation and the speed reference: not training time
+    evaluation_paused_s = 0.0  # of which the snapshots' (the speed reference's measurements aside)
     samples = 0
     all_reached = False  # eval_in_training: every worker's curve confirmed the crossing
     due: int | None = None  # the step of the next snapshot
@@ -139,19 +140,22 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
     last_step = strategy.step_limit()
 
     def snapshot(step: int) -> None:
-        nonlocal paused_s, all_reached, due
+        nonlocal paused_s, evaluation_paused_s, all_reached, due
         paused_at = time.perf_counter()
         wall = paused_at - start
         snapshots.take(model, hold=step == 0 and last_step > 0, step=step, wall_s=wall, train_s=wall - paused_s,
                        samples=samples)
+        measured_s = 0.0
         if reference and step:  # the machine's speed, in the same pause; from training's first steps (docs/runs.md)
-            reference.measure(step, time.perf_counter() - start, force=not reference.measurements)
+            measured_s = reference.measure(step, time.perf_counter() - start, force=not reference.measurements)
         reached = snapshots.target_reached
         all_reached, all_at_target, start_unneeded = strategy.resume_together(
             [reached, reached or snapshots.at_target, not snapshots.start_needed])
         snapshots.settle_start(needed=not start_unneeded)  # once a snapshot after the held start is evaluated
         due = next_snapshot(step, int(cfg.eval_every), int(cfg.eval_confirm_after), all_at_target and not all_reached)
-        paused_s += time.perf_counter() - paused_at
+        pause_s = time.perf_counter() - paused_at
+        paused_s += pause_s
+        evaluation_paused_s += pause_s - measured_s
 
     trained.train()
     snapshot(0)
@@ -199,5 +203,6 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
     if reference:
         reference.measure(step, time.perf_counter() - start, force=True)  # after the last step
     strategy.trained()
-    return {"steps": step, "samples": samples, "stopped_at_target": all_reached} | drained | (
+    return {"steps": step, "samples": samples, "stopped_at_target": all_reached,
+            "evaluation_paused_s": evaluation_paused_s} | drained | (
         {"speed_reference": reference.record()} if reference else {})

@@ -113,6 +113,13 @@ def boot_id() -> str:
         return f.read().strip()
 
 
+def process_started_at() -> float:
+    """Unix time this process started (/proc/self/stat's start time, to a clock tick)."""
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: clock ticks after boot
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def core_slot(index: int, per_slot: int, available: Iterable[int]) -> list[int]:
     """The `index`-th group of `per_slot` cores among `available`, wrapping around when there are fewer."""
     cores = sorted(available)

@@ -28,8 +28,20 @@ from metrics.recording.sampler import ResourceSampler
 from metrics.recording.steplog import StepLog
 
 
-def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) -> None:
+@contextmanager
+def timed(phases: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the seconds the block takes to phases[phase]."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - started
+
+
+def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu, started_at: float) -> None:
+    """`started_at`: unix time main() began (the worker's wall phases, summary.json wall_phases_s, start there)."""
     peer = ctx.peer
+    phases: dict[str, float] = {}
     host_cores = sorted(os.sched_getaffinity(0))  # this host's (an emulated host's own), before pinning
     cores = pin_cpus(ctx.local_rank, spec.threads)
     cpu.pinned(cores)
@@ -40,7 +52,8 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
         cpu.keep_out(sampler.native_id)
     role = spec.roles[ctx.rank]
     device = PeerDevice.for_peer(cfg.device if role == WORKER else "cpu", ctx.local_rank, ctx.local_world_size)
-    strategy_class = resolve(cfg.strategy.target)
+    with timed(phases, "imports_s"):  # the strategy's module
+        strategy_class = resolve(cfg.strategy.target)
     strategy = strategy_class(cfg, ctx, spec, device)
     result: dict[str, Any] = {"rank": ctx.rank, "host": socket.gethostname(), "cores": cores, "boot_id": boot_id(),
                               "role": role, **device.describe()}
@@ -52,16 +65,21 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
             board.register(host_cores)
             try:
                 torch.manual_seed(cfg.seed)  # identical initial parameters on every peer
-                splits = load_splits(cfg)
-                model = build_model(cfg, splits.num_classes, splits.channels).to(device.device)
-                optimizer = build_optimizer(model.parameters(), cfg, spec.effective_batch)
+                with timed(phases, "data_s"):
+                    splits = load_splits(cfg)
+                with timed(phases, "model_s"):
+                    model = build_model(cfg, splits.num_classes, splits.channels).to(device.device)
+                    optimizer = build_optimizer(model.parameters(), cfg, spec.effective_batch)
                 result["effective_lr"] = scaled_lr(cfg, spec.effective_batch)
-                trained = strategy.setup(model, optimizer)
+                with timed(phases, "rendezvous_s"):
+                    trained = strategy.setup(model, optimizer)
                 with torch.random.fork_rng(devices=[]):  # the evaluator takes none of training's random draws
-                    precise = PreciseBatchNorm(splits.train, int(cfg.precise_bn_samples), cfg.batch_size,
-                                               device.device) if cfg.precise_bn_samples else None
-                    evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels).to(device.device),
-                                          splits.test, device.device, precise)
+                    with timed(phases, "data_s"):
+                        precise = PreciseBatchNorm(splits.train, int(cfg.precise_bn_samples), cfg.batch_size,
+                                                   device.device) if cfg.precise_bn_samples else None
+                    with timed(phases, "model_s"):
+                        evaluator = Evaluator(build_model(cfg, splits.num_classes, splits.channels).to(device.device),
+                                              splits.test, device.device, precise)
                 result["evaluation"] = evaluation_mode(cfg, strategy_class)
                 if result["evaluation"]["mode"] == "in_training":
                     target = cast(dict[str, Any], OmegaConf.to_container(cfg.target))  # a DictConfig's is a dict
@@ -69,12 +87,16 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
                                                        peer.weights if cfg.keep_weights else None,
                                                        sharing_the_pauses(cfg, cpu, board, cores))
                 order = GlobalOrder(len(splits.train), ctx.rank, spec.workers, spec.batch_size, cfg.seed)
-                result |= train(cfg, strategy, model, trained, splits, order, log, device, snapshots)
+                with timed(phases, "loop_s"):
+                    result |= train(cfg, strategy, model, trained, splits, order, log, device, snapshots)
+                phases["evaluation_paused_s"] = result.pop("evaluation_paused_s")
                 result["param_sha256"] = parameter_digest(model)
-                if snapshots.in_training:
-                    result |= snapshots.evaluated_in_training(peer.eval_samples)
-                else:
-                    result |= evaluate_after_training(cfg, ctx, cpu, board, evaluator, snapshots, log, host_cores)
+                with timed(phases, "after_training_s"):
+                    if snapshots.in_training:
+                        result |= snapshots.evaluated_in_training(peer.eval_samples)
+                    else:
+                        result |= evaluate_after_training(cfg, ctx, cpu, board, evaluator, snapshots, log, host_cores)
+                phases |= {"precise_bn_s": evaluator.precise_bn_s, "test_s": evaluator.test_s}
             finally:
                 snapshots.discard()
                 log.close()
@@ -82,6 +104,7 @@ def run_peer(cfg: DictConfig, ctx: PeerContext, spec: LaunchSpec, cpu: PeerCpu) 
             strategy.serve()
         result["strategy"] = strategy.summary()
         result["cpu"] = cpu.figures()
+        result["wall_phases"] = {"started_at": started_at, "ended_at": time.time(), **phases}
         peer.result.write_text(json.dumps(result, indent=1))
     except BaseException as exc:
         record_failure(ctx, exc)  # before close() drops connections: the others' errors follow this one
@@ -153,6 +176,7 @@ def redirect_output(path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    started_at = time.time()
     exit_on_sigterm()
     run = RunDir(Path(argv[0]).resolve())
     ctx = PeerContext.from_env(run.path)
@@ -162,7 +186,7 @@ def main(argv: list[str]) -> int:
     redirect_output(ctx.peer.output_log)
     try:
         die_with_parent(float(cfg.timeouts.shutdown_s))
-        run_peer(cfg, ctx, LaunchSpec.load(run), cpu)
+        run_peer(cfg, ctx, LaunchSpec.load(run), cpu, started_at)
     except BaseException as exc:
         record_failure(ctx, exc)
         raise

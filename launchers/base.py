@@ -62,6 +62,7 @@ class Launcher(ABC):
         self.own: set[int] = set()  # the children the launcher started (peers, link and CPU helpers)
         self.placement = make_placement(cfg, run, self.nprocs, spec.threads)  # where each rank lives on the network
         self.cpu_groups = CpuGroups(cfg, run, self.run_id, spec.threads, self.nprocs)  # and on which CPU share
+        self.peers_started_at: float | None = None  # unix time it began starting the peers
 
     def base_env(self) -> dict[str, str]:
         env = dict(os.environ) | self.spec.env
@@ -95,6 +96,7 @@ class Launcher(ABC):
             self.cpu_groups.start()
             self.placement.start(self.base_env())
             helpers = own_children()  # link and CPU helpers, started before any peer could leave an orphan
+            self.peers_started_at = time.time()
             self.start()
             self.own = helpers | {proc.pid for proc in self.procs.values()}
             while outcome is None:

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from job.device import resolve_device
 from job.errors import ConfigError
+from job.process import process_started_at
 from launchers.hydra_internals import basic_sweeper
 from launchers.config import PROJECT, container, project_targets, strategy_class
 from launchers.lock import take_sweep_lock
@@ -105,13 +106,17 @@ class BlockSweeper(BasicSweeper):
                   flush=True)
         returns = []
         block_of = {folder: block for (block, _, _), folder in zip(order, folders)}
-        for block in range(blocks):
-            block_jobs = [(folder, overrides) for folder, overrides in to_run if block_of[folder] == block]
-            returns += self.launch(block_jobs)
-            failed = [(folder, overrides) for folder, overrides in block_jobs if not completed_run(sweep_dir / folder)]
-            if failed and self.config.retry_failed:
-                move_failed_aside(sweep_dir, [folder for folder, _ in failed])
-                returns += self.launch(failed)
+        try:
+            for block in range(blocks):
+                block_jobs = [(folder, overrides) for folder, overrides in to_run if block_of[folder] == block]
+                returns += self.launch(block_jobs)
+                failed = [(folder, overrides) for folder, overrides in block_jobs
+                          if not completed_run(sweep_dir / folder)]
+                if failed and self.config.retry_failed:
+                    move_failed_aside(sweep_dir, [folder for folder, _ in failed])
+                    returns += self.launch(failed)
+        finally:
+            record_elapsed(sweep_dir, process_started_at(), time.time())
         return returns
 
     def launch(self, jobs: list[Planned]) -> list[Sequence[JobReturn]]:
@@ -280,6 +285,13 @@ def move_failed_aside(sweep_dir: Path, failed: list[str]) -> None:
     (sweep_dir / SWEEP_PLAN).write_text(json.dumps(plan, indent=1))
 
 
+def record_elapsed(sweep_dir: Path, started_at: float, ended_at: float) -> None:
+    """Add this command's span, its start to its last job's end, to the plan's `elapsed` (docs/report.md)."""
+    plan = read_plan(sweep_dir)
+    plan["elapsed"] = [*plan.get("elapsed", []), {"started_at": started_at, "ended_at": ended_at}]
+    (sweep_dir / SWEEP_PLAN).write_text(json.dumps(plan, indent=1))
+
+
 def with_reruns(reruns: list[dict[str, Any]] | None, moved: dict[str, str]) -> list[dict[str, Any]]:
     """The plan's reruns (job, its earlier attempts) with these moved job folders (job -> where) added."""
     attempts = {entry["job"]: entry["attempts"] for entry in reruns or []}
@@ -326,6 +338,7 @@ def write_plan(sweep_dir: Path, planned: list[list[str]], kept: list[str], desig
     elif kept:
         plan["first_runs_undeclared"] = True
     plan["reruns"] = with_reruns(earlier.get("reruns"), moved)
+    plan["elapsed"] = earlier.get("elapsed", [])
     path = sweep_dir / SWEEP_PLAN
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan, indent=1))

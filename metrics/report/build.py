@@ -9,6 +9,7 @@ from metrics.report.model import Report, SectionReport
 from metrics.report.primary import time_observation
 from metrics.report.projected import projected_tables
 from metrics.report.runs import Run, Section, flatten, read_plan
+from metrics.summary.wall import sweep_efficiency
 from metrics.report.tables import error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
 from metrics.recording.methods import methods
@@ -34,9 +35,25 @@ def notes(sections: list[Section], left_out: list[str]) -> list[str]:
                      "have no convergence meaning. Their section is labelled [synthetic data].")
     if left_out:
         lines.append("Left out of this report: " + "; ".join(left_out))
+    if efficiency := efficiency_line(sections):
+        lines.append(efficiency)
     lines.append("Units: seconds (s), bytes, KiB = 2^10 bytes, MiB = 2^20 bytes, samples/s, % (CPU: 100 = one core). "
                  "Every figure's method is stated under its table or plot and in 'Methods' at the end.")
     return lines
+
+
+def efficiency_line(sections: list[Section]) -> str | None:
+    """The sweep efficiency of the report's sweeps that recorded their elapsed time (None: none did)."""
+    runs = [run for section in sections for run in section.runs]
+    elapsed = {sweep: seconds for sweep in dict.fromkeys(r.sweep for r in runs) if sweep is not None
+               if (seconds := sum(e["ended_at"] - e["started_at"] for e in read_plan(sweep).get("elapsed") or []))}
+    if not elapsed:
+        return None
+    efficiency = sweep_efficiency([r.summary for r in runs if r.sweep in elapsed], sum(elapsed.values()))
+    return (f"Sweep efficiency {efficiency:.2f}: the runs' training time to the target (to their horizon, all they "
+            f"trained, where they missed it; a dilated run's in the seconds it spent), "
+            f"{efficiency * sum(elapsed.values()):,.0f} s, / the sweep's elapsed time, {sum(elapsed.values()):,.0f} "
+            "s (each command that ran it, from its start to its last run's end).")
 
 
 def methods_of(sections: list[Section]) -> list[tuple[str, str]]:
@@ -91,7 +108,8 @@ def csv_rows(sections: list[Section]) -> list[Json]:
                          "final_test_accuracy", "final_test_loss", "bytes_sent_per_step", "bytes_recv_per_step",
                          "bytes_sent_per_sample", "bytes_recv_per_sample")
         row |= flatten({"time_breakdown_s": s.time_breakdown_s or {},
-                        "time_breakdown_share": s.time_breakdown_share or {}})
+                        "time_breakdown_share": s.time_breakdown_share or {},
+                        "wall_phases_s": s.wall_phases_s.to_dict() or {}})
         rss = [p.peak_rss_bytes for p in peers if p.peak_rss_bytes is not None]
         cpu = [p.mean_cpu_percent for p in peers if p.mean_cpu_percent is not None]
         row |= {"peak_rss_bytes_max_over_peers": max(rss) if rss else None,

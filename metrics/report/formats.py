@@ -7,6 +7,11 @@ from metrics.recording.formats import MISSING, counted, number, significant  # n
 from metrics.report.stats import Ratio, factor
 
 
+def phase_name(phase: str) -> str:
+    """A wall phase as the report names it: "precise_bn_s" -> "precise bn"."""
+    return phase.removesuffix("_s").replace("_", " ")
+
+
 def percent(value: float | None) -> str:
     """A share as percent with one decimal, no sign: 0.123 -> "12.3"."""
     return MISSING if value is None else f"{100 * value:.1f}"

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure as Canvas  # noqa: E402
 
+from metrics.report.formats import phase_name  # noqa: E402
 from metrics.report.model import Figure  # noqa: E402
 from metrics.report.runs import Group, Run, Section  # noqa: E402
 from metrics.recording.steplog import PHASES  # noqa: E402
@@ -173,6 +174,23 @@ def breakdown_plot(groups: list[Group]) -> Figure:
                 "rest of a step that did not communicate. Repeats: mean.")
 
 
+def wall_phases_plot(groups: list[Group]) -> Figure | None:
+    shown = [(g, medians) for g in groups if (medians := g.median_phases())]
+    if not shown:
+        return None
+    fig, ax = _bar_axes([g for g, _ in shown])
+    left = [0.0] * len(shown)
+    for index, phase in enumerate(shown[0][1]):
+        seconds = [medians[phase] for _, medians in shown]
+        ax.barh(range(len(shown)), seconds, left=left, color=plt.get_cmap("tab20")(index % 20), label=phase_name(phase))
+        left = [a + b for a, b in zip(left, seconds)]
+    ax.set_xlabel("seconds of the job's wall time")
+    fig.legend(loc="outside lower center", ncol=8, fontsize=8)
+    return Figure("Where the wall time went", to_png(fig),
+                  "Each configuration's job, from its start to its summary, split into phases (summary.json's "
+                  "wall_phases_s, real seconds, defined in Methods): per phase the median over its runs.")
+
+
 def bytes_plot(groups: list[Group]) -> Figure:
     fig, ax = _bar_axes(groups)
     height = 0.4
@@ -273,5 +291,6 @@ def resources_plot(groups: list[Group]) -> Figure | None:
 
 def section_plots(section: Section, ranked_groups: list[Group]) -> list[Figure]:
     plots = [convergence_plot(section), throughput_plot(ranked_groups), scaling_plot(ranked_groups),
-             breakdown_plot(ranked_groups), bytes_plot(ranked_groups), resources_plot(ranked_groups)]
+             breakdown_plot(ranked_groups), wall_phases_plot(ranked_groups), bytes_plot(ranked_groups),
+             resources_plot(ranked_groups)]
     return [p for p in plots if p is not None]

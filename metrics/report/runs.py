@@ -271,6 +271,11 @@ class Group:
     def seeds(self) -> list[Any]:
         return [r.config.get("seed") for r in self.runs]
 
+    def median_phases(self) -> dict[str, float]:
+        """Phase -> the median of its seconds over the runs that recorded wall_phases_s ({}: none did)."""
+        recorded = [r.summary.wall_phases_s.seconds() for r in self.runs if r.summary.wall_phases_s]
+        return {phase: statistics.median(r[phase] for r in recorded) for phase in recorded[0]} if recorded else {}
+
     def by_block(self, figure: RunFigure) -> dict[Block, float]:
         """block -> the geometric mean of figure(run) over this group's runs in that block (Nones dropped)."""
         found = {b: [v for r in runs if (v := figure(r)) is not None and v > 0] for b, runs in block_runs(self).items()}

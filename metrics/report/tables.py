@@ -4,7 +4,7 @@ import statistics
 from collections.abc import Callable
 
 from metrics.report.compare import Comparison
-from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, number, percent
+from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, number, percent, phase_name
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run, RunFigure
@@ -280,6 +280,24 @@ def breakdown_table(groups: list[Group]) -> Table:
                  "largest of data, compute (compute + optimizer), exposed communication and waiting.")
 
 
+def wall_phases_table(groups: list[Group]) -> Table | None:
+    rows = []
+    for group in groups:
+        if not (medians := group.median_phases()):
+            continue
+        wall = sum(medians.values())
+        others = sorted((p for p in medians if p != "training_s"), key=medians.__getitem__, reverse=True)[:3]
+        rows.append([group.label, str(sum(bool(r.summary.wall_phases_s) for r in group.runs)), number(wall),
+                     f"{number(medians['training_s'])} ({percent(medians['training_s'] / wall)} %)",
+                     ", ".join(f"{phase_name(p)} {number(medians[p])}" for p in others)])
+    if not rows:
+        return None
+    return Table("Where the wall time went", ["configuration", "runs", "job (s)", "training (s, share)",
+                                              "largest other phases (s)"], rows,
+                 "Medians over the configuration's runs of each phase of summary.json's wall_phases_s (real seconds, "
+                 "defined in Methods); job = the sum of those medians.")
+
+
 def resources_table(groups: list[Group]) -> Table:
     rows = []
     for group in groups:
@@ -420,6 +438,7 @@ def excludes_one(ratio: Ratio) -> bool:
 def section_tables(groups: list[Group], primary: Primary, comparisons: list[Comparison],
                    control: list[Comparison]) -> list[Table]:
     tables = [configuration_table(groups), speed_table(groups, primary), comparisons_table(comparisons, control),
-              bytes_table(groups, not primary.is_time), breakdown_table(groups), resources_table(groups),
+              bytes_table(groups, not primary.is_time), breakdown_table(groups), wall_phases_table(groups),
+              resources_table(groups),
               failures_table(groups), rounds_table(groups), strategy_table(groups)]
     return [t for t in tables if t is not None]

@@ -19,6 +19,7 @@ from metrics.summary.schema import S, Evaluation, Isolation, Json, Peer, PeerWin
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS, samples_by_step, time_to_target
 from metrics.recording.steplog import PHASES
+from metrics.summary.wall import LaunchClock, wall_phases
 from metrics.summary.window import steps_in, window_section, worker_window
 from metrics.recording.methods import methods
 
@@ -163,10 +164,12 @@ class StrategyFacts:
 
 @dataclass(frozen=True)
 class LaunchFacts:
-    """The launch side: shape, lock (the machine lock at the start), window ((first, last) step measured; None: all)."""
+    """The launch side: shape, lock (the machine lock at the start), window ((first, last) step measured; None: all),
+    clock (its steps' times, for wall_phases_s; None: not recorded)."""
     shape: dict | None = None
     lock: dict | None = None
     window: tuple[int, int] | None = None
+    clock: LaunchClock | None = None
 
 
 class Outcome(Protocol):  # how the run ended, as build_summary reads launchers/base.py's Outcome
@@ -201,7 +204,7 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
     isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, shape.get("fits", True))
-    return Summary.from_dict(undilate({
+    found = {
         "status": outcome.status,
         "exit_code": outcome.exit_code,
         "error": outcome.error,
@@ -219,6 +222,7 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
                          else "host-wide (shared by all peers, not attributable to one)",
         "started_at": outcome.ended_at - outcome.wall_s,
         "wall_s": outcome.wall_s,
+        "wall_phases_s": None,
         "total_samples": sum(w["samples"] for w in workers),
         "useful_samples": useful_samples(workers),
         "startup_wait_s": max((w["startup_wait_s"] for w in workers), default=None),
@@ -247,7 +251,9 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
         "speed_reference": speed_reference_section(config, figures),
         "peers": figures,
         "methods": METHODS,
-    }, isolation["dilation"]))
+    }
+    found["wall_phases_s"] = wall_phases(launch.clock, outcome.ended_at, workers) if launch.clock else None  # last
+    return Summary.from_dict(undilate(found, isolation["dilation"]))
 
 
 def write_summary(run: RunDir, config: dict, outcome: Outcome, strategy: StrategyFacts = StrategyFacts(),

@@ -111,7 +111,7 @@ SECONDS_SUFFIXES = (*TIME_SUFFIXES, "_ns")
 RATE_SUFFIXES = ("_per_s", *KNOB_RATE_SUFFIXES)
 UNITLESS_SUFFIXES = ("_share", "_ratio")
 # Measured on the real clock by design, or already in the emulated cluster's terms: left as they are.
-NOT_CONVERTED = ("config", "methods", "isolation", "machine", "cpu")
+NOT_CONVERTED = ("config", "methods", "isolation", "machine", "cpu", "wall_phases_s")
 
 
 def time_factor(name: str, k: float, siblings: dict | None = None) -> float | None:

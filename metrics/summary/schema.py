@@ -242,6 +242,31 @@ class NoiseScale(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WallPhases(Section):
+    """Where a job's wall time went, in real seconds (metrics/summary/wall.py); the phases sum to the job's span."""
+    command_s: float = 0.0
+    launch_s: float = 0.0
+    imports_s: float = 0.0
+    data_s: float = 0.0
+    model_s: float = 0.0
+    rendezvous_s: float = 0.0
+    training_s: float = 0.0
+    snapshot_s: float = 0.0
+    precise_bn_s: float = 0.0
+    test_s: float = 0.0
+    evaluation_wait_s: float = 0.0
+    speed_reference_s: float = 0.0
+    exit_s: float = 0.0
+    teardown_s: float = 0.0
+    summary_s: float = 0.0
+    other_s: float = 0.0
+
+    def seconds(self) -> dict[str, float]:
+        """phase -> seconds, in the job's order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "keys")}
+
+
+@dataclass(frozen=True, kw_only=True)
 class PeerWindow(Section):
     """A worker's figures in the measurement window."""
     samples: int = 0
@@ -286,6 +311,7 @@ class Summary(Section):
     network_scope: str | None = None
     started_at: float = 0.0
     wall_s: float = 0.0
+    wall_phases_s: WallPhases = unrecorded(WallPhases)
     total_samples: int | None = None
     useful_samples: int | None = None
     startup_wait_s: float | None = None

@@ -2,6 +2,7 @@
 the peers logged, the equal-resource baseline is one process, DDP moves the ring's payload, and every
 strategy's step breakdown is consistent with its wall clock."""
 import itertools
+import time
 
 import pytest
 
@@ -37,6 +38,21 @@ def test_single_run_learns_and_leaves_complete_metrics(run_dir):
     assert abs(sum(summary["time_breakdown_share"].values()) - 1) < 1e-6
     assert summary["peers"][0]["peak_rss_bytes"] > 50e6
     assert summary["bytes_sent_per_step"] == 0 and summary["methods"] and summary["is_baseline"] is True
+
+
+@pytest.mark.timeout(60)
+def test_a_runs_wall_phases_split_the_commands_wall_clock(run_dir):
+    started = time.time()
+    result = run_train(run_dir, "strategy=single", "max_steps=20", "eval_every=10")
+    ended = time.time()
+    assert result.returncode == 0, result.stderr
+    phases = summary_of(run_dir)["wall_phases_s"]
+    assert min(phases.values()) >= 0, phases
+    # from the command's process start to its summary: only saving it, printing and exiting are left out
+    assert ended - started - 1.0 < sum(phases.values()) < ended - started + 0.02, (ended - started, phases)
+    evals = read_jsonl(run_dir / "peer0" / "eval.jsonl")  # each evaluation as it logged itself
+    assert phases["precise_bn_s"] == pytest.approx(sum(e["precise_bn_s"] for e in evals))
+    assert phases["precise_bn_s"] + phases["test_s"] == pytest.approx(sum(e["eval_s"] for e in evals))
 
 
 @pytest.fixture(scope="module")

@@ -195,6 +195,19 @@ def test_a_resumed_sweep_keeps_its_first_declaration_and_says_what_changed(tmp_p
     assert json.loads((tmp_path / ".avgbench" / "sweep.json").read_text()) == same
 
 
+def test_each_command_that_runs_a_sweep_adds_its_span_to_the_plans_elapsed_time(tmp_path):
+    from launchers.sweeper import record_elapsed, write_plan
+
+    design = {"primary": {}, "comparisons": {}, "blocks": 1, "order": {"sequences": 1}}
+    write_plan(tmp_path, [], [], design, [], {}, {})
+    record_elapsed(tmp_path, 1000.0, 1060.0)
+    resumed = json.loads((tmp_path / ".avgbench" / "sweep.json").read_text())
+    write_plan(tmp_path, [], ["block0/a"], design, [], {}, resumed)  # the same command again: its runs kept
+    record_elapsed(tmp_path, 2000.0, 2040.0)
+    assert json.loads((tmp_path / ".avgbench" / "sweep.json").read_text())["elapsed"] == [
+        {"started_at": 1000.0, "ended_at": 1060.0}, {"started_at": 2000.0, "ended_at": 2040.0}]
+
+
 def write_node_summary(job: Path, node: int, config: dict, status: str = "completed") -> None:
     """Node `node`'s summary of a SLURM job over 2 nodes: the config as the node resolved it (launch.* from SLURM's
     variables there)."""

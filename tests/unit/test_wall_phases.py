@@ -1,0 +1,42 @@
+"""Where a run's wall time goes (summary.json wall_phases_s) and the sweep efficiency, on summaries written by hand
+(the phases of a real run: tests/integration/test_training.py)."""
+import html
+
+import pytest
+
+from helpers import report_of, write_sweep
+from metrics.summary.schema import Summary
+from metrics.summary.wall import sweep_efficiency
+
+PHASES = {"command_s": 3.0, "launch_s": 1.0, "imports_s": 4.0, "training_s": 20.0, "precise_bn_s": 5.0,
+          "other_s": 0.5}
+
+
+def test_the_sweep_efficiency_counts_training_to_the_target_or_the_horizon_in_the_seconds_each_run_spent():
+    reached = Summary.from_dict({"time_to_target_s": 60.0, "peers": [{"train_s": 90.0}]})
+    missed = Summary.from_dict({"time_to_target_s": None, "peers": [{"train_s": 90.0}, {"train_s": 100.0}]})
+    dilated = Summary.from_dict({"time_to_target_s": 30.0, "isolation": {"dilation": 2}, "peers": [{"train_s": 45.0}]})
+    # 60 s + the longest worker's 100 s + 2 x 30 s (the dilated run's figures are in its emulated cluster's time)
+    assert sweep_efficiency([reached, missed, dilated], elapsed_s=400.0) == pytest.approx(220 / 400)
+
+
+def test_the_report_shows_the_wall_phases_and_the_sweeps_efficiency(tmp_path):
+    with_phases = {"summary": {"wall_phases_s": PHASES, "peers": [{"rank": 0, "train_s": 40.0}]}}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ring": [("ring", 2, 1, 100.0, 20.0, with_phases)],  # reached the target after 20 s of training
+        "baseline_2x1": [("single", 2, 1, 100.0, None, with_phases)],  # missed it: its horizon, 40 s
+    }, plan={"elapsed": [{"started_at": 1000.0, "ended_at": 1060.0}, {"started_at": 2000.0, "ended_at": 2040.0}]})
+    markdown = report_of(sweep, out=tmp_path / "out")
+    assert "Sweep efficiency 0.60:" in markdown and "60 s, / the sweep's elapsed time, 100 s" in markdown
+    assert "| ring | 1 | 33.5 | 20 (59.7 %) | precise bn 5, imports 4, command 3 |" in markdown
+    page = html.unescape((tmp_path / "out" / "report.html").read_text())
+    assert "<h3>Where the wall time went</h3><img" in page
+
+
+def test_summaries_without_wall_phases_still_load_and_report(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=ring": [("ring", 2, 1, 100.0, 20.0, {})],
+                                             "baseline_2x1": [("single", 2, 1, 100.0, None, {})]})
+    assert not Summary.load(sweep / "block0" / "strategy=ring").wall_phases_s
+    markdown = report_of(sweep, out=tmp_path / "out")
+    assert "Time, throughput and convergence" in markdown
+    assert "Where the wall time went" not in markdown and "Sweep efficiency" not in markdown
