@@ -6,7 +6,7 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, Iterable
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
 from job.data import data_shape
@@ -118,8 +118,6 @@ def check_model(cfg: DictConfig) -> None:
     """model=custom builds, has trainable parameters and gives one score per class; else a ConfigError saying what."""
     if cfg.model.name != "custom":
         return
-    if OmegaConf.is_missing(cfg.model, "target"):
-        raise ConfigError("model=custom needs model.target=package.module:function (or an avgbench.models entry point)")
     num_classes, channels, side = data_shape(cfg.data)
     target = cfg.model.target
     try:

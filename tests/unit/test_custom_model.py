@@ -64,7 +64,7 @@ def test_an_entry_point_of_an_installed_package_names_a_model(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("overrides, error", [
-    ([], "model=custom needs model.target=package.module:function"),
+    ([], "model.target has no default with model=custom: add model.target=..."),
     (["model.target=user_models:seven_classes"],
      r"maps a batch of shape \(2, 1, 32, 32\) to \(2, 7\), but data.name=digits has 10 classes"),
     (["model.target=no_such_package.models:build"], r"cannot import it \(ModuleNotFoundError: No module named"),
