@@ -1,4 +1,7 @@
 """Checks on the composed config, run before any process starts, and the strategy it names."""
+import sys
+import sysconfig
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -27,13 +30,23 @@ from netemu.dilation import checked_dilation
 if TYPE_CHECKING:
     from strategies.base import Strategy
 
-RESOLVERS: dict[str, Callable[..., Any]] = {  # arithmetic for experiment presets; the strategies' default peers
+
+def readme() -> str:
+    """The README `--help` points to: the checkout's, else the one pip installed (pyproject.toml's data-files)."""
+    installed = Path(sysconfig.get_path("data")) / "share" / "doc" / "avgbench"
+    return str(next((folder / "README.md" for folder in (CONF_DIR.parent, installed)
+                     if (folder / "docs" / "usage.md").is_file()), "README.md"))
+
+
+RESOLVERS: dict[str, Callable[..., Any]] = {  # arithmetic for experiment presets, the default peers, --help's names
     "fit_peers": fit_peers,
     "steps_for": lambda samples, batch, scale: max(1, round(samples * scale / batch)),
     "per_peer": lambda total, peers: max(1, total // peers),
     "times": lambda a, b: a * b,
     "at_least": lambda value, floor: max(int(value), int(floor)),
     "project_root": lambda: str(CONF_DIR.parent),  # e.g. a batch job's PYTHONPATH (conf/hydra/launcher/slurm.yaml)
+    "command": lambda: f"python {name}" if (name := Path(sys.argv[0]).name).endswith(".py") else name,  # as typed
+    "readme": readme,
 }
 for _name, _fn in RESOLVERS.items():
     OmegaConf.register_new_resolver(_name, _fn, replace=True)

@@ -102,7 +102,7 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> list[str]:
 def unknown_key(key: str, known: dict[str, Any]) -> ConfigError:
     """The error for a key the schema does not hold, with the closest known key where one is close."""
     close = difflib.get_close_matches(key, _leaves(known), n=1)
-    hint = f" (did you mean {close[0]}?)" if close else " (python train.py --help lists the knobs)"
+    hint = f" (did you mean {close[0]}?)" if close else " (--help lists the knobs)"
     return ConfigError(f"unknown key {key}{hint}")
 
 
