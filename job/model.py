@@ -1,16 +1,16 @@
 """Models, by config name, in the precision `dtype`, with ghost BatchNorm (`ghost_batch_norm`); a user's own model
-by import path or entry point (`model=custom model.target=...`), checked against the data before launch."""
+by file, import path or entry point (`model=custom model.target=...`), checked against the data before launch."""
 import hashlib
-import importlib
 from importlib.metadata import entry_points
 from typing import Any, Callable, Iterable
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
 from job.data import data_shape
 from job.errors import ConfigError
+from job.registry import resolve
 from job.torchvision_guard import import_torchvision
 
 
@@ -45,14 +45,14 @@ def _failure(exc: Exception) -> str:
 
 
 def model_builder(target: str) -> Callable[..., object]:
-    """model.target's callable: 'package.module:function', or an avgbench.models entry point's name."""
+    """model.target's callable: '/path/to/file.py:function', 'package.module:function', or an avgbench.models entry
+    point's name."""
     if ":" in target:
-        module_name, _, attribute = target.partition(":")
         try:
-            builder = getattr(importlib.import_module(module_name), attribute)
+            builder = resolve(target)
         except Exception as exc:  # a user's module may fail in any way: say which and why, before launch
-            raise ConfigError(f"model.target={target}: cannot import it ({_failure(exc)}); "
-                              "is its package installed or on PYTHONPATH?") from None
+            raise ConfigError(f"model.target={target}: cannot import it ({_failure(exc)}); is it a file's absolute "
+                              "path, or a module installed or on PYTHONPATH?") from None
     else:
         found = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == target]
         if not found:
@@ -118,8 +118,6 @@ def check_model(cfg: DictConfig) -> None:
     """model=custom builds, has trainable parameters and gives one score per class; else a ConfigError saying what."""
     if cfg.model.name != "custom":
         return
-    if OmegaConf.is_missing(cfg.model, "target"):
-        raise ConfigError("model=custom needs model.target=package.module:function (or an avgbench.models entry point)")
     num_classes, channels, side = data_shape(cfg.data)
     target = cfg.model.target
     try:

@@ -1,9 +1,12 @@
 """Checks on the composed config, run before any process starts, and the strategy it names."""
+import sys
+import sysconfig
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -13,7 +16,7 @@ from job.errors import ConfigError
 from job.fault import check_fault_config
 from job.model import check_model
 from job.registry import resolve
-from launchers.schema import check_keys, check_values, unknown_key, holds
+from launchers.schema import check_keys, check_mandatory, check_values, holds, unknown_choice, unknown_key
 from launchers.plugins import CONF_DIR, strategy_configs
 from launchers.shape import fit_peers
 from metrics.projection.models import cost_model
@@ -27,13 +30,23 @@ from netemu.dilation import checked_dilation
 if TYPE_CHECKING:
     from strategies.base import Strategy
 
-RESOLVERS: dict[str, Callable[..., Any]] = {  # arithmetic for experiment presets; the strategies' default peers
+
+def readme() -> str:
+    """The README `--help` points to: the checkout's, else the one pip installed (pyproject.toml's data-files)."""
+    installed = Path(sysconfig.get_path("data")) / "share" / "doc" / "avgbench"
+    return str(next((folder / "README.md" for folder in (CONF_DIR.parent, installed)
+                     if (folder / "docs" / "usage.md").is_file()), "README.md"))
+
+
+RESOLVERS: dict[str, Callable[..., Any]] = {  # arithmetic for experiment presets, the default peers, --help's names
     "fit_peers": fit_peers,
     "steps_for": lambda samples, batch, scale: max(1, round(samples * scale / batch)),
     "per_peer": lambda total, peers: max(1, total // peers),
     "times": lambda a, b: a * b,
     "at_least": lambda value, floor: max(int(value), int(floor)),
     "project_root": lambda: str(CONF_DIR.parent),  # e.g. a batch job's PYTHONPATH (conf/hydra/launcher/slurm.yaml)
+    "command": lambda: f"python {name}" if (name := Path(sys.argv[0]).name).endswith(".py") else name,  # as typed
+    "readme": readme,
 }
 for _name, _fn in RESOLVERS.items():
     OmegaConf.register_new_resolver(_name, _fn, replace=True)
@@ -78,7 +91,7 @@ def check_overrides(args: list[str]) -> None:
         options = sorted(strategies) if key == "strategy" else group_options(key)
         for choice in value.split(","):
             if choice and choice != "null" and choice not in options:
-                raise ConfigError(f"unknown {key} '{choice}' (choose from: {', '.join(options)})")
+                raise unknown_choice(key, choice, options)
 
 
 PROJECT = "report.project"
@@ -109,6 +122,11 @@ def compose_config(overrides: Sequence[str], return_hydra_config: bool = False) 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+    except MissingConfigException as exc:
+        if not exc.options:  # no group option: a missing config file
+            raise ConfigError(str(exc).strip().splitlines()[0]) from None
+        group, _, choice = str(exc.missing_cfg_file).rpartition("/")  # e.g. hydra/launcher=slrum
+        raise unknown_choice(group, choice, exc.options) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(str(exc).strip().splitlines()[0]) from None
 
@@ -148,6 +166,7 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
 
 def validate(cfg: DictConfig) -> None:
     """Values, rules across knobs, the strategy's own and what it needs here: ConfigError or BackendUnavailable."""
+    check_mandatory(cfg)
     strategy = strategy_class(cfg)
     try:
         cost_model(cfg.strategy)

@@ -1,6 +1,6 @@
 """The configuration schema: conf/'s YAML gives each knob's default and type, RULES its allowed values."""
 import difflib
-from typing import Any
+from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -102,8 +102,24 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> list[str]:
 def unknown_key(key: str, known: dict[str, Any]) -> ConfigError:
     """The error for a key the schema does not hold, with the closest known key where one is close."""
     close = difflib.get_close_matches(key, _leaves(known), n=1)
-    hint = f" (did you mean {close[0]}?)" if close else " (python train.py --help lists the knobs)"
+    hint = f" (did you mean {close[0]}?)" if close else " (--help lists the knobs)"
     return ConfigError(f"unknown key {key}{hint}")
+
+
+def unknown_choice(group: str, choice: str, options: Sequence[str]) -> ConfigError:
+    """The error for an option a config group does not have, with the closest one where one is close."""
+    close = difflib.get_close_matches(choice, options, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return ConfigError(f"unknown {group} '{choice}' ({hint}choose from: {', '.join(options)})")
+
+
+def check_mandatory(cfg: DictConfig) -> None:
+    """ConfigError naming the first value conf/ leaves mandatory (???) that the command did not set."""
+    if missing := sorted(OmegaConf.missing_keys(cfg)):
+        key = missing[0]
+        block = key.split(".")[0]
+        chosen = OmegaConf.select(cfg, f"{block}.name")  # the group option that asks for it, e.g. data=imagefolder
+        raise ConfigError(f"{key} has no default{f' with {block}={chosen}' if chosen else ''}: add {key}=...")
 
 
 def holds(tree: dict[str, Any], key: str) -> bool:

@@ -38,6 +38,9 @@ REFUSED = [  # issue 52's cases: each refused by `--cfg job` and by a run, befor
     (["strategy=hivemind", "peers=2", "batch_size=64", "hivemind.target_batch_size=32"],
      "hivemind.target_batch_size=32 is smaller than batch_size=64"),
     (["strategy=nonsense"], "unknown strategy 'nonsense'"),
+    (["strategy=alreduce"], "unknown strategy 'alreduce' (did you mean allreduce? choose from:"),  # issue 78's cases
+    (["data=imagefolder"], "data.root has no default with data=imagefolder: add data.root=..."),
+    (["data=cifar10"], "data.root has no default with data=cifar10: add data.root=..."),
 ]
 
 

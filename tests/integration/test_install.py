@@ -1,9 +1,12 @@
-"""`pip install .` gives an `avgbench` command that runs from any directory, on the installed copy.
+"""`pip install .` gives an `avgbench` command that runs from any directory, on the installed copy, whose modules a
+user's own on PYTHONPATH (a metrics.py, a train.py) never replace.
 
 The fresh virtualenv sees this interpreter's site-packages through a .pth file (torch and the rest are not
 installed again) and gets only the project, from a copy of the checkout (the build writes build/ beside its sources).
 Commands run in a directory outside the checkout, so only the installed copy can be imported.
 """
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,9 +24,9 @@ NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "outputs", "multirun", "bu
                                      "__pycache__", ".pytest_cache")
 
 
-def run(command: list, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def run(command: list, cwd: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                            stdin=subprocess.DEVNULL, check=False)
+                            stdin=subprocess.DEVNULL, check=False, env=env)
     assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result
 
@@ -71,3 +74,35 @@ def test_avgbench_runs_a_tiny_job_in_the_current_directory(installed):
     assert "single x1 done" in result.stdout, result.stdout
     report = summaries[0].parent
     assert (report / "peer0").is_dir() and not (ROOT / "outputs" / report.relative_to(elsewhere / "outputs")).exists()
+
+
+def test_help_names_the_command_and_its_installed_documentation(installed):
+    env_dir, elsewhere = installed
+    shown = run([env_dir / "bin" / "avgbench", "--help"], elsewhere).stdout
+    assert "Usage:  avgbench [GROUP=OPTION ...]" in shown and "train.py" not in shown, shown
+    readme = Path(re.search(r"Documentation: (\S+) ", shown)[1])
+    assert readme.is_relative_to(env_dir) and (readme.parent / "docs" / "usage.md").is_file(), readme
+
+
+@pytest.fixture(scope="module")
+def user_folder(tmp_path_factory) -> Path:
+    """A user's folder for PYTHONPATH: their model beside a metrics.py and a train.py named as the tool's modules."""
+    folder = tmp_path_factory.mktemp("user")
+    (folder / "my_model.py").write_text("from torch import nn\n\n\ndef build(num_classes, channels):\n"
+                                        "    return nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), "
+                                        "nn.Linear(channels * 16, num_classes))\n")
+    (folder / "metrics.py").write_text("")
+    (folder / "train.py").write_text(f"open({str(folder / 'users_train_ran')!r}, 'w').close()\n")
+    return folder
+
+
+@pytest.mark.parametrize("target", ["my_model:build", "{user_folder}/my_model.py:build"])
+def test_a_users_modules_on_pythonpath_never_replace_the_tools(installed, user_folder, tmp_path, target):
+    env_dir, elsewhere = installed
+    target = target.format(user_folder=user_folder)
+    tiny_run = ["data=synthetic", "max_steps=3", "eval_every=0", "progress=false", "network=loopback"]
+    result = run([env_dir / "bin" / "avgbench", "model=custom", f"model.target={target}", *tiny_run,
+                  f"hydra.run.dir={tmp_path / 'run'}"], elsewhere, timeout=180,
+                 env=os.environ | {"PYTHONPATH": str(user_folder)})
+    assert "single x1 done" in result.stdout and (tmp_path / "run" / "summary.json").is_file(), result.stdout
+    assert not (user_folder / "users_train_ran").exists()

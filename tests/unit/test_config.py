@@ -45,6 +45,11 @@ BAD_INPUT = [
     ("strategy=allreduce,nonsense", "unknown strategy 'nonsense'"),
     ("model=vgg99", "unknown model 'vgg99'"),
     ("data=mnist", "unknown data 'mnist'"),
+    ("strategy=alreduce", "unknown strategy 'alreduce' (did you mean allreduce? choose from: allreduce, diloco,"),
+    ("network=lann", "unknown network 'lann' (did you mean lan? choose from:"),
+    ("hydra/launcher=slrum", "unknown hydra/launcher 'slrum' (did you mean slurm? choose from: basic, slurm,"),
+    ("data=imagefolder", "data.root has no default with data=imagefolder: add data.root=..."),
+    ("data=cifar10", "data.root has no default with data=cifar10: add data.root=..."),
     ("peers=0", "peers must be >= 1 (a whole number), got 0"),
     ("peers=-1", "peers must be >= 1 (a whole number), got -1"),
     ("peer_cpus=0", "peer_cpus must be >= 1"),
@@ -117,7 +122,7 @@ def command_refused(*overrides: str) -> str:
     (("+target.valeu=0.9",), "unknown key target.valeu (did you mean target.value?)"),
     (("ring.controller=mpi",), "ring.controller is a knob of strategy=ring, not of strategy=single"),
     (("+ring.controller=mpi",), "ring.controller is a knob of strategy=ring, not of strategy=single"),
-    (("no_such_knob=3",), "unknown key no_such_knob (python train.py --help lists the knobs)"),
+    (("no_such_knob=3",), "unknown key no_such_knob (--help lists the knobs)"),
 ])
 def test_unknown_keys_are_refused_with_the_closest_known_one(overrides, message):
     assert command_refused(*overrides) == message

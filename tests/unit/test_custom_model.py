@@ -32,8 +32,9 @@ def custom(*overrides: str):
     return compose_config("model=custom", *overrides)
 
 
-def test_the_peers_build_the_users_model_with_its_options_precision_and_ghost_batch_norm():
-    cfg = custom("model.target=user_models:build", "+model.options.hidden=4", "dtype=float64", "batch_size=16")
+@pytest.mark.parametrize("target", ["user_models:build", f"{USER_MODELS / 'user_models.py'}:build"])
+def test_the_peers_build_the_users_model_with_its_options_precision_and_ghost_batch_norm(target):
+    cfg = custom(f"model.target={target}", "+model.options.hidden=4", "dtype=float64", "batch_size=16")
     validate(cfg)
     model = build_model(cfg, 10, 1)
     assert type(model).__name__ == "SmallNet"
@@ -64,11 +65,12 @@ def test_an_entry_point_of_an_installed_package_names_a_model(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("overrides, error", [
-    ([], "model=custom needs model.target=package.module:function"),
+    ([], "model.target has no default with model=custom: add model.target=..."),
     (["model.target=user_models:seven_classes"],
      r"maps a batch of shape \(2, 1, 32, 32\) to \(2, 7\), but data.name=digits has 10 classes"),
     (["model.target=no_such_package.models:build"], r"cannot import it \(ModuleNotFoundError: No module named"),
     (["model.target=user_models:no_such_function"], r"cannot import it \(AttributeError"),
+    (["model.target=user_models.py:build"], r"cannot import it \(ValueError: user_models.py is not an absolute path"),
     (["model.target=user_models:NOT_CALLABLE"], "is a int, not a callable"),
     (["model.target=user_models:not_a_module"], "returned a str, not a torch.nn.Module"),
     (["model.target=user_models:frozen"], "has no trainable parameters"),
