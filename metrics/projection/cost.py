@@ -136,7 +136,8 @@ class PeriodicRingAllReduceCost(RingAllReduceCost):
 
     @classmethod
     def step_time(cls, m: Cost) -> float:
-        """compute + 2(N-1)·(α + S/(N·β)) / H, H = the steps from one all-reduce to the next (steps_per_round)."""
+        """compute + (2(D-1)·(α' + S/(D·β')) + 2(M-1)·(α + S/(M·β))) / H on M = N/D nodes of D devices (D = 1:
+        compute + 2(N-1)·(α + S/(N·β)) / H), H = the steps from one all-reduce to the next (steps_per_round)."""
         return m.compute + ring_allreduce_s(m) / cls.steps_per_round(m.knobs)
 
 

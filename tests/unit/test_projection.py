@@ -1359,6 +1359,7 @@ def test_the_command_line_projects_nodes_of_several_devices(tmp_path):
     allreduce, parameter_server, rotating = out["configurations"]
     (row,) = allreduce["projections"][0]["rows"]
     assert row["step_s"] == pytest.approx(8.175, rel=1e-6)
+    assert "2(D-1)·(α' + S/(D·β')) + 2(M-1)·(α + S/(M·β))" in out["runs"][0]["model"]  # the printed cost model
     assert "nodes of 8 devices: no validated case (every case ran one worker per link)" in row["unvalidated_why"]
     # ps, its 1 dedicated server (u 0.05 s, φ 0.5 fitted on its run): 0.175 s inside the nodes; the server takes 2
     # nodes' 80 MB (8 s each): (4 - 0.5 · 1) · 8 = 28 s > a node's 2 · 8 = 16 s: 28.225 s
