@@ -1415,6 +1415,12 @@ def test_ps_on_four_nodes_of_eight_devices_by_hand(tmp_path, placement, step):
         pytest.approx(step)
 
 
+def test_co_located_servers_are_unvalidated(tmp_path):
+    ps_step(tmp_path, "--peers", "16", "--ps-servers", "4", "--ps-placement", "colocated")
+    (row,) = json.loads((tmp_path / "out" / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
+    assert "co-located ps servers: no validated case" in " ".join(row["unvalidated_why"])
+
+
 def test_a_cluster_of_more_co_located_servers_than_nodes_is_refused(tmp_path):
     run = ps_run(tmp_path / "ps")
     assert main([str(run), "--peers", "16", "--link", "10000", "--ps-servers", "4", "--ps-placement", "colocated",
