@@ -26,6 +26,19 @@ class Cost:
     devices_per_node: int = 1  # D: the N workers are N/D nodes of D devices (1: a flat N, one link per worker)
     intra_node_rate: float = 0.0     # beta': bytes/s per direction between the devices of a node
     intra_node_latency: float = 0.0  # alpha': one-way latency per message inside a node, s
+    colocated_servers: bool = False  # ps: each server on a node of workers, sharing its link (False: own links)
+
+    @property
+    def nodes(self) -> int:
+        """M = N/D."""
+        return self.workers // self.devices_per_node
+
+
+def intra_node_s(m: Cost) -> float:
+    """2(D-1)·(α' + S/(D·β')): a reduce-scatter and an all-gather of S inside a node of D devices (D-1 steps each, one
+    message of S/D bytes on the intra-node link); 0 with one device per node."""
+    devices = m.devices_per_node
+    return 2 * (devices - 1) * (m.intra_node_latency + m.size / (devices * m.intra_node_rate)) if devices > 1 else 0.0
 
 
 def ring_allreduce_s(m: Cost) -> float:
@@ -33,9 +46,7 @@ def ring_allreduce_s(m: Cost) -> float:
     and an all-gather (D-1 steps each, one message of S/D bytes on the intra-node link β', α'), across the nodes a ring
     all-reduce of each device's S/D shard, the node's D rings sharing its network link β (2(M-1) steps of S/(M·D) per
     ring). One device per node (D = 1) is the flat ring: 2(N-1)·(α + S/(N·β))."""
-    devices, nodes = m.devices_per_node, m.workers // m.devices_per_node
-    inside = 2 * (devices - 1) * (m.intra_node_latency + m.size / (devices * m.intra_node_rate)) if devices > 1 else 0.0
-    return inside + 2 * (nodes - 1) * (m.latency + m.size / (nodes * m.rate))
+    return intra_node_s(m) + 2 * (m.nodes - 1) * (m.latency + m.size / (m.nodes * m.rate))
 
 
 def exposed_s(m: Cost, comm_s: float) -> float:
@@ -125,7 +136,8 @@ class PeriodicRingAllReduceCost(RingAllReduceCost):
 
     @classmethod
     def step_time(cls, m: Cost) -> float:
-        """compute + 2(N-1)·(α + S/(N·β)) / H, H = the steps from one all-reduce to the next (steps_per_round)."""
+        """compute + (2(D-1)·(α' + S/(D·β')) + 2(M-1)·(α + S/(M·β))) / H on M = N/D nodes of D devices (D = 1:
+        compute + 2(N-1)·(α + S/(N·β)) / H), H = the steps from one all-reduce to the next (steps_per_round)."""
         return m.compute + ring_allreduce_s(m) / cls.steps_per_round(m.knobs)
 
 

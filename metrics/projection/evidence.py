@@ -92,7 +92,9 @@ class Validation:
             (link.latency_ms > self.latency_ms, f"latency {link.latency_ms:g} ms > the validated "
                                                 f"{self.latency_ms:g} ms (the cases ran without latency)"),
             (link.devices_per_node > 1, f"nodes of {link.devices_per_node} devices: no validated case (every case "
-                                        "ran one worker per link)")) if outside]
+                                        "ran one worker per link)"),
+            (link.ps_placement == "colocated", "co-located ps servers: no validated case (every case ran each server "
+                                               "on a link of its own)")) if outside]
 
 
 def n_range_text(low: int, high: int) -> str:

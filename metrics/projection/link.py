@@ -22,12 +22,35 @@ class Link:
     devices_per_node: int = 1     # the link is each node's, shared by its devices (1: one worker per link)
     intra_node_mbit: float = 0.0  # between a node's devices, Mbit/s per direction, all of it payload
     intra_node_latency_ms: float = 0.0
+    ps_servers: int | None = None  # ps's server count (None: the run's own)
+    ps_placement: str = "dedicated"  # ps's servers on links of their own, or "colocated" on the workers' nodes
 
     @property
     def label(self) -> str:
         nodes = (f", nodes of {self.devices_per_node} devices joined by {self.intra_node_mbit:g} Mbit/s, "
                  f"{self.intra_node_latency_ms:g} ms" if self.devices_per_node > 1 else "")
-        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms, {self.mtu}-byte frames{nodes})"
+        count = self.ps_servers or "the run's"
+        servers = f", {count} {self.ps_placement} ps servers" if self.ps_servers or self.ps_placement != "dedicated" \
+            else ""
+        return f"{self.name} ({self.mbit:g} Mbit/s, {self.latency_ms:g} ms, {self.mtu}-byte frames{nodes}{servers})"
+
+
+PS_PLACEMENTS = ("dedicated", "colocated")
+
+
+def cluster_problems(link: Link, peers: list[int]) -> list[str]:
+    """Why `peers` devices do not fit `link`'s cluster shape: whole nodes, at most one co-located server per node."""
+    problems = []
+    if partial := [n for n in peers if n % link.devices_per_node]:
+        problems.append(f"{' '.join(map(str, partial))} devices fill no whole nodes of {link.devices_per_node} devices "
+                        "(devices-per-node)")
+    if link.ps_placement not in PS_PLACEMENTS:
+        problems.append(f"ps placement {link.ps_placement!r}: choose {' or '.join(PS_PLACEMENTS)}")
+    if link.ps_placement == "colocated" and (few := [n for n in peers if n // link.devices_per_node
+                                                     < (link.ps_servers or 1)]):
+        problems.append(f"{' '.join(map(str, few))} devices: fewer nodes than the {link.ps_servers or 1} co-located "
+                        "ps servers (one per node)")
+    return problems
 
 
 def payload_share(shares: Mapping[int, float], mtu: int) -> float:

@@ -2,7 +2,9 @@
 
     python -m metrics.projection RUN_DIR [RUN_DIR ...] [--peers 16 32 64 128 256]
                               [--link wan|lan|home|datacenter|MBIT[,LATENCY_MS[,MTU]] ...]
-                              [--compute-s S | --samples-per-s X] [--batch B] [--gradient-mb MB] [-o OUT]
+                              [--compute-s S | --samples-per-s X | --samples-per-s-per-node X] [--batch B]
+                              [--devices-per-node D --intra-node-link MBIT[,LATENCY_MS]]
+                              [--ps-servers K] [--ps-placement dedicated|colocated] [--gradient-mb MB] [-o OUT]
 
 Every figure is a prediction of the strategy's cost model, with parameters from the measured runs (a run that did not
 hold its link or CPU is left out and named) or your declared compute; outside the validated region it is marked
@@ -24,7 +26,7 @@ from metrics.recording.jsonl import read_jsonl
 from metrics.projection.batch_scaling import samples_at
 from metrics.projection.cost import Cost, CostModel, first_paragraph
 from metrics.projection.evidence import Evidence, Validation, load_evidence, unvalidated
-from metrics.projection.link import Link, parse_link, payload_rate
+from metrics.projection.link import PS_PLACEMENTS, Link, cluster_problems, parse_link, payload_rate
 from metrics.projection.models import cost_model
 from metrics.recording.evidence import EVIDENCE
 from metrics.recording.formats import counted, number
@@ -70,10 +72,15 @@ class Measured:
     declared: tuple[str, ...] = ()   # what the user declared instead of the run's figures ("compute", "gradient")
 
     def cost(self, workers: int, link: Link, overlap: float = 0.0) -> Cost:
+        knobs, server_s = self.knobs, self.server_s
+        if link.ps_servers and "servers" in knobs:  # ps on the cluster's servers: an update per shard, 1/k of S
+            knobs = knobs | {"servers": link.ps_servers}
+            server_s = self.server_s * int(self.knobs["servers"]) / link.ps_servers
         return Cost(workers, self.size_bytes, payload_rate(link, self.payload_shares), link.latency_ms / 1e3,
-                    self.compute_s, self.batch, self.knobs, hidden=self.hidden_s, server=self.server_s,
+                    self.compute_s, self.batch, knobs, hidden=self.hidden_s, server=server_s,
                     overlap=overlap, devices_per_node=link.devices_per_node,
-                    intra_node_rate=link.intra_node_mbit * MBIT, intra_node_latency=link.intra_node_latency_ms / 1e3)
+                    intra_node_rate=link.intra_node_mbit * MBIT, intra_node_latency=link.intra_node_latency_ms / 1e3,
+                    colocated_servers=link.ps_placement == "colocated")
 
     def step_s(self, workers: int, link: Link) -> float:
         return self._step(self.cost(workers, link, self.overlap))
@@ -233,17 +240,23 @@ def measure(path: Path, payload_shares: dict[int, float], evidence: Evidence | N
 
 
 def declared(m: Measured, step_s: float | None = None, samples_per_s: float | None = None,
-             gradient_mb: float | None = None, batch: int | None = None) -> Measured:
-    """The run's parameters with the user's own compute (seconds per step per device, or samples/s per device, at
-    `batch` samples per device and step: default the run's batch per worker) and the model's gradient size S in MB,
-    where declared. The hidden communication keeps its share of the compute (backward hides in proportion to its
-    length): H' = H · declared / measured compute. The run's samples to target are its own model's at its own batch:
-    with another model or batch, none."""
+             gradient_mb: float | None = None, batch: int | None = None,
+             samples_per_s_per_node: float | None = None, devices_per_node: int = 1) -> Measured:
+    """The run's parameters with the user's own compute (seconds per step per device, or samples/s per device or per
+    node of `devices_per_node` devices, at `batch` samples per device and step: default the run's batch per worker)
+    and the model's gradient size S in MB, where declared. The hidden communication keeps its share of the compute
+    (backward hides in proportion to its length): H' = H · declared / measured compute. The run's samples to target
+    are its own model's at its own batch: with another model or batch, none."""
     batch = batch or m.batch
+    per_node = ""
+    if samples_per_s_per_node is not None:  # a node's D devices share its throughput
+        samples_per_s = samples_per_s_per_node / devices_per_node
+        per_node = f" ({samples_per_s_per_node:g} samples/s per node of {devices_per_node} devices)"
     if step_s is None and samples_per_s is not None:
         step_s = batch / samples_per_s
     if step_s is not None:
-        what = f"{samples_per_s:g} samples/s per device" if samples_per_s else f"{step_s:g} s per step per device"
+        what = (f"{samples_per_s:g} samples/s per device{per_node}" if samples_per_s
+                else f"{step_s:g} s per step per device")
         hidden_share = m.hidden_s / m.compute_s if m.compute_s > 0 else 0.0
         m = replace(m, compute_s=step_s, hidden_s=hidden_share * step_s, declared=(*m.declared, "compute"),
                     compute_note=f"declared: {what} at batch {batch}",
@@ -588,16 +601,21 @@ def plot(projected: list[dict], peers: list[int], path: Path) -> None:
     plt.close(fig)
 
 
-def on_nodes(link: Link, devices_per_node: int, intra_node_link: str | None, peers: list[int]) -> Link:
-    """`link` as each node's network link, the node's devices joined by `intra_node_link` (MBIT[,LATENCY_MS])."""
-    if intra_node_link is None:
-        raise ValueError(f"--devices-per-node {devices_per_node}: give the link between a node's devices "
-                         "(--intra-node-link MBIT[,LATENCY_MS])")
-    if partial := [n for n in peers if n % devices_per_node]:
-        raise ValueError(f"--peers {' '.join(map(str, partial))}: not whole nodes of {devices_per_node} devices")
-    intra = parse_link(intra_node_link, "--intra-node-link")
-    return replace(link, devices_per_node=devices_per_node, intra_node_mbit=intra.mbit,
-                   intra_node_latency_ms=intra.latency_ms)
+def on_cluster(link: Link, peers: list[int], devices_per_node: int = 1, intra_node_link: str | None = None,
+               ps_servers: int | None = None, ps_placement: str = "dedicated") -> Link:
+    """`link` as each node's network link in a cluster of nodes of `devices_per_node` devices joined by
+    `intra_node_link` (MBIT[,LATENCY_MS]), with ps's `ps_servers` (None: the run's own) placed `ps_placement`."""
+    intra = Link("intra-node", 0.0, 0.0, "")
+    if devices_per_node > 1:
+        if intra_node_link is None:
+            raise ValueError(f"devices-per-node {devices_per_node}: give the link between a node's devices "
+                             "(intra-node-link MBIT[,LATENCY_MS])")
+        intra = parse_link(intra_node_link, "intra-node-link")
+    cluster = replace(link, devices_per_node=devices_per_node, intra_node_mbit=intra.mbit,
+                      intra_node_latency_ms=intra.latency_ms, ps_servers=ps_servers, ps_placement=ps_placement)
+    if problems := cluster_problems(cluster, peers):
+        raise ValueError("; ".join(problems))
+    return cluster
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -613,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
                                                          "seconds (default: the run's own, measured)")
     compute.add_argument("--samples-per-s", type=float, help="your device's training rate at --batch samples per "
                                                              "step, samples/s (instead of --compute-s)")
+    compute.add_argument("--samples-per-s-per-node", type=float,
+                         help="one node's training rate at --batch samples per device and step, samples/s, where a "
+                              "source gives that (divided by --devices-per-node once)")
     parser.add_argument("--batch", type=int, help="samples per device and step at which your --compute-s or "
                                                   "--samples-per-s holds (default: the run's batch per worker)")
     parser.add_argument("--devices-per-node", type=int, default=1,
@@ -620,6 +641,10 @@ def main(argv: list[str] | None = None) -> int:
                              "devices, --peers counts devices (default 1: one worker per link)")
     parser.add_argument("--intra-node-link", help="MBIT[,LATENCY_MS] between a node's devices, the rate all payload "
                                                   "(NVLink, PCIe); needed with --devices-per-node above 1")
+    parser.add_argument("--ps-servers", type=int, help="ps's server count (default: the run's own)")
+    parser.add_argument("--ps-placement", choices=PS_PLACEMENTS, default="dedicated",
+                        help="ps's servers on links of their own (default) or co-located, one on each of as many "
+                             "nodes, sharing the node's link")
     parser.add_argument("--gradient-mb", type=float, help="your model's gradient size S in MB (default: the run's)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: the one directory given)")
     parser.add_argument("--evidence", type=Path, default=EVIDENCE,
@@ -634,15 +659,16 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.peers) < 2:
         parser.error("--peers: a projection is of 2 or more peers")
     peers = sorted(set(args.peers))
-    for name in ("compute_s", "samples_per_s", "gradient_mb", "batch", "devices_per_node"):
+    for name in ("compute_s", "samples_per_s", "samples_per_s_per_node", "gradient_mb", "batch", "devices_per_node",
+                 "ps_servers"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
-    if args.batch is not None and args.compute_s is None and args.samples_per_s is None:
-        parser.error("--batch states the batch of your --compute-s or --samples-per-s: give one of them")
+    if args.batch is not None and (args.compute_s, args.samples_per_s, args.samples_per_s_per_node) == (None,) * 3:
+        parser.error("--batch states the batch of your --compute-s or --samples-per-s(-per-node): give one of them")
+    shape = {"devices_per_node": args.devices_per_node, "intra_node_link": args.intra_node_link,
+             "ps_servers": args.ps_servers, "ps_placement": args.ps_placement}
     try:
-        links = [parse_link(text) for text in args.links]
-        if args.devices_per_node > 1:
-            links = [on_nodes(link, args.devices_per_node, args.intra_node_link, peers) for link in links]
+        links = [on_cluster(parse_link(text), peers, **shape) for text in args.links]
         evidence = load_evidence(args.evidence)
         measured, left_out = [], []
         for run in runs:  # a run that did not hold its setting, or cannot be measured, is left out and named
@@ -650,7 +676,8 @@ def main(argv: list[str] | None = None) -> int:
                 if problems := calibration_problems(run):
                     raise ValueError("; ".join(problems))
                 measured.append(declared(measure(run, evidence.payload_shares, evidence), args.compute_s,
-                                         args.samples_per_s, args.gradient_mb, args.batch))
+                                         args.samples_per_s, args.gradient_mb, args.batch,
+                                         args.samples_per_s_per_node, args.devices_per_node))
             except ValueError as exc:
                 left_out.append(f"{run}: {exc}")
         if not measured:
@@ -659,8 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         if not links and (unshaped := [m.run for m in measured if m.link is None]):
             raise ValueError(f"{unshaped[0]} ran on unshaped links (no rate to start from): give --link")
         own = {json.dumps(asdict(m.link)): m.link for m in measured if m.link is not None}
-        links = links or [on_nodes(link, args.devices_per_node, args.intra_node_link, peers)
-                          if args.devices_per_node > 1 else link for link in own.values()]  # the runs' own links
+        links = links or [on_cluster(link, peers, **shape) for link in own.values()]  # the runs' own links
         results = [project(m, links, peers, evidence) for m in measured]
         found = configurations(measured)
         projected = [project_configuration(c, links, peers, evidence) for c in found]

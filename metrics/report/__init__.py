@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: DIR when only one is given)")
     parser.add_argument("--project", nargs="+", default=[], metavar="LINK:N",
-                        help="also project each averaging configuration to N peers on LINK (e.g. lan:8 1000,0.2:16)")
+                        help="also project each averaging configuration to N peers on LINK (e.g. lan:8 1000,0.2:16), "
+                             "a cluster's shape after N as :FIELD=VALUE (e.g. 10000:16:devices-per-node=8:"
+                             "intra-node-link=100000:ps-servers=2; docs/projection.md)")
     args = parser.parse_args(argv)
     try:
         parse_targets(args.project)

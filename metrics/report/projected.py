@@ -1,11 +1,13 @@
-"""The report's "Projected to your cluster" (report.project=[LINK:N, ...]): each averaging configuration predicted on
-each target from its own completed runs by metrics/projection/, with its validation's error band."""
+"""The report's "Projected to your cluster" (report.project=[LINK:N[:FIELD=VALUE...], ...]): each averaging
+configuration predicted on each target (a cluster's shape) from its own completed runs by metrics/projection/, with its
+validation's error band."""
 from dataclasses import dataclass
 from pathlib import Path
 
 from metrics.projection.evidence import Evidence, load_evidence
 from metrics.projection.link import Link, parse_link
-from metrics.projection.project import measure, predict_configuration, validation_record, validation_text
+from metrics.projection.project import (measure, on_cluster, predict_configuration, validation_record,
+                                        validation_text)
 from metrics.recording.evidence import EVIDENCE
 from metrics.report.baselines import averaging
 from metrics.report.formats import significant
@@ -26,15 +28,32 @@ class Target:
         return f"{self.peers} x {self.link.label}"
 
 
+SHAPE_FIELDS = {"devices-per-node": int, "intra-node-link": str, "ps-servers": int, "ps-placement": str}
+
+
 def parse_targets(specs: list[str]) -> list[Target]:
-    """report.project's entries: LINK:N, LINK as `python -m metrics.projection --link` takes it (`lan`, `wan,40`,
-    `1000`, `1000,0.2`, `1000,0.2,9000`), N the peers (>= 2)."""
+    """report.project's entries: LINK:N[:FIELD=VALUE...], LINK as `python -m metrics.projection --link` takes it
+    (`lan`, `wan,40`, `1000`, `1000,0.2`, `1000,0.2,9000`), N the peers (>= 2, devices on nodes of several), each
+    FIELD the cluster's shape as the command line's option of that name takes it (SHAPE_FIELDS)."""
     targets = []
     for spec in specs:
-        link, sep, peers = str(spec).rpartition(":")
-        if not sep or not peers.isdigit() or int(peers) < 2:
+        link, peers, *fields = str(spec).split(":") + [""] * (":" not in str(spec))
+        if not peers.isdigit() or int(peers) < 2:
             raise ValueError(f"report.project {spec!r}: give LINK:N with N >= 2 peers, e.g. lan:8 or 1000,0.2:16")
-        targets.append(Target(parse_link(link, "report.project"), int(peers)))
+        shape = {}
+        for field in fields:
+            name, _, value = field.partition("=")
+            if name not in SHAPE_FIELDS or not value:
+                raise ValueError(f"report.project {spec!r}: unknown field {field!r} (FIELD=VALUE, FIELD one of "
+                                 f"{', '.join(SHAPE_FIELDS)})")
+            try:
+                shape[name.replace("-", "_")] = SHAPE_FIELDS[name](value)
+            except ValueError:
+                raise ValueError(f"report.project {spec!r}: {field!r} is no {SHAPE_FIELDS[name].__name__}") from None
+        try:
+            targets.append(Target(on_cluster(parse_link(link, "report.project"), [int(peers)], **shape), int(peers)))
+        except ValueError as exc:
+            raise ValueError(f"report.project {spec!r}: {exc}") from None
     return targets
 
 

@@ -5,8 +5,9 @@ from metrics.projection.cost import Cost, RingAllReduceCost, exposed_s, ring_all
 class AllReduceCost(RingAllReduceCost):
     @classmethod
     def step_time(cls, m: Cost) -> float:
-        """compute + comm, comm = 2(N-1)·(α + S/(N·β)); with DDP only max(0, comm - H) is exposed, H = the
-        communication per step the calibration run measured behind backward."""
+        """compute + comm, comm = 2(D-1)·(α' + S/(D·β')) + 2(M-1)·(α + S/(M·β)) on M = N/D nodes of D devices (D = 1:
+        2(N-1)·(α + S/(N·β))); with DDP only max(0, comm - H) is exposed, H = the communication per step the
+        calibration run measured behind backward."""
         comm = ring_allreduce_s(m)
         ddp = m.knobs.get("transport", "gloo") == "gloo" and m.knobs.get("ddp", True)
         return m.compute + (exposed_s(m, comm) if ddp else comm)

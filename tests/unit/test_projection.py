@@ -1348,16 +1348,115 @@ def test_the_command_line_projects_nodes_of_several_devices(tmp_path):
     0.175 s inside the nodes + 8 s across them; UNVALIDATED (no case ran on nodes of several devices)."""
     run = allreduce_run(tmp_path / "allreduce")
     ps = ps_run(tmp_path / "ps")
+    stepwise = tmp_path / "stepwise"
+    write_run(stepwise, "strategies.stepwise:Stepwise", {"chunks": 1}, workers=2, payload=1000, mbit=20,
+              train_s=[1.0, 1.7, 2.4, 3.1])
     results = write_validation(tmp_path / "results.json", "allreduce")
-    assert main([str(run), str(ps), "--peers", "16", "--link", "100", "--devices-per-node", "8", "--intra-node-link",
-                 "6400", "--compute-s", "1e-9", "--gradient-mb", "80", "--evidence", str(results),
-                 "-o", str(tmp_path / "out")]) == 0
+    assert main([str(run), str(ps), str(stepwise), "--peers", "16", "--link", "100", "--devices-per-node", "8",
+                 "--intra-node-link", "6400", "--compute-s", "1e-9", "--gradient-mb", "80", "--evidence",
+                 str(results), "-o", str(tmp_path / "out")]) == 0
     out = json.loads((tmp_path / "out" / "projection.json").read_text())
-    allreduce, parameter_server = out["configurations"]
+    allreduce, parameter_server, rotating = out["configurations"]
     (row,) = allreduce["projections"][0]["rows"]
     assert row["step_s"] == pytest.approx(8.175, rel=1e-6)
+    assert "2(D-1)·(α' + S/(D·β')) + 2(M-1)·(α + S/(M·β))" in out["runs"][0]["model"]  # the printed cost model
     assert "nodes of 8 devices: no validated case (every case ran one worker per link)" in row["unvalidated_why"]
-    (refused,) = parameter_server["projections"][0]["rows"]
+    # ps, its 1 dedicated server (u 0.05 s, φ 0.5 fitted on its run): 0.175 s inside the nodes; the server takes 2
+    # nodes' 80 MB (8 s each): (4 - 0.5 · 1) · 8 = 28 s > a node's 2 · 8 = 16 s: 28.225 s
+    (row,) = parameter_server["projections"][0]["rows"]
+    assert row["step_s"] == pytest.approx(28.225, rel=1e-6)
+    (refused,) = rotating["projections"][0]["rows"]
     assert refused["step_s"] is None and "states no model of nodes of several devices" in refused["withheld"]
     assert main([str(run), "--peers", "12", "--link", "100", "--devices-per-node", "8", "--intra-node-link", "6400",
                  "--evidence", str(results), "-o", str(tmp_path / "out")]) == 2  # 12 devices fill no whole nodes
+
+
+# --- cluster shape for ps: servers, placement, nodes of several devices ---------------------------------------
+# ps_run's figures: S = 1 MB, compute 0.05 s, u = 0.3 s / 6 updates = 0.05 s with its 1 server, overlap φ = 0.5
+# fitted on it; --link 10000 x the share 0.8 = 1000 MB/s of payload.
+
+def ps_step(tmp_path, *options: str) -> float:
+    run = tmp_path / "ps" if (tmp_path / "ps").exists() else ps_run(tmp_path / "ps")
+    results = write_validation(tmp_path / "results.json", "ps")
+    assert main([str(run), "--link", "10000", "--evidence", str(results), "-o", str(tmp_path / "out"),
+                 *options]) == 0
+    (row,) = json.loads((tmp_path / "out" / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
+    return row["step_s"]
+
+
+def test_ps_with_one_dedicated_server_keeps_todays_numbers(tmp_path):
+    """N=16, 1 MB shards at 1000 MB/s: 1 ms each; the server's in-cast and replies (32 - 0.5 · 15) · 1 ms = 24.5 ms
+    > a worker's 2 ms; + compute 0.05 + u 0.05: 0.1245 s, with or without naming the one dedicated server."""
+    today = ps_step(tmp_path, "--peers", "16")
+    assert today == pytest.approx(0.1245)
+    assert ps_step(tmp_path, "--peers", "16", "--ps-servers", "1", "--ps-placement", "dedicated") == today
+
+
+def test_ps_with_four_dedicated_servers_at_16_workers_by_hand(tmp_path):
+    """N=16, S = 100 MB over 4 servers on 10 Gbit/s (1000 MB/s): each server takes 16 shards of 25 MB (0.025 s each):
+    (32 - 0.5 · 15) · 0.025 = 0.6125 s > a worker's 2 · 100/1000 = 0.2 s; u per shard 0.05/4 = 0.0125 s;
+    + compute 0.1: 0.725 s."""
+    assert ps_step(tmp_path, "--peers", "16", "--ps-servers", "4", "--compute-s", "0.1", "--gradient-mb",
+                   "100") == pytest.approx(0.725)
+
+
+@pytest.mark.parametrize("placement,step", [
+    # co-located: a server takes 3 remote nodes' 25 MB shards (its own node's stays local):
+    # (2 · 3 - 0.5 · 2) · 0.025 = 0.125 s < the node's own 3 remote shards out and back: 2 · 75/1000 = 0.15 s
+    ("colocated", 0.1 + 0.0125 + 0.0175 + 0.15),
+    # dedicated: a server takes 4 nodes' shards: (8 - 0.5 · 3) · 0.025 = 0.1625 s < the node's 2 · 100/1000 = 0.2 s
+    ("dedicated", 0.1 + 0.0125 + 0.0175 + 0.2)])
+def test_ps_on_four_nodes_of_eight_devices_by_hand(tmp_path, placement, step):
+    """N=32 on 4 nodes of 8 devices, 4 servers, S = 100 MB: each node reduces its devices' gradients inside (7
+    reduce-scatter and 7 all-gather steps of 12.5 MB at 80000 Mbit/s = 10000 MB/s: 0.0175 s) and pushes one sum, 25 MB
+    to each server; compute 0.1 s, u 0.0125 s."""
+    assert ps_step(tmp_path, "--peers", "32", "--ps-servers", "4", "--ps-placement", placement, "--devices-per-node",
+                   "8", "--intra-node-link", "80000", "--compute-s", "0.1", "--gradient-mb", "100") == \
+        pytest.approx(step)
+
+
+def test_co_located_servers_are_unvalidated(tmp_path):
+    ps_step(tmp_path, "--peers", "16", "--ps-servers", "4", "--ps-placement", "colocated")
+    (row,) = json.loads((tmp_path / "out" / "projection.json").read_text())["runs"][0]["projections"][0]["rows"]
+    assert "co-located ps servers: no validated case" in " ".join(row["unvalidated_why"])
+
+
+def test_a_cluster_of_more_co_located_servers_than_nodes_is_refused(tmp_path):
+    run = ps_run(tmp_path / "ps")
+    assert main([str(run), "--peers", "16", "--link", "10000", "--ps-servers", "4", "--ps-placement", "colocated",
+                 "--devices-per-node", "8", "--intra-node-link", "80000", "-o", str(tmp_path / "out")]) == 2
+
+
+def test_a_per_node_baseline_is_converted_to_one_device(tmp_path, capsys):
+    """800 samples/s for a node of 8 devices at 32 samples per device: 100 samples/s per device, 32/100 = 0.32 s."""
+    run = allreduce_run(tmp_path / "allreduce")
+    results = write_validation(tmp_path / "results.json", "allreduce")
+    assert main([str(run), "--peers", "16", "--link", "10000", "--devices-per-node", "8", "--intra-node-link",
+                 "80000", "--samples-per-s-per-node", "800", "--batch", "32", "--evidence", str(results),
+                 "-o", str(tmp_path / "out")]) == 0
+    (result,) = json.loads((tmp_path / "out" / "projection.json").read_text())["runs"]
+    assert result["measured"]["compute_s"] == pytest.approx(0.32)
+    assert "800 samples/s per node of 8 devices" in capsys.readouterr().out
+
+
+def test_the_reports_projected_section_takes_a_cluster_shape(tmp_path):
+    """report.project 20:16 on 2 nodes of 8 devices (6400 Mbit/s inside: 800 MB/s) with 2 dedicated ps servers:
+    inside each node 2 · 7 · (1/8 MB) / 800 MB/s = 0.0021875 s; a server takes 2 nodes' 0.5 MB shards at 2 MB/s
+    (0.25 s): (4 - 0.5 · 1) · 0.25 = 0.875 s < a node's 2 · 1/2 = 1 s; u 0.05/2 = 0.025; compute 0.05: 1.0771875 s,
+    throughput 16 · 32 / 1.0771875 = 475 samples/s; UNVALIDATED."""
+    from types import SimpleNamespace
+
+    from metrics.report.projected import group_rows, parse_targets
+
+    run = ps_run(tmp_path / "ps")
+    evidence = load_evidence(write_validation(tmp_path / "results.json", "ps"))
+    (target,) = parse_targets(["20:16:devices-per-node=8:intra-node-link=6400:ps-servers=2:ps-placement=dedicated"])
+    group = SimpleNamespace(label="ps", runs=[SimpleNamespace(completed=True, path=run, unfaithful=lambda: [])])
+    (row,) = group_rows(group, [target], evidence, [])
+    assert row[2] == "1.08" and row[4] == "475"
+    assert "nodes of 8 devices" in row[1] and "2 dedicated ps servers" in row[1]
+    assert "nodes of 8 devices: no validated case" in row[7]
+    with pytest.raises(ValueError, match="devices-per-node"):
+        parse_targets(["20:12:devices-per-node=8:intra-node-link=6400"])  # 12 devices fill no whole nodes
+    with pytest.raises(ValueError, match="unknown"):
+        parse_targets(["20:16:servers=2"])
