@@ -708,6 +708,7 @@ def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
              "sweeps": []}
     save(before, results)
     save(other, results)
+    other = load("noise", results)
     # a reduced rerun: ps at N=2 and 4 on the MLP, allreduce at N=2 and 4 on ResNet18
     new = validation_entry("2026-11-25 10:00:00", "quiet", [
         case("ps", 2, 0.0, model="mlp", measured_at="2026-11-25 09:00:00"),
