@@ -8,7 +8,7 @@ from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, n
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run, RunFigure
-from metrics.report.stats import Ratio, olympic_mean
+from metrics.report.stats import Ratio, excludes_one, olympic_mean
 from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
 
@@ -405,11 +405,6 @@ def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) 
                  "configurations: one Holm family per section, fixed by the configurations before any result, each "
                  "comparison entering with its best permitted claim. The control arm (the baseline run twice in each "
                  "block) is the noise floor, outside the family. See Methods for the estimator and the tests.")
-
-
-def excludes_one(ratio: Ratio) -> bool:
-    interval = ratio.interval()
-    return interval is not None and (interval[0] > 1 or interval[1] < 1)
 
 
 def section_tables(groups: list[Group], primary: Primary, comparisons: list[Comparison],

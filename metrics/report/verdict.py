@@ -1,5 +1,6 @@
 """The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer, the method in one
 sentence, each configuration's findings and caveats, the control arm, and the noise."""
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -10,10 +11,10 @@ from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
 from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
-from metrics.report.tables import (bottleneck, error_headline, excludes_one, failure_counters, mlperf_time, ranked,
-                                   reached_cell, reached_count)
-from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
-                                  pooled_log_sd)
+from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
+                                   reached_count)
+from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER,
+                                  detectable, excludes_one, pooled_log_sd)
 
 DEFAULT_SMALLEST_EFFECT = 1.25  # report.smallest_effect of runs that predate it
 
@@ -45,7 +46,11 @@ class Analysis:
 
 
 def smallest_effect_of(section: Section) -> float:
-    return (section.groups[0].first.config.get("report") or {}).get("smallest_effect", DEFAULT_SMALLEST_EFFECT)
+    """The equivalence margin: the plan's declared smallest effect, else the first run's report.smallest_effect."""
+    declared = [d["smallest_effect"] for p in section.plans().values()
+                if "smallest_effect" in (d := p.get("declaration") or {})]
+    configured = (section.groups[0].first.config.get("report") or {}).get("smallest_effect", DEFAULT_SMALLEST_EFFECT)
+    return declared[0] if declared else configured
 
 
 def is_reference(group: Group, groups: list[Group]) -> bool:
@@ -133,9 +138,19 @@ def claim_text(c: Comparison) -> str:
                 if c.primary.is_time else "both failed in every block") + ": no ratio"
     if decision == NO_INTERVAL:
         return f"{measured}: no result"
-    return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",
-            EQUIVALENT: f"no faster (equivalent within {times_over(c.smallest_effect)}, TOST): {measured}",
+    if decision == EQUIVALENT:
+        low, high = c.ratio.interval(EQUIVALENCE_LEVEL) or (0.0, 0.0)
+        return (f"no faster (equivalent within {times_over(c.smallest_effect)}, TOST; "
+                f"{EQUIVALENCE_LEVEL * 100:.0f} % interval [{low:.2f}, {high:.2f}]): {measured}")
+    return {FASTER: f"faster: {measured}{within_margin(c)}", SLOWER: f"slower: {measured}{within_margin(c)}",
             CANNOT_TELL: f"cannot tell: {measured}" + why_no_claim(c)}[decision]
+
+
+def within_margin(c: Comparison) -> str:
+    """What a claimed difference's 95 % interval says where it lies inside the equivalence margin."""
+    low, high = c.ratio.interval() or (0.0, math.inf)
+    inside = 1 / c.smallest_effect < low and high < c.smallest_effect
+    return f", within the {times_over(c.smallest_effect)} of no practical interest" if inside else ""
 
 
 def why_no_claim(c: Comparison) -> str:
@@ -189,7 +204,7 @@ def answer_of(a: Analysis) -> str:
     if faster:
         sentence = "Answer: " + "; ".join(
             f"{g.label} is faster than one process on the same {cpus(g.first.total_cpus)} in {what}: "
-            f"{interval_text(claims[g].ratio)}" for g in faster) + "."
+            f"{interval_text(claims[g].ratio)}{within_margin(claims[g])}" for g in faster) + "."
         between = [c for c in a.comparisons if c.this in faster and c.other in faster]
         sentence += "".join(f" {c.this.label} against {c.other.label}: {claim_text(c)}." for c in between)
     else:
@@ -207,10 +222,10 @@ def method_of(a: Analysis) -> str:
                "and cannot support a claim in its favour" if a.primary.is_time else
                "a failed run is counted as at best a tie and cannot support a claim in its favour")
     return (f"Method: each configuration is compared with the runs of the same block; ratio, 95 % interval and test "
-            f"come from one paired Student-t on the log ratios; {counted}; a claim (faster, slower, or equivalent "
-            f"within {times_over(a.margin)}) needs p < 0.05 after Holm's correction over the "
-            f"{a.comparisons[0].family if a.comparisons else 0} comparisons declared for this section (details: "
-            "Methods).")
+            f"come from one paired Student-t on the log ratios; {counted}; a claim (faster or slower where the 95 % "
+            f"interval excludes 1, else equivalent within {times_over(a.margin)}, by a TOST) needs p < 0.05 after "
+            f"Holm's correction over the {a.comparisons[0].family if a.comparisons else 0} comparisons declared for "
+            "this section (details: Methods).")
 
 
 def control_line(a: Analysis) -> str:

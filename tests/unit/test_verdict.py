@@ -196,7 +196,8 @@ def test_a_resumed_sweep_keeps_its_failed_attempt_and_marks_the_rerun(tmp_path):
     assert "block 1 run later, after an earlier attempt (not contemporaneous)" in caveats
     assert "allreduce 2×1cpu superseded attempt block=1" in markdown.split("## Errors")[1]
     # the block's last attempt counts: 3 blocks, none censored (the failed attempt would be a miss)
-    assert line_of(verdict_of(markdown), "allreduce 2×1cpu").endswith("3 blocks)")
+    assert line_of(verdict_of(markdown), "allreduce 2×1cpu").endswith("3 blocks), within the ×/÷1.25 of no practical "
+                                                                      "interest")
 
 
 # --- what the verdict may say ---------------------------------------------------------------------
@@ -241,7 +242,8 @@ def test_no_faster_only_from_equivalence(tmp_path):
         "strategy=ps": blocks("ps", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, (0.99, 1.01, 1.0))]),
         **baselines()})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
-    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): " in line_of(verdict, "ps 2×1cpu")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST; 90 % interval [" in \
+        line_of(verdict, "ps 2×1cpu")
 
 
 def emulated_link(goodput_mbit: float | None, nominal_mbit: float = 150.0, worst: str = "host 0 egress") -> dict:
@@ -720,8 +722,8 @@ def test_null_comparisons_are_called_equivalent_within_the_smallest_effect_after
         "strategy=ps": blocks("ps", 2, [100.0] * 6, [t * math.exp(-e / 2) for t, e in zip(times, noise[::-1])]),
         **baselines(times)})
     markdown = report_of(sweep, out=tmp_path / "out")
-    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): " in line_of(verdict_of(markdown),
-                                                                                         "ring 2×1cpu")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST; 90 % interval [" in \
+        line_of(verdict_of(markdown), "ring 2×1cpu")
     from scipy.stats import t
     logs = [-e for e in noise]
     centre, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(6)
@@ -739,8 +741,8 @@ def test_holm_takes_an_equivalence_below_alpha_to_cannot_tell(tmp_path):
     jobs = {"strategy=ring": blocks("ring", 2, [100.0] * 3, [t * math.exp(e) for t, e in zip(BASELINE_TIMES, noise)]),
             **baselines()}
     alone = report_of(write_sweep(tmp_path / "alone", jobs), out=tmp_path / "a")
-    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): 1.00× [" in \
-        line_of(verdict_of(alone), "ring 2×1cpu")
+    assert re.search(r"against single 2×1cpu: no faster \(equivalent within ×/÷1\.25, TOST; 90 % interval \[.*\]\): "
+                     r"1\.00× \[", line_of(verdict_of(alone), "ring 2×1cpu"))
     declared = {"declaration": {"comparisons": {"data=digits, model=tiny": [1, 2, 3]}}}
     markdown = report_of(write_sweep(tmp_path / "declared", jobs, plan=declared), out=tmp_path / "b")
     assert line_of(verdict_of(markdown), "ring 2×1cpu").endswith(
@@ -789,3 +791,50 @@ def test_a_configuration_that_stopped_at_its_target_is_not_of_unequal_length(tmp
     groups = [longest, stopped, short]
     assert length_caveat(stopped, groups) is None
     assert length_caveat(short, groups) == "unequal length: 1,600 samples trained, 3,200 in the longest configuration"
+
+
+# --- equivalence in its own words, the plan's margin, a killed run, a retry ----------------------------------------
+
+def interval_90(ratios: list[float]) -> tuple[float, float]:
+    """The 90 % t-interval of three ratios, by hand (t(0.95, 2) = 2.919986): the one a TOST at 5 % matches."""
+    logs = [math.log(r) for r in ratios]
+    centre = sum(logs) / 3
+    half = 2.919986 * math.sqrt(sum((x - centre) ** 2 for x in logs) / 2) / math.sqrt(3)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def test_an_interval_that_excludes_one_is_never_called_equivalent(tmp_path):
+    """Ring at 1.08/1.10/1.12x the baseline: its 95 % interval excludes 1 (paired t p = 0.012) and lies within
+    ×/÷1.25. Alone, it is faster, within the margin of no practical interest; with 6 declared comparisons the t-test
+    fails Holm's correction: cannot tell, never "no faster" or "equivalent"."""
+    ratios = (1.08, 1.10, 1.12)
+    jobs = {"strategy=ring": blocks("ring", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, ratios)]),
+            **baselines()}
+    estimate, low, high = interval(list(ratios))
+    measured = f"{estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks)"
+    alone = verdict_of(report_of(write_sweep(tmp_path / "alone", jobs), out=tmp_path / "a"))
+    assert line_of(alone, "ring 2×1cpu").endswith(
+        f"against single 2×1cpu: faster: {measured}, within the ×/÷1.25 of no practical interest")
+    assert answer_of(alone).startswith("Answer: ring 2×1cpu is faster than one process on the same 2 CPUs in "
+                                       f"time-to-target to test_accuracy ≥ 0.9: {measured}")
+    six = {"declaration": {"comparisons": {"data=digits, model=tiny": [1, 2, 3, 4, 5, 6]}}}
+    markdown = report_of(write_sweep(tmp_path / "six", jobs, plan=six), out=tmp_path / "b")
+    assert line_of(verdict_of(markdown), "ring 2×1cpu").startswith(
+        f"- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 3 of 3 blocks; against single 2×1cpu: cannot tell: {measured} "
+        "(paired t-test p = 0.012 before Holm's correction for 6 comparisons")
+    assert "no faster" not in markdown.split("## Methods")[0]
+    assert [row[6] for row in comparison_rows(markdown)] == ["cannot tell"]
+
+
+def test_equivalence_shows_its_90_percent_interval_and_takes_its_margin_from_the_plan(tmp_path):
+    """Ratios 0.99/1.01/1.00, the runs' config silent on report.smallest_effect (1.25 by default), the plan declaring
+    ×/÷1.05: equivalent within the plan's ×/÷1.05 (TOST p = 0.007), beside the 90 % interval that test matches."""
+    ratios = [0.99, 1.01, 1.0]
+    jobs = {"strategy=ps": blocks("ps", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, ratios)]),
+            **baselines()}
+    sweep = write_sweep(tmp_path / "sweep", jobs, plan={"declaration": {"smallest_effect": 1.05}})
+    estimate, low, high = interval(ratios)
+    low_90, high_90 = interval_90(ratios)
+    assert line_of(verdict_of(report_of(sweep, out=tmp_path / "out")), "ps 2×1cpu").endswith(
+        f"against single 2×1cpu: no faster (equivalent within ×/÷1.05, TOST; 90 % interval [{low_90:.2f}, "
+        f"{high_90:.2f}]): {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks)")
