@@ -11,7 +11,7 @@ from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.summary.fidelity import unfaithful
 from metrics.summary.schema import Json, Link, Peer, SpeedReference, Summary
-from metrics.report.formats import share
+from metrics.report.formats import counted, share
 from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_interval_s", "report.", "lock",
@@ -91,12 +91,14 @@ class Run:
 
     @property
     def block(self) -> tuple[str | None, int | None]:
-        """(plan, block): config `plan` (pooled across sweep folders), else the sweep; (None, None) outside blocks."""
+        """(plan, block): config `plan` (pooled across sweep folders), else the sweep's folder, never a bare block index
+        (pooled across sweeps); (None, None) outside blocks."""
         block = self.config.get("block")
-        if block is not None and self.config.get("plan"):
+        if block is None:
+            return None, None
+        if self.config.get("plan"):
             return f"plan {self.config['plan']}", block
-        sweep = self.sweep if block is not None else None
-        return str(sweep) if sweep else None, block
+        return str(self.sweep or self.path.parent.parent), block  # no plan file: the folder above block<B>/ (its sweep)
 
     @property
     def is_baseline(self) -> bool:
@@ -432,6 +434,50 @@ def plan_refusal(plans: dict[str, Json]) -> str | None:
     return ("the sweeps " + ", ".join(f"{sweep} (plan {plan_id or 'without an id'})" for sweep, plan_id in ids.items())
             + " are not one plan: their blocks were not planned together (seeds may repeat); report each sweep "
             "alone")
+
+
+def off_plan(section: Section) -> list[str]:
+    """Where the section's runs depart from their sweeps' plans, one line each: runs of blocks without a plan file; per
+    plan (its id, else its folder), declared blocks not complete (planned job folders holding no run) and runs it
+    neither planned nor records as reruns."""
+    runs = [r for g in section.groups for r in [*g.runs, *g.attempts]]
+    orphans = [r for r in runs if r.block[1] is not None and r.sweep is None]
+    lines = []
+    if orphans:
+        lines.append(f"{counted(len(orphans), 'run')} of blocks without their sweep's plan file ({SWEEP_PLAN})")
+    by_plan: dict[str, list[Path]] = {}
+    for sweep in dict.fromkeys(r.sweep for r in runs if r.sweep):
+        by_plan.setdefault(read_plan(sweep).get("id") or str(sweep), []).append(sweep)
+    for sweeps in by_plan.values():
+        plans, where = [read_plan(s) for s in sweeps], ", ".join(map(str, sweeps))
+        declared = max((p.get("declaration") or {}).get("blocks") or 0 for p in plans)
+        if not declared:
+            lines.append(f"{where}: its plan declares no blocks (it predates declared plans)")
+            continue
+        order = [entry for p in plans for entry in p.get("order") or []]
+        missing = sorted({e["job"] for e in order if not any(has_run(s / e["job"]) for s in sweeps)})
+        listed = {e["job"] for e in order} | {a for p in plans for e in p.get("reruns") or [] for a in e["attempts"]}
+        unlisted = sorted({r.path.relative_to(r.sweep).as_posix() for r in runs if r.sweep in sweeps} - listed)
+        complete = declared - len({e["block"] for e in order if e["job"] in missing})
+        parts = []
+        if missing:
+            parts.append(f"no run in {counted(len(missing), 'planned job folder')} ({examples(missing)})")
+        if unlisted:
+            parts.append(f"{counted(len(unlisted), 'run')} its plan does not list, as planned or rerun "
+                         f"({examples(unlisted)})")
+        if parts:
+            lines.append(f"{where}: {complete} of its {declared} declared blocks complete; {'; '.join(parts)}"
+                         + (": an interim look, not a verdict" if missing else ""))
+    return lines
+
+
+def has_run(path: Path) -> bool:
+    """A run was started in this folder (its config written) or finished there (its summary)."""
+    return bool(run_dirs_under(path) or started_runs_under(path))
+
+
+def examples(found: list[str], shown: int = 3) -> str:
+    return ", ".join(found[:shown]) + (", …" if len(found) > shown else "")
 
 
 def shared_seeds(groups: list["Group"]) -> list[str]:

@@ -12,7 +12,8 @@ LEVEL = 0.95
 ALPHA = 1 - LEVEL
 POWER = 0.8  # for the smallest detectable difference
 
-FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL = "faster", "slower", "equivalent", "cannot tell", "no interval"
+FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL, WITHHELD = ("faster", "slower", "equivalent", "cannot tell",
+                                                                  "no interval", "withheld")
 EQUIVALENCE_LEVEL = 1 - 2 * ALPHA  # the interval a TOST at ALPHA matches: within the margin whenever the TOST passes
 
 

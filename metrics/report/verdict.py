@@ -9,12 +9,12 @@ from metrics.report.compare import Comparison, control_comparison, family
 from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
-from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
+from metrics.report.runs import Group, Run, Section, off_plan, plan_refusal, shared_seeds
 from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
 from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
                                    reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER,
-                                  detectable, excludes_one, pooled_log_sd)
+                                  WITHHELD, detectable, excludes_one, pooled_log_sd)
 
 DEFAULT_SMALLEST_EFFECT = 1.25  # report.smallest_effect of runs that predate it
 
@@ -66,15 +66,13 @@ def key_of(primary: Primary) -> tuple:
 def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
     """The section's primary figure (the plans', else the runs' config), why no verdict may rest on it, notes on the
     plan, and the size of the declared comparison family (0: none declared)."""
-    refusals, notes, declared, family_size = [], [], [], 0
+    notes, declared, family_size = [], [], 0
     plans = section.plans()
     apart = plan_refusal(plans)  # sweeps of different plans; else blocks of one plan that repeat a seed
-    refusals += [apart] if apart else shared_seeds(section.groups)
+    refusals = off_plan(section) + ([apart] if apart else shared_seeds(section.groups))
     for sweep, plan in plans.items():
         declaration = plan.get("declaration")
-        if not declaration:
-            notes.append(f"{sweep} has no declared plan (its runs predate declared plans): the primary figure is "
-                         "taken from the runs' config.")
+        if not declaration:  # refused by off_plan: no declared blocks
             continue
         if plan.get("changed"):
             refusals.append(f"the plan of {sweep} changed after its first runs ({plan['changed']})")
@@ -121,6 +119,8 @@ def analyse(section: Section) -> Analysis:
     ranking = ranked([g for g in contenders if g not in references], primary)
     comparisons = family(ranking, primary, margin, declared)
     controls = [c for c in (control_comparison(g, primary) for g in ranking) if c]
+    for comparison in comparisons:
+        comparison.withheld = bool(refusals)
     return Analysis(section, primary, margin, ranking, ranked(references, primary), comparisons, controls,
                     refusals, notes)
 
@@ -143,6 +143,7 @@ def claim_text(c: Comparison) -> str:
         return (f"no faster (equivalent within {times_over(c.smallest_effect)}, TOST; "
                 f"{EQUIVALENCE_LEVEL * 100:.0f} % interval [{low:.2f}, {high:.2f}]): {measured}")
     return {FASTER: f"faster: {measured}{within_margin(c)}", SLOWER: f"slower: {measured}{within_margin(c)}",
+            WITHHELD: f"withheld (no verdict): {measured}",
             CANNOT_TELL: f"cannot tell: {measured}" + why_no_claim(c)}[decision]
 
 
