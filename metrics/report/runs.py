@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
 from metrics.summary.fidelity import unfaithful
-from metrics.summary.schema import Json, Link, Peer, SpeedReference, Summary
+from metrics.summary.schema import Json, Link, Peer, SpeedReference, Summary, holds
 from metrics.report.formats import counted, share
 from metrics.report.stats import Ratio
 
@@ -23,6 +25,7 @@ NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", "arm", "launch.",
                *NOT_CONFIGURATION)  # named otherwise, or no knob (launch.nnodes: "on N nodes")
 CONTROL = "control"  # config `arm` of the control arm: the equal-resource baseline's second run in a block
 PLANNED = "planned"
+NO_SUMMARY = "no summary.json: its launcher was stopped (or it is still running)"
 
 
 def strategy_blocks(*runs: "Run") -> tuple[str, ...]:
@@ -206,22 +209,36 @@ def read_plan(sweep: Path | str | None) -> Json:
         return {}
 
 
-def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
-    """Run directories (holding summary.json) under dirs, the attempts moved aside (below `superseded`), and the runs
-    started without a summary."""
-    runs, superseded, incomplete = set[Path](), set[Path](), set[Path]()
+def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Folders under dirs holding a run (its summary.json, or the config of a run started without one), and those of
+    the attempts moved aside (below `superseded`)."""
+    runs, superseded = set[Path](), set[Path]()
     for top in dirs:
-        for path in run_dirs_under(top):
+        for path in [*run_dirs_under(top), *started_runs_under(top)]:
             (superseded if SUPERSEDED in path.relative_to(top).parts else runs).add(path)
-        incomplete.update(p for p in started_runs_under(top))
-    return sorted(runs), sorted(superseded), sorted(incomplete - runs - superseded)
+    return sorted(runs), sorted(superseded)
+
+
+def peer_logs(folder: Path) -> list[PeerLogs]:
+    return [PeerLogs(d.rank, read_jsonl(d.steps), read_jsonl(d.evals), read_jsonl(d.resources))
+            for d in RunDir(folder).peers()]
 
 
 def load_run(path: Path) -> Run:
-    run = RunDir(path)
-    summary = Summary.load(run.summary, require=tuple(f"config.{key}" for key in REQUIRED_CONFIG))
-    peers = [PeerLogs(d.rank, read_jsonl(d.steps), read_jsonl(d.evals), read_jsonl(d.resources)) for d in run.peers()]
-    return Run(path, summary, peers)
+    summary = Summary.load(RunDir(path).summary, require=tuple(f"config.{key}" for key in REQUIRED_CONFIG))
+    return Run(path, summary, peer_logs(path))
+
+
+def load_unsummarised(path: Path, folders: list[Path]) -> Run:
+    """A run started without a summary (its launcher was stopped): a failed run of the config it recorded, with its
+    peers' logs (its horizon); ValueError where that config lacks what the report reads."""
+    config = yaml.safe_load(RunDir(folders[0]).config.read_text())
+    missing = [key for key in REQUIRED_CONFIG if not holds(config, key.split("."))]
+    if missing:
+        raise ValueError(f"its config has no {', '.join(missing)}")
+    baseline = config["strategy"]["name"] == (config.get("report") or {}).get("baseline_strategy")
+    summary = Summary(status="failed", error=NO_SUMMARY, config=config, is_baseline=baseline)
+    return Run(path, summary, [logs for folder in folders for logs in peer_logs(folder)])
 
 
 def flatten(config: Json, prefix: str = "") -> Json:

@@ -7,6 +7,7 @@ Student's t has a closed form: quantile(p) = (2p - 1) / sqrt(2 p (1 - p)), so t(
 """
 import csv
 import json
+import shutil
 import math
 import re
 import statistics
@@ -520,7 +521,7 @@ def test_a_failed_or_silent_node_fails_its_run_once(tmp_path):
                                           "lost: see the job's SLURM logs)")]
     errors = markdown.split("## Errors")[1]
     assert "peer rank 0 lost node1" in errors and errors.count("peer rank 3 was killed") == 1
-    assert "no summary.json: the launcher itself was stopped" not in markdown  # node 1 is the run's, not left out
+    assert "no summary.json: its launcher was stopped" not in markdown  # node 1 is the run's, not a run of its own
 
 
 def test_recorded_noise_holds_the_primary_figures_and_the_samples_to_targets_spread(tmp_path):
@@ -838,3 +839,29 @@ def test_equivalence_shows_its_90_percent_interval_and_takes_its_margin_from_the
     assert line_of(verdict_of(report_of(sweep, out=tmp_path / "out")), "ps 2×1cpu").endswith(
         f"against single 2×1cpu: no faster (equivalent within ×/÷1.05, TOST; 90 % interval [{low_90:.2f}, "
         f"{high_90:.2f}]): {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks)")
+
+
+def test_a_killed_run_without_a_summary_counts_as_failed_in_its_block(tmp_path):
+    """Ring is 1.50x and 1.53x the baseline in blocks 0 and 2 and was killed in block 1 (its launcher stopped: config and
+    logs, no summary.json). The block counts, at the run's horizon (30 s: its evaluation before the last, 3/4 of
+    4000 samples / 100 samples/s) against the baseline's 11 s, and the kill cannot help ring to a claim."""
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ring": blocks("ring", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, (1.50, 1.5, 1.53))]),
+        **baselines()})
+    killed = sweep / "block1" / "strategy=ring"
+    config = json.loads((killed / "summary.json").read_text())["config"]
+    (killed / "summary.json").unlink()
+    (killed / ".avgbench").mkdir()
+    (killed / ".avgbench" / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    markdown = report_of(sweep, out=tmp_path / "out")
+    verdict = verdict_of(markdown)
+    estimate, low, high = interval([1.50, 11.0 / 30.0, 1.53])
+    assert line_of(verdict, "ring 2×1cpu") == (
+        "- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single 2×1cpu: cannot tell: "
+        f"≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, 1 censored)")
+    assert "failed (seed 1): no summary.json" in entry_of(verdict, "ring 2×1cpu")
+    # without even its config, the planned run is missing from its sweep: no verdict
+    shutil.rmtree(killed)
+    assert answer_of(verdict_of(report_of(sweep, out=tmp_path / "gone"))).startswith(
+        f"No verdict: {sweep}: 2 of its 3 declared blocks complete; no run in 1 planned job folder "
+        "(block1/strategy=ring)")
