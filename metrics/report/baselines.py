@@ -185,8 +185,8 @@ def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
         (attempts if path in aside else runs).append(run)
     groups = group_runs(runs)
     mark_reruns(runs)
+    orphans = attach_attempts(groups, attempts)  # before the baselines: their ratios pair the counted attempts
     attach_baselines(groups)
-    orphans = attach_attempts(groups, attempts)
     left_out += [f"{a.path} (a superseded attempt of a configuration with no run here; status "
                  f"{a.summary.status})" for a in orphans]
     return sections_of(groups), left_out

@@ -49,8 +49,15 @@ class Run:
     peers: list[PeerLogs]
     speedup: float | None = None  # throughput / the equal-resource baseline's in the same block (attach_baselines)
     scaling_efficiency: float | None = None  # throughput / (peers x the one-peer baseline's in the same block)
-    superseded: bool = False  # an attempt a resumed sweep moved aside: counted, never compared
+    superseded: bool = False  # an attempt the sweep moved aside (below superseded/)
     run_later: bool = False   # run again after an earlier attempt of its block (the sweep's plan says so)
+    counted: bool = True      # in the comparisons: a block's first attempt is, the attempts after it are not
+
+    @property
+    def attempt(self) -> str:
+        """Where the run stands among its block's attempts (runs.csv, the Failures table)."""
+        where = "superseded" if self.superseded else "run later" if self.run_later else "current"
+        return where if self.counted else f"{where}, not counted"
 
     @property
     def config(self) -> Json:
@@ -269,7 +276,7 @@ class Group:
     speedup: Ratio | None = None     # throughput / the baseline's, paired by block (attach_baselines)
     efficiency: Ratio | None = None  # throughput / (peers x the one-peer baseline's), paired by block
     accuracy_change: list[float] | None = None  # worst worker's final accuracy - the baseline's, one per block
-    attempts: list[Run] = field(default_factory=list)  # superseded attempts of this configuration
+    attempts: list[Run] = field(default_factory=list)  # runs of this configuration not counted: later attempts
 
     @property
     def first(self) -> Run:
@@ -358,13 +365,17 @@ def configuration_key(run: Run) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
+def by_seed(run: Run) -> tuple[str, str]:
+    return str(run.config.get("seed")), str(run.path)
+
+
 def group_runs(runs: list[Run]) -> list[Group]:
     groups: dict[str, Group] = {}
     for run in runs:
         groups.setdefault(configuration_key(run), Group([])).runs.append(run)
     result = list(groups.values())
     for group in result:
-        group.runs.sort(key=lambda r: (str(r.config.get("seed")), str(r.path)))
+        group.runs.sort(key=by_seed)
     return result
 
 
@@ -433,13 +444,22 @@ def mark_reruns(runs: list[Run]) -> None:
 
 
 def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
-    """Each superseded attempt to the group of its configuration; the attempts of no group here are returned."""
+    """Each superseded attempt to the group of its configuration, where a block's first attempt counts (docs/report.md):
+    it takes the block's place among the group's runs, the attempts after it stand beside them, not counted. The
+    attempts of no group here are returned."""
     by_key = {configuration_key(g.first): g for g in groups}
     orphans: list[Run] = []
-    for attempt in attempts:
+    for attempt in sorted(attempts, key=lambda r: str(r.path), reverse=True):  # superseded/<time>/: the latest first
         attempt.superseded = True
         group = by_key.get(configuration_key(attempt))
-        (group.attempts if group else orphans).append(attempt)
+        if group is None:
+            orphans.append(attempt)
+            continue
+        later = [r for r in group.runs if r.block == attempt.block]
+        for run in later:
+            run.counted = False
+        group.attempts += later
+        group.runs = sorted([r for r in group.runs if r not in later] + [attempt], key=by_seed)
     return orphans
 
 

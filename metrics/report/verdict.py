@@ -10,7 +10,7 @@ from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
 from metrics.report.runs import Group, Run, Section, off_plan, plan_refusal, shared_seeds
-from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
+from metrics.report.formats import cpus, interval_text, number, share, size, times_over
 from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
                                    reached_count)
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER,
@@ -335,13 +335,12 @@ def caveats_of(group: Group, section: Section) -> list[str]:
     caveats = [f"{run.summary.status or 'unknown status'} (seed {run.config.get('seed')}): "
                f"{error_headline(run.summary.error) or 'no error recorded'}" for run in group.runs if not run.completed]
     if group.attempts:
-        errors = "; ".join(f"block {r.config.get('block')}: {r.summary.status}"
+        beside = "; ".join(f"block {r.config.get('block')} run again, {r.summary.status}"
+                           + (f", reached the target at {number(r.summary.time_to_target_s)} s"
+                              if r.completed and r.summary.time_to_target_s is not None else "")
                            + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
                            for r in group.attempts)
-        caveats.append(f"{counted(len(group.attempts), 'superseded attempt')} ({errors})")
-    later = [str(r.config.get("block")) for r in group.runs if r.run_later]
-    if later:
-        caveats.append(f"block {', '.join(later)} run later, after an earlier attempt (not contemporaneous)")
+        caveats.append(f"a block's first attempt counts; beside it, not counted: {beside}")
     if not section.synthetic:
         reached, runs = reached_count(group)
         if reached < runs:
