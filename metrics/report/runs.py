@@ -11,6 +11,7 @@ import yaml
 
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
+from metrics.summary.build import NO_SUMMARY
 from metrics.summary.fidelity import unfaithful
 from metrics.summary.schema import Json, Link, Peer, SpeedReference, Summary, holds
 from metrics.report.formats import counted, share
@@ -25,7 +26,6 @@ NOT_A_LABEL = ("strategy.", "peers", "peer_cpus", "fault.", "arm", "launch.",
                *NOT_CONFIGURATION)  # named otherwise, or no knob (launch.nnodes: "on N nodes")
 CONTROL = "control"  # config `arm` of the control arm: the equal-resource baseline's second run in a block
 PLANNED = "planned"
-NO_SUMMARY = "no summary.json: its launcher was stopped (or it is still running)"
 
 
 def strategy_blocks(*runs: "Run") -> tuple[str, ...]:

@@ -524,7 +524,7 @@ def test_a_failed_or_silent_node_fails_its_run_once(tmp_path):
                                           "lost: see the job's SLURM logs)")]
     errors = markdown.split("## Errors")[1]
     assert "peer rank 0 lost node1" in errors and errors.count("peer rank 3 was killed") == 1
-    assert "no summary.json: its launcher was stopped" not in markdown  # node 1 is the run's, not a run of its own
+    assert "failed (seed 0): wrote no summary.json" not in markdown  # node 1 is the run's, not a run of its own
 
 
 def test_recorded_noise_holds_the_primary_figures_and_the_samples_to_targets_spread(tmp_path):
@@ -862,7 +862,7 @@ def test_a_killed_run_without_a_summary_counts_as_failed_in_its_block(tmp_path):
     assert line_of(verdict, "ring 2×1cpu") == (
         "- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single 2×1cpu: cannot tell: "
         f"≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, 1 censored)")
-    assert "failed (seed 1): no summary.json" in entry_of(verdict, "ring 2×1cpu")
+    assert "failed (seed 1): wrote no summary.json (its launcher was stopped" in entry_of(verdict, "ring 2×1cpu")
     # without even its config, the planned run is missing from its sweep: no verdict
     shutil.rmtree(killed)
     assert answer_of(verdict_of(report_of(sweep, out=tmp_path / "gone"))).startswith(
