@@ -22,8 +22,7 @@ from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.runs import Run, Section  # noqa: E402
-from metrics.report.stats import EQUIVALENT, FASTER, SLOWER, Ratio  # noqa: E402
-from metrics.report.tables import excludes_one  # noqa: E402
+from metrics.report.stats import EQUIVALENT, FASTER, SLOWER, Ratio, excludes_one  # noqa: E402
 from metrics.report.verdict import noise_of, section_verdict  # noqa: E402
 
 HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed

@@ -47,9 +47,15 @@ def write_report_run(path: Path, strategy: str, peers: int, throughput: float, t
 
 def write_sweep(sweep: Path, jobs: dict[str, list[BlockRun]], plan: Json | None = None) -> Path:
     """A multirun's directory: jobs = {job name: [(strategy, peers, peer_cpus, throughput, time_to_target,
-    write_report_run's extra keyword arguments) per block]}, and its plan file with `plan`'s fields."""
+    write_report_run's extra keyword arguments) per block]}, and its plan file as the sweeper writes it (the blocks
+    declared, every job in its order), with `plan`'s fields (its declaration's merged in)."""
+    plan = plan or {}
+    order = [{"block": block, "job": f"block{block}/{name}"} for name, runs in jobs.items()
+             for block in range(len(runs))]
+    declaration = {"blocks": max(map(len, jobs.values()), default=0)} | plan.get("declaration", {})
     (sweep / ".avgbench").mkdir(parents=True)
-    (sweep / ".avgbench" / "sweep.json").write_text(json.dumps({"jobs": [], "kept": [], "to_run": 0} | (plan or {})))
+    (sweep / ".avgbench" / "sweep.json").write_text(json.dumps(
+        {"jobs": [], "kept": [], "to_run": 0, "order": order} | plan | {"declaration": declaration}))
     for name, blocks in jobs.items():
         for block, (strategy, peers, cpus, throughput, ttt, extra) in enumerate(blocks):
             write_report_run(sweep / f"block{block}" / name, strategy, peers, throughput, ttt, cpus, block, **extra)

@@ -19,8 +19,7 @@ from bench.run_folders import BlockRun, write_sweep
 from metrics.report.baselines import conf_file, load_runs
 from metrics.report.noise import rows_for_machine, rows_phrase
 from metrics.report.runs import CONF_DIR
-from metrics.report.stats import FASTER, SLOWER
-from metrics.report.tables import excludes_one
+from metrics.report.stats import FASTER, SLOWER, excludes_one
 from metrics.report.verdict import analyse
 from metrics.summary.schema import Json
 

@@ -183,12 +183,13 @@ class BlockSweeper(BasicSweeper):
         named = list(zip([job.name for job in jobs], self.planned(jobs)))
         results = ROOT / str(self.config.report.noise_results)
         fixed = repeats if isinstance(repeats, int) else None  # None: repeats=auto
-        needed, power_lines, powers = planned_blocks(named, results, float(self.config.report.smallest_effect),
-                                                     int(self.config.report.max_blocks), fixed, fingerprint())
+        effect = float(self.config.report.smallest_effect)  # the equivalence margin the report reads from the plan
+        needed, power_lines, powers = planned_blocks(named, results, effect, int(self.config.report.max_blocks), fixed,
+                                                     fingerprint())
         blocks = fixed or needed
         at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
         design = declaration(named, blocks) | {
-            "power": powers, "order": order_of(len(jobs), blocks, at_once), "repeats": self.config.repeats,
+            "smallest_effect": effect, "power": powers, "order": order_of(len(jobs), blocks, at_once), "repeats": self.config.repeats,
             "control": [job.name for job in jobs if f"arm={CONTROL}" in job.overrides]}
         lines = [f"avgbench: primary figure of {section}, fixed before the first run (the verdict ranks and claims on "
                  f"it alone): {from_dict(primary).text}" for section, primary in reversed(design["primary"].items())]

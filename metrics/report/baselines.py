@@ -7,11 +7,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from metrics.recording.rundir import run_folders, run_path
+from metrics.recording.rundir import RunDir, run_folders
 from metrics.report.nodes import load
 from metrics.report.runs import (CONF_DIR, NOT_CONFIGURATION, Group, Run, Section, attach_attempts,
-                                 configuration_key, find_runs, flatten, group_runs, mark_reruns, paired,
-                                 paired_differences, sections_of, strategy_blocks)
+                                 configuration_key, find_runs, flatten, group_runs, load_unsummarised, mark_reruns,
+                                 paired, paired_differences, sections_of, strategy_blocks)
 from metrics.summary.schema import Json
 
 NOT_A_BASELINE_OVERRIDE = ("strategy.", "peers", "peer_cpus", "fault.", "launch.", "transport", "network",
@@ -172,21 +172,21 @@ def override_command(overrides: Json) -> str:
 
 def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:
     """Sections of grouped runs under dirs (baselines, control arms, attempts attached), and what was left out, why."""
-    paths, superseded, incomplete = find_runs(dirs)
+    paths, superseded = find_runs(dirs)
     found, aside = run_folders(paths), run_folders(superseded)
-    incomplete = [p for p in dict.fromkeys(map(run_path, incomplete)) if p not in found and p not in aside]
-    left_out = [f"{p} (no summary.json: the launcher itself was stopped"
-                + (", a superseded attempt)" if "superseded" in p.parts else ")") for p in incomplete]
-    runs, attempts = list[Run](), list[Run]()
+    runs, attempts, left_out = list[Run](), list[Run](), list[str]()
     for path, folders in [*found.items(), *aside.items()]:
+        summarised = [f for f in folders if RunDir(f).summary.exists()]
         try:
-            (attempts if path in aside else runs).append(load(path, folders))
+            run = load(path, summarised) if summarised else load_unsummarised(path, folders)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            left_out.append(f"{path} (unreadable summary.json: {exc})")
+            left_out.append(f"{path} (unreadable {'summary.json' if summarised else 'config, no summary.json'}: {exc})")
+            continue
+        (attempts if path in aside else runs).append(run)
     groups = group_runs(runs)
     mark_reruns(runs)
+    orphans = attach_attempts(groups, attempts)  # before the baselines: their ratios pair the counted attempts
     attach_baselines(groups)
-    orphans = attach_attempts(groups, attempts)
     left_out += [f"{a.path} (a superseded attempt of a configuration with no run here; status "
                  f"{a.summary.status})" for a in orphans]
     return sections_of(groups), left_out

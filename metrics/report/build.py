@@ -93,7 +93,7 @@ def csv_rows(sections: list[Section]) -> list[Json]:
         s = run.summary
         peers = run.peer_summaries()
         row = {"run_dir": str(run.path), "configuration": label,
-               "attempt": "superseded" if run.superseded else "run later" if run.run_later else "current",
+               "attempt": run.attempt,
                "arm": run.config.get("arm") or "", **positions(run),
                "hosts": " ".join(run.hosts)}
         row |= s.figures("status", "exit_code", "failed_rank", "lost_peers", "data_is_synthetic", "network_scope",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from metrics.report.baselines import averaging, completed_throughput
 from metrics.report.primary import Observation, Primary, time_observation
 from metrics.report.runs import Block, Group, Run, block_runs
-from metrics.report.stats import EQUIVALENT, Ratio, decide, holm, pooled_log_sd
+from metrics.report.stats import EQUIVALENT, WITHHELD, Ratio, decide, holm, pooled_log_sd
 
 PAIRED_T, TOST = "paired t-test", "TOST"
 
@@ -37,6 +37,7 @@ class Comparison:
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
     family: int = 1
     smallest_effect: float = 1.25  # the equivalence margin, a ratio x/÷
+    withheld: bool = False  # under a refused verdict: no claim
 
     @property
     def permitted(self) -> dict[str, float]:
@@ -57,7 +58,7 @@ class Comparison:
 
     @property
     def decision(self) -> str:
-        return decide(self.ratio, self.claim, self.adjusted_p)
+        return WITHHELD if self.withheld else decide(self.ratio, self.claim, self.adjusted_p)
 
 
 def block_observation(runs: list[Run]) -> Observation:

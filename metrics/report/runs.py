@@ -7,11 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, RunDir, run_dirs_under, started_runs_under
+from metrics.summary.build import NO_SUMMARY
 from metrics.summary.fidelity import unfaithful
-from metrics.summary.schema import Json, Link, Peer, SpeedReference, Summary
-from metrics.report.formats import share
+from metrics.summary.schema import Json, Link, Peer, SpeedReference, Summary, holds
+from metrics.report.formats import counted, share
 from metrics.report.stats import Ratio
 
 NOT_CONFIGURATION = ("seed", "block", "plan", "repeats", "progress", "progress_interval_s", "report.", "lock",
@@ -46,8 +49,15 @@ class Run:
     peers: list[PeerLogs]
     speedup: float | None = None  # throughput / the equal-resource baseline's in the same block (attach_baselines)
     scaling_efficiency: float | None = None  # throughput / (peers x the one-peer baseline's in the same block)
-    superseded: bool = False  # an attempt a resumed sweep moved aside: counted, never compared
+    superseded: bool = False  # an attempt the sweep moved aside (below superseded/)
     run_later: bool = False   # run again after an earlier attempt of its block (the sweep's plan says so)
+    counted: bool = True      # in the comparisons: a block's first attempt is, the attempts after it are not
+
+    @property
+    def attempt(self) -> str:
+        """Where the run stands among its block's attempts (runs.csv, the Failures table)."""
+        where = "superseded" if self.superseded else "run later" if self.run_later else "current"
+        return where if self.counted else f"{where}, not counted"
 
     @property
     def config(self) -> Json:
@@ -91,12 +101,14 @@ class Run:
 
     @property
     def block(self) -> tuple[str | None, int | None]:
-        """(plan, block): config `plan` (pooled across sweep folders), else the sweep; (None, None) outside blocks."""
+        """(plan, block): config `plan` (pooled across sweep folders), else the sweep's folder, never a bare block index
+        (pooled across sweeps); (None, None) outside blocks."""
         block = self.config.get("block")
-        if block is not None and self.config.get("plan"):
+        if block is None:
+            return None, None
+        if self.config.get("plan"):
             return f"plan {self.config['plan']}", block
-        sweep = self.sweep if block is not None else None
-        return str(sweep) if sweep else None, block
+        return str(self.sweep or self.path.parent.parent), block  # no plan file: the folder above block<B>/ (its sweep)
 
     @property
     def is_baseline(self) -> bool:
@@ -204,22 +216,36 @@ def read_plan(sweep: Path | str | None) -> Json:
         return {}
 
 
-def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
-    """Run directories (holding summary.json) under dirs, the attempts moved aside (below `superseded`), and the runs
-    started without a summary."""
-    runs, superseded, incomplete = set[Path](), set[Path](), set[Path]()
+def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Folders under dirs holding a run (its summary.json, or the config of a run started without one), and those of
+    the attempts moved aside (below `superseded`)."""
+    runs, superseded = set[Path](), set[Path]()
     for top in dirs:
-        for path in run_dirs_under(top):
+        for path in [*run_dirs_under(top), *started_runs_under(top)]:
             (superseded if SUPERSEDED in path.relative_to(top).parts else runs).add(path)
-        incomplete.update(p for p in started_runs_under(top))
-    return sorted(runs), sorted(superseded), sorted(incomplete - runs - superseded)
+    return sorted(runs), sorted(superseded)
+
+
+def peer_logs(folder: Path) -> list[PeerLogs]:
+    return [PeerLogs(d.rank, read_jsonl(d.steps), read_jsonl(d.evals), read_jsonl(d.resources))
+            for d in RunDir(folder).peers()]
 
 
 def load_run(path: Path) -> Run:
-    run = RunDir(path)
-    summary = Summary.load(run.summary, require=tuple(f"config.{key}" for key in REQUIRED_CONFIG))
-    peers = [PeerLogs(d.rank, read_jsonl(d.steps), read_jsonl(d.evals), read_jsonl(d.resources)) for d in run.peers()]
-    return Run(path, summary, peers)
+    summary = Summary.load(RunDir(path).summary, require=tuple(f"config.{key}" for key in REQUIRED_CONFIG))
+    return Run(path, summary, peer_logs(path))
+
+
+def load_unsummarised(path: Path, folders: list[Path]) -> Run:
+    """A run started without a summary (its launcher was stopped): a failed run of the config it recorded, with its
+    peers' logs (its horizon); ValueError where that config lacks what the report reads."""
+    config = yaml.safe_load(RunDir(folders[0]).config.read_text())
+    missing = [key for key in REQUIRED_CONFIG if not holds(config, key.split("."))]
+    if missing:
+        raise ValueError(f"its config has no {', '.join(missing)}")
+    baseline = config["strategy"]["name"] == (config.get("report") or {}).get("baseline_strategy")
+    summary = Summary(status="failed", error=NO_SUMMARY, config=config, is_baseline=baseline)
+    return Run(path, summary, [logs for folder in folders for logs in peer_logs(folder)])
 
 
 def flatten(config: Json, prefix: str = "") -> Json:
@@ -250,7 +276,7 @@ class Group:
     speedup: Ratio | None = None     # throughput / the baseline's, paired by block (attach_baselines)
     efficiency: Ratio | None = None  # throughput / (peers x the one-peer baseline's), paired by block
     accuracy_change: list[float] | None = None  # worst worker's final accuracy - the baseline's, one per block
-    attempts: list[Run] = field(default_factory=list)  # superseded attempts of this configuration
+    attempts: list[Run] = field(default_factory=list)  # runs of this configuration not counted: later attempts
 
     @property
     def first(self) -> Run:
@@ -344,13 +370,17 @@ def configuration_key(run: Run) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
+def by_seed(run: Run) -> tuple[str, str]:
+    return str(run.config.get("seed")), str(run.path)
+
+
 def group_runs(runs: list[Run]) -> list[Group]:
     groups: dict[str, Group] = {}
     for run in runs:
         groups.setdefault(configuration_key(run), Group([])).runs.append(run)
     result = list(groups.values())
     for group in result:
-        group.runs.sort(key=lambda r: (str(r.config.get("seed")), str(r.path)))
+        group.runs.sort(key=by_seed)
     return result
 
 
@@ -419,13 +449,22 @@ def mark_reruns(runs: list[Run]) -> None:
 
 
 def attach_attempts(groups: list[Group], attempts: list[Run]) -> list[Run]:
-    """Each superseded attempt to the group of its configuration; the attempts of no group here are returned."""
+    """Each superseded attempt to the group of its configuration, where a block's first attempt counts (docs/report.md):
+    it takes the block's place among the group's runs, the attempts after it stand beside them, not counted. The
+    attempts of no group here are returned."""
     by_key = {configuration_key(g.first): g for g in groups}
     orphans: list[Run] = []
-    for attempt in attempts:
+    for attempt in sorted(attempts, key=lambda r: str(r.path), reverse=True):  # superseded/<time>/: the latest first
         attempt.superseded = True
         group = by_key.get(configuration_key(attempt))
-        (group.attempts if group else orphans).append(attempt)
+        if group is None:
+            orphans.append(attempt)
+            continue
+        later = [r for r in group.runs if r.block == attempt.block]
+        for run in later:
+            run.counted = False
+        group.attempts += later
+        group.runs = sorted([r for r in group.runs if r not in later] + [attempt], key=by_seed)
     return orphans
 
 
@@ -437,6 +476,50 @@ def plan_refusal(plans: dict[str, Json]) -> str | None:
     return ("the sweeps " + ", ".join(f"{sweep} (plan {plan_id or 'without an id'})" for sweep, plan_id in ids.items())
             + " are not one plan: their blocks were not planned together (seeds may repeat); report each sweep "
             "alone")
+
+
+def off_plan(section: Section) -> list[str]:
+    """Where the section's runs depart from their sweeps' plans, one line each: runs of blocks without a plan file; per
+    plan (its id, else its folder), declared blocks not complete (planned job folders holding no run) and runs it
+    neither planned nor records as reruns."""
+    runs = [r for g in section.groups for r in [*g.runs, *g.attempts]]
+    orphans = [r for r in runs if r.block[1] is not None and r.sweep is None]
+    lines = []
+    if orphans:
+        lines.append(f"{counted(len(orphans), 'run')} of blocks without their sweep's plan file ({SWEEP_PLAN})")
+    by_plan: dict[str, list[Path]] = {}
+    for sweep in dict.fromkeys(r.sweep for r in runs if r.sweep):
+        by_plan.setdefault(read_plan(sweep).get("id") or str(sweep), []).append(sweep)
+    for sweeps in by_plan.values():
+        plans, where = [read_plan(s) for s in sweeps], ", ".join(map(str, sweeps))
+        declared = max((p.get("declaration") or {}).get("blocks") or 0 for p in plans)
+        if not declared:
+            lines.append(f"{where}: its plan declares no blocks (it predates declared plans)")
+            continue
+        order = [entry for p in plans for entry in p.get("order") or []]
+        missing = sorted({e["job"] for e in order if not any(has_run(s / e["job"]) for s in sweeps)})
+        listed = {e["job"] for e in order} | {a for p in plans for e in p.get("reruns") or [] for a in e["attempts"]}
+        unlisted = sorted({r.path.relative_to(r.sweep).as_posix() for r in runs if r.sweep in sweeps} - listed)
+        complete = declared - len({e["block"] for e in order if e["job"] in missing})
+        parts = []
+        if missing:
+            parts.append(f"no run in {counted(len(missing), 'planned job folder')} ({examples(missing)})")
+        if unlisted:
+            parts.append(f"{counted(len(unlisted), 'run')} its plan does not list, as planned or rerun "
+                         f"({examples(unlisted)})")
+        if parts:
+            lines.append(f"{where}: {complete} of its {declared} declared blocks complete; {'; '.join(parts)}"
+                         + (": an interim look, not a verdict" if missing else ""))
+    return lines
+
+
+def has_run(path: Path) -> bool:
+    """A run was started in this folder (its config written) or finished there (its summary)."""
+    return bool(run_dirs_under(path) or started_runs_under(path))
+
+
+def examples(found: list[str], shown: int = 3) -> str:
+    return ", ".join(found[:shown]) + (", …" if len(found) > shown else "")
 
 
 def shared_seeds(groups: list["Group"]) -> list[str]:

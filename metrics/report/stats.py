@@ -12,7 +12,9 @@ LEVEL = 0.95
 ALPHA = 1 - LEVEL
 POWER = 0.8  # for the smallest detectable difference
 
-FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL = "faster", "slower", "equivalent", "cannot tell", "no interval"
+FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL, WITHHELD = ("faster", "slower", "equivalent", "cannot tell",
+                                                                  "no interval", "withheld")
+EQUIVALENCE_LEVEL = 1 - 2 * ALPHA  # the interval a TOST at ALPHA matches: within the margin whenever the TOST passes
 
 
 def factor(interval: tuple[float, float]) -> float:
@@ -113,11 +115,19 @@ class Ratio:
         return self.imputed > 0
 
     def claims(self, smallest_effect: float) -> dict[str, float]:
-        """The claims this ratio may support, each with the p-value of its test (none without spread)."""
+        """The claim this ratio may support, with the p-value of its test: its direction where its 95 % interval
+        excludes 1, else equivalence within smallest_effect (TOST); none without spread, or where refused."""
         if self.why_no_interval:
             return {}
-        found = {self.direction: self.p_value(), EQUIVALENT: self.equivalence_p(smallest_effect)}
-        return {claim: p for claim, p in found.items() if p is not None and not self.refused(claim)}
+        claim = self.direction if excludes_one(self) else EQUIVALENT
+        p = self.p_value() if claim != EQUIVALENT else self.equivalence_p(smallest_effect)
+        return {} if p is None or self.refused(claim) else {claim: p}
+
+
+def excludes_one(ratio: Ratio) -> bool:
+    """Whether the ratio's 95 % interval excludes 1 (its t-test's p < ALPHA)."""
+    interval = ratio.interval()
+    return interval is not None and (interval[0] > 1 or interval[1] < 1)
 
 
 def olympic_mean(values: list[float]) -> float:

@@ -8,7 +8,7 @@ from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, n
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run, RunFigure
-from metrics.report.stats import Ratio, olympic_mean
+from metrics.report.stats import Ratio, excludes_one, olympic_mean
 from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
 
@@ -334,9 +334,7 @@ def failure_counters(run: Run) -> dict[str, float | str]:
 
 def attempt_status(run: Run) -> str:
     status = (run.summary.status or "?")
-    if run.superseded:
-        return f"{status}, superseded (moved aside, run again)"
-    return f"{status}, run later" if run.run_later else status
+    return status if run.attempt == "current" else f"{status}, {run.attempt}"
 
 
 def failures_table(groups: list[Group]) -> Table:
@@ -355,9 +353,9 @@ def failures_table(groups: list[Group]) -> Table:
                          error_headline(summary.error) or MISSING])
     return Table("Failures", ["configuration", "block", "seed", "status", "exit code", "failed rank", "lost peers",
                               "fault tolerance", "strategy failure counters", "error"], rows,
-                 "Every run and every attempt: an attempt a resumed sweep superseded (moved below superseded/ and run "
-                 "again in the same block) stays here with its status and error; the run that replaced it is marked "
-                 "'run later' (its block is no longer contemporaneous). From summary.json (status, error, failed rank, "
+                 "Every run and every attempt: an attempt the sweep moved aside (below superseded/, to run the job "
+                 "again in its block) stays here with its status and error; a block's first attempt counts, those "
+                 "after it are marked 'not counted'. From summary.json (status, error, failed rank, "
                  "peers lost during the run) and the strategy's own counters (the peers[*].result.strategy fields it "
                  "declares as failure counters, mean over peers). Full errors below. Fault tolerance, for runs with an "
                  "injected fault (fault.*): 'survived' when the run completed without the faulty peer, else 'failed in "
@@ -428,11 +426,6 @@ def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) 
                  "configurations: one Holm family per section, fixed by the configurations before any result, each "
                  "comparison entering with its best permitted claim. The control arm (the baseline run twice in each "
                  "block) is the noise floor, outside the family. See Methods for the estimator and the tests.")
-
-
-def excludes_one(ratio: Ratio) -> bool:
-    interval = ratio.interval()
-    return interval is not None and (interval[0] > 1 or interval[1] < 1)
 
 
 def section_tables(groups: list[Group], primary: Primary, comparisons: list[Comparison],

@@ -1,5 +1,6 @@
 """The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer, the method in one
 sentence, each configuration's findings and caveats, the control arm, and the noise."""
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -8,12 +9,12 @@ from metrics.report.compare import Comparison, control_comparison, family
 from metrics.report.links import network_lines
 from metrics.report.model import Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
-from metrics.report.runs import Group, Run, Section, plan_refusal, shared_seeds
-from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
-from metrics.report.tables import (bottleneck, error_headline, excludes_one, failure_counters, mlperf_time, ranked,
-                                   reached_cell, reached_count)
-from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, detectable,
-                                  pooled_log_sd)
+from metrics.report.runs import Group, Run, Section, off_plan, plan_refusal, shared_seeds
+from metrics.report.formats import cpus, interval_text, number, share, size, times_over
+from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
+                                   reached_count)
+from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER,
+                                  WITHHELD, detectable, excludes_one, pooled_log_sd)
 
 DEFAULT_SMALLEST_EFFECT = 1.25  # report.smallest_effect of runs that predate it
 
@@ -45,7 +46,11 @@ class Analysis:
 
 
 def smallest_effect_of(section: Section) -> float:
-    return (section.groups[0].first.config.get("report") or {}).get("smallest_effect", DEFAULT_SMALLEST_EFFECT)
+    """The equivalence margin: the plan's declared smallest effect, else the first run's report.smallest_effect."""
+    declared = [d["smallest_effect"] for p in section.plans().values()
+                if "smallest_effect" in (d := p.get("declaration") or {})]
+    configured = (section.groups[0].first.config.get("report") or {}).get("smallest_effect", DEFAULT_SMALLEST_EFFECT)
+    return declared[0] if declared else configured
 
 
 def is_reference(group: Group, groups: list[Group]) -> bool:
@@ -61,15 +66,13 @@ def key_of(primary: Primary) -> tuple:
 def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
     """The section's primary figure (the plans', else the runs' config), why no verdict may rest on it, notes on the
     plan, and the size of the declared comparison family (0: none declared)."""
-    refusals, notes, declared, family_size = [], [], [], 0
+    notes, declared, family_size = [], [], 0
     plans = section.plans()
     apart = plan_refusal(plans)  # sweeps of different plans; else blocks of one plan that repeat a seed
-    refusals += [apart] if apart else shared_seeds(section.groups)
+    refusals = off_plan(section) + ([apart] if apart else shared_seeds(section.groups))
     for sweep, plan in plans.items():
         declaration = plan.get("declaration")
-        if not declaration:
-            notes.append(f"{sweep} has no declared plan (its runs predate declared plans): the primary figure is "
-                         "taken from the runs' config.")
+        if not declaration:  # refused by off_plan: no declared blocks
             continue
         if plan.get("changed"):
             refusals.append(f"the plan of {sweep} changed after its first runs ({plan['changed']})")
@@ -116,6 +119,8 @@ def analyse(section: Section) -> Analysis:
     ranking = ranked([g for g in contenders if g not in references], primary)
     comparisons = family(ranking, primary, margin, declared)
     controls = [c for c in (control_comparison(g, primary) for g in ranking) if c]
+    for comparison in comparisons:
+        comparison.withheld = bool(refusals)
     return Analysis(section, primary, margin, ranking, ranked(references, primary), comparisons, controls,
                     refusals, notes)
 
@@ -133,9 +138,20 @@ def claim_text(c: Comparison) -> str:
                 if c.primary.is_time else "both failed in every block") + ": no ratio"
     if decision == NO_INTERVAL:
         return f"{measured}: no result"
-    return {FASTER: f"faster: {measured}", SLOWER: f"slower: {measured}",
-            EQUIVALENT: f"no faster (equivalent within {times_over(c.smallest_effect)}, TOST): {measured}",
+    if decision == EQUIVALENT:
+        low, high = c.ratio.interval(EQUIVALENCE_LEVEL) or (0.0, 0.0)
+        return (f"no faster (equivalent within {times_over(c.smallest_effect)}, TOST; "
+                f"{EQUIVALENCE_LEVEL * 100:.0f} % interval [{low:.2f}, {high:.2f}]): {measured}")
+    return {FASTER: f"faster: {measured}{within_margin(c)}", SLOWER: f"slower: {measured}{within_margin(c)}",
+            WITHHELD: f"withheld (no verdict): {measured}",
             CANNOT_TELL: f"cannot tell: {measured}" + why_no_claim(c)}[decision]
+
+
+def within_margin(c: Comparison) -> str:
+    """What a claimed difference's 95 % interval says where it lies inside the equivalence margin."""
+    low, high = c.ratio.interval() or (0.0, math.inf)
+    inside = 1 / c.smallest_effect < low and high < c.smallest_effect
+    return f", within the {times_over(c.smallest_effect)} of no practical interest" if inside else ""
 
 
 def why_no_claim(c: Comparison) -> str:
@@ -189,7 +205,7 @@ def answer_of(a: Analysis) -> str:
     if faster:
         sentence = "Answer: " + "; ".join(
             f"{g.label} is faster than one process on the same {cpus(g.first.total_cpus)} in {what}: "
-            f"{interval_text(claims[g].ratio)}" for g in faster) + "."
+            f"{interval_text(claims[g].ratio)}{within_margin(claims[g])}" for g in faster) + "."
         between = [c for c in a.comparisons if c.this in faster and c.other in faster]
         sentence += "".join(f" {c.this.label} against {c.other.label}: {claim_text(c)}." for c in between)
     else:
@@ -207,10 +223,10 @@ def method_of(a: Analysis) -> str:
                "and cannot support a claim in its favour" if a.primary.is_time else
                "a failed run is counted as at best a tie and cannot support a claim in its favour")
     return (f"Method: each configuration is compared with the runs of the same block; ratio, 95 % interval and test "
-            f"come from one paired Student-t on the log ratios; {counted}; a claim (faster, slower, or equivalent "
-            f"within {times_over(a.margin)}) needs p < 0.05 after Holm's correction over the "
-            f"{a.comparisons[0].family if a.comparisons else 0} comparisons declared for this section (details: "
-            "Methods).")
+            f"come from one paired Student-t on the log ratios; {counted}; a claim (faster or slower where the 95 % "
+            f"interval excludes 1, else equivalent within {times_over(a.margin)}, by a TOST) needs p < 0.05 after "
+            f"Holm's correction over the {a.comparisons[0].family if a.comparisons else 0} comparisons declared for "
+            "this section (details: Methods).")
 
 
 def control_line(a: Analysis) -> str:
@@ -320,13 +336,12 @@ def caveats_of(group: Group, section: Section) -> list[str]:
     caveats = [f"{run.summary.status or 'unknown status'} (seed {run.config.get('seed')}): "
                f"{error_headline(run.summary.error) or 'no error recorded'}" for run in group.runs if not run.completed]
     if group.attempts:
-        errors = "; ".join(f"block {r.config.get('block')}: {r.summary.status}"
+        beside = "; ".join(f"block {r.config.get('block')} run again, {r.summary.status}"
+                           + (f", reached the target at {number(r.summary.time_to_target_s)} s"
+                              if r.completed and r.summary.time_to_target_s is not None else "")
                            + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
                            for r in group.attempts)
-        caveats.append(f"{counted(len(group.attempts), 'superseded attempt')} ({errors})")
-    later = [str(r.config.get("block")) for r in group.runs if r.run_later]
-    if later:
-        caveats.append(f"block {', '.join(later)} run later, after an earlier attempt (not contemporaneous)")
+        caveats.append(f"a block's first attempt counts; beside it, not counted: {beside}")
     if not section.synthetic:
         reached, runs = reached_count(group)
         if reached < runs:

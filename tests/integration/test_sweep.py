@@ -118,12 +118,12 @@ def test_an_interrupted_sweep_resumes_in_its_directory(tmp_path):
     current = [r for r in rows if r["attempt"] != "superseded"]
     assert sorted(r["config.block"] for r in current) == ["0", "1", "2"]
     assert all(r["status"] == "completed" for r in current)
-    # the interrupted attempt is kept aside and stays in the report; the rerun keeps its block, marked as run later
+    # the interrupted attempt is kept aside, stays in the report and counts; the rerun stands beside it, not counted
     (aside,) = sweep.glob("superseded/*/block1/strategy=single")
     assert json.loads((aside / "summary.json").read_text())["status"] == "interrupted"
     (attempt,) = [r for r in rows if r["attempt"] == "superseded"]
     assert (attempt["config.block"], attempt["status"], attempt["run_dir"]) == ("1", "interrupted", str(aside))
-    assert next(r for r in current if r["config.block"] == "1")["attempt"] == "run later"
+    assert next(r for r in current if r["config.block"] == "1")["attempt"] == "run later, not counted"
     plan = json.loads((sweep / ".avgbench" / "sweep.json").read_text())
     assert plan["reruns"] == [{"job": "block1/strategy=single", "attempts": [aside.relative_to(sweep).as_posix()]}]
 
@@ -144,7 +144,8 @@ def test_a_failed_job_is_retried_once_in_its_block(tmp_path):
     rows = sorted(runs_of(sweep), key=lambda r: float(r["started_at"]))
     # block 0 failed, block 0 again, then block 1: the retry comes before the next block
     assert [(r["config.block"], r["config.seed"], r["status"], r["attempt"]) for r in rows] == [
-        ("0", "0", "failed", "superseded"), ("0", "0", "completed", "run later"), ("1", "1", "completed", "current")]
+        ("0", "0", "failed", "superseded"), ("0", "0", "completed", "run later, not counted"),
+        ("1", "1", "completed", "current")]
     (aside,) = sweep.glob("superseded/*_retry/block0/strategy=single")
     assert rows[0]["run_dir"] == str(aside)
     assert json.loads((aside / "summary.json").read_text())["status"] == "failed"
@@ -152,7 +153,8 @@ def test_a_failed_job_is_retried_once_in_its_block(tmp_path):
     assert plan["reruns"] == [{"job": "block0/strategy=single", "attempts": [aside.relative_to(sweep).as_posix()]}]
     assert len(plan["id"]) == 12 and {r["config.plan"] for r in rows} == {plan["id"]}  # every attempt names its plan
     assert "failed: moved to" in done.stdout and "running it once more in its block" in done.stdout
-    assert "failed, superseded (moved aside, run again)" in (sweep / "report.md").read_text()  # the Failures table
+    assert "| failed, superseded |" in (report := (sweep / "report.md").read_text())  # the Failures table
+    assert "| completed, run later, not counted |" in report
 
 
 @pytest.mark.integration
@@ -167,4 +169,4 @@ def test_a_job_that_fails_twice_stays_a_failure(tmp_path):
     assert f"avgbench: 1 run(s) failed: {sweep / 'block0' / 'strategy=single'}\n" in done.stderr
     rows = sorted(runs_of(sweep), key=lambda r: float(r["started_at"]))
     assert [(r["config.block"], r["status"], r["attempt"]) for r in rows] == [
-        ("0", "failed", "superseded"), ("0", "failed", "run later")]
+        ("0", "failed", "superseded"), ("0", "failed", "run later, not counted")]

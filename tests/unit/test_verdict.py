@@ -7,6 +7,7 @@ Student's t has a closed form: quantile(p) = (2p - 1) / sqrt(2 p (1 - p)), so t(
 """
 import csv
 import json
+import shutil
 import math
 import re
 import statistics
@@ -177,27 +178,31 @@ def test_a_control_arm_whose_interval_excludes_one_forbids_every_claim(tmp_path)
     assert "excludes 1: runs in one block are not comparable" in verdict
 
 
-def test_a_resumed_sweep_keeps_its_failed_attempt_and_marks_the_rerun(tmp_path):
-    """Block 1's allreduce failed, was moved aside by the resumed sweep and ran again later in its block: the
-    attempt stays in runs.csv and in the report, with its error; the rerun is marked as run later."""
-    attempt = "superseded/2026-01-01_00-00-00/block1/strategy=allreduce"
-    sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, [9.0, 9.5, 9.2]),
+def test_a_blocks_first_attempt_counts_and_its_retry_stands_beside_it(tmp_path):
+    """Block 1's ring failed (after its first evaluations), was retried in its block and completed at 9.5 s: the
+    failed first attempt counts, at its horizon (30 s, never ahead of the baseline's 11 s), so a retry's luckier draw
+    cannot help ring; the retry is reported beside it, and runs.csv keeps both."""
+    attempt = "superseded/2026-01-01_00-00-00_retry/block1/strategy=ring"
+    sweep = write_sweep(tmp_path / "sweep", {"strategy=ring": blocks("ring", 2, [100.0] * 3, [7.0, 9.5, 7.2]),
                                              **baselines()},
-                        plan={"reruns": [{"job": "block1/strategy=allreduce", "attempts": [attempt]}]})
-    write_report_run(sweep / attempt, "allreduce", 2, 100.0, None, block=1, status="failed")
+                        plan={"reruns": [{"job": "block1/strategy=ring", "attempts": [attempt]}]})
+    write_report_run(sweep / attempt, "ring", 2, 100.0, None, block=1, status="failed")
     out = tmp_path / "out"
     markdown = report_of(sweep, out=out)
-    rows = [r for r in rows_of(out) if r["config.strategy.name"] == "allreduce"]
+    verdict = verdict_of(markdown)
+    rows = [r for r in rows_of(out) if r["config.strategy.name"] == "ring"]
     assert sorted((r["config.block"], r["attempt"], r["status"]) for r in rows) == [
-        ("0", "current", "completed"), ("1", "run later", "completed"), ("1", "superseded", "failed"),
+        ("0", "current", "completed"), ("1", "run later, not counted", "completed"), ("1", "superseded", "failed"),
         ("2", "current", "completed")]
-    caveats = entry_of(verdict_of(markdown), "allreduce 2×1cpu").split("⚠")[1]
-    assert "1 superseded attempt (block 1: failed, Traceback (most recent call last): … RuntimeError: allreduce " \
-           "failed in block 1)" in caveats
-    assert "block 1 run later, after an earlier attempt (not contemporaneous)" in caveats
-    assert "allreduce 2×1cpu superseded attempt block=1" in markdown.split("## Errors")[1]
-    # the block's last attempt counts: 3 blocks, none censored (the failed attempt would be a miss)
-    assert line_of(verdict_of(markdown), "allreduce 2×1cpu").endswith("3 blocks)")
+    estimate, low, high = interval([10.0 / 7.0, 11.0 / 30.0, 10.5 / 7.2])
+    assert line_of(verdict, "ring 2×1cpu").startswith(
+        "- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single 2×1cpu: cannot tell: "
+        f"≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, 1 censored)")
+    caveats = entry_of(verdict, "ring 2×1cpu").split("⚠")[1]
+    assert "failed (seed 1): Traceback (most recent call last): … RuntimeError: ring failed in block 1" in caveats
+    assert ("a block's first attempt counts; beside it, not counted: block 1 run again, completed, reached the "
+            "target at 9.5 s") in caveats
+    assert "ring 2×1cpu superseded attempt block=1" in markdown.split("## Errors")[1]
 
 
 # --- what the verdict may say ---------------------------------------------------------------------
@@ -242,7 +247,8 @@ def test_no_faster_only_from_equivalence(tmp_path):
         "strategy=ps": blocks("ps", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, (0.99, 1.01, 1.0))]),
         **baselines()})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
-    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): " in line_of(verdict, "ps 2×1cpu")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST; 90 % interval [" in \
+        line_of(verdict, "ps 2×1cpu")
 
 
 def emulated_link(goodput_mbit: float | None, nominal_mbit: float = 150.0, worst: str = "host 0 egress") -> dict:
@@ -520,7 +526,7 @@ def test_a_failed_or_silent_node_fails_its_run_once(tmp_path):
                                           "lost: see the job's SLURM logs)")]
     errors = markdown.split("## Errors")[1]
     assert "peer rank 0 lost node1" in errors and errors.count("peer rank 3 was killed") == 1
-    assert "no summary.json: the launcher itself was stopped" not in markdown  # node 1 is the run's, not left out
+    assert "failed (seed 0): wrote no summary.json" not in markdown  # node 1 is the run's, not a run of its own
 
 
 def test_recorded_noise_holds_the_primary_figures_and_the_samples_to_targets_spread(tmp_path):
@@ -722,8 +728,8 @@ def test_null_comparisons_are_called_equivalent_within_the_smallest_effect_after
         "strategy=ps": blocks("ps", 2, [100.0] * 6, [t * math.exp(-e / 2) for t, e in zip(times, noise[::-1])]),
         **baselines(times)})
     markdown = report_of(sweep, out=tmp_path / "out")
-    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): " in line_of(verdict_of(markdown),
-                                                                                         "ring 2×1cpu")
+    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST; 90 % interval [" in \
+        line_of(verdict_of(markdown), "ring 2×1cpu")
     from scipy.stats import t
     logs = [-e for e in noise]
     centre, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(6)
@@ -741,8 +747,8 @@ def test_holm_takes_an_equivalence_below_alpha_to_cannot_tell(tmp_path):
     jobs = {"strategy=ring": blocks("ring", 2, [100.0] * 3, [t * math.exp(e) for t, e in zip(BASELINE_TIMES, noise)]),
             **baselines()}
     alone = report_of(write_sweep(tmp_path / "alone", jobs), out=tmp_path / "a")
-    assert "against single 2×1cpu: no faster (equivalent within ×/÷1.25, TOST): 1.00× [" in \
-        line_of(verdict_of(alone), "ring 2×1cpu")
+    assert re.search(r"against single 2×1cpu: no faster \(equivalent within ×/÷1\.25, TOST; 90 % interval \[.*\]\): "
+                     r"1\.00× \[", line_of(verdict_of(alone), "ring 2×1cpu"))
     declared = {"declaration": {"comparisons": {"data=digits, model=tiny": [1, 2, 3]}}}
     markdown = report_of(write_sweep(tmp_path / "declared", jobs, plan=declared), out=tmp_path / "b")
     assert line_of(verdict_of(markdown), "ring 2×1cpu").endswith(
@@ -791,3 +797,76 @@ def test_a_configuration_that_stopped_at_its_target_is_not_of_unequal_length(tmp
     groups = [longest, stopped, short]
     assert length_caveat(stopped, groups) is None
     assert length_caveat(short, groups) == "unequal length: 1,600 samples trained, 3,200 in the longest configuration"
+
+
+# --- equivalence in its own words, the plan's margin, a killed run, a retry ----------------------------------------
+
+def interval_90(ratios: list[float]) -> tuple[float, float]:
+    """The 90 % t-interval of three ratios, by hand (t(0.95, 2) = 2.919986): the one a TOST at 5 % matches."""
+    logs = [math.log(r) for r in ratios]
+    centre = sum(logs) / 3
+    half = 2.919986 * math.sqrt(sum((x - centre) ** 2 for x in logs) / 2) / math.sqrt(3)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def test_an_interval_that_excludes_one_is_never_called_equivalent(tmp_path):
+    """Ring at 1.08/1.10/1.12x the baseline: its 95 % interval excludes 1 (paired t p = 0.012) and lies within
+    ×/÷1.25. Alone, it is faster, within the margin of no practical interest; with 6 declared comparisons the t-test
+    fails Holm's correction: cannot tell, never "no faster" or "equivalent"."""
+    ratios = (1.08, 1.10, 1.12)
+    jobs = {"strategy=ring": blocks("ring", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, ratios)]),
+            **baselines()}
+    estimate, low, high = interval(list(ratios))
+    measured = f"{estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks)"
+    alone = verdict_of(report_of(write_sweep(tmp_path / "alone", jobs), out=tmp_path / "a"))
+    assert line_of(alone, "ring 2×1cpu").endswith(
+        f"against single 2×1cpu: faster: {measured}, within the ×/÷1.25 of no practical interest")
+    assert answer_of(alone).startswith("Answer: ring 2×1cpu is faster than one process on the same 2 CPUs in "
+                                       f"time-to-target to test_accuracy ≥ 0.9: {measured}")
+    six = {"declaration": {"comparisons": {"data=digits, model=tiny": [1, 2, 3, 4, 5, 6]}}}
+    markdown = report_of(write_sweep(tmp_path / "six", jobs, plan=six), out=tmp_path / "b")
+    assert line_of(verdict_of(markdown), "ring 2×1cpu").startswith(
+        f"- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 3 of 3 blocks; against single 2×1cpu: cannot tell: {measured} "
+        "(paired t-test p = 0.012 before Holm's correction for 6 comparisons")
+    assert "no faster" not in markdown.split("## Methods")[0]
+    assert [row[6] for row in comparison_rows(markdown)] == ["cannot tell"]
+
+
+def test_equivalence_shows_its_90_percent_interval_and_takes_its_margin_from_the_plan(tmp_path):
+    """Ratios 0.99/1.01/1.00, the runs' config silent on report.smallest_effect (1.25 by default), the plan declaring
+    ×/÷1.05: equivalent within the plan's ×/÷1.05 (TOST p = 0.007), beside the 90 % interval that test matches."""
+    ratios = [0.99, 1.01, 1.0]
+    jobs = {"strategy=ps": blocks("ps", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, ratios)]),
+            **baselines()}
+    sweep = write_sweep(tmp_path / "sweep", jobs, plan={"declaration": {"smallest_effect": 1.05}})
+    estimate, low, high = interval(ratios)
+    low_90, high_90 = interval_90(ratios)
+    assert line_of(verdict_of(report_of(sweep, out=tmp_path / "out")), "ps 2×1cpu").endswith(
+        f"against single 2×1cpu: no faster (equivalent within ×/÷1.05, TOST; 90 % interval [{low_90:.2f}, "
+        f"{high_90:.2f}]): {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks)")
+
+
+def test_a_killed_run_without_a_summary_counts_as_failed_in_its_block(tmp_path):
+    """Ring is 1.50x and 1.53x the baseline in blocks 0 and 2 and was killed in block 1 (its launcher stopped: config and
+    logs, no summary.json). The block counts, at the run's horizon (30 s: its evaluation before the last, 3/4 of
+    4000 samples / 100 samples/s) against the baseline's 11 s, and the kill cannot help ring to a claim."""
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ring": blocks("ring", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES, (1.50, 1.5, 1.53))]),
+        **baselines()})
+    killed = sweep / "block1" / "strategy=ring"
+    config = json.loads((killed / "summary.json").read_text())["config"]
+    (killed / "summary.json").unlink()
+    (killed / ".avgbench").mkdir()
+    (killed / ".avgbench" / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    markdown = report_of(sweep, out=tmp_path / "out")
+    verdict = verdict_of(markdown)
+    estimate, low, high = interval([1.50, 11.0 / 30.0, 1.53])
+    assert line_of(verdict, "ring 2×1cpu") == (
+        "- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single 2×1cpu: cannot tell: "
+        f"≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, 1 censored)")
+    assert "failed (seed 1): wrote no summary.json (its launcher was stopped" in entry_of(verdict, "ring 2×1cpu")
+    # without even its config, the planned run is missing from its sweep: no verdict
+    shutil.rmtree(killed)
+    assert answer_of(verdict_of(report_of(sweep, out=tmp_path / "gone"))).startswith(
+        f"No verdict: {sweep}: 2 of its 3 declared blocks complete; no run in 1 planned job folder "
+        "(block1/strategy=ring)")
