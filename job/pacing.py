@@ -6,8 +6,10 @@ the timing they would have with a core each (docs/emulation.md, Pacing).
 - `padded`: compute runs, then the phase is padded with a sleep to k x its calibrated time.
 
 Backward is paced per parameter: a parameter's gradient-ready hook waits until its calibrated offset from backward's
-start, so buckets leave when they would. Every slot's real end is recorded against its deadline: a phase that ran
-past its slot (an overrun) and a sleep that woke late both count as `late_s`.
+start, so buckets leave when they would. The process's other CPU (its other threads: communication) is charged: a
+slot lasts k x (its calibrated time + the CPU the other threads used since its phase began), as on a core of its own
+that the two share. Every slot's real end is recorded against its deadline: a phase that ran past its slot (an
+overrun) and a sleep that woke late both count as `late_s`.
 """
 import json
 import statistics
@@ -103,7 +105,7 @@ class Pacer:
         self.cal, self.k, self.log = calibration, k, SlotLog()
         self.params = [p for p in params if p.requires_grad]
         assert len(self.params) == len(calibration.grad_ready_s), "the calibration is of another model"
-        self.started = self.backward_start = self.slot_end = 0.0
+        self.started = self.backward_start = self.slot_end = self.others_at_start = 0.0
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
 
     def _hook(self, index: int):  # type: ignore[no-untyped-def]  # a torch hook
@@ -111,9 +113,19 @@ class Pacer:
             self.until(self.backward_start + self.k * self.cal.grad_ready_s[index])
         return ready
 
+    @staticmethod
+    def others_cpu_s() -> float:
+        """CPU seconds this process's threads but the calling one have used."""
+        return time.process_time() - time.thread_time()
+
+    def _start(self) -> None:
+        self.started, self.others_at_start = time.perf_counter(), self.others_cpu_s()
+
     def until(self, deadline: float) -> None:
-        """Sleep to `deadline` (perf_counter seconds) and record how late the slot really ended. A deadline the
-        previous slot's end already passed (gradients of one offset) is no slot of its own."""
+        """Sleep to `deadline` (perf_counter seconds) plus k x the other threads' CPU since the phase began, and
+        record how late the slot really ended. A deadline the previous slot's end already passed (gradients of one
+        offset) is no slot of its own."""
+        deadline += self.k * (self.others_cpu_s() - self.others_at_start)
         if deadline <= self.slot_end:
             return
         now = time.perf_counter()
@@ -129,10 +141,10 @@ class Pacer:
         """Close the phase that lasted `previous_s` alone (since self.started) and open the next one."""
         if previous_s:
             self.until(self.started + self.k * previous_s)
-        self.started = time.perf_counter()
+        self._start()
 
     def data(self) -> None:
-        self.started = time.perf_counter()
+        self._start()
 
     def forward(self) -> None:
         self._phase(self.cal.data_s)
@@ -142,7 +154,7 @@ class Pacer:
         self.backward_start = self.started
 
     def opt(self) -> None:
-        self.started = time.perf_counter()
+        self._start()
 
     def end(self) -> None:
         self._phase(self.cal.opt_s)

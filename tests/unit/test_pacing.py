@@ -1,5 +1,6 @@
 """job/pacing.py: a paced step's phases last k x their calibrated time, backward is paced per gradient, and a slot
 that ran past its deadline is counted."""
+import threading
 import time
 
 import torch
@@ -90,3 +91,27 @@ def test_a_calibration_survives_its_file(tmp_path):
     calibration = Calibration(data_s=0.1, forward_s=0.2, grad_ready_s=(0.3, 0.4), opt_s=0.05)
     calibration.save(tmp_path / "c.json")
     assert Calibration.load(tmp_path / "c.json") == calibration
+
+
+def test_the_other_threads_cpu_in_a_phase_is_charged_to_its_slot():
+    """A thread that burns CPU during forward (communication, on a core the peer would share) lengthens the slot by
+    k x what it burned, as measured by that thread itself."""
+    model = two_layers()
+    calibration = Calibration(data_s=0.0, forward_s=0.01, grad_ready_s=(0.0,) * 4, opt_s=0.0)
+    pacer = Pacer(calibration, k=2, params=model.parameters())
+    burned: list[float] = []
+
+    def burn() -> None:
+        start = time.thread_time()
+        while time.thread_time() - start < 0.05:
+            pass
+        burned.append(time.thread_time() - start)
+
+    pacer.data()
+    pacer.forward()
+    started = time.perf_counter()
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    pacer.backward()
+    assert time.perf_counter() - started >= 2 * (0.01 + burned[0])
