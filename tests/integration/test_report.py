@@ -338,12 +338,12 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
 
 
 def test_convergence_band_is_the_spread_of_the_workers(scaling):
-    from metrics.report.plots import group_curve
+    from metrics.report.plots import run_curve
 
     stepwise, _ = scaling
     finals = [100 * read_jsonl(p)[-1]["test_accuracy"] for p in sorted(stepwise.glob("peer*/eval.jsonl"))]
     assert min(finals) < max(finals), "stepwise's workers end on different models"
-    time_s, samples, mean, low, high = group_curve(group_runs([load_run(stepwise)])[0], "accuracy", 1)
+    time_s, samples, mean, low, high = run_curve(load_run(stepwise), "accuracy", 1)
     assert (low[-1], high[-1]) == (min(finals), max(finals)) and mean[-1] == pytest.approx(statistics.fmean(finals))
     assert samples[-1] == summary_of(stepwise)["total_samples"]
 
