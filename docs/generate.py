@@ -31,9 +31,9 @@ from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.evidence import EVIDENCE  # noqa: E402
 from metrics.projection.evidence import validations  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
-from metrics.report.noise import PlanningNoise, planning_noise, upper_log_sd  # noqa: E402
+from metrics.report.noise import PlanningNoise, planning_noise  # noqa: E402
 from metrics.report.primary import Primary  # noqa: E402
-from metrics.report.stats import detectable, power  # noqa: E402
+from metrics.report.stats import detectable, power, upper_log_sd  # noqa: E402
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^<!-- generated:(?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end generated:(?P<end>[^>]*?) -->$",
