@@ -11,7 +11,7 @@ from metrics.report.formats import share, times_over
 from metrics.report.noise import planning_noise
 from metrics.report.primary import declare
 from metrics.report.runs import Run, group_runs, sections_of
-from metrics.report.stats import POWER, power, upper_log_sd
+from metrics.report.stats import POWER, power
 
 
 def williams(n: int) -> list[list[int]]:
@@ -80,7 +80,7 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
             lines.append(f"avgbench: the power of {repeats} blocks for {section.key} at {times_over(effect)} "
                          f"(report.smallest_effect) is unknown: {results} records no noise to compute it from")
             continue
-        upper = upper_log_sd(sd, df)
+        upper = noise.bound
         if repeats is None:
             found = next((n for n in range(2, cap + 1)
                           if (p := power(upper, n, effect, family)) is not None and p >= POWER), None)
@@ -95,8 +95,9 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         head = f"avgbench: {'repeats=auto: ' if repeats is None else ''}{blocks} blocks for {section.key}"
         reach = (f"{share(at_upper)} power to detect a ratio beyond {times_over(effect)} (report.smallest_effect)"
                  + ("" if found else f", capped at report.max_blocks={cap}: {times_over(effect)} needs more")
-                 + f" at that noise's 95 % upper bound (log-sd {upper:.3f}; {share(at_estimate)} at its "
-                 f"estimate {sd:.3f}, {df} degrees of freedom)")
+                 + (f" at the prior (log-sd {upper:.3f})" if upper == sd else
+                    f" at that noise's 95 % upper bound (log-sd {upper:.3f}; {share(at_estimate)} at its estimate "
+                    f"{sd:.3f}, {df} degrees of freedom)"))
         lines.append(f"{head}: {reach}, after Holm over {family} comparisons, planned on {where}; fixed "
                      "now, no optional stopping")
     return needed, lines, powers

@@ -16,7 +16,7 @@ from metrics.report.compare import Comparison
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Block, Group, RunFigure, Section
 from metrics.report.stats import (BASIS, EVERY_MACHINE, OWN_MACHINE, PRIOR, PRIOR_INFLATION, blocks_for,
-                                  pooled_log_sd)
+                                  pooled_log_sd, upper_log_sd)
 from metrics.report.verdict import analyse
 from metrics.summary.schema import Json
 
@@ -162,6 +162,11 @@ class PlanningNoise(NamedTuple):
     rows: list[Json]  # the primary_noise rows it rests on
     own_machine: bool  # the rows are the machine's planned for; False without a machine
     basis: str  # OWN_MACHINE, PRIOR or EVERY_MACHINE (no machine given)
+
+    @property
+    def bound(self) -> float:
+        """The log-sd a plan is made at: the 95 % upper bound of recorded noise; a prior is its own bound."""
+        return self.log_sd if self.basis == PRIOR else upper_log_sd(self.log_sd, self.df)
 
 
 def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str],

@@ -213,8 +213,8 @@ def test_the_report_says_what_the_plan_planned_on(tmp_path):
         "strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [t / 1.5 for t in BASELINE_TIMES]), **baselines()},
         plan={"declaration": {"power": {"data=digits, model=tiny": power}}})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
-    assert (f"Planned on a conservative prior (no noise recorded on the machine planned for: 2 × the noisiest "
-            f"recorded row, any machine): the plan of {sweep} chose 3 blocks at log-sd 0.300 (95 % upper bound 1.330), "
+    assert (f"Planned on a conservative prior (no noise recorded on the machine planned for: 2.5 × the noisiest "
+            f"recorded row of any machine, taken as its upper bound): the plan of {sweep} chose 3 blocks at log-sd 0.300 (95 % upper bound 1.330), "
             "5% power at ×/÷1.25.") in verdict
 
 
