@@ -33,7 +33,7 @@ from metrics.projection.evidence import validations  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
 from metrics.report.noise import PlanningNoise, planning_noise  # noqa: E402
 from metrics.report.primary import Primary  # noqa: E402
-from metrics.report.stats import BASIS, detectable, power  # noqa: E402
+from metrics.report.stats import BASIS, OWN_MACHINE, detectable, power  # noqa: E402
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^<!-- generated:(?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end generated:(?P<end>[^>]*?) -->$",
@@ -479,7 +479,7 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
 def noise_machines(noise: PlanningNoise) -> str:
     """Whose noise the headline's row plans from: the sweeps' machine's, or (planning_noise) the conservative prior
     from other machines' rows."""
-    if noise.own_machine:
+    if noise.basis == OWN_MACHINE:
         return "measured on the sweeps' machine"
     others = sorted({f"{describe_machine(r['machine'])}, {r['measured_at'][:10]}" for r in noise.rows})
     return f"not measured on the sweeps' machine: {BASIS[noise.basis]}, from {'; '.join(others)}"
@@ -499,7 +499,8 @@ def commands() -> str:
     upper = noise.bound
     effect = float(config["report"]["smallest_effect"])
     decides = (f"{blocks} blocks: ratios beyond ×/÷{detectable(sd, blocks, family):.2f} at 80 % power after Holm over "
-               f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the bound repeats=auto plans on); "
+               f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the bound repeats=auto plans "
+               "on); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
                f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; "

@@ -160,8 +160,7 @@ class PlanningNoise(NamedTuple):
     df: int
     where: str  # where it comes from, in words
     rows: list[Json]  # the primary_noise rows it rests on
-    own_machine: bool  # the rows are the machine's planned for; False without a machine
-    basis: str  # OWN_MACHINE, PRIOR or EVERY_MACHINE (no machine given)
+    basis: str  # OWN_MACHINE (the rows are the machine's planned for), PRIOR, or EVERY_MACHINE (no machine given)
 
     @property
     def bound(self) -> float:
@@ -213,8 +212,7 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
     where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, {r['measured_at']}, "
                       f"{describe_machine(r['machine'])}{', ' + ', '.join(r['sweeps']) if r.get('sweeps') else ''})"
                       for r in found)
-    return PlanningNoise(pooled, sum(df for df, _ in spreads if df > 0), f"{BASIS[basis]}: {where}", found,
-                         basis == OWN_MACHINE, basis)
+    return PlanningNoise(pooled, sum(df for df, _ in spreads if df > 0), f"{BASIS[basis]}: {where}", found, basis)
 
 
 def noisiest(rows: list[Json]) -> Json:
@@ -228,7 +226,8 @@ def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], bool]
     here = [r for r in rows if same_machine(r["machine"], machine)]
     if {r["strategy"] for r in here} == {r["strategy"] for r in rows}:
         return here, True
-    return [noisiest([r for r in rows if r["strategy"] == name]) for name in sorted({r["strategy"] for r in rows})], False
+    strategies = sorted({r["strategy"] for r in rows})
+    return [noisiest([r for r in rows if r["strategy"] == name]) for name in strategies], False
 
 
 def rows_phrase(own_machine: bool, machine: dict) -> str:

@@ -17,7 +17,7 @@ FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL, WITHHELD = ("faster", "slo
 EQUIVALENCE_LEVEL = 1 - 2 * ALPHA  # the interval a TOST at ALPHA matches: within the margin whenever the TOST passes
 
 PRIOR_INFLATION = 2.5  # without its own noise rows, a machine plans on this x the noisiest row of any machine, as the
-# bound itself (docs/report.md: the recorded Intel headline's noise was up to 2.1x the AMD rows')
+# bound itself (docs/report.md: the largest ratio between two machines' recorded noise)
 OWN_MACHINE, PRIOR, EVERY_MACHINE = "own machine", "conservative prior", "every machine"  # what a plan rests on
 BASIS = {OWN_MACHINE: "the noise recorded on the machine planned for",
          PRIOR: f"a conservative prior (no noise recorded on the machine planned for: {PRIOR_INFLATION:g} × the "

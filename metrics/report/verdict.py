@@ -13,8 +13,8 @@ from metrics.report.runs import Group, Run, Section, off_plan, plan_refusal, sha
 from metrics.report.formats import cpus, interval_text, number, share, size, times_over
 from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
                                    reached_count)
-from metrics.report.stats import (ALPHA, BASIS, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, POWER, SLOWER,
-                                  WITHHELD, detectable, excludes_one, pooled_log_sd, upper_log_sd)
+from metrics.report.stats import (ALPHA, BASIS, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, POWER,
+                                  SLOWER, WITHHELD, detectable, excludes_one, pooled_log_sd, upper_log_sd)
 
 DEFAULT_SMALLEST_EFFECT = 1.25  # report.smallest_effect of runs that predate it
 
@@ -99,7 +99,7 @@ def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
     return primary, list(dict.fromkeys(refusals)), notes, family_size
 
 
-def basis_notes(sweep, power: dict | None) -> list[str]:
+def basis_notes(sweep: str, power: dict | None) -> list[str]:
     """What a plan's blocks were planned on (design.planned_blocks: its own machine's noise or a prior), and their
     power; none for plans that predate saying it."""
     if not power or power.get("noise") not in BASIS:
@@ -298,8 +298,8 @@ def next_plan_line(a: Analysis) -> str | None:
         return None
     return (f"Next plan: on the noise this sweep measured (log-sd {noise.log_sd:.3f} on {noise.df} degrees of "
             f"freedom), {noise.blocks} blocks detect a ratio beyond {times_over(noise.detectable)} at {share(POWER)} "
-            f"power, two-sided {share(ALPHA)} after Holm over {noise.family} declared comparisons; repeats=auto on this "
-            f"machine plans on its 95 % upper bound, log-sd {upper_log_sd(noise.log_sd, noise.df):.3f}.")
+            f"power, two-sided {share(ALPHA)} after Holm over {noise.family} declared comparisons; repeats=auto on "
+            f"this machine plans on its 95 % upper bound, log-sd {upper_log_sd(noise.log_sd, noise.df):.3f}.")
 
 
 def left_out(a: Analysis) -> list[str]:

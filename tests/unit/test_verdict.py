@@ -214,8 +214,8 @@ def test_the_report_says_what_the_plan_planned_on(tmp_path):
         plan={"declaration": {"power": {"data=digits, model=tiny": power}}})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
     assert (f"Planned on a conservative prior (no noise recorded on the machine planned for: 2.5 × the noisiest "
-            f"recorded row of any machine, taken as its upper bound): the plan of {sweep} chose 3 blocks at log-sd 0.300 (95 % upper bound 1.330), "
-            "5% power at ×/÷1.25.") in verdict
+            f"recorded row of any machine, taken as its upper bound): the plan of {sweep} chose 3 blocks at log-sd "
+            "0.300 (95 % upper bound 1.330), 5% power at ×/÷1.25.") in verdict
 
 
 def test_a_blocks_first_attempt_counts_and_its_retry_stands_beside_it(tmp_path):
