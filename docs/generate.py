@@ -31,9 +31,9 @@ from launchers.schema import RULES, accepted  # noqa: E402
 from metrics.recording.evidence import EVIDENCE  # noqa: E402
 from metrics.projection.evidence import validations  # noqa: E402
 from metrics.recording.machine import describe_machine  # noqa: E402
-from metrics.report.noise import PlanningNoise, planning_noise, upper_log_sd  # noqa: E402
+from metrics.report.noise import PlanningNoise, planning_noise  # noqa: E402
 from metrics.report.primary import Primary  # noqa: E402
-from metrics.report.stats import detectable, power  # noqa: E402
+from metrics.report.stats import BASIS, OWN_MACHINE, detectable, power  # noqa: E402
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^<!-- generated:(?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end generated:(?P<end>[^>]*?) -->$",
@@ -477,12 +477,12 @@ def simulated_power(entries: dict, blocks: int, effect: float) -> str:
 
 
 def noise_machines(noise: PlanningNoise) -> str:
-    """Whose noise the headline's row plans from: the sweeps' machine's, or (planning_noise) each strategy's noisiest
-    row from other machines."""
-    if noise.own_machine:
+    """Whose noise the headline's row plans from: the sweeps' machine's, or (planning_noise) the conservative prior
+    from other machines' rows."""
+    if noise.basis == OWN_MACHINE:
         return "measured on the sweeps' machine"
     others = sorted({f"{describe_machine(r['machine'])}, {r['measured_at'][:10]}" for r in noise.rows})
-    return f"not measured on the sweeps' machine: each strategy's noisiest recorded row, from {'; '.join(others)}"
+    return f"not measured on the sweeps' machine: {BASIS[noise.basis]}, from {'; '.join(others)}"
 
 
 def commands() -> str:
@@ -496,10 +496,11 @@ def commands() -> str:
     primary = Primary("time_to_target", *(config["target"][k] for k in ("metric", "value", "estimator")))
     noise = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline["machine"])
     sd, df = noise.log_sd, noise.df
-    upper = upper_log_sd(sd, df)
+    upper = noise.bound
     effect = float(config["report"]["smallest_effect"])
     decides = (f"{blocks} blocks: ratios beyond ×/÷{detectable(sd, blocks, family):.2f} at 80 % power after Holm over "
-               f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the noise's 95 % upper bound); "
+               f"{family} comparisons (×/÷{detectable(upper, blocks, family):.2f} at the bound repeats=auto plans "
+               "on); "
                f"power at ×/÷{effect:g} (`report.smallest_effect`): {pct(power(sd, blocks, effect, family), 0)} "
                f"({pct(power(upper, blocks, effect, family), 0)} at the bound). Noise: pooled paired log-sd "
                f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; "

@@ -28,6 +28,7 @@ from metrics.recording.machine import fingerprint
 from metrics.report.baselines import missing_baselines, override_args
 from metrics.report.design import block_order, control_jobs, declaration, order_of, planned_blocks
 from metrics.report.primary import from_dict
+from metrics.report.noise import sweep_noise_files
 from metrics.report.nodes import load
 from metrics.report.runs import CONTROL, Run, flatten, planned_run, read_plan, strategy_blocks
 from metrics.recording.rundir import SUPERSEDED, SWEEP_PLAN, run_dirs_under, run_folders
@@ -184,8 +185,9 @@ class BlockSweeper(BasicSweeper):
         results = ROOT / str(self.config.report.noise_results)
         fixed = repeats if isinstance(repeats, int) else None  # None: repeats=auto
         effect = float(self.config.report.smallest_effect)  # the equivalence margin the report reads from the plan
+        earlier = sweep_noise_files(Path(self.config.hydra.sweep.dir))  # the noise its machine's sweeps measured
         needed, power_lines, powers = planned_blocks(named, results, effect, int(self.config.report.max_blocks), fixed,
-                                                     fingerprint())
+                                                     fingerprint(), earlier)
         blocks = fixed or needed
         at_once = int(self.config.hydra.launcher.get("array_parallelism") or 1)  # SLURM: jobs of an array at once
         design = declaration(named, blocks) | {

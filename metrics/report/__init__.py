@@ -4,7 +4,9 @@
 import argparse
 from pathlib import Path
 
+from metrics.recording.rundir import SWEEP_PLAN
 from metrics.report.build import NoRuns, build
+from metrics.report.noise import write_sweep_noise
 from metrics.report.projected import parse_targets
 from metrics.report.render import write
 
@@ -12,8 +14,12 @@ report_errors: list[str] = []  # reports that failed in this process (train.py's
 
 
 def build_report(sources: list[Path], out_dir: Path, project: list[str] | None = None) -> dict[str, Path]:
-    """Write report.html, report.md and runs.csv into out_dir (project: LINK:N targets to project to); their paths."""
-    return write(build(sources, project), out_dir)
+    """Write report.html, report.md and runs.csv into out_dir (project: LINK:N targets to project to); their paths.
+    A sweep's report in its own folder also writes the noise it measured, the next plan's row on its machine."""
+    paths = write(build(sources, project), out_dir)
+    if sources == [out_dir] and (out_dir / SWEEP_PLAN).is_file():
+        write_sweep_noise(out_dir)
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:

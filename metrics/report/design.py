@@ -1,13 +1,14 @@
 """A multirun's design, declared before its first run (kept in the sweep's plan): each section's primary figure and
 comparisons, the blocks and their power, the control arms, and the jobs' order in each block (a Williams design)."""
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from metrics.report.baselines import attach_baselines, averaging, equal_resource_baselines
 from metrics.report.compare import declared_pairs
 from metrics.report.formats import share, times_over
-from metrics.report.noise import planning_noise, upper_log_sd
+from metrics.report.noise import planning_noise
 from metrics.report.primary import declare
 from metrics.report.runs import Run, group_runs, sections_of
 from metrics.report.stats import POWER, power
@@ -54,11 +55,12 @@ def declaration(named: list[tuple[str, Run]], blocks: int) -> dict:
 
 
 def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, cap: int,
-                   repeats: int | None = None, machine: dict | None = None) -> tuple[int, list[str], dict]:
+                   repeats: int | None = None, machine: dict | None = None,
+                   sweeps: Sequence[Path] = ()) -> tuple[int, list[str], dict]:
     """The plan's blocks, the lines that state their power at x/÷effect (Holm over each section's comparisons, at the
-    recorded noise's 95 % upper bound), and the power per section. repeats=None (auto): the fewest blocks with POWER
-    (at most cap); ValueError saying what to run where no noise is recorded. machine: the fingerprint of the machine
-    that will run it (planning_noise)."""
+    planning noise's 95 % upper bound) and what that noise is, and the power per section. repeats=None (auto): the
+    fewest blocks with POWER (at most cap); ValueError saying what to run where no noise is recorded. machine: the
+    fingerprint of the machine that will run it; sweeps: earlier sweeps' candidate rows (planning_noise)."""
     groups = group_runs([run for _, run in named])
     attach_baselines(groups)
     needed, lines, powers = 2, [], {}
@@ -70,7 +72,7 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
         family = len(declared_pairs(section.groups))
         strategies = sorted({g.first.strategy for g in configurations})
         try:
-            noise = planning_noise(results, primary, section.data, section.model, strategies, machine)
+            noise = planning_noise(results, primary, section.data, section.model, strategies, machine, sweeps)
             sd, df, where = noise.log_sd, noise.df, noise.where
         except ValueError:
             if repeats is None:
@@ -78,7 +80,7 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
             lines.append(f"avgbench: the power of {repeats} blocks for {section.key} at {times_over(effect)} "
                          f"(report.smallest_effect) is unknown: {results} records no noise to compute it from")
             continue
-        upper = upper_log_sd(sd, df)
+        upper = noise.bound
         if repeats is None:
             found = next((n for n in range(2, cap + 1)
                           if (p := power(upper, n, effect, family)) is not None and p >= POWER), None)
@@ -88,13 +90,15 @@ def planned_blocks(named: list[tuple[str, Run]], results: Path, effect: float, c
             found, blocks = repeats, repeats
         at_upper, at_estimate = power(upper, blocks, effect, family), power(sd, blocks, effect, family)
         powers[section.key] = {"effect": effect, "blocks": blocks, "comparisons": family, "log_sd": sd, "df": df,
-                               "log_sd_upper": upper, "power": at_upper, "power_at_estimate": at_estimate}
+                               "log_sd_upper": upper, "power": at_upper, "power_at_estimate": at_estimate,
+                               "noise": noise.basis}
         head = f"avgbench: {'repeats=auto: ' if repeats is None else ''}{blocks} blocks for {section.key}"
         reach = (f"{share(at_upper)} power to detect a ratio beyond {times_over(effect)} (report.smallest_effect)"
                  + ("" if found else f", capped at report.max_blocks={cap}: {times_over(effect)} needs more")
-                 + f" at the recorded noise's 95 % upper bound (log-sd {upper:.3f}; {share(at_estimate)} at its "
-                 f"estimate {sd:.3f}, {df} degrees of freedom)")
-        lines.append(f"{head}: {reach}, after Holm over {family} comparisons, from the recorded noise of "
-                     f"{primary.name} ({where}); fixed now, no optional stopping")
+                 + (f" at the prior (log-sd {upper:.3f})" if upper == sd else
+                    f" at that noise's 95 % upper bound (log-sd {upper:.3f}; {share(at_estimate)} at its estimate "
+                    f"{sd:.3f}, {df} degrees of freedom)"))
+        lines.append(f"{head}: {reach}, after Holm over {family} comparisons, planned on {where}; fixed "
+                     "now, no optional stopping")
     return needed, lines, powers
 

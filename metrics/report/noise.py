@@ -1,13 +1,13 @@
 """The primary figure's noise, recorded for planning (bench/primary_noise.py: the `primary_noise` entry; its method
-in metrics/methods.yaml), and read back by a sweep's plan (planning_noise)."""
+in metrics/methods.yaml; a sweep's report writes its own as candidate rows, write_sweep_noise), and read back by a
+sweep's plan (planning_noise): its machine's rows, else a conservative prior."""
 import json
 import math
 import statistics
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, NamedTuple
-
-from scipy.stats import chi2
 
 from metrics.recording.machine import describe_machine, fingerprint, same_machine
 from metrics.recording.methods import methods
@@ -15,7 +15,8 @@ from metrics.report.baselines import averaging, load_runs
 from metrics.report.compare import Comparison
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Block, Group, RunFigure, Section
-from metrics.report.stats import blocks_for, pooled_log_sd
+from metrics.report.stats import (BASIS, EVERY_MACHINE, OWN_MACHINE, PRIOR, PRIOR_INFLATION, blocks_for,
+                                  pooled_log_sd, upper_log_sd)
 from metrics.report.verdict import analyse
 from metrics.summary.schema import Json
 
@@ -23,6 +24,7 @@ ENTRY = "primary_noise"
 METHOD = methods("primary_noise")["method"]  # how a row is measured, recorded with the entry
 KEYS = ("figure", "metric", "value", "estimator", "data", "model", "strategy")
 TEN_PERCENT = 1.10  # a row's blocks_for_10pct: the blocks x/÷1.10 needs at 80 % power (plans: report.smallest_effect)
+SWEEP_NOISE = Path(".avgbench") / "primary_noise.json"  # in a sweep folder: its report's measured rows (candidates)
 
 
 def seed_log_sd(logs: dict[Block, float], seed_of: dict[Block, Any]) -> tuple[float | None, int]:
@@ -78,7 +80,7 @@ def row_of(primary: Primary, section: Section, c: Comparison) -> Json:
     return {"figure": primary.figure, "metric": primary.metric, "value": primary.value,
             "estimator": primary.estimator, "data": section.data, "model": section.model,
             "strategy": c.this.first.strategy, "configuration": c.this.label,
-            "cores": c.this.first.summary.machine.cores,
+            "cores": c.this.first.summary.machine.cores, "machine": c.this.first.summary.machine.fingerprint,
             "sweeps": sorted({str(r.sweep) for r in c.this.runs if r.sweep})}
 
 
@@ -117,9 +119,35 @@ def recorded_lines(rows: list[Json], where: str, dirs: list[Path]) -> list[str]:
                      "or more exact blocks"]
 
 
-def upper_log_sd(log_sd: float, df: int, level: float = 0.95) -> float:
-    """The one-sided upper confidence bound of an sd estimated on df degrees of freedom (chi-square)."""
-    return log_sd * math.sqrt(df / chi2.ppf(1 - level, df))
+def write_sweep_noise(sweep: Path) -> Path | None:
+    """Write the sweep's measured rows (measured_rows), each with its runs' machine (else this one's), into its
+    SWEEP_NOISE: the candidates the next plan on that machine reads (sweep_noise_files); None: no row."""
+    rows = measured_rows([sweep])
+    if not rows:
+        return None
+    now, here = time.strftime("%Y-%m-%d %H:%M:%S"), None
+    for row in rows:
+        row["measured_at"] = now
+        row["machine"] = row.get("machine") or (here := here or fingerprint())
+    path = sweep / SWEEP_NOISE
+    path.write_text(json.dumps({"name": ENTRY, "method": METHOD, "rows": rows}, indent=1, default=str))
+    return path
+
+
+def sweep_noise_files(sweep: Path) -> list[Path]:
+    """The candidate rows of the sweeps beside this one: SWEEP_NOISE of its parent's folders (multirun/NAME) and of
+    its grandparent's folders' folders (multirun/DATE/TIME)."""
+    found = [*sweep.parent.glob(f"*/{SWEEP_NOISE}"), *sweep.parent.parent.glob(f"*/*/{SWEEP_NOISE}")]
+    return sorted({path.resolve() for path in found})
+
+
+def read_rows(path: Path, entry: bool) -> list[Json]:
+    """The rows of an evidence file's primary_noise entry (entry) or of a sweep's SWEEP_NOISE; none if unreadable."""
+    try:
+        found = json.loads(path.read_text())
+        return (next((r for r in found["results"] if r.get("name") == ENTRY), {"rows": []}) if entry else found)["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def seeds_of(row: Json) -> int:
@@ -128,23 +156,26 @@ def seeds_of(row: Json) -> int:
 
 
 class PlanningNoise(NamedTuple):
-    log_sd: float  # pooled over the rows
+    log_sd: float  # pooled over the rows (a prior: PRIOR_INFLATION x the noisiest row's)
     df: int
     where: str  # where it comes from, in words
-    rows: list[Json]  # the primary_noise rows pooled
-    own_machine: bool  # the rows are the machine's planned for (rows_for_machine); False without a machine
+    rows: list[Json]  # the primary_noise rows it rests on
+    basis: str  # OWN_MACHINE (the rows are the machine's planned for), PRIOR, or EVERY_MACHINE (no machine given)
+
+    @property
+    def bound(self) -> float:
+        """The log-sd a plan is made at: the 95 % upper bound of recorded noise; a prior is its own bound."""
+        return self.log_sd if self.basis == PRIOR else upper_log_sd(self.log_sd, self.df)
 
 
 def planning_noise(path: Path, primary: Primary, data: str, model: str, strategies: list[str],
-                   machine: dict | None = None) -> PlanningNoise:
-    """The pooled log-sd recorded for these strategies' primary figure, its degrees of freedom, where it comes from
-    and its rows; ValueError, saying what to run, where none is recorded. With a machine (its fingerprint): that
-    machine's rows (rows_for_machine); without: every machine's."""
-    try:
-        rows: list[Json] = next((r for r in json.loads(path.read_text())["results"] if r.get("name") == ENTRY),
-                                {"rows": []})["rows"]
-    except (OSError, ValueError, KeyError, TypeError):
-        rows = []
+                   machine: dict | None = None, sweeps: Sequence[Path] = ()) -> PlanningNoise:
+    """The log-sd these strategies' primary figure is planned on, its degrees of freedom, where it comes from and its
+    rows; ValueError, saying what to run, where none is recorded. Rows: the evidence file's and the sweeps' candidate
+    rows (sweep_noise_files). With a machine (its fingerprint): each strategy's newest row measured on it where they
+    cover every strategy, else the conservative prior, PRIOR_INFLATION x the noisiest row of any machine; without:
+    every machine's rows pooled."""
+    rows = read_rows(path, entry=True) + [r for f in sweeps for r in read_rows(f, entry=False)]
     wanted: Json = {"figure": primary.figure, "data": data, "model": model}
     if primary.is_time:
         wanted |= {"metric": primary.metric, "value": primary.value, "estimator": primary.estimator}
@@ -158,10 +189,12 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
             f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python bench/primary_noise.py multirun/noise` (it records into "
             "bench/results/primary_noise.json and conf/evidence.json)")
-    whose, own_machine = "", False
+    basis = EVERY_MACHINE
     if machine is not None:
-        found, own_machine = rows_for_machine(found, machine)
-        whose = rows_phrase(own_machine, machine)
+        here = {r["strategy"]: r for r in sorted((r for r in found if same_machine(r.get("machine") or {}, machine)),
+                                                 key=lambda r: str(r.get("measured_at")))}  # the newest last
+        basis = OWN_MACHINE if set(here) == set(strategies) else PRIOR
+        found = list(here.values()) if basis == OWN_MACHINE else [noisiest(found)]
     missed = [r for r in found if r["log_sd"] is None]
     if missed:
         raise ValueError("; ".join(
@@ -170,26 +203,31 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
             f"{describe_machine(r['machine'])})"
             for r in missed) + ": no noise to plan from. Measure it at a target it reaches (target.value, or more "
                                 "max_steps) with a fixed number of blocks, and record that")
-    spreads = [(seeds_of(r) - 1, r["log_sd"]) for r in found]
+    inflation = PRIOR_INFLATION if basis == PRIOR else 1.0
+    spreads = [(seeds_of(r) - 1, inflation * r["log_sd"]) for r in found]
     pooled = pooled_log_sd(spreads)
     if pooled is None:
         raise ValueError(f"{path} ({ENTRY}) records no degrees of freedom for {', '.join(strategies)}: no noise to "
                          "plan from")
-    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, "
-                      f"{r['measured_at']}, {describe_machine(r['machine'])})" for r in found)
-    return PlanningNoise(pooled, sum(df for df, _ in spreads if df > 0), whose + where, found, own_machine)
+    where = "; ".join(f"{r['strategy']} {r['log_sd']:.3f} ({seeds_of(r)} seeds, {r['measured_at']}, "
+                      f"{describe_machine(r['machine'])}{', ' + ', '.join(r['sweeps']) if r.get('sweeps') else ''})"
+                      for r in found)
+    return PlanningNoise(pooled, sum(df for df, _ in spreads if df > 0), f"{BASIS[basis]}: {where}", found, basis)
+
+
+def noisiest(rows: list[Json]) -> Json:
+    """The row with the largest log-sd; a row that missed the target (no log-sd) is the worst of all."""
+    return max(rows, key=lambda r: math.inf if r["log_sd"] is None else r["log_sd"])
 
 
 def rows_for_machine(rows: list[Json], machine: dict) -> tuple[list[Json], bool]:
-    """The rows measured on `machine` where they cover every strategy of `rows`; else each strategy's noisiest row (a
-    plan from a quieter machine's noise would be optimistic here); and whether they are the machine's own."""
+    """The verdict simulation's fit: the rows measured on `machine` where they cover every strategy of `rows`, else
+    each strategy's noisiest row; and whether they are the machine's own."""
     here = [r for r in rows if same_machine(r["machine"], machine)]
     if {r["strategy"] for r in here} == {r["strategy"] for r in rows}:
         return here, True
-    noisiest = [max((r for r in rows if r["strategy"] == name), key=lambda r: math.inf if r["log_sd"] is None
-                     else r["log_sd"])  # a row that missed the target: no noise to bound, worst of all
-                for name in sorted({r["strategy"] for r in rows})]
-    return noisiest, False
+    strategies = sorted({r["strategy"] for r in rows})
+    return [noisiest([r for r in rows if r["strategy"] == name]) for name in strategies], False
 
 
 def rows_phrase(own_machine: bool, machine: dict) -> str:

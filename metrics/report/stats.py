@@ -5,7 +5,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import nct
+from scipy.stats import chi2, nct
 from scipy.stats import t as student_t
 
 LEVEL = 0.95
@@ -15,6 +15,14 @@ POWER = 0.8  # for the smallest detectable difference
 FASTER, SLOWER, EQUIVALENT, CANNOT_TELL, NO_INTERVAL, WITHHELD = ("faster", "slower", "equivalent", "cannot tell",
                                                                   "no interval", "withheld")
 EQUIVALENCE_LEVEL = 1 - 2 * ALPHA  # the interval a TOST at ALPHA matches: within the margin whenever the TOST passes
+
+PRIOR_INFLATION = 2.5  # without its own noise rows, a machine plans on this x the noisiest row of any machine, as the
+# bound itself (docs/report.md: the largest ratio between two machines' recorded noise)
+OWN_MACHINE, PRIOR, EVERY_MACHINE = "own machine", "conservative prior", "every machine"  # what a plan rests on
+BASIS = {OWN_MACHINE: "the noise recorded on the machine planned for",
+         PRIOR: f"a conservative prior (no noise recorded on the machine planned for: {PRIOR_INFLATION:g} × the "
+                "noisiest recorded row of any machine, taken as its upper bound)",
+         EVERY_MACHINE: "the noise recorded on every machine, pooled"}
 
 
 def factor(interval: tuple[float, float]) -> float:
@@ -182,6 +190,11 @@ def power(log_sd: float, blocks: int, effect: float, comparisons: int = 1, alpha
     critical = student_t.ppf(1 - alpha / comparisons / 2, df)
     shift = math.log(effect) * math.sqrt(blocks) / log_sd
     return float(nct.sf(critical, df, shift) + nct.sf(critical, df, -shift))  # the lower tail by symmetry
+
+
+def upper_log_sd(log_sd: float, df: int, level: float = LEVEL) -> float:
+    """The one-sided upper confidence bound of an sd estimated on df degrees of freedom (chi-square)."""
+    return log_sd * math.sqrt(df / chi2.ppf(1 - level, df))
 
 
 def pooled_log_sd(spreads: Sequence[tuple[int, float | None]]) -> float | None:

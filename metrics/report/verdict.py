@@ -13,8 +13,8 @@ from metrics.report.runs import Group, Run, Section, off_plan, plan_refusal, sha
 from metrics.report.formats import cpus, interval_text, number, share, size, times_over
 from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
                                    reached_count)
-from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER,
-                                  WITHHELD, detectable, excludes_one, pooled_log_sd)
+from metrics.report.stats import (ALPHA, BASIS, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, POWER,
+                                  SLOWER, WITHHELD, detectable, excludes_one, pooled_log_sd, upper_log_sd)
 
 DEFAULT_SMALLEST_EFFECT = 1.25  # report.smallest_effect of runs that predate it
 
@@ -79,7 +79,8 @@ def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
         if section.key in (declaration.get("primary") or {}):
             declared.append(from_dict(declaration["primary"][section.key]))
         family_size = max(family_size, len((declaration.get("comparisons") or {}).get(section.key) or []))
-        notes += order_notes(declaration.get("order"))
+        notes += order_notes(declaration.get("order")) + basis_notes(sweep, (declaration.get("power") or {}).get(
+            section.key))
         if plan.get("first_runs_undeclared"):
             notes.append(f"The first runs of {sweep} predate declared plans: its design was declared when it resumed.")
     configured = []
@@ -96,6 +97,16 @@ def primary_of(section: Section) -> tuple[Primary, list[str], list[str], int]:
     if declared and made_under - {key_of(primary)}:
         refusals.append(f"runs were made under another primary figure than the plan declares ({primary.text})")
     return primary, list(dict.fromkeys(refusals)), notes, family_size
+
+
+def basis_notes(sweep: str, power: dict | None) -> list[str]:
+    """What a plan's blocks were planned on (design.planned_blocks: its own machine's noise or a prior), and their
+    power; none for plans that predate saying it."""
+    if not power or power.get("noise") not in BASIS:
+        return []
+    return [f"Planned on {BASIS[power['noise']]}: the plan of {sweep} chose {power['blocks']} blocks at log-sd "
+            f"{power['log_sd']:.3f} (95 % upper bound {power['log_sd_upper']:.3f}), {share(power['power'])} power at "
+            f"{times_over(power['effect'])}."]
 
 
 def order_notes(order: dict | None) -> list[str]:
@@ -120,11 +131,14 @@ def analyse(section: Section) -> Analysis:
     comparisons = family(ranking, primary, margin, declared)
     controls = [c for c in (control_comparison(g, primary) for g in ranking) if c]
     for comparison in comparisons:
-        comparison.withheld = bool(refusals)
+        comparison.withheld = bool(refusals or unsteady(controls))
     return Analysis(section, primary, margin, ranking, ranked(references, primary), comparisons, controls,
                     refusals, notes)
 
 
+def unsteady(controls: list[Comparison]) -> list[Comparison]:
+    """The control arms whose interval excludes 1: their blocks are not comparable, no claim stands."""
+    return [c for c in controls if excludes_one(c.ratio)]
 
 
 def claim_text(c: Comparison) -> str:
@@ -190,7 +204,7 @@ def finding_of(group: Group, a: Analysis) -> str:
 def answer_of(a: Analysis) -> str:
     if a.refusals:
         return "No verdict: " + "; ".join(a.refusals) + "."
-    noisy = [c for c in a.controls if excludes_one(c.ratio)]
+    noisy = unsteady(a.controls)
     if noisy:
         return ("No claim: the blocks are not comparable. The control arm (the same one-process run twice in every "
                 "block) differs from itself: "
@@ -244,11 +258,12 @@ def control_line(a: Analysis) -> str:
 
 @dataclass
 class Noise:
-    """The primary figure's own noise and what the blocks detect with it (METHODS["noise"])."""
+    """The primary figure's own noise and what a next plan of as many blocks detects with it (METHODS["noise"])."""
     log_sd: float | None  # pooled sd of the log ratios; None: not measured (one block, or no spread)
+    df: int               # its degrees of freedom
     blocks: int
     family: int           # the declared comparisons, Holm's family
-    detectable: float | None  # the smallest ratio x/÷ the blocks detect at 80 % power after Holm
+    detectable: float | None  # the smallest ratio x/÷ that many blocks detect at 80 % power after Holm
 
 
 def noise_of(a: Analysis) -> Noise | None:
@@ -258,22 +273,33 @@ def noise_of(a: Analysis) -> Noise | None:
     if not measured:
         return None
     blocks = max(r.n for r in measured)
-    spread = pooled_log_sd([(r.n - 1, r.log_sd) for r in measured if r.n > 1]) or None
+    spreads = [(r.n - 1, r.log_sd) for r in measured if r.n > 1]
+    spread = pooled_log_sd(spreads) or None
     family = max(1, a.comparisons[0].family if a.comparisons else 1)
-    return Noise(spread, blocks, family, detectable(spread, blocks, family) if spread else None)
+    return Noise(spread, sum(df for df, sd in spreads if sd is not None), blocks, family,
+                 detectable(spread, blocks, family) if spread else None)
 
 
 def noise_line(a: Analysis) -> str | None:
-    """The primary figure's own noise, and the smallest ratio the blocks detect after Holm."""
+    """The primary figure's own noise."""
     if not (noise := noise_of(a)):
         return None
     if not noise.log_sd or noise.detectable is None:
         return (f"Noise of {a.primary.name}: not measured (one block, or no spread): no ratio here has an "
                 "interval; run the multirun with repeats=2 or more (the default is 3).")
     return (f"Noise of {a.primary.name}: the paired ratios vary by {noise.log_sd:.1%} (sd of their logs, pooled over "
-            f"the comparisons with the baselines and the control arm, blocks observed exactly); {noise.blocks} blocks "
-            f"detect a ratio beyond {times_over(noise.detectable)} (5 % two-sided after Holm over {noise.family} "
-            "comparisons, 80 % power).")
+            f"the comparisons with the baselines and the control arm, blocks observed exactly).")
+
+
+def next_plan_line(a: Analysis) -> str | None:
+    """The smallest ratio a next plan of this sweep's blocks detects on the noise it measured (not a post-hoc power),
+    and the bound repeats=auto plans that machine's next sweep on (noise.write_sweep_noise)."""
+    if not (noise := noise_of(a)) or not noise.log_sd or noise.detectable is None:
+        return None
+    return (f"Next plan: on the noise this sweep measured (log-sd {noise.log_sd:.3f} on {noise.df} degrees of "
+            f"freedom), {noise.blocks} blocks detect a ratio beyond {times_over(noise.detectable)} at {share(POWER)} "
+            f"power, two-sided {share(ALPHA)} after Holm over {noise.family} declared comparisons; repeats=auto on "
+            f"this machine plans on its 95 % upper bound, log-sd {upper_log_sd(noise.log_sd, noise.df):.3f}.")
 
 
 def left_out(a: Analysis) -> list[str]:
@@ -444,7 +470,7 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
 
 def section_verdict(section: Section) -> tuple[Verdict, Analysis]:
     a = analyse(section)
-    lines = [control_line(a), noise_line(a), *a.notes]
+    lines = [control_line(a), noise_line(a), next_plan_line(a), *a.notes]
     configurations = averaging(a.ranking) + [g for g in a.ranking if g.first.is_baseline]
     verdict = Verdict(f"Primary figure (declared before the first run): {a.primary.text}.", answer_of(a),
                       method_of(a), [finding_of(g, a) for g in configurations], network_lines(a.ranking + a.references),

@@ -101,9 +101,9 @@ def test_repeats_auto_plans_the_blocks_from_the_upper_bound_of_the_recorded_nois
         planned_blocks(planned(*HEADLINE), noise_file(tmp_path, allreduce=0.04), effect=1.10, cap=30)
 
 
-def test_the_plan_takes_the_noise_of_the_machine_that_runs_it_or_the_noisiest_recorded(tmp_path):
-    """Rows from a quiet machine and a noisy one: each plans from its own rows; a third machine, with no rows of its
-    own, plans from each strategy's noisiest row, never from a pool that a quiet machine would make optimistic."""
+def test_the_plan_takes_the_noise_of_the_machine_that_runs_it(tmp_path):
+    """Rows from a quiet machine and a noisy one: each plans from its own rows; without a machine (the docs'
+    statement), every row is pooled."""
     from metrics.report.design import planned_blocks
 
     quiet, noisy, other = ({**fingerprint(), "cpu_model": model} for model in ("quiet", "noisy", "other"))
@@ -118,12 +118,74 @@ def test_the_plan_takes_the_noise_of_the_machine_that_runs_it_or_the_noisiest_re
         return powers["data=digits, model=tiny"]["log_sd"], lines[0]
 
     sd, line = planned_noise(quiet)
-    assert sd == pytest.approx(0.02) and "measured on the machine planned for" in line and "noisiest" not in line
+    assert sd == pytest.approx(0.02) and "the noise recorded on the machine planned for" in line
+    assert "conservative prior" not in line
     assert planned_noise(noisy)[0] == pytest.approx(0.15)
-    sd, line = planned_noise(other)
-    assert sd == pytest.approx(0.15) and "not measured on the machine planned for" in line and "noisiest" in line
     pooled, _ = planned_noise(None)  # no machine given (the docs' statement): every row
     assert pooled == pytest.approx(((0.02 ** 2 + 0.15 ** 2) / 2) ** 0.5)
+
+
+def machines_rows(tmp_path, **log_sds) -> tuple[Path, dict]:
+    """An evidence file of rows (allreduce and stepwise) measured on machines named by their cpu_model, at these
+    log-sds; and their fingerprints."""
+    machines = {name: {**fingerprint(), "cpu_model": name} for name in log_sds}
+    rows = [{"figure": "time_to_target", "metric": "test_accuracy", "value": 0.9, "estimator": "confirmed_crossing",
+             "data": "digits", "model": "tiny", "strategy": strategy, "log_sd": sd, "blocks": 3, "measured_at": "then",
+             "machine": machines[name]} for name, sd in log_sds.items() for strategy in ("allreduce", "stepwise")]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"results": [{"name": "primary_noise", "rows": rows}]}))
+    return path, machines
+
+
+def test_off_its_machine_the_plan_takes_a_conservative_prior_and_says_so(tmp_path):
+    """A machine with no noise rows of its own plans on the prior: 2.5 x the noisiest row recorded on any machine
+    (0.15 -> 0.375), taken as its bound, never on a quieter machine's rows; its first line and its plan
+    (declaration.power) say "conservative prior", and it needs more blocks than the noisy machine's own plan."""
+    from metrics.report.design import planned_blocks
+
+    path, machines = machines_rows(tmp_path, quiet=0.02, noisy=0.15)
+    other = {**fingerprint(), "cpu_model": "other"}
+    blocks, lines, powers = planned_blocks(planned(*HEADLINE), path, effect=1.25, cap=100, machine=other)
+    section = powers["data=digits, model=tiny"]
+    assert section["log_sd"] == section["log_sd_upper"] == pytest.approx(0.375) and section["df"] == 2
+    assert section["noise"] == "conservative prior" and "conservative prior" in lines[0]
+    own, _, mine = planned_blocks(planned(*HEADLINE), path, effect=1.25, cap=100, machine=machines["noisy"])
+    assert mine["data=digits, model=tiny"]["noise"] == "own machine" and blocks > own
+
+
+def test_a_sweeps_measured_noise_is_the_next_plans_row_on_its_machine(tmp_path):
+    """A sweep's report writes its paired noise as candidate rows of its machine (.avgbench/primary_noise.json);
+    the next sweep beside it on that machine plans on the newest such rows, not on a prior from other machines."""
+    import math
+    import statistics
+
+    from helpers import report_of, write_sweep
+    from metrics.report.design import planned_blocks
+    from metrics.report.noise import sweep_noise_files
+
+    path, _ = machines_rows(tmp_path, noisy=0.15)
+    base = [10.0, 11.0, 10.5]
+    ratios = {"allreduce": [1.30, 0.95, 1.10], "stepwise": [1.05, 0.90, 1.20]}
+    sweep = write_sweep(tmp_path / "sweeps" / "first", {
+        f"strategy={name}": [(name, 2, 1, 100.0, b / r, {}) for b, r in zip(base, found)]
+        for name, found in ratios.items()} | {"baseline_2x1": [("single", 2, 1, 100.0, b, {}) for b in base],
+                                                "baseline_1x1": [("single", 1, 1, 60.0, 15.0, {})] * 3})
+    report_of(sweep, out=sweep)
+    written = json.loads((sweep / ".avgbench" / "primary_noise.json").read_text())["rows"]
+    assert {r["strategy"] for r in written} == {"allreduce", "stepwise"}
+    older = tmp_path / "sweeps" / "older" / ".avgbench" / "primary_noise.json"
+    older.parent.mkdir(parents=True)
+    older.write_text(json.dumps({"rows": [r | {"log_sd": 0.9, "measured_at": "2000-01-01 00:00:00"}
+                                          for r in written]}))
+    files = sweep_noise_files(tmp_path / "sweeps" / "next")
+    assert sorted(files) == sorted([sweep / ".avgbench" / "primary_noise.json", older])
+    _, lines, powers = planned_blocks(planned(*HEADLINE), path, effect=1.25, cap=30, machine=fingerprint(),
+                                      sweeps=files)
+    sds = [statistics.stdev(math.log(r) for r in found) for found in ratios.values()]
+    section = powers["data=digits, model=tiny"]
+    assert section["noise"] == "own machine" and section["df"] == 4
+    assert section["log_sd"] == pytest.approx(math.sqrt(sum(sd * sd for sd in sds) / 2))
+    assert str(sweep) in lines[0]
 
 
 def test_a_target_missed_on_another_machine_does_not_stop_a_plan_from_this_machines_rows(tmp_path):

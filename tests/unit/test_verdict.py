@@ -178,6 +178,46 @@ def test_a_control_arm_whose_interval_excludes_one_forbids_every_claim(tmp_path)
     assert "excludes 1: runs in one block are not comparable" in verdict
 
 
+def test_under_a_control_arm_that_excludes_one_no_finding_is_worded_as_a_claim(tmp_path):
+    """The control arm's interval excludes 1 ("No claim"): allreduce's 1.5x win is withheld in the findings, the
+    entries, the comparisons table and report.html, as under a refused plan."""
+    control = {"config": {"arm": "control"}}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=allreduce": blocks("allreduce", 2, [100.0] * 3, [t / r for t, r in zip(BASELINE_TIMES,
+                                                                                            (1.50, 1.53, 1.47))]),
+        "baseline_2x1_control": blocks("single", 2, [100.0] * 3, [t * r for t, r in zip(BASELINE_TIMES,
+                                                                                         (1.30, 1.32, 1.28))],
+                                       **control), **baselines()})
+    out = tmp_path / "out"
+    markdown = report_of(sweep, out=out)
+    verdict = verdict_of(markdown)
+    estimate, low, high = interval([1.50, 1.53, 1.47])
+    assert answer_of(verdict).startswith("No claim: the blocks are not comparable.")
+    assert line_of(verdict, "allreduce 2×1cpu").endswith(
+        f"against single 2×1cpu: withheld (no verdict): {estimate:.2f}× [{low:.2f}, {high:.2f}] "
+        f"(×/÷{math.sqrt(high / low):.2f}, 3 blocks)")
+    table = markdown.split("### Comparisons (declared before the data)")[1].split("\n### ")[0]
+    findings = [line for line in verdict.splitlines() if re.match(r"- |\d+\. ", line)]
+    assert findings and not any("faster" in line for line in findings)
+    rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("| ")][1:]
+    assert [row[6].strip() for row in rows if not row[0].startswith("---")] == ["withheld", "excludes 1"]  # the control
+    page = (out / "report.html").read_text()
+    assert "faster:" not in page and ">faster<" not in page
+
+
+def test_the_report_says_what_the_plan_planned_on(tmp_path):
+    """A plan made on a machine without its own noise rows says so in the report: a conservative prior."""
+    power = {"effect": 1.25, "blocks": 3, "comparisons": 1, "log_sd": 0.3, "df": 2, "log_sd_upper": 1.33,
+             "power": 0.05, "power_at_estimate": 0.2, "noise": "conservative prior"}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=stepwise": blocks("stepwise", 2, [100.0] * 3, [t / 1.5 for t in BASELINE_TIMES]), **baselines()},
+        plan={"declaration": {"power": {"data=digits, model=tiny": power}}})
+    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    assert (f"Planned on a conservative prior (no noise recorded on the machine planned for: 2.5 × the noisiest "
+            f"recorded row of any machine, taken as its upper bound): the plan of {sweep} chose 3 blocks at log-sd "
+            "0.300 (95 % upper bound 1.330), 5% power at ×/÷1.25.") in verdict
+
+
 def test_a_blocks_first_attempt_counts_and_its_retry_stands_beside_it(tmp_path):
     """Block 1's ring failed (after its first evaluations), was retried in its block and completed at 9.5 s: the
     failed first attempt counts, at its horizon (30 s, never ahead of the baseline's 11 s), so a retry's luckier draw
@@ -221,9 +261,14 @@ def test_paired_blocks_cancel_drift_and_a_clear_win_is_called_faster(tmp_path):
         f"0.9: {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks).")
 
 
-def test_the_noise_and_the_detectable_ratio_use_the_primary_figure_and_holm(tmp_path):
-    """Two configurations: 3 declared comparisons. The noise is time-to-target's own (throughput varies 10x less
-    here), and the detectable ratio uses Holm's first step, 0.05 / 3."""
+def test_the_noise_and_the_next_plans_detectable_ratio_use_the_primary_figure_and_holm(tmp_path):
+    """Two configurations: 3 declared comparisons, 3 blocks. The noise is time-to-target's own (throughput varies 10x
+    less here). By hand: the log ratios' sds are 0.1569 (stepwise 1.30, 0.95, 1.10) and 0.1440 (allreduce 1.05, 0.90,
+    1.20), pooled over 2 + 2 df: 0.1506. A next plan of 3 blocks at Holm's first step (two-sided 0.05 / 3) and 80 %
+    power: t(1 - 0.05 / 6, 2) = 7.6488 and t(0.8, 2) = 1.0607, so exp((7.6488 + 1.0607) x 0.1506 / sqrt(3)) = x/÷2.13;
+    no post-hoc power of this sweep."""
+    import html
+
     from scipy.stats import t
 
     ratios = {"stepwise": [1.30, 0.95, 1.10], "allreduce": [1.05, 0.90, 1.20]}
@@ -231,15 +276,19 @@ def test_the_noise_and_the_detectable_ratio_use_the_primary_figure_and_holm(tmp_
         f"strategy={name}": blocks(name, 2, [100.0 * (1 + 0.01 * k) for k in range(3)],
                                    [b / r for b, r in zip(BASELINE_TIMES, found)])
         for name, found in ratios.items()} | baselines(), plan={})
-    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
+    out = tmp_path / "out"
+    verdict = verdict_of(report_of(sweep, out=out))
     sds = [math.sqrt(sum((math.log(r) - sum(map(math.log, found)) / 3) ** 2 for r in found) / 2)
            for found in ratios.values()]
     pooled = math.sqrt(sum(sd * sd for sd in sds) / 2)
     factor = math.exp((t.ppf(1 - 0.05 / 3 / 2, 2) + t.ppf(0.8, 2)) * pooled / math.sqrt(3))
+    assert round(pooled, 4) == 0.1506 and round(factor, 2) == 2.13
     assert (f"Noise of time-to-target: the paired ratios vary by {pooled:.1%} (sd of their logs, pooled over the "
-            f"comparisons with the baselines and the control arm, blocks observed exactly); 3 blocks detect a ratio "
-            f"beyond ×/÷{factor:.2f} (5 % two-sided after Holm over 3 comparisons, 80 % power).") in verdict
-    assert "±" not in verdict.split("Noise")[1].split("\n")[0]
+            f"comparisons with the baselines and the control arm, blocks observed exactly).") in verdict
+    line = (f"Next plan: on the noise this sweep measured (log-sd {pooled:.3f} on 4 degrees of freedom), 3 blocks "
+            f"detect a ratio beyond ×/÷2.13 at 80% power, two-sided 5% after Holm over 3 declared comparisons")
+    assert line in verdict and html.escape(line) in (out / "report.html").read_text()
+    assert "power of this sweep" not in verdict and "±" not in verdict.split("Noise")[1].split("\n")[0]
 
 
 def test_no_faster_only_from_equivalence(tmp_path):
