@@ -2,12 +2,15 @@
 """Rewrite the generated blocks of README.md and docs/*.md from conf/ and bench/results/ (docs/usage.md): a block
 lies between `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`, SPEC a generator and its arguments.
 
-    python docs/generate.py            # rewrite every block (make docs)
+    python docs/generate.py            # rewrite every block and screenshot docs/samples/*.html (make docs)
     python docs/generate.py --check    # exit 1 naming each stale block, change nothing
 """
 import argparse
 import calendar
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -646,6 +649,23 @@ def stale_pages(pages: list[Path] = PAGES) -> dict[Path, str]:
     return {page: text for page, text in fresh.items() if text != texts[page]}
 
 
+def screenshots(samples: Path = ROOT / "docs" / "samples") -> list[Path]:
+    """The first screen (1280×800) of each sample report in headless Chromium, NAME.png beside NAME.html; none
+    without Chromium (scripts/setup.sh installs it)."""
+    if not (chromium := shutil.which("chromium")):
+        print("no chromium on PATH: the sample reports' screenshots are not taken", file=sys.stderr)
+        return []
+    shots = []
+    for page in sorted(samples.glob("*.html")):
+        with tempfile.TemporaryDirectory() as profile:
+            subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                            "--disable-component-update", "--disable-sync", "--no-first-run",
+                            f"--user-data-dir={profile}", f"--screenshot={page.with_suffix('.png')}",
+                            "--window-size=1280,800", page.as_uri()], capture_output=True, timeout=120, check=True)
+        shots.append(page.with_suffix(".png"))
+    return shots
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated block is stale")
@@ -657,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             page.write_text(fresh)
             print(f"rewrote {page.relative_to(ROOT)}")
+    if not args.check:
+        for shot in screenshots():
+            print(f"screenshot {shot.relative_to(ROOT)}")
     return 1 if args.check and stale else 0
 
 

@@ -273,7 +273,7 @@ def noise_line(a: Analysis) -> str | None:
             "comparisons, 80 % power).")
 
 
-def left_out(a: Analysis) -> list[str]:
+def left_out_runs(a: Analysis) -> list[str]:
     """One line per unfaithful run whose block a comparison left out, with the figure that failed."""
     found = {run for c in [*a.comparisons, *a.controls] for run in c.left_out}
     return [str(run) for run in sorted(found, key=lambda r: (str(r.block), r.label))]
@@ -359,8 +359,8 @@ def caveats_of(group: Group, section: Section) -> list[tuple[str, str]]:
 
     items = [(kind, f"{where(run)}: {detail}") for run in group.runs for kind, detail in run_caveats(run, section)]
     items += [(RUN_AGAIN, f"{where(run)}: " + ", ".join(filter(None, [
-        run.summary.status, run.completed and run.summary.time_to_target_s is not None
-        and f"reached the target at {number(run.summary.time_to_target_s)} s", error_headline(run.summary.error)])))
+        run.summary.status, f"reached the target at {number(run.summary.time_to_target_s)} s"
+        if run.completed and run.summary.time_to_target_s is not None else None, error_headline(run.summary.error)])))
         for run in group.attempts]
     length = length_caveat(group, section.groups)
     return items + ([(UNEQUAL_LENGTH, f"{group.label}: {length}")] if length else [])

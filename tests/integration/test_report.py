@@ -310,7 +310,7 @@ def test_labels_name_only_what_differs(multirun):
 def test_caveats_stand_beside_the_row_they_concern(scaling):
     from metrics.report.baselines import attach_baselines
     from metrics.report.runs import sections_of
-    from metrics.report.verdict import caveats_of
+    from metrics.report import verdict
 
     run = load_run(scaling[0])
     summary = run.summary.to_dict()
@@ -327,14 +327,19 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
     groups = group_runs([run, longer])
     attach_baselines(groups)
     section = sections_of(groups)[0]
-    setting = ("unfaithful", "not alone", "not isolated", "oversubscribed",  # the machine's load, not these runs'
-               "machine speed moved", "ended before the end of the measurement window")
-    caveats = [c for c in caveats_of(groups[0], section) if not c.startswith(setting)]
-    assert caveats == ["target not reached in 1 of 1", "lost peers 1", "failed averaging rounds: rounds_failed=2",
-                       "unequal length: max_steps=6 (this comparison: 6, 12); 384 samples trained, 768 in the longest "
-                       "configuration"]
-    assert [c for c in caveats_of(groups[1], section) if not c.startswith(setting)] == [
-        "target not reached in 1 of 1", "unequal length: max_steps=12 (this comparison: 6, 12)"]
+    setting = (verdict.NOT_ALONE, verdict.NOT_ISOLATED, verdict.OVERSUBSCRIBED, *verdict.UNFAITHFUL.values(),
+               verdict.SPEED_MOVED, verdict.SHORT_WINDOW)  # the machine's load, not these runs'
+
+    def caveats(group):
+        return [(kind, detail.split(": ", 1)[1]) for kind, detail in verdict.caveats_of(group, section)
+                if kind not in setting]
+
+    assert caveats(groups[0]) == [
+        (verdict.MISSED, "target not reached"), (verdict.LOST_PEERS, "lost peers 1"),
+        (verdict.FAILED_ROUNDS, "rounds_failed=2"), (verdict.UNEQUAL_LENGTH, "max_steps=6 (this comparison: 6, 12); "
+                                                    "384 samples trained, 768 in the longest configuration")]
+    assert caveats(groups[1]) == [(verdict.MISSED, "target not reached"),
+                                  (verdict.UNEQUAL_LENGTH, "max_steps=12 (this comparison: 6, 12)")]
 
 
 def test_convergence_band_is_the_spread_of_the_workers(scaling):
