@@ -239,7 +239,8 @@ def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling,
         entries["allreduce 1×1cpu"]
     assert "Control arm (the equal-resource baseline run twice in every block" in verdict
     for label in ("single 1×1cpu", "allreduce 1×1cpu", "single 1×2cpu"):
-        assert "unequal length: 192 samples trained, 384 in the longest configuration" in entries[label]
+        assert "[⚠ 1 configuration of unequal length](#s1-caveat-of-unequal-length)" in entries[label]
+        assert f"- {label}: 192 samples trained, 384 in the longest configuration" in markdown
     assert "Baselines missing" not in markdown
     page = (full_report / "report.html").read_text()
     assert page.index("<section id='verdict'>") < page.index("<h2>data=")
@@ -376,7 +377,8 @@ def test_crashed_run_appears_with_its_error(multirun, other_runs, tmp_path):
     assert {fault_tolerance(line) for line in markdown.splitlines() if "| completed | 0 |" in line} == {"–"}
     assert "## Errors" in markdown and "Traceback" in markdown
     crashed_entry = next(text for label, text in verdict_entries(verdict_of(markdown)).items() if "fault" in label)
-    assert "⚠ failed (seed 0): " in crashed_entry and "InjectedFault: injected failure on rank 0" in crashed_entry
+    assert "[⚠ 1 run failed](#s1-caveat-failed)" in crashed_entry
+    assert re.search(r"^- .*fault.*: failed \(seed 0\): .*InjectedFault: injected failure on rank 0", markdown, re.M)
     crashed_row = next(r for r in read_csv(tmp_path / "runs.csv") if r["status"] == "failed")
     assert crashed_row["fault_tolerance"].startswith("failed in ")
     assert crashed_row["failed_rank"] == "0" and int(crashed_row["total_samples"]) == 2 * 32  # partial data
