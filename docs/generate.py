@@ -616,7 +616,8 @@ def quick_row(entry: dict | None) -> Command:
 
 
 GENERATORS: dict[str, Callable[..., str]] = {
-    "commands": commands, "command-details": command_details, "knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
+    "commands": commands, "command-details": command_details,
+    "knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
     "bench-machines": bench_machines, "verdict": verdict, "quick-verdict": quick_verdict}
 
 

@@ -12,7 +12,8 @@ from metrics.report.render import answer_text, write
 report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
 
 
-def build_report(sources: list[Path], out_dir: Path, project: list[str] | None = None) -> tuple[Report, dict[str, Path]]:
+def build_report(sources: list[Path], out_dir: Path,
+                 project: list[str] | None = None) -> tuple[Report, dict[str, Path]]:
     """Write report.html, report.md and runs.csv into out_dir (project: LINK:N targets to project to); the report and
     their paths."""
     report = build(sources, project)

@@ -12,8 +12,7 @@ from metrics.report.model import Caveat, Entry, Verdict
 from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict, time_observation
 from metrics.report.runs import Group, Run, Section, off_plan, plan_refusal, shared_seeds
 from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
-from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
-                                   reached_count)
+from metrics.report.tables import bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell
 from metrics.report.stats import (ALPHA, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER,
                                   WITHHELD, detectable, excludes_one, pooled_log_sd)
 
@@ -472,13 +471,14 @@ def section_verdict(section: Section) -> tuple[Verdict, Analysis]:
     lines = [control_line(a), noise_line(a), *a.notes]
     configurations = averaging(a.ranking) + [g for g in a.ranking if g.first.is_baseline]
     caveats = {id(g): caveats_of(g, section) for g in section.groups}
+    every = count_caveats([c for g in section.groups for c in caveats[id(g)]])
 
     def entry(g: Group) -> Entry:
         return Entry(g.label, figures_of(g, a), count_caveats(caveats[id(g)]))
 
     verdict = Verdict(f"Primary figure (declared before the first run): {a.primary.text}.", answer_of(a),
                       method_of(a), [finding_of(g, a) for g in configurations], network_lines(a.ranking + a.references),
-                      [line for line in lines if line], count_caveats([c for g in section.groups for c in caveats[id(g)]]),
+                      [line for line in lines if line], every,
                       [entry(g) for g in a.ranking], [entry(g) for g in a.references],
                       [override_command(o) for o in missing_baselines(section.runs)], REFERENCES_NOTE, COMMANDS_NOTE)
     return verdict, a
