@@ -145,6 +145,7 @@ LAYOUT_CHECK = """<script>window.addEventListener('load', () => {
   const found = {innerWidth: window.innerWidth, scrollWidth: document.documentElement.scrollWidth,
     images: images.length, loaded: images.filter(i => i.complete && i.naturalWidth > 0).length,
     verdictTop: verdict ? verdict.getBoundingClientRect().top : null,
+    forestBottom: document.querySelector('figure.forest img')?.getBoundingClientRect().bottom,
     overflowingTables: [...document.querySelectorAll('div.table')].filter(d => d.scrollWidth > d.clientWidth)
       .map(d => d.querySelector('tr').textContent.slice(0, 80))};
   const out = document.createElement('pre');
@@ -173,6 +174,7 @@ def test_report_fits_a_1280_px_window_in_headless_chromium(full_report, tmp_path
     assert found["overflowingTables"] == [], "tables wider than the page"
     assert found["images"] == len(images) and found["loaded"] == found["images"]
     assert found["verdictTop"] is not None and found["verdictTop"] < 800, "the verdict is not in the first screen"
+    assert found["forestBottom"] < 800, "the answer, the comparisons and their forest plot overflow the first screen"
 
     shot = tmp_path / "report.png"
     rendered = chromium("--window-size=1280,2400", f"--screenshot={shot}", (full_report / "report.html").as_uri(),
