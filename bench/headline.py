@@ -23,7 +23,7 @@ from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.runs import Run, Section  # noqa: E402
 from metrics.report.stats import EQUIVALENT, FASTER, SLOWER, Ratio, excludes_one  # noqa: E402
-from metrics.report.verdict import noise_of, section_verdict  # noqa: E402
+from metrics.report.verdict import left_out_runs, noise_of, section_verdict  # noqa: E402
 
 HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed
 SEPARATED = (FASTER, SLOWER)
@@ -108,7 +108,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
                          "censored": c.censored, "against_baseline": c.other.first.is_baseline}
                         for c in analysis.comparisons],
         "links": verdict.network,
-        "left_out": verdict.left_out,
+        "left_out": left_out_runs(analysis),
         "not_loaded": left_out,
         "noise": dataclasses.asdict(noise) if (noise := noise_of(analysis)) else None,  # and what its blocks detect
     }

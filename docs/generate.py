@@ -2,12 +2,15 @@
 """Rewrite the generated blocks of README.md and docs/*.md from conf/ and bench/results/ (docs/usage.md): a block
 lies between `<!-- generated:SPEC -->` and `<!-- end generated:SPEC -->`, SPEC a generator and its arguments.
 
-    python docs/generate.py            # rewrite every block (make docs)
+    python docs/generate.py            # rewrite every block and screenshot docs/samples/*.html (make docs)
     python docs/generate.py --check    # exit 1 naming each stale block, change nothing
 """
 import argparse
 import calendar
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -485,8 +488,23 @@ def noise_machines(noise: PlanningNoise) -> str:
     return f"not measured on the sweeps' machine: {BASIS[noise.basis]}, from {'; '.join(others)}"
 
 
-def commands() -> str:
-    """The README's first screen: each command, what it answers, its measured time and what its blocks decide."""
+DETAIL = "docs/usage.md#what-each-command-answers"  # where the README's short cells are spelt out
+
+
+@dataclass
+class Command:
+    """A row of the README's table: each cell a short phrase; the long text, for docs/usage.md."""
+    command: str
+    answers: str
+    elapsed: str
+    decides: str
+    answers_detail: str
+    elapsed_detail: str
+    decides_detail: str
+
+
+def command_rows() -> tuple[list[Command], list[str]]:
+    """Each command, what it answers, its measured time and what its blocks decide; the entries not current."""
     entries = load_all()
     share, headline = entries["evaluation_share"], entries["headline"]
     runs = " and ".join(num(r["command_s"] / 60, 1) for r in share["repeats"])
@@ -508,19 +526,52 @@ def commands() -> str:
                + simulated_power(entries, blocks, effect))
     if samples := headline.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
-    rows = [["`make run`", "sets up, then trains ResNet18 on the digits data in one process, to the target",
-             f"{runs} min ({measured(share)})", "one run: no comparison"],
-            ["`.venv/bin/python train.py -m strategy=ring,stepwise,ps`",
-             "which averaging reaches 95 % test accuracy faster than one process on the same CPUs, and than each "
-             "other, on emulated per-host links", f"{sweeps} min, one sweep each ({measured(headline)})", decides],
-            ["`.venv/bin/python train.py strategy=hivemind peers=8`", "how 8 hivemind peers train, round by round, "
-             "and what their averaging costs", hivemind_elapsed(entries.get("hivemind_command")),
-             "one run: no comparison"], quick_row(entries.get("quick"))]
-    shown = (share, headline, entries.get("hivemind_command"), entries.get("quick"), entries.get("primary_noise"),
+    hivemind = entries.get("hivemind_command")
+    rows = [Command("`make run`", "one ResNet18 run on the digits data, to the target", f"{runs} min{stale(share)}",
+                    "one run: no comparison",
+                    "sets up, then trains ResNet18 on the digits data in one process, to the target",
+                    f"{runs} min ({measured(share)})", "one run: no comparison"),
+            Command("`.venv/bin/python train.py -m strategy=ring,stepwise,ps`",
+                    "which averaging reaches 95 % accuracy faster than one process, and than each other",
+                    f"{sweeps} min a sweep{stale(headline)}",
+                    f"ratios beyond ×/÷{detectable(sd, blocks, family):.2f} in {blocks} blocks",
+                    "which averaging reaches 95 % test accuracy faster than one process on the same CPUs, and than "
+                    "each other, on emulated per-host links", f"{sweeps} min, one sweep each ({measured(headline)})",
+                    decides),
+            Command("`.venv/bin/python train.py strategy=hivemind peers=8`",
+                    "how 8 hivemind peers train and what their averaging costs",
+                    f"{num(hivemind['repeats'][0]['command_s'] / 60, 1)} min{stale(hivemind)}" if hivemind
+                    else "not recorded", "one run: no comparison",
+                    "how 8 hivemind peers train, round by round, and what their averaging costs",
+                    hivemind_elapsed(hivemind), "one run: no comparison"),
+            quick_row(entries.get("quick"))]
+    shown = (share, headline, hivemind, entries.get("quick"), entries.get("primary_noise"),
              entries.get("verdict_simulation"))  # the last two: the headline's noise and power
-    stale = [f"- `{e['name']}`: {found.why}." for e in shown if e and (found := freshness(e))]
-    return "\n".join(table(["command", "what it answers", "elapsed, measured", "what its blocks can decide"], rows)
-                     + (["", "Not the current code's figures:", *stale] if stale else []))
+    return rows, [f"- `{e['name']}`: {found.why}." for e in shown if e and (found := freshness(e))]
+
+
+def commands() -> str:
+    """The README's first screen: each command, what it answers, its measured time and what its blocks decide, a
+    short phrase each, linked to their detail (command_details)."""
+    rows, _ = command_rows()
+    return "\n".join(table(["command", "what it answers", "elapsed", "what its blocks can decide"],
+                            [[r.command, f"{r.answers} ([detail]({DETAIL}))", r.elapsed, r.decides] for r in rows]))
+
+
+def command_details() -> str:
+    """The README's table spelt out (docs/usage.md): where and when each figure was measured, what the blocks
+    decide and on which noise."""
+    rows, not_current = command_rows()
+    lines = [line for r in rows for line in (
+        f"- {r.command}: {r.answers_detail}.", f"  - Elapsed, measured: {r.elapsed_detail}.",
+        f"  - What its blocks can decide: {r.decides_detail}.")]
+    lines += ["", "Not the current code's figures:", *not_current] if not_current else []
+    return "\n".join(lines).replace("](docs/", "](")  # links as seen from docs/
+
+
+def stale(entry: dict | None) -> str:
+    """" (stale)" where an entry of the README's table is not the current code's figure."""
+    return " (stale)" if entry and freshness(entry) else ""
 
 
 def measured(entry: dict) -> str:
@@ -543,24 +594,31 @@ def hivemind_elapsed(entry: dict | None) -> str:
             f"{measured(entry)})")
 
 
-def quick_row(entry: dict | None) -> list[str]:
+def quick_row(entry: dict | None) -> Command:
     """The quick comparison's row (bench/quick.py): its wall clock and the ratio its blocks detect."""
-    row = ["`.venv/bin/python train.py -m experiment=quick strategy=allreduce,stepwise,ps`",
-           "the first command's question on the tiny CNN, 200 steps a run, 8 blocks: allreduce, stepwise and ps "
-           "against one process on the same CPUs, and against each other"]
+    command = "`.venv/bin/python train.py -m experiment=quick strategy=allreduce,stepwise,ps`"
+    answers = "the first command's question on a tiny CNN, in minutes"
+    answers_detail = ("the first command's question on the tiny CNN, 200 steps a run, 8 blocks: allreduce, stepwise "
+                      "and ps against one process on the same CPUs, and against each other")
     if not entry:
-        return row + ["not recorded (`python bench/run.py quick`)", "–"]
+        return Command(command, answers, "not recorded", "–", answers_detail,
+                       "not recorded (`python bench/run.py quick`)", "–")
     noise = entry["answer"]["noise"]
-    decides = "no noise measured" if not (noise and noise["log_sd"]) else (
+    measured_noise = noise and noise["log_sd"]
+    decides = "no noise measured" if not measured_noise else (
         f"{noise['blocks']} blocks: ratios beyond ×/÷{noise['detectable']:.2f} at 80 % power after Holm over "
         f"{noise['family']} comparisons, on the noise this sweep measured (paired log-sd {noise['log_sd']:.3f}); "
         f"its report: [Markdown]({entry['samples'][0]}), [HTML]({entry['samples'][1]})")
-    return row + [f"{entry['answer']['wall_s'] / 60:.1f} min, one sweep (goal ≤ {entry['goal_s'] / 60:.0f} min: "
-                  f"{'met' if entry['goal_met'] else 'missed'}; {measured(entry)})", decides]
+    return Command(command, answers, f"{entry['answer']['wall_s'] / 60:.1f} min{stale(entry)}",
+                   f"ratios beyond ×/÷{noise['detectable']:.2f} in {noise['blocks']} blocks" if measured_noise
+                   else "no noise measured", answers_detail,
+                   f"{entry['answer']['wall_s'] / 60:.1f} min, one sweep (goal ≤ {entry['goal_s'] / 60:.0f} min: "
+                   f"{'met' if entry['goal_met'] else 'missed'}; {measured(entry)})", decides)
 
 
 GENERATORS: dict[str, Callable[..., str]] = {
-    "commands": commands, "knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
+    "commands": commands, "command-details": command_details,
+    "knobs": knobs, "groups": groups, "bench": bench, "bench-summary": bench_summary,
     "bench-machines": bench_machines, "verdict": verdict, "quick-verdict": quick_verdict}
 
 
@@ -593,6 +651,23 @@ def stale_pages(pages: list[Path] = PAGES) -> dict[Path, str]:
     return {page: text for page, text in fresh.items() if text != texts[page]}
 
 
+def screenshots(samples: Path = ROOT / "docs" / "samples") -> list[Path]:
+    """The first screen (1280×800) of each sample report in headless Chromium, NAME.png beside NAME.html; none
+    without Chromium (scripts/setup.sh installs it)."""
+    if not (chromium := shutil.which("chromium")):
+        print("no chromium on PATH: the sample reports' screenshots are not taken", file=sys.stderr)
+        return []
+    shots = []
+    for page in sorted(samples.glob("*.html")):
+        with tempfile.TemporaryDirectory() as profile:
+            subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                            "--disable-component-update", "--disable-sync", "--no-first-run",
+                            f"--user-data-dir={profile}", f"--screenshot={page.with_suffix('.png')}",
+                            "--window-size=1280,800", page.as_uri()], capture_output=True, timeout=120, check=True)
+        shots.append(page.with_suffix(".png"))
+    return shots
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated block is stale")
@@ -604,6 +679,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             page.write_text(fresh)
             print(f"rewrote {page.relative_to(ROOT)}")
+    if not args.check:
+        for shot in screenshots():
+            print(f"screenshot {shot.relative_to(ROOT)}")
     return 1 if args.check and stale else 0
 
 

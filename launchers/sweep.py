@@ -8,7 +8,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from launchers.config import project_targets
-from metrics.report import build_report, report_errors
+from metrics.report import announce, build_report, report_errors
 
 
 class SweepReport(Callback):
@@ -17,10 +17,10 @@ class SweepReport(Callback):
         try:
             project = project_targets(OmegaConf.select(config, "report.project"),
                                       list(OmegaConf.select(config, "hydra.overrides.task", default=[])))
-            paths = build_report([sweep_dir], sweep_dir, project)
+            report, paths = build_report([sweep_dir], sweep_dir, project)
         except Exception as exc:  # the multirun's results stay; the exit code says the report failed
             report_errors.append(f"{sweep_dir}: {exc}")
             print(f"avgbench: error: comparison report for {sweep_dir} failed: {exc}\n{traceback.format_exc()}",
                   file=sys.stderr)
             return
-        print(f"avgbench: comparison report: {paths['html']} (also report.md, runs.csv)")
+        announce(report, paths)

@@ -7,19 +7,28 @@ from pathlib import Path
 from metrics.recording.rundir import SWEEP_PLAN
 from metrics.report.build import NoRuns, build
 from metrics.report.noise import write_sweep_noise
+from metrics.report.model import Report
 from metrics.report.projected import parse_targets
-from metrics.report.render import write
+from metrics.report.render import answer_text, write
 
 report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
 
 
-def build_report(sources: list[Path], out_dir: Path, project: list[str] | None = None) -> dict[str, Path]:
-    """Write report.html, report.md and runs.csv into out_dir (project: LINK:N targets to project to); their paths.
-    A sweep's report in its own folder also writes the noise it measured, the next plan's row on its machine."""
-    paths = write(build(sources, project), out_dir)
+def build_report(sources: list[Path], out_dir: Path,
+                 project: list[str] | None = None) -> tuple[Report, dict[str, Path]]:
+    """Write report.html, report.md and runs.csv into out_dir (project: LINK:N targets to project to); the report and
+    their paths. A sweep's report in its own folder also writes the noise it measured, the next plan's row on its
+    machine."""
+    report = build(sources, project)
+    paths = write(report, out_dir)
     if sources == [out_dir] and (out_dir / SWEEP_PLAN).is_file():
         write_sweep_noise(out_dir)
-    return paths
+    return report, paths
+
+
+def announce(report: Report, paths: dict[str, Path]) -> None:
+    """The answer and the comparisons in the terminal, then where the report is."""
+    print(f"{answer_text(report)}\n\navgbench: comparison report: {paths['html']} (also report.md, runs.csv)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +53,5 @@ def main(argv: list[str] | None = None) -> int:
         report = build(args.dirs, args.project)
     except NoRuns as exc:
         parser.exit(2, f"avgbench: error: {exc}\n")
-    paths = write(report, args.out or args.dirs[0])
-    print(f"avgbench: comparison report: {paths['html']} (also report.md, runs.csv)")
+    announce(report, write(report, args.out or args.dirs[0]))
     return 0

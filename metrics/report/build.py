@@ -10,7 +10,7 @@ from metrics.report.primary import time_observation
 from metrics.report.projected import projected_tables
 from metrics.report.runs import Run, Section, flatten, read_plan
 from metrics.summary.wall import sweep_efficiency
-from metrics.report.tables import error_headline, fault_tolerance, section_tables
+from metrics.report.tables import answer_table, error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
 from metrics.recording.methods import methods
 from metrics.summary.schema import Json
@@ -123,7 +123,7 @@ def csv_rows(sections: list[Section]) -> list[Json]:
 
 def build(sources: list[Path], project: list[str] | None = None) -> Report:
     """The report over the runs under these directories; project: report.project's LINK:N targets."""
-    from metrics.report.plots import section_plots  # matplotlib only when a report is built
+    from metrics.report.plots import forest_plot, section_plots  # matplotlib only when a report is built
 
     sections, left_out = load_runs(sources)
     if not sections:
@@ -133,8 +133,10 @@ def build(sources: list[Path], project: list[str] | None = None) -> Report:
     for section in sections:
         verdict, analysis = section_verdict(section)
         shown = analysis.ranking + analysis.references + [g for g in section.groups if g.is_control]
-        parts.append(SectionReport(section.title, verdict,
-                                   section_tables(shown, analysis.primary, analysis.comparisons, analysis.controls),
+        comparisons, controls = analysis.comparisons, analysis.controls
+        parts.append(SectionReport(section.title, verdict, answer_table(comparisons, controls),
+                                   forest_plot(comparisons, controls, analysis.primary),
+                                   section_tables(shown, analysis.primary, comparisons, controls),
                                    section_plots(section, shown)))
     return Report(time.strftime("%Y-%m-%d %H:%M:%S %Z"), [str(s) for s in sources], intro(sections), parts,
                   notes(sections, left_out), errors(sections), methods_of(sections), csv_rows(sections),

@@ -19,11 +19,19 @@ class Figure:
 
 
 @dataclass
+class Caveat:
+    """One kind of caveat: one line with its count, linked (anchor) to its details further down."""
+    text: str           # "9 runs on a contended CPU left out"
+    anchor: str         # the id of its details, unique within a section
+    details: list[str]  # one line per run (or configuration): block, configuration, the figure that failed
+
+
+@dataclass
 class Entry:
     """One configuration's line in the verdict."""
     label: str
     figures: list[str]
-    caveats: list[str]
+    caveats: list[Caveat]  # this configuration's, counted
 
 
 @dataclass
@@ -35,21 +43,22 @@ class Verdict:
     findings: list[str]   # per configuration: reached k of n, its claim against the baseline
     network: list[str]    # the link each configuration was measured on, its goodput, their communication shares
     lines: list[str]      # the control arm, the noise, the order
-    left_out: list[str]   # one line per unfaithful run whose block was left out of the claims
+    caveats: list[Caveat]  # the section's, one line per kind with its count
     entries: list[Entry]  # ranked on the primary figure; the other figures beside it
     references: list[Entry]  # single-process runs on fewer CPUs, kept for scaling efficiency, not ranked
     commands: list[str]   # train.py commands producing the missing baselines
     references_note: str = ""
     commands_note: str = ""
-    left_out_note: str = ""
 
 
 @dataclass
 class SectionReport:
     title: str
     verdict: Verdict
+    comparisons: Table         # the first screen: ratio, interval and claim of every comparison
+    forest: Figure | None      # the same comparisons on one log axis (None: no paired ratio)
     tables: list[Table]
-    figures: list[Figure]
+    figures: list[Figure]      # per configuration, below the detail
 
 
 @dataclass

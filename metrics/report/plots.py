@@ -1,6 +1,7 @@
 """The report's plots, as base64 PNG (matplotlib Agg) with a caption naming unit and method."""
 import base64
 import io
+import math
 import statistics
 import textwrap
 from collections.abc import Callable
@@ -12,9 +13,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure as Canvas  # noqa: E402
 
+from metrics.report.compare import Comparison  # noqa: E402
 from metrics.report.formats import phase_name  # noqa: E402
 from metrics.report.model import Figure  # noqa: E402
+from metrics.report.primary import Primary  # noqa: E402
 from metrics.report.runs import Group, Run, Section  # noqa: E402
+from metrics.report.stats import EQUIVALENT, FASTER, SLOWER  # noqa: E402
+from metrics.report.tables import claim_cell  # noqa: E402
 from metrics.recording.steplog import PHASES  # noqa: E402
 from metrics.summary.schema import Json, Summary  # noqa: E402
 
@@ -294,3 +299,48 @@ def section_plots(section: Section, ranked_groups: list[Group]) -> list[Figure]:
              breakdown_plot(ranked_groups), wall_phases_plot(ranked_groups), bytes_plot(ranked_groups),
              resources_plot(ranked_groups)]
     return [p for p in plots if p is not None]
+
+
+CLAIM_COLORS = {FASTER: "#2a7d3a", SLOWER: "#b03030", EQUIVALENT: "#3060b0"}
+
+
+def ratio_ticks(low: float, high: float) -> list[float]:
+    """Round ratios from 1 outwards within [low, high], at least an eighth of the axis apart."""
+    gap = math.log(high / low) / 8
+    ticks = [1.0]
+    for side in ((1.1, 1.25, 1.5, 2, 3, 5, 10), (0.9, 0.8, 0.67, 0.5, 0.33, 0.2, 0.1)):
+        last = 1.0
+        for t in side:
+            if low <= t <= high and abs(math.log(t / last)) >= gap:
+                ticks.append(t)
+                last = t
+    return sorted(ticks)
+
+
+def forest_plot(comparisons: list[Comparison], control: list[Comparison], primary: Primary) -> Figure | None:
+    """Every comparison's ratio and 95 % interval on one log axis, the claim beside its marker."""
+    shown = [c for c in [*comparisons, *control] if c.ratio.n]
+    if not shown:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 0.8 + 0.3 * len(shown)), layout="constrained")
+    for i, c in enumerate(shown):
+        estimate = c.ratio.estimate
+        low, high = c.ratio.interval() or (estimate, estimate)
+        color = CLAIM_COLORS.get(c.decision, "#777") if c in comparisons else "#777"
+        ax.errorbar(estimate, i, xerr=[[estimate - low], [high - estimate]], fmt="o", color=color, capsize=3)
+        ax.annotate(claim_cell(c, comparisons), (high, i), xytext=(6, 0), textcoords="offset points", va="center",
+                    fontsize=8, color=color)
+    ax.axvline(1, color="#444", lw=1)
+    ax.set_xscale("log")
+    ax.margins(x=0.15)
+    ticks = ratio_ticks(*ax.get_xlim())
+    ax.set_xticks(ticks, [f"{t:g}×" for t in ticks])
+    ax.minorticks_off()
+    ax.set_yticks(range(len(shown)), [f"{c.this.label} against {c.other.label}" for c in shown], fontsize=8)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(f"{primary.name} ratio (> 1: the configuration is the faster), 95 % interval, log axis")
+    return Figure("Comparisons on one axis", to_png(fig),
+                  f"Each comparison's paired ratio of {primary.name} (geometric mean over blocks) and its 95 % "
+                  "t-interval on a log axis; the line at 1 is no difference; the label is the claim (the control arm, "
+                  "grey: the baseline against its second run, outside the family). Numbers: the table above.")

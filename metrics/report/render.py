@@ -5,7 +5,7 @@ from pathlib import Path
 
 import jinja2
 
-from metrics.report.model import Report
+from metrics.report.model import Report, Table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -30,6 +30,20 @@ def environment() -> jinja2.Environment:
 
 def render(report: Report, template: str) -> str:
     return environment().get_template(template).render(report=report)
+
+
+def plain_table(table: Table) -> str:
+    """A table as aligned plain text, for the terminal."""
+    rows = [table.columns, *table.rows]
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(table.columns))]
+    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def answer_text(report: Report) -> str:
+    """The first screen in plain text, per section: the answer, the comparisons table and the caveats' lines."""
+    return "\n\n".join("\n".join([section.title, section.verdict.answer, "", plain_table(section.comparisons),
+                                   *(f"caveat: {c.text}" for c in section.verdict.caveats)])
+                       for section in report.sections)
 
 
 def write_csv(report: Report, path: Path) -> None:

@@ -408,15 +408,30 @@ def rounds_table(groups: list[Group]) -> Table | None:
                  "matchmaking (real seconds).")
 
 
+def claim_cell(c: Comparison, comparisons: list[Comparison]) -> str:
+    """A comparison's claim; a control arm's (outside the family): whether its interval excludes 1."""
+    if c in comparisons:
+        return c.decision
+    return "control: " + ("excludes 1" if excludes_one(c.ratio) else "within noise")
+
+
+def answer_table(comparisons: list[Comparison], control: list[Comparison]) -> Table:
+    """The first screen's table: every comparison's ratio, interval and claim."""
+    return Table("Comparisons", ["configuration", "against", "ratio [95 % interval]", "claim"],
+                 [[c.this.label, c.other.label, interval_text(c.ratio), claim_cell(c, comparisons)]
+                  for c in [*comparisons, *control]])
+
+
+def left_out_cell(c: Comparison) -> str:
+    blocks = sorted({str(r.block) for r in c.left_out})
+    return f"{counted(len(c.left_out), 'run')} (block {', '.join(blocks)})" if c.left_out else MISSING
+
+
 def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) -> Table:
-    rows = []
-    for c in [*comparisons, *control]:
-        counted = c in comparisons
-        rows.append([c.this.label, c.other.label, interval_text(c.ratio),
-                     f"{c.test} ({c.claim})" if c.p is not None else MISSING, number(c.p, 2),
-                     number(c.adjusted_p, 2) if counted else "control: not in the family",
-                     c.decision if counted else ("excludes 1" if excludes_one(c.ratio) else "within noise"),
-                     "; ".join(map(str, c.left_out)) or MISSING])
+    rows = [[c.this.label, c.other.label, interval_text(c.ratio),
+             f"{c.test} ({c.claim})" if c.p is not None else MISSING, number(c.p, 2),
+             number(c.adjusted_p, 2) if c in comparisons else "control: not in the family",
+             claim_cell(c, comparisons), left_out_cell(c)] for c in [*comparisons, *control]]
     return Table("Comparisons (declared before the data)",
                  ["configuration", "against", "ratio [95 % interval]", "test (claim tested)", "p",
                   "Holm-adjusted p", "claim", "left out (unfaithful)"], rows,
@@ -425,7 +440,9 @@ def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) 
                  "best case. Every configuration against its equal-resource baseline and every pair of "
                  "configurations: one Holm family per section, fixed by the configurations before any result, each "
                  "comparison entering with its best permitted claim. The control arm (the baseline run twice in each "
-                 "block) is the noise floor, outside the family. See Methods for the estimator and the tests.")
+                 "block) is the noise floor, outside the family. Left out: unfaithful runs, whose blocks leave every "
+                 "comparison they are in (each with the figure that failed: Caveats). See Methods for the estimator "
+                 "and the tests.")
 
 
 def section_tables(groups: list[Group], primary: Primary, comparisons: list[Comparison],

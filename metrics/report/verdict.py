@@ -1,16 +1,17 @@
 """The verdict at the top of each (dataset, model) section, on the primary figure alone: the answer, the method in one
 sentence, each configuration's findings and caveats, the control arm, and the noise."""
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 
 from metrics.report.baselines import averaging, missing_baselines, override_command
 from metrics.report.compare import Comparison, control_comparison, family
 from metrics.report.links import network_lines
-from metrics.report.model import Entry, Verdict
-from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict
+from metrics.report.model import Caveat, Entry, Verdict
+from metrics.report.primary import THROUGHPUT, Primary, declare, from_dict, time_observation
 from metrics.report.runs import Group, Run, Section, off_plan, plan_refusal, shared_seeds
-from metrics.report.formats import cpus, interval_text, number, share, size, times_over
+from metrics.report.formats import counted, cpus, interval_text, number, share, size, times_over
 from metrics.report.tables import (bottleneck, error_headline, failure_counters, mlperf_time, ranked, reached_cell,
                                    reached_count)
 from metrics.report.stats import (ALPHA, BASIS, CANNOT_TELL, EQUIVALENCE_LEVEL, EQUIVALENT, FASTER, NO_INTERVAL, POWER,
@@ -23,9 +24,6 @@ REFERENCES_NOTE = ("Reference runs, not ranked: one process on fewer CPUs than a
 SEVERAL_SECTIONS = ("These runs cover {count} (dataset / model) combinations: {combos}. Accuracy, time-to-target and "
                     "throughput depend on the dataset and the model, so runs are ranked only within each combination "
                     "(one ranking each), never against each other.")
-LEFT_OUT_NOTE = ("Left out of the claims: unfaithful runs (their link carried under its rate while busy, or a peer "
-                 "was starved of its CPU), each with the figure that failed; their block is left out of every "
-                 "comparison the run is in.")
 COMMANDS_NOTE = ("Baselines missing from this comparison: these commands produce them (add hydra.run.dir=... as "
                  "you like), then rebuild the report over the old and the new run directories with "
                  "`python -m metrics.report DIR [DIR ...] -o OUT`.")
@@ -228,8 +226,7 @@ def answer_of(a: Analysis) -> str:
         slower = [g for g, c in claims.items() if c.decision == SLOWER]
         if slower and len(slower) == len(configurations):
             sentence += " Every one is slower: here, one process with the same CPUs beats them all."
-    caveats = setting_caveats([r for g in a.ranking for r in g.runs])
-    return sentence + (f" Caveats: {'; '.join(caveats)}." if caveats else "")
+    return sentence
 
 
 def method_of(a: Analysis) -> str:
@@ -302,7 +299,7 @@ def next_plan_line(a: Analysis) -> str | None:
             f"this machine plans on its 95 % upper bound, log-sd {upper_log_sd(noise.log_sd, noise.df):.3f}.")
 
 
-def left_out(a: Analysis) -> list[str]:
+def left_out_runs(a: Analysis) -> list[str]:
     """One line per unfaithful run whose block a comparison left out, with the figure that failed."""
     found = {run for c in [*a.comparisons, *a.controls] for run in c.left_out}
     return [str(run) for run in sorted(found, key=lambda r: (str(r.block), r.label))]
@@ -358,80 +355,115 @@ def figures_of(group: Group, a: Analysis) -> list[str]:
     return figures
 
 
-def caveats_of(group: Group, section: Section) -> list[str]:
-    caveats = [f"{run.summary.status or 'unknown status'} (seed {run.config.get('seed')}): "
-               f"{error_headline(run.summary.error) or 'no error recorded'}" for run in group.runs if not run.completed]
-    if group.attempts:
-        beside = "; ".join(f"block {r.config.get('block')} run again, {r.summary.status}"
-                           + (f", reached the target at {number(r.summary.time_to_target_s)} s"
-                              if r.completed and r.summary.time_to_target_s is not None else "")
-                           + (f", {error_headline(r.summary.error)}" if r.summary.error else "")
-                           for r in group.attempts)
-        caveats.append(f"a block's first attempt counts; beside it, not counted: {beside}")
-    if not section.synthetic:
-        reached, runs = reached_count(group)
-        if reached < runs:
-            caveats.append(f"target not reached in {runs - reached} of {runs}")
-    lost = sorted({rank for r in group.runs for rank in r.summary.lost_peers or []})
-    if lost:
-        caveats.append(f"lost peers {', '.join(map(str, lost))}")
-    failed_rounds = {k: v for r in group.runs for k, v in failure_counters(r).items()
-                     if isinstance(v, (int, float)) and v > 0}
-    if failed_rounds:
-        caveats.append("failed averaging rounds: " + ", ".join(f"{k}={number(v)}" for k, v in failed_rounds.items()))
-    caveats += setting_caveats(group.runs)
-    caveats += speed_caveats(group.runs, section.runs)
-    if any(r.summary.device.gpu_shared for r in group.runs):
-        caveats.append("peers shared GPUs (more peers than GPUs on a host): not one GPU per peer")
-    if section.synthetic or any(r.summary.data_is_synthetic for r in group.runs):
-        caveats.append("synthetic data: throughput only, accuracy has no meaning")
-    caveats += window_caveats(group.runs)
-    return caveats + ([length] if (length := length_caveat(group, section.groups)) else [])
+# Caveats: (kind, detail) pairs. The kind is one line with its count ({runs}, {reruns} or {configurations}), the
+# detail one run's (or one configuration's); count_caveats() turns them into one Caveat per kind.
+COUNTED = ("run", "rerun", "configuration")
+FAILED = "{runs} failed"
+RUN_AGAIN = "{reruns} not counted (a block's first attempt counts)"
+MISSED = "{runs} missed the target"
+LOST_PEERS = "{runs} lost peers"
+FAILED_ROUNDS = "{runs} with failed averaging rounds"
+OVERSUBSCRIBED = "{runs} oversubscribed"
+NOT_ISOLATED = "{runs} not isolated"
+UNFAITHFUL = {"isolation": "{runs} on a contended CPU left out", "link": "{runs} on a link under its rate left out",
+              "dilation": "{runs} dilated beyond the checked factor left out"}  # by the figure that failed
+DILATED = "{runs} dilated"
+NOT_ALONE = "{runs} not alone on the machine"
+SPEED_MOVED = "{runs} on a machine whose speed moved (marked, not left out)"
+SPEED_OFF_BLOCK = "{runs} on a machine slower or faster than its block's (marked, not left out)"
+SHARED_GPUS = "{runs} with peers sharing GPUs"
+SYNTHETIC = "{runs} on synthetic data: throughput only"
+SHORT_WINDOW = "{runs} ended inside the measurement window"
+UNEQUAL_LENGTH = "{configurations} of unequal length"
 
 
-def setting_caveats(runs: list[Run]) -> list[str]:
-    """What limits the runs' fidelity to their setting: summary.json's shape, isolation and machine."""
-    caveats = []
-    shapes = [s for s in (r.summary.shape for r in runs) if s]
-    crowded = [s for s in shapes if s.fits is False or (s.oversubscription or 0) > 1]
-    if crowded:
-        worst = max(crowded, key=lambda s: s.oversubscription or 0)
-        caveats.append(f"oversubscribed (by {number(worst.oversubscription)}×, on {worst.cores} cores)")
-    elif not shapes:
-        caveats += list(dict.fromkeys(filter(None, (shared_cores(r) for r in runs))))
-    isolation = [i for i in (r.summary.isolation for r in runs) if i]
-    reasons = list(dict.fromkeys(i.reason for i in isolation if i.status == "not isolated"))
-    if reasons:
-        caveats.append("not isolated" + (f" ({'; '.join(filter(None, reasons))})" if any(reasons) else ""))
-    unfaithful = list(dict.fromkeys(why for r in runs for why in r.unfaithful()))
-    if unfaithful:
-        caveats.append("unfaithful: " + "; ".join(unfaithful))
-    dilations = sorted({i.dilation for i in isolation if i.dilation not in (None, 1, 1.0)})
-    if dilations:
-        caveats.append(f"dilated by {', '.join(number(d) for d in dilations)}")
-    busy = [m for m in (r.summary.machine for r in runs) if m and m.alone is False]
-    if busy:
-        other = max((m.other_cpu_share or 0) for m in busy)
-        caveats.append("not alone on the machine" + (f" (other processes: up to {share(other)} of its CPU)"
-                                                     if other else ""))
-    return caveats
-
-
-def speed_caveats(runs: list[Run], section_runs: list[Run]) -> list[str]:
-    """A line per run whose speed reference moved beyond its tolerance or strayed by more from its block's median (marks
-    only: no run is left out for them)."""
-    caveats = []
-    for run in runs:
+def caveats_of(group: Group, section: Section) -> list[tuple[str, str]]:
+    """(kind, detail) of every caveat of the group's runs and attempts, the detail naming block and configuration."""
+    def where(run: Run) -> str:
         block = run.config.get("block")
-        moved = run.speed_moved()
-        if moved:
-            caveats.append(f"block {block}: {moved}" if block is not None else moved)
-        off = run.slower_than_block(section_runs)
-        if off is not None and (tolerance := run.speed_reference.tolerance) is not None and abs(off) > tolerance:
-            caveats.append(f"block {block}: this run's machine was {share(abs(off))} "
-                           f"{'slower' if off > 0 else 'faster'} than its block's median (speed reference, median over "
-                           "the block's runs of the same work)")
-    return caveats
+        return group.label if block is None else f"block {block}, {group.label}"
+
+    items = [(kind, f"{where(run)}: {detail}") for run in group.runs for kind, detail in run_caveats(run, section)]
+    items += [(RUN_AGAIN, f"{where(run)}: " + ", ".join(filter(None, [
+        run.summary.status, f"reached the target at {number(run.summary.time_to_target_s)} s"
+        if run.completed and run.summary.time_to_target_s is not None else None, error_headline(run.summary.error)])))
+        for run in group.attempts]
+    length = length_caveat(group, section.groups)
+    return items + ([(UNEQUAL_LENGTH, f"{group.label}: {length}")] if length else [])
+
+
+def run_caveats(run: Run, section: Section) -> list[tuple[str, str]]:
+    found = []
+    if not run.completed:
+        found.append((FAILED, f"{run.summary.status or 'unknown status'} (seed {run.config.get('seed')}): "
+                              f"{error_headline(run.summary.error) or 'no error recorded'}"))
+    if not section.synthetic and not time_observation(run).reached:
+        found.append((MISSED, "target not reached"))
+    if run.summary.lost_peers:
+        found.append((LOST_PEERS, "lost peers " + ", ".join(map(str, run.summary.lost_peers))))
+    failed_rounds = {k: v for k, v in failure_counters(run).items() if isinstance(v, (int, float)) and v > 0}
+    if failed_rounds:
+        found.append((FAILED_ROUNDS, ", ".join(f"{k}={number(v)}" for k, v in failed_rounds.items())))
+    found += setting_caveats(run) + speed_caveats(run, section.runs)
+    if run.summary.device.gpu_shared:
+        found.append((SHARED_GPUS, "more peers than GPUs on a host: not one GPU per peer"))
+    if section.synthetic or run.summary.data_is_synthetic:
+        found.append((SYNTHETIC, "synthetic data: accuracy has no meaning"))
+    if short := short_window(run):
+        found.append((SHORT_WINDOW, short))
+    return found
+
+
+def short_window(run: Run) -> str | None:
+    """A run measured over fewer steps than the declared measurement window (it ended inside or before it)."""
+    if (window := run.summary.window) and not window.complete:
+        return (f"ended before the end of the measurement window (steps {window.first}-{window.last}): its per-step "
+                "figures cover fewer steps")
+    return None
+
+
+def setting_caveats(run: Run) -> list[tuple[str, str]]:
+    """What limits the run's fidelity to its setting: summary.json's shape, isolation and machine."""
+    found = []
+    shape = run.summary.shape
+    if shape and (shape.fits is False or (shape.oversubscription or 0) > 1):
+        found.append((OVERSUBSCRIBED, f"by {number(shape.oversubscription)}×, on {shape.cores} cores"))
+    elif not shape and (shared := shared_cores(run)):
+        found.append((OVERSUBSCRIBED, shared))
+    isolation = run.summary.isolation
+    if isolation and isolation.status == "not isolated":
+        found.append((NOT_ISOLATED, isolation.reason or "not isolated"))
+    found += [(UNFAITHFUL[why.split(":")[0]], why) for why in run.unfaithful()]
+    if isolation and isolation.dilation not in (None, 1, 1.0):
+        found.append((DILATED, f"dilated by {number(isolation.dilation)}"))
+    machine = run.summary.machine
+    if machine and machine.alone is False:
+        found.append((NOT_ALONE, f"other processes: up to {share(machine.other_cpu_share)} of its CPU"
+                      if machine.other_cpu_share else "other processes ran"))
+    return found
+
+
+def speed_caveats(run: Run, section_runs: list[Run]) -> list[tuple[str, str]]:
+    """Where the run's speed reference moved beyond its tolerance, or strayed by more from its block's median (marks
+    only: no run is left out for them)."""
+    found = [(SPEED_MOVED, moved)] if (moved := run.speed_moved()) else []
+    off = run.slower_than_block(section_runs)
+    if off is not None and (tolerance := run.speed_reference.tolerance) is not None and abs(off) > tolerance:
+        found.append((SPEED_OFF_BLOCK, f"this run's machine was {share(abs(off))} "
+                                       f"{'slower' if off > 0 else 'faster'} than its block's median (speed reference, "
+                                       "median over the block's runs of the same work)"))
+    return found
+
+
+def count_caveats(items: list[tuple[str, str]]) -> list[Caveat]:
+    """One Caveat per kind, in order of first appearance: its line with the count, its details."""
+    kinds: dict[str, list[str]] = {}
+    for kind, detail in items:
+        kinds.setdefault(kind, []).append(detail)
+    return [Caveat(kind.format(**{unit + "s": counted(len(details), unit) for unit in COUNTED}),
+                   "caveat-" + re.sub(r"[^a-z]+", "-", re.sub(r"\{\w+\}", "", kind).lower()).strip("-"),
+                   list(dict.fromkeys(details)))
+            for kind, details in kinds.items()]
 
 
 def shared_cores(run: Run) -> str | None:
@@ -442,14 +474,7 @@ def shared_cores(run: Run) -> str | None:
     distinct = len({c for cores in pinned for c in cores})
     if not distinct or distinct >= asked:
         return None
-    return f"oversubscribed: {asked} CPUs asked, {distinct} cores on this host, so processes shared cores"
-
-
-def window_caveats(runs: list[Run]) -> list[str]:
-    """Runs measured over fewer steps than the declared measurement window (they ended inside or before it)."""
-    return [("" if (block := r.config.get("block")) is None else f"block {block}: ") + "ended before the end of the "
-            f"measurement window (steps {w.first}-{w.last}): its per-step figures cover fewer steps"
-            for r in runs if (w := r.summary.window) and not w.complete]
+    return f"{asked} CPUs asked, {distinct} cores on this host, so processes shared cores"
 
 
 def length_caveat(group: Group, groups: list[Group]) -> str | None:
@@ -465,20 +490,24 @@ def length_caveat(group: Group, groups: list[Group]) -> str | None:
     stopped = all(r.summary.evaluation.stopped_at_target for r in group.runs)
     if samples < most and not stopped:
         parts.append(f"{samples:,.0f} samples trained, {most:,.0f} in the longest configuration")
-    return "unequal length: " + "; ".join(parts) if parts else None
+    return "; ".join(parts) if parts else None
 
 
 def section_verdict(section: Section) -> tuple[Verdict, Analysis]:
     a = analyse(section)
     lines = [control_line(a), noise_line(a), next_plan_line(a), *a.notes]
     configurations = averaging(a.ranking) + [g for g in a.ranking if g.first.is_baseline]
+    caveats = {id(g): caveats_of(g, section) for g in section.groups}
+    every = count_caveats([c for g in section.groups for c in caveats[id(g)]])
+
+    def entry(g: Group) -> Entry:
+        return Entry(g.label, figures_of(g, a), count_caveats(caveats[id(g)]))
+
     verdict = Verdict(f"Primary figure (declared before the first run): {a.primary.text}.", answer_of(a),
                       method_of(a), [finding_of(g, a) for g in configurations], network_lines(a.ranking + a.references),
-                      [line for line in lines if line], left_out(a),
-                      [Entry(g.label, figures_of(g, a), caveats_of(g, section)) for g in a.ranking],
-                      [Entry(g.label, figures_of(g, a), caveats_of(g, section)) for g in a.references],
-                      [override_command(o) for o in missing_baselines(section.runs)], REFERENCES_NOTE, COMMANDS_NOTE,
-                      LEFT_OUT_NOTE)
+                      [line for line in lines if line], every,
+                      [entry(g) for g in a.ranking], [entry(g) for g in a.references],
+                      [override_command(o) for o in missing_baselines(section.runs)], REFERENCES_NOTE, COMMANDS_NOTE)
     return verdict, a
 
 

@@ -145,6 +145,7 @@ LAYOUT_CHECK = """<script>window.addEventListener('load', () => {
   const found = {innerWidth: window.innerWidth, scrollWidth: document.documentElement.scrollWidth,
     images: images.length, loaded: images.filter(i => i.complete && i.naturalWidth > 0).length,
     verdictTop: verdict ? verdict.getBoundingClientRect().top : null,
+    forestBottom: document.querySelector('figure.forest img')?.getBoundingClientRect().bottom,
     overflowingTables: [...document.querySelectorAll('div.table')].filter(d => d.scrollWidth > d.clientWidth)
       .map(d => d.querySelector('tr').textContent.slice(0, 80))};
   const out = document.createElement('pre');
@@ -173,6 +174,7 @@ def test_report_fits_a_1280_px_window_in_headless_chromium(full_report, tmp_path
     assert found["overflowingTables"] == [], "tables wider than the page"
     assert found["images"] == len(images) and found["loaded"] == found["images"]
     assert found["verdictTop"] is not None and found["verdictTop"] < 800, "the verdict is not in the first screen"
+    assert found["forestBottom"] < 800, "the answer, the comparisons and their forest plot overflow the first screen"
 
     shot = tmp_path / "report.png"
     rendered = chromium("--window-size=1280,2400", f"--screenshot={shot}", (full_report / "report.html").as_uri(),
@@ -239,7 +241,8 @@ def test_verdict_ranks_configurations_against_their_baselines(multirun, scaling,
         entries["allreduce 1×1cpu"]
     assert "Control arm (the equal-resource baseline run twice in every block" in verdict
     for label in ("single 1×1cpu", "allreduce 1×1cpu", "single 1×2cpu"):
-        assert "unequal length: 192 samples trained, 384 in the longest configuration" in entries[label]
+        assert "[⚠ 1 configuration of unequal length](#s1-caveat-of-unequal-length)" in entries[label]
+        assert f"- {label}: 192 samples trained, 384 in the longest configuration" in markdown
     assert "Baselines missing" not in markdown
     page = (full_report / "report.html").read_text()
     assert page.index("<section id='verdict'>") < page.index("<h2>data=")
@@ -310,7 +313,7 @@ def test_labels_name_only_what_differs(multirun):
 def test_caveats_stand_beside_the_row_they_concern(scaling):
     from metrics.report.baselines import attach_baselines
     from metrics.report.runs import sections_of
-    from metrics.report.verdict import caveats_of
+    from metrics.report import verdict
 
     run = load_run(scaling[0])
     summary = run.summary.to_dict()
@@ -327,14 +330,19 @@ def test_caveats_stand_beside_the_row_they_concern(scaling):
     groups = group_runs([run, longer])
     attach_baselines(groups)
     section = sections_of(groups)[0]
-    setting = ("unfaithful", "not alone", "not isolated", "oversubscribed",  # the machine's load, not these runs'
-               "machine speed moved", "ended before the end of the measurement window")
-    caveats = [c for c in caveats_of(groups[0], section) if not c.startswith(setting)]
-    assert caveats == ["target not reached in 1 of 1", "lost peers 1", "failed averaging rounds: rounds_failed=2",
-                       "unequal length: max_steps=6 (this comparison: 6, 12); 384 samples trained, 768 in the longest "
-                       "configuration"]
-    assert [c for c in caveats_of(groups[1], section) if not c.startswith(setting)] == [
-        "target not reached in 1 of 1", "unequal length: max_steps=12 (this comparison: 6, 12)"]
+    setting = (verdict.NOT_ALONE, verdict.NOT_ISOLATED, verdict.OVERSUBSCRIBED, *verdict.UNFAITHFUL.values(),
+               verdict.SPEED_MOVED, verdict.SHORT_WINDOW)  # the machine's load, not these runs'
+
+    def caveats(group):
+        return [(kind, detail.split(": ", 1)[1]) for kind, detail in verdict.caveats_of(group, section)
+                if kind not in setting]
+
+    assert caveats(groups[0]) == [
+        (verdict.MISSED, "target not reached"), (verdict.LOST_PEERS, "lost peers 1"),
+        (verdict.FAILED_ROUNDS, "rounds_failed=2"), (verdict.UNEQUAL_LENGTH, "max_steps=6 (this comparison: 6, 12); "
+                                                    "384 samples trained, 768 in the longest configuration")]
+    assert caveats(groups[1]) == [(verdict.MISSED, "target not reached"),
+                                  (verdict.UNEQUAL_LENGTH, "max_steps=12 (this comparison: 6, 12)")]
 
 
 def test_convergence_band_is_the_spread_of_the_workers(scaling):
@@ -371,7 +379,8 @@ def test_crashed_run_appears_with_its_error(multirun, other_runs, tmp_path):
     assert {fault_tolerance(line) for line in markdown.splitlines() if "| completed | 0 |" in line} == {"–"}
     assert "## Errors" in markdown and "Traceback" in markdown
     crashed_entry = next(text for label, text in verdict_entries(verdict_of(markdown)).items() if "fault" in label)
-    assert "⚠ failed (seed 0): " in crashed_entry and "InjectedFault: injected failure on rank 0" in crashed_entry
+    assert "[⚠ 1 run failed](#s1-caveat-failed)" in crashed_entry
+    assert re.search(r"^- .*fault.*: failed \(seed 0\): .*InjectedFault: injected failure on rank 0", markdown, re.M)
     crashed_row = next(r for r in read_csv(tmp_path / "runs.csv") if r["status"] == "failed")
     assert crashed_row["fault_tolerance"].startswith("failed in ")
     assert crashed_row["failed_rank"] == "0" and int(crashed_row["total_samples"]) == 2 * 32  # partial data

@@ -122,7 +122,7 @@ def test_the_headline_row_names_where_its_noise_was_measured():
     rows = [r for r in next(e for e in json.loads(EVIDENCE.read_text())["results"] if e["name"] == "primary_noise")
             ["rows"] if r.get("estimator") == target["estimator"] and r.get("model") == "resnet18"
             and r.get("strategy") in ("ps", "ring", "stepwise")]
-    cell = next(line for line in generate.commands().splitlines() if "strategy=ring,stepwise,ps" in line)
+    cell = next(line for line in generate.command_details().split("\n- ") if "strategy=ring,stepwise,ps" in line)
     assert rows
     for row in rows:
         assert same_machine(row["machine"], headline["machine"]) or describe_machine(row["machine"]) in cell, cell
@@ -222,6 +222,17 @@ def test_readme_is_short_and_starts_with_its_two_commands():
     assert README.stat().st_size <= 20_000
     head = README.read_text().splitlines()[:40]
     assert any(line.startswith("make run") for line in head) and any(line.startswith("make test") for line in head)
+
+
+def test_readme_command_cells_are_short_phrases_linked_to_their_detail():
+    """The README's "What each command answers": a short phrase a cell (the command aside), the long text in
+    docs/usage.md, which the answer cell links."""
+    rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in generate.commands().splitlines()[2:]]
+    assert len(rows) == 4
+    for command, answers, *cells in rows:
+        answer = answers.removesuffix(f" ([detail]({generate.DETAIL}))")
+        assert answer != answers and all(len(cell) <= 90 for cell in [answer, *cells]), (command, answer, cells)
+    assert "## What each command answers" in (ROOT / "docs" / "usage.md").read_text()
 
 
 def test_readme_test_command_is_what_ci_runs():

@@ -850,7 +850,7 @@ def test_the_report_projects_the_sweep_to_your_cluster(tmp_path, monkeypatch):
         validation_case("ps", 4, 0.1, wire_over_compute=30.0), validation_case("ps", 8, -0.1, wire_over_compute=100.0),
         validation_case("ps", 8, 0.1, wire_over_compute=150.0), validation_case("ring", 8, -0.7)], SHARE)
     monkeypatch.setattr(projected, "EVIDENCE", results)
-    paths = build_report([sweep], tmp_path / "out", ["20:8", "lan:16"])
+    _, paths = build_report([sweep], tmp_path / "out", ["20:8", "lan:16"])
 
     markdown = paths["md"].read_text()
     table = markdown[markdown.index("## Projected to your cluster"):markdown.index("## Methods")]

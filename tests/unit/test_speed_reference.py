@@ -131,9 +131,9 @@ def test_the_report_marks_a_moved_run_and_a_slow_machine_and_leaves_neither_out(
     markdown = report_of(sweep, out=tmp_path / "out")
     marks = [line for line in markdown.splitlines() if "machine speed moved" in line or "block's median" in line]
     assert marks and all("allreduce" in line for line in marks)
-    assert "block 1: machine speed moved 30% during the run" in markdown
-    assert "block 1: this run's machine was 50% slower than its block's median" in markdown
-    assert "block 0:" not in " ".join(marks) and "block 2:" not in " ".join(marks)
+    assert "block 1, allreduce 2×1cpu: machine speed moved 30% during the run" in markdown
+    assert "block 1, allreduce 2×1cpu: this run's machine was 50% slower than its block's median" in markdown
+    assert "block 0," not in " ".join(marks) and "block 2," not in " ".join(marks)
     assert "- allreduce 2×1cpu: reached test_accuracy ≥ 0.9 in 3 of 3 blocks" in markdown  # no block left out
     assert re.search(r"- allreduce 2×1cpu: .*against single 2×1cpu: faster: .*, 3 blocks\)", markdown)
     rows = {(r["configuration"], r["config.block"]): r for r in csv.DictReader(open(tmp_path / "out" / "runs.csv"))}

@@ -44,6 +44,11 @@ def line_of(verdict: str, label: str) -> str:
     return next(line for line in verdict.splitlines() if line.startswith(f"- {label}: "))
 
 
+def caveats_of(markdown: str) -> str:
+    """The caveats' details, under the verdict: one line per run, under its kind's counted line."""
+    return markdown.split("### Caveats")[1].split("\n### ")[0]
+
+
 def answer_of(verdict: str) -> str:
     return re.search(r"^\*\*(.*)\*\*$", verdict, re.M)[1]
 
@@ -75,9 +80,9 @@ def test_a_miss_with_more_throughput_is_no_win_and_the_report_agrees_with_itself
         "strategy=stepwise": blocks("stepwise", 2, [150.0, 153.0, 147.0], [20.0, None, 21.0]), **baselines()})
     verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
     assert " is faster than" not in verdict and "faster:" not in verdict
-    assert verdict.index("Primary figure (declared before the first run): time-to-target (test_accuracy ≥ 0.9") < \
-        verdict.index("**Answer: no averaging configuration is shown faster than one process on the same CPUs in "
-                      "time-to-target to test_accuracy ≥ 0.9. Every one is slower")
+    assert verdict.index("**Answer: no averaging configuration is shown faster than one process on the same CPUs in "
+                         "time-to-target to test_accuracy ≥ 0.9. Every one is slower") < \
+        verdict.index("Primary figure (declared before the first run): time-to-target (test_accuracy ≥ 0.9")
     # block 1's horizon: its evaluation before the last, at 3/4 of 4000 samples / 153 samples/s
     estimate, low, high = interval([10.0 / 20.0, 11.0 / (0.75 * 4000 / 153.0), 10.5 / 21.0])
     assert line_of(verdict, "stepwise 2×1cpu") == (
@@ -200,7 +205,7 @@ def test_under_a_control_arm_that_excludes_one_no_finding_is_worded_as_a_claim(t
     findings = [line for line in verdict.splitlines() if re.match(r"- |\d+\. ", line)]
     assert findings and not any("faster" in line for line in findings)
     rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("| ")][1:]
-    assert [row[6].strip() for row in rows if not row[0].startswith("---")] == ["withheld", "excludes 1"]  # the control
+    assert [row[6].strip() for row in rows if not row[0].startswith("---")] == ["withheld", "control: excludes 1"]
     page = (out / "report.html").read_text()
     assert "faster:" not in page and ">faster<" not in page
 
@@ -238,10 +243,13 @@ def test_a_blocks_first_attempt_counts_and_its_retry_stands_beside_it(tmp_path):
     assert line_of(verdict, "ring 2×1cpu").startswith(
         "- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single 2×1cpu: cannot tell: "
         f"≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, 1 censored)")
-    caveats = entry_of(verdict, "ring 2×1cpu").split("⚠")[1]
-    assert "failed (seed 1): Traceback (most recent call last): … RuntimeError: ring failed in block 1" in caveats
-    assert ("a block's first attempt counts; beside it, not counted: block 1 run again, completed, reached the "
-            "target at 9.5 s") in caveats
+    entry = entry_of(verdict, "ring 2×1cpu")
+    assert "[⚠ 1 run failed](#s1-caveat-failed)" in entry and "[⚠ 1 rerun not counted (a block's" in entry
+    caveats = caveats_of(markdown)
+    assert ("- block 1, ring 2×1cpu: failed (seed 1): Traceback (most recent call last): … RuntimeError: ring failed "
+            "in block 1") in caveats
+    assert ("**1 rerun not counted (a block's first attempt counts)**\n\n"
+            "- block 1, ring 2×1cpu: completed, reached the target at 9.5 s") in caveats
     assert "ring 2×1cpu superseded attempt block=1" in markdown.split("## Errors")[1]
 
 
@@ -388,9 +396,13 @@ def test_unfaithful_runs_are_left_out_one_line_each_with_the_figure_that_failed(
     runs[1] = runs[1][:5] + (isolation,)
     runs[3] = runs[3][:5] + (link,)
     sweep = write_sweep(tmp_path / "sweep", {"strategy=allreduce": runs, **baselines(BASELINE_TIMES + [10.2])})
-    verdict = verdict_of(report_of(sweep, out=tmp_path / "out"))
-    assert ("\n- block 1, allreduce 2×1cpu: isolation: rank 1 received 62 % of 1 CPU\n"
-            "- block 3, allreduce 2×1cpu: link: host 1 ingress carried 12 of 20 Mbit/s (60%) while busy\n") in verdict
+    markdown = report_of(sweep, out=tmp_path / "out")
+    verdict = verdict_of(markdown)
+    assert ("**1 run on a contended CPU left out**\n\n"
+            "- block 1, allreduce 2×1cpu: isolation: rank 1 received 62 % of 1 CPU\n") in caveats_of(markdown)
+    assert ("**1 run on a link under its rate left out**\n\n"
+            "- block 3, allreduce 2×1cpu: link: host 1 ingress carried 12 of 20 Mbit/s (60%) while busy\n"
+            ) in caveats_of(markdown)
     assert "(×/÷" in line_of(verdict, "allreduce 2×1cpu") and ", 2 blocks)" in line_of(verdict, "allreduce 2×1cpu")
 
 
@@ -823,14 +835,15 @@ def test_blocks_where_both_missed_are_ties_that_claim_nothing(tmp_path):
 
 def test_a_run_measured_over_less_than_its_window_is_marked(tmp_path):
     from metrics.report.runs import Run
-    from metrics.report.verdict import window_caveats
+    from metrics.report.verdict import short_window
 
     def run(block, complete):
         return Run(tmp_path, Summary.from_dict({"config": {"block": block},
                                                 "window": {"first": 6, "last": 35, "complete": complete}}), [])
 
-    assert window_caveats([run(0, True), run(1, False), Run(tmp_path, Summary.from_dict({"config": {}}), [])]) == [
-        "block 1: ended before the end of the measurement window (steps 6-35): its per-step figures cover fewer steps"]
+    assert [short_window(r) for r in [run(0, True), run(1, False), Run(tmp_path, Summary.from_dict({}), [])]] == [
+        None, "ended before the end of the measurement window (steps 6-35): its per-step figures cover fewer steps",
+        None]
 
 
 def test_a_configuration_that_stopped_at_its_target_is_not_of_unequal_length(tmp_path):
@@ -845,7 +858,7 @@ def test_a_configuration_that_stopped_at_its_target_is_not_of_unequal_length(tmp
     longest, stopped, short = group("a", 3200, False), group("b", 1600, True), group("c", 1600, False)
     groups = [longest, stopped, short]
     assert length_caveat(stopped, groups) is None
-    assert length_caveat(short, groups) == "unequal length: 1,600 samples trained, 3,200 in the longest configuration"
+    assert length_caveat(short, groups) == "1,600 samples trained, 3,200 in the longest configuration"
 
 
 # --- equivalence in its own words, the plan's margin, a killed run, a retry ----------------------------------------
@@ -913,9 +926,70 @@ def test_a_killed_run_without_a_summary_counts_as_failed_in_its_block(tmp_path):
     assert line_of(verdict, "ring 2×1cpu") == (
         "- ring 2×1cpu: reached test_accuracy ≥ 0.9 in 2 of 3 blocks; against single 2×1cpu: cannot tell: "
         f"≤ {estimate:.2f}× [{low:.2f}, {high:.2f}] (×/÷{math.sqrt(high / low):.2f}, 3 blocks, 1 censored)")
-    assert "failed (seed 1): wrote no summary.json (its launcher was stopped" in entry_of(verdict, "ring 2×1cpu")
+    assert "- block 1, ring 2×1cpu: failed (seed 1): wrote no summary.json (its launcher was stopped" in \
+        caveats_of(markdown)
     # without even its config, the planned run is missing from its sweep: no verdict
     shutil.rmtree(killed)
     assert answer_of(verdict_of(report_of(sweep, out=tmp_path / "gone"))).startswith(
         f"No verdict: {sweep}: 2 of its 3 declared blocks complete; no run in 1 planned job folder "
         "(block1/strategy=ring)")
+
+
+# --- the answer first: the first screen, counted caveats, the terminal ------------------------------------------
+
+def contended(runs: list[tuple], blocks_: list[int]) -> list[tuple]:
+    """The runs with a peer starved of its CPU in these blocks, each with its own figure (a wall of text today)."""
+    return [run[:5] + ({"summary": {"isolation": {"faithful": False, "unfaithful": [
+        f"rank 1 received {50 + block} % of its promised CPU and waited 40 % of its time"]}}},)
+        if block in blocks_ else run for block, run in enumerate(runs)]
+
+
+def contended_sweep(tmp_path):
+    times = BASELINE_TIMES + [10.2, 10.4, 10.1]
+    ratios = [1.5, 1.45, 1.55, 1.52, 1.48, 1.5]
+    runs = contended(blocks("allreduce", 2, [100.0] * 6, [t / r for t, r in zip(times, ratios)]), [0, 2, 5])
+    return write_sweep(tmp_path / "sweep", {"strategy=allreduce": runs, **baselines(times)})
+
+
+def test_the_first_screen_is_the_answer_the_comparisons_and_the_forest_plot(tmp_path):
+    """report.md and report.html open with the answer, then the comparisons table, then one forest plot of every
+    comparison, before any detail (the primary figure's declaration, the method, the entries) or caveat text."""
+    out = tmp_path / "out"
+    markdown = report_of(contended_sweep(tmp_path), out=out)
+    page = (out / "report.html").read_text()
+    first = [markdown.index("**Answer: allreduce 2×1cpu is faster"),
+             markdown.index("| configuration | against | ratio [95 % interval] | claim |"),
+             markdown.index("![Comparisons on one axis"), markdown.index("⚠"), markdown.index("Primary figure"),
+             markdown.index("### Caveats")]
+    assert first == sorted(first) and "promised CPU" not in markdown[:first[-1]]
+    first = [page.index("<p class='answer'><b>Answer:"), page.index("<th>ratio [95 % interval]</th>"),
+             page.index("<figure class='forest'>"), page.index("⚠"), page.index("Primary figure"),
+             page.index("<h3>Caveats</h3>"), page.index("<figure>")]  # the per-configuration plots: below
+    assert first == sorted(first) and "promised CPU" not in page[:first[-2]]
+
+
+def test_many_unfaithful_runs_are_one_counted_line_linked_to_their_detail(tmp_path):
+    markdown = report_of(contended_sweep(tmp_path), out=tmp_path / "out")
+    verdict = verdict_of(markdown)
+    # the section's caveats and the configuration's entry: one line each
+    assert verdict.count("[⚠ 3 runs on a contended CPU left out](#s1-caveat-on-a-contended-cpu-left-out)") == 2
+    assert "promised CPU" not in verdict
+    assert "<a id='s1-caveat-on-a-contended-cpu-left-out'></a>**3 runs on a contended CPU left out**" in markdown
+    assert caveats_of(markdown).count("of its promised CPU and waited 40 % of its time") == 3
+    row = next(r for r in comparison_rows(markdown) if r[:2] == ["allreduce 2×1cpu", "single 2×1cpu"])
+    assert row[7] == "3 runs (block 0, 2, 5)"
+
+
+def test_the_end_of_a_sweep_prints_the_answer_and_the_comparisons(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from launchers.sweep import SweepReport
+
+    sweep = contended_sweep(tmp_path)
+    SweepReport().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    printed = capsys.readouterr().out
+    answer = answer_of(verdict_of((sweep / "report.md").read_text()))
+    header = re.search(r"^configuration +against +ratio \[95 % interval\] +claim$", printed, re.M)
+    assert printed.index(answer) < header.start() < printed.index("caveat: 3 runs on a contended CPU left out") < \
+        printed.index(f"comparison report: {sweep / 'report.html'}")
+    assert re.search(r"^allreduce 2×1cpu +single 2×1cpu +\d\.\d\d× \[", printed, re.M)
