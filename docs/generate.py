@@ -527,20 +527,20 @@ def command_rows() -> tuple[list[Command], list[str]]:
     if samples := headline.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
     hivemind = entries.get("hivemind_command")
-    rows = [Command("`make run`", "one ResNet18 run on the digits data, to the target", f"{runs} min{stale(share)}",
+    rows = [Command("`make run`", "one ResNet18 run on the digits data, to the target", f"{runs} min{briefly(share)}",
                     "one run: no comparison",
                     "sets up, then trains ResNet18 on the digits data in one process, to the target",
                     f"{runs} min ({measured(share)})", "one run: no comparison"),
             Command("`.venv/bin/python train.py -m strategy=ring,stepwise,ps`",
                     "which averaging reaches 95 % accuracy faster than one process, and than each other",
-                    f"{sweeps} min a sweep{stale(headline)}",
+                    f"{sweeps} min a sweep{briefly(headline)}",
                     f"ratios beyond ×/÷{detectable(sd, blocks, family):.2f} in {blocks} blocks",
                     "which averaging reaches 95 % test accuracy faster than one process on the same CPUs, and than "
                     "each other, on emulated per-host links", f"{sweeps} min, one sweep each ({measured(headline)})",
                     decides),
             Command("`.venv/bin/python train.py strategy=hivemind peers=8`",
                     "how 8 hivemind peers train and what their averaging costs",
-                    f"{num(hivemind['repeats'][0]['command_s'] / 60, 1)} min{stale(hivemind)}" if hivemind
+                    f"{num(hivemind['repeats'][0]['command_s'] / 60, 1)} min{briefly(hivemind)}" if hivemind
                     else "not recorded", "one run: no comparison",
                     "how 8 hivemind peers train, round by round, and what their averaging costs",
                     hivemind_elapsed(hivemind), "one run: no comparison"),
@@ -569,9 +569,14 @@ def command_details() -> str:
     return "\n".join(lines).replace("](docs/", "](")  # links as seen from docs/
 
 
-def stale(entry: dict | None) -> str:
-    """" (stale)" where an entry of the README's table is not the current code's figure."""
-    return " (stale)" if entry and freshness(entry) else ""
+def briefly(entry: dict | None) -> str:
+    """Where and when an entry of the README's table was measured, in brief; "stale" where it is not the current
+    code's figure."""
+    if not entry:
+        return ""
+    m = entry["machine"]
+    where = f"{m.get('cpu_model_name', 'CPU')} {m.get('cpu_family', '?')}/{m.get('cpu_model', '?')}"
+    return f" ({where}, {entry['measured_at'][:10]}{'; stale' if freshness(entry) else ''})"
 
 
 def measured(entry: dict) -> str:
@@ -609,7 +614,7 @@ def quick_row(entry: dict | None) -> Command:
         f"{noise['blocks']} blocks: ratios beyond ×/÷{noise['detectable']:.2f} at 80 % power after Holm over "
         f"{noise['family']} comparisons, on the noise this sweep measured (paired log-sd {noise['log_sd']:.3f}); "
         f"its report: [Markdown]({entry['samples'][0]}), [HTML]({entry['samples'][1]})")
-    return Command(command, answers, f"{entry['answer']['wall_s'] / 60:.1f} min{stale(entry)}",
+    return Command(command, answers, f"{entry['answer']['wall_s'] / 60:.1f} min{briefly(entry)}",
                    f"ratios beyond ×/÷{noise['detectable']:.2f} in {noise['blocks']} blocks" if measured_noise
                    else "no noise measured", answers_detail,
                    f"{entry['answer']['wall_s'] / 60:.1f} min, one sweep (goal ≤ {entry['goal_s'] / 60:.0f} min: "
