@@ -158,7 +158,9 @@ def test_documented_recipe_runs_each_job_across_two_nodes(cluster, tmp_path):
     assert baseline["fits"] == (baseline["cores"] >= 4)  # one process of 4 threads on one node
     if not baseline["fits"]:  # a node with fewer cores than 4: the caveat says so
         entry = re.search(r"^\d+\. \*\*single 4×1cpu\*\*: (.*)$", verdict, re.M)[1]
-        assert f"oversubscribed (by {baseline['oversubscription']:g}×, on {baseline['cores']} cores)" in entry, entry
+        assert "1 run oversubscribed](#" in entry, entry  # a counted caveat, linked to its detail
+        assert f"single 4×1cpu: by {baseline['oversubscription']:g}×, on {baseline['cores']} cores" in \
+            (sweep / "report.md").read_text()  # its detail
 
 
 def steps_of(sweep: Path, job: str, node: str, rank: int) -> int:
