@@ -3,6 +3,7 @@ in metrics/methods.yaml; a sweep's report writes its own as candidate rows, writ
 sweep's plan (planning_noise): its machine's rows, else a conservative prior."""
 import json
 import math
+import re
 import statistics
 import time
 from pathlib import Path
@@ -135,9 +136,11 @@ def write_sweep_noise(sweep: Path) -> Path | None:
 
 
 def sweep_noise_files(sweep: Path) -> list[Path]:
-    """The candidate rows of the sweeps beside this one: SWEEP_NOISE of its parent's folders (multirun/NAME) and of
-    its grandparent's folders' folders (multirun/DATE/TIME)."""
-    found = [*sweep.parent.glob(f"*/{SWEEP_NOISE}"), *sweep.parent.parent.glob(f"*/*/{SWEEP_NOISE}")]
+    """The candidate rows of the sweeps beside this one: SWEEP_NOISE of its parent's folders (multirun/NAME), and,
+    in Hydra's dated layout (multirun/DATE/TIME) only, of its grandparent's folders' folders."""
+    found = [*sweep.parent.glob(f"*/{SWEEP_NOISE}")]
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", sweep.parent.name):
+        found += sweep.parent.parent.glob(f"*/*/{SWEEP_NOISE}")
     return sorted({path.resolve() for path in found})
 
 

@@ -80,7 +80,7 @@ def test_repeats_interleave_configurations_and_baselines_in_blocks(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(60)
 def test_repeats_auto_without_recorded_noise_is_refused_before_any_run(tmp_path):
-    sweep = tmp_path / "alone" / "sweep"  # no other sweep beside it or its parent (noise.sweep_noise_files)
+    sweep = tmp_path / "sweep"
     refused = subprocess.run(multirun(sweep, "strategy=allreduce", "peers=2", "repeats=auto",
                                       f"report.noise_results={tmp_path / 'evidence.json'}"),
                              cwd=ROOT, capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)

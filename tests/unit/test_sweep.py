@@ -179,6 +179,11 @@ def test_a_sweeps_measured_noise_is_the_next_plans_row_on_its_machine(tmp_path):
                                           for r in written]}))
     files = sweep_noise_files(tmp_path / "sweeps" / "next")
     assert sorted(files) == sorted([sweep / ".avgbench" / "primary_noise.json", older])
+    dated = tmp_path / "multirun" / "2026-12-07" / "10-00-00" / ".avgbench" / "primary_noise.json"
+    dated.parent.mkdir(parents=True)
+    dated.write_text(older.read_text())
+    assert sweep_noise_files(tmp_path / "multirun" / "2026-12-08" / "09-00-00") == [dated]  # Hydra's dated layout
+    assert sweep_noise_files(tmp_path / "multirun" / "next") == []  # a named sweep: only its siblings, not the root's
     _, lines, powers = planned_blocks(planned(*HEADLINE), path, effect=1.25, cap=30, machine=fingerprint(),
                                       sweeps=files)
     sds = [statistics.stdev(math.log(r) for r in found) for found in ratios.values()]
