@@ -45,8 +45,8 @@ class TrainedStrategy(Protocol):
 
 
 class GradientClock:
-    """When backward's last gradient came, and the training thread's CPU waits (wait_s, wait_after_s). Create it on
-    the training thread."""
+    """When backward's last gradient came, and the training thread's CPU waits (wait_s, wait_after_s, lost_s). Create
+    it on the training thread."""
 
     def __init__(self, params: Iterable[nn.Parameter], device: PeerDevice):
         self.last_ready = 0.0
@@ -57,20 +57,20 @@ class GradientClock:
         self.at_start = self.at_ready = (0, 0.0, 0.0)  # (wait ns, process CPU s, this thread's CPU s)
         self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params if p.requires_grad]
 
-    def _clocks(self) -> tuple[int, float, float]:
+    def clocks(self) -> tuple[int, float, float]:
         if self.schedstat is None:
             return 0, 0.0, 0.0
         return int(os.pread(self.schedstat, 128, 0).split()[1]), time.process_time(), time.thread_time()
 
     def start(self) -> None:
         self.last_ready = 0.0
-        self.at_start = self.at_ready = self._clocks()
+        self.at_start = self.at_ready = self.clocks()
         if self.events:
             self.events[0].record()
 
     def _ready(self, param: torch.Tensor) -> None:
         self.last_ready = time.perf_counter()
-        self.at_ready = self._clocks()
+        self.at_ready = self.clocks()
         if self.events:
             self.events[1].record()
 
@@ -82,7 +82,14 @@ class GradientClock:
 
     def wait_after_s(self) -> float:
         """The training thread's wait for a CPU from the last gradient (start(), without one) to now."""
-        return (self._clocks()[0] - self.at_ready[0]) / 1e9
+        return (self.clocks()[0] - self.at_ready[0]) / 1e9
+
+    def lost_s(self, at_batch: tuple[int, float, float]) -> float:
+        """The training thread's wait for a CPU from `at_batch` (clocks() before the batch) to now, beyond the CPU
+        our other threads used in each phase (data, to the last gradient, after it): what other work or a quota took."""
+        marks = (at_batch, self.at_start, self.at_ready, self.clocks())
+        return sum(max(0.0, (wait1 - wait0) / 1e9 - ((process1 - process0) - (thread1 - thread0)))
+                   for (wait0, process0, thread0), (wait1, process1, thread1) in zip(marks, marks[1:]))
 
     def compute_s(self, started: float) -> float:
         """Forward and backward up to the last gradient, less wait_s(); call after the step is synchronised."""
@@ -166,7 +173,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
         for step in range(1, last_step + 1):
             inject(cfg.fault, order.rank, step, log.peer_dir)
             process_clock.start()
-            t0 = time.perf_counter()
+            t0, at_batch = time.perf_counter(), clock.clocks()
             x, y = next(stream)
             x, y = x.to(device.device, dtype, non_blocking=True), y.to(device.device, non_blocking=True)
             device.synchronize()
@@ -178,6 +185,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
             report = strategy.step(len(y))
             device.synchronize()
             t_end, ended_at, cpu_wait_s = time.perf_counter(), time.time(), clock.wait_s() + clock.wait_after_s()
+            lost_s = clock.lost_s(at_batch)
             used = process_clock.since_start()
             samples += len(y)
             wall = t_end - start
@@ -186,6 +194,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
                                  communicated(report))
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
                      data_s=t1 - t0, **phases, compute_wait_s=clock.wait_s(),
+                     lost_to_sharing_s=lost_s,
                      hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - phases["comm_s"]),
                      ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,

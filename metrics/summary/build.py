@@ -203,7 +203,8 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
     evals_by_rank = {p.rank: read_jsonl(p.evals) for p in worker_dirs}
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
-    isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, shape.get("fits", True))
+    isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, shape.get("fits", True),
+                                  {rank: steps_in(steps, launch.window)[0] for rank, steps in steps_by_rank.items()})
     found = {
         "status": outcome.status,
         "exit_code": outcome.exit_code,
@@ -357,7 +358,7 @@ def nodes_isolation(found: list[Isolation]) -> dict:
     apart = next((i for i in found if i.status != "isolated"), found[0])
     faithful = [i.faithful for i in found]
     return (found[0].to_dict() or {}) | {
-        "status": apart.status, "reason": apart.reason,
+        "status": apart.status, "reason": apart.reason, "distortion": largest(i.distortion for i in found),
         "faithful": False if False in faithful else None if None in faithful else True,
         "unfaithful": [why for i in found for why in i.unfaithful or []],
         "by_rank": [row for i in found for row in i.by_rank or []]}

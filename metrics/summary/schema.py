@@ -175,6 +175,8 @@ class Isolation(Section):
     period_us: int | None = None
     dilation: float | None = None
     dilation_unchecked: bool | None = None
+    distortion: float | None = None
+    distortion_limit: float | None = None
     faithful: bool | None = None
     unfaithful: list = field(default_factory=list)
     by_rank: list = field(default_factory=list)
