@@ -55,6 +55,7 @@ class GradientClock:
         self.schedstat = os.open(THREAD_SCHEDSTAT, os.O_RDONLY) \
             if not self.events and os.path.exists(THREAD_SCHEDSTAT) else None
         self.at_start = self.at_ready = (0, 0.0, 0.0)  # (wait ns, process CPU s, this thread's CPU s)
+        self.cores = len(os.sched_getaffinity(0))  # where the training thread may run
         self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params if p.requires_grad]
 
     def clocks(self) -> tuple[int, float, float]:
@@ -85,10 +86,11 @@ class GradientClock:
         return (self.clocks()[0] - self.at_ready[0]) / 1e9
 
     def lost_s(self, at_batch: tuple[int, float, float]) -> float:
-        """The training thread's wait for a CPU from `at_batch` (clocks() before the batch) to now, beyond the CPU
-        our other threads used in each phase (data, to the last gradient, after it): what other work or a quota took."""
+        """The training thread's wait for a CPU from `at_batch` (clocks() before the batch) to now, in each phase
+        (data, to the last gradient, after it) beyond the time our other threads' CPU could have held all its cores:
+        what other processes or a quota took from it."""
         marks = (at_batch, self.at_start, self.at_ready, self.clocks())
-        return sum(max(0.0, (wait1 - wait0) / 1e9 - ((process1 - process0) - (thread1 - thread0)))
+        return sum(max(0.0, (wait1 - wait0) / 1e9 - ((process1 - process0) - (thread1 - thread0)) / self.cores)
                    for (wait0, process0, thread0), (wait1, process1, thread1) in zip(marks, marks[1:]))
 
     def compute_s(self, started: float) -> float:

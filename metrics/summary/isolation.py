@@ -1,4 +1,5 @@
-"""summary.json's "isolation": each peer's CPU promised and got, whether the emulation held; dilated times undone."""
+"""summary.json's "isolation": each peer's CPU promised and got, whether sharing it moved the step; dilated times
+undone."""
 import json
 import statistics
 from typing import Any
@@ -10,13 +11,13 @@ from metrics.recording.methods import methods
 from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Json
 
-DISTORTION_LIMIT = 0.05  # faithful while sharing cost the step's critical path at most this share of the step
+DISTORTION_LIMIT = 0.05  # faithful while sharing moved the step by at most this share (bench/emulation.py fidelity)
 
 # a by_rank row: the peer's result.json cpu figures, in this order, the DERIVED ones computed here
 ROW = ("quota_cpus", "quota_enforced", "in_group_s", "cpu_promised_s", "cpu_received_s", "received_share",
        "throttled_periods", "throttled_s", "runq_s", "wait_beyond_quota_s", "other_on_cores_s", "irq_on_cores_s",
-       "lost_to_sharing_share")
-DERIVED = ("cpu_promised_s", "received_share", "wait_beyond_quota_s", "lost_to_sharing_share")
+       "distortion")
+DERIVED = ("cpu_promised_s", "received_share", "wait_beyond_quota_s", "distortion")
 METHODS = methods("isolation", DISTORTION_LIMIT=DISTORTION_LIMIT)
 
 
@@ -38,12 +39,13 @@ def lost_by_step(steps: list[dict], throttled_share: float) -> dict[int, tuple[f
 
 
 def distortion(lost: dict[int, dict[int, tuple[float, float]]]) -> float | None:
-    """How far sharing moved the step, at most (METHODS["isolation"]): per step, the most any rank lost over the
-    ranks' mean span, summed over the steps; None where no step recorded it."""
+    """How far sharing moved the step, at most (METHODS["isolation"]): per step, the most any rank lost, summed over
+    the steps / the ranks' mean span less it, summed; None where no step recorded it."""
     steps = sorted({step for by_step in lost.values() for step in by_step})
     rows = [[by_step[step] for by_step in lost.values() if step in by_step] for step in steps]
-    spans = sum(statistics.fmean(span for _, span in row) for row in rows)
-    return sum(max(seconds for seconds, _ in row) for row in rows) / spans if spans else None
+    most = [max(seconds for seconds, _ in row) for row in rows]
+    unshared = sum(statistics.fmean(span for _, span in row) for row in rows) - sum(most)
+    return sum(most) / unshared if unshared > 0 else None
 
 
 def placed(results: dict[int, dict | None]) -> dict[int, dict]:
@@ -82,18 +84,16 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
         throttled_share = min(1.0, (row["throttled_s"] or 0.0) / row["in_group_s"]) if row["in_group_s"] else 0.0
         if by_step := lost_by_step((steps_by_rank or {}).get(rank, []), throttled_share):
             lost[rank] = by_step
-            row["lost_to_sharing_share"] = distortion({rank: by_step})
+            row["distortion"] = distortion({rank: by_step})
         if figures.get("error"):
             unfaithful.append(f"rank {rank} on host {host or 'unknown'} ran outside its CPU group: {figures['error']}")
         by_rank.append(row)
     moved = distortion(lost)
     if moved is not None and moved > DISTORTION_LIMIT:
-        worst = max((r for r in by_rank if r["lost_to_sharing_share"] is not None),
-                    key=lambda r: r["lost_to_sharing_share"])
+        worst = max((r for r in by_rank if r["distortion"] is not None), key=lambda r: r["distortion"])
         unfaithful.append(f"sharing the CPUs moved the step by up to {moved:.1%} (limit {DISTORTION_LIMIT:.0%}): its "
-                          f"training threads waited that long for a CPU held by other work, most at rank "
-                          f"{worst['rank']} on host {worst['host'] or 'unknown'} "
-                          f"({worst['lost_to_sharing_share']:.1%} of its steps)")
+                          f"training threads waited for CPUs other processes held, most at rank {worst['rank']} on "
+                          f"host {worst['host'] or 'unknown'} ({worst['distortion']:.1%} of its own steps)")
     sharing = shared_cores(results) if fits else []
     unfaithful += [f"{mark} though it had a core for each" for mark in sharing]
     return {"status": groups["status"], "reason": groups["reason"], "cgroup": groups["cgroup"],

@@ -22,11 +22,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
 def timed_step(net, clock, x):
-    """(span from start to the last gradient, compute_s, wait_s) of one forward and backward."""
+    """(span from start to the last gradient, compute_s, wait_s, lost_s) of one forward and backward."""
+    at_batch = clock.clocks()
     clock.start()
     started = time.perf_counter()
     net(x).square().mean().backward()
-    return clock.last_ready - started, clock.compute_s(started), clock.wait_s()
+    return clock.last_ready - started, clock.compute_s(started), clock.wait_s(), clock.lost_s(at_batch)
 
 
 def median_step(net, clock, x, repeats=5):
@@ -77,7 +78,7 @@ class Competitors:
 def test_waiting_for_the_peers_own_threads_is_not_compute_but_waiting_for_others_is():
     """On the training thread's one core, busy threads of its own process (a peer's communication threads) lengthen
     backward's span but not compute_s: that wait is exposed communication. Busy other processes (other load on the
-    machine) stay in compute_s: they are not the strategy's cost."""
+    machine) stay in compute_s: they are not the strategy's cost, and their wait is lost to sharing (lost_s)."""
     core, allowed, threads = min(os.sched_getaffinity(0)), os.sched_getaffinity(0), torch.get_num_threads()
     torch.manual_seed(0)
     net = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(6)])
@@ -104,6 +105,9 @@ def test_waiting_for_the_peers_own_threads_is_not_compute_but_waiting_for_others
     assert own[1] < alone[1] + 0.5 * (own[0] - alone[0]), (alone, own)
     assert other[2] < 0.1 * other[0], (alone, other)    # other processes' use is not subtracted
     assert other[1] > 1.6 * alone[1], (alone, other)
+    # Of the span, the training thread waited about two thirds for the other processes, none for its own threads
+    assert own[3] < 0.1 * own[0] and alone[3] < 0.1 * alone[0], (alone, own)
+    assert other[3] > 0.4 * other[0], (alone, other)
 
 
 @pytest.mark.timeout(120)
@@ -120,3 +124,5 @@ def test_a_run_that_sends_nothing_beside_busy_loops_has_no_communication_and_wai
     assert all(s["bytes_sent"] == s["bytes_recv"] == 0 and s["comm_s"] == 0 for s in steps)
     assert summary["peers"][0]["runq_s_per_step"] > 0  # contended: the process's threads waited for a CPU
     assert summary["time_breakdown_share"]["wait_s"] > 0.05, summary["time_breakdown_share"]
+    # the busy loops held each core about half the time: the step moved far beyond the fidelity check's limit
+    assert summary["isolation"]["faithful"] is False and summary["isolation"]["distortion"] > 0.1, summary["isolation"]

@@ -117,3 +117,20 @@ def test_a_communicating_step_counts_its_transfer_as_communication_and_its_cpu_w
     for report in (StepReport(opt_s=0.1, bytes_sent=100, bytes_recv=100), StepReport(opt_s=0.1, link_s=0.2)):
         phases = step_phases(1.0, compute_s=0.3, opt_s=0.1, cpu_wait_s=0.2, communicates=communicated(report))
         assert phases["comm_s"] == pytest.approx(0.4) and phases["wait_s"] == pytest.approx(0.2)
+
+
+def test_a_wait_is_lost_to_sharing_unless_the_peers_own_threads_held_its_cores_in_the_same_phase():
+    """The clocks (wait ns, process CPU s, thread CPU s) of a step: the batch, then backward waiting 0.3 s for a CPU
+    while the peer's other threads used 0.1 s, then the all-reduce, whose threads used 0.5 s while the training
+    thread slept. On one core, backward lost 0.2 s to other processes; on two, the 0.1 s held both for 0.05 s at
+    most, so it lost 0.25 s. The all-reduce's CPU later excuses none of it."""
+    clock = GradientClock(model().parameters(), CPU)
+    at_batch = (0, 0.0, 0.0)
+    clock.at_start = (0, 0.1, 0.1)
+    clock.at_ready = (300_000_000, 1.2, 1.1)
+    clock.clocks = lambda: (300_000_000, 1.7, 1.1)
+    clock.cores = 1
+    assert clock.lost_s(at_batch) == pytest.approx(0.2)
+    clock.cores = 2
+    assert clock.lost_s(at_batch) == pytest.approx(0.25)
+    clock.close()
