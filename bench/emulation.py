@@ -1,8 +1,12 @@
 """Does the emulation hold? The headline's paired spread, CPU-quota linearity and dilation invariance, each
-measured in interleaved blocks; it sets each strategy's checked dilation."""
+measured in interleaved blocks; it sets each strategy's checked dilation. Apart (`fidelity`): the fidelity check's
+error rates on injected load."""
 import argparse
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Hashable
@@ -10,6 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.jobs import ROOT, averaging_strategies, named, summary_of
+from bench.verdict_simulation import upper_bound
+from job.process import core_slot
 from metrics.report.baselines import load_runs
 from metrics.report.stats import Ratio
 
@@ -38,7 +44,6 @@ def ratio_figures(values: list[float]) -> dict:
 def headline(sweep: Path | None) -> dict:
     """Paired speedups of the headline multirun, per strategy (run here when no sweep directory is given)."""
     if sweep is None:
-        import subprocess
         sweep = ROOT / "multirun" / f"emulation-headline-{time.strftime('%Y%m%d-%H%M%S')}"
         subprocess.run([sys.executable, "train.py", "-m", *HEADLINE, f"hydra.sweep.dir={sweep}", "progress=false",
                         "lock=off"], cwd=ROOT, check=True)
@@ -150,3 +155,124 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
                              for name, row in result["invariance"].items()},
         "duration_s": time.monotonic() - started,
     }
+
+
+# The fidelity check's error rates on injected load (metrics/summary/isolation.py distortion), declared before they
+# are measured: python -m bench.emulation fidelity OUT.json [BLOCKS]
+FIDELITY_JOB = ["strategy=allreduce", "peers=2", "model=resnet18", "network=emulated", "network.bandwidth_mbit=400",
+                "max_steps=20", "measure_window.after_step=5", "measure_window.steps=15", "eval_every=0",
+                "speed_reference.repetitions=0"]
+LOADS = ("spin", "torch")  # a Python busy loop; a co-located torch job (1 thread of 128 x 128 matrix products)
+DUTIES = (0.02, 0.05, 0.1, 0.2, 0.4)  # the wall share of each 10 ms period a load runs, pinned to rank 0's core
+FIDELITY_BLOCKS = 6  # the declared sample: 6 blocks of 10 loaded runs (60 judged), each block between 2 alone runs
+MOVED, STILL = 0.10, 0.02  # a run whose step moved by MOVED or more must be flagged, by STILL or less must pass
+THRESHOLDS = (0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.10)  # candidate limits: the largest with no false pass is chosen
+LOAD_SCRIPT = """import os, time
+os.sched_setaffinity(0, {{{core}}})
+if "{kind}" == "torch":
+    import torch
+    torch.set_num_threads(1)
+    a = torch.randn(128, 128)
+    work = lambda: a @ a
+else:
+    work = lambda: None
+print("ready", flush=True)
+while True:
+    start = time.perf_counter()
+    while time.perf_counter() - start < {duty} * 0.01:
+        work()
+    time.sleep(max(0.0, 0.01 - (time.perf_counter() - start)))
+"""
+
+
+def fidelity_plan(blocks: int) -> list[list[tuple[str, float]]]:
+    """Per block, its (load, duty) runs in order: alone first and last, every load between, shuffled (seed: block)."""
+    plan = []
+    for block in range(blocks):
+        loads = [(load, duty) for load in LOADS for duty in DUTIES]
+        random.Random(block).shuffle(loads)
+        plan.append([("alone", 0.0), *loads, ("alone", 0.0)])
+    return plan
+
+
+def true_moves(rows: list[dict]) -> list[dict]:
+    """The loaded rows, each with `moved`: its step over the mean of its block's alone steps, less 1."""
+    alone: dict[int, list[float]] = {}
+    for row in rows:
+        if row["load"] == "alone":
+            alone.setdefault(row["block"], []).append(row["step_s"])
+    return [row | {"moved": row["step_s"] / statistics.fmean(alone[row["block"]]) - 1}
+            for row in rows if row["load"] != "alone"]
+
+
+def error_rates(moved_rows: list[dict]) -> dict[str, dict]:
+    """Per candidate limit: false passes (moved >= MOVED, distortion not above the limit) of the runs that moved,
+    false flags (moved <= STILL, distortion above it) of those that did not, each with its one-sided 95 %
+    Clopper-Pearson upper bound. A run without a distortion was not flagged."""
+    moved = [r for r in moved_rows if r["moved"] >= MOVED]
+    still = [r for r in moved_rows if r["moved"] <= STILL]
+
+    def rate(events: int, runs: int) -> dict:
+        return {"events": events, "runs": runs, "rate": events / runs if runs else None,
+                "upper_95": upper_bound(events, runs) if runs else None}
+
+    def flagged(row: dict, limit: float) -> bool:
+        return row["distortion"] is not None and row["distortion"] > limit
+
+    return {f"{limit:g}": {"false_pass": rate(sum(not flagged(r, limit) for r in moved), len(moved)),
+                           "false_flag": rate(sum(flagged(r, limit) for r in still), len(still))}
+            for limit in THRESHOLDS}
+
+
+def chosen_limit(rates: dict[str, dict]) -> float:
+    """The declared rule: the largest candidate with no false pass (none: the smallest)."""
+    clean = [float(limit) for limit, r in rates.items() if r["false_pass"]["events"] == 0]
+    return max(clean) if clean else min(float(limit) for limit in rates)
+
+
+def loaded_run(load: str, duty: float, block: int) -> dict:
+    """One run of FIDELITY_JOB beside `load` on rank 0's core: its mean step and distortion."""
+    process = None
+    if load != "alone":
+        core = core_slot(0, 1, os.sched_getaffinity(0))[0]
+        script = LOAD_SCRIPT.format(core=core, kind=load, duty=duty)
+        process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        if process.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"the {load} load did not start")
+    try:
+        summary = summary_of(*FIDELITY_JOB, f"seed={block}")
+    finally:
+        if process:
+            process.kill()
+            process.wait()
+    return {"block": block, "load": load, "duty": duty,
+            "step_s": sum(v for v in summary.time_breakdown_s.values() if v),
+            "distortion": summary.isolation.distortion}
+
+
+def fidelity(out: Path, blocks: int = FIDELITY_BLOCKS) -> dict:
+    """Every planned run (kept in OUT.jsonl as it ends; a rerun goes on from there), then the rates and the limit."""
+    log = out.with_suffix(".jsonl")
+    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    runs = [(block, load, duty) for block, order in enumerate(fidelity_plan(blocks)) for load, duty in order]
+    for block, load, duty in runs[len(rows):]:
+        print(f"fidelity: block {block + 1}/{blocks}, {load} {duty:g}", file=sys.stderr, flush=True)
+        rows.append(loaded_run(load, duty, block))
+        with log.open("a") as f:
+            f.write(json.dumps(rows[-1]) + "\n")
+    moved = true_moves(rows)
+    rates = error_rates(moved)
+    result = {"name": "emulation_fidelity", "setup": f"{' '.join(FIDELITY_JOB)}; loads {list(LOADS)} at duties "
+              f"{list(DUTIES)} on rank 0's core; {blocks} blocks, alone first and last in each",
+              "rule": f"moved >= {MOVED:.0%}: must be flagged; <= {STILL:.0%}: must pass; the limit is the largest "
+                      f"of {list(THRESHOLDS)} with no false pass",
+              "runs": moved, "rates": rates, "chosen_limit": chosen_limit(rates)}
+    out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command != "fidelity" or not args:
+        raise SystemExit("usage: python -m bench.emulation fidelity OUT.json [BLOCKS]")
+    print(fidelity(Path(args[0]), *map(int, args[1:]))["rates"])
