@@ -55,7 +55,7 @@ class GradientClock:
         self.schedstat = os.open(THREAD_SCHEDSTAT, os.O_RDONLY) \
             if not self.events and os.path.exists(THREAD_SCHEDSTAT) else None
         self.at_start = self.at_ready = (0, 0.0, 0.0)  # (wait ns, process CPU s, this thread's CPU s)
-        self.cores = len(os.sched_getaffinity(0))  # where the training thread may run
+        self.cores = 1  # the cores the training thread may run on: read at each start()
         self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params if p.requires_grad]
 
     def clocks(self) -> tuple[int, float, float]:
@@ -65,6 +65,7 @@ class GradientClock:
 
     def start(self) -> None:
         self.last_ready = 0.0
+        self.cores = len(os.sched_getaffinity(0))
         self.at_start = self.at_ready = self.clocks()
         if self.events:
             self.events[0].record()
