@@ -233,13 +233,12 @@ def chosen_limit(rates: dict[str, dict]) -> float:
 def loaded_run(load: str, duty: float, block: int) -> dict:
     """One run of FIDELITY_JOB beside `load` on rank 0's core: its mean step and distortion."""
     process = None
-    if load != "alone":
-        core = core_slot(0, 1, os.sched_getaffinity(0))[0]
-        script = LOAD_SCRIPT.format(core=core, kind=load, duty=duty)
-        process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-        if process.stdout.readline() != b"ready\n":
-            raise RuntimeError(f"the {load} load did not start")
     try:
+        if load != "alone":
+            script = LOAD_SCRIPT.format(core=core_slot(0, 1, os.sched_getaffinity(0))[0], kind=load, duty=duty)
+            process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+            if process.stdout is None or process.stdout.readline() != b"ready\n":
+                raise RuntimeError(f"the {load} load did not start")
         summary = summary_of(*FIDELITY_JOB, f"seed={block}")
     finally:
         if process:
