@@ -194,7 +194,7 @@ def assert_cpu_faithful_unless_others(summary: dict) -> None:
     isolation, machine = summary["isolation"], summary["machine"]
     if machine["alone"] is False:
         return
-    shown = [{k: r[k] for k in ("rank", "received_share", "wait_beyond_quota_s", "other_on_cores_s",
+    shown = [{k: r[k] for k in ("rank", "distortion", "received_share", "wait_beyond_quota_s", "other_on_cores_s",
                                 "irq_on_cores_s", "in_group_s")} for r in isolation["by_rank"]]
     assert isolation["faithful"] is True, (isolation["unfaithful"], shown, machine)
 
