@@ -13,12 +13,9 @@ from job.device import PeerDevice
 from job.evaluation import Snapshots
 from job.fault import inject
 from job.speed_reference import SpeedReference
-from metrics.recording.machine import ProcessClock
+from metrics.recording.machine import THREAD_SCHEDSTAT, ProcessClock
 from metrics.recording.sampler import WireCounter
 from metrics.recording.steplog import StepLog
-
-
-THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread waited runnable for a CPU
 
 
 # strategies.base's StepReport and Strategy as the loop uses them (job imports no strategy)
