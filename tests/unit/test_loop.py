@@ -145,3 +145,13 @@ def test_a_wait_for_a_cpu_inside_the_update_is_counted_once_as_waiting(monkeypat
     assert update_wall_s - 0.06 - 0.005 <= opt_s <= update_wall_s - 0.06
     phases = step_phases(0.3 + update_wall_s + 0.5, compute_s=0.3, opt_s=opt_s, cpu_wait_s=0.06, communicates=True)
     assert phases["comm_s"] == pytest.approx(0.5, abs=0.005) and phases["wait_s"] == pytest.approx(0.06, abs=0.005)
+
+
+def test_an_averaging_round_that_found_no_group_counts_its_matchmaking_as_communication():
+    """hivemind's step at an epoch's end, 2.5 s: compute 0.3 s, the update 0.2 s and 2 s of matchmaking, whether it
+    found no group (no bytes, no all-reduce time: its report still names the round) or averaged with one."""
+    failed = StepReport(opt_s=0.2, round=3, extra={"link_s": 0.0})
+    averaged = StepReport(opt_s=0.2, round=3, bytes_sent=100, bytes_recv=100, extra={"link_s": 0.0})
+    for report in (failed, averaged):
+        phases = step_phases(2.5, compute_s=0.3, opt_s=0.2, cpu_wait_s=0.0, communicates=communicated(report))
+        assert phases["comm_s"] == pytest.approx(2.0) and phases["wait_s"] == 0.0
