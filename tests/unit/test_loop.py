@@ -142,9 +142,9 @@ def test_a_wait_for_a_cpu_inside_the_update_is_counted_once_as_waiting(monkeypat
     before = time.perf_counter()
     opt_s = strategy.timed_optimizer_step()
     update_wall_s = time.perf_counter() - before
-    assert update_wall_s - 0.06 - 0.005 <= opt_s <= update_wall_s - 0.06
+    assert update_wall_s - 0.06 - 0.02 <= opt_s <= update_wall_s - 0.06  # 0.02 s: the call around the update
     phases = step_phases(0.3 + update_wall_s + 0.5, compute_s=0.3, opt_s=opt_s, cpu_wait_s=0.06, communicates=True)
-    assert phases["comm_s"] == pytest.approx(0.5, abs=0.005) and phases["wait_s"] == pytest.approx(0.06, abs=0.005)
+    assert phases["comm_s"] == pytest.approx(0.5, abs=0.02) and phases["wait_s"] == pytest.approx(0.06, abs=0.02)
 
 
 def test_an_averaging_round_that_found_no_group_counts_its_matchmaking_as_communication():
