@@ -170,8 +170,9 @@ K80_TABLES = [  # model, batch per GPU, table, its 1-GPU images/s, parameters, (
      [(16, 667, 2), (32, 1180, 4), (64, 2315, 4)]),
 ]
 CASES += [Case("tensorflow_k80_distributed", f"'Training synthetic data'{table}, {model}: {one} images/s at 1 GPU, "
-               f"{images} at {peers} ({peers // 8} p2.8xlarge, {servers} co-located parameter servers)", model, "ps",
-               peers, 8, 10_000, batch, batch / one, f"{one} images/s on 1 GPU at batch {batch} (the same table)",
+               f"{images} at {peers} GPUs ({peers // 8} p2.8xlarge, {servers} co-located parameter servers)",
+               model, "ps", peers, 8, 10_000, batch, batch / one,
+               f"{one} images/s on 1 GPU at batch {batch} (the same table)",
                parameters, parameters_from, 100 * images / (peers * one), PCIE3_X16, servers, "colocated")
           for model, batch, table, one, parameters, parameters_from, rows in K80_TABLES
           for peers, images, servers in rows]

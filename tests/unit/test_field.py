@@ -54,7 +54,7 @@ def evidence_for(tmp_path, strategy: str, share: float = 0.9):
                                                                    validation_case(strategy, 8, -0.05)], share))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.model}-{c.peers}-{c.batch}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.strategy}-{c.model}-{c.peers}-{c.batch}")
 def test_each_prediction_is_the_command_lines_own(tmp_path, case):
     runs = structural_runs(tmp_path)
     evidence_file = write_results(tmp_path / "results.json", [validation_case(case.strategy, 4, 0.05),
