@@ -63,7 +63,8 @@ def test_each_prediction_is_the_command_lines_own(tmp_path, case):
     out = tmp_path / "out"
     assert main([str(runs[case.strategy]), *cli_arguments(case), "--evidence", str(evidence_file), "-o", str(out)]) == 0
     cli = json.loads((out / "projection.json").read_text())["runs"][0]
-    assert cli["measured"]["compute_of"].startswith("declared by you")
+    compute_of = cli["measured"]["compute_of"]
+    assert compute_of.startswith("declared by you") and compute_of.endswith(f"at batch {case.batch}")
     assert [r["step_s"] for r in cli["projections"][0]["rows"]] == [pytest.approx(row["step_s"], rel=1e-12)]
     link = cli["projections"][0]["link"]
     assert (link["mbit"], link["devices_per_node"], link["ps_servers"]) == (case.link_mbit, case.gpus_per_node,
@@ -72,7 +73,7 @@ def test_each_prediction_is_the_command_lines_own(tmp_path, case):
 
 def test_declared_compute_is_read_at_the_cases_batch(tmp_path):
     """A batch-64 case: its compute is one device's step at 64 samples, not at the structural run's 32, so its
-    throughput is N x 64 samples per predicted step, and the command line says so."""
+    throughput is N x 64 samples per predicted step, and the command line is given that batch."""
     case = next(c for c in CASES if c.batch == 64)
     row = predicted_row(case, structural_runs(tmp_path)[case.strategy], evidence_for(tmp_path, case.strategy))
     assert row["throughput_samples_per_s"] == pytest.approx(case.peers * 64 / row["step_s"])
