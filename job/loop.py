@@ -13,12 +13,9 @@ from job.device import PeerDevice
 from job.evaluation import Snapshots
 from job.fault import inject
 from job.speed_reference import SpeedReference
-from metrics.recording.machine import ProcessClock
+from metrics.recording.machine import THREAD_SCHEDSTAT, ProcessClock
 from metrics.recording.sampler import WireCounter
 from metrics.recording.steplog import StepLog
-
-
-THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread waited runnable for a CPU
 
 
 # strategies.base's StepReport and Strategy as the loop uses them (job imports no strategy)
@@ -108,8 +105,9 @@ class GradientClock:
 
 
 def communicated(report: StepOutcome) -> bool:
-    """A step communicated where it sent or received payload or timed a link; one that did neither has no comm_s."""
-    return bool(report.bytes_sent or report.bytes_recv or report.link_s)
+    """A step communicated where it sent or received payload, timed a link or ran an averaging round (one that found no
+    group matchmade); one that did none of these has no comm_s."""
+    return bool(report.bytes_sent or report.bytes_recv or report.link_s) or report.round is not None
 
 
 def step_phases(span_s: float, compute_s: float, opt_s: float, cpu_wait_s: float,

@@ -1,5 +1,4 @@
 """Checks on the composed config, run before any process starts, and the strategy it names."""
-import sys
 import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
@@ -22,6 +21,7 @@ from launchers.shape import fit_peers
 from metrics.projection.models import cost_model
 from metrics.summary.target import CAUSAL
 from metrics.summary.window import window_steps
+from metrics.report.baselines import tool_command
 from metrics.report.projected import parse_targets
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
@@ -45,7 +45,7 @@ RESOLVERS: dict[str, Callable[..., Any]] = {  # arithmetic for experiment preset
     "times": lambda a, b: a * b,
     "at_least": lambda value, floor: max(int(value), int(floor)),
     "project_root": lambda: str(CONF_DIR.parent),  # e.g. a batch job's PYTHONPATH (conf/hydra/launcher/slurm.yaml)
-    "command": lambda: f"python {name}" if (name := Path(sys.argv[0]).name).endswith(".py") else name,  # as typed
+    "command": tool_command,  # as typed
     "readme": readme,
 }
 for _name, _fn in RESOLVERS.items():

@@ -14,6 +14,7 @@ from torch import nn
 from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
 from job.device import PeerDevice
 from job.rules import Rule
+from metrics.recording.machine import thread_wait_s
 from metrics.recording.rundir import RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
@@ -22,7 +23,7 @@ __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strat
 class StepReport:
     """What one `step()` did on this peer."""
 
-    opt_s: float = 0.0  # the optimizer update (the loop counts the rest of the step, after backward, as communication)
+    opt_s: float = 0.0  # the update, timed on update_clock (the loop counts the rest after backward as communication)
     bytes_sent: int = 0  # payload bytes put on / taken off the transport, from exact accounting of the tensors
     bytes_recv: int = 0
     round: int | None = None  # the averaging round these bytes belong to (grouped across workers); None: the step
@@ -142,13 +143,18 @@ class Strategy(ABC):
         """Release connections and background processes (also after a failed setup)."""
 
     # --- helpers for subclasses -------------------------------------------
+    def update_clock(self) -> float:
+        """Seconds for timing an update (opt_s): perf_counter less this thread's waits for a CPU so far, which the loop
+        counts as waiting (job/loop.py; not on a GPU)."""
+        return time.perf_counter() - (0.0 if self.device.is_cuda else thread_wait_s())
+
     def timed_optimizer_step(self) -> float:
         self.device.synchronize()  # on a GPU, what was queued before is not the update's time
         assert self.optimizer is not None, "setup() first"
-        start = time.perf_counter()
+        start = self.update_clock()
         self.optimizer.step()
         self.device.synchronize()
-        return time.perf_counter() - start
+        return self.update_clock() - start
 
     def trainable(self) -> list[nn.Parameter]:
         assert self.model is not None, "setup() first"

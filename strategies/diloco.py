@@ -60,12 +60,12 @@ class DiLoCo(TransportStrategy):
         delta = self.synced - flatten(params)
         self.connected().allreduce_sum(delta)
         delta /= self.ctx.world_size
-        communicated = time.perf_counter()
+        communicated = self.update_clock()
         self.synced.grad = delta
         self.outer.step()
         unflatten_into(self.synced, params)
         self.device.synchronize()
-        report.opt_s += time.perf_counter() - communicated  # the outer update is an optimizer update
+        report.opt_s += self.update_clock() - communicated  # the outer update is an optimizer update
         sent = ring_allreduce_bytes(payload_bytes(delta), self.ctx.world_size)
         report.bytes_sent = report.bytes_recv = sent
         report.round = self.outer_steps

@@ -173,11 +173,11 @@ class Hivemind(Strategy):
         update = inner.step
 
         def timed_update(*args: Any, **kwargs: Any) -> float | None:
-            start = time.perf_counter()
+            start = self.update_clock()
             try:
                 return update(*args, **kwargs)
             finally:
-                self.global_step_s += time.perf_counter() - start
+                self.global_step_s += self.update_clock() - start
 
         inner.step = timed_update
 
@@ -269,12 +269,12 @@ class Hivemind(Strategy):
     def step(self, samples: int) -> StepReport:
         """Accumulate or average (hivemind decides); at the target epoch also `_finish`, counted in this step."""
         assert self.opt is not None  # setup() made it
-        start, updates_before = time.perf_counter(), self.global_step_s
+        start, updates_before = self.update_clock(), self.global_step_s
         self.counters.set("local_epoch", self.opt.local_epoch)
         self.opt.step(batch_size=samples)
         self.counters.set("local_epoch", self.opt.local_epoch)
         waited = self._wait_for_swarm() if not self.swarm_seen else 0.0
-        local_s = time.perf_counter() - start - waited
+        local_s = self.update_clock() - start - waited
         epoch = self.opt.local_epoch
         last = epoch >= self.target_epoch
         if last:

@@ -7,6 +7,7 @@ from metrics.recording.sampler import IntervalSampler
 
 PRESSURE = Path("/proc/pressure/cpu")
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"  # field 2: ns this thread waited runnable for a CPU
 
 
 # --- peer side: per step ------------------------------------------------------------------------
@@ -30,6 +31,15 @@ def thread_run_delays(pids: list[int]) -> dict[int, int]:
             finally:
                 os.close(fd)
     return found
+
+
+def thread_wait_s() -> float:
+    """Seconds the calling thread has waited runnable for a CPU (0 where the kernel keeps no schedstat)."""
+    try:
+        with open(THREAD_SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except OSError:
+        return 0.0
 
 
 class ProcessClock:

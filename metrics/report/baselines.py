@@ -2,6 +2,7 @@
 them, and the commands that would produce the baselines a comparison lacks."""
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -166,8 +167,13 @@ def override_args(overrides: Json) -> list[str]:
     return [f"{k}={value(v)}" for k, v in overrides.items()]
 
 
+def tool_command() -> str:
+    """The tool's command as the user types it: `avgbench` where the installed command runs, else `python train.py`."""
+    return "avgbench" if Path(sys.argv[0]).name == "avgbench" else "python train.py"
+
+
 def override_command(overrides: Json) -> str:
-    return "python train.py " + " ".join(map(shlex.quote, override_args(overrides)))
+    return " ".join([tool_command(), *map(shlex.quote, override_args(overrides))])
 
 
 def load_runs(dirs: list[Path]) -> tuple[list[Section], list[str]]:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from metrics.recording.machine import describe_machine, fingerprint, same_machine
 from metrics.recording.methods import methods
-from metrics.report.baselines import averaging, load_runs
+from metrics.report.baselines import averaging, load_runs, tool_command
 from metrics.report.compare import Comparison
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Block, Group, RunFigure, Section
@@ -189,7 +189,7 @@ def planning_noise(path: Path, primary: Primary, data: str, model: str, strategi
         raise ValueError(
             f"repeats=auto plans the blocks from the primary figure's noise recorded in {path} ({ENTRY}), which has "
             f"none for {', '.join(lacking)} at {what}: measure it with a fixed number of blocks, e.g. "
-            f"`python train.py -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
+            f"`{tool_command()} -m strategy={','.join(lacking)} repeats=3 hydra.sweep.dir=multirun/noise` (with the "
             f"same data, model and target), then `python bench/primary_noise.py multirun/noise` (it records into "
             "bench/results/primary_noise.json and conf/evidence.json)")
     basis = EVERY_MACHINE

@@ -19,7 +19,7 @@ from metrics.summary.schema import S, Evaluation, Isolation, Json, Peer, PeerWin
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.summary.target import METHODS as TARGET_METHODS, samples_by_step, time_to_target
 from metrics.recording.steplog import PHASES
-from metrics.summary.wall import LaunchClock, wall_phases
+from metrics.summary.wall import LaunchClock, nodes_wall_phases, wall_phases
 from metrics.summary.window import steps_in, window_section, worker_window
 from metrics.recording.methods import methods
 
@@ -285,6 +285,7 @@ def merge_nodes(paths: list[Path], summaries: list[Summary], ranks: list[int], m
         "total_samples": sum(s.total_samples or 0 for s in summaries),
         "throughput_samples_per_s": sum(w.samples for w in windows) / longest if longest else None,
         "useful_samples": largest(s.useful_samples for s in summaries),
+        "wall_phases_s": nodes_wall_phases(summaries),
         "startup_wait_s": largest(s.startup_wait_s for s in summaries),
         "time_breakdown_s": breakdown,
         "hidden_comm_s": hidden,

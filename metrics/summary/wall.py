@@ -48,6 +48,24 @@ def wall_phases(clock: LaunchClock, ended_at: float, workers: list[dict]) -> dic
     return WallPhases.from_dict(spans | {"other_s": at - clock.job_started_at - sum(spans.values())}).seconds()
 
 
+def nodes_wall_phases(summaries: list[Summary]) -> dict[str, float] | None:
+    """A run's wall phases over its nodes' summaries: the phases of the node whose launcher ended last, from the
+    earliest node's start (other_s holds the time before its own start)."""
+    def ended_at(node: Summary) -> float:  # the launcher saw its last process end (wall_s: the emulated cluster's time)
+        return node.started_at + node.wall_s * (node.isolation.dilation or 1)
+
+    def started_at(node: Summary) -> float:  # all its phases but teardown_s and summary_s come before ended_at
+        phases = node.wall_phases_s
+        return ended_at(node) - sum(phases.seconds().values()) + phases.teardown_s + phases.summary_s
+
+    recorded = [s for s in summaries if s.wall_phases_s]
+    if not recorded:
+        return None
+    last = max(recorded, key=ended_at)
+    phases = last.wall_phases_s.seconds()
+    return phases | {"other_s": phases["other_s"] + started_at(last) - min(map(started_at, recorded))}
+
+
 def training_s(summary: Summary) -> float:
     """The run's training time to its target, or to its horizon (all it trained) where it has none, in the seconds it
     spent (a dilated run's times x its dilation)."""

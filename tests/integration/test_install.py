@@ -1,5 +1,5 @@
 """`pip install .` gives an `avgbench` command that runs from any directory, on the installed copy, whose modules a
-user's own on PYTHONPATH (a metrics.py, a train.py) never replace.
+user's own on PYTHONPATH (a metrics.py, a train.py, an avgbench_cli.py) never replace.
 
 The fresh virtualenv sees this interpreter's site-packages through a .pth file (torch and the rest are not
 installed again) and gets only the project, from a copy of the checkout (the build writes build/ beside its sources).
@@ -82,6 +82,14 @@ def test_help_names_the_command_and_its_installed_documentation(installed):
     assert "Usage:  avgbench [GROUP=OPTION ...]" in shown and "train.py" not in shown, shown
     readme = Path(re.search(r"Documentation: (\S+) ", shown)[1])
     assert readme.is_relative_to(env_dir) and (readme.parent / "docs" / "usage.md").is_file(), readme
+
+
+def test_a_users_avgbench_cli_in_the_working_directory_is_not_the_commands(installed, tmp_path):
+    """PYTHONPATH=. puts the working directory on the search path, where the user keeps an avgbench_cli.py."""
+    env_dir, _ = installed
+    (tmp_path / "avgbench_cli.py").write_text("open('users_cli_ran', 'w').close()\n")
+    shown = run([env_dir / "bin" / "avgbench", "--help"], tmp_path, env=os.environ | {"PYTHONPATH": "."}).stdout
+    assert "Usage:  avgbench [GROUP=OPTION ...]" in shown and not (tmp_path / "users_cli_ran").exists(), shown
 
 
 @pytest.fixture(scope="module")

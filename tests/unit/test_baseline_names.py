@@ -1,6 +1,11 @@
-"""The baselines a multirun adds (unit tier): one directory each, and trained with the runs' optimizer."""
+"""The baselines a multirun adds (unit tier): one directory each, trained with the runs' optimizer, and the commands
+the report advises for runs it lacks, spelled as the user runs the tool."""
+import re
+import sys
+
 import pytest
 
+from helpers import report_config
 from launchers.sweeper import baseline_names
 from metrics.summary.schema import Summary
 
@@ -40,3 +45,17 @@ def test_a_baseline_trains_with_the_runs_optimizer_and_the_missing_one_carries_i
     # the SGD baselines are there; the AdamW ones are not, though single runs of those shapes exist
     assert [(o["peers"], o.get("optim"), o.get("lr")) for o in wanted] == [(2, "adamw", 0.001), (1, "adamw", 0.001)]
     assert len(group_runs(runs)) == 4
+
+
+@pytest.mark.parametrize("typed_as, command", [("/home/me/.venv/bin/avgbench", "avgbench"),
+                                               ("train.py", "python train.py")])
+def test_the_report_advises_commands_spelled_as_the_tool_was_run(monkeypatch, tmp_path, typed_as, command):
+    from metrics.report.baselines import override_command
+    from metrics.report.noise import planning_noise
+    from metrics.report.primary import declare
+
+    monkeypatch.setattr(sys, "argv", [typed_as, "-m", "strategy=ring"])
+    assert override_command({"strategy": "single", "peers": 2}) == f"{command} strategy=single peers=2"
+    no_noise_recorded = tmp_path / "evidence.json"
+    with pytest.raises(ValueError, match=re.escape(f"`{command} -m strategy=ring repeats=3 ")):
+        planning_noise(no_noise_recorded, declare(report_config("ring", 2)), "digits", "tiny", ["ring"])

@@ -1,13 +1,16 @@
 """The training loop's gradient clock and step phases (unit tier): job.loop.GradientClock remembers when backward
-accumulated its last gradient, which ends the step's compute time; step_phases splits the step."""
+accumulated its last gradient, which ends the step's compute time; step_phases splits the step, with the update's time
+as the strategies take it (Strategy.timed_optimizer_step)."""
 import time
 
 import pytest
 import torch
 
+import strategies.base
 from job.device import PeerDevice
 from job.loop import GradientClock, communicated, step_phases
 from strategies.base import StepReport
+from strategies.single import Single
 
 CPU = PeerDevice(torch.device("cpu"))
 
@@ -134,3 +137,37 @@ def test_a_wait_is_lost_to_sharing_unless_the_peers_own_threads_held_its_cores_i
     clock.cores = 2
     assert clock.lost_s(at_batch) == pytest.approx(0.25)
     clock.close()
+
+class UpdateThatWaited:
+    """An optimizer whose update runs 0.1 s, of which the training thread waits 0.06 s for a CPU (its schedstat)."""
+
+    waited_s = 0.0
+
+    def step(self):
+        time.sleep(0.1)
+        self.waited_s += 0.06
+
+
+def test_a_wait_for_a_cpu_inside_the_update_is_counted_once_as_waiting(monkeypatch):
+    """A step 0.5 s blocked in its transfer: compute 0.3 s, then the update, whose 0.06 s of waiting for a CPU are the
+    loop's only CPU wait (cpu_wait_s): the step's comm_s is the transfer's 0.5 s and wait_s the 0.06 s."""
+    update = UpdateThatWaited()
+    monkeypatch.setattr(strategies.base, "thread_wait_s", lambda: update.waited_s)
+    strategy = Single(None, None, None)
+    strategy.optimizer = update
+    before = time.perf_counter()
+    opt_s = strategy.timed_optimizer_step()
+    update_wall_s = time.perf_counter() - before
+    assert update_wall_s - 0.06 - 0.02 <= opt_s <= update_wall_s - 0.06  # 0.02 s: the call around the update
+    phases = step_phases(0.3 + update_wall_s + 0.5, compute_s=0.3, opt_s=opt_s, cpu_wait_s=0.06, communicates=True)
+    assert phases["comm_s"] == pytest.approx(0.5, abs=0.02) and phases["wait_s"] == pytest.approx(0.06, abs=0.02)
+
+
+def test_an_averaging_round_that_found_no_group_counts_its_matchmaking_as_communication():
+    """hivemind's step at an epoch's end, 2.5 s: compute 0.3 s, the update 0.2 s and 2 s of matchmaking, whether it
+    found no group (no bytes, no all-reduce time: its report still names the round) or averaged with one."""
+    failed = StepReport(opt_s=0.2, round=3, extra={"link_s": 0.0})
+    averaged = StepReport(opt_s=0.2, round=3, bytes_sent=100, bytes_recv=100, extra={"link_s": 0.0})
+    for report in (failed, averaged):
+        phases = step_phases(2.5, compute_s=0.3, opt_s=0.2, cpu_wait_s=0.0, communicates=communicated(report))
+        assert phases["comm_s"] == pytest.approx(2.0) and phases["wait_s"] == 0.0

@@ -40,3 +40,23 @@ def test_summaries_without_wall_phases_still_load_and_report(tmp_path):
     markdown = report_of(sweep, out=tmp_path / "out")
     assert "Time, throughput and convergence" in markdown
     assert "Where the wall time went" not in markdown and "Sweep efficiency" not in markdown
+
+
+def test_a_run_over_two_nodes_spans_from_the_earliest_start_with_the_phases_of_the_node_that_ended_last(tmp_path):
+    """Node 0's job starts at 1000 s, its launcher ends at 1031 s and its summary at 1034 s; node 1's job starts at
+    1010 s, ends at 1039 s (last) and its summary at 1040.5 s. The run: 1000 s to 1040.5 s, node 1's phases."""
+    from metrics.summary.build import merge_nodes
+
+    first = {"command_s": 3.0, "launch_s": 2.0, "imports_s": 4.0, "training_s": 20.0, "other_s": 1.0, "exit_s": 1.0,
+             "teardown_s": 2.0, "summary_s": 1.0}
+    last = {"command_s": 2.0, "launch_s": 1.0, "imports_s": 3.0, "training_s": 22.0, "other_s": 0.5, "exit_s": 0.5,
+            "teardown_s": 1.0, "summary_s": 0.5}
+    target = {"metric": "test_accuracy", "value": 0.9}
+    nodes = [Summary.from_dict({"status": "completed", "started_at": 1003.0, "wall_s": 28.0, "wall_phases_s": first,
+                                "target": target}),
+             Summary.from_dict({"status": "completed", "started_at": 1012.0, "wall_s": 27.0, "wall_phases_s": last,
+                                "target": target})]
+    paths = [tmp_path / "node0", tmp_path / "node1"]
+    merged = merge_nodes(paths, nodes, [0, 1], []).wall_phases_s.seconds()
+    assert sum(merged.values()) == pytest.approx(1040.5 - 1000.0)
+    assert {k: v for k, v in merged.items() if v} == last | {"other_s": pytest.approx(0.5 + 10.0)}
