@@ -20,6 +20,7 @@ from metrics.projection.project import Measured, measure
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import MBIT
 from metrics.summary.fidelity import unfaithful
+from metrics.summary import isolation
 from netemu.dilation import checked_dilation
 from metrics.summary.schema import Summary
 
@@ -163,6 +164,19 @@ def dilation_to_fit(overrides: list[str]) -> float:
     return max(1.0, shape_of(cfg, strategy_class(cfg).launch_spec(cfg), False)["oversubscription"])
 
 
+def starved(summary: Summary) -> list[str]:
+    """The ranks that wanted CPU and did not get it while other processes ran on their cores, the run's own ranks
+    among them. The run's own isolation check forgives the run's own ranks (a shape's oversubscription is its
+    caveat); a validation case does not: an emulated host that waits for another host's process is no separate
+    machine."""
+    if summary.isolation.faithful is False:  # already marked, with its reasons
+        return []
+    whose = " (the run's own ranks included)"
+    return ["CPU: " + isolation.starved_text(row, row.get("other_on_cores_s"), whose)
+            for row in summary.isolation.by_rank
+            if row.get("wait_beyond_quota_s") is not None and isolation.starved(row, row.get("other_on_cores_s"))]
+
+
 def run_case(overrides: list[str], steps: int, shares: dict[int, float], timeout: float,
              dilation: float) -> CaseRun:
     # a collective may take as long as the case (ResNet18's start-up broadcast at 20 Mbit/s outlasts the default);
@@ -171,7 +185,7 @@ def run_case(overrides: list[str], steps: int, shares: dict[int, float], timeout
     with train(*overrides, *dilated, f"max_steps={steps}", "eval_every=0", f"timeouts.collective_s={int(timeout)}",
                timeout=timeout * dilation) as run_dir:
         summary = Summary.load(RunDir(run_dir).summary)
-        return CaseRun(measure(run_dir, shares), unfaithful(summary))
+        return CaseRun(measure(run_dir, shares), unfaithful(summary) + starved(summary))
 
 
 def grid(text: str | None = None) -> dict:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from metrics.summary.isolation import METHODS as ISOLATION_METHODS, isolation_section, undilate
+from metrics.summary.isolation import METHODS as ISOLATION_METHODS, isolation_section, undilate, within_limit
 from metrics.recording.jsonl import read_jsonl
 from metrics.summary.link import METHODS as LINK_METHODS, link_section
 from metrics.summary.machine import METHODS as MACHINE_METHODS, machine_section
@@ -357,9 +357,10 @@ def nodes_evaluation(found: list[Evaluation]) -> dict:
 def nodes_isolation(found: list[Isolation]) -> dict:
     """Every node's ranks; isolated where every node was, faithful where every node measured it so."""
     apart = next((i for i in found if i.status != "isolated"), found[0])
-    faithful = [i.faithful for i in found]
+    faithful, moved = [i.faithful for i in found], largest(i.distortion for i in found)
     return (found[0].to_dict() or {}) | {
-        "status": apart.status, "reason": apart.reason, "distortion": largest(i.distortion for i in found),
+        "status": apart.status, "reason": apart.reason,
+        "distortion": moved, "distortion_within_limit": within_limit(moved),
         "faithful": False if False in faithful else None if None in faithful else True,
         "unfaithful": [why for i in found for why in i.unfaithful or []],
         "by_rank": [row for i in found for row in i.by_rank or []]}

@@ -177,6 +177,7 @@ class Isolation(Section):
     dilation_unchecked: bool | None = None
     distortion: float | None = None
     distortion_limit: float | None = None
+    distortion_within_limit: bool | None = None
     faithful: bool | None = None
     unfaithful: list = field(default_factory=list)
     by_rank: list = field(default_factory=list)

@@ -138,6 +138,7 @@ def test_a_wait_is_lost_to_sharing_unless_the_peers_own_threads_held_its_cores_i
     assert clock.lost_s(at_batch) == pytest.approx(0.25)
     clock.close()
 
+
 class UpdateThatWaited:
     """An optimizer whose update runs 0.1 s, of which the training thread waits 0.06 s for a CPU (its schedstat)."""
 

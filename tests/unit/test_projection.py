@@ -1163,6 +1163,29 @@ def test_a_validation_case_is_predicted_in_the_frames_its_runs_are_built_with():
     assert case_link(20).mtu == compose_config("network=emulated").network.mtu == 9000
 
 
+def test_a_validation_case_fails_a_rank_starved_beside_its_own_runs_ranks_not_beside_its_own_threads():
+    """The run's isolation check forgives a rank the CPU its run's other ranks took on its cores; a validation case
+    does not. A rank that waited for its own threads only (nothing else on its cores) still holds."""
+    from bench.projection import starved
+    from metrics.summary.schema import Summary
+
+    def rank(n, received, waited, beside):
+        return {"rank": n, "host": f"h{n}", "in_group_s": 100.0, "received_share": received,
+                "wait_beyond_quota_s": waited, "other_on_cores_s": beside, "run_on_cores_s": beside}
+
+    summary = Summary.from_dict({"isolation": {"faithful": True, "by_rank": [
+        rank(0, 0.15, 15.0, 20.0),  # shared its core with another rank of the run, and waited: starved
+        rank(1, 0.93, 14.0, 1.0),   # waited for its own threads, nothing else beside it: holds
+        rank(2, 0.15, 3.0, 20.0),   # beside another rank, but hardly waited: holds
+        rank(3, 0.99, 15.0, 20.0)]}})  # got its promise: holds
+    assert starved(summary) == ["CPU: rank 0 on host h0: received 15% of its promised CPU and waited 15% of its time "
+                                "in the run queue beyond its quota, while other work ran 20.0 s on its cores (the "
+                                "run's own ranks included)"]
+    marked = Summary.from_dict({"isolation": {"faithful": False, "unfaithful": ["rank 0 ..."],
+                                              "by_rank": [rank(0, 0.15, 15.0, 20.0)]}})
+    assert starved(marked) == []  # already marked by the run's own check, with its reasons
+
+
 @pytest.mark.parametrize("declared", [["--samples-per-s", "40"], ["--compute-s", "1.6"]])
 def test_declared_compute_is_read_at_the_batch_you_state(tmp_path, declared):
     """40 samples/s at batch 64 is 1.6 s per step (not 32 / 40 = 0.8 s at the run's batch of 32); at a free wire
