@@ -143,10 +143,17 @@ class Strategy(ABC):
         """Release connections and background processes (also after a failed setup)."""
 
     # --- helpers for subclasses -------------------------------------------
-    def update_clock(self) -> float:
+    def update_clock(self, end: bool = False) -> float:
         """Seconds for timing an update (opt_s): perf_counter less this thread's waits for a CPU so far, which the loop
-        counts as waiting (job/loop.py; not on a GPU)."""
-        return time.perf_counter() - (0.0 if self.device.is_cuda else thread_wait_s())
+        counts as waiting (job/loop.py; not on a GPU). The two are read in the order (the clock first at the start,
+        last at the end) that leaves a wait between the reads inside the update, never making it negative."""
+        if self.device.is_cuda:
+            return time.perf_counter()
+        if end:
+            waited = thread_wait_s()
+            return time.perf_counter() - waited
+        now = time.perf_counter()
+        return now - thread_wait_s()
 
     def timed_optimizer_step(self) -> float:
         self.device.synchronize()  # on a GPU, what was queued before is not the update's time
@@ -154,7 +161,7 @@ class Strategy(ABC):
         start = self.update_clock()
         self.optimizer.step()
         self.device.synchronize()
-        return self.update_clock() - start
+        return self.update_clock(end=True) - start
 
     def trainable(self) -> list[nn.Parameter]:
         assert self.model is not None, "setup() first"

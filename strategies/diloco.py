@@ -65,7 +65,7 @@ class DiLoCo(TransportStrategy):
         self.outer.step()
         unflatten_into(self.synced, params)
         self.device.synchronize()
-        report.opt_s += self.update_clock() - communicated  # the outer update is an optimizer update
+        report.opt_s += self.update_clock(end=True) - communicated  # the outer update is an optimizer update
         sent = ring_allreduce_bytes(payload_bytes(delta), self.ctx.world_size)
         report.bytes_sent = report.bytes_recv = sent
         report.round = self.outer_steps

@@ -177,7 +177,7 @@ class Hivemind(Strategy):
             try:
                 return update(*args, **kwargs)
             finally:
-                self.global_step_s += self.update_clock() - start
+                self.global_step_s += self.update_clock(end=True) - start
 
         inner.step = timed_update
 
@@ -274,7 +274,7 @@ class Hivemind(Strategy):
         self.opt.step(batch_size=samples)
         self.counters.set("local_epoch", self.opt.local_epoch)
         waited = self._wait_for_swarm() if not self.swarm_seen else 0.0
-        local_s = self.update_clock() - start - waited
+        local_s = self.update_clock(end=True) - start - waited
         epoch = self.opt.local_epoch
         last = epoch >= self.target_epoch
         if last:

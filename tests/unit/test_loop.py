@@ -164,6 +164,30 @@ def test_a_wait_for_a_cpu_inside_the_update_is_counted_once_as_waiting(monkeypat
     assert phases["comm_s"] == pytest.approx(0.5, abs=0.02) and phases["wait_s"] == pytest.approx(0.06, abs=0.02)
 
 
+def test_a_wait_between_the_update_clocks_reads_never_makes_the_update_negative(monkeypatch):
+    """The thread is preempted for 5 ms between the two reads that end a 1 ms update (the clock, its schedstat): the
+    update must come out at least 0, the wait being counted by schedstat whatever the order of the reads."""
+    clock = {"now": 0.0, "waited": 0.0, "updated": False}
+
+    def perf_counter():
+        now = clock["now"]
+        if clock["updated"]:  # preempted right after this read
+            clock["now"] += 0.005
+            clock["waited"] += 0.005
+        return now
+
+    class Update:
+        def step(self):
+            clock["now"] += 0.001
+            clock["updated"] = True
+
+    monkeypatch.setattr(strategies.base, "thread_wait_s", lambda: clock["waited"])
+    monkeypatch.setattr(strategies.base.time, "perf_counter", perf_counter)
+    strategy = Single(None, None, None)
+    strategy.optimizer = Update()
+    assert 0 <= strategy.timed_optimizer_step() <= 0.001 + 1e-9
+
+
 def test_an_averaging_round_that_found_no_group_counts_its_matchmaking_as_communication():
     """hivemind's step at an epoch's end, 2.5 s: compute 0.3 s, the update 0.2 s and 2 s of matchmaking, whether it
     found no group (no bytes, no all-reduce time: its report still names the round) or averaged with one."""
