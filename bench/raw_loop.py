@@ -55,6 +55,9 @@ def main(model_name: str, batch: int, steps: int, threads: int, mode: str = "pla
             last, done = now, done + 1
             if done == steps:
                 break
+    if mode == "ddp":  # no rank leaves while the other's gloo threads still talk to it
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

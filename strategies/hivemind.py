@@ -273,8 +273,8 @@ class Hivemind(Strategy):
         self.counters.set("local_epoch", self.opt.local_epoch)
         self.opt.step(batch_size=samples)
         self.counters.set("local_epoch", self.opt.local_epoch)
+        local_s = self.update_clock(end=True) - start  # before the wait for the swarm, which is no update
         waited = self._wait_for_swarm() if not self.swarm_seen else 0.0
-        local_s = self.update_clock(end=True) - start - waited
         epoch = self.opt.local_epoch
         last = epoch >= self.target_epoch
         if last:
