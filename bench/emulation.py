@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.jobs import ROOT, averaging_strategies, named, summary_of
+from bench.results import RESULTS, recorded, save
 from bench.verdict_simulation import upper_bound
 from job.process import core_slot
 from metrics.report.baselines import load_runs
@@ -158,7 +159,7 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
 
 
 # The fidelity check's error rates on injected load (metrics/summary/isolation.py distortion), declared before they
-# are measured: python -m bench.emulation fidelity OUT.json [BLOCKS]
+# are measured: python -m bench.emulation fidelity [BLOCKS] (bench/results/emulation_fidelity.json)
 FIDELITY_JOB = ["strategy=allreduce", "peers=2", "model=resnet18", "network=emulated", "network.bandwidth_mbit=400",
                 "max_steps=20", "measure_window.after_step=5", "measure_window.steps=15", "eval_every=0",
                 "speed_reference.repetitions=0"]
@@ -249,9 +250,10 @@ def loaded_run(load: str, duty: float, block: int) -> dict:
             "distortion": summary.isolation.distortion}
 
 
-def fidelity(out: Path, blocks: int = FIDELITY_BLOCKS) -> dict:
-    """Every planned run (kept in OUT.jsonl as it ends; a rerun goes on from there), then the rates and the limit."""
-    log = out.with_suffix(".jsonl")
+def fidelity(blocks: int = FIDELITY_BLOCKS, folder: Path = RESULTS) -> dict:
+    """Every planned run (kept in emulation_fidelity.jsonl as it ends; a rerun goes on from there), then the rates and
+    the limit, saved as the emulation_fidelity entry."""
+    log = folder / "emulation_fidelity.jsonl"
     rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     runs = [(block, load, duty) for block, order in enumerate(fidelity_plan(blocks)) for load, duty in order]
     for block, load, duty in runs[len(rows):]:
@@ -261,17 +263,23 @@ def fidelity(out: Path, blocks: int = FIDELITY_BLOCKS) -> dict:
             f.write(json.dumps(rows[-1]) + "\n")
     moved = true_moves(rows)
     rates = error_rates(moved)
-    result = {"name": "emulation_fidelity", "setup": f"{' '.join(FIDELITY_JOB)}; loads {list(LOADS)} at duties "
-              f"{list(DUTIES)} on rank 0's core; {blocks} blocks, alone first and last in each",
+    limit = chosen_limit(rates)
+    result = {"name": "emulation_fidelity",
+              "goal": f"every run moved by >= {MOVED:.0%} flagged and every run moved by <= {STILL:.0%} passed, at the "
+                      "chosen limit",
+              "goal_met": rates[f"{limit:g}"]["false_pass"]["events"] == 0
+              and rates[f"{limit:g}"]["false_flag"]["events"] == 0,
+              "setup": f"{' '.join(FIDELITY_JOB)}; loads {list(LOADS)} at duties {list(DUTIES)} on rank 0's core; "
+                       f"{blocks} blocks, alone first and last in each",
               "rule": f"moved >= {MOVED:.0%}: must be flagged; <= {STILL:.0%}: must pass; the limit is the largest "
                       f"of {list(THRESHOLDS)} with no false pass",
-              "runs": moved, "rates": rates, "chosen_limit": chosen_limit(rates)}
-    out.write_text(json.dumps(result, indent=1))
+              "rows": rows, "runs": moved, "rates": rates, "chosen_limit": limit}
+    save(recorded(result), folder)
     return result
 
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    if command != "fidelity" or not args:
-        raise SystemExit("usage: python -m bench.emulation fidelity OUT.json [BLOCKS]")
-    print(fidelity(Path(args[0]), *map(int, args[1:]))["rates"])
+    if command != "fidelity":
+        raise SystemExit("usage: python -m bench.emulation fidelity [BLOCKS]")
+    print(fidelity(*map(int, args))["rates"])

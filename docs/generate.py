@@ -133,7 +133,8 @@ def groups() -> str:
 PRODUCERS = {
     "collective_efficiency": ["bench/collectives.py"], "comm_cpu": ["bench/comm_cpu.py"],
     "ddp_overlap": ["bench/ddp_overlap.py"], "device_check": ["bench/device_check.py"],
-    "emulation": ["bench/emulation.py"], "evaluation_share": ["bench/evaluation_share.py"], "field": ["bench/field.py"],
+    "emulation": ["bench/emulation.py"], "emulation_fidelity": ["bench/emulation.py"],
+    "evaluation_share": ["bench/evaluation_share.py"], "field": ["bench/field.py"],
     "framework_overhead": ["bench/overhead.py", "bench/raw_loop.py"], "headline": ["bench/headline.py"],
     "hivemind_command": ["bench/hivemind_command.py", "bench/evaluation_share.py"], "link_cpu": ["bench/link_cpu.py"],
     "link_goodput": ["bench/goodput.py"], "link_rate": ["bench/link_rate.py"], "noise": ["bench/noise.py"],
