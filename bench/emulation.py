@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.jobs import ROOT, averaging_strategies, named, summary_of
-from bench.results import RESULTS, recorded, save
+from bench.results import RESULTS
 from bench.verdict_simulation import upper_bound
 from job.process import core_slot
 from metrics.report.baselines import load_runs
@@ -133,6 +133,8 @@ def add_arguments(parser: argparse._ActionsContainer) -> None:
                         help="the invariance check's strategies, a comma list (default: every averaging strategy)")
     parser.add_argument("--emulation-headline-sweep", type=Path, metavar="DIR",
                         help="a finished headline sweep to read (default: run it here)")
+    parser.add_argument("--emulation-fidelity-blocks", type=int, metavar="N",
+                        help=f"emulation_fidelity's blocks (default {FIDELITY_BLOCKS}: the declared sample)")
 
 
 def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | None = None) -> dict:
@@ -159,7 +161,7 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
 
 
 # The fidelity check's error rates on injected load (metrics/summary/isolation.py distortion), declared before they
-# are measured: python -m bench.emulation fidelity [BLOCKS] (bench/results/emulation_fidelity.json)
+# are measured: python bench/run.py emulation_fidelity [--emulation_fidelity-blocks N]
 FIDELITY_JOB = ["strategy=allreduce", "peers=2", "model=resnet18", "network=emulated", "network.bandwidth_mbit=400",
                 "max_steps=20", "measure_window.after_step=5", "measure_window.steps=15", "eval_every=0",
                 "speed_reference.repetitions=0"]
@@ -251,10 +253,10 @@ def loaded_run(load: str, duty: float, block: int) -> dict:
             "distortion": summary.isolation.distortion}
 
 
-def fidelity(blocks: int = FIDELITY_BLOCKS, folder: Path = RESULTS) -> dict:
-    """Every planned run (kept in emulation_fidelity.jsonl as it ends; a rerun goes on from there), then the rates and
-    the limit, saved as the emulation_fidelity entry."""
-    log = folder / "emulation_fidelity.jsonl"
+def fidelity(blocks: int = FIDELITY_BLOCKS) -> dict:
+    """Every planned run (kept in bench/results/emulation_fidelity.jsonl as it ends; a rerun goes on from there), then
+    the rates and the limit."""
+    log = RESULTS / "emulation_fidelity.jsonl"
     rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     runs = [(block, load, duty) for block, order in enumerate(fidelity_plan(blocks)) for load, duty in order]
     if [(r["block"], r["load"], r["duty"]) for r in rows] != runs[:len(rows)]:
@@ -277,13 +279,6 @@ def fidelity(blocks: int = FIDELITY_BLOCKS, folder: Path = RESULTS) -> dict:
                        "mean, less 1",
               "rule": f"moved >= {MOVED:.0%}: must be flagged; <= {STILL:.0%}: must pass; the limit is the largest "
                       f"of {list(THRESHOLDS)} with no false pass",
-              "rows": rows, "runs": moved, "rates": rates, "chosen_limit": limit}
-    save(recorded(result), folder)
+              "ratio": None, "rows": rows, "runs": moved, "rates": rates, "chosen_limit": limit}
     return result
 
-
-if __name__ == "__main__":
-    command, *args = sys.argv[1:]
-    if command != "fidelity":
-        raise SystemExit("usage: python -m bench.emulation fidelity [BLOCKS]")
-    print(fidelity(*map(int, args))["rates"])

@@ -36,6 +36,7 @@ BENCHMARKS = {
     "thesis": "bench.thesis:run",
     "noise": "bench.noise:run",
     "emulation": "bench.emulation:run",
+    "emulation_fidelity": "bench.emulation:fidelity",
     "noise_scale": "bench.noise_scale:run",
     "verdict_simulation": "bench.verdict_simulation:run",
     "pause_shift": "bench.pause_shift:run",
@@ -105,11 +106,13 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
     add_saving_options(parser, print_only=False)
+    added = set()
     for name, spec in BENCHMARKS.items():  # an option not given stays out of args: run()'s default holds
         group = parser.add_argument_group(f"{name} options", argument_default=argparse.SUPPRESS)
         module = module_of(spec)
-        if add_arguments := getattr(module, "add_arguments", None):
+        if (add_arguments := getattr(module, "add_arguments", None)) and module not in added:
             add_arguments(group)
+            added.add(module)
         if grid := getattr(module, "DEFAULT_GRID", None):  # reaches run() as `text`
             group.add_argument(f"--{name}-grid", dest=f"{name}_text", metavar="GRID",
                                help=f"KEY=VALUE words that replace those of the default grid: {grid}")
@@ -150,7 +153,7 @@ def run_benchmarks(names: list[str], out: Path, options: dict[str, dict[str, Any
         print(f"running {name} ...", file=sys.stderr, flush=True)
         spec = BENCHMARKS[name]
         result = resolve(spec)(**(options or {}).get(name, {}))
-        method = methods("bench").get(spec.split(":")[0].removeprefix("bench."))
+        method = methods("bench").get(name) or methods("bench").get(spec.split(":")[0].removeprefix("bench."))
         results.append(recorded(result | ({"method": method} if method else {})))
         save(results[-1], out, merge_of(spec))
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")

@@ -227,13 +227,15 @@ def freshness(entry: dict, history: History | None = HISTORY) -> Freshness | Non
             more = f", {len(changes)} changes since" if len(changes) > 1 else ""
             return Freshness("stale", f"measured at {entry['measured_at']} ({commit_of(entry)}), before "
                                       f"`{path}` changed at {changes[0][:10]} ({day}{more}); rerun "
-                                      f"`{rerun(PRODUCERS[name][0])}`")
+                                      f"`{rerun(name)}`")
     return None
 
 
-def rerun(module: str) -> str:
-    """The command that measures a benchmark's entries again."""
-    name = next((n for n, spec in BENCHMARKS.items() if spec.split(":")[0] == module[:-3].replace("/", ".")), None)
+def rerun(entry: str) -> str:
+    """The command that measures a benchmark's entry again."""
+    module = PRODUCERS[entry][0]
+    name = entry if entry in BENCHMARKS else next(
+        (n for n, spec in BENCHMARKS.items() if spec.split(":")[0] == module[:-3].replace("/", ".")), None)
     return f"python bench/run.py {name}" if name else f"python {module}"
 
 
