@@ -1,5 +1,4 @@
-"""The run directory: every path and file name of a run, defined once for writers and readers (docs/runs.md, Files);
-the launch spec saved in it (LaunchSpec, read by the launch side, the peers and the projection)."""
+"""The run directory: every path and file name of a run, defined once for writers and readers (docs/runs.md, Files)."""
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -72,7 +71,7 @@ WORKER, SERVER = "worker", "server"
 
 @dataclass
 class LaunchSpec:
-    """How a run's processes start, decided before launch; saved as RUN/.avgbench/launch.json."""
+    """How a run's processes start, decided before launch; saved as RUN/.avgbench/launch.json, read only through it."""
 
     roles: list[str]  # per rank, WORKER or SERVER
     threads: int  # torch threads (and CPUs pinned) of each process
