@@ -12,7 +12,7 @@ from typing import Any, Iterator, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from job.contract import WORKER, LaunchSpec, PeerContext
+from job.contract import PeerContext
 from job.cpugroup import PeerCpu
 from job.data import GlobalOrder, load_splits
 from job.device import PeerDevice
@@ -23,7 +23,7 @@ from job.model import build_model, parameter_digest
 from job.optim import build_optimizer, scaled_lr
 from job.process import boot_id, die_with_parent, exit_on_sigterm, exit_with, pin_cpus
 from job.registry import resolve
-from metrics.recording.rundir import RunDir
+from metrics.recording.rundir import WORKER, LaunchSpec, RunDir
 from metrics.recording.sampler import ResourceSampler
 from metrics.recording.steplog import StepLog
 

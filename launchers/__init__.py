@@ -3,9 +3,8 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from job.contract import LaunchSpec
 from job.registry import resolve
-from metrics.recording.rundir import RunDir
+from metrics.recording.rundir import LaunchSpec, RunDir
 
 if TYPE_CHECKING:
     from launchers.base import Launcher

@@ -15,12 +15,11 @@ from pathlib import Path
 import psutil
 from omegaconf import DictConfig
 
-from job.contract import LaunchSpec
 from job.process import RUN_ID_ENV, adopt_orphans, kill_processes, own_children, processes_of_run, reap_orphans
 from launchers.placement import PlacementError, make_placement
 from launchers.progress import Progress
 from metrics.recording.machine import MachineSampler
-from metrics.recording.rundir import PeerDir, RunDir
+from metrics.recording.rundir import LaunchSpec, PeerDir, RunDir
 from netemu.cpu import CgroupUnavailable, CpuGroups
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

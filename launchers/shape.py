@@ -4,9 +4,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from job.contract import LaunchSpec
 from job.process import usable_cores
 from launchers.hydra_internals import raw_value
+from metrics.recording.rundir import LaunchSpec
 
 DEFAULT_PEERS_MIN, DEFAULT_PEERS_MAX = 2, 4
 

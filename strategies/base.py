@@ -11,11 +11,11 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from job.contract import SERVER, WORKER, LaunchSpec, PeerContext
+from job.contract import PeerContext
 from job.device import PeerDevice
 from job.rules import Rule
 from metrics.recording.machine import thread_wait_s
-from metrics.recording.rundir import RunDir
+from metrics.recording.rundir import SERVER, WORKER, LaunchSpec, RunDir
 
 __all__ = ["SERVER", "WORKER", "LaunchSpec", "PeerContext", "StepReport", "Strategy"]
 
@@ -29,8 +29,8 @@ class StepReport:
     round: int | None = None  # the averaging round these bytes belong to (grouped across workers); None: the step
     last: bool = False  # the peer's last step (e.g. a shared epoch boundary was reached)
     done: float | None = None  # share of the run done, for strategies that stop on their own (None: step / max_steps)
-    # overlap with backward: first gradient handed to communication to last transfer done (link efficiency uses it
-    # instead of comm_s); None: no overlap
+    # the strategy's own timing of its transfers (overlap with backward: first gradient handed over to last transfer
+    # done; hivemind: its all-reduce phase); link efficiency uses it instead of comm_s; None: not timed
     link_s: float | None = None
     startup_wait_s: float = 0.0  # waiting for the other peers to start: left out of train_s and the step's phases
     extra: dict[str, Any] = field(default_factory=dict)  # strategy-specific per-step fields

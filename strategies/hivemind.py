@@ -294,6 +294,7 @@ class Hivemind(Strategy):
             startup_wait_s=waited,
             done=min(1.0, (epoch + progress.samples_accumulated / self.hm.target_batch_size) / self.target_epoch),
             bytes_sent=delta["allreduce_bytes_sent"], bytes_recv=delta["allreduce_bytes_recv"],
+            link_s=delta["allreduce_ns"] / 1e9 if averaged else None,  # all-reduce phase, no matchmaking
             extra={
                 "hivemind_epoch": epoch,
                 "samples_accumulated": self.opt.local_progress.samples_accumulated,
@@ -302,7 +303,6 @@ class Hivemind(Strategy):
                 "averaging_rounds_done": counts["allreduce_rounds_done"],
                 "averaging_rounds_failed": counts["allreduce_rounds_failed"] + counts["log_no_group"],
                 "averaging_s": counts["allreduce_ns"] / 1e9,
-                **({"link_s": delta["allreduce_ns"] / 1e9} if averaged else {}),  # all-reduce phase, no matchmaking
             },
         )
 

@@ -26,7 +26,7 @@ from job.evaluation import Evaluator, MachineBoard, MachineEvaluation, Snapshots
 from job.model import tiny  # noqa: E402
 from job.process import processes_of_run  # noqa: E402
 from metrics.recording.jsonl import read_jsonl  # noqa: E402
-from metrics.recording.rundir import PeerDir  # noqa: E402
+from metrics.recording.rundir import WORKER, LaunchSpec, PeerDir, RunDir  # noqa: E402
 from bench.run_folders import report_config, write_report_run, write_sweep  # noqa: E402,F401
 
 # Small and quick: the tiny CNN on digits, frequent samples, loopback (a test of the emulated links asks for them:
@@ -166,8 +166,8 @@ def write_run(path, target: str, knobs: dict, workers: int, payload: int | list[
               "network": {"name": "emulated", "bandwidth_mbit": mbit, "latency_ms": 0}, "peers": workers} | (config or {})
     (path / ".avgbench").mkdir(parents=True)
     (path / ".avgbench" / "config.yaml").write_text(yaml.safe_dump(config))
-    (path / ".avgbench" / "launch.json").write_text(json.dumps({"batch_size": 32, "roles": ["worker"] * workers,
-                                                                "threads": 1} | (launch or {})))
+    LaunchSpec(**{"batch_size": 32, "roles": [WORKER] * workers, "threads": 1, "effective_batch": 32 * workers}
+               | (launch or {})).save(RunDir(path))
     hosts = [{"index": i, "bandwidth_mbit": mbit, "latency_ms": 0.0} | ({"mtu": mtu} if mtu else {})
              for i in range(workers + 1)]
     (path / ".avgbench" / "network.json").write_text(json.dumps({"hosts": hosts}))
@@ -199,8 +199,8 @@ def assert_cpu_faithful_unless_others(summary: dict) -> None:
     assert isolation["faithful"] is True, (isolation["unfaithful"], shown, machine)
 
 
-def launch_spec_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / ".avgbench" / "launch.json").read_text())
+def launch_spec_of(run_dir: Path) -> LaunchSpec:
+    return LaunchSpec.load(RunDir(run_dir))
 
 
 def steps_of(run_dir: Path, rank: int) -> list[dict]:

@@ -31,7 +31,7 @@ from metrics.projection.models import cost_model
 from metrics.recording.evidence import EVIDENCE
 from metrics.recording.formats import counted, number
 from metrics.recording.machine import describe_machine
-from metrics.recording.rundir import RunDir, run_dirs_under, run_folders, summary_folders
+from metrics.recording.rundir import LaunchSpec, RunDir, run_dirs_under, run_folders, summary_folders
 from metrics.summary.schema import Summary
 from metrics.summary.fidelity import unfaithful
 from metrics.summary.target import time_to_target
@@ -154,7 +154,7 @@ def server_update_s(run: RunDir) -> float:
     return statistics.fmean(times) if times else 0.0
 
 
-def oversubscription(summary: Summary, launch: dict) -> tuple[float | None, str]:
+def oversubscription(summary: Summary, launch: LaunchSpec) -> tuple[float | None, str]:
     """processes x threads / cores: summary.json shape.oversubscription, else from the launch spec and the core
     count the run recorded (shape.cores or machine.cores); None when the run records neither."""
     shape = summary.shape
@@ -162,8 +162,8 @@ def oversubscription(summary: Summary, launch: dict) -> tuple[float | None, str]
         return float(shape.oversubscription), "summary.json shape.oversubscription"
     cores = shape.cores or summary.machine.cores
     if cores:
-        return len(launch["roles"]) * launch["threads"] / cores, f"{len(launch['roles'])} processes x " \
-               f"{launch['threads']} threads / {cores} cores (launch.json, summary.json)"
+        return launch.processes * launch.threads / cores, f"{launch.processes} processes x " \
+               f"{launch.threads} threads / {cores} cores (launch.json, summary.json)"
     return None, "the run records no core count"
 
 
@@ -211,7 +211,7 @@ def measure(path: Path, payload_shares: dict[int, float], evidence: Evidence | N
     link = run_link(run, config, dilation)
     rate = payload_rate(link, payload_shares) if link else 0.0
     size = model.averaged_bytes(Round(payload, workers, rate, knobs)) if payload else 0.0
-    launch = json.loads(run.launch_spec.read_text())
+    launch = LaunchSpec.load(run)
     timed = {rank: steady(steps, warmup, period) for rank, steps in steps_by_rank.items()}
     steady_steps = [s for steps in timed.values() for s in (steps[1:] or steps)]
     factor, source = max((oversubscription(s, launch) for s in summaries), key=lambda found: found[0] or 0)
@@ -219,7 +219,7 @@ def measure(path: Path, payload_shares: dict[int, float], evidence: Evidence | N
                                                        for s in steady_steps) / dilation, factor, source)
     machine = summary.machine.fingerprint
     m = Measured(
-        run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch["batch_size"],
+        run=path, strategy=config["strategy"]["name"], model=model, workers=workers, batch=launch.batch_size,
         knobs=knobs, compute_s=compute, compute_note=note, oversubscription=factor,
         compute_of="measured by this run on "
                    + (describe_machine(machine) if machine else "its machine (not recorded)"),

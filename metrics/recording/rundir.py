@@ -1,5 +1,7 @@
 """The run directory: every path and file name of a run, defined once for writers and readers (docs/runs.md, Files)."""
+import json
 import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PEER_PREFIX = "peer"
@@ -62,6 +64,40 @@ class RunDir:
 
     def errors(self) -> list[Path]:
         return [d.error for d in self.peers() if d.error.exists()]
+
+
+WORKER, SERVER = "worker", "server"
+
+
+@dataclass
+class LaunchSpec:
+    """How a run's processes start, decided before launch; saved as RUN/.avgbench/launch.json, read only through it."""
+
+    roles: list[str]  # per rank, WORKER or SERVER
+    threads: int  # torch threads (and CPUs pinned) of each process
+    batch_size: int  # samples per step of each worker
+    effective_batch: int  # samples behind one optimizer update (the learning rate scales to it)
+    launcher: str = "local"  # "local" (torchrun environment, one process per rank), "mpirun" or "horovodrun"
+    launcher_args: list[str] = field(default_factory=list)  # the strategy's arguments for it (e.g. horovodrun --mpi)
+    host_args: list[str] = field(default_factory=list)  # where ranks run unless the placement places them
+    env: dict[str, str] = field(default_factory=dict)
+    tolerate_peer_loss: bool = False
+
+    @property
+    def processes(self) -> int:
+        return len(self.roles)
+
+    @property
+    def workers(self) -> int:
+        return self.roles.count(WORKER)
+
+    def save(self, run: RunDir) -> None:
+        run.launch_spec.parent.mkdir(parents=True, exist_ok=True)
+        run.launch_spec.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, run: RunDir) -> "LaunchSpec":
+        return cls(**json.loads(run.launch_spec.read_text()))
 
 
 def run_dirs_under(top: Path) -> list[Path]:

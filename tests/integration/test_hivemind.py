@@ -47,6 +47,13 @@ def test_gradient_averaging_keeps_peers_identical_every_epoch(run_dir):
     # the global step inside an averaging step is the optimizer, as for every strategy (it was inside comm_s)
     averaged = [s for s in steps if s["round"] is not None]
     assert averaged and all(s["opt_s"] > 0 and s["link_s"] > 0 for s in averaged), averaged
+    # link_s: this step's share of the cumulative all-reduce time, inside the step (the rounds are synchronous here);
+    # the loop's hidden_comm_s is what of it lies beyond comm_s
+    before = {s["step"]: s["averaging_s"] for s in steps} | {0: 0.0}
+    for s in averaged:
+        span = sum(s[k] for k in ("data_s", "compute_s", "opt_s", "comm_s", "wait_s"))
+        assert s["link_s"] == pytest.approx(s["averaging_s"] - before[s["step"] - 1]) and s["link_s"] <= span, s
+        assert s["hidden_comm_s"] == pytest.approx(max(0.0, s["link_s"] - s["comm_s"])), s
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["lost_peers"] == []
     check_round_records(summary, peers)

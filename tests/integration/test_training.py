@@ -110,7 +110,7 @@ def test_single_with_two_peers_is_one_process_with_their_threads_and_batch(run_d
                        "eval_every=0")
     assert result.returncode == 0, result.stderr
     spec = launch_spec_of(run_dir)
-    assert spec["roles"] == ["worker"] and spec["threads"] == 2 and spec["batch_size"] == 64
+    assert spec.roles == ["worker"] and spec.threads == 2 and spec.batch_size == 64
     assert sorted(p.name for p in run_dir.glob("peer*")) == ["peer0"]  # one process
     steps = steps_of(run_dir, 0)
     assert [s["samples"] for s in steps] == [64 * n for n in range(1, 11)]  # 2 x 32 samples per step
@@ -124,7 +124,7 @@ def test_single_with_two_peers_is_one_process_with_their_threads_and_batch(run_d
 def test_ddp_allreduce_two_peers_moves_the_rings_payload_and_stays_identical(allreduce_run):
     run_dir, result = allreduce_run  # its evaluations (every 2 steps) move no payload
     assert result.returncode == 0, result.stderr
-    assert launch_spec_of(run_dir)["launcher"] == "local"
+    assert launch_spec_of(run_dir).launcher == "local"
     digests = param_digests(run_dir, (0, 1))
     assert digests[0] == digests[1]
     for rank in (0, 1):
@@ -145,7 +145,7 @@ RUNS = {name: quick_run(name) for name in strategy_names()} | {
 def test_every_strategy_logs_a_consistent_step_breakdown_and_accounts_its_bytes(run_dir, name):
     result = run_train(run_dir, *RUNS[name], "peers=2", "max_steps=4", "eval_every=0")
     assert result.returncode == 0, result.stderr
-    workers = [r["rank"] for r in results(run_dir, range(len(launch_spec_of(run_dir)["roles"])))
+    workers = [r["rank"] for r in results(run_dir, range(launch_spec_of(run_dir).processes))
                if r["role"] == "worker"]
     baseline = summary_of(run_dir)["is_baseline"]
     assert workers == ([0] if baseline else [0, 1])

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from helpers import compose_config
-from job.contract import WORKER, LaunchSpec, PeerContext
-from metrics.recording.rundir import RunDir
+from job.contract import PeerContext
+from metrics.recording.rundir import WORKER, LaunchSpec, RunDir
 from strategies.diloco import DiLoCo
 
 pytestmark = pytest.mark.timeout(60)

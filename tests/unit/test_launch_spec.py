@@ -3,10 +3,9 @@ batch and launcher (unit tier: nothing is launched)."""
 import pytest
 
 from helpers import compose_config, strategy_names, strategy_of
-from job.contract import SERVER, WORKER, LaunchSpec
 from job.errors import ConfigError
 from launchers.config import strategy_class, validate
-from metrics.recording.rundir import RunDir
+from metrics.recording.rundir import SERVER, WORKER, LaunchSpec, RunDir
 from strategies.base import Strategy
 from strategies.transport import TransportStrategy
 

@@ -5,11 +5,10 @@ import os
 import pytest
 from omegaconf import OmegaConf
 
-from job.contract import WORKER, LaunchSpec
 from launchers.base import Launcher
 from launchers.horovod import HorovodLauncher, reported_failure
 from launchers.mpi import SIGNALLED, MpiLauncher
-from metrics.recording.rundir import RunDir
+from metrics.recording.rundir import WORKER, LaunchSpec, RunDir
 
 pytestmark = pytest.mark.timeout(30)
 
