@@ -42,8 +42,7 @@ class TrainedStrategy(Protocol):
 
 
 class GradientClock:
-    """When backward's last gradient came, and the training thread's CPU waits (wait_s, waits). Create
-    it on the training thread."""
+    """When backward's last gradient came, and the training thread's CPU waits. Create it on the training thread."""
 
     def __init__(self, params: Iterable[nn.Parameter], device: PeerDevice):
         self.last_ready = 0.0

@@ -30,12 +30,10 @@ def thread_run_delays(pids: list[int]) -> dict[int, int]:
 def run_delay_ns(path: str = THREAD_SCHEDSTAT, fd: int | None = None) -> int:
     """ns a thread waited runnable for a CPU (schedstat field 2): read on `fd`, kept open on its schedstat, or from
     `path` (the calling thread's by default)."""
-    opened = os.open(path, os.O_RDONLY) if fd is None else fd
-    try:
-        return int(os.pread(opened, 128, 0).split()[1])
-    finally:
-        if fd is None:
-            os.close(opened)
+    if fd is not None:
+        return int(os.pread(fd, 128, 0).split()[1])
+    with open(path, "rb") as f:
+        return run_delay_ns(fd=f.fileno())
 
 
 def thread_wait_s() -> float:
