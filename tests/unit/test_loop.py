@@ -116,8 +116,7 @@ def test_a_contended_step_that_sent_nothing_has_no_communication_and_its_waiting
 
 def test_a_communicating_step_counts_its_transfer_as_communication_and_its_waits_for_others_cpu_as_waiting():
     """An all-reduce step of 1.0 s: compute 0.3 s, 0.2 s of waits for a CPU that other processes took, update 0.1 s,
-    0.4 s blocked in the transfer;
-    a step that only timed its link (overlapped with backward) communicated too."""
+    0.4 s blocked in the transfer; a step that only timed its link (overlapped with backward) communicated too."""
     for report in (StepReport(opt_s=0.1, bytes_sent=100, bytes_recv=100), StepReport(opt_s=0.1, link_s=0.2)):
         phases = step_phases(1.0, compute_s=0.3, opt_s=0.1, cpu_wait_s=0.2, communicates=communicated(report))
         assert phases["comm_s"] == pytest.approx(0.4) and phases["wait_s"] == pytest.approx(0.2)
