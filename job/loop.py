@@ -13,7 +13,7 @@ from job.device import PeerDevice
 from job.evaluation import Snapshots
 from job.fault import inject
 from job.speed_reference import SpeedReference
-from metrics.recording.machine import THREAD_SCHEDSTAT, ProcessClock
+from metrics.recording.machine import THREAD_SCHEDSTAT, ProcessClock, run_delay_ns
 from metrics.recording.sampler import WireCounter
 from metrics.recording.steplog import StepLog
 
@@ -42,8 +42,7 @@ class TrainedStrategy(Protocol):
 
 
 class GradientClock:
-    """When backward's last gradient came, and the training thread's CPU waits (wait_s, wait_after_s, lost_s). Create
-    it on the training thread."""
+    """When backward's last gradient came, and the training thread's CPU waits. Create it on the training thread."""
 
     def __init__(self, params: Iterable[nn.Parameter], device: PeerDevice):
         self.last_ready = 0.0
@@ -58,7 +57,7 @@ class GradientClock:
     def clocks(self) -> tuple[int, float, float]:
         if self.schedstat is None:
             return 0, 0.0, 0.0
-        return int(os.pread(self.schedstat, 128, 0).split()[1]), time.process_time(), time.thread_time()
+        return run_delay_ns(fd=self.schedstat), time.process_time(), time.thread_time()
 
     def start(self) -> None:
         self.last_ready = 0.0
@@ -79,17 +78,17 @@ class GradientClock:
         others_cpu = (process1 - process0) - (thread1 - thread0)
         return max(0.0, min((wait1 - wait0) / 1e9, others_cpu))
 
-    def wait_after_s(self) -> float:
-        """The training thread's wait for a CPU from the last gradient (start(), without one) to now."""
-        return (self.clocks()[0] - self.at_ready[0]) / 1e9
-
-    def lost_s(self, at_batch: tuple[int, float, float]) -> float:
-        """The training thread's wait for a CPU from `at_batch` (clocks() before the batch) to now, in each phase
-        (data, to the last gradient, after it) beyond the time our other threads' CPU could have held all its cores:
-        what other processes or a quota took from it."""
-        marks = (at_batch, self.at_start, self.at_ready, self.clocks())
-        return sum(max(0.0, (wait1 - wait0) / 1e9 - ((process1 - process0) - (thread1 - thread0)) / self.cores)
-                   for (wait0, process0, thread0), (wait1, process1, thread1) in zip(marks, marks[1:]))
+    def waits(self, at_batch: tuple[int, float, float]) -> tuple[float, float]:
+        """(waiting, lost): the training thread's waits for a CPU from `at_batch` (clocks() before the batch) to now
+        that our other threads do not explain, i.e. in each phase (data, to the last gradient, after it) beyond the time
+        their CPU could have held all its cores: what other processes or a quota took. lost: all of them; waiting:
+        those left out of compute and the update (step_phases' cpu_wait_s): after the last gradient, and wait_s()'s."""
+        marks, beyond = (at_batch, self.at_start, self.at_ready, self.clocks()), []
+        for (wait0, process0, thread0), (wait1, process1, thread1) in zip(marks, marks[1:]):
+            held = max(0.0, (process1 - process0) - (thread1 - thread0)) / self.cores
+            beyond.append(max(0.0, (wait1 - wait0) / 1e9 - held))
+        explained_in_compute = (marks[2][0] - marks[1][0]) / 1e9 - beyond[1]
+        return max(0.0, self.wait_s() - explained_in_compute) + beyond[2], sum(beyond)
 
     def compute_s(self, started: float) -> float:
         """Forward and backward up to the last gradient, less wait_s(); call after the step is synchronised."""
@@ -113,9 +112,9 @@ def communicated(report: StepOutcome) -> bool:
 def step_phases(span_s: float, compute_s: float, opt_s: float, cpu_wait_s: float,
                 communicates: bool) -> dict[str, float]:
     """The phases of a step's span after its data, summing to it (docs/runs.md, Figures): comm_s, measured
-    communication, is the span less compute, the update and the training thread's waits for a CPU left out of them
-    (cpu_wait_s: compute_wait_s and its waits after the last gradient), in a step that communicated, else 0; wait_s,
-    waiting, is the rest."""
+    communication, is the span less compute, the update and cpu_wait_s (the training thread's waits for a CPU left out
+    of them that the peer's own other threads do not explain), in a step that communicated, else 0; wait_s, waiting,
+    is the rest."""
     comm_s = max(0.0, span_s - compute_s - opt_s - cpu_wait_s) if communicates else 0.0
     return {"compute_s": compute_s, "opt_s": opt_s, "comm_s": comm_s,
             "wait_s": max(0.0, span_s - compute_s - opt_s - comm_s)}
@@ -185,8 +184,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
             loss.backward()
             report = strategy.step(len(y))
             device.synchronize()
-            t_end, ended_at, cpu_wait_s = time.perf_counter(), time.time(), clock.wait_s() + clock.wait_after_s()
-            lost_s = clock.lost_s(at_batch)
+            t_end, ended_at, (cpu_wait_s, lost_s) = time.perf_counter(), time.time(), clock.waits(at_batch)
             used = process_clock.since_start()
             samples += len(y)
             wall = t_end - start

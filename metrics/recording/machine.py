@@ -21,23 +21,25 @@ def thread_run_delays(pids: list[int]) -> dict[int, int]:
             continue
         for tid in tids:
             try:
-                fd = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                found[int(tid)] = int(os.read(fd, 128).split()[1])
-            except (IndexError, ValueError):
+                found[int(tid)] = run_delay_ns(f"/proc/{pid}/task/{tid}/schedstat")
+            except (OSError, IndexError, ValueError):
                 pass
-            finally:
-                os.close(fd)
     return found
+
+
+def run_delay_ns(path: str = THREAD_SCHEDSTAT, fd: int | None = None) -> int:
+    """ns a thread waited runnable for a CPU (schedstat field 2): read on `fd`, kept open on its schedstat, or from
+    `path` (the calling thread's by default)."""
+    if fd is not None:
+        return int(os.pread(fd, 128, 0).split()[1])
+    with open(path, "rb") as f:
+        return run_delay_ns(fd=f.fileno())
 
 
 def thread_wait_s() -> float:
     """Seconds the calling thread has waited runnable for a CPU (0 where the kernel keeps no schedstat)."""
     try:
-        with open(THREAD_SCHEDSTAT, "rb") as f:
-            return int(f.read().split()[1]) / 1e9
+        return run_delay_ns() / 1e9
     except OSError:
         return 0.0
 

@@ -9,8 +9,8 @@ from metrics.recording.methods import methods
 GOODPUT_METHOD = methods("links")["method"]
 COMM_SHARE = ("Communication's share of a step (time_breakdown_share.comm_s: measured communication, 0 in a step that "
               "sent and received nothing, / the mean step over all workers, one definition for every strategy; "
-              "waiting: wait_s, the training thread's waits for a CPU and the rest of a step that did not communicate; "
-              "median over runs)")
+              "waiting: wait_s, the training thread's waits for a CPU that other processes took and the rest of a step "
+              "that did not communicate; median over runs)")
 
 
 def nominal_text(link: Link) -> str:

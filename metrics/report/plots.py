@@ -175,8 +175,8 @@ def breakdown_plot(groups: list[Group]) -> Figure:
     return Figure("Time breakdown (bottleneck view)", to_png(fig),
                 "Share (%) of the mean step time spent in each phase, mean per step over all workers, "
                 "perf_counter around each phase; comm = measured communication (waiting for other peers included, 0 "
-                "in a step that sent and received nothing); waiting = the training thread's waits for a CPU and the "
-                "rest of a step that did not communicate. Repeats: mean.")
+                "in a step that sent and received nothing); waiting = the training thread's waits for a CPU that other "
+                "processes took, and the rest of a step that did not communicate. Repeats: mean.")
 
 
 def wall_phases_plot(groups: list[Group]) -> Figure | None:

@@ -274,10 +274,10 @@ def breakdown_table(groups: list[Group]) -> Table:
                  "Mean per step over all workers (summary.json's time_breakdown_s and time_breakdown_share, "
                  "defined in Methods); optimizer = the optimizer update wherever it runs (a parameter server's, "
                  "hivemind's global step); exposed comm = measured communication, 0 in a step that sent and received "
-                 "nothing; waiting = the rest (the training thread's waits for a CPU, and a step's time beyond data, "
-                 "compute and optimizer where it did not communicate). Shares of the summed step time. Hidden comm: "
-                 "link time that ran behind compute (DDP, Horovod), not part of the step's sum. Bottleneck: the "
-                 "largest of data, compute (compute + optimizer), exposed communication and waiting.")
+                 "nothing; waiting = the rest (the training thread's waits for a CPU that other processes took, and a "
+                 "step's time beyond data, compute and optimizer where it did not communicate). Shares of the summed "
+                 "step time. Hidden comm: link time that ran behind compute (DDP, Horovod), not in the step's sum. "
+                 "Bottleneck: the largest of data, compute (compute + optimizer), exposed communication and waiting.")
 
 
 def wall_phases_table(groups: list[Group]) -> Table | None:

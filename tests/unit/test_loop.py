@@ -114,9 +114,9 @@ def test_a_contended_step_that_sent_nothing_has_no_communication_and_its_waiting
     assert phases["compute_s"] == 0.3 and phases["opt_s"] == 0.1
 
 
-def test_a_communicating_step_counts_its_transfer_as_communication_and_its_cpu_waits_as_waiting():
-    """An all-reduce step of 1.0 s: compute 0.3 s, 0.2 s of CPU waits, update 0.1 s, 0.4 s blocked in the transfer;
-    a step that only timed its link (overlapped with backward) communicated too."""
+def test_a_communicating_step_counts_its_transfer_as_communication_and_its_waits_for_others_cpu_as_waiting():
+    """An all-reduce step of 1.0 s: compute 0.3 s, 0.2 s of waits for a CPU that other processes took, update 0.1 s,
+    0.4 s blocked in the transfer; a step that only timed its link (overlapped with backward) communicated too."""
     for report in (StepReport(opt_s=0.1, bytes_sent=100, bytes_recv=100), StepReport(opt_s=0.1, link_s=0.2)):
         phases = step_phases(1.0, compute_s=0.3, opt_s=0.1, cpu_wait_s=0.2, communicates=communicated(report))
         assert phases["comm_s"] == pytest.approx(0.4) and phases["wait_s"] == pytest.approx(0.2)
@@ -133,9 +133,35 @@ def test_a_wait_is_lost_to_sharing_unless_the_peers_own_threads_held_its_cores_i
     clock.at_ready = (300_000_000, 1.2, 1.1)
     clock.clocks = lambda: (300_000_000, 1.7, 1.1)
     clock.cores = 1
-    assert clock.lost_s(at_batch) == pytest.approx(0.2)
+    assert clock.waits(at_batch)[1] == pytest.approx(0.2)
     clock.cores = 2
-    assert clock.lost_s(at_batch) == pytest.approx(0.25)
+    assert clock.waits(at_batch)[1] == pytest.approx(0.25)
+    clock.close()
+
+
+def test_in_a_communicating_step_a_wait_for_the_peers_own_threads_is_communication_and_one_for_others_waiting():
+    """A 1.3 s step after its data: backward ran 0.4 s and waited 0.2 s for a CPU while the peer's other threads used
+    0.1 s; after the last gradient the training thread blocked 0.2 s on the all-reduce and waited 0.5 s for a CPU while
+    the all-reduce's threads used 0.3 s. On one core, 0.1 s of backward's wait and 0.2 s of the later one were other
+    processes': backward's stays in compute (0.5 s), the later one is waiting; the 0.1 s and 0.3 s our threads took are
+    communication, with the 0.2 s blocked (0.6 s). On two cores our threads held both for half as long: 0.05 s of
+    backward's wait and 0.15 s of the later one are communication (0.4 s), the rest waiting (0.05 + 0.35 s). A step
+    that did not communicate has all of it as waiting."""
+    clock = GradientClock(model().parameters(), CPU)
+    at_batch = (0, 0.0, 0.0)
+    clock.at_start = (0, 0.1, 0.1)
+    clock.at_ready = (200_000_000, 0.6, 0.5)
+    clock.clocks = lambda: (700_000_000, 0.9, 0.5)
+    for cores, comm_s, wait_s, lost_s in ((1, 0.6, 0.2, 0.3), (2, 0.4, 0.4, 0.5)):
+        clock.cores = cores
+        cpu_wait_s, lost = clock.waits(at_batch)
+        assert lost == pytest.approx(lost_s)
+        phases = step_phases(1.3, compute_s=0.6 - clock.wait_s(), opt_s=0.0, cpu_wait_s=cpu_wait_s,
+                             communicates=True)
+        assert phases["compute_s"] == pytest.approx(0.5)
+        assert phases["comm_s"] == pytest.approx(comm_s) and phases["wait_s"] == pytest.approx(wait_s)
+        alone = step_phases(1.3, compute_s=0.5, opt_s=0.0, cpu_wait_s=cpu_wait_s, communicates=False)
+        assert alone["comm_s"] == 0.0 and alone["wait_s"] == pytest.approx(0.8)
     clock.close()
 
 
