@@ -78,17 +78,18 @@ class GradientClock:
         others_cpu = (process1 - process0) - (thread1 - thread0)
         return max(0.0, min((wait1 - wait0) / 1e9, others_cpu))
 
-    def waits(self, at_batch: tuple[int, float, float]) -> tuple[float, float]:
-        """(waiting, lost): the training thread's waits for a CPU from `at_batch` (clocks() before the batch) to now
-        that our other threads do not explain, i.e. in each phase (data, to the last gradient, after it) beyond the time
-        their CPU could have held all its cores: what other processes or a quota took. lost: all of them; waiting:
-        those left out of compute and the update (step_phases' cpu_wait_s): after the last gradient, and wait_s()'s."""
+    def waits(self, at_batch: tuple[int, float, float]) -> tuple[float, float, float]:
+        """(waiting, lost, lost after the last gradient): the training thread's waits for a CPU from `at_batch`
+        (clocks() before the batch) to now that our other threads do not explain, i.e. in each phase (data, to the last
+        gradient, after it) beyond the time their CPU could have held all its cores: what other processes or a quota
+        took. lost: all of them; waiting: those left out of compute and the update (step_phases' cpu_wait_s): after
+        the last gradient, and wait_s()'s."""
         marks, beyond = (at_batch, self.at_start, self.at_ready, self.clocks()), []
         for (wait0, process0, thread0), (wait1, process1, thread1) in zip(marks, marks[1:]):
             held = max(0.0, (process1 - process0) - (thread1 - thread0)) / self.cores
             beyond.append(max(0.0, (wait1 - wait0) / 1e9 - held))
         explained_in_compute = (marks[2][0] - marks[1][0]) / 1e9 - beyond[1]
-        return max(0.0, self.wait_s() - explained_in_compute) + beyond[2], sum(beyond)
+        return max(0.0, self.wait_s() - explained_in_compute) + beyond[2], sum(beyond), beyond[2]
 
     def compute_s(self, started: float) -> float:
         """Forward and backward up to the last gradient, less wait_s(); call after the step is synchronised."""
@@ -184,7 +185,8 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
             loss.backward()
             report = strategy.step(len(y))
             device.synchronize()
-            t_end, ended_at, (cpu_wait_s, lost_s) = time.perf_counter(), time.time(), clock.waits(at_batch)
+            t_end, ended_at, (cpu_wait_s, lost_s, lost_after_s) = time.perf_counter(), time.time(), \
+                clock.waits(at_batch)
             used = process_clock.since_start()
             samples += len(y)
             wall = t_end - start
@@ -193,7 +195,7 @@ def train(cfg: DictConfig, strategy: TrainedStrategy, model: nn.Module, trained:
                                  communicated(report))
             log.step(step=step, wall_s=wall, train_s=wall - paused_s, samples=samples, loss=loss.item(),
                      data_s=t1 - t0, **phases, compute_wait_s=clock.wait_s(),
-                     lost_to_sharing_s=lost_s,
+                     lost_to_sharing_s=lost_s, lost_after_gradient_s=lost_after_s,
                      hidden_comm_s=0.0 if report.link_s is None else max(0.0, report.link_s - phases["comm_s"]),
                      ended_at=ended_at,
                      bytes_sent=report.bytes_sent, bytes_recv=report.bytes_recv, round=report.round, **used,

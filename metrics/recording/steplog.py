@@ -8,6 +8,7 @@ STEP_FIELDS = (
     "step", "wall_s", "train_s", "samples", "loss",
     "data_s", "compute_s", "comm_s", "opt_s", "wait_s", "hidden_comm_s", "ended_at", "bytes_sent", "bytes_recv",
     "round", "cpu_s", "runq_s", "compute_wait_s", "lost_to_sharing_s",
+    "lost_after_gradient_s",
 )
 PHASES = ("data_s", "compute_s", "comm_s", "opt_s", "wait_s")  # a step's time breakdown, summing to its wall time
 # (a run recorded before wait_s has none: read it as 0)

@@ -160,6 +160,7 @@ class StrategyFacts:
     link: LinkBound = field(default_factory=LinkBound)
     is_baseline: bool = False
     failure_counters: tuple[str, ...] = ()
+    synchronous: bool = True
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,8 @@ def build_summary(run: RunDir, config: dict, outcome: Outcome, strategy: Strateg
     accuracy = worker_accuracy(evals_by_rank) | time_to_target(
         evals_by_rank, steps_by_rank, {p.rank: p.eval_samples for p in worker_dirs}, config["target"])
     isolation = isolation_section(run, {f["rank"]: f["result"] for f in figures}, shape.get("fits", True),
-                                  {rank: steps_in(steps, launch.window)[0] for rank, steps in steps_by_rank.items()})
+                                  {rank: steps_in(steps, launch.window)[0] for rank, steps in steps_by_rank.items()},
+                                  strategy.synchronous)
     found = {
         "status": outcome.status,
         "exit_code": outcome.exit_code,

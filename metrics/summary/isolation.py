@@ -47,25 +47,43 @@ def starved_text(row: dict, beside: float | None, whose: str = "") -> str:
             f"promised CPU and waited {waited_share:.0%} of its time in the run queue beyond its quota{other}")
 
 
-def lost_by_step(steps: list[dict], throttled_share: float) -> dict[int, tuple[float, float]]:
-    """step -> (seconds its training thread lost to other work, less its quota's share of the step; the step's span)
-    for the steps that recorded lost_to_sharing_s."""
+StepLoss = tuple[float, float, float, float]  # lost, span, to the last gradient, lost after it (seconds)
+
+
+def lost_by_step(steps: list[dict], throttled_share: float) -> dict[int, StepLoss]:
+    """step -> (seconds its training thread lost to other work, less its quota's share of the step; the step's span;
+    its time from the batch to the last gradient; the part of the loss after that, all of it where not recorded) for
+    the steps that recorded lost_to_sharing_s."""
     found = {}
     for s in steps:
-        if s.get("lost_to_sharing_s") is not None:
+        if (recorded := s.get("lost_to_sharing_s")) is not None:
             span = sum(s.get(phase) or 0.0 for phase in PHASES)
-            found[s["step"]] = (max(0.0, s["lost_to_sharing_s"] - throttled_share * span), span)
+            lost = max(0.0, recorded - throttled_share * span)
+            after = s.get("lost_after_gradient_s")
+            to_gradient = sum(s.get(phase) or 0.0 for phase in ("data_s", "compute_s", "compute_wait_s"))
+            after_share = 1.0 if after is None or not recorded else after / recorded
+            found[s["step"]] = (lost, span, to_gradient, lost * after_share)
     return found
 
 
-def distortion(lost: dict[int, dict[int, tuple[float, float]]]) -> float | None:
-    """How far sharing moved the step, at most (METHODS["isolation"]): per step, the most any rank lost, summed over
-    the steps / the ranks' mean span less it, summed; None where no step recorded it."""
+def step_moved(row: list[StepLoss], synchronous: bool) -> float:
+    """How far sharing moved one step at most. Synchronous: how much later the slowest rank reached its last gradient
+    than the slowest would have without the losses before it (a rank with time to spare absorbs its loss), plus the
+    most any rank lost after it; else the most any rank lost."""
+    if not synchronous:
+        return max(lost for lost, *_ in row)
+    delayed = max(to for _, _, to, _ in row) - max(to - (lost - after) for lost, _, to, after in row)
+    return max(0.0, delayed) + max(after for *_, after in row)
+
+
+def distortion(lost: dict[int, dict[int, StepLoss]], synchronous: bool = True) -> float | None:
+    """How far sharing moved the step, at most (METHODS["isolation"]): per step, step_moved, summed over the steps /
+    the ranks' mean span less it, summed; None where no step recorded it."""
     steps = sorted({step for by_step in lost.values() for step in by_step})
     rows = [[by_step[step] for by_step in lost.values() if step in by_step] for step in steps]
-    most = [max(seconds for seconds, _ in row) for row in rows]
-    unshared = sum(statistics.fmean(span for _, span in row) for row in rows) - sum(most)
-    return sum(most) / unshared if unshared > 0 else None
+    moved = [step_moved(row, synchronous) for row in rows]
+    unshared = sum(statistics.fmean(span for _, span, *_ in row) for row in rows) - sum(moved)
+    return sum(moved) / unshared if unshared > 0 else None
 
 
 def within_limit(moved: float | None) -> bool | None:
@@ -101,9 +119,9 @@ def run_on_cores(results: dict[int, dict | None]) -> dict[int, float]:
 
 
 def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool = True,
-                      steps_by_rank: dict[int, list[dict]] | None = None) -> dict:
+                      steps_by_rank: dict[int, list[dict]] | None = None, synchronous: bool = True) -> dict:
     """results: rank -> the peer's result.json (None: none written); fits: each process had a core of its own;
-    steps_by_rank: each worker's steps in the measurement window."""
+    steps_by_rank: each worker's steps in the measurement window; synchronous: the workers step in lockstep."""
     groups = json.loads(run.cpu_groups.read_text()) if run.cpu_groups.exists() else {
         "status": "not isolated", "reason": "no cpu groups recorded (a run from before isolation existed)",
         "cgroup": None, "period_us": None, "ranks": {}}
@@ -130,7 +148,7 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
         if figures.get("error"):
             unfaithful.append(f"rank {rank} on host {host or 'unknown'} ran outside its CPU group: {figures['error']}")
         by_rank.append(row)
-    moved = distortion(lost)
+    moved = distortion(lost, synchronous)
     sharing = shared_cores(results) if fits else []
     unfaithful += [f"{mark} though it had a core for each" for mark in sharing]
     measured = bool(unfaithful) or groups["status"] == "isolated" and any(r["received_share"] is not None

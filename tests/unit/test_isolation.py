@@ -248,6 +248,40 @@ def test_a_step_moved_by_10_percent_or_more_is_beyond_the_limit_and_by_2_percent
     assert section["faithful"] is True, section["unfaithful"]
 
 
+def skewed_steps(lost_s: float, spare_s: float, after: bool = False, count: int = 4) -> dict[int, list[dict]]:
+    """A synchronous 2-rank step: each rank reaches its last gradient after 0.5 s, rank 1 `spare_s` later than rank 0
+    (its compute is slower), then 1 s of all-reduce that starts when both have; rank 0 loses `lost_s` to other work
+    before its last gradient (`after`: after it, so its step ends that much later)."""
+    reach = (0.5 + (0.0 if after else lost_s), 0.5 + spare_s)
+    span = 1.0 + max(reach) + (lost_s if after else 0.0)
+    return {rank: [{"step": i + 1, "data_s": 0.0, "compute_s": reach[rank], "opt_s": 0.0, "wait_s": 0.0,
+                    "comm_s": span - reach[rank], "lost_to_sharing_s": lost_s if rank == 0 else 0.0,
+                    "lost_after_gradient_s": lost_s if rank == 0 and after else 0.0} for i in range(count)]
+            for rank in (0, 1)}
+
+
+@pytest.mark.parametrize("lost_s, spare_s, after, moved", [
+    (0.1, 0.15, False, 0.0),  # rank 1 reached the all-reduce later anyway: the loss moved nothing
+    (0.3, 0.15, False, 0.15 / 1.65),  # 1.8 s against the 1.65 s it would have taken
+    (0.1, 0.15, True, 0.1 / 1.65)])  # lost after its last gradient: its step ended later
+def test_a_loss_that_another_rank_had_time_to_spare_for_does_not_move_a_synchronous_step(tmp_path, lost_s, spare_s,
+                                                                                         after, moved):
+    steps = skewed_steps(lost_s, spare_s, after)
+    assert judged(tmp_path, steps)["distortion"] == pytest.approx(moved)
+
+
+def test_a_loss_in_an_asynchronous_run_or_one_recorded_without_its_split_counts_whole(tmp_path):
+    """Without lockstep no rank waits for another, so time to spare absorbs nothing; a record from before the loss
+    after the last gradient was kept is read as all after it: the figure is never below the truth."""
+    steps = skewed_steps(0.1, 0.15)
+    run, results = write_run(tmp_path, {rank: cpu(1.0, 9.9, 0.1) for rank in steps}, hosts={0: "h0", 1: "h1"})
+    assert isolation_section(run, results, fits=False, steps_by_rank=steps,
+                             synchronous=False)["distortion"] == pytest.approx(0.1 / 1.55)
+    for record in steps[0]:
+        del record["lost_after_gradient_s"]
+    assert judged(tmp_path / "old", steps)["distortion"] == pytest.approx(0.1 / 1.55)
+
+
 def test_a_straggler_waiting_for_its_own_quota_is_within_the_limit_and_other_work_is_not(tmp_path):
     """A peer under a quota of half a core, throttled half its time, waits for its own quota: that is the setting
     emulated, not distortion; the same waits without throttling (other work held the core) are."""

@@ -133,9 +133,9 @@ def test_a_wait_is_lost_to_sharing_unless_the_peers_own_threads_held_its_cores_i
     clock.at_ready = (300_000_000, 1.2, 1.1)
     clock.clocks = lambda: (300_000_000, 1.7, 1.1)
     clock.cores = 1
-    assert clock.waits(at_batch)[1] == pytest.approx(0.2)
+    assert clock.waits(at_batch)[1:] == pytest.approx((0.2, 0.0))  # none of it after the last gradient
     clock.cores = 2
-    assert clock.waits(at_batch)[1] == pytest.approx(0.25)
+    assert clock.waits(at_batch)[1:] == pytest.approx((0.25, 0.0))
     clock.close()
 
 
@@ -152,10 +152,10 @@ def test_in_a_communicating_step_a_wait_for_the_peers_own_threads_is_communicati
     clock.at_start = (0, 0.1, 0.1)
     clock.at_ready = (200_000_000, 0.6, 0.5)
     clock.clocks = lambda: (700_000_000, 0.9, 0.5)
-    for cores, comm_s, wait_s, lost_s in ((1, 0.6, 0.2, 0.3), (2, 0.4, 0.4, 0.5)):
+    for cores, comm_s, wait_s, lost_s, after_s in ((1, 0.6, 0.2, 0.3, 0.2), (2, 0.4, 0.4, 0.5, 0.35)):
         clock.cores = cores
-        cpu_wait_s, lost = clock.waits(at_batch)
-        assert lost == pytest.approx(lost_s)
+        cpu_wait_s, lost, lost_after = clock.waits(at_batch)
+        assert (lost, lost_after) == pytest.approx((lost_s, after_s))
         phases = step_phases(1.3, compute_s=0.6 - clock.wait_s(), opt_s=0.0, cpu_wait_s=cpu_wait_s,
                              communicates=True)
         assert phases["compute_s"] == pytest.approx(0.5)
