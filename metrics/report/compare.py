@@ -159,9 +159,12 @@ def family(groups: list[Group], primary: Primary, smallest_effect: float,
     for comparison in found:
         comparison.ratio.sd_floor = floor
     size = max(declared or 0, len(found))
-    tested = [c.p if c.p is not None else 1.0 for c in found] + [1.0] * (size - len(found))
-    for comparison, adjusted in zip(found, holm(tested)):
-        comparison.adjusted_p, comparison.family = adjusted, size
+    tests = [p if p is not None else 1.0 for c in found for p in (c.ratio.p_value(), c.ratio.equivalence_p(
+        smallest_effect))]  # both tests of every comparison: a claim's test is chosen by the data
+    adjusted = holm(tests + [1.0] * (size - len(found)), [i // 2 for i in range(len(tests))]
+                    + list(range(len(found), size)))
+    for index, comparison in enumerate(found):
+        comparison.adjusted_p, comparison.family = adjusted[2 * index + (comparison.claim == EQUIVALENT)], size
     return found
 
 

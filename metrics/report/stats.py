@@ -146,13 +146,16 @@ def olympic_mean(values: list[float]) -> float:
     return math.inf if any(math.isinf(v) for v in kept) else statistics.fmean(kept)
 
 
-def holm(p_values: Sequence[float | None]) -> list[float | None]:
-    """Holm-adjusted p-values (step-down); None (no test) stays None and is not counted as a comparison."""
+def holm(p_values: Sequence[float | None], groups: Sequence[int] | None = None) -> list[float | None]:
+    """Holm-adjusted p-values (step-down); None (no test) stays None and is not counted as a comparison. `groups`:
+    each test's group, of which at most one null can be true (a comparison's t-test and TOST): each step multiplies
+    by the groups left, not the tests (Shaffer's logical constraint)."""
     tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    group = groups or range(len(p_values))
     adjusted: list[float | None] = [None] * len(p_values)
     running = 0.0
     for rank, (p, index) in enumerate(tested):
-        running = max(running, min(1.0, (len(tested) - rank) * p))
+        running = max(running, min(1.0, len({group[i] for _, i in tested[rank:]}) * p))
         adjusted[index] = running
     return adjusted
 
