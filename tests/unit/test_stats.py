@@ -34,6 +34,9 @@ def test_holm_step_down():
     # sorted 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04 -> kept monotone at 0.06; None is no comparison
     assert holm([0.01, 0.04, None, 0.03]) == pytest.approx([0.03, 0.06, None, 0.06])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    # two comparisons' t-test and TOST (groups 0, 0, 1, 1), at most one null true in each: 0.001 x 2 comparisons left;
+    # 0.03 x 2 (both still hold a test) = 0.06; 0.4 x 2 = 0.8; 0.8 x 1 = 0.8 (plain Holm over 4: 0.004, 0.09, ...)
+    assert holm([0.03, 0.4, 0.8, 0.001], [0, 0, 1, 1]) == pytest.approx([0.06, 0.8, 0.8, 0.002])
 
 
 def test_decisions():

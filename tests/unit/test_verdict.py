@@ -13,6 +13,7 @@ import re
 import statistics
 
 import pytest
+from scipy.stats import ttest_1samp
 
 from helpers import report_config, report_of, write_report_run, write_sweep
 from metrics.summary.schema import Summary
@@ -993,3 +994,19 @@ def test_the_end_of_a_sweep_prints_the_answer_and_the_comparisons(tmp_path, caps
     assert printed.index(answer) < header.start() < printed.index("caveat: 3 runs on a contended CPU left out") < \
         printed.index(f"comparison report: {sweep / 'report.html'}")
     assert re.search(r"^allreduce 2×1cpu +single 2×1cpu +\d\.\d\d× \[", printed, re.M)
+
+
+def test_a_difference_is_not_claimed_on_the_equivalences_near_zero_p_values(tmp_path):
+    """Ring 3-10 % faster than the baseline in 4 blocks (paired t p = 0.0339, scipy's ttest_1samp), ps within 1 % of
+    it (both of ps's comparisons equivalent, TOST p < 0.002): every comparison's t-test stays in Holm's family, so
+    ring's p is multiplied by the 3 comparisons left after the equivalences, 0.10, and there is no claim (with the
+    equivalences' tests alone before it, it was multiplied by 1)."""
+    base, ring_logs = [10.0, 11.0, 10.5, 10.2], [0.06, 0.03, 0.10, 0.04]
+    jobs = {"strategy=ring": blocks("ring", 2, [100.0] * 4, [t * math.exp(-d) for t, d in zip(base, ring_logs)]),
+            "strategy=ps": blocks("ps", 2, [100.0] * 4, [t * math.exp(e) for t, e in
+                                                         zip(base, [0.01, -0.01, 0.005, -0.005])]),
+            **baselines(base)}
+    p = float(ttest_1samp(ring_logs, 0).pvalue)
+    line = line_of(verdict_of(report_of(write_sweep(tmp_path / "sweep", jobs), out=tmp_path / "out")), "ring 2×1cpu")
+    assert line.endswith(f"(paired t-test p = {p:.3f} before Holm's correction for 3 comparisons, {3 * p:.2f} after)")
+    assert "cannot tell" in line
