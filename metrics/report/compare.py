@@ -45,7 +45,7 @@ class Comparison:
 
     @property
     def claim(self) -> str | None:
-        """The permitted claim with the smallest p-value: the one that enters Holm's family (None: no test)."""
+        """The permitted claim with the smallest p-value: the one decided (None: no test)."""
         return min(self.permitted, key=self.permitted.__getitem__, default=None)
 
     @property

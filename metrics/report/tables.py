@@ -438,8 +438,8 @@ def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) 
                  "Ratio > 1: the configuration is the faster (time-to-target: the other's / its own; throughput: its "
                  "own / the other's), paired by block; ≤ / ≥: a bound, a run that missed (or failed) counted at its "
                  "best case. Every configuration against its equal-resource baseline and every pair of "
-                 "configurations: one Holm family per section, fixed by the configurations before any result, each "
-                 "comparison entering with its best permitted claim. The control arm (the baseline run twice in each "
+                 "configurations: one Holm family per section, fixed by the configurations before any result, both "
+                 "tests of each comparison (t-test and TOST) in it. The control arm (the baseline run twice in each "
                  "block) is the noise floor, outside the family. Left out: unfaithful runs, whose blocks leave every "
                  "comparison they are in (each with the figure that failed: Caveats). See Methods for the estimator "
                  "and the tests.")
