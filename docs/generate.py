@@ -129,21 +129,23 @@ def groups() -> str:
 
 # --- staleness: a result older than a change to the code that made it ---------------------
 # Each entry of bench/results/ -> the files of the benchmark that makes it: its module, then the files it runs as its
-# own (another arm, the benchmark it wraps). Shared helpers (bench/jobs.py, the framework) are not counted.
+# own (another arm, the benchmark it wraps, the verdict's tests that decide its answers). Shared helpers
+# (bench/jobs.py, the rest of the framework) are not counted.
+VERDICT = ["metrics/report/compare.py", "metrics/report/stats.py"]
 PRODUCERS = {
     "collective_efficiency": ["bench/collectives.py"], "comm_cpu": ["bench/comm_cpu.py"],
     "ddp_overlap": ["bench/ddp_overlap.py"], "device_check": ["bench/device_check.py"],
     "emulation": ["bench/emulation.py"], "emulation_fidelity": ["bench/emulation.py"],
     "evaluation_share": ["bench/evaluation_share.py"], "field": ["bench/field.py"],
-    "framework_overhead": ["bench/overhead.py", "bench/raw_loop.py"], "headline": ["bench/headline.py"],
+    "framework_overhead": ["bench/overhead.py", "bench/raw_loop.py"], "headline": ["bench/headline.py", *VERDICT],
     "hivemind_command": ["bench/hivemind_command.py", "bench/evaluation_share.py"], "link_cpu": ["bench/link_cpu.py"],
     "link_goodput": ["bench/goodput.py"], "link_rate": ["bench/link_rate.py"], "noise": ["bench/noise.py"],
     "noise_scale": ["bench/noise_scale.py"], "pause_shift": ["bench/pause_shift.py"],
     "primary_noise": ["bench/primary_noise.py"], "projection_validation": ["bench/projection.py"],
-    "quick": ["bench/quick.py", "bench/headline.py"], "reference_cost": ["bench/reference_cost.py"],
+    "quick": ["bench/quick.py", "bench/headline.py", *VERDICT], "reference_cost": ["bench/reference_cost.py"],
     "reference_variance": ["bench/reference_variance.py"], "sampler_overhead": ["bench/sampler_cost.py"],
     "stepwise_vs_ring": ["bench/stepwise_vs_ring.py"], "thesis": ["bench/thesis.py"],
-    "verdict_simulation": ["bench/verdict_simulation.py"]}
+    "verdict_simulation": ["bench/verdict_simulation.py", *VERDICT]}
 SUPERSEDED = {  # entries no benchmark makes any more -> why they are kept
     "thesis_grid": "superseded by `thesis` (bench/thesis.py no longer makes it): an oversubscribed scenario on 2 cores "
                    "that neither meets nor tests its goal, which names 16 cores; its reading is in the lab log"}
