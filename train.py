@@ -85,7 +85,7 @@ def run(cfg: DictConfig) -> int:
     knobs = strategy.knobs(cfg)
     model = cost_model(cfg.strategy)
     link_bound = LinkBound(knobs, model.link_bound, model.bound_formula(), model.rounds_overlap(knobs))
-    facts = StrategyFacts(link_bound, strategy.is_baseline, strategy.failure_counters, strategy.synchronous)
+    facts = StrategyFacts(link_bound, strategy.is_baseline, strategy.failure_counters, strategy.lockstep(cfg))
     clock = LaunchClock(job_started_at, run_at, launcher.peers_started_at, torn_down_at)
     summary = write_summary(run, asked, outcome, facts, LaunchFacts(shape, lock, measurement_window(cfg), clock))
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))

@@ -65,6 +65,11 @@ class Strategy(ABC):
         return {str(name): value for name, value in knobs.items()}
 
     @classmethod
+    def lockstep(cls, cfg: DictConfig) -> bool:
+        """Whether this run's workers step in lockstep (one's delay delays all): `synchronous`, per run."""
+        return cls.synchronous
+
+    @classmethod
     def stops_at_target(cls, cfg: DictConfig) -> bool:
         """Whether eval_in_training may end its runs at the target: its workers hold one state at every snapshot, or
         stop together."""

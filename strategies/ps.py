@@ -208,6 +208,10 @@ class ParameterServer(TransportStrategy):
         return cfg.ps.mode == "sync"  # async: a pause would change which gradients arrive stale
 
     @classmethod
+    def lockstep(cls, cfg: DictConfig) -> bool:
+        return cfg.ps.mode == "sync"  # async: each worker's gradient is applied on its own
+
+    @classmethod
     def launch_spec(cls, cfg: DictConfig) -> LaunchSpec:
         spec = super().launch_spec(cfg)
         spec.roles = [WORKER] * cfg.peers + [SERVER] * int(cfg.ps.servers)

@@ -282,6 +282,15 @@ def test_a_loss_in_an_asynchronous_run_or_one_recorded_without_its_split_counts_
     assert judged(tmp_path / "old", steps)["distortion"] == pytest.approx(0.1 / 1.55)
 
 
+@pytest.mark.parametrize("overrides, lockstep", [(("strategy=allreduce",), True), (("strategy=ps",), True),
+                                                (("strategy=ps", "ps.mode=async"), False), (("strategy=hivemind",), False)])
+def test_only_a_run_whose_workers_wait_for_each_other_lets_time_to_spare_absorb_a_loss(overrides, lockstep):
+    from helpers import compose_config, strategy_of
+
+    cfg = compose_config(*overrides)
+    assert strategy_of(cfg.strategy.name).lockstep(cfg) is lockstep
+
+
 def test_a_straggler_waiting_for_its_own_quota_is_within_the_limit_and_other_work_is_not(tmp_path):
     """A peer under a quota of half a core, throttled half its time, waits for its own quota: that is the setting
     emulated, not distortion; the same waits without throttling (other work held the core) are."""
