@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.jobs import ROOT, averaging_strategies, named, summary_of
-from bench.results import RESULTS
+from bench.results import COMMIT, RESULTS
 from bench.verdict_simulation import upper_bound
 from job.process import core_slot
 from metrics.report.baselines import load_runs
@@ -248,7 +248,7 @@ def loaded_run(load: str, duty: float, block: int) -> dict:
         if process:
             process.kill()
             process.wait()
-    return {"block": block, "load": load, "duty": duty,
+    return {"block": block, "load": load, "duty": duty, "commit": (COMMIT or {}).get("sha"),
             "step_s": sum(v for v in summary.time_breakdown_s.values() if v),
             "distortion": summary.isolation.distortion}
 
