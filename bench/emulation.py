@@ -13,12 +13,17 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.jobs import ROOT, averaging_strategies, named, summary_of
+from bench.jobs import ROOT, averaging_strategies, named, summary_of, train
 from bench.results import COMMIT, RESULTS
 from bench.verdict_simulation import upper_bound
 from job.process import core_slot
 from metrics.report.baselines import load_runs
+from metrics.recording.jsonl import read_jsonl
+from metrics.recording.rundir import RunDir
 from metrics.report.stats import Ratio
+from metrics.summary.isolation import StepLoss, distortion, lost_by_step, step_rows, throttled_share
+from metrics.summary.schema import Summary
+from metrics.summary.window import steps_in
 
 TOLERANCE = 0.05
 FACTORS = (1, 2, 4)
@@ -163,11 +168,12 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
 # The fidelity check's error rates on injected load (metrics/summary/isolation.py distortion), declared before they
 # are measured: python bench/run.py emulation_fidelity [--emulation_fidelity-blocks N]
 FIDELITY_JOB = ["strategy=allreduce", "peers=2", "model=resnet18", "network=emulated", "network.bandwidth_mbit=400",
-                "max_steps=20", "measure_window.after_step=5", "measure_window.steps=15", "eval_every=0",
+                "max_steps=45", "measure_window.after_step=5", "measure_window.steps=40", "eval_every=0",
                 "speed_reference.repetitions=0"]
+SEGMENT_S = 7.0  # the load's on and off segments: about 3.5 steps of ~2 s; the window's 40 steps (70-90 s) hold 4 of each
 LOADS = ("spin", "torch")  # a Python busy loop; a co-located torch job (1 thread of 128 x 128 matrix products)
-DUTIES = (0.02, 0.1, 0.2)  # the wall share of each 10 ms period a load runs, pinned to rank 0's core
-FIDELITY_BLOCKS = 5  # the declared sample: 5 blocks of 6 loaded runs (30 judged), each between 2 alone runs
+DUTIES = (0.02, 0.1, 0.2)  # the wall share of each 10 ms period a load runs while on, pinned to rank 0's core
+FIDELITY_BLOCKS = 5  # the declared sample: 5 blocks of 6 toggled runs (30 judged), each its own truth
 MOVED, STILL = 0.10, 0.02  # a run whose step moved by MOVED or more must be flagged, by STILL or less must pass
 THRESHOLDS = (0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.10)  # candidate limits: the largest with no false pass is chosen
 LOAD_SCRIPT = """import os, time
@@ -179,34 +185,60 @@ if "{kind}" == "torch":
     work = lambda: a @ a
 else:
     work = lambda: None
-print("ready", flush=True)
+start = time.time()
+print(repr(start), flush=True)
 while True:
-    start = time.perf_counter()
-    while time.perf_counter() - start < {duty} * 0.01:
-        work()
-    time.sleep(max(0.0, 0.01 - (time.perf_counter() - start)))
+    period = time.perf_counter()
+    if (int((time.time() - start) // {segment_s}) % 2 == 0) == {starts_on}:  # on: as load_states reads it
+        while time.perf_counter() - period < {duty} * 0.01:
+            work()
+    time.sleep(max(0.0, 0.01 - (time.perf_counter() - period)))
 """
 
 
-def fidelity_plan(blocks: int) -> list[list[tuple[str, float]]]:
-    """Per block, its (load, duty) runs in order: every load once, shuffled (seed: block), each between alone runs."""
+def fidelity_plan(blocks: int) -> list[list[tuple[str, float, bool]]]:
+    """Per block, its (load, duty, starts_on) runs in order: every load once, shuffled, each starting with its load on
+    or off as drawn (seed: block)."""
     plan = []
     for block in range(blocks):
+        draw = random.Random(block)
         loads = [(load, duty) for load in LOADS for duty in DUTIES]
-        random.Random(block).shuffle(loads)
-        plan.append([("alone", 0.0)] + [run for loaded in loads for run in (loaded, ("alone", 0.0))])
+        draw.shuffle(loads)
+        plan.append([(load, duty, draw.random() < 0.5) for load, duty in loads])
     return plan
 
 
-def true_moves(rows: list[dict]) -> list[dict]:
-    """The loaded rows, each with `moved`: its step over the mean of the alone runs just before and after it, less 1
-    (the machine's own drift cancels), and `drift`: how far those two alone runs differ."""
-    found = []
-    for before, row, after in zip(rows, rows[1:], rows[2:]):
-        if row["load"] != "alone" and before["load"] == after["load"] == "alone":
-            alone, drift = (before["step_s"] + after["step_s"]) / 2, abs(after["step_s"] / before["step_s"] - 1)
-            found.append(row | {"moved": row["step_s"] / alone - 1, "drift": drift})
-    return found
+def load_states(steps_by_rank: dict[int, list[dict]], lost: dict[int, dict[int, StepLoss]], start: float,
+                starts_on: bool) -> dict[int, bool | None]:
+    """step -> whether the load was on (True) or off (False) over all of it on every rank; None where it crossed a
+    switch. The load switches every SEGMENT_S from `start`, on first where starts_on; a step spans `lost`'s span up to
+    its ended_at."""
+    segments: dict[int, set[float]] = {}
+    for rank, steps in steps_by_rank.items():
+        for s in (s for s in steps if s["step"] in lost[rank]):
+            ended, span = s["ended_at"], lost[rank][s["step"]][1]
+            segments.setdefault(s["step"], set()).update((t - start) // SEGMENT_S for t in (ended - span, ended))
+    return {step: (min(found) % 2 == 0) == starts_on if len(found) == 1 and min(found) >= 0 else None
+            for step, found in segments.items()}
+
+
+def toggled_figures(steps_by_rank: dict[int, list[dict]], throttled: dict[int, float], start: float,
+                    starts_on: bool) -> dict:
+    """The window's steps classed by load_states. moved (the truth): the loaded steps' mean span over the unloaded
+    steps', less 1 (a step's span: its ranks' mean); distortion over the loaded steps, background over the unloaded."""
+    lost = {rank: lost_by_step(steps, throttled.get(rank, 0.0)) for rank, steps in steps_by_rank.items()}
+    states = load_states(steps_by_rank, lost, start, starts_on)
+    by_state = {state: {rank: {step: loss for step, loss in by_step.items() if states[step] is state}
+                        for rank, by_step in lost.items()} for state in (True, False)}
+    spans = {state: [statistics.fmean(span for _, span, *_ in row) for row in step_rows(found).values()]
+             for state, found in by_state.items()}
+    if not spans[True] or not spans[False]:
+        raise RuntimeError(f"the window held {len(spans[True])} loaded and {len(spans[False])} unloaded steps")
+    return {"loaded_steps": len(spans[True]), "unloaded_steps": len(spans[False]),
+            "crossing_steps": sum(state is None for state in states.values()),
+            "loaded_step_s": statistics.fmean(spans[True]), "unloaded_step_s": statistics.fmean(spans[False]),
+            "moved": statistics.fmean(spans[True]) / statistics.fmean(spans[False]) - 1,
+            "distortion": distortion(by_state[True]), "background": distortion(by_state[False])}
 
 
 def error_rates(moved_rows: list[dict]) -> dict[str, dict]:
@@ -234,51 +266,53 @@ def chosen_limit(rates: dict[str, dict]) -> float:
     return max(clean) if clean else min(float(limit) for limit in rates)
 
 
-def loaded_run(load: str, duty: float, block: int) -> dict:
-    """One run of FIDELITY_JOB beside `load` on rank 0's core: its mean step and distortion."""
-    process = None
+def toggled_run(load: str, duty: float, starts_on: bool, block: int) -> dict:
+    """One run of FIDELITY_JOB beside `load` toggled on rank 0's core: toggled_figures of its window's steps."""
+    script = LOAD_SCRIPT.format(core=core_slot(0, 1, os.sched_getaffinity(0))[0], kind=load, duty=duty,
+                                segment_s=SEGMENT_S, starts_on=starts_on)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
     try:
-        if load != "alone":
-            script = LOAD_SCRIPT.format(core=core_slot(0, 1, os.sched_getaffinity(0))[0], kind=load, duty=duty)
-            process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-            if process.stdout is None or process.stdout.readline() != b"ready\n":
-                raise RuntimeError(f"the {load} load did not start")
-        summary = summary_of(*FIDELITY_JOB, f"seed={block}")
+        if process.stdout is None or not (line := process.stdout.readline()):
+            raise RuntimeError(f"the {load} load did not start")
+        with train(*FIDELITY_JOB, f"seed={block}") as run_dir:
+            run = RunDir(run_dir)
+            summary = Summary.load(run.summary)
+            if not (window := summary.window).complete or window.first is None or window.last is None:
+                raise RuntimeError(f"{' '.join(FIDELITY_JOB)}: the run ended before its measurement window")
+            steps = {p.rank: steps_in(read_jsonl(p.steps), (window.first, window.last))[0]
+                     for p in run.peers() if p.steps.exists()}
     finally:
-        if process:
-            process.kill()
-            process.wait()
-    return {"block": block, "load": load, "duty": duty, "commit": (COMMIT or {}).get("sha"),
-            "step_s": sum(v for v in summary.time_breakdown_s.values() if v),
-            "distortion": summary.isolation.distortion}
+        process.kill()
+        process.wait()
+    throttled = {row["rank"]: throttled_share(row) for row in summary.isolation.by_rank}
+    return {"block": block, "load": load, "duty": duty, "starts_on": starts_on, "commit": (COMMIT or {}).get("sha"),
+            **toggled_figures(steps, throttled, float(line), starts_on)}
 
 
 def fidelity(blocks: int = FIDELITY_BLOCKS) -> dict:
-    """Every planned run (kept in bench/results/emulation_fidelity.jsonl as it ends; a rerun goes on from there), then
-    the rates and the limit."""
-    log = RESULTS / "emulation_fidelity.jsonl"
-    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    runs = [(block, load, duty) for block, order in enumerate(fidelity_plan(blocks)) for load, duty in order]
-    if [(r["block"], r["load"], r["duty"]) for r in rows] != runs[:len(rows)]:
+    """Every planned run (kept in bench/results/emulation_fidelity_toggled.jsonl as it ends; a rerun goes on from
+    there), then the rates and the limit."""
+    log = RESULTS / "emulation_fidelity_toggled.jsonl"
+    rows = read_jsonl(log) if log.exists() else []
+    runs = [(block, *run) for block, order in enumerate(fidelity_plan(blocks)) for run in order]
+    if [(r["block"], r["load"], r["duty"], r.get("starts_on")) for r in rows] != runs[:len(rows)]:
         raise SystemExit(f"{log} holds runs of another plan: move it away to measure this one")
-    for block, load, duty in runs[len(rows):]:
+    for block, load, duty, starts_on in runs[len(rows):]:
         print(f"fidelity: block {block + 1}/{blocks}, {load} {duty:g}", file=sys.stderr, flush=True)
-        rows.append(loaded_run(load, duty, block))
+        rows.append(toggled_run(load, duty, starts_on, block))
         with log.open("a") as f:
             f.write(json.dumps(rows[-1]) + "\n")
-    moved = true_moves(rows)
-    rates = error_rates(moved)
+    rates = error_rates(rows)
     limit = chosen_limit(rates)
-    result = {"name": "emulation_fidelity",
-              "goal": f"every run moved by >= {MOVED:.0%} flagged and every run moved by <= {STILL:.0%} passed, at the "
-                      "chosen limit",
-              "goal_met": rates[f"{limit:g}"]["false_pass"]["events"] == 0
-              and rates[f"{limit:g}"]["false_flag"]["events"] == 0,
-              "setup": f"{' '.join(FIDELITY_JOB)}; loads {list(LOADS)} at duties {list(DUTIES)} on rank 0's core; "
-                       f"{blocks} blocks, each loaded run between two alone runs; true move: its step over their "
-                       "mean, less 1",
-              "rule": f"moved >= {MOVED:.0%}: must be flagged; <= {STILL:.0%}: must pass; the limit is the largest "
-                      f"of {list(THRESHOLDS)} with no false pass",
-              "ratio": None, "rows": rows, "runs": moved, "rates": rates, "chosen_limit": limit}
-    return result
-
+    return {"name": "emulation_fidelity",
+            "goal": f"every run moved by >= {MOVED:.0%} flagged and every run moved by <= {STILL:.0%} passed, at the "
+                    "chosen limit",
+            "goal_met": rates[f"{limit:g}"]["false_pass"]["events"] == 0
+            and rates[f"{limit:g}"]["false_flag"]["events"] == 0,
+            "setup": f"{' '.join(FIDELITY_JOB)}; loads {list(LOADS)} at duties {list(DUTIES)} on rank 0's core, "
+                     f"toggled on and off every {SEGMENT_S:g} s (the first segment drawn per run); {blocks} blocks of "
+                     "every load once, shuffled; true move: the loaded steps' mean over the unloaded steps', less 1 "
+                     "(steps crossing a switch left out); figure: the distortion of the loaded steps",
+            "rule": f"moved >= {MOVED:.0%}: must be flagged; <= {STILL:.0%}: must pass; the limit is the largest "
+                    f"of {list(THRESHOLDS)} with no false pass",
+            "ratio": None, "runs": rows, "rates": rates, "chosen_limit": limit}

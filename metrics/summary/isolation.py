@@ -76,11 +76,21 @@ def step_moved(row: list[StepLoss], synchronous: bool) -> float:
     return max(0.0, delayed) + max(after for *_, after in row)
 
 
+def step_rows(lost: dict[int, dict[int, StepLoss]]) -> dict[int, list[StepLoss]]:
+    """step -> the losses of the ranks that recorded it, by step."""
+    steps = sorted({step for by_step in lost.values() for step in by_step})
+    return {step: [by_step[step] for by_step in lost.values() if step in by_step] for step in steps}
+
+
+def throttled_share(row: dict) -> float:
+    """The share of a by_rank row's time in its group that its quota throttled it."""
+    return min(1.0, (row["throttled_s"] or 0.0) / row["in_group_s"]) if row["in_group_s"] else 0.0
+
+
 def distortion(lost: dict[int, dict[int, StepLoss]], synchronous: bool = True) -> float | None:
     """How far sharing moved the step, at most (METHODS["isolation"]): per step, step_moved, summed over the steps /
     the ranks' mean span less it, summed; None where no step recorded it."""
-    steps = sorted({step for by_step in lost.values() for step in by_step})
-    rows = [[by_step[step] for by_step in lost.values() if step in by_step] for step in steps]
+    rows = list(step_rows(lost).values())
     moved = [step_moved(row, synchronous) for row in rows]
     unshared = sum(statistics.fmean(span for _, span, *_ in row) for row in rows) - sum(moved)
     return sum(moved) / unshared if unshared > 0 else None
@@ -141,8 +151,7 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
             foreign = None if other is None else max(0.0, other - (row["run_on_cores_s"] or 0.0))
             if starved(row, foreign):
                 unfaithful.append(starved_text(row, foreign))
-        throttled_share = min(1.0, (row["throttled_s"] or 0.0) / row["in_group_s"]) if row["in_group_s"] else 0.0
-        if by_step := lost_by_step((steps_by_rank or {}).get(rank, []), throttled_share):
+        if by_step := lost_by_step((steps_by_rank or {}).get(rank, []), throttled_share(row)):
             lost[rank] = by_step
             row["distortion"] = distortion({rank: by_step})
         if figures.get("error"):

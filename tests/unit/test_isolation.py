@@ -458,35 +458,104 @@ def test_an_evaluation_set_aside_in_a_pause_is_left_out_of_the_peers_cpu_figures
     assert figures["in_group_s"] < 1.0  # the 2 s set aside is not the peer's time in its group
 
 
-def test_the_fidelity_error_rates_plan_puts_every_loaded_run_between_two_alone_runs():
+def test_the_fidelity_plan_runs_every_load_once_per_block_in_its_own_order_starting_on_or_off_as_drawn():
     from bench.emulation import DUTIES, FIDELITY_BLOCKS, LOADS, fidelity_plan
 
     plan = fidelity_plan(FIDELITY_BLOCKS)
-    loaded = {(load, duty) for load in LOADS for duty in DUTIES}
-    assert sum(run[0] != "alone" for block in plan for run in block) == 30  # the declared sample of judged runs
+    loaded = sorted((load, duty) for load in LOADS for duty in DUTIES)
+    assert sum(len(block) for block in plan) == 30  # the declared sample of judged runs
     for block in plan:
-        assert block[::2] == [("alone", 0.0)] * (len(loaded) + 1)
-        assert sorted(block[1::2]) == sorted(loaded)
+        assert sorted((load, duty) for load, duty, _ in block) == loaded
     assert len({tuple(block) for block in plan}) == FIDELITY_BLOCKS  # each block its own order
+    assert {starts_on for block in plan for *_, starts_on in block} == {True, False}
+    assert fidelity_plan(FIDELITY_BLOCKS) == plan  # drawn from seeds: a resumed measurement plans the same runs
 
 
-def test_the_fidelity_error_rates_count_false_passes_and_false_flags_against_the_neighbouring_alone_runs():
-    """Each loaded run's true move is against the mean of the alone runs just before and after it (the machine's
-    drift cancels): 2.352 s between 2.0 and 2.2 moved by 12 %, 2.222 s between 2.2 and 2.2 by 1 %, 2.32 s between
-    2.2 and 2.0 by 10.5 %, 2.1 s between 2.0 and 2.2 by 0 %; against the block's mean of alone runs (2.12 s) the
-    first and third would have moved by 10.9 % and 9.4 %."""
-    from bench.emulation import chosen_limit, error_rates, true_moves
+def toggled_step(step, ended_at, span, lost=0.0):
+    """A steps.jsonl record: `span` seconds of compute ending at `ended_at`, `lost` of it to sharing after its last
+    gradient."""
+    return {"step": step, "ended_at": ended_at, "data_s": 0.0, "compute_s": span, "comm_s": 0.0, "opt_s": 0.0,
+            "wait_s": 0.0, "compute_wait_s": 0.0, "lost_to_sharing_s": lost, "lost_after_gradient_s": lost}
 
-    def run(load, step_s, distortion=0.0):
-        return {"block": 0, "load": load, "duty": 0.0 if load == "alone" else 0.02, "step_s": step_s,
-                "distortion": distortion}
 
-    rows = [run("alone", 2.0), run("spin", 2.352, 0.045), run("alone", 2.2), run("spin", 2.222, 0.035),
-            run("alone", 2.2), run("torch", 2.32, 0.2), run("alone", 2.0), run("torch", 2.1, None), run("alone", 2.2)]
-    moved = true_moves(rows)
-    assert [r["moved"] for r in moved] == pytest.approx([0.12, 0.01, 2.32 / 2.1 - 1, 0.0])
-    assert [r["drift"] for r in moved] == pytest.approx([0.1, 0.0, 1 / 11, 0.1])
-    rates = error_rates(moved)
+def test_the_fidelity_harness_classes_each_step_by_the_load_segment_it_lies_wholly_within(monkeypatch):
+    """The load switches every 10 s from t = 1000: on over [1000, 1010), off over [1010, 1020), on again from 1020. A
+    step one rank ran across a switch is neither."""
+    import bench.emulation as emulation
+    from metrics.summary.isolation import lost_by_step
+
+    monkeypatch.setattr(emulation, "SEGMENT_S", 10.0)
+    steps = {0: [toggled_step(1, 1004.0, 2.0), toggled_step(2, 1013.0, 2.0), toggled_step(3, 1011.0, 2.0),
+                 toggled_step(4, 1025.0, 2.0), toggled_step(5, 1009.5, 2.0)],
+             1: [toggled_step(1, 1004.0, 2.5), toggled_step(2, 1013.0, 2.5), toggled_step(3, 1011.0, 1.5),
+                 toggled_step(4, 1025.0, 2.0), toggled_step(5, 1009.5, 2.0)]}
+    lost = {rank: lost_by_step(by_rank, 0.0) for rank, by_rank in steps.items()}
+    # step 3: rank 0 ran 1009-1011 (across the switch at 1010), rank 1 1009.5-1011; step 5 ended before it
+    assert emulation.load_states(steps, lost, 1000.0, True) == {1: True, 2: False, 3: None, 4: True, 5: True}
+    assert emulation.load_states(steps, lost, 1000.0, False) == {1: False, 2: True, 3: None, 4: False, 5: False}
+    # started at 1003: step 1 began before the load, step 2 (1011-1013) ends at its first switch
+    assert emulation.load_states(steps, lost, 1003.0, True) == {1: None, 2: None, 3: True, 4: True, 5: True}
+
+
+def test_the_fidelity_truth_is_the_loaded_steps_mean_span_over_the_unloaded_less_1_without_crossing_steps(monkeypatch):
+    """Loaded steps last 2.2 s (rank 0 2.3 s, rank 1 2.1 s), unloaded ones 2.0 s: the truth is 0.10. Rank 0 lost 0.2 s
+    of each loaded step after its last gradient: its figure is 0.2 / (2.2 - 0.2) = 0.10; the unloaded steps lost
+    nothing. A 5 s step across the switch at 10 s (it lost 3 s) is left out."""
+    import bench.emulation as emulation
+
+    monkeypatch.setattr(emulation, "SEGMENT_S", 10.0)
+    on = [(1, 4.0), (2, 8.0), (6, 24.0), (7, 28.0)]  # (step, end): on over [0, 10) and [20, 30), off over [10, 20)
+    off = [(4, 15.0), (5, 19.0), (8, 35.0), (9, 39.0)]  # and [30, 40)
+    steps = {0: [toggled_step(step, end, 2.3, 0.2) for step, end in on] + [toggled_step(3, 12.0, 5.0, 3.0)]
+             + [toggled_step(step, end, 2.0) for step, end in off],
+             1: [toggled_step(step, end, 2.1) for step, end in on] + [toggled_step(3, 12.0, 5.0)]
+             + [toggled_step(step, end, 2.0) for step, end in off]}
+    found = emulation.toggled_figures(steps, {0: 0.0, 1: 0.0}, 0.0, True)
+    assert (found["loaded_steps"], found["unloaded_steps"], found["crossing_steps"]) == (4, 4, 1)
+    assert found["loaded_step_s"] == pytest.approx(2.2)
+    assert found["unloaded_step_s"] == pytest.approx(2.0)
+    assert found["moved"] == pytest.approx(0.10)
+    assert found["distortion"] == pytest.approx(0.10)
+    assert found["background"] == pytest.approx(0.0)
+
+
+def test_the_fidelity_measurement_resumes_its_own_log_and_refuses_another_plans(tmp_path, monkeypatch):
+    import bench.emulation as emulation
+
+    monkeypatch.setattr(emulation, "RESULTS", tmp_path)
+    log = tmp_path / "emulation_fidelity_toggled.jsonl"
+    runs = [(block, *run) for block, order in enumerate(emulation.fidelity_plan(2)) for run in order]
+    done = []
+
+    def toggled_run(load, duty, starts_on, block):
+        done.append((block, load, duty, starts_on))
+        return {"block": block, "load": load, "duty": duty, "starts_on": starts_on, "moved": duty, "distortion": duty}
+
+    monkeypatch.setattr(emulation, "toggled_run", toggled_run)
+    log.write_text("".join(json.dumps(toggled_run(*run[1:], run[0])) + "\n" for run in runs[:4]))
+    done.clear()
+    result = emulation.fidelity(2)
+    assert done == runs[4:]  # the rest, in the plan's order
+    assert [(r["block"], r["load"], r["duty"], r["starts_on"]) for r in result["runs"]] == runs
+    assert len(log.read_text().splitlines()) == len(runs)
+
+    old = {"block": 0, "load": "alone", "duty": 0.0, "step_s": 2.0, "distortion": 0.02}  # the sandwich design's
+    flipped = toggled_run(runs[0][1], runs[0][2], not runs[0][3], 0)  # the first run starting the other way
+    for foreign in (old, flipped):
+        log.write_text(json.dumps(foreign) + "\n")
+        done.clear()
+        with pytest.raises(SystemExit, match="another plan"):
+            emulation.fidelity(2)
+        assert not done
+
+
+def test_the_fidelity_error_rates_count_false_passes_and_false_flags_against_each_runs_true_move():
+    from bench.emulation import chosen_limit, error_rates
+
+    def run(moved, distortion):
+        return {"block": 0, "load": "spin", "duty": 0.02, "moved": moved, "distortion": distortion}
+
+    rates = error_rates([run(0.12, 0.045), run(0.01, 0.035), run(0.105, 0.2), run(0.0, None), run(0.05, 0.3)])
     assert (rates["0.04"]["false_pass"]["events"], rates["0.04"]["false_pass"]["runs"]) == (0, 2)
     assert (rates["0.05"]["false_pass"]["events"], rates["0.05"]["false_pass"]["runs"]) == (1, 2)
     assert (rates["0.03"]["false_flag"]["events"], rates["0.03"]["false_flag"]["runs"]) == (1, 2)
