@@ -486,15 +486,15 @@ def test_the_fidelity_harness_classes_each_step_by_the_load_segment_it_lies_whol
 
     monkeypatch.setattr(emulation, "SEGMENT_S", 10.0)
     steps = {0: [toggled_step(1, 1004.0, 2.0), toggled_step(2, 1013.0, 2.0), toggled_step(3, 1011.0, 2.0),
-                 toggled_step(4, 1025.0, 2.0), toggled_step(5, 1009.5, 2.0)],
+                 toggled_step(4, 1025.0, 2.0), toggled_step(5, 1009.5, 2.0), toggled_step(6, 1001.0, 0.5)],
              1: [toggled_step(1, 1004.0, 2.5), toggled_step(2, 1013.0, 2.5), toggled_step(3, 1011.0, 1.5),
-                 toggled_step(4, 1025.0, 2.0), toggled_step(5, 1009.5, 2.0)]}
+                 toggled_step(4, 1025.0, 2.0), toggled_step(5, 1009.5, 2.0), toggled_step(6, 1001.0, 0.5)]}
     lost = {rank: lost_by_step(by_rank, 0.0) for rank, by_rank in steps.items()}
     # step 3: rank 0 ran 1009-1011 (across the switch at 1010), rank 1 1009.5-1011; step 5 ended before it
-    assert emulation.load_states(steps, lost, 1000.0, True) == {1: True, 2: False, 3: None, 4: True, 5: True}
-    assert emulation.load_states(steps, lost, 1000.0, False) == {1: False, 2: True, 3: None, 4: False, 5: False}
-    # started at 1003: step 1 began before the load, step 2 (1011-1013) ends at its first switch
-    assert emulation.load_states(steps, lost, 1003.0, True) == {1: None, 2: None, 3: True, 4: True, 5: True}
+    assert emulation.load_states(steps, lost, 1000.0, True) == {1: True, 2: False, 3: None, 4: True, 5: True, 6: True}
+    assert emulation.load_states(steps, lost, 1000.0, False) == {1: False, 2: True, 3: None, 4: False, 5: False, 6: False}
+    # started at 1003: steps 1 and 6 began before the load, step 2 (1011-1013) ends at its first switch
+    assert emulation.load_states(steps, lost, 1003.0, True) == {1: None, 2: None, 3: True, 4: True, 5: True, 6: None}
 
 
 def test_the_fidelity_truth_is_the_loaded_steps_mean_span_over_the_unloaded_less_1_without_crossing_steps(monkeypatch):
