@@ -170,7 +170,7 @@ def run(repeats: int = REPEATS, strategies: str = "", headline_sweep: Path | Non
 FIDELITY_JOB = ["strategy=allreduce", "peers=2", "model=resnet18", "network=emulated", "network.bandwidth_mbit=400",
                 "max_steps=45", "measure_window.after_step=5", "measure_window.steps=40", "eval_every=0",
                 "speed_reference.repetitions=0"]
-SEGMENT_S = 7.0  # the load's on and off segments: about 3.5 steps of ~2 s; the window's 40 steps (70-90 s) hold 4 of each
+SEGMENT_S = 7.0  # the load's on and off segments: ~3.5 steps of ~2 s; the window's 40 steps (70-90 s) hold 4 of each
 LOADS = ("spin", "torch")  # a Python busy loop; a co-located torch job (1 thread of 128 x 128 matrix products)
 DUTIES = (0.02, 0.1, 0.2)  # the wall share of each 10 ms period a load runs while on, pinned to rank 0's core
 FIDELITY_BLOCKS = 5  # the declared sample: 5 blocks of 6 toggled runs (30 judged), each its own truth
@@ -185,8 +185,7 @@ if "{kind}" == "torch":
     work = lambda: a @ a
 else:
     work = lambda: None
-start = time.time()
-print(repr(start), flush=True)
+print(repr(start := time.time()), flush=True)
 while True:
     period = time.perf_counter()
     if (int((time.time() - start) // {segment_s}) % 2 == 0) == {starts_on}:  # on: as load_states reads it
@@ -197,8 +196,7 @@ while True:
 
 
 def fidelity_plan(blocks: int) -> list[list[tuple[str, float, bool]]]:
-    """Per block, its (load, duty, starts_on) runs in order: every load once, shuffled, each starting with its load on
-    or off as drawn (seed: block)."""
+    """Per block, its (load, duty, starts_on) runs: every load once, shuffled, its load on or off first as drawn."""
     plan = []
     for block in range(blocks):
         draw = random.Random(block)
@@ -210,9 +208,8 @@ def fidelity_plan(blocks: int) -> list[list[tuple[str, float, bool]]]:
 
 def load_states(steps_by_rank: dict[int, list[dict]], lost: dict[int, dict[int, StepLoss]], start: float,
                 starts_on: bool) -> dict[int, bool | None]:
-    """step -> whether the load was on (True) or off (False) over all of it on every rank; None where it crossed a
-    switch. The load switches every SEGMENT_S from `start`, on first where starts_on; a step spans `lost`'s span up to
-    its ended_at."""
+    """step -> whether the load (switching every SEGMENT_S from `start`, on first where starts_on) was on or off over
+    all of it on every rank (its span in `lost` up to its ended_at); None where it crossed a switch."""
     segments: dict[int, set[float]] = {}
     for rank, steps in steps_by_rank.items():
         for s in (s for s in steps if s["step"] in lost[rank]):
@@ -277,9 +274,8 @@ def toggled_run(load: str, duty: float, starts_on: bool, block: int) -> dict:
         with train(*FIDELITY_JOB, f"seed={block}") as run_dir:
             run = RunDir(run_dir)
             summary = Summary.load(run.summary)
-            if not (window := summary.window).complete or window.first is None or window.last is None:
-                raise RuntimeError(f"{' '.join(FIDELITY_JOB)}: the run ended before its measurement window")
-            steps = {p.rank: steps_in(read_jsonl(p.steps), (window.first, window.last))[0]
+            window = (summary.window.first or 0, summary.window.last or 0)  # none: no step, refused below
+            steps = {p.rank: steps_in(read_jsonl(p.steps), window)[0]
                      for p in run.peers() if p.steps.exists()}
     finally:
         process.kill()
