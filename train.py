@@ -3,12 +3,13 @@
 
     python train.py strategy=hivemind peers=8
     python train.py -m strategy=ring,stepwise,ps     # then a comparison report"""
+import copy
 import json
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -17,28 +18,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from job.device import resolve_device
 from job.errors import BackendUnavailable, ConfigError
-from job.process import exit_now, interrupt_on_signals, process_started_at
+from job.process import exit_now, interrupt_on_signals
 from launchers import launch
 from launchers.base import Outcome
-from launchers.config import check_command, check_overrides, measurement_window, strategy_class, validate
+from launchers.config import check_command, check_overrides, container, validate
 from launchers.hydra_internals import get_args_parser
 from launchers.lock import SWEEP_LOCK, take_sweep_lock
 from launchers.lock import status as lock_status
 from launchers.shape import peers_from_default, shape_lines, shape_of
-from metrics.projection.models import cost_model
-from metrics.report import report_errors
+from launchers.sweep import JOBS
 from metrics.recording.rundir import RunDir
 from metrics.summary.bounds import LinkBound
 from metrics.summary.build import LaunchFacts, StrategyFacts, write_summary
 from metrics.summary.schema import Summary
 from metrics.summary.wall import LaunchClock
-from netemu.auto import LinkChoice, choose_link, link_line
+from metrics.summary.window import window_steps
+from netemu.auto import link_line
 from netemu.cpu import emulate_of
 from netemu.dilation import checked_dilation, dilate
-
-failed_jobs: list[str] = []
-jobs_started = 0
-job_started_at = process_started_at()  # where the next job's wall phases start: the command's start, then a job's end
 
 
 def fail_input(message: str) -> NoReturn:
@@ -48,63 +45,49 @@ def fail_input(message: str) -> NoReturn:
 
 def run(cfg: DictConfig) -> int:
     """Launch one run, wait for it, write summary.json; returns the exit code."""
-    global jobs_started, job_started_at
     run_at = time.time()
+    config = copy.deepcopy(cfg)  # the run's; cfg stays as asked
     try:
-        validate(cfg)
+        strategy, checked_spec, model, link = validate(config, choose_network=True)
     except (ConfigError, BackendUnavailable) as exc:
         fail_input(str(exc))
     run = RunDir(Path(HydraConfig.get().runtime.output_dir).resolve())
     if run.run_id.exists():
         fail_input(f"{run.path} already holds a run ({run.run_id}); its metrics would mix with this one's. "
                    "Choose a new hydra.run.dir or remove that directory")
-    jobs_started += 1
-    peers_default = peers_from_default(cfg)
-    cfg.device = resolve_device(cfg.device)  # peers and the summary see where they train, not "auto"
-    strategy = strategy_class(cfg)
+    JOBS.started += 1
     run.config.parent.mkdir(parents=True, exist_ok=True)
-    asked = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))  # as asked: before dilation, network=auto
-    link = choose_network(cfg, strategy.launch_spec(cfg).processes)
-    record_dilation(run, cfg)
-    spec = strategy.launch_spec(cfg)
-    shape = shape_of(cfg, spec, peers_default)
+    asked = container(cfg) | {"device": resolve_device(cfg.device)}  # as asked: before dilation, network=auto
+    dilated = finish_config(run, config)
+    spec = strategy.launch_spec(config) if dilated else checked_spec  # dilated: so are the launcher's timeouts
+    shape = shape_of(config, spec, peers_from_default(cfg))
+    assert link is not None  # validate chose it
     link.write(run.link)
     for line in filter(None, [link_line(link, shape), *shape_lines(shape)]):
         print(line, flush=True)
-    lock = take_machine_lock(cfg.lock)
-    OmegaConf.save(cfg, run.config, resolve=True)
+    lock = take_machine_lock(config.lock)
+    OmegaConf.save(config, run.config, resolve=True)
     spec.save(run)
-
-    launcher = launch(cfg, run, spec)
+    window = window_steps(config.measure_window.after_step, config.measure_window.steps,
+                          strategy.averaging_period(config))
+    launcher = launch(config, run, spec)
     run.run_id.write_text(launcher.run_id)
-    outcome = launcher.run()
-    strategy.after_run(cfg, run)
+    outcome = launcher.run(window)
+    strategy.after_run(config, run)
     for peer in run.peers():  # a killed peer could not delete the weights it saved for evaluation
         shutil.rmtree(peer.snapshots, ignore_errors=True)
     torn_down_at = time.time()
-    knobs = strategy.knobs(cfg)
-    model = cost_model(cfg.strategy)
+    knobs = strategy.knobs(config)
     link_bound = LinkBound(knobs, model.link_bound, model.bound_formula(), model.rounds_overlap(knobs))
-    facts = StrategyFacts(link_bound, strategy.is_baseline, strategy.failure_counters, strategy.lockstep(cfg))
-    clock = LaunchClock(job_started_at, run_at, launcher.peers_started_at, torn_down_at)
-    summary = write_summary(run, asked, outcome, facts, LaunchFacts(shape, lock, measurement_window(cfg), clock))
+    facts = StrategyFacts(link_bound, strategy.is_baseline, strategy.failure_counters, strategy.lockstep(config))
+    clock = LaunchClock(JOBS.ended_at, run_at, launcher.peers_started_at, torn_down_at)
+    summary = write_summary(run, asked, outcome, facts, LaunchFacts(shape, lock, window, clock))
     print_result(run.path, summary, outcome, (*strategy.summed_counters, *strategy.failure_counters))
-    if str(run.path) in failed_jobs:  # an attempt that failed, retried in its block (launchers/sweeper.py)
-        failed_jobs.remove(str(run.path))
+    JOBS.failed.pop(str(run.path), None)  # an attempt that failed, retried in its block (launchers/sweeper.py)
     if outcome.exit_code:
-        failed_jobs.append(str(run.path))
-    job_started_at = time.time()
+        JOBS.failed[str(run.path)] = outcome.exit_code
+    JOBS.ended_at = time.time()
     return outcome.exit_code
-
-
-def choose_network(cfg: DictConfig, processes: int) -> LinkChoice:
-    """The link the run measures (network=auto resolved in cfg, as its rates were asked: before dilation)."""
-    try:
-        link = choose_link(cfg, processes, int(cfg.launch.nnodes))
-        validate(cfg)  # what network=auto chose, as if asked for (a strategy may need knobs for it)
-    except (ConfigError, BackendUnavailable) as exc:
-        fail_input(str(exc))
-    return link
 
 
 def take_machine_lock(mode: str) -> dict[str, Any]:
@@ -118,12 +101,16 @@ def take_machine_lock(mode: str) -> dict[str, Any]:
     return lock
 
 
-def record_dilation(run: RunDir, cfg: DictConfig) -> None:
-    """Dilate the config once, before the peers read it, and record what changed and the factor checked."""
+def finish_config(run: RunDir, cfg: DictConfig) -> bool:
+    """The run's config made final in place, before the peers read it: its device resolved (not "auto") and dilated
+    once (what changed and the factor checked: run.dilation); whether dilation changed it."""
+    cfg.device = resolve_device(cfg.device)
     factor = emulate_of(cfg)["dilation"]
     checked, source = checked_dilation(cfg.strategy.name) if factor != 1 else (1.0, "not dilated")
+    scaled = dilate(cfg, factor)
     run.dilation.write_text(json.dumps({"factor": factor, "checked_up_to": checked, "checked_by": source,
-                                        "unchecked": factor > checked, "scaled": dilate(cfg, factor)}, indent=1))
+                                        "unchecked": factor > checked, "scaled": scaled}, indent=1))
+    return bool(scaled)
 
 
 def print_result(run_dir: Path, summary: Summary, outcome: Outcome, counted: tuple[str, ...]) -> None:
@@ -182,15 +169,15 @@ def main() -> None:
     try:
         hydra_main()
     except SystemExit as exc:
-        if exc.code == 1 and jobs_started == 0:
+        if exc.code == 1 and JOBS.started == 0:
             sys.exit(2)  # Hydra rejected the command line or config before any run started
         raise
     finally:
         SWEEP_LOCK.release()  # after the sweep's baselines and report (the Hydra callback)
-    if failed_jobs:
-        print(f"avgbench: {len(failed_jobs)} run(s) failed: {', '.join(failed_jobs)}", file=sys.stderr)
+    if JOBS.failed:
+        print(f"avgbench: {len(JOBS.failed)} run(s) failed: {', '.join(JOBS.failed)}", file=sys.stderr)
         sys.exit(1)
-    if report_errors:
+    if JOBS.report_errors:
         sys.exit(1)  # the callback has printed why
     exit_now(0)
 

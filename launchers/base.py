@@ -84,12 +84,12 @@ class Launcher(ABC):
     def start(self) -> None:
         """Spawn the run's processes into self.procs."""
 
-    def run(self) -> Outcome:
+    def run(self, window: tuple[int, int] | None = None) -> Outcome:
         start = time.monotonic()
         adopt_orphans()  # so that daemons whose parent ended first count as the run's CPU, not others'
         machine = MachineSampler(self.run_dir.machine)  # from before the first process to after the last
         machine.start()
-        progress = Progress(self.run_dir.path, self.cfg)
+        progress = Progress(self.run_dir.path, self.cfg, window)
         outcome = None
         try:
             self.cpu_groups.start()

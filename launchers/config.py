@@ -18,17 +18,20 @@ from job.registry import resolve
 from launchers.schema import check_keys, check_mandatory, check_values, holds, unknown_choice, unknown_key
 from launchers.plugins import CONF_DIR, strategy_configs
 from launchers.shape import fit_peers
+from metrics.projection.cost import CostModel
 from metrics.projection.models import cost_model
+from metrics.recording.rundir import LaunchSpec
 from metrics.summary.target import CAUSAL
-from metrics.summary.window import window_steps
 from metrics.report.baselines import tool_command
 from metrics.report.projected import parse_targets
+from netemu.auto import LinkChoice, choose_link
 from netemu.checks import check_network_config
 from netemu.cpu import check_emulate_config, emulate_of
 from netemu.dilation import checked_dilation
 
 if TYPE_CHECKING:
     from strategies.base import Strategy
+Validated = tuple["type[Strategy]", LaunchSpec, type[CostModel], LinkChoice | None]
 
 
 def readme() -> str:
@@ -64,12 +67,6 @@ def strategy_class(cfg: DictConfig) -> "type[Strategy]":
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(f"strategy.target={cfg.strategy.target}: cannot import it ({type(exc).__name__}: {exc}); "
                           "is its module installed or on PYTHONPATH?") from None
-
-
-def measurement_window(cfg: DictConfig) -> tuple[int, int]:
-    """(first, last) step of the measurement window, widened to the strategy's averaging periods."""
-    return window_steps(cfg.measure_window.after_step, cfg.measure_window.steps,
-                        strategy_class(cfg).averaging_period(cfg))
 
 
 def strategy_by_name(name: str, overrides: Sequence[str] = ()) -> "type[Strategy]":
@@ -164,12 +161,13 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(str(exc).strip().splitlines()[0]) from None
 
 
-def validate(cfg: DictConfig) -> None:
-    """Values, rules across knobs, the strategy's own and what it needs here: ConfigError or BackendUnavailable."""
+def validate(cfg: DictConfig, choose_network: bool = False) -> Validated:
+    """Values, rules across knobs, the strategy's own and what it needs here: ConfigError or BackendUnavailable; the
+    strategy, its launch spec, cost model and link (choose_network: network=auto resolved in cfg, then checked)."""
     check_mandatory(cfg)
     strategy = strategy_class(cfg)
     try:
-        cost_model(cfg.strategy)
+        model = cost_model(cfg.strategy)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     check_values(cfg, cfg.strategy.name, strategy.rules)
@@ -193,6 +191,7 @@ def validate(cfg: DictConfig) -> None:
     processes = spec.processes
     _require(processes % launch.nnodes == 0,
              f"{processes} processes do not split evenly over launch.nnodes={launch.nnodes}")
+    link = choose_link(cfg, processes, int(launch.nnodes)) if choose_network else None
     check_network_config(cfg.network, processes, launch.nnodes)
     check_emulate_config(cfg, spec.threads, processes)
     emulate = emulate_of(cfg)
@@ -203,3 +202,4 @@ def validate(cfg: DictConfig) -> None:
                  f"{emulate['dilation']:g}; emulate.allow_unchecked_dilation=true runs it anyway, marked 'dilation "
                  "unchecked'")
     strategy.check_available(cfg)
+    return strategy, spec, model, link

@@ -14,7 +14,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from job.evaluation import EvaluationState, evaluation_state
-from launchers.config import measurement_window
 from launchers.hydra_internals import BASIC_SWEEPER
 from metrics.recording.jsonl import JsonlTail
 from metrics.recording.rundir import RunDir
@@ -58,7 +57,8 @@ STOPPED = ", stopped at the target"  # the last line of a run that stopped at it
 
 
 class Progress:
-    def __init__(self, run_dir: Path, cfg: DictConfig, stream: TextIO | None = None):
+    def __init__(self, run_dir: Path, cfg: DictConfig, window: tuple[int, int] | None = None,
+                 stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.enabled = bool(cfg.progress)
         self.interval_s = float(cfg.progress_interval_s)
@@ -67,7 +67,7 @@ class Progress:
         self.title = " ".join(filter(None, [sweep_position(), f"{cfg.strategy.name} x{cfg.peers}"]))
         self.tails: dict[int, JsonlTail] = {}  # worker rank -> its steps.jsonl
         self.latest: dict[int, dict[str, Any]] = {}  # worker rank -> its last step record
-        self.window = measurement_window(cfg) if "measure_window" in cfg else None  # (first, last), as the summary
+        self.window = window  # (first, last) step measured, as the summary
         self.before_window: dict[int, dict[str, Any]] = {}  # worker rank -> its record of the step before the window
         self.in_window: dict[int, dict[str, Any]] = {}  # worker rank -> its latest record inside the window
         self.comm_s: dict[int, float] = {}  # worker rank -> its communication time so far

@@ -110,9 +110,6 @@ class Ring(Strategy):
         ring = cfg.ring
         if cfg.launch.nnodes != 1:
             raise ConfigError("strategy=ring starts the ranks of every host itself: use ring.hosts, not launch.nnodes")
-        if cfg.network.name == "emulated" and ring.hosts:
-            raise ConfigError("with network=emulated, strategy=ring takes no ring.hosts: the emulated hosts are "
-                              "placed one rank each")
         if ring.hosts:
             hosts = parse_hosts(ring.hosts)
             if sum(slots for _, slots in hosts) != cfg.peers:
@@ -123,6 +120,9 @@ class Ring(Strategy):
 
     @classmethod
     def check_available(cls, cfg: DictConfig) -> None:
+        if cfg.network.name == "emulated" and cfg.ring.hosts:  # after network=auto chose (launchers.config.validate)
+            raise ConfigError("with network=emulated, strategy=ring takes no ring.hosts: the emulated hosts are "
+                              "placed one rank each")
         controller = cfg.ring.controller
         try:
             import horovod.torch as hvd

@@ -11,8 +11,6 @@ from metrics.report.model import Report
 from metrics.report.projected import parse_targets
 from metrics.report.render import answer_text, write
 
-report_errors: list[str] = []  # reports that failed in this process (train.py's exit code reflects them)
-
 
 def build_report(sources: list[Path], out_dir: Path,
                  project: list[str] | None = None) -> tuple[Report, dict[str, Path]]:

@@ -425,11 +425,10 @@ def test_cli_input_errors(tmp_path):
 def test_failed_report_is_logged_and_counted(tmp_path, capsys, monkeypatch):
     from launchers import sweep
 
-    monkeypatch.setattr(report, "report_errors", [])
-    monkeypatch.setattr(sweep, "report_errors", report.report_errors)
+    monkeypatch.setattr(sweep, "JOBS", sweep.Jobs())
     sweep.SweepReport().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
     assert "comparison report for" in capsys.readouterr().err
-    assert report.report_errors and "no runs" in report.report_errors[0]
+    assert sweep.JOBS.report_errors and "no runs" in sweep.JOBS.report_errors[0]
 
 
 def test_unreadable_summary_is_left_out_and_named(multirun, tmp_path):

@@ -60,11 +60,9 @@ def test_samples_per_s_is_the_summarys_once_every_worker_is_in_the_measurement_w
         (tmp_path / f"peer{rank}" / "steps.jsonl").write_text("".join(
             json.dumps(record(step, clock(step, pace))) + "\n" for step in range(1, 9 if rank == 0 else 3)))
     cfg = OmegaConf.create({"progress": True, "progress_interval_s": 10, "max_steps": 8, "peers": 2,
-                            "strategy": {"name": "allreduce", "target": "strategies.allreduce:AllReduce"},
-                            "measure_window": {"after_step": 2, "steps": 4}})
-    progress = Progress(tmp_path, cfg, stream=open(os.devnull, "w"))
+                            "strategy": {"name": "allreduce"}})
+    progress = Progress(tmp_path, cfg, (3, 6), stream=open(os.devnull, "w"))
     progress.read()
-    assert progress.window == (3, 6)
     assert progress.rate() == pytest.approx((32 * 8 + 32 * 2) / 16.0)  # rank 1 not in it yet: all steps, rank 0 16 s
     with open(tmp_path / "peer1" / "steps.jsonl", "a") as log:
         log.write("".join(json.dumps(record(step, clock(step, 2.0))) + "\n" for step in range(3, 9)))
