@@ -99,7 +99,7 @@ class Launcher(ABC):
             self.start()
             self.own = helpers | {proc.pid for proc in self.procs.values()}
             while outcome is None:
-                time.sleep(0.2)
+                self.wait_for_an_end(0.2)
                 progress.update()
                 outcome = self._check(start)
         except KeyboardInterrupt as exc:
@@ -135,6 +135,13 @@ class Launcher(ABC):
         if all(code is not None for code in codes.values()):
             return Outcome("completed", 0, time.monotonic() - start, lost_peers=lost)
         return None
+
+    def wait_for_an_end(self, timeout_s: float) -> None:
+        """Up to timeout_s, and no longer than a running process lives (the last one's end is seen at once)."""
+        running = next((proc for proc in self.procs.values() if proc.poll() is None), None)
+        if running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running.wait(timeout_s)
 
     def kill_session(self, rank: int) -> None:
         """SIGKILL the session a peer was started in (it and every process it left behind)."""

@@ -228,12 +228,13 @@ class ParameterServer(TransportStrategy):
     def serve(self) -> None:
         from job.optim import build_optimizer
 
-        self.connect()
+        # the shard and its optimizer before the rendezvous, while the workers build theirs (not while they wait)
         params = [p for p in build_server_model(self.cfg).parameters() if p.requires_grad]
         shard = shard_of(params, int(self.cfg.ps.servers), self.ctx.rank - self.cfg.peers)
+        optimizer = build_optimizer(shard, self.cfg, self.spec.effective_batch)
         workers = list(range(self.cfg.peers))
-        server = ShardServer(self.connected(), shard, build_optimizer(shard, self.cfg, self.spec.effective_batch),
-                             workers, self.cfg.ps.mode, float(self.cfg.ps.idle_timeout_s))
+        server = ShardServer(self.connect(), shard, optimizer, workers, self.cfg.ps.mode,
+                             float(self.cfg.ps.idle_timeout_s))
         # a server may share a worker's core: it exits only after every worker's trained(), outside the measurement
         trained = [self.connected().irecv(torch.zeros(1), worker, TAG_TRAINED) for worker in workers]
         self.server_stats = server.run().as_dict() | {

@@ -7,8 +7,9 @@ import psutil
 
 from metrics.recording.jsonl import JsonlWriter
 
-DRAIN_QUIET_S = 0.25  # a drained interface sends nothing for this long (past a 50 ms link queue and TCP's 200 ms RTO)
+DRAIN_POLL_S = 0.01  # how often the drain looks for bytes the receivers have not acknowledged
 DRAIN_TIMEOUT_S = 3.0
+TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 
 
 def read_net_dev(path: str = "/proc/net/dev") -> dict[str, tuple[int, int]]:
@@ -44,18 +45,20 @@ class WireCounter:
         return {"wire_tx_bytes": now["net_tx_bytes"] - self.first["net_tx_bytes"],
                 "wire_rx_bytes": now["net_rx_bytes"] - self.first["net_rx_bytes"]}
 
-    def drained(self, quiet_s: float = DRAIN_QUIET_S, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, int]:
-        """since_start() once the interface has sent nothing for quiet_s, or after timeout_s: bytes handed to the
-        kernel in a step can still wait in the socket and the link's queue when the step ends."""
+    def drained(self, timeout_s: float = DRAIN_TIMEOUT_S, sockets: tuple[str, ...] = TCP_TABLES) -> dict[str, int]:
+        """since_start() once the receivers acknowledged every byte the namespace's TCP sockets sent, or after
+        timeout_s: bytes handed to the kernel in a step can still wait in the socket and the link's queue when the step
+        ends (an interface that never goes quiet, e.g. Horovod's negotiation, does not hold the reading back)."""
         deadline = time.monotonic() + timeout_s
-        last = self.since_start()
-        while time.monotonic() < deadline:
-            time.sleep(quiet_s)
-            now = self.since_start()
-            if now["wire_tx_bytes"] == last["wire_tx_bytes"]:
-                return now
-            last = now
-        return last
+        while unacknowledged_bytes(sockets) and time.monotonic() < deadline:
+            time.sleep(DRAIN_POLL_S)
+        return self.since_start()
+
+
+def unacknowledged_bytes(tables: tuple[str, ...] = TCP_TABLES) -> int:
+    """Bytes sent on this namespace's TCP sockets and not yet acknowledged (tx_queue of /proc/net/tcp and tcp6)."""
+    lines = [line for table in tables if Path(table).exists() for line in Path(table).read_text().splitlines()[1:]]
+    return sum(int(line.split()[4].split(":")[0], 16) for line in lines)
 
 
 class IntervalSampler(threading.Thread):

@@ -5,9 +5,9 @@ from metrics.summary.bounds import LinkBound, link_efficiency
 from metrics.recording.jsonl import read_jsonl
 from metrics.recording.rundir import PeerDir, RunDir
 from metrics.recording.methods import methods
-from metrics.recording.sampler import DRAIN_QUIET_S, DRAIN_TIMEOUT_S
+from metrics.recording.sampler import DRAIN_TIMEOUT_S
 
-METHODS = methods("network", DRAIN_QUIET_S=DRAIN_QUIET_S, DRAIN_TIMEOUT_S=DRAIN_TIMEOUT_S)
+METHODS = methods("network", DRAIN_TIMEOUT_S=DRAIN_TIMEOUT_S)
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -1,6 +1,9 @@
 """The launcher's monitor decides a run's outcome from its processes' exit codes and the
 peers' error files (unit tier: fake processes, a run directory written here)."""
 import os
+import subprocess
+import threading
+import time
 
 import pytest
 from omegaconf import OmegaConf
@@ -222,3 +225,28 @@ def test_launcher_names_the_root_cause_from_its_log(tmp_path, launcher_class, lo
         write_error(launcher.run_dir, rank, text, mtime_ns=10**18)
     outcome = check(launcher)
     assert (outcome.failed_rank, outcome.error) == expected
+
+
+class EndingProcess:
+    """A process that ends (exit code 0) when `ended` is set; wait() returns then, as Popen.wait does."""
+
+    def __init__(self):
+        self.ended = threading.Event()
+
+    def poll(self):
+        return 0 if self.ended.is_set() else None
+
+    def wait(self, timeout):
+        if not self.ended.wait(timeout):
+            raise subprocess.TimeoutExpired("peer", timeout)
+        return 0
+
+
+def test_the_monitor_sees_a_process_end_at_once(tmp_path):
+    """The monitor's wait between checks ends with the process it waits for, not after its period."""
+    launcher = make(Launcher, tmp_path, {})
+    launcher.procs = {0: EndingProcess()}
+    threading.Timer(0.2, launcher.procs[0].ended.set).start()
+    started = time.monotonic()
+    launcher.wait_for_an_end(10.0)
+    assert launcher.procs[0].poll() == 0 and time.monotonic() - started < 5.0
