@@ -57,8 +57,8 @@ def run(cfg: DictConfig) -> int:
                    "Choose a new hydra.run.dir or remove that directory")
     JOBS.started += 1
     run.config.parent.mkdir(parents=True, exist_ok=True)
-    asked = container(cfg) | {"device": resolve_device(cfg.device)}  # as asked: before dilation, network=auto
     dilated = finish_config(run, config)
+    asked = container(cfg) | {"device": config.device}  # as asked: before dilation, network=auto; device resolved
     spec = strategy.launch_spec(config) if dilated else checked_spec  # dilated: so are the launcher's timeouts
     shape = shape_of(config, spec, peers_from_default(cfg))
     assert link is not None  # validate chose it
