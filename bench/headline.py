@@ -93,7 +93,7 @@ def phases_by_configuration(section: Section) -> dict[str, dict[str, float]]:
 
 
 def efficiency_of(runs: list[Run]) -> dict | None:
-    """The sweep efficiency (methods.yaml report: sweep efficiency) against its goal (None: no elapsed time recorded)."""
+    """The sweep efficiency (methods.yaml report: sweep efficiency) against its goal (None: no elapsed recorded)."""
     if not (found := sweep_efficiency(runs)):
         return None
     value, elapsed = found
