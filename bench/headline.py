@@ -20,9 +20,8 @@ from bench.run import add_saving_options, script_parser  # noqa: E402
 from metrics.recording.machine import describe_machine, fingerprint  # noqa: E402
 from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
-from metrics.summary.wall import sweep_efficiency  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
-from metrics.report.runs import Run, Section, read_plan  # noqa: E402
+from metrics.report.runs import Run, Section, sweep_efficiency  # noqa: E402
 from metrics.report.stats import EQUIVALENT, FASTER, SLOWER, Ratio, excludes_one  # noqa: E402
 from metrics.report.verdict import left_out_runs, noise_of, section_verdict  # noqa: E402
 
@@ -31,7 +30,7 @@ SEPARATED = (FASTER, SLOWER)
 WALL_TIME_GOAL = 1.5  # the longest sweep's wall time / the headline's on loopback, at most
 DESIGN_GOAL = 0.6  # the headline's elapsed time / the fixed-horizon design's (eval_in_training=false), at most
 DECIDED = (FASTER, SLOWER, EQUIVALENT)
-EFFICIENCY_GOAL = 0.85  # the sweep efficiency (metrics/summary/wall.py), at least
+EFFICIENCY_GOAL = 0.85  # the sweep efficiency (methods.yaml report: sweep efficiency), at least
 ONE_AFTER_S = 900  # two sweeps at most this far apart (the later's first run after the earlier's last) ran one after
                    # the other
 RUNS_WALL = ("the sum of its runs' wall clocks (launch to end, evaluation included; Hydra's start-up between runs and "
@@ -93,12 +92,11 @@ def phases_by_configuration(section: Section) -> dict[str, dict[str, float]]:
     return means
 
 
-def efficiency_of(folder: Path, runs: list[Run]) -> dict | None:
-    """The sweep efficiency (metrics/summary/wall.py) over the elapsed time its plan recorded (None: none)."""
-    elapsed = sum(e["ended_at"] - e["started_at"] for e in read_plan(folder).get("elapsed") or [])
-    if not elapsed:
+def efficiency_of(runs: list[Run]) -> dict | None:
+    """The sweep efficiency (methods.yaml report: sweep efficiency) against its goal (None: no elapsed recorded)."""
+    if not (found := sweep_efficiency(runs)):
         return None
-    value = sweep_efficiency([r.summary for r in runs], elapsed)
+    value, elapsed = found
     return {"value": value, "elapsed_s": elapsed, "goal": EFFICIENCY_GOAL, "goal_met": value >= EFFICIENCY_GOAL}
 
 
@@ -131,7 +129,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "left_out": left_out_runs(analysis),
         "not_loaded": left_out,
         "noise": dataclasses.asdict(noise) if (noise := noise_of(analysis)) else None,  # and what its blocks detect
-        "sweep_efficiency": efficiency_of(folder, runs),
+        "sweep_efficiency": efficiency_of(runs),
         "wall_phases_s": phases_by_configuration(sections[0]),
     }
 

@@ -8,8 +8,7 @@ from metrics.report.compare import PAIRED_T, TOST
 from metrics.report.model import Report, SectionReport
 from metrics.report.primary import time_observation
 from metrics.report.projected import projected_tables
-from metrics.report.runs import Run, Section, flatten, read_plan
-from metrics.summary.wall import sweep_efficiency
+from metrics.report.runs import Run, Section, flatten, read_plan, sweep_efficiency
 from metrics.report.tables import answer_table, error_headline, fault_tolerance, section_tables
 from metrics.report.verdict import intro, section_verdict
 from metrics.recording.methods import methods
@@ -44,16 +43,13 @@ def notes(sections: list[Section], left_out: list[str]) -> list[str]:
 
 def efficiency_line(sections: list[Section]) -> str | None:
     """The sweep efficiency of the report's sweeps that recorded their elapsed time (None: none did)."""
-    runs = [run for section in sections for run in section.runs]
-    elapsed = {sweep: seconds for sweep in dict.fromkeys(r.sweep for r in runs) if sweep is not None
-               if (seconds := sum(e["ended_at"] - e["started_at"] for e in read_plan(sweep).get("elapsed") or []))}
-    if not elapsed:
+    if not (found := sweep_efficiency([run for section in sections for run in section.runs])):
         return None
-    efficiency = sweep_efficiency([r.summary for r in runs if r.sweep in elapsed], sum(elapsed.values()))
+    efficiency, elapsed_s = found
     return (f"Sweep efficiency {efficiency:.2f}: the runs' training time to the target (to their horizon, all they "
             f"trained, where they missed it; a dilated run's in the seconds it spent), "
-            f"{efficiency * sum(elapsed.values()):,.0f} s, / the sweep's elapsed time, {sum(elapsed.values()):,.0f} "
-            "s (each command that ran it, from its start to its last run's end).")
+            f"{efficiency * elapsed_s:,.0f} s, / the sweep's elapsed time, {elapsed_s:,.0f} s (each command that ran "
+            "it, from its start to its last run's end).")
 
 
 def methods_of(sections: list[Section]) -> list[tuple[str, str]]:

@@ -216,6 +216,26 @@ def read_plan(sweep: Path | str | None) -> Json:
         return {}
 
 
+def training_s(summary: Summary) -> float:
+    """The run's training time to its target, or to its horizon (all it trained) where it has none, in the seconds it
+    spent: a dilated run's summary holds the emulated cluster's time (isolation.py undilate), x its dilation here."""
+    trained = summary.time_to_target_s
+    if trained is None:
+        trained = max((p.train_s or 0.0 for p in summary.peers), default=0.0)
+    return trained * (summary.isolation.dilation or 1)
+
+
+def sweep_efficiency(runs: list[Run]) -> tuple[float, float] | None:
+    """(sweep efficiency, elapsed s) over the runs of the sweeps that recorded their elapsed time, None where none did
+    (methods.yaml report: sweep efficiency)."""
+    elapsed = {sweep: seconds for sweep in dict.fromkeys(r.sweep for r in runs) if sweep is not None
+               if (seconds := sum(e["ended_at"] - e["started_at"] for e in read_plan(sweep).get("elapsed") or []))}
+    if not elapsed:
+        return None
+    elapsed_s = sum(elapsed.values())
+    return sum(training_s(r.summary) for r in runs if r.sweep in elapsed) / elapsed_s, elapsed_s
+
+
 def find_runs(dirs: list[Path]) -> tuple[list[Path], list[Path]]:
     """Folders under dirs holding a run (its summary.json, or the config of a run started without one), and those of
     the attempts moved aside (below `superseded`)."""

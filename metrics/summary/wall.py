@@ -1,7 +1,5 @@
-"""Where a run's wall time goes (summary.json wall_phases_s), and where a sweep's goes (sweep_efficiency); definitions:
-docs/runs.md (Figures)."""
+"""Where a run's wall time goes (summary.json wall_phases_s); definitions: docs/runs.md (Figures)."""
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from metrics.summary.schema import Summary, WallPhases
@@ -64,17 +62,3 @@ def nodes_wall_phases(summaries: list[Summary]) -> dict[str, float] | None:
     last = max(recorded, key=ended_at)
     phases = last.wall_phases_s.seconds()
     return phases | {"other_s": phases["other_s"] + started_at(last) - min(map(started_at, recorded))}
-
-
-def training_s(summary: Summary) -> float:
-    """The run's training time to its target, or to its horizon (all it trained) where it has none, in the seconds it
-    spent (a dilated run's times x its dilation)."""
-    trained = summary.time_to_target_s
-    if trained is None:
-        trained = max((p.train_s or 0.0 for p in summary.peers), default=0.0)
-    return trained * (summary.isolation.dilation or 1)
-
-
-def sweep_efficiency(summaries: Iterable[Summary], elapsed_s: float) -> float:
-    """The runs' training time to target (or horizon) / the sweep's elapsed time (docs/report.md)."""
-    return sum(training_s(s) for s in summaries) / elapsed_s

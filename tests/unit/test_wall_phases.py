@@ -5,19 +5,28 @@ import html
 import pytest
 
 from helpers import report_of, write_sweep
+from metrics.report.baselines import load_runs
 from metrics.summary.schema import Summary
-from metrics.summary.wall import sweep_efficiency
 
 PHASES = {"command_s": 3.0, "launch_s": 1.0, "imports_s": 4.0, "training_s": 20.0, "precise_bn_s": 5.0,
           "other_s": 0.5}
 
 
-def test_the_sweep_efficiency_counts_training_to_the_target_or_the_horizon_in_the_seconds_each_run_spent():
-    reached = Summary.from_dict({"time_to_target_s": 60.0, "peers": [{"train_s": 90.0}]})
-    missed = Summary.from_dict({"time_to_target_s": None, "peers": [{"train_s": 90.0}, {"train_s": 100.0}]})
-    dilated = Summary.from_dict({"time_to_target_s": 30.0, "isolation": {"dilation": 2}, "peers": [{"train_s": 45.0}]})
-    # 60 s + the longest worker's 100 s + 2 x 30 s (the dilated run's figures are in its emulated cluster's time)
-    assert sweep_efficiency([reached, missed, dilated], elapsed_s=400.0) == pytest.approx(220 / 400)
+def test_the_sweep_efficiency_counts_training_to_the_target_or_the_horizon_in_the_seconds_each_run_spent(tmp_path):
+    """60 s + the longest worker's 100 s + 2 x 30 s (the dilated run's summary is in its emulated cluster's time), /
+    400 s elapsed over two commands: one figure for the report and bench/headline.py."""
+    from bench.headline import efficiency_of
+
+    missed = {"summary": {"peers": [{"rank": 0, "train_s": 90.0}, {"rank": 1, "train_s": 100.0}]}}
+    sweep = write_sweep(tmp_path / "sweep", {
+        "strategy=ring": [("ring", 2, 1, 50.0, 60.0, {})],
+        "baseline_2x1": [("single", 2, 1, 40.0, None, missed)],
+        "strategy=ps": [("ps", 2, 1, 100.0, 30.0, {"summary": {"isolation": {"dilation": 2}}})],
+    }, plan={"elapsed": [{"started_at": 1000.0, "ended_at": 1300.0}, {"started_at": 2000.0, "ended_at": 2100.0}]})
+    runs = [run for section in load_runs([sweep])[0] for run in section.runs]
+    assert efficiency_of(runs) == {"value": pytest.approx(220 / 400), "elapsed_s": 400.0, "goal": 0.85,
+                                   "goal_met": False}
+    assert "Sweep efficiency 0.55:" in report_of(sweep, out=tmp_path / "out")
 
 
 def test_the_report_shows_the_wall_phases_and_the_sweeps_efficiency(tmp_path):
