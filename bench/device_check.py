@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bench.jobs import run_train  # noqa: E402
-from bench.results import RESULTS, portable, save  # noqa: E402
+from bench.results import RESULTS, BenchResult, portable, save  # noqa: E402
 from job.device import PeerDevice, resolve_device  # noqa: E402
 from job.errors import ConfigError  # noqa: E402
 from launchers.config import group_options  # noqa: E402
@@ -106,7 +106,7 @@ def record(path: Path, folder: Path = RESULTS) -> Path:
     """Save a device check's JSON as folder/device_check.json, stamped with the machine it ran on."""
     result = json.loads(path.read_text())
     failed = [f"{r['name']}-{r['repeat']}" for r in result["runs"] if "error" in r]
-    return save(portable({
+    return save(BenchResult.of(portable({
         "name": "device_check", "ratio": None, "sweeps": [],
         "goal": "the ResNet18 job trains on the machine's device under single and a 2-process allreduce, every run "
                 "completed, its figures recorded",
@@ -115,7 +115,7 @@ def record(path: Path, folder: Path = RESULTS) -> Path:
                  f"device {result['device']} ({', '.join(result['gpus']) or 'no GPU'}), torch {result['torch']}, "
                  f"CUDA {result['cuda']}, loopback, {result['repeats']} repeats alternated",
         "method": "bench/device_check.py on the lent machine; its `methods` say how each figure is measured",
-    } | {key: result[key] for key in ("measured_at", "machine", "spread", "runs", "methods")}), folder)
+    } | {key: result[key] for key in ("measured_at", "machine", "spread", "runs", "methods")})), folder)
 
 
 def main(argv: list[str] | None = None) -> int:

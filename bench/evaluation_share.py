@@ -194,14 +194,13 @@ def run(args: argparse.Namespace) -> None:
 
 def kept_crossing_check(results: Path, every: int, confirm_after: int) -> dict[str, Any] | None:
     """The saved entry's crossing check, with when and where it was measured, if it read the same policy."""
-    saved = load("evaluation_share", results) or {}
-    check = saved.get("crossing_check")
-    if not check or (check["every"], check.get("confirm_after", 0)) != (every, confirm_after):
+    saved = load("evaluation_share", results)
+    check = saved.body.get("crossing_check") if saved else None
+    if not saved or not check or (check["every"], check.get("confirm_after", 0)) != (every, confirm_after):
         return None
-    stamp = {"measured_at": check.get("measured_at", saved["measured_at"]), "machine": check.get("machine",
-                                                                                                   saved["machine"])}
-    return {"crossing_check": check | stamp, "sweeps": saved["sweeps"]} | {
-        key: saved[key] for key in ("crossing_goal", "crossing_goal_met")}
+    stamp = {"measured_at": check.get("measured_at", saved.measured_at), "machine": check.get("machine", saved.machine)}
+    return {"crossing_check": check | stamp, "sweeps": saved.sweeps} | {
+        key: saved.body[key] for key in ("crossing_goal", "crossing_goal_met")}
 
 
 def main() -> int:

@@ -221,7 +221,8 @@ def loopback_of(results: Path, folder: Path | None) -> dict | None:
     configuration to max_steps, so it is no measure of runs that end at the target)."""
     if folder:
         return measured_loopback(folder)
-    recorded_sweep = (load("headline", results) or {}).get("loopback") or {}
+    saved = load("headline", results)
+    recorded_sweep = (saved.body.get("loopback") if saved else None) or {}
     if recorded_sweep.get("folder") and on_this_machine(recorded_sweep.get("machine")):
         return recorded_sweep
     return None
@@ -229,10 +230,10 @@ def loopback_of(results: Path, folder: Path | None) -> dict | None:
 
 def recorded_answer(results: Path, setup: str, new_folder: str) -> dict | None:
     """The latest other sweep of the saved entry measured on this machine with this setup."""
-    entry = load("headline", results) or {}
-    if entry.get("setup") != setup:
+    entry = load("headline", results)
+    if not entry or entry.body.get("setup") != setup:
         return None
-    answers = [a for a in entry["answers"] if a["folder"] != new_folder and on_this_machine(a["machine"])]
+    answers = [a for a in entry.body["answers"] if a["folder"] != new_folder and on_this_machine(a["machine"])]
     return max(answers, key=lambda a: a["measured_at"], default=None)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.results import RESULTS, load, portable, save  # noqa: E402
+from bench.results import RESULTS, BenchResult, load, portable, save  # noqa: E402
 from metrics.report.noise import ENTRY, measured_rows, merged, recorded_lines  # noqa: E402
 
 
@@ -18,7 +18,8 @@ def record(dirs: list[Path], out: Path, write: bool = True) -> list[str]:
     """Measure the noise under dirs, save it into out's entry (if write); what was recorded, a line a row."""
     rows = portable(measured_rows(dirs))
     if write and rows:
-        save(merged(load(ENTRY, out), rows), out)
+        saved = load(ENTRY, out)
+        save(BenchResult.of(merged(saved.body if saved else None, rows)), out)
     return recorded_lines(rows, str(out / f"{ENTRY}.json") if write else "nothing (--no-save)", dirs)
 
 

@@ -5,6 +5,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,36 @@ RESULTS = ROOT / "bench" / "results"
 SCHEMA_PATH = RESULTS / "schema.json"
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+
+
+ENVELOPE = ("name", "goal", "goal_met", "machine", "measured_at", "method", "commit", "sweeps")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """A benchmark's entry: the fields every entry shares, and its body (the benchmark's own fields). `keys`: the
+    entry's keys in the order it is written; goal_met, method and commit are written only where the entry has them."""
+    name: str
+    goal: str
+    machine: Json
+    measured_at: str
+    sweeps: list[Json]
+    body: Json
+    keys: tuple[str, ...]
+    goal_met: bool | None = None
+    method: str | None = None
+    commit: Json | None = None
+
+    @classmethod
+    def of(cls, entry: Json) -> "BenchResult":
+        """The entry a file or a benchmark's run gives."""
+        return cls(**{key: value for key, value in entry.items() if key in ENVELOPE},
+                   body={key: value for key, value in entry.items() if key not in ENVELOPE}, keys=tuple(entry))
+
+    def json(self) -> Json:
+        """The entry as written."""
+        fields = self.body | {key: getattr(self, key) for key in ENVELOPE}
+        return {key: fields[key] for key in self.keys}
 
 
 class MalformedEntry(ValueError):
@@ -69,16 +100,17 @@ def source(name: str, part: str = "") -> str:
     return f"`{shown(path_of(name))}`" + (f" → `{part}`" if part else "")
 
 
-def load(name: str, folder: Path = RESULTS) -> Json | None:
+def load(name: str, folder: Path = RESULTS) -> BenchResult | None:
     """The saved entry of that name (None where there is none)."""
     path = path_of(name, folder)
-    return checked(json.loads(path.read_text()), path) if path.exists() else None
+    return BenchResult.of(checked(json.loads(path.read_text()), path)) if path.exists() else None
 
 
-def load_all(folder: Path = RESULTS) -> dict[str, Json]:
+def load_all(folder: Path = RESULTS) -> dict[str, BenchResult]:
     """Every saved entry by name, in the order they were measured."""
-    entries = [checked(json.loads(path.read_text()), path) for path in folder.glob("*.json") if path != SCHEMA_PATH]
-    return {e["name"]: e for e in sorted(entries, key=lambda e: (e["measured_at"], e["name"]))}
+    entries = [BenchResult.of(checked(json.loads(path.read_text()), path)) for path in folder.glob("*.json")
+               if path != SCHEMA_PATH]
+    return {e.name: e for e in sorted(entries, key=lambda e: (e.measured_at, e.name))}
 
 
 def git(*args: str, root: Path = ROOT) -> str | None:
@@ -103,18 +135,18 @@ def head_commit(root: Path = ROOT) -> Json | None:
 COMMIT = head_commit()  # read when this module loads: the code a benchmark runs is the code it loaded
 
 
-def save(entry: Json, folder: Path = RESULTS, merge: Callable[[Json, Json], Json] | None = None,
+def save(entry: BenchResult, folder: Path = RESULTS, merge: Callable[[Json, Json], Json] | None = None,
          new: bool = True) -> Path:
-    """Write the entry (or merge(saved, entry)) to folder/NAME.json, a new one (`new`) with the commit it ran at
-    (COMMIT; an entry written back as it was: new=False); into bench/results, conf/evidence.json too."""
-    entry = entry | {"commit": COMMIT} if new else entry
-    kept = load(entry["name"], folder) if merge else None
-    entry = merge(kept, entry) if merge and kept else entry
-    path = path_of(entry["name"], folder)
+    """Write the entry (or merge(saved, entry) of their JSON) to folder/NAME.json, a new one (`new`) with the commit
+    it ran at (COMMIT; one written back as it was: new=False); into bench/results, conf/evidence.json too."""
+    entry = BenchResult.of(entry.json() | {"commit": COMMIT}) if new else entry
+    kept = load(entry.name, folder) if merge else None
+    written = merge(kept.json(), entry.json()) if merge and kept else entry.json()
+    path = path_of(entry.name, folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(checked(entry, path), indent=1) + "\n")
+    path.write_text(json.dumps(checked(written, path), indent=1) + "\n")
     if folder.resolve() == RESULTS.resolve():
-        refresh_evidence(load_all(folder).values())
+        refresh_evidence(e.json() for e in load_all(folder).values())
     return path
 
 
@@ -140,8 +172,8 @@ def stamped(value: Any, machine: Json) -> Any:
     return value
 
 
-def recorded(result: Json) -> Json:
+def recorded(result: Json) -> BenchResult:
     """A benchmark's result as saved: when and where it was measured, its sweeps (default none), paths relative."""
     machine = fingerprint()
     result = {"sweeps": []} | result | {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine}
-    return portable(stamped(result, machine))
+    return BenchResult.of(portable(stamped(result, machine)))

@@ -158,8 +158,8 @@ def run_benchmarks(names: list[str], out: Path, options: dict[str, dict[str, Any
         save(results[-1], out, merge_of(spec))
     print(f"\n{'benchmark':<26} {'ratio':>10}  goal               setup")
     for r in results:
-        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.4f}"  # e.g. a projection run of calibration cases only
-        print(f"{r['name']:<26} {ratio:>10}  {r['goal']:<18} {r['setup']}")
+        ratio = "n/a" if r.body["ratio"] is None else f"{r.body['ratio']:.4f}"  # e.g. a projection of calibration only
+        print(f"{r.name:<26} {ratio:>10}  {r.goal:<18} {r.body['setup']}")
     print(f"\nsaved in {out}")
 
 

@@ -205,7 +205,7 @@ def run(draws: int = DRAWS, scenarios: str | None = None, blocks: str | None = N
         raise SystemExit(f"verdict_simulation: draws must be at least 1, got {draws}")
     chosen = choices(scenarios, SCENARIOS, str, "--verdict_simulation-scenarios", error=SystemExit)
     block_counts = choices(blocks, BLOCKS, int, "--verdict_simulation-blocks", error=SystemExit)
-    fit = fitted({name: load(name, results) for name in ("primary_noise", "headline")})
+    fit = fitted({name: entry.body for name in ("primary_noise", "headline") if (entry := load(name, results))})
     started = time.monotonic()
     cells = []
     scratch = Path(tempfile.mkdtemp(prefix="verdict-simulation-", dir=TMPFS if TMPFS.is_dir() else None))

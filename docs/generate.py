@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.headline import DESIGN_GOAL, WALL_TIME_GOAL  # noqa: E402
 from bench.noise_scale import log_sd  # noqa: E402
-from bench.results import git, load_all, source  # noqa: E402
+from bench.results import BenchResult, git, load_all, source  # noqa: E402
 from bench.run import BENCHMARKS  # noqa: E402
 from launchers.config import strategy_by_name  # noqa: E402
 from launchers.schema import RULES, accepted  # noqa: E402
@@ -204,22 +204,21 @@ class Freshness:
     why: str
 
 
-def freshness(entry: dict, history: History | None = HISTORY) -> Freshness | None:
+def freshness(entry: BenchResult, history: History | None = HISTORY) -> Freshness | None:
     """None where the entry was made by the code as it is. Stale: a file of its benchmark (PRODUCERS) changed in a
     commit that the entry's commit does not hold: the one it records or, for an entry that records none, the first
     commit that saved its file after its measured_at (UTC; a date alone: its midnight); for an entry not committed
     yet, a change after its measured_at. Undecidable where git cannot tell."""
-    name = entry["name"]
+    name, commit = entry.name, entry.commit
     if name in SUPERSEDED:
         return Freshness("superseded", SUPERSEDED[name])
     if name not in PRODUCERS:
         raise ValueError(f"bench/results/{name}.json: no benchmark named for it in PRODUCERS (docs/generate.py)")
-    commit = entry.get("commit")
     if history is None:
         return Freshness("undecidable", "no git history here to tell whether its benchmark changed since")
     if commit and commit["sha"] not in history.commits:
         return Freshness("undecidable", f"its commit {commit['sha'][:10]} is not in this history")
-    measured_s = calendar.timegm(time.strptime(entry["measured_at"][:10] + (entry["measured_at"][10:] or " 00:00:00"),
+    measured_s = calendar.timegm(time.strptime(entry.measured_at[:10] + (entry.measured_at[10:] or " 00:00:00"),
                                                "%Y-%m-%d %H:%M:%S"))
     recorded = commit["sha"] if commit else history.recorded_in(f"bench/results/{name}.json", measured_s)
     since = {"after": recorded} if recorded else {"after_s": measured_s}
@@ -227,7 +226,7 @@ def freshness(entry: dict, history: History | None = HISTORY) -> Freshness | Non
         if changes := history.changes(path, **since):
             day = time.strftime("%Y-%m-%d", time.gmtime(history.commits[changes[0]][1]))
             more = f", {len(changes)} changes since" if len(changes) > 1 else ""
-            return Freshness("stale", f"measured at {entry['measured_at']} ({commit_of(entry)}), before "
+            return Freshness("stale", f"measured at {entry.measured_at} ({commit_of(entry)}), before "
                                       f"`{path}` changed at {changes[0][:10]} ({day}{more}); rerun "
                                       f"`{rerun(name)}`")
     return None
@@ -241,7 +240,7 @@ def rerun(entry: str) -> str:
     return f"python bench/run.py {name}" if name else f"python {module}"
 
 
-def notice(entry: dict) -> list[str]:
+def notice(entry: BenchResult) -> list[str]:
     """The line above an entry's figures where they are not the current code's."""
     if not (found := freshness(entry)):
         return []
@@ -250,25 +249,25 @@ def notice(entry: dict) -> list[str]:
 
 
 # --- measured tables from bench/results/ -------------------------------------------------
-def commit_of(entry: dict) -> str:
+def commit_of(entry: BenchResult) -> str:
     """The commit an entry ran at, as the pages say it."""
-    commit = entry.get("commit")
+    commit = entry.commit
     return f"commit {commit['sha'][:10]}" + " with uncommitted changes" * commit["dirty"] if commit else \
         "commit not recorded"
 
 
-def stamp(entry: dict, part: str = "") -> str:
+def stamp(entry: BenchResult, part: str = "") -> str:
     """Where a table's figures come from: the entry (or one part of it), when, at which commit, on which machine."""
-    return (f"*Measured {entry['measured_at']} ({commit_of(entry)}) on {describe_machine(entry['machine'])} "
-            f"({source(entry['name'], part)}).*")
+    return (f"*Measured {entry.measured_at} ({commit_of(entry)}) on {describe_machine(entry.machine)} "
+            f"({source(entry.name, part)}).*")
 
 
-def stamp_rows(entry: dict, rows: list[dict]) -> str:
+def stamp_rows(entry: BenchResult, rows: list[dict]) -> str:
     """A table whose rows were measured at several times, possibly on several machines."""
     dates = sorted(r["measured_at"] for r in rows)
     machines = sorted({describe_machine(r["machine"]) for r in rows})
     return (f"*Measured {dates[0]} to {dates[-1]} ({commit_of(entry)}) on {'; '.join(machines)} "
-            f"({source(entry['name'])}, {len(rows)} rows).*")
+            f"({source(entry.name)}, {len(rows)} rows).*")
 
 
 def num(x: float | None, digits: int = 2) -> str:
@@ -290,35 +289,36 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def caveat(entry: dict, part: str = "") -> list[str]:
+def caveat(body: dict, part: str = "") -> list[str]:
     """An entry's caveat, or its part's (a known defect of how it was measured), for above its tables."""
-    found = entry.get("caveat") or (entry.get("caveats") or {}).get(part)
+    found = body.get("caveat") or (body.get("caveats") or {}).get(part)
     return [f"**Caveat:** {found}", ""] if found else []
 
 
 GOAL_MET = {True: "met", False: "**missed**", None: "–"}  # an entry's goal_met; –: not recorded (or no goal)
 
 
-def ratio_cell(entry: dict) -> str:
+def ratio_cell(body: dict) -> str:
     """An entry's ratio, with its 95 % interval and pairs where it records them."""
-    low, high = entry.get("interval") or (None, None)
+    low, high = body.get("interval") or (None, None)
     if low is None or high is None:
-        return num(entry.get("ratio"), 3)
-    pairs = f", {entry['pairs']} pairs" if "pairs" in entry else ""
-    return times(entry["ratio"], (low, high), 3) + pairs
+        return num(body.get("ratio"), 3)
+    pairs = f", {body['pairs']} pairs" if "pairs" in body else ""
+    return times(body["ratio"], (low, high), 3) + pairs
 
 
 def bench_summary() -> str:
     """Every benchmark's latest ratio beside its goal, date, commit and machine; a caveat marked with its entry, an
     entry not made by the current code marked instead of its goal's verdict (a superseded one only listed)."""
     names = load_all()
-    entries = [e for e in names.values() if e["name"] not in SUPERSEDED]
-    found = {e["name"]: freshness(e) for e in entries}
-    rows = [[f"`{e['name']}`" + (" (caveat)" if e.get("caveat") or e.get("caveats") else ""), ratio_cell(e),
-             cell(e["goal"]), goal_cell(e, found[e["name"]]), f"{e['measured_at']} ({commit_of(e)})",
-             describe_machine(e["machine"])] for e in entries]
-    notes = [f"- `{e['name']}`: {e['caveat']}" for e in entries if e.get("caveat")]
-    notes += [f"- `{e['name']}` → `{part}`: {text}" for e in entries for part, text in (e.get("caveats") or {}).items()]
+    entries = [e for e in names.values() if e.name not in SUPERSEDED]
+    found = {e.name: freshness(e) for e in entries}
+    rows = [[f"`{e.name}`" + (" (caveat)" if e.body.get("caveat") or e.body.get("caveats") else ""),
+             ratio_cell(e.body), cell(e.goal), goal_cell(e, found[e.name]), f"{e.measured_at} ({commit_of(e)})",
+             describe_machine(e.machine)] for e in entries]
+    notes = [f"- `{e.name}`: {e.body['caveat']}" for e in entries if e.body.get("caveat")]
+    notes += [f"- `{e.name}` → `{part}`: {text}" for e in entries
+              for part, text in (e.body.get("caveats") or {}).items()]
     stale = [f"- `{name}`: {why.why}." for name, why in found.items() if why]
     return "\n".join(table(["benchmark", "ratio", "goal", "goal met", "measured", "machine"], rows)
                      + (["", "Not the current code's (the goal's verdict left out):", *stale] if stale else [])
@@ -326,9 +326,9 @@ def bench_summary() -> str:
                      + [f"\nNot shown: `{name}`, {why}." for name, why in SUPERSEDED.items() if name in names])
 
 
-def goal_cell(entry: dict, found: Freshness | None) -> str:
+def goal_cell(entry: BenchResult, found: Freshness | None) -> str:
     """Whether an entry met its goal, where it is the current code's; else why not (stale, superseded, undecidable)."""
-    return f"**{found.label}**" if found else GOAL_MET[entry.get("goal_met")]
+    return f"**{found.label}**" if found else GOAL_MET[entry.goal_met]
 
 
 def bench_machines() -> str:
@@ -342,7 +342,7 @@ def bench_machines() -> str:
             visit(item, name)
 
     for name, entry in load_all().items():
-        visit(entry, name)
+        visit(entry.json(), name)
     rows = [[machine, ", ".join(f"`{n}`" + (f" ({names.count(n)})" if names.count(n) > 1 else "")
                                 for n in dict.fromkeys(names))] for machine, names in sorted(found.items())]
     return "\n".join(table(["machine", "entries (how many of their rows and parts)"], rows))
@@ -351,17 +351,17 @@ def bench_machines() -> str:
 def verdict() -> str:
     """The headline's latest recorded sweep (bench/headline.py), its wall time and whether it replicates."""
     entry = load_all()["headline"]
-    last = len(entry["answers"]) - 1
-    sweep = entry["answers"][last]
-    return "\n".join([*notice(entry), stamp({"name": "headline", "commit": entry.get("commit")} | sweep,
+    last = len(entry.body["answers"]) - 1
+    sweep = entry.body["answers"][last]
+    return "\n".join([*notice(entry), stamp(replace(entry, measured_at=sweep["measured_at"], machine=sweep["machine"]),
                                              f"answers.{last}"), "", *answer_lines(sweep), "",
-                      wall_time_line(entry), "", design_line(entry), "", replication_line(entry)])
+                      wall_time_line(entry.body), "", design_line(entry.body), "", replication_line(entry.body)])
 
 
 def quick_verdict() -> str:
     """The quick comparison's verdict as typed, its one recorded sweep (bench/quick.py)."""
     entry = load_all()["quick"]
-    return "\n".join([*notice(entry), stamp(entry, "answer"), "", *answer_lines(entry["answer"])])
+    return "\n".join([*notice(entry), stamp(entry, "answer"), "", *answer_lines(entry.body["answer"])])
 
 
 def answer_lines(sweep: dict) -> list[str]:
@@ -467,20 +467,21 @@ def bench(name: str, *args: str) -> str:
     if name not in known:
         raise ValueError(f"bench {name}: unknown table (known: {', '.join(known)})")
     entry = load_all()[SOURCE.get(name, name)]
-    body = TEMPLATES.get_template(f"{name}.md.j2").render(entry=entry, part=args[0] if args else "")
-    return "\n".join(notice(entry) + caveat(entry, *args[:1]) + body.rstrip("\n").split("\n"))
+    part = args[0] if args else ""
+    body = TEMPLATES.get_template(f"{name}.md.j2").render(entry=entry.json(), result=entry, part=part)
+    return "\n".join(notice(entry) + caveat(entry.body, part) + body.rstrip("\n").split("\n"))
 
 
-def simulated_power(entries: dict, blocks: int, effect: float) -> str:
+def simulated_power(entries: dict[str, BenchResult], blocks: int, effect: float) -> str:
     """The power the verdict itself has at the smallest effect and these blocks, by its simulation (none: '')."""
-    cells = [c for c in (entries.get("verdict_simulation") or {}).get("cells", [])
-             if c["blocks"] == blocks and c["scenario"] == f"effect x{effect:g}"]
+    simulation = entries["verdict_simulation"].body if "verdict_simulation" in entries else {}
+    cells = [c for c in simulation.get("cells", []) if c["blocks"] == blocks and c["scenario"] == f"effect x{effect:g}"]
     found = [c["power"].get(f"x{effect:g}") for c in cells]
     if not found or None in found:
         return ""
     return (f"; the verdict's own power at ×/÷{effect:g} by simulation (`verdict_simulation`, "
             f"{', '.join(c['noise'] for c in cells)} noise of paired log-sd "
-            f"{entries['verdict_simulation']['fit']['paired_log_sd']:.3f}, as fitted when it ran): "
+            f"{simulation['fit']['paired_log_sd']:.3f}, as fitted when it ran): "
             f"{' and '.join(pct(p, 0) for p in found)}")
 
 
@@ -512,12 +513,12 @@ def command_rows() -> tuple[list[Command], list[str]]:
     """Each command, what it answers, its measured time and what its blocks decide; the entries not current."""
     entries = load_all()
     share, headline = entries["evaluation_share"], entries["headline"]
-    runs = " and ".join(num(r["command_s"] / 60, 1) for r in share["repeats"])
-    sweeps = " and ".join(f"{a['wall_s'] / 60:.0f}" for a in headline["answers"])
+    runs = " and ".join(num(r["command_s"] / 60, 1) for r in share.body["repeats"])
+    sweeps = " and ".join(f"{a['wall_s'] / 60:.0f}" for a in headline.body["answers"])
     config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
     blocks, family, strategies = int(config["repeats"]), 6, ["ps", "ring", "stepwise"]
     primary = Primary("time_to_target", *(config["target"][k] for k in ("metric", "value", "estimator")))
-    noise = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline["machine"])
+    noise = planning_noise(EVIDENCE, primary, "digits", "resnet18", strategies, headline.machine)
     sd, df = noise.log_sd, noise.df
     upper = noise.bound
     effect = float(config["report"]["smallest_effect"])
@@ -529,7 +530,7 @@ def command_rows() -> tuple[list[Command], list[str]]:
                f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; "
                f"{noise_machines(noise)})"
                + simulated_power(entries, blocks, effect))
-    if samples := headline.get("samples"):
+    if samples := headline.body.get("samples"):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
     hivemind = entries.get("hivemind_command")
     rows = [Command("`make run`", "one ResNet18 run on the digits data, to the target", f"{runs} min{briefly(share)}",
@@ -545,14 +546,14 @@ def command_rows() -> tuple[list[Command], list[str]]:
                     decides),
             Command("`.venv/bin/python train.py strategy=hivemind peers=8`",
                     "how 8 hivemind peers train and what their averaging costs",
-                    f"{num(hivemind['repeats'][0]['command_s'] / 60, 1)} min{briefly(hivemind)}" if hivemind
+                    f"{num(hivemind.body['repeats'][0]['command_s'] / 60, 1)} min{briefly(hivemind)}" if hivemind
                     else "not recorded", "one run: no comparison",
                     "how 8 hivemind peers train, round by round, and what their averaging costs",
                     hivemind_elapsed(hivemind), "one run: no comparison"),
             quick_row(entries.get("quick"))]
     shown = (share, headline, hivemind, entries.get("quick"), entries.get("primary_noise"),
              entries.get("verdict_simulation"))  # the last two: the headline's noise and power
-    return rows, [f"- `{e['name']}`: {found.why}." for e in shown if e and (found := freshness(e))]
+    return rows, [f"- `{e.name}`: {found.why}." for e in shown if e and (found := freshness(e))]
 
 
 def commands() -> str:
@@ -574,27 +575,27 @@ def command_details() -> str:
     return "\n".join(lines).replace("](docs/", "](")  # links as seen from docs/
 
 
-def briefly(entry: dict | None) -> str:
+def briefly(entry: BenchResult | None) -> str:
     """Where and when an entry of the README's table was measured, in brief; "stale" where it is not the current
     code's figure."""
     if not entry:
         return ""
-    m = entry["machine"]
+    m = entry.machine
     where = f"{m.get('cpu_model_name', 'CPU')} {m.get('cpu_family', '?')}/{m.get('cpu_model', '?')}"
-    return f" ({where}, {entry['measured_at'][:10]}{'; stale' if freshness(entry) else ''})"
+    return f" ({where}, {entry.measured_at[:10]}{'; stale' if freshness(entry) else ''})"
 
 
-def measured(entry: dict) -> str:
+def measured(entry: BenchResult) -> str:
     """When and where an entry of the table above was measured, marked where it is not the current code's."""
     found = freshness(entry)
-    return f"{entry['measured_at']}, {describe_machine(entry['machine'])}" + (f"; **{found.label}**" if found else "")
+    return f"{entry.measured_at}, {describe_machine(entry.machine)}" + (f"; **{found.label}**" if found else "")
 
 
-def hivemind_elapsed(entry: dict | None) -> str:
+def hivemind_elapsed(entry: BenchResult | None) -> str:
     """The hivemind command's measured minutes (bench/hivemind_command.py), with what its runs reached and held."""
     if not entry:
         return "not recorded (`python bench/hivemind_command.py`)"
-    runs = entry["repeats"]
+    runs = entry.body["repeats"]
     first = runs[0]
     reached = " and ".join("reached the target" if r["time_to_target_s"] is not None
                            else f"worst worker {r['worst_accuracy']:.3f}, target not reached" for r in runs)
@@ -604,7 +605,7 @@ def hivemind_elapsed(entry: dict | None) -> str:
             f"{measured(entry)})")
 
 
-def quick_row(entry: dict | None) -> Command:
+def quick_row(entry: BenchResult | None) -> Command:
     """The quick comparison's row (bench/quick.py): its wall clock and the ratio its blocks detect."""
     command = "`.venv/bin/python train.py -m experiment=quick strategy=allreduce,stepwise,ps`"
     answers = "the first command's question on a tiny CNN, in minutes"
@@ -613,17 +614,17 @@ def quick_row(entry: dict | None) -> Command:
     if not entry:
         return Command(command, answers, "not recorded", "–", answers_detail,
                        "not recorded (`python bench/run.py quick`)", "–")
-    noise = entry["answer"]["noise"]
+    answer, noise = entry.body["answer"], entry.body["answer"]["noise"]
     measured_noise = noise and noise["log_sd"]
     decides = "no noise measured" if not measured_noise else (
         f"{noise['blocks']} blocks: ratios beyond ×/÷{noise['detectable']:.2f} at 80 % power after Holm over "
         f"{noise['family']} comparisons, on the noise this sweep measured (paired log-sd {noise['log_sd']:.3f}); "
-        f"its report: [Markdown]({entry['samples'][0]}), [HTML]({entry['samples'][1]})")
-    return Command(command, answers, f"{entry['answer']['wall_s'] / 60:.1f} min{briefly(entry)}",
+        f"its report: [Markdown]({entry.body['samples'][0]}), [HTML]({entry.body['samples'][1]})")
+    return Command(command, answers, f"{answer['wall_s'] / 60:.1f} min{briefly(entry)}",
                    f"ratios beyond ×/÷{noise['detectable']:.2f} in {noise['blocks']} blocks" if measured_noise
                    else "no noise measured", answers_detail,
-                   f"{entry['answer']['wall_s'] / 60:.1f} min, one sweep (goal ≤ {entry['goal_s'] / 60:.0f} min: "
-                   f"{'met' if entry['goal_met'] else 'missed'}; {measured(entry)})", decides)
+                   f"{answer['wall_s'] / 60:.1f} min, one sweep (goal ≤ {entry.body['goal_s'] / 60:.0f} min: "
+                   f"{'met' if entry.goal_met else 'missed'}; {measured(entry)})", decides)
 
 
 GENERATORS: dict[str, Callable[..., str]] = {

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.results import COMMIT, RESULTS, ROOT, SCHEMA_PATH, MalformedEntry, load, load_all, portable, recorded, save
+from bench.results import (COMMIT, RESULTS, ROOT, SCHEMA_PATH, BenchResult, MalformedEntry, load, load_all, portable,
+                           recorded, save)
 from metrics.recording.machine import FINGERPRINT, UNKNOWN, describe_machine, fingerprint as machine
 
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}:\d{2})?$")
-ENTRIES = list(load_all().values())
+ENTRIES = [e.json() for e in load_all().values()]
 CODE = ("bench", "docs", "hydra_plugins", "job", "launchers", "metrics", "netemu", "scripts", "strategies")
 FILES = sorted(p for p in RESULTS.glob("*.json") if p != SCHEMA_PATH)
 # HEAD as git says it, asked while the tests are collected (a unit test starts no process); None without git
@@ -101,8 +102,9 @@ def test_an_unknown_field_is_named_as_such():
 
 
 def test_a_new_result_is_saved_portable_dated_and_fingerprinted():
-    result = recorded({"name": "x", "rows": [{"measured_at": "now", "dir": str(ROOT / "multirun" / "s" / "run1")}],
-                       "outside": "/tmp/elsewhere/run2"})
+    result = recorded({"name": "x", "goal": "none",
+                       "rows": [{"measured_at": "now", "dir": str(ROOT / "multirun" / "s" / "run1")}],
+                       "outside": "/tmp/elsewhere/run2"}).json()
     assert result["rows"][0]["dir"] == "multirun/s/run1"
     assert result["outside"] == "outside the repository: run2"
     assert result["sweeps"] == [] and DATE.match(result["measured_at"])
@@ -112,26 +114,30 @@ def test_a_new_result_is_saved_portable_dated_and_fingerprinted():
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_every_stored_file_follows_the_schema_and_is_written_as_the_api_writes_it(path, tmp_path):
+    """Loaded into its envelope and body, and saved again, byte for byte the file (its keys in their order)."""
     entry = load(path.stem)
-    assert entry["name"] == path.stem
-    assert save(entry, tmp_path, new=False).read_text() == path.read_text(), \
+    assert entry.name == path.stem and not set(entry.body) & {"name", "goal", "goal_met", "measured_at", "commit"}
+    assert save(entry, tmp_path, new=False).read_bytes() == path.read_bytes(), \
         f"{path.name}: not as bench/results.py writes it"
 
 
-def entry(name: str = "probe", **more) -> dict:
-    return {"name": name, "ratio": 1.5, "goal": "none", "setup": "a test", "measured_at": "2026-11-29 06:00:00",
-            "machine": machine(), "sweeps": [], "rows": [{"x": 1.25, "label": "÷"}]} | more
+def entry(name: str = "probe", **more) -> BenchResult:
+    return BenchResult.of({"name": name, "ratio": 1.5, "goal": "none", "setup": "a test",
+                           "measured_at": "2026-11-29 06:00:00", "machine": machine(), "sweeps": [],
+                           "rows": [{"x": 1.25, "label": "÷"}]} | more)
 
 
 def test_an_entry_saved_is_loaded_the_same(tmp_path):
     saved = entry()
     path = save(saved, tmp_path)
-    assert path == tmp_path / "probe.json" and load("probe", tmp_path) == saved | {"commit": COMMIT}
+    assert path == tmp_path / "probe.json"
+    assert load("probe", tmp_path) == BenchResult.of(saved.json() | {"commit": COMMIT})
+    assert list(json.loads(path.read_text()))[-2:] == ["rows", "commit"]  # a field it lacked: written last
     assert load("other", tmp_path) is None
     save(entry("earlier", measured_at="2026-11-28"), tmp_path)
     assert list(load_all(tmp_path)) == ["earlier", "probe"]  # in the order they were measured
     save(entry(ratio=2.0), tmp_path)  # replaces
-    assert load("probe", tmp_path)["ratio"] == 2.0 and len(list(tmp_path.glob("*.json"))) == 2
+    assert load("probe", tmp_path).body["ratio"] == 2.0 and len(list(tmp_path.glob("*.json"))) == 2
 
 
 def test_a_new_result_records_the_commit_it_ran_at(tmp_path):
@@ -140,10 +146,10 @@ def test_a_new_result_records_the_commit_it_ran_at(tmp_path):
     if HEAD is None:
         pytest.skip("no git checkout here: COMMIT is None")
     save(entry(), tmp_path)
-    assert load("probe", tmp_path)["commit"] == COMMIT and COMMIT["sha"] == HEAD
+    assert load("probe", tmp_path).commit == COMMIT and COMMIT["sha"] == HEAD
     assert isinstance(COMMIT["dirty"], bool)
     save(entry("old"), tmp_path, new=False)
-    assert "commit" not in load("old", tmp_path)
+    assert "commit" not in load("old", tmp_path).keys
     with pytest.raises(MalformedEntry, match="entry.commit.sha 'HEAD' does not match"):
         save(entry(commit={"sha": "HEAD", "dirty": False}), tmp_path, new=False)
 
@@ -157,13 +163,13 @@ def test_a_new_result_records_the_commit_it_ran_at(tmp_path):
 ])
 def test_a_malformed_entry_is_refused_in_one_line_naming_its_file_and_field(tmp_path, broken, says):
     with pytest.raises(MalformedEntry) as refused:
-        save(entry() | broken, tmp_path)
+        save(entry(**broken), tmp_path)
     assert str(refused.value).startswith(f"{tmp_path / 'probe.json'}: {says}") and "\n" not in str(refused.value)
     assert not (tmp_path / "probe.json").exists()
-    (tmp_path / "probe.json").write_text(json.dumps({k: v for k, v in entry().items() if k != "goal"}))
+    (tmp_path / "probe.json").write_text(json.dumps({k: v for k, v in entry().json().items() if k != "goal"}))
     with pytest.raises(MalformedEntry, match=r"probe.json: entry.goal is missing$"):
         load("probe", tmp_path)
-    (tmp_path / "probe.json").write_text(json.dumps(entry("another")))
+    (tmp_path / "probe.json").write_text(json.dumps(entry("another").json()))
     with pytest.raises(MalformedEntry, match="entry.name is 'another', not the file's name 'probe'"):
         load_all(tmp_path)
 

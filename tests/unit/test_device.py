@@ -91,5 +91,5 @@ def test_a_recorded_device_check_names_the_machine_it_ran_on_and_its_failed_runs
     (tmp_path / "device_check.json").write_text(json.dumps(result))
     record(tmp_path / "device_check.json", tmp_path / "results")
     entry = load("device_check", tmp_path / "results")
-    assert entry["machine"] == elsewhere and entry["measured_at"] == "2026-11-29 21:57:00"
-    assert entry["goal_met"] is False and entry["failed"] == ["allreduce-0"]
+    assert entry.machine == elsewhere and entry.measured_at == "2026-11-29 21:57:00"
+    assert entry.goal_met is False and entry.body["failed"] == ["allreduce-0"]

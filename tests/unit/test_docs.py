@@ -13,13 +13,14 @@ import re
 import runpy
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from bench.results import load_all
+from bench.results import BenchResult, load_all
 from helpers import ROOT
 from metrics.recording.evidence import EVIDENCE
 from metrics.recording.machine import describe_machine, same_machine
@@ -109,9 +110,9 @@ def test_measured_tables_name_their_date_and_machine():
 def test_the_summary_shows_an_entrys_interval_and_pairs_beside_its_ratio():
     """A ratio read from pairs is a claim about noise: the table carries the interval and how many pairs made it."""
     entry = load_all()["reference_cost"]
-    low, high = entry["interval"]
+    low, high = entry.body["interval"]
     row = next(line for line in generate.render("bench-summary").splitlines() if "`reference_cost`" in line)
-    assert f"[{low:.3f}, {high:.3f}], {entry['pairs']} pairs" in row, row
+    assert f"[{low:.3f}, {high:.3f}], {entry.body['pairs']} pairs" in row, row
 
 
 def test_the_headline_row_names_where_its_noise_was_measured():
@@ -125,7 +126,7 @@ def test_the_headline_row_names_where_its_noise_was_measured():
     cell = next(line for line in generate.command_details().split("\n- ") if "strategy=ring,stepwise,ps" in line)
     assert rows
     for row in rows:
-        assert same_machine(row["machine"], headline["machine"]) or describe_machine(row["machine"]) in cell, cell
+        assert same_machine(row["machine"], headline.machine) or describe_machine(row["machine"]) in cell, cell
 
 
 # --- no stale figure shown as current ----------------------------------------------------------
@@ -141,8 +142,9 @@ HISTORY = history((M, [B, C], 4000, []), (C, [A], 3000, ["bench/ddp_overlap.py"]
                   (A, [], 1000, ["bench/ddp_overlap.py", "bench/x.py"]))
 
 
-def probe(**more) -> dict:
-    return {"name": "ddp_overlap", "measured_at": "1970-01-01 00:41:40", "machine": {}} | more  # 2500 s
+def probe(**more) -> BenchResult:
+    return BenchResult.of({"name": "ddp_overlap", "goal": "g", "measured_at": "1970-01-01 00:41:40", "machine": {},
+                           "sweeps": []} | more)  # 2500 s
 
 
 @pytest.mark.parametrize("entry, label", [
@@ -160,7 +162,7 @@ def test_a_result_older_than_its_benchmarks_last_change_is_stale(entry, label):
     found = generate.freshness(entry, HISTORY)
     assert (found and found.label) == label, found
     if label == "stale":
-        assert found.why.startswith(f"measured at {entry['measured_at']} (") and f"before `bench/ddp_overlap.py` " \
+        assert found.why.startswith(f"measured at {entry.measured_at} (") and f"before `bench/ddp_overlap.py` " \
             f"changed at {C[:10]} (1970-01-01" in found.why, found.why
         assert found.why.endswith("; rerun `python bench/run.py ddp_overlap`"), found.why
 
@@ -193,7 +195,7 @@ def test_the_pages_mark_a_result_older_than_its_benchmark_and_not_a_fresh_one():
     assert "| **stale** |" in row and "| 1.0" not in row
     entry = load_all()["stepwise_vs_ring"]
     last = generate.HISTORY.changes("bench/stepwise_vs_ring.py")[0]
-    assert generate.notice(entry | {"commit": {"sha": last, "dirty": False}}) == []
+    assert generate.notice(replace(entry, commit={"sha": last, "dirty": False})) == []
 
 
 def test_every_result_names_the_benchmark_that_makes_it():
@@ -203,13 +205,14 @@ def test_every_result_names_the_benchmark_that_makes_it():
 
 
 def test_a_result_without_its_machine_or_commit_says_so():
-    text = generate.stamp({"name": "probe", "measured_at": "2026-11-22", "machine": {"cores": 2}})
+    text = generate.stamp(BenchResult.of({"name": "probe", "goal": "g", "measured_at": "2026-11-22",
+                                          "machine": {"cores": 2}, "sweeps": []}))
     assert "(commit not recorded) on CPU unknown, 2 cores (not recorded: vendor, model name, family" in text, text
     entry = load_all()["stepwise_vs_ring"]
     assert "(commit not recorded) on AMD EPYC, 2 cores, 24 GiB, no GPU (not recorded: vendor, family, model, clock, " \
-           "kernel)" in generate.render("bench stepwise_vs_ring") and "commit" not in entry
+           "kernel)" in generate.render("bench stepwise_vs_ring") and "commit" not in entry.keys
     assert "(commit abcdef1234 with uncommitted changes)" in generate.stamp(
-        entry | {"commit": {"sha": "abcdef1234" * 4, "dirty": True}})
+        replace(entry, commit={"sha": "abcdef1234" * 4, "dirty": True}))
 
 
 def test_the_superseded_thesis_grid_is_not_shown_as_testing_its_goal():

@@ -95,14 +95,15 @@ def test_a_crossing_the_coarser_interval_cannot_confirm_is_not_within(tmp_path):
 
 def test_a_new_share_keeps_the_saved_crossing_check_with_its_own_date_and_machine_only_at_the_same_interval(tmp_path):
     from bench.evaluation_share import kept_crossing_check
-    from bench.results import save
+    from bench.results import BenchResult, save
     from metrics.recording.machine import fingerprint
 
     machine = fingerprint() | {"cpu_model": "elsewhere"}
-    save({"name": "evaluation_share", "goal": "g", "sweeps": [{"path": "multirun/dense", "kept": False,
-                                                              "summary": "crossing_check"}],
-          "crossing_check": {"every": 25, "runs": 3}, "crossing_goal": "within one interval", "crossing_goal_met": True,
-          "measured_at": "2026-11-29 14:20:30", "machine": machine}, tmp_path)
+    save(BenchResult.of({"name": "evaluation_share", "goal": "g", "sweeps": [{"path": "multirun/dense", "kept": False,
+                                                                             "summary": "crossing_check"}],
+                         "crossing_check": {"every": 25, "runs": 3}, "crossing_goal": "within one interval",
+                         "crossing_goal_met": True, "measured_at": "2026-11-29 14:20:30", "machine": machine}),
+         tmp_path)
     kept = kept_crossing_check(tmp_path, 25, 0)
     assert kept["crossing_check"] == {"every": 25, "runs": 3, "measured_at": "2026-11-29 14:20:30", "machine": machine}
     assert kept["sweeps"][0]["path"] == "multirun/dense" and kept["crossing_goal_met"] is True

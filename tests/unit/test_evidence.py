@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench import results
-from bench.results import load_all, save
+from bench.results import BenchResult, load_all, save
 from helpers import compose_config
 from launchers.sweeper import ROOT
 from metrics.projection.evidence import load_evidence
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_the_shipped_evidence_is_the_records_evidence(tmp_path):
-    refresh_evidence(load_all().values(), tmp_path / "evidence.json")
+    refresh_evidence([e.json() for e in load_all().values()], tmp_path / "evidence.json")
     assert json.loads((tmp_path / "evidence.json").read_text()) == json.loads(EVIDENCE.read_text())
     names = [e["name"] for e in json.loads(EVIDENCE.read_text())["results"]]
     assert names == list(ENTRIES)
@@ -51,10 +51,10 @@ def test_a_benchmark_saving_its_record_refreshes_the_evidence_and_nothing_else_d
                                     "role": "held-out", "counted": True, "wire_over_compute": 80.0,
                                     "size_bytes": 1e6, "log": "..."},
                                    {"strategy": "ring", "peers": 2, "role": "calibration", "counted": True}]}
-    save(dated | {"name": "link_goodput", "payload_share": 0.9}, tmp_path / "other")
+    save(BenchResult.of(dated | {"name": "link_goodput", "payload_share": 0.9}), tmp_path / "other")
     assert not kept.exists()  # another results folder is no record
     for entry in (dated | {"name": "link_goodput", "payload_share": 0.9}, validation, dated | {"name": "headline"}):
-        save(entry, record)
+        save(BenchResult.of(entry), record)
     entries = {e["name"]: e for e in json.loads(kept.read_text())["results"]}
     assert sorted(entries) == ["link_goodput", "projection_validation"]  # the headline is no evidence
     assert entries["projection_validation"] == {
@@ -62,6 +62,6 @@ def test_a_benchmark_saving_its_record_refreshes_the_evidence_and_nothing_else_d
         "measured_at": dated["measured_at"], "machine": dated["machine"],
         "rows": [{"strategy": "ring", "peers": 4, "link_mbit": 20, "latency_ms": 0, "error": 0.05,
                   "role": "held-out", "counted": True, "wire_over_compute": 80.0, "size_bytes": 1e6}]}
-    save(dated | {"name": "link_goodput", "payload_share": 0.8}, record)
+    save(BenchResult.of(dated | {"name": "link_goodput", "payload_share": 0.8}), record)
     entries = {e["name"]: e for e in json.loads(kept.read_text())["results"]}
     assert entries["link_goodput"]["payload_share"] == 0.8 and "projection_validation" in entries

@@ -6,7 +6,7 @@ from datetime import date
 import pytest
 
 from bench.headline import recorded_answer, replication, unfinished_folders
-from bench.results import save
+from bench.results import BenchResult, save
 from metrics.recording.machine import fingerprint
 
 
@@ -54,8 +54,8 @@ def test_another_ranking_does_not_replicate():
 
 def saved(tmp_path, answers, machine, setup="the setup"):
     results = tmp_path / "results"
-    save({"name": "headline", "goal": "replicates", "setup": setup, "answers": answers, "sweeps": [],
-          "measured_at": "2026-11-26 12:00:00", "machine": machine}, results)
+    save(BenchResult.of({"name": "headline", "goal": "replicates", "setup": setup, "answers": answers, "sweeps": [],
+                         "measured_at": "2026-11-26 12:00:00", "machine": machine}), results)
     return results
 
 

@@ -697,7 +697,7 @@ def case(strategy: str, peers: int, err: float, **more) -> dict:
 
 
 def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
-    from bench.results import load, save
+    from bench.results import BenchResult, load, save
     from bench.run import BENCHMARKS, merge_of
 
     results = tmp_path / "results"
@@ -706,8 +706,8 @@ def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
                                                               case("ps", 8, -0.3), case("ring", 4, 0.05)])
     other = {"name": "noise", "ratio": 0.01, "goal": "none", "measured_at": "2026-11-23", "machine": machine("x"),
              "sweeps": []}
-    save(before, results)
-    save(other, results)
+    save(BenchResult.of(before), results)
+    save(BenchResult.of(other), results)
     other = load("noise", results)
     # a reduced rerun: ps at N=2 and 4 on the MLP, allreduce at N=2 and 4 on ResNet18
     new = validation_entry("2026-11-25 10:00:00", "quiet", [
@@ -715,10 +715,10 @@ def test_a_reduced_rerun_replaces_only_its_own_cases(tmp_path):
         case("ps", 4, 0.02, model="mlp", measured_at="2026-11-25 09:10:00"),
         case("allreduce", 2, 0.01, model="resnet18", measured_at="2026-11-25 09:20:00"),
         case("allreduce", 4, 0.2, model="resnet18", measured_at="2026-11-25 09:30:00")])
-    save(new, results, merge_of(BENCHMARKS["projection"]))
+    save(BenchResult.of(new), results, merge_of(BENCHMARKS["projection"]))
 
     assert load("noise", results) == other
-    entry = load("projection_validation", results)
+    entry = load("projection_validation", results).json()
     rows = {(r["model"], r["strategy"], r["peers"]): r for r in entry["rows"]}
     # ps N=4 was measured again: only the new row; ps N=8 and ring N=4 stay, with their own date and machine
     assert set(rows) == {("mlp", "ps", 2), ("mlp", "ps", 4), ("mlp", "ps", 8), ("mlp", "ring", 4),

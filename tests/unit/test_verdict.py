@@ -673,7 +673,7 @@ def test_a_configuration_that_never_reached_the_target_is_recorded_as_such_and_n
                                              **baselines()})
     lines = record([sweep], tmp_path / "results")
     entry = load("primary_noise", tmp_path / "results")
-    rows = {r["strategy"]: r for r in entry["rows"]}
+    rows = {r["strategy"]: r for r in entry.body["rows"]}
     assert rows["allreduce"]["log_sd"] == pytest.approx(
         statistics.stdev(math.log(a / b) for a, b in zip(times, BASELINE_TIMES)))
     missed = rows["hivemind"]
@@ -682,7 +682,7 @@ def test_a_configuration_that_never_reached_the_target_is_recorded_as_such_and_n
     assert any(line.startswith(f"recorded in {recorded} (primary_noise): hivemind time_to_target: no noise, it "
                                "reached the target in 0 of the 3 blocks compared") for line in lines)
     results = tmp_path / "evidence.json"
-    refresh_evidence([entry], results)
+    refresh_evidence([entry.json()], results)
     primary = declare(report_config("hivemind", 2))
     assert planning_noise(results, primary, "digits", "tiny", ["allreduce"])[0] == rows["allreduce"]["log_sd"]
     with pytest.raises(ValueError, match=r"hivemind reached test_accuracy ≥ 0.9 in 0 of the 3 blocks compared .*: "
