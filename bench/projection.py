@@ -166,9 +166,9 @@ def dilation_to_fit(overrides: list[str]) -> float:
 
 def starved(summary: Summary) -> list[str]:
     """The ranks that wanted CPU and did not get it while other processes ran on their cores, the run's own ranks
-    among them. The run's own isolation check forgives the run's own ranks (a shape's oversubscription is its
-    caveat); a validation case does not: an emulated host that waits for another host's process is no separate
-    machine."""
+    among them. The run's own isolation check judges ranks with steps by distortion and forgives a rank without
+    them the run's own ranks (a shape's oversubscription is its caveat); a validation case does not: an emulated
+    host that waits for another host's process is no separate machine."""
     if summary.isolation.faithful is False:  # already marked, with its reasons
         return []
     whose = " (the run's own ranks included)"

@@ -13,7 +13,7 @@ from metrics.summary.schema import Json
 SHARE_TOLERANCE = 0.05  # a peer received its promise when received >= (1 - this) x promised
 WAIT_TOLERANCE = 0.05   # run-queue delay beyond its own quota's, as a share of the peer's time in its group
 OTHER_WORK_TOLERANCE = 0.05  # CPU time of other work on the peer's cores, as a share of its time in its group
-DISTORTION_LIMIT = 0.05  # provisional and not deciding: bench/emulation.py fidelity found no limit meeting its goal
+DISTORTION_LIMIT = 0.05  # decides for ranks with steps: its error rates in bench/emulation.py fidelity
 
 # a by_rank row: the peer's result.json cpu figures, in this order, the DERIVED ones computed here
 ROW = ("quota_cpus", "quota_enforced", "in_group_s", "cpu_promised_s", "cpu_received_s", "received_share",
@@ -97,7 +97,7 @@ def distortion(lost: dict[int, dict[int, StepLoss]], synchronous: bool = True) -
 
 
 def within_limit(moved: float | None) -> bool | None:
-    """What the distortion check would say, were it deciding: None where no step recorded lost_to_sharing_s."""
+    """Whether the step moved no further than DISTORTION_LIMIT: None where no step recorded lost_to_sharing_s."""
     return None if moved is None else moved <= DISTORTION_LIMIT
 
 
@@ -131,7 +131,8 @@ def run_on_cores(results: dict[int, dict | None]) -> dict[int, float]:
 def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool = True,
                       steps_by_rank: dict[int, list[dict]] | None = None, synchronous: bool = True) -> dict:
     """results: rank -> the peer's result.json (None: none written); fits: each process had a core of its own;
-    steps_by_rank: each worker's steps in the measurement window; synchronous: the workers step in lockstep."""
+    steps_by_rank: each worker's steps in the measurement window; synchronous: the workers step in lockstep.
+    A rank with steps is judged by distortion, one without (ps's server) by the CPU rule (starved)."""
     groups = json.loads(run.cpu_groups.read_text()) if run.cpu_groups.exists() else {
         "status": "not isolated", "reason": "no cpu groups recorded (a run from before isolation existed)",
         "cgroup": None, "period_us": None, "ranks": {}}
@@ -142,6 +143,9 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
         figures = (result or {}).get("cpu") or {}
         host = (result or {}).get("host")
         row: Json = {"rank": rank, "host": host} | {k: None if k in DERIVED else figures.get(k) for k in ROW}
+        if by_step := lost_by_step((steps_by_rank or {}).get(rank, []), throttled_share(row)):
+            lost[rank] = by_step
+            row["distortion"] = distortion({rank: by_step})
         if row["quota_cpus"] is not None:
             row["cpu_promised_s"] = row["quota_cpus"] * row["in_group_s"]
             row["received_share"] = row["cpu_received_s"] / row["cpu_promised_s"] if row["cpu_promised_s"] else None
@@ -149,19 +153,21 @@ def isolation_section(run: RunDir, results: dict[int, dict | None], fits: bool =
             row["run_on_cores_s"] = co_tenants.get(rank)
             other = row["other_on_cores_s"]  # the run's own ranks pinned there by its shape are not other work
             foreign = None if other is None else max(0.0, other - (row["run_on_cores_s"] or 0.0))
-            if starved(row, foreign):
+            if not by_step and starved(row, foreign):
                 unfaithful.append(starved_text(row, foreign))
-        if by_step := lost_by_step((steps_by_rank or {}).get(rank, []), throttled_share(row)):
-            lost[rank] = by_step
-            row["distortion"] = distortion({rank: by_step})
         if figures.get("error"):
             unfaithful.append(f"rank {rank} on host {host or 'unknown'} ran outside its CPU group: {figures['error']}")
         by_rank.append(row)
     moved = distortion(lost, synchronous)
-    sharing = shared_cores(results) if fits else []
+    if moved is not None and moved > DISTORTION_LIMIT:  # named: the rank that lost the most
+        worst = max((r for r in by_rank if r["distortion"] is not None), key=lambda r: r["distortion"])
+        unfaithful.append(f"sharing moved the step by {moved:.1%} (distortion), beyond the limit of "
+                          f"{DISTORTION_LIMIT:.1%}; rank {worst['rank']} on host {worst['host'] or 'unknown'} lost "
+                          f"the most, {worst['distortion']:.1%}")
+    sharing = shared_cores(results) if fits and moved is None else []  # judged steps count what sharing did
     unfaithful += [f"{mark} though it had a core for each" for mark in sharing]
-    measured = bool(unfaithful) or groups["status"] == "isolated" and any(r["received_share"] is not None
-                                                                          for r in by_rank)
+    measured = bool(unfaithful) or moved is not None or groups["status"] == "isolated" and any(
+        r["received_share"] is not None for r in by_rank)
     return {"status": groups["status"], "reason": groups["reason"], "cgroup": groups["cgroup"],
             "period_us": groups["period_us"], "dilation": dilation["factor"],
             "dilation_unchecked": dilation["unchecked"], "distortion": moved, "distortion_limit": DISTORTION_LIMIT,

@@ -14,7 +14,7 @@ from helpers import compose_config
 from job.cpugroup import CpuGroup, PeerCpu
 from job.errors import ConfigError
 from launchers.config import group_options, validate
-from metrics.summary.isolation import isolation_section, undilate
+from metrics.summary.isolation import DISTORTION_LIMIT, isolation_section, undilate
 from metrics.summary.network import network_section
 from metrics.recording.rundir import RunDir
 from netemu.dilation import checked_dilation, dilate
@@ -220,32 +220,67 @@ def judged(tmp_path, steps: dict[int, list[dict]], figures: dict[int, dict] | No
     return isolation_section(run, results, fits=False, steps_by_rank=steps)
 
 
-def test_peers_sharing_cores_whose_step_did_not_move_are_within_the_distortion_limit(tmp_path):
+def test_peers_starved_by_the_cpu_rule_whose_step_did_not_move_are_faithful(tmp_path):
     """8 peers on 2 cores, wire-bound: each received a quarter of its promised CPU and waited most of its time in
     the run queue while other processes (the run's own ranks) ran on its core, yet its compute (0.1 s of a 60 s
-    step) waited 0.3 s a step: the step moved by 0.5 %. The distortion check would pass it; today's rule, which
-    decides, marks it."""
+    step) waited 0.3 s a step: the step moved by 0.5 %, within the limit. Ranks with steps are judged by distortion,
+    not by the CPU rule that would mark each of them."""
     steps = synchronous_steps({rank: [0.3] * 6 for rank in range(8)}, alone_s=60.0, compute_s=0.1)
     figures = {rank: cpu(1.0, 90.0, 250.0, in_group=360.0, other=270.0) for rank in range(8)}
     section = judged(tmp_path, steps, figures)
     assert moved(steps, alone_s=60.0) == pytest.approx(0.005)
     assert section["distortion"] == pytest.approx(0.005) and section["distortion_within_limit"] is True
-    assert section["faithful"] is False and len(section["unfaithful"]) == 8
+    assert section["faithful"] is True and section["unfaithful"] == []
 
 
 @pytest.mark.parametrize("move, within", [(0.12, False), (0.10, False), (0.02, True), (0.015, True)])
 def test_a_step_moved_by_10_percent_or_more_is_beyond_the_limit_and_by_2_percent_or_less_within(tmp_path, move,
                                                                                                 within):
     """3 ranks take turns waiting for a CPU held by other work, each wait delaying the whole synchronous step: the
-    step moves by `move`, while each rank alone lost a third of that. Every rank received its CPU: today's rule,
-    which decides, holds the run faithful whatever the figure says."""
+    step moves by `move`, while each rank alone lost a third of that. Every rank received its CPU, yet a step moved
+    beyond the limit makes the run unfaithful."""
     wait = move * ALONE_S
     steps = synchronous_steps({rank: [wait if i % 3 == rank else 0.0 for i in range(9)] for rank in range(3)})
     assert moved(steps) == pytest.approx(move)
     section = judged(tmp_path, steps)
     assert section["distortion"] == pytest.approx(move)  # synchronous steps: the bound is the move itself
     assert section["distortion_within_limit"] is within, section
-    assert section["faithful"] is True, section["unfaithful"]
+    assert section["faithful"] is within, section["unfaithful"]
+
+
+def test_a_run_moved_beyond_the_limit_is_unfaithful_though_every_rank_received_its_cpu(tmp_path):
+    """Rank 1 lost 0.3 s of each 2 s step to other work, rank 2 0.1 s: the synchronous step moved by 15 % while every
+    rank received its CPU (the CPU rule would pass it). The mark names the figure, the limit and rank 1."""
+    steps = synchronous_steps({0: [0.0] * 4, 1: [0.3] * 4, 2: [0.1] * 4})
+    section = judged(tmp_path, steps)
+    assert section["distortion"] == pytest.approx(0.15) and section["faithful"] is False
+    assert section["unfaithful"] == [f"sharing moved the step by 15.0% (distortion), beyond the limit of "
+                                     f"{DISTORTION_LIMIT:.1%}; rank 1 on host h1 lost the most, 15.0%"]
+
+
+def test_a_rank_without_steps_is_judged_by_the_cpu_rule_and_the_workers_by_distortion(tmp_path):
+    """ps: the workers record steps, the server (rank 2) none. Every rank received half its CPU and waited while
+    other work ran on its cores; the workers' steps hardly moved, so the server alone is marked."""
+    steps = synchronous_steps({0: [0.01] * 4, 1: [0.01] * 4})
+    run, results = write_run(tmp_path, {rank: cpu(1.0, 4.8, 5.1, other=4.9) for rank in range(3)},
+                             hosts={0: "h0", 1: "h1", 2: "h2"})
+    section = isolation_section(run, results, fits=False, steps_by_rank=steps)
+    assert section["distortion"] == pytest.approx(0.005) and section["faithful"] is False
+    assert section["unfaithful"] == ["rank 2 on host h2: received 48% of its promised CPU and waited 51% of its "
+                                     "time in the run queue beyond its quota, while other work ran 4.9 s on its cores"]
+
+
+def test_ranks_sharing_a_core_are_objected_to_only_where_no_step_was_judged(tmp_path):
+    """Two ranks pinned to one core of a machine that fits them: where their steps were judged, distortion counts
+    what the sharing did (here little); without steps, the sharing itself is the objection."""
+    steps = synchronous_steps({0: [0.01] * 4, 1: [0.01] * 4})
+    run, results = write_run(tmp_path, {rank: cpu(1.0, 9.9, 0.1) for rank in steps}, hosts={0: "h0", 1: "h1"})
+    for result in results.values():
+        result |= {"boot_id": "machine-a", "cores": [0]}
+    section = isolation_section(run, results, fits=True, steps_by_rank=steps)
+    assert (section["faithful"], section["unfaithful"]) == (True, [])
+    assert isolation_section(run, results, fits=True)["unfaithful"] == [
+        "ranks 0, 1 were pinned to the same core 0 of one machine though it had a core for each"]
 
 
 def skewed_steps(lost_s: float, spare_s: float, after: bool = False, count: int = 4) -> dict[int, list[dict]]:
@@ -334,13 +369,26 @@ def test_a_recorded_group_this_process_cannot_see_is_an_error_not_a_silent_none(
     assert peer.figures()["error"] == peer.error
 
 
-def test_not_isolated_run_has_no_fidelity_verdict(tmp_path):
+def not_isolated_run(tmp_path) -> RunDir:
     run = RunDir(tmp_path)
     run.private.mkdir(parents=True)
     run.cpu_groups.write_text(json.dumps({"status": "not isolated", "reason": "emulate.isolate=off", "cgroup": None,
                                           "period_us": 10000, "ranks": {}}))
-    section = isolation_section(run, {0: {"cpu": {"in_group_s": 3.0, "runq_s": 0.1}}})
+    return run
+
+
+def test_not_isolated_run_without_steps_has_no_fidelity_verdict(tmp_path):
+    section = isolation_section(not_isolated_run(tmp_path), {0: {"cpu": {"in_group_s": 3.0, "runq_s": 0.1}}})
     assert (section["status"], section["faithful"], section["by_rank"][0]["runq_s"]) == ("not isolated", None, 0.1)
+
+
+def test_a_not_isolated_run_with_steps_is_judged_by_distortion(tmp_path):
+    run = not_isolated_run(tmp_path)
+    results = {rank: {"cpu": {"in_group_s": 10.0, "runq_s": 0.1}, "host": f"h{rank}"} for rank in (0, 1)}
+    within = isolation_section(run, results, steps_by_rank=synchronous_steps({0: [0.01] * 4, 1: [0.0] * 4}))
+    assert (within["status"], within["faithful"]) == ("not isolated", True)
+    beyond = isolation_section(run, results, steps_by_rank=synchronous_steps({0: [0.3] * 4, 1: [0.0] * 4}))
+    assert beyond["faithful"] is False and "rank 0 on host h0 lost the most, 15.0%" in beyond["unfaithful"][0]
 
 
 def test_undilate_converts_times_back():
