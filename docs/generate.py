@@ -248,6 +248,28 @@ def notice(entry: BenchResult) -> list[str]:
     return [f"**{found.label.capitalize()}**, {known} the current code's figures: {found.why}.", ""]
 
 
+def hidden(entry: BenchResult, part: str = "") -> Freshness | None:
+    """Why an entry's figures are not shown: not the current code's (stale, superseded), or measured before a fix its
+    caveat names; None where they are shown (an undecidable one under its notice)."""
+    found, said = freshness(entry), entry.body.get("caveat") or (entry.body.get("caveats") or {}).get(part) or ""
+    if said.startswith("measured before") and not (found and found.label != "undecidable"):
+        found = Freshness("measured before a fix", f"{said}; rerun `{rerun(entry.name)}`")
+    return found if found and found.label != "undecidable" else None
+
+
+def withheld(entry: BenchResult, part: str = "") -> str | None:
+    """The one line shown instead of a hidden entry's figures."""
+    found = hidden(entry, part)
+    return f"**{found.label.capitalize()}**, figures not shown: {found.why}. It ran on " \
+        f"{describe_machine(entry.machine)}." if found else None
+
+
+def elapsed(entry: BenchResult, figure: str) -> str:
+    """An elapsed time of the README's table, where and when it ran; a hidden entry's: the command to rerun."""
+    found = hidden(entry)
+    return f"— ({found.label}: rerun `{rerun(entry.name)}`)" if found else figure + briefly(entry)
+
+
 # --- measured tables from bench/results/ -------------------------------------------------
 def commit_of(entry: BenchResult) -> str:
     """The commit an entry ran at, as the pages say it."""
@@ -309,19 +331,20 @@ def ratio_cell(body: dict) -> str:
 
 def bench_summary() -> str:
     """Every benchmark's latest ratio beside its goal, date, commit and machine; a caveat marked with its entry, an
-    entry not made by the current code marked instead of its goal's verdict (a superseded one only listed)."""
+    entry not made by the current code marked instead of its ratio and goal's verdict (a superseded one only listed)."""
     names = load_all()
     entries = [e for e in names.values() if e.name not in SUPERSEDED]
-    found = {e.name: freshness(e) for e in entries}
+    found = {e.name: hidden(e) or freshness(e) for e in entries}
     rows = [[f"`{e.name}`" + (" (caveat)" if e.body.get("caveat") or e.body.get("caveats") else ""),
-             ratio_cell(e.body), cell(e.goal), goal_cell(e, found[e.name]), f"{e.measured_at} ({commit_of(e)})",
-             describe_machine(e.machine)] for e in entries]
+             "not shown" if hidden(e) else ratio_cell(e.body), cell(e.goal), goal_cell(e, found[e.name]),
+             f"{e.measured_at} ({commit_of(e)})", describe_machine(e.machine)] for e in entries]
     notes = [f"- `{e.name}`: {e.body['caveat']}" for e in entries if e.body.get("caveat")]
     notes += [f"- `{e.name}` → `{part}`: {text}" for e in entries
               for part, text in (e.body.get("caveats") or {}).items()]
     stale = [f"- `{name}`: {why.why}." for name, why in found.items() if why]
     return "\n".join(table(["benchmark", "ratio", "goal", "goal met", "measured", "machine"], rows)
-                     + (["", "Not the current code's (the goal's verdict left out):", *stale] if stale else [])
+                     + (["", "Not the current code's (the goal's verdict left out, and the ratio unless undecidable):",
+                         *stale] if stale else [])
                      + (["", "Caveats:", *notes] if notes else [])
                      + [f"\nNot shown: `{name}`, {why}." for name, why in SUPERSEDED.items() if name in names])
 
@@ -353,6 +376,8 @@ def verdict() -> str:
     entry = load_all()["headline"]
     last = len(entry.body["answers"]) - 1
     sweep = entry.body["answers"][last]
+    if line := withheld(entry):
+        return line
     return "\n".join([*notice(entry), stamp(replace(entry, measured_at=sweep["measured_at"], machine=sweep["machine"]),
                                              f"answers.{last}"), "", *answer_lines(sweep), "",
                       wall_time_line(entry.body), "", design_line(entry.body), "", replication_line(entry.body)])
@@ -361,6 +386,8 @@ def verdict() -> str:
 def quick_verdict() -> str:
     """The quick comparison's verdict as typed, its one recorded sweep (bench/quick.py)."""
     entry = load_all()["quick"]
+    if line := withheld(entry, "answer"):
+        return line
     return "\n".join([*notice(entry), stamp(entry, "answer"), "", *answer_lines(entry.body["answer"])])
 
 
@@ -462,19 +489,22 @@ TEMPLATES.tests |= {"containing": lambda text, part: part in text,
 
 def bench(name: str, *args: str) -> str:
     """A measured table: whether it is the current code's (notice), its entry's caveat, then the template
-    TEMPLATE_DIR/NAME.md.j2 (args[0]: its part)."""
+    TEMPLATE_DIR/NAME.md.j2 (args[0]: its part); a hidden entry's: one line why (withheld)."""
     known = sorted(p.name.removesuffix(".md.j2") for p in TEMPLATE_DIR.glob("*.md.j2"))
     if name not in known:
         raise ValueError(f"bench {name}: unknown table (known: {', '.join(known)})")
     entry = load_all()[SOURCE.get(name, name)]
     part = args[0] if args else ""
-    body = TEMPLATES.get_template(f"{name}.md.j2").render(entry=entry.json(), result=entry, part=part)
+    body = TEMPLATES.get_template(f"{name}.md.j2").render(entry=entry.json(), result=entry, part=part)  # checks part
+    if line := withheld(entry, part):
+        return line
     return "\n".join(notice(entry) + caveat(entry.body, part) + body.rstrip("\n").split("\n"))
 
 
 def simulated_power(entries: dict[str, BenchResult], blocks: int, effect: float) -> str:
     """The power the verdict itself has at the smallest effect and these blocks, by its simulation (none: '')."""
-    simulation = entries["verdict_simulation"].body if "verdict_simulation" in entries else {}
+    entry = entries.get("verdict_simulation")
+    simulation = entry.body if entry and not hidden(entry) else {}
     cells = [c for c in simulation.get("cells", []) if c["blocks"] == blocks and c["scenario"] == f"effect x{effect:g}"]
     found = [c["power"].get(f"x{effect:g}") for c in cells]
     if not found or None in found:
@@ -530,23 +560,26 @@ def command_rows() -> tuple[list[Command], list[str]]:
                f"{sd:.3f} on {df} df (`primary_noise`, estimator {primary.estimator}; "
                f"{noise_machines(noise)})"
                + simulated_power(entries, blocks, effect))
-    if samples := headline.body.get("samples"):
+    if (samples := headline.body.get("samples")) and not hidden(headline):
         decides += f"; the latest sweep's report: [Markdown]({samples[0]}), [HTML]({samples[1]})"
+    short = f"ratios beyond ×/÷{detectable(sd, blocks, family):.2f} in {blocks} blocks"
+    if (noisy := entries.get("primary_noise")) and hidden(noisy):  # the noise it plans on
+        short, decides = elapsed(noisy, ""), str(withheld(noisy))
     hivemind = entries.get("hivemind_command")
-    rows = [Command("`make run`", "one ResNet18 run on the digits data, to the target", f"{runs} min{briefly(share)}",
+    rows = [Command("`make run`", "one ResNet18 run on the digits data, to the target", elapsed(share, f"{runs} min"),
                     "one run: no comparison",
                     "sets up, then trains ResNet18 on the digits data in one process, to the target",
-                    f"{runs} min ({measured(share)})", "one run: no comparison"),
+                    withheld(share) or f"{runs} min ({measured(share)})", "one run: no comparison"),
             Command("`.venv/bin/python train.py -m strategy=ring,stepwise,ps`",
                     "which averaging reaches 95 % accuracy faster than one process, and than each other",
-                    f"{sweeps} min a sweep{briefly(headline)}",
-                    f"ratios beyond ×/÷{detectable(sd, blocks, family):.2f} in {blocks} blocks",
+                    elapsed(headline, f"{sweeps} min a sweep"), short,
                     "which averaging reaches 95 % test accuracy faster than one process on the same CPUs, and than "
-                    "each other, on emulated per-host links", f"{sweeps} min, one sweep each ({measured(headline)})",
+                    "each other, on emulated per-host links",
+                    withheld(headline) or f"{sweeps} min, one sweep each ({measured(headline)})",
                     decides),
             Command("`.venv/bin/python train.py strategy=hivemind peers=8`",
                     "how 8 hivemind peers train and what their averaging costs",
-                    f"{num(hivemind.body['repeats'][0]['command_s'] / 60, 1)} min{briefly(hivemind)}" if hivemind
+                    elapsed(hivemind, f"{num(hivemind.body['repeats'][0]['command_s'] / 60, 1)} min") if hivemind
                     else "not recorded", "one run: no comparison",
                     "how 8 hivemind peers train, round by round, and what their averaging costs",
                     hivemind_elapsed(hivemind), "one run: no comparison"),
@@ -569,8 +602,8 @@ def command_details() -> str:
     decide and on which noise."""
     rows, not_current = command_rows()
     lines = [line for r in rows for line in (
-        f"- {r.command}: {r.answers_detail}.", f"  - Elapsed, measured: {r.elapsed_detail}.",
-        f"  - What its blocks can decide: {r.decides_detail}.")]
+        f"- {r.command}: {r.answers_detail}.", f"  - Elapsed, measured: {r.elapsed_detail.removesuffix('.')}.",
+        f"  - What its blocks can decide: {r.decides_detail.removesuffix('.')}.")]
     lines += ["", "Not the current code's figures:", *not_current] if not_current else []
     return "\n".join(lines).replace("](docs/", "](")  # links as seen from docs/
 
@@ -595,6 +628,8 @@ def hivemind_elapsed(entry: BenchResult | None) -> str:
     """The hivemind command's measured minutes (bench/hivemind_command.py), with what its runs reached and held."""
     if not entry:
         return "not recorded (`python bench/hivemind_command.py`)"
+    if line := withheld(entry):
+        return line
     runs = entry.body["repeats"]
     first = runs[0]
     reached = " and ".join("reached the target" if r["time_to_target_s"] is not None
@@ -614,6 +649,8 @@ def quick_row(entry: BenchResult | None) -> Command:
     if not entry:
         return Command(command, answers, "not recorded", "–", answers_detail,
                        "not recorded (`python bench/run.py quick`)", "–")
+    if line := withheld(entry):
+        return Command(command, answers, elapsed(entry, ""), "–", answers_detail, line, "–")
     answer, noise = entry.body["answer"], entry.body["answer"]["noise"]
     measured_noise = noise and noise["log_sd"]
     decides = "no noise measured" if not measured_noise else (

@@ -188,7 +188,7 @@ def test_the_pages_mark_a_result_older_than_its_benchmark_and_not_a_fresh_one():
     if generate.HISTORY is None:
         pytest.skip("no git history here")
     assert generate.render("bench stepwise_vs_ring").startswith(
-        "**Stale**, not the current code's figures: measured at 2026-11-23 14:46:56 (commit not recorded), before "
+        "**Stale**, figures not shown: measured at 2026-11-23 14:46:56 (commit not recorded), before "
         "`bench/stepwise_vs_ring.py` changed at ")
     row = next(line for line in generate.render("bench-summary").splitlines()
                if line.startswith("| `stepwise_vs_ring`"))
@@ -196,6 +196,40 @@ def test_the_pages_mark_a_result_older_than_its_benchmark_and_not_a_fresh_one():
     entry = load_all()["stepwise_vs_ring"]
     last = generate.HISTORY.changes("bench/stepwise_vs_ring.py")[0]
     assert generate.notice(replace(entry, commit={"sha": last, "dirty": False})) == []
+
+
+def made(entry, current: bool):
+    """The entry as run at the newest commit, or at the parent of the last change to its benchmark's module."""
+    commits = generate.HISTORY.commits
+    sha = max(commits, key=lambda sha: commits[sha][1]) if current else \
+        commits[generate.HISTORY.changes(generate.PRODUCERS[entry.name][0])[0]][0][0]
+    return replace(entry, commit={"sha": sha, "dirty": False})
+
+
+def test_a_stale_results_figures_are_not_shown_and_a_current_ones_are(monkeypatch):
+    """The headline measured just before bench/headline.py last changed, or with a caveat naming a fix made after it:
+    no figure of it on the pages, only the command that measures it again; made by HEAD's code, its figures. The
+    same for the noise the headline's blocks plan on."""
+    if generate.HISTORY is None:
+        pytest.skip("no git history here")
+    headline, noise = load_all()["headline"], load_all()["primary_noise"]
+    timed = replace(headline, body=headline.body | {"answers": [a | {"wall_s": 4321 * 60}
+                                                                for a in headline.body["answers"]]})
+
+    def pages(entry, noise=made(noise, True)) -> dict[str, str]:
+        monkeypatch.setattr(generate, "load_all", lambda: load_all() | {"headline": entry, "primary_noise": noise})
+        return {spec: generate.render(spec) for spec in ("verdict", "commands", "command-details")}
+
+    current = pages(made(timed, True))
+    assert all("4321 min" in text for text in current.values()), current
+    assert "ratios beyond" in current["commands"] and "ratios beyond" in current["command-details"]
+    for entry in (made(timed, False), replace(made(timed, True), body=timed.body | {"caveat": "measured before a fix"})):
+        shown = pages(entry)
+        assert not any("4321" in text for text in shown.values()), shown
+        assert "figures not shown" in shown["verdict"] and "rerun `python bench/headline.py`" in shown["commands"]
+    shown = pages(made(timed, True), made(noise, False))
+    assert "ratios beyond" not in shown["commands"] + shown["command-details"], shown
+    assert "rerun `python bench/primary_noise.py`" in shown["commands"]
 
 
 def test_every_result_names_the_benchmark_that_makes_it():
@@ -210,7 +244,7 @@ def test_a_result_without_its_machine_or_commit_says_so():
     assert "(commit not recorded) on CPU unknown, 2 cores (not recorded: vendor, model name, family" in text, text
     entry = load_all()["stepwise_vs_ring"]
     assert "(commit not recorded) on AMD EPYC, 2 cores, 24 GiB, no GPU (not recorded: vendor, family, model, clock, " \
-           "kernel)" in generate.render("bench stepwise_vs_ring") and "commit" not in entry.keys
+           "kernel)" in generate.stamp(entry) and "commit" not in entry.keys
     assert "(commit abcdef1234 with uncommitted changes)" in generate.stamp(
         replace(entry, commit={"sha": "abcdef1234" * 4, "dirty": True}))
 
