@@ -31,8 +31,9 @@ def test_the_commands_figures_and_its_row(tmp_path):
     assert found["unfaithful"] == ["isolation: rank 3 received 22% of its promised CPU"]
     machine = {"vendor": "AuthenticAMD", "model_name": "AMD EPYC", "cores": 2}
     head = {"sha": COMMIT["sha"], "dirty": False} if COMMIT else None  # made by HEAD's code: shown
-    row = hivemind_elapsed(BenchResult.of({"name": "hivemind_command", "repeats": [found], "commit": head,
-                                           "measured_at": "2026-12-02 19:00:00", "machine": machine}))
+    entry = {"name": "hivemind_command", "goal": "", "sweeps": [], "repeats": [found], "commit": head,
+             "measured_at": "2026-12-02 19:00:00", "machine": machine}
+    row = hivemind_elapsed(BenchResult.of(entry))
     assert row.startswith("20.0 min, 1 run (worst worker 0.942, target not reached; 8 peers oversubscribed 4x on 2 "
                           "cores: unfaithful; 2026-12-02 19:00:00")
     assert hivemind_elapsed(None) == "not recorded (`python bench/hivemind_command.py`)"
