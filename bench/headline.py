@@ -22,8 +22,8 @@ from metrics.recording.methods import methods  # noqa: E402
 from metrics.recording.rundir import SWEEP_PLAN  # noqa: E402
 from metrics.report.baselines import load_runs  # noqa: E402
 from metrics.report.runs import Run, Section, sweep_efficiency  # noqa: E402
-from metrics.report.stats import EQUIVALENT, FASTER, SLOWER, Ratio, excludes_one  # noqa: E402
-from metrics.report.verdict import left_out_runs, noise_of, section_verdict  # noqa: E402
+from metrics.report.stats import EQUIVALENT, FASTER, SLOWER, Ratio  # noqa: E402
+from metrics.report.verdict import left_out_runs, noise_of, section_verdict, unsteady  # noqa: E402
 
 HEADLINE = ["strategy=ring,stepwise,ps"]  # README's headline command, as typed
 SEPARATED = (FASTER, SLOWER)
@@ -117,7 +117,7 @@ def figures_of(folder: Path, wall_s: float | None) -> dict:
         "block_wall_s": block_walls(runs),
         "primary": analysis.primary.text,
         "answer": verdict.answer,
-        "claims_withheld": bool(analysis.refusals) or any(excludes_one(c.ratio) for c in analysis.controls),
+        "claims_withheld": bool(analysis.refusals or unsteady(analysis.controls)),
         "ranking": [g.label for g in analysis.ranking],
         "comparisons": [{"this": c.this.label, "other": c.other.label,
                          "ratio": c.ratio.estimate if c.ratio.n else None,  # no paired block: no ratio

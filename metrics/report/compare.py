@@ -2,6 +2,7 @@
 configuration against its equal-resource baseline and every pair, one Holm family per section; the control arm apart."""
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from metrics.report.baselines import averaging, completed_throughput
@@ -32,7 +33,7 @@ class Comparison:
     blocks: int = 0             # blocks holding a faithful run of both
     used: list[Block] = field(default_factory=list)  # those blocks' keys
     exact_logs: dict[Block, float] = field(default_factory=dict)  # block -> its log ratio, where observed exactly
-    censored: int = 0           # of those, blocks where a run missed the target (or failed): counted at its horizon
+    censored: int = 0           # of those, blocks where a run missed the target (or failed): not observed exactly
     left_out: list[LeftOut] = field(default_factory=list)  # unfaithful runs whose blocks were left out
     adjusted_p: float | None = None  # Holm-adjusted over the section's declared comparisons
     family: int = 1
@@ -73,20 +74,15 @@ def block_observation(runs: list[Run]) -> Observation:
     return max(found, key=lambda o: o.order)
 
 
-def counted_times(mine: Observation, yours: Observation) -> tuple[float, float, bool, bool]:
-    """The times a block counts for a pair, and whether each side is favoured (counted at its best case): a miss at its
-    horizon but never ahead of the other; a crossing at the first evaluation at its next one, never behind the other;
-    both missed, or both crossed at the first evaluation: a tie, favouring both."""
-    if mine.exact and yours.exact:
-        return mine.low, yours.low, False, False
-    if mine.order[0] == yours.order[0]:
-        return 1.0, 1.0, True, True
-    fast, slow = sorted((mine, yours), key=lambda o: o.order)
-    fast_time = fast.low if fast.exact else min(fast.high, slow.low if slow.exact else math.inf)
-    if math.isinf(fast_time):  # a crossing at the first evaluation with no later one, against a miss
-        fast_time = slow.low or 1.0
-    slow_time = slow.low if slow.exact else max(slow.low, fast_time)
-    return (fast_time, slow_time, False, True) if mine is fast else (slow_time, fast_time, True, False)
+def time_bounds(mine: Observation, yours: Observation) -> tuple[float, float]:
+    """Where a block's ratio (the other's time / this one's) lies, from where each time lies: one value where both
+    crossed exactly; a miss (right-censored at its horizon) or a crossing at the first evaluation bounds it on one
+    side; both missed: 0 to inf, no information."""
+    return quotient(yours.low, mine.high), quotient(yours.high, mine.low)
+
+
+def quotient(top: float, bottom: float) -> float:
+    return math.inf if bottom == 0 or math.isinf(top) else 0.0 if math.isinf(bottom) else top / bottom
 
 
 def block_throughput(runs: list[Run]) -> tuple[float, bool]:
@@ -96,17 +92,17 @@ def block_throughput(runs: list[Run]) -> tuple[float, bool]:
     return (statistics.geometric_mean(recorded) if recorded else 0.0), completed
 
 
-def counted_throughputs(mine: tuple[float, bool], yours: tuple[float, bool]) -> tuple[float, float, bool, bool]:
-    """The throughputs a block counts for a pair, and whether each is its run's best case: a completed run's as is;
-    a failed run's (the worst outcome) at most the other's (at best a tie); both failed: a tie."""
+def throughput_bounds(mine: tuple[float, bool], yours: tuple[float, bool]) -> tuple[float, float]:
+    """Where a block's ratio (this one's throughput / the other's) lies: as measured where both completed; a failed
+    run (the worst outcome) at most the other's, so at best a tie; both failed: 0 to inf, no information."""
     (my_value, my_done), (your_value, your_done) = mine, yours
     if my_done and your_done:
-        return my_value, your_value, False, False
-    if not my_done and not your_done:
-        return 1.0, 1.0, True, True
+        return my_value / your_value, my_value / your_value
     if my_done:
-        return my_value, min(your_value or my_value, my_value), False, True
-    return min(my_value or your_value, your_value), your_value, True, False
+        return max(my_value / your_value if your_value else 1.0, 1.0), math.inf
+    if your_done:
+        return 0.0, min(my_value / your_value, 1.0) if my_value else 1.0
+    return 0.0, math.inf
 
 
 def compare(this: Group, other: Group, primary: Primary, smallest_effect: float = 1.25) -> Comparison:
@@ -121,25 +117,21 @@ def compare(this: Group, other: Group, primary: Primary, smallest_effect: float 
         left_out += unfaithful
         if not unfaithful:
             used.append(block)
-    values, exact, exact_logs, favours_this, favours_other = list[float](), list[bool](), {}, 0, 0
+    values, censored, exact_logs, dropped = list[float](), list[tuple[float, float]](), {}, 0
     for block in used:
         if primary.is_time:  # ratio: the other's time / this one's
-            mine, yours, mine_favoured, yours_favoured = counted_times(block_observation(ours[block]),
-                                                                       block_observation(theirs[block]))
-            value = yours / mine
+            low, high = time_bounds(block_observation(ours[block]), block_observation(theirs[block]))
         else:  # ratio: this one's throughput / the other's
-            mine, yours, mine_favoured, yours_favoured = counted_throughputs(block_throughput(ours[block]),
-                                                                             block_throughput(theirs[block]))
-            value = mine / yours
-        values.append(value)
-        exact.append(not (mine_favoured or yours_favoured))
-        favours_this += mine_favoured
-        favours_other += yours_favoured
-        if exact[-1]:
-            exact_logs[block] = math.log(value)
-    ratio = Ratio(values, exact, favours_this, favours_other)
-    return Comparison(this, other, primary, ratio, len(used), used, exact_logs, ratio.imputed, left_out,
-                      smallest_effect=smallest_effect)
+            low, high = throughput_bounds(block_throughput(ours[block]), block_throughput(theirs[block]))
+        if low == high:
+            values.append(low)
+            exact_logs[block] = math.log(low)
+        elif low == 0 and math.isinf(high):
+            dropped += 1
+        else:
+            censored.append((low, high))
+    return Comparison(this, other, primary, Ratio(values, censored, dropped), len(used), used, exact_logs,
+                      len(censored) + dropped, left_out, smallest_effect=smallest_effect)
 
 
 def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
@@ -149,22 +141,26 @@ def declared_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
             + [(a, b) for i, a in enumerate(configurations) for b in configurations[i + 1:]])
 
 
-def family(groups: list[Group], primary: Primary, smallest_effect: float,
-           declared: int | None = None) -> list[Comparison]:
+def family(groups: list[Group], primary: Primary, smallest_effect: float, declared: int | None = None,
+           controls: Sequence[Comparison] = ()) -> list[Comparison]:
     """The declared comparisons, Holm-adjusted over a family of `declared` (the plan's) or of those here (no test:
-    p = 1), each spread floored at the section's pooled noise (blocks observed exactly)."""
+    p = 1), and each control arm's test of ratio 1 beside them; every spread floored at the section's pooled noise
+    (the model's sd of the comparisons with 2 or more exact blocks, on their degrees of freedom), which a ratio with
+    fewer exact blocks borrows."""
     found = [compare(a, b, primary, smallest_effect) for a, b in declared_pairs(groups)]
-    exact = [c.ratio.uncensored for c in found]
-    floor = pooled_log_sd([(r.n - 1, r.log_sd) for r in exact if r.n > 1]) or 0.0
-    for comparison in found:
-        comparison.ratio.sd_floor = floor
+    spreads = [(len(c.ratio.values) - 1, c.ratio.fitted_sd) for c in found if len(c.ratio.values) > 1]
+    floor, floor_df = pooled_log_sd(spreads) or 0.0, sum(df for df, sd in spreads if sd is not None)
+    for comparison in found + list(controls):
+        comparison.ratio.sd_floor, comparison.ratio.floor_df = floor, floor_df
     size = max(declared or 0, len(found))
     tests = [p if p is not None else 1.0 for c in found for p in (c.ratio.p_value(), c.ratio.equivalence_p(
         smallest_effect))]  # both tests of every comparison: a claim's test is chosen by the data
-    adjusted = holm(tests + [1.0] * (size - len(found)), [i // 2 for i in range(len(tests))]
-                    + list(range(len(found), size)))
+    tests += [1.0] * (size - len(found)) + [p if (p := c.ratio.p_value()) is not None else 1.0 for c in controls]
+    adjusted = holm(tests, [i // 2 for i in range(2 * len(found))] + list(range(len(found), size + len(controls))))
     for index, comparison in enumerate(found):
         comparison.adjusted_p, comparison.family = adjusted[2 * index + (comparison.claim == EQUIVALENT)], size
+    for index, control in enumerate(controls):
+        control.adjusted_p, control.family = adjusted[len(tests) - len(controls) + index], size
     return found
 
 

@@ -1,5 +1,6 @@
 """The report's formatters: shares, sizes and intervals, with the numbers and counts every output shares
 (metrics/recording/formats.py); units sit beside them."""
+import math
 import statistics
 from collections.abc import Callable
 
@@ -43,8 +44,9 @@ def cpus(count: int) -> str:
     return counted(count, "CPU")
 
 
-def blocks_text(n: int, censored: int = 0, unit: str = "block") -> str:
-    return counted(n, unit) + (f", {censored} censored" if censored else "")
+def blocks_text(n: int, censored: int = 0, unit: str = "block", dropped: int = 0) -> str:
+    return (counted(n, unit) + (f", {censored} censored" if censored else "")
+            + (f"; {dropped} left out: no bound (both missed, or a run covered nothing)" if dropped else ""))
 
 
 def median_text(values: list[float], show: Callable[[float], str], unit: str) -> str:
@@ -60,20 +62,14 @@ def times_over(value: float) -> str:
     return f"×/÷{value:.2f}"
 
 
-def bound_sign(ratio: Ratio) -> str:
-    """"≤ " where only this side was counted at its best case in some block, "≥ " where only the other was."""
-    this, other = ratio.favours_this, ratio.favours_other
-    return "≤ " if this and not other else "≥ " if other and not this else ""
-
-
 def interval_text(ratio: Ratio | None, unit: str = "×") -> str:
     """A paired ratio: (bound sign) estimate [low, high] (x/÷ factor, blocks) at 95 %; without an interval, why."""
     if ratio is None or not ratio.n:
         return "n/a (no paired block)"
-    estimate = f"{bound_sign(ratio)}{ratio.estimate:.2f}{unit}"
+    estimate = f"{ratio.bound}{ratio.estimate:.2f}{unit}"
     interval = ratio.interval()
     if interval is None:
         return f"{estimate} ({ratio.why_no_interval}: no interval)"
     low, high = interval
-    return (f"{estimate} [{low:.2f}, {high:.2f}] ({times_over(factor(interval))}, "
-            f"{blocks_text(ratio.n, ratio.imputed)})")
+    spread = f"{times_over(factor(interval))}, " if 0 < low and high < math.inf else ""
+    return f"{estimate} [{low:.2f}, {high:.2f}] ({spread}{blocks_text(ratio.n, ratio.imputed, 'block', ratio.dropped)})"

@@ -326,6 +326,7 @@ def forest_plot(comparisons: list[Comparison], control: list[Comparison], primar
     for i, c in enumerate(shown):
         estimate = c.ratio.estimate
         low, high = c.ratio.interval() or (estimate, estimate)
+        low, high = low or estimate, high if math.isfinite(high) else estimate  # an open end: the bound alone
         color = CLAIM_COLORS.get(c.decision, "#777") if c in comparisons else "#777"
         ax.errorbar(estimate, i, xerr=[[estimate - low], [high - estimate]], fmt="o", color=color, capsize=3)
         ax.annotate(claim_cell(c, comparisons), (high, i), xytext=(6, 0), textcoords="offset points", va="center",

@@ -2,9 +2,13 @@
 intervals and tests, claims under Holm's correction (methods.yaml report.claims), and the power that plans blocks."""
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 
+import numpy as np
+from scipy.optimize import brentq, minimize, minimize_scalar
+from scipy.special import log_ndtr, ndtr
 from scipy.stats import chi2, nct
 from scipy.stats import t as student_t
 
@@ -33,103 +37,201 @@ def factor(interval: tuple[float, float]) -> float:
 
 @dataclass
 class Ratio:
-    """A ratio counted once per block: its geometric mean, 95 % t-interval and t-test. For a paired comparison,
-    `exact` marks the blocks observed exactly, `favours_this` / `favours_other` count the blocks counted at one
-    side's best case (that side missed), and `sd_floor` is the least log-sd the test assumes."""
+    """A ratio counted once per block, on the log scale: a log-normal model of the blocks, each observed exactly
+    (`values`) or known only to lie between two ratios (`censored`: a run missed the target or failed; 0 or inf: open
+    on that side), fitted by maximum likelihood. Every block exact: the paired t (geometric mean, t-interval, t-test).
+    Else interval and tests invert the likelihood ratio's signed root on a t of the exact blocks' df. The model's sd
+    is at least `sd_floor` (the section's pooled noise, on `floor_df` degrees of freedom), and is that floor, on its
+    df, where fewer than 2 blocks are exact."""
     values: list[float]
-    exact: list[bool] | None = None
-    favours_this: int = 0
-    favours_other: int = 0
+    censored: list[tuple[float, float]] = field(default_factory=list)
+    dropped: int = 0  # blocks that say nothing of the ratio (both missed, or both failed), left out
     sd_floor: float = 0.0
+    floor_df: int = 0
+    fits: dict = field(default_factory=dict, repr=False, compare=False)  # (sd_floor, floor_df) -> its fit
 
     @property
     def n(self) -> int:
-        return len(self.values)
+        return len(self.values) + len(self.censored)
+
+    @property
+    def imputed(self) -> int:
+        """Blocks not observed exactly (censored)."""
+        return len(self.censored)
 
     @property
     def logs(self) -> list[float]:
         return [math.log(v) for v in self.values]
 
     @property
-    def estimate(self) -> float:
-        return math.exp(statistics.fmean(self.logs))
-
-    @property
     def log_sd(self) -> float | None:
-        """The sample sd of the log ratios."""
-        return statistics.stdev(self.logs) if self.n > 1 else None
-
-    @property
-    def spread(self) -> float | None:
-        """The sd the interval and the test use: the sample sd, at least the floor."""
-        return None if (sd := self.log_sd) is None else max(sd, self.sd_floor)
-
-    @property
-    def log_se(self) -> float | None:
-        return None if (spread := self.spread) is None else spread / math.sqrt(self.n)
-
-    @property
-    def imputed(self) -> int:
-        """Blocks not observed exactly (a miss counted at its horizon)."""
-        return 0 if self.exact is None else self.n - sum(self.exact)
+        """The sample sd of the exact blocks' log ratios."""
+        return statistics.stdev(self.logs) if len(self.values) > 1 else None
 
     @property
     def uncensored(self) -> "Ratio":
         """The blocks observed exactly."""
-        if self.exact is None or not self.imputed:
-            return Ratio(self.values)
-        return Ratio([v for v, e in zip(self.values, self.exact) if e])
+        return Ratio(self.values)
+
+    @cached_property
+    def fitted_sd(self) -> float | None:
+        """The model's sd: the sample sd where every block is exact; with censored blocks its maximum-likelihood
+        estimate x sqrt(n / (n - 1)), the sample sd's correction; None under 2 exact blocks."""
+        if not self.censored or not (sd := self.log_sd):
+            return self.log_sd
+        logs, low, high = self.arrays()
+        found = minimize(lambda x: -log_likelihood(x[0], math.exp(x[1]), logs, low, high),
+                         [statistics.fmean(self.logs), math.log(sd)], method="Nelder-Mead")
+        return math.exp(found.x[1]) * math.sqrt(self.n / (self.n - 1))
+
+    @property
+    def df(self) -> int:
+        return len(self.values) - 1 if len(self.values) > 1 else self.floor_df
+
+    @property
+    def spread(self) -> float | None:
+        """The sd the interval and the tests use: the model's, at least the floor; the floor under 2 exact blocks."""
+        if len(self.values) < 2:
+            return self.sd_floor if self.floor_df and self.sd_floor else None
+        return None if (sd := self.fitted_sd) is None else max(sd, self.sd_floor)
 
     @property
     def why_no_interval(self) -> str | None:
-        """Why this ratio has no interval (and no test): one block, or the same ratio in every block."""
-        if self.n < 2:
+        """Why this ratio has no interval (and no test): no block, fewer than 2 exact ones and no pooled noise, or
+        the same ratio in every block."""
+        if self.n < 2 and not self.floor_df:
             return "1 block" if self.n == 1 else "no paired block"
+        if self.spread is None:
+            return f"{len(self.values)} of {self.n} blocks observed exactly, no pooled noise"
         if self.spread == 0:
             return f"{self.n} blocks, zero spread"
         return None
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with np.errstate(divide="ignore"):
+            low, high = np.log(np.array(self.censored, dtype=float).reshape(-1, 2)).T
+        return np.array(self.logs), low, high
+
+    def fit(self) -> tuple[float, float, Callable[[float], float]]:
+        """The centre (a log ratio; -inf or inf where the likelihood rises without end, every block censored on one
+        side), the finite point the likelihood peaks at, and the likelihood ratio's signed root at a log ratio
+        (where all blocks are exact: the t-statistic)."""
+        key = (self.sd_floor, self.floor_df)
+        if key not in self.fits:
+            self.fits[key] = self.censored_fit() if self.censored else self.exact_fit()
+        return self.fits[key]
+
+    def exact_fit(self) -> tuple[float, float, Callable[[float], float]]:
+        centre, se = statistics.fmean(self.logs), (self.spread or math.nan) / math.sqrt(self.n)
+        return centre, centre, lambda at: (centre - at) / se
+
+    def censored_fit(self) -> tuple[float, float, Callable[[float], float]]:
+        logs, low, high = self.arrays()
+        sd = self.spread or math.nan
+        points = np.concatenate([logs, low, high])
+        points = points[np.isfinite(points)]
+        edges = (points.min() - 10 * sd, points.max() + 10 * sd)
+        if not len(logs) and (np.all(np.isposinf(high)) or np.all(np.isneginf(low))):  # rises without end
+            centre = math.inf if np.all(np.isposinf(high)) else -math.inf
+            best, top = edges[1] if centre > 0 else edges[0], 0.0
+        else:
+            found = minimize_scalar(lambda m: -log_likelihood(m, sd, logs, low, high), bounds=edges, method="bounded",
+                                    options={"xatol": 1e-6 * sd})
+            centre = best = float(found.x)
+            top = -float(found.fun)
+
+        def root(at: float) -> float:
+            rise = math.sqrt(max(0.0, 2 * (top - log_likelihood(at, sd, logs, low, high))))
+            return rise if at < centre else -rise
+        return centre, best, root
+
+    def log_end(self, side: int, quantile: float) -> float:
+        """The end of the interval on one side (-1: low, 1: high): where the signed root reaches -side x quantile."""
+        centre, best, root = self.fit()
+        if side * centre == math.inf:
+            return centre
+        start, step = best, self.spread or 1.0
+        for _ in range(60):
+            end = start + side * step
+            if side * root(end) + quantile <= 0:
+                return brentq(lambda at: side * root(at) + quantile, min(start, end), max(start, end))
+            start, step = end, 2 * step
+        return side * math.inf
+
+    @property
+    def estimate(self) -> float:
+        """The geometric mean (the model's centre); where the likelihood rises without end, the interval's finite
+        end (a bound, `bound`); without an interval, the geometric mean of the exact blocks and finite censored ends."""
+        if not self.censored:
+            return math.exp(statistics.fmean(self.logs)) if self.values else 1.0
+        if self.why_no_interval:
+            logs, low, high = self.arrays()
+            points = [p for p in np.concatenate([logs, low, high]) if math.isfinite(p)]
+            return math.exp(statistics.fmean(points)) if points else 1.0
+        centre = self.fit()[0]
+        if math.isfinite(centre):
+            return math.exp(centre)
+        low, high = self.interval() or (1.0, 1.0)
+        return high if centre < 0 else low
+
+    @property
+    def bound(self) -> str:
+        """"≤ " or "≥ " where the estimate is a bound: no exact block, every block censored on that side."""
+        if self.values or not self.censored:
+            return ""
+        _, low, high = self.arrays()
+        return "≥ " if np.all(np.isposinf(high)) else "≤ " if np.all(np.isneginf(low)) else ""
+
     def interval(self, level: float = LEVEL) -> tuple[float, float] | None:
-        """The two-sided t-interval at this level on the log ratios, as ratios; None without spread."""
-        if self.why_no_interval or (se := self.log_se) is None:
+        """The two-sided interval at this level, as ratios (the t-interval where all blocks are exact); None without
+        spread."""
+        if self.why_no_interval or (spread := self.spread) is None:
             return None
-        half = student_t.ppf(0.5 + level / 2, self.n - 1) * se
-        centre = statistics.fmean(self.logs)
-        return math.exp(centre - half), math.exp(centre + half)
+        quantile = student_t.ppf(0.5 + level / 2, self.df)
+        if not self.censored:
+            half = quantile * spread / math.sqrt(self.n)
+            centre = statistics.fmean(self.logs)
+            return math.exp(centre - half), math.exp(centre + half)
+        return math.exp(self.log_end(-1, quantile)), math.exp(self.log_end(1, quantile))
 
     def p_value(self) -> float | None:
-        """Two-sided one-sample t-test of mean log ratio = 0 (ratio = 1); None without spread."""
-        if self.why_no_interval or (se := self.log_se) is None:
+        """Two-sided test of ratio = 1 (where all exact: the one-sample t-test of mean log ratio = 0); None without
+        spread."""
+        if self.why_no_interval:
             return None
-        return 2 * student_t.sf(abs(statistics.fmean(self.logs)) / se, self.n - 1)
+        return 2 * student_t.sf(abs(self.fit()[2](0.0)), self.df)
 
     def equivalence_p(self, smallest_effect: float) -> float | None:
         """TOST p-value that the ratio lies inside [1/smallest_effect, smallest_effect] (the larger one-sided p)."""
-        if self.why_no_interval or (se := self.log_se) is None:
+        if self.why_no_interval:
             return None
-        centre, bound = statistics.fmean(self.logs), math.log(smallest_effect)
-        return max(student_t.sf((centre + bound) / se, self.n - 1), student_t.sf((bound - centre) / se, self.n - 1))
+        root, bound = self.fit()[2], math.log(smallest_effect)
+        return max(student_t.sf(root(-bound), self.df), student_t.sf(-root(bound), self.df))
 
     @property
     def direction(self) -> str:
-        return FASTER if self.estimate > 1 else SLOWER
-
-    def refused(self, claim: str) -> bool:
-        """A claim in favour of a side counted at its best case in some block, or equivalence with any block so."""
-        if claim == FASTER:
-            return self.favours_this > 0
-        if claim == SLOWER:
-            return self.favours_other > 0
-        return self.imputed > 0
+        centre = self.fit()[0] if self.censored and not self.why_no_interval else math.log(self.estimate)
+        return FASTER if centre > 0 else SLOWER
 
     def claims(self, smallest_effect: float) -> dict[str, float]:
         """The claim this ratio may support, with the p-value of its test: its direction where its 95 % interval
-        excludes 1, else equivalence within smallest_effect (TOST); none without spread, or where refused."""
+        excludes 1, else equivalence within smallest_effect (TOST); none without spread. A miss is evidence through
+        the censored likelihood, never a veto."""
         if self.why_no_interval:
             return {}
         claim = self.direction if excludes_one(self) else EQUIVALENT
         p = self.p_value() if claim != EQUIVALENT else self.equivalence_p(smallest_effect)
-        return {} if p is None or self.refused(claim) else {claim: p}
+        return {} if p is None else {claim: p}
+
+
+def log_likelihood(centre: float, sd: float, logs: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
+    """A normal(centre, sd) model's log-likelihood of exact log ratios and of ones known to lie in [low, high]."""
+    exact = -0.5 * float(np.sum(((logs - centre) / sd) ** 2)) - len(logs) * math.log(sd)
+    upper, lower = (high - centre) / sd, (low - centre) / sd
+    with np.errstate(divide="ignore", invalid="ignore"):
+        between = np.where(np.isneginf(lower), log_ndtr(upper), np.where(np.isposinf(upper), log_ndtr(-lower),
+                                                                         np.log(ndtr(upper) - ndtr(lower))))
+    return exact + float(np.sum(between))
 
 
 def excludes_one(ratio: Ratio) -> bool:

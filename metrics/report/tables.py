@@ -8,7 +8,7 @@ from metrics.report.formats import MISSING, counted, cpus, interval_text, mib, n
 from metrics.report.model import Table
 from metrics.report.primary import Primary, time_observation
 from metrics.report.runs import Group, Run, RunFigure
-from metrics.report.stats import Ratio, excludes_one, olympic_mean
+from metrics.report.stats import ALPHA, Ratio, olympic_mean
 from metrics.recording.steplog import PHASES
 from metrics.summary.schema import Summary
 
@@ -409,10 +409,10 @@ def rounds_table(groups: list[Group]) -> Table | None:
 
 
 def claim_cell(c: Comparison, comparisons: list[Comparison]) -> str:
-    """A comparison's claim; a control arm's (outside the family): whether its interval excludes 1."""
+    """A comparison's claim; a control arm's (one test in the family): whether Holm's correction rejects ratio 1."""
     if c in comparisons:
         return c.decision
-    return "control: " + ("excludes 1" if excludes_one(c.ratio) else "within noise")
+    return "control: " + ("differs from 1" if c.adjusted_p is not None and c.adjusted_p < ALPHA else "within noise")
 
 
 def answer_table(comparisons: list[Comparison], control: list[Comparison]) -> Table:
@@ -430,19 +430,19 @@ def left_out_cell(c: Comparison) -> str:
 def comparisons_table(comparisons: list[Comparison], control: list[Comparison]) -> Table:
     rows = [[c.this.label, c.other.label, interval_text(c.ratio),
              f"{c.test} ({c.claim})" if c.p is not None else MISSING, number(c.p, 2),
-             number(c.adjusted_p, 2) if c in comparisons else "control: not in the family",
+             number(c.adjusted_p, 2),
              claim_cell(c, comparisons), left_out_cell(c)] for c in [*comparisons, *control]]
     return Table("Comparisons (declared before the data)",
                  ["configuration", "against", "ratio [95 % interval]", "test (claim tested)", "p",
                   "Holm-adjusted p", "claim", "left out (unfaithful)"], rows,
                  "Ratio > 1: the configuration is the faster (time-to-target: the other's / its own; throughput: its "
-                 "own / the other's), paired by block; ≤ / ≥: a bound, a run that missed (or failed) counted at its "
-                 "best case. Every configuration against its equal-resource baseline and every pair of "
-                 "configurations: one Holm family per section, fixed by the configurations before any result, both "
-                 "tests of each comparison (t-test and TOST) in it. The control arm (the baseline run twice in each "
-                 "block) is the noise floor, outside the family. Left out: unfaithful runs, whose blocks leave every "
-                 "comparison they are in (each with the figure that failed: Caveats). See Methods for the estimator "
-                 "and the tests.")
+                 "own / the other's), paired by block, a miss (or failure) censored at its horizon; ≤ / ≥: a bound, "
+                 "every block censored on one side. Every configuration against its equal-resource baseline and every "
+                 "pair of configurations: one Holm family per section, fixed by the configurations before any result, "
+                 "both tests of each comparison (t-test and TOST) in it. The control arm (the baseline run twice in "
+                 "each block) is the noise floor, its test of ratio 1 in the family. Left out: unfaithful runs, whose "
+                 "blocks leave every comparison they are in (each with the figure that failed: Caveats). See Methods "
+                 "for the estimator and the tests.")
 
 
 def section_tables(groups: list[Group], primary: Primary, comparisons: list[Comparison],

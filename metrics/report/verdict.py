@@ -126,8 +126,8 @@ def analyse(section: Section) -> Analysis:
     contenders = [g for g in section.groups if not g.is_control]
     references = [g for g in contenders if is_reference(g, section.groups)]
     ranking = ranked([g for g in contenders if g not in references], primary)
-    comparisons = family(ranking, primary, margin, declared)
     controls = [c for c in (control_comparison(g, primary) for g in ranking) if c]
+    comparisons = family(ranking, primary, margin, declared, controls)
     for comparison in comparisons:
         comparison.withheld = bool(refusals or unsteady(controls))
     return Analysis(section, primary, margin, ranking, ranked(references, primary), comparisons, controls,
@@ -135,8 +135,9 @@ def analyse(section: Section) -> Analysis:
 
 
 def unsteady(controls: list[Comparison]) -> list[Comparison]:
-    """The control arms whose interval excludes 1: their blocks are not comparable, no claim stands."""
-    return [c for c in controls if excludes_one(c.ratio)]
+    """The control arms whose test of ratio 1 Holm's correction rejects (they are in the section's family): their
+    blocks are not comparable, no claim stands."""
+    return [c for c in controls if c.adjusted_p is not None and c.adjusted_p < ALPHA]
 
 
 def claim_text(c: Comparison) -> str:
@@ -145,7 +146,7 @@ def claim_text(c: Comparison) -> str:
     decision = c.decision
     if not c.blocks:
         return "no block holds a faithful run of both: no paired ratio"
-    if c.ratio.favours_this == c.ratio.favours_other == c.blocks:  # a tie by rule in every block
+    if c.ratio.dropped == c.blocks:
         return ("no block tells them apart (both missed, or both crossed at the first evaluation, in every block)"
                 if c.primary.is_time else "both failed in every block") + ": no ratio"
     if decision == NO_INTERVAL:
@@ -167,13 +168,7 @@ def within_margin(c: Comparison) -> str:
 
 
 def why_no_claim(c: Comparison) -> str:
-    """Why a comparison makes no claim: its ratio favours a side that missed (or failed), or Holm's correction."""
-    direction = c.ratio.direction
-    if c.ratio.refused(direction):
-        winner = c.this if direction == FASTER else c.other
-        what = "missed the target" if c.primary.is_time else "failed"
-        return (f" (no claim in favour of {winner.label}: it {what} in a block, counted there at its best case; "
-                "a run that does not converge cannot help a result)")
+    """Why a comparison makes no claim: Holm's correction, where its own test would have passed."""
     if c.p is None or c.p >= ALPHA:
         return ""
     return (f" ({c.test} p = {c.p:.3f} before Holm's correction for {c.family} comparisons, {c.adjusted_p:.2f} "
@@ -207,7 +202,7 @@ def answer_of(a: Analysis) -> str:
         return ("No claim: the blocks are not comparable. The control arm (the same one-process run twice in every "
                 "block) differs from itself: "
                 + "; ".join(f"{c.this.label} against its second run: {interval_text(c.ratio)}" for c in noisy)
-                + ", an interval that excludes 1; no ratio below is a finding.")
+                + ", a ratio of 1 rejected after Holm's correction; no ratio below is a finding.")
     configurations = averaging(a.ranking)
     if not configurations:
         return "No averaging configuration among these runs: nothing to set against one process."
@@ -230,14 +225,14 @@ def answer_of(a: Analysis) -> str:
 
 
 def method_of(a: Analysis) -> str:
-    counted = ("a run that missed the target (or failed) is counted at its horizon, never ahead of the other run, "
-               "and cannot support a claim in its favour" if a.primary.is_time else
-               "a failed run is counted as at best a tie and cannot support a claim in its favour")
+    counted = ("a run that missed the target (or failed) is censored at its horizon" if a.primary.is_time else
+               "a failed run is censored at the other's throughput (at best a tie)")
     return (f"Method: each configuration is compared with the runs of the same block; ratio, 95 % interval and test "
-            f"come from one paired Student-t on the log ratios; {counted}; a claim (faster or slower where the 95 % "
-            f"interval excludes 1, else equivalent within {times_over(a.margin)}, by a TOST) needs p < 0.05 after "
-            f"Holm's correction over the {a.comparisons[0].family if a.comparisons else 0} comparisons declared for "
-            "this section (details: Methods).")
+            f"come from one censored log-normal model of the paired log ratios (all blocks exact: the paired "
+            f"Student-t); {counted}, as evidence, not a veto; a claim (faster or slower where the 95 % interval "
+            f"excludes 1, else equivalent within {times_over(a.margin)}, by a TOST) needs p < 0.05 after Holm's "
+            f"correction over the {a.comparisons[0].family if a.comparisons else 0} comparisons declared for this "
+            "section and the control arm's test (details: Methods).")
 
 
 def control_line(a: Analysis) -> str:
@@ -246,8 +241,10 @@ def control_line(a: Analysis) -> str:
                 "the noise floor between two runs of one configuration in one block is not measured.")
     parts = []
     for c in a.controls:
-        verdict = ("excludes 1: runs in one block are not comparable" if excludes_one(c.ratio) else
-                   "no interval" if c.ratio.interval() is None else "includes 1")
+        verdict = ("differs from 1 after Holm's correction: runs in one block are not comparable" if unsteady([c])
+                   else "no interval" if c.ratio.interval() is None else
+                   f"excludes 1 before Holm's correction only (adjusted p {c.adjusted_p:.2f})" if excludes_one(c.ratio)
+                   else "includes 1")
         parts.append(f"{c.this.label} against its second run: {interval_text(c.ratio)}, {verdict}")
     return ("Control arm (the equal-resource baseline run twice in every block, the noise floor; > 1: the first run "
             "was the faster): " + "; ".join(parts) + ".")

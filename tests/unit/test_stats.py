@@ -1,8 +1,11 @@
 """metrics/report/stats.py against cases computed by hand (df = 2, where Student's t has a closed form:
 CDF(t) = 1/2 + t / (2 sqrt(2 + t^2)), quantile(p) = (2p - 1) / sqrt(2 p (1 - p)))."""
 import math
+import statistics
 
 import pytest
+from scipy.stats import t as student_t
+from scipy.stats import ttest_1samp
 
 from metrics.report.stats import (CANNOT_TELL, EQUIVALENT, FASTER, NO_INTERVAL, SLOWER, Ratio, blocks_for, decide,
                                   detectable, holm, olympic_mean, pooled_log_sd)
@@ -56,17 +59,69 @@ def test_decisions():
     assert decide(borderline, FASTER, 0.04) == FASTER and decide(borderline, FASTER, 0.08) == CANNOT_TELL
 
 
-def test_a_side_counted_at_its_best_case_gets_no_claim_in_its_favour():
-    """A block where this side missed (counted at its horizon): no 'faster' for it and no equivalence, however
-    small the p-value; 'slower' stays open. The other side's miss closes 'slower' alike."""
-    missed_here = Ratio([1.50, 1.52, 1.48], exact=[True, True, False], favours_this=1)
-    assert missed_here.p_value() < 0.01 and FASTER not in missed_here.claims(1.25)
-    assert missed_here.claims(1.25) == {}
-    against = Ratio([0.50, 0.52, 0.48], exact=[True, True, False], favours_this=1)
-    assert set(against.claims(1.25)) == {SLOWER}
-    missed_there = Ratio([0.50, 0.52, 0.48], exact=[True, True, False], favours_other=1)
-    assert missed_there.claims(1.25) == {}
-    assert missed_here.uncensored.values == [1.50, 1.52] and missed_here.imputed == 1
+def test_with_every_block_exact_the_model_is_the_paired_t():
+    """No censored block: ratio, interval, p and TOST are the paired t's, to the last bit."""
+    values = [1.31, 1.18, 1.42, 1.27, 1.36]
+    logs = [math.log(v) for v in values]
+    centre, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(5)
+    ratio = Ratio(values)
+    assert ratio.estimate == math.exp(centre)
+    half = student_t.ppf(0.975, 4) * se
+    assert ratio.interval() == (math.exp(centre - half), math.exp(centre + half))
+    assert ratio.p_value() == 2 * student_t.sf(abs(centre) / se, 4)
+    assert ratio.p_value() == pytest.approx(ttest_1samp(logs, 0.0).pvalue, rel=1e-12)
+    bound = math.log(1.25)
+    assert ratio.equivalence_p(1.25) == max(student_t.sf((centre + bound) / se, 4),
+                                            student_t.sf((bound - centre) / se, 4))
+
+
+def test_a_block_censored_to_a_sliver_counts_as_nearly_exact():
+    """A block known to lie within 1e-6 of 1.25: the likelihood ratio's signed root is the t-statistic of the five
+    blocks (sd x sqrt(n / (n - 1)) is the sample sd), on the exact blocks' 3 df."""
+    exact = [1.31, 1.18, 1.42, 1.36]
+    ratio = Ratio(exact, [(1.25 * (1 - 1e-6), 1.25 * (1 + 1e-6))])
+    logs = [math.log(v) for v in exact + [1.25]]
+    t = statistics.fmean(logs) / (statistics.stdev(logs) / math.sqrt(5))
+    assert ratio.df == 3 and ratio.n == 5 and ratio.imputed == 1
+    assert ratio.fitted_sd == pytest.approx(statistics.stdev(logs), rel=1e-3)
+    assert ratio.p_value() == pytest.approx(2 * student_t.sf(t, 3), rel=1e-3)
+    assert ratio.estimate == pytest.approx(math.exp(statistics.fmean(logs)), rel=1e-4)
+
+
+def test_a_miss_is_evidence_not_a_veto():
+    """The faster side missed in one block, its horizon bounding the ratio at <= 2.1: still 'faster' (no veto). A
+    miss against the estimate's direction (<= 0.9) widens the model's sd and weakens the claim."""
+    exact = [2.0, 2.1, 1.95, 2.05, 1.9]
+    consistent = Ratio(exact, [(0.0, 2.1)])
+    assert consistent.claims(1.25).keys() == {FASTER} and consistent.p_value() < 0.001
+    assert consistent.interval()[0] > 1 and consistent.bound == ""
+    against = Ratio(exact, [(0.0, 0.9)])
+    assert against.fitted_sd > consistent.fitted_sd and against.p_value() > consistent.p_value()
+
+
+def test_more_blocks_never_lower_the_evidence_where_they_agree():
+    """This side is slower (0.45-0.55x) in three exact blocks, then misses in block after block (the ratio at most
+    0.6 there): each added censored block lowers the p-value, never raises it (the veto raised it)."""
+    exact = [0.5, 0.45, 0.55]
+    p_values = [Ratio(exact, [(0.0, 0.6)] * extra).p_value() for extra in range(5)]
+    assert all(later <= earlier for earlier, later in zip(p_values, p_values[1:])), p_values
+    assert p_values[-1] < p_values[0]
+
+
+def test_fewer_than_two_exact_blocks_borrow_the_pooled_noise():
+    """One exact block: the interval and test use the section's pooled sd (0.1) on its df (4); without it, none.
+    Every block censored above (>= 2): the interval is open above and the estimate is its low end, a bound."""
+    alone = Ratio([1.2], sd_floor=0.1, floor_df=4)
+    half = student_t.ppf(0.975, 4) * 0.1
+    assert alone.interval() == pytest.approx((math.exp(math.log(1.2) - half), math.exp(math.log(1.2) + half)))
+    assert alone.p_value() == pytest.approx(2 * student_t.sf(math.log(1.2) / 0.1, 4))
+    assert Ratio([1.2], sd_floor=0.1).interval() is None
+    censored = Ratio([], [(2.0, math.inf), (2.2, math.inf)], sd_floor=0.1, floor_df=4)
+    low, high = censored.interval()
+    assert 1 < low < 2.2 and high == math.inf and censored.claims(1.25).keys() == {FASTER}
+    assert censored.bound == "≥ " and censored.estimate == low
+    assert Ratio([], [(2.0, math.inf)] * 2, sd_floor=0.1).why_no_interval == ("0 of 2 blocks observed exactly, no "
+                                                                              "pooled noise")
 
 
 def test_the_spread_is_floored_so_a_chance_agreement_is_no_claim():
