@@ -171,8 +171,8 @@ class Ratio:
         centre = self.fit()[0]
         if math.isfinite(centre):
             return math.exp(centre)
-        low, high = self.interval() or (1.0, 1.0)
-        return high if centre < 0 else low
+        lower, upper = self.interval() or (1.0, 1.0)
+        return upper if centre < 0 else lower
 
     @property
     def bound(self) -> str:

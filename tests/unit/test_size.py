@@ -9,7 +9,7 @@ from helpers import ROOT
 pytestmark = pytest.mark.timeout(60)
 
 GOAL = 18_122  # lines, at most
-RECORDED = 20193  # lines at the last change that grew or shrank the project
+RECORDED = 20219  # lines at the last change that grew or shrank the project
 
 
 NOT_SOURCE = {"tests", "multirun", "outputs", "build", "__pycache__"}  # and hidden folders (.venv, .git)
