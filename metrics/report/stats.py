@@ -99,7 +99,7 @@ class Ratio:
     def why_no_interval(self) -> str | None:
         """Why this ratio has no interval (and no test): no block, fewer than 2 exact ones and no pooled noise, or
         the same ratio in every block."""
-        if self.n < 2 and not self.floor_df:
+        if self.n == 0 or self.n == 1 and not self.floor_df:
             return "1 block" if self.n == 1 else "no paired block"
         if self.spread is None:
             return f"{len(self.values)} of {self.n} blocks observed exactly, no pooled noise"

@@ -124,6 +124,13 @@ def test_fewer_than_two_exact_blocks_borrow_the_pooled_noise():
                                                                               "pooled noise")
 
 
+def test_a_comparison_without_a_paired_block_has_no_interval_though_the_section_pooled_noise():
+    """Every block left out (all of one side's runs unfaithful): no interval, no test, beside a pooled floor too."""
+    empty = Ratio([], sd_floor=0.1, floor_df=4)
+    assert empty.why_no_interval == "no paired block"
+    assert empty.interval() is None and empty.p_value() is None and empty.equivalence_p(1.25) is None
+
+
 def test_the_spread_is_floored_so_a_chance_agreement_is_no_claim():
     """Two blocks agreeing to 0.1 %: t = 1000 on 1 df without a floor; at a pooled noise of 0.1 the interval is
     t(0.975, 1) = 12.7062 x 0.1 / sqrt 2 wide on each side."""
